@@ -1,0 +1,84 @@
+"""Generate gen/ from protos/: messages, gRPC stubs and mypy stubs.
+
+One script so that `make gen` and `make gen-check` can never disagree. The proto
+package equals the Python import path (engram.store.v1), so no import rewriting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTOS = ROOT / "protos"
+GEN = ROOT / "gen"
+
+
+def generate(out: Path) -> None:
+    """Run protoc over every .proto file into `out`, then add package markers."""
+    files = sorted(str(p.relative_to(PROTOS)) for p in PROTOS.rglob("*.proto"))
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{PROTOS}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            f"--mypy_out={out}",
+            f"--mypy_grpc_out={out}",
+            *files,
+        ],
+        check=True,
+        env=env,
+    )
+    package = out / "engram"
+    for directory in [package, *(p for p in package.rglob("*") if p.is_dir())]:
+        (directory / "__init__.py").touch()
+    (package / "py.typed").touch()
+
+
+def differences(a: Path, b: Path) -> list[str]:
+    """Relative paths that differ between two generated trees."""
+    found: list[str] = []
+    comparison = filecmp.dircmp(a, b, ignore=["__pycache__"])
+
+    def walk(cmp: filecmp.dircmp[str], prefix: str) -> None:
+        found.extend(prefix + name for name in cmp.left_only + cmp.right_only + cmp.diff_files)
+        for name, sub in cmp.subdirs.items():
+            walk(sub, f"{prefix}{name}/")
+
+    walk(comparison, "")
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail if gen/ is stale")
+    args = parser.parse_args()
+    if not args.check:
+        shutil.rmtree(GEN, ignore_errors=True)
+        GEN.mkdir()
+        generate(GEN)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp)
+        generate(fresh)
+        stale = differences(fresh, GEN)
+    if stale:
+        print("gen/ is stale; run `make gen`. Differing files:", *stale, sep="\n  ")
+        return 1
+    print("gen/ is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The `engram` command.
+
+  engram up [--config FILE] [--data-dir DIR]      run every service, one process each
+  engram serve SERVICE [--config FILE] [--data-dir DIR] [--port N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from services.common.config import Config, ConfigError, load_config
+from services.common.logs import configure_logging
+from services.common.server import wait_for_shutdown_signal
+
+# Services built so far, in start order.
+SERVICES = ("store",)
+
+
+def _starter(service: str) -> Callable[..., Awaitable[Any]]:
+    if service == "store":
+        from services.store.app import start_store
+
+        return start_store
+    raise ValueError(service)
+
+
+def _load(args: argparse.Namespace) -> Config:
+    overrides: dict[str, Any] = {}
+    if args.data_dir:
+        overrides["storage.path"] = str(Path(args.data_dir) / "engram.db")
+    return load_config(args.config, overrides=overrides)
+
+
+async def _serve(service: str, config: Config, port: int | None) -> None:
+    app = await _starter(service)(config, port=port)
+    await wait_for_shutdown_signal()
+    await app.stop(config["server.shutdown_grace_ms"] / 1000)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = _load(args)
+    configure_logging(args.service, config["logging.level"])
+    asyncio.run(_serve(args.service, config, args.port))
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    config = _load(args)  # fail here, once, on a bad configuration
+    base = [sys.executable, "-m", "services.cli.main", "serve"]
+    extra: list[str] = []
+    if args.config:
+        extra += ["--config", args.config]
+    if args.data_dir:
+        extra += ["--data-dir", args.data_dir]
+    children = {name: subprocess.Popen([*base, name, *extra]) for name in SERVICES}
+    print(
+        "engram up: "
+        + ", ".join(f"{name} on {config['server.host']}:{config[f'server.ports.{name}']}" for name in SERVICES)
+        + " (Ctrl-C to stop)",
+        file=sys.stderr,
+        flush=True,
+    )
+    stopping = False
+
+    def stop(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    exit_code = 0
+    while any(child.poll() is None for child in children.values()):
+        for name, child in children.items():
+            if child.poll() not in (None, 0) and not stopping:
+                print(f"engram up: {name} exited with {child.returncode}; stopping", file=sys.stderr)
+                exit_code = 1
+                stop(signal.SIGTERM, None)
+        time.sleep(0.2)
+    return exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, helptext in (("up", "start every service in the foreground"), ("serve", "run one service")):
+        command = sub.add_parser(name, help=helptext)
+        if name == "serve":
+            command.add_argument("service", choices=SERVICES)
+            command.add_argument("--port", type=int, default=None, help="override the configured port")
+        command.add_argument("--config", default=os.environ.get("ENGRAM_CONFIG"), help="engram.yaml path")
+        command.add_argument("--data-dir", default=None, help="directory for engram.db")
+    args = parser.parse_args(argv)
+    try:
+        return cmd_up(args) if args.command == "up" else cmd_serve(args)
+    except ConfigError as exc:
+        print(f"engram: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

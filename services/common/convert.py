@@ -1,0 +1,34 @@
+"""Proto <-> domain conversions shared by every servicer."""
+
+from __future__ import annotations
+
+from google.protobuf import timestamp_pb2
+
+from engram.common.v1 import memory_pb2
+from services.common import clock
+from services.common.memory_filter import MemoryFilterSpec
+
+
+def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool) -> str | None:
+    """Stored text for a set Timestamp; None when the field is unset."""
+    return clock.to_text(ts.ToDatetime(tzinfo=clock.UTC)) if present else None
+
+
+def timestamp_from_text(text: str | None) -> timestamp_pb2.Timestamp | None:
+    if text is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(clock.from_text(text))
+    return ts
+
+
+def filter_from_proto(message: memory_pb2.MemoryFilter) -> MemoryFilterSpec:
+    return MemoryFilterSpec(
+        types=tuple(message.types),
+        tags=tuple(message.tags),
+        who=message.who,
+        pinned=message.pinned if message.HasField("pinned") else None,
+        source_type=message.source_type,
+        since=text_from_timestamp(message.since, message.HasField("since")),
+        until=text_from_timestamp(message.until, message.HasField("until")),
+    )

@@ -1,0 +1,164 @@
+"""The one place where domain errors become gRPC statuses.
+
+Every RPC runs under a request id (taken from `x-request-id` metadata or made up)
+that appears in every log line and goes back to the caller in trailing metadata.
+EngramError becomes its canonical code with google.rpc.Status details (ErrorInfo
+with the stable reason; BadRequest with field violations). Anything else becomes
+INTERNAL with no stack trace sent; the trace goes to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from services.common.errors import EngramError, ErrorKind
+from services.common.logs import request_id_var
+
+log = logging.getLogger("engram.rpc")
+
+ERROR_DOMAIN = "engram.dev"
+REQUEST_ID_KEY = "x-request-id"
+
+_CODES: dict[ErrorKind, tuple[grpc.StatusCode, int]] = {
+    ErrorKind.INVALID_ARGUMENT: (grpc.StatusCode.INVALID_ARGUMENT, code_pb2.INVALID_ARGUMENT),
+    ErrorKind.NOT_FOUND: (grpc.StatusCode.NOT_FOUND, code_pb2.NOT_FOUND),
+    ErrorKind.ALREADY_EXISTS: (grpc.StatusCode.ALREADY_EXISTS, code_pb2.ALREADY_EXISTS),
+    ErrorKind.ABORTED: (grpc.StatusCode.ABORTED, code_pb2.ABORTED),
+    ErrorKind.FAILED_PRECONDITION: (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        code_pb2.FAILED_PRECONDITION,
+    ),
+    ErrorKind.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE),
+    ErrorKind.INTERNAL: (grpc.StatusCode.INTERNAL, code_pb2.INTERNAL),
+}
+
+
+def status_for(error: EngramError) -> grpc.Status:
+    """The rich status for a domain error."""
+    _, code = _CODES[error.kind]
+    details: list[any_pb2.Any] = []
+    info = any_pb2.Any()
+    info.Pack(
+        error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata)
+    )
+    details.append(info)
+    if error.violations:
+        bad_request = any_pb2.Any()
+        bad_request.Pack(
+            error_details_pb2.BadRequest(
+                field_violations=[
+                    error_details_pb2.BadRequest.FieldViolation(
+                        field=v.field, description=v.description
+                    )
+                    for v in error.violations
+                ]
+            )
+        )
+        details.append(bad_request)
+    return rpc_status.to_status(status_pb2.Status(code=code, message=error.message, details=details))
+
+
+class RequestInterceptor(grpc.aio.ServerInterceptor):
+    """Request id, access log and error mapping around every handler."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        metadata = dict(handler_call_details.invocation_metadata or ())  # type: ignore[attr-defined]
+        request_id = str(metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex)
+
+        if handler.unary_unary or handler.stream_unary:
+            inner = handler.unary_unary or handler.stream_unary
+
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                token = request_id_var.set(request_id)
+                started = time.perf_counter()
+                try:
+                    response = await inner(request, context)
+                    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                    _log_done(method, "OK", started)
+                    return response
+                except Exception as exc:
+                    await _abort(context, exc, method, started, request_id)
+                finally:
+                    request_id_var.reset(token)
+
+            factory = (
+                grpc.unary_unary_rpc_method_handler
+                if handler.unary_unary
+                else grpc.stream_unary_rpc_method_handler
+            )
+            return factory(
+                call,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+
+        inner_stream = handler.unary_stream or handler.stream_stream
+
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            token = request_id_var.set(request_id)
+            started = time.perf_counter()
+            try:
+                async for item in inner_stream(request, context):
+                    yield item
+                context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                _log_done(method, "OK", started)
+            except Exception as exc:
+                await _abort(context, exc, method, started, request_id)
+            finally:
+                request_id_var.reset(token)
+
+        stream_factory = (
+            grpc.unary_stream_rpc_method_handler
+            if handler.unary_stream
+            else grpc.stream_stream_rpc_method_handler
+        )
+        return stream_factory(
+            stream,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _log_done(method: str, code: str, started: float) -> None:
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "rpc done",
+            extra={"method": method, "code": code, "ms": round((time.perf_counter() - started) * 1e3, 3)},
+        )
+
+
+async def _abort(
+    context: grpc.aio.ServicerContext, exc: Exception, method: str, started: float, request_id: str
+) -> None:
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc
+    if isinstance(exc, EngramError):
+        status = status_for(exc)
+        log.info(
+            "rpc failed",
+            extra={"method": method, "code": status.code.name, "reason": exc.reason, "error": exc.message},
+        )
+    else:
+        log.exception("rpc crashed", extra={"method": method})
+        status = status_for(EngramError(f"internal error (request id {request_id})"))
+    _log_done(method, status.code.name, started)
+    await context.abort(
+        status.code, status.details, tuple(status.trailing_metadata) + ((REQUEST_ID_KEY, request_id),)
+    )

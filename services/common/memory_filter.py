@@ -1,0 +1,106 @@
+"""The memory filter: validated once, turned into SQL in one place.
+
+Used by store listings and forget selection, and by every search channel, so a
+filter means the same thing everywhere and is applied inside each query (never
+after a top-k cut).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class MemoryFilterSpec:
+    types: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    who: str = ""
+    pinned: bool | None = None
+    source_type: str = ""
+    since: str | None = None
+    until: str | None = None
+    importance_min: float | None = None
+
+    def is_empty(self) -> bool:
+        return not (
+            self.types
+            or self.tags
+            or self.who
+            or self.pinned is not None
+            or self.source_type
+            or self.since
+            or self.until
+            or self.importance_min is not None
+        )
+
+    def fingerprint(self) -> str:
+        """Stable digest of the filter, to bind page tokens to it."""
+        body = json.dumps(
+            [
+                sorted(self.types),
+                sorted(self.tags),
+                self.who,
+                self.pinned,
+                self.source_type,
+                self.since,
+                self.until,
+                self.importance_min,
+            ]
+        )
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def check_filter(spec: MemoryFilterSpec, known_types: tuple[str, ...], field_name: str = "filter") -> MemoryFilterSpec:
+    for index, memory_type in enumerate(spec.types):
+        if memory_type not in known_types:
+            raise InvalidArgument(f"{field_name}.types[{index}]", f"unknown type {memory_type!r}")
+    if spec.since and spec.until and spec.since > spec.until:
+        raise InvalidArgument(f"{field_name}.since", "must not be after until")
+    if spec.importance_min is not None and not 0.0 <= spec.importance_min <= 1.0:
+        raise InvalidArgument(f"{field_name}.importance_min", "must be between 0 and 1")
+    return MemoryFilterSpec(
+        types=spec.types,
+        tags=tuple(t.strip().lower() for t in spec.tags if t.strip()),
+        who=spec.who,
+        pinned=spec.pinned,
+        source_type=spec.source_type,
+        since=spec.since,
+        until=spec.until,
+        importance_min=spec.importance_min,
+    )
+
+
+def filter_sql(spec: MemoryFilterSpec, alias: str = "m") -> tuple[str, list[Any]]:
+    """`AND ...` clauses (possibly empty) and their parameters, for table `alias`."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if spec.types:
+        clauses.append(f"{alias}.type IN ({', '.join('?' * len(spec.types))})")
+        params.extend(spec.types)
+    for tag in spec.tags:
+        clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE json_each.value = ?)")
+        params.append(tag)
+    if spec.who:
+        clauses.append(f"{alias}.who = ?")
+        params.append(spec.who)
+    if spec.pinned is not None:
+        clauses.append(f"{alias}.pinned = ?")
+        params.append(1 if spec.pinned else 0)
+    if spec.source_type:
+        clauses.append(f"{alias}.source_type = ?")
+        params.append(spec.source_type)
+    if spec.since:
+        clauses.append(f"{alias}.created_at >= ?")
+        params.append(spec.since)
+    if spec.until:
+        clauses.append(f"{alias}.created_at < ?")
+        params.append(spec.until)
+    if spec.importance_min is not None:
+        clauses.append(f"{alias}.importance >= ?")
+        params.append(spec.importance_min)
+    return "".join(f" AND {c}" for c in clauses), params

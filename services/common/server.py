@@ -1,0 +1,67 @@
+"""Server bootstrap shared by every service: interceptor, health, reflection,
+graceful shutdown on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from services.common.interceptors import RequestInterceptor
+
+log = logging.getLogger("engram.server")
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    port: int
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Health goes NOT_SERVING first, then in-flight calls get `grace_seconds`."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_seconds)
+
+
+async def start_server(
+    host: str,
+    port: int,
+    service_names: Sequence[str],
+    register: Callable[[grpc.aio.Server], None],
+) -> RunningServer:
+    server = grpc.aio.server(
+        interceptors=[RequestInterceptor()],
+        options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)],
+    )
+    register(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME],
+        server,
+    )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen on {host}:{port}")
+    await server.start()
+    for name in ("", *service_names):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return RunningServer(server, health_servicer, bound)
+
+
+async def wait_for_shutdown_signal() -> None:
+    """Returns on the first SIGTERM or SIGINT."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutdown signal received")

@@ -1,0 +1,702 @@
+"""The memory lifecycle: remember, import, read, modify, delete, forget, recover,
+history. Validation and decisions live here; SQL lives in the repository; all
+writes go through the single writer."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from services.common import clock
+from services.common.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    MutationsFrozen,
+    NotFound,
+    VersionConflict,
+)
+from services.common.db import ReadPool
+from services.common.fts import build_fts_query
+from services.common.memory_filter import MemoryFilterSpec, check_filter
+from services.store import repository as repo
+from services.store import rules
+from services.store.page_tokens import decode_page_token, encode_page_token
+from services.store.rules import MemoryDraft
+from services.store.writer import Writer
+
+MAX_PAGE_SIZE = 500
+DEFAULT_LIST_PAGE_SIZE = 50
+DEFAULT_HISTORY_PAGE_SIZE = 100
+MAX_PATCHES = 200
+MAX_FORGET = 200
+FORGET_CONFIRM_THRESHOLD = 25
+JOB_TYPES_ON_CREATE = ("embed", "extract")
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    id: str
+    namespace: str
+    content: str
+    content_hash: str
+    type: str
+    importance: float
+    tags: tuple[str, ...]
+    pinned: bool
+    who: str
+    why: str
+    source_type: str
+    source_id: str
+    version: int
+    deleted: bool
+    deleted_at: str | None
+    created_at: str
+    updated_at: str
+    event_time: str
+    access_count: int
+    last_accessed: str | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> MemoryRecord:
+        return cls(
+            id=row["id"],
+            namespace=row["namespace"],
+            content=row["content"],
+            content_hash=row["content_hash"],
+            type=row["type"],
+            importance=row["importance"],
+            tags=tuple(json.loads(row["tags"])),
+            pinned=bool(row["pinned"]),
+            who=row["who"],
+            why=row["why"],
+            source_type=row["source_type"],
+            source_id=row["source_id"],
+            version=row["version"],
+            deleted=bool(row["is_deleted"]),
+            deleted_at=row["deleted_at"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            event_time=row["event_time"],
+            access_count=row["access_count"],
+            last_accessed=row["last_accessed"],
+        )
+
+
+@dataclass(frozen=True)
+class ImportOutcome:
+    index: int
+    status: str  # created | deduplicated | failed
+    memory_id: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    id: str
+    content: str | None = None
+    type: str | None = None
+    importance: float | None = None
+    tags: tuple[str, ...] | None = None
+    pinned: bool | None = None
+    who: str | None = None
+    reason: str = ""
+    if_version: int | None = None
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    id: str
+    status: str  # updated | unchanged | version_conflict | not_found | duplicate_content
+    current_version: int = 0
+    new_version: int = 0
+    content_changed: bool = False
+    duplicate_memory_id: str = ""
+
+
+@dataclass(frozen=True)
+class ForgetSelection:
+    ids: tuple[str, ...] = ()
+    query: str = ""
+    spec: MemoryFilterSpec = MemoryFilterSpec()
+    limit: int = 0
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class ForgetOutcome:
+    candidates: tuple[MemoryRecord, ...]
+    confirm_token: str
+    deleted_count: int
+    hard_deleted: bool
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    id: str
+    memory_id: str
+    event: str
+    old_content: str | None
+    new_content: str | None
+    actor: str
+    reason: str
+    metadata: dict[str, Any]
+    created_at: str
+
+
+class MemoryStore:
+    def __init__(
+        self,
+        writer: Writer,
+        reads: ReadPool,
+        *,
+        mutations_frozen: bool = False,
+        max_job_attempts: int = 3,
+        tombstone_days: float = 30,
+    ) -> None:
+        self._writer = writer
+        self._reads = reads
+        self._frozen = mutations_frozen
+        self._max_attempts = max_job_attempts
+        self._tombstone_days = tombstone_days
+
+    def _ensure_writable(self) -> None:
+        if self._frozen:
+            raise MutationsFrozen()
+
+    # ---- remember / import -----------------------------------------------------
+
+    async def remember(self, draft: MemoryDraft) -> tuple[MemoryRecord, bool]:
+        """Raw-first: row, FTS, history and jobs commit together before we reply."""
+        self._ensure_writable()
+
+        def operation(conn: Any) -> tuple[MemoryRecord, bool]:
+            [(memory_id, deduplicated, row)] = self._insert_drafts(conn, [draft])
+            if row is None:
+                row = repo.fetch_one(conn, repo.get_memory_query(draft.namespace, memory_id))
+            return MemoryRecord.from_row(row), deduplicated
+
+        return await self._writer.submit(operation)
+
+    async def import_drafts(self, items: Sequence[MemoryDraft | InvalidArgument], chunk: int = 1000) -> list[ImportOutcome]:
+        """Invalid items (given as their error) are reported; the rest are written in
+        large chunks that the writer may group into one transaction."""
+        self._ensure_writable()
+        outcomes: list[ImportOutcome | None] = [None] * len(items)
+        valid: list[tuple[int, MemoryDraft]] = []
+        for index, item in enumerate(items):
+            if isinstance(item, InvalidArgument):
+                outcomes[index] = ImportOutcome(index, "failed", error=item.message)
+            else:
+                valid.append((index, item))
+
+        def operation_for(batch: list[tuple[int, MemoryDraft]]) -> Any:
+            def operation(conn: Any) -> list[ImportOutcome]:
+                written = self._insert_drafts(conn, [draft for _, draft in batch])
+                return [
+                    ImportOutcome(index, "deduplicated" if dedup else "created", memory_id)
+                    for (index, _), (memory_id, dedup, _) in zip(batch, written, strict=True)
+                ]
+
+            return operation
+
+        batches = [valid[i : i + chunk] for i in range(0, len(valid), chunk)]
+        for written in await asyncio.gather(*(self._writer.submit(operation_for(b)) for b in batches)):
+            for outcome in written:
+                outcomes[outcome.index] = outcome
+        return [o for o in outcomes if o is not None]
+
+    def _insert_drafts(self, conn: Any, drafts: Sequence[MemoryDraft]) -> list[tuple[str, bool, dict[str, Any] | None]]:
+        """(id, deduplicated, new row or None) per draft, deduplicating against live
+        memories of the same namespace and within the batch itself."""
+        at = clock.now_text()
+        known: dict[tuple[str, str], str] = {}
+        for namespace in {d.namespace for d in drafts}:
+            hashes = [d.content.content_hash for d in drafts if d.namespace == namespace]
+            for content_hash, memory_id in repo.live_ids_by_hash(conn, namespace, hashes).items():
+                known[(namespace, content_hash)] = memory_id
+        results: list[tuple[str, bool, dict[str, Any] | None]] = []
+        rows: list[dict[str, Any]] = []
+        history: list[tuple[Any, ...]] = []
+        jobs: list[tuple[Any, ...]] = []
+        for draft in drafts:
+            key = (draft.namespace, draft.content.content_hash)
+            if key in known:
+                results.append((known[key], True, None))
+                continue
+            memory_id = repo.new_id()
+            known[key] = memory_id
+            row = {
+                "id": memory_id,
+                "namespace": draft.namespace,
+                "content": draft.content.storage,
+                "normalized_content": draft.content.normalized,
+                "content_hash": draft.content.content_hash,
+                "type": draft.type,
+                "importance": draft.importance,
+                "tags": json.dumps(list(draft.tags)),
+                "pinned": int(draft.pinned),
+                "who": draft.who,
+                "why": draft.why,
+                "source_type": draft.source_type,
+                "source_id": draft.source_id,
+                "created_at": at,
+                "event_time": draft.event_time or at,
+            }
+            rows.append(row)
+            history.append(
+                repo.history_row(
+                    memory_id=memory_id,
+                    namespace=draft.namespace,
+                    event="created",
+                    old_content=None,
+                    new_content=draft.content.storage,
+                    actor=draft.who or rules.DEFAULT_ACTOR,
+                    reason=draft.why or "remember",
+                    metadata={"version": 1, "type": draft.type},
+                    at=at,
+                )
+            )
+            jobs.extend(
+                repo.job_row(draft.namespace, memory_id, job_type, self._max_attempts, at)
+                for job_type in JOB_TYPES_ON_CREATE
+            )
+            results.append((memory_id, False, _stored_row(row)))
+        repo.insert_memories(conn, rows)
+        repo.insert_history(conn, history)
+        repo.enqueue_jobs(conn, jobs)
+        return results
+
+    # ---- reads -------------------------------------------------------------------
+
+    async def get(self, namespace: str, memory_id: str) -> MemoryRecord:
+        if not memory_id:
+            raise InvalidArgument("id", "required")
+        row = await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id))
+        if row is None:
+            raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
+        return MemoryRecord.from_row(row)
+
+    async def list(
+        self, namespace: str, spec: MemoryFilterSpec, page_size: int, page_token: str
+    ) -> tuple[list[MemoryRecord], str]:
+        spec = check_filter(spec, rules.MEMORY_TYPES)
+        size = _page_size(page_size, DEFAULT_LIST_PAGE_SIZE)
+        scope = f"{namespace}\x00{spec.fingerprint()}"
+        position = decode_page_token(page_token, "memories", scope)
+        after = _pair(position) if position is not None else None
+        rows = await self._reads.fetch_all(repo.list_memories_query(namespace, spec, after, size + 1))
+        records = [MemoryRecord.from_row(r) for r in rows[:size]]
+        next_token = ""
+        if len(rows) > size:
+            last = records[-1]
+            next_token = encode_page_token("memories", scope, [last.created_at, last.id])
+        return records, next_token
+
+    async def history(
+        self, namespace: str, memory_id: str, page_size: int, page_token: str
+    ) -> tuple[list[HistoryEntry], str]:
+        if not memory_id:
+            raise InvalidArgument("memory_id", "required")
+        size = _page_size(page_size, DEFAULT_HISTORY_PAGE_SIZE)
+        scope = f"{namespace}\x00{memory_id}"
+        position = decode_page_token(page_token, "history", scope)
+        after_seq = _int_position(position)
+        rows = await self._reads.fetch_all(repo.history_query(namespace, memory_id, after_seq, size + 1))
+        if not rows and position is None:
+            if await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id)) is None:
+                raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
+        entries = [
+            HistoryEntry(
+                id=r["id"],
+                memory_id=r["memory_id"],
+                event=r["event"],
+                old_content=r["old_content"],
+                new_content=r["new_content"],
+                actor=r["changed_by"],
+                reason=r["reason"],
+                metadata=json.loads(r["metadata"]),
+                created_at=r["created_at"],
+            )
+            for r in rows[:size]
+        ]
+        next_token = ""
+        if len(rows) > size:
+            next_token = encode_page_token("history", scope, [rows[size - 1]["seq"]])
+        return entries, next_token
+
+    # ---- modify --------------------------------------------------------------------
+
+    async def modify(
+        self, namespace: str, patches: Sequence[PatchSpec], default_reason: str, actor: str
+    ) -> list[PatchOutcome]:
+        self._ensure_writable()
+        checked = _check_patches(patches, default_reason)
+        actor = rules.check_actor(actor)
+
+        def operation(conn: Any) -> list[PatchOutcome]:
+            at = clock.now_text()
+            return [self._apply_patch(conn, namespace, patch, actor, at) for patch in checked]
+
+        return await self._writer.submit(operation)
+
+    def _apply_patch(self, conn: Any, namespace: str, patch: _CheckedPatch, actor: str, at: str) -> PatchOutcome:
+        row = repo.fetch_one(conn, repo.get_memory_query(namespace, patch.id))
+        if row is None or row["is_deleted"]:
+            return PatchOutcome(patch.id, "not_found")
+        version = row["version"]
+        if patch.if_version is not None and patch.if_version != version:
+            return PatchOutcome(patch.id, "version_conflict", version, version)
+        current = MemoryRecord.from_row(row)
+        changes: dict[str, Any] = {}
+        changed: dict[str, Any] = {}
+        content_changed = patch.content is not None and patch.content.storage != current.content
+        if content_changed and patch.content is not None:
+            if patch.content.content_hash != current.content_hash:
+                other = repo.live_ids_by_hash(conn, namespace, [patch.content.content_hash])
+                if other:
+                    return PatchOutcome(
+                        patch.id, "duplicate_content", version, version,
+                        duplicate_memory_id=other[patch.content.content_hash],
+                    )
+            changes.update(
+                content=patch.content.storage,
+                normalized_content=patch.content.normalized,
+                content_hash=patch.content.content_hash,
+                embedding_model=None,
+            )
+        for name, new in (("type", patch.type), ("who", patch.who)):
+            if new is not None and new != getattr(current, name):
+                changes[name] = changed[name] = new
+        if patch.tags is not None and patch.tags != current.tags:
+            changes["tags"] = json.dumps(list(patch.tags))
+            changed["tags"] = list(patch.tags)
+        pinned = current.pinned if patch.pinned is None else patch.pinned
+        importance = current.importance if patch.importance is None else patch.importance
+        importance = rules.effective_importance(pinned, importance)
+        if pinned != current.pinned:
+            changes["pinned"] = int(pinned)
+            changed["pinned"] = pinned
+        if importance != current.importance:
+            changes["importance"] = changed["importance"] = importance
+        if not changes:
+            return PatchOutcome(patch.id, "unchanged", version, version)
+        new_version = version + 1
+        repo.update_memory(conn, patch.id, {**changes, "version": new_version, "updated_at": at})
+        repo.insert_history(
+            conn,
+            [
+                repo.history_row(
+                    memory_id=patch.id,
+                    namespace=namespace,
+                    event="modified",
+                    old_content=current.content,
+                    new_content=changes.get("content", current.content),
+                    actor=actor,
+                    reason=patch.reason,
+                    metadata={
+                        "old_version": version,
+                        "new_version": new_version,
+                        "content_changed": content_changed,
+                        "changes": changed,
+                    },
+                    at=at,
+                )
+            ],
+        )
+        if content_changed:
+            repo.enqueue_jobs(conn, [repo.job_row(namespace, patch.id, "embed", self._max_attempts, at)])
+        return PatchOutcome(patch.id, "updated", version, new_version, content_changed)
+
+    # ---- delete / forget / recover ----------------------------------------------
+
+    async def delete(
+        self, namespace: str, memory_id: str, reason: str, if_version: int | None, force: bool, actor: str
+    ) -> MemoryRecord:
+        self._ensure_writable()
+        if not memory_id:
+            raise InvalidArgument("id", "required")
+        reason = rules.check_reason(reason, "reason")
+        actor = rules.check_actor(actor)
+
+        def operation(conn: Any) -> MemoryRecord:
+            record = self._load(conn, namespace, memory_id)
+            if record.deleted:
+                raise FailedPrecondition(f"memory {memory_id} is already deleted", reason="ALREADY_DELETED")
+            _check_version(record, if_version)
+            if record.pinned and not force:
+                raise FailedPrecondition(
+                    f"memory {memory_id} is pinned; pass force to delete it", reason="PINNED_REQUIRES_FORCE"
+                )
+            self._soft_delete(conn, record, reason, actor, clock.now_text())
+            return self._load(conn, namespace, memory_id)
+
+        return await self._writer.submit(operation)
+
+    def _soft_delete(self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str) -> None:
+        repo.update_memory(
+            conn,
+            record.id,
+            {"is_deleted": 1, "deleted_at": at, "version": record.version + 1, "updated_at": at},
+        )
+        repo.insert_history(
+            conn,
+            [
+                repo.history_row(
+                    memory_id=record.id,
+                    namespace=record.namespace,
+                    event="deleted",
+                    old_content=record.content,
+                    new_content=None,
+                    actor=actor,
+                    reason=reason,
+                    metadata={"old_version": record.version, "new_version": record.version + 1, "hard": False},
+                    at=at,
+                )
+            ],
+        )
+
+    def _hard_delete(self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str) -> None:
+        repo.hard_delete_memory(conn, record.id)
+        repo.insert_history(
+            conn,
+            [
+                repo.history_row(
+                    memory_id=record.id,
+                    namespace=record.namespace,
+                    event="deleted",
+                    old_content=record.content,
+                    new_content=None,
+                    actor=actor,
+                    reason=reason,
+                    metadata={"old_version": record.version, "hard": True},
+                    at=at,
+                )
+            ],
+        )
+
+    async def forget(
+        self,
+        namespace: str,
+        selection: ForgetSelection,
+        *,
+        execute: bool,
+        reason: str,
+        confirm_token: str,
+        actor: str,
+    ) -> ForgetOutcome:
+        if execute:
+            self._ensure_writable()
+            reason = rules.check_reason(reason, "reason")
+        actor = rules.check_actor(actor)
+        query = _check_selection(namespace, selection)
+
+        if not execute:
+            rows = await self._reads.fetch_all(query)
+            candidates = tuple(MemoryRecord.from_row(r) for r in rows)
+            return ForgetOutcome(candidates, _confirm_token(namespace, selection.force, candidates), 0, False)
+
+        def operation(conn: Any) -> ForgetOutcome:
+            candidates = tuple(MemoryRecord.from_row(r) for r in repo.fetch_all(conn, query))
+            token = _confirm_token(namespace, selection.force, candidates)
+            if confirm_token and confirm_token != token:
+                raise FailedPrecondition(
+                    "confirm_token does not match the current candidate set; preview again",
+                    reason="CONFIRM_TOKEN_MISMATCH",
+                )
+            if len(candidates) > FORGET_CONFIRM_THRESHOLD and not confirm_token:
+                raise FailedPrecondition(
+                    f"{len(candidates)} candidates exceed {FORGET_CONFIRM_THRESHOLD}; "
+                    "pass the confirm_token from a preview",
+                    reason="CONFIRM_TOKEN_REQUIRED",
+                    metadata={"confirm_token": token, "candidate_count": str(len(candidates))},
+                )
+            at = clock.now_text()
+            for record in candidates:
+                if selection.force:
+                    self._hard_delete(conn, record, reason, actor, at)
+                else:
+                    self._soft_delete(conn, record, reason, actor, at)
+            return ForgetOutcome(candidates, token, len(candidates), selection.force)
+
+        return await self._writer.submit(operation)
+
+    async def recover(
+        self, namespace: str, memory_id: str, reason: str, if_version: int | None, actor: str
+    ) -> MemoryRecord:
+        self._ensure_writable()
+        if not memory_id:
+            raise InvalidArgument("id", "required")
+        reason = rules.check_reason(reason, "reason")
+        actor = rules.check_actor(actor)
+
+        def operation(conn: Any) -> MemoryRecord:
+            record = self._load(conn, namespace, memory_id)
+            if not record.deleted:
+                raise FailedPrecondition(f"memory {memory_id} is not deleted", reason="NOT_DELETED")
+            if record.deleted_at is None or record.deleted_at < clock.days_ago_text(self._tombstone_days):
+                raise FailedPrecondition(
+                    f"memory {memory_id} was deleted more than {self._tombstone_days:g} days ago",
+                    reason="RETENTION_EXPIRED",
+                )
+            _check_version(record, if_version)
+            duplicate = repo.live_ids_by_hash(conn, namespace, [record.content_hash])
+            if duplicate:
+                other = duplicate[record.content_hash]
+                raise AlreadyExists(
+                    f"memory {other} already holds this content",
+                    reason="DUPLICATE_CONTENT",
+                    metadata={"duplicate_memory_id": other},
+                )
+            at = clock.now_text()
+            new_version = record.version + 1
+            repo.update_memory(
+                conn, memory_id, {"is_deleted": 0, "deleted_at": None, "version": new_version, "updated_at": at}
+            )
+            repo.insert_history(
+                conn,
+                [
+                    repo.history_row(
+                        memory_id=memory_id,
+                        namespace=namespace,
+                        event="recovered",
+                        old_content=None,
+                        new_content=record.content,
+                        actor=actor,
+                        reason=reason,
+                        metadata={"old_version": record.version, "new_version": new_version},
+                        at=at,
+                    )
+                ],
+            )
+            return self._load(conn, namespace, memory_id)
+
+        return await self._writer.submit(operation)
+
+    def _load(self, conn: Any, namespace: str, memory_id: str) -> MemoryRecord:
+        row = repo.fetch_one(conn, repo.get_memory_query(namespace, memory_id))
+        if row is None:
+            raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
+        return MemoryRecord.from_row(row)
+
+
+@dataclass(frozen=True)
+class _CheckedPatch:
+    id: str
+    content: Any  # NormalizedContent | None
+    type: str | None
+    importance: float | None
+    tags: tuple[str, ...] | None
+    pinned: bool | None
+    who: str | None
+    reason: str
+    if_version: int | None
+
+
+def _check_patches(patches: Sequence[PatchSpec], default_reason: str) -> list[_CheckedPatch]:
+    """Every patch is validated before anything is written; one bad patch fails all."""
+    if not patches:
+        raise InvalidArgument("patches", "at least one patch is required")
+    if len(patches) > MAX_PATCHES:
+        raise InvalidArgument("patches", f"at most {MAX_PATCHES} patches per request")
+    checked: list[_CheckedPatch] = []
+    for index, patch in enumerate(patches):
+        field = f"patches[{index}]"
+        if not patch.id:
+            raise InvalidArgument(f"{field}.id", "required")
+        reason = rules.check_reason(patch.reason or default_reason, f"{field}.reason")
+        if all(
+            value is None
+            for value in (patch.content, patch.type, patch.importance, patch.tags, patch.pinned, patch.who)
+        ):
+            raise InvalidArgument(field, "sets no field to change")
+        checked.append(
+            _CheckedPatch(
+                id=patch.id,
+                content=None if patch.content is None else rules.check_content(patch.content, f"{field}.content"),
+                type=None if patch.type is None else rules.check_type(patch.type, f"{field}.type"),
+                importance=None
+                if patch.importance is None
+                else rules.check_importance(patch.importance, f"{field}.importance"),
+                tags=None if patch.tags is None else rules.check_tags(patch.tags, f"{field}.tags"),
+                pinned=patch.pinned,
+                who=None if patch.who is None else rules.check_text(patch.who, f"{field}.who", rules.MAX_TEXT_FIELD_CHARS["who"]),
+                reason=reason,
+                if_version=patch.if_version,
+            )
+        )
+    return checked
+
+
+def _check_selection(namespace: str, selection: ForgetSelection) -> repo.Query:
+    if len(selection.ids) > MAX_FORGET:
+        raise InvalidArgument("ids", f"at most {MAX_FORGET} ids")
+    if any(not i for i in selection.ids):
+        raise InvalidArgument("ids", "ids must not be empty strings")
+    if not 0 <= selection.limit <= MAX_FORGET:
+        raise InvalidArgument("limit", f"must be between 0 and {MAX_FORGET}")
+    spec = check_filter(selection.spec, rules.MEMORY_TYPES)
+    fts_query = None
+    if selection.query.strip():
+        fts_query = build_fts_query(selection.query, match_all=True)
+        if fts_query is None:
+            raise InvalidArgument("query", "contains no searchable words")
+    if not selection.ids and fts_query is None and spec.is_empty():
+        raise InvalidArgument("ids", "give ids, a query or a filter to select memories")
+    return repo.forget_candidates_query(
+        namespace,
+        selection.ids,
+        fts_query,
+        spec,
+        selection.force,
+        selection.limit or MAX_FORGET,
+    )
+
+
+def _confirm_token(namespace: str, force: bool, candidates: Sequence[MemoryRecord]) -> str:
+    """Binds exactly this candidate set (ids and versions) and mode."""
+    body = "\n".join(["forget-v1", namespace, str(force), *sorted(f"{c.id}@{c.version}" for c in candidates)])
+    return base64.urlsafe_b64encode(hashlib.sha256(body.encode()).digest()[:18]).decode()
+
+
+def _check_version(record: MemoryRecord, if_version: int | None) -> None:
+    if if_version is not None and if_version != record.version:
+        raise VersionConflict(if_version, record.version)
+
+
+def _page_size(requested: int, default: int) -> int:
+    if requested < 0 or requested > MAX_PAGE_SIZE:
+        raise InvalidArgument("page_size", f"must be between 0 and {MAX_PAGE_SIZE}")
+    return requested or default
+
+
+def _pair(position: list[Any]) -> tuple[str, str]:
+    if len(position) != 2 or not all(isinstance(p, str) for p in position):
+        raise InvalidArgument("page_token", "malformed page token")
+    return position[0], position[1]
+
+
+def _int_position(position: list[Any] | None) -> int:
+    if position is None:
+        return 0
+    if len(position) != 1 or not isinstance(position[0], int):
+        raise InvalidArgument("page_token", "malformed page token")
+    return position[0]
+
+
+def _stored_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The full column set of a freshly inserted memory, without a re-read."""
+    return {
+        **row,
+        "version": 1,
+        "is_deleted": 0,
+        "deleted_at": None,
+        "updated_at": row["created_at"],
+        "access_count": 0,
+        "last_accessed": None,
+    }

@@ -1,0 +1,169 @@
+"""Versioned schema migrations, each applied once in its own transaction and
+recorded in `schema_migrations` (the sqlite-utils pattern)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.common.clock import now_text
+from services.common.db import complete_statement
+
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "memories_history_jobs",
+        """
+        CREATE TABLE memories (
+            id                 TEXT PRIMARY KEY,
+            namespace          TEXT NOT NULL,
+            content            TEXT NOT NULL,
+            normalized_content TEXT NOT NULL,
+            content_hash       TEXT NOT NULL,
+            type               TEXT NOT NULL,
+            importance         REAL NOT NULL,
+            tags               TEXT NOT NULL DEFAULT '[]',
+            pinned             INTEGER NOT NULL DEFAULT 0,
+            who                TEXT NOT NULL DEFAULT '',
+            why                TEXT NOT NULL DEFAULT '',
+            source_type        TEXT NOT NULL DEFAULT '',
+            source_id          TEXT NOT NULL DEFAULT '',
+            version            INTEGER NOT NULL DEFAULT 1,
+            is_deleted         INTEGER NOT NULL DEFAULT 0,
+            deleted_at         TEXT,
+            created_at         TEXT NOT NULL,
+            updated_at         TEXT NOT NULL,
+            event_time         TEXT NOT NULL,
+            access_count       INTEGER NOT NULL DEFAULT 0,
+            last_accessed      TEXT,
+            valid_from         TEXT,
+            valid_until        TEXT,
+            extraction_status  TEXT NOT NULL DEFAULT 'pending',
+            extraction_model   TEXT,
+            embedding_model    TEXT,
+            source_memory_id   TEXT
+        );
+        -- Dedup is per namespace and only against live memories.
+        CREATE UNIQUE INDEX memories_live_hash
+            ON memories(namespace, content_hash) WHERE is_deleted = 0;
+        CREATE INDEX memories_listing
+            ON memories(namespace, is_deleted, created_at DESC, id DESC);
+        CREATE INDEX memories_deleted_at ON memories(is_deleted, deleted_at);
+
+        -- External-content FTS over live memories only: the triggers fire on
+        -- content and deletion-state changes, never on access tracking.
+        CREATE VIRTUAL TABLE memories_fts USING fts5(
+            content, content='memories', content_rowid='rowid', tokenize='porter unicode61'
+        );
+        CREATE TRIGGER memories_ai AFTER INSERT ON memories WHEN new.is_deleted = 0 BEGIN
+            INSERT INTO memories_fts(rowid, content) VALUES (new.rowid, new.content);
+        END;
+        CREATE TRIGGER memories_ad AFTER DELETE ON memories WHEN old.is_deleted = 0 BEGIN
+            INSERT INTO memories_fts(memories_fts, rowid, content)
+                VALUES ('delete', old.rowid, old.content);
+        END;
+        CREATE TRIGGER memories_au_content AFTER UPDATE OF content ON memories
+            WHEN old.is_deleted = 0 AND new.is_deleted = 0 AND old.content IS NOT new.content
+        BEGIN
+            INSERT INTO memories_fts(memories_fts, rowid, content)
+                VALUES ('delete', old.rowid, old.content);
+            INSERT INTO memories_fts(rowid, content) VALUES (new.rowid, new.content);
+        END;
+        CREATE TRIGGER memories_au_tombstone AFTER UPDATE OF is_deleted ON memories
+            WHEN old.is_deleted = 0 AND new.is_deleted = 1
+        BEGIN
+            INSERT INTO memories_fts(memories_fts, rowid, content)
+                VALUES ('delete', old.rowid, old.content);
+        END;
+        CREATE TRIGGER memories_au_recover AFTER UPDATE OF is_deleted ON memories
+            WHEN old.is_deleted = 1 AND new.is_deleted = 0
+        BEGIN
+            INSERT INTO memories_fts(rowid, content) VALUES (new.rowid, new.content);
+        END;
+
+        CREATE TABLE memory_history (
+            seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+            id          TEXT NOT NULL UNIQUE,
+            memory_id   TEXT NOT NULL,
+            namespace   TEXT NOT NULL,
+            event       TEXT NOT NULL,
+            old_content TEXT,
+            new_content TEXT,
+            changed_by  TEXT NOT NULL,
+            reason      TEXT NOT NULL,
+            metadata    TEXT NOT NULL DEFAULT '{}',
+            created_at  TEXT NOT NULL
+        );
+        CREATE INDEX memory_history_memory ON memory_history(namespace, memory_id, seq);
+        CREATE INDEX memory_history_age ON memory_history(created_at);
+
+        CREATE TABLE memory_jobs (
+            id           TEXT PRIMARY KEY,
+            namespace    TEXT NOT NULL,
+            memory_id    TEXT,
+            document_id  TEXT,
+            job_type     TEXT NOT NULL,
+            status       TEXT NOT NULL DEFAULT 'pending',
+            payload      TEXT,
+            result       TEXT,
+            error        TEXT,
+            attempts     INTEGER NOT NULL DEFAULT 0,
+            max_attempts INTEGER NOT NULL DEFAULT 3,
+            lease_token  TEXT,
+            leased_at    TEXT,
+            available_at TEXT NOT NULL,
+            completed_at TEXT,
+            failed_at    TEXT,
+            created_at   TEXT NOT NULL,
+            updated_at   TEXT NOT NULL
+        );
+        -- Enqueue dedup: at most one open job of a type per memory.
+        CREATE UNIQUE INDEX memory_jobs_open
+            ON memory_jobs(memory_id, job_type)
+            WHERE status IN ('pending', 'leased') AND memory_id IS NOT NULL;
+        CREATE INDEX memory_jobs_queue ON memory_jobs(job_type, status, available_at, created_at);
+        """,
+    ),
+)
+
+
+def apply_migrations(conn: Any) -> list[str]:
+    """Apply pending migrations in order; return the names applied."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    applied: list[str] = []
+    for version, (name, sql) in enumerate(MIGRATIONS, start=1):
+        if version in done:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                (version, name, now_text()),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(name)
+    return applied
+
+
+def _statements(script: str) -> list[str]:
+    """Split a script into complete statements (triggers contain inner semicolons)."""
+    statements: list[str] = []
+    current = ""
+    for line in script.splitlines(keepends=True):
+        if line.strip().startswith("--"):
+            continue
+        current += line
+        if complete_statement(current):
+            if current.strip():
+                statements.append(current.strip())
+            current = ""
+    if current.strip():
+        raise ValueError(f"incomplete SQL statement in migration: {current.strip()[:80]}")
+    return statements

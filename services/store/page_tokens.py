@@ -1,0 +1,44 @@
+"""Opaque page tokens bound to the listing they came from.
+
+A token records where the previous page ended and a fingerprint of the listing
+(kind, namespace, filter). A token that does not decode, or was issued for
+another listing, is INVALID_ARGUMENT on `page_token`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from typing import Any
+
+from services.common.errors import InvalidArgument
+
+_FIELD = "page_token"
+
+
+def _binding(kind: str, scope: str) -> str:
+    return hashlib.sha256(f"{kind}\x00{scope}".encode()).hexdigest()[:16]
+
+
+def encode_page_token(kind: str, scope: str, position: list[Any]) -> str:
+    body = json.dumps({"b": _binding(kind, scope), "p": position}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
+
+
+def decode_page_token(token: str, kind: str, scope: str) -> list[Any] | None:
+    """None for the first page; the position after which the next page starts."""
+    if not token:
+        return None
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        body = json.loads(base64.urlsafe_b64decode(padded.encode()).decode())
+        binding, position = body["b"], body["p"]
+    except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise InvalidArgument(_FIELD, "malformed page token") from exc
+    if binding != _binding(kind, scope):
+        raise InvalidArgument(_FIELD, "page token was issued for a different listing or filter")
+    if not isinstance(position, list):
+        raise InvalidArgument(_FIELD, "malformed page token")
+    return position

@@ -1,0 +1,185 @@
+"""What a valid memory is: limits, types, prefixes and type inference (seed 002)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from services.common.errors import InvalidArgument
+from services.common.normalize import NormalizedContent, normalize_content
+
+MEMORY_TYPES = (
+    "fact",
+    "preference",
+    "decision",
+    "rule",
+    "learning",
+    "issue",
+    "procedural",
+    "semantic",
+    "document_chunk",
+)
+MAX_CONTENT_BYTES = 64 * 1024
+MAX_TAGS = 32
+MAX_TAG_CHARS = 64
+DEFAULT_IMPORTANCE = 0.8
+PINNED_IMPORTANCE = 1.0
+MAX_TEXT_FIELD_CHARS = {"who": 256, "why": 1024, "source_type": 64, "source_id": 512}
+MAX_REASON_CHARS = 1024
+MAX_ACTOR_CHARS = 256
+DEFAULT_ACTOR = "api"
+
+# seed 002 "Memory Types": the first matching row wins; no match means fact.
+_TYPE_KEYWORDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (memory_type, re.compile(r"\b(?:" + "|".join(words) + r")\b", re.IGNORECASE))
+    for memory_type, words in (
+        ("preference", ("prefers", "likes", "wants")),
+        ("decision", ("decided", "agreed", r"will\s+use")),
+        ("rule", ("never", "always", "must")),
+        ("learning", ("learned", "discovered")),
+        ("issue", ("bug", "broken", "problem")),
+    )
+)
+_CRITICAL_PREFIX = re.compile(r"^critical:\s*", re.IGNORECASE)
+_TAGS_PREFIX = re.compile(r"^\[([^\]]*)\]:\s*")
+
+
+@dataclass(frozen=True)
+class MemoryDraft:
+    """A validated, normalised memory ready to be written."""
+
+    namespace: str
+    content: NormalizedContent
+    type: str
+    importance: float
+    tags: tuple[str, ...]
+    pinned: bool
+    who: str
+    why: str
+    source_type: str
+    source_id: str
+    event_time: str | None
+
+
+def infer_type(content: str) -> str:
+    for memory_type, pattern in _TYPE_KEYWORDS:
+        if pattern.search(content):
+            return memory_type
+    return "fact"
+
+
+def split_prefixes(content: str) -> tuple[str, bool, list[str]]:
+    """`critical: [a,b]: text` -> ("text", pinned, ["a", "b"]); either prefix optional."""
+    pinned = False
+    tags: list[str] = []
+    critical = _CRITICAL_PREFIX.match(content)
+    if critical:
+        pinned = True
+        content = content[critical.end() :]
+    tagged = _TAGS_PREFIX.match(content)
+    if tagged:
+        tags = [t for t in tagged.group(1).split(",") if t.strip()]
+        content = content[tagged.end() :]
+    return content, pinned, tags
+
+
+def check_content(text: str, field: str) -> NormalizedContent:
+    content = normalize_content(text)
+    if not content.storage:
+        raise InvalidArgument(field, "must not be empty or whitespace only")
+    if len(content.storage.encode("utf-8")) > MAX_CONTENT_BYTES:
+        raise InvalidArgument(field, f"must be at most {MAX_CONTENT_BYTES} bytes")
+    return content
+
+
+def check_type(memory_type: str, field: str) -> str:
+    if memory_type not in MEMORY_TYPES:
+        raise InvalidArgument(field, f"unknown type {memory_type!r}; one of {', '.join(MEMORY_TYPES)}")
+    return memory_type
+
+
+def check_importance(importance: float, field: str) -> float:
+    if not 0.0 <= importance <= 1.0:  # also rejects NaN
+        raise InvalidArgument(field, "must be between 0 and 1")
+    return importance
+
+
+def check_tags(tags: Iterable[str], field: str) -> tuple[str, ...]:
+    """Trimmed, lower-cased, de-duplicated in first-seen order, within the limits."""
+    cleaned: dict[str, None] = {}
+    for index, tag in enumerate(tags):
+        value = unicodedata.normalize("NFC", tag).strip().lower()
+        if not value:
+            raise InvalidArgument(f"{field}[{index}]", "must not be empty")
+        if len(value) > MAX_TAG_CHARS:
+            raise InvalidArgument(f"{field}[{index}]", f"must be at most {MAX_TAG_CHARS} characters")
+        cleaned.setdefault(value, None)
+    if len(cleaned) > MAX_TAGS:
+        raise InvalidArgument(field, f"at most {MAX_TAGS} tags")
+    return tuple(cleaned)
+
+
+def check_text(value: str, field: str, limit: int) -> str:
+    value = value.strip()
+    if len(value) > limit:
+        raise InvalidArgument(field, f"must be at most {limit} characters")
+    return value
+
+
+def check_reason(reason: str, field: str) -> str:
+    reason = check_text(reason, field, MAX_REASON_CHARS)
+    if not reason:
+        raise InvalidArgument(field, "a reason is required")
+    return reason
+
+
+def check_actor(actor: str, field: str = "actor") -> str:
+    return check_text(actor, field, MAX_ACTOR_CHARS) or DEFAULT_ACTOR
+
+
+def effective_importance(pinned: bool, importance: float) -> float:
+    """Pinned memories always carry importance 1.0 (seed 002)."""
+    return PINNED_IMPORTANCE if pinned else importance
+
+
+def draft_memory(
+    *,
+    namespace: str,
+    content: str,
+    memory_type: str,
+    importance: float | None,
+    tags: Iterable[str],
+    pinned: bool,
+    who: str,
+    why: str,
+    source_type: str,
+    source_id: str,
+    event_time: str | None,
+    field_prefix: str = "",
+) -> MemoryDraft:
+    """Validate one Remember/Import input; field names in errors get `field_prefix`."""
+    storage = normalize_content(content).storage
+    body, critical, prefix_tags = split_prefixes(storage)
+    normalized = check_content(body, f"{field_prefix}content")
+    all_tags = check_tags([*prefix_tags, *tags], f"{field_prefix}tags")
+    chosen_type = (
+        check_type(memory_type, f"{field_prefix}type") if memory_type else infer_type(normalized.storage)
+    )
+    base = DEFAULT_IMPORTANCE if importance is None else check_importance(importance, f"{field_prefix}importance")
+    is_pinned = pinned or critical
+    texts = {
+        name: check_text(value, f"{field_prefix}{name}", MAX_TEXT_FIELD_CHARS[name])
+        for name, value in (("who", who), ("why", why), ("source_type", source_type), ("source_id", source_id))
+    }
+    return MemoryDraft(
+        namespace=namespace,
+        content=normalized,
+        type=chosen_type,
+        importance=effective_importance(is_pinned, base),
+        tags=all_tags,
+        pinned=is_pinned,
+        event_time=event_time,
+        **texts,
+    )

@@ -1,0 +1,269 @@
+"""MemoryStoreService: translate proto <-> domain, nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from google.protobuf import struct_pb2
+
+from engram.common.v1 import memory_pb2
+from engram.store.v1 import store_pb2, store_pb2_grpc
+from services.common.convert import filter_from_proto, text_from_timestamp, timestamp_from_text
+from services.common.errors import InvalidArgument
+from services.common.validation import validate_namespace
+from services.store import rules
+from services.store.memories import (
+    ForgetSelection,
+    HistoryEntry,
+    MemoryRecord,
+    MemoryStore,
+    PatchSpec,
+)
+
+MAX_IMPORT_BATCH = 1000
+
+_IMPORT_STATUS = {
+    "created": store_pb2.IMPORT_STATUS_CREATED,
+    "deduplicated": store_pb2.IMPORT_STATUS_DEDUPLICATED,
+    "failed": store_pb2.IMPORT_STATUS_FAILED,
+}
+_PATCH_STATUS = {
+    "updated": store_pb2.PATCH_STATUS_UPDATED,
+    "unchanged": store_pb2.PATCH_STATUS_UNCHANGED,
+    "version_conflict": store_pb2.PATCH_STATUS_VERSION_CONFLICT,
+    "not_found": store_pb2.PATCH_STATUS_NOT_FOUND,
+    "duplicate_content": store_pb2.PATCH_STATUS_DUPLICATE_CONTENT,
+}
+_EVENT_TYPE = {
+    "created": store_pb2.HISTORY_EVENT_TYPE_CREATED,
+    "modified": store_pb2.HISTORY_EVENT_TYPE_MODIFIED,
+    "deleted": store_pb2.HISTORY_EVENT_TYPE_DELETED,
+    "recovered": store_pb2.HISTORY_EVENT_TYPE_RECOVERED,
+    "none": store_pb2.HISTORY_EVENT_TYPE_NONE,
+}
+
+
+def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
+    return memory_pb2.Memory(
+        id=record.id,
+        namespace=record.namespace,
+        content=record.content,
+        type=record.type,
+        importance=record.importance,
+        tags=record.tags,
+        pinned=record.pinned,
+        who=record.who,
+        why=record.why,
+        source_type=record.source_type,
+        source_id=record.source_id,
+        content_hash=record.content_hash,
+        version=record.version,
+        create_time=timestamp_from_text(record.created_at),
+        update_time=timestamp_from_text(record.updated_at),
+        event_time=timestamp_from_text(record.event_time),
+        deleted=record.deleted,
+        delete_time=timestamp_from_text(record.deleted_at),
+        access_count=record.access_count,
+        last_access_time=timestamp_from_text(record.last_accessed),
+    )
+
+
+def _history_to_proto(entry: HistoryEntry) -> store_pb2.HistoryEvent:
+    metadata = struct_pb2.Struct()
+    metadata.update(entry.metadata)
+    return store_pb2.HistoryEvent(
+        id=entry.id,
+        memory_id=entry.memory_id,
+        event_type=_EVENT_TYPE.get(entry.event, store_pb2.HISTORY_EVENT_TYPE_UNSPECIFIED),
+        old_content=entry.old_content or "",
+        new_content=entry.new_content or "",
+        actor=entry.actor,
+        reason=entry.reason,
+        metadata=metadata,
+        create_time=timestamp_from_text(entry.created_at),
+    )
+
+
+def _draft(namespace: str, item: Any, field_prefix: str = "") -> rules.MemoryDraft:
+    """RememberRequest and ImportItem carry the same fields."""
+    return rules.draft_memory(
+        namespace=namespace,
+        content=item.content,
+        memory_type=item.type,
+        importance=item.importance if item.HasField("importance") else None,
+        tags=item.tags,
+        pinned=item.pinned,
+        who=item.who,
+        why=item.why,
+        source_type=item.source_type,
+        source_id=item.source_id,
+        event_time=text_from_timestamp(item.event_time, item.HasField("event_time")),
+        field_prefix=field_prefix,
+    )
+
+
+def _optional(message: Any, name: str) -> Any:
+    return getattr(message, name) if message.HasField(name) else None
+
+
+class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    async def Remember(
+        self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.RememberResponse:
+        draft = _draft(validate_namespace(request.namespace), request)
+        record, deduplicated = await self._store.remember(draft)
+        return store_pb2.RememberResponse(memory=memory_to_proto(record), deduplicated=deduplicated)
+
+    async def ImportMemories(
+        self,
+        request_iterator: AsyncIterator[store_pb2.ImportMemoriesRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> store_pb2.ImportMemoriesResponse:
+        items: list[rules.MemoryDraft | InvalidArgument] = []
+        async for batch in request_iterator:
+            namespace = validate_namespace(batch.namespace)
+            if len(batch.items) > MAX_IMPORT_BATCH:
+                raise InvalidArgument("items", f"at most {MAX_IMPORT_BATCH} items per message")
+            for item in batch.items:
+                try:
+                    items.append(_draft(namespace, item, f"items[{len(items)}]."))
+                except InvalidArgument as invalid:
+                    items.append(invalid)
+        outcomes = await self._store.import_drafts(items)
+        response = store_pb2.ImportMemoriesResponse(
+            results=[
+                store_pb2.ImportResult(
+                    index=o.index, status=_IMPORT_STATUS[o.status], memory_id=o.memory_id, error=o.error
+                )
+                for o in outcomes
+            ]
+        )
+        for outcome in outcomes:
+            if outcome.status == "created":
+                response.created_count += 1
+            elif outcome.status == "deduplicated":
+                response.deduplicated_count += 1
+            else:
+                response.failed_count += 1
+        return response
+
+    async def GetMemory(
+        self, request: store_pb2.GetMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.GetMemoryResponse:
+        record = await self._store.get(validate_namespace(request.namespace), request.id)
+        return store_pb2.GetMemoryResponse(memory=memory_to_proto(record))
+
+    async def ListMemories(
+        self, request: store_pb2.ListMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ListMemoriesResponse:
+        records, next_token = await self._store.list(
+            validate_namespace(request.namespace),
+            filter_from_proto(request.filter),
+            request.page_size,
+            request.page_token,
+        )
+        return store_pb2.ListMemoriesResponse(
+            memories=[memory_to_proto(r) for r in records], next_page_token=next_token
+        )
+
+    async def ModifyMemories(
+        self, request: store_pb2.ModifyMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ModifyMemoriesResponse:
+        patches = [
+            PatchSpec(
+                id=p.id,
+                content=_optional(p, "content"),
+                type=_optional(p, "type"),
+                importance=_optional(p, "importance"),
+                tags=tuple(p.tags.values) if p.HasField("tags") else None,
+                pinned=_optional(p, "pinned"),
+                who=_optional(p, "who"),
+                reason=p.reason,
+                if_version=_optional(p, "if_version"),
+            )
+            for p in request.patches
+        ]
+        outcomes = await self._store.modify(
+            validate_namespace(request.namespace), patches, request.reason, request.actor
+        )
+        return store_pb2.ModifyMemoriesResponse(
+            results=[
+                store_pb2.PatchResult(
+                    id=o.id,
+                    status=_PATCH_STATUS[o.status],
+                    current_version=o.current_version,
+                    new_version=o.new_version,
+                    content_changed=o.content_changed,
+                    duplicate_memory_id=o.duplicate_memory_id,
+                )
+                for o in outcomes
+            ]
+        )
+
+    async def DeleteMemory(
+        self, request: store_pb2.DeleteMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.DeleteMemoryResponse:
+        record = await self._store.delete(
+            validate_namespace(request.namespace),
+            request.id,
+            request.reason,
+            _optional(request, "if_version"),
+            request.force,
+            request.actor,
+        )
+        return store_pb2.DeleteMemoryResponse(memory=memory_to_proto(record))
+
+    async def ForgetMemories(
+        self, request: store_pb2.ForgetMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ForgetMemoriesResponse:
+        selection = ForgetSelection(
+            ids=tuple(request.ids),
+            query=request.query,
+            spec=filter_from_proto(request.filter),
+            limit=request.limit,
+            force=request.force,
+        )
+        outcome = await self._store.forget(
+            validate_namespace(request.namespace),
+            selection,
+            execute=request.mode == store_pb2.FORGET_MODE_EXECUTE,
+            reason=request.reason,
+            confirm_token=request.confirm_token,
+            actor=request.actor,
+        )
+        return store_pb2.ForgetMemoriesResponse(
+            candidates=[
+                store_pb2.ForgetCandidate(id=c.id, content=c.content, version=c.version, pinned=c.pinned)
+                for c in outcome.candidates
+            ],
+            confirm_token=outcome.confirm_token,
+            deleted_count=outcome.deleted_count,
+            hard_deleted=outcome.hard_deleted,
+        )
+
+    async def RecoverMemory(
+        self, request: store_pb2.RecoverMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.RecoverMemoryResponse:
+        record = await self._store.recover(
+            validate_namespace(request.namespace),
+            request.id,
+            request.reason,
+            _optional(request, "if_version"),
+            request.actor,
+        )
+        return store_pb2.RecoverMemoryResponse(memory=memory_to_proto(record))
+
+    async def ListMemoryHistory(
+        self, request: store_pb2.ListMemoryHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ListMemoryHistoryResponse:
+        entries, next_token = await self._store.history(
+            validate_namespace(request.namespace), request.memory_id, request.page_size, request.page_token
+        )
+        return store_pb2.ListMemoryHistoryResponse(
+            events=[_history_to_proto(e) for e in entries], next_page_token=next_token
+        )

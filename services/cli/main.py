@@ -1,7 +1,7 @@
 """The `engram` command.
 
-  engram up [--config FILE] [--data-dir DIR]      run every service, one process each
-  engram serve SERVICE [--config FILE] [--data-dir DIR] [--port N]
+engram up [--config FILE] [--data-dir DIR]      run every service, one process each
+engram serve SERVICE [--config FILE] [--data-dir DIR] [--port N]
 """
 
 from __future__ import annotations
@@ -64,7 +64,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     children = {name: subprocess.Popen([*base, name, *extra]) for name in SERVICES}
     print(
         "engram up: "
-        + ", ".join(f"{name} on {config['server.host']}:{config[f'server.ports.{name}']}" for name in SERVICES)
+        + ", ".join(
+            f"{name} on {config['server.host']}:{config[f'server.ports.{name}']}"
+            for name in SERVICES
+        )
         + " (Ctrl-C to stop)",
         file=sys.stderr,
         flush=True,
@@ -84,7 +87,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     while any(child.poll() is None for child in children.values()):
         for name, child in children.items():
             if child.poll() not in (None, 0) and not stopping:
-                print(f"engram up: {name} exited with {child.returncode}; stopping", file=sys.stderr)
+                print(
+                    f"engram up: {name} exited with {child.returncode}; stopping", file=sys.stderr
+                )
                 exit_code = 1
                 stop(signal.SIGTERM, None)
         time.sleep(0.2)
@@ -94,12 +99,19 @@ def cmd_up(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, helptext in (("up", "start every service in the foreground"), ("serve", "run one service")):
+    for name, helptext in (
+        ("up", "start every service in the foreground"),
+        ("serve", "run one service"),
+    ):
         command = sub.add_parser(name, help=helptext)
         if name == "serve":
             command.add_argument("service", choices=SERVICES)
-            command.add_argument("--port", type=int, default=None, help="override the configured port")
-        command.add_argument("--config", default=os.environ.get("ENGRAM_CONFIG"), help="engram.yaml path")
+            command.add_argument(
+                "--port", type=int, default=None, help="override the configured port"
+            )
+        command.add_argument(
+            "--config", default=os.environ.get("ENGRAM_CONFIG"), help="engram.yaml path"
+        )
         command.add_argument("--data-dir", default=None, help="directory for engram.db")
     args = parser.parse_args(argv)
     try:

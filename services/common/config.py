@@ -193,5 +193,7 @@ def load_config(
             raise ConfigError(f"{path}: the top level must be a mapping")
         for key, raw in _flatten(document).items():
             values[key] = _coerce(_setting(key), raw)
-    config = Config(values).with_overrides(_env_overrides(os.environ if environ is None else environ))
+    config = Config(values).with_overrides(
+        _env_overrides(os.environ if environ is None else environ)
+    )
     return config.with_overrides(overrides or {})

@@ -30,7 +30,9 @@ def _prepare(conn: Any, busy_timeout_ms: int) -> None:
     conn.execute("PRAGMA foreign_keys = ON")
 
 
-def open_read_write(path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 5000) -> Any:
+def open_read_write(
+    path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 5000
+) -> Any:
     """The store's one read-write connection: WAL, explicit transactions."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)

@@ -58,9 +58,7 @@ class InvalidArgument(EngramError):
     reason = "INVALID_ARGUMENT"
 
     def __init__(self, field: str, description: str) -> None:
-        super().__init__(
-            f"{field}: {description}", violations=[FieldViolation(field, description)]
-        )
+        super().__init__(f"{field}: {description}", violations=[FieldViolation(field, description)])
         self.field = field
         self.description = description
 

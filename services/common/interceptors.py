@@ -48,7 +48,9 @@ def status_for(error: EngramError) -> grpc.Status:
     details: list[any_pb2.Any] = []
     info = any_pb2.Any()
     info.Pack(
-        error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata)
+        error_details_pb2.ErrorInfo(
+            reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata
+        )
     )
     details.append(info)
     if error.violations:
@@ -64,7 +66,9 @@ def status_for(error: EngramError) -> grpc.Status:
             )
         )
         details.append(bad_request)
-    return rpc_status.to_status(status_pb2.Status(code=code, message=error.message, details=details))
+    return rpc_status.to_status(
+        status_pb2.Status(code=code, message=error.message, details=details)
+    )
 
 
 class RequestInterceptor(grpc.aio.ServerInterceptor):
@@ -72,20 +76,21 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Any:
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        method: str = handler_call_details.method  # type: ignore[attr-defined]
-        metadata = dict(handler_call_details.invocation_metadata or ())  # type: ignore[attr-defined]
+        details: Any = handler_call_details
+        method: str = details.method
+        metadata = dict(details.invocation_metadata or ())
         request_id = str(metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex)
 
         if handler.unary_unary or handler.stream_unary:
-            inner = handler.unary_unary or handler.stream_unary
+            inner: Any = handler.unary_unary or handler.stream_unary
 
-            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def call(request: Any, context: Any) -> Any:
                 token = request_id_var.set(request_id)
                 started = time.perf_counter()
                 try:
@@ -109,9 +114,9 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
 
-        inner_stream = handler.unary_stream or handler.stream_stream
+        inner_stream: Any = handler.unary_stream or handler.stream_stream
 
-        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
             token = request_id_var.set(request_id)
             started = time.perf_counter()
             try:
@@ -140,7 +145,11 @@ def _log_done(method: str, code: str, started: float) -> None:
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
             "rpc done",
-            extra={"method": method, "code": code, "ms": round((time.perf_counter() - started) * 1e3, 3)},
+            extra={
+                "method": method,
+                "code": code,
+                "ms": round((time.perf_counter() - started) * 1e3, 3),
+            },
         )
 
 
@@ -153,12 +162,19 @@ async def _abort(
         status = status_for(exc)
         log.info(
             "rpc failed",
-            extra={"method": method, "code": status.code.name, "reason": exc.reason, "error": exc.message},
+            extra={
+                "method": method,
+                "code": status.code.name,
+                "reason": exc.reason,
+                "error": exc.message,
+            },
         )
     else:
         log.exception("rpc crashed", extra={"method": method})
         status = status_for(EngramError(f"internal error (request id {request_id})"))
     _log_done(method, status.code.name, started)
     await context.abort(
-        status.code, status.details, tuple(status.trailing_metadata) + ((REQUEST_ID_KEY, request_id),)
+        status.code,
+        status.details,
+        (*status.trailing_metadata, (REQUEST_ID_KEY, request_id)),
     )

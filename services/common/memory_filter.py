@@ -55,7 +55,9 @@ class MemoryFilterSpec:
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def check_filter(spec: MemoryFilterSpec, known_types: tuple[str, ...], field_name: str = "filter") -> MemoryFilterSpec:
+def check_filter(
+    spec: MemoryFilterSpec, known_types: tuple[str, ...], field_name: str = "filter"
+) -> MemoryFilterSpec:
     for index, memory_type in enumerate(spec.types):
         if memory_type not in known_types:
             raise InvalidArgument(f"{field_name}.types[{index}]", f"unknown type {memory_type!r}")

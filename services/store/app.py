@@ -36,10 +36,14 @@ class StoreApp:
         self.writer.close()
 
 
-async def start_store(config: Config, *, host: str | None = None, port: int | None = None) -> StoreApp:
+async def start_store(
+    config: Config, *, host: str | None = None, port: int | None = None
+) -> StoreApp:
     path = config["storage.path"]
     connection = open_read_write(
-        path, synchronous=config["storage.synchronous"], busy_timeout_ms=config["storage.busy_timeout_ms"]
+        path,
+        synchronous=config["storage.synchronous"],
+        busy_timeout_ms=config["storage.busy_timeout_ms"],
     )
     applied = apply_migrations(connection)
     if applied:
@@ -58,7 +62,9 @@ async def start_store(config: Config, *, host: str | None = None, port: int | No
         host or config["server.host"],
         config["server.ports.store"] if port is None else port,
         [SERVICE_NAME],
-        lambda s: store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(MemoryStoreServicer(store), s),
+        lambda s: store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(
+            MemoryStoreServicer(store), s
+        ),
     )
     log.info("store serving", extra={"port": server.port, "path": str(path)})
     return StoreApp(server, writer, reads)

@@ -9,10 +9,11 @@ import base64
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from services.common import clock
+from services.common.db import ReadPool
 from services.common.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -21,7 +22,6 @@ from services.common.errors import (
     NotFound,
     VersionConflict,
 )
-from services.common.db import ReadPool
 from services.common.fts import build_fts_query
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.store import repository as repo
@@ -123,7 +123,7 @@ class PatchOutcome:
 class ForgetSelection:
     ids: tuple[str, ...] = ()
     query: str = ""
-    spec: MemoryFilterSpec = MemoryFilterSpec()
+    spec: MemoryFilterSpec = field(default_factory=MemoryFilterSpec)
     limit: int = 0
     force: bool = False
 
@@ -183,7 +183,9 @@ class MemoryStore:
 
         return await self._writer.submit(operation)
 
-    async def import_drafts(self, items: Sequence[MemoryDraft | InvalidArgument], chunk: int = 1000) -> list[ImportOutcome]:
+    async def import_drafts(
+        self, items: Sequence[MemoryDraft | InvalidArgument], chunk: int = 1000
+    ) -> list[ImportOutcome]:
         """Invalid items (given as their error) are reported; the rest are written in
         large chunks that the writer may group into one transaction."""
         self._ensure_writable()
@@ -206,12 +208,16 @@ class MemoryStore:
             return operation
 
         batches = [valid[i : i + chunk] for i in range(0, len(valid), chunk)]
-        for written in await asyncio.gather(*(self._writer.submit(operation_for(b)) for b in batches)):
+        for written in await asyncio.gather(
+            *(self._writer.submit(operation_for(b)) for b in batches)
+        ):
             for outcome in written:
                 outcomes[outcome.index] = outcome
         return [o for o in outcomes if o is not None]
 
-    def _insert_drafts(self, conn: Any, drafts: Sequence[MemoryDraft]) -> list[tuple[str, bool, dict[str, Any] | None]]:
+    def _insert_drafts(
+        self, conn: Any, drafts: Sequence[MemoryDraft]
+    ) -> list[tuple[str, bool, dict[str, Any] | None]]:
         """(id, deduplicated, new row or None) per draft, deduplicating against live
         memories of the same namespace and within the batch itself."""
         at = clock.now_text()
@@ -282,7 +288,7 @@ class MemoryStore:
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
         return MemoryRecord.from_row(row)
 
-    async def list(
+    async def list_memories(
         self, namespace: str, spec: MemoryFilterSpec, page_size: int, page_token: str
     ) -> tuple[list[MemoryRecord], str]:
         spec = check_filter(spec, rules.MEMORY_TYPES)
@@ -290,7 +296,9 @@ class MemoryStore:
         scope = f"{namespace}\x00{spec.fingerprint()}"
         position = decode_page_token(page_token, "memories", scope)
         after = _pair(position) if position is not None else None
-        rows = await self._reads.fetch_all(repo.list_memories_query(namespace, spec, after, size + 1))
+        rows = await self._reads.fetch_all(
+            repo.list_memories_query(namespace, spec, after, size + 1)
+        )
         records = [MemoryRecord.from_row(r) for r in rows[:size]]
         next_token = ""
         if len(rows) > size:
@@ -307,10 +315,15 @@ class MemoryStore:
         scope = f"{namespace}\x00{memory_id}"
         position = decode_page_token(page_token, "history", scope)
         after_seq = _int_position(position)
-        rows = await self._reads.fetch_all(repo.history_query(namespace, memory_id, after_seq, size + 1))
-        if not rows and position is None:
-            if await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id)) is None:
-                raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
+        rows = await self._reads.fetch_all(
+            repo.history_query(namespace, memory_id, after_seq, size + 1)
+        )
+        if (
+            not rows
+            and position is None
+            and await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id)) is None
+        ):
+            raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
         entries = [
             HistoryEntry(
                 id=r["id"],
@@ -345,7 +358,9 @@ class MemoryStore:
 
         return await self._writer.submit(operation)
 
-    def _apply_patch(self, conn: Any, namespace: str, patch: _CheckedPatch, actor: str, at: str) -> PatchOutcome:
+    def _apply_patch(
+        self, conn: Any, namespace: str, patch: _CheckedPatch, actor: str, at: str
+    ) -> PatchOutcome:
         row = repo.fetch_one(conn, repo.get_memory_query(namespace, patch.id))
         if row is None or row["is_deleted"]:
             return PatchOutcome(patch.id, "not_found")
@@ -361,7 +376,10 @@ class MemoryStore:
                 other = repo.live_ids_by_hash(conn, namespace, [patch.content.content_hash])
                 if other:
                     return PatchOutcome(
-                        patch.id, "duplicate_content", version, version,
+                        patch.id,
+                        "duplicate_content",
+                        version,
+                        version,
                         duplicate_memory_id=other[patch.content.content_hash],
                     )
             changes.update(
@@ -410,13 +428,21 @@ class MemoryStore:
             ],
         )
         if content_changed:
-            repo.enqueue_jobs(conn, [repo.job_row(namespace, patch.id, "embed", self._max_attempts, at)])
+            repo.enqueue_jobs(
+                conn, [repo.job_row(namespace, patch.id, "embed", self._max_attempts, at)]
+            )
         return PatchOutcome(patch.id, "updated", version, new_version, content_changed)
 
     # ---- delete / forget / recover ----------------------------------------------
 
     async def delete(
-        self, namespace: str, memory_id: str, reason: str, if_version: int | None, force: bool, actor: str
+        self,
+        namespace: str,
+        memory_id: str,
+        reason: str,
+        if_version: int | None,
+        force: bool,
+        actor: str,
     ) -> MemoryRecord:
         self._ensure_writable()
         if not memory_id:
@@ -427,18 +453,23 @@ class MemoryStore:
         def operation(conn: Any) -> MemoryRecord:
             record = self._load(conn, namespace, memory_id)
             if record.deleted:
-                raise FailedPrecondition(f"memory {memory_id} is already deleted", reason="ALREADY_DELETED")
+                raise FailedPrecondition(
+                    f"memory {memory_id} is already deleted", reason="ALREADY_DELETED"
+                )
             _check_version(record, if_version)
             if record.pinned and not force:
                 raise FailedPrecondition(
-                    f"memory {memory_id} is pinned; pass force to delete it", reason="PINNED_REQUIRES_FORCE"
+                    f"memory {memory_id} is pinned; pass force to delete it",
+                    reason="PINNED_REQUIRES_FORCE",
                 )
             self._soft_delete(conn, record, reason, actor, clock.now_text())
             return self._load(conn, namespace, memory_id)
 
         return await self._writer.submit(operation)
 
-    def _soft_delete(self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str) -> None:
+    def _soft_delete(
+        self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str
+    ) -> None:
         repo.update_memory(
             conn,
             record.id,
@@ -455,13 +486,19 @@ class MemoryStore:
                     new_content=None,
                     actor=actor,
                     reason=reason,
-                    metadata={"old_version": record.version, "new_version": record.version + 1, "hard": False},
+                    metadata={
+                        "old_version": record.version,
+                        "new_version": record.version + 1,
+                        "hard": False,
+                    },
                     at=at,
                 )
             ],
         )
 
-    def _hard_delete(self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str) -> None:
+    def _hard_delete(
+        self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str
+    ) -> None:
         repo.hard_delete_memory(conn, record.id)
         repo.insert_history(
             conn,
@@ -499,7 +536,9 @@ class MemoryStore:
         if not execute:
             rows = await self._reads.fetch_all(query)
             candidates = tuple(MemoryRecord.from_row(r) for r in rows)
-            return ForgetOutcome(candidates, _confirm_token(namespace, selection.force, candidates), 0, False)
+            return ForgetOutcome(
+                candidates, _confirm_token(namespace, selection.force, candidates), 0, False
+            )
 
         def operation(conn: Any) -> ForgetOutcome:
             candidates = tuple(MemoryRecord.from_row(r) for r in repo.fetch_all(conn, query))
@@ -539,7 +578,9 @@ class MemoryStore:
             record = self._load(conn, namespace, memory_id)
             if not record.deleted:
                 raise FailedPrecondition(f"memory {memory_id} is not deleted", reason="NOT_DELETED")
-            if record.deleted_at is None or record.deleted_at < clock.days_ago_text(self._tombstone_days):
+            if record.deleted_at is None or record.deleted_at < clock.days_ago_text(
+                self._tombstone_days
+            ):
                 raise FailedPrecondition(
                     f"memory {memory_id} was deleted more than {self._tombstone_days:g} days ago",
                     reason="RETENTION_EXPIRED",
@@ -556,7 +597,9 @@ class MemoryStore:
             at = clock.now_text()
             new_version = record.version + 1
             repo.update_memory(
-                conn, memory_id, {"is_deleted": 0, "deleted_at": None, "version": new_version, "updated_at": at}
+                conn,
+                memory_id,
+                {"is_deleted": 0, "deleted_at": None, "version": new_version, "updated_at": at},
             )
             repo.insert_history(
                 conn,
@@ -612,20 +655,31 @@ def _check_patches(patches: Sequence[PatchSpec], default_reason: str) -> list[_C
         reason = rules.check_reason(patch.reason or default_reason, f"{field}.reason")
         if all(
             value is None
-            for value in (patch.content, patch.type, patch.importance, patch.tags, patch.pinned, patch.who)
+            for value in (
+                patch.content,
+                patch.type,
+                patch.importance,
+                patch.tags,
+                patch.pinned,
+                patch.who,
+            )
         ):
             raise InvalidArgument(field, "sets no field to change")
         checked.append(
             _CheckedPatch(
                 id=patch.id,
-                content=None if patch.content is None else rules.check_content(patch.content, f"{field}.content"),
+                content=None
+                if patch.content is None
+                else rules.check_content(patch.content, f"{field}.content"),
                 type=None if patch.type is None else rules.check_type(patch.type, f"{field}.type"),
                 importance=None
                 if patch.importance is None
                 else rules.check_importance(patch.importance, f"{field}.importance"),
                 tags=None if patch.tags is None else rules.check_tags(patch.tags, f"{field}.tags"),
                 pinned=patch.pinned,
-                who=None if patch.who is None else rules.check_text(patch.who, f"{field}.who", rules.MAX_TEXT_FIELD_CHARS["who"]),
+                who=None
+                if patch.who is None
+                else rules.check_text(patch.who, f"{field}.who", rules.MAX_TEXT_FIELD_CHARS["who"]),
                 reason=reason,
                 if_version=patch.if_version,
             )
@@ -660,7 +714,9 @@ def _check_selection(namespace: str, selection: ForgetSelection) -> repo.Query:
 
 def _confirm_token(namespace: str, force: bool, candidates: Sequence[MemoryRecord]) -> str:
     """Binds exactly this candidate set (ids and versions) and mode."""
-    body = "\n".join(["forget-v1", namespace, str(force), *sorted(f"{c.id}@{c.version}" for c in candidates)])
+    body = "\n".join(
+        ["forget-v1", namespace, str(force), *sorted(f"{c.id}@{c.version}" for c in candidates)]
+    )
     return base64.urlsafe_b64encode(hashlib.sha256(body.encode()).digest()[:18]).decode()
 
 

@@ -169,7 +169,9 @@ def insert_history(conn: Any, rows: Iterable[tuple[Any, ...]]) -> None:
     )
 
 
-def job_row(namespace: str, memory_id: str, job_type: str, max_attempts: int, at: str) -> tuple[Any, ...]:
+def job_row(
+    namespace: str, memory_id: str, job_type: str, max_attempts: int, at: str
+) -> tuple[Any, ...]:
     return (new_id(), namespace, memory_id, job_type, max_attempts, at, at, at)
 
 
@@ -187,7 +189,10 @@ def update_memory(conn: Any, memory_id: str, changes: dict[str, Any]) -> None:
     if unknown:
         raise ValueError(f"not updatable: {sorted(unknown)}")
     assignments = ", ".join(f"{column} = :{column}" for column in changes)
-    conn.execute(f"UPDATE memories SET {assignments} WHERE id = :memory_id", {**changes, "memory_id": memory_id})
+    conn.execute(
+        f"UPDATE memories SET {assignments} WHERE id = :memory_id",
+        {**changes, "memory_id": memory_id},
+    )
 
 
 def hard_delete_memory(conn: Any, memory_id: str) -> None:

@@ -96,7 +96,9 @@ def check_content(text: str, field: str) -> NormalizedContent:
 
 def check_type(memory_type: str, field: str) -> str:
     if memory_type not in MEMORY_TYPES:
-        raise InvalidArgument(field, f"unknown type {memory_type!r}; one of {', '.join(MEMORY_TYPES)}")
+        raise InvalidArgument(
+            field, f"unknown type {memory_type!r}; one of {', '.join(MEMORY_TYPES)}"
+        )
     return memory_type
 
 
@@ -114,7 +116,9 @@ def check_tags(tags: Iterable[str], field: str) -> tuple[str, ...]:
         if not value:
             raise InvalidArgument(f"{field}[{index}]", "must not be empty")
         if len(value) > MAX_TAG_CHARS:
-            raise InvalidArgument(f"{field}[{index}]", f"must be at most {MAX_TAG_CHARS} characters")
+            raise InvalidArgument(
+                f"{field}[{index}]", f"must be at most {MAX_TAG_CHARS} characters"
+            )
         cleaned.setdefault(value, None)
     if len(cleaned) > MAX_TAGS:
         raise InvalidArgument(field, f"at most {MAX_TAGS} tags")
@@ -165,13 +169,24 @@ def draft_memory(
     normalized = check_content(body, f"{field_prefix}content")
     all_tags = check_tags([*prefix_tags, *tags], f"{field_prefix}tags")
     chosen_type = (
-        check_type(memory_type, f"{field_prefix}type") if memory_type else infer_type(normalized.storage)
+        check_type(memory_type, f"{field_prefix}type")
+        if memory_type
+        else infer_type(normalized.storage)
     )
-    base = DEFAULT_IMPORTANCE if importance is None else check_importance(importance, f"{field_prefix}importance")
+    base = (
+        DEFAULT_IMPORTANCE
+        if importance is None
+        else check_importance(importance, f"{field_prefix}importance")
+    )
     is_pinned = pinned or critical
     texts = {
         name: check_text(value, f"{field_prefix}{name}", MAX_TEXT_FIELD_CHARS[name])
-        for name, value in (("who", who), ("why", why), ("source_type", source_type), ("source_id", source_id))
+        for name, value in (
+            ("who", who),
+            ("why", why),
+            ("source_type", source_type),
+            ("source_id", source_id),
+        )
     }
     return MemoryDraft(
         namespace=namespace,

@@ -138,7 +138,10 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         response = store_pb2.ImportMemoriesResponse(
             results=[
                 store_pb2.ImportResult(
-                    index=o.index, status=_IMPORT_STATUS[o.status], memory_id=o.memory_id, error=o.error
+                    index=o.index,
+                    status=_IMPORT_STATUS[o.status],
+                    memory_id=o.memory_id,
+                    error=o.error,
                 )
                 for o in outcomes
             ]
@@ -161,7 +164,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def ListMemories(
         self, request: store_pb2.ListMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ListMemoriesResponse:
-        records, next_token = await self._store.list(
+        records, next_token = await self._store.list_memories(
             validate_namespace(request.namespace),
             filter_from_proto(request.filter),
             request.page_size,
@@ -238,7 +241,9 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         )
         return store_pb2.ForgetMemoriesResponse(
             candidates=[
-                store_pb2.ForgetCandidate(id=c.id, content=c.content, version=c.version, pinned=c.pinned)
+                store_pb2.ForgetCandidate(
+                    id=c.id, content=c.content, version=c.version, pinned=c.pinned
+                )
                 for c in outcome.candidates
             ],
             confirm_token=outcome.confirm_token,
@@ -262,7 +267,10 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         self, request: store_pb2.ListMemoryHistoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ListMemoryHistoryResponse:
         entries, next_token = await self._store.history(
-            validate_namespace(request.namespace), request.memory_id, request.page_size, request.page_token
+            validate_namespace(request.namespace),
+            request.memory_id,
+            request.page_size,
+            request.page_token,
         )
         return store_pb2.ListMemoryHistoryResponse(
             events=[_history_to_proto(e) for e in entries], next_page_token=next_token

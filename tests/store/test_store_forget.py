@@ -1,0 +1,139 @@
+from pathlib import Path
+
+import grpc
+
+from engram.common.v1 import memory_pb2
+from engram.store.v1 import store_pb2 as S
+from grpc_helpers import error_of
+from store_helpers import remember, table_counts
+
+EXECUTE = S.FORGET_MODE_EXECUTE
+
+
+def _import(store, contents, namespace="", **item):
+    response = store.ImportMemories(
+        iter(
+            [
+                S.ImportMemoriesRequest(
+                    namespace=namespace, items=[S.ImportItem(content=c, **item) for c in contents]
+                )
+            ]
+        )
+    )
+    return [r.memory_id for r in response.results]
+
+
+def test_preview_returns_candidates_and_token_and_writes_nothing(store, db_path: Path) -> None:
+    _import(store, ["old project notes one", "old project notes two", "fresh idea"])
+    before = table_counts(db_path)
+    preview = store.ForgetMemories(S.ForgetMemoriesRequest(query="old project"))
+    assert sorted(c.content for c in preview.candidates) == [
+        "old project notes one",
+        "old project notes two",
+    ]
+    assert preview.confirm_token and preview.deleted_count == 0
+    assert table_counts(db_path) == before
+
+
+def test_query_requires_every_term(store) -> None:
+    _import(store, ["project alpha notes", "project beta", "alpha release"])
+    preview = store.ForgetMemories(S.ForgetMemoriesRequest(query="project alpha"))
+    assert [c.content for c in preview.candidates] == ["project alpha notes"]
+
+
+def test_small_execute_needs_no_token(store) -> None:
+    ids = _import(store, [f"temp {i}" for i in range(25)])
+    result = store.ForgetMemories(S.ForgetMemoriesRequest(ids=ids, mode=EXECUTE, reason="cleanup"))
+    assert result.deleted_count == 25 and not result.hard_deleted
+    assert all(store.GetMemory(S.GetMemoryRequest(id=i)).memory.deleted for i in ids)
+    events = store.ListMemoryHistory(S.ListMemoryHistoryRequest(memory_id=ids[0])).events
+    assert events[-1].event_type == S.HISTORY_EVENT_TYPE_DELETED and events[-1].reason == "cleanup"
+
+
+def test_large_execute_requires_the_preview_token(store, db_path: Path) -> None:
+    _import(store, [f"bulk note {i}" for i in range(30)], tags=["bulk"])
+    selector = {"filter": memory_pb2.MemoryFilter(tags=["bulk"])}
+    before = table_counts(db_path)
+    code, reason, _ = error_of(
+        lambda: store.ForgetMemories(S.ForgetMemoriesRequest(mode=EXECUTE, reason="r", **selector))
+    )
+    assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "CONFIRM_TOKEN_REQUIRED")
+    assert table_counts(db_path) == before
+    token = store.ForgetMemories(S.ForgetMemoriesRequest(**selector)).confirm_token
+    result = store.ForgetMemories(
+        S.ForgetMemoriesRequest(mode=EXECUTE, reason="r", confirm_token=token, **selector)
+    )
+    assert result.deleted_count == 30
+    assert store.ListMemories(S.ListMemoriesRequest()).memories == []
+
+
+def test_token_is_bound_to_exactly_the_candidate_set(store, db_path: Path) -> None:
+    _import(store, [f"bulk note {i}" for i in range(30)], tags=["bulk"])
+    selector = {"filter": memory_pb2.MemoryFilter(tags=["bulk"])}
+    token = store.ForgetMemories(S.ForgetMemoriesRequest(**selector)).confirm_token
+    remember(store, "bulk note late arrival", tags=["bulk"])  # the set changes after the preview
+    before = table_counts(db_path)
+    code, reason, _ = error_of(
+        lambda: store.ForgetMemories(
+            S.ForgetMemoriesRequest(mode=EXECUTE, reason="r", confirm_token=token, **selector)
+        )
+    )
+    assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "CONFIRM_TOKEN_MISMATCH")
+    assert table_counts(db_path) == before
+
+
+def test_token_from_another_selection_is_refused(store) -> None:
+    ids = _import(store, ["a one", "b two"])
+    token = store.ForgetMemories(S.ForgetMemoriesRequest(ids=ids[:1])).confirm_token
+    _, reason, _ = error_of(
+        lambda: store.ForgetMemories(
+            S.ForgetMemoriesRequest(ids=ids[1:], mode=EXECUTE, reason="r", confirm_token=token)
+        )
+    )
+    assert reason == "CONFIRM_TOKEN_MISMATCH"
+
+
+def test_candidates_are_capped_by_limit(store) -> None:
+    _import(store, [f"many {i}" for i in range(250)])
+    assert len(store.ForgetMemories(S.ForgetMemoriesRequest(query="many")).candidates) == 200
+    assert (
+        len(store.ForgetMemories(S.ForgetMemoriesRequest(query="many", limit=10)).candidates) == 10
+    )
+
+
+def test_pinned_memories_are_candidates_only_with_force(store) -> None:
+    remember(store, "critical: secret rotation policy")
+    remember(store, "rotation schedule draft")
+    plain = store.ForgetMemories(S.ForgetMemoriesRequest(query="rotation"))
+    assert [c.content for c in plain.candidates] == ["rotation schedule draft"]
+    forced = store.ForgetMemories(S.ForgetMemoriesRequest(query="rotation", force=True))
+    assert len(forced.candidates) == 2 and any(c.pinned for c in forced.candidates)
+
+
+def test_force_hard_deletes_but_history_remains(store, db_path: Path) -> None:
+    [memory_id] = _import(store, ["erase me completely"])
+    result = store.ForgetMemories(
+        S.ForgetMemoriesRequest(ids=[memory_id], mode=EXECUTE, reason="gdpr", force=True)
+    )
+    assert result.deleted_count == 1 and result.hard_deleted
+    code, _, _ = error_of(lambda: store.GetMemory(S.GetMemoryRequest(id=memory_id)))
+    assert code == grpc.StatusCode.NOT_FOUND
+    counts = table_counts(db_path)
+    assert (counts["memories"], counts["memories_fts"], counts["memory_jobs"]) == (0, 0, 0)
+    events = store.ListMemoryHistory(S.ListMemoryHistoryRequest(memory_id=memory_id)).events
+    assert (
+        events[-1].event_type == S.HISTORY_EVENT_TYPE_DELETED
+        and dict(events[-1].metadata)["hard"] is True
+    )
+
+
+def test_forget_never_reaches_other_namespaces(store) -> None:
+    [other] = _import(store, ["shared words here"], namespace="other")
+    _import(store, ["shared words here"])
+    result = store.ForgetMemories(
+        S.ForgetMemoriesRequest(query="shared words", mode=EXECUTE, reason="r")
+    )
+    assert result.deleted_count == 1
+    assert not store.GetMemory(S.GetMemoryRequest(namespace="other", id=other)).memory.deleted
+    by_id = store.ForgetMemories(S.ForgetMemoriesRequest(ids=[other]))
+    assert list(by_id.candidates) == []

@@ -2,6 +2,7 @@
 
 engram up [--config FILE] [--data-dir DIR]      run every service, one process each
 engram serve SERVICE [--config FILE] [--data-dir DIR] [--port N]
+engram health [ADDRESS]                           exit 0 when the server reports SERVING
 """
 
 from __future__ import annotations
@@ -96,6 +97,24 @@ def cmd_up(args: argparse.Namespace) -> int:
     return exit_code
 
 
+def cmd_health(args: argparse.Namespace) -> int:
+    """A dependency-free probe for container health checks."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(args.address) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as error:
+            print(f"{args.address}: {error.code().name}", file=sys.stderr)
+            return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    print(f"{args.address}: {status}")
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,7 +132,13 @@ def main(argv: list[str] | None = None) -> int:
             "--config", default=os.environ.get("ENGRAM_CONFIG"), help="engram.yaml path"
         )
         command.add_argument("--data-dir", default=None, help="directory for engram.db")
+    health = sub.add_parser("health", help="check a server's gRPC health")
+    health.add_argument("address", nargs="?", default="127.0.0.1:50051")
+    health.add_argument("--service", default="", help="service name; empty means the server")
+    health.add_argument("--timeout", type=float, default=3.0)
     args = parser.parse_args(argv)
+    if args.command == "health":
+        return cmd_health(args)
     try:
         return cmd_up(args) if args.command == "up" else cmd_serve(args)
     except ConfigError as exc:

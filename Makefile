@@ -1,0 +1,45 @@
+# Engram developer commands. `make run` installs everything and starts the suite;
+# `make test` runs every check (lint, types, proto lint, gen freshness, tests).
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup gen gen-check lint typecheck proto-lint test run bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+gen: setup
+	$(PY) scripts/gen_protos.py
+
+gen-check: setup
+	$(PY) scripts/gen_protos.py --check
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+proto-lint: setup
+	$(BIN)/buf lint protos
+
+# Lint, type check, proto lint and gen-check also run inside pytest (tests/test_quality_gates.py).
+test: setup
+	$(PY) -m pytest
+
+run: setup
+	$(BIN)/engram up
+
+bench: setup
+	$(PY) bench/store_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,48 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compose_file_is_valid() -> None:
+    compose = shutil.which("docker-compose")
+    if compose is None:
+        if os.environ.get("CI"):
+            pytest.fail("docker-compose must be installed in CI (.ci/run installs it)")
+        pytest.skip("docker-compose not installed")
+    result = subprocess.run(
+        [compose, "-f", "compose.yaml", "config", "-q"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_compose_runs_the_store_with_a_volume_and_health_check() -> None:
+    document = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    store = document["services"]["store"]
+    assert store["command"] == ["serve", "store"]
+    assert any(v.startswith("engram-data:/data") for v in store["volumes"])
+    assert store["healthcheck"]["test"][1:3] == ["engram", "health"]
+    assert "50051:50051" in store["ports"]
+
+
+def test_example_configuration_is_valid() -> None:
+    from services.common.config import load_config
+
+    config = load_config(ROOT / "engram.yaml", environ={})
+    assert config["server.ports.store"] == 50051
+
+
+def test_health_command_fails_when_nothing_listens() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "health", "127.0.0.1:1", "--timeout", "0.5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1

@@ -93,6 +93,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("providers.embedding.kind", "local", choices=("local", "ollama", "openai", "none")),
     Setting("providers.embedding.base_url", "http://localhost:11434"),
     Setting("providers.embedding.model", "all-MiniLM-L6-v2"),
+    Setting("providers.embedding.timeout_ms", 30000, 100, 600000),
+    Setting("providers.embedding.batch_size", 64, 1, 500),
     # processes
     Setting("server.host", "127.0.0.1"),
     Setting("server.ports.store", 50051, 0, 65535),
@@ -100,6 +102,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server.ports.pipeline", 50053, 0, 65535),
     Setting("server.ports.maintenance", 50054, 0, 65535),
     Setting("server.shutdown_grace_ms", 10000, 0, 600000),
+    # where each service reaches the others (compose uses service names)
+    Setting("clients.store_address", "127.0.0.1:50051"),
+    Setting("clients.search_address", "127.0.0.1:50052"),
+    Setting("clients.pipeline_address", "127.0.0.1:50053"),
+    # the embedding worker (pipeline)
+    Setting("workers.embed.poll_ms", 250, 10, 60000),
     Setting("logging.level", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 )
 

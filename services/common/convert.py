@@ -31,4 +31,5 @@ def filter_from_proto(message: memory_pb2.MemoryFilter) -> MemoryFilterSpec:
         source_type=message.source_type,
         since=text_from_timestamp(message.since, message.HasField("since")),
         until=text_from_timestamp(message.until, message.HasField("until")),
+        importance_min=message.importance_min if message.HasField("importance_min") else None,
     )

@@ -1,14 +1,18 @@
-"""Assemble and run the store: database, writer, read pool, gRPC server."""
+"""Assemble and run the store: database, writer, read pool, reaper, gRPC server."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from engram.store.v1 import store_pb2, store_pb2_grpc
+from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2, store_pb2_grpc
 from services.common.config import Config
 from services.common.db import ReadPool, open_read_write
 from services.common.server import RunningServer, start_server
+from services.store.job_servicer import JobQueueServicer
+from services.store.jobs import JobQueue
 from services.store.memories import MemoryStore
 from services.store.migrations import apply_migrations
 from services.store.servicer import MemoryStoreServicer
@@ -16,7 +20,18 @@ from services.store.writer import Writer
 
 log = logging.getLogger("engram.store")
 
-SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["MemoryStoreService"].full_name
+SERVICE_NAMES = (
+    store_pb2.DESCRIPTOR.services_by_name["MemoryStoreService"].full_name,
+    job_queue_pb2.DESCRIPTOR.services_by_name["JobQueueService"].full_name,
+)
+REAPER_INTERVAL_S = 60.0
+
+
+def configured_index_model(config: Config) -> str | None:
+    """The embedding model whose vectors the index holds; None when embeddings are off."""
+    if config["providers.embedding.kind"] == "none":
+        return None
+    return str(config["providers.embedding.model"])
 
 
 @dataclass
@@ -24,6 +39,8 @@ class StoreApp:
     server: RunningServer
     writer: Writer
     reads: ReadPool
+    queue: JobQueue
+    background: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
     def port(self) -> int:
@@ -31,9 +48,25 @@ class StoreApp:
 
     async def stop(self, grace_seconds: float) -> None:
         """Stop taking calls, let in-flight ones finish, then flush and close the writer."""
+        for task in self.background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await self.server.stop(grace_seconds)
         await self.reads.close()
         self.writer.close()
+
+
+async def _reap_stale_leases(queue: JobQueue, interval_s: float) -> None:
+    """Seed 000: every 60 s, leases older than leaseTimeoutMs return to pending."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            released = await queue.release_stale()
+            if released:
+                log.info("stale leases released", extra={"released": released})
+        except Exception:
+            log.exception("stale-lease reaper failed")
 
 
 async def start_store(
@@ -51,20 +84,36 @@ async def start_store(
     writer = Writer(connection, max_group=config["storage.max_group_commit"])
     reads = ReadPool(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
     await reads.open()
+    frozen = config["memory.pipelineV2.mutationsFrozen"]
+    max_attempts = config["memory.pipelineV2.workerMaxRetries"]
     store = MemoryStore(
         writer,
         reads,
-        mutations_frozen=config["memory.pipelineV2.mutationsFrozen"],
-        max_job_attempts=config["memory.pipelineV2.workerMaxRetries"],
+        mutations_frozen=frozen,
+        max_job_attempts=max_attempts,
         tombstone_days=config["retention.tombstone_days"],
     )
+    queue = JobQueue(
+        writer,
+        reads,
+        lease_timeout_ms=config["memory.pipelineV2.leaseTimeoutMs"],
+        max_job_attempts=max_attempts,
+        mutations_frozen=frozen,
+    )
+    queued = await queue.adopt_index_model(configured_index_model(config))
+    if queued:
+        log.info("embedding model changed; re-embedding queued", extra={"jobs": queued})
+
+    def register(server: object) -> None:
+        store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(MemoryStoreServicer(store), server)
+        job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(JobQueueServicer(queue), server)
+
     server = await start_server(
         host or config["server.host"],
         config["server.ports.store"] if port is None else port,
-        [SERVICE_NAME],
-        lambda s: store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(
-            MemoryStoreServicer(store), s
-        ),
+        SERVICE_NAMES,
+        register,
     )
+    reaper = asyncio.create_task(_reap_stale_leases(queue, REAPER_INTERVAL_S))
     log.info("store serving", extra={"port": server.port, "path": str(path)})
-    return StoreApp(server, writer, reads)
+    return StoreApp(server, writer, reads, queue, [reaper])

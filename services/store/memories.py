@@ -36,6 +36,7 @@ DEFAULT_HISTORY_PAGE_SIZE = 100
 MAX_PATCHES = 200
 MAX_FORGET = 200
 FORGET_CONFIRM_THRESHOLD = 25
+MAX_ACCESS_IDS = 1000
 JOB_TYPES_ON_CREATE = ("embed", "extract")
 
 
@@ -226,6 +227,7 @@ class MemoryStore:
             hashes = [d.content.content_hash for d in drafts if d.namespace == namespace]
             for content_hash, memory_id in repo.live_ids_by_hash(conn, namespace, hashes).items():
                 known[(namespace, content_hash)] = memory_id
+        embedded = repo.live_hashes_with_embedding(conn, list({d.content.content_hash for d in drafts}))
         results: list[tuple[str, bool, dict[str, Any] | None]] = []
         rows: list[dict[str, Any]] = []
         history: list[tuple[Any, ...]] = []
@@ -271,11 +273,18 @@ class MemoryStore:
             jobs.extend(
                 repo.job_row(draft.namespace, memory_id, job_type, self._max_attempts, at)
                 for job_type in JOB_TYPES_ON_CREATE
+                # Content embedded before (any namespace, same model) needs no new embedding.
+                if not (job_type == "embed" and draft.content.content_hash in embedded)
             )
             results.append((memory_id, False, _stored_row(row)))
         repo.insert_memories(conn, rows)
         repo.insert_history(conn, history)
         repo.enqueue_jobs(conn, jobs)
+        if embedded and rows:
+            ids = [r["id"] for r in rows if r["content_hash"] in embedded]
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                repo.index_embedded_memories(conn, f"m.id IN ({', '.join('?' * len(chunk))})", chunk)
         return results
 
     # ---- reads -------------------------------------------------------------------
@@ -427,7 +436,7 @@ class MemoryStore:
                 )
             ],
         )
-        if content_changed:
+        if content_changed and not repo.index_embedded_memories(conn, "m.id = ?", [patch.id]):
             repo.enqueue_jobs(
                 conn, [repo.job_row(namespace, patch.id, "embed", self._max_attempts, at)]
             )
@@ -601,6 +610,10 @@ class MemoryStore:
                 memory_id,
                 {"is_deleted": 0, "deleted_at": None, "version": new_version, "updated_at": at},
             )
+            if not repo.index_embedded_memories(conn, "m.id = ?", [memory_id]):
+                repo.enqueue_jobs(
+                    conn, [repo.job_row(namespace, memory_id, "embed", self._max_attempts, at)]
+                )
             repo.insert_history(
                 conn,
                 [
@@ -620,6 +633,20 @@ class MemoryStore:
             return self._load(conn, namespace, memory_id)
 
         return await self._writer.submit(operation)
+
+    async def record_access(self, namespace: str, memory_ids: Sequence[str]) -> int:
+        """Access tracking: counters only; content, history and FTS stay untouched."""
+        self._ensure_writable()
+        if len(memory_ids) > MAX_ACCESS_IDS:
+            raise InvalidArgument("memory_ids", f"at most {MAX_ACCESS_IDS} ids")
+        counts: dict[str, int] = {}
+        for memory_id in memory_ids:
+            counts[memory_id] = counts.get(memory_id, 0) + 1
+        if not counts:
+            return 0
+        return await self._writer.submit(
+            lambda conn: repo.record_access(conn, namespace, counts, clock.now_text())
+        )
 
     def _load(self, conn: Any, namespace: str, memory_id: str) -> MemoryRecord:
         row = repo.fetch_one(conn, repo.get_memory_query(namespace, memory_id))

@@ -122,6 +122,55 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX memory_jobs_queue ON memory_jobs(job_type, status, available_at, created_at);
         """,
     ),
+    (
+        "embeddings_and_vector_index",
+        """
+        -- Vectors keyed by content and model, so identical content is embedded
+        -- once and a model change never mixes with old vectors.
+        CREATE TABLE embeddings (
+            content_hash TEXT NOT NULL,
+            model        TEXT NOT NULL,
+            dimensions   INTEGER NOT NULL,
+            vector       BLOB NOT NULL,
+            created_at   TEXT NOT NULL,
+            PRIMARY KEY (content_hash, model)
+        ) WITHOUT ROWID;
+
+        -- The one model (and its dimensions) whose vectors the index holds.
+        CREATE TABLE vector_index (
+            id         INTEGER PRIMARY KEY CHECK (id = 1),
+            model      TEXT NOT NULL,
+            dimensions INTEGER,
+            updated_at TEXT NOT NULL
+        );
+
+        -- The search index: one row per live, embedded memory, holding the
+        -- sign-bit quantisation of its vector (sqlite-vec vec_quantize_binary)
+        -- for the fast first pass; exact float32 vectors are in `embeddings`.
+        CREATE TABLE memory_vectors (
+            memory_rowid INTEGER PRIMARY KEY,
+            namespace    TEXT NOT NULL,
+            bits         BLOB NOT NULL
+        );
+        CREATE INDEX memory_vectors_namespace ON memory_vectors(namespace);
+        -- A memory leaves the vector index the moment it is tombstoned,
+        -- purged, or its content changes (its vector no longer describes it).
+        CREATE TRIGGER memory_vectors_tombstone AFTER UPDATE OF is_deleted ON memories
+            WHEN new.is_deleted = 1
+        BEGIN
+            DELETE FROM memory_vectors WHERE memory_rowid = old.rowid;
+        END;
+        CREATE TRIGGER memory_vectors_content AFTER UPDATE OF content_hash ON memories
+            WHEN old.content_hash IS NOT new.content_hash
+        BEGIN
+            DELETE FROM memory_vectors WHERE memory_rowid = old.rowid;
+        END;
+        CREATE TRIGGER memory_vectors_purge AFTER DELETE ON memories BEGIN
+            DELETE FROM memory_vectors WHERE memory_rowid = old.rowid;
+        END;
+        CREATE INDEX memory_jobs_leased ON memory_jobs(status, leased_at);
+        """,
+    ),
 )
 
 

@@ -198,3 +198,180 @@ def update_memory(conn: Any, memory_id: str, changes: dict[str, Any]) -> None:
 def hard_delete_memory(conn: Any, memory_id: str) -> None:
     conn.execute("DELETE FROM memory_jobs WHERE memory_id = ?", (memory_id,))
     conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+
+
+# ---- vector index ---------------------------------------------------------------
+
+
+def index_model(conn: Any) -> tuple[str, int | None] | None:
+    row = conn.execute("SELECT model, dimensions FROM vector_index WHERE id = 1").fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
+    conn.execute(
+        "INSERT INTO vector_index(id, model, dimensions, updated_at) VALUES (1, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET model = excluded.model, dimensions = excluded.dimensions, "
+        "updated_at = excluded.updated_at",
+        (model, dimensions, at),
+    )
+
+
+def clear_vector_index(conn: Any) -> None:
+    conn.execute("DELETE FROM memory_vectors")
+
+
+def upsert_embedding(conn: Any, content_hash: str, model: str, vector: bytes, dimensions: int, at: str) -> None:
+    conn.execute(
+        "INSERT INTO embeddings(content_hash, model, dimensions, vector, created_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT(content_hash, model) DO UPDATE SET dimensions = excluded.dimensions, "
+        "vector = excluded.vector, created_at = excluded.created_at",
+        (content_hash, model, dimensions, vector, at),
+    )
+
+
+def index_embedded_memories(conn: Any, where: str, params: Sequence[Any]) -> int:
+    """Put live memories matching `where` (over alias m) that have an embedding
+    of the index model into the vector index; returns how many rows were written."""
+    cursor = conn.execute(
+        "INSERT OR REPLACE INTO memory_vectors(memory_rowid, namespace, bits) "
+        "SELECT m.rowid, m.namespace, vec_quantize_binary(vec_f32(e.vector)) "
+        "FROM memories m JOIN vector_index vi ON vi.id = 1 "
+        "JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = vi.model "
+        f"WHERE m.is_deleted = 0 AND ({where})",
+        list(params),
+    )
+    return int(cursor.rowcount)
+
+
+def live_hashes_with_embedding(conn: Any, hashes: Sequence[str]) -> set[str]:
+    """Which of these content hashes already have a vector of the index model."""
+    if not hashes:
+        return set()
+    rows = conn.execute(
+        "SELECT e.content_hash FROM embeddings e JOIN vector_index vi ON vi.id = 1 AND e.model = vi.model "
+        f"WHERE e.content_hash IN ({', '.join('?' * len(hashes))})",
+        list(hashes),
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
+    """An embed job for every live memory without a vector of the index model."""
+    cursor = conn.execute(
+        "INSERT OR IGNORE INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
+        "available_at, created_at, updated_at) "
+        "SELECT lower(hex(randomblob(16))), m.namespace, m.id, 'embed', ?, ?, ?, ? FROM memories m "
+        "WHERE m.is_deleted = 0 AND m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)",
+        (max_attempts, at, at, at),
+    )
+    return int(cursor.rowcount)
+
+
+# ---- job queue --------------------------------------------------------------------
+
+
+def due_jobs(conn: Any, job_type: str, namespaces: Sequence[str], now: str, limit: int) -> list[Any]:
+    sql = (
+        "SELECT j.id, j.job_type, j.namespace, j.memory_id, j.attempts, j.max_attempts, "
+        "m.content, m.content_hash, m.is_deleted FROM memory_jobs j "
+        "LEFT JOIN memories m ON m.id = j.memory_id "
+        "WHERE j.job_type = ? AND j.status = 'pending' AND j.available_at <= ?"
+    )
+    params: list[Any] = [job_type, now]
+    if namespaces:
+        sql += f" AND j.namespace IN ({', '.join('?' * len(namespaces))})"
+        params.extend(namespaces)
+    sql += " ORDER BY j.available_at, j.created_at LIMIT ?"
+    params.append(limit)
+    return list(conn.execute(sql, params).fetchall())
+
+
+def mark_leased(conn: Any, job_id: str, token: str, at: str) -> None:
+    conn.execute(
+        "UPDATE memory_jobs SET status = 'leased', lease_token = ?, leased_at = ?, "
+        "attempts = attempts + 1, updated_at = ? WHERE id = ?",
+        (token, at, at, job_id),
+    )
+
+
+def leased_job(conn: Any, job_id: str, token: str) -> Any:
+    """The job if it is leased with exactly this token, else None."""
+    return conn.execute(
+        "SELECT id, job_type, namespace, memory_id, attempts, max_attempts FROM memory_jobs "
+        "WHERE id = ? AND status = 'leased' AND lease_token = ?",
+        (job_id, token),
+    ).fetchone()
+
+
+def complete_job(conn: Any, job_id: str, at: str, result: str | None = None) -> None:
+    conn.execute(
+        "UPDATE memory_jobs SET status = 'completed', completed_at = ?, updated_at = ?, "
+        "lease_token = NULL, result = ? WHERE id = ?",
+        (at, at, result, job_id),
+    )
+
+
+def retry_job(conn: Any, job_id: str, error: str, available_at: str, at: str) -> None:
+    conn.execute(
+        "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
+        "error = ?, available_at = ?, updated_at = ? WHERE id = ?",
+        (error, available_at, at, job_id),
+    )
+
+
+def bury_job(conn: Any, job_id: str, error: str, at: str) -> None:
+    conn.execute(
+        "UPDATE memory_jobs SET status = 'dead', lease_token = NULL, error = ?, failed_at = ?, "
+        "updated_at = ? WHERE id = ?",
+        (error, at, at, job_id),
+    )
+
+
+def release_job(conn: Any, job_id: str, at: str) -> None:
+    """Back to pending as if the attempt never happened."""
+    conn.execute(
+        "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
+        "attempts = max(attempts - 1, 0), updated_at = ? WHERE id = ?",
+        (at, job_id),
+    )
+
+
+def renew_lease(conn: Any, job_id: str, at: str) -> None:
+    conn.execute("UPDATE memory_jobs SET leased_at = ?, updated_at = ? WHERE id = ?", (at, at, job_id))
+
+
+def release_stale_leases(conn: Any, leased_before: str, at: str) -> int:
+    cursor = conn.execute(
+        "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
+        "updated_at = ? WHERE status = 'leased' AND leased_at < ?",
+        (at, leased_before),
+    )
+    return int(cursor.rowcount)
+
+
+def queue_counts_query() -> Query:
+    return ("SELECT job_type, status, count(*) FROM memory_jobs GROUP BY job_type, status", [])
+
+
+def oldest_pending_query() -> Query:
+    return ("SELECT min(created_at) FROM memory_jobs WHERE status = 'pending'", [])
+
+
+def index_stats_query() -> Query:
+    return (
+        "SELECT (SELECT model FROM vector_index WHERE id = 1), "
+        "(SELECT dimensions FROM vector_index WHERE id = 1), "
+        "(SELECT count(*) FROM memory_vectors), "
+        "(SELECT count(*) FROM memories WHERE is_deleted = 0)",
+        [],
+    )
+
+
+def record_access(conn: Any, namespace: str, counts: dict[str, int], at: str) -> int:
+    cursor = conn.executemany(
+        "UPDATE memories SET access_count = access_count + ?, last_accessed = ? "
+        "WHERE namespace = ? AND id = ? AND is_deleted = 0",
+        [(n, at, namespace, memory_id) for memory_id, n in counts.items()],
+    )
+    return int(cursor.rowcount)

@@ -275,3 +275,11 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         return store_pb2.ListMemoryHistoryResponse(
             events=[_history_to_proto(e) for e in entries], next_page_token=next_token
         )
+
+    async def RecordAccess(
+        self, request: store_pb2.RecordAccessRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.RecordAccessResponse:
+        updated = await self._store.record_access(
+            validate_namespace(request.namespace), list(request.memory_ids)
+        )
+        return store_pb2.RecordAccessResponse(updated_count=updated)

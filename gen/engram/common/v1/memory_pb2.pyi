@@ -155,12 +155,15 @@ class MemoryFilter(_message.Message):
     SOURCE_TYPE_FIELD_NUMBER: _builtins.int
     SINCE_FIELD_NUMBER: _builtins.int
     UNTIL_FIELD_NUMBER: _builtins.int
+    IMPORTANCE_MIN_FIELD_NUMBER: _builtins.int
     who: _builtins.str
     """Only memories remembered by this `who`."""
     pinned: _builtins.bool
     """Only pinned (true) or only unpinned (false) memories; unset means both."""
     source_type: _builtins.str
     """Only memories with this `source_type`."""
+    importance_min: _builtins.float
+    """Only memories with at least this importance, in [0, 1]."""
     @_builtins.property
     def types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Memory types to include (any of). Each must be a known type."""
@@ -189,13 +192,19 @@ class MemoryFilter(_message.Message):
         source_type: _builtins.str = ...,
         since: _timestamp_pb2.Timestamp | None = ...,
         until: _timestamp_pb2.Timestamp | None = ...,
+        importance_min: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_pinned", b"_pinned", "pinned", b"pinned", "since", b"since", "until", b"until"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min", "_pinned", b"_pinned", "importance_min", b"importance_min", "pinned", b"pinned", "since", b"since", "until", b"until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_pinned", b"_pinned", "pinned", b"pinned", "since", b"since", "source_type", b"source_type", "tags", b"tags", "types", b"types", "until", b"until", "who", b"who"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min", "_pinned", b"_pinned", "importance_min", b"importance_min", "pinned", b"pinned", "since", b"since", "source_type", b"source_type", "tags", b"tags", "types", b"types", "until", b"until", "who", b"who"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__importance_min: _TypeAlias = _typing.Literal["importance_min"]  # noqa: Y015
+    _WhichOneofArgType__importance_min: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min"]  # noqa: Y015
     _WhichOneofReturnType__pinned: _TypeAlias = _typing.Literal["pinned"]  # noqa: Y015
     _WhichOneofArgType__pinned: _TypeAlias = _typing.Literal["_pinned", b"_pinned"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__importance_min) -> _WhichOneofReturnType__importance_min | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__pinned) -> _WhichOneofReturnType__pinned | None: ...
 
 Global___MemoryFilter: _TypeAlias = MemoryFilter  # noqa: Y015

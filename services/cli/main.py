@@ -85,16 +85,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     exit_code = 0
-    while any(child.poll() is None for child in children.values()):
+    while True:
         for name, child in children.items():
-            if child.poll() not in (None, 0) and not stopping:
+            if child.poll() is not None and not stopping:
                 print(
                     f"engram up: {name} exited with {child.returncode}; stopping", file=sys.stderr
                 )
                 exit_code = 1
                 stop(signal.SIGTERM, None)
+        if all(child.poll() is not None for child in children.values()):
+            return exit_code
         time.sleep(0.2)
-    return exit_code
 
 
 def cmd_health(args: argparse.Namespace) -> int:

@@ -120,8 +120,12 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
             token = request_id_var.set(request_id)
             started = time.perf_counter()
             try:
-                async for item in inner_stream(request, context):
-                    yield item
+                produced = inner_stream(request, context)
+                if hasattr(produced, "__aiter__"):
+                    async for item in produced:
+                        yield item
+                else:  # a coroutine that writes with context.write() (e.g. Health.Watch)
+                    await produced
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                 _log_done(method, "OK", started)
             except Exception as exc:

@@ -108,12 +108,17 @@ async def start_store(
         store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(MemoryStoreServicer(store), server)
         job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(JobQueueServicer(queue), server)
 
-    server = await start_server(
-        host or config["server.host"],
-        config["server.ports.store"] if port is None else port,
-        SERVICE_NAMES,
-        register,
-    )
+    try:
+        server = await start_server(
+            host or config["server.host"],
+            config["server.ports.store"] if port is None else port,
+            SERVICE_NAMES,
+            register,
+        )
+    except BaseException:
+        await reads.close()
+        writer.close()
+        raise
     reaper = asyncio.create_task(_reap_stale_leases(queue, REAPER_INTERVAL_S))
     log.info("store serving", extra={"port": server.port, "path": str(path)})
     return StoreApp(server, writer, reads, queue, [reaper])

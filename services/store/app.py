@@ -7,6 +7,8 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
+import grpc
+
 from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2, store_pb2_grpc
 from services.common.config import Config
 from services.common.db import ReadPool, open_read_write
@@ -104,7 +106,7 @@ async def start_store(
     if queued:
         log.info("embedding model changed; re-embedding queued", extra={"jobs": queued})
 
-    def register(server: object) -> None:
+    def register(server: grpc.aio.Server) -> None:
         store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(MemoryStoreServicer(store), server)
         job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(JobQueueServicer(queue), server)
 

@@ -24,7 +24,7 @@ _STATUS_VALUES = {
 }
 
 
-def _outcomes(held: list[bool]) -> list[int]:
+def _outcomes(held: list[bool]) -> list[pb.LeaseOutcome.ValueType]:
     return [pb.LEASE_OUTCOME_OK if ok else pb.LEASE_OUTCOME_LEASE_LOST for ok in held]
 
 

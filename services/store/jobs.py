@@ -124,7 +124,9 @@ class JobQueue:
 
     # ---- leasing -------------------------------------------------------------------
 
-    async def lease(self, job_type: str, max_jobs: int, namespaces: Sequence[str]) -> list[LeasedJob]:
+    async def lease(
+        self, job_type: str, max_jobs: int, namespaces: Sequence[str]
+    ) -> list[LeasedJob]:
         if job_type not in JOB_TYPES:
             raise InvalidArgument("job_type", "must be a known job type")
         if not 1 <= max_jobs <= MAX_BATCH:
@@ -203,7 +205,9 @@ class JobQueue:
                     repo.bury_job(conn, job_id, message, at)
                     dead += 1
                 else:
-                    retry_at = clock.to_text(now + timedelta(milliseconds=retry_delay_ms(job["attempts"])))
+                    retry_at = clock.to_text(
+                        now + timedelta(milliseconds=retry_delay_ms(job["attempts"]))
+                    )
                     repo.retry_job(conn, job_id, message, retry_at, at)
             return outcomes, dead
 
@@ -231,11 +235,14 @@ class JobQueue:
             raise InvalidArgument("model", "required")
         _check_batch(len(results), "results")
         prepared = [
-            (r, normalized_vector_bytes(r.vector, f"results[{i}].vector")) for i, r in enumerate(results)
+            (r, normalized_vector_bytes(r.vector, f"results[{i}].vector"))
+            for i, r in enumerate(results)
         ]
         dimensions = {len(r.vector) for r in results}
         if len(dimensions) > 1:
-            raise InvalidArgument("results", "all vectors of one call must have the same dimensions")
+            raise InvalidArgument(
+                "results", "all vectors of one call must have the same dimensions"
+            )
 
         def operation(conn: Any) -> list[bool]:
             at = clock.now_text()
@@ -260,21 +267,30 @@ class JobQueue:
                 outcomes.append(job is not None)
                 if job is None:
                     continue
-                repo.upsert_embedding(conn, result.content_hash, model, blob, len(result.vector), at)
+                repo.upsert_embedding(
+                    conn, result.content_hash, model, blob, len(result.vector), at
+                )
                 repo.complete_job(conn, result.job_id, at)
                 memory = conn.execute(
-                    "SELECT rowid, content_hash, is_deleted FROM memories WHERE id = ?", (job["memory_id"],)
+                    "SELECT rowid, content_hash, is_deleted FROM memories WHERE id = ?",
+                    (job["memory_id"],),
                 ).fetchone()
                 if memory is None or memory["is_deleted"]:
                     continue
                 if memory["content_hash"] == result.content_hash:
                     repo.index_embedded_memories(conn, "m.rowid = ?", [memory["rowid"]])
                     conn.execute(
-                        "UPDATE memories SET embedding_model = ? WHERE rowid = ?", (model, memory["rowid"])
+                        "UPDATE memories SET embedding_model = ? WHERE rowid = ?",
+                        (model, memory["rowid"]),
                     )
                 else:  # the content changed while this job was leased
                     repo.enqueue_jobs(
-                        conn, [repo.job_row(job["namespace"], job["memory_id"], "embed", self._max_attempts, at)]
+                        conn,
+                        [
+                            repo.job_row(
+                                job["namespace"], job["memory_id"], "embed", self._max_attempts, at
+                            )
+                        ],
                     )
             return outcomes
 
@@ -284,7 +300,8 @@ class JobQueue:
 
     async def stats(self) -> QueueStats:
         counts = {
-            (row[0], row[1]): row[2] for row in await self._reads.fetch_all(repo.queue_counts_query())
+            (row[0], row[1]): row[2]
+            for row in await self._reads.fetch_all(repo.queue_counts_query())
         }
         oldest = await self._reads.fetch_one(repo.oldest_pending_query())
         index = await self._reads.fetch_one(repo.index_stats_query())

@@ -24,6 +24,7 @@ from services.common.errors import (
 )
 from services.common.fts import build_fts_query
 from services.common.memory_filter import MemoryFilterSpec, check_filter
+from services.common.memory_record import MemoryRecord
 from services.store import repository as repo
 from services.store import rules
 from services.store.page_tokens import decode_page_token, encode_page_token
@@ -38,55 +39,6 @@ MAX_FORGET = 200
 FORGET_CONFIRM_THRESHOLD = 25
 MAX_ACCESS_IDS = 1000
 JOB_TYPES_ON_CREATE = ("embed", "extract")
-
-
-@dataclass(frozen=True)
-class MemoryRecord:
-    id: str
-    namespace: str
-    content: str
-    content_hash: str
-    type: str
-    importance: float
-    tags: tuple[str, ...]
-    pinned: bool
-    who: str
-    why: str
-    source_type: str
-    source_id: str
-    version: int
-    deleted: bool
-    deleted_at: str | None
-    created_at: str
-    updated_at: str
-    event_time: str
-    access_count: int
-    last_accessed: str | None
-
-    @classmethod
-    def from_row(cls, row: Any) -> MemoryRecord:
-        return cls(
-            id=row["id"],
-            namespace=row["namespace"],
-            content=row["content"],
-            content_hash=row["content_hash"],
-            type=row["type"],
-            importance=row["importance"],
-            tags=tuple(json.loads(row["tags"])),
-            pinned=bool(row["pinned"]),
-            who=row["who"],
-            why=row["why"],
-            source_type=row["source_type"],
-            source_id=row["source_id"],
-            version=row["version"],
-            deleted=bool(row["is_deleted"]),
-            deleted_at=row["deleted_at"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            event_time=row["event_time"],
-            access_count=row["access_count"],
-            last_accessed=row["last_accessed"],
-        )
 
 
 @dataclass(frozen=True)
@@ -227,7 +179,9 @@ class MemoryStore:
             hashes = [d.content.content_hash for d in drafts if d.namespace == namespace]
             for content_hash, memory_id in repo.live_ids_by_hash(conn, namespace, hashes).items():
                 known[(namespace, content_hash)] = memory_id
-        embedded = repo.live_hashes_with_embedding(conn, list({d.content.content_hash for d in drafts}))
+        embedded = repo.live_hashes_with_embedding(
+            conn, list({d.content.content_hash for d in drafts})
+        )
         results: list[tuple[str, bool, dict[str, Any] | None]] = []
         rows: list[dict[str, Any]] = []
         history: list[tuple[Any, ...]] = []
@@ -284,7 +238,9 @@ class MemoryStore:
             ids = [r["id"] for r in rows if r["content_hash"] in embedded]
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
-                repo.index_embedded_memories(conn, f"m.id IN ({', '.join('?' * len(chunk))})", chunk)
+                repo.index_embedded_memories(
+                    conn, f"m.id IN ({', '.join('?' * len(chunk))})", chunk
+                )
         return results
 
     # ---- reads -------------------------------------------------------------------

@@ -169,6 +169,9 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             DELETE FROM memory_vectors WHERE memory_rowid = old.rowid;
         END;
         CREATE INDEX memory_jobs_leased ON memory_jobs(status, leased_at);
+        -- Insertion order within a namespace (rowid is the index's last column),
+        -- for recall's neighbour lookups.
+        CREATE INDEX memories_namespace_order ON memories(namespace, is_deleted);
         """,
     ),
 )

@@ -221,7 +221,9 @@ def clear_vector_index(conn: Any) -> None:
     conn.execute("DELETE FROM memory_vectors")
 
 
-def upsert_embedding(conn: Any, content_hash: str, model: str, vector: bytes, dimensions: int, at: str) -> None:
+def upsert_embedding(
+    conn: Any, content_hash: str, model: str, vector: bytes, dimensions: int, at: str
+) -> None:
     conn.execute(
         "INSERT INTO embeddings(content_hash, model, dimensions, vector, created_at) VALUES (?, ?, ?, ?, ?) "
         "ON CONFLICT(content_hash, model) DO UPDATE SET dimensions = excluded.dimensions, "
@@ -271,7 +273,9 @@ def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
 # ---- job queue --------------------------------------------------------------------
 
 
-def due_jobs(conn: Any, job_type: str, namespaces: Sequence[str], now: str, limit: int) -> list[Any]:
+def due_jobs(
+    conn: Any, job_type: str, namespaces: Sequence[str], now: str, limit: int
+) -> list[Any]:
     sql = (
         "SELECT j.id, j.job_type, j.namespace, j.memory_id, j.attempts, j.max_attempts, "
         "m.content, m.content_hash, m.is_deleted FROM memory_jobs j "
@@ -338,7 +342,9 @@ def release_job(conn: Any, job_id: str, at: str) -> None:
 
 
 def renew_lease(conn: Any, job_id: str, at: str) -> None:
-    conn.execute("UPDATE memory_jobs SET leased_at = ?, updated_at = ? WHERE id = ?", (at, at, job_id))
+    conn.execute(
+        "UPDATE memory_jobs SET leased_at = ?, updated_at = ? WHERE id = ?", (at, at, job_id)
+    )
 
 
 def release_stale_leases(conn: Any, leased_before: str, at: str) -> int:

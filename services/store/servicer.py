@@ -8,16 +8,19 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 
-from engram.common.v1 import memory_pb2
 from engram.store.v1 import store_pb2, store_pb2_grpc
-from services.common.convert import filter_from_proto, text_from_timestamp, timestamp_from_text
+from services.common.convert import (
+    filter_from_proto,
+    memory_to_proto,
+    text_from_timestamp,
+    timestamp_from_text,
+)
 from services.common.errors import InvalidArgument
 from services.common.validation import validate_namespace
 from services.store import rules
 from services.store.memories import (
     ForgetSelection,
     HistoryEntry,
-    MemoryRecord,
     MemoryStore,
     PatchSpec,
 )
@@ -43,31 +46,6 @@ _EVENT_TYPE = {
     "recovered": store_pb2.HISTORY_EVENT_TYPE_RECOVERED,
     "none": store_pb2.HISTORY_EVENT_TYPE_NONE,
 }
-
-
-def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
-    return memory_pb2.Memory(
-        id=record.id,
-        namespace=record.namespace,
-        content=record.content,
-        type=record.type,
-        importance=record.importance,
-        tags=record.tags,
-        pinned=record.pinned,
-        who=record.who,
-        why=record.why,
-        source_type=record.source_type,
-        source_id=record.source_id,
-        content_hash=record.content_hash,
-        version=record.version,
-        create_time=timestamp_from_text(record.created_at),
-        update_time=timestamp_from_text(record.updated_at),
-        event_time=timestamp_from_text(record.event_time),
-        deleted=record.deleted,
-        delete_time=timestamp_from_text(record.deleted_at),
-        access_count=record.access_count,
-        last_access_time=timestamp_from_text(record.last_accessed),
-    )
 
 
 def _history_to_proto(entry: HistoryEntry) -> store_pb2.HistoryEvent:

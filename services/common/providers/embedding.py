@@ -129,7 +129,9 @@ class _HttpEmbedding:
         try:
             return response.json()
         except ValueError as exc:
-            raise ProviderUnavailable(f"{self.kind} returned a body that is not JSON: {response.text[:200]}") from exc
+            raise ProviderUnavailable(
+                f"{self.kind} returned a body that is not JSON: {response.text[:200]}"
+            ) from exc
 
     async def available(self) -> bool:
         try:
@@ -144,10 +146,16 @@ class _HttpEmbedding:
 
 def _vectors(raw: Any, count: int, kind: str) -> list[list[float]]:
     if not isinstance(raw, list) or len(raw) != count:
-        raise ProviderUnavailable(f"{kind} returned {len(raw) if isinstance(raw, list) else 'no'} vectors for {count} texts")
+        raise ProviderUnavailable(
+            f"{kind} returned {len(raw) if isinstance(raw, list) else 'no'} vectors for {count} texts"
+        )
     vectors: list[list[float]] = []
     for vector in raw:
-        if not isinstance(vector, list) or not vector or not all(isinstance(v, int | float) for v in vector):
+        if (
+            not isinstance(vector, list)
+            or not vector
+            or not all(isinstance(v, int | float) for v in vector)
+        ):
             raise ProviderUnavailable(f"{kind} returned a malformed vector")
         vectors.append([float(v) for v in vector])
     return vectors
@@ -161,7 +169,9 @@ class OllamaEmbedding(_HttpEmbedding):
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         body = await self._post("/api/embed", {"model": self.model, "input": texts})
-        return _vectors(body.get("embeddings") if isinstance(body, dict) else None, len(texts), self.kind)
+        return _vectors(
+            body.get("embeddings") if isinstance(body, dict) else None, len(texts), self.kind
+        )
 
 
 class OpenAIEmbedding(_HttpEmbedding):
@@ -175,8 +185,14 @@ class OpenAIEmbedding(_HttpEmbedding):
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list):
             raise ProviderUnavailable("openai embeddings response has no data list")
-        ordered = sorted(data, key=lambda item: item.get("index", 0) if isinstance(item, dict) else 0)
-        return _vectors([item.get("embedding") if isinstance(item, dict) else None for item in ordered], len(texts), self.kind)
+        ordered = sorted(
+            data, key=lambda item: item.get("index", 0) if isinstance(item, dict) else 0
+        )
+        return _vectors(
+            [item.get("embedding") if isinstance(item, dict) else None for item in ordered],
+            len(texts),
+            self.kind,
+        )
 
 
 def embedding_provider(config: Config) -> EmbeddingProvider:

@@ -1,0 +1,111 @@
+"""All of the search service's SQL (read-only). Filters come from the one
+filter builder and are applied inside every channel, before its LIMIT."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from services.common.memory_filter import MemoryFilterSpec, filter_sql
+
+Query = tuple[str, list[Any]]
+
+MEMORY_COLUMNS = (
+    "m.rowid AS rowid, m.id, m.namespace, m.content, m.content_hash, m.type, m.importance, "
+    "m.tags, m.pinned, m.who, m.why, m.source_type, m.source_id, m.version, m.is_deleted, "
+    "m.deleted_at, m.created_at, m.updated_at, m.event_time, m.access_count, m.last_accessed"
+)
+
+
+def schema_version() -> Query:
+    return ("SELECT coalesce(max(version), 0) FROM schema_migrations", [])
+
+
+def index_model() -> Query:
+    return ("SELECT model, dimensions FROM vector_index WHERE id = 1", [])
+
+
+def live_count(namespace: str | None, spec: MemoryFilterSpec) -> Query:
+    """Size of the collection a query searches (all live memories when namespace is None)."""
+    if namespace is None:
+        return ("SELECT count(*) FROM memories WHERE is_deleted = 0", [])
+    clauses, params = filter_sql(spec, "m")
+    return (
+        f"SELECT count(*) FROM memories m WHERE m.namespace = ? AND m.is_deleted = 0{clauses}",
+        [namespace, *params],
+    )
+
+
+def term_document_count(term_match: str) -> Query:
+    """Documents containing a term across the whole index (FTS5's own statistic)."""
+    return ("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [term_match])
+
+
+def term_matches(term_match: str, namespace: str, spec: MemoryFilterSpec) -> Query:
+    """Every live memory of the namespace (and filter) containing one term, with
+    FTS5's single-term BM25 (negative: lower is a stronger match)."""
+    clauses, params = filter_sql(spec, "m")
+    return (
+        "SELECT f.rowid, bm25(memories_fts) FROM memories_fts f "
+        "JOIN memories m ON m.rowid = f.rowid "
+        f"WHERE memories_fts MATCH ? AND m.namespace = ? AND m.is_deleted = 0{clauses}",
+        [term_match, namespace, *params],
+    )
+
+
+def vector_candidates(
+    query_bits_f32: bytes, namespace: str, spec: MemoryFilterSpec, limit: int
+) -> Query:
+    """First pass: Hamming distance between sign-bit vectors (sqlite-vec)."""
+    distance = "vec_distance_hamming(vec_bit(v.bits), vec_quantize_binary(vec_f32(?)))"
+    if spec.is_empty():
+        return (
+            f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v "
+            "WHERE v.namespace = ? ORDER BY d LIMIT ?",
+            [query_bits_f32, namespace, limit],
+        )
+    clauses, params = filter_sql(spec, "m")
+    return (
+        f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v "
+        "JOIN memories m ON m.rowid = v.memory_rowid "
+        f"WHERE v.namespace = ? AND m.is_deleted = 0{clauses} ORDER BY d LIMIT ?",
+        [query_bits_f32, namespace, *params, limit],
+    )
+
+
+def exact_vector_candidates(
+    query_f32: bytes, model: str, namespace: str, spec: MemoryFilterSpec, limit: int
+) -> Query:
+    """Exact float32 cosine over the whole (filtered) namespace: the reference."""
+    clauses, params = filter_sql(spec, "m")
+    return (
+        "SELECT v.memory_rowid, vec_distance_cosine(vec_f32(e.vector), vec_f32(?)) AS d "
+        "FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid "
+        "JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+        f"WHERE v.namespace = ? AND m.is_deleted = 0{clauses} ORDER BY d LIMIT ?",
+        [query_f32, model, namespace, *params, limit],
+    )
+
+
+def pool_rows(rowids: Sequence[int], model: str) -> Query:
+    """Pool members with what fusion needs: event time, insertion neighbours and
+    the exact vector (NULL when not embedded)."""
+    marks = ", ".join("?" * len(rowids))
+    return (
+        "SELECT m.rowid, m.event_time, e.vector, "
+        "(SELECT max(p.rowid) FROM memories p WHERE p.namespace = m.namespace "
+        " AND p.is_deleted = 0 AND p.rowid < m.rowid) AS prev_rowid, "
+        "(SELECT min(n.rowid) FROM memories n WHERE n.namespace = m.namespace "
+        " AND n.is_deleted = 0 AND n.rowid > m.rowid) AS next_rowid "
+        "FROM memories m LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+        f"WHERE m.rowid IN ({marks}) AND m.is_deleted = 0",
+        [model, *rowids],
+    )
+
+
+def memories_by_rowid(rowids: Sequence[int]) -> Query:
+    marks = ", ".join("?" * len(rowids))
+    return (
+        f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid IN ({marks}) AND m.is_deleted = 0",
+        list(rowids),
+    )

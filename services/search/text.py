@@ -1,0 +1,218 @@
+"""Query text understanding without an LLM: keyword terms and calendar references."""
+
+from __future__ import annotations
+
+import calendar
+import re
+from datetime import UTC, datetime, timedelta
+
+from services.common.fts import fts_terms
+
+# NLTK's English stop words (179), apostrophe forms split into their parts.
+STOP_WORDS = frozenset(
+    [
+        "i",
+        "me",
+        "my",
+        "myself",
+        "we",
+        "our",
+        "ours",
+        "ourselves",
+        "you",
+        "re",
+        "ve",
+        "ll",
+        "d",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "he",
+        "him",
+        "his",
+        "himself",
+        "she",
+        "s",
+        "her",
+        "hers",
+        "herself",
+        "it",
+        "its",
+        "itself",
+        "they",
+        "them",
+        "their",
+        "theirs",
+        "themselves",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "this",
+        "that",
+        "these",
+        "those",
+        "am",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "have",
+        "has",
+        "had",
+        "having",
+        "do",
+        "does",
+        "did",
+        "doing",
+        "a",
+        "an",
+        "the",
+        "and",
+        "but",
+        "if",
+        "or",
+        "because",
+        "as",
+        "until",
+        "while",
+        "of",
+        "at",
+        "by",
+        "for",
+        "with",
+        "about",
+        "against",
+        "between",
+        "into",
+        "through",
+        "during",
+        "before",
+        "after",
+        "above",
+        "below",
+        "to",
+        "from",
+        "up",
+        "down",
+        "in",
+        "out",
+        "on",
+        "off",
+        "over",
+        "under",
+        "again",
+        "further",
+        "then",
+        "once",
+        "here",
+        "there",
+        "when",
+        "where",
+        "why",
+        "how",
+        "all",
+        "any",
+        "both",
+        "each",
+        "few",
+        "more",
+        "most",
+        "other",
+        "some",
+        "such",
+        "no",
+        "nor",
+        "not",
+        "only",
+        "own",
+        "same",
+        "so",
+        "than",
+        "too",
+        "very",
+        "t",
+        "can",
+        "will",
+        "just",
+        "don",
+        "should",
+        "now",
+        "o",
+        "y",
+        "ain",
+        "aren",
+        "couldn",
+        "didn",
+        "doesn",
+        "hadn",
+        "hasn",
+        "haven",
+        "isn",
+        "ma",
+        "mightn",
+        "mustn",
+        "needn",
+        "shan",
+        "shouldn",
+        "wasn",
+        "weren",
+        "won",
+        "wouldn",
+    ]
+)
+
+
+def keyword_terms(query: str) -> list[str]:
+    """Query terms for BM25: stop words dropped unless nothing else is left."""
+    terms = fts_terms(query)
+    content = [t for t in terms if t not in STOP_WORDS]
+    return content or terms
+
+
+_MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
+_MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
+_MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_DAY_MONTH_YEAR = re.compile(
+    rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+({_MONTH})\.?,?\s*(\d{{4}})\b", re.I
+)
+_MONTH_DAY_YEAR = re.compile(
+    rf"\b({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s*(\d{{4}})\b", re.I
+)
+_MONTH_YEAR = re.compile(rf"\b({_MONTH})\.?,?\s+(\d{{4}})\b", re.I)
+_YEAR = re.compile(r"\b(19\d\d|20\d\d)\b")
+DAY_TOLERANCE = timedelta(days=3)
+
+
+def time_windows(query: str) -> list[tuple[datetime, datetime]]:
+    """Half-open UTC windows for explicit dates in the query: a day (±3 days),
+    a month, or a year. The most specific reading of each phrase wins."""
+    windows: list[tuple[datetime, datetime]] = []
+    text = query
+
+    def add_day(year: int, month: int, day: int) -> None:
+        try:
+            moment = datetime(year, month, day, tzinfo=UTC)
+        except ValueError:
+            return
+        windows.append((moment - DAY_TOLERANCE, moment + timedelta(days=1) + DAY_TOLERANCE))
+
+    for match in _DAY_MONTH_YEAR.finditer(text):
+        add_day(int(match[3]), _MONTHS[match[2].lower()], int(match[1]))
+    text = _DAY_MONTH_YEAR.sub(" ", text)
+    for match in _MONTH_DAY_YEAR.finditer(text):
+        add_day(int(match[3]), _MONTHS[match[1].lower()], int(match[2]))
+    text = _MONTH_DAY_YEAR.sub(" ", text)
+    for match in _MONTH_YEAR.finditer(text):
+        year, month = int(match[2]), _MONTHS[match[1].lower()]
+        end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+        windows.append((datetime(year, month, 1, tzinfo=UTC), end))
+    text = _MONTH_YEAR.sub(" ", text)
+    for match in _YEAR.finditer(text):
+        year = int(match[1])
+        windows.append((datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)))
+    return windows

@@ -23,7 +23,7 @@ from services.common.logs import configure_logging
 from services.common.server import wait_for_shutdown_signal
 
 # Services built so far, in start order.
-SERVICES = ("store",)
+SERVICES = ("store", "search", "pipeline")
 
 
 def _starter(service: str) -> Callable[..., Awaitable[Any]]:
@@ -31,6 +31,14 @@ def _starter(service: str) -> Callable[..., Awaitable[Any]]:
         from services.store.app import start_store
 
         return start_store
+    if service == "search":
+        from services.search.app import start_search
+
+        return start_search
+    if service == "pipeline":
+        from services.pipeline.app import start_pipeline
+
+        return start_pipeline
     raise ValueError(service)
 
 

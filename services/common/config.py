@@ -73,6 +73,17 @@ SETTINGS: tuple[Setting, ...] = (
     # seed 002 "Alpha Blending"
     Setting("search.alpha", 0.7, 0.0, 1.0),
     Setting("search.min_score", 0.1, 0.0, 1.0),
+    # recall scoring (services/search/scoring.py explains each step)
+    Setting("search.fusion", "alpha", choices=("alpha", "rrf")),
+    Setting("search.rrf_k", 60, 1, 1000),
+    Setting("search.channel_depth", 100, 10, 1000),
+    Setting("search.vector_candidates", 400, 0, 10000),
+    Setting("search.time_boost", 0.2, 0.0, 1.0),
+    Setting("search.episode_weight", 0.2, 0.0, 1.0),
+    Setting("search.neighbor_weight", 0.1, 0.0, 1.0),
+    Setting("search.diversity_penalty", 0.03, 0.0, 1.0),
+    Setting("search.query_embedding_timeout_ms", 2000, 50, 60000),
+    Setting("search.access_flush_ms", 1000, 10, 60000),
     # storage (store only opens it read-write)
     Setting("storage.path", "./data/engram.db"),
     Setting("storage.synchronous", "FULL", choices=("FULL", "NORMAL")),
@@ -95,6 +106,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("providers.embedding.model", "all-MiniLM-L6-v2"),
     Setting("providers.embedding.timeout_ms", 30000, 100, 600000),
     Setting("providers.embedding.batch_size", 64, 1, 500),
+    Setting("providers.reranker.base_url", "http://localhost:8080"),
     # processes
     Setting("server.host", "127.0.0.1"),
     Setting("server.ports.store", 50051, 0, 65535),

@@ -6,6 +6,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+MEMORY_TYPES = (
+    "fact",
+    "preference",
+    "decision",
+    "rule",
+    "learning",
+    "issue",
+    "procedural",
+    "semantic",
+    "document_chunk",
+)
+
 
 @dataclass(frozen=True)
 class MemoryRecord:

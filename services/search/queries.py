@@ -46,8 +46,10 @@ def term_matches(term_match: str, namespace: str, spec: MemoryFilterSpec) -> Que
     FTS5's single-term BM25 (negative: lower is a stronger match)."""
     clauses, params = filter_sql(spec, "m")
     return (
+        # CROSS JOIN keeps the FTS match as the outer loop (one pass over the
+        # term's doclist) instead of one FTS probe per namespace row.
         "SELECT f.rowid, bm25(memories_fts) FROM memories_fts f "
-        "JOIN memories m ON m.rowid = f.rowid "
+        "CROSS JOIN memories m ON m.rowid = f.rowid "
         f"WHERE memories_fts MATCH ? AND m.namespace = ? AND m.is_deleted = 0{clauses}",
         [term_match, namespace, *params],
     )
@@ -93,12 +95,13 @@ def pool_rows(rowids: Sequence[int], model: str) -> Query:
     marks = ", ".join("?" * len(rowids))
     return (
         "SELECT m.rowid, m.event_time, e.vector, "
-        "(SELECT max(p.rowid) FROM memories p WHERE p.namespace = m.namespace "
-        " AND p.is_deleted = 0 AND p.rowid < m.rowid) AS prev_rowid, "
-        "(SELECT min(n.rowid) FROM memories n WHERE n.namespace = m.namespace "
-        " AND n.is_deleted = 0 AND n.rowid > m.rowid) AS next_rowid "
+        "(SELECT p.rowid FROM memories p WHERE p.namespace = m.namespace "
+        " AND p.is_deleted = 0 AND p.rowid < m.rowid ORDER BY p.rowid DESC LIMIT 1) AS prev_rowid, "
+        "(SELECT n.rowid FROM memories n WHERE n.namespace = m.namespace "
+        " AND n.is_deleted = 0 AND n.rowid > m.rowid ORDER BY n.rowid LIMIT 1) AS next_rowid "
         "FROM memories m LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
-        f"WHERE m.rowid IN ({marks}) AND m.is_deleted = 0",
+        # `+m.is_deleted` keeps the planner on the rowid lookups.
+        f"WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0",
         [model, *rowids],
     )
 
@@ -106,6 +109,6 @@ def pool_rows(rowids: Sequence[int], model: str) -> Query:
 def memories_by_rowid(rowids: Sequence[int]) -> Query:
     marks = ", ".join("?" * len(rowids))
     return (
-        f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid IN ({marks}) AND m.is_deleted = 0",
+        f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0",
         list(rowids),
     )

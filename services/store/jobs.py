@@ -7,10 +7,8 @@ transaction that completes the job.
 
 from __future__ import annotations
 
-import math
 import random
 import uuid
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,6 +17,7 @@ from typing import Any
 from services.common import clock
 from services.common.db import ReadPool
 from services.common.errors import FailedPrecondition, InvalidArgument, MutationsFrozen
+from services.common.vectors import normalized_f32
 from services.store import repository as repo
 from services.store.writer import Writer
 
@@ -68,13 +67,10 @@ def retry_delay_ms(attempts: int) -> float:
 
 
 def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
-    """float32 little-endian bytes of the L2-normalised vector (sqlite-vec's format)."""
-    if not vector:
-        raise InvalidArgument(field, "must not be empty")
-    norm = math.sqrt(math.fsum(v * v for v in vector))
-    if not math.isfinite(norm) or norm == 0.0:
-        raise InvalidArgument(field, "must be finite and non-zero")
-    return array("f", (v / norm for v in vector)).tobytes()
+    blob = normalized_f32(vector)
+    if blob is None:
+        raise InvalidArgument(field, "must be a non-empty, finite, non-zero vector")
+    return blob
 
 
 def _check_batch(size: int, field: str) -> None:

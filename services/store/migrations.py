@@ -126,15 +126,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         "embeddings_and_vector_index",
         """
         -- Vectors keyed by content and model, so identical content is embedded
-        -- once and a model change never mixes with old vectors.
+        -- once and a model change never mixes with old vectors. A rowid table:
+        -- a 1.5 KB vector fits its page; WITHOUT ROWID would spill to overflow.
         CREATE TABLE embeddings (
+            id           INTEGER PRIMARY KEY,
             content_hash TEXT NOT NULL,
             model        TEXT NOT NULL,
             dimensions   INTEGER NOT NULL,
             vector       BLOB NOT NULL,
             created_at   TEXT NOT NULL,
-            PRIMARY KEY (content_hash, model)
-        ) WITHOUT ROWID;
+            UNIQUE (content_hash, model)
+        );
 
         -- The one model (and its dimensions) whose vectors the index holds.
         CREATE TABLE vector_index (

@@ -8,19 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.common.errors import InvalidArgument
+from services.common.memory_record import MEMORY_TYPES
 from services.common.normalize import NormalizedContent, normalize_content
 
-MEMORY_TYPES = (
-    "fact",
-    "preference",
-    "decision",
-    "rule",
-    "learning",
-    "issue",
-    "procedural",
-    "semantic",
-    "document_chunk",
-)
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64

@@ -1,0 +1,98 @@
+"""Start a private Engram suite (store, search, pipeline) for a benchmark run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Suite:
+    store: str
+    search: str
+    pipeline: str
+    data_dir: Path
+
+
+def wait_serving(address: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise TimeoutError(f"{address} did not become SERVING")
+
+
+@contextmanager
+def running_suite(
+    settings: dict[str, object] | None = None, data_dir: Path | None = None
+) -> Iterator[Suite]:
+    """`settings` are extra engram.yaml keys (nested mapping)."""
+    with tempfile.TemporaryDirectory(prefix="engram-bench-") as tmp:
+        directory = data_dir or Path(tmp)
+        ports = {name: free_port() for name in ("store", "search", "pipeline")}
+        config = {
+            "server": {"ports": ports},
+            "clients": {"store_address": f"127.0.0.1:{ports['store']}"},
+            "storage": {"path": str(directory / "engram.db")},
+            **(settings or {}),
+        }
+        config_path = Path(tmp) / "engram.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gen")]))
+        processes = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "services.cli.main",
+                    "serve",
+                    name,
+                    "--config",
+                    str(config_path),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=open(Path(tmp) / f"{name}.log", "w"),  # noqa: SIM115
+            )
+            for name in ("store", "search", "pipeline")
+        ]
+        try:
+            addresses = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+            for address in addresses.values():
+                wait_serving(address)
+            yield Suite(addresses["store"], addresses["search"], addresses["pipeline"], directory)
+        finally:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()

@@ -1,0 +1,69 @@
+"""Assemble and run the pipeline: store client, providers, workers, gRPC server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
+from engram.store.v1 import job_queue_pb2_grpc
+from services.common.config import Config
+from services.common.providers.embedding import EmbeddingProvider, embedding_provider
+from services.common.server import RunningServer, start_server
+from services.pipeline.embed_worker import EmbedWorker
+from services.pipeline.servicer import PipelineServicer
+
+log = logging.getLogger("engram.pipeline")
+
+SERVICE_NAME = pipeline_pb2.DESCRIPTOR.services_by_name["PipelineService"].full_name
+
+
+@dataclass
+class PipelineApp:
+    server: RunningServer
+    channel: grpc.aio.Channel
+    provider: EmbeddingProvider
+    embed_worker: EmbedWorker
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def stop(self, grace_seconds: float) -> None:
+        await self.server.stop(grace_seconds)
+        for task in self.background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.channel.close(None)
+        await self.provider.close()
+
+
+async def start_pipeline(
+    config: Config, *, host: str | None = None, port: int | None = None
+) -> PipelineApp:
+    channel = grpc.aio.insecure_channel(config["clients.store_address"])
+    jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
+    provider = embedding_provider(config)
+    worker = EmbedWorker(
+        jobs,
+        provider,
+        batch_size=config["providers.embedding.batch_size"],
+        poll_s=config["workers.embed.poll_ms"] / 1000,
+    )
+    servicer = PipelineServicer(jobs, [worker.health], [worker.status])
+    server = await start_server(
+        host or config["server.host"],
+        config["server.ports.pipeline"] if port is None else port,
+        [SERVICE_NAME],
+        lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),
+    )
+    background = [asyncio.create_task(worker.run())]
+    log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
+    return PipelineApp(server, channel, provider, worker, background)

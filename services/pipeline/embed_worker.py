@@ -1,0 +1,162 @@
+"""The embedding worker: lease embed jobs in batches, embed outside any lock,
+hand the vectors to the store.
+
+A provider that is down is nobody's job's fault: the batch is released without
+using an attempt and the worker backs off (seed 000 backoff: 1 s doubling to
+30 s plus up to 0.5 s jitter), so nothing is lost and the status says degraded.
+A provider that rejects an input fails that job, which retries with backoff and
+goes dead after its attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+import grpc
+
+from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.v1 import job_queue_pb2_grpc
+from services.common import clock
+from services.common.providers.embedding import EmbeddingProvider
+from services.common.providers.errors import ProviderError, ProviderUnavailable
+from services.pipeline.status import ProviderHealth, WorkerStatus
+
+log = logging.getLogger("engram.pipeline.embed")
+
+BACKOFF_BASE_S = 1.0
+BACKOFF_MAX_S = 30.0
+BACKOFF_JITTER_S = 0.5
+
+
+def backoff_delay(consecutive_failures: int) -> float:
+    return min(
+        BACKOFF_BASE_S * 2 ** max(consecutive_failures - 1, 0), BACKOFF_MAX_S
+    ) + random.uniform(0, BACKOFF_JITTER_S)
+
+
+class EmbedWorker:
+    def __init__(
+        self,
+        jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
+        provider: EmbeddingProvider,
+        *,
+        batch_size: int,
+        poll_s: float,
+    ) -> None:
+        self._jobs = jobs
+        self._provider = provider
+        self._batch_size = batch_size
+        self._poll_s = poll_s
+        self._failures = 0
+        self.status = WorkerStatus("embed")
+        self.health = ProviderHealth("embedding", provider.kind, provider.model)
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Skip the rest of the current idle wait."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        if self._provider.kind == "none":
+            self.status.state = "stopped"
+            self.health.state = "disabled"
+            return
+        while True:
+            try:
+                worked = await self.run_once()
+            except grpc.aio.AioRpcError as exc:
+                self._fail_round(f"store unreachable: {exc.code().name}")
+                worked = False
+            if self._failures:
+                self.status.state = "backoff"
+                await asyncio.sleep(backoff_delay(self._failures))
+            elif not worked:
+                self.status.state = "idle"
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._poll_s)
+                except TimeoutError:
+                    pass
+
+    async def run_once(self) -> bool:
+        """Lease and process one batch; False when there was nothing to do."""
+        leased = await self._jobs.LeaseJobs(
+            jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EMBED, max_jobs=self._batch_size)
+        )
+        jobs = list(leased.jobs)
+        if not jobs:
+            return False
+        self.status.state = "busy"
+        try:
+            vectors = await self._provider.embed([job.content for job in jobs])
+        except ProviderUnavailable as exc:
+            await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[_lease(j) for j in jobs]))
+            self.status.released += len(jobs)
+            self._fail_round(str(exc))
+            self.health.state = "degraded"
+            self.health.last_error = str(exc)
+            self.health.checked_at = clock.now_text()
+            return True
+        except ProviderError as exc:
+            if len(jobs) > 1:  # find the input the provider rejects; embed the rest
+                for job in jobs:
+                    await self._embed_alone(job)
+                return True
+            await self._fail_jobs(jobs, str(exc))
+            return True
+        await self._complete(jobs, vectors)
+        return True
+
+    async def _embed_alone(self, job: jq.Job) -> None:
+        try:
+            [vector] = await self._provider.embed([job.content])
+        except ProviderUnavailable as exc:
+            await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[_lease(job)]))
+            self.status.released += 1
+            self._fail_round(str(exc))
+            return
+        except ProviderError as exc:
+            await self._fail_jobs([job], str(exc))
+            return
+        await self._complete([job], [vector])
+
+    async def _complete(self, jobs: list[jq.Job], vectors: list[list[float]]) -> None:
+        response = await self._jobs.CompleteEmbedJobs(
+            jq.CompleteEmbedJobsRequest(
+                model=self._provider.model,
+                results=[
+                    jq.EmbedResult(lease=_lease(job), content_hash=job.content_hash, vector=vector)
+                    for job, vector in zip(jobs, vectors, strict=True)
+                ],
+            )
+        )
+        done = sum(outcome == jq.LEASE_OUTCOME_OK for outcome in response.outcomes)
+        self.status.completed += done
+        self.status.last_batch_at = clock.now_text()
+        self._failures = 0
+        self.health.state = "available"
+        self.health.last_error = ""
+        self.health.checked_at = self.status.last_batch_at
+        if done < len(jobs):
+            log.warning("leases lost before completion", extra={"lost": len(jobs) - done})
+
+    async def _fail_jobs(self, jobs: list[jq.Job], error: str) -> None:
+        await self._jobs.FailJobs(
+            jq.FailJobsRequest(failures=[jq.JobFailure(lease=_lease(j), error=error) for j in jobs])
+        )
+        self.status.failed += len(jobs)
+        self.status.last_error = error
+        log.warning("embed jobs failed", extra={"jobs": len(jobs), "error": error})
+
+    def _fail_round(self, error: str) -> None:
+        self._failures += 1
+        self.status.last_error = error
+        log.warning(
+            "embedding worker backing off", extra={"error": error, "failures": self._failures}
+        )
+
+
+def _lease(job: jq.Job) -> jq.JobLease:
+    return jq.JobLease(job_id=job.id, lease_token=job.lease_token)

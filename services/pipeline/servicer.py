@@ -1,0 +1,88 @@
+"""PipelineService: translate proto <-> domain, nothing else."""
+
+from __future__ import annotations
+
+import grpc
+
+from engram.pipeline.v1 import pipeline_pb2 as pb
+from engram.pipeline.v1 import pipeline_pb2_grpc
+from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.v1 import job_queue_pb2_grpc
+from services.common.convert import timestamp_from_text
+from services.common.errors import EngramError, ErrorKind
+from services.pipeline.status import ProviderHealth, WorkerStatus
+
+_PROVIDER_STATES = {
+    "available": pb.PROVIDER_STATE_AVAILABLE,
+    "degraded": pb.PROVIDER_STATE_DEGRADED,
+    "disabled": pb.PROVIDER_STATE_DISABLED,
+}
+_WORKER_STATES = {
+    "idle": pb.WORKER_STATE_IDLE,
+    "busy": pb.WORKER_STATE_BUSY,
+    "backoff": pb.WORKER_STATE_BACKOFF,
+    "stopped": pb.WORKER_STATE_STOPPED,
+}
+
+
+class StoreUnavailable(EngramError):
+    kind = ErrorKind.UNAVAILABLE
+    reason = "STORE_UNAVAILABLE"
+
+
+class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
+    def __init__(
+        self,
+        jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
+        providers: list[ProviderHealth],
+        workers: list[WorkerStatus],
+    ) -> None:
+        self._jobs = jobs
+        self._providers = providers
+        self._workers = workers
+
+    async def GetStatus(
+        self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetStatusResponse:
+        try:
+            stats = await self._jobs.GetQueueStats(jq.GetQueueStatsRequest(), timeout=5)
+        except grpc.aio.AioRpcError as exc:
+            raise StoreUnavailable(
+                f"the store is unreachable for queue counts: {exc.code().name}"
+            ) from exc
+        return pb.GetStatusResponse(
+            queue=[
+                pb.QueueDepth(
+                    job_type=jq.JobType.Name(c.job_type).removeprefix("JOB_TYPE_").lower(),
+                    state=jq.JobStatus.Name(c.status).removeprefix("JOB_STATUS_").lower(),
+                    count=c.count,
+                )
+                for c in stats.counts
+            ],
+            providers=[
+                pb.ProviderStatus(
+                    role=p.role,
+                    kind=p.kind,
+                    model=p.model,
+                    state=_PROVIDER_STATES[p.state],
+                    last_error=p.last_error,
+                    check_time=timestamp_from_text(p.checked_at),
+                )
+                for p in self._providers
+            ],
+            workers=[
+                pb.WorkerStatus(
+                    name=w.name,
+                    state=_WORKER_STATES[w.state],
+                    completed_count=w.completed,
+                    failed_count=w.failed,
+                    released_count=w.released,
+                    last_error=w.last_error,
+                    last_batch_time=timestamp_from_text(w.last_batch_at),
+                )
+                for w in self._workers
+            ],
+            index_model=stats.index_model,
+            indexed_memory_count=stats.indexed_memory_count,
+            live_memory_count=stats.live_memory_count,
+        )

@@ -1,0 +1,136 @@
+"""Assemble and run the search service (read-only over the store's database)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from engram.search.v1 import search_pb2, search_pb2_grpc
+from engram.store.v1 import store_pb2_grpc
+from services.common.config import Config
+from services.common.db import ReadPool, open_read_only
+from services.common.providers.embedding import (
+    EmbeddingProvider,
+    LocalEmbedding,
+    embedding_provider,
+)
+from services.common.server import RunningServer, start_server
+from services.search import queries
+from services.search.access import AccessRecorder
+from services.search.embedder import QueryEmbedder
+from services.search.recall import Recaller, RecallParams
+from services.search.rerank import HttpReranker, Reranker
+from services.search.scoring import ScoringParams
+from services.search.servicer import SearchServicer
+
+log = logging.getLogger("engram.search")
+
+SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
+REQUIRED_SCHEMA_VERSION = 2
+
+
+def recall_params(config: Config) -> RecallParams:
+    pipeline = "memory.pipelineV2."
+    return RecallParams(
+        scoring=ScoringParams(
+            fusion=config["search.fusion"],
+            alpha=config["search.alpha"],
+            rrf_k=config["search.rrf_k"],
+            min_score=config["search.min_score"],
+            time_boost=config["search.time_boost"],
+            episode_weight=config["search.episode_weight"],
+            neighbor_weight=config["search.neighbor_weight"],
+            diversity_penalty=config["search.diversity_penalty"],
+        ),
+        channel_depth=config["search.channel_depth"],
+        vector_candidates=config["search.vector_candidates"],
+        reranker_top_n=config[pipeline + "rerankerTopN"],
+        reranker_timeout_s=config[pipeline + "rerankerTimeoutMs"] / 1000,
+    )
+
+
+async def wait_for_schema(path: str | Path, version: int, poll_s: float = 0.2) -> None:
+    """The store creates and migrates the file; wait for it rather than racing it."""
+    waited = 0.0
+    while True:
+        if Path(path).exists():
+            conn = open_read_only(path)
+            try:
+                if conn.execute(*queries.schema_version()).fetchone()[0] >= version:
+                    return
+            except Exception:  # no migrations table yet
+                pass
+            finally:
+                conn.close()
+        if waited == 0.0 or waited % 10 < poll_s:
+            log.info("waiting for the store to create the database", extra={"path": str(path)})
+        await asyncio.sleep(poll_s)
+        waited += poll_s
+
+
+@dataclass
+class SearchApp:
+    server: RunningServer
+    reads: ReadPool
+    access: AccessRecorder
+    channel: grpc.aio.Channel
+    provider: EmbeddingProvider
+    reranker: Reranker | None
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def stop(self, grace_seconds: float) -> None:
+        await self.server.stop(grace_seconds)
+        for task in self.background:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.access.stop()
+        await self.channel.close(None)
+        await self.reads.close()
+        await self.provider.close()
+        if self.reranker is not None:
+            await self.reranker.close()
+
+
+async def start_search(
+    config: Config, *, host: str | None = None, port: int | None = None
+) -> SearchApp:
+    path = config["storage.path"]
+    await wait_for_schema(path, REQUIRED_SCHEMA_VERSION)
+    reads = ReadPool(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
+    await reads.open()
+    provider = embedding_provider(config)
+    embedder = QueryEmbedder(provider, timeout_s=config["search.query_embedding_timeout_ms"] / 1000)
+    channel = grpc.aio.insecure_channel(config["clients.store_address"])
+    access = AccessRecorder(
+        store_pb2_grpc.MemoryStoreServiceStub(channel),
+        flush_interval_s=config["search.access_flush_ms"] / 1000,
+    )
+    reranker: Reranker | None = None
+    if config["memory.pipelineV2.rerankerEnabled"]:
+        reranker = HttpReranker(
+            config["providers.reranker.base_url"], config["memory.pipelineV2.rerankerModel"]
+        )
+    recaller = Recaller(reads, embedder, recall_params(config), reranker=reranker, access=access)
+    background: list[asyncio.Task[Any]] = []
+    if isinstance(provider, LocalEmbedding):  # load the model now, not on the first query
+        background.append(asyncio.create_task(provider.warm_up()))
+    server = await start_server(
+        host or config["server.host"],
+        config["server.ports.search"] if port is None else port,
+        [SERVICE_NAME],
+        lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(recaller), s),
+    )
+    access.start()
+    log.info("search serving", extra={"port": server.port, "path": str(path)})
+    return SearchApp(server, reads, access, channel, provider, reranker, background)

@@ -1,0 +1,267 @@
+"""Recall: the keyword and vector channels, then scoring (services.search.scoring).
+
+Both channels search one namespace with the filter applied inside their SQL,
+before any cut. Keyword scores use BM25 with the namespace's own statistics:
+FTS5 computes IDF over the whole index, which would let other tenants' data
+shape this tenant's ranking, so each term's IDF is recomputed over the
+searched collection (namespace + filter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.common import clock
+from services.common.db import ReadPool
+from services.common.errors import InvalidArgument
+from services.common.memory_filter import MemoryFilterSpec, check_filter
+from services.common.memory_record import MEMORY_TYPES, MemoryRecord
+from services.common.vectors import normalized_f32
+from services.search import queries
+from services.search.access import AccessRecorder
+from services.search.embedder import QueryEmbedder
+from services.search.rerank import Reranker, rerank_head
+from services.search.scoring import Candidate, ScoringParams, boost, fuse, select
+from services.search.text import keyword_terms, time_windows
+
+MAX_QUERY_CHARS = 2000
+MAX_LIMIT = 100
+DEFAULT_LIMIT = 10
+_NO_FILTER = MemoryFilterSpec()
+
+
+@dataclass(frozen=True)
+class RecallParams:
+    scoring: ScoringParams = field(default_factory=ScoringParams)
+    channel_depth: int = 100  # results kept from each channel
+    vector_candidates: int = 400  # Hamming first-pass size; 0 = exact float32 scan
+    reranker_top_n: int = 20
+    reranker_timeout_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class RecallHit:
+    memory: MemoryRecord
+    score: float
+    keyword_rank: int
+    keyword_score: float
+    vector_rank: int
+    vector_score: float
+    rerank_rank: int
+
+
+@dataclass(frozen=True)
+class RecallOutcome:
+    hits: list[RecallHit]
+    degraded: bool
+    warnings: list[str]
+
+
+def bm25_idf(collection_size: int, containing: int) -> float:
+    """FTS5's IDF, including its floor for terms in more than half the documents."""
+    idf = math.log((collection_size - containing + 0.5) / (containing + 0.5))
+    return idf if idf > 0 else 1e-6
+
+
+def check_recall_request(
+    query: str, limit: int, spec: MemoryFilterSpec
+) -> tuple[str, int, MemoryFilterSpec]:
+    if not query.strip():
+        raise InvalidArgument("query", "must not be empty")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidArgument("query", f"must be at most {MAX_QUERY_CHARS} characters")
+    if limit < 0 or limit > MAX_LIMIT:
+        raise InvalidArgument("limit", f"must be between 1 and {MAX_LIMIT}")
+    return query, limit or DEFAULT_LIMIT, check_filter(spec, MEMORY_TYPES)
+
+
+class Recaller:
+    def __init__(
+        self,
+        reads: ReadPool,
+        embedder: QueryEmbedder,
+        params: RecallParams,
+        *,
+        reranker: Reranker | None = None,
+        access: AccessRecorder | None = None,
+    ) -> None:
+        self._reads = reads
+        self._embedder = embedder
+        self._params = params
+        self._reranker = reranker
+        self._access = access
+
+    async def recall(
+        self, namespace: str, query: str, limit: int, spec: MemoryFilterSpec
+    ) -> RecallOutcome:
+        query, limit, spec = check_recall_request(query, limit, spec)
+        warnings: list[str] = []
+        embedding = asyncio.create_task(self._embedder.embed(query))
+        keyword = await self._keyword_channel(namespace, query, spec)
+        vector = await embedding
+        index = await self._reads.fetch_one(queries.index_model())
+        index_model = index[0] if index else ""
+        vectors_used = False
+        candidates: list[int] = []
+        if vector is None:
+            if self._embedder.enabled:
+                warnings.append(self._embedder.last_error or "query embedding unavailable")
+        elif index_model != self._embedder.provider.model:
+            warnings.append(
+                f"vector index holds {index_model or 'no'} vectors, queries use "
+                f"{self._embedder.provider.model}; keywords only"
+            )
+        else:
+            vectors_used = True
+            candidates = await self._vector_candidates(namespace, vector, index_model, spec)
+        pool = await self._pool(keyword, candidates, vector if vectors_used else None, index_model)
+        params = self._params.scoring
+        fused = fuse(pool, params, vectors_used)
+        windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
+        boost(fused, params, windows)
+        picked = select(fused, limit, params.diversity_penalty)
+        records = {
+            row["rowid"]: MemoryRecord.from_row(row)
+            for row in await self._reads.fetch_all(
+                queries.memories_by_rowid([c.rowid for c in picked])
+            )
+        }
+        picked = [c for c in picked if c.rowid in records]
+        rerank_ranks = await self._rerank(query, picked, records, warnings)
+        if rerank_ranks:
+            picked = [picked[i] for i in rerank_ranks]
+        hits = [
+            RecallHit(
+                memory=records[c.rowid],
+                score=c.score,
+                keyword_rank=c.keyword_rank,
+                keyword_score=c.keyword_score,
+                vector_rank=c.vector_rank,
+                vector_score=c.cosine or 0.0,
+                rerank_rank=position + 1 if rerank_ranks else 0,
+            )
+            for position, c in enumerate(picked)
+        ]
+        if self._access is not None and hits:
+            self._access.record(namespace, [h.memory.id for h in hits])
+        degraded = self._embedder.enabled and not vectors_used
+        return RecallOutcome(hits, degraded, warnings)
+
+    async def _keyword_channel(
+        self, namespace: str, query: str, spec: MemoryFilterSpec
+    ) -> list[tuple[int, float]]:
+        """(rowid, score) best first: BM25 summed over terms with namespace IDF."""
+        matches = [f'"{term}"' for term in keyword_terms(query)]
+        if not matches:
+            return []
+        collection, everything, *per_term = await asyncio.gather(
+            self._reads.fetch_one(queries.live_count(namespace, spec)),
+            self._reads.fetch_one(queries.live_count(None, _NO_FILTER)),
+            *(self._reads.fetch_all(queries.term_matches(m, namespace, spec)) for m in matches),
+        )
+        collection_size, index_size = collection[0], everything[0]
+        if collection_size == index_size:  # the collection is the whole index: FTS5's IDF is ours
+            global_counts = [len(rows) for rows in per_term]
+        else:
+            counted = await asyncio.gather(
+                *(self._reads.fetch_one(queries.term_document_count(m)) for m in matches)
+            )
+            global_counts = [row[0] for row in counted]
+        scores: dict[int, float] = defaultdict(float)
+        for rows, global_count in zip(per_term, global_counts, strict=True):
+            if not rows:
+                continue
+            factor = bm25_idf(collection_size, len(rows)) / bm25_idf(index_size, global_count)
+            for rowid, bm25 in rows:
+                scores[rowid] -= bm25 * factor
+        return heapq.nlargest(self._params.channel_depth, scores.items(), key=lambda item: item[1])
+
+    async def _vector_candidates(
+        self, namespace: str, vector: list[float], model: str, spec: MemoryFilterSpec
+    ) -> list[int]:
+        query_f32 = _query_f32(vector)
+        depth = self._params.channel_depth
+        if self._params.vector_candidates <= 0:
+            sql = queries.exact_vector_candidates(query_f32, model, namespace, spec, depth)
+        else:
+            size = max(self._params.vector_candidates, depth)
+            sql = queries.vector_candidates(query_f32, namespace, spec, size)
+        return [row[0] for row in await self._reads.fetch_all(sql)]
+
+    async def _pool(
+        self,
+        keyword: list[tuple[int, float]],
+        vector_candidates: list[int],
+        vector: list[float] | None,
+        model: str,
+    ) -> list[Candidate]:
+        """Keyword top ∪ vector top (by exact cosine), with what scoring needs."""
+        wanted = list(dict.fromkeys([r for r, _ in keyword] + vector_candidates))
+        if not wanted:
+            return []
+        rows = await self._reads.fetch_all(queries.pool_rows(wanted, model))
+        by_rowid = {row[0]: row for row in rows}
+        cosine: dict[int, float] = {}
+        if vector is not None:
+            embedded = [row for row in rows if row[2] is not None]
+            if embedded:
+                matrix = np.frombuffer(b"".join(row[2] for row in embedded), dtype=np.float32)
+                matrix = matrix.reshape(len(embedded), -1)
+                query = np.frombuffer(_query_f32(vector), dtype=np.float32)
+                for row, value in zip(embedded, (matrix @ query).tolist(), strict=True):
+                    cosine[row[0]] = float(value)
+        depth = self._params.channel_depth
+        vector_top = sorted(
+            (r for r in vector_candidates if r in cosine), key=lambda r: -cosine[r]
+        )[:depth]
+        candidates: dict[int, Candidate] = {}
+        for rank, (rowid, score) in enumerate(keyword, start=1):
+            candidates[rowid] = Candidate(rowid, keyword_rank=rank, keyword_score=score)
+        for rank, rowid in enumerate(vector_top, start=1):
+            candidates.setdefault(rowid, Candidate(rowid)).vector_rank = rank
+        for rowid, candidate in list(candidates.items()):
+            row = by_rowid.get(rowid)
+            if row is None:  # deleted between the channel query and now
+                del candidates[rowid]
+                continue
+            candidate.cosine = cosine.get(rowid)
+            candidate.event_time = row[1]
+            candidate.prev_rowid, candidate.next_rowid = row[3], row[4]
+        return list(candidates.values())
+
+    async def _rerank(
+        self,
+        query: str,
+        picked: Sequence[Candidate],
+        records: dict[int, MemoryRecord],
+        warnings: list[str],
+    ) -> list[int] | None:
+        if self._reranker is None or len(picked) < 2:
+            return None
+        documents = [records[c.rowid].content for c in picked]
+        head, warning = await rerank_head(
+            self._reranker,
+            query,
+            documents,
+            self._params.reranker_top_n,
+            self._params.reranker_timeout_s,
+        )
+        if warning:
+            warnings.append(warning)
+        if head is None:
+            return None
+        return head + list(range(len(head), len(picked)))
+
+
+def _query_f32(vector: Sequence[float]) -> bytes:
+    blob = normalized_f32(vector)
+    if blob is None:
+        raise ValueError("the embedding provider returned a zero or non-finite vector")
+    return blob

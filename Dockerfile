@@ -4,9 +4,10 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY gen ./gen
 COPY services ./services
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir torch==2.13.0 && pip install --no-cache-dir .
 ENV ENGRAM_SERVER__HOST=0.0.0.0 \
-    ENGRAM_STORAGE__PATH=/data/engram.db
+    ENGRAM_STORAGE__PATH=/data/engram.db \
+    HF_HUB_OFFLINE=1
 VOLUME ["/data"]
 ENTRYPOINT ["engram"]
 CMD ["serve", "store"]

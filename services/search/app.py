@@ -57,7 +57,7 @@ def recall_params(config: Config) -> RecallParams:
 
 async def wait_for_schema(path: str | Path, version: int, poll_s: float = 0.2) -> None:
     """The store creates and migrates the file; wait for it rather than racing it."""
-    waited = 0.0
+    announced = False
     while True:
         if Path(path).exists():
             conn = open_read_only(path)
@@ -68,10 +68,10 @@ async def wait_for_schema(path: str | Path, version: int, poll_s: float = 0.2) -
                 pass
             finally:
                 conn.close()
-        if waited == 0.0 or waited % 10 < poll_s:
+        if not announced:
             log.info("waiting for the store to create the database", extra={"path": str(path)})
+            announced = True
         await asyncio.sleep(poll_s)
-        waited += poll_s
 
 
 @dataclass

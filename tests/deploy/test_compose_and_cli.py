@@ -22,13 +22,20 @@ def test_compose_file_is_valid() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_compose_runs_the_store_with_a_volume_and_health_check() -> None:
+@pytest.mark.parametrize(
+    ("service", "port", "mounts_data"),
+    [("store", 50051, True), ("search", 50052, True), ("pipeline", 50053, False)],
+)
+def test_compose_runs_each_service_with_a_health_check(service: str, port: int, mounts_data: bool) -> None:
     document = yaml.safe_load((ROOT / "compose.yaml").read_text())
-    store = document["services"]["store"]
-    assert store["command"] == ["serve", "store"]
-    assert any(v.startswith("engram-data:/data") for v in store["volumes"])
-    assert store["healthcheck"]["test"][1:3] == ["engram", "health"]
-    assert "50051:50051" in store["ports"]
+    spec = document["services"][service]
+    assert spec["command"] == ["serve", service]
+    assert any(v.startswith("engram-data:/data") for v in spec["volumes"]) == mounts_data
+    assert spec["healthcheck"]["test"][1:4] == ["engram", "health", f"127.0.0.1:{port}"]
+    assert f"{port}:{port}" in spec["ports"]
+    if service != "store":
+        assert spec["depends_on"]["store"]["condition"] == "service_healthy"
+        assert spec["environment"]["ENGRAM_CLIENTS__STORE_ADDRESS"] == "store:50051"
 
 
 def test_example_configuration_is_valid() -> None:

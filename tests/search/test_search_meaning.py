@@ -1,0 +1,51 @@
+"""Recall by meaning with the real local model, end to end in one process:
+remember -> the pipeline embeds (all-MiniLM-L6-v2) -> recall finds a memory that
+shares no keyword with the query."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from recall_helpers import Stack, wait_for
+
+from engram.pipeline.v1 import pipeline_pb2
+
+MEMORIES = {
+    "dog": "Alice adopted a golden retriever puppy last spring",
+    "budget": "The quarterly budget meeting moved to Thursday",
+    "tea": "Bob prefers green tea over coffee",
+    "db": "The database server runs PostgreSQL 16",
+    "car": "Carol sold her old bicycle and bought an electric scooter",
+}
+
+
+def test_recall_finds_a_memory_by_meaning_with_no_shared_keyword(
+    local_embedding: Any, recall_stack: Callable[..., Stack]
+) -> None:
+    stack = recall_stack({"workers.embed.poll_ms": 50}, pipeline=True)
+    ids = {key: stack.remember(text).id for key, text in MEMORIES.items()}
+    wait_for(
+        lambda: stack.stats().indexed_memory_count == len(MEMORIES),
+        timeout=120,
+        what="every memory embedded by the pipeline",
+    )
+    assert stack.stats().index_model == "all-MiniLM-L6-v2"
+    assert stack.stats().index_dimensions == 384
+
+    response = stack.recall("Which animal does she own?")
+    assert not response.degraded, list(response.warnings)
+    best = response.results[0]
+    assert best.memory.id == ids["dog"]
+    assert best.keyword.rank == 0, "no keyword is shared"
+    assert best.vector.rank == 1
+
+    response = stack.recall("hot beverages someone likes to drink")
+    assert response.results[0].memory.id == ids["tea"]
+
+    status = stack.pipeline.GetStatus(pipeline_pb2.GetStatusRequest())
+    [provider] = status.providers
+    assert (provider.role, provider.kind, provider.model) == ("embedding", "local", "all-MiniLM-L6-v2")
+    assert provider.state == pipeline_pb2.PROVIDER_STATE_AVAILABLE
+    [worker] = status.workers
+    assert worker.completed_count == len(MEMORIES)

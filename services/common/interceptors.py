@@ -72,77 +72,96 @@ def status_for(error: EngramError) -> grpc.Status:
 
 
 class RequestInterceptor(grpc.aio.ServerInterceptor):
-    """Request id, access log and error mapping around every handler."""
+    """Request id, access log and error mapping around every handler.
+
+    Handlers are static per method, so each is wrapped once and reused; the
+    per-call state (the request id) is read from the call's own context.
+    """
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, Any] = {}
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        details: Any = handler_call_details
-        method: str = details.method
-        metadata = dict(details.invocation_metadata or ())
-        request_id = str(metadata.get(REQUEST_ID_KEY) or uuid.uuid4().hex)
+        method: str = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is None:
+            handler = await continuation(handler_call_details)
+            if handler is None:
+                return None
+            wrapped = self._wrapped[method] = _wrap(method, handler)
+        return wrapped
 
-        if handler.unary_unary or handler.stream_unary:
-            inner: Any = handler.unary_unary or handler.stream_unary
 
-            async def call(request: Any, context: Any) -> Any:
-                token = request_id_var.set(request_id)
-                started = time.perf_counter()
-                try:
-                    response = await inner(request, context)
-                    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
-                    _log_done(method, "OK", started)
-                    return response
-                except Exception as exc:
-                    await _abort(context, exc, method, started, request_id)
-                finally:
-                    request_id_var.reset(token)
+def _request_id(context: Any) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_KEY and value:
+            return str(value)
+    return uuid.uuid4().hex
 
-            factory = (
-                grpc.unary_unary_rpc_method_handler
-                if handler.unary_unary
-                else grpc.stream_unary_rpc_method_handler
-            )
-            return factory(
-                call,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
 
-        inner_stream: Any = handler.unary_stream or handler.stream_stream
+def _wrap(method: str, handler: Any) -> Any:
+    if handler.unary_unary or handler.stream_unary:
+        inner: Any = handler.unary_unary or handler.stream_unary
 
-        async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+        async def call(request: Any, context: Any) -> Any:
+            request_id = _request_id(context)
             token = request_id_var.set(request_id)
             started = time.perf_counter()
             try:
-                produced = inner_stream(request, context)
-                if hasattr(produced, "__aiter__"):
-                    async for item in produced:
-                        yield item
-                else:  # a coroutine that writes with context.write() (e.g. Health.Watch)
-                    await produced
+                response = await inner(request, context)
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                 _log_done(method, "OK", started)
+                return response
             except Exception as exc:
                 await _abort(context, exc, method, started, request_id)
             finally:
                 request_id_var.reset(token)
 
-        stream_factory = (
-            grpc.unary_stream_rpc_method_handler
-            if handler.unary_stream
-            else grpc.stream_stream_rpc_method_handler
+        factory = (
+            grpc.unary_unary_rpc_method_handler
+            if handler.unary_unary
+            else grpc.stream_unary_rpc_method_handler
         )
-        return stream_factory(
-            stream,
+        return factory(
+            call,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+    inner_stream: Any = handler.unary_stream or handler.stream_stream
+
+    async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
+        request_id = _request_id(context)
+        token = request_id_var.set(request_id)
+        started = time.perf_counter()
+        try:
+            produced = inner_stream(request, context)
+            if hasattr(produced, "__aiter__"):
+                async for item in produced:
+                    yield item
+            else:  # a coroutine that writes with context.write() (e.g. Health.Watch)
+                await produced
+            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+            _log_done(method, "OK", started)
+        except Exception as exc:
+            await _abort(context, exc, method, started, request_id)
+        finally:
+            request_id_var.reset(token)
+
+    stream_factory = (
+        grpc.unary_stream_rpc_method_handler
+        if handler.unary_stream
+        else grpc.stream_stream_rpc_method_handler
+    )
+    return stream_factory(
+        stream,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
 
 
 def _log_done(method: str, code: str, started: float) -> None:

@@ -1,0 +1,712 @@
+"""Store benchmarks: Remember and ImportMemories against their baselines.
+
+    .venv/bin/python bench/store_bench.py [--quick]
+
+One run measures, on the same machine:
+
+1. a bare grpc.aio echo server (separate process, unary bytes-in/bytes-out, no
+   interceptor, payload = a serialized RememberRequest, ~150 bytes) and
+2. Remember against a real store (`engram serve store`, separate process, fresh
+   data dir), every request with distinct content,
+   both at 1 and 32 callers in flight, closed loop, in alternating rounds
+   (echo, store, echo, ...) so outside load hits both sides alike;
+3. ImportMemories of N memories streamed in messages of 500 items to a fresh
+   store, against raw batched SQLite inserts of the same rows into a fresh
+   database with the store's schema.
+
+Prints a table, writes bench/results/store-<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from engram.store.v1 import store_pb2, store_pb2_grpc
+from services.common import clock
+from services.common.db import open_read_write
+from services.store import repository as repo
+from services.store.memories import JOB_TYPES_ON_CREATE
+from services.store.migrations import apply_migrations
+from services.store.rules import DEFAULT_ACTOR, draft_memory
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+ECHO_METHOD = "/bench.Echo/Echo"
+STORE_SERVICE = "engram.store.v1.MemoryStoreService"
+CONCURRENCY = (1, 32)
+IMPORT_MESSAGE_ITEMS = 500
+RAW_TRANSACTION_MEMORIES = 100
+REMEMBER_RATIO_TARGET = 0.60
+IMPORT_RATIO_TARGET = 0.50
+JOB_MAX_ATTEMPTS = 3  # memory.pipelineV2.workerMaxRetries default, as the store uses
+
+# ---- realistic, distinct content ----------------------------------------------------
+
+_TEMPLATES = (
+    "User {n} prefers dark mode in the editor and decided to use PostgreSQL for project {p}",
+    "Team {p} agreed to ship release 2.{n} on Friday once the staging smoke tests pass",
+    "Customer {n} reported that the export button is broken on Safari for workspace {p}",
+    "We learned that batch size {p} keeps the nightly job {n} under its memory limit",
+    "Always run the migration dry-run before deploying service {p} to region eu-{n}",
+    "Ticket {n}: the on-call rotation for project {p} moves to Tuesdays starting next month",
+)
+
+
+def content_for(n: int) -> str:
+    """Distinct for every n (the number is in the text), ~80-90 characters."""
+    return _TEMPLATES[n % len(_TEMPLATES)].format(n=n, p=n % 97 + 1)
+
+
+def remember_request(n: int, namespace: str = "bench") -> store_pb2.RememberRequest:
+    return store_pb2.RememberRequest(
+        namespace=namespace,
+        content=content_for(n),
+        tags=["bench", "load"],
+        who="bench-agent",
+        why="noted during a session",
+        source_type="benchmark",
+    )
+
+
+def import_item(n: int) -> store_pb2.ImportItem:
+    return store_pb2.ImportItem(
+        content=content_for(n), tags=["bench", "import"], who="bench-agent", source_type="benchmark"
+    )
+
+
+# ---- helpers ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_values:
+        return float("nan")
+    position = (len(sorted_values) - 1) * q
+    low = int(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def mount_of(path: Path) -> str:
+    """'device fstype' of the mount holding `path` (from /proc/mounts)."""
+    best, best_len = "unknown", -1
+    resolved = str(path.resolve())
+    with contextlib.suppress(OSError), open("/proc/mounts") as mounts:
+        for line in mounts:
+            parts = line.split()
+            if len(parts) < 3:
+                continue
+            mount_point = parts[1]
+            inside = resolved == mount_point or resolved.startswith(mount_point.rstrip("/") + "/")
+            if inside and len(mount_point) > best_len:
+                best, best_len = f"{parts[0]} {parts[2]}", len(mount_point)
+    return best
+
+
+def cpu_busy_percent(interval: float = 1.0) -> float:
+    """Share of all CPUs busy over `interval` seconds (from /proc/stat); nan elsewhere."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields[:8]) - idle, sum(fields[:8])
+
+    try:
+        busy0, total0 = sample()
+        time.sleep(interval)
+        busy1, total1 = sample()
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    return 100.0 * (busy1 - busy0) / max(total1 - total0, 1)
+
+
+def machine_info(tmp_root: Path) -> dict[str, Any]:
+    cpu_model = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    import pysqlite3.dbapi2 as sqlite3
+
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "grpcio": grpc.__version__,
+        "sqlite": sqlite3.sqlite_version,
+        "data_filesystem": mount_of(tmp_root),
+        "engram_env": {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith("ENGRAM_") and not any(w in k for w in ("KEY", "TOKEN", "SECRET"))
+        },
+    }
+
+
+class ServerProcess:
+    """A server in its own process; stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(
+                f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def stop(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=5)
+        finally:
+            self._log.close()
+
+
+async def wait_ready(
+    server: ServerProcess, channel: grpc.aio.Channel, health_service: str | None
+) -> None:
+    """channel_ready for the echo server; a SERVING health check for the store."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        server.check_alive()
+        try:
+            if health_service is None:
+                await asyncio.wait_for(channel.channel_ready(), timeout=0.5)
+                return
+            stub = health_pb2_grpc.HealthStub(channel)
+            reply = await stub.Check(
+                health_pb2.HealthCheckRequest(service=health_service), timeout=0.5
+            )
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except (TimeoutError, grpc.aio.AioRpcError):
+            pass
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"{server.name} not ready after 30 s:\n{server.log_tail()}")
+
+
+# ---- closed-loop load ---------------------------------------------------------------
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all threads (Linux /proc); nan elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+@dataclass
+class Window:
+    """One measured stretch of closed-loop load against one server."""
+
+    requests: int
+    seconds: float
+    server_cpu_s: float
+    client_cpu_s: float
+    latencies: list[float]
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+
+@dataclass
+class LoadResult:
+    concurrency: int
+    requests: int
+    seconds: float
+    rps: float  # median over rounds
+    rounds_rps: list[float]
+    p50_ms: float  # percentiles over every request of every round
+    p99_ms: float
+    mean_ms: float
+    max_ms: float
+    server_cpu_ms_per_request: float
+    client_cpu_ms_per_request: float
+
+
+@dataclass
+class Target:
+    """A server under load: how to call it (with a request number) and its pid."""
+
+    name: str
+    call: Callable[[int], Awaitable[Any]]
+    pid: int
+    counter: Iterator[int] = field(default_factory=itertools.count)
+
+
+async def closed_loop(target: Target, concurrency: int, seconds: float) -> Window:
+    """`concurrency` callers, each issuing its next call as soon as the last returns,
+    until `seconds` have passed; calls in flight at the deadline are still counted."""
+    latencies: list[float] = []
+    server_cpu = process_cpu_seconds(target.pid)
+    client_cpu = time.process_time()
+    started = time.perf_counter()
+    deadline = started + seconds
+
+    async def caller() -> None:
+        perf = time.perf_counter
+        record = latencies.append
+        while perf() < deadline:
+            n = next(target.counter)
+            t0 = perf()
+            await target.call(n)
+            record(perf() - t0)
+
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return Window(
+        requests=len(latencies),
+        seconds=time.perf_counter() - started,
+        server_cpu_s=process_cpu_seconds(target.pid) - server_cpu,
+        client_cpu_s=time.process_time() - client_cpu,
+        latencies=latencies,
+    )
+
+
+def summarize(concurrency: int, windows: list[Window]) -> LoadResult:
+    latencies = sorted(x for w in windows for x in w.latencies)
+    requests = len(latencies)
+    return LoadResult(
+        concurrency=concurrency,
+        requests=requests,
+        seconds=sum(w.seconds for w in windows),
+        rps=statistics.median(w.rps for w in windows),
+        rounds_rps=[round(w.rps, 1) for w in windows],
+        p50_ms=percentile(latencies, 0.50) * 1e3,
+        p99_ms=percentile(latencies, 0.99) * 1e3,
+        mean_ms=statistics.fmean(latencies) * 1e3,
+        max_ms=latencies[-1] * 1e3,
+        server_cpu_ms_per_request=sum(w.server_cpu_s for w in windows) / requests * 1e3,
+        client_cpu_ms_per_request=sum(w.client_cpu_s for w in windows) / requests * 1e3,
+    )
+
+
+@dataclass
+class Comparison:
+    results: dict[str, list[LoadResult]]  # target name -> one result per concurrency
+    ratios: list[float]  # per concurrency: median over rounds of second / first RPS
+    rounds_ratios: list[list[float]]
+
+
+async def compare(
+    first: Target, second: Target, warmup: float, rounds: int, round_seconds: float
+) -> Comparison:
+    """For each concurrency: warm both up, then alternate rounds (first, second, first,
+    ...), so a burst of outside load hits both sides instead of skewing one."""
+    results: dict[str, list[LoadResult]] = {first.name: [], second.name: []}
+    ratios: list[float] = []
+    rounds_ratios: list[list[float]] = []
+    for concurrency in CONCURRENCY:
+        windows: dict[str, list[Window]] = {first.name: [], second.name: []}
+        for target in (first, second):
+            await closed_loop(target, concurrency, warmup)
+        for _ in range(rounds):
+            for target in (first, second):
+                windows[target.name].append(await closed_loop(target, concurrency, round_seconds))
+        for target in (first, second):
+            results[target.name].append(summarize(concurrency, windows[target.name]))
+        paired = [
+            b.rps / a.rps for a, b in zip(windows[first.name], windows[second.name], strict=True)
+        ]
+        ratios.append(statistics.median(paired))
+        rounds_ratios.append([round(r, 3) for r in paired])
+    return Comparison(results, ratios, rounds_ratios)
+
+
+# ---- echo baseline ------------------------------------------------------------------
+
+
+async def serve_echo(port: int) -> None:
+    """The bare baseline: one generic unary method returning its request bytes."""
+
+    async def echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return request
+
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+            ),
+        )
+    )
+    if server.add_insecure_port(f"127.0.0.1:{port}") == 0:
+        raise OSError(f"cannot listen on 127.0.0.1:{port}")
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(1)
+
+
+# ---- store --------------------------------------------------------------------------
+
+
+def start_store(tmp: Path, name: str) -> tuple[ServerProcess, int]:
+    port = free_port()
+    data_dir = tmp / name
+    data_dir.mkdir()
+    engram = Path(sys.executable).parent / "engram"
+    argv = [str(engram), "serve", "store", "--port", str(port), "--data-dir", str(data_dir)]
+    return ServerProcess(f"store ({name})", argv, tmp / f"{name}.log"), port
+
+
+async def bench_unary(tmp: Path, warmup: float, rounds: int, round_seconds: float) -> Comparison:
+    """Echo baseline and store Remember, both servers up, measured in alternating rounds."""
+    echo_port = free_port()
+    echo_argv = [sys.executable, str(Path(__file__).resolve()), "--serve-echo", str(echo_port)]
+    servers = [ServerProcess("echo server", echo_argv, tmp / "echo.log")]
+    try:
+        store, store_port = start_store(tmp, "remember")
+        servers.append(store)
+        async with (
+            grpc.aio.insecure_channel(f"127.0.0.1:{echo_port}") as echo_channel,
+            grpc.aio.insecure_channel(f"127.0.0.1:{store_port}") as store_channel,
+        ):
+            await wait_ready(servers[0], echo_channel, None)
+            await wait_ready(store, store_channel, STORE_SERVICE)
+            method = echo_channel.unary_unary(
+                ECHO_METHOD, request_serializer=None, response_deserializer=None
+            )
+            stub = store_pb2_grpc.MemoryStoreServiceStub(store_channel)
+            deduplicated = 0
+
+            async def echo(n: int) -> None:
+                payload = remember_request(n).SerializeToString()
+                reply = await method(payload)
+                if len(reply) != len(payload):
+                    raise RuntimeError("echo returned a different payload")
+
+            async def remember(n: int) -> None:
+                nonlocal deduplicated
+                reply = await stub.Remember(remember_request(n))
+                deduplicated += reply.deduplicated
+
+            comparison = await compare(
+                Target("echo", echo, servers[0].proc.pid),
+                Target("remember", remember, store.proc.pid),
+                warmup,
+                rounds,
+                round_seconds,
+            )
+        if deduplicated:
+            raise RuntimeError(f"{deduplicated} Remember calls were deduplicated: content repeated")
+        return comparison
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@dataclass
+class ImportResult:
+    memories: int
+    seconds: float
+    memories_per_s: float
+    created: int
+
+
+async def bench_import(tmp: Path, count: int) -> ImportResult:
+    server, port = start_store(tmp, "import")
+    # Build every message up front so the timed window is the RPC alone.
+    messages = [
+        store_pb2.ImportMemoriesRequest(
+            namespace="bench",
+            items=[import_item(n) for n in range(start, min(start + IMPORT_MESSAGE_ITEMS, count))],
+        )
+        for start in range(0, count, IMPORT_MESSAGE_ITEMS)
+    ]
+    try:
+        options = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+            await wait_ready(server, channel, STORE_SERVICE)
+            stub = store_pb2_grpc.MemoryStoreServiceStub(channel)
+
+            async def stream() -> AsyncIterator[store_pb2.ImportMemoriesRequest]:
+                for message in messages:
+                    yield message
+
+            started = time.perf_counter()
+            reply = await stub.ImportMemories(stream())
+            elapsed = time.perf_counter() - started
+        if reply.created_count != count or reply.failed_count:
+            raise RuntimeError(
+                f"import created {reply.created_count} of {count} "
+                f"({reply.deduplicated_count} deduplicated, {reply.failed_count} failed)"
+            )
+        return ImportResult(count, elapsed, count / elapsed, reply.created_count)
+    finally:
+        server.stop()
+
+
+def raw_rows(count: int) -> list[tuple[dict[str, Any], tuple[Any, ...], list[tuple[Any, ...]]]]:
+    """The rows the store would write for the same import items: memory, history, jobs."""
+    at = clock.now_text()
+    rows = []
+    for n in range(count):
+        item = import_item(n)
+        draft = draft_memory(
+            namespace="bench",
+            content=item.content,
+            memory_type="",
+            importance=None,
+            tags=item.tags,
+            pinned=False,
+            who=item.who,
+            why="",
+            source_type=item.source_type,
+            source_id="",
+            event_time=None,
+        )
+        memory_id = repo.new_id()
+        memory = {
+            "id": memory_id,
+            "namespace": draft.namespace,
+            "content": draft.content.storage,
+            "normalized_content": draft.content.normalized,
+            "content_hash": draft.content.content_hash,
+            "type": draft.type,
+            "importance": draft.importance,
+            "tags": json.dumps(list(draft.tags)),
+            "pinned": int(draft.pinned),
+            "who": draft.who,
+            "why": draft.why,
+            "source_type": draft.source_type,
+            "source_id": draft.source_id,
+            "created_at": at,
+            "event_time": draft.event_time or at,
+        }
+        history = repo.history_row(
+            memory_id=memory_id,
+            namespace=draft.namespace,
+            event="created",
+            old_content=None,
+            new_content=draft.content.storage,
+            actor=draft.who or DEFAULT_ACTOR,
+            reason=draft.why or "remember",
+            metadata={"version": 1, "type": draft.type},
+            at=at,
+        )
+        jobs = [
+            repo.job_row(draft.namespace, memory_id, job_type, JOB_MAX_ATTEMPTS, at)
+            for job_type in JOB_TYPES_ON_CREATE
+        ]
+        rows.append((memory, history, jobs))
+    return rows
+
+
+def bench_raw_sqlite(tmp: Path, count: int) -> ImportResult:
+    """Batched executemany inserts, 100 memories per BEGIN IMMEDIATE/COMMIT,
+    synchronous FULL, same schema and triggers. Rows are built before timing."""
+    rows = raw_rows(count)
+    path = tmp / "raw" / "engram.db"
+    conn = open_read_write(path, synchronous="FULL")
+    try:
+        apply_migrations(conn)
+        started = time.perf_counter()
+        for start in range(0, count, RAW_TRANSACTION_MEMORIES):
+            chunk = rows[start : start + RAW_TRANSACTION_MEMORIES]
+            conn.execute("BEGIN IMMEDIATE")
+            repo.insert_memories(conn, [memory for memory, _, _ in chunk])
+            repo.insert_history(conn, [history for _, history, _ in chunk])
+            repo.enqueue_jobs(conn, [job for _, _, jobs in chunk for job in jobs])
+            conn.execute("COMMIT")
+        elapsed = time.perf_counter() - started
+        created = conn.execute("SELECT count(*) FROM memories").fetchone()[0]
+        # external-content FTS: count what the trigger indexed, not the content table
+        fts = conn.execute("SELECT count(*) FROM memories_fts_docsize").fetchone()[0]
+        jobs = conn.execute("SELECT count(*) FROM memory_jobs").fetchone()[0]
+    finally:
+        conn.close()
+    if created != count or fts != count or jobs != 2 * count:
+        raise RuntimeError(f"raw insert wrote {created} memories, {fts} fts rows, {jobs} jobs")
+    return ImportResult(count, elapsed, count / elapsed, created)
+
+
+# ---- report -------------------------------------------------------------------------
+
+
+def table(unary: Comparison, imported: ImportResult, raw: ImportResult) -> str:
+    head = f"{'RPS':>7}{'p50 ms':>8}{'p99 ms':>8}{'cpu ms':>8}"
+    lines = [
+        f"{'Unary, closed loop':<19}| {'echo baseline':^31} | {'store Remember':^31} | ratio",
+        f"{'callers in flight':<19}| {head} | {head} | RPS",
+    ]
+
+    def cells(r: LoadResult) -> str:
+        return f"{r.rps:>7.0f}{r.p50_ms:>8.2f}{r.p99_ms:>8.2f}{r.server_cpu_ms_per_request:>8.3f}"
+
+    for e, r, ratio in zip(
+        unary.results["echo"], unary.results["remember"], unary.ratios, strict=True
+    ):
+        lines.append(f"{e.concurrency:<19}| {cells(e)} | {cells(r)} | {ratio:.2f}")
+    lines += [
+        "RPS = median over rounds; ratio = median of per-round Remember/echo RPS;",
+        "cpu ms = server process CPU time (all threads) per request.",
+        "",
+        f"{'ImportMemories':<26}{'memories':>10}{'seconds':>9}{'memories/s':>12}",
+        f"{'raw SQLite (100/txn)':<26}{raw.memories:>10}{raw.seconds:>9.2f}{raw.memories_per_s:>12.0f}",
+        f"{'store ImportMemories':<26}{imported.memories:>10}{imported.seconds:>9.2f}"
+        f"{imported.memories_per_s:>12.0f}",
+        f"{'ratio store / raw':<26}{'':>10}{'':>9}{imported.memories_per_s / raw.memories_per_s:>12.2f}",
+    ]
+    return "\n".join(lines)
+
+
+def load_text(load: tuple[float, float, float]) -> str:
+    return " ".join(f"{x:.2f}" for x in load)
+
+
+async def run(args: argparse.Namespace) -> int:
+    quick = args.quick
+    warmup = args.warmup if args.warmup is not None else (0.5 if quick else 2.0)
+    rounds = args.rounds if args.rounds is not None else (3 if quick else 5)
+    round_seconds = (
+        args.round_seconds if args.round_seconds is not None else (1.0 if quick else 2.0)
+    )
+    count = args.import_count if args.import_count is not None else (4000 if quick else 20000)
+    stamp = datetime.now(UTC)
+    tmp_root = Path(args.tmp_dir) if args.tmp_dir else Path(tempfile.gettempdir())
+    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-", dir=tmp_root))
+    info = machine_info(tmp)
+    load_start = os.getloadavg()
+    busy_start = cpu_busy_percent()
+    print(
+        f"engram store bench  {stamp.isoformat(timespec='seconds')}  nproc={info['nproc']}  "
+        f"python {info['python']}  grpcio {info['grpcio']}  sqlite {info['sqlite']}\n"
+        f"cpu: {info['cpu_model']}  data: {tmp} ({info['data_filesystem']})\n"
+        f"mode: {'quick' if quick else 'normal'}  per level: warm-up {warmup:g} s, "
+        f"{rounds} rounds x {round_seconds:g} s each side; import {count} memories\n"
+        f"before start: CPU busy {busy_start:.0f}% over 1 s, load average {load_text(load_start)}",
+        flush=True,
+    )
+    if busy_start > 10:
+        print("warning: something else is using the CPU; results will be noisy", flush=True)
+    try:
+        print("echo baseline vs Remember ...", flush=True)
+        unary = await bench_unary(tmp, warmup, rounds, round_seconds)
+        print("raw SQLite inserts ...", flush=True)
+        raw = bench_raw_sqlite(tmp, count)
+        print("ImportMemories ...", flush=True)
+        imported = await bench_import(tmp, count)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    load_end = os.getloadavg()
+
+    remember_ratio = unary.ratios[CONCURRENCY.index(32)]
+    import_ratio = imported.memories_per_s / raw.memories_per_s
+    print()
+    print(table(unary, imported, raw))
+    print()
+    verdict = [
+        ("Remember RPS / echo RPS at 32 in flight", remember_ratio, REMEMBER_RATIO_TARGET),
+        ("ImportMemories / raw SQLite memories/s", import_ratio, IMPORT_RATIO_TARGET),
+    ]
+    for label, value, target in verdict:
+        status = "MET" if value >= target else "NOT MET"
+        print(f"{label}: {value:.2f} (target >= {target:.2f}) {status}")
+
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"store-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
+    report = {
+        "timestamp": stamp.isoformat(),
+        "mode": "quick" if quick else "normal",
+        "machine": info,
+        "load_average": {"start": list(load_start), "end": list(load_end)},
+        "cpu_busy_percent_before_start": busy_start,
+        "settings": {
+            "warmup_s": warmup,
+            "rounds": rounds,
+            "round_seconds": round_seconds,
+            "concurrency": list(CONCURRENCY),
+            "import_count": count,
+            "import_message_items": IMPORT_MESSAGE_ITEMS,
+            "raw_transaction_memories": RAW_TRANSACTION_MEMORIES,
+            "payload_bytes": len(remember_request(0).SerializeToString()),
+        },
+        "echo": [asdict(r) for r in unary.results["echo"]],
+        "remember": [asdict(r) for r in unary.results["remember"]],
+        "remember_vs_echo_rounds": unary.rounds_ratios,
+        "import": {"store": asdict(imported), "raw_sqlite": asdict(raw)},
+        "ratios": {"remember_vs_echo_at_32": remember_ratio, "import_vs_raw": import_ratio},
+        "targets": {
+            "remember_vs_echo_at_32": REMEMBER_RATIO_TARGET,
+            "import_vs_raw": IMPORT_RATIO_TARGET,
+        },
+    }
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"load average at end: {load_text(load_end)}")
+    print(f"results: {out.relative_to(ROOT)}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Engram store benchmarks")
+    parser.add_argument("--quick", action="store_true", help="short run (~30 s)")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds per level")
+    parser.add_argument("--round-seconds", type=float, default=None, help="seconds per round")
+    parser.add_argument("--warmup", type=float, default=None, help="warm-up seconds per level")
+    parser.add_argument("--import-count", type=int, default=None, help="memories to import")
+    parser.add_argument("--tmp-dir", default=None, help="where the databases go (default: $TMPDIR)")
+    parser.add_argument("--keep", action="store_true", help="keep the data dirs and server logs")
+    parser.add_argument(
+        "--serve-echo", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS
+    )
+    args = parser.parse_args()
+    if args.serve_echo is not None:
+        asyncio.run(serve_echo(args.serve_echo))
+        return 0
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -32,10 +32,9 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parent.parent / "gen"),
 ]
 
-from suite import ROOT, running_suite  # noqa: E402
-
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402
+from suite import ROOT, running_suite  # noqa: E402
 
 DEFAULT_INPUT = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

@@ -186,7 +186,9 @@ def ollama_server(embed: Embed, model: str = "fake-embed") -> ScriptedHttpServer
             texts = [texts]
         if not isinstance(texts, list):
             return Reply(400, {"error": "input is required"})
-        return Reply(200, {"model": body.get("model"), "embeddings": [list(embed(t)) for t in texts]})
+        return Reply(
+            200, {"model": body.get("model"), "embeddings": [list(embed(t)) for t in texts]}
+        )
 
     return ScriptedHttpServer(
         {

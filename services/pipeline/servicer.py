@@ -9,7 +9,6 @@ from engram.pipeline.v1 import pipeline_pb2_grpc
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
 from services.common.convert import timestamp_from_text
-from services.common.errors import EngramError, ErrorKind
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
 _PROVIDER_STATES = {
@@ -23,11 +22,6 @@ _WORKER_STATES = {
     "backoff": pb.WORKER_STATE_BACKOFF,
     "stopped": pb.WORKER_STATE_STOPPED,
 }
-
-
-class StoreUnavailable(EngramError):
-    kind = ErrorKind.UNAVAILABLE
-    reason = "STORE_UNAVAILABLE"
 
 
 class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
@@ -44,21 +38,13 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
     async def GetStatus(
         self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetStatusResponse:
+        stats: jq.GetQueueStatsResponse | None = None
+        store_error = ""
         try:
             stats = await self._jobs.GetQueueStats(jq.GetQueueStatsRequest(), timeout=5)
         except grpc.aio.AioRpcError as exc:
-            raise StoreUnavailable(
-                f"the store is unreachable for queue counts: {exc.code().name}"
-            ) from exc
-        return pb.GetStatusResponse(
-            queue=[
-                pb.QueueDepth(
-                    job_type=jq.JobType.Name(c.job_type).removeprefix("JOB_TYPE_").lower(),
-                    state=jq.JobStatus.Name(c.status).removeprefix("JOB_STATUS_").lower(),
-                    count=c.count,
-                )
-                for c in stats.counts
-            ],
+            store_error = f"{exc.code().name}: {exc.details()}"
+        response = pb.GetStatusResponse(
             providers=[
                 pb.ProviderStatus(
                     role=p.role,
@@ -82,7 +68,19 @@ class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
                 )
                 for w in self._workers
             ],
-            index_model=stats.index_model,
-            indexed_memory_count=stats.indexed_memory_count,
-            live_memory_count=stats.live_memory_count,
+            store_available=stats is not None,
+            store_error=store_error,
         )
+        if stats is not None:
+            response.queue.extend(
+                pb.QueueDepth(
+                    job_type=jq.JobType.Name(c.job_type).removeprefix("JOB_TYPE_").lower(),
+                    state=jq.JobStatus.Name(c.status).removeprefix("JOB_STATUS_").lower(),
+                    count=c.count,
+                )
+                for c in stats.counts
+            )
+            response.index_model = stats.index_model
+            response.indexed_memory_count = stats.indexed_memory_count
+            response.live_memory_count = stats.live_memory_count
+        return response

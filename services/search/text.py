@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import contextlib
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -190,29 +191,37 @@ DAY_TOLERANCE = timedelta(days=3)
 
 def time_windows(query: str) -> list[tuple[datetime, datetime]]:
     """Half-open UTC windows for explicit dates in the query: a day (±3 days),
-    a month, or a year. The most specific reading of each phrase wins."""
+    a month, or a year. The most specific reading of each phrase wins; dates
+    that cannot exist ("31 February", "December 9999") are just words."""
     windows: list[tuple[datetime, datetime]] = []
-    text = query
 
-    def add_day(year: int, month: int, day: int) -> None:
+    def add(start: tuple[int, int, int], end: tuple[int, int, int], margin: timedelta) -> None:
+        with contextlib.suppress(ValueError, OverflowError):
+            windows.append(
+                (datetime(*start, tzinfo=UTC) - margin, datetime(*end, tzinfo=UTC) + margin)
+            )
+
+    def day_after(year: int, month: int, day: int) -> tuple[int, int, int]:
         try:
-            moment = datetime(year, month, day, tzinfo=UTC)
-        except ValueError:
-            return
-        windows.append((moment - DAY_TOLERANCE, moment + timedelta(days=1) + DAY_TOLERANCE))
+            following = datetime(year, month, day) + timedelta(days=1)
+        except (ValueError, OverflowError):
+            return (0, 0, 0)  # not a date: `add` drops it
+        return (following.year, following.month, following.day)
 
+    text = query
     for match in _DAY_MONTH_YEAR.finditer(text):
-        add_day(int(match[3]), _MONTHS[match[2].lower()], int(match[1]))
+        year, month, day = int(match[3]), _MONTHS[match[2].lower()], int(match[1])
+        add((year, month, day), day_after(year, month, day), DAY_TOLERANCE)
     text = _DAY_MONTH_YEAR.sub(" ", text)
     for match in _MONTH_DAY_YEAR.finditer(text):
-        add_day(int(match[3]), _MONTHS[match[1].lower()], int(match[2]))
+        year, month, day = int(match[3]), _MONTHS[match[1].lower()], int(match[2])
+        add((year, month, day), day_after(year, month, day), DAY_TOLERANCE)
     text = _MONTH_DAY_YEAR.sub(" ", text)
     for match in _MONTH_YEAR.finditer(text):
         year, month = int(match[2]), _MONTHS[match[1].lower()]
-        end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
-        windows.append((datetime(year, month, 1, tzinfo=UTC), end))
+        add((year, month, 1), (year + (month == 12), month % 12 + 1, 1), timedelta(0))
     text = _MONTH_YEAR.sub(" ", text)
     for match in _YEAR.finditer(text):
         year = int(match[1])
-        windows.append((datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC)))
+        add((year, 1, 1), (year + 1, 1, 1), timedelta(0))
     return windows

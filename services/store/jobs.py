@@ -67,6 +67,8 @@ def retry_delay_ms(attempts: int) -> float:
 
 
 def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
+    if len(vector) % 8:  # the sign-bit index packs 8 dimensions per byte
+        raise InvalidArgument(field, "dimensions must be a multiple of 8")
     blob = normalized_f32(vector)
     if blob is None:
         raise InvalidArgument(field, "must be a non-empty, finite, non-zero vector")
@@ -255,14 +257,16 @@ class JobQueue:
                     f"the vector index has {current[1]} dimensions, not {dims}",
                     reason="EMBEDDING_DIMENSIONS_MISMATCH",
                 )
-            if dims is not None and current[1] is None:
-                repo.set_index_model(conn, model, dims, at)
+            dimensions_fixed = current[1] is not None
             outcomes = []
             for result, blob in prepared:
                 job = repo.leased_job(conn, result.job_id, result.lease_token)
                 outcomes.append(job is not None)
                 if job is None:
                     continue
+                if not dimensions_fixed:  # the first vector the index accepts sets its size
+                    repo.set_index_model(conn, model, len(result.vector), at)
+                    dimensions_fixed = True
                 repo.upsert_embedding(
                     conn, result.content_hash, model, blob, len(result.vector), at
                 )

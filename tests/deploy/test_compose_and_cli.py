@@ -26,7 +26,9 @@ def test_compose_file_is_valid() -> None:
     ("service", "port", "mounts_data"),
     [("store", 50051, True), ("search", 50052, True), ("pipeline", 50053, False)],
 )
-def test_compose_runs_each_service_with_a_health_check(service: str, port: int, mounts_data: bool) -> None:
+def test_compose_runs_each_service_with_a_health_check(
+    service: str, port: int, mounts_data: bool
+) -> None:
     document = yaml.safe_load((ROOT / "compose.yaml").read_text())
     spec = document["services"][service]
     assert spec["command"] == ["serve", service]

@@ -10,8 +10,8 @@ from typing import TypeVar
 
 import grpc
 import pytest
-from e2e_helpers import Launcher, ProcessHandle
 
+from e2e_helpers import Launcher, ProcessHandle
 from engram.store.v1 import store_pb2, store_pb2_grpc
 
 T = TypeVar("T")

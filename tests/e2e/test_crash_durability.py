@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-from e2e_helpers import Launcher
 
+from e2e_helpers import Launcher
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.db import open_read_only, open_read_write
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from e2e_helpers import Launcher, ProcessHandle
 
 SERVICE = "engram.store.v1.MemoryStoreService"
@@ -91,6 +92,7 @@ def test_list_of_the_service_shows_every_rpc(store: ProcessHandle) -> None:
             "ForgetMemories",
             "RecoverMemory",
             "ListMemoryHistory",
+            "RecordAccess",
         )
     }
 

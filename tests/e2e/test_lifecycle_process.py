@@ -17,6 +17,8 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from e2e_helpers import (
     REPO_ROOT,
     Launcher,
@@ -26,8 +28,6 @@ from e2e_helpers import (
     port_is_free,
     rpc_error_details,
 )
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
 from engram.store.v1 import store_pb2, store_pb2_grpc
 
 SERVICE = "engram.store.v1.MemoryStoreService"
@@ -213,12 +213,22 @@ def write_config(path: Path, text: str) -> Path:
     return path
 
 
+def suite_config(path: Path, store_port: int) -> Path:
+    """`engram up` starts every service: give each a free port so runs never collide."""
+    return write_config(
+        path,
+        f"server:\n  ports:\n    store: {store_port}\n    search: {free_port()}\n"
+        f"    pipeline: {free_port()}\n    maintenance: {free_port()}\n"
+        f"clients:\n  store_address: 127.0.0.1:{store_port}\n",
+    )
+
+
 @pytest.mark.parametrize("ctrl_c", ["signal-up-only", "signal-process-group"])
 def test_engram_up_with_config_file_serves_on_configured_port_and_exits_zero_on_sigint(
     launcher: Launcher, data_dir: Path, tmp_path: Path, ctrl_c: str
 ) -> None:
     port = free_port()
-    config = write_config(tmp_path / "engram.yaml", f"server:\n  ports:\n    store: {port}\n")
+    config = suite_config(tmp_path / "engram.yaml", port)
     up = launcher.spawn(
         engram_up_command("--config", str(config), "--data-dir", str(data_dir)), port=port
     )
@@ -245,8 +255,8 @@ def test_engram_up_with_config_file_serves_on_configured_port_and_exits_zero_on_
 def test_engram_up_without_config_serves_on_default_port_50051(
     launcher: Launcher, data_dir: Path
 ) -> None:
-    if not port_is_free(50051):
-        pytest.skip("port 50051 is in use on this machine")
+    if not all(port_is_free(p) for p in (50051, 50052, 50053)):
+        pytest.skip("a default port (50051-50053) is in use on this machine")
     up = launcher.spawn(engram_up_command("--data-dir", str(data_dir)), port=50051)
     up.wait_ready()
     response = up.stub().Remember(store_pb2.RememberRequest(content="default port"), timeout=10)
@@ -274,7 +284,7 @@ def test_engram_up_exits_nonzero_when_the_store_cannot_bind_its_port(
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        config = write_config(tmp_path / "engram.yaml", f"server:\n  ports:\n    store: {port}\n")
+        config = suite_config(tmp_path / "engram.yaml", port)
         up = launcher.spawn(engram_up_command("--config", str(config), "--data-dir", str(data_dir)))
         code = up.wait_exit(timeout=STARTUP_FAILURE_TIMEOUT_S)
     assert code == 1, up.log()
@@ -292,12 +302,16 @@ def test_engram_up_exits_nonzero_when_its_store_dies(
     launcher: Launcher, data_dir: Path, tmp_path: Path
 ) -> None:
     port = free_port()
-    config = write_config(tmp_path / "engram.yaml", f"server:\n  ports:\n    store: {port}\n")
+    config = suite_config(tmp_path / "engram.yaml", port)
     up = launcher.spawn(
         engram_up_command("--config", str(config), "--data-dir", str(data_dir)), port=port
     )
     up.wait_ready()
-    [store_pid] = child_pids(up.pid)
+    [store_pid] = [
+        pid
+        for pid in child_pids(up.pid)
+        if b"serve\x00store" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
     os.kill(store_pid, signal.SIGKILL)
     assert up.wait_exit(timeout=STARTUP_FAILURE_TIMEOUT_S) == 1, up.log()
     assert "store exited with -9" in up.log()

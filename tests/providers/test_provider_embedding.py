@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from http_fakes import Reply, ScriptedHttpServer, VectorBook, ollama_server, openai_server
 
+from http_fakes import Reply, ScriptedHttpServer, VectorBook, ollama_server, openai_server
 from services.common.config import ConfigError, load_config
 from services.common.providers.embedding import (
     LocalEmbedding,

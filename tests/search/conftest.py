@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from http_fakes import VectorBook, ollama_server
 from recall_helpers import QUERY_VECTOR, Stack, fake_embedding_overrides
 

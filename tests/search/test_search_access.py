@@ -6,10 +6,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+from engram.store.v1 import store_pb2
 from recall_helpers import Stack, ids, wait_for
 from store_helpers import rows
-
-from engram.store.v1 import store_pb2
 
 
 def fts_fingerprint(stack: Stack) -> str:

@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from recall_helpers import Stack, wait_for
-
 from engram.pipeline.v1 import pipeline_pb2
+from recall_helpers import Stack, wait_for
 
 MEMORIES = {
     "dog": "Alice adopted a golden retriever puppy last spring",
@@ -45,7 +44,11 @@ def test_recall_finds_a_memory_by_meaning_with_no_shared_keyword(
 
     status = stack.pipeline.GetStatus(pipeline_pb2.GetStatusRequest())
     [provider] = status.providers
-    assert (provider.role, provider.kind, provider.model) == ("embedding", "local", "all-MiniLM-L6-v2")
+    assert (provider.role, provider.kind, provider.model) == (
+        "embedding",
+        "local",
+        "all-MiniLM-L6-v2",
+    )
     assert provider.state == pipeline_pb2.PROVIDER_STATE_AVAILABLE
     [worker] = status.workers
     assert worker.completed_count == len(MEMORIES)

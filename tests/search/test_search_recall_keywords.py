@@ -13,13 +13,13 @@ from collections.abc import Callable
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
-from grpc_helpers import error_of
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from recall_helpers import Stack, ids
 
 from engram.common.v1 import memory_pb2
 from engram.search.v1 import search_pb2
+from grpc_helpers import error_of
+from recall_helpers import Stack, ids
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +184,10 @@ def _ts(seconds: int) -> timestamp_pb2.Timestamp:
         ({"query": "tea", "limit": 101}, "limit"),
         ({"query": "tea", "namespace": "no spaces allowed"}, "namespace"),
         ({"query": "tea", "namespace": "x" * 129}, "namespace"),
-        ({"query": "tea", "filter": memory_pb2.MemoryFilter(types=["nonsense"])}, "filter.types[0]"),
+        (
+            {"query": "tea", "filter": memory_pb2.MemoryFilter(types=["nonsense"])},
+            "filter.types[0]",
+        ),
         (
             {"query": "tea", "filter": memory_pb2.MemoryFilter(types=["fact", "bogus"])},
             "filter.types[1]",
@@ -193,8 +196,14 @@ def _ts(seconds: int) -> timestamp_pb2.Timestamp:
             {"query": "tea", "filter": memory_pb2.MemoryFilter(since=_ts(2000), until=_ts(1000))},
             "filter.since",
         ),
-        ({"query": "tea", "filter": memory_pb2.MemoryFilter(importance_min=1.5)}, "filter.importance_min"),
-        ({"query": "tea", "filter": memory_pb2.MemoryFilter(importance_min=-0.1)}, "filter.importance_min"),
+        (
+            {"query": "tea", "filter": memory_pb2.MemoryFilter(importance_min=1.5)},
+            "filter.importance_min",
+        ),
+        (
+            {"query": "tea", "filter": memory_pb2.MemoryFilter(importance_min=-0.1)},
+            "filter.importance_min",
+        ),
     ],
     ids=[
         "empty",

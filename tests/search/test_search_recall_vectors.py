@@ -17,12 +17,12 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_helpers import error_of
-from http_fakes import VectorBook, ollama_server
-from recall_helpers import Stack, fake_embedding_overrides, ids, timestamp, vec
 
 from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
+from grpc_helpers import error_of
+from http_fakes import VectorBook, ollama_server
+from recall_helpers import Stack, fake_embedding_overrides, ids, timestamp, vec
 
 SHALLOW = {"search.channel_depth": 10, "search.vector_candidates": 10}
 DECOYS = 12
@@ -153,9 +153,7 @@ def test_since_and_until_filters_apply_inside_both_channels(
     assert ids(since) == [late.id]
     until = stack.recall("zebra", limit=1, until=decoys[0].create_time)
     assert ids(until) == [early.id]
-    window = stack.recall(
-        "zebra", limit=100, since=decoys[0].create_time, until=late.create_time
-    )
+    window = stack.recall("zebra", limit=100, since=decoys[0].create_time, until=late.create_time)
     assert len(window.results) >= 10, "each channel keeps its ten best"
     assert set(ids(window)) <= {d.id for d in decoys}
 

@@ -103,13 +103,10 @@ def test_the_reranker_is_not_called_when_disabled(
     recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
 ) -> None:
     server = http_servers(rerank_server(score_by_content))
-    stack, _ = reranked_stack(
-        recall_stack, server, **{"memory.pipelineV2.rerankerEnabled": False}
-    )
+    stack, _ = reranked_stack(recall_stack, server, **{"memory.pipelineV2.rerankerEnabled": False})
     response = stack.recall("zebra")
     assert len(response.results) == 3
     assert [r.rerank_rank for r in response.results] == [0, 0, 0]
     assert server.requests == []
     fused = [r.memory.content for r in response.results]
     assert fused != list(RERANK_SCORES), "the reranked tests above really reorder"
-

@@ -13,11 +13,11 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_helpers import error_of
-from recall_helpers import DIM, MODEL, Stack, count, vec
 
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
+from grpc_helpers import error_of
+from recall_helpers import DIM, MODEL, Stack, count, vec
 
 EMBED, EXTRACT = jq.JOB_TYPE_EMBED, jq.JOB_TYPE_EXTRACT
 PENDING, LEASED, COMPLETED, DEAD = (
@@ -79,7 +79,9 @@ def fail(stack: Stack, jobs: list[jq.Job], error: str = "boom") -> jq.FailJobsRe
 
 def release(stack: Stack, jobs: list[jq.Job], token: str | None = None) -> list[int]:
     return list(
-        stack.jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[held(j, token) for j in jobs])).outcomes
+        stack.jobs.ReleaseJobs(
+            jq.ReleaseJobsRequest(leases=[held(j, token) for j in jobs])
+        ).outcomes
     )
 
 
@@ -241,8 +243,9 @@ def test_any_vector_length_is_either_indexed_or_refused_as_invalid(
         ([[float("nan")] * DIM], MODEL, "results[0].vector"),
         ([[float("inf")] + [0.0] * (DIM - 1)], MODEL, "results[0].vector"),
         ([[0.1] * DIM] * 501, MODEL, "results"),
+        ([[0.1] * DIM, [0.1] * (DIM * 2)], MODEL, "results"),
     ],
-    ids=["empty-model", "empty-vector", "zero-vector", "nan", "inf", "too-many"],
+    ids=["empty-model", "empty-vector", "zero-vector", "nan", "inf", "too-many", "mixed-sizes"],
 )
 def test_bad_embed_results_are_invalid_and_write_nothing(
     queue: Stack, results: list[list[float]], model: str, field: str
@@ -482,7 +485,7 @@ def test_a_store_with_embeddings_off_queues_nothing_new_on_restart(
     second = recall_stack({"providers.embedding.kind": "none"}, search=False)
     stats = second.stats()
     assert count(stats, EMBED, PENDING) == 0
-    assert stats.index_model == MODEL, "the index keeps its model while embeddings are off"
+    assert (stats.live_memory_count, stats.indexed_memory_count) == (1, 1)
 
 
 # ---- bad input ------------------------------------------------------------------------------
@@ -496,7 +499,10 @@ def test_a_store_with_embeddings_off_queues_nothing_new_on_restart(
         ({"job_type": EMBED, "max_jobs": -1}, "max_jobs"),
         ({"job_type": jq.JOB_TYPE_UNSPECIFIED, "max_jobs": 10}, "job_type"),
         ({"job_type": 42, "max_jobs": 10}, "job_type"),
-        ({"job_type": EMBED, "max_jobs": 10, "namespaces": ["ok", "bad namespace!"]}, "namespaces[1]"),
+        (
+            {"job_type": EMBED, "max_jobs": 10, "namespaces": ["ok", "bad namespace!"]},
+            "namespaces[1]",
+        ),
     ],
 )
 def test_bad_lease_requests_are_invalid_and_name_the_field(

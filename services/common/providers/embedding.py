@@ -183,16 +183,13 @@ class OpenAIEmbedding(_HttpEmbedding):
     async def embed(self, texts: list[str]) -> list[list[float]]:
         body = await self._post("/v1/embeddings", {"model": self.model, "input": texts})
         data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, list):
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
             raise ProviderUnavailable("openai embeddings response has no data list")
-        ordered = sorted(
-            data, key=lambda item: item.get("index", 0) if isinstance(item, dict) else 0
-        )
-        return _vectors(
-            [item.get("embedding") if isinstance(item, dict) else None for item in ordered],
-            len(texts),
-            self.kind,
-        )
+        indexes = sorted(item.get("index") for item in data if type(item.get("index")) is int)
+        if indexes != list(range(len(texts))) or len(data) != len(texts):
+            raise ProviderUnavailable("openai embeddings response has missing or invalid indexes")
+        by_index = {item["index"]: item.get("embedding") for item in data}
+        return _vectors([by_index[i] for i in range(len(texts))], len(texts), self.kind)
 
 
 def embedding_provider(config: Config) -> EmbeddingProvider:

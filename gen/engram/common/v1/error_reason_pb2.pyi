@@ -62,6 +62,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """INTERNAL: an unexpected server error; details are in the server log under
     the request id.
     """
+    ERROR_REASON_EMBEDDING_MODEL_MISMATCH: _ErrorReason.ValueType  # 14
+    """FAILED_PRECONDITION: vectors from a model other than the index's model."""
+    ERROR_REASON_EMBEDDING_DIMENSIONS_MISMATCH: _ErrorReason.ValueType  # 15
+    """FAILED_PRECONDITION: vectors whose dimensions differ from the index's."""
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -110,4 +114,8 @@ ERROR_REASON_INTERNAL: ErrorReason.ValueType  # 13
 """INTERNAL: an unexpected server error; details are in the server log under
 the request id.
 """
+ERROR_REASON_EMBEDDING_MODEL_MISMATCH: ErrorReason.ValueType  # 14
+"""FAILED_PRECONDITION: vectors from a model other than the index's model."""
+ERROR_REASON_EMBEDDING_DIMENSIONS_MISMATCH: ErrorReason.ValueType  # 15
+"""FAILED_PRECONDITION: vectors whose dimensions differ from the index's."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!engram/pipeline/v1/pipeline.proto\x12\x12\x65ngram.pipeline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n\x10GetStatusRequest\"<\n\nQueueDepth\x12\x10\n\x08job_type\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\"\xb1\x01\n\x0eProviderStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x30\n\x05state\x18\x04 \x01(\x0e\x32!.engram.pipeline.v1.ProviderState\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12.\n\ncheck_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdc\x01\n\x0cWorkerStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x05state\x18\x02 \x01(\x0e\x32\x1f.engram.pipeline.v1.WorkerState\x12\x17\n\x0f\x63ompleted_count\x18\x03 \x01(\x03\x12\x14\n\x0c\x66\x61iled_count\x18\x04 \x01(\x03\x12\x16\n\x0ereleased_count\x18\x05 \x01(\x03\x12\x12\n\nlast_error\x18\x06 \x01(\t\x12\x33\n\x0flast_batch_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xfa\x01\n\x11GetStatusResponse\x12-\n\x05queue\x18\x01 \x03(\x0b\x32\x1e.engram.pipeline.v1.QueueDepth\x12\x35\n\tproviders\x18\x02 \x03(\x0b\x32\".engram.pipeline.v1.ProviderStatus\x12\x31\n\x07workers\x18\x03 \x03(\x0b\x32 .engram.pipeline.v1.WorkerStatus\x12\x13\n\x0bindex_model\x18\x04 \x01(\t\x12\x1c\n\x14indexed_memory_count\x18\x05 \x01(\x03\x12\x19\n\x11live_memory_count\x18\x06 \x01(\x03*\x87\x01\n\rProviderState\x12\x1e\n\x1aPROVIDER_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18PROVIDER_STATE_AVAILABLE\x10\x01\x12\x1b\n\x17PROVIDER_STATE_DEGRADED\x10\x02\x12\x1b\n\x17PROVIDER_STATE_DISABLED\x10\x03*\x8d\x01\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11WORKER_STATE_IDLE\x10\x01\x12\x15\n\x11WORKER_STATE_BUSY\x10\x02\x12\x18\n\x14WORKER_STATE_BACKOFF\x10\x03\x12\x18\n\x14WORKER_STATE_STOPPED\x10\x04\x32k\n\x0fPipelineService\x12X\n\tGetStatus\x12$.engram.pipeline.v1.GetStatusRequest\x1a%.engram.pipeline.v1.GetStatusResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!engram/pipeline/v1/pipeline.proto\x12\x12\x65ngram.pipeline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n\x10GetStatusRequest\"<\n\nQueueDepth\x12\x10\n\x08job_type\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\"\xb1\x01\n\x0eProviderStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x30\n\x05state\x18\x04 \x01(\x0e\x32!.engram.pipeline.v1.ProviderState\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12.\n\ncheck_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdc\x01\n\x0cWorkerStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x05state\x18\x02 \x01(\x0e\x32\x1f.engram.pipeline.v1.WorkerState\x12\x17\n\x0f\x63ompleted_count\x18\x03 \x01(\x03\x12\x14\n\x0c\x66\x61iled_count\x18\x04 \x01(\x03\x12\x16\n\x0ereleased_count\x18\x05 \x01(\x03\x12\x12\n\nlast_error\x18\x06 \x01(\t\x12\x33\n\x0flast_batch_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa8\x02\n\x11GetStatusResponse\x12-\n\x05queue\x18\x01 \x03(\x0b\x32\x1e.engram.pipeline.v1.QueueDepth\x12\x35\n\tproviders\x18\x02 \x03(\x0b\x32\".engram.pipeline.v1.ProviderStatus\x12\x31\n\x07workers\x18\x03 \x03(\x0b\x32 .engram.pipeline.v1.WorkerStatus\x12\x13\n\x0bindex_model\x18\x04 \x01(\t\x12\x1c\n\x14indexed_memory_count\x18\x05 \x01(\x03\x12\x19\n\x11live_memory_count\x18\x06 \x01(\x03\x12\x17\n\x0fstore_available\x18\x07 \x01(\x08\x12\x13\n\x0bstore_error\x18\x08 \x01(\t*\x87\x01\n\rProviderState\x12\x1e\n\x1aPROVIDER_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18PROVIDER_STATE_AVAILABLE\x10\x01\x12\x1b\n\x17PROVIDER_STATE_DEGRADED\x10\x02\x12\x1b\n\x17PROVIDER_STATE_DISABLED\x10\x03*\x8d\x01\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11WORKER_STATE_IDLE\x10\x01\x12\x15\n\x11WORKER_STATE_BUSY\x10\x02\x12\x18\n\x14WORKER_STATE_BACKOFF\x10\x03\x12\x18\n\x14WORKER_STATE_STOPPED\x10\x04\x32k\n\x0fPipelineService\x12X\n\tGetStatus\x12$.engram.pipeline.v1.GetStatusRequest\x1a%.engram.pipeline.v1.GetStatusResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.pipeline.v1.pipeline
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'P\001'
-  _globals['_PROVIDERSTATE']._serialized_start=829
-  _globals['_PROVIDERSTATE']._serialized_end=964
-  _globals['_WORKERSTATE']._serialized_start=967
-  _globals['_WORKERSTATE']._serialized_end=1108
+  _globals['_PROVIDERSTATE']._serialized_start=875
+  _globals['_PROVIDERSTATE']._serialized_end=1010
+  _globals['_WORKERSTATE']._serialized_start=1013
+  _globals['_WORKERSTATE']._serialized_end=1154
   _globals['_GETSTATUSREQUEST']._serialized_start=90
   _globals['_GETSTATUSREQUEST']._serialized_end=108
   _globals['_QUEUEDEPTH']._serialized_start=110
@@ -46,7 +46,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKERSTATUS']._serialized_start=353
   _globals['_WORKERSTATUS']._serialized_end=573
   _globals['_GETSTATUSRESPONSE']._serialized_start=576
-  _globals['_GETSTATUSRESPONSE']._serialized_end=826
-  _globals['_PIPELINESERVICE']._serialized_start=1110
-  _globals['_PIPELINESERVICE']._serialized_end=1217
+  _globals['_GETSTATUSRESPONSE']._serialized_end=872
+  _globals['_PIPELINESERVICE']._serialized_start=1156
+  _globals['_PIPELINESERVICE']._serialized_end=1263
 # @@protoc_insertion_point(module_scope)

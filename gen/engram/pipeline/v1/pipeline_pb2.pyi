@@ -231,12 +231,18 @@ class GetStatusResponse(_message.Message):
     INDEX_MODEL_FIELD_NUMBER: _builtins.int
     INDEXED_MEMORY_COUNT_FIELD_NUMBER: _builtins.int
     LIVE_MEMORY_COUNT_FIELD_NUMBER: _builtins.int
+    STORE_AVAILABLE_FIELD_NUMBER: _builtins.int
+    STORE_ERROR_FIELD_NUMBER: _builtins.int
     index_model: _builtins.str
     """The model whose vectors the search index holds."""
     indexed_memory_count: _builtins.int
     """Live memories with a vector in the index."""
     live_memory_count: _builtins.int
     """Live memories."""
+    store_available: _builtins.bool
+    """False when the store could not be reached; queue and index fields are then empty."""
+    store_error: _builtins.str
+    """Why the store could not be reached."""
     @_builtins.property
     def queue(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueDepth]:
         """Non-zero queue depths."""
@@ -258,10 +264,12 @@ class GetStatusResponse(_message.Message):
         index_model: _builtins.str = ...,
         indexed_memory_count: _builtins.int = ...,
         live_memory_count: _builtins.int = ...,
+        store_available: _builtins.bool = ...,
+        store_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["index_model", b"index_model", "indexed_memory_count", b"indexed_memory_count", "live_memory_count", b"live_memory_count", "providers", b"providers", "queue", b"queue", "workers", b"workers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index_model", b"index_model", "indexed_memory_count", b"indexed_memory_count", "live_memory_count", b"live_memory_count", "providers", b"providers", "queue", b"queue", "store_available", b"store_available", "store_error", b"store_error", "workers", b"workers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

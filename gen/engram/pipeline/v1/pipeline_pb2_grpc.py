@@ -53,10 +53,11 @@ class PipelineServiceServicer:
     """
 
     def GetStatus(self, request, context):
-        """Reports queue depths, provider health and worker state.
+        """Reports queue depths, provider health and worker state. When the store
+        cannot be reached the call still answers, with `store_available` false
+        and no queue counts: a status call is most needed when things are down.
 
-        Errors: UNAVAILABLE when the store cannot be reached for queue counts
-        (provider and worker state are still in the status message's details).
+        Errors: none.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -38,10 +38,11 @@ class PipelineServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> PipelineServiceAsyncStub: ...
     GetStatus: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.GetStatusRequest, _pipeline_pb2.GetStatusResponse]
-    """Reports queue depths, provider health and worker state.
+    """Reports queue depths, provider health and worker state. When the store
+    cannot be reached the call still answers, with `store_available` false
+    and no queue counts: a status call is most needed when things are down.
 
-    Errors: UNAVAILABLE when the store cannot be reached for queue counts
-    (provider and worker state are still in the status message's details).
+    Errors: none.
     """
 
 @_typing.type_check_only
@@ -54,10 +55,11 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetStatus: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.GetStatusRequest, _pipeline_pb2.GetStatusResponse]  # type: ignore[assignment]
-    """Reports queue depths, provider health and worker state.
+    """Reports queue depths, provider health and worker state. When the store
+    cannot be reached the call still answers, with `store_available` false
+    and no queue counts: a status call is most needed when things are down.
 
-    Errors: UNAVAILABLE when the store cannot be reached for queue counts
-    (provider and worker state are still in the status message's details).
+    Errors: none.
     """
 
 class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -73,10 +75,11 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _pipeline_pb2.GetStatusRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_pipeline_pb2.GetStatusResponse, _abc.Awaitable[_pipeline_pb2.GetStatusResponse]]:
-        """Reports queue depths, provider health and worker state.
+        """Reports queue depths, provider health and worker state. When the store
+        cannot be reached the call still answers, with `store_available` false
+        and no queue counts: a status call is most needed when things are down.
 
-        Errors: UNAVAILABLE when the store cannot be reached for queue counts
-        (provider and worker state are still in the status message's details).
+        Errors: none.
         """
 
 def add_PipelineServiceServicer_to_server(servicer: PipelineServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

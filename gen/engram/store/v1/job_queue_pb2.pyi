@@ -309,7 +309,9 @@ class EmbedResult(_message.Message):
 
     @_builtins.property
     def vector(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
-        """The vector; it is L2-normalised by the store."""
+        """The vector; it is L2-normalised by the store. Its dimensions must be a
+        multiple of 8 (the index keeps one sign bit per dimension).
+        """
 
     def __init__(
         self,

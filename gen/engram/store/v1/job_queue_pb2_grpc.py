@@ -120,8 +120,9 @@ class JobQueueServiceServicer:
         and the memory still has that content; if the content changed meanwhile a
         new embed job is queued.
 
-        Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty or
-        non-finite vector); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
+        Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty,
+        zero or non-finite vector, dimensions not a multiple of 8, mixed
+        dimensions in one call); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
         model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

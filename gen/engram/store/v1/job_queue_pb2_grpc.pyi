@@ -63,8 +63,9 @@ class JobQueueServiceStub:
     and the memory still has that content; if the content changed meanwhile a
     new embed job is queued.
 
-    Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty or
-    non-finite vector); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
+    Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty,
+    zero or non-finite vector, dimensions not a multiple of 8, mixed
+    dimensions in one call); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
     model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH).
     """
     FailJobs: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.FailJobsRequest, _job_queue_pb2.FailJobsResponse]
@@ -129,8 +130,9 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     and the memory still has that content; if the content changed meanwhile a
     new embed job is queued.
 
-    Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty or
-    non-finite vector); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
+    Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty,
+    zero or non-finite vector, dimensions not a multiple of 8, mixed
+    dimensions in one call); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
     model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH).
     """
     FailJobs: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.FailJobsRequest, _job_queue_pb2.FailJobsResponse]  # type: ignore[assignment]
@@ -210,8 +212,9 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         and the memory still has that content; if the content changed meanwhile a
         new embed job is queued.
 
-        Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty or
-        non-finite vector); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
+        Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty,
+        zero or non-finite vector, dimensions not a multiple of 8, mixed
+        dimensions in one call); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
         model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH).
         """
 

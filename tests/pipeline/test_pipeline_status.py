@@ -1,0 +1,173 @@
+"""The pipeline's embed worker and PipelineService/GetStatus, against a real
+store and a scripted Ollama server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from engram.pipeline.v1 import pipeline_pb2 as pb
+from engram.store.v1 import job_queue_pb2 as jq
+from http_fakes import Reply, Request, ScriptedHttpServer, VectorBook, ollama_server
+from recall_helpers import MODEL, Stack, count, fake_embedding_overrides, wait_for
+
+EMBED_PATH = "/api/embed"
+
+
+def status(stub: Any) -> pb.GetStatusResponse:
+    return stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+
+
+def depths(response: pb.GetStatusResponse) -> dict[tuple[str, str], int]:
+    return {(q.job_type, q.state): q.count for q in response.queue}
+
+
+def embed_batches(server: ScriptedHttpServer) -> list[list[str]]:
+    return [r.json["input"] for r in server.requests_to("POST", EMBED_PATH)]
+
+
+def test_status_shows_queue_depths_provider_and_worker(
+    recall_stack: Callable[..., Stack],
+    start_pipeline_server: Callable[..., Any],
+    http_servers: Callable[[Any], Any],
+) -> None:
+    server = http_servers(ollama_server(VectorBook()))
+    stack = recall_stack(fake_embedding_overrides(server.url), search=False)
+    for text in ("first memory", "second memory", "third memory"):
+        stack.remember(text)
+    _, pipeline = start_pipeline_server(stack.config)
+    wait_for(lambda: stack.stats().indexed_memory_count == 3, what="all embedded")
+    response = wait_for(
+        lambda: (s := status(pipeline)).workers[0].state == pb.WORKER_STATE_IDLE and s,
+        what="worker idle",
+    )
+    assert depths(response) == {("embed", "completed"): 3, ("extract", "pending"): 3}
+    [provider] = response.providers
+    assert (provider.role, provider.kind, provider.model) == ("embedding", "ollama", MODEL)
+    assert provider.state == pb.PROVIDER_STATE_AVAILABLE
+    assert provider.last_error == ""
+    [worker] = response.workers
+    assert worker.name == "embed"
+    assert (worker.completed_count, worker.failed_count, worker.released_count) == (3, 0, 0)
+    assert worker.HasField("last_batch_time")
+    assert response.index_model == MODEL
+    assert (response.indexed_memory_count, response.live_memory_count) == (3, 3)
+
+
+def test_the_embed_worker_embeds_in_batches_oldest_first(
+    recall_stack: Callable[..., Stack],
+    start_pipeline_server: Callable[..., Any],
+    http_servers: Callable[[Any], Any],
+) -> None:
+    server = http_servers(ollama_server(VectorBook()))
+    stack = recall_stack(
+        fake_embedding_overrides(server.url, **{"providers.embedding.batch_size": 3}),
+        search=False,
+    )
+    texts = [f"memory number {i}" for i in range(7)]
+    for text in texts:
+        stack.remember(text)
+    start_pipeline_server(stack.config)
+    wait_for(lambda: stack.stats().indexed_memory_count == 7, what="all embedded")
+    assert embed_batches(server) == [texts[0:3], texts[3:6], texts[6:7]]
+    for request in server.requests_to("POST", EMBED_PATH):
+        assert request.json["model"] == MODEL
+
+
+def test_memories_remembered_later_are_embedded_too(
+    recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    server = http_servers(ollama_server(VectorBook()))
+    stack = recall_stack(
+        fake_embedding_overrides(server.url, **{"workers.embed.poll_ms": 50}),
+        search=False,
+        pipeline=True,
+    )
+    wait_for(
+        lambda: status(stack.pipeline).workers[0].state == pb.WORKER_STATE_IDLE,
+        what="worker idle",
+    )
+    stack.remember("arrives while the worker waits")
+    wait_for(lambda: stack.stats().indexed_memory_count == 1, what="embedded")
+    stack.remember("and one more")
+    wait_for(lambda: stack.stats().indexed_memory_count == 2, what="embedded")
+    assert status(stack.pipeline).workers[0].completed_count == 2
+
+
+def test_a_rejected_input_fails_only_its_own_job(
+    recall_stack: Callable[..., Stack],
+    start_pipeline_server: Callable[..., Any],
+    http_servers: Callable[[Any], Any],
+) -> None:
+    server = http_servers(ollama_server(VectorBook()))
+    accept = server.routes[("POST", EMBED_PATH)]
+
+    def picky(request: Request) -> Reply:
+        if any("poison" in text for text in request.json["input"]):
+            return Reply(400, {"error": "input rejected by the model"})
+        return accept(request)
+
+    server.routes[("POST", EMBED_PATH)] = picky
+    stack = recall_stack(
+        fake_embedding_overrides(server.url, **{"memory.pipelineV2.workerMaxRetries": 1}),
+        search=False,
+    )
+    for text in ("good one", "poison pill", "good two"):
+        stack.remember(text)
+    _, pipeline = start_pipeline_server(stack.config)
+    wait_for(
+        lambda: count(stack.stats(), jq.JOB_TYPE_EMBED, jq.JOB_STATUS_DEAD) == 1,
+        what="the rejected job dead",
+    )
+    wait_for(lambda: stack.stats().indexed_memory_count == 2, what="the others embedded")
+    response = status(pipeline)
+    assert depths(response)[("embed", "dead")] == 1
+    assert depths(response)[("embed", "completed")] == 2
+    [worker] = response.workers
+    assert worker.failed_count == 1
+    assert "400" in worker.last_error
+    assert response.providers[0].state == pb.PROVIDER_STATE_AVAILABLE, "a rejection is no outage"
+
+
+def test_embeddings_off_disable_the_provider_and_stop_the_worker(
+    recall_stack: Callable[..., Stack],
+) -> None:
+    stack = recall_stack({"providers.embedding.kind": "none"}, search=False, pipeline=True)
+    stack.remember("keywords only")
+    response = wait_for(
+        lambda: (s := status(stack.pipeline)).workers[0].state == pb.WORKER_STATE_STOPPED and s,
+        what="worker stopped",
+    )
+    [provider] = response.providers
+    assert (provider.kind, provider.state) == ("none", pb.PROVIDER_STATE_DISABLED)
+    assert depths(response)[("embed", "pending")] == 1
+
+
+@pytest.fixture
+def orphan_pipeline(
+    make_config: Callable[..., Any],
+    start_pipeline_server: Callable[..., Any],
+    http_servers: Callable[[Any], Any],
+) -> Any:
+    """A pipeline whose store address has nobody listening."""
+    dead = http_servers(ScriptedHttpServer())
+    dead_address = f"127.0.0.1:{dead.port}"
+    dead.stop()
+    server = http_servers(ollama_server(VectorBook()))
+    config = make_config(
+        **fake_embedding_overrides(server.url), **{"clients.store_address": dead_address}
+    )
+    _, pipeline = start_pipeline_server(config)
+    return pipeline
+
+
+def test_status_without_the_store_still_describes_providers_and_workers(
+    orphan_pipeline: Any,
+) -> None:
+    response = status(orphan_pipeline)
+    assert not response.store_available and "UNAVAILABLE" in response.store_error
+    assert list(response.queue) == [] and response.live_memory_count == 0
+    assert [p.role for p in response.providers] == ["embedding"]
+    assert [w.name for w in response.workers] == ["embed"]

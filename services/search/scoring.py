@@ -73,13 +73,10 @@ def fuse(
 def boost(
     candidates: Sequence[Candidate], params: ScoringParams, windows: Sequence[tuple[str, str]]
 ) -> None:
-    """Set `score`: fused (shifted to start at 0) plus temporal and episodic boosts."""
-    if not candidates:
-        return
-    floor = min(c.fused for c in candidates)
+    """Set `score`: fused plus temporal and episodic boosts (absolute, not per-query)."""
     base: dict[int, float] = {}
     for c in candidates:
-        c.score = c.fused - floor
+        c.score = c.fused
         if windows and any(start <= c.event_time < end for start, end in windows):
             c.score += params.time_boost
             c.boosts["time"] = params.time_boost

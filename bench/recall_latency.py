@@ -63,7 +63,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import grpc  # noqa: E402
 import latency_data as data  # noqa: E402
-from suite import free_port, wait_serving  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from services.common.config import load_config  # noqa: E402
@@ -77,6 +76,7 @@ from services.search.app import recall_params  # noqa: E402
 from services.search.embedder import QueryEmbedder  # noqa: E402
 from services.search.recall import Recaller, RecallParams  # noqa: E402
 from services.search.text import keyword_terms  # noqa: E402
+from suite import free_port, wait_serving  # noqa: E402
 
 ROOT = data.ROOT
 CACHE = Path("/tmp/engram-latency")

@@ -41,17 +41,53 @@ def term_document_count(term_match: str) -> Query:
     return ("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [term_match])
 
 
-def term_matches(term_match: str, namespace: str, spec: MemoryFilterSpec) -> Query:
-    """Every live memory of the namespace (and filter) containing one term, with
-    FTS5's single-term BM25 (negative: lower is a stronger match)."""
-    clauses, params = filter_sql(spec, "m")
+def whole_index_keyword_top(match: str, limit: int) -> Query:
+    """FTS5's own BM25 ranking: right when the searched collection is the whole index."""
     return (
-        # CROSS JOIN keeps the FTS match as the outer loop (one pass over the
-        # term's doclist) instead of one FTS probe per namespace row.
-        "SELECT f.rowid, bm25(memories_fts) FROM memories_fts f "
-        "CROSS JOIN memories m ON m.rowid = f.rowid "
+        "SELECT rowid, -bm25(memories_fts) FROM memories_fts WHERE memories_fts MATCH ? "
+        "ORDER BY rank LIMIT ?",
+        [match, limit],
+    )
+
+
+def _term_rows(namespace: str, spec: MemoryFilterSpec) -> tuple[str, list[Any]]:
+    clauses, params = filter_sql(spec, "m")
+    # CROSS JOIN keeps the FTS match as the outer loop (one pass over the term's
+    # doclist) instead of one FTS probe per namespace row.
+    return (
+        "FROM memories_fts f CROSS JOIN memories m ON m.rowid = f.rowid "
         f"WHERE memories_fts MATCH ? AND m.namespace = ? AND m.is_deleted = 0{clauses}",
-        [term_match, namespace, *params],
+        [namespace, *params],
+    )
+
+
+def term_collection_count(term_match: str, namespace: str, spec: MemoryFilterSpec) -> Query:
+    """How many memories of the namespace (and filter) contain the term."""
+    rows, params = _term_rows(namespace, spec)
+    return (f"SELECT count(*) {rows}", [term_match, *params])
+
+
+def weighted_keyword_top(
+    weighted_terms: list[tuple[str, float]], namespace: str, spec: MemoryFilterSpec, limit: int
+) -> Query:
+    """BM25 re-weighted per term (FTS5's single-term score times the weight),
+    summed per memory and ranked, all inside SQLite."""
+    rows, params = _term_rows(namespace, spec)
+    if len(weighted_terms) == 1:  # (SQLite would flatten a one-part subquery, and bm25()
+        [(match, weight)] = weighted_terms  # cannot run inside the aggregate)
+        return (
+            f"SELECT f.rowid, -bm25(memories_fts) * ? AS score {rows} ORDER BY score DESC LIMIT ?",
+            [weight, match, *params, limit],
+        )
+    parts: list[str] = []
+    args: list[Any] = []
+    for match, weight in weighted_terms:
+        parts.append(f"SELECT f.rowid AS rowid, -bm25(memories_fts) * ? AS s {rows}")
+        args.extend([weight, match, *params])
+    return (
+        f"SELECT rowid, sum(s) AS score FROM ({' UNION ALL '.join(parts)}) "
+        "GROUP BY rowid ORDER BY score DESC LIMIT ?",
+        [*args, limit],
     )
 
 

@@ -10,9 +10,7 @@ searched collection (namespace + filter).
 from __future__ import annotations
 
 import asyncio
-import heapq
 import math
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -157,31 +155,41 @@ class Recaller:
     async def _keyword_channel(
         self, namespace: str, query: str, spec: MemoryFilterSpec
     ) -> list[tuple[int, float]]:
-        """(rowid, score) best first: BM25 summed over terms with namespace IDF."""
+        """(rowid, score) best first: BM25 with the searched collection's IDF."""
         matches = [f'"{term}"' for term in keyword_terms(query)]
         if not matches:
             return []
-        collection, everything, *per_term = await asyncio.gather(
+        depth = self._params.channel_depth
+        collection, everything = await asyncio.gather(
             self._reads.fetch_one(queries.live_count(namespace, spec)),
             self._reads.fetch_one(queries.live_count(None, _NO_FILTER)),
-            *(self._reads.fetch_all(queries.term_matches(m, namespace, spec)) for m in matches),
         )
         collection_size, index_size = collection[0], everything[0]
         if collection_size == index_size:  # the collection is the whole index: FTS5's IDF is ours
-            global_counts = [len(rows) for rows in per_term]
-        else:
-            counted = await asyncio.gather(
-                *(self._reads.fetch_one(queries.term_document_count(m)) for m in matches)
+            rows = await self._reads.fetch_all(
+                queries.whole_index_keyword_top(" OR ".join(matches), depth)
             )
-            global_counts = [row[0] for row in counted]
-        scores: dict[int, float] = defaultdict(float)
-        for rows, global_count in zip(per_term, global_counts, strict=True):
-            if not rows:
-                continue
-            factor = bm25_idf(collection_size, len(rows)) / bm25_idf(index_size, global_count)
-            for rowid, bm25 in rows:
-                scores[rowid] -= bm25 * factor
-        return heapq.nlargest(self._params.channel_depth, scores.items(), key=lambda item: item[1])
+            return [(row[0], row[1]) for row in rows]
+        in_collection = await asyncio.gather(
+            *(
+                self._reads.fetch_one(queries.term_collection_count(m, namespace, spec))
+                for m in matches
+            )
+        )
+        in_index = await asyncio.gather(
+            *(self._reads.fetch_one(queries.term_document_count(m)) for m in matches)
+        )
+        weighted = [
+            (match, bm25_idf(collection_size, local[0]) / bm25_idf(index_size, overall[0]))
+            for match, local, overall in zip(matches, in_collection, in_index, strict=True)
+            if local[0]
+        ]
+        if not weighted:
+            return []
+        rows = await self._reads.fetch_all(
+            queries.weighted_keyword_top(weighted, namespace, spec, depth)
+        )
+        return [(row[0], row[1]) for row in rows]
 
     async def _vector_candidates(
         self, namespace: str, vector: list[float], model: str, spec: MemoryFilterSpec

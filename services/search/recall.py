@@ -101,25 +101,18 @@ class Recaller:
     ) -> RecallOutcome:
         query, limit, spec = check_recall_request(query, limit, spec)
         warnings: list[str] = []
-        embedding = asyncio.create_task(self._embedder.embed(query))
-        keyword = await self._keyword_channel(namespace, query, spec)
-        vector = await embedding
-        index = await self._reads.fetch_one(queries.index_model())
-        index_model = index[0] if index else ""
-        vectors_used = False
-        candidates: list[int] = []
-        if vector is None:
-            if self._embedder.enabled:
-                warnings.append(self._embedder.last_error or "query embedding unavailable")
-        elif index_model != self._embedder.provider.model:
-            warnings.append(
-                f"vector index holds {index_model or 'no'} vectors, queries use "
-                f"{self._embedder.provider.model}; keywords only"
+        # The channels run side by side: SQLite releases the GIL while it works.
+        keyword_task = asyncio.create_task(self._keyword_channel(namespace, query, spec))
+        try:
+            vector, index_model, candidates = await self._vector_channel(
+                namespace, query, spec, warnings
             )
-        else:
-            vectors_used = True
-            candidates = await self._vector_candidates(namespace, vector, index_model, spec)
-        pool = await self._pool(keyword, candidates, vector if vectors_used else None, index_model)
+        except BaseException:
+            keyword_task.cancel()
+            raise
+        keyword = await keyword_task
+        vectors_used = vector is not None
+        pool = await self._pool(keyword, candidates, vector, index_model)
         params = self._params.scoring
         fused = fuse(pool, params, vectors_used)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
@@ -190,6 +183,31 @@ class Recaller:
             queries.weighted_keyword_top(weighted, namespace, spec, depth)
         )
         return [(row[0], row[1]) for row in rows]
+
+    async def _vector_channel(
+        self, namespace: str, query: str, spec: MemoryFilterSpec, warnings: list[str]
+    ) -> tuple[list[float] | None, str, list[int]]:
+        """(query vector, index model, candidate rowids); no vector when the channel
+        cannot run, with the reason in `warnings`."""
+        embedding = asyncio.create_task(self._embedder.embed(query))
+        index = await self._reads.fetch_one(queries.index_model())
+        vector = await embedding
+        index_model = index[0] if index else ""
+        if vector is None:
+            if self._embedder.enabled:
+                warnings.append(self._embedder.last_error or "query embedding unavailable")
+            return None, index_model, []
+        if index_model != self._embedder.provider.model:
+            warnings.append(
+                f"vector index holds {index_model or 'no'} vectors, queries use "
+                f"{self._embedder.provider.model}; keywords only"
+            )
+            return None, index_model, []
+        return (
+            vector,
+            index_model,
+            await self._vector_candidates(namespace, vector, index_model, spec),
+        )
 
     async def _vector_candidates(
         self, namespace: str, vector: list[float], model: str, spec: MemoryFilterSpec

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -157,21 +157,15 @@ class JobQueue:
         return await self._writer.submit(operation)
 
     async def renew(self, leases: Sequence[tuple[str, str]]) -> list[bool]:
-        _check_batch(len(leases), "leases")
-
-        def operation(conn: Any) -> list[bool]:
-            at = clock.now_text()
-            outcomes = []
-            for job_id, token in leases:
-                held = repo.leased_job(conn, job_id, token) is not None
-                if held:
-                    repo.renew_lease(conn, job_id, at)
-                outcomes.append(held)
-            return outcomes
-
-        return await self._writer.submit(operation)
+        return await self._for_held_leases(leases, repo.renew_lease)
 
     async def release(self, leases: Sequence[tuple[str, str]]) -> list[bool]:
+        return await self._for_held_leases(leases, repo.release_job)
+
+    async def _for_held_leases(
+        self, leases: Sequence[tuple[str, str]], action: Callable[[Any, str, str], None]
+    ) -> list[bool]:
+        """Apply `action(conn, job_id, now)` to each job still leased with its token."""
         _check_batch(len(leases), "leases")
 
         def operation(conn: Any) -> list[bool]:
@@ -180,7 +174,7 @@ class JobQueue:
             for job_id, token in leases:
                 held = repo.leased_job(conn, job_id, token) is not None
                 if held:
-                    repo.release_job(conn, job_id, at)
+                    action(conn, job_id, at)
                 outcomes.append(held)
             return outcomes
 

@@ -435,52 +435,21 @@ class MemoryStore:
     def _soft_delete(
         self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str
     ) -> None:
+        new_version = record.version + 1
         repo.update_memory(
             conn,
             record.id,
-            {"is_deleted": 1, "deleted_at": at, "version": record.version + 1, "updated_at": at},
+            {"is_deleted": 1, "deleted_at": at, "version": new_version, "updated_at": at},
         )
-        repo.insert_history(
-            conn,
-            [
-                repo.history_row(
-                    memory_id=record.id,
-                    namespace=record.namespace,
-                    event="deleted",
-                    old_content=record.content,
-                    new_content=None,
-                    actor=actor,
-                    reason=reason,
-                    metadata={
-                        "old_version": record.version,
-                        "new_version": record.version + 1,
-                        "hard": False,
-                    },
-                    at=at,
-                )
-            ],
+        _record_deletion(
+            conn, record, reason, actor, at, {"new_version": new_version, "hard": False}
         )
 
     def _hard_delete(
         self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str
     ) -> None:
         repo.hard_delete_memory(conn, record.id)
-        repo.insert_history(
-            conn,
-            [
-                repo.history_row(
-                    memory_id=record.id,
-                    namespace=record.namespace,
-                    event="deleted",
-                    old_content=record.content,
-                    new_content=None,
-                    actor=actor,
-                    reason=reason,
-                    metadata={"old_version": record.version, "hard": True},
-                    at=at,
-                )
-            ],
-        )
+        _record_deletion(conn, record, reason, actor, at, {"hard": True})
 
     async def forget(
         self,
@@ -609,6 +578,27 @@ class MemoryStore:
         if row is None:
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
         return MemoryRecord.from_row(row)
+
+
+def _record_deletion(
+    conn: Any, record: MemoryRecord, reason: str, actor: str, at: str, metadata: dict[str, Any]
+) -> None:
+    repo.insert_history(
+        conn,
+        [
+            repo.history_row(
+                memory_id=record.id,
+                namespace=record.namespace,
+                event="deleted",
+                old_content=record.content,
+                new_content=None,
+                actor=actor,
+                reason=reason,
+                metadata={"old_version": record.version, **metadata},
+                at=at,
+            )
+        ],
+    )
 
 
 @dataclass(frozen=True)

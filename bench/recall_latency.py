@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -125,8 +126,11 @@ def load_average() -> list[float]:
 
 class Floor:
     def __init__(self, path: Path, candidates: int) -> None:
+        self.path = path
         self.conn = open_read_only(path)
         self.candidates = candidates
+        self._second: Any = None
+        self._threads: ThreadPoolExecutor | None = None
 
     def vector(self, query_f32: bytes) -> list[int]:
         rows = self.conn.execute(
@@ -134,13 +138,35 @@ class Floor:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def run(self, query: str, query_f32: bytes | None) -> list[Any]:
+    def keyword(self, query: str, conn: Any = None) -> list[int]:
         terms = keyword_terms(query)
-        keyword: list[int] = []
-        if terms:
-            match = " OR ".join(f'"{t}"' for t in terms)
-            keyword = [r[0] for r in self.conn.execute(FLOOR_KEYWORD, (match,)).fetchall()]
+        if not terms:
+            return []
+        match = " OR ".join(f'"{t}"' for t in terms)
+        return [r[0] for r in (conn or self.conn).execute(FLOOR_KEYWORD, (match,)).fetchall()]
+
+    def run(self, query: str, query_f32: bytes | None) -> list[Any]:
+        keyword = self.keyword(query)
         vector = self.vector(query_f32) if query_f32 is not None else []
+        return self._merge(keyword, vector)
+
+    def run_parallel(self, query: str, query_f32: bytes) -> list[Any]:
+        """The same work, the FTS query on a second connection in a second thread
+        (SQLite releases the GIL), as recall overlaps its channels."""
+        if self._second is None:
+            self._second = open_read_only(self.path)
+            self._threads = ThreadPoolExecutor(1)
+        keyword = self._threads.submit(self.keyword, query, self._second)  # type: ignore[union-attr]
+        vector = self.vector(query_f32)
+        return self._merge(keyword.result(), vector)
+
+    def close(self) -> None:
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._second.close()
+        self.conn.close()
+
+    def _merge(self, keyword: list[int], vector: list[int]) -> list[Any]:
         merged: dict[int, None] = {}
         for pair in zip(keyword, vector, strict=False):
             merged.update(dict.fromkeys(pair))
@@ -222,7 +248,10 @@ async def measure_size(
     texts = [q["question"] for q in questions]
     vectors: dict[str, list[float]] = {}
     for q in [*warm, *questions]:  # fills the cached embedder
-        vectors[q["question"]] = await cached.embed(q["question"])  # type: ignore[assignment]
+        # (a query embedding slower than the 2 s timeout opens a 5 s circuit: wait it out)
+        while (vector := await cached.embed(q["question"])) is None:
+            await asyncio.sleep(6)
+        vectors[q["question"]] = vector
     blobs = {q: normalized_f32(v) for q, v in vectors.items()}
 
     # warm-up: the page cache, the model, every code path; also checks recall is hybrid
@@ -262,13 +291,14 @@ async def measure_size(
     result["hybrid_evidence_R@10"] = sum(hybrid_r10) / len(hybrid_r10) if hybrid_r10 else None
 
     # with embedding: every query embedded inside the timed call (recall and floor)
-    recall_ms, floor_ms, degraded = [], [], 0
+    recall_ms, floor_ms, embed_ms, degraded = [], [], [], 0
     for i, q in enumerate(questions):
         text = q["question"]
 
         async def run_floor(text: str = text) -> float:
             t0 = time.perf_counter()
             [vector] = await provider.embed([text])
+            embed_ms.append((time.perf_counter() - t0) * 1000)
             floor.run(text, normalized_f32(vector))
             return (time.perf_counter() - t0) * 1000
 
@@ -282,6 +312,7 @@ async def measure_size(
     result["with embedding"] = {
         "recall": summary(recall_ms),
         "floor": summary(floor_ms),
+        "query embedding alone (in the floor)": summary(embed_ms),
         "degraded_answers": degraded,
     }
     result["load_after"] = load_average()
@@ -293,7 +324,7 @@ async def measure_size(
     )
     if args.profile:
         result["profile"] = await profile(recaller, texts[: args.profile_queries])
-    floor.conn.close()
+    floor.close()
     await reads.close()
     return result
 
@@ -333,7 +364,7 @@ async def breakdown(
     stages = {name: summary(values) for name, values in staged.stages.items()}
     stages["fuse + boost + select"] = summary(scoring)
     stages["total"] = summary(totals)
-    # what the keyword channel reads: postings per query (rows its per-term SQL returns)
+    # what the keyword channel reads: postings per query (documents matching any term)
     postings: list[int] = []
     terms_per_query: list[int] = []
     for q in questions:
@@ -349,13 +380,18 @@ async def breakdown(
     sql_ms: list[float] = []
     fts_ms: list[float] = []
     ham_ms: list[float] = []
+    parallel_ms: list[float] = []
     for q in questions:
         terms = keyword_terms(q["question"])
         t0 = time.perf_counter()
-        for t in terms:
-            floor.conn.execute(*search_sql.term_matches(f'"{t}"', NS, NO_FILTER)).fetchall()
         floor.conn.execute(*search_sql.live_count(NS, NO_FILTER)).fetchone()
         floor.conn.execute(*search_sql.live_count(None, NO_FILTER)).fetchone()
+        if terms:  # one namespace is the whole index here: recall's ranked FTS query
+            floor.conn.execute(
+                *search_sql.whole_index_keyword_top(
+                    " OR ".join(f'"{t}"' for t in terms), params.channel_depth
+                )
+            ).fetchall()
         sql_ms.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
         if terms:
@@ -369,9 +405,13 @@ async def breakdown(
             )  # type: ignore[arg-type]
         ).fetchall()
         ham_ms.append((time.perf_counter() - t0) * 1000)
-    stages["keyword SQL alone (per-term queries + 2 counts, sequential)"] = summary(sql_ms)
+        t0 = time.perf_counter()
+        floor.run_parallel(q["question"], normalized_f32(vector))  # type: ignore[arg-type]
+        parallel_ms.append((time.perf_counter() - t0) * 1000)
+    stages["keyword SQL alone (2 counts + ranked FTS query, sequential)"] = summary(sql_ms)
     stages["floor FTS OR query alone"] = summary(fts_ms)
     stages["Hamming first-pass SQL alone"] = summary(ham_ms)
+    stages["floor with its FTS and vector SQL on 2 threads in parallel"] = summary(parallel_ms)
     return {
         "stages": stages,
         "keyword_terms_per_query": summary([float(x) for x in terms_per_query]),
@@ -548,7 +588,7 @@ async def measure_million(path: Path, vectors: list[list[float]], warm: int) -> 
             t0 = time.perf_counter()
             floor.vector(blob)  # type: ignore[arg-type]
             floor_ms.append((time.perf_counter() - t0) * 1000)
-    floor.conn.close()
+    floor.close()
     await reads.close()
     return {
         "db": str(path),
@@ -631,9 +671,12 @@ def print_details(results: dict[str, Any]) -> None:
         f"(calibration cos {data_info['calibration_cos']:.3f})"
     )
     for entry in results["sizes"]:
+        embed = entry["with embedding"]["query embedding alone (in the floor)"]
         print(
-            f"{entry['size']}: hybrid recall evidence R@10 {entry['hybrid_evidence_R@10']:.3f}; load "
-            f"{entry['load_before']} -> {entry['load_after']}; file {entry['db_bytes'] / 2**20:.0f} MiB"
+            f"{entry['size']} ({entry['real_vectors']} real vectors): hybrid recall evidence R@10 "
+            f"{entry['hybrid_evidence_R@10']:.3f}; MiniLM query embedding alone p50 {embed['p50']:.1f} "
+            f"p95 {embed['p95']:.1f} ms; load {entry['load_before']} -> {entry['load_after']}; "
+            f"file {entry['db_bytes'] / 2**20:.0f} MiB; page cache locked {entry['page_cache_locked']}"
         )
         quant = entry["quantisation"]
         print(
@@ -676,7 +719,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     provider = LocalEmbedding()
     await provider.warm_up()
     corpus = data.build_corpus(biggest)
-    vecs = data.corpus_vectors(provider, corpus, CACHE)
+    vecs = data.corpus_vectors(provider, corpus, CACHE, args.real_vectors)
     results: dict[str, Any] = {
         "command": " ".join(sys.argv),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -696,25 +739,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     picked = rng.sample(all_questions, args.queries + 20)
     warm, questions = picked[:20], picked[20:]
     for size in sizes:
-        path = CACHE / f"recall-{size}.db"
+        real = min(vecs.real, size)
+        path = CACHE / f"recall-{size}-r{real}.db"
         description = {
             "version": data.DATA_VERSION,
             "size": size,
+            "real_vectors": real,
             "noise_norm": round(vecs.noise_norm, 6),
         }
         if args.rebuild or not data.cached_db(path, description):
             print(f"building {path} ...", flush=True)
             seconds = await data.build_memory_db(path, corpus, vecs.memories, size, description)
             print(f"  built in {seconds:.0f} s", flush=True)
-        print(f"measuring {size} memories ...", flush=True)
-        entry = await measure_size(size, path, provider, questions, warm, args)
-        if size == biggest and args.grpc_queries:
-            print(f"gRPC sample at {size} ...", flush=True)
-            entry["grpc"] = grpc_sample(path, questions[: args.grpc_queries], warm)
+        lock = data.PageCacheLock([path] if args.lock_files else [])
+        try:
+            print(f"measuring {size} memories ...", flush=True)
+            entry = await measure_size(size, path, provider, questions, warm, args)
+            entry["real_vectors"] = real
+            entry["page_cache_locked"] = bool(lock.locked)
+            if size == biggest and args.grpc_queries:
+                print(f"gRPC sample at {size} ...", flush=True)
+                entry["grpc"] = grpc_sample(path, questions[: args.grpc_queries], warm)
+        finally:
+            lock.release()
         results["sizes"].append(entry)
     if args.million:
         path = CACHE / f"vectors-{args.million}.db"
-        base = np.concatenate([vecs.memories[: vecs.real], vecs.sentences])
+        # fixed whatever --real-vectors is: the first 10k memory vectors (all real) + sentences
+        base = np.concatenate([vecs.memories[: min(vecs.real, data.REAL_VECTORS)], vecs.sentences])
         description = {
             "version": data.DATA_VERSION,
             "size": args.million,
@@ -726,8 +778,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             seconds = data.build_vector_db(path, base, args.million, vecs.noise_norm, description)
             print(f"  built in {seconds:.0f} s", flush=True)
         print(f"measuring the vector channel at {args.million} ...", flush=True)
-        provider_vectors = [await QueryEmbedder(provider).embed(q["question"]) for q in picked]
-        entry = await measure_million(path, provider_vectors[: 20 + args.million_queries], 20)  # type: ignore[arg-type]
+        provider_vectors = await provider.embed([q["question"] for q in picked])
+        lock = data.PageCacheLock([path] if args.lock_files else [])
+        try:
+            entry = await measure_million(path, provider_vectors[: 20 + args.million_queries], 20)  # type: ignore[arg-type]
+        finally:
+            lock.release()
+        entry["page_cache_locked"] = bool(lock.locked)
         entry["size"] = args.million
         entry["vectors"] = (
             f"{args.million} vectors = normalize(u + e): u cycles over {len(base)} real MiniLM vectors "
@@ -762,6 +819,18 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the event-loop thread")
     parser.add_argument("--profile-queries", type=int, default=100)
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached databases")
+    parser.add_argument(
+        "--real-vectors",
+        type=int,
+        default=data.REAL_VECTORS,
+        help="memories embedded for real with MiniLM (later ones get derived vectors); cached",
+    )
+    parser.add_argument(
+        "--lock-files",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep the database file in the page cache (mmap + mlock) while measuring",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "recall_latency.json")
     args = parser.parse_args()
     results = asyncio.run(run(args))

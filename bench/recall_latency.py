@@ -213,7 +213,7 @@ async def timed_recall(recaller: Recaller, query: str) -> tuple[float, Any]:
 async def vector_top(recaller: Recaller, vector: list[float], k: int = 10) -> list[int]:
     """The vector channel's own ranking (first pass, then exact rescore), top k."""
     candidates = await recaller._vector_candidates(NS, vector, LOCAL_MODEL, NO_FILTER)
-    pool = await recaller._pool([], candidates, vector, LOCAL_MODEL)
+    pool = await recaller._pool(NS, [], candidates, vector, LOCAL_MODEL)
     ranked = sorted((c for c in pool if c.vector_rank), key=lambda c: c.vector_rank)
     return [c.rowid for c in ranked[:k]]
 
@@ -401,7 +401,7 @@ async def breakdown(
         t0 = time.perf_counter()
         floor.conn.execute(
             *search_sql.vector_candidates(
-                normalized_f32(vector), NS, NO_FILTER, params.vector_candidates
+                normalized_f32(vector), NS, NO_FILTER, params.vector_candidates, True
             )  # type: ignore[arg-type]
         ).fetchall()
         ham_ms.append((time.perf_counter() - t0) * 1000)
@@ -579,7 +579,7 @@ async def measure_million(path: Path, vectors: list[list[float]], warm: int) -> 
         t0 = time.perf_counter()
         candidates = await recaller._vector_candidates(NS, vector, LOCAL_MODEL, NO_FILTER)
         t1 = time.perf_counter()
-        await recaller._pool([], candidates, vector, LOCAL_MODEL)
+        await recaller._pool(NS, [], candidates, vector, LOCAL_MODEL)
         t2 = time.perf_counter()
         total.append((t2 - t0) * 1000)
         first_pass.append((t1 - t0) * 1000)

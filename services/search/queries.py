@@ -36,6 +36,26 @@ def live_count(namespace: str | None, spec: MemoryFilterSpec) -> Query:
     )
 
 
+def namespace_is_whole_index(namespace: str) -> Query:
+    """True when every live memory is in this namespace (index seeks, not counts)."""
+    other = "SELECT 1 FROM memories WHERE namespace {op} ? AND +is_deleted = 0"
+    return (
+        f"SELECT NOT EXISTS ({other.format(op='<')}) AND NOT EXISTS ({other.format(op='>')})",
+        [namespace, namespace],
+    )
+
+
+def adjacent_pairs(namespace: str, pairs: Sequence[tuple[int, int]]) -> Query:
+    """The (lower, higher) rowid pairs with no live memory of the namespace between them."""
+    values = ", ".join("(?, ?)" for _ in pairs)
+    return (
+        f"WITH p(a, b) AS (VALUES {values}) SELECT a, b FROM p WHERE NOT EXISTS ("
+        "SELECT 1 FROM memories m WHERE m.namespace = ? AND m.is_deleted = 0 "
+        "AND m.rowid > p.a AND m.rowid < p.b)",
+        [*(x for pair in pairs for x in pair), namespace],
+    )
+
+
 def term_document_count(term_match: str) -> Query:
     """Documents containing a term across the whole index (FTS5's own statistic)."""
     return ("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [term_match])
@@ -92,10 +112,15 @@ def weighted_keyword_top(
 
 
 def vector_candidates(
-    query_bits_f32: bytes, namespace: str, spec: MemoryFilterSpec, limit: int
+    query_bits_f32: bytes, namespace: str, spec: MemoryFilterSpec, limit: int, whole_index: bool
 ) -> Query:
     """First pass: Hamming distance between sign-bit vectors (sqlite-vec)."""
     distance = "vec_distance_hamming(vec_bit(v.bits), vec_quantize_binary(vec_f32(?)))"
+    if whole_index and spec.is_empty():  # a plain scan beats one index lookup per row
+        return (
+            f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v ORDER BY d LIMIT ?",
+            [query_bits_f32, limit],
+        )
     if spec.is_empty():
         return (
             f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v "
@@ -126,15 +151,11 @@ def exact_vector_candidates(
 
 
 def pool_rows(rowids: Sequence[int], model: str) -> Query:
-    """Pool members with what fusion needs: event time, insertion neighbours and
-    the exact vector (NULL when not embedded)."""
+    """Pool members with what fusion needs: event time and the exact vector
+    (NULL when not embedded)."""
     marks = ", ".join("?" * len(rowids))
     return (
-        "SELECT m.rowid, m.event_time, e.vector, "
-        "(SELECT p.rowid FROM memories p WHERE p.namespace = m.namespace "
-        " AND p.is_deleted = 0 AND p.rowid < m.rowid ORDER BY p.rowid DESC LIMIT 1) AS prev_rowid, "
-        "(SELECT n.rowid FROM memories n WHERE n.namespace = m.namespace "
-        " AND n.is_deleted = 0 AND n.rowid > m.rowid ORDER BY n.rowid LIMIT 1) AS next_rowid "
+        "SELECT m.rowid, m.event_time, e.vector "
         "FROM memories m LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
         # `+m.is_deleted` keeps the planner on the rowid lookups.
         f"WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0",

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -101,18 +103,23 @@ class Recaller:
     ) -> RecallOutcome:
         query, limit, spec = check_recall_request(query, limit, spec)
         warnings: list[str] = []
+        whole_index = spec.is_empty() and bool(
+            (await self._reads.fetch_one(queries.namespace_is_whole_index(namespace)))[0]
+        )
         # The channels run side by side: SQLite releases the GIL while it works.
-        keyword_task = asyncio.create_task(self._keyword_channel(namespace, query, spec))
+        keyword_task = asyncio.create_task(
+            self._keyword_channel(namespace, query, spec, whole_index)
+        )
         try:
             vector, index_model, candidates = await self._vector_channel(
-                namespace, query, spec, warnings
+                namespace, query, spec, whole_index, warnings
             )
         except BaseException:
             keyword_task.cancel()
             raise
         keyword = await keyword_task
         vectors_used = vector is not None
-        pool = await self._pool(keyword, candidates, vector, index_model)
+        pool = await self._pool(namespace, keyword, candidates, vector, index_model)
         params = self._params.scoring
         fused = fuse(pool, params, vectors_used)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
@@ -146,23 +153,23 @@ class Recaller:
         return RecallOutcome(hits, degraded, warnings)
 
     async def _keyword_channel(
-        self, namespace: str, query: str, spec: MemoryFilterSpec
+        self, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
     ) -> list[tuple[int, float]]:
         """(rowid, score) best first: BM25 with the searched collection's IDF."""
         matches = [f'"{term}"' for term in keyword_terms(query)]
         if not matches:
             return []
         depth = self._params.channel_depth
+        if whole_index:  # the collection is the whole index: FTS5's IDF is ours
+            rows = await self._reads.fetch_all(
+                queries.whole_index_keyword_top(" OR ".join(matches), depth)
+            )
+            return [(row[0], row[1]) for row in rows]
         collection, everything = await asyncio.gather(
             self._reads.fetch_one(queries.live_count(namespace, spec)),
             self._reads.fetch_one(queries.live_count(None, _NO_FILTER)),
         )
         collection_size, index_size = collection[0], everything[0]
-        if collection_size == index_size:  # the collection is the whole index: FTS5's IDF is ours
-            rows = await self._reads.fetch_all(
-                queries.whole_index_keyword_top(" OR ".join(matches), depth)
-            )
-            return [(row[0], row[1]) for row in rows]
         in_collection = await asyncio.gather(
             *(
                 self._reads.fetch_one(queries.term_collection_count(m, namespace, spec))
@@ -185,7 +192,12 @@ class Recaller:
         return [(row[0], row[1]) for row in rows]
 
     async def _vector_channel(
-        self, namespace: str, query: str, spec: MemoryFilterSpec, warnings: list[str]
+        self,
+        namespace: str,
+        query: str,
+        spec: MemoryFilterSpec,
+        whole_index: bool,
+        warnings: list[str],
     ) -> tuple[list[float] | None, str, list[int]]:
         """(query vector, index model, candidate rowids); no vector when the channel
         cannot run, with the reason in `warnings`."""
@@ -206,11 +218,16 @@ class Recaller:
         return (
             vector,
             index_model,
-            await self._vector_candidates(namespace, vector, index_model, spec),
+            await self._vector_candidates(namespace, vector, index_model, spec, whole_index),
         )
 
     async def _vector_candidates(
-        self, namespace: str, vector: list[float], model: str, spec: MemoryFilterSpec
+        self,
+        namespace: str,
+        vector: list[float],
+        model: str,
+        spec: MemoryFilterSpec,
+        whole_index: bool = False,
     ) -> list[int]:
         query_f32 = _query_f32(vector)
         depth = self._params.channel_depth
@@ -218,11 +235,12 @@ class Recaller:
             sql = queries.exact_vector_candidates(query_f32, model, namespace, spec, depth)
         else:
             size = max(self._params.vector_candidates, depth)
-            sql = queries.vector_candidates(query_f32, namespace, spec, size)
+            sql = queries.vector_candidates(query_f32, namespace, spec, size, whole_index)
         return [row[0] for row in await self._reads.fetch_all(sql)]
 
     async def _pool(
         self,
+        namespace: str,
         keyword: list[tuple[int, float]],
         vector_candidates: list[int],
         vector: list[float] | None,
@@ -259,8 +277,26 @@ class Recaller:
                 continue
             candidate.cosine = cosine.get(rowid)
             candidate.event_time = row[1]
-            candidate.prev_rowid, candidate.next_rowid = row[3], row[4]
+        await self._link_neighbours(namespace, candidates)
         return list(candidates.values())
+
+    async def _link_neighbours(self, namespace: str, candidates: dict[int, Candidate]) -> None:
+        """Set prev/next between pool members of one episode that are adjacent in
+        the namespace's insertion order (the only neighbours scoring uses)."""
+        episodes: dict[str, list[int]] = defaultdict(list)
+        for rowid, candidate in candidates.items():
+            episodes[candidate.event_time].append(rowid)
+        pairs = [p for rowids in episodes.values() for p in pairwise(sorted(rowids))]
+        adjacent = {(a, b) for a, b in pairs if b == a + 1}
+        gapped = [(a, b) for a, b in pairs if b != a + 1]
+        for start in range(0, len(gapped), 400):
+            rows = await self._reads.fetch_all(
+                queries.adjacent_pairs(namespace, gapped[start : start + 400])
+            )
+            adjacent.update((row[0], row[1]) for row in rows)
+        for a, b in adjacent:
+            candidates[a].next_rowid = b
+            candidates[b].prev_rowid = a
 
     async def _rerank(
         self,

@@ -75,8 +75,11 @@ def split_prefixes(content: str) -> tuple[str, bool, list[str]]:
     return content, pinned, tags
 
 
-def check_content(text: str, field: str) -> NormalizedContent:
-    content = normalize_content(text)
+def check_content(
+    text: str, field: str, normalized: NormalizedContent | None = None
+) -> NormalizedContent:
+    """`normalized` may pass in the text's normalisation when it is already known."""
+    content = normalized or normalize_content(text)
     if not content.storage:
         raise InvalidArgument(field, "must not be empty or whitespace only")
     if len(content.storage.encode("utf-8")) > MAX_CONTENT_BYTES:
@@ -154,9 +157,10 @@ def draft_memory(
     field_prefix: str = "",
 ) -> MemoryDraft:
     """Validate one Remember/Import input; field names in errors get `field_prefix`."""
-    storage = normalize_content(content).storage
-    body, critical, prefix_tags = split_prefixes(storage)
-    normalized = check_content(body, f"{field_prefix}content")
+    whole = normalize_content(content)
+    body, critical, prefix_tags = split_prefixes(whole.storage)
+    unchanged = body == whole.storage  # no prefix: the first normalisation stands
+    normalized = check_content(body, f"{field_prefix}content", whole if unchanged else None)
     all_tags = check_tags([*prefix_tags, *tags], f"{field_prefix}tags")
     chosen_type = (
         check_type(memory_type, f"{field_prefix}type")

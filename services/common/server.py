@@ -4,6 +4,7 @@ graceful shutdown on SIGTERM/SIGINT."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable, Sequence
@@ -69,3 +70,13 @@ async def wait_for_shutdown_signal() -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutdown signal received")
+
+
+async def cancel_tasks(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel background tasks and wait for them; a task that already failed
+    was logged by its own loop, so its error is not raised again here."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

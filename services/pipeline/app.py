@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +13,7 @@ from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.store.v1 import job_queue_pb2_grpc
 from services.common.config import Config
 from services.common.providers.embedding import EmbeddingProvider, embedding_provider
-from services.common.server import RunningServer, start_server
+from services.common.server import RunningServer, cancel_tasks, start_server
 from services.pipeline.embed_worker import EmbedWorker
 from services.pipeline.servicer import PipelineServicer
 
@@ -37,10 +36,7 @@ class PipelineApp:
 
     async def stop(self, grace_seconds: float) -> None:
         await self.server.stop(grace_seconds)
-        for task in self.background:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self.background)
         await self.channel.close(None)
         await self.provider.close()
 

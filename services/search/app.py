@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from services.common.providers.embedding import (
     LocalEmbedding,
     embedding_provider,
 )
-from services.common.server import RunningServer, start_server
+from services.common.server import RunningServer, cancel_tasks, start_server
 from services.search import queries
 from services.search.access import AccessRecorder
 from services.search.embedder import QueryEmbedder
@@ -90,10 +89,7 @@ class SearchApp:
 
     async def stop(self, grace_seconds: float) -> None:
         await self.server.stop(grace_seconds)
-        for task in self.background:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_tasks(self.background)
         await self.access.stop()
         await self.channel.close(None)
         await self.reads.close()

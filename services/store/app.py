@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -12,7 +11,7 @@ import grpc
 from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2, store_pb2_grpc
 from services.common.config import Config
 from services.common.db import ReadPool, open_read_write
-from services.common.server import RunningServer, start_server
+from services.common.server import RunningServer, cancel_tasks, start_server
 from services.store.job_servicer import JobQueueServicer
 from services.store.jobs import JobQueue
 from services.store.memories import MemoryStore
@@ -50,10 +49,7 @@ class StoreApp:
 
     async def stop(self, grace_seconds: float) -> None:
         """Stop taking calls, let in-flight ones finish, then flush and close the writer."""
-        for task in self.background:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self.background)
         await self.server.stop(grace_seconds)
         await self.reads.close()
         self.writer.close()

@@ -68,6 +68,9 @@ SETTINGS: tuple[Setting, ...] = (
     _p("documentChunkSize", 2000, 200, 50000),
     _p("documentChunkOverlap", 200, 0, 10000),
     _p("documentMaxContentBytes", 10485760, 1024, 104857600),
+    # beyond the seed: UPDATE/DELETE really applied under allowUpdateDelete
+    _p("destructiveMinConfidence", 0.8, 0.0, 1.0),
+    _p("destructiveMaxPerJob", 3, 0, 50),
     # seed 002 "Importance Decay"
     Setting("memory.decay_rate", 0.95, 0.0, 1.0),
     # seed 002 "Alpha Blending"
@@ -101,6 +104,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("providers.llm.base_url", "http://localhost:11434"),
     Setting("providers.llm.model", "qwen3:4b"),
     Setting("providers.llm.timeout_ms", 45000, 1000, 600000),
+    Setting("providers.llm.api_key", ""),
+    Setting("providers.llm.concurrency", 2, 1, 64),
     Setting("providers.embedding.kind", "local", choices=("local", "ollama", "openai", "none")),
     Setting("providers.embedding.base_url", "http://localhost:11434"),
     Setting("providers.embedding.model", "all-MiniLM-L6-v2"),
@@ -120,6 +125,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("clients.pipeline_address", "127.0.0.1:50053"),
     # the embedding worker (pipeline)
     Setting("workers.embed.poll_ms", 250, 10, 60000),
+    # the extraction worker pool (pipeline); polling is memory.pipelineV2.workerPollMs
+    Setting("workers.extract.concurrency", 4, 1, 64),
     Setting("logging.level", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
 )
 

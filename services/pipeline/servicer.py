@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from engram.pipeline.v1 import pipeline_pb2 as pb
@@ -9,6 +11,8 @@ from engram.pipeline.v1 import pipeline_pb2_grpc
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
 from services.common.convert import timestamp_from_text
+from services.pipeline.document_servicer import DocumentRpcs
+from services.pipeline.extract_servicer import ExtractRpcs
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
 _PROVIDER_STATES = {
@@ -24,13 +28,18 @@ _WORKER_STATES = {
 }
 
 
-class PipelineServicer(pipeline_pb2_grpc.PipelineServiceServicer):
+class PipelineServicer(ExtractRpcs, DocumentRpcs, pipeline_pb2_grpc.PipelineServiceServicer):
     def __init__(
         self,
         jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
         providers: list[ProviderHealth],
         workers: list[WorkerStatus],
+        *,
+        extraction: Any = None,
+        documents: Any = None,
     ) -> None:
+        self.extraction = extraction
+        self.documents = documents
         self._jobs = jobs
         self._providers = providers
         self._workers = workers

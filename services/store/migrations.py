@@ -176,6 +176,92 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX memories_namespace_order ON memories(namespace, is_deleted);
         """,
     ),
+    (
+        "graph_documents_links",
+        """
+        -- seed 000 "Knowledge Graph": entities matched by canonical name within
+        -- a namespace (the graph never crosses namespaces).
+        CREATE TABLE entities (
+            id             TEXT PRIMARY KEY,
+            namespace      TEXT NOT NULL,
+            name           TEXT NOT NULL,
+            canonical_name TEXT NOT NULL,
+            entity_type    TEXT NOT NULL DEFAULT 'unknown',
+            mentions       INTEGER NOT NULL DEFAULT 0,
+            created_at     TEXT NOT NULL,
+            updated_at     TEXT NOT NULL,
+            UNIQUE (namespace, canonical_name)
+        );
+        CREATE INDEX entities_mentions ON entities(namespace, mentions DESC);
+        CREATE TABLE relations (
+            id               TEXT PRIMARY KEY,
+            namespace        TEXT NOT NULL,
+            source_entity_id TEXT NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+            target_entity_id TEXT NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+            relation_type    TEXT NOT NULL,
+            strength         REAL NOT NULL DEFAULT 1.0,
+            mentions         INTEGER NOT NULL DEFAULT 1,
+            confidence       REAL NOT NULL,
+            created_at       TEXT NOT NULL,
+            updated_at       TEXT NOT NULL,
+            UNIQUE (source_entity_id, target_entity_id, relation_type)
+        );
+        CREATE INDEX relations_target ON relations(target_entity_id);
+        CREATE TABLE memory_entity_mentions (
+            memory_id    TEXT NOT NULL,
+            entity_id    TEXT NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+            namespace    TEXT NOT NULL,
+            mention_text TEXT NOT NULL,
+            confidence   REAL NOT NULL,
+            created_at   TEXT NOT NULL,
+            PRIMARY KEY (memory_id, entity_id)
+        );
+        CREATE INDEX memory_entity_mentions_entity ON memory_entity_mentions(entity_id);
+
+        -- Links between memories: a derived fact and its source
+        -- (`derived_from`), an UPDATE's new version and what it replaced
+        -- (`supersedes`).
+        CREATE TABLE memory_links (
+            id             TEXT PRIMARY KEY,
+            namespace      TEXT NOT NULL,
+            from_memory_id TEXT NOT NULL,
+            to_memory_id   TEXT NOT NULL,
+            link_type      TEXT NOT NULL,
+            job_id         TEXT,
+            created_at     TEXT NOT NULL,
+            UNIQUE (from_memory_id, to_memory_id, link_type)
+        );
+        CREATE INDEX memory_links_to ON memory_links(to_memory_id);
+
+        -- seed 000 "Document Ingest".
+        CREATE TABLE documents (
+            id           TEXT PRIMARY KEY,
+            namespace    TEXT NOT NULL,
+            source_type  TEXT NOT NULL,
+            source_url   TEXT,
+            raw_content  TEXT,
+            title        TEXT,
+            status       TEXT NOT NULL DEFAULT 'queued',
+            error        TEXT,
+            chunk_count  INTEGER NOT NULL DEFAULT 0,
+            tags         TEXT NOT NULL DEFAULT '[]',
+            created_at   TEXT NOT NULL,
+            updated_at   TEXT NOT NULL,
+            completed_at TEXT
+        );
+        CREATE INDEX documents_namespace ON documents(namespace, created_at DESC);
+        CREATE TABLE document_memories (
+            document_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            memory_id   TEXT NOT NULL,
+            chunk_index INTEGER NOT NULL,
+            PRIMARY KEY (document_id, chunk_index)
+        );
+        CREATE INDEX document_memories_memory ON document_memories(memory_id);
+        CREATE UNIQUE INDEX memory_jobs_open_document
+            ON memory_jobs(document_id, job_type)
+            WHERE status IN ('pending', 'leased') AND document_id IS NOT NULL;
+        """,
+    ),
 )
 
 

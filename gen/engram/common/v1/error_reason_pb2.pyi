@@ -66,6 +66,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """FAILED_PRECONDITION: vectors from a model other than the index's model."""
     ERROR_REASON_EMBEDDING_DIMENSIONS_MISMATCH: _ErrorReason.ValueType  # 15
     """FAILED_PRECONDITION: vectors whose dimensions differ from the index's."""
+    ERROR_REASON_LLM_OUTPUT_INVALID: _ErrorReason.ValueType  # 16
+    """FAILED_PRECONDITION: the LLM answered, but not with JSON of the expected
+    shape (after think-block, fence and prose recovery).
+    """
+    ERROR_REASON_LLM_UNAVAILABLE: _ErrorReason.ValueType  # 17
+    """UNAVAILABLE: the LLM provider cannot be reached, answered 5xx, or timed out."""
+    ERROR_REASON_STORE_UNAVAILABLE: _ErrorReason.ValueType  # 18
+    """UNAVAILABLE: the store cannot be reached from another service."""
+    ERROR_REASON_ACTION_RATE_LIMITED: _ErrorReason.ValueType  # 19
+    """FAILED_PRECONDITION: a maintenance action is cooling down, over its hourly
+    budget, or halted after runs that did not improve health.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -118,4 +130,16 @@ ERROR_REASON_EMBEDDING_MODEL_MISMATCH: ErrorReason.ValueType  # 14
 """FAILED_PRECONDITION: vectors from a model other than the index's model."""
 ERROR_REASON_EMBEDDING_DIMENSIONS_MISMATCH: ErrorReason.ValueType  # 15
 """FAILED_PRECONDITION: vectors whose dimensions differ from the index's."""
+ERROR_REASON_LLM_OUTPUT_INVALID: ErrorReason.ValueType  # 16
+"""FAILED_PRECONDITION: the LLM answered, but not with JSON of the expected
+shape (after think-block, fence and prose recovery).
+"""
+ERROR_REASON_LLM_UNAVAILABLE: ErrorReason.ValueType  # 17
+"""UNAVAILABLE: the LLM provider cannot be reached, answered 5xx, or timed out."""
+ERROR_REASON_STORE_UNAVAILABLE: ErrorReason.ValueType  # 18
+"""UNAVAILABLE: the store cannot be reached from another service."""
+ERROR_REASON_ACTION_RATE_LIMITED: ErrorReason.ValueType  # 19
+"""FAILED_PRECONDITION: a maintenance action is cooling down, over its hourly
+budget, or halted after runs that did not improve health.
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

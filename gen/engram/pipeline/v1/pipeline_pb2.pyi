@@ -20,6 +20,50 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _DocumentStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DocumentStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DocumentStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DOCUMENT_STATUS_UNSPECIFIED: _DocumentStatus.ValueType  # 0
+    """Never sent."""
+    DOCUMENT_STATUS_QUEUED: _DocumentStatus.ValueType  # 1
+    """Waiting for the document worker."""
+    DOCUMENT_STATUS_EXTRACTING: _DocumentStatus.ValueType  # 2
+    """Fetching or reading the content."""
+    DOCUMENT_STATUS_CHUNKING: _DocumentStatus.ValueType  # 3
+    """Splitting into chunks."""
+    DOCUMENT_STATUS_EMBEDDING: _DocumentStatus.ValueType  # 4
+    """Embedding chunks."""
+    DOCUMENT_STATUS_INDEXING: _DocumentStatus.ValueType  # 5
+    """Writing chunk memories."""
+    DOCUMENT_STATUS_DONE: _DocumentStatus.ValueType  # 6
+    """Every chunk is a memory."""
+    DOCUMENT_STATUS_FAILED: _DocumentStatus.ValueType  # 7
+    """Gave up after the allowed attempts; `error` says why."""
+
+class DocumentStatus(_DocumentStatus, metaclass=_DocumentStatusEnumTypeWrapper):
+    """Where a document is in its ingest (seed 000 "Document Ingest")."""
+
+DOCUMENT_STATUS_UNSPECIFIED: DocumentStatus.ValueType  # 0
+"""Never sent."""
+DOCUMENT_STATUS_QUEUED: DocumentStatus.ValueType  # 1
+"""Waiting for the document worker."""
+DOCUMENT_STATUS_EXTRACTING: DocumentStatus.ValueType  # 2
+"""Fetching or reading the content."""
+DOCUMENT_STATUS_CHUNKING: DocumentStatus.ValueType  # 3
+"""Splitting into chunks."""
+DOCUMENT_STATUS_EMBEDDING: DocumentStatus.ValueType  # 4
+"""Embedding chunks."""
+DOCUMENT_STATUS_INDEXING: DocumentStatus.ValueType  # 5
+"""Writing chunk memories."""
+DOCUMENT_STATUS_DONE: DocumentStatus.ValueType  # 6
+"""Every chunk is a memory."""
+DOCUMENT_STATUS_FAILED: DocumentStatus.ValueType  # 7
+"""Gave up after the allowed attempts; `error` says why."""
+Global___DocumentStatus: _TypeAlias = DocumentStatus  # noqa: Y015
+
 class _ProviderState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -79,6 +123,462 @@ WORKER_STATE_BACKOFF: WorkerState.ValueType  # 3
 WORKER_STATE_STOPPED: WorkerState.ValueType  # 4
 """Not running (disabled by configuration)."""
 Global___WorkerState: _TypeAlias = WorkerState  # noqa: Y015
+
+@_typing.final
+class ExtractRequest(_message.Message):
+    """Request for Extract."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Namespace the text belongs to (default "default"); only validated."""
+    content: _builtins.str
+    """The text to extract from; longer than 12,000 characters is truncated
+    (with a warning) before the prompt is built.
+    """
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        content: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractRequest: _TypeAlias = ExtractRequest  # noqa: Y015
+
+@_typing.final
+class ExtractedFact(_message.Message):
+    """One extracted fact."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    CONFIDENCE_FIELD_NUMBER: _builtins.int
+    content: _builtins.str
+    """The fact, at most 2000 characters."""
+    type: _builtins.str
+    """fact, preference, decision, procedural or semantic."""
+    confidence: _builtins.float
+    """The model's confidence in [0, 1]."""
+    def __init__(
+        self,
+        *,
+        content: _builtins.str = ...,
+        type: _builtins.str = ...,
+        confidence: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confidence", b"confidence", "content", b"content", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractedFact: _TypeAlias = ExtractedFact  # noqa: Y015
+
+@_typing.final
+class ExtractedEntity(_message.Message):
+    """One entity relationship triple."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_FIELD_NUMBER: _builtins.int
+    RELATIONSHIP_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    CONFIDENCE_FIELD_NUMBER: _builtins.int
+    source: _builtins.str
+    """Source entity name."""
+    relationship: _builtins.str
+    """The relationship, for example "works_at"."""
+    target: _builtins.str
+    """Target entity name."""
+    confidence: _builtins.float
+    """The model's confidence in [0, 1]."""
+    def __init__(
+        self,
+        *,
+        source: _builtins.str = ...,
+        relationship: _builtins.str = ...,
+        target: _builtins.str = ...,
+        confidence: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confidence", b"confidence", "relationship", b"relationship", "source", b"source", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractedEntity: _TypeAlias = ExtractedEntity  # noqa: Y015
+
+@_typing.final
+class ExtractResponse(_message.Message):
+    """Response for Extract."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FACTS_FIELD_NUMBER: _builtins.int
+    ENTITIES_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model that answered."""
+    @_builtins.property
+    def facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractedFact]:
+        """At most 20 facts."""
+
+    @_builtins.property
+    def entities(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractedEntity]:
+        """At most 50 entity triples."""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Validation warnings (dropped or coerced items, truncation, recovered JSON)."""
+
+    def __init__(
+        self,
+        *,
+        facts: _abc.Iterable[Global___ExtractedFact] | None = ...,
+        entities: _abc.Iterable[Global___ExtractedEntity] | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entities", b"entities", "facts", b"facts", "model", b"model", "warnings", b"warnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractResponse: _TypeAlias = ExtractResponse  # noqa: Y015
+
+@_typing.final
+class Document(_message.Message):
+    """A document being (or done being) ingested."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    CHUNK_COUNT_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Document id."""
+    namespace: _builtins.str
+    """Namespace of the document and its chunk memories."""
+    source_type: _builtins.str
+    """"url" or "text"."""
+    url: _builtins.str
+    """The URL, for source_type "url"."""
+    title: _builtins.str
+    """Title (given, or backfilled from the fetched page)."""
+    status: Global___DocumentStatus.ValueType
+    """Ingest status."""
+    error: _builtins.str
+    """The error, when failed."""
+    chunk_count: _builtins.int
+    """Chunk memories written so far."""
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tags given at creation (chunk memories carry them and the title)."""
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was created."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When it last changed."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        source_type: _builtins.str = ...,
+        url: _builtins.str = ...,
+        title: _builtins.str = ...,
+        status: Global___DocumentStatus.ValueType = ...,
+        error: _builtins.str = ...,
+        chunk_count: _builtins.int = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "create_time", b"create_time", "error", b"error", "id", b"id", "namespace", b"namespace", "source_type", b"source_type", "status", b"status", "tags", b"tags", "title", b"title", "update_time", b"update_time", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Document: _TypeAlias = Document  # noqa: Y015
+
+@_typing.final
+class CreateDocumentRequest(_message.Message):
+    """Request for CreateDocument."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Namespace (default "default")."""
+    content: _builtins.str
+    """Raw text content; exactly one of `content` and `url`."""
+    url: _builtins.str
+    """An http(s) URL to fetch; exactly one of `content` and `url`."""
+    title: _builtins.str
+    """Optional title."""
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Optional tags for the chunk memories (same rules as Remember's tags)."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        content: _builtins.str = ...,
+        url: _builtins.str = ...,
+        title: _builtins.str = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "namespace", b"namespace", "tags", b"tags", "title", b"title", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateDocumentRequest: _TypeAlias = CreateDocumentRequest  # noqa: Y015
+
+@_typing.final
+class CreateDocumentResponse(_message.Message):
+    """Response for CreateDocument."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def document(self) -> Global___Document:
+        """The new document, status queued."""
+
+    def __init__(
+        self,
+        *,
+        document: Global___Document | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateDocumentResponse: _TypeAlias = CreateDocumentResponse  # noqa: Y015
+
+@_typing.final
+class GetDocumentRequest(_message.Message):
+    """Request for GetDocument."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Namespace (default "default")."""
+    id: _builtins.str
+    """Document id."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetDocumentRequest: _TypeAlias = GetDocumentRequest  # noqa: Y015
+
+@_typing.final
+class GetDocumentResponse(_message.Message):
+    """Response for GetDocument."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def document(self) -> Global___Document:
+        """The document."""
+
+    def __init__(
+        self,
+        *,
+        document: Global___Document | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetDocumentResponse: _TypeAlias = GetDocumentResponse  # noqa: Y015
+
+@_typing.final
+class DocumentChunk(_message.Message):
+    """One chunk of a document."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHUNK_INDEX_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    chunk_index: _builtins.int
+    """Position in the document, from 0."""
+    memory_id: _builtins.str
+    """The chunk's memory id (type document_chunk)."""
+    content: _builtins.str
+    """The chunk text."""
+    def __init__(
+        self,
+        *,
+        chunk_index: _builtins.int = ...,
+        memory_id: _builtins.str = ...,
+        content: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_index", b"chunk_index", "content", b"content", "memory_id", b"memory_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DocumentChunk: _TypeAlias = DocumentChunk  # noqa: Y015
+
+@_typing.final
+class ListDocumentChunksRequest(_message.Message):
+    """Request for ListDocumentChunks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    DOCUMENT_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Namespace (default "default")."""
+    document_id: _builtins.str
+    """Document id."""
+    page_size: _builtins.int
+    """At most this many chunks (default 50, at most 500)."""
+    page_token: _builtins.str
+    """From a previous response's `next_page_token`."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        document_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_id", b"document_id", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDocumentChunksRequest: _TypeAlias = ListDocumentChunksRequest  # noqa: Y015
+
+@_typing.final
+class ListDocumentChunksResponse(_message.Message):
+    """Response for ListDocumentChunks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHUNKS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty when there are no more."""
+    @_builtins.property
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___DocumentChunk]:
+        """Chunks in order."""
+
+    def __init__(
+        self,
+        *,
+        chunks: _abc.Iterable[Global___DocumentChunk] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDocumentChunksResponse: _TypeAlias = ListDocumentChunksResponse  # noqa: Y015
+
+@_typing.final
+class WatchDocumentRequest(_message.Message):
+    """Request for WatchDocument."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Namespace (default "default")."""
+    id: _builtins.str
+    """Document id."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchDocumentRequest: _TypeAlias = WatchDocumentRequest  # noqa: Y015
+
+@_typing.final
+class WatchDocumentResponse(_message.Message):
+    """One status report of WatchDocument."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def document(self) -> Global___Document:
+        """The document as it is now."""
+
+    def __init__(
+        self,
+        *,
+        document: Global___Document | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchDocumentResponse: _TypeAlias = WatchDocumentResponse  # noqa: Y015
 
 @_typing.final
 class GetStatusRequest(_message.Message):

@@ -43,6 +43,31 @@ class PipelineServiceStub:
                 request_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
+        self.Extract = channel.unary_unary(
+                '/engram.pipeline.v1.PipelineService/Extract',
+                request_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ExtractRequest.SerializeToString,
+                response_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ExtractResponse.FromString,
+                _registered_method=True)
+        self.CreateDocument = channel.unary_unary(
+                '/engram.pipeline.v1.PipelineService/CreateDocument',
+                request_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.CreateDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.CreateDocumentResponse.FromString,
+                _registered_method=True)
+        self.GetDocument = channel.unary_unary(
+                '/engram.pipeline.v1.PipelineService/GetDocument',
+                request_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetDocumentResponse.FromString,
+                _registered_method=True)
+        self.ListDocumentChunks = channel.unary_unary(
+                '/engram.pipeline.v1.PipelineService/ListDocumentChunks',
+                request_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ListDocumentChunksRequest.SerializeToString,
+                response_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ListDocumentChunksResponse.FromString,
+                _registered_method=True)
+        self.WatchDocument = channel.unary_stream(
+                '/engram.pipeline.v1.PipelineService/WatchDocument',
+                request_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.WatchDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.WatchDocumentResponse.FromString,
+                _registered_method=True)
 
 
 class PipelineServiceServicer:
@@ -63,6 +88,66 @@ class PipelineServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Extract(self, request, context):
+        """Runs extraction (seed 000 "Extraction Stage") on a text and returns the
+        facts, entity triples and warnings, writing nothing: a dry run to see what
+        the pipeline would derive from a memory.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `content` empty or over
+        64 KiB); UNAVAILABLE (the LLM provider cannot be reached or timed out);
+        FAILED_PRECONDITION (LLM_OUTPUT_INVALID: the model's answer could not be
+        parsed as the extraction JSON).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateDocument(self, request, context):
+        """Registers a document for ingest (seed 000 "Document Ingest") and queues
+        its `document_ingest` job; the document worker fetches (for a URL),
+        chunks, embeds and writes chunk memories in the background.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed; neither or both of
+        `content` and `url` set; `url` not http(s); `content` over
+        `memory.pipelineV2.documentMaxContentBytes`; a bad tag);
+        UNAVAILABLE (MUTATIONS_FROZEN, or the store cannot be reached).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDocument(self, request, context):
+        """Returns a document and its ingest status.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
+        (no such document in the namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDocumentChunks(self, request, context):
+        """Lists a document's chunk memories in chunk order.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty,
+        `page_size` over 500, a malformed or foreign `page_token`); NOT_FOUND (no
+        such document in the namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchDocument(self, request, context):
+        """Streams the document's status: the current state at once, then every
+        change, ending after `done` or `failed`.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
+        (no such document in the namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PipelineServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -70,6 +155,31 @@ def add_PipelineServiceServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetStatusRequest.FromString,
                     response_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetStatusResponse.SerializeToString,
+            ),
+            'Extract': grpc.unary_unary_rpc_method_handler(
+                    servicer.Extract,
+                    request_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ExtractRequest.FromString,
+                    response_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ExtractResponse.SerializeToString,
+            ),
+            'CreateDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateDocument,
+                    request_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.CreateDocumentRequest.FromString,
+                    response_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.CreateDocumentResponse.SerializeToString,
+            ),
+            'GetDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDocument,
+                    request_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetDocumentRequest.FromString,
+                    response_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetDocumentResponse.SerializeToString,
+            ),
+            'ListDocumentChunks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDocumentChunks,
+                    request_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ListDocumentChunksRequest.FromString,
+                    response_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ListDocumentChunksResponse.SerializeToString,
+            ),
+            'WatchDocument': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchDocument,
+                    request_deserializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.WatchDocumentRequest.FromString,
+                    response_serializer=engram_dot_pipeline_dot_v1_dot_pipeline__pb2.WatchDocumentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -103,6 +213,141 @@ class PipelineService:
             '/engram.pipeline.v1.PipelineService/GetStatus',
             engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetStatusRequest.SerializeToString,
             engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Extract(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.pipeline.v1.PipelineService/Extract',
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ExtractRequest.SerializeToString,
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ExtractResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.pipeline.v1.PipelineService/CreateDocument',
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.CreateDocumentRequest.SerializeToString,
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.CreateDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.pipeline.v1.PipelineService/GetDocument',
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetDocumentRequest.SerializeToString,
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.GetDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDocumentChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.pipeline.v1.PipelineService/ListDocumentChunks',
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ListDocumentChunksRequest.SerializeToString,
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.ListDocumentChunksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/engram.pipeline.v1.PipelineService/WatchDocument',
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.WatchDocumentRequest.SerializeToString,
+            engram_dot_pipeline_dot_v1_dot_pipeline__pb2.WatchDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,46 @@ class PipelineServiceStub:
 
     Errors: none.
     """
+    Extract: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ExtractRequest, _pipeline_pb2.ExtractResponse]
+    """Runs extraction (seed 000 "Extraction Stage") on a text and returns the
+    facts, entity triples and warnings, writing nothing: a dry run to see what
+    the pipeline would derive from a memory.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `content` empty or over
+    64 KiB); UNAVAILABLE (the LLM provider cannot be reached or timed out);
+    FAILED_PRECONDITION (LLM_OUTPUT_INVALID: the model's answer could not be
+    parsed as the extraction JSON).
+    """
+    CreateDocument: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.CreateDocumentRequest, _pipeline_pb2.CreateDocumentResponse]
+    """Registers a document for ingest (seed 000 "Document Ingest") and queues
+    its `document_ingest` job; the document worker fetches (for a URL),
+    chunks, embeds and writes chunk memories in the background.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed; neither or both of
+    `content` and `url` set; `url` not http(s); `content` over
+    `memory.pipelineV2.documentMaxContentBytes`; a bad tag);
+    UNAVAILABLE (MUTATIONS_FROZEN, or the store cannot be reached).
+    """
+    GetDocument: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.GetDocumentRequest, _pipeline_pb2.GetDocumentResponse]
+    """Returns a document and its ingest status.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
+    (no such document in the namespace).
+    """
+    ListDocumentChunks: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ListDocumentChunksRequest, _pipeline_pb2.ListDocumentChunksResponse]
+    """Lists a document's chunk memories in chunk order.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty,
+    `page_size` over 500, a malformed or foreign `page_token`); NOT_FOUND (no
+    such document in the namespace).
+    """
+    WatchDocument: _grpc.UnaryStreamMultiCallable[_pipeline_pb2.WatchDocumentRequest, _pipeline_pb2.WatchDocumentResponse]
+    """Streams the document's status: the current state at once, then every
+    change, ending after `done` or `failed`.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
+    (no such document in the namespace).
+    """
 
 @_typing.type_check_only
 class PipelineServiceAsyncStub(PipelineServiceStub):
@@ -60,6 +100,46 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     and no queue counts: a status call is most needed when things are down.
 
     Errors: none.
+    """
+    Extract: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ExtractRequest, _pipeline_pb2.ExtractResponse]  # type: ignore[assignment]
+    """Runs extraction (seed 000 "Extraction Stage") on a text and returns the
+    facts, entity triples and warnings, writing nothing: a dry run to see what
+    the pipeline would derive from a memory.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `content` empty or over
+    64 KiB); UNAVAILABLE (the LLM provider cannot be reached or timed out);
+    FAILED_PRECONDITION (LLM_OUTPUT_INVALID: the model's answer could not be
+    parsed as the extraction JSON).
+    """
+    CreateDocument: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.CreateDocumentRequest, _pipeline_pb2.CreateDocumentResponse]  # type: ignore[assignment]
+    """Registers a document for ingest (seed 000 "Document Ingest") and queues
+    its `document_ingest` job; the document worker fetches (for a URL),
+    chunks, embeds and writes chunk memories in the background.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed; neither or both of
+    `content` and `url` set; `url` not http(s); `content` over
+    `memory.pipelineV2.documentMaxContentBytes`; a bad tag);
+    UNAVAILABLE (MUTATIONS_FROZEN, or the store cannot be reached).
+    """
+    GetDocument: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.GetDocumentRequest, _pipeline_pb2.GetDocumentResponse]  # type: ignore[assignment]
+    """Returns a document and its ingest status.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
+    (no such document in the namespace).
+    """
+    ListDocumentChunks: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ListDocumentChunksRequest, _pipeline_pb2.ListDocumentChunksResponse]  # type: ignore[assignment]
+    """Lists a document's chunk memories in chunk order.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty,
+    `page_size` over 500, a malformed or foreign `page_token`); NOT_FOUND (no
+    such document in the namespace).
+    """
+    WatchDocument: _aio.UnaryStreamMultiCallable[_pipeline_pb2.WatchDocumentRequest, _pipeline_pb2.WatchDocumentResponse]  # type: ignore[assignment]
+    """Streams the document's status: the current state at once, then every
+    change, ending after `done` or `failed`.
+
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
+    (no such document in the namespace).
     """
 
 class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -80,6 +160,76 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         and no queue counts: a status call is most needed when things are down.
 
         Errors: none.
+        """
+
+    @_abc_1.abstractmethod
+    def Extract(
+        self,
+        request: _pipeline_pb2.ExtractRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipeline_pb2.ExtractResponse, _abc.Awaitable[_pipeline_pb2.ExtractResponse]]:
+        """Runs extraction (seed 000 "Extraction Stage") on a text and returns the
+        facts, entity triples and warnings, writing nothing: a dry run to see what
+        the pipeline would derive from a memory.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `content` empty or over
+        64 KiB); UNAVAILABLE (the LLM provider cannot be reached or timed out);
+        FAILED_PRECONDITION (LLM_OUTPUT_INVALID: the model's answer could not be
+        parsed as the extraction JSON).
+        """
+
+    @_abc_1.abstractmethod
+    def CreateDocument(
+        self,
+        request: _pipeline_pb2.CreateDocumentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipeline_pb2.CreateDocumentResponse, _abc.Awaitable[_pipeline_pb2.CreateDocumentResponse]]:
+        """Registers a document for ingest (seed 000 "Document Ingest") and queues
+        its `document_ingest` job; the document worker fetches (for a URL),
+        chunks, embeds and writes chunk memories in the background.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed; neither or both of
+        `content` and `url` set; `url` not http(s); `content` over
+        `memory.pipelineV2.documentMaxContentBytes`; a bad tag);
+        UNAVAILABLE (MUTATIONS_FROZEN, or the store cannot be reached).
+        """
+
+    @_abc_1.abstractmethod
+    def GetDocument(
+        self,
+        request: _pipeline_pb2.GetDocumentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipeline_pb2.GetDocumentResponse, _abc.Awaitable[_pipeline_pb2.GetDocumentResponse]]:
+        """Returns a document and its ingest status.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
+        (no such document in the namespace).
+        """
+
+    @_abc_1.abstractmethod
+    def ListDocumentChunks(
+        self,
+        request: _pipeline_pb2.ListDocumentChunksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_pipeline_pb2.ListDocumentChunksResponse, _abc.Awaitable[_pipeline_pb2.ListDocumentChunksResponse]]:
+        """Lists a document's chunk memories in chunk order.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty,
+        `page_size` over 500, a malformed or foreign `page_token`); NOT_FOUND (no
+        such document in the namespace).
+        """
+
+    @_abc_1.abstractmethod
+    def WatchDocument(
+        self,
+        request: _pipeline_pb2.WatchDocumentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_pipeline_pb2.WatchDocumentResponse], _abc.AsyncIterator[_pipeline_pb2.WatchDocumentResponse]]:
+        """Streams the document's status: the current state at once, then every
+        change, ending after `done` or `failed`.
+
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
+        (no such document in the namespace).
         """
 
 def add_PipelineServiceServicer_to_server(servicer: PipelineServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

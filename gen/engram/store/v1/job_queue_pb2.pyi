@@ -123,6 +123,7 @@ class Job(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
     CONTENT_HASH_FIELD_NUMBER: _builtins.int
+    DOCUMENT_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Job id."""
     job_type: Global___JobType.ValueType
@@ -141,6 +142,8 @@ class Job(_message.Message):
     """The memory's content at lease time."""
     content_hash: _builtins.str
     """The memory's content hash at lease time."""
+    document_id: _builtins.str
+    """The document the job is about (document_ingest jobs; memory_id is then empty)."""
     def __init__(
         self,
         *,
@@ -153,10 +156,11 @@ class Job(_message.Message):
         max_attempts: _builtins.int = ...,
         content: _builtins.str = ...,
         content_hash: _builtins.str = ...,
+        document_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "content", b"content", "content_hash", b"content_hash", "id", b"id", "job_type", b"job_type", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "memory_id", b"memory_id", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "content", b"content", "content_hash", b"content_hash", "document_id", b"document_id", "id", b"id", "job_type", b"job_type", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "memory_id", b"memory_id", "namespace", b"namespace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -108,6 +108,86 @@ nothing was written for it.
 """
 Global___LeaseOutcome: _TypeAlias = LeaseOutcome  # noqa: Y015
 
+class _ProposalAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProposalActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProposalAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROPOSAL_ACTION_UNSPECIFIED: _ProposalAction.ValueType  # 0
+    """Never valid."""
+    PROPOSAL_ACTION_ADD: _ProposalAction.ValueType  # 1
+    """Store the fact as a new memory."""
+    PROPOSAL_ACTION_UPDATE: _ProposalAction.ValueType  # 2
+    """Replace the target memory's content with the fact."""
+    PROPOSAL_ACTION_DELETE: _ProposalAction.ValueType  # 3
+    """Soft-delete the target memory, which the fact contradicts."""
+    PROPOSAL_ACTION_NONE: _ProposalAction.ValueType  # 4
+    """Nothing to do; the fact is already known."""
+
+class ProposalAction(_ProposalAction, metaclass=_ProposalActionEnumTypeWrapper):
+    """What the decision stage proposed for one fact (seed 000 "Decision Stage")."""
+
+PROPOSAL_ACTION_UNSPECIFIED: ProposalAction.ValueType  # 0
+"""Never valid."""
+PROPOSAL_ACTION_ADD: ProposalAction.ValueType  # 1
+"""Store the fact as a new memory."""
+PROPOSAL_ACTION_UPDATE: ProposalAction.ValueType  # 2
+"""Replace the target memory's content with the fact."""
+PROPOSAL_ACTION_DELETE: ProposalAction.ValueType  # 3
+"""Soft-delete the target memory, which the fact contradicts."""
+PROPOSAL_ACTION_NONE: ProposalAction.ValueType  # 4
+"""Nothing to do; the fact is already known."""
+Global___ProposalAction: _TypeAlias = ProposalAction  # noqa: Y015
+
+class _ProposalOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProposalOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProposalOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROPOSAL_OUTCOME_UNSPECIFIED: _ProposalOutcome.ValueType  # 0
+    """Never sent."""
+    PROPOSAL_OUTCOME_CREATED: _ProposalOutcome.ValueType  # 1
+    """ADD: a new memory was written."""
+    PROPOSAL_OUTCOME_DEDUPED: _ProposalOutcome.ValueType  # 2
+    """ADD: a live memory with the same content already exists (`memory_id`)."""
+    PROPOSAL_OUTCOME_SKIPPED: _ProposalOutcome.ValueType  # 3
+    """A gate stopped the proposal (see `reason`); nothing but the audit row."""
+    PROPOSAL_OUTCOME_RECORDED: _ProposalOutcome.ValueType  # 4
+    """NONE: the decision was recorded, nothing changed."""
+    PROPOSAL_OUTCOME_BLOCKED: _ProposalOutcome.ValueType  # 5
+    """UPDATE or DELETE refused by a guard (see `reason`)."""
+    PROPOSAL_OUTCOME_UPDATED: _ProposalOutcome.ValueType  # 6
+    """UPDATE applied: the target has a new version."""
+    PROPOSAL_OUTCOME_DELETED: _ProposalOutcome.ValueType  # 7
+    """DELETE applied: the target is soft-deleted (recoverable)."""
+    PROPOSAL_OUTCOME_SHADOWED: _ProposalOutcome.ValueType  # 8
+    """Shadow mode: only the audit row was written."""
+
+class ProposalOutcome(_ProposalOutcome, metaclass=_ProposalOutcomeEnumTypeWrapper):
+    """What happened to one proposal."""
+
+PROPOSAL_OUTCOME_UNSPECIFIED: ProposalOutcome.ValueType  # 0
+"""Never sent."""
+PROPOSAL_OUTCOME_CREATED: ProposalOutcome.ValueType  # 1
+"""ADD: a new memory was written."""
+PROPOSAL_OUTCOME_DEDUPED: ProposalOutcome.ValueType  # 2
+"""ADD: a live memory with the same content already exists (`memory_id`)."""
+PROPOSAL_OUTCOME_SKIPPED: ProposalOutcome.ValueType  # 3
+"""A gate stopped the proposal (see `reason`); nothing but the audit row."""
+PROPOSAL_OUTCOME_RECORDED: ProposalOutcome.ValueType  # 4
+"""NONE: the decision was recorded, nothing changed."""
+PROPOSAL_OUTCOME_BLOCKED: ProposalOutcome.ValueType  # 5
+"""UPDATE or DELETE refused by a guard (see `reason`)."""
+PROPOSAL_OUTCOME_UPDATED: ProposalOutcome.ValueType  # 6
+"""UPDATE applied: the target has a new version."""
+PROPOSAL_OUTCOME_DELETED: ProposalOutcome.ValueType  # 7
+"""DELETE applied: the target is soft-deleted (recoverable)."""
+PROPOSAL_OUTCOME_SHADOWED: ProposalOutcome.ValueType  # 8
+"""Shadow mode: only the audit row was written."""
+Global___ProposalOutcome: _TypeAlias = ProposalOutcome  # noqa: Y015
+
 @_typing.final
 class Job(_message.Message):
     """A leased job."""
@@ -559,6 +639,257 @@ class ReleaseStaleLeasesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReleaseStaleLeasesResponse: _TypeAlias = ReleaseStaleLeasesResponse  # noqa: Y015
+
+@_typing.final
+class ProposedFact(_message.Message):
+    """A fact extracted from the job's memory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    CONFIDENCE_FIELD_NUMBER: _builtins.int
+    content: _builtins.str
+    """The fact, at most 2000 characters."""
+    type: _builtins.str
+    """fact, preference, decision, procedural or semantic; other values are
+    stored as "fact".
+    """
+    confidence: _builtins.float
+    """The extraction model's confidence in [0, 1]."""
+    def __init__(
+        self,
+        *,
+        content: _builtins.str = ...,
+        type: _builtins.str = ...,
+        confidence: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confidence", b"confidence", "content", b"content", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProposedFact: _TypeAlias = ProposedFact  # noqa: Y015
+
+@_typing.final
+class Proposal(_message.Message):
+    """One decision about one fact."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTION_FIELD_NUMBER: _builtins.int
+    FACT_FIELD_NUMBER: _builtins.int
+    TARGET_ID_FIELD_NUMBER: _builtins.int
+    CONFIDENCE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    CANDIDATE_IDS_FIELD_NUMBER: _builtins.int
+    VECTOR_FIELD_NUMBER: _builtins.int
+    action: Global___ProposalAction.ValueType
+    """What to do."""
+    target_id: _builtins.str
+    """The memory to update or delete (UPDATE and DELETE only)."""
+    confidence: _builtins.float
+    """The decision's confidence in [0, 1]."""
+    reason: _builtins.str
+    """The decision model's reason (audited, truncated to 500 characters)."""
+    @_builtins.property
+    def fact(self) -> Global___ProposedFact:
+        """The fact the decision is about."""
+
+    @_builtins.property
+    def candidate_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The ids of the candidate memories shown to the LLM for this fact; an
+        UPDATE or DELETE may only target one of them.
+        """
+
+    @_builtins.property
+    def vector(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The embedding of the fact's content, if the worker has it; stored with a
+        new memory when its model is the index's model.
+        """
+
+    def __init__(
+        self,
+        *,
+        action: Global___ProposalAction.ValueType = ...,
+        fact: Global___ProposedFact | None = ...,
+        target_id: _builtins.str = ...,
+        confidence: _builtins.float = ...,
+        reason: _builtins.str = ...,
+        candidate_ids: _abc.Iterable[_builtins.str] | None = ...,
+        vector: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fact", b"fact"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "candidate_ids", b"candidate_ids", "confidence", b"confidence", "fact", b"fact", "reason", b"reason", "target_id", b"target_id", "vector", b"vector"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Proposal: _TypeAlias = Proposal  # noqa: Y015
+
+@_typing.final
+class EntityTriple(_message.Message):
+    """One entity relationship triple (seed 000 "Knowledge Graph")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_FIELD_NUMBER: _builtins.int
+    RELATIONSHIP_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    CONFIDENCE_FIELD_NUMBER: _builtins.int
+    source: _builtins.str
+    """Source entity name (at most 200 characters)."""
+    relationship: _builtins.str
+    """The relationship, for example "works_at" (at most 200 characters)."""
+    target: _builtins.str
+    """Target entity name (at most 200 characters)."""
+    confidence: _builtins.float
+    """The extraction model's confidence in [0, 1]."""
+    def __init__(
+        self,
+        *,
+        source: _builtins.str = ...,
+        relationship: _builtins.str = ...,
+        target: _builtins.str = ...,
+        confidence: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confidence", b"confidence", "relationship", b"relationship", "source", b"source", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EntityTriple: _TypeAlias = EntityTriple  # noqa: Y015
+
+@_typing.final
+class CompleteExtractJobRequest(_message.Message):
+    """Request for CompleteExtractJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    EXTRACTION_MODEL_FIELD_NUMBER: _builtins.int
+    PROPOSALS_FIELD_NUMBER: _builtins.int
+    ENTITIES_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    EMBEDDING_MODEL_FIELD_NUMBER: _builtins.int
+    extraction_model: _builtins.str
+    """The model that extracted the facts (recorded on new memories and in the
+    audit).
+    """
+    embedding_model: _builtins.str
+    """The embedding model of the proposals' vectors; required when any
+    proposal has one.
+    """
+    @_builtins.property
+    def lease(self) -> Global___JobLease:
+        """The extract job this completes."""
+
+    @_builtins.property
+    def proposals(self) -> _containers.RepeatedCompositeFieldContainer[Global___Proposal]:
+        """At most 20 proposals, one per fact."""
+
+    @_builtins.property
+    def entities(self) -> _containers.RepeatedCompositeFieldContainer[Global___EntityTriple]:
+        """At most 50 entity triples found in the job's memory."""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Extraction and decision warnings (stored in the job's result)."""
+
+    def __init__(
+        self,
+        *,
+        lease: Global___JobLease | None = ...,
+        extraction_model: _builtins.str = ...,
+        proposals: _abc.Iterable[Global___Proposal] | None = ...,
+        entities: _abc.Iterable[Global___EntityTriple] | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        embedding_model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_model", b"embedding_model", "entities", b"entities", "extraction_model", b"extraction_model", "lease", b"lease", "proposals", b"proposals", "warnings", b"warnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteExtractJobRequest: _TypeAlias = CompleteExtractJobRequest  # noqa: Y015
+
+@_typing.final
+class ProposalResult(_message.Message):
+    """The result of one proposal, in request order."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    REVIEW_NEEDED_FIELD_NUMBER: _builtins.int
+    outcome: Global___ProposalOutcome.ValueType
+    """What happened."""
+    memory_id: _builtins.str
+    """The memory created, deduplicated against, updated or deleted; empty
+    otherwise.
+    """
+    reason: _builtins.str
+    """Why, for SKIPPED, BLOCKED, DEDUPED and RECORDED outcomes: for example
+    low_fact_confidence, empty_fact_content, duplicate,
+    destructive_mutations_disabled, low_decision_confidence, target_pinned,
+    target_not_candidate, target_not_found, destructive_cap_reached,
+    insufficient_overlap, no_contradiction, shadow_mode.
+    """
+    review_needed: _builtins.bool
+    """The contradiction detector fired between the fact and the target
+    (UPDATE and DELETE only): a human should look.
+    """
+    def __init__(
+        self,
+        *,
+        outcome: Global___ProposalOutcome.ValueType = ...,
+        memory_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        review_needed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_id", b"memory_id", "outcome", b"outcome", "reason", b"reason", "review_needed", b"review_needed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProposalResult: _TypeAlias = ProposalResult  # noqa: Y015
+
+@_typing.final
+class CompleteExtractJobResponse(_message.Message):
+    """Response for CompleteExtractJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    GRAPH_ERROR_FIELD_NUMBER: _builtins.int
+    outcome: Global___LeaseOutcome.ValueType
+    """OK, or LEASE_LOST when nothing was written."""
+    graph_error: _builtins.str
+    """Non-empty when the graph transaction failed; the facts were still written."""
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProposalResult]:
+        """One result per proposal, in request order; empty when the lease was lost."""
+
+    def __init__(
+        self,
+        *,
+        outcome: Global___LeaseOutcome.ValueType = ...,
+        results: _abc.Iterable[Global___ProposalResult] | None = ...,
+        graph_error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["graph_error", b"graph_error", "outcome", b"outcome", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteExtractJobResponse: _TypeAlias = CompleteExtractJobResponse  # noqa: Y015
 
 @_typing.final
 class GetQueueStatsRequest(_message.Message):

@@ -72,6 +72,11 @@ class JobQueueServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.FromString,
                 _registered_method=True)
+        self.CompleteExtractJob = channel.unary_unary(
+                '/engram.store.v1.JobQueueService/CompleteExtractJob',
+                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.FromString,
+                _registered_method=True)
         self.GetQueueStats = channel.unary_unary(
                 '/engram.store.v1.JobQueueService/GetQueueStats',
                 request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.GetQueueStatsRequest.SerializeToString,
@@ -162,6 +167,35 @@ class JobQueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteExtractJob(self, request, context):
+        """Applies one extract job's decisions and completes the job in one
+        transaction (seed 000 "Controlled Writes"), checking the lease inside it:
+        when the lease is lost nothing at all is written. The store decides the
+        mode from its own configuration (`memory.pipelineV2.*`): in shadow mode
+        only audit history is written and every result is SHADOWED; otherwise ADD
+        proposals pass the confidence, empty-content and dedup gates, and UPDATE
+        and DELETE are applied only when `allowUpdateDelete` is on and every guard
+        holds (decision confidence at least `destructiveMinConfidence`, the target
+        a live, unpinned candidate of the job's namespace that was shown to the
+        LLM, at most `destructiveMaxPerJob` per job, and the fact about the
+        target: UPDATE shares at least two content tokens with it, DELETE
+        contradicts it). Every proposal writes one `pipeline_proposal` history row
+        on the job's memory, whatever its outcome. With `graphEnabled` the entity
+        triples are written in a second transaction; its failure is reported in
+        `graph_error` and does not undo the facts.
+
+        Errors: INVALID_ARGUMENT (missing lease, empty `extraction_model`, more
+        than 20 proposals or 50 entities, an unspecified action, fact content
+        over 2000 characters, a confidence outside [0, 1] or not finite, an
+        UPDATE or DELETE without `target_id`, an empty or non-finite vector, a
+        vector without `embedding_model`, an entity with an empty name or
+        relationship); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on;
+        nothing was written and the lease is still held).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetQueueStats(self, request, context):
         """Counts jobs per type and status, and reports the vector index's model.
 
@@ -203,6 +237,11 @@ def add_JobQueueServiceServicer_to_server(servicer, server):
                     servicer.ReleaseStaleLeases,
                     request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.SerializeToString,
+            ),
+            'CompleteExtractJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteExtractJob,
+                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.SerializeToString,
             ),
             'GetQueueStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetQueueStats,
@@ -380,6 +419,33 @@ class JobQueueService:
             '/engram.store.v1.JobQueueService/ReleaseStaleLeases',
             engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteExtractJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.JobQueueService/CompleteExtractJob',
+            engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

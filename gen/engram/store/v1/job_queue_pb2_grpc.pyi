@@ -89,6 +89,31 @@ class JobQueueServiceStub:
 
     Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
     """
+    CompleteExtractJob: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteExtractJobRequest, _job_queue_pb2.CompleteExtractJobResponse]
+    """Applies one extract job's decisions and completes the job in one
+    transaction (seed 000 "Controlled Writes"), checking the lease inside it:
+    when the lease is lost nothing at all is written. The store decides the
+    mode from its own configuration (`memory.pipelineV2.*`): in shadow mode
+    only audit history is written and every result is SHADOWED; otherwise ADD
+    proposals pass the confidence, empty-content and dedup gates, and UPDATE
+    and DELETE are applied only when `allowUpdateDelete` is on and every guard
+    holds (decision confidence at least `destructiveMinConfidence`, the target
+    a live, unpinned candidate of the job's namespace that was shown to the
+    LLM, at most `destructiveMaxPerJob` per job, and the fact about the
+    target: UPDATE shares at least two content tokens with it, DELETE
+    contradicts it). Every proposal writes one `pipeline_proposal` history row
+    on the job's memory, whatever its outcome. With `graphEnabled` the entity
+    triples are written in a second transaction; its failure is reported in
+    `graph_error` and does not undo the facts.
+
+    Errors: INVALID_ARGUMENT (missing lease, empty `extraction_model`, more
+    than 20 proposals or 50 entities, an unspecified action, fact content
+    over 2000 characters, a confidence outside [0, 1] or not finite, an
+    UPDATE or DELETE without `target_id`, an empty or non-finite vector, a
+    vector without `embedding_model`, an entity with an empty name or
+    relationship); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on;
+    nothing was written and the lease is still held).
+    """
     GetQueueStats: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]
     """Counts jobs per type and status, and reports the vector index's model.
 
@@ -155,6 +180,31 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
     Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+    """
+    CompleteExtractJob: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteExtractJobRequest, _job_queue_pb2.CompleteExtractJobResponse]  # type: ignore[assignment]
+    """Applies one extract job's decisions and completes the job in one
+    transaction (seed 000 "Controlled Writes"), checking the lease inside it:
+    when the lease is lost nothing at all is written. The store decides the
+    mode from its own configuration (`memory.pipelineV2.*`): in shadow mode
+    only audit history is written and every result is SHADOWED; otherwise ADD
+    proposals pass the confidence, empty-content and dedup gates, and UPDATE
+    and DELETE are applied only when `allowUpdateDelete` is on and every guard
+    holds (decision confidence at least `destructiveMinConfidence`, the target
+    a live, unpinned candidate of the job's namespace that was shown to the
+    LLM, at most `destructiveMaxPerJob` per job, and the fact about the
+    target: UPDATE shares at least two content tokens with it, DELETE
+    contradicts it). Every proposal writes one `pipeline_proposal` history row
+    on the job's memory, whatever its outcome. With `graphEnabled` the entity
+    triples are written in a second transaction; its failure is reported in
+    `graph_error` and does not undo the facts.
+
+    Errors: INVALID_ARGUMENT (missing lease, empty `extraction_model`, more
+    than 20 proposals or 50 entities, an unspecified action, fact content
+    over 2000 characters, a confidence outside [0, 1] or not finite, an
+    UPDATE or DELETE without `target_id`, an empty or non-finite vector, a
+    vector without `embedding_model`, an entity with an empty name or
+    relationship); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on;
+    nothing was written and the lease is still held).
     """
     GetQueueStats: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]  # type: ignore[assignment]
     """Counts jobs per type and status, and reports the vector index's model.
@@ -255,6 +305,37 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
         Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+        """
+
+    @_abc_1.abstractmethod
+    def CompleteExtractJob(
+        self,
+        request: _job_queue_pb2.CompleteExtractJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_queue_pb2.CompleteExtractJobResponse, _abc.Awaitable[_job_queue_pb2.CompleteExtractJobResponse]]:
+        """Applies one extract job's decisions and completes the job in one
+        transaction (seed 000 "Controlled Writes"), checking the lease inside it:
+        when the lease is lost nothing at all is written. The store decides the
+        mode from its own configuration (`memory.pipelineV2.*`): in shadow mode
+        only audit history is written and every result is SHADOWED; otherwise ADD
+        proposals pass the confidence, empty-content and dedup gates, and UPDATE
+        and DELETE are applied only when `allowUpdateDelete` is on and every guard
+        holds (decision confidence at least `destructiveMinConfidence`, the target
+        a live, unpinned candidate of the job's namespace that was shown to the
+        LLM, at most `destructiveMaxPerJob` per job, and the fact about the
+        target: UPDATE shares at least two content tokens with it, DELETE
+        contradicts it). Every proposal writes one `pipeline_proposal` history row
+        on the job's memory, whatever its outcome. With `graphEnabled` the entity
+        triples are written in a second transaction; its failure is reported in
+        `graph_error` and does not undo the facts.
+
+        Errors: INVALID_ARGUMENT (missing lease, empty `extraction_model`, more
+        than 20 proposals or 50 entities, an unspecified action, fact content
+        over 2000 characters, a confidence outside [0, 1] or not finite, an
+        UPDATE or DELETE without `target_id`, an empty or non-finite vector, a
+        vector without `embedding_model`, an entity with an empty name or
+        relationship); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on;
+        nothing was written and the lease is still held).
         """
 
     @_abc_1.abstractmethod

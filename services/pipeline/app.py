@@ -10,11 +10,16 @@ from typing import Any
 import grpc
 
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
+from engram.search.v1 import search_pb2_grpc
 from engram.store.v1 import job_queue_pb2_grpc
 from services.common.config import Config
 from services.common.providers.embedding import EmbeddingProvider, embedding_provider
+from services.common.providers.llm import LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
+from services.pipeline.decision import Decider
 from services.pipeline.embed_worker import EmbedWorker
+from services.pipeline.extract_worker import ExtractWorker, ExtractWorkerSettings
+from services.pipeline.extraction import Extractor
 from services.pipeline.servicer import PipelineServicer
 
 log = logging.getLogger("engram.pipeline")
@@ -29,6 +34,8 @@ class PipelineApp:
     provider: EmbeddingProvider
     embed_worker: EmbedWorker
     background: list[asyncio.Task[Any]] = field(default_factory=list)
+    llm: LlmProvider | None = None
+    search_channel: grpc.aio.Channel | None = None
 
     @property
     def port(self) -> int:
@@ -39,6 +46,10 @@ class PipelineApp:
         await cancel_tasks(self.background)
         await self.channel.close(None)
         await self.provider.close()
+        if self.search_channel is not None:
+            await self.search_channel.close(None)
+        if self.llm is not None:
+            await self.llm.close()
 
 
 async def start_pipeline(
@@ -53,13 +64,27 @@ async def start_pipeline(
         batch_size=config["providers.embedding.batch_size"],
         poll_s=config["workers.embed.poll_ms"] / 1000,
     )
-    servicer = PipelineServicer(jobs, [worker.health], [worker.status])
+    llm = llm_provider(config)
+    search_channel = grpc.aio.insecure_channel(config["clients.search_address"])
+    extractor = Extractor(llm)
+    decider = Decider(llm, search_pb2_grpc.SearchServiceStub(search_channel))
+    extract_worker = ExtractWorker(
+        jobs, extractor, decider, provider, ExtractWorkerSettings.from_config(config)
+    )
+    servicer = PipelineServicer(
+        jobs,
+        [worker.health, extract_worker.health],
+        [worker.status, extract_worker.status],
+        extraction=extractor,
+    )
     server = await start_server(
         host or config["server.host"],
         config["server.ports.pipeline"] if port is None else port,
         [SERVICE_NAME],
         lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),
     )
-    background = [asyncio.create_task(worker.run())]
+    background = [asyncio.create_task(worker.run()), asyncio.create_task(extract_worker.run())]
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
-    return PipelineApp(server, channel, provider, worker, background)
+    return PipelineApp(
+        server, channel, provider, worker, background, llm=llm, search_channel=search_channel
+    )

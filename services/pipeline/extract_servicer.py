@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Any
+import grpc
 
+from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
+from services.pipeline.extraction import Extractor
 
 
 class ExtractRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
     """The Extract dry run; `extraction` is set by PipelineServicer."""
 
-    extraction: Any = None
+    extraction: Extractor | None = None
+
+    async def Extract(
+        self, request: pb.ExtractRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ExtractResponse:
+        assert self.extraction is not None, "PipelineServicer is built with an Extractor"
+        result = await self.extraction.dry_run(request.namespace, request.content)
+        return pb.ExtractResponse(
+            facts=[
+                pb.ExtractedFact(content=f.content, type=f.type, confidence=f.confidence)
+                for f in result.facts
+            ],
+            entities=[
+                pb.ExtractedEntity(
+                    source=e.source,
+                    relationship=e.relationship,
+                    target=e.target,
+                    confidence=e.confidence,
+                )
+                for e in result.entities
+            ],
+            warnings=result.warnings,
+            model=self.extraction.llm.model,
+        )

@@ -1,0 +1,186 @@
+"""LLM providers (pipeline only): Ollama `/api/generate` and OpenAI-compatible
+chat completions, behind one small interface (seed 000 "Provider Abstraction").
+
+Failures are split by what the caller should do about them:
+- `LlmUnreachable` (a ProviderUnavailable): no connection could be made. The
+  provider is down and no job is at fault: work is handed back unattempted.
+- `ProviderUnavailable`: timed out, or answered 5xx/429. The provider is up but
+  failing this call: a failed attempt that retries with backoff.
+- `ProviderError`: any other bad answer (4xx, a body that is not the protocol's
+  JSON). Also a failed attempt.
+
+Every call holds a slot of a per-provider semaphore (`providers.llm.concurrency`),
+so the pipeline never fans out unboundedly however many workers it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from services.common.config import Config
+from services.common.providers.errors import (
+    ProviderError,
+    ProviderUnavailable,
+    describe_http_error,
+)
+
+AVAILABILITY_TIMEOUT_S = 3.0
+_SEED_DEFAULTS = {"model": "qwen3:4b", "timeout_ms": 45000}
+
+
+class LlmUnreachable(ProviderUnavailable):
+    """No connection to the provider (refused, unresolvable): it is down."""
+
+
+class LlmProvider(Protocol):
+    kind: str
+    model: str
+
+    async def generate(self, prompt: str, *, json_output: bool = True) -> str:
+        """The model's answer text for `prompt` (JSON requested unless told otherwise)."""
+        ...
+
+    async def available(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    kind: str
+    base_url: str
+    model: str
+    timeout_ms: int
+    api_key: str
+    concurrency: int
+
+
+def llm_settings(config: Config) -> LlmSettings:
+    """`providers.llm.*`, except that seed 000's `memory.pipelineV2.extractionModel`
+    and `extractionTimeout` win when they were changed from the seed's defaults
+    (both keys configure the same thing; the seed's names must keep working)."""
+    seed_model = config["memory.pipelineV2.extractionModel"]
+    seed_timeout = config["memory.pipelineV2.extractionTimeout"]
+    model_changed = seed_model != _SEED_DEFAULTS["model"]
+    timeout_changed = seed_timeout != _SEED_DEFAULTS["timeout_ms"]
+    return LlmSettings(
+        kind=config["providers.llm.kind"],
+        base_url=config["providers.llm.base_url"].rstrip("/"),
+        model=seed_model if model_changed else config["providers.llm.model"],
+        timeout_ms=seed_timeout if timeout_changed else config["providers.llm.timeout_ms"],
+        api_key=config["providers.llm.api_key"],
+        concurrency=config["providers.llm.concurrency"],
+    )
+
+
+class _HttpLlm:
+    """HTTP handling shared by both protocols: errors, timeout, the semaphore."""
+
+    kind = ""
+    health_path = ""
+
+    def __init__(
+        self, base_url: str, model: str, timeout_ms: int, *, concurrency: int, api_key: str = ""
+    ) -> None:
+        self.model = model
+        self.timeout_ms = timeout_ms
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), timeout=timeout_ms / 1000, headers=headers
+        )
+        self._slots = asyncio.Semaphore(concurrency)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        async with self._slots:
+            try:
+                response = await self._client.post(path, json=body)
+            except httpx.TimeoutException as exc:
+                raise ProviderUnavailable(
+                    f"{self.kind} LLM timed out after {self.timeout_ms} ms"
+                ) from exc
+            except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
+                raise LlmUnreachable(f"{self.kind} LLM unreachable: {exc!r}") from exc
+            except httpx.HTTPError as exc:  # reset mid-answer and the like
+                raise ProviderUnavailable(f"{self.kind} LLM connection failed: {exc!r}") from exc
+        if response.status_code >= 500 or response.status_code == 429:
+            raise ProviderUnavailable(describe_http_error(response.status_code, response.text))
+        if response.status_code >= 400:
+            raise ProviderError(describe_http_error(response.status_code, response.text))
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ProviderError(
+                f"{self.kind} LLM returned a body that is not JSON: {response.text[:200]!r}"
+            ) from exc
+
+    async def available(self) -> bool:
+        try:
+            response = await self._client.get(self.health_path, timeout=AVAILABILITY_TIMEOUT_S)
+        except httpx.HTTPError:
+            return False
+        return response.status_code < 400
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+class OllamaLlm(_HttpLlm):
+    """Ollama `POST /api/generate`: no streaming, JSON format, thinking off."""
+
+    kind = "ollama"
+    health_path = "/api/tags"
+
+    async def generate(self, prompt: str, *, json_output: bool = True) -> str:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "stream": False,
+            "think": False,
+        }
+        if json_output:
+            body["format"] = "json"
+        answer = await self._post("/api/generate", body)
+        text = answer.get("response") if isinstance(answer, dict) else None
+        if not isinstance(text, str):
+            raise ProviderError(f"ollama answer has no response text: {str(answer)[:200]!r}")
+        return text
+
+
+class OpenAILlm(_HttpLlm):
+    """OpenAI-compatible `POST /v1/chat/completions` (llama.cpp server, vLLM, LM Studio)."""
+
+    kind = "openai"
+    health_path = "/v1/models"
+
+    async def generate(self, prompt: str, *, json_output: bool = True) -> str:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": False,
+        }
+        if json_output:
+            body["response_format"] = {"type": "json_object"}
+        answer = await self._post("/v1/chat/completions", body)
+        try:
+            text = answer["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            text = None
+        if not isinstance(text, str):
+            raise ProviderError(f"openai answer has no message content: {str(answer)[:200]!r}")
+        return text
+
+
+def llm_provider(config: Config) -> LlmProvider:
+    settings = llm_settings(config)
+    cls = OllamaLlm if settings.kind == "ollama" else OpenAILlm
+    return cls(
+        settings.base_url,
+        settings.model,
+        settings.timeout_ms,
+        concurrency=settings.concurrency,
+        api_key=settings.api_key,
+    )

@@ -262,6 +262,20 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             WHERE status IN ('pending', 'leased') AND document_id IS NOT NULL;
         """,
     ),
+    (
+        "maintenance_audit",
+        """
+        -- One row per repair or retention step the maintenance service asked
+        -- the store to run, with what it changed (services/store/admin.py).
+        CREATE TABLE maintenance_audit (
+            id         TEXT PRIMARY KEY,
+            action     TEXT NOT NULL,
+            result     TEXT NOT NULL DEFAULT '{}',
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX maintenance_audit_age ON maintenance_audit(created_at);
+        """,
+    ),
 )
 
 

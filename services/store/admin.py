@@ -1,0 +1,305 @@
+"""Store administration for the maintenance service: raw diagnostics counts,
+idempotent repairs, and the retention sweep (seed 000 "Retention Worker").
+
+Every repair and every retention step is one short writer transaction that
+also writes one `maintenance_audit` row, so no write lock is held across a
+whole sweep. Mutations frozen means nothing here writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from services.common import clock
+from services.common.config import Config
+from services.common.db import ReadPool
+from services.common.errors import MutationsFrozen
+from services.store import admin_sql as sql
+from services.store import repository as repo
+from services.store.writer import Writer
+
+T = TypeVar("T")
+RETENTION_ACTOR = "retention"
+
+
+@dataclass(frozen=True)
+class RetentionWindows:
+    """seed 002 defaults: tombstones 30 d, history 180 d, completed jobs 14 d,
+    dead jobs 30 d; at most `batch_limit` rows per step per sweep."""
+
+    tombstone_days: float = 30
+    history_days: float = 180
+    completed_job_days: float = 14
+    dead_job_days: float = 30
+    batch_limit: int = 500
+
+
+@dataclass(frozen=True)
+class StoreDiagnostics:
+    jobs: dict[tuple[str, str], int]
+    total_jobs: int
+    dead_jobs: int
+    leased_jobs: int
+    stale_leases: int
+    lease_timeout_ms: int
+    active_memories: int
+    tombstones: int
+    expired_tombstones: int
+    fts_rows: int
+    fts_missing: int
+    fts_orphaned: int
+    index_model: str
+    vector_rows: int
+    embedded_memories: int
+    vector_missing: int
+    vector_orphaned: int
+    db_size_bytes: int
+    audit_rows: int
+
+    @property
+    def total_memories(self) -> int:
+        return self.active_memories + self.tombstones
+
+
+@dataclass(frozen=True)
+class RetentionStep:
+    step: str
+    removed: int
+    entities_removed: int = 0
+    relations_removed: int = 0
+
+
+class StoreAdmin:
+    def __init__(
+        self,
+        writer: Writer,
+        reads: ReadPool,
+        *,
+        lease_timeout_ms: int,
+        windows: RetentionWindows,
+        mutations_frozen: bool = False,
+    ) -> None:
+        self._writer = writer
+        self._reads = reads
+        self._lease_timeout_ms = lease_timeout_ms
+        self._windows = windows
+        self._frozen = mutations_frozen
+
+    # ---- diagnostics -------------------------------------------------------------
+
+    async def diagnostics(self) -> StoreDiagnostics:
+        now = clock.now()
+        stale_before = clock.to_text(now - timedelta(milliseconds=self._lease_timeout_ms))
+        expired_before = clock.days_ago_text(self._windows.tombstone_days, now)
+        jobs = {
+            (row[0], row[1]): int(row[2])
+            for row in await self._reads.fetch_all(sql.job_counts_query())
+        }
+        row = await self._reads.fetch_one(sql.diagnostics_query(stale_before, expired_before))
+
+        def by_status(status: str) -> int:
+            return sum(n for (_, s), n in jobs.items() if s == status)
+
+        return StoreDiagnostics(
+            jobs=jobs,
+            total_jobs=sum(jobs.values()),
+            dead_jobs=by_status("dead"),
+            leased_jobs=by_status("leased"),
+            stale_leases=row["stale_leases"],
+            lease_timeout_ms=self._lease_timeout_ms,
+            active_memories=row["active_memories"],
+            tombstones=row["tombstones"],
+            expired_tombstones=row["expired_tombstones"],
+            fts_rows=row["fts_rows"],
+            fts_missing=row["fts_missing"],
+            fts_orphaned=row["fts_orphaned"],
+            index_model=row["index_model"] or "",
+            vector_rows=row["vector_rows"],
+            embedded_memories=row["embedded_memories"],
+            vector_missing=row["vector_missing"],
+            vector_orphaned=row["vector_orphaned"],
+            db_size_bytes=row["db_size_bytes"],
+            audit_rows=row["audit_rows"],
+        )
+
+    # ---- repairs -------------------------------------------------------------------
+
+    async def requeue_dead_jobs(self) -> tuple[int, int]:
+        """(requeued, skipped): skipped jobs have an open twin and stay dead."""
+
+        def operation(conn: Any, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
+            requeued = skipped = 0
+            for job_id in sql.dead_job_ids(conn, self._windows.batch_limit):
+                if sql.requeue_dead_job(conn, job_id, at):
+                    requeued += 1
+                else:
+                    skipped += 1
+            return (requeued, skipped), {"requeued": requeued, "skipped": skipped}
+
+        return await self._audited("requeue_dead_jobs", operation)
+
+    async def release_stale_leases(self) -> int:
+        """The job queue's own release, measured from `leased_at`."""
+
+        def operation(conn: Any, at: str) -> tuple[int, dict[str, Any]]:
+            cutoff = clock.to_text(
+                clock.from_text(at) - timedelta(milliseconds=self._lease_timeout_ms)
+            )
+            released = repo.release_stale_leases(conn, cutoff, at)
+            return released, {"released": released, "lease_timeout_ms": self._lease_timeout_ms}
+
+        return await self._audited("release_stale_leases", operation)
+
+    async def repair_fts(self) -> tuple[int, int, int]:
+        """(missing before, orphaned before, entries after) around a rebuild."""
+
+        def operation(conn: Any, at: str) -> tuple[tuple[int, int, int], dict[str, Any]]:
+            missing, orphaned = sql.fts_mismatch(conn)
+            rows = sql.rebuild_fts(conn)
+            return (missing, orphaned, rows), {
+                "missing_before": missing,
+                "orphaned_before": orphaned,
+                "fts_rows": rows,
+            }
+
+        return await self._audited("repair_fts", operation)
+
+    async def repair_vectors(self) -> tuple[int, int]:
+        """(removed, added) index rows."""
+
+        def operation(conn: Any, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
+            removed = sql.remove_unbacked_vectors(conn)
+            added = sql.add_missing_vectors(conn)
+            return (removed, added), {"removed": removed, "added": added}
+
+        return await self._audited("repair_vectors", operation)
+
+    # ---- retention ------------------------------------------------------------------
+
+    async def sweep_retention(self) -> list[RetentionStep]:
+        """The seed's strict order; each step is its own transaction."""
+        steps: list[tuple[str, Callable[[Any, str], RetentionStep]]] = [
+            ("graph_links", self._graph_links),
+            ("embeddings", self._embeddings),
+            ("tombstones", self._tombstones),
+            ("history", self._history),
+            ("completed_jobs", self._completed_jobs),
+            ("dead_jobs", self._dead_jobs),
+        ]
+        results = []
+        for name, step in steps:
+
+            def operation(
+                conn: Any, at: str, step: Callable[[Any, str], RetentionStep] = step
+            ) -> tuple[RetentionStep, dict[str, Any]]:
+                result = step(conn, at)
+                return result, {
+                    "removed": result.removed,
+                    "entities_removed": result.entities_removed,
+                    "relations_removed": result.relations_removed,
+                }
+
+            results.append(await self._audited(f"retention:{name}", operation))
+        return results
+
+    def _cutoff(self, days: float, at: str) -> str:
+        return clock.days_ago_text(days, clock.from_text(at))
+
+    def _graph_links(self, conn: Any, at: str) -> RetentionStep:
+        cutoff = self._cutoff(self._windows.tombstone_days, at)
+        mentions = sql.expired_mentions(conn, cutoff, self._windows.batch_limit)
+        for memory_id, entity_id in mentions:
+            sql.delete_mention(conn, memory_id, entity_id, at)
+        entities, relations = sql.delete_orphaned_entities(
+            conn, list(dict.fromkeys(e for _, e in mentions))
+        )
+        return RetentionStep("graph_links", len(mentions), entities, relations)
+
+    def _embeddings(self, conn: Any, at: str) -> RetentionStep:
+        cutoff = self._cutoff(self._windows.tombstone_days, at)
+        removed = sql.delete_expired_embeddings(conn, cutoff, self._windows.batch_limit)
+        return RetentionStep("embeddings", removed)
+
+    def _tombstones(self, conn: Any, at: str) -> RetentionStep:
+        """Hard delete; a `purged` history event keeps the id known, so that
+        RecoverMemory can say RETENTION_EXPIRED instead of NOT_FOUND."""
+        cutoff = self._cutoff(self._windows.tombstone_days, at)
+        rows = sql.purgeable_tombstones(conn, cutoff, self._windows.batch_limit)
+        for row in rows:
+            sql.purge_memory(conn, row["id"])
+        repo.insert_history(
+            conn,
+            [
+                repo.history_row(
+                    memory_id=row["id"],
+                    namespace=row["namespace"],
+                    event="purged",
+                    old_content=None,
+                    new_content=None,
+                    actor=RETENTION_ACTOR,
+                    reason="tombstone retention window expired",
+                    metadata={
+                        "deleted_at": row["deleted_at"],
+                        "tombstone_days": self._windows.tombstone_days,
+                    },
+                    at=at,
+                )
+                for row in rows
+            ],
+        )
+        return RetentionStep("tombstones", len(rows))
+
+    def _history(self, conn: Any, at: str) -> RetentionStep:
+        cutoff = self._cutoff(self._windows.history_days, at)
+        return RetentionStep(
+            "history", sql.delete_old_history(conn, cutoff, self._windows.batch_limit)
+        )
+
+    def _completed_jobs(self, conn: Any, at: str) -> RetentionStep:
+        cutoff = self._cutoff(self._windows.completed_job_days, at)
+        removed = sql.delete_old_jobs(
+            conn, "completed", "completed_at", cutoff, self._windows.batch_limit
+        )
+        return RetentionStep("completed_jobs", removed)
+
+    def _dead_jobs(self, conn: Any, at: str) -> RetentionStep:
+        cutoff = self._cutoff(self._windows.dead_job_days, at)
+        removed = sql.delete_old_jobs(conn, "dead", "failed_at", cutoff, self._windows.batch_limit)
+        return RetentionStep("dead_jobs", removed)
+
+    # ---- plumbing ---------------------------------------------------------------------
+
+    async def _audited(
+        self, action: str, operation: Callable[[Any, str], tuple[T, dict[str, Any]]]
+    ) -> T:
+        """Run `operation(conn, now)` in one writer transaction with its audit row."""
+        if self._frozen:
+            raise MutationsFrozen()
+
+        def write(conn: Any) -> T:
+            at = clock.now_text()
+            value, audit = operation(conn, at)
+            sql.insert_audit(conn, action, audit, at)
+            return value
+
+        return await self._writer.submit(write)
+
+
+def store_admin(writer: Writer, reads: ReadPool, config: Config) -> StoreAdmin:
+    """The admin over the store's writer, with the store's own configuration."""
+    return StoreAdmin(
+        writer,
+        reads,
+        lease_timeout_ms=config["memory.pipelineV2.leaseTimeoutMs"],
+        windows=RetentionWindows(
+            tombstone_days=config["retention.tombstone_days"],
+            history_days=config["retention.history_days"],
+            completed_job_days=config["retention.completed_job_days"],
+            dead_job_days=config["retention.dead_job_days"],
+            batch_limit=config["retention.batch_limit"],
+        ),
+        mutations_frozen=config["memory.pipelineV2.mutationsFrozen"],
+    )

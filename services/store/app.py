@@ -8,10 +8,19 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2, store_pb2_grpc
+from engram.store.v1 import (
+    documents_pb2,
+    documents_pb2_grpc,
+    job_queue_pb2,
+    job_queue_pb2_grpc,
+    store_pb2,
+    store_pb2_grpc,
+)
 from services.common.config import Config
 from services.common.db import ReadPool, open_read_write
 from services.common.server import RunningServer, cancel_tasks, start_server
+from services.store.document_servicer import DocumentStoreServicer
+from services.store.documents import DocumentStore
 from services.store.job_servicer import JobQueueServicer
 from services.store.jobs import JobQueue
 from services.store.memories import MemoryStore
@@ -24,6 +33,7 @@ log = logging.getLogger("engram.store")
 SERVICE_NAMES = (
     store_pb2.DESCRIPTOR.services_by_name["MemoryStoreService"].full_name,
     job_queue_pb2.DESCRIPTOR.services_by_name["JobQueueService"].full_name,
+    documents_pb2.DESCRIPTOR.services_by_name["DocumentStoreService"].full_name,
 )
 REAPER_INTERVAL_S = 60.0
 
@@ -98,12 +108,23 @@ async def start_store(
         max_job_attempts=max_attempts,
         mutations_frozen=frozen,
     )
+    documents = DocumentStore(
+        writer,
+        reads,
+        mutations_frozen=frozen,
+        max_job_attempts=max_attempts,
+        max_content_bytes=config["memory.pipelineV2.documentMaxContentBytes"],
+        max_chunk_chars=config["memory.pipelineV2.documentChunkSize"],
+    )
     queued = await queue.adopt_index_model(configured_index_model(config))
     if queued:
         log.info("embedding model changed; re-embedding queued", extra={"jobs": queued})
 
     def register(server: grpc.aio.Server) -> None:
         store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(MemoryStoreServicer(store), server)
+        documents_pb2_grpc.add_DocumentStoreServiceServicer_to_server(
+            DocumentStoreServicer(documents), server
+        )
         job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(JobQueueServicer(queue), server)
 
     try:

@@ -53,6 +53,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                     max_attempts=j.max_attempts,
                     content=j.content,
                     content_hash=j.content_hash,
+                    document_id=j.document_id,
                 )
                 for j in jobs
             ]

@@ -18,6 +18,7 @@ from services.common import clock
 from services.common.db import ReadPool
 from services.common.errors import FailedPrecondition, InvalidArgument, MutationsFrozen
 from services.common.vectors import normalized_f32
+from services.store import document_sql
 from services.store import repository as repo
 from services.store.writer import Writer
 
@@ -40,6 +41,7 @@ class LeasedJob:
     max_attempts: int
     content: str
     content_hash: str
+    document_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,28 @@ def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
     if blob is None:
         raise InvalidArgument(field, "must be a non-empty, finite, non-zero vector")
     return blob
+
+
+def accept_supplied_vector(
+    conn: Any, memory_id: str, content_hash: str, model: str, vector: Sequence[float], at: str
+) -> bool:
+    """Store and index a vector that arrived with a write (inside its transaction).
+
+    Only a vector of the index's model with the index's dimensions is taken;
+    anything else returns False and the caller queues an embed job instead.
+    `vector` must have passed `normalized_vector_bytes`'s checks."""
+    current = repo.index_model(conn)
+    if not vector or current is None or current[0] != model:
+        return False
+    if current[1] is not None and current[1] != len(vector):
+        return False
+    if current[1] is None:  # the first vector the index accepts sets its size
+        repo.set_index_model(conn, model, len(vector), at)
+    blob = normalized_vector_bytes(vector, "vector")
+    repo.upsert_embedding(conn, content_hash, model, blob, len(vector), at)
+    repo.index_embedded_memories(conn, "m.id = ?", [memory_id])
+    conn.execute("UPDATE memories SET embedding_model = ? WHERE id = ?", (model, memory_id))
+    return True
 
 
 def _check_batch(size: int, field: str) -> None:
@@ -137,6 +161,9 @@ class JobQueue:
                 if job_type == "embed" and (row["content"] is None or row["is_deleted"]):
                     repo.complete_job(conn, row["id"], at, '{"skipped":"memory deleted"}')
                     continue
+                if job_type == "document_ingest" and not row["has_document"]:
+                    repo.complete_job(conn, row["id"], at, '{"skipped":"document deleted"}')
+                    continue
                 token = uuid.uuid4().hex
                 repo.mark_leased(conn, row["id"], token, at)
                 leased.append(
@@ -150,6 +177,7 @@ class JobQueue:
                         max_attempts=row["max_attempts"],
                         content=row["content"] or "",
                         content_hash=row["content_hash"] or "",
+                        document_id=row["document_id"] or "",
                     )
                 )
             return leased
@@ -195,12 +223,16 @@ class JobQueue:
                 message = error[:MAX_ERROR_CHARS] or "unknown error"
                 if job["attempts"] >= job["max_attempts"]:
                     repo.bury_job(conn, job_id, message, at)
+                    if job["document_id"]:  # seed 000: the document fails with its job
+                        document_sql.set_status(conn, job["document_id"], "failed", at, message)
                     dead += 1
                 else:
                     retry_at = clock.to_text(
                         now + timedelta(milliseconds=retry_delay_ms(job["attempts"]))
                     )
                     repo.retry_job(conn, job_id, message, retry_at, at)
+                    if job["document_id"]:
+                        document_sql.set_status(conn, job["document_id"], "queued", at)
             return outcomes, dead
 
         return await self._writer.submit(operation)

@@ -285,9 +285,11 @@ def due_jobs(
     conn: Any, job_type: str, namespaces: Sequence[str], now: str, limit: int
 ) -> list[Any]:
     sql = (
-        "SELECT j.id, j.job_type, j.namespace, j.memory_id, j.attempts, j.max_attempts, "
-        "m.content, m.content_hash, m.is_deleted FROM memory_jobs j "
+        "SELECT j.id, j.job_type, j.namespace, j.memory_id, j.document_id, j.attempts, "
+        "j.max_attempts, m.content, m.content_hash, m.is_deleted, "
+        "(j.document_id IS NOT NULL AND d.id IS NOT NULL) AS has_document FROM memory_jobs j "
         "LEFT JOIN memories m ON m.id = j.memory_id "
+        "LEFT JOIN documents d ON d.id = j.document_id "
         "WHERE j.job_type = ? AND j.status = 'pending' AND j.available_at <= ?"
     )
     params: list[Any] = [job_type, now]
@@ -310,8 +312,8 @@ def mark_leased(conn: Any, job_id: str, token: str, at: str) -> None:
 def leased_job(conn: Any, job_id: str, token: str) -> Any:
     """The job if it is leased with exactly this token, else None."""
     return conn.execute(
-        "SELECT id, job_type, namespace, memory_id, attempts, max_attempts FROM memory_jobs "
-        "WHERE id = ? AND status = 'leased' AND lease_token = ?",
+        "SELECT id, job_type, namespace, memory_id, document_id, attempts, max_attempts "
+        "FROM memory_jobs WHERE id = ? AND status = 'leased' AND lease_token = ?",
         (job_id, token),
     ).fetchone()
 

@@ -1,0 +1,142 @@
+"""DocumentStoreService: translate proto <-> domain, nothing else."""
+
+from __future__ import annotations
+
+import grpc
+
+from engram.store.v1 import documents_pb2 as pb
+from engram.store.v1 import documents_pb2_grpc
+from engram.store.v1 import job_queue_pb2 as jq
+from services.common.convert import timestamp_from_text
+from services.common.validation import validate_namespace
+from services.store.documents import DocumentRecord, DocumentStore
+
+STATUS_VALUES = {
+    "queued": pb.DOCUMENT_STATUS_QUEUED,
+    "extracting": pb.DOCUMENT_STATUS_EXTRACTING,
+    "chunking": pb.DOCUMENT_STATUS_CHUNKING,
+    "embedding": pb.DOCUMENT_STATUS_EMBEDDING,
+    "indexing": pb.DOCUMENT_STATUS_INDEXING,
+    "done": pb.DOCUMENT_STATUS_DONE,
+    "failed": pb.DOCUMENT_STATUS_FAILED,
+}
+_STATUS_NAMES = {value: name for name, value in STATUS_VALUES.items()}
+_CHUNK_OUTCOMES = {
+    "created": pb.CHUNK_OUTCOME_CREATED,
+    "linked": pb.CHUNK_OUTCOME_LINKED,
+    "duplicate": pb.CHUNK_OUTCOME_DUPLICATE,
+}
+_LOST = jq.LEASE_OUTCOME_LEASE_LOST
+_OK = jq.LEASE_OUTCOME_OK
+
+
+def document_to_proto(document: DocumentRecord) -> pb.StoredDocument:
+    return pb.StoredDocument(
+        id=document.id,
+        namespace=document.namespace,
+        source_type=document.source_type,
+        url=document.url,
+        title=document.title,
+        status=STATUS_VALUES[document.status],
+        error=document.error,
+        chunk_count=document.chunk_count,
+        tags=document.tags,
+        create_time=timestamp_from_text(document.created_at),
+        update_time=timestamp_from_text(document.updated_at),
+        complete_time=timestamp_from_text(document.completed_at),
+    )
+
+
+class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
+    def __init__(self, documents: DocumentStore) -> None:
+        self._documents = documents
+
+    async def CreateDocument(
+        self, request: pb.CreateDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateDocumentResponse:
+        document = await self._documents.create(
+            validate_namespace(request.namespace),
+            request.content,
+            request.url,
+            request.title,
+            list(request.tags),
+        )
+        return pb.CreateDocumentResponse(document=document_to_proto(document))
+
+    async def GetDocument(
+        self, request: pb.GetDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetDocumentResponse:
+        document = await self._documents.get(validate_namespace(request.namespace), request.id)
+        return pb.GetDocumentResponse(document=document_to_proto(document))
+
+    async def ListDocumentChunks(
+        self, request: pb.ListDocumentChunksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDocumentChunksResponse:
+        chunks, next_token = await self._documents.list_chunks(
+            validate_namespace(request.namespace),
+            request.document_id,
+            request.page_size,
+            request.page_token,
+        )
+        return pb.ListDocumentChunksResponse(
+            chunks=[
+                pb.StoredDocumentChunk(
+                    chunk_index=c.chunk_index, memory_id=c.memory_id, content=c.content
+                )
+                for c in chunks
+            ],
+            next_page_token=next_token,
+        )
+
+    async def ReadDocumentSource(
+        self, request: pb.ReadDocumentSourceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadDocumentSourceResponse:
+        source = await self._documents.read_source(request.lease.job_id, request.lease.lease_token)
+        if source is None:
+            return pb.ReadDocumentSourceResponse(outcome=_LOST)
+        return pb.ReadDocumentSourceResponse(
+            outcome=_OK,
+            document=document_to_proto(source.document),
+            raw_content=source.raw_content,
+        )
+
+    async def AdvanceDocument(
+        self, request: pb.AdvanceDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AdvanceDocumentResponse:
+        document = await self._documents.advance(
+            request.lease.job_id,
+            request.lease.lease_token,
+            _STATUS_NAMES.get(request.status, ""),
+            request.title,
+        )
+        if document is None:
+            return pb.AdvanceDocumentResponse(outcome=_LOST)
+        return pb.AdvanceDocumentResponse(outcome=_OK, document=document_to_proto(document))
+
+    async def WriteDocumentChunk(
+        self, request: pb.WriteDocumentChunkRequest, context: grpc.aio.ServicerContext
+    ) -> pb.WriteDocumentChunkResponse:
+        written = await self._documents.write_chunk(
+            request.lease.job_id,
+            request.lease.lease_token,
+            request.chunk_index,
+            request.content,
+            list(request.vector),
+            request.embedding_model,
+        )
+        if written is None:
+            return pb.WriteDocumentChunkResponse(outcome=_LOST)
+        return pb.WriteDocumentChunkResponse(
+            outcome=_OK,
+            chunk_outcome=_CHUNK_OUTCOMES[written.outcome],
+            memory_id=written.memory_id,
+            vector_stored=written.vector_stored,
+        )
+
+    async def CompleteDocument(
+        self, request: pb.CompleteDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CompleteDocumentResponse:
+        document = await self._documents.complete(request.lease.job_id, request.lease.lease_token)
+        if document is None:
+            return pb.CompleteDocumentResponse(outcome=_LOST)
+        return pb.CompleteDocumentResponse(outcome=_OK, document=document_to_proto(document))

@@ -1,0 +1,114 @@
+"""The documents' SQL (seed 000 "Document Ingest"). Write functions take the
+writer's connection; read queries are returned as (sql, params) for the read pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Query = tuple[str, list[Any]]
+
+DOCUMENT_COLUMNS = (
+    "id, namespace, source_type, source_url, title, status, error, chunk_count, tags, "
+    "created_at, updated_at, completed_at"
+)
+
+
+# ---- reads ------------------------------------------------------------------------
+
+
+def get_document_query(namespace: str, document_id: str) -> Query:
+    return (
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE namespace = ? AND id = ?",
+        [namespace, document_id],
+    )
+
+
+def leased_document_query(job_id: str, token: str) -> Query:
+    """The document of a document_ingest job leased with exactly this token."""
+    columns = ", ".join(f"d.{c.strip()}" for c in DOCUMENT_COLUMNS.split(","))
+    return (
+        f"SELECT {columns}, d.raw_content FROM memory_jobs j JOIN documents d "
+        "ON d.id = j.document_id AND d.namespace = j.namespace "
+        "WHERE j.id = ? AND j.status = 'leased' AND j.lease_token = ? "
+        "AND j.job_type = 'document_ingest'",
+        [job_id, token],
+    )
+
+
+def list_chunks_query(namespace: str, document_id: str, after_index: int, limit: int) -> Query:
+    """Live chunk memories of a document in chunk order, after `after_index`."""
+    return (
+        "SELECT dm.chunk_index, m.id, m.content FROM document_memories dm "
+        "JOIN memories m ON m.id = dm.memory_id AND m.namespace = ? AND m.is_deleted = 0 "
+        "WHERE dm.document_id = ? AND dm.chunk_index > ? ORDER BY dm.chunk_index LIMIT ?",
+        [namespace, document_id, after_index, limit],
+    )
+
+
+def get_document(conn: Any, document_id: str) -> Any:
+    return conn.execute(
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = ?", (document_id,)
+    ).fetchone()
+
+
+def linked_memory_with_hash(conn: Any, document_id: str, content_hash: str) -> str | None:
+    """The live memory with this content already linked to the document, if any."""
+    row = conn.execute(
+        "SELECT m.id FROM document_memories dm JOIN memories m ON m.id = dm.memory_id "
+        "WHERE dm.document_id = ? AND m.content_hash = ? AND m.is_deleted = 0 LIMIT 1",
+        (document_id, content_hash),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+# ---- writes (writer thread only) ------------------------------------------------
+
+
+def insert_document(conn: Any, row: dict[str, Any]) -> None:
+    conn.execute(
+        "INSERT INTO documents (id, namespace, source_type, source_url, raw_content, title, "
+        "status, tags, created_at, updated_at) VALUES (:id, :namespace, :source_type, "
+        ":source_url, :raw_content, :title, 'queued', :tags, :created_at, :created_at)",
+        row,
+    )
+
+
+def insert_ingest_job(
+    conn: Any, job_id: str, namespace: str, document_id: str, max_attempts: int, at: str
+) -> None:
+    conn.execute(
+        "INSERT INTO memory_jobs (id, namespace, document_id, job_type, max_attempts, "
+        "available_at, created_at, updated_at) VALUES (?, ?, ?, 'document_ingest', ?, ?, ?, ?)",
+        (job_id, namespace, document_id, max_attempts, at, at, at),
+    )
+
+
+def set_status(conn: Any, document_id: str, status: str, at: str, error: str | None = None) -> None:
+    conn.execute(
+        "UPDATE documents SET status = ?, error = ?, updated_at = ?, "
+        "completed_at = CASE WHEN ? = 'done' THEN ? ELSE completed_at END WHERE id = ?",
+        (status, error, at, status, at, document_id),
+    )
+
+
+def backfill_title(conn: Any, document_id: str, title: str) -> None:
+    """A fetched title fills the document's title only when it has none."""
+    conn.execute(
+        "UPDATE documents SET title = ? WHERE id = ? AND coalesce(title, '') = ''",
+        (title, document_id),
+    )
+
+
+def link_chunk(conn: Any, document_id: str, memory_id: str, chunk_index: int, at: str) -> None:
+    """Record the chunk (a retry that finds different text at an index replaces
+    the link) and recount the document's chunks."""
+    conn.execute(
+        "INSERT OR REPLACE INTO document_memories (document_id, memory_id, chunk_index) "
+        "VALUES (?, ?, ?)",
+        (document_id, memory_id, chunk_index),
+    )
+    conn.execute(
+        "UPDATE documents SET chunk_count = (SELECT count(*) FROM document_memories "
+        "WHERE document_id = ?), updated_at = ? WHERE id = ?",
+        (document_id, at, document_id),
+    )

@@ -1,0 +1,366 @@
+"""Documents on the store's side (seed 000 "Document Ingest"): registering a
+document with its ingest job, reading it, and the lease-checked writes of the
+pipeline's document worker. The pipeline fetches, chunks and embeds; the store
+only validates and writes, one chunk per transaction.
+
+Rules here, SQL in document_sql / repository, every write through the writer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from services.common import clock
+from services.common.db import ReadPool
+from services.common.errors import InvalidArgument, MutationsFrozen, NotFound
+from services.common.normalize import normalize_content
+from services.store import document_sql as sql
+from services.store import repository as repo
+from services.store import rules
+from services.store.jobs import accept_supplied_vector, normalized_vector_bytes
+from services.store.memories import _page_size
+from services.store.page_tokens import decode_page_token, encode_page_token
+from services.store.writer import Writer
+
+MAX_URL_CHARS = 2048
+MAX_TITLE_CHARS = 512
+# The title becomes one more tag on every chunk, within Remember's tag limit.
+MAX_DOCUMENT_TAGS = rules.MAX_TAGS - 1
+DEFAULT_CHUNK_PAGE_SIZE = 50
+PROGRESS_STATUSES = ("extracting", "chunking", "embedding", "indexing")
+STATUSES = ("queued", *PROGRESS_STATUSES, "done", "failed")
+CHUNK_TYPE = "document_chunk"
+CHUNK_IMPORTANCE = 0.3
+CHUNK_SOURCE_TYPE = "document"
+CHUNK_ACTOR = "document-ingest"
+CHUNK_WHY = "document-chunk"
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    id: str
+    namespace: str
+    source_type: str  # url | text
+    url: str
+    title: str
+    status: str
+    error: str
+    chunk_count: int
+    tags: tuple[str, ...]
+    created_at: str
+    updated_at: str
+    completed_at: str | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> DocumentRecord:
+        return cls(
+            id=row["id"],
+            namespace=row["namespace"],
+            source_type=row["source_type"],
+            url=row["source_url"] or "",
+            title=row["title"] or "",
+            status=row["status"],
+            error=row["error"] or "",
+            chunk_count=row["chunk_count"],
+            tags=tuple(json.loads(row["tags"])),
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            completed_at=row["completed_at"],
+        )
+
+
+@dataclass(frozen=True)
+class DocumentSource:
+    document: DocumentRecord
+    raw_content: str
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    chunk_index: int
+    memory_id: str
+    content: str
+
+
+@dataclass(frozen=True)
+class ChunkWrite:
+    outcome: str  # created | linked | duplicate
+    memory_id: str
+    vector_stored: bool
+
+
+def check_url(url: str) -> str:
+    url = url.strip()
+    if len(url) > MAX_URL_CHARS:
+        raise InvalidArgument("url", f"must be at most {MAX_URL_CHARS} characters")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidArgument("url", "must be an absolute http or https URL")
+    return url
+
+
+def title_tag(title: str) -> str | None:
+    """The title as a chunk tag: Remember's tag form, cut to the tag length."""
+    if not title.strip():
+        return None
+    return rules.check_tags([title.strip()[: rules.MAX_TAG_CHARS]], "title")[0]
+
+
+def chunk_tags(tags: Sequence[str], title: str) -> tuple[str, ...]:
+    tag = title_tag(title)
+    return tuple(dict.fromkeys([*tags, tag] if tag else tags))
+
+
+class DocumentStore:
+    def __init__(
+        self,
+        writer: Writer,
+        reads: ReadPool,
+        *,
+        mutations_frozen: bool,
+        max_job_attempts: int,
+        max_content_bytes: int,
+        max_chunk_chars: int,
+    ) -> None:
+        self._writer = writer
+        self._reads = reads
+        self._frozen = mutations_frozen
+        self._max_attempts = max_job_attempts
+        self._max_content_bytes = max_content_bytes
+        self._max_chunk_chars = max_chunk_chars
+
+    def _ensure_writable(self) -> None:
+        if self._frozen:
+            raise MutationsFrozen()
+
+    # ---- the public side ----------------------------------------------------------
+
+    async def create(
+        self, namespace: str, content: str, url: str, title: str, tags: Sequence[str]
+    ) -> DocumentRecord:
+        """Validate, then the document row and its ingest job in one transaction."""
+        if bool(content) == bool(url):
+            raise InvalidArgument("content", "exactly one of content and url must be set")
+        if content:
+            if not content.strip():
+                raise InvalidArgument("content", "must not be empty or whitespace only")
+            if len(content.encode("utf-8")) > self._max_content_bytes:
+                raise InvalidArgument(
+                    "content",
+                    f"must be at most {self._max_content_bytes} bytes "
+                    "(memory.pipelineV2.documentMaxContentBytes)",
+                )
+        else:
+            url = check_url(url)
+        title = rules.check_text(title, "title", MAX_TITLE_CHARS)
+        cleaned_tags = rules.check_tags(tags, "tags")
+        if len(cleaned_tags) > MAX_DOCUMENT_TAGS:
+            raise InvalidArgument("tags", f"at most {MAX_DOCUMENT_TAGS} tags")
+        self._ensure_writable()
+
+        def operation(conn: Any) -> DocumentRecord:
+            at = clock.now_text()
+            document_id = repo.new_id()
+            sql.insert_document(
+                conn,
+                {
+                    "id": document_id,
+                    "namespace": namespace,
+                    "source_type": "text" if content else "url",
+                    "source_url": url or None,
+                    "raw_content": content or None,
+                    "title": title or None,
+                    "tags": json.dumps(list(cleaned_tags)),
+                    "created_at": at,
+                },
+            )
+            sql.insert_ingest_job(
+                conn, repo.new_id(), namespace, document_id, self._max_attempts, at
+            )
+            return DocumentRecord.from_row(sql.get_document(conn, document_id))
+
+        return await self._writer.submit(operation)
+
+    async def get(self, namespace: str, document_id: str, field: str = "id") -> DocumentRecord:
+        if not document_id:
+            raise InvalidArgument(field, "required")
+        row = await self._reads.fetch_one(sql.get_document_query(namespace, document_id))
+        if row is None:
+            raise NotFound(f"document {document_id} not found in namespace {namespace}")
+        return DocumentRecord.from_row(row)
+
+    async def list_chunks(
+        self, namespace: str, document_id: str, page_size: int, page_token: str
+    ) -> tuple[list[ChunkRecord], str]:
+        size = _page_size(page_size, DEFAULT_CHUNK_PAGE_SIZE)
+        await self.get(namespace, document_id, "document_id")
+        scope = f"{namespace}\x00{document_id}"
+        position = decode_page_token(page_token, "document_chunks", scope)
+        after = -1
+        if position is not None:
+            if len(position) != 1 or not isinstance(position[0], int):
+                raise InvalidArgument("page_token", "malformed page token")
+            after = position[0]
+        rows = await self._reads.fetch_all(
+            sql.list_chunks_query(namespace, document_id, after, size + 1)
+        )
+        chunks = [ChunkRecord(r[0], r[1], r[2]) for r in rows[:size]]
+        next_token = ""
+        if len(rows) > size:
+            next_token = encode_page_token("document_chunks", scope, [chunks[-1].chunk_index])
+        return chunks, next_token
+
+    # ---- the document worker's lease-checked calls ------------------------------------
+
+    async def read_source(self, job_id: str, token: str) -> DocumentSource | None:
+        """None when the lease is not held."""
+        row = await self._reads.fetch_one(sql.leased_document_query(job_id, token))
+        if row is None:
+            return None
+        return DocumentSource(DocumentRecord.from_row(row), row["raw_content"] or "")
+
+    async def advance(
+        self, job_id: str, token: str, status: str, title: str
+    ) -> DocumentRecord | None:
+        """Record progress (and backfill a fetched title); None when the lease is lost."""
+        if status not in PROGRESS_STATUSES:
+            raise InvalidArgument("status", f"must be one of {', '.join(PROGRESS_STATUSES)}")
+        title = rules.check_text(title, "title", MAX_TITLE_CHARS)
+        self._ensure_writable()
+
+        def operation(conn: Any) -> DocumentRecord | None:
+            document_id = _held_document(conn, job_id, token)
+            if document_id is None:
+                return None
+            sql.set_status(conn, document_id, status, clock.now_text())
+            if title:
+                sql.backfill_title(conn, document_id, title)
+            return DocumentRecord.from_row(sql.get_document(conn, document_id))
+
+        return await self._writer.submit(operation)
+
+    async def write_chunk(
+        self,
+        job_id: str,
+        token: str,
+        chunk_index: int,
+        content: str,
+        vector: Sequence[float],
+        embedding_model: str,
+    ) -> ChunkWrite | None:
+        """One chunk, one transaction; None when the lease is lost."""
+        if chunk_index < 0:
+            raise InvalidArgument("chunk_index", "must not be negative")
+        if len(content) > self._max_chunk_chars:
+            raise InvalidArgument(
+                "content",
+                f"must be at most {self._max_chunk_chars} characters "
+                "(memory.pipelineV2.documentChunkSize)",
+            )
+        normalized = normalize_content(content)
+        if not normalized.storage:
+            raise InvalidArgument("content", "must not be empty or whitespace only")
+        if vector:
+            normalized_vector_bytes(vector, "vector")  # reject a bad vector before writing
+        self._ensure_writable()
+
+        def operation(conn: Any) -> ChunkWrite | None:
+            document_id = _held_document(conn, job_id, token)
+            if document_id is None:
+                return None
+            document = DocumentRecord.from_row(sql.get_document(conn, document_id))
+            at = clock.now_text()
+            linked = sql.linked_memory_with_hash(conn, document_id, normalized.content_hash)
+            if linked is not None:
+                return ChunkWrite("duplicate", linked, False)
+            existing = repo.live_ids_by_hash(conn, document.namespace, [normalized.content_hash])
+            if existing:
+                memory_id = existing[normalized.content_hash]
+                sql.link_chunk(conn, document_id, memory_id, chunk_index, at)
+                return ChunkWrite("linked", memory_id, False)
+            memory_id = repo.new_id()
+            repo.insert_memories(
+                conn,
+                [
+                    {
+                        "id": memory_id,
+                        "namespace": document.namespace,
+                        "content": normalized.storage,
+                        "normalized_content": normalized.normalized,
+                        "content_hash": normalized.content_hash,
+                        "type": CHUNK_TYPE,
+                        "importance": CHUNK_IMPORTANCE,
+                        "tags": json.dumps(list(chunk_tags(document.tags, document.title))),
+                        "pinned": 0,
+                        "who": CHUNK_ACTOR,
+                        "why": CHUNK_WHY,
+                        "source_type": CHUNK_SOURCE_TYPE,
+                        "source_id": document_id,
+                        "created_at": at,
+                        "event_time": at,
+                    }
+                ],
+            )
+            repo.insert_history(
+                conn,
+                [
+                    repo.history_row(
+                        memory_id=memory_id,
+                        namespace=document.namespace,
+                        event="created",
+                        old_content=None,
+                        new_content=normalized.storage,
+                        actor=CHUNK_ACTOR,
+                        reason=CHUNK_WHY,
+                        metadata={
+                            "version": 1,
+                            "type": CHUNK_TYPE,
+                            "document_id": document_id,
+                            "chunk_index": chunk_index,
+                        },
+                        at=at,
+                    )
+                ],
+            )
+            sql.link_chunk(conn, document_id, memory_id, chunk_index, at)
+            stored = accept_supplied_vector(
+                conn, memory_id, normalized.content_hash, embedding_model, vector, at
+            )
+            # Content embedded before with the index's model needs no new embedding.
+            if not stored and not repo.index_embedded_memories(conn, "m.id = ?", [memory_id]):
+                repo.enqueue_jobs(
+                    conn,
+                    [repo.job_row(document.namespace, memory_id, "embed", self._max_attempts, at)],
+                )
+            return ChunkWrite("created", memory_id, stored)
+
+        return await self._writer.submit(operation)
+
+    async def complete(self, job_id: str, token: str) -> DocumentRecord | None:
+        """The document is done and its job completes together; None when the lease is lost."""
+        self._ensure_writable()
+
+        def operation(conn: Any) -> DocumentRecord | None:
+            document_id = _held_document(conn, job_id, token)
+            if document_id is None:
+                return None
+            at = clock.now_text()
+            sql.set_status(conn, document_id, "done", at)
+            document = DocumentRecord.from_row(sql.get_document(conn, document_id))
+            result = {"chunks": document.chunk_count}
+            repo.complete_job(conn, job_id, at, json.dumps(result, separators=(",", ":")))
+            return document
+
+        return await self._writer.submit(operation)
+
+
+def _held_document(conn: Any, job_id: str, token: str) -> str | None:
+    """The document id of a document_ingest job leased with this token, else None."""
+    job = repo.leased_job(conn, job_id, token)
+    if job is None or job["job_type"] != "document_ingest" or not job["document_id"]:
+        return None
+    return str(job["document_id"])

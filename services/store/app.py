@@ -21,6 +21,7 @@ from services.common.db import ReadPool, open_read_write
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.store.document_servicer import DocumentStoreServicer
 from services.store.documents import DocumentStore
+from services.store.extraction_writes import ExtractionWrites, write_policy
 from services.store.job_servicer import JobQueueServicer
 from services.store.jobs import JobQueue
 from services.store.memories import MemoryStore
@@ -125,7 +126,9 @@ async def start_store(
         documents_pb2_grpc.add_DocumentStoreServiceServicer_to_server(
             DocumentStoreServicer(documents), server
         )
-        job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(JobQueueServicer(queue), server)
+        job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(
+            JobQueueServicer(queue, ExtractionWrites(writer, write_policy(config))), server
+        )
 
     try:
         server = await start_server(

@@ -8,6 +8,13 @@ from engram.store.v1 import job_queue_pb2 as pb
 from engram.store.v1 import job_queue_pb2_grpc
 from services.common.convert import timestamp_from_text
 from services.common.validation import validate_namespace
+from services.store.extraction_writes import (
+    ExtractCompletion,
+    ExtractionWrites,
+    Fact,
+    Proposal,
+)
+from services.store.graph import Triple
 from services.store.jobs import EmbedResult, JobQueue
 
 _TYPE_NAMES = {
@@ -16,6 +23,22 @@ _TYPE_NAMES = {
     pb.JOB_TYPE_DOCUMENT_INGEST: "document_ingest",
 }
 _TYPE_VALUES = {name: value for value, name in _TYPE_NAMES.items()}
+_ACTION_NAMES = {
+    pb.PROPOSAL_ACTION_ADD: "add",
+    pb.PROPOSAL_ACTION_UPDATE: "update",
+    pb.PROPOSAL_ACTION_DELETE: "delete",
+    pb.PROPOSAL_ACTION_NONE: "none",
+}
+_OUTCOME_VALUES = {
+    "created": pb.PROPOSAL_OUTCOME_CREATED,
+    "deduped": pb.PROPOSAL_OUTCOME_DEDUPED,
+    "skipped": pb.PROPOSAL_OUTCOME_SKIPPED,
+    "recorded": pb.PROPOSAL_OUTCOME_RECORDED,
+    "blocked": pb.PROPOSAL_OUTCOME_BLOCKED,
+    "updated": pb.PROPOSAL_OUTCOME_UPDATED,
+    "deleted": pb.PROPOSAL_OUTCOME_DELETED,
+    "shadowed": pb.PROPOSAL_OUTCOME_SHADOWED,
+}
 _STATUS_VALUES = {
     "pending": pb.JOB_STATUS_PENDING,
     "leased": pb.JOB_STATUS_LEASED,
@@ -29,8 +52,9 @@ def _outcomes(held: list[bool]) -> list[pb.LeaseOutcome.ValueType]:
 
 
 class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
-    def __init__(self, queue: JobQueue) -> None:
+    def __init__(self, queue: JobQueue, extraction: ExtractionWrites) -> None:
         self._queue = queue
+        self._extraction = extraction
 
     async def LeaseJobs(
         self, request: pb.LeaseJobsRequest, context: grpc.aio.ServicerContext
@@ -76,6 +100,48 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             ],
         )
         return pb.CompleteEmbedJobsResponse(outcomes=_outcomes(held))
+
+    async def CompleteExtractJob(
+        self, request: pb.CompleteExtractJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CompleteExtractJobResponse:
+        outcome = await self._extraction.complete(
+            ExtractCompletion(
+                job_id=request.lease.job_id,
+                lease_token=request.lease.lease_token,
+                extraction_model=request.extraction_model,
+                proposals=tuple(
+                    Proposal(
+                        action=_ACTION_NAMES.get(p.action, ""),
+                        fact=Fact(p.fact.content, p.fact.type, p.fact.confidence),
+                        target_id=p.target_id,
+                        confidence=p.confidence,
+                        reason=p.reason,
+                        candidate_ids=tuple(p.candidate_ids),
+                        vector=tuple(p.vector),
+                    )
+                    for p in request.proposals
+                ),
+                entities=tuple(
+                    Triple(e.source, e.relationship, e.target, e.confidence)
+                    for e in request.entities
+                ),
+                warnings=tuple(request.warnings),
+                embedding_model=request.embedding_model,
+            )
+        )
+        return pb.CompleteExtractJobResponse(
+            outcome=_outcomes([outcome.lease_held])[0],
+            results=[
+                pb.ProposalResult(
+                    outcome=_OUTCOME_VALUES[r.outcome],
+                    memory_id=r.memory_id,
+                    reason=r.reason,
+                    review_needed=r.review_needed,
+                )
+                for r in outcome.results
+            ],
+            graph_error=outcome.graph_error,
+        )
 
     async def FailJobs(
         self, request: pb.FailJobsRequest, context: grpc.aio.ServicerContext

@@ -836,8 +836,9 @@ class ProposalResult(_message.Message):
     """Why, for SKIPPED, BLOCKED, DEDUPED and RECORDED outcomes: for example
     low_fact_confidence, empty_fact_content, duplicate,
     destructive_mutations_disabled, low_decision_confidence, target_pinned,
-    target_not_candidate, target_not_found, destructive_cap_reached,
-    insufficient_overlap, no_contradiction, shadow_mode.
+    target_not_candidate, target_not_found, target_is_source,
+    destructive_cap_reached, insufficient_overlap, no_contradiction,
+    unchanged, no_change, shadow_mode, source_memory_deleted.
     """
     review_needed: _builtins.bool
     """The contradiction detector fired between the fact and the target

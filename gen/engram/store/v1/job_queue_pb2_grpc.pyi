@@ -101,12 +101,18 @@ class JobQueueServiceStub:
     a live, unpinned candidate of the job's namespace that was shown to the
     LLM, at most `destructiveMaxPerJob` per job, and the fact about the
     target: UPDATE shares at least two content tokens with it, DELETE
-    contradicts it). Every proposal writes one `pipeline_proposal` history row
-    on the job's memory, whatever its outcome. With `graphEnabled` the entity
-    triples are written in a second transaction; its failure is reported in
-    `graph_error` and does not undo the facts.
+    contradicts it). Every proposal writes one history event of type NONE
+    (the pipeline audit) on the job's memory, whatever its outcome; its
+    metadata holds the action, outcome, reason, fact, confidences, target,
+    extraction model and counts. New memories have who `pipeline-v2`, why
+    `extracted-fact`, a `derived_from` link to the job's memory, and an embed
+    job unless their vector was supplied; they never get an extract job. With
+    `graphEnabled` (and not in shadow mode) the entity triples are written in
+    a second transaction; its failure is reported in `graph_error` and does
+    not undo the facts.
 
-    Errors: INVALID_ARGUMENT (missing lease, empty `extraction_model`, more
+    Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not an
+    extract job, empty `extraction_model`, more
     than 20 proposals or 50 entities, an unspecified action, fact content
     over 2000 characters, a confidence outside [0, 1] or not finite, an
     UPDATE or DELETE without `target_id`, an empty or non-finite vector, a
@@ -193,12 +199,18 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     a live, unpinned candidate of the job's namespace that was shown to the
     LLM, at most `destructiveMaxPerJob` per job, and the fact about the
     target: UPDATE shares at least two content tokens with it, DELETE
-    contradicts it). Every proposal writes one `pipeline_proposal` history row
-    on the job's memory, whatever its outcome. With `graphEnabled` the entity
-    triples are written in a second transaction; its failure is reported in
-    `graph_error` and does not undo the facts.
+    contradicts it). Every proposal writes one history event of type NONE
+    (the pipeline audit) on the job's memory, whatever its outcome; its
+    metadata holds the action, outcome, reason, fact, confidences, target,
+    extraction model and counts. New memories have who `pipeline-v2`, why
+    `extracted-fact`, a `derived_from` link to the job's memory, and an embed
+    job unless their vector was supplied; they never get an extract job. With
+    `graphEnabled` (and not in shadow mode) the entity triples are written in
+    a second transaction; its failure is reported in `graph_error` and does
+    not undo the facts.
 
-    Errors: INVALID_ARGUMENT (missing lease, empty `extraction_model`, more
+    Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not an
+    extract job, empty `extraction_model`, more
     than 20 proposals or 50 entities, an unspecified action, fact content
     over 2000 characters, a confidence outside [0, 1] or not finite, an
     UPDATE or DELETE without `target_id`, an empty or non-finite vector, a
@@ -324,12 +336,18 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         a live, unpinned candidate of the job's namespace that was shown to the
         LLM, at most `destructiveMaxPerJob` per job, and the fact about the
         target: UPDATE shares at least two content tokens with it, DELETE
-        contradicts it). Every proposal writes one `pipeline_proposal` history row
-        on the job's memory, whatever its outcome. With `graphEnabled` the entity
-        triples are written in a second transaction; its failure is reported in
-        `graph_error` and does not undo the facts.
+        contradicts it). Every proposal writes one history event of type NONE
+        (the pipeline audit) on the job's memory, whatever its outcome; its
+        metadata holds the action, outcome, reason, fact, confidences, target,
+        extraction model and counts. New memories have who `pipeline-v2`, why
+        `extracted-fact`, a `derived_from` link to the job's memory, and an embed
+        job unless their vector was supplied; they never get an extract job. With
+        `graphEnabled` (and not in shadow mode) the entity triples are written in
+        a second transaction; its failure is reported in `graph_error` and does
+        not undo the facts.
 
-        Errors: INVALID_ARGUMENT (missing lease, empty `extraction_model`, more
+        Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not an
+        extract job, empty `extraction_model`, more
         than 20 proposals or 50 entities, an unspecified action, fact content
         over 2000 characters, a confidence outside [0, 1] or not finite, an
         UPDATE or DELETE without `target_id`, an empty or non-finite vector, a

@@ -1,0 +1,207 @@
+"""The contradiction detector (seed 000 "Controlled Writes").
+
+Two texts contradict when they are about the same thing (at least two shared
+content tokens) and disagree: one is negated and the other is not, or they use
+the two sides of an antonym pair. It is deliberately lexical and
+deterministic: the store uses it to decide whether a DELETE is about its
+target, so an LLM cannot talk it into anything.
+"""
+
+from __future__ import annotations
+
+import re
+
+MIN_SHARED_TOKENS = 2
+
+_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+NEGATIONS = frozenset(
+    {
+        "not",
+        "no",
+        "never",
+        "none",
+        "nobody",
+        "nothing",
+        "neither",
+        "nor",
+        "without",
+        "cannot",
+        "can't",
+        "don't",
+        "doesn't",
+        "didn't",
+        "isn't",
+        "aren't",
+        "wasn't",
+        "weren't",
+        "won't",
+        "wouldn't",
+        "shouldn't",
+        "couldn't",
+        "haven't",
+        "hasn't",
+        "hadn't",
+        "mustn't",
+    }
+)
+
+ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
+    ("enabled", "disabled"),
+    ("enable", "disable"),
+    ("allow", "deny"),
+    ("allowed", "denied"),
+    ("allow", "block"),
+    ("true", "false"),
+    ("like", "dislike"),
+    ("likes", "dislikes"),
+    ("love", "hate"),
+    ("loves", "hates"),
+    ("on", "off"),
+    ("open", "closed"),
+    ("start", "stop"),
+    ("started", "stopped"),
+    ("accept", "reject"),
+    ("accepted", "rejected"),
+    ("include", "exclude"),
+    ("always", "never"),
+    ("increase", "decrease"),
+    ("up", "down"),
+    ("valid", "invalid"),
+    ("active", "inactive"),
+    ("online", "offline"),
+    ("success", "failure"),
+    ("before", "after"),
+    ("add", "remove"),
+    ("added", "removed"),
+    ("prefer", "avoid"),
+    ("prefers", "avoids"),
+)
+
+# Words that carry no topic: sharing them does not make two texts about the
+# same thing. Negations and antonyms are excluded too, so "not" + "the" never
+# count as overlap.
+_STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "then",
+        "of",
+        "to",
+        "in",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "i",
+        "you",
+        "he",
+        "she",
+        "we",
+        "they",
+        "me",
+        "him",
+        "her",
+        "us",
+        "them",
+        "my",
+        "your",
+        "his",
+        "our",
+        "their",
+        "do",
+        "does",
+        "did",
+        "has",
+        "have",
+        "had",
+        "will",
+        "would",
+        "should",
+        "can",
+        "could",
+        "may",
+        "might",
+        "must",
+        "so",
+        "than",
+        "too",
+        "very",
+        "just",
+        "also",
+        "about",
+        "into",
+        "over",
+        "under",
+    ]
+)
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-cased word tokens, apostrophe contractions kept whole."""
+    return _TOKEN.findall(text.lower().replace("\u2019", "'"))
+
+
+def negated(text: str) -> bool:
+    return any(t in NEGATIONS for t in tokens(text))
+
+
+def _polar_words() -> frozenset[str]:
+    return frozenset(word for pair in ANTONYM_PAIRS for word in pair)
+
+
+_POLAR = _polar_words()
+
+
+def content_tokens(text: str) -> set[str]:
+    """The topic-bearing tokens: no stopwords, negations or antonym words."""
+    return {
+        t for t in tokens(text) if t not in _STOPWORDS and t not in NEGATIONS and t not in _POLAR
+    }
+
+
+def shared_tokens(a: str, b: str) -> set[str]:
+    return content_tokens(a) & content_tokens(b)
+
+
+def antonym_conflict(a: str, b: str) -> bool:
+    """One text uses one side of a pair and the other the opposite side (and
+    not both sides themselves)."""
+    left, right = set(tokens(a)), set(tokens(b))
+    for x, y in ANTONYM_PAIRS:
+        if (x in left and y in right and y not in left and x not in right) or (
+            y in left and x in right and x not in left and y not in right
+        ):
+            return True
+    return False
+
+
+def contradicts(a: str, b: str) -> bool:
+    """≥ 2 shared content tokens, plus a negation-polarity difference or an
+    antonym pair conflict."""
+    if len(shared_tokens(a, b)) < MIN_SHARED_TOKENS:
+        return False
+    if negated(a) != negated(b):
+        return True
+    return antonym_conflict(a, b)

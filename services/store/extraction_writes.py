@@ -1,0 +1,610 @@
+"""Controlled writes: applying one extract job's decisions (seed 000
+"Controlled Writes", "Pipeline Modes"), plus UPDATE and DELETE applied safely.
+
+The store, not the pipeline, decides what is written: the mode comes from the
+store's own configuration, and every UPDATE or DELETE must pass deterministic
+guards that an LLM cannot argue with. Everything of one job (new memories,
+changed targets, audit rows, the job's completion) is one writer operation,
+i.e. one transaction, and the lease is checked inside it. The knowledge graph
+follows in a second operation whose failure is reported, not raised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.common import clock
+from services.common.errors import InvalidArgument, MutationsFrozen
+from services.common.memory_record import MemoryRecord
+from services.common.normalize import NormalizedContent, normalize_content
+from services.store import contradiction
+from services.store import extraction_sql as sql
+from services.store import repository as repo
+from services.store.graph import Triple, write_graph
+from services.store.jobs import normalized_vector_bytes
+from services.store.writer import Writer
+
+log = logging.getLogger("engram.store.extraction")
+
+ACTOR = "pipeline-v2"
+WHY = "extracted-fact"
+AUDIT_EVENT = "none"  # HISTORY_EVENT_TYPE_NONE: a proposal recorded on its source memory
+ACTIONS = ("add", "update", "delete", "none")
+FACT_TYPES = ("fact", "preference", "decision", "procedural", "semantic")
+DERIVED_IMPORTANCE = 0.8  # rules.DEFAULT_IMPORTANCE: a fact is as important as a remembered one
+MAX_PROPOSALS = 20
+MAX_ENTITIES = 50
+MAX_FACT_CHARS = 2000
+MAX_CANDIDATES = 50
+MAX_NAME_CHARS = 200
+MAX_MODEL_CHARS = 256
+MAX_REASON_CHARS = 500
+MAX_WARNINGS = 100
+MAX_WARNING_CHARS = 500
+
+
+@dataclass(frozen=True)
+class WritePolicy:
+    """The store's `memory.pipelineV2.*` settings that govern these writes."""
+
+    shadow: bool = False
+    frozen: bool = False
+    allow_update_delete: bool = False
+    graph_enabled: bool = False
+    min_fact_confidence: float = 0.7
+    destructive_min_confidence: float = 0.8
+    destructive_max_per_job: int = 3
+    max_job_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class Fact:
+    content: str
+    type: str
+    confidence: float
+
+
+@dataclass(frozen=True)
+class Proposal:
+    action: str  # add | update | delete | none
+    fact: Fact
+    target_id: str = ""
+    confidence: float = 0.0
+    reason: str = ""
+    candidate_ids: tuple[str, ...] = ()
+    vector: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExtractCompletion:
+    job_id: str
+    lease_token: str
+    extraction_model: str
+    proposals: tuple[Proposal, ...]
+    entities: tuple[Triple, ...] = ()
+    warnings: tuple[str, ...] = ()
+    embedding_model: str = ""
+
+
+@dataclass(frozen=True)
+class ProposalResult:
+    outcome: str  # created | deduped | skipped | recorded | blocked | updated | deleted | shadowed
+    memory_id: str = ""
+    reason: str = ""
+    review_needed: bool = False
+
+
+@dataclass(frozen=True)
+class CompletionOutcome:
+    lease_held: bool
+    results: list[ProposalResult] = field(default_factory=list)
+    graph_error: str = ""
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A validated proposal with its content normalised and vector packed."""
+
+    proposal: Proposal
+    content: NormalizedContent
+    vector: bytes | None
+
+
+class ExtractionWrites:
+    def __init__(self, writer: Writer, policy: WritePolicy) -> None:
+        self._writer = writer
+        self._policy = policy
+
+    async def complete(self, request: ExtractCompletion) -> CompletionOutcome:
+        if self._policy.frozen:
+            raise MutationsFrozen()
+        checked = check_completion(request)
+
+        def operation(conn: Any) -> tuple[CompletionOutcome, str, str]:
+            return _JobWrite(conn, request, checked, self._policy).run()
+
+        outcome, namespace, memory_id = await self._writer.submit(operation)
+        if not outcome.lease_held or not self._write_graph_now(outcome, request):
+            return outcome
+        try:
+            await self._writer.submit(
+                lambda conn: write_graph(conn, namespace, memory_id, request.entities)
+            )
+        except Exception as error:  # non-fatal by design: the facts are committed
+            log.warning("graph write failed", extra={"job_id": request.job_id, "error": str(error)})
+            return CompletionOutcome(True, outcome.results, f"graph write failed: {error}")
+        return outcome
+
+    def _write_graph_now(self, outcome: CompletionOutcome, request: ExtractCompletion) -> bool:
+        """Graph rows are writes too: not in shadow mode, and only for a live source."""
+        return (
+            self._policy.graph_enabled
+            and not self._policy.shadow
+            and bool(request.entities)
+            and not any(r.reason == "source_memory_deleted" for r in outcome.results)
+        )
+
+
+# ---- validation ---------------------------------------------------------------------
+
+
+def _check_unit(value: float, field: str) -> float:
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise InvalidArgument(field, "must be a finite number between 0 and 1")
+    return value
+
+
+def check_completion(request: ExtractCompletion) -> list[_Checked]:
+    """Everything is validated before anything is written; one bad item fails all."""
+    if not request.job_id:
+        raise InvalidArgument("lease.job_id", "required")
+    if not request.lease_token:
+        raise InvalidArgument("lease.lease_token", "required")
+    if not request.extraction_model.strip():
+        raise InvalidArgument("extraction_model", "required")
+    if len(request.extraction_model) > MAX_MODEL_CHARS:
+        raise InvalidArgument("extraction_model", f"at most {MAX_MODEL_CHARS} characters")
+    if len(request.proposals) > MAX_PROPOSALS:
+        raise InvalidArgument("proposals", f"at most {MAX_PROPOSALS} proposals")
+    if len(request.entities) > MAX_ENTITIES:
+        raise InvalidArgument("entities", f"at most {MAX_ENTITIES} entity triples")
+    if len(request.warnings) > MAX_WARNINGS:
+        raise InvalidArgument("warnings", f"at most {MAX_WARNINGS} warnings")
+    checked = [
+        _check_proposal(p, f"proposals[{i}]", request) for i, p in enumerate(request.proposals)
+    ]
+    dimensions = {len(p.vector) for p in request.proposals if p.vector}
+    if len(dimensions) > 1:
+        raise InvalidArgument("proposals", "all vectors of one call must have the same dimensions")
+    for index, triple in enumerate(request.entities):
+        field = f"entities[{index}]"
+        for name in ("source", "relationship", "target"):
+            value = getattr(triple, name)
+            if not value.strip():
+                raise InvalidArgument(f"{field}.{name}", "required")
+            if len(value) > MAX_NAME_CHARS:
+                raise InvalidArgument(f"{field}.{name}", f"at most {MAX_NAME_CHARS} characters")
+        _check_unit(triple.confidence, f"{field}.confidence")
+    return checked
+
+
+def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) -> _Checked:
+    if proposal.action not in ACTIONS:
+        raise InvalidArgument(f"{field}.action", "must be ADD, UPDATE, DELETE or NONE")
+    if len(proposal.fact.content) > MAX_FACT_CHARS:
+        raise InvalidArgument(f"{field}.fact.content", f"at most {MAX_FACT_CHARS} characters")
+    _check_unit(proposal.fact.confidence, f"{field}.fact.confidence")
+    _check_unit(proposal.confidence, f"{field}.confidence")
+    if proposal.action in ("update", "delete") and not proposal.target_id:
+        raise InvalidArgument(f"{field}.target_id", "required for UPDATE and DELETE")
+    if len(proposal.candidate_ids) > MAX_CANDIDATES:
+        raise InvalidArgument(f"{field}.candidate_ids", f"at most {MAX_CANDIDATES} ids")
+    vector = None
+    if proposal.vector:
+        if not request.embedding_model:
+            raise InvalidArgument("embedding_model", "required when a proposal carries a vector")
+        vector = normalized_vector_bytes(proposal.vector, f"{field}.vector")
+    return _Checked(proposal, normalize_content(proposal.fact.content), vector)
+
+
+def memory_type_of(fact_type: str) -> str:
+    """The extraction's fact types are memory types; anything else is a plain fact."""
+    return fact_type if fact_type in FACT_TYPES else "fact"
+
+
+# ---- the transaction ---------------------------------------------------------------
+
+
+class _JobWrite:
+    """One job's writes inside the writer's transaction (never awaits, never calls out)."""
+
+    def __init__(
+        self,
+        conn: Any,
+        request: ExtractCompletion,
+        checked: Sequence[_Checked],
+        policy: WritePolicy,
+    ) -> None:
+        self.conn = conn
+        self.request = request
+        self.checked = checked
+        self.policy = policy
+        self.at = clock.now_text()
+        self.applied_destructive = 0
+        self.namespace = ""
+        self.source: MemoryRecord | None = None
+
+    def run(self) -> tuple[CompletionOutcome, str, str]:
+        job = repo.leased_job(self.conn, self.request.job_id, self.request.lease_token)
+        if job is None:
+            return CompletionOutcome(False), "", ""
+        if job["job_type"] != "extract":
+            raise InvalidArgument("lease.job_id", f"is a {job['job_type']} job, not extract")
+        self.namespace = job["namespace"]
+        row = repo.fetch_one(self.conn, repo.get_memory_query(self.namespace, job["memory_id"]))
+        self.source = None if row is None else MemoryRecord.from_row(row)
+        results: list[ProposalResult] = []
+        audits: list[tuple[Any, ...]] = []
+        for item in self.checked:
+            result, details = self._decide(item)
+            results.append(result)
+            if self.source is not None:
+                audits.append(self._audit_row(item, result, details))
+        repo.insert_history(self.conn, audits)
+        repo.complete_job(self.conn, self.request.job_id, self.at, self._job_result(results))
+        if self.source is not None and not self.source.deleted and not self.policy.shadow:
+            sql.set_extraction_state(
+                self.conn, self.source.id, "completed", self.request.extraction_model
+            )
+        return CompletionOutcome(True, results), self.namespace, job["memory_id"]
+
+    # ---- one proposal ----
+
+    def _decide(self, item: _Checked) -> tuple[ProposalResult, dict[str, Any]]:
+        """The outcome of one proposal, applying it when every gate passes; the
+        dict is extra audit metadata."""
+        action = item.proposal.action
+        target = self._target(item) if action in ("update", "delete") else None
+        review = target is not None and contradiction.contradicts(
+            item.proposal.fact.content, target.content
+        )
+        if self.source is None or self.source.deleted:
+            return ProposalResult("skipped", reason="source_memory_deleted"), {}
+        if self.policy.shadow:
+            return ProposalResult("shadowed", reason="shadow_mode", review_needed=review), {}
+        if action == "add":
+            return self._add(item), {}
+        if action == "none":
+            return ProposalResult("recorded", reason="no_change"), {}
+        blocked = self._destructive_guard(item, target)
+        if blocked:
+            return ProposalResult("blocked", reason=blocked, review_needed=review), {}
+        assert target is not None  # the guard blocks a missing target
+        if action == "update":
+            return self._update(item, target, review)
+        self._delete(item, target)
+        return ProposalResult("deleted", target.id, review_needed=review), {}
+
+    def _target(self, item: _Checked) -> MemoryRecord | None:
+        """The target if it is a live memory of the job's namespace; ids from
+        other namespaces are simply not found."""
+        row = repo.fetch_one(
+            self.conn, repo.get_memory_query(self.namespace, item.proposal.target_id)
+        )
+        if row is None or row["is_deleted"]:
+            return None
+        return MemoryRecord.from_row(row)
+
+    def _fact_gate(self, item: _Checked) -> str:
+        """Seed order: confidence first, then empty content."""
+        if item.proposal.fact.confidence < self.policy.min_fact_confidence:
+            return "low_fact_confidence"
+        if not item.content.normalized:
+            return "empty_fact_content"
+        return ""
+
+    def _add(self, item: _Checked) -> ProposalResult:
+        gate = self._fact_gate(item)
+        if gate:
+            return ProposalResult("skipped", reason=gate)
+        content = item.content
+        existing = repo.live_ids_by_hash(self.conn, self.namespace, [content.content_hash])
+        if existing:
+            return ProposalResult("deduped", existing[content.content_hash], reason="duplicate")
+        assert self.source is not None
+        memory_id = repo.new_id()
+        memory_type = memory_type_of(item.proposal.fact.type)
+        repo.insert_memories(
+            self.conn,
+            [
+                {
+                    "id": memory_id,
+                    "namespace": self.namespace,
+                    "content": content.storage,
+                    "normalized_content": content.normalized,
+                    "content_hash": content.content_hash,
+                    "type": memory_type,
+                    "importance": DERIVED_IMPORTANCE,
+                    "tags": "[]",
+                    "pinned": 0,
+                    "who": ACTOR,
+                    "why": WHY,
+                    "source_type": "",
+                    "source_id": "",
+                    "created_at": self.at,
+                    "event_time": self.source.event_time,
+                }
+            ],
+        )
+        sql.mark_derived(self.conn, memory_id, self.request.extraction_model, self.source.id)
+        sql.insert_link(
+            self.conn,
+            self.namespace,
+            memory_id,
+            self.source.id,
+            sql.DERIVED_FROM,
+            self.request.job_id,
+            self.at,
+        )
+        repo.insert_history(
+            self.conn,
+            [
+                repo.history_row(
+                    memory_id=memory_id,
+                    namespace=self.namespace,
+                    event="created",
+                    old_content=None,
+                    new_content=content.storage,
+                    actor=ACTOR,
+                    reason=WHY,
+                    metadata={
+                        "version": 1,
+                        "type": memory_type,
+                        "source_memory_id": self.source.id,
+                        "extraction_model": self.request.extraction_model,
+                        "job_id": self.request.job_id,
+                    },
+                    at=self.at,
+                )
+            ],
+        )
+        # A derived fact gets an embed job at most: never an extract job (no recursion).
+        self._embed(memory_id, content.content_hash, item.vector)
+        return ProposalResult("created", memory_id)
+
+    def _embed(self, memory_id: str, content_hash: str, vector: bytes | None) -> None:
+        """Index the memory now when a vector of the index's model is at hand
+        (supplied, or stored for this content before); else queue an embed job."""
+        index = repo.index_model(self.conn)
+        if vector is not None and index is not None and index[0] == self.request.embedding_model:
+            dimensions = len(vector) // 4
+            if index[1] is None:  # the first vector the index accepts sets its size
+                repo.set_index_model(self.conn, index[0], dimensions, self.at)
+                index = (index[0], dimensions)
+            if index[1] == dimensions:
+                repo.upsert_embedding(
+                    self.conn, content_hash, index[0], vector, dimensions, self.at
+                )
+        if repo.index_embedded_memories(self.conn, "m.id = ?", [memory_id]):
+            repo.update_memory(
+                self.conn, memory_id, {"embedding_model": index[0] if index else None}
+            )
+            return
+        repo.enqueue_jobs(
+            self.conn,
+            [
+                repo.job_row(
+                    self.namespace, memory_id, "embed", self.policy.max_job_attempts, self.at
+                )
+            ],
+        )
+
+    def _destructive_guard(self, item: _Checked, target: MemoryRecord | None) -> str:
+        """The first guard an UPDATE or DELETE fails, or "" when it may be applied."""
+        proposal = item.proposal
+        assert self.source is not None
+        if not self.policy.allow_update_delete:
+            return "destructive_mutations_disabled"
+        if proposal.confidence < self.policy.destructive_min_confidence:
+            return "low_decision_confidence"
+        if proposal.target_id not in proposal.candidate_ids:
+            return "target_not_candidate"
+        if proposal.target_id == self.source.id:
+            return "target_is_source"
+        if target is None:
+            return "target_not_found"
+        if target.pinned:
+            return "target_pinned"
+        if proposal.action == "update":
+            gate = self._fact_gate(item)
+            if gate:
+                return gate
+            if len(contradiction.shared_tokens(proposal.fact.content, target.content)) < (
+                contradiction.MIN_SHARED_TOKENS
+            ):
+                return "insufficient_overlap"
+        elif not contradiction.contradicts(proposal.fact.content, target.content):
+            return "no_contradiction"
+        if self.applied_destructive >= self.policy.destructive_max_per_job:
+            return "destructive_cap_reached"
+        return ""
+
+    def _update(
+        self, item: _Checked, target: MemoryRecord, review: bool
+    ) -> tuple[ProposalResult, dict[str, Any]]:
+        """A new version of the target; the old content stays in its history."""
+        assert self.source is not None
+        content = item.content
+        if content.content_hash == target.content_hash:
+            return ProposalResult("recorded", target.id, "unchanged", review), {}
+        other = repo.live_ids_by_hash(self.conn, self.namespace, [content.content_hash])
+        if other:
+            duplicate = other[content.content_hash]
+            return ProposalResult("blocked", reason="duplicate", review_needed=review), {
+                "duplicate_memory_id": duplicate
+            }
+        self.applied_destructive += 1
+        new_version = target.version + 1
+        repo.update_memory(
+            self.conn,
+            target.id,
+            {
+                "content": content.storage,
+                "normalized_content": content.normalized,
+                "content_hash": content.content_hash,
+                "embedding_model": None,
+                "version": new_version,
+                "updated_at": self.at,
+            },
+        )
+        repo.insert_history(
+            self.conn,
+            [
+                repo.history_row(
+                    memory_id=target.id,
+                    namespace=self.namespace,
+                    event="modified",
+                    old_content=target.content,
+                    new_content=content.storage,
+                    actor=ACTOR,
+                    reason=_clip(item.proposal.reason) or "pipeline-v2 update",
+                    metadata={
+                        "old_version": target.version,
+                        "new_version": new_version,
+                        "content_changed": True,
+                        "changes": {},
+                        "source_memory_id": self.source.id,
+                        "job_id": self.request.job_id,
+                        "review_needed": review,
+                    },
+                    at=self.at,
+                )
+            ],
+        )
+        sql.insert_link(
+            self.conn,
+            self.namespace,
+            self.source.id,
+            target.id,
+            sql.SUPERSEDES,
+            self.request.job_id,
+            self.at,
+        )
+        self._embed(target.id, content.content_hash, item.vector)
+        return ProposalResult("updated", target.id, review_needed=review), {
+            "old_version": target.version,
+            "new_version": new_version,
+        }
+
+    def _delete(self, item: _Checked, target: MemoryRecord) -> None:
+        """A soft delete: RecoverMemory brings it back within the tombstone window."""
+        assert self.source is not None
+        self.applied_destructive += 1
+        new_version = target.version + 1
+        repo.update_memory(
+            self.conn,
+            target.id,
+            {"is_deleted": 1, "deleted_at": self.at, "version": new_version, "updated_at": self.at},
+        )
+        repo.insert_history(
+            self.conn,
+            [
+                repo.history_row(
+                    memory_id=target.id,
+                    namespace=self.namespace,
+                    event="deleted",
+                    old_content=target.content,
+                    new_content=None,
+                    actor=ACTOR,
+                    reason=_clip(item.proposal.reason) or "pipeline-v2 delete",
+                    metadata={
+                        "old_version": target.version,
+                        "new_version": new_version,
+                        "hard": False,
+                        "source_memory_id": self.source.id,
+                        "job_id": self.request.job_id,
+                    },
+                    at=self.at,
+                )
+            ],
+        )
+
+    # ---- audit ----
+
+    def _audit_row(
+        self, item: _Checked, result: ProposalResult, details: dict[str, Any]
+    ) -> tuple[Any, ...]:
+        assert self.source is not None
+        proposal = item.proposal
+        return repo.history_row(
+            memory_id=self.source.id,
+            namespace=self.namespace,
+            event=AUDIT_EVENT,
+            old_content=None,
+            new_content=proposal.fact.content,
+            actor=ACTOR,
+            reason=f"{proposal.action}:{result.outcome}"
+            + (f":{result.reason}" if result.reason else ""),
+            metadata={
+                "action": proposal.action,
+                "outcome": result.outcome,
+                "reason": result.reason,
+                "decision_reason": _clip(proposal.reason),
+                "fact_content": proposal.fact.content,
+                "fact_type": proposal.fact.type,
+                "fact_confidence": proposal.fact.confidence,
+                "decision_confidence": proposal.confidence,
+                "target_id": proposal.target_id,
+                "memory_id": result.memory_id,
+                "source_memory_id": self.source.id,
+                "extraction_model": self.request.extraction_model,
+                "fact_count": len(self.request.proposals),
+                "entity_count": len(self.request.entities),
+                "review_needed": result.review_needed,
+                "shadow": self.policy.shadow,
+                "job_id": self.request.job_id,
+                **details,
+            },
+            at=self.at,
+        )
+
+    def _job_result(self, results: Sequence[ProposalResult]) -> str:
+        counts: dict[str, int] = {}
+        for result in results:
+            counts[result.outcome] = counts.get(result.outcome, 0) + 1
+        return json.dumps(
+            {
+                "mode": "shadow" if self.policy.shadow else "controlled",
+                "facts": len(self.request.proposals),
+                "entities": len(self.request.entities),
+                "outcomes": counts,
+                "review_needed": sum(r.review_needed for r in results),
+                "warnings": [w[:MAX_WARNING_CHARS] for w in self.request.warnings],
+                "extraction_model": self.request.extraction_model,
+            },
+            separators=(",", ":"),
+        )
+
+
+def _clip(text: str) -> str:
+    return text.strip()[:MAX_REASON_CHARS]
+
+
+def write_policy(config: Any) -> WritePolicy:
+    """The policy from the store's configuration (the same file the pipeline reads)."""
+    p = "memory.pipelineV2."
+    return WritePolicy(
+        shadow=config[p + "shadowMode"],
+        frozen=config[p + "mutationsFrozen"],
+        allow_update_delete=config[p + "allowUpdateDelete"],
+        graph_enabled=config[p + "graphEnabled"],
+        min_fact_confidence=config[p + "minFactConfidenceForWrite"],
+        destructive_min_confidence=config[p + "destructiveMinConfidence"],
+        destructive_max_per_job=config[p + "destructiveMaxPerJob"],
+        max_job_attempts=config[p + "workerMaxRetries"],
+    )

@@ -1,0 +1,81 @@
+"""SQL for the knowledge graph's writes (seed 000 "Knowledge Graph"). Every
+statement is scoped to one namespace: the graph never crosses namespaces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.store import repository as repo
+
+
+def entity_id(conn: Any, namespace: str, name: str, canonical_name: str, at: str) -> str:
+    """The id of the namespace's entity with this canonical name, created
+    (with no mentions yet) when it does not exist."""
+    conn.execute(
+        "INSERT OR IGNORE INTO entities (id, namespace, name, canonical_name, mentions, "
+        "created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
+        (repo.new_id(), namespace, name, canonical_name, at, at),
+    )
+    row = conn.execute(
+        "SELECT id FROM entities WHERE namespace = ? AND canonical_name = ?",
+        (namespace, canonical_name),
+    ).fetchone()
+    return str(row[0])
+
+
+def linked_entity_ids(conn: Any, namespace: str, memory_id: str) -> set[str]:
+    """Entities the memory is already linked to (from an earlier run)."""
+    rows = conn.execute(
+        "SELECT entity_id FROM memory_entity_mentions WHERE namespace = ? AND memory_id = ?",
+        (namespace, memory_id),
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def link_mention(
+    conn: Any,
+    namespace: str,
+    memory_id: str,
+    entity_id: str,
+    mention_text: str,
+    confidence: float,
+    at: str,
+) -> bool:
+    """Link a memory to an entity; True when the link is new (INSERT OR IGNORE
+    keeps re-processing idempotent)."""
+    cursor = conn.execute(
+        "INSERT OR IGNORE INTO memory_entity_mentions (memory_id, entity_id, namespace, "
+        "mention_text, confidence, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        (memory_id, entity_id, namespace, mention_text, confidence, at),
+    )
+    return int(cursor.rowcount) > 0
+
+
+def count_entity_mention(conn: Any, entity_id: str, at: str) -> None:
+    conn.execute(
+        "UPDATE entities SET mentions = mentions + 1, updated_at = ? WHERE id = ?",
+        (at, entity_id),
+    )
+
+
+def record_relation(
+    conn: Any,
+    namespace: str,
+    source_id: str,
+    target_id: str,
+    relation_type: str,
+    confidence: float,
+    at: str,
+) -> None:
+    """A new relation starts at strength 1.0 with one mention; a known one
+    gains a mention and averages its confidence: (old × n + new) / (n + 1)."""
+    conn.execute(
+        "INSERT INTO relations (id, namespace, source_entity_id, target_entity_id, "
+        "relation_type, strength, mentions, confidence, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, 1.0, 1, ?, ?, ?) "
+        "ON CONFLICT (source_entity_id, target_entity_id, relation_type) DO UPDATE SET "
+        "confidence = (relations.confidence * relations.mentions + excluded.confidence) "
+        "/ (relations.mentions + 1), mentions = relations.mentions + 1, "
+        "updated_at = excluded.updated_at",
+        (repo.new_id(), namespace, source_id, target_id, relation_type, confidence, at, at),
+    )

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from engram.store.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
     documents_pb2,
     documents_pb2_grpc,
     job_queue_pb2,
@@ -19,6 +21,8 @@ from engram.store.v1 import (
 from services.common.config import Config
 from services.common.db import ReadPool, open_read_write
 from services.common.server import RunningServer, cancel_tasks, start_server
+from services.store.admin import store_admin
+from services.store.admin_servicer import StoreAdminServicer
 from services.store.document_servicer import DocumentStoreServicer
 from services.store.documents import DocumentStore
 from services.store.extraction_writes import ExtractionWrites, write_policy
@@ -35,6 +39,7 @@ SERVICE_NAMES = (
     store_pb2.DESCRIPTOR.services_by_name["MemoryStoreService"].full_name,
     job_queue_pb2.DESCRIPTOR.services_by_name["JobQueueService"].full_name,
     documents_pb2.DESCRIPTOR.services_by_name["DocumentStoreService"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["StoreAdminService"].full_name,
 )
 REAPER_INTERVAL_S = 60.0
 
@@ -128,6 +133,9 @@ async def start_store(
         )
         job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(
             JobQueueServicer(queue, ExtractionWrites(writer, write_policy(config))), server
+        )
+        admin_pb2_grpc.add_StoreAdminServiceServicer_to_server(
+            StoreAdminServicer(store_admin(writer, reads, config)), server
         )
 
     try:

@@ -27,6 +27,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
 from services.store import repository as repo
 from services.store import rules
+from services.store.admin_sql import purged_marker_query
 from services.store.page_tokens import decode_page_token, encode_page_token
 from services.store.rules import MemoryDraft
 from services.store.writer import Writer
@@ -509,6 +510,11 @@ class MemoryStore:
         actor = rules.check_actor(actor)
 
         def operation(conn: Any) -> MemoryRecord:
+            if repo.fetch_one(conn, purged_marker_query(namespace, memory_id)) is not None:
+                raise FailedPrecondition(
+                    f"memory {memory_id} was purged by retention after its tombstone window",
+                    reason="RETENTION_EXPIRED",
+                )
             record = self._load(conn, namespace, memory_id)
             if not record.deleted:
                 raise FailedPrecondition(f"memory {memory_id} is not deleted", reason="NOT_DELETED")

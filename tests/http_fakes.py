@@ -24,6 +24,7 @@ class Request:
     path: str
     body: bytes
     json: Any
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -87,7 +88,7 @@ class ScriptedHttpServer:
                     parsed = json.loads(raw) if raw else None
                 except ValueError:
                     parsed = None
-                request = Request(self.command, self.path, raw, parsed)
+                request = Request(self.command, self.path, raw, parsed, dict(self.headers))
                 reply = owner._reply(request)
                 delay = reply.delay_s + owner.delay_s
                 if delay:

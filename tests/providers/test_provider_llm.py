@@ -1,0 +1,183 @@
+"""LLM providers against real HTTP servers speaking the Ollama and OpenAI chat
+protocols (scripted answers on a loopback port).
+
+Failure classes decide what happens to a job: LlmUnreachable (refused) means
+the provider is down and the job is handed back; ProviderUnavailable (timeout,
+5xx) and ProviderError (4xx, garbage) are failed attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from llm_fakes import LlmServer
+
+from http_fakes import Reply
+from services.common.config import load_config
+from services.common.providers.errors import ProviderError, ProviderUnavailable
+from services.common.providers.llm import (
+    LlmUnreachable,
+    OllamaLlm,
+    OpenAILlm,
+    llm_provider,
+    llm_settings,
+)
+
+PROTOCOLS = ("ollama", "openai")
+
+
+def provider(protocol: str, url: str, **options: Any) -> Any:
+    cls = OllamaLlm if protocol == "ollama" else OpenAILlm
+    return cls(
+        url,
+        options.pop("model", "fake-llm"),
+        options.pop("timeout_ms", 5000),
+        concurrency=options.pop("concurrency", 2),
+        **options,
+    )
+
+
+def call(llm: Any, *prompts: str) -> list[str]:
+    async def go() -> list[str]:
+        try:
+            return list(await asyncio.gather(*(llm.generate(p) for p in prompts)))
+        finally:
+            await llm.close()
+
+    return asyncio.run(go())
+
+
+def failure(llm: Any) -> ProviderError:
+    with pytest.raises(ProviderError) as caught:
+        call(llm, "hello")
+    return caught.value
+
+
+def available(llm: Any) -> bool:
+    async def go() -> bool:
+        try:
+            return bool(await llm.available())
+        finally:
+            await llm.close()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def llm_server(http_servers: Callable[[Any], Any]) -> Callable[..., LlmServer]:
+    def start(script: Any = lambda p: f"echo: {p}", protocol: str = "ollama") -> LlmServer:
+        return http_servers(LlmServer(script, protocol))  # type: ignore[no-any-return]
+
+    return start
+
+
+def test_ollama_generate_asks_for_json_without_streaming_or_thinking(llm_server: Any) -> None:
+    server = llm_server()
+    assert call(provider("ollama", server.url, model="qwen3:4b"), "hello") == ["echo: hello"]
+    [request] = server.requests_to("POST", "/api/generate")
+    assert request.json == {
+        "model": "qwen3:4b",
+        "prompt": "hello",
+        "stream": False,
+        "think": False,
+        "format": "json",
+    }
+
+
+def test_openai_chat_completion_asks_for_a_json_object_with_the_bearer_key(
+    llm_server: Any,
+) -> None:
+    server = llm_server(protocol="openai")
+    llm = provider("openai", server.url, model="local-model", api_key="sekrit")
+    assert call(llm, "hello") == ["echo: hello"]
+    [request] = server.requests_to("POST", "/v1/chat/completions")
+    assert request.json["model"] == "local-model"
+    assert request.json["messages"] == [{"role": "user", "content": "hello"}]
+    assert request.json["response_format"] == {"type": "json_object"}
+    assert request.json["stream"] is False
+    assert request.headers["Authorization"] == "Bearer sekrit"
+
+
+def test_no_api_key_sends_no_authorization_header(llm_server: Any) -> None:
+    server = llm_server(protocol="openai")
+    call(provider("openai", server.url), "hello")
+    [request] = server.requests_to("POST", "/v1/chat/completions")
+    assert "Authorization" not in request.headers
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_5xx_is_unavailable_with_status_and_first_200_characters(
+    protocol: str, llm_server: Any
+) -> None:
+    server = llm_server(lambda p: Reply(503, "x" * 500), protocol)
+    error = failure(provider(protocol, server.url))
+    assert isinstance(error, ProviderUnavailable)
+    assert not isinstance(error, LlmUnreachable), "the provider is up: a failed attempt"
+    assert str(error) == "HTTP 503: " + "x" * 200
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_4xx_is_a_provider_error_not_an_outage(protocol: str, llm_server: Any) -> None:
+    server = llm_server(lambda p: Reply(404, {"error": "model 'nope' not found"}), protocol)
+    error = failure(provider(protocol, server.url))
+    assert not isinstance(error, ProviderUnavailable)
+    assert "HTTP 404" in str(error) and "not found" in str(error)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize(
+    "reply",
+    [Reply(200, b""), Reply(200, b"<html>oops</html>"), Reply(200, {"unexpected": True})],
+    ids=["empty body", "garbage body", "json without the answer"],
+)
+def test_bodies_that_are_not_the_protocol_are_provider_errors(
+    protocol: str, reply: Reply, llm_server: Any
+) -> None:
+    server = llm_server(lambda p: reply, protocol)
+    error = failure(provider(protocol, server.url))
+    assert not isinstance(error, ProviderUnavailable)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_answer_slower_than_the_timeout_is_unavailable(protocol: str, llm_server: Any) -> None:
+    server = llm_server(lambda p: Reply(200, {}, delay_s=1.5), protocol)
+    error = failure(provider(protocol, server.url, timeout_ms=200))
+    assert isinstance(error, ProviderUnavailable) and not isinstance(error, LlmUnreachable)
+    assert "timed out after 200 ms" in str(error)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_connection_refused_is_unreachable(protocol: str, llm_server: Any) -> None:
+    server = llm_server(protocol=protocol)
+    server.stop()
+    assert isinstance(failure(provider(protocol, server.url)), LlmUnreachable)
+    assert available(provider(protocol, server.url)) is False
+    server.start()
+    assert available(provider(protocol, server.url)) is True
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_concurrent_calls_are_bounded_by_the_semaphore(protocol: str, llm_server: Any) -> None:
+    server = llm_server(protocol=protocol)
+    server.in_flight.hold_s = 0.2
+    prompts = [f"p{i}" for i in range(8)]
+    answers = call(provider(protocol, server.url, concurrency=2), *prompts)
+    assert answers == [f"echo: {p}" for p in prompts]
+    assert server.in_flight.peak == 2
+
+
+def test_the_factory_follows_configuration_and_the_seed_keys() -> None:
+    config = load_config(
+        environ={}, overrides={"providers.llm.kind": "openai", "providers.llm.model": "m1"}
+    )
+    assert isinstance(llm_provider(config), OpenAILlm)
+    assert llm_settings(config).model == "m1"
+    assert llm_settings(config).timeout_ms == 45000
+    seed = config.with_overrides(
+        {"memory.pipelineV2.extractionModel": "llama3", "memory.pipelineV2.extractionTimeout": 9000}
+    )
+    assert (llm_settings(seed).model, llm_settings(seed).timeout_ms) == ("llama3", 9000)
+    assert isinstance(llm_provider(load_config(environ={})), OllamaLlm)

@@ -64,6 +64,13 @@ SETTINGS: tuple[Setting, ...] = (
     _p("repairReembedHourlyBudget", 10, 1, 1000),
     _p("repairRequeueCooldownMs", 60000, 5000, 3600000),
     _p("repairRequeueHourlyBudget", 50, 1, 1000),
+    # the other maintenance actions' rate limits (services/maintenance/limits.py)
+    _p("repairLeasesCooldownMs", 60000, 0, 3600000),
+    _p("repairLeasesHourlyBudget", 50, 1, 1000),
+    _p("repairFtsCooldownMs", 300000, 0, 3600000),
+    _p("repairFtsHourlyBudget", 10, 1, 1000),
+    _p("repairRetentionCooldownMs", 300000, 0, 3600000),
+    _p("repairRetentionHourlyBudget", 10, 1, 1000),
     _p("documentWorkerIntervalMs", 10000, 1000, 300000),
     _p("documentChunkSize", 2000, 200, 50000),
     _p("documentChunkOverlap", 200, 0, 10000),
@@ -87,6 +94,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("search.diversity_penalty", 0.03, 0.0, 1.0),
     Setting("search.query_embedding_timeout_ms", 2000, 50, 60000),
     Setting("search.access_flush_ms", 1000, 10, 60000),
+    # seed 002 "Importance Decay" as a ranking factor (services/search/decay.py)
+    Setting("search.decay_ranking", False),
     # storage (store only opens it read-write)
     Setting("storage.path", "./data/engram.db"),
     Setting("storage.synchronous", "FULL", choices=("FULL", "NORMAL")),

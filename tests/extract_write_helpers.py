@@ -4,13 +4,13 @@ build proposals tersely, and read what the store wrote (read-only)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from recall_helpers import MODEL, Stack
+from services.common.db import open_read_write
 from store_helpers import rows
 
 ADD, UPDATE, DELETE, NONE = (
@@ -25,15 +25,18 @@ LLM = "scripted-llm"
 
 
 def extract_job(stack: Stack, memory: Any) -> jq.Job:
-    """Lease the extract job of `memory` (leasing its namespace's due extract jobs)."""
-    jobs = stack.jobs.LeaseJobs(
-        jq.LeaseJobsRequest(
-            job_type=jq.JOB_TYPE_EXTRACT, max_jobs=500, namespaces=[memory.namespace]
-        )
-    ).jobs
-    mine = [j for j in jobs if j.memory_id == memory.id]
-    assert len(mine) == 1, f"no extract job leased for {memory.id}"
-    return mine[0]
+    """Lease the extract job of `memory`. Leasing takes every due extract job of
+    the namespace, so the other leased jobs are kept on the stack for later calls."""
+    held: dict[str, jq.Job] = stack.__dict__.setdefault("_extract_jobs", {})
+    if memory.id not in held:
+        jobs = stack.jobs.LeaseJobs(
+            jq.LeaseJobsRequest(
+                job_type=jq.JOB_TYPE_EXTRACT, max_jobs=500, namespaces=[memory.namespace]
+            )
+        ).jobs
+        held.update({j.memory_id: j for j in jobs})
+    assert memory.id in held, f"no extract job leased for {memory.id}"
+    return held.pop(memory.id)
 
 
 def lease_of(job: jq.Job, token: str | None = None) -> jq.JobLease:
@@ -162,7 +165,7 @@ def job_states(stack: Stack) -> list[tuple[str, str, int]]:
 def requeue_extract(stack: Stack, memory: Any) -> None:
     """Queue another extract job for a memory, as a repair pass re-queueing it would
     (the test writes the row into the real file; the store picks it up)."""
-    conn = sqlite3.connect(db(stack), timeout=10)
+    conn = open_read_write(db(stack))
     try:
         conn.execute(
             "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
@@ -170,6 +173,14 @@ def requeue_extract(stack: Stack, memory: Any) -> None:
             "'extract', 3, '0', '0', '0')",
             (memory.namespace, memory.id),
         )
-        conn.commit()
+    finally:
+        conn.close()
+
+
+def write_directly(stack: Stack, statement: str) -> None:
+    """Run one statement on the real file, outside the store (to inject a failure)."""
+    conn = open_read_write(db(stack))
+    try:
+        conn.execute(statement)
     finally:
         conn.close()

@@ -11,12 +11,14 @@ import grpc
 
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.search.v1 import search_pb2_grpc
-from engram.store.v1 import job_queue_pb2_grpc
+from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc
 from services.common.config import Config
 from services.common.providers.embedding import EmbeddingProvider, embedding_provider
 from services.common.providers.llm import LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.pipeline.decision import Decider
+from services.pipeline.document_servicer import Documents
+from services.pipeline.document_worker import DocumentWorker
 from services.pipeline.embed_worker import EmbedWorker
 from services.pipeline.extract_worker import ExtractWorker, ExtractWorkerSettings
 from services.pipeline.extraction import Extractor
@@ -71,11 +73,14 @@ async def start_pipeline(
     extract_worker = ExtractWorker(
         jobs, extractor, decider, provider, ExtractWorkerSettings.from_config(config)
     )
+    document_store = documents_pb2_grpc.DocumentStoreServiceStub(channel)
+    document_worker = DocumentWorker.from_config(config, jobs, document_store, provider)
     servicer = PipelineServicer(
         jobs,
         [worker.health, extract_worker.health],
-        [worker.status, extract_worker.status],
+        [worker.status, extract_worker.status, document_worker.status],
         extraction=extractor,
+        documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
     server = await start_server(
         host or config["server.host"],
@@ -84,6 +89,7 @@ async def start_pipeline(
         lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),
     )
     background = [asyncio.create_task(worker.run()), asyncio.create_task(extract_worker.run())]
+    background.append(asyncio.create_task(document_worker.run()))
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
     return PipelineApp(
         server, channel, provider, worker, background, llm=llm, search_channel=search_channel

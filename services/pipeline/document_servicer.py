@@ -1,14 +1,174 @@
-"""PipelineService document RPCs: translate proto <-> domain (mixed into PipelineServicer)."""
+"""PipelineService document RPCs: translate proto <-> the store's
+DocumentStoreService (mixed into PipelineServicer).
+
+The store validates and owns every document row; these RPCs relay its answers
+and its errors unchanged (same code, reason and field), so one set of rules
+holds whichever door a client uses.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
+from engram.store.v1 import documents_pb2 as dpb
+from engram.store.v1 import documents_pb2_grpc
+from services.common.errors import EngramError, ErrorKind, FieldViolation, InvalidArgument
+from services.common.validation import validate_namespace
+from services.pipeline.documents import DocumentEvents
+
+WATCH_POLL_S = 0.25
+STORE_TIMEOUT_S = 30.0
+_TERMINAL = (dpb.DOCUMENT_STATUS_DONE, dpb.DOCUMENT_STATUS_FAILED)
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+@dataclass
+class Documents:
+    """What the document RPCs need: the store, the worker's events and wake-up."""
+
+    store: documents_pb2_grpc.DocumentStoreServiceAsyncStub
+    events: DocumentEvents
+    wake: Callable[[], None]
+    poll_s: float = WATCH_POLL_S
+
+
+def store_error(exc: grpc.aio.AioRpcError) -> EngramError:
+    """The store's error as a domain error with the same code, reason and
+    field violations; a store that cannot be reached is STORE_UNAVAILABLE."""
+    kind = ErrorKind.__members__.get(exc.code().name, ErrorKind.INTERNAL)
+    reason, violations = "", []
+    trailing: Any = exc.trailing_metadata()  # aio Metadata: (key, value) pairs
+    for key, value in trailing or ():
+        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        for detail in status_pb2.Status.FromString(value).details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                reason = info.reason
+            elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad = error_details_pb2.BadRequest()
+                detail.Unpack(bad)
+                violations = [FieldViolation(v.field, v.description) for v in bad.field_violations]
+    if not reason:
+        reason = "STORE_UNAVAILABLE" if kind is ErrorKind.UNAVAILABLE else kind.value
+    error = EngramError(exc.details() or "store error", reason=reason, violations=violations)
+    error.kind = kind
+    return error
+
+
+def document_to_proto(document: dpb.StoredDocument) -> pb.Document:
+    return pb.Document(
+        id=document.id,
+        namespace=document.namespace,
+        source_type=document.source_type,
+        url=document.url,
+        title=document.title,
+        status=document.status,  # type: ignore[arg-type]  # the two enums share their numbers
+        error=document.error,
+        chunk_count=document.chunk_count,
+        tags=document.tags,
+        create_time=document.create_time if document.HasField("create_time") else None,
+        update_time=document.update_time if document.HasField("update_time") else None,
+    )
+
+
+def _changed_after(document: dpb.StoredDocument, last: dpb.StoredDocument) -> bool:
+    """Newer than what the watcher already saw (every store change moves update_time)."""
+    return document.update_time.ToNanoseconds() > last.update_time.ToNanoseconds()
 
 
 class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
     """CreateDocument, GetDocument, ListDocumentChunks, WatchDocument; `documents`
     is set by PipelineServicer."""
 
-    documents: Any = None
+    documents: Documents
+
+    async def _get(self, namespace: str, document_id: str) -> dpb.StoredDocument:
+        try:
+            response = await self.documents.store.GetDocument(
+                dpb.GetDocumentRequest(namespace=namespace, id=document_id),
+                timeout=STORE_TIMEOUT_S,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise store_error(exc) from exc
+        return response.document
+
+    async def CreateDocument(
+        self, request: pb.CreateDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateDocumentResponse:
+        try:
+            response = await self.documents.store.CreateDocument(
+                dpb.CreateDocumentRequest(
+                    namespace=request.namespace,
+                    content=request.content,
+                    url=request.url,
+                    title=request.title,
+                    tags=request.tags,
+                ),
+                timeout=STORE_TIMEOUT_S,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise store_error(exc) from exc
+        self.documents.wake()
+        return pb.CreateDocumentResponse(document=document_to_proto(response.document))
+
+    async def GetDocument(
+        self, request: pb.GetDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetDocumentResponse:
+        document = await self._get(request.namespace, request.id)
+        return pb.GetDocumentResponse(document=document_to_proto(document))
+
+    async def ListDocumentChunks(
+        self, request: pb.ListDocumentChunksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDocumentChunksResponse:
+        try:
+            response = await self.documents.store.ListDocumentChunks(
+                dpb.ListDocumentChunksRequest(
+                    namespace=request.namespace,
+                    document_id=request.document_id,
+                    page_size=request.page_size,
+                    page_token=request.page_token,
+                ),
+                timeout=STORE_TIMEOUT_S,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise store_error(exc) from exc
+        return pb.ListDocumentChunksResponse(
+            chunks=[
+                pb.DocumentChunk(
+                    chunk_index=c.chunk_index, memory_id=c.memory_id, content=c.content
+                )
+                for c in response.chunks
+            ],
+            next_page_token=response.next_page_token,
+        )
+
+    async def WatchDocument(
+        self, request: pb.WatchDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchDocumentResponse]:
+        """The current state, then every change the worker here publishes (in
+        order) or a poll of the store finds (a worker elsewhere), until done or
+        failed. A client that cancels ends the generator where it waits."""
+        namespace = validate_namespace(request.namespace)
+        if not request.id:
+            raise InvalidArgument("id", "required")
+        with self.documents.events.watch(request.id) as changes:
+            last = await self._get(namespace, request.id)
+            yield pb.WatchDocumentResponse(document=document_to_proto(last))
+            while last.status not in _TERMINAL:
+                try:
+                    current = await asyncio.wait_for(changes.get(), self.documents.poll_s)
+                except TimeoutError:
+                    current = await self._get(namespace, request.id)
+                if current.namespace == namespace and _changed_after(current, last):
+                    last = current
+                    yield pb.WatchDocumentResponse(document=document_to_proto(last))

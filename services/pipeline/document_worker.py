@@ -1,0 +1,243 @@
+"""The document worker (seed 000 "Document Ingest").
+
+A fixed-interval loop (`documentWorkerIntervalMs`; a document created through
+the pipeline wakes it at once) leases `document_ingest` jobs one at a time and
+walks each through `extracting` → `chunking` → `embedding` → `indexing` →
+`done`. Chunks alternate: embed one (outside any transaction), then the store
+writes it in its own transaction. The lease is renewed while it works, and a
+lost lease stops the document at once: every store call checks the token.
+
+Any failure (HTTP status, size cap, connection refused, no text) is a failed
+attempt: the store retries it with backoff and, after `workerMaxRetries`
+attempts, marks the job dead and the document `failed` with the error. An
+embedding outage is not a failure: the chunk is written without a vector and
+an embed job takes over. Frozen mutations hand the job back unattempted.
+
+The worker always runs, whatever `memory.pipelineV2.enabled` says: documents
+are explicit user requests, not background distillation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+
+from engram.store.v1 import documents_pb2 as dpb
+from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc
+from engram.store.v1 import job_queue_pb2 as jq
+from services.common import clock
+from services.common.config import Config, ConfigError
+from services.common.normalize import normalize_content
+from services.common.providers.embedding import EmbeddingProvider
+from services.common.providers.errors import ProviderError
+from services.pipeline.document_servicer import store_error
+from services.pipeline.documents import (
+    DocumentEvents,
+    FetchError,
+    chunk_text,
+    fetch_url,
+    new_http_client,
+)
+from services.pipeline.embed_worker import backoff_delay
+from services.pipeline.status import WorkerStatus
+
+log = logging.getLogger("engram.pipeline.documents")
+
+
+class LeaseLost(Exception):
+    """The store no longer recognises our lease: stop writing."""
+
+
+class DocumentWorker:
+    def __init__(
+        self,
+        jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
+        store: documents_pb2_grpc.DocumentStoreServiceAsyncStub,
+        provider: EmbeddingProvider,
+        *,
+        interval_s: float,
+        chunk_size: int,
+        chunk_overlap: int,
+        max_content_bytes: int,
+        renew_s: float,
+    ) -> None:
+        if chunk_overlap >= chunk_size:
+            raise ConfigError(
+                "memory.pipelineV2.documentChunkOverlap: must be smaller than documentChunkSize"
+            )
+        self._jobs = jobs
+        self._store = store
+        self._provider = provider
+        self.events = DocumentEvents()
+        self._http = new_http_client()
+        self._interval_s = interval_s
+        self._chunk_size = chunk_size
+        self._overlap = chunk_overlap
+        self._max_bytes = max_content_bytes
+        self._renew_s = renew_s
+        self._failures = 0
+        self._wake = asyncio.Event()
+        self.status = WorkerStatus("document")
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Config,
+        jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
+        store: documents_pb2_grpc.DocumentStoreServiceAsyncStub,
+        provider: EmbeddingProvider,
+    ) -> DocumentWorker:
+        settings = "memory.pipelineV2."
+        return cls(
+            jobs,
+            store,
+            provider,
+            interval_s=config[settings + "documentWorkerIntervalMs"] / 1000,
+            chunk_size=config[settings + "documentChunkSize"],
+            chunk_overlap=config[settings + "documentChunkOverlap"],
+            max_content_bytes=config[settings + "documentMaxContentBytes"],
+            # Renew three times per lease timeout, so one slow call never loses the lease.
+            renew_s=config[settings + "leaseTimeoutMs"] / 3000,
+        )
+
+    def wake(self) -> None:
+        """Look for work now instead of at the next tick."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        try:
+            await self._loop()
+        finally:
+            await self._http.aclose()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                while await self.run_once():
+                    pass
+            except grpc.aio.AioRpcError as exc:
+                self._failures += 1
+                self.status.last_error = f"store unreachable: {exc.code().name}"
+            if self._failures:
+                self.status.state = "backoff"
+                await asyncio.sleep(backoff_delay(self._failures))
+                continue
+            self.status.state = "idle"
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+
+    async def run_once(self) -> bool:
+        """Lease and ingest one document; False when none is due."""
+        leased = await self._jobs.LeaseJobs(
+            jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+        )
+        if not leased.jobs:
+            return False
+        job = leased.jobs[0]
+        self.status.state = "busy"
+        lease = jq.JobLease(job_id=job.id, lease_token=job.lease_token)
+        renewer = asyncio.create_task(self._renew(lease))
+        try:
+            await self._ingest(lease)
+            self.status.completed += 1
+            self._failures = 0
+        except LeaseLost:
+            log.warning("document lease lost; stopped", extra={"job_id": job.id})
+        except grpc.aio.AioRpcError as exc:
+            if store_error(exc).reason != "MUTATIONS_FROZEN":
+                raise
+            await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[lease]))
+            self.status.released += 1
+            self._failures += 1
+            self.status.last_error = "mutations are frozen"
+        except Exception as exc:  # any other failure is a failed attempt
+            error = str(exc) if isinstance(exc, FetchError) else f"{type(exc).__name__}: {exc}"
+            await self._jobs.FailJobs(
+                jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease, error=error)])
+            )
+            self.status.failed += 1
+            self.status.last_error = error
+            log.warning("document ingest failed", extra={"job_id": job.id, "error": error})
+            await self._publish_current(job.document_id, job.namespace)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+            self.status.last_batch_at = clock.now_text()
+        return True
+
+    async def _ingest(self, lease: jq.JobLease) -> None:
+        source = await self._store.ReadDocumentSource(dpb.ReadDocumentSourceRequest(lease=lease))
+        if source.outcome != jq.LEASE_OUTCOME_OK:
+            raise LeaseLost()
+        await self._advance(lease, dpb.DOCUMENT_STATUS_EXTRACTING)
+        document = source.document
+        if document.source_type == "url":
+            fetched = await fetch_url(self._http, document.url, self._max_bytes)
+            text, title = fetched.text, fetched.title
+        else:
+            text, title = source.raw_content, ""
+        text = normalize_content(text).storage
+        if not text:
+            raise FetchError("the document has no text")
+        await self._advance(lease, dpb.DOCUMENT_STATUS_CHUNKING, title)
+        chunks = chunk_text(text, self._chunk_size, self._overlap)
+        await self._advance(lease, dpb.DOCUMENT_STATUS_EMBEDDING)
+        for index, chunk in enumerate(chunks):
+            vector = await self._embed(chunk)
+            written = await self._store.WriteDocumentChunk(
+                dpb.WriteDocumentChunkRequest(
+                    lease=lease,
+                    chunk_index=index,
+                    content=chunk,
+                    vector=vector,
+                    embedding_model=self._provider.model if vector else "",
+                )
+            )
+            if written.outcome != jq.LEASE_OUTCOME_OK:
+                raise LeaseLost()
+        await self._advance(lease, dpb.DOCUMENT_STATUS_INDEXING)
+        done = await self._store.CompleteDocument(dpb.CompleteDocumentRequest(lease=lease))
+        if done.outcome != jq.LEASE_OUTCOME_OK:
+            raise LeaseLost()
+        self.events.publish(done.document.id, done.document)
+
+    async def _advance(self, lease: jq.JobLease, status: int, title: str = "") -> None:
+        response = await self._store.AdvanceDocument(
+            dpb.AdvanceDocumentRequest(lease=lease, status=status, title=title)  # type: ignore[arg-type]
+        )
+        if response.outcome != jq.LEASE_OUTCOME_OK:
+            raise LeaseLost()
+        self.events.publish(response.document.id, response.document)
+
+    async def _embed(self, chunk: str) -> list[float]:
+        """The chunk's vector, or none when embeddings are off or failing (an
+        embed job then takes over: the document does not wait for the provider)."""
+        if self._provider.kind == "none":
+            return []
+        try:
+            [vector] = await self._provider.embed([chunk])
+        except ProviderError as exc:
+            log.warning(
+                "chunk embedding failed; an embed job will retry", extra={"error": str(exc)}
+            )
+            return []
+        return vector
+
+    async def _renew(self, lease: jq.JobLease) -> None:
+        while True:
+            await asyncio.sleep(self._renew_s)
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await self._jobs.RenewLeases(jq.RenewLeasesRequest(leases=[lease]))
+
+    async def _publish_current(self, document_id: str, namespace: str) -> None:
+        """After a failed attempt the store set `queued` or `failed`: tell watchers."""
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            response = await self._store.GetDocument(
+                dpb.GetDocumentRequest(namespace=namespace, id=document_id)
+            )
+            self.events.publish(document_id, response.document)

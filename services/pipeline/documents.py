@@ -1,0 +1,171 @@
+"""Document ingest on the pipeline's side (seed 000 "Document Ingest"): fetching
+a URL within the size cap, reducing HTML to text with its title, and chunking
+into overlapping windows. Plus the in-process hub through which the document
+worker tells WatchDocument about every status it records.
+
+No database here (the pipeline never opens it) and no grpc: the worker and the
+servicer carry results to and from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any
+
+import httpx
+
+FETCH_TIMEOUT_S = 30.0
+USER_AGENT = "engram-document-ingest/1"
+_TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
+_SKIPPED_TAGS = {"script", "style", "noscript", "template", "svg", "head"}
+_BLOCK_TAGS = {
+    "p", "div", "br", "li", "ul", "ol", "tr", "td", "th", "table", "section", "article",
+    "header", "footer", "nav", "aside", "main", "h1", "h2", "h3", "h4", "h5", "h6",
+    "pre", "blockquote", "hr", "dt", "dd", "figure", "figcaption",
+}  # fmt: skip
+
+
+class FetchError(Exception):
+    """The URL could not be turned into text (status, size, type, connection)."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    text: str
+    title: str
+
+
+def chunk_text(text: str, size: int, overlap: int) -> list[str]:
+    """Windows of `size` characters, each sharing `overlap` characters with the
+    previous one; a text no longer than one window is a single chunk."""
+    if overlap >= size:
+        raise ValueError("the chunk overlap must be smaller than the chunk size")
+    if len(text) <= size:
+        return [text]
+    step = size - overlap
+    chunks = []
+    start = 0
+    while True:
+        chunks.append(text[start : start + size])
+        if start + size >= len(text):
+            return chunks
+        start += step
+
+
+class _HtmlText(HTMLParser):
+    """Visible text (block elements become line breaks) and the <title>."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.title_parts: list[str] = []
+        self._skipping = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag == "title":
+            self._in_title = True
+        elif tag in _SKIPPED_TAGS:
+            self._skipping += 1
+        elif tag in _BLOCK_TAGS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        elif tag in _SKIPPED_TAGS:
+            self._skipping = max(self._skipping - 1, 0)
+        elif tag in _BLOCK_TAGS:
+            self.parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title_parts.append(data)
+        elif not self._skipping:
+            self.parts.append(data)
+
+
+def html_to_text(html: str) -> Fetched:
+    parser = _HtmlText()
+    parser.feed(html)
+    parser.close()
+    title = " ".join("".join(parser.title_parts).split())
+    return Fetched("".join(parser.parts), title)
+
+
+def _looks_like_html(content_type: str, body: str) -> bool:
+    if "html" in content_type:
+        return True
+    head = body.lstrip()[:64].lower()
+    return head.startswith("<!doctype html") or head.startswith("<html")
+
+
+async def fetch_url(client: httpx.AsyncClient, url: str, max_bytes: int) -> Fetched:
+    """GET the URL, reading at most `max_bytes` (the cap is enforced while
+    streaming, not after: a huge body is never held in memory)."""
+    try:
+        async with client.stream("GET", url, follow_redirects=True) as response:
+            if response.status_code >= 400:
+                body = (await response.aread())[:200].decode("utf-8", "replace")
+                raise FetchError(f"fetching {url} failed: HTTP {response.status_code}: {body}")
+            content_type = response.headers.get("content-type", "").lower()
+            if content_type and not content_type.startswith(_TEXT_TYPES):
+                raise FetchError(f"fetching {url}: unsupported content type {content_type}")
+            declared = response.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) > max_bytes:
+                raise FetchError(_too_large(url, max_bytes))
+            received = bytearray()
+            async for piece in response.aiter_bytes():
+                received.extend(piece)
+                if len(received) > max_bytes:
+                    raise FetchError(_too_large(url, max_bytes))
+            encoding = response.charset_encoding or "utf-8"
+    except httpx.HTTPError as exc:
+        raise FetchError(f"fetching {url} failed: {exc!r}") from exc
+    try:
+        body = bytes(received).decode(encoding, "replace")
+    except LookupError:  # an unknown charset name
+        body = bytes(received).decode("utf-8", "replace")
+    if _looks_like_html(content_type, body):
+        return html_to_text(body)
+    return Fetched(body, "")
+
+
+def _too_large(url: str, max_bytes: int) -> str:
+    return (
+        f"fetching {url}: the document is larger than {max_bytes} bytes "
+        "(memory.pipelineV2.documentMaxContentBytes)"
+    )
+
+
+def new_http_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=FETCH_TIMEOUT_S, headers={"User-Agent": USER_AGENT})
+
+
+class DocumentEvents:
+    """Every document state the worker records, delivered in order to the
+    watchers of that document in this process (polling alone could miss a
+    state that lasted less than one poll)."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[str, set[asyncio.Queue[Any]]] = {}
+
+    @contextmanager
+    def watch(self, document_id: str) -> Iterator[asyncio.Queue[Any]]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._watchers.setdefault(document_id, set()).add(queue)
+        try:
+            yield queue
+        finally:
+            watchers = self._watchers.get(document_id, set())
+            watchers.discard(queue)
+            if not watchers:
+                self._watchers.pop(document_id, None)
+
+    def publish(self, document_id: str, document: Any) -> None:
+        for queue in self._watchers.get(document_id, ()):
+            queue.put_nowait(document)

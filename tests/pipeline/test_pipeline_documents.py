@@ -1,0 +1,303 @@
+"""Document ingest end to end through PipelineService: a real store, search and
+pipeline, a scripted Ollama embedding server, and a real HTTP server serving
+the pages to fetch."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from engram.pipeline.v1 import pipeline_pb2 as pb
+from engram.store.v1 import documents_pb2 as dpb
+from engram.store.v1 import documents_pb2_grpc, store_pb2
+from engram.store.v1 import job_queue_pb2 as jq
+from grpc_helpers import error_of
+from http_fakes import Reply, ScriptedHttpServer, VectorBook, ollama_server
+from recall_helpers import Stack, fake_embedding_overrides, wait_for
+from services.common.normalize import normalize_content
+from services.pipeline.documents import chunk_text
+
+CHUNK, OVERLAP = 200, 20
+TERMINAL = (pb.DOCUMENT_STATUS_DONE, pb.DOCUMENT_STATUS_FAILED)
+
+
+def overrides(embed_url: str, **more: Any) -> dict[str, Any]:
+    return fake_embedding_overrides(
+        embed_url,
+        **{
+            "memory.pipelineV2.documentWorkerIntervalMs": 1000,
+            "memory.pipelineV2.documentChunkSize": CHUNK,
+            "memory.pipelineV2.documentChunkOverlap": OVERLAP,
+            "memory.pipelineV2.workerMaxRetries": 2,
+            **more,
+        },
+    )
+
+
+@pytest.fixture
+def docs_stack(
+    recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> Callable[..., Stack]:
+    embed = http_servers(ollama_server(VectorBook()))
+
+    def build(search: bool = False, **more: Any) -> Stack:
+        return recall_stack(overrides(embed.url, **more), search=search, pipeline=True)
+
+    return build
+
+
+def words(count: int, prefix: str = "word") -> str:
+    return " ".join(f"{prefix}{i:03d}" for i in range(count))
+
+
+def create(stack: Stack, **fields: Any) -> pb.Document:
+    return stack.pipeline.CreateDocument(pb.CreateDocumentRequest(**fields), timeout=30).document
+
+
+def finished(stack: Stack, document_id: str, namespace: str = "") -> pb.Document:
+    def probe() -> pb.Document | None:
+        document = stack.pipeline.GetDocument(
+            pb.GetDocumentRequest(namespace=namespace, id=document_id), timeout=30
+        ).document
+        return document if document.status in TERMINAL else None
+
+    return wait_for(probe, what="the document to finish")
+
+
+def chunks(stack: Stack, document_id: str, namespace: str = "") -> list[pb.DocumentChunk]:
+    listed: list[pb.DocumentChunk] = []
+    token = ""
+    while True:
+        response = stack.pipeline.ListDocumentChunks(
+            pb.ListDocumentChunksRequest(
+                namespace=namespace, document_id=document_id, page_size=2, page_token=token
+            ),
+            timeout=30,
+        )
+        listed.extend(response.chunks)
+        token = response.next_page_token
+        if not token:
+            return listed
+
+
+def page_server(http_servers: Callable[[Any], Any], path: str, reply: Reply) -> ScriptedHttpServer:
+    server: ScriptedHttpServer = http_servers(
+        ScriptedHttpServer({("GET", path): lambda _request: reply})
+    )
+    return server
+
+
+def test_raw_content_becomes_ordered_overlapping_chunk_memories(
+    docs_stack: Callable[..., Stack],
+) -> None:
+    stack = docs_stack(search=True)
+    text = words(60, "alpha") + " " + words(40, "omega")  # 900 characters
+    document = create(stack, namespace="team", content=text, title="Field Guide", tags=["Docs"])
+    assert document.status == pb.DOCUMENT_STATUS_QUEUED
+    done = finished(stack, document.id, "team")
+    expected = chunk_text(text, CHUNK, OVERLAP)
+    assert len(expected) == 5
+    assert (done.status, done.chunk_count, done.error) == (pb.DOCUMENT_STATUS_DONE, 5, "")
+    listed = chunks(stack, document.id, "team")
+    assert [c.chunk_index for c in listed] == list(range(5))
+    assert [c.content for c in listed] == [normalize_content(c).storage for c in expected]
+    for before, after in itertools.pairwise(expected):
+        assert before[-OVERLAP:] == after[:OVERLAP]
+    for chunk in listed:
+        memory = stack.store.GetMemory(
+            store_pb2.GetMemoryRequest(namespace="team", id=chunk.memory_id)
+        ).memory
+        assert (memory.type, memory.source_type, memory.source_id) == (
+            "document_chunk",
+            "document",
+            document.id,
+        )
+        assert memory.importance == pytest.approx(0.3)
+        assert list(memory.tags) == ["docs", "field guide"]
+    # Each chunk arrived with its vector: nothing is left for the embed worker.
+    wait_for(lambda: stack.stats().indexed_memory_count == 5, what="chunks indexed")
+    queue = {(c.job_type, c.status): c.count for c in stack.stats().counts}
+    assert queue.get((jq.JOB_TYPE_EXTRACT, jq.JOB_STATUS_PENDING), 0) == 0
+    found = stack.recall("omega035", namespace="team")
+    assert found.results and found.results[0].memory.type == "document_chunk"
+    assert "omega035" in found.results[0].memory.content
+    assert not stack.recall("omega035", namespace="default").results
+
+
+def test_a_document_shorter_than_one_chunk_is_not_split(
+    docs_stack: Callable[..., Stack],
+) -> None:
+    stack = docs_stack()
+    document = create(stack, content="A short note about gardens.")
+    assert finished(stack, document.id).chunk_count == 1
+    [chunk] = chunks(stack, document.id)
+    assert chunk.content == "A short note about gardens."
+
+
+def test_repeated_chunks_are_written_once(docs_stack: Callable[..., Stack]) -> None:
+    stack = docs_stack(**{"memory.pipelineV2.documentChunkOverlap": 0})
+    passage = ("x" * 99 + " ") * 2  # exactly one 200-character window
+    document = create(stack, content=passage * 3 + "the end")
+    done = finished(stack, document.id)
+    assert (done.status, done.chunk_count) == (pb.DOCUMENT_STATUS_DONE, 2)
+    assert [c.chunk_index for c in chunks(stack, document.id)] == [0, 3]
+
+
+def test_a_url_is_fetched_reduced_to_text_and_its_title_backfilled(
+    docs_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    html = (
+        "<!doctype html><html><head><title> Tide  Tables </title>"
+        "<style>body { color: red }</style></head><body><h1>Tides</h1>"
+        "<script>var secret = 1;</script><p>High water at noon &amp; midnight.</p></body></html>"
+    )
+    server = page_server(http_servers, "/tides", Reply(200, html, content_type="text/html"))
+    stack = docs_stack()
+    document = create(stack, url=f"{server.url}/tides", tags=["sea"])
+    assert (document.source_type, document.title) == ("url", "")
+    done = finished(stack, document.id)
+    assert (done.status, done.title) == (pb.DOCUMENT_STATUS_DONE, "Tide Tables")
+    [chunk] = chunks(stack, document.id)
+    assert chunk.content == "Tides High water at noon & midnight."
+    memory = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=chunk.memory_id)).memory
+    assert list(memory.tags) == ["sea", "tide tables"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "error_part"),
+    [
+        (Reply(200, "y" * 3000, content_type="text/plain"), "larger than 1024 bytes"),
+        (Reply(404, "nothing here", content_type="text/plain"), "HTTP 404"),
+        (Reply(500, "boom", content_type="text/plain"), "HTTP 500"),
+        (Reply(200, b"\x89PNG", content_type="image/png"), "unsupported content type"),
+    ],
+)
+def test_a_url_that_cannot_be_ingested_fails_after_the_retries(
+    docs_stack: Callable[..., Stack],
+    http_servers: Callable[[Any], Any],
+    reply: Reply,
+    error_part: str,
+) -> None:
+    server = page_server(http_servers, "/doc", reply)
+    stack = docs_stack(**{"memory.pipelineV2.documentMaxContentBytes": 1024})
+    document = create(stack, url=f"{server.url}/doc")
+    failed = finished(stack, document.id)
+    assert failed.status == pb.DOCUMENT_STATUS_FAILED
+    assert error_part in failed.error
+    assert len(server.requests_to("GET", "/doc")) == 2  # workerMaxRetries attempts
+    assert chunks(stack, document.id) == []
+    queue = {(c.job_type, c.status): c.count for c in stack.stats().counts}
+    assert queue[(jq.JOB_TYPE_DOCUMENT_INGEST, jq.JOB_STATUS_DEAD)] == 1
+
+
+def test_a_refused_connection_fails_the_document_after_the_retries(
+    docs_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    server = page_server(http_servers, "/gone", Reply(200, "never served"))
+    server.stop()
+    stack = docs_stack()
+    document = create(stack, url=f"{server.url}/gone")
+    failed = finished(stack, document.id)
+    assert failed.status == pb.DOCUMENT_STATUS_FAILED
+    assert "ConnectError" in failed.error
+
+
+def test_watch_reports_every_status_in_order(
+    recall_stack: Callable[..., Stack],
+    start_pipeline_server: Callable[..., Any],
+    http_servers: Callable[[Any], Any],
+) -> None:
+    embed = http_servers(ollama_server(VectorBook()))
+    stack = recall_stack(overrides(embed.url), search=False)
+    store_docs = documents_pb2_grpc.DocumentStoreServiceStub(stack.jobs_channel)
+    created = store_docs.CreateDocument(dpb.CreateDocumentRequest(content=words(80))).document
+    # Hold the job so the worker cannot start before the watch does.
+    [held] = stack.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+    ).jobs
+    _, pipeline = start_pipeline_server(stack.config)
+    stream = pipeline.WatchDocument(pb.WatchDocumentRequest(id=created.id), timeout=60)
+    first = next(stream)
+    assert first.document.status == pb.DOCUMENT_STATUS_QUEUED
+    stack.jobs.ReleaseJobs(
+        jq.ReleaseJobsRequest(leases=[jq.JobLease(job_id=held.id, lease_token=held.lease_token)])
+    )
+    seen = [first.document.status] + [r.document.status for r in stream]
+    assert seen == [
+        pb.DOCUMENT_STATUS_QUEUED,
+        pb.DOCUMENT_STATUS_EXTRACTING,
+        pb.DOCUMENT_STATUS_CHUNKING,
+        pb.DOCUMENT_STATUS_EMBEDDING,
+        pb.DOCUMENT_STATUS_INDEXING,
+        pb.DOCUMENT_STATUS_DONE,
+    ]
+
+
+def test_watch_of_a_finished_document_ends_after_one_report(
+    docs_stack: Callable[..., Stack],
+) -> None:
+    stack = docs_stack()
+    document = create(stack, content="Done quickly.")
+    finished(stack, document.id)
+    reports = list(stack.pipeline.WatchDocument(pb.WatchDocumentRequest(id=document.id)))
+    assert [r.document.status for r in reports] == [pb.DOCUMENT_STATUS_DONE]
+
+
+def test_documents_stay_in_their_namespace(docs_stack: Callable[..., Stack]) -> None:
+    stack = docs_stack()
+    document = create(stack, namespace="team", content="Team only.")
+    for call in (
+        lambda: stack.pipeline.GetDocument(
+            pb.GetDocumentRequest(namespace="other", id=document.id)
+        ),
+        lambda: stack.pipeline.ListDocumentChunks(
+            pb.ListDocumentChunksRequest(namespace="other", document_id=document.id)
+        ),
+        lambda: list(
+            stack.pipeline.WatchDocument(pb.WatchDocumentRequest(namespace="other", id=document.id))
+        ),
+    ):
+        assert error_of(call)[0] == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({}, "content"),
+        ({"content": "x", "url": "http://example.com/"}, "content"),
+        ({"url": "file:///etc/passwd"}, "url"),
+        ({"content": "x", "tags": [""]}, "tags[0]"),
+        ({"content": "x", "namespace": "no spaces"}, "namespace"),
+    ],
+)
+def test_bad_input_is_named_through_the_pipeline(
+    docs_stack: Callable[..., Stack], fields: dict[str, Any], field: str
+) -> None:
+    stack = docs_stack()
+    code, reason, named = error_of(lambda: create(stack, **fields))
+    assert (code, reason, named) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", [field])
+    assert error_of(lambda: stack.pipeline.GetDocument(pb.GetDocumentRequest()))[2] == ["id"]
+    watch_error = error_of(lambda: list(stack.pipeline.WatchDocument(pb.WatchDocumentRequest())))
+    assert watch_error[2] == ["id"]
+
+
+def test_frozen_mutations_refuse_documents_and_write_nothing(
+    docs_stack: Callable[..., Stack],
+) -> None:
+    stack = docs_stack(**{"memory.pipelineV2.mutationsFrozen": True})
+    code, reason, _ = error_of(lambda: create(stack, content="Nothing to see."))
+    assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "MUTATIONS_FROZEN")
+    assert not [c for c in stack.stats().counts if c.job_type == jq.JOB_TYPE_DOCUMENT_INGEST]
+
+
+def test_status_lists_the_document_worker(docs_stack: Callable[..., Stack]) -> None:
+    stack = docs_stack()
+    document = create(stack, content="Counted.")
+    finished(stack, document.id)
+    status = stack.pipeline.GetStatus(pb.GetStatusRequest(), timeout=10)
+    [worker] = [w for w in status.workers if w.name == "document"]
+    assert worker.completed_count == 1

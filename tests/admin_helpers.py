@@ -41,6 +41,7 @@ class AdminStore:
     store: store_pb2_grpc.MemoryStoreServiceStub
     jobs: job_queue_pb2_grpc.JobQueueServiceStub
     admin: admin_pb2_grpc.StoreAdminServiceStub
+    thread: Any  # conftest.ServerThread running the store
 
     def remember(self, content: str, **fields: Any) -> str:
         return str(
@@ -126,4 +127,5 @@ def admin_store(
         store=store,
         jobs=job_queue_pb2_grpc.JobQueueServiceStub(channel),
         admin=admin_pb2_grpc.StoreAdminServiceStub(channel),
+        thread=server,
     )

@@ -22,8 +22,8 @@ from services.common.config import Config, ConfigError, load_config
 from services.common.logs import configure_logging
 from services.common.server import wait_for_shutdown_signal
 
-# Services built so far, in start order.
-SERVICES = ("store", "search", "pipeline")
+# Every service, in start order.
+SERVICES = ("store", "search", "pipeline", "maintenance")
 
 
 def _starter(service: str) -> Callable[..., Awaitable[Any]]:
@@ -39,6 +39,10 @@ def _starter(service: str) -> Callable[..., Awaitable[Any]]:
         from services.pipeline.app import start_pipeline
 
         return start_pipeline
+    if service == "maintenance":
+        from services.maintenance.app import start_maintenance
+
+        return start_maintenance
     raise ValueError(service)
 
 

@@ -1,0 +1,91 @@
+"""Assemble and run the maintenance service: store and pipeline clients, the
+worker, its schedules, gRPC server. It never opens the database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
+from engram.pipeline.v1 import pipeline_pb2_grpc
+from engram.store.v1 import admin_pb2_grpc
+from services.common.config import Config
+from services.common.server import RunningServer, cancel_tasks, start_server
+from services.maintenance.clients import PipelineStatusClient, StoreAdminClient
+from services.maintenance.limits import RateLimiter
+from services.maintenance.servicer import MaintenanceServicer
+from services.maintenance.worker import (
+    MaintenanceWorker,
+    rate_policies,
+    run_every,
+    schedule_enabled,
+)
+
+log = logging.getLogger("engram.maintenance")
+
+SERVICE_NAME = maintenance_pb2.DESCRIPTOR.services_by_name["MaintenanceService"].full_name
+
+
+@dataclass
+class MaintenanceApp:
+    server: RunningServer
+    channels: list[grpc.aio.Channel]
+    worker: MaintenanceWorker
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def stop(self, grace_seconds: float) -> None:
+        await self.server.stop(grace_seconds)
+        await cancel_tasks(self.background)
+        for channel in self.channels:
+            await channel.close(None)
+
+
+def schedules(config: Config, worker: MaintenanceWorker) -> list[asyncio.Task[Any]]:
+    """The maintenance cycle and the retention sweep on their intervals, or
+    nothing when autonomous maintenance is disabled or frozen."""
+    if not schedule_enabled(config):
+        return []
+    return [
+        asyncio.create_task(
+            run_every(
+                config["memory.pipelineV2.maintenanceIntervalMs"] / 1000, worker.cycle, "cycle"
+            )
+        ),
+        asyncio.create_task(
+            run_every(config["retention.interval_ms"] / 1000, worker.retention, "retention")
+        ),
+    ]
+
+
+async def start_maintenance(
+    config: Config, *, host: str | None = None, port: int | None = None
+) -> MaintenanceApp:
+    store_channel = grpc.aio.insecure_channel(config["clients.store_address"])
+    pipeline_channel = grpc.aio.insecure_channel(config["clients.pipeline_address"])
+    worker = MaintenanceWorker(
+        StoreAdminClient(admin_pb2_grpc.StoreAdminServiceStub(store_channel)),
+        PipelineStatusClient(pipeline_pb2_grpc.PipelineServiceStub(pipeline_channel)),
+        limiter=RateLimiter(rate_policies(config)),
+        configured_mode=config["memory.pipelineV2.maintenanceMode"],
+    )
+    servicer = MaintenanceServicer(worker)
+    server = await start_server(
+        host or config["server.host"],
+        config["server.ports.maintenance"] if port is None else port,
+        [SERVICE_NAME],
+        lambda s: maintenance_pb2_grpc.add_MaintenanceServiceServicer_to_server(servicer, s),
+    )
+    background = schedules(config, worker)
+    log.info(
+        "maintenance serving",
+        extra={"port": server.port, "autonomous": bool(background)},
+    )
+    return MaintenanceApp(server, [store_channel, pipeline_channel], worker, background)

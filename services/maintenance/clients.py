@@ -1,0 +1,149 @@
+"""The maintenance service's view of the other services: the store's admin RPCs
+and the pipeline's status, translated into domain values and domain errors."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
+from engram.store.v1 import admin_pb2 as pb
+from engram.store.v1 import admin_pb2_grpc
+from services.common.errors import EngramError, ErrorKind, MutationsFrozen
+from services.maintenance.diagnostics import Provider, ProviderReport, StoreCounts
+from services.pipeline.extract_worker import error_reason
+
+T = TypeVar("T")
+STORE_TIMEOUT_S = 60.0  # a repair or sweep step is one transaction; bounded by batch limits
+PIPELINE_TIMEOUT_S = 5.0
+_PROVIDER_STATES = {
+    pipeline_pb2.PROVIDER_STATE_AVAILABLE: "available",
+    pipeline_pb2.PROVIDER_STATE_DEGRADED: "degraded",
+    pipeline_pb2.PROVIDER_STATE_DISABLED: "disabled",
+}
+
+
+@dataclass(frozen=True)
+class SweptStep:
+    """What one retention step removed, in the order the store ran it."""
+
+    step: str
+    removed: int
+    entities_removed: int = 0
+    relations_removed: int = 0
+
+
+class StoreUnavailable(EngramError):
+    kind = ErrorKind.UNAVAILABLE
+    reason = "STORE_UNAVAILABLE"
+
+
+class StoreAdminClient:
+    """StoreAdminService calls; a frozen store surfaces as MutationsFrozen, any
+    other failure to get an answer as StoreUnavailable."""
+
+    def __init__(self, stub: admin_pb2_grpc.StoreAdminServiceAsyncStub) -> None:
+        self._stub = stub
+
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as exc:
+            if error_reason(exc) == "MUTATIONS_FROZEN":
+                raise MutationsFrozen() from exc
+            raise StoreUnavailable(
+                f"store admin call failed: {exc.code().name}: {exc.details()}"
+            ) from exc
+
+    async def counts(self) -> StoreCounts:
+        d = await self._call(
+            lambda: self._stub.GetStoreDiagnostics(
+                pb.GetStoreDiagnosticsRequest(), timeout=STORE_TIMEOUT_S
+            )
+        )
+        return StoreCounts(
+            total_jobs=d.total_jobs,
+            dead_jobs=d.dead_jobs,
+            leased_jobs=d.leased_jobs,
+            stale_leases=d.stale_leases,
+            active_memories=d.active_memories,
+            tombstones=d.tombstones,
+            expired_tombstones=d.expired_tombstones,
+            fts_rows=d.fts_rows,
+            fts_missing=d.fts_missing,
+            fts_orphaned=d.fts_orphaned,
+            index_model=d.index_model,
+            vector_rows=d.vector_rows,
+            embedded_memories=d.embedded_memories,
+            vector_missing=d.vector_missing,
+            vector_orphaned=d.vector_orphaned,
+            db_size_bytes=d.db_size_bytes,
+        )
+
+    async def requeue_dead_jobs(self) -> int:
+        r = await self._call(
+            lambda: self._stub.RequeueDeadJobs(pb.RequeueDeadJobsRequest(), timeout=STORE_TIMEOUT_S)
+        )
+        return r.requeued
+
+    async def release_stale_leases(self) -> int:
+        r = await self._call(
+            lambda: self._stub.RepairStaleLeases(
+                pb.RepairStaleLeasesRequest(), timeout=STORE_TIMEOUT_S
+            )
+        )
+        return r.released
+
+    async def repair_fts(self) -> int:
+        r = await self._call(
+            lambda: self._stub.RepairFtsIndex(pb.RepairFtsIndexRequest(), timeout=STORE_TIMEOUT_S)
+        )
+        return r.missing_before + r.orphaned_before
+
+    async def repair_vectors(self) -> int:
+        r = await self._call(
+            lambda: self._stub.RepairVectorIndex(
+                pb.RepairVectorIndexRequest(), timeout=STORE_TIMEOUT_S
+            )
+        )
+        return r.removed + r.added
+
+    async def sweep_retention(self) -> list[SweptStep]:
+        r = await self._call(
+            lambda: self._stub.SweepRetention(pb.SweepRetentionRequest(), timeout=STORE_TIMEOUT_S)
+        )
+        return [
+            SweptStep(s.step, s.removed, s.entities_removed, s.relations_removed) for s in r.steps
+        ]
+
+
+class PipelineStatusClient:
+    """Provider health from the pipeline's GetStatus; never raises: an
+    unreachable pipeline is a finding, not a failure."""
+
+    def __init__(self, stub: pipeline_pb2_grpc.PipelineServiceAsyncStub) -> None:
+        self._stub = stub
+
+    async def providers(self) -> ProviderReport:
+        try:
+            status = await self._stub.GetStatus(
+                pipeline_pb2.GetStatusRequest(), timeout=PIPELINE_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as exc:
+            return ProviderReport(reachable=False, error=f"{exc.code().name}: {exc.details()}")
+        return ProviderReport(
+            reachable=True,
+            providers=tuple(
+                Provider(
+                    role=p.role,
+                    kind=p.kind,
+                    model=p.model,
+                    state=_PROVIDER_STATES.get(p.state, "degraded"),
+                    last_error=p.last_error,
+                )
+                for p in status.providers
+            ),
+        )

@@ -1,0 +1,64 @@
+"""Fixtures for the maintenance tests: a real store (with its admin RPCs), an
+optional real pipeline, and the maintenance server, all on port 0. The
+maintenance app runs on the store's server thread (its own event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+
+from admin_helpers import AdminStore, admin_store
+from engram.maintenance.v1 import maintenance_pb2_grpc
+from services.maintenance.app import MaintenanceApp, start_maintenance
+
+NO_PIPELINE = "127.0.0.1:1"  # nothing listens: the pipeline is unreachable
+
+
+@dataclass
+class Maintained:
+    st: AdminStore
+    maintenance: maintenance_pb2_grpc.MaintenanceServiceStub
+    app: MaintenanceApp
+
+
+@pytest.fixture
+def maintained(
+    start_store_server: Callable[..., Any],
+    start_pipeline_server: Callable[..., Any],
+    make_config: Callable[..., Any],
+) -> Iterator[Callable[..., Maintained]]:
+    """`maintained(pipeline=False, **overrides)`: store (+ pipeline) + maintenance
+    over one configuration; without a pipeline its address is unreachable."""
+    started: list[tuple[AdminStore, MaintenanceApp, grpc.Channel]] = []
+
+    def build(pipeline: bool = False, **overrides: Any) -> Maintained:
+        st = admin_store(start_store_server, make_config, **overrides)
+        config = make_config(
+            **{
+                "providers.embedding.kind": "none",
+                "clients.store_address": f"127.0.0.1:{st.port}",
+                "clients.pipeline_address": NO_PIPELINE,
+                **overrides,
+            }
+        )
+        if pipeline:
+            server, _ = start_pipeline_server(config)
+            config = config.with_overrides(
+                {"clients.pipeline_address": f"127.0.0.1:{server.app.port}"}
+            )
+        app = asyncio.run_coroutine_threadsafe(
+            start_maintenance(config, host="127.0.0.1", port=0), st.thread.loop
+        ).result(timeout=30)
+        channel = grpc.insecure_channel(f"127.0.0.1:{app.port}")
+        started.append((st, app, channel))
+        return Maintained(st, maintenance_pb2_grpc.MaintenanceServiceStub(channel), app)
+
+    yield build
+    for st, app, channel in started:
+        channel.close()
+        asyncio.run_coroutine_threadsafe(app.stop(1.0), st.thread.loop).result(timeout=30)

@@ -5,7 +5,7 @@ chunk dedup and linking, vectors, failure after the last attempt, namespaces."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ def lease_of(job: jq.Job) -> jq.JobLease:
 @pytest.fixture
 def start_docs(
     make_config: Callable[..., Any], start_store_server: Callable[..., Any]
-) -> Callable[..., Docs]:
+) -> Iterator[Callable[..., Docs]]:
     opened: list[Docs] = []
 
     def start(**overrides: Any) -> Docs:
@@ -70,7 +70,7 @@ def start_docs(
         opened.append(docs)
         return docs
 
-    yield start  # type: ignore[misc]
+    yield start
     for docs in opened:
         docs.channel.close()
 

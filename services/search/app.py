@@ -51,6 +51,9 @@ def recall_params(config: Config) -> RecallParams:
         vector_candidates=config["search.vector_candidates"],
         reranker_top_n=config[pipeline + "rerankerTopN"],
         reranker_timeout_s=config[pipeline + "rerankerTimeoutMs"] / 1000,
+        graph_enabled=config[pipeline + "graphEnabled"],
+        graph_boost_weight=config[pipeline + "graphBoostWeight"],
+        graph_boost_timeout_s=config[pipeline + "graphBoostTimeoutMs"] / 1000,
     )
 
 

@@ -27,6 +27,7 @@ from services.common.vectors import normalized_f32
 from services.search import queries
 from services.search.access import AccessRecorder
 from services.search.embedder import QueryEmbedder
+from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.rerank import Reranker, rerank_head
 from services.search.scoring import Candidate, ScoringParams, boost, fuse, select
 from services.search.text import keyword_terms, time_windows
@@ -44,6 +45,9 @@ class RecallParams:
     vector_candidates: int = 400  # Hamming first-pass size; 0 = exact float32 scan
     reranker_top_n: int = 20
     reranker_timeout_s: float = 2.0
+    graph_enabled: bool = False  # memory.pipelineV2.graphEnabled
+    graph_boost_weight: float = 0.15
+    graph_boost_timeout_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class RecallHit:
     vector_rank: int
     vector_score: float
     rerank_rank: int
+    graph_boost: float = 0.0  # added because the memory is linked to the query's entities
 
 
 @dataclass(frozen=True)
@@ -110,16 +115,23 @@ class Recaller:
         keyword_task = asyncio.create_task(
             self._keyword_channel(namespace, query, spec, whole_index)
         )
+        graph_task = asyncio.create_task(self._graph(namespace, query, spec))
         try:
             vector, index_model, candidates = await self._vector_channel(
                 namespace, query, spec, whole_index, warnings
             )
         except BaseException:
             keyword_task.cancel()
+            graph_task.cancel()
             raise
         keyword = await keyword_task
+        graph = await graph_task
+        if graph.timed_out:
+            warnings.append("graph boost timed out; partial graph results used")
+        elif graph.failed:
+            warnings.append("graph boost failed; results without it")
         vectors_used = vector is not None
-        pool = await self._pool(namespace, keyword, candidates, vector, index_model)
+        pool = await self._pool(namespace, keyword, candidates, vector, index_model, graph.rowids)
         params = self._params.scoring
         fused = fuse(pool, params, vectors_used)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
@@ -144,6 +156,7 @@ class Recaller:
                 vector_rank=c.vector_rank,
                 vector_score=c.cosine or 0.0,
                 rerank_rank=position + 1 if rerank_ranks else 0,
+                graph_boost=c.graph_boost,
             )
             for position, c in enumerate(picked)
         ]
@@ -151,6 +164,14 @@ class Recaller:
             self._access.record(namespace, [h.memory.id for h in hits])
         degraded = self._embedder.enabled and not vectors_used
         return RecallOutcome(hits, degraded, warnings)
+
+    async def _graph(self, namespace: str, query: str, spec: MemoryFilterSpec) -> GraphBoost:
+        """The graph channel: memories linked to the query's entities (when enabled)."""
+        if not self._params.graph_enabled:
+            return GraphBoost(frozenset())
+        return await graph_boost(
+            self._reads, namespace, query, spec, self._params.graph_boost_timeout_s
+        )
 
     async def _keyword_channel(
         self, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
@@ -245,9 +266,11 @@ class Recaller:
         vector_candidates: list[int],
         vector: list[float] | None,
         model: str,
+        graph: frozenset[int] = frozenset(),
     ) -> list[Candidate]:
-        """Keyword top ∪ vector top (by exact cosine), with what scoring needs."""
-        wanted = list(dict.fromkeys([r for r, _ in keyword] + vector_candidates))
+        """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
+        what scoring needs."""
+        wanted = list(dict.fromkeys([r for r, _ in keyword] + vector_candidates + sorted(graph)))
         if not wanted:
             return []
         rows = await self._reads.fetch_all(queries.pool_rows(wanted, model))
@@ -270,6 +293,9 @@ class Recaller:
             candidates[rowid] = Candidate(rowid, keyword_rank=rank, keyword_score=score)
         for rank, rowid in enumerate(vector_top, start=1):
             candidates.setdefault(rowid, Candidate(rowid)).vector_rank = rank
+        weight = self._params.graph_boost_weight
+        for rowid in graph:
+            candidates.setdefault(rowid, Candidate(rowid)).graph_boost = weight
         for rowid, candidate in list(candidates.items()):
             row = by_rowid.get(rowid)
             if row is None:  # deleted between the channel query and now

@@ -2,7 +2,8 @@
 
 1. Fusion: the alpha blend `(1 - alpha) * keyword + alpha * cosine`, with the
    keyword score oriented so that a stronger BM25 match scores higher and scaled
-   by the best match (default), or reciprocal rank fusion.
+   by the best match (default), or reciprocal rank fusion; plus the graph boost
+   for memories linked to the query's entities.
 2. Temporal intent: memories whose event time falls in a date the query names
    get `time_boost`.
 3. Episodes: memories of a namespace sharing an event time form an episode (a
@@ -40,6 +41,7 @@ class Candidate:
     event_time: str = ""
     prev_rowid: int | None = None
     next_rowid: int | None = None
+    graph_boost: float = 0.0  # graphBoostWeight when linked to the query's entities
     fused: float = 0.0
     score: float = 0.0
     boosts: dict[str, float] = field(default_factory=dict)
@@ -67,6 +69,8 @@ def fuse(
                 c.fused = (1.0 - params.alpha) * keyword + params.alpha * c.cosine
             else:  # one signal only: use it directly (seed 002 "Alpha Blending")
                 c.fused = keyword
+    for c in candidates:  # seed 000 "Graph-Augmented Search": additive
+        c.fused += c.graph_boost
     return [c for c in candidates if c.fused >= params.min_score]
 
 

@@ -31,6 +31,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
                     keyword=search_pb2.ChannelHit(rank=hit.keyword_rank, score=hit.keyword_score),
                     vector=search_pb2.ChannelHit(rank=hit.vector_rank, score=hit.vector_score),
                     rerank_rank=hit.rerank_rank,
+                    graph_boost=hit.graph_boost,
                 )
                 for hit in outcome.hits
             ],

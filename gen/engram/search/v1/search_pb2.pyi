@@ -94,10 +94,17 @@ class RecallResult(_message.Message):
     KEYWORD_FIELD_NUMBER: _builtins.int
     VECTOR_FIELD_NUMBER: _builtins.int
     RERANK_RANK_FIELD_NUMBER: _builtins.int
+    GRAPH_BOOST_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """The final score (higher is better); comparable within one response."""
     rerank_rank: _builtins.int
     """1-based rank after reranking; 0 when no reranker ran."""
+    graph_boost: _builtins.float
+    """What the graph channel added to `score`: `graphBoostWeight` when the
+    memory mentions an entity whose name contains a query word, or a
+    neighbour of one (seed 000 "Graph-Augmented Search"); 0 otherwise, and
+    always 0 unless `memory.pipelineV2.graphEnabled`.
+    """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:
         """The memory."""
@@ -118,10 +125,11 @@ class RecallResult(_message.Message):
         keyword: Global___ChannelHit | None = ...,
         vector: Global___ChannelHit | None = ...,
         rerank_rank: _builtins.int = ...,
+        graph_boost: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["keyword", b"keyword", "memory", b"memory", "vector", b"vector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyword", b"keyword", "memory", b"memory", "rerank_rank", b"rerank_rank", "score", b"score", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["graph_boost", b"graph_boost", "keyword", b"keyword", "memory", b"memory", "rerank_rank", b"rerank_rank", "score", b"score", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -63,7 +63,11 @@ class SearchServiceServicer:
         cosine similarity over embeddings (when an embedding provider is
         configured and reachable); their rankings are fused (reciprocal rank
         fusion by default, or the alpha blend), then optionally reranked within a
-        hard timeout. When the embedding provider is unreachable the call still
+        hard timeout. With `memory.pipelineV2.graphEnabled`, memories linked
+        through the knowledge graph to the query's entities get an additive
+        boost (and may join the results); that lookup is bounded by
+        `graphBoostTimeoutMs` and never fails the call (a warning says when it
+        timed out or failed). When the embedding provider is unreachable the call still
         answers from keywords, and `degraded` says so.
 
         Errors: INVALID_ARGUMENT (empty query, query over 2000 characters, limit

@@ -1,0 +1,59 @@
+"""SQL for the graph boost (seed 000 "Graph-Augmented Search"), as (sql, params)
+for the read pool. Every query is confined to one namespace."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from services.common.memory_filter import MemoryFilterSpec, filter_sql
+
+Query = tuple[str, list[Any]]
+
+
+def like_pattern(token: str) -> str:
+    """`%token%` with LIKE's wildcards and the escape character escaped."""
+    escaped = token.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" * len(values))
+
+
+def matching_entities(namespace: str, tokens: Sequence[str], limit: int) -> Query:
+    """Entities whose canonical name contains any token, most mentioned first."""
+    likes = " OR ".join("canonical_name LIKE ? ESCAPE '\\'" for _ in tokens)
+    return (
+        f"SELECT id FROM entities WHERE namespace = ? AND ({likes}) "
+        "ORDER BY mentions DESC, id LIMIT ?",
+        [namespace, *(like_pattern(t) for t in tokens), limit],
+    )
+
+
+def neighbour_entities(namespace: str, entity_ids: Sequence[str], limit: int) -> Query:
+    """Entities one relation away from any of `entity_ids`, in either direction."""
+    marks = _marks(entity_ids)
+    return (
+        "SELECT id FROM ("
+        f"SELECT target_entity_id AS id FROM relations WHERE namespace = ? AND source_entity_id IN ({marks}) "
+        "UNION "
+        f"SELECT source_entity_id FROM relations WHERE namespace = ? AND target_entity_id IN ({marks})"
+        f") WHERE id NOT IN ({marks}) LIMIT ?",
+        [namespace, *entity_ids, namespace, *entity_ids, *entity_ids, limit],
+    )
+
+
+def mentioning_memories(
+    namespace: str, entity_ids: Sequence[str], spec: MemoryFilterSpec, limit: int
+) -> Query:
+    """Rowids of live memories of the namespace, passing the filter, that mention
+    any of `entity_ids`."""
+    clauses, params = filter_sql(spec, "m")
+    return (
+        "SELECT DISTINCT m.rowid FROM memory_entity_mentions mm "
+        "JOIN memories m ON m.id = mm.memory_id "
+        f"WHERE mm.namespace = ? AND mm.entity_id IN ({_marks(entity_ids)}) "
+        f"AND m.namespace = ? AND m.is_deleted = 0{clauses} LIMIT ?",
+        [namespace, *entity_ids, namespace, *params, limit],
+    )

@@ -22,7 +22,7 @@ from services.common import clock
 from services.common.errors import InvalidArgument, MutationsFrozen
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
-from services.store import contradiction
+from services.store import contradiction, rules
 from services.store import extraction_sql as sql
 from services.store import repository as repo
 from services.store.graph import Triple, write_graph
@@ -36,7 +36,7 @@ WHY = "extracted-fact"
 AUDIT_EVENT = "none"  # HISTORY_EVENT_TYPE_NONE: a proposal recorded on its source memory
 ACTIONS = ("add", "update", "delete", "none")
 FACT_TYPES = ("fact", "preference", "decision", "procedural", "semantic")
-DERIVED_IMPORTANCE = 0.8  # rules.DEFAULT_IMPORTANCE: a fact is as important as a remembered one
+
 MAX_PROPOSALS = 20
 MAX_ENTITIES = 50
 MAX_FACT_CHARS = 2000
@@ -329,7 +329,7 @@ class _JobWrite:
                     "normalized_content": content.normalized,
                     "content_hash": content.content_hash,
                     "type": memory_type,
-                    "importance": DERIVED_IMPORTANCE,
+                    "importance": rules.DEFAULT_IMPORTANCE,
                     "tags": "[]",
                     "pinned": 0,
                     "who": ACTOR,

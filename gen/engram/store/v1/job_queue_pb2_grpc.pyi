@@ -112,13 +112,15 @@ class JobQueueServiceStub:
     not undo the facts.
 
     Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not an
-    extract job, empty `extraction_model`, more
-    than 20 proposals or 50 entities, an unspecified action, fact content
-    over 2000 characters, a confidence outside [0, 1] or not finite, an
-    UPDATE or DELETE without `target_id`, an empty or non-finite vector, a
-    vector without `embedding_model`, an entity with an empty name or
-    relationship); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on;
-    nothing was written and the lease is still held).
+    extract job, empty `extraction_model`, more than 20 proposals, 50
+    entities or 100 warnings, an unspecified action, fact content over 2000
+    characters, a confidence outside [0, 1] or not finite, an UPDATE or
+    DELETE without `target_id`, more than 50 candidate ids, a zero or
+    non-finite vector or one whose dimensions are not a multiple of 8,
+    vectors of different dimensions, a vector without `embedding_model`, an
+    entity name or relationship empty or over 200 characters);
+    UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was
+    written and the lease is still held). Nothing is written on any error.
     """
     GetQueueStats: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]
     """Counts jobs per type and status, and reports the vector index's model.
@@ -210,13 +212,15 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     not undo the facts.
 
     Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not an
-    extract job, empty `extraction_model`, more
-    than 20 proposals or 50 entities, an unspecified action, fact content
-    over 2000 characters, a confidence outside [0, 1] or not finite, an
-    UPDATE or DELETE without `target_id`, an empty or non-finite vector, a
-    vector without `embedding_model`, an entity with an empty name or
-    relationship); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on;
-    nothing was written and the lease is still held).
+    extract job, empty `extraction_model`, more than 20 proposals, 50
+    entities or 100 warnings, an unspecified action, fact content over 2000
+    characters, a confidence outside [0, 1] or not finite, an UPDATE or
+    DELETE without `target_id`, more than 50 candidate ids, a zero or
+    non-finite vector or one whose dimensions are not a multiple of 8,
+    vectors of different dimensions, a vector without `embedding_model`, an
+    entity name or relationship empty or over 200 characters);
+    UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was
+    written and the lease is still held). Nothing is written on any error.
     """
     GetQueueStats: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]  # type: ignore[assignment]
     """Counts jobs per type and status, and reports the vector index's model.
@@ -347,13 +351,15 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         not undo the facts.
 
         Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not an
-        extract job, empty `extraction_model`, more
-        than 20 proposals or 50 entities, an unspecified action, fact content
-        over 2000 characters, a confidence outside [0, 1] or not finite, an
-        UPDATE or DELETE without `target_id`, an empty or non-finite vector, a
-        vector without `embedding_model`, an entity with an empty name or
-        relationship); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on;
-        nothing was written and the lease is still held).
+        extract job, empty `extraction_model`, more than 20 proposals, 50
+        entities or 100 warnings, an unspecified action, fact content over 2000
+        characters, a confidence outside [0, 1] or not finite, an UPDATE or
+        DELETE without `target_id`, more than 50 candidate ids, a zero or
+        non-finite vector or one whose dimensions are not a multiple of 8,
+        vectors of different dimensions, a vector without `embedding_model`, an
+        entity name or relationship empty or over 200 characters);
+        UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was
+        written and the lease is still held). Nothing is written on any error.
         """
 
     @_abc_1.abstractmethod

@@ -253,6 +253,18 @@ class _JobWrite:
         for item in self.checked:
             result, details = self._decide(item)
             results.append(result)
+            if result.outcome in ("blocked", "updated", "deleted"):
+                log.info(
+                    "destructive proposal %s",
+                    result.outcome,
+                    extra={
+                        "job_id": self.request.job_id,
+                        "action": item.proposal.action,
+                        "target_id": item.proposal.target_id,
+                        "reason": result.reason,
+                        "review_needed": result.review_needed,
+                    },
+                )
             if self.source is not None:
                 audits.append(self._audit_row(item, result, details))
         repo.insert_history(self.conn, audits)

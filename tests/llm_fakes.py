@@ -158,7 +158,7 @@ def scripted(
     entities_for: Callable[[str], list[dict[str, Any]]] | None = None,
 ) -> Script:
     """A model that extracts `facts_for(memory)` and decides `decide(fact, candidates)`
-    (NONE on the first candidate by default)."""
+    (ADD by default)."""
 
     def answer(prompt: str) -> Answer:
         if is_extraction(prompt):
@@ -169,7 +169,7 @@ def scripted(
         candidates = candidates_of(prompt)
         if decide is not None:
             return decide(fact_of(prompt), candidates)
-        return decision_answer("NONE", reason="already known")
+        return decision_answer("ADD", reason="new information")
 
     return answer
 

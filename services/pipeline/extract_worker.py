@@ -50,6 +50,7 @@ _ACTIONS = {
     "NONE": jq.PROPOSAL_ACTION_NONE,
 }
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
+MAX_WARNINGS = 100  # CompleteExtractJob accepts at most this many
 
 
 @dataclass(frozen=True)
@@ -313,9 +314,17 @@ def completion_request(
             )
             for e in analysis.extraction.entities
         ],
-        warnings=analysis.warnings,
+        warnings=capped_warnings(analysis.warnings),
         embedding_model=embedding_model if analysis.vectors else "",
     )
+
+
+def capped_warnings(warnings: list[str]) -> list[str]:
+    """At most MAX_WARNINGS (the store's limit), the last one saying how many were cut."""
+    if len(warnings) <= MAX_WARNINGS:
+        return warnings
+    kept = warnings[: MAX_WARNINGS - 1]
+    return [*kept, f"{len(warnings) - len(kept)} more warnings omitted"]
 
 
 def error_reason(exc: grpc.aio.AioRpcError) -> str:

@@ -9,11 +9,11 @@ from typing import Any
 
 import grpc
 import pytest
+from llm_fakes import LlmServer, entity, extraction_answer, fact, memory_of
 
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from grpc_helpers import error_of
 from http_fakes import Reply
-from llm_fakes import LlmServer, entity, extraction_answer, fact, memory_of
 from store_helpers import table_counts
 
 
@@ -221,6 +221,6 @@ def test_bad_requests_are_invalid_argument_and_call_no_model(
     stack: Any, answer: Any, llm: LlmServer, namespace: str, content: str, field: str
 ) -> None:
     answer(extraction_answer([]))
-    code, reason, fields = error_of(lambda: extract(stack, content, namespace))
+    code, _, fields = error_of(lambda: extract(stack, content, namespace))
     assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, [field])
     assert llm.prompts() == []

@@ -69,7 +69,7 @@ def available(llm: Any) -> bool:
 @pytest.fixture
 def llm_server(http_servers: Callable[[Any], Any]) -> Callable[..., LlmServer]:
     def start(script: Any = lambda p: f"echo: {p}", protocol: str = "ollama") -> LlmServer:
-        return http_servers(LlmServer(script, protocol))  # type: ignore[no-any-return]
+        return http_servers(LlmServer(script, protocol))
 
     return start
 

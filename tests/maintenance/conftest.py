@@ -1,18 +1,19 @@
 """Fixtures for the maintenance tests: a real store (with its admin RPCs), an
 optional real pipeline, and the maintenance server, all on port 0. The
-maintenance app runs on the store's server thread (its own event loop)."""
+maintenance app runs on its own server thread (the ServerThread class of
+tests/conftest.py, reached through the store's thread to avoid importing a
+second module named conftest)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import pytest
-
 from admin_helpers import AdminStore, admin_store
+
 from engram.maintenance.v1 import maintenance_pb2_grpc
 from services.maintenance.app import MaintenanceApp, start_maintenance
 
@@ -24,6 +25,7 @@ class Maintained:
     st: AdminStore
     maintenance: maintenance_pb2_grpc.MaintenanceServiceStub
     app: MaintenanceApp
+    thread: Any
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def maintained(
 ) -> Iterator[Callable[..., Maintained]]:
     """`maintained(pipeline=False, **overrides)`: store (+ pipeline) + maintenance
     over one configuration; without a pipeline its address is unreachable."""
-    started: list[tuple[AdminStore, MaintenanceApp, grpc.Channel]] = []
+    started: list[tuple[Any, grpc.Channel]] = []
 
     def build(pipeline: bool = False, **overrides: Any) -> Maintained:
         st = admin_store(start_store_server, make_config, **overrides)
@@ -51,14 +53,13 @@ def maintained(
             config = config.with_overrides(
                 {"clients.pipeline_address": f"127.0.0.1:{server.app.port}"}
             )
-        app = asyncio.run_coroutine_threadsafe(
-            start_maintenance(config, host="127.0.0.1", port=0), st.thread.loop
-        ).result(timeout=30)
-        channel = grpc.insecure_channel(f"127.0.0.1:{app.port}")
-        started.append((st, app, channel))
-        return Maintained(st, maintenance_pb2_grpc.MaintenanceServiceStub(channel), app)
+        thread = type(st.thread)(lambda: start_maintenance(config, host="127.0.0.1", port=0))
+        channel = grpc.insecure_channel(f"127.0.0.1:{thread.app.port}")
+        started.append((thread, channel))
+        stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
+        return Maintained(st, stub, thread.app, thread)
 
     yield build
-    for st, app, channel in started:
+    for thread, channel in started:
         channel.close()
-        asyncio.run_coroutine_threadsafe(app.stop(1.0), st.thread.loop).result(timeout=30)
+        thread.stop()

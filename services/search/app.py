@@ -54,6 +54,7 @@ def recall_params(config: Config) -> RecallParams:
         graph_enabled=config[pipeline + "graphEnabled"],
         graph_boost_weight=config[pipeline + "graphBoostWeight"],
         graph_boost_timeout_s=config[pipeline + "graphBoostTimeoutMs"] / 1000,
+        decay_rate=config["memory.decay_rate"] if config["search.decay_ranking"] else None,
     )
 
 

@@ -169,3 +169,13 @@ def memories_by_rowid(rowids: Sequence[int]) -> Query:
         f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0",
         list(rowids),
     )
+
+
+def decay_inputs(rowids: Sequence[int]) -> Query:
+    """(rowid, importance, pinned, last_accessed, created_at) for decay ranking."""
+    marks = ", ".join("?" * len(rowids))
+    return (
+        "SELECT m.rowid, m.importance, m.pinned, m.last_accessed, m.created_at "
+        f"FROM memories m WHERE m.rowid IN ({marks})",
+        list(rowids),
+    )

@@ -26,6 +26,7 @@ from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.vectors import normalized_f32
 from services.search import queries
 from services.search.access import AccessRecorder
+from services.search.decay import apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.rerank import Reranker, rerank_head
@@ -48,6 +49,7 @@ class RecallParams:
     graph_enabled: bool = False  # memory.pipelineV2.graphEnabled
     graph_boost_weight: float = 0.15
     graph_boost_timeout_s: float = 0.5
+    decay_rate: float | None = None  # memory.decay_rate when search.decay_ranking, else off
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ class Recaller:
         fused = fuse(pool, params, vectors_used)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
         boost(fused, params, windows)
+        if self._params.decay_rate is not None:
+            await apply_decay(self._reads, fused, self._params.decay_rate)
         picked = select(fused, limit, params.diversity_penalty)
         records = {
             row["rowid"]: MemoryRecord.from_row(row)

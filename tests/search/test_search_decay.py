@@ -1,0 +1,102 @@
+"""Importance decay (seed 002): the formula, pinned memories, access resetting
+the clock, and recall ranking by it when `search.decay_ranking` is on.
+
+Ages are written to the SQLite file directly (a test cannot wait 100 days).
+Access tracking's own flush is pushed out of the test's way (60 s) so that the
+only access a test sees is the RecordAccess call it makes itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from engram.store.v1 import store_pb2
+from services.common import clock
+from services.common.db import open_read_write
+from services.search.decay import decayed_importance
+
+NOW = clock.from_text("2026-06-01T00:00:00.000000Z")
+BASE = {
+    "providers.embedding.kind": "none",
+    "search.access_flush_ms": 60000,
+    "search.min_score": 0.0,
+}
+
+
+def ago(days: float) -> str:
+    return clock.to_text(NOW - timedelta(days=days))
+
+
+def test_importance_decays_by_the_rate_per_day_since_creation() -> None:
+    assert decayed_importance(0.8, False, None, ago(10), NOW, 0.95) == pytest.approx(0.8 * 0.95**10)
+    assert decayed_importance(0.8, False, None, ago(0), NOW, 0.95) == pytest.approx(0.8)
+
+
+def test_the_last_access_resets_the_clock() -> None:
+    assert decayed_importance(0.8, False, ago(1), ago(100), NOW, 0.95) == pytest.approx(0.8 * 0.95)
+
+
+def test_pinned_memories_never_decay() -> None:
+    assert decayed_importance(0.3, True, None, ago(1000), NOW, 0.5) == 1.0
+
+
+def test_a_timestamp_in_the_future_does_not_raise_importance() -> None:
+    assert decayed_importance(0.8, False, None, ago(-5), NOW, 0.95) == pytest.approx(0.8)
+
+
+def age_created(stack: Any, memory_id: str, days: float) -> None:
+    conn = open_read_write(stack.config["storage.path"])
+    try:
+        conn.execute(
+            "UPDATE memories SET created_at = ? WHERE id = ?",
+            (clock.days_ago_text(days), memory_id),
+        )
+    finally:
+        conn.close()
+
+
+def order(stack: Any) -> list[str]:
+    return [hit.memory.id for hit in stack.recall("zebra").results]
+
+
+def two_zebras(stack: Any) -> tuple[str, str]:
+    """`old` is the better keyword match but was created 100 days ago."""
+    old = stack.remember("zebra zebra grazing").id
+    fresh = stack.remember("a zebra grazing quietly in the long field").id
+    age_created(stack, old, 100)
+    return old, fresh
+
+
+def test_without_decay_ranking_relevance_alone_decides(
+    recall_stack: Callable[..., Any],
+) -> None:
+    stack = recall_stack(BASE)
+    old, fresh = two_zebras(stack)
+    assert order(stack) == [old, fresh]
+
+
+def test_decay_ranking_puts_a_stale_memory_below_a_fresh_one_until_it_is_accessed(
+    recall_stack: Callable[..., Any],
+) -> None:
+    stack = recall_stack({**BASE, "search.decay_ranking": True})
+    old, fresh = two_zebras(stack)
+    assert order(stack) == [fresh, old]
+    stack.store.RecordAccess(store_pb2.RecordAccessRequest(memory_ids=[old]))
+    assert order(stack) == [old, fresh]
+
+
+def test_decay_ranking_leaves_a_pinned_memory_at_full_importance(
+    recall_stack: Callable[..., Any],
+) -> None:
+    stack = recall_stack({**BASE, "search.decay_ranking": True})
+    old, fresh = two_zebras(stack)
+    stack.store.ModifyMemories(
+        store_pb2.ModifyMemoriesRequest(
+            patches=[store_pb2.MemoryPatch(id=old, pinned=True)], reason="keep"
+        )
+    )
+    assert order(stack) == [old, fresh]

@@ -24,7 +24,12 @@ def test_compose_file_is_valid() -> None:
 
 @pytest.mark.parametrize(
     ("service", "port", "mounts_data"),
-    [("store", 50051, True), ("search", 50052, True), ("pipeline", 50053, False)],
+    [
+        ("store", 50051, True),
+        ("search", 50052, True),
+        ("pipeline", 50053, False),
+        ("maintenance", 50054, False),
+    ],
 )
 def test_compose_runs_each_service_with_a_health_check(
     service: str, port: int, mounts_data: bool
@@ -38,6 +43,12 @@ def test_compose_runs_each_service_with_a_health_check(
     if service != "store":
         assert spec["depends_on"]["store"]["condition"] == "service_healthy"
         assert spec["environment"]["ENGRAM_CLIENTS__STORE_ADDRESS"] == "store:50051"
+
+
+def test_maintenance_reaches_the_pipeline_by_service_name() -> None:
+    document = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    environment = document["services"]["maintenance"]["environment"]
+    assert environment["ENGRAM_CLIENTS__PIPELINE_ADDRESS"] == "pipeline:50053"
 
 
 def test_example_configuration_is_valid() -> None:

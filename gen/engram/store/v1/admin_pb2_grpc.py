@@ -90,7 +90,8 @@ class StoreAdminServiceServicer:
     """
 
     def GetStoreDiagnostics(self, request, context):
-        """Raw counts for diagnostics, read from one snapshot of the database.
+        """Raw counts for diagnostics. The memory, index and lease counts come from
+        one statement (one snapshot); the job counts from a second read.
 
         Errors: none.
         """

@@ -44,7 +44,8 @@ class StoreAdminServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> StoreAdminServiceAsyncStub: ...
     GetStoreDiagnostics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.GetStoreDiagnosticsRequest, _admin_pb2.GetStoreDiagnosticsResponse]
-    """Raw counts for diagnostics, read from one snapshot of the database.
+    """Raw counts for diagnostics. The memory, index and lease counts come from
+    one statement (one snapshot); the job counts from a second read.
 
     Errors: none.
     """
@@ -105,7 +106,8 @@ class StoreAdminServiceAsyncStub(StoreAdminServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetStoreDiagnostics: _aio.UnaryUnaryMultiCallable[_admin_pb2.GetStoreDiagnosticsRequest, _admin_pb2.GetStoreDiagnosticsResponse]  # type: ignore[assignment]
-    """Raw counts for diagnostics, read from one snapshot of the database.
+    """Raw counts for diagnostics. The memory, index and lease counts come from
+    one statement (one snapshot); the job counts from a second read.
 
     Errors: none.
     """
@@ -169,7 +171,8 @@ class StoreAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.GetStoreDiagnosticsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.GetStoreDiagnosticsResponse, _abc.Awaitable[_admin_pb2.GetStoreDiagnosticsResponse]]:
-        """Raw counts for diagnostics, read from one snapshot of the database.
+        """Raw counts for diagnostics. The memory, index and lease counts come from
+        one statement (one snapshot); the job counts from a second read.
 
         Errors: none.
         """

@@ -44,11 +44,11 @@ def test_status_shows_queue_depths_provider_and_worker(
         what="worker idle",
     )
     assert depths(response) == {("embed", "completed"): 3, ("extract", "pending"): 3}
-    [provider] = response.providers
+    [provider] = [p for p in response.providers if p.role == "embedding"]
     assert (provider.role, provider.kind, provider.model) == ("embedding", "ollama", MODEL)
     assert provider.state == pb.PROVIDER_STATE_AVAILABLE
     assert provider.last_error == ""
-    [worker] = response.workers
+    [worker] = [w for w in response.workers if w.name == "embed"]
     assert worker.name == "embed"
     assert (worker.completed_count, worker.failed_count, worker.released_count) == (3, 0, 0)
     assert worker.HasField("last_batch_time")
@@ -125,7 +125,7 @@ def test_a_rejected_input_fails_only_its_own_job(
     response = status(pipeline)
     assert depths(response)[("embed", "dead")] == 1
     assert depths(response)[("embed", "completed")] == 2
-    [worker] = response.workers
+    [worker] = [w for w in response.workers if w.name == "embed"]
     assert worker.failed_count == 1
     assert "400" in worker.last_error
     assert response.providers[0].state == pb.PROVIDER_STATE_AVAILABLE, "a rejection is no outage"
@@ -140,7 +140,7 @@ def test_embeddings_off_disable_the_provider_and_stop_the_worker(
         lambda: (s := status(stack.pipeline)).workers[0].state == pb.WORKER_STATE_STOPPED and s,
         what="worker stopped",
     )
-    [provider] = response.providers
+    [provider] = [p for p in response.providers if p.role == "embedding"]
     assert (provider.kind, provider.state) == ("none", pb.PROVIDER_STATE_DISABLED)
     assert depths(response)[("embed", "pending")] == 1
 
@@ -169,5 +169,5 @@ def test_status_without_the_store_still_describes_providers_and_workers(
     response = status(orphan_pipeline)
     assert not response.store_available and "UNAVAILABLE" in response.store_error
     assert list(response.queue) == [] and response.live_memory_count == 0
-    assert [p.role for p in response.providers] == ["embedding"]
-    assert [w.name for w in response.workers] == ["embed"]
+    assert [p.role for p in response.providers] == ["embedding", "llm"]
+    assert [w.name for w in response.workers][:2] == ["embed", "extract"]

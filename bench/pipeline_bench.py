@@ -63,11 +63,81 @@ FACTS_PER_JOB = 3
 TARGET_JOBS_PER_S = 50.0
 
 
-FIRST = ["Ada", "Ben", "Cleo", "Dov", "Eli", "Fay", "Gus", "Hal", "Ida", "Jon", "Kai", "Lea", "Max", "Nia", "Oto", "Pia", "Raj", "Sol", "Tia", "Uma"]
-LAST = ["Abe", "Bose", "Cruz", "Diaz", "Endo", "Ford", "Gray", "Holm", "Ives", "Jung", "Kerr", "Lund", "Moss", "Nagy", "Ortiz", "Park"]
-VERBS = ["maintains", "reviews", "designs", "funds", "tests", "documents", "migrates", "benchmarks", "audits"]
-THINGS = ["billing", "search", "payroll", "invoicing", "routing", "caching", "logging", "alerting", "backups"]
-PLACES = ["Lisbon", "Oslo", "Lima", "Pune", "Quito", "Riga", "Seoul", "Tunis", "Umea", "Vigo", "Wuhan"]
+FIRST = [
+    "Ada",
+    "Ben",
+    "Cleo",
+    "Dov",
+    "Eli",
+    "Fay",
+    "Gus",
+    "Hal",
+    "Ida",
+    "Jon",
+    "Kai",
+    "Lea",
+    "Max",
+    "Nia",
+    "Oto",
+    "Pia",
+    "Raj",
+    "Sol",
+    "Tia",
+    "Uma",
+]
+LAST = [
+    "Abe",
+    "Bose",
+    "Cruz",
+    "Diaz",
+    "Endo",
+    "Ford",
+    "Gray",
+    "Holm",
+    "Ives",
+    "Jung",
+    "Kerr",
+    "Lund",
+    "Moss",
+    "Nagy",
+    "Ortiz",
+    "Park",
+]
+VERBS = [
+    "maintains",
+    "reviews",
+    "designs",
+    "funds",
+    "tests",
+    "documents",
+    "migrates",
+    "benchmarks",
+    "audits",
+]
+THINGS = [
+    "billing",
+    "search",
+    "payroll",
+    "invoicing",
+    "routing",
+    "caching",
+    "logging",
+    "alerting",
+    "backups",
+]
+PLACES = [
+    "Lisbon",
+    "Oslo",
+    "Lima",
+    "Pune",
+    "Quito",
+    "Riga",
+    "Seoul",
+    "Tunis",
+    "Umea",
+    "Vigo",
+    "Wuhan",
+]
 
 
 def memory_text(i: int) -> str:

@@ -44,6 +44,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen"), str(ROOT / "tests"), str(ROOT / "bench")]
 
+from engram.store.v1 import job_queue_pb2 as jq  # noqa: E402
+from engram.store.v1 import job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402
 from llm_fakes import (  # noqa: E402
     LlmServer,
     decision_answer,
@@ -52,9 +54,6 @@ from llm_fakes import (  # noqa: E402
     is_extraction,
     memory_of,
 )
-
-from engram.store.v1 import job_queue_pb2 as jq  # noqa: E402
-from engram.store.v1 import job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402
 from suite import free_port, wait_serving  # noqa: E402
 
 RESULTS_DIR = ROOT / "bench" / "results"

@@ -13,8 +13,8 @@ from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import admin_pb2_grpc
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
+from services.common.remote_errors import error_reason
 from services.maintenance.diagnostics import Provider, ProviderReport, StoreCounts
-from services.pipeline.extract_worker import error_reason
 
 T = TypeVar("T")
 STORE_TIMEOUT_S = 60.0  # a repair or sweep step is one transaction; bounded by batch limits

@@ -11,23 +11,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
 
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
 from engram.store.v1 import documents_pb2 as dpb
 from engram.store.v1 import documents_pb2_grpc
-from services.common.errors import EngramError, ErrorKind, FieldViolation, InvalidArgument
+from services.common.errors import InvalidArgument
+from services.common.remote_errors import relayed_error
 from services.common.validation import validate_namespace
 from services.pipeline.documents import DocumentEvents
 
 WATCH_POLL_S = 0.25
 STORE_TIMEOUT_S = 30.0
 _TERMINAL = (dpb.DOCUMENT_STATUS_DONE, dpb.DOCUMENT_STATUS_FAILED)
-_STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 
 @dataclass
@@ -38,31 +36,6 @@ class Documents:
     events: DocumentEvents
     wake: Callable[[], None]
     poll_s: float = WATCH_POLL_S
-
-
-def store_error(exc: grpc.aio.AioRpcError) -> EngramError:
-    """The store's error as a domain error with the same code, reason and
-    field violations; a store that cannot be reached is STORE_UNAVAILABLE."""
-    kind = ErrorKind.__members__.get(exc.code().name, ErrorKind.INTERNAL)
-    reason, violations = "", []
-    trailing: Any = exc.trailing_metadata()  # aio Metadata: (key, value) pairs
-    for key, value in trailing or ():
-        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
-            continue
-        for detail in status_pb2.Status.FromString(value).details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                reason = info.reason
-            elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-                bad = error_details_pb2.BadRequest()
-                detail.Unpack(bad)
-                violations = [FieldViolation(v.field, v.description) for v in bad.field_violations]
-    if not reason:
-        reason = "STORE_UNAVAILABLE" if kind is ErrorKind.UNAVAILABLE else kind.value
-    error = EngramError(exc.details() or "store error", reason=reason, violations=violations)
-    error.kind = kind
-    return error
 
 
 def document_to_proto(document: dpb.StoredDocument) -> pb.Document:
@@ -99,7 +72,7 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
                 timeout=STORE_TIMEOUT_S,
             )
         except grpc.aio.AioRpcError as exc:
-            raise store_error(exc) from exc
+            raise relayed_error(exc) from exc
         return response.document
 
     async def CreateDocument(
@@ -117,7 +90,7 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
                 timeout=STORE_TIMEOUT_S,
             )
         except grpc.aio.AioRpcError as exc:
-            raise store_error(exc) from exc
+            raise relayed_error(exc) from exc
         self.documents.wake()
         return pb.CreateDocumentResponse(document=document_to_proto(response.document))
 
@@ -141,7 +114,7 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
                 timeout=STORE_TIMEOUT_S,
             )
         except grpc.aio.AioRpcError as exc:
-            raise store_error(exc) from exc
+            raise relayed_error(exc) from exc
         return pb.ListDocumentChunksResponse(
             chunks=[
                 pb.DocumentChunk(

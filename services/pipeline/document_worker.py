@@ -33,7 +33,7 @@ from services.common.config import Config, ConfigError
 from services.common.normalize import normalize_content
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError
-from services.pipeline.document_servicer import store_error
+from services.common.remote_errors import error_reason
 from services.pipeline.documents import (
     DocumentEvents,
     FetchError,
@@ -148,7 +148,7 @@ class DocumentWorker:
         except LeaseLost:
             log.warning("document lease lost; stopped", extra={"job_id": job.id})
         except grpc.aio.AioRpcError as exc:
-            if store_error(exc).reason != "MUTATIONS_FROZEN":
+            if error_reason(exc) != "MUTATIONS_FROZEN":
                 raise
             await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[lease]))
             self.status.released += 1

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
 
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
@@ -35,6 +33,7 @@ from services.common.config import Config
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.llm import LlmUnreachable
+from services.common.remote_errors import error_reason
 from services.pipeline.decision import CandidatesUnavailable, Decider, Proposal
 from services.pipeline.embed_worker import backoff_delay
 from services.pipeline.extraction import ExtractionResult, Extractor
@@ -49,7 +48,6 @@ _ACTIONS = {
     "DELETE": jq.PROPOSAL_ACTION_DELETE,
     "NONE": jq.PROPOSAL_ACTION_NONE,
 }
-_STATUS_DETAILS_KEY = "grpc-status-details-bin"
 MAX_WARNINGS = 100  # CompleteExtractJob accepts at most this many
 
 
@@ -325,18 +323,3 @@ def capped_warnings(warnings: list[str]) -> list[str]:
         return warnings
     kept = warnings[: MAX_WARNINGS - 1]
     return [*kept, f"{len(warnings) - len(kept)} more warnings omitted"]
-
-
-def error_reason(exc: grpc.aio.AioRpcError) -> str:
-    """The ErrorInfo reason in a failed call's google.rpc.Status details, or ""."""
-    metadata = cast(Iterable[tuple[str, Any]], exc.trailing_metadata() or ())
-    for key, value in metadata:
-        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
-            continue
-        status = status_pb2.Status.FromString(value)
-        for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                return str(info.reason)
-    return ""

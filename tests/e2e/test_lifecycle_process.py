@@ -255,8 +255,8 @@ def test_engram_up_with_config_file_serves_on_configured_port_and_exits_zero_on_
 def test_engram_up_without_config_serves_on_default_port_50051(
     launcher: Launcher, data_dir: Path
 ) -> None:
-    if not all(port_is_free(p) for p in (50051, 50052, 50053)):
-        pytest.skip("a default port (50051-50053) is in use on this machine")
+    if not all(port_is_free(p) for p in (50051, 50052, 50053, 50054)):
+        pytest.skip("a default port (50051-50054) is in use on this machine")
     up = launcher.spawn(engram_up_command("--data-dir", str(data_dir)), port=50051)
     up.wait_ready()
     response = up.stub().Remember(store_pb2.RememberRequest(content="default port"), timeout=10)

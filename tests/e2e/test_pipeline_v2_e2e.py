@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from llm_fakes import LlmServer, decision_answer, fact, scripted
 
 from e2e_helpers import Launcher, ProcessHandle, engram_command, free_port
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.v1 import store_pb2
+from llm_fakes import LlmServer, decision_answer, fact, scripted
 
 NAMESPACE = "e2e-pipeline"
 SOURCE = "Hi there! Alice moved to Lisbon in 2021 and she surfs every weekend."

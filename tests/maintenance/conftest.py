@@ -12,8 +12,8 @@ from typing import Any
 
 import grpc
 import pytest
-from admin_helpers import AdminStore, admin_store
 
+from admin_helpers import AdminStore, admin_store
 from engram.maintenance.v1 import maintenance_pb2_grpc
 from services.maintenance.app import MaintenanceApp, start_maintenance
 

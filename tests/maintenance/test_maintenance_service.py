@@ -9,8 +9,8 @@ from typing import Any
 
 import grpc
 import pytest
-from admin_helpers import AdminStore
 
+from admin_helpers import AdminStore
 from engram.maintenance.v1 import maintenance_pb2 as pb
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of

@@ -9,11 +9,11 @@ from typing import Any
 
 import grpc
 import pytest
-from llm_fakes import LlmServer, entity, extraction_answer, fact, memory_of
 
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from grpc_helpers import error_of
 from http_fakes import Reply
+from llm_fakes import LlmServer, entity, extraction_answer, fact, memory_of
 from store_helpers import table_counts
 
 

@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from engram.pipeline.v1 import pipeline_pb2 as pb
+from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from extract_write_helpers import audit
+from http_fakes import Reply
 from llm_fakes import (
     LlmServer,
     candidates_of,
@@ -28,11 +33,6 @@ from llm_fakes import (
     obedient_model,
     scripted,
 )
-
-from engram.pipeline.v1 import pipeline_pb2 as pb
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import store_pb2
-from http_fakes import Reply
 from recall_helpers import Stack, wait_for
 from store_helpers import rows
 

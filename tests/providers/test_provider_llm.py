@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from llm_fakes import LlmServer
 
 from http_fakes import Reply
+from llm_fakes import LlmServer
 from services.common.config import load_config
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.llm import (

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from extract_write_helpers import complete, extract_job, write_directly
 
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
+from extract_write_helpers import complete, extract_job, write_directly
 from recall_helpers import Stack, ids
 from services.common.db import ReadPool
 from services.common.memory_filter import MemoryFilterSpec

@@ -43,12 +43,12 @@ def test_recall_finds_a_memory_by_meaning_with_no_shared_keyword(
     assert response.results[0].memory.id == ids["tea"]
 
     status = stack.pipeline.GetStatus(pipeline_pb2.GetStatusRequest())
-    [provider] = status.providers
+    [provider] = [p for p in status.providers if p.role == "embedding"]
     assert (provider.role, provider.kind, provider.model) == (
         "embedding",
         "local",
         "all-MiniLM-L6-v2",
     )
     assert provider.state == pipeline_pb2.PROVIDER_STATE_AVAILABLE
-    [worker] = status.workers
+    [worker] = [w for w in status.workers if w.name == "embed"]
     assert worker.completed_count == len(MEMORIES)

@@ -12,8 +12,8 @@ from typing import Any
 
 import grpc
 import pytest
-from admin_helpers import DIM, MODEL, AdminStore, admin_store
 
+from admin_helpers import DIM, MODEL, AdminStore, admin_store
 from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import job_queue_pb2 as jq
 from grpc_helpers import error_of

@@ -13,8 +13,8 @@ from typing import Any
 
 import grpc
 import pytest
-from admin_helpers import AdminStore, admin_store
 
+from admin_helpers import AdminStore, admin_store
 from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of

@@ -10,6 +10,9 @@ from typing import Any
 
 import grpc
 import pytest
+
+from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from extract_write_helpers import (
     ADD,
     BASE,
@@ -30,9 +33,6 @@ from extract_write_helpers import (
     outcomes,
     proposal,
 )
-
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import DIM, MODEL, Stack, vec
 from store_helpers import rows

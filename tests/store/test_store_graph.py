@@ -9,6 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from extract_write_helpers import (
     ADD,
     BASE,
@@ -22,9 +25,6 @@ from extract_write_helpers import (
     requeue_extract,
     write_directly,
 )
-
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import store_pb2
 from recall_helpers import Stack
 from store_helpers import rows
 

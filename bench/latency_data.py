@@ -250,6 +250,16 @@ def cached_db(path: Path, description: dict[str, Any]) -> bool:
     return path.exists() and marker.exists() and json.loads(marker.read_text()) == description
 
 
+def migrate(path: Path) -> list[str]:
+    """Bring a cached file to the current schema (new migrations only add tables
+    and triggers, so the cached data stays valid)."""
+    conn = open_read_write(path, synchronous="NORMAL")
+    try:
+        return apply_migrations(conn)
+    finally:
+        conn.close()
+
+
 def _remove_db(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)

@@ -27,11 +27,12 @@ from services.search.recall import Recaller, RecallParams
 from services.search.rerank import HttpReranker, Reranker
 from services.search.scoring import ScoringParams
 from services.search.servicer import SearchServicer
+from services.search.vector_cache import VectorCache
 
 log = logging.getLogger("engram.search")
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
-REQUIRED_SCHEMA_VERSION = 2
+REQUIRED_SCHEMA_VERSION = 5  # 5: memory_vector_changes (the vector cache's log)
 
 
 def recall_params(config: Config) -> RecallParams:
@@ -85,6 +86,7 @@ class SearchApp:
     channel: grpc.aio.Channel
     provider: EmbeddingProvider
     reranker: Reranker | None
+    vector_cache: VectorCache
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @property
@@ -97,6 +99,7 @@ class SearchApp:
         await self.access.stop()
         await self.channel.close(None)
         await self.reads.close()
+        await self.vector_cache.close()
         await self.provider.close()
         if self.reranker is not None:
             await self.reranker.close()
@@ -121,7 +124,15 @@ async def start_search(
         reranker = HttpReranker(
             config["providers.reranker.base_url"], config["memory.pipelineV2.rerankerModel"]
         )
-    recaller = Recaller(reads, embedder, recall_params(config), reranker=reranker, access=access)
+    vector_cache = VectorCache(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
+    recaller = Recaller(
+        reads,
+        embedder,
+        recall_params(config),
+        reranker=reranker,
+        access=access,
+        vector_cache=vector_cache,
+    )
     background: list[asyncio.Task[Any]] = []
     if isinstance(provider, LocalEmbedding):  # load the model now, not on the first query
         background.append(asyncio.create_task(provider.warm_up()))
@@ -133,4 +144,4 @@ async def start_search(
     )
     access.start()
     log.info("search serving", extra={"port": server.port, "path": str(path)})
-    return SearchApp(server, reads, access, channel, provider, reranker, background)
+    return SearchApp(server, reads, access, channel, provider, reranker, vector_cache, background)

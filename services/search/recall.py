@@ -32,6 +32,7 @@ from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.rerank import Reranker, rerank_head
 from services.search.scoring import Candidate, ScoringParams, boost, fuse, select
 from services.search.text import keyword_terms, time_windows
+from services.search.vector_cache import VectorCache
 
 MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100
@@ -44,6 +45,7 @@ class RecallParams:
     scoring: ScoringParams = field(default_factory=ScoringParams)
     channel_depth: int = 100  # results kept from each channel
     vector_candidates: int = 400  # Hamming first-pass size; 0 = exact float32 scan
+    vector_cache: bool = True  # unfiltered first pass in memory (services.search.vector_cache)
     reranker_top_n: int = 20
     reranker_timeout_s: float = 2.0
     graph_enabled: bool = False  # memory.pipelineV2.graphEnabled
@@ -98,12 +100,14 @@ class Recaller:
         *,
         reranker: Reranker | None = None,
         access: AccessRecorder | None = None,
+        vector_cache: VectorCache | None = None,
     ) -> None:
         self._reads = reads
         self._embedder = embedder
         self._params = params
         self._reranker = reranker
         self._access = access
+        self._vector_cache = vector_cache if params.vector_cache else None
 
     async def recall(
         self, namespace: str, query: str, limit: int, spec: MemoryFilterSpec
@@ -260,6 +264,11 @@ class Recaller:
             sql = queries.exact_vector_candidates(query_f32, model, namespace, spec, depth)
         else:
             size = max(self._params.vector_candidates, depth)
+            if self._vector_cache is not None and spec.is_empty():
+                # a filter keeps its first pass in SQL: applied before the cut
+                cached = await self._vector_cache.nearest(namespace, query_f32, size)
+                if cached is not None:
+                    return cached
             sql = queries.vector_candidates(query_f32, namespace, spec, size, whole_index)
         return [row[0] for row in await self._reads.fetch_all(sql)]
 

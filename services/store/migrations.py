@@ -276,6 +276,37 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX maintenance_audit_age ON maintenance_audit(created_at);
         """,
     ),
+    (
+        "vector_index_change_log",
+        """
+        -- Which memory_vectors rows changed, in commit order, so a reader (the
+        -- search service's in-memory first pass, services/search/vector_cache.py)
+        -- can stay coherent by re-reading only those rows. Every insert,
+        -- replace, update and delete is logged, including the tombstone,
+        -- content and purge triggers' deletes and a model change's clearing.
+        -- The log keeps the last 100,000 changes (pruned every 1,000); a reader
+        -- that fell further behind reloads in full.
+        CREATE TABLE memory_vector_changes (
+            seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+            memory_rowid INTEGER NOT NULL
+        );
+        CREATE TRIGGER memory_vectors_log_insert AFTER INSERT ON memory_vectors BEGIN
+            INSERT INTO memory_vector_changes(memory_rowid) VALUES (new.memory_rowid);
+        END;
+        CREATE TRIGGER memory_vectors_log_update AFTER UPDATE ON memory_vectors BEGIN
+            INSERT INTO memory_vector_changes(memory_rowid) VALUES (old.memory_rowid);
+            INSERT INTO memory_vector_changes(memory_rowid) VALUES (new.memory_rowid);
+        END;
+        CREATE TRIGGER memory_vectors_log_delete AFTER DELETE ON memory_vectors BEGIN
+            INSERT INTO memory_vector_changes(memory_rowid) VALUES (old.memory_rowid);
+        END;
+        CREATE TRIGGER memory_vector_changes_prune AFTER INSERT ON memory_vector_changes
+            WHEN new.seq % 1000 = 0
+        BEGIN
+            DELETE FROM memory_vector_changes WHERE seq <= new.seq - 100000;
+        END;
+        """,
+    ),
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 10
 _NO_FILTER = MemoryFilterSpec()
+_DOCUMENT_COUNT_TTL_S = 300.0
+_DOCUMENT_COUNT_ENTRIES = 50_000
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,10 @@ class RecallParams:
     channel_depth: int = 100  # results kept from each channel
     vector_candidates: int = 400  # Hamming first-pass size; 0 = exact float32 scan
     vector_cache: bool = True  # unfiltered first pass in memory (services.search.vector_cache)
+    # Whole-index keyword queries whose terms match more documents than this in
+    # total score their most frequent terms only where a rarer term matched
+    # (a common-terms cutoff); 0 = always score every matching document.
+    keyword_postings_budget: int = 10_000
     reranker_top_n: int = 20
     reranker_timeout_s: float = 2.0
     graph_enabled: bool = False  # memory.pipelineV2.graphEnabled
@@ -108,6 +115,7 @@ class Recaller:
         self._reranker = reranker
         self._access = access
         self._vector_cache = vector_cache if params.vector_cache else None
+        self._document_counts: dict[str, tuple[int, float]] = {}  # match -> (count, when)
 
     async def recall(
         self, namespace: str, query: str, limit: int, spec: MemoryFilterSpec
@@ -190,10 +198,7 @@ class Recaller:
             return []
         depth = self._params.channel_depth
         if whole_index:  # the collection is the whole index: FTS5's IDF is ours
-            rows = await self._reads.fetch_all(
-                queries.whole_index_keyword_top(" OR ".join(matches), depth)
-            )
-            return [(row[0], row[1]) for row in rows]
+            return await self._whole_index_keyword(matches, depth)
         collection, everything = await asyncio.gather(
             self._reads.fetch_one(queries.live_count(namespace, spec)),
             self._reads.fetch_one(queries.live_count(None, _NO_FILTER)),
@@ -219,6 +224,67 @@ class Recaller:
             queries.weighted_keyword_top(weighted, namespace, spec, depth)
         )
         return [(row[0], row[1]) for row in rows]
+
+    async def _whole_index_keyword(self, matches: list[str], depth: int) -> list[tuple[int, float]]:
+        """FTS5's BM25 over the OR of the terms. When the terms match more than
+        `keyword_postings_budget` documents in total, the rarest terms that fit the
+        budget are "rare" and the rest "common": a document is then scored only
+        when it matches a rare term, with its full BM25 (common terms included)
+        when it also matches a common one. Documents matching common terms only,
+        which carry the least IDF, are left out. Costs follow the rare terms'
+        documents instead of every posting of every term."""
+        budget = self._params.keyword_postings_budget
+        if budget > 0 and len(matches) > 1:
+            counts = await self._term_document_counts(matches)
+            rare: list[str] = []
+            total = 0
+            for match in sorted(matches, key=lambda m: counts[m]):
+                if rare and total + counts[match] > budget:
+                    break
+                rare.append(match)
+                total += counts[match]
+            common = [m for m in matches if m not in rare]
+            if common and any(counts[m] for m in rare):
+                rare_only, with_common = await asyncio.gather(
+                    self._reads.fetch_all(
+                        queries.whole_index_keyword_top(" OR ".join(rare), depth)
+                    ),
+                    self._reads.fetch_all(
+                        queries.whole_index_keyword_top(
+                            f"({' OR '.join(rare)}) AND ({' OR '.join(common)})", depth
+                        )
+                    ),
+                )
+                # the AND query's score is the full one (every term's part); a
+                # rare-only score stands where the document has no common term
+                scores = {row[0]: row[1] for row in rare_only}
+                scores.update((row[0], row[1]) for row in with_common)
+                ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+                return ranked[:depth]
+        rows = await self._reads.fetch_all(
+            queries.whole_index_keyword_top(" OR ".join(matches), depth)
+        )
+        return [(row[0], row[1]) for row in rows]
+
+    async def _term_document_counts(self, matches: list[str]) -> dict[str, int]:
+        """Documents per term across the index, cached for a few minutes: they only
+        decide which terms count as common, so a slightly stale count is harmless."""
+        now = time.monotonic()
+        missing = [
+            m
+            for m in matches
+            if m not in self._document_counts
+            or now - self._document_counts[m][1] > _DOCUMENT_COUNT_TTL_S
+        ]
+        if missing:
+            if len(self._document_counts) > _DOCUMENT_COUNT_ENTRIES:
+                self._document_counts.clear()
+            rows = await asyncio.gather(
+                *(self._reads.fetch_one(queries.term_document_count(m)) for m in missing)
+            )
+            for match, row in zip(missing, rows, strict=True):
+                self._document_counts[match] = (int(row[0]), now)
+        return {m: self._document_counts[m][0] for m in matches}
 
     async def _vector_channel(
         self,

@@ -173,16 +173,13 @@ class VectorCache:
                 return None
             return cached.nearest(query_bits, limit)
 
-    def _newest(self, conn: Any) -> tuple[int, int]:
-        row = conn.execute(
-            "SELECT coalesce(max(seq), 0), coalesce(min(seq), 0) FROM memory_vector_changes"
-        ).fetchone()
-        return int(row[0]), int(row[1])
-
     def _catch_up(self, conn: Any) -> None:
-        newest, oldest = self._newest(conn)
+        # one statement per aggregate: SQLite's min/max shortcut (an index seek)
+        # applies only to a query with a single min() or max()
+        newest = conn.execute("SELECT max(seq) FROM memory_vector_changes").fetchone()[0] or 0
         if newest == self._seq:
             return
+        oldest = conn.execute("SELECT min(seq) FROM memory_vector_changes").fetchone()[0] or 0
         if not self._namespaces or newest < self._seq or oldest > self._seq + 1:
             # nothing cached yet, or the log was pruned past us: start over
             self._namespaces.clear()

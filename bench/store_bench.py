@@ -47,9 +47,9 @@ from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common import clock
 from services.common.db import open_read_write
 from services.store import repository as repo
-from services.store.memories import JOB_TYPES_ON_CREATE
+from services.store.memories import PreparedMemory, prepare_drafts
 from services.store.migrations import apply_migrations
-from services.store.rules import DEFAULT_ACTOR, draft_memory
+from services.store.rules import draft_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -487,60 +487,28 @@ async def bench_import(tmp: Path, count: int) -> ImportResult:
         server.stop()
 
 
-def raw_rows(count: int) -> list[tuple[dict[str, Any], tuple[Any, ...], list[tuple[Any, ...]]]]:
-    """The rows the store would write for the same import items: memory, history, jobs."""
-    at = clock.now_text()
-    rows = []
+def raw_rows(count: int) -> list[PreparedMemory]:
+    """The rows the store would write for the same import items (memory, history,
+    embed and extract jobs), built by the store's own `prepare_drafts`."""
+    drafts = []
     for n in range(count):
         item = import_item(n)
-        draft = draft_memory(
-            namespace="bench",
-            content=item.content,
-            memory_type="",
-            importance=None,
-            tags=item.tags,
-            pinned=False,
-            who=item.who,
-            why="",
-            source_type=item.source_type,
-            source_id="",
-            event_time=None,
+        drafts.append(
+            draft_memory(
+                namespace="bench",
+                content=item.content,
+                memory_type="",
+                importance=None,
+                tags=item.tags,
+                pinned=False,
+                who=item.who,
+                why="",
+                source_type=item.source_type,
+                source_id="",
+                event_time=None,
+            )
         )
-        memory_id = repo.new_id()
-        memory = {
-            "id": memory_id,
-            "namespace": draft.namespace,
-            "content": draft.content.storage,
-            "normalized_content": draft.content.normalized,
-            "content_hash": draft.content.content_hash,
-            "type": draft.type,
-            "importance": draft.importance,
-            "tags": json.dumps(list(draft.tags)),
-            "pinned": int(draft.pinned),
-            "who": draft.who,
-            "why": draft.why,
-            "source_type": draft.source_type,
-            "source_id": draft.source_id,
-            "created_at": at,
-            "event_time": draft.event_time or at,
-        }
-        history = repo.history_row(
-            memory_id=memory_id,
-            namespace=draft.namespace,
-            event="created",
-            old_content=None,
-            new_content=draft.content.storage,
-            actor=draft.who or DEFAULT_ACTOR,
-            reason=draft.why or "remember",
-            metadata={"version": 1, "type": draft.type},
-            at=at,
-        )
-        jobs = [
-            repo.job_row(draft.namespace, memory_id, job_type, JOB_MAX_ATTEMPTS, at)
-            for job_type in JOB_TYPES_ON_CREATE
-        ]
-        rows.append((memory, history, jobs))
-    return rows
+    return prepare_drafts(drafts, clock.now_text(), JOB_MAX_ATTEMPTS)
 
 
 def bench_raw_sqlite(tmp: Path, count: int) -> ImportResult:
@@ -555,9 +523,9 @@ def bench_raw_sqlite(tmp: Path, count: int) -> ImportResult:
         for start in range(0, count, RAW_TRANSACTION_MEMORIES):
             chunk = rows[start : start + RAW_TRANSACTION_MEMORIES]
             conn.execute("BEGIN IMMEDIATE")
-            repo.insert_memories(conn, [memory for memory, _, _ in chunk])
-            repo.insert_history(conn, [history for _, history, _ in chunk])
-            repo.enqueue_jobs(conn, [job for _, _, jobs in chunk for job in jobs])
+            repo.insert_memory_rows(conn, [p.memory for p in chunk])
+            repo.insert_history(conn, [p.history for p in chunk])
+            repo.enqueue_jobs(conn, [job for p in chunk for job in (p.embed_job, p.extract_job)])
             conn.execute("COMMIT")
         elapsed = time.perf_counter() - started
         created = conn.execute("SELECT count(*) FROM memories").fetchone()[0]

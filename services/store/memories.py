@@ -128,20 +128,26 @@ class MemoryStore:
     async def remember(self, draft: MemoryDraft) -> tuple[MemoryRecord, bool]:
         """Raw-first: row, FTS, history and jobs commit together before we reply."""
         self._ensure_writable()
+        [prepared] = prepare_drafts([draft], clock.now_text(), self._max_attempts)
 
         def operation(conn: Any) -> tuple[MemoryRecord, bool]:
-            [(memory_id, deduplicated, row)] = self._insert_drafts(conn, [draft])
-            if row is None:
+            [(memory_id, deduplicated)] = _write_prepared(conn, [prepared])
+            if deduplicated:
                 row = repo.fetch_one(conn, repo.get_memory_query(draft.namespace, memory_id))
-            return MemoryRecord.from_row(row), deduplicated
+                return MemoryRecord.from_row(row), True
+            return _new_record(prepared), False
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, retryable=True)
 
     async def import_drafts(
-        self, items: Sequence[MemoryDraft | InvalidArgument], chunk: int = 1000
+        self, items: Sequence[MemoryDraft | InvalidArgument], chunk: int = 2000
     ) -> list[ImportOutcome]:
         """Invalid items (given as their error) are reported; the rest are written in
-        large chunks that the writer may group into one transaction."""
+        large chunks. Rows and ids for the next chunk are built here, on the event
+        loop, while the writer thread executes the previous chunk's SQL (SQLite runs
+        without the GIL), so the two overlap; the writer only deduplicates and
+        executes. Each chunk is its own writer operation: an acknowledged import is
+        committed."""
         self._ensure_writable()
         outcomes: list[ImportOutcome | None] = [None] * len(items)
         valid: list[tuple[int, MemoryDraft]] = []
@@ -151,98 +157,34 @@ class MemoryStore:
             else:
                 valid.append((index, item))
 
-        def operation_for(batch: list[tuple[int, MemoryDraft]]) -> Any:
+        def operation_for(
+            batch: list[tuple[int, MemoryDraft]], prepared: list[PreparedMemory]
+        ) -> Any:
             def operation(conn: Any) -> list[ImportOutcome]:
-                written = self._insert_drafts(conn, [draft for _, draft in batch])
+                written = _write_prepared(conn, prepared)
                 return [
                     ImportOutcome(index, "deduplicated" if dedup else "created", memory_id)
-                    for (index, _), (memory_id, dedup, _) in zip(batch, written, strict=True)
+                    for (index, _), (memory_id, dedup) in zip(batch, written, strict=True)
                 ]
 
             return operation
 
-        batches = [valid[i : i + chunk] for i in range(0, len(valid), chunk)]
-        for written in await asyncio.gather(
-            *(self._writer.submit(operation_for(b)) for b in batches)
-        ):
+        submitted: list[asyncio.Task[list[ImportOutcome]]] = []
+        at = clock.now_text()
+        for start in range(0, len(valid), chunk):
+            batch = valid[start : start + chunk]
+            prepared = prepare_drafts([draft for _, draft in batch], at, self._max_attempts)
+            submitted.append(
+                asyncio.ensure_future(
+                    self._writer.submit(operation_for(batch, prepared), retryable=True)
+                )
+            )
+            # Let the writer start on this chunk before the next one is built.
+            await asyncio.sleep(0)
+        for written in await asyncio.gather(*submitted):
             for outcome in written:
                 outcomes[outcome.index] = outcome
         return [o for o in outcomes if o is not None]
-
-    def _insert_drafts(
-        self, conn: Any, drafts: Sequence[MemoryDraft]
-    ) -> list[tuple[str, bool, dict[str, Any] | None]]:
-        """(id, deduplicated, new row or None) per draft, deduplicating against live
-        memories of the same namespace and within the batch itself."""
-        at = clock.now_text()
-        known: dict[tuple[str, str], str] = {}
-        for namespace in {d.namespace for d in drafts}:
-            hashes = [d.content.content_hash for d in drafts if d.namespace == namespace]
-            for content_hash, memory_id in repo.live_ids_by_hash(conn, namespace, hashes).items():
-                known[(namespace, content_hash)] = memory_id
-        embedded = repo.live_hashes_with_embedding(
-            conn, list({d.content.content_hash for d in drafts})
-        )
-        results: list[tuple[str, bool, dict[str, Any] | None]] = []
-        rows: list[dict[str, Any]] = []
-        history: list[tuple[Any, ...]] = []
-        jobs: list[tuple[Any, ...]] = []
-        for draft in drafts:
-            key = (draft.namespace, draft.content.content_hash)
-            if key in known:
-                results.append((known[key], True, None))
-                continue
-            memory_id = repo.new_id()
-            known[key] = memory_id
-            row = {
-                "id": memory_id,
-                "namespace": draft.namespace,
-                "content": draft.content.storage,
-                "normalized_content": draft.content.normalized,
-                "content_hash": draft.content.content_hash,
-                "type": draft.type,
-                "importance": draft.importance,
-                "tags": json.dumps(list(draft.tags)),
-                "pinned": int(draft.pinned),
-                "who": draft.who,
-                "why": draft.why,
-                "source_type": draft.source_type,
-                "source_id": draft.source_id,
-                "created_at": at,
-                "event_time": draft.event_time or at,
-            }
-            rows.append(row)
-            history.append(
-                repo.history_row(
-                    memory_id=memory_id,
-                    namespace=draft.namespace,
-                    event="created",
-                    old_content=None,
-                    new_content=draft.content.storage,
-                    actor=draft.who or rules.DEFAULT_ACTOR,
-                    reason=draft.why or "remember",
-                    metadata={"version": 1, "type": draft.type},
-                    at=at,
-                )
-            )
-            jobs.extend(
-                repo.job_row(draft.namespace, memory_id, job_type, self._max_attempts, at)
-                for job_type in JOB_TYPES_ON_CREATE
-                # Content embedded before (any namespace, same model) needs no new embedding.
-                if not (job_type == "embed" and draft.content.content_hash in embedded)
-            )
-            results.append((memory_id, False, _stored_row(row)))
-        repo.insert_memories(conn, rows)
-        repo.insert_history(conn, history)
-        repo.enqueue_jobs(conn, jobs)
-        if embedded and rows:
-            ids = [r["id"] for r in rows if r["content_hash"] in embedded]
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                repo.index_embedded_memories(
-                    conn, f"m.id IN ({', '.join('?' * len(chunk))})", chunk
-                )
-        return results
 
     # ---- reads -------------------------------------------------------------------
 
@@ -724,14 +666,144 @@ def _int_position(position: list[Any] | None) -> int:
     return position[0]
 
 
-def _stored_row(row: dict[str, Any]) -> dict[str, Any]:
-    """The full column set of a freshly inserted memory, without a re-read."""
-    return {
-        **row,
-        "version": 1,
-        "is_deleted": 0,
-        "deleted_at": None,
-        "updated_at": row["created_at"],
-        "access_count": 0,
-        "last_accessed": None,
-    }
+@dataclass(frozen=True, slots=True)
+class PreparedMemory:
+    """A draft's rows, built before the writer sees them: the writer only
+    deduplicates and executes."""
+
+    draft: MemoryDraft
+    memory: tuple[Any, ...]  # repo.MEMORY_INSERT_COLUMNS order
+    history: tuple[Any, ...]
+    embed_job: tuple[Any, ...]
+    extract_job: tuple[Any, ...]
+
+
+# The `created` event's metadata differs only by type: encode each once.
+_CREATED_METADATA: dict[str, str] = {}
+
+
+def _created_metadata(memory_type: str) -> str:
+    text = _CREATED_METADATA.get(memory_type)
+    if text is None:
+        text = _CREATED_METADATA[memory_type] = json.dumps(
+            {"version": 1, "type": memory_type}, separators=(",", ":")
+        )
+    return text
+
+
+def prepare_drafts(
+    drafts: Sequence[MemoryDraft], at: str, max_attempts: int
+) -> list[PreparedMemory]:
+    new_id = repo.new_id
+    prepared: list[PreparedMemory] = []
+    for draft in drafts:
+        memory_id = new_id()
+        namespace = draft.namespace
+        content = draft.content
+        prepared.append(
+            PreparedMemory(
+                draft,
+                (
+                    memory_id,
+                    namespace,
+                    content.storage,
+                    content.normalized,
+                    content.content_hash,
+                    draft.type,
+                    draft.importance,
+                    json.dumps(list(draft.tags)),
+                    int(draft.pinned),
+                    draft.who,
+                    draft.why,
+                    draft.source_type,
+                    draft.source_id,
+                    at,
+                    draft.event_time or at,
+                ),
+                (
+                    new_id(),
+                    memory_id,
+                    namespace,
+                    "created",
+                    None,
+                    content.storage,
+                    draft.who or rules.DEFAULT_ACTOR,
+                    draft.why or "remember",
+                    _created_metadata(draft.type),
+                    at,
+                ),
+                repo.job_row(namespace, memory_id, "embed", max_attempts, at),
+                repo.job_row(namespace, memory_id, "extract", max_attempts, at),
+            )
+        )
+    return prepared
+
+
+def _write_prepared(conn: Any, prepared: Sequence[PreparedMemory]) -> list[tuple[str, bool]]:
+    """(id, deduplicated) per draft, deduplicating against live memories of the
+    same namespace and within the batch itself; writes row, FTS (trigger),
+    history and jobs of every new memory with one executemany per table."""
+    known: dict[tuple[str, str], str] = {}
+    namespaces = {p.draft.namespace for p in prepared}
+    for namespace in namespaces:
+        hashes = [p.memory[4] for p in prepared if p.draft.namespace == namespace]
+        for content_hash, memory_id in repo.live_ids_by_hash(conn, namespace, hashes).items():
+            known[(namespace, content_hash)] = memory_id
+    embedded = repo.live_hashes_with_embedding(conn, list({p.memory[4] for p in prepared}))
+    results: list[tuple[str, bool]] = []
+    rows: list[tuple[Any, ...]] = []
+    history: list[tuple[Any, ...]] = []
+    jobs: list[tuple[Any, ...]] = []
+    for p in prepared:
+        memory_id = p.memory[0]
+        key = (p.draft.namespace, p.memory[4])
+        existing = known.get(key)
+        if existing is not None:
+            results.append((existing, True))
+            continue
+        known[key] = memory_id
+        rows.append(p.memory)
+        history.append(p.history)
+        # Content embedded before (any namespace, same model) needs no new embedding.
+        if p.memory[4] not in embedded:
+            jobs.append(p.embed_job)
+        jobs.append(p.extract_job)
+        results.append((memory_id, False))
+    if rows:
+        repo.insert_memory_rows(conn, rows)
+        repo.insert_history(conn, history)
+        repo.enqueue_jobs(conn, jobs)
+    if embedded and rows:
+        ids = [r[0] for r in rows if r[4] in embedded]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            repo.index_embedded_memories(conn, f"m.id IN ({', '.join('?' * len(chunk))})", chunk)
+    return results
+
+
+def _new_record(prepared: PreparedMemory) -> MemoryRecord:
+    """The record of a freshly inserted memory, without a re-read."""
+    draft = prepared.draft
+    at = prepared.memory[13]
+    return MemoryRecord(
+        id=prepared.memory[0],
+        namespace=draft.namespace,
+        content=draft.content.storage,
+        content_hash=draft.content.content_hash,
+        type=draft.type,
+        importance=draft.importance,
+        tags=tuple(draft.tags),
+        pinned=draft.pinned,
+        who=draft.who,
+        why=draft.why,
+        source_type=draft.source_type,
+        source_id=draft.source_id,
+        version=1,
+        deleted=False,
+        deleted_at=None,
+        created_at=at,
+        updated_at=at,
+        event_time=prepared.memory[14],
+        access_count=0,
+        last_accessed=None,
+    )

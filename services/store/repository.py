@@ -4,10 +4,9 @@ queries are returned as (sql, params) so the async read pool can run them."""
 from __future__ import annotations
 
 import json
-import random
 import time
-import uuid
 from collections.abc import Iterable, Sequence
+from random import getrandbits
 from typing import Any
 
 from services.common.memory_filter import MemoryFilterSpec, filter_sql
@@ -44,9 +43,17 @@ def new_id() -> str:
     its end instead of dirtying a random page per insert."""
     millis = time.time_ns() // 1_000_000
     # Ids identify rows; they are not secrets, so no system call for the random bits.
-    value = (millis & (2**48 - 1)) << 80 | 0x7 << 76 | random.getrandbits(76)
-    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant bits
-    return str(uuid.UUID(int=value))
+    # Version 7 in bits 76-79, RFC 4122 variant 0b10 in bits 62-63, 74 random bits.
+    rand = getrandbits(74)
+    value = (
+        (millis & 0xFFFFFFFFFFFF) << 80
+        | 0x7 << 76
+        | (rand >> 62) << 64
+        | 0x2 << 62
+        | (rand & 0x3FFFFFFFFFFFFFFF)
+    )
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 # ---- reads (also used inside write operations) --------------------------------
@@ -139,6 +146,24 @@ def insert_memories(conn: Any, rows: Iterable[dict[str, Any]]) -> None:
         "updated_at, event_time) VALUES (:id, :namespace, :content, :normalized_content, "
         ":content_hash, :type, :importance, :tags, :pinned, :who, :why, :source_type, "
         ":source_id, 1, :created_at, :created_at, :event_time)",
+        rows,
+    )
+
+
+# Positional form of insert_memories (cheaper to bind than named parameters).
+MEMORY_INSERT_COLUMNS = (
+    "id, namespace, content, normalized_content, content_hash, type, importance, tags, "
+    "pinned, who, why, source_type, source_id, created_at, event_time"
+)
+
+
+def insert_memory_rows(conn: Any, rows: Iterable[tuple[Any, ...]]) -> None:
+    """Rows are tuples in MEMORY_INSERT_COLUMNS order; version 1, updated = created."""
+    conn.executemany(
+        "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
+        "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
+        "updated_at, event_time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+        "?13, 1, ?14, ?14, ?15)",
         rows,
     )
 

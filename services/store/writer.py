@@ -4,7 +4,14 @@ Callers submit operations (plain functions of a connection). The thread takes
 everything queued, runs it in one `BEGIN IMMEDIATE` transaction, each operation
 inside its own savepoint so that one failing operation rolls back only itself,
 commits once (group commit), and only then resolves the callers' futures: an
-acknowledged write is a committed write. While one group commits, the next one
+acknowledged write is a committed write.
+
+Savepoints are not free (with FTS5 in the transaction they cost about as much
+as the rows themselves), so a group of one runs without one (its failure rolls
+back the whole transaction, which holds only it), and operations submitted with
+`retryable=True` (no effect outside the connection, safe to run again) run
+bare when the whole group is retryable: if one of them fails, the transaction
+is rolled back, that operation gets its error and the rest are run again. While one group commits, the next one
 queues up, so throughput grows with concurrency instead of dying under it.
 """
 
@@ -29,6 +36,7 @@ class _Pending:
     operation: Operation[Any]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    retryable: bool = False
 
 
 _STOP = object()
@@ -47,13 +55,16 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="engram-writer", daemon=True)
         self._thread.start()
 
-    async def submit(self, operation: Operation[T]) -> T:
-        """Run `operation(connection)` in a write transaction; return after commit."""
+    async def submit(self, operation: Operation[T], *, retryable: bool = False) -> T:
+        """Run `operation(connection)` in a write transaction; return after commit.
+
+        `retryable`: the operation only touches the connection, so the writer may
+        run it again after rolling back a group that another operation broke."""
         if self._closed:
             raise WriterClosed("the store is shutting down")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Pending(operation, future, loop))
+        self._queue.put(_Pending(operation, future, loop, retryable))
         return await future
 
     def close(self) -> None:
@@ -85,6 +96,42 @@ class Writer:
                 self._commit_group(group)
 
     def _commit_group(self, group: list[_Pending]) -> None:
+        if len(group) == 1 or all(p.retryable for p in group):
+            self._commit_bare(group)
+        else:
+            self._deliver(group, self._run_with_savepoints(group))
+
+    def _commit_bare(self, group: list[_Pending]) -> None:
+        """No savepoints: an operation that raises rolls the transaction back; it
+        gets its error and the others (all retryable, or none left) run again."""
+        conn = self._conn
+        while group:
+            results: list[Any] = []
+            failed: int | None = None
+            error: BaseException | None = None
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for index, pending in enumerate(group):
+                    failed = index
+                    results.append(pending.operation(conn))
+                failed = None
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                error = exc
+                if failed is None:
+                    log.exception("write transaction failed; nothing in this group was committed")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            if error is None:
+                self._deliver(group, [(result, None) for result in results])
+                return
+            if failed is None:  # BEGIN or COMMIT failed: the whole group fails
+                self._deliver(group, [(None, error)] * len(group))
+                return
+            self._deliver([group[failed]], [(None, error)])
+            group = group[:failed] + group[failed + 1 :]
+
+    def _run_with_savepoints(self, group: list[_Pending]) -> list[tuple[Any, BaseException | None]]:
         outcomes: list[tuple[Any, BaseException | None]] = []
         conn = self._conn
         try:
@@ -106,6 +153,10 @@ class Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             outcomes = [(None, exc)] * len(group)
+        return outcomes
+
+    @staticmethod
+    def _deliver(group: list[_Pending], outcomes: list[tuple[Any, BaseException | None]]) -> None:
         for pending, (result, error) in zip(group, outcomes, strict=True):
             try:
                 pending.loop.call_soon_threadsafe(_settle, pending.future, result, error)

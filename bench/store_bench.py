@@ -400,7 +400,19 @@ def start_store(tmp: Path, name: str) -> tuple[ServerProcess, int]:
     return ServerProcess(f"store ({name})", argv, tmp / f"{name}.log"), port
 
 
-async def bench_unary(tmp: Path, warmup: float, rounds: int, round_seconds: float) -> Comparison:
+def pin_client(cpus: set[int] | None) -> None:
+    """Pin every thread of this (client) process to `cpus`; servers, started
+    before, keep every CPU. None: no pinning (the default)."""
+    if cpus is None:
+        return
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+async def bench_unary(
+    tmp: Path, warmup: float, rounds: int, round_seconds: float, client_cpus: set[int] | None
+) -> Comparison:
     """Echo baseline and store Remember, both servers up, measured in alternating rounds."""
     echo_port = free_port()
     echo_argv = [sys.executable, str(Path(__file__).resolve()), "--serve-echo", str(echo_port)]
@@ -414,6 +426,7 @@ async def bench_unary(tmp: Path, warmup: float, rounds: int, round_seconds: floa
         ):
             await wait_ready(servers[0], echo_channel, None)
             await wait_ready(store, store_channel, STORE_SERVICE)
+            pin_client(client_cpus)
             method = echo_channel.unary_unary(
                 ECHO_METHOD, request_serializer=None, response_deserializer=None
             )
@@ -581,6 +594,8 @@ async def run(args: argparse.Namespace) -> int:
         args.round_seconds if args.round_seconds is not None else (1.0 if quick else 2.0)
     )
     count = args.import_count if args.import_count is not None else (4000 if quick else 20000)
+    all_cpus = os.sched_getaffinity(0)
+    client_cpus = {int(c) for c in args.client_cpus.split(",")} if args.client_cpus else None
     stamp = datetime.now(UTC)
     tmp_root = Path(args.tmp_dir) if args.tmp_dir else Path(tempfile.gettempdir())
     tmp = Path(tempfile.mkdtemp(prefix="engram-bench-", dir=tmp_root))
@@ -593,6 +608,7 @@ async def run(args: argparse.Namespace) -> int:
         f"cpu: {info['cpu_model']}  data: {tmp} ({info['data_filesystem']})\n"
         f"mode: {'quick' if quick else 'normal'}  per level: warm-up {warmup:g} s, "
         f"{rounds} rounds x {round_seconds:g} s each side; import {count} memories\n"
+        f"load generator pinned to CPUs: {sorted(client_cpus) if client_cpus else 'no'}\n"
         f"before start: CPU busy {busy_start:.0f}% over 1 s, load average {load_text(load_start)}",
         flush=True,
     )
@@ -600,7 +616,8 @@ async def run(args: argparse.Namespace) -> int:
         print("warning: something else is using the CPU; results will be noisy", flush=True)
     try:
         print("echo baseline vs Remember ...", flush=True)
-        unary = await bench_unary(tmp, warmup, rounds, round_seconds)
+        unary = await bench_unary(tmp, warmup, rounds, round_seconds, client_cpus)
+        pin_client(all_cpus)
         print("raw SQLite inserts ...", flush=True)
         raw = bench_raw_sqlite(tmp, count)
         print("ImportMemories ...", flush=True)
@@ -640,6 +657,7 @@ async def run(args: argparse.Namespace) -> int:
             "import_message_items": IMPORT_MESSAGE_ITEMS,
             "raw_transaction_memories": RAW_TRANSACTION_MEMORIES,
             "payload_bytes": len(remember_request(0).SerializeToString()),
+            "client_cpus": sorted(client_cpus) if client_cpus else None,
         },
         "echo": [asdict(r) for r in unary.results["echo"]],
         "remember": [asdict(r) for r in unary.results["remember"]],
@@ -666,6 +684,11 @@ def main() -> int:
     parser.add_argument("--import-count", type=int, default=None, help="memories to import")
     parser.add_argument("--tmp-dir", default=None, help="where the databases go (default: $TMPDIR)")
     parser.add_argument("--keep", action="store_true", help="keep the data dirs and server logs")
+    parser.add_argument(
+        "--client-cpus",
+        default=None,
+        help="pin the load generator (this process) to these CPUs, e.g. 1; servers keep all",
+    )
     parser.add_argument(
         "--serve-echo", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS
     )

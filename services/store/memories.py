@@ -128,15 +128,15 @@ class MemoryStore:
     async def remember(self, draft: MemoryDraft) -> tuple[MemoryRecord, bool]:
         """Raw-first: row, FTS, history and jobs commit together before we reply."""
         self._ensure_writable()
-        [prepared] = prepare_drafts([draft], clock.now_text(), self._max_attempts)
+        prepared = prepare_drafts([draft], clock.now_text(), self._max_attempts)
 
         def operation(conn: Any) -> tuple[MemoryRecord, bool]:
-            [(memory_id, deduplicated)] = _write_prepared(conn, [prepared])
-            if deduplicated:
-                row = repo.fetch_one(conn, repo.get_memory_query(draft.namespace, memory_id))
-                return MemoryRecord.from_row(row), True
-            return _new_record(prepared), False
+            [result] = _remember_batch(conn, prepared)
+            return result
 
+        # Concurrent Remembers share a writer group; one executemany per table for
+        # the whole group measured no faster than one per Remember (the b-tree work
+        # dominates), so each stays its own operation.
         return await self._writer.submit(operation, retryable=True)
 
     async def import_drafts(
@@ -779,6 +779,18 @@ def _write_prepared(conn: Any, prepared: Sequence[PreparedMemory]) -> list[tuple
             chunk = ids[start : start + 500]
             repo.index_embedded_memories(conn, f"m.id IN ({', '.join('?' * len(chunk))})", chunk)
     return results
+
+
+def _remember_batch(conn: Any, prepared: list[PreparedMemory]) -> list[tuple[MemoryRecord, bool]]:
+    """(record, deduplicated) per prepared memory, written in this transaction."""
+    out: list[tuple[MemoryRecord, bool]] = []
+    for p, (memory_id, deduplicated) in zip(prepared, _write_prepared(conn, prepared), strict=True):
+        if deduplicated:
+            row = repo.fetch_one(conn, repo.get_memory_query(p.draft.namespace, memory_id))
+            out.append((MemoryRecord.from_row(row), True))
+        else:
+            out.append((_new_record(p), False))
+    return out
 
 
 def _new_record(prepared: PreparedMemory) -> MemoryRecord:

@@ -31,7 +31,7 @@ T = TypeVar("T")
 Operation = Callable[[Any], T]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     operation: Operation[Any]
     future: asyncio.Future[Any]
@@ -157,11 +157,20 @@ class Writer:
 
     @staticmethod
     def _deliver(group: list[_Pending], outcomes: list[tuple[Any, BaseException | None]]) -> None:
+        """One wake-up per event loop for the whole group, not one per caller."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any, Any]]] = {}
         for pending, (result, error) in zip(group, outcomes, strict=True):
+            by_loop.setdefault(pending.loop, []).append((pending.future, result, error))
+        for loop, settled in by_loop.items():
             try:
-                pending.loop.call_soon_threadsafe(_settle, pending.future, result, error)
+                loop.call_soon_threadsafe(_settle_all, settled)
             except RuntimeError:  # the caller's loop is gone; the write stands
                 log.warning("writer result undeliverable: event loop closed")
+
+
+def _settle_all(settled: list[tuple[Any, Any, Any]]) -> None:
+    for future, result, error in settled:
+        _settle(future, result, error)
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,6 +41,10 @@ class _Pending:
 
 
 _STOP = object()
+# Under concurrent load the writer waits up to this share of its recent commit
+# time (at most MAX_LINGER_SECONDS) for more operations before committing.
+LINGER_SHARE = 1.0
+MAX_LINGER_SECONDS = 0.002
 
 
 class WriterClosed(RuntimeError):
@@ -52,6 +57,8 @@ class Writer:
         self._max_group = max_group
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
+        self._commit_seconds = 0.0  # moving average of a group's commit time
+        self._linger = 0.0
         self._thread = threading.Thread(target=self._run, name="engram-writer", daemon=True)
         self._thread.start()
 
@@ -78,9 +85,15 @@ class Writer:
 
     def _run(self) -> None:
         stopping = False
+        concurrent = False  # did the last group see more than one caller?
         while not stopping:
             group: list[_Pending] = []
             item = self._queue.get()
+            # Under concurrent load, wait briefly for more callers before
+            # committing: otherwise the first arrival after a commit gets a group
+            # (and an fsync) of its own while the rest queue behind it. A lone
+            # caller never waits: `concurrent` stays False.
+            deadline = time.perf_counter() + self._linger if concurrent else 0.0
             while True:
                 if item is _STOP:
                     stopping = True
@@ -91,9 +104,21 @@ class Writer:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
-                    break
+                    remaining = deadline - time.perf_counter()
+                    if remaining <= 0:
+                        break
+                    try:
+                        item = self._queue.get(timeout=remaining)
+                    except queue.Empty:
+                        break
             if group:
+                started = time.perf_counter()
                 self._commit_group(group)
+                elapsed = time.perf_counter() - started
+                concurrent = len(group) > 1 or not self._queue.empty()
+                # Linger for at most a fraction of a recent commit's time.
+                self._commit_seconds += (elapsed - self._commit_seconds) * 0.2
+                self._linger = min(self._commit_seconds * LINGER_SHARE, MAX_LINGER_SECONDS)
 
     def _commit_group(self, group: list[_Pending]) -> None:
         if len(group) == 1 or all(p.retryable for p in group):

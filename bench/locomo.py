@@ -164,6 +164,7 @@ def main() -> int:
     per_question: list[tuple[int, dict[str, float]]] = []
     skipped = dropped = 0
     latencies: list[float] = []
+    degraded = 0  # answers without the vector channel (query embedding failed or timed out)
     with running_suite(settings) as suite:
         store_channel = grpc.insecure_channel(suite.store)
         search_channel = grpc.insecure_channel(suite.search)
@@ -188,6 +189,7 @@ def main() -> int:
                     search_pb2.RecallRequest(namespace=namespace, query=qa["question"], limit=10)
                 )
                 latencies.append((time.perf_counter() - t0) * 1000)
+                degraded += response.degraded
                 ranked = [r.memory.source_id for r in response.results]
                 if rankings:
                     rankings.write(
@@ -207,7 +209,8 @@ def main() -> int:
         f"questions scored: {len(per_question)}  (no usable evidence: {skipped}; evidence ids dropped: {dropped})"
     )
     print(
-        f"recall latency over gRPC: p50 {latencies[len(latencies) // 2]:.1f} ms  p95 {latencies[int(len(latencies) * 0.95)]:.1f} ms"
+        f"recall latency over gRPC: p50 {latencies[len(latencies) // 2]:.1f} ms  p95 {latencies[int(len(latencies) * 0.95)]:.1f} ms  "
+        f"degraded answers (keywords only): {degraded}"
     )
     header = f"{'category':<14}{'n':>5}" + "".join(f"{m:>10}" for m in METRICS)
     print(header)

@@ -114,8 +114,11 @@ class VectorCache:
     read-only connection (numpy and SQLite release the GIL), off the event loop.
     """
 
-    def __init__(self, path: str | Path, busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self, path: str | Path, busy_timeout_ms: int = 5000, max_rows: int = 5_000_000
+    ) -> None:
         self._path = path
+        self._max_rows = max_rows  # least recently searched namespaces leave beyond this
         self._busy_timeout_ms = busy_timeout_ms
         self._conn: Any = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="vector-cache")
@@ -171,7 +174,18 @@ class VectorCache:
                 cached = self._namespaces[namespace]
             if cached is None or (cached.size and cached.width != len(query_bits)):
                 return None
+            self._namespaces[namespace] = self._namespaces.pop(namespace)  # most recent last
+            self._evict(keep=namespace)
             return cached.nearest(query_bits, limit)
+
+    def _evict(self, keep: str) -> None:
+        total = sum(c.size for c in self._namespaces.values() if c is not None)
+        for space in list(self._namespaces):
+            if total <= self._max_rows:
+                return
+            if space != keep:
+                cached = self._namespaces.pop(space)
+                total -= cached.size if cached is not None else 0
 
     def _catch_up(self, conn: Any) -> None:
         # one statement per aggregate: SQLite's min/max shortcut (an index seek)

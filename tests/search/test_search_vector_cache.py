@@ -201,3 +201,30 @@ def test_cache_matches_sqlite_vec_and_reloads_when_the_log_was_pruned_past_it(
             await cache.close()
 
     asyncio.run(scenario())
+
+
+def test_least_recently_searched_namespaces_leave_beyond_max_rows(tmp_path: Path) -> None:
+    path = tmp_path / "vectors.db"
+    _vector_file(path, 300)  # namespace "ns"
+    conn = open_read_write(path, synchronous="NORMAL")
+    conn.execute(
+        "INSERT INTO memory_vectors(memory_rowid, namespace, bits) "
+        "SELECT memory_rowid + 1000, 'other', bits FROM memory_vectors"
+    )
+    conn.close()
+    query = np.random.default_rng(3).standard_normal(16).astype(np.float32).tobytes()
+
+    async def scenario() -> None:
+        cache = VectorCache(path, max_rows=400)
+        try:
+            first = await cache.nearest("ns", query, 10)
+            assert first == _sql_nearest(path, query, 10)
+            other = await cache.nearest("other", query, 10)
+            assert other == [r + 1000 for r in first]
+            assert cache.reloads == 2
+            assert await cache.nearest("ns", query, 10) == first  # "ns" was evicted
+            assert cache.reloads == 3
+        finally:
+            await cache.close()
+
+    asyncio.run(scenario())

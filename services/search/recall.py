@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 
@@ -122,30 +123,40 @@ class Recaller:
     ) -> RecallOutcome:
         query, limit, spec = check_recall_request(query, limit, spec)
         warnings: list[str] = []
-        whole_index = spec.is_empty() and bool(
-            (await self._reads.fetch_one(queries.namespace_is_whole_index(namespace)))[0]
-        )
-        # The channels run side by side: SQLite releases the GIL while it works.
-        keyword_task = asyncio.create_task(
-            self._keyword_channel(namespace, query, spec, whole_index)
-        )
-        graph_task = asyncio.create_task(self._graph(namespace, query, spec))
+        # The query embedding starts first (the longest step); the channels run
+        # side by side (SQLite, numpy and the model release the GIL).
+        embedding = asyncio.create_task(self._embedder.embed(query))
+        keyword_task: asyncio.Task[tuple[list[tuple[int, float]], dict[int, Any]]] | None = None
+        graph_task: asyncio.Task[GraphBoost] | None = None
         try:
-            vector, index_model, candidates = await self._vector_channel(
-                namespace, query, spec, whole_index, warnings
+            whole, index = await asyncio.gather(
+                self._reads.fetch_one(queries.namespace_is_whole_index(namespace)),
+                self._reads.fetch_one(queries.index_model()),
             )
+            whole_index = spec.is_empty() and bool(whole[0])
+            index_model = index[0] if index else ""
+            keyword_task = asyncio.create_task(
+                self._keyword_with_rows(namespace, query, spec, whole_index, index_model)
+            )
+            graph_task = asyncio.create_task(self._graph(namespace, query, spec))
+            vector, candidates = await self._vector_channel(
+                namespace, embedding, index_model, spec, whole_index, warnings
+            )
+            keyword, keyword_rows = await keyword_task
+            graph = await graph_task
         except BaseException:
-            keyword_task.cancel()
-            graph_task.cancel()
+            for task in (embedding, keyword_task, graph_task):
+                if task is not None:
+                    task.cancel()
             raise
-        keyword = await keyword_task
-        graph = await graph_task
         if graph.timed_out:
             warnings.append("graph boost timed out; partial graph results used")
         elif graph.failed:
             warnings.append("graph boost failed; results without it")
         vectors_used = vector is not None
-        pool = await self._pool(namespace, keyword, candidates, vector, index_model, graph.rowids)
+        pool = await self._pool(
+            namespace, keyword, candidates, vector, index_model, graph.rowids, keyword_rows
+        )
         params = self._params.scoring
         fused = fuse(pool, params, vectors_used)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
@@ -188,6 +199,17 @@ class Recaller:
         return await graph_boost(
             self._reads, namespace, query, spec, self._params.graph_boost_timeout_s
         )
+
+    async def _keyword_with_rows(
+        self, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool, model: str
+    ) -> tuple[list[tuple[int, float]], dict[int, Any]]:
+        """The keyword channel, then its pool rows (fetched while the query is
+        still being embedded)."""
+        keyword = await self._keyword_channel(namespace, query, spec, whole_index)
+        if not keyword:
+            return keyword, {}
+        rows = await self._reads.fetch_all(queries.pool_rows([r for r, _ in keyword], model))
+        return keyword, {row[0]: row for row in rows}
 
     async def _keyword_channel(
         self, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
@@ -289,30 +311,27 @@ class Recaller:
     async def _vector_channel(
         self,
         namespace: str,
-        query: str,
+        embedding: asyncio.Task[list[float] | None],
+        index_model: str,
         spec: MemoryFilterSpec,
         whole_index: bool,
         warnings: list[str],
-    ) -> tuple[list[float] | None, str, list[int]]:
-        """(query vector, index model, candidate rowids); no vector when the channel
-        cannot run, with the reason in `warnings`."""
-        embedding = asyncio.create_task(self._embedder.embed(query))
-        index = await self._reads.fetch_one(queries.index_model())
+    ) -> tuple[list[float] | None, list[int]]:
+        """(query vector, candidate rowids); no vector when the channel cannot
+        run, with the reason in `warnings`."""
         vector = await embedding
-        index_model = index[0] if index else ""
         if vector is None:
             if self._embedder.enabled:
                 warnings.append(self._embedder.last_error or "query embedding unavailable")
-            return None, index_model, []
+            return None, []
         if index_model != self._embedder.provider.model:
             warnings.append(
                 f"vector index holds {index_model or 'no'} vectors, queries use "
                 f"{self._embedder.provider.model}; keywords only"
             )
-            return None, index_model, []
+            return None, []
         return (
             vector,
-            index_model,
             await self._vector_candidates(namespace, vector, index_model, spec, whole_index),
         )
 
@@ -346,14 +365,19 @@ class Recaller:
         vector: list[float] | None,
         model: str,
         graph: frozenset[int] = frozenset(),
+        fetched: dict[int, Any] | None = None,
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
-        what scoring needs."""
+        what scoring needs (`fetched`: pool rows already read, by rowid)."""
         wanted = list(dict.fromkeys([r for r, _ in keyword] + vector_candidates + sorted(graph)))
         if not wanted:
             return []
-        rows = await self._reads.fetch_all(queries.pool_rows(wanted, model))
-        by_rowid = {row[0]: row for row in rows}
+        by_rowid = dict(fetched or {})
+        missing = [r for r in wanted if r not in by_rowid]
+        if missing:
+            for row in await self._reads.fetch_all(queries.pool_rows(missing, model)):
+                by_rowid[row[0]] = row
+        rows = [by_rowid[r] for r in wanted if r in by_rowid]
         cosine: dict[int, float] = {}
         if vector is not None:
             embedded = [row for row in rows if row[2] is not None]

@@ -92,7 +92,8 @@ class Writer:
             # Under concurrent load, wait briefly for more callers before
             # committing: otherwise the first arrival after a commit gets a group
             # (and an fsync) of its own while the rest queue behind it. A lone
-            # caller never waits: `concurrent` stays False.
+            # caller does not wait: `concurrent` stays False (only the first
+            # group after a burst may wait once, at most MAX_LINGER_SECONDS).
             deadline = time.perf_counter() + self._linger if concurrent else 0.0
             while True:
                 if item is _STOP:

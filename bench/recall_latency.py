@@ -10,8 +10,10 @@ What is timed
   recall, cached vector: Recaller.recall(namespace, question, 10) in-process
     (ReadPool, QueryEmbedder(LocalEmbedding()), recall_params(load_config())),
     with the query's vector already in the QueryEmbedder's cache (filled in the
-    warm-up): keyword channel, Hamming first pass, pool + exact rescore, fusion,
-    boosts, selection and the final row fetch. No access tracking, no reranker.
+    warm-up): keyword channel (with its common-terms cutoff), Hamming first pass
+    (the in-memory VectorCache, as the search service runs it; loaded in the
+    warm-up), pool + exact rescore, fusion, boosts, selection and the final row
+    fetch. No access tracking, no reranker.
   recall, with embedding: the same with a QueryEmbedder whose cache is off, so
     each query is embedded by the local MiniLM inside the timed call.
   floor: one read-only connection, no Python scoring: one FTS5 OR query over
@@ -25,8 +27,12 @@ What is timed
     first pass with an empty server-side cache (the server embeds), second
     pass over the same questions (the server's cache holds their vectors).
   1M: the vector channel alone (Recaller._vector_candidates, the Hamming first
-    pass, then Recaller._pool: the rows and exact float32 rescore of the 400
-    candidates) against the same single-SQL floor.
+    pass from the VectorCache, then Recaller._pool: the rows and exact float32
+    rescore of the 400 candidates) against the same single-SQL floor. The
+    cache's first load of the namespace is timed separately.
+
+The floor stays raw SQL (FTS5 OR query, sqlite-vec scan): it is the reference
+for what SQLite alone costs, so recall can now be below it.
 
 Data: see bench/latency_data.py; databases are cached in /tmp/engram-latency.
 """

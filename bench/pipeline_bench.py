@@ -44,6 +44,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen"), str(ROOT / "tests"), str(ROOT / "bench")]
 
+from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc  # noqa: E402
 from engram.store.v1 import job_queue_pb2 as jq  # noqa: E402
 from engram.store.v1 import job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402
 from llm_fakes import (  # noqa: E402
@@ -232,7 +233,15 @@ def run_pipeline(n: int, llm: LlmServer, tmp: Path) -> dict[str, Any]:
                     break
                 time.sleep(0.02)
             elapsed = time.perf_counter() - started
+        with grpc.insecure_channel(f"127.0.0.1:{ports['pipeline']}") as channel:
+            status = pipeline_pb2_grpc.PipelineServiceStub(channel).GetStatus(
+                pipeline_pb2.GetStatusRequest(), timeout=10
+            )
+        [worker] = [w for w in status.workers if w.name == "extract"]
         return {
+            "worker_failed": worker.failed_count,
+            "worker_released": worker.released_count,
+            "worker_last_error": worker.last_error,
             "jobs": n,
             "completed": done,
             "dead": dead,

@@ -231,7 +231,7 @@ def run_pipeline(n: int, llm: LlmServer, tmp: Path) -> dict[str, Any]:
                 done, dead = completed_extract(jobs)
                 if done + dead >= n:
                     break
-                time.sleep(0.02)
+                time.sleep(0.2)  # GetQueueStats counts whole tables: poll gently
             elapsed = time.perf_counter() - started
         with grpc.insecure_channel(f"127.0.0.1:{ports['pipeline']}") as channel:
             status = pipeline_pb2_grpc.PipelineServiceStub(channel).GetStatus(

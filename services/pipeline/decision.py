@@ -135,7 +135,10 @@ class Decider:
     async def candidates(self, namespace: str, fact: Fact, source_id: str) -> list[Candidate]:
         """Top-5 from Recall in the job's namespace, the source memory excluded."""
         request = search_pb2.RecallRequest(
-            namespace=namespace, query=fact.content[:MAX_QUERY_CHARS], limit=MAX_CANDIDATES + 1
+            namespace=namespace,
+            query=fact.content[:MAX_QUERY_CHARS],
+            limit=MAX_CANDIDATES + 1,
+            skip_access_tracking=True,  # a lookup, not a reader using these memories
         )
         try:
             response = await self._search.Recall(request, timeout=self._timeout_s)

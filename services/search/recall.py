@@ -119,7 +119,13 @@ class Recaller:
         self._document_counts: dict[str, tuple[int, float]] = {}  # match -> (count, when)
 
     async def recall(
-        self, namespace: str, query: str, limit: int, spec: MemoryFilterSpec
+        self,
+        namespace: str,
+        query: str,
+        limit: int,
+        spec: MemoryFilterSpec,
+        *,
+        track_access: bool = True,
     ) -> RecallOutcome:
         query, limit, spec = check_recall_request(query, limit, spec)
         warnings: list[str] = []
@@ -187,7 +193,7 @@ class Recaller:
             )
             for position, c in enumerate(picked)
         ]
-        if self._access is not None and hits:
+        if self._access is not None and hits and track_access:
             self._access.record(namespace, [h.memory.id for h in hits])
         degraded = self._embedder.enabled and not vectors_used
         return RecallOutcome(hits, degraded, warnings)

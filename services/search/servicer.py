@@ -22,6 +22,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             request.query,
             request.limit,
             filter_from_proto(request.filter),
+            track_access=not request.skip_access_tracking,
         )
         return search_pb2.RecallResponse(
             results=[

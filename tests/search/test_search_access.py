@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 from recall_helpers import Stack, ids, wait_for
 from store_helpers import rows
@@ -70,3 +71,23 @@ def test_access_is_recorded_in_the_namespace_of_the_recall(
     assert ids(stack.recall("lunch", namespace="tenant-a")) == [a.id]
     wait_for(lambda: get(stack, a.id, "tenant-a").memory.access_count == 1, what="access")
     assert get(stack, b.id, "tenant-b").memory.access_count == 0
+
+
+def test_a_lookup_that_skips_access_tracking_leaves_the_counters_alone(
+    recall_stack: Callable[..., Stack],
+) -> None:
+    """The pipeline's decision candidates are lookups, not reads: they must not
+    count as accesses (nor reset decay)."""
+    stack = recall_stack({"providers.embedding.kind": "none", "search.access_flush_ms": 50})
+    looked_up = stack.remember("Alice prefers oolong tea", namespace="team")
+    read = stack.remember("Bob prefers jasmine tea", namespace="team")
+    response = stack.search.Recall(
+        search_pb2.RecallRequest(
+            namespace="team", query="oolong", limit=5, skip_access_tracking=True
+        )
+    )
+    assert [r.memory.id for r in response.results] == [looked_up.id]
+    assert ids(stack.recall("jasmine", namespace="team")) == [read.id]
+    wait_for(lambda: get(stack, read.id, "team").memory.access_count == 1, what="access")
+    # the tracked recall's flush has happened; the lookup's would have gone in it or before
+    assert get(stack, looked_up.id, "team").memory.access_count == 0

@@ -29,12 +29,18 @@ class RecallRequest(_message.Message):
     QUERY_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     FILTER_FIELD_NUMBER: _builtins.int
+    SKIP_ACCESS_TRACKING_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     query: _builtins.str
     """What to look for, in natural language; 1 to 2000 characters."""
     limit: _builtins.int
     """How many results at most, 1..100; 0 means 10."""
+    skip_access_tracking: _builtins.bool
+    """True for lookups that are not a reader using its memories (the pipeline's
+    decision candidates): the results' `access_count` and `last_access_time`
+    are left alone, so such lookups neither inflate usage nor reset decay.
+    """
     @_builtins.property
     def filter(self) -> _memory_pb2.MemoryFilter:
         """Optional filters, applied inside every channel."""
@@ -46,10 +52,11 @@ class RecallRequest(_message.Message):
         query: _builtins.str = ...,
         limit: _builtins.int = ...,
         filter: _memory_pb2.MemoryFilter | None = ...,
+        skip_access_tracking: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "limit", b"limit", "namespace", b"namespace", "query", b"query"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "limit", b"limit", "namespace", b"namespace", "query", b"query", "skip_access_tracking", b"skip_access_tracking"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -207,9 +207,12 @@ def run_pipeline(n: int, llm: LlmServer, tmp: Path) -> dict[str, Any]:
     }
     config_path = tmp / "engram.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    processes = [start(name, config_path, tmp) for name in ("store", "search", "pipeline")]
+    # In dependency order: a pipeline started before its store finds it unreachable
+    # and backs off (1 s doubling), which would put seconds of startup into the timing.
+    processes: list[subprocess.Popen[bytes]] = []
     try:
         for name in ("store", "search", "pipeline"):
+            processes.append(start(name, config_path, tmp))
             wait_serving(f"127.0.0.1:{ports[name]}")
         with grpc.insecure_channel(f"127.0.0.1:{ports['store']}") as channel:
             store = store_pb2_grpc.MemoryStoreServiceStub(channel)

@@ -35,7 +35,10 @@ def open_read_write(
 ) -> Any:
     """The store's one read-write connection: WAL, explicit transactions."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    # A larger statement cache: multi-row INSERTs vary in size (repository.insert_rows).
+    conn = sqlite3.connect(
+        str(path), isolation_level=None, check_same_thread=False, cached_statements=512
+    )
     _prepare(conn, busy_timeout_ms)
     conn.execute("PRAGMA journal_mode = WAL")
     if synchronous not in ("FULL", "NORMAL"):

@@ -13,7 +13,8 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from services.common.interceptors import RequestInterceptor
 
@@ -39,19 +40,25 @@ async def start_server(
     register: Callable[[grpc.aio.Server], None],
 ) -> RunningServer:
     server = grpc.aio.server(
-        interceptors=[RequestInterceptor()],
         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)],
     )
-    register(server)
+    # Every handler, ours and health/reflection alike, is registered through the
+    # interceptor, which wraps it once (request id, log, error mapping).
+    wrapping = RequestInterceptor().server_with(server)
+    register(wrapping)
     health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        [
-            *service_names,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ],
-        server,
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, wrapping)
+    # Not reflection.enable_server_reflection: it picks the sync servicer for
+    # anything that is not a grpc.aio.Server instance, such as the wrapper.
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        ReflectionServicer(
+            [
+                *service_names,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ]
+        ),
+        wrapping,
     )
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:

@@ -128,16 +128,10 @@ class MemoryStore:
     async def remember(self, draft: MemoryDraft) -> tuple[MemoryRecord, bool]:
         """Raw-first: row, FTS, history and jobs commit together before we reply."""
         self._ensure_writable()
-        prepared = prepare_drafts([draft], clock.now_text(), self._max_attempts)
-
-        def operation(conn: Any) -> tuple[MemoryRecord, bool]:
-            [result] = _remember_batch(conn, prepared)
-            return result
-
-        # Concurrent Remembers share a writer group; one executemany per table for
-        # the whole group measured no faster than one per Remember (the b-tree work
-        # dominates), so each stays its own operation.
-        return await self._writer.submit(operation, retryable=True)
+        [prepared] = prepare_drafts([draft], clock.now_text(), self._max_attempts)
+        # Concurrent Remembers in one writer group run as one batch: one statement
+        # per table for all of them (dedup within the batch included).
+        return await self._writer.submit_batched(_remember_batch, prepared)
 
     async def import_drafts(
         self, items: Sequence[MemoryDraft | InvalidArgument], chunk: int = 2000

@@ -11,8 +11,12 @@ as the rows themselves), so a group of one runs without one (its failure rolls
 back the whole transaction, which holds only it), and operations submitted with
 `retryable=True` (no effect outside the connection, safe to run again) run
 bare when the whole group is retryable: if one of them fails, the transaction
-is rolled back, that operation gets its error and the rest are run again. While one group commits, the next one
-queues up, so throughput grows with concurrency instead of dying under it.
+is rolled back, that operation gets its error and the rest are run again.
+
+`submit_batched` items of the same batch function that land in one group run
+as one call (Remember: one multi-row INSERT per table for the whole group).
+While one group commits, the next one queues up, so throughput grows with
+concurrency instead of dying under it.
 """
 
 from __future__ import annotations
@@ -29,15 +33,20 @@ from typing import Any, TypeVar
 log = logging.getLogger("engram.store.writer")
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
 Operation = Callable[[Any], T]
+# Runs many callers' items in one call: (connection, items) -> one result per item.
+BatchOperation = Callable[[Any, list[ItemT]], list[T]]
 
 
 @dataclass(slots=True)
 class _Pending:
-    operation: Operation[Any]
+    operation: Operation[Any] | None
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
     retryable: bool = False
+    batch: BatchOperation[Any, Any] | None = None
+    item: Any = None
 
 
 _STOP = object()
@@ -74,6 +83,22 @@ class Writer:
         self._queue.put(_Pending(operation, future, loop, retryable))
         return await future
 
+    async def submit_batched(self, batch: BatchOperation[ItemT, T], item: ItemT) -> T:
+        """Run `batch(connection, [item, ...])` once for every item of the same
+        `batch` that lands in one group; return this item's result after commit.
+
+        One call per group instead of one per caller: each SQL statement the writer
+        runs hands the GIL back and forth with the event loop, so fewer, larger
+        statements keep both threads busier with real work. `batch` must only
+        touch the connection (it may be run again) and return results in order;
+        if it raises, its items are run again one by one to find the culprit."""
+        if self._closed:
+            raise WriterClosed("the store is shutting down")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Pending(None, future, loop, True, batch, item))
+        return await future
+
     def close(self) -> None:
         """Finish everything already queued, then stop the thread and close."""
         if self._closed:
@@ -94,7 +119,10 @@ class Writer:
             # (and an fsync) of its own while the rest queue behind it. A lone
             # caller does not wait: `concurrent` stays False (only the first
             # group after a burst may wait once, at most MAX_LINGER_SECONDS).
-            deadline = time.perf_counter() + self._linger if concurrent else 0.0
+            # The wait is a plain sleep: waking on every arrival would cost a
+            # thread switch (and a GIL hand-off) per caller.
+            if concurrent and self._linger > 0:
+                time.sleep(self._linger)
             while True:
                 if item is _STOP:
                     stopping = True
@@ -105,13 +133,7 @@ class Writer:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
-                    remaining = deadline - time.perf_counter()
-                    if remaining <= 0:
-                        break
-                    try:
-                        item = self._queue.get(timeout=remaining)
-                    except queue.Empty:
-                        break
+                    break
             if group:
                 started = time.perf_counter()
                 self._commit_group(group)
@@ -122,24 +144,26 @@ class Writer:
                 self._linger = min(self._commit_seconds * LINGER_SHARE, MAX_LINGER_SECONDS)
 
     def _commit_group(self, group: list[_Pending]) -> None:
+        units = _units(group)
         if len(group) == 1 or all(p.retryable for p in group):
-            self._commit_bare(group)
+            self._commit_bare(units)
         else:
-            self._deliver(group, self._run_with_savepoints(group))
+            self._deliver(*self._run_with_savepoints(units))
 
-    def _commit_bare(self, group: list[_Pending]) -> None:
-        """No savepoints: an operation that raises rolls the transaction back; it
-        gets its error and the others (all retryable, or none left) run again."""
+    def _commit_bare(self, units: list[list[_Pending]]) -> None:
+        """No savepoints: a unit that raises rolls the transaction back; it gets its
+        error (a batch is first split into single items to find the culprit) and
+        the others (all retryable, or none left) run again."""
         conn = self._conn
-        while group:
+        while units:
             results: list[Any] = []
             failed: int | None = None
             error: BaseException | None = None
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                for index, pending in enumerate(group):
+                for index, unit in enumerate(units):
                     failed = index
-                    results.append(pending.operation(conn))
+                    results.extend(_run_unit(conn, unit))
                 failed = None
                 conn.execute("COMMIT")
             except BaseException as exc:
@@ -148,38 +172,54 @@ class Writer:
                     log.exception("write transaction failed; nothing in this group was committed")
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+            everyone = [p for unit in units for p in unit]
             if error is None:
-                self._deliver(group, [(result, None) for result in results])
+                self._deliver(everyone, [(result, None) for result in results])
                 return
             if failed is None:  # BEGIN or COMMIT failed: the whole group fails
-                self._deliver(group, [(None, error)] * len(group))
+                self._deliver(everyone, [(None, error)] * len(everyone))
                 return
-            self._deliver([group[failed]], [(None, error)])
-            group = group[:failed] + group[failed + 1 :]
+            culprit = units[failed]
+            rest = units[:failed] + units[failed + 1 :]
+            if len(culprit) > 1:
+                units = [*rest, *([p] for p in culprit)]
+                continue
+            self._deliver(culprit, [(None, error)])
+            units = rest
 
-    def _run_with_savepoints(self, group: list[_Pending]) -> list[tuple[Any, BaseException | None]]:
+    def _run_with_savepoints(
+        self, units: list[list[_Pending]]
+    ) -> tuple[list[_Pending], list[tuple[Any, BaseException | None]]]:
+        settled: list[_Pending] = []
         outcomes: list[tuple[Any, BaseException | None]] = []
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for pending in group:
-                conn.execute("SAVEPOINT op")
+            for unit in units:
                 try:
-                    result = pending.operation(conn)
+                    results = _in_savepoint(conn, unit)
                 except BaseException as exc:
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    outcomes.append((None, exc))
-                else:
-                    conn.execute("RELEASE op")
-                    outcomes.append((result, None))
+                    if len(unit) == 1:
+                        settled.append(unit[0])
+                        outcomes.append((None, exc))
+                        continue
+                    for pending in unit:  # find the culprit: one item at a time
+                        settled.append(pending)
+                        try:
+                            outcomes.append((_in_savepoint(conn, [pending])[0], None))
+                        except BaseException as item_exc:
+                            outcomes.append((None, item_exc))
+                    continue
+                settled.extend(unit)
+                outcomes.extend((result, None) for result in results)
             conn.execute("COMMIT")
         except BaseException as exc:
             log.exception("write transaction failed; nothing in this group was committed")
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            outcomes = [(None, exc)] * len(group)
-        return outcomes
+            settled = [p for unit in units for p in unit]
+            outcomes = [(None, exc)] * len(settled)
+        return settled, outcomes
 
     @staticmethod
     def _deliver(group: list[_Pending], outcomes: list[tuple[Any, BaseException | None]]) -> None:
@@ -192,6 +232,47 @@ class Writer:
                 loop.call_soon_threadsafe(_settle_all, settled)
             except RuntimeError:  # the caller's loop is gone; the write stands
                 log.warning("writer result undeliverable: event loop closed")
+
+
+def _units(group: list[_Pending]) -> list[list[_Pending]]:
+    """The group as units of work: each plain operation alone, every item of one
+    batch operation together (at the place of its first item)."""
+    units: list[list[_Pending]] = []
+    batches: dict[Any, list[_Pending]] = {}
+    for pending in group:
+        if pending.batch is None:
+            units.append([pending])
+            continue
+        unit = batches.get(pending.batch)
+        if unit is None:
+            unit = batches[pending.batch] = []
+            units.append(unit)
+        unit.append(pending)
+    return units
+
+
+def _run_unit(conn: Any, unit: list[_Pending]) -> list[Any]:
+    first = unit[0]
+    if first.batch is None:
+        assert first.operation is not None
+        return [first.operation(conn)]
+    results = first.batch(conn, [p.item for p in unit])
+    if len(results) != len(unit):
+        raise RuntimeError(f"batch operation returned {len(results)} results for {len(unit)} items")
+    return results
+
+
+def _in_savepoint(conn: Any, unit: list[_Pending]) -> list[Any]:
+    """The unit's results; on error, the unit's writes are undone and it raises."""
+    conn.execute("SAVEPOINT op")
+    try:
+        results = _run_unit(conn, unit)
+    except BaseException:
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        raise
+    conn.execute("RELEASE op")
+    return results
 
 
 def _settle_all(settled: list[tuple[Any, Any, Any]]) -> None:

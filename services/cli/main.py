@@ -74,7 +74,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         extra += ["--config", args.config]
     if args.data_dir:
         extra += ["--data-dir", args.data_dir]
-    children = {name: subprocess.Popen([*base, name, *extra]) for name in SERVICES}
+    children: dict[str, subprocess.Popen[bytes]] = {}
     print(
         "engram up: "
         + ", ".join(
@@ -96,6 +96,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # The store first: the others depend on it, and a pipeline that finds it
+    # down backs off (up to 30 s) before its workers try again.
+    children["store"] = subprocess.Popen([*base, "store", *extra])
+    store_address = f"{_local_host(config['server.host'])}:{config['server.ports.store']}"
+    # If the store exits instead, the loop below reports it and stops.
+    if _wait_until_serving(store_address, children["store"], lambda: stopping) and not stopping:
+        for name in SERVICES[1:]:
+            children[name] = subprocess.Popen([*base, name, *extra])
     exit_code = 0
     while True:
         for name, child in children.items():
@@ -108,6 +116,43 @@ def cmd_up(args: argparse.Namespace) -> int:
         if all(child.poll() is not None for child in children.values()):
             return exit_code
         time.sleep(0.2)
+
+
+STORE_STARTUP_S = 60.0
+
+
+def _local_host(host: str) -> str:
+    """Where to reach a server bound to `host` from this machine."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def _wait_until_serving(
+    address: str, process: subprocess.Popen[bytes], stopping: Callable[[], bool]
+) -> bool:
+    """True once `address` reports SERVING; False if the process exits or we are
+    stopped first. After STORE_STARTUP_S it gives up waiting (True): the other
+    services retry on their own."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + STORE_STARTUP_S
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if process.poll() is not None or stopping():
+                return False
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=0.5)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return True
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    print(
+        f"engram up: store not serving after {STORE_STARTUP_S:.0f} s; starting the rest",
+        file=sys.stderr,
+    )
+    return True
 
 
 def cmd_health(args: argparse.Namespace) -> int:

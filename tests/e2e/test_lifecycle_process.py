@@ -3,9 +3,11 @@ the mutationsFrozen switch, each observed from outside the process."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
+import sqlite3 as stdlib_sqlite3
 import subprocess
 import sys
 import threading
@@ -315,6 +317,45 @@ def test_engram_up_exits_nonzero_when_its_store_dies(
     os.kill(store_pid, signal.SIGKILL)
     assert up.wait_exit(timeout=STARTUP_FAILURE_TIMEOUT_S) == 1, up.log()
     assert "store exited with -9" in up.log()
+
+
+def served_children(pid: int) -> list[str]:
+    """The service names of the `serve` processes `engram up` has started."""
+    names = []
+    for child in child_pids(pid):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\x00")
+            if b"serve" in argv:
+                names.append(argv[argv.index(b"serve") + 1].decode())
+    return sorted(names)
+
+
+def test_engram_up_starts_the_other_services_once_the_store_serves(
+    launcher: Launcher, data_dir: Path, tmp_path: Path
+) -> None:
+    """While the store cannot open its database (another process holds an exclusive
+    lock), `up` has started the store alone; once it serves, the other three follow."""
+    port = free_port()
+    config = suite_config(tmp_path / "engram.yaml", port)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    holder = stdlib_sqlite3.connect(data_dir / "engram.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    up = launcher.spawn(
+        engram_up_command("--config", str(config), "--data-dir", str(data_dir)), port=port
+    )
+    try:
+        time.sleep(2.0)  # well inside the store's 5 s busy timeout
+        assert served_children(up.pid) == ["store"], up.log()
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    up.wait_ready()
+    deadline = time.monotonic() + STARTUP_FAILURE_TIMEOUT_S
+    while served_children(up.pid) != ["maintenance", "pipeline", "search", "store"]:
+        assert time.monotonic() < deadline, up.log()
+        time.sleep(0.1)
+    up.signal(signal.SIGINT)
+    assert up.wait_exit() == 0, up.log()
 
 
 def test_engram_health_command_reports_serving_for_a_running_store(

@@ -167,9 +167,9 @@ INSERT_CHUNK_ROWS = 64
 def insert_rows(conn: Any, head: str, row_sql: str, rows: Iterable[Sequence[Any]]) -> None:
     """`head` + `row_sql` repeated once per row: one statement per chunk of rows.
 
-    Not executemany: the writer thread takes the GIL back from the event loop after
-    every SQLite step, and executemany steps once per row; a multi-row INSERT steps
-    once per chunk, which cuts the thread hand-offs per write several-fold."""
+    Not executemany: the writer thread has to take the GIL back from the event
+    loop after every SQLite step, and executemany steps once per row; a multi-row
+    INSERT steps once per chunk."""
     rows = rows if isinstance(rows, list) else list(rows)
     for start in range(0, len(rows), INSERT_CHUNK_ROWS):
         chunk = rows[start : start + INSERT_CHUNK_ROWS]

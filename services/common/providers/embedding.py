@@ -16,13 +16,11 @@ import httpx
 
 from services.common.config import Config, ConfigError
 from services.common.providers.errors import (
-    ProviderError,
     ProviderUnavailable,
-    describe_http_error,
 )
+from services.common.providers.http import HttpProvider
 
 LOCAL_MODEL = "all-MiniLM-L6-v2"
-AVAILABILITY_TIMEOUT_S = 3.0
 
 
 class EmbeddingProvider(Protocol):
@@ -107,41 +105,20 @@ class LocalEmbedding:
         return None
 
 
-class _HttpEmbedding:
-    """Common HTTP handling: connection problems, timeouts and 5xx mean unavailable."""
-
-    kind = ""
-    health_path = ""
+class _HttpEmbedding(HttpProvider):
+    """Common HTTP handling: connection problems, timeouts and 5xx mean unavailable;
+    so does a body that is not JSON."""
 
     def __init__(self, base_url: str, model: str, timeout_ms: int) -> None:
+        super().__init__(base_url, timeout_ms)
         self.model = model
-        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_ms / 1000)
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         try:
             response = await self._client.post(path, json=body)
         except httpx.HTTPError as exc:  # refused, reset, timed out
             raise ProviderUnavailable(f"{self.kind} embeddings unreachable: {exc!r}") from exc
-        if response.status_code >= 500 or response.status_code == 429:
-            raise ProviderUnavailable(describe_http_error(response.status_code, response.text))
-        if response.status_code >= 400:
-            raise ProviderError(describe_http_error(response.status_code, response.text))
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise ProviderUnavailable(
-                f"{self.kind} returned a body that is not JSON: {response.text[:200]}"
-            ) from exc
-
-    async def available(self) -> bool:
-        try:
-            response = await self._client.get(self.health_path, timeout=AVAILABILITY_TIMEOUT_S)
-        except httpx.HTTPError:
-            return False
-        return response.status_code < 400
-
-    async def close(self) -> None:
-        await self._client.aclose()
+        return self.json_body(response, malformed=ProviderUnavailable, what=self.kind)
 
 
 def _vectors(raw: Any, count: int, kind: str) -> list[list[float]]:

@@ -25,10 +25,9 @@ from services.common.config import Config
 from services.common.providers.errors import (
     ProviderError,
     ProviderUnavailable,
-    describe_http_error,
 )
+from services.common.providers.http import HttpProvider
 
-AVAILABILITY_TIMEOUT_S = 3.0
 _SEED_DEFAULTS = {"model": "qwen3:4b", "timeout_ms": 45000}
 
 
@@ -77,21 +76,17 @@ def llm_settings(config: Config) -> LlmSettings:
     )
 
 
-class _HttpLlm:
+class _HttpLlm(HttpProvider):
     """HTTP handling shared by both protocols: errors, timeout, the semaphore."""
-
-    kind = ""
-    health_path = ""
 
     def __init__(
         self, base_url: str, model: str, timeout_ms: int, *, concurrency: int, api_key: str = ""
     ) -> None:
+        super().__init__(
+            base_url, timeout_ms, {"Authorization": f"Bearer {api_key}"} if api_key else None
+        )
         self.model = model
         self.timeout_ms = timeout_ms
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=timeout_ms / 1000, headers=headers
-        )
         self._slots = asyncio.Semaphore(concurrency)
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
@@ -106,26 +101,7 @@ class _HttpLlm:
                 raise LlmUnreachable(f"{self.kind} LLM unreachable: {exc!r}") from exc
             except httpx.HTTPError as exc:  # reset mid-answer and the like
                 raise ProviderUnavailable(f"{self.kind} LLM connection failed: {exc!r}") from exc
-        if response.status_code >= 500 or response.status_code == 429:
-            raise ProviderUnavailable(describe_http_error(response.status_code, response.text))
-        if response.status_code >= 400:
-            raise ProviderError(describe_http_error(response.status_code, response.text))
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise ProviderError(
-                f"{self.kind} LLM returned a body that is not JSON: {response.text[:200]!r}"
-            ) from exc
-
-    async def available(self) -> bool:
-        try:
-            response = await self._client.get(self.health_path, timeout=AVAILABILITY_TIMEOUT_S)
-        except httpx.HTTPError:
-            return False
-        return response.status_code < 400
-
-    async def close(self) -> None:
-        await self._client.aclose()
+        return self.json_body(response, malformed=ProviderError, what=f"{self.kind} LLM")
 
 
 class OllamaLlm(_HttpLlm):

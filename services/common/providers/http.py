@@ -1,0 +1,52 @@
+"""What every HTTP provider (embeddings, LLM) shares: one client, the status-code
+rule (seed 000: 5xx and 429 mean unavailable, other 4xx a bad request), JSON
+bodies and the health probe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from services.common.providers.errors import (
+    ProviderError,
+    ProviderUnavailable,
+    describe_http_error,
+)
+
+AVAILABILITY_TIMEOUT_S = 3.0
+
+
+class HttpProvider:
+    kind = ""
+    health_path = ""
+
+    def __init__(self, base_url: str, timeout_ms: int, headers: dict[str, str] | None = None):
+        self._client = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), timeout=timeout_ms / 1000, headers=headers or {}
+        )
+
+    @staticmethod
+    def json_body(response: httpx.Response, *, malformed: type[ProviderError], what: str) -> Any:
+        """The decoded body of a successful answer; `malformed` is raised (naming
+        `what`) when it is not JSON."""
+        if response.status_code >= 500 or response.status_code == 429:
+            raise ProviderUnavailable(describe_http_error(response.status_code, response.text))
+        if response.status_code >= 400:
+            raise ProviderError(describe_http_error(response.status_code, response.text))
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise malformed(
+                f"{what} returned a body that is not JSON: {response.text[:200]!r}"
+            ) from exc
+
+    async def available(self) -> bool:
+        try:
+            response = await self._client.get(self.health_path, timeout=AVAILABILITY_TIMEOUT_S)
+        except httpx.HTTPError:
+            return False
+        return response.status_code < 400
+
+    async def close(self) -> None:
+        await self._client.aclose()

@@ -134,6 +134,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("clients.pipeline_address", "127.0.0.1:50053"),
     # the embedding worker (pipeline)
     Setting("workers.embed.poll_ms", 250, 10, 60000),
+    # this pipeline replica's stable name for job leases: the same after a restart,
+    # different for every live replica; "" means host name and pipeline port
+    # (services/pipeline/leases.py)
+    Setting("workers.instance_name", ""),
     # the extraction worker pool (pipeline); polling is memory.pipelineV2.workerPollMs
     Setting("workers.extract.concurrency", 4, 1, 64),
     Setting("logging.level", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")),

@@ -22,6 +22,7 @@ from services.pipeline.document_worker import DocumentWorker
 from services.pipeline.embed_worker import EmbedWorker
 from services.pipeline.extract_worker import ExtractWorker, ExtractWorkerSettings
 from services.pipeline.extraction import Extractor
+from services.pipeline.leases import instance_name, worker_identities
 from services.pipeline.servicer import PipelineServicer
 
 log = logging.getLogger("engram.pipeline")
@@ -59,10 +60,15 @@ async def start_pipeline(
 ) -> PipelineApp:
     channel = grpc.aio.insecure_channel(config["clients.store_address"])
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
+    listen_port = config["server.ports.pipeline"] if port is None else port
+    identities = worker_identities(
+        jobs, instance_name(config, listen_port), ("embed", "extract", "document")
+    )
     provider = embedding_provider(config)
     worker = EmbedWorker(
         jobs,
         provider,
+        identities["embed"],
         batch_size=config["providers.embedding.batch_size"],
         poll_s=config["workers.embed.poll_ms"] / 1000,
     )
@@ -71,10 +77,17 @@ async def start_pipeline(
     extractor = Extractor(llm)
     decider = Decider(llm, search_pb2_grpc.SearchServiceStub(search_channel))
     extract_worker = ExtractWorker(
-        jobs, extractor, decider, provider, ExtractWorkerSettings.from_config(config)
+        jobs,
+        extractor,
+        decider,
+        provider,
+        ExtractWorkerSettings.from_config(config),
+        identities["extract"],
     )
     document_store = documents_pb2_grpc.DocumentStoreServiceStub(channel)
-    document_worker = DocumentWorker.from_config(config, jobs, document_store, provider)
+    document_worker = DocumentWorker.from_config(
+        config, jobs, document_store, provider, identities["document"]
+    )
     servicer = PipelineServicer(
         jobs,
         [worker.health, extract_worker.health],
@@ -84,7 +97,7 @@ async def start_pipeline(
     )
     server = await start_server(
         host or config["server.host"],
-        config["server.ports.pipeline"] if port is None else port,
+        listen_port,
         [SERVICE_NAME],
         lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),
     )

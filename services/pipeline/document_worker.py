@@ -42,6 +42,7 @@ from services.pipeline.documents import (
     new_http_client,
 )
 from services.pipeline.embed_worker import backoff_delay
+from services.pipeline.leases import LeaseIdentity
 from services.pipeline.status import WorkerStatus
 
 log = logging.getLogger("engram.pipeline.documents")
@@ -57,6 +58,7 @@ class DocumentWorker:
         jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
         store: documents_pb2_grpc.DocumentStoreServiceAsyncStub,
         provider: EmbeddingProvider,
+        identity: LeaseIdentity,
         *,
         interval_s: float,
         chunk_size: int,
@@ -69,6 +71,7 @@ class DocumentWorker:
                 "memory.pipelineV2.documentChunkOverlap: must be smaller than documentChunkSize"
             )
         self._jobs = jobs
+        self._identity = identity
         self._store = store
         self._provider = provider
         self.events = DocumentEvents()
@@ -89,12 +92,14 @@ class DocumentWorker:
         jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
         store: documents_pb2_grpc.DocumentStoreServiceAsyncStub,
         provider: EmbeddingProvider,
+        identity: LeaseIdentity,
     ) -> DocumentWorker:
         settings = "memory.pipelineV2."
         return cls(
             jobs,
             store,
             provider,
+            identity,
             interval_s=config[settings + "documentWorkerIntervalMs"] / 1000,
             chunk_size=config[settings + "documentChunkSize"],
             chunk_overlap=config[settings + "documentChunkOverlap"],
@@ -132,8 +137,11 @@ class DocumentWorker:
 
     async def run_once(self) -> bool:
         """Lease and ingest one document; False when none is due."""
+        await self._identity.release_prior_instances()
         leased = await self._jobs.LeaseJobs(
-            jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+            jq.LeaseJobsRequest(
+                job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1, holder=self._identity.holder
+            )
         )
         if not leased.jobs:
             return False

@@ -21,6 +21,7 @@ from engram.store.v1 import job_queue_pb2_grpc
 from services.common import clock
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError, ProviderUnavailable
+from services.pipeline.leases import LeaseIdentity
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
 log = logging.getLogger("engram.pipeline.embed")
@@ -41,11 +42,13 @@ class EmbedWorker:
         self,
         jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
         provider: EmbeddingProvider,
+        identity: LeaseIdentity,
         *,
         batch_size: int,
         poll_s: float,
     ) -> None:
         self._jobs = jobs
+        self._identity = identity
         self._provider = provider
         self._batch_size = batch_size
         self._poll_s = poll_s
@@ -73,8 +76,11 @@ class EmbedWorker:
 
     async def run_once(self) -> bool:
         """Lease and process one batch; False when there was nothing to do."""
+        await self._identity.release_prior_instances()
         leased = await self._jobs.LeaseJobs(
-            jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EMBED, max_jobs=self._batch_size)
+            jq.LeaseJobsRequest(
+                job_type=jq.JOB_TYPE_EMBED, max_jobs=self._batch_size, holder=self._identity.holder
+            )
         )
         jobs = list(leased.jobs)
         if not jobs:

@@ -37,6 +37,7 @@ from services.common.remote_errors import error_reason
 from services.pipeline.decision import CandidatesUnavailable, Decider, Proposal
 from services.pipeline.embed_worker import backoff_delay
 from services.pipeline.extraction import ExtractionResult, Extractor
+from services.pipeline.leases import LeaseIdentity
 from services.pipeline.llm_json import LlmOutputInvalid
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
@@ -93,8 +94,10 @@ class ExtractWorker:
         decider: Decider,
         embedder: EmbeddingProvider,
         settings: ExtractWorkerSettings,
+        identity: LeaseIdentity,
     ) -> None:
         self._jobs = jobs
+        self._identity = identity
         self._extractor = extractor
         self._decider = decider
         self._embedder = embedder
@@ -135,8 +138,11 @@ class ExtractWorker:
 
     async def run_once(self) -> bool:
         """Lease and process one job; False when none was due."""
+        await self._identity.release_prior_instances()
         leased = await self._jobs.LeaseJobs(
-            jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EXTRACT, max_jobs=1)
+            jq.LeaseJobsRequest(
+                job_type=jq.JOB_TYPE_EXTRACT, max_jobs=1, holder=self._identity.holder
+            )
         )
         if not leased.jobs:
             return False

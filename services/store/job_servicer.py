@@ -15,7 +15,7 @@ from services.store.extraction_writes import (
     Proposal,
 )
 from services.store.graph import Triple
-from services.store.jobs import EmbedResult, JobQueue
+from services.store.jobs import EmbedResult, JobQueue, LeaseHolder
 
 _TYPE_NAMES = {
     pb.JOB_TYPE_EMBED: "embed",
@@ -51,6 +51,10 @@ def _outcomes(held: list[bool]) -> list[pb.LeaseOutcome.ValueType]:
     return [pb.LEASE_OUTCOME_OK if ok else pb.LEASE_OUTCOME_LEASE_LOST for ok in held]
 
 
+def _holder(message: pb.LeaseHolder) -> LeaseHolder:
+    return LeaseHolder(message.worker_name, message.instance_id)
+
+
 class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
     def __init__(self, queue: JobQueue, extraction: ExtractionWrites) -> None:
         self._queue = queue
@@ -63,7 +67,10 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             validate_namespace(n, f"namespaces[{i}]") for i, n in enumerate(request.namespaces)
         ]
         jobs = await self._queue.lease(
-            _TYPE_NAMES.get(request.job_type, ""), request.max_jobs, namespaces
+            _TYPE_NAMES.get(request.job_type, ""),
+            request.max_jobs,
+            namespaces,
+            _holder(request.holder) if request.HasField("holder") else None,
         )
         return pb.LeaseJobsResponse(
             jobs=[
@@ -162,6 +169,12 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
     ) -> pb.ReleaseStaleLeasesResponse:
         released = await self._queue.release_stale(request.lease_timeout_ms)
         return pb.ReleaseStaleLeasesResponse(released_count=released)
+
+    async def ReleasePriorInstanceLeases(
+        self, request: pb.ReleasePriorInstanceLeasesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReleasePriorInstanceLeasesResponse:
+        released = await self._queue.release_prior_instances(_holder(request.holder))
+        return pb.ReleasePriorInstanceLeasesResponse(released_count=released)
 
     async def GetQueueStats(
         self, request: pb.GetQueueStatsRequest, context: grpc.aio.ServicerContext

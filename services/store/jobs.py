@@ -16,7 +16,12 @@ from typing import Any
 
 from services.common import clock
 from services.common.db import ReadPool
-from services.common.errors import FailedPrecondition, InvalidArgument, MutationsFrozen
+from services.common.errors import (
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    MutationsFrozen,
+)
 from services.common.vectors import normalized_f32
 from services.store import document_sql
 from services.store import repository as repo
@@ -25,6 +30,8 @@ from services.store.writer import Writer
 JOB_TYPES = ("embed", "extract", "document_ingest")
 MAX_BATCH = 500
 MAX_ERROR_CHARS = 2000
+MAX_WORKER_NAME_CHARS = 200
+MAX_INSTANCE_ID_CHARS = 100
 BACKOFF_BASE_MS = 1000
 BACKOFF_MAX_MS = 30000
 BACKOFF_JITTER_MS = 500
@@ -42,6 +49,29 @@ class LeasedJob:
     content: str
     content_hash: str
     document_id: str = ""
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who takes a lease: a worker's stable name and its current process instance."""
+
+    worker_name: str
+    instance_id: str
+
+    def check(self, field: str) -> None:
+        """INVALID_ARGUMENT naming every empty or over-long field under `field`."""
+        bad = [
+            FieldViolation(f"{field}.{name}", f"must be 1..{limit} characters")
+            for name, value, limit in (
+                ("worker_name", self.worker_name, MAX_WORKER_NAME_CHARS),
+                ("instance_id", self.instance_id, MAX_INSTANCE_ID_CHARS),
+            )
+            if not 1 <= len(value) <= limit
+        ]
+        if bad:
+            error = InvalidArgument(bad[0].field, bad[0].description)
+            error.violations = bad
+            raise error
 
 
 @dataclass(frozen=True)
@@ -147,12 +177,20 @@ class JobQueue:
     # ---- leasing -------------------------------------------------------------------
 
     async def lease(
-        self, job_type: str, max_jobs: int, namespaces: Sequence[str]
+        self,
+        job_type: str,
+        max_jobs: int,
+        namespaces: Sequence[str],
+        holder: LeaseHolder | None = None,
     ) -> list[LeasedJob]:
+        """`holder` None is an anonymous lease (only the stale-lease reaper frees it)."""
         if job_type not in JOB_TYPES:
             raise InvalidArgument("job_type", "must be a known job type")
         if not 1 <= max_jobs <= MAX_BATCH:
             raise InvalidArgument("max_jobs", f"must be between 1 and {MAX_BATCH}")
+        if holder is not None:
+            holder.check("holder")
+        owner = None if holder is None else (holder.worker_name, holder.instance_id)
 
         def operation(conn: Any) -> list[LeasedJob]:
             at = clock.now_text()
@@ -165,7 +203,7 @@ class JobQueue:
                     repo.complete_job(conn, row["id"], at, '{"skipped":"document deleted"}')
                     continue
                 token = uuid.uuid4().hex
-                repo.mark_leased(conn, row["id"], token, at)
+                repo.mark_leased(conn, row["id"], token, at, owner)
                 leased.append(
                     LeasedJob(
                         id=row["id"],
@@ -246,6 +284,21 @@ class JobQueue:
             now = clock.now()
             cutoff = clock.to_text(now - timedelta(milliseconds=timeout))
             return repo.release_stale_leases(conn, cutoff, clock.to_text(now))
+
+        return await self._writer.submit(operation)
+
+    async def release_prior_instances(self, holder: LeaseHolder) -> int:
+        """A restarted worker takes back at once what its previous process held.
+
+        Every job leased under `holder.worker_name` by another instance returns
+        to pending, unattempted (the crash was not the job's fault); clearing
+        the token fences the old instance out of it."""
+        holder.check("holder")
+
+        def operation(conn: Any) -> int:
+            return repo.release_prior_instance_leases(
+                conn, holder.worker_name, holder.instance_id, clock.now_text()
+            )
 
         return await self._writer.submit(operation)
 

@@ -307,6 +307,19 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         END;
         """,
     ),
+    (
+        "job_lease_holder",
+        """
+        -- Who took a job's current (or last) lease: the worker's stable name and
+        -- the process instance. A restarted worker releases the leases its
+        -- previous instance held (JobQueueService.ReleasePriorInstanceLeases)
+        -- instead of waiting for the stale-lease reaper. NULL: an anonymous lease.
+        ALTER TABLE memory_jobs ADD COLUMN lease_worker TEXT;
+        ALTER TABLE memory_jobs ADD COLUMN lease_instance TEXT;
+        CREATE INDEX memory_jobs_lease_worker ON memory_jobs(lease_worker)
+            WHERE status = 'leased';
+        """,
+    ),
 )
 
 

@@ -352,11 +352,20 @@ def due_jobs(
     return list(conn.execute(sql, params).fetchall())
 
 
-def mark_leased(conn: Any, job_id: str, token: str, at: str) -> None:
+def mark_leased(
+    conn: Any,
+    job_id: str,
+    token: str,
+    at: str,
+    holder: tuple[str, str] | None = None,
+) -> None:
+    """`holder` is (worker name, instance id); None for an anonymous lease."""
+    worker, instance = holder if holder is not None else (None, None)
     conn.execute(
         "UPDATE memory_jobs SET status = 'leased', lease_token = ?, leased_at = ?, "
-        "attempts = attempts + 1, updated_at = ? WHERE id = ?",
-        (token, at, at, job_id),
+        "attempts = attempts + 1, updated_at = ?, lease_worker = ?, lease_instance = ? "
+        "WHERE id = ?",
+        (token, at, at, worker, instance, job_id),
     )
 
 
@@ -413,6 +422,17 @@ def release_stale_leases(conn: Any, leased_before: str, at: str) -> int:
         "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
         "updated_at = ? WHERE status = 'leased' AND leased_at < ?",
         (at, leased_before),
+    )
+    return int(cursor.rowcount)
+
+
+def release_prior_instance_leases(conn: Any, worker: str, instance: str, at: str) -> int:
+    """Back to pending, unattempted, every job `worker` leased under another instance."""
+    cursor = conn.execute(
+        "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
+        "attempts = max(attempts - 1, 0), updated_at = ? "
+        "WHERE status = 'leased' AND lease_worker = ? AND lease_instance IS NOT ?",
+        (at, worker, instance),
     )
     return int(cursor.rowcount)
 

@@ -273,6 +273,36 @@ class JobLease(_message.Message):
 Global___JobLease: _TypeAlias = JobLease  # noqa: Y015
 
 @_typing.final
+class LeaseHolder(_message.Message):
+    """Who holds a lease: a worker, named the same across restarts, and the one
+    process (instance) of it that took the lease.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_NAME_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    worker_name: _builtins.str
+    """The worker's stable name: the same after a restart, different for every
+    live replica, for example "host-a:50053/embed". 1..200 characters.
+    """
+    instance_id: _builtins.str
+    """A fresh random id per process start. 1..100 characters."""
+    def __init__(
+        self,
+        *,
+        worker_name: _builtins.str = ...,
+        instance_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instance_id", b"instance_id", "worker_name", b"worker_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LeaseHolder: _TypeAlias = LeaseHolder  # noqa: Y015
+
+@_typing.final
 class LeaseJobsRequest(_message.Message):
     """Request for LeaseJobs."""
 
@@ -281,6 +311,7 @@ class LeaseJobsRequest(_message.Message):
     JOB_TYPE_FIELD_NUMBER: _builtins.int
     MAX_JOBS_FIELD_NUMBER: _builtins.int
     NAMESPACES_FIELD_NUMBER: _builtins.int
+    HOLDER_FIELD_NUMBER: _builtins.int
     job_type: Global___JobType.ValueType
     """The type of job to lease."""
     max_jobs: _builtins.int
@@ -289,16 +320,23 @@ class LeaseJobsRequest(_message.Message):
     def namespaces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Only jobs of these namespaces; empty means every namespace."""
 
+    @_builtins.property
+    def holder(self) -> Global___LeaseHolder:
+        """Who takes the leases. Unset means an anonymous lease, which only the
+        stale-lease reaper returns if its holder dies.
+        """
+
     def __init__(
         self,
         *,
         job_type: Global___JobType.ValueType = ...,
         max_jobs: _builtins.int = ...,
         namespaces: _abc.Iterable[_builtins.str] | None = ...,
+        holder: Global___LeaseHolder | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_type", b"job_type", "max_jobs", b"max_jobs", "namespaces", b"namespaces"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder", "job_type", b"job_type", "max_jobs", b"max_jobs", "namespaces", b"namespaces"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -639,6 +677,54 @@ class ReleaseStaleLeasesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReleaseStaleLeasesResponse: _TypeAlias = ReleaseStaleLeasesResponse  # noqa: Y015
+
+@_typing.final
+class ReleasePriorInstanceLeasesRequest(_message.Message):
+    """Request for ReleasePriorInstanceLeases."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOLDER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def holder(self) -> Global___LeaseHolder:
+        """The calling worker: leases of its name held by any other instance id are
+        released.
+        """
+
+    def __init__(
+        self,
+        *,
+        holder: Global___LeaseHolder | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleasePriorInstanceLeasesRequest: _TypeAlias = ReleasePriorInstanceLeasesRequest  # noqa: Y015
+
+@_typing.final
+class ReleasePriorInstanceLeasesResponse(_message.Message):
+    """Response for ReleasePriorInstanceLeases."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RELEASED_COUNT_FIELD_NUMBER: _builtins.int
+    released_count: _builtins.int
+    """How many jobs returned to pending."""
+    def __init__(
+        self,
+        *,
+        released_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["released_count", b"released_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleasePriorInstanceLeasesResponse: _TypeAlias = ReleasePriorInstanceLeasesResponse  # noqa: Y015
 
 @_typing.final
 class ProposedFact(_message.Message):

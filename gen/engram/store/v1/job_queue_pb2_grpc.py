@@ -72,6 +72,11 @@ class JobQueueServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.FromString,
                 _registered_method=True)
+        self.ReleasePriorInstanceLeases = channel.unary_unary(
+                '/engram.store.v1.JobQueueService/ReleasePriorInstanceLeases',
+                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesResponse.FromString,
+                _registered_method=True)
         self.CompleteExtractJob = channel.unary_unary(
                 '/engram.store.v1.JobQueueService/CompleteExtractJob',
                 request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.SerializeToString,
@@ -98,11 +103,13 @@ class JobQueueServiceServicer:
     def LeaseJobs(self, request, context):
         """Leases up to `max_jobs` pending jobs of one type whose retry time has
         come, oldest first: status becomes leased, attempts goes up by one, and a
-        fresh lease token is issued. Embed jobs of memories that were deleted in
+        fresh lease token is issued. The lease records `holder` (see
+        ReleasePriorInstanceLeases). Embed jobs of memories that were deleted in
         the meantime are completed without being returned.
 
         Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
-        a bad namespace in `namespaces`).
+        a bad namespace in `namespaces`, a `holder` with an empty or over-long
+        field).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -162,6 +169,25 @@ class JobQueueServiceServicer:
         `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
         Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleasePriorInstanceLeases(self, request, context):
+        """Returns to pending every job leased by `holder.worker_name` under an
+        instance id other than `holder.instance_id`, without counting the attempt
+        (attempts go back to what they were before that lease). A worker calls it
+        when it starts, so that work its previous process held when it died (a
+        crash, SIGKILL) comes back at once instead of after the lease timeout.
+        The released leases' tokens stop working: a previous instance that is
+        somehow still running can complete, fail, renew or release none of them.
+        Leases of other worker names, anonymous leases and leases of this
+        instance are untouched, so live replicas (which have different worker
+        names) never release each other's work.
+
+        Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
+        `holder.instance_id`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -245,6 +271,11 @@ def add_JobQueueServiceServicer_to_server(servicer, server):
                     servicer.ReleaseStaleLeases,
                     request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.SerializeToString,
+            ),
+            'ReleasePriorInstanceLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleasePriorInstanceLeases,
+                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesResponse.SerializeToString,
             ),
             'CompleteExtractJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CompleteExtractJob,
@@ -427,6 +458,33 @@ class JobQueueService:
             '/engram.store.v1.JobQueueService/ReleaseStaleLeases',
             engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleasePriorInstanceLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.JobQueueService/ReleasePriorInstanceLeases',
+            engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,11 +44,13 @@ class JobQueueServiceStub:
     LeaseJobs: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.LeaseJobsRequest, _job_queue_pb2.LeaseJobsResponse]
     """Leases up to `max_jobs` pending jobs of one type whose retry time has
     come, oldest first: status becomes leased, attempts goes up by one, and a
-    fresh lease token is issued. Embed jobs of memories that were deleted in
+    fresh lease token is issued. The lease records `holder` (see
+    ReleasePriorInstanceLeases). Embed jobs of memories that were deleted in
     the meantime are completed without being returned.
 
     Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
-    a bad namespace in `namespaces`).
+    a bad namespace in `namespaces`, a `holder` with an empty or over-long
+    field).
     """
     RenewLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.RenewLeasesRequest, _job_queue_pb2.RenewLeasesResponse]
     """Extends leases that are still held (`leased_at` becomes now).
@@ -88,6 +90,21 @@ class JobQueueServiceStub:
     `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
     Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+    """
+    ReleasePriorInstanceLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.ReleasePriorInstanceLeasesRequest, _job_queue_pb2.ReleasePriorInstanceLeasesResponse]
+    """Returns to pending every job leased by `holder.worker_name` under an
+    instance id other than `holder.instance_id`, without counting the attempt
+    (attempts go back to what they were before that lease). A worker calls it
+    when it starts, so that work its previous process held when it died (a
+    crash, SIGKILL) comes back at once instead of after the lease timeout.
+    The released leases' tokens stop working: a previous instance that is
+    somehow still running can complete, fail, renew or release none of them.
+    Leases of other worker names, anonymous leases and leases of this
+    instance are untouched, so live replicas (which have different worker
+    names) never release each other's work.
+
+    Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
+    `holder.instance_id`).
     """
     CompleteExtractJob: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteExtractJobRequest, _job_queue_pb2.CompleteExtractJobResponse]
     """Applies one extract job's decisions and completes the job in one
@@ -144,11 +161,13 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     LeaseJobs: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.LeaseJobsRequest, _job_queue_pb2.LeaseJobsResponse]  # type: ignore[assignment]
     """Leases up to `max_jobs` pending jobs of one type whose retry time has
     come, oldest first: status becomes leased, attempts goes up by one, and a
-    fresh lease token is issued. Embed jobs of memories that were deleted in
+    fresh lease token is issued. The lease records `holder` (see
+    ReleasePriorInstanceLeases). Embed jobs of memories that were deleted in
     the meantime are completed without being returned.
 
     Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
-    a bad namespace in `namespaces`).
+    a bad namespace in `namespaces`, a `holder` with an empty or over-long
+    field).
     """
     RenewLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.RenewLeasesRequest, _job_queue_pb2.RenewLeasesResponse]  # type: ignore[assignment]
     """Extends leases that are still held (`leased_at` becomes now).
@@ -188,6 +207,21 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
     Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+    """
+    ReleasePriorInstanceLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.ReleasePriorInstanceLeasesRequest, _job_queue_pb2.ReleasePriorInstanceLeasesResponse]  # type: ignore[assignment]
+    """Returns to pending every job leased by `holder.worker_name` under an
+    instance id other than `holder.instance_id`, without counting the attempt
+    (attempts go back to what they were before that lease). A worker calls it
+    when it starts, so that work its previous process held when it died (a
+    crash, SIGKILL) comes back at once instead of after the lease timeout.
+    The released leases' tokens stop working: a previous instance that is
+    somehow still running can complete, fail, renew or release none of them.
+    Leases of other worker names, anonymous leases and leases of this
+    instance are untouched, so live replicas (which have different worker
+    names) never release each other's work.
+
+    Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
+    `holder.instance_id`).
     """
     CompleteExtractJob: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteExtractJobRequest, _job_queue_pb2.CompleteExtractJobResponse]  # type: ignore[assignment]
     """Applies one extract job's decisions and completes the job in one
@@ -247,11 +281,13 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_job_queue_pb2.LeaseJobsResponse, _abc.Awaitable[_job_queue_pb2.LeaseJobsResponse]]:
         """Leases up to `max_jobs` pending jobs of one type whose retry time has
         come, oldest first: status becomes leased, attempts goes up by one, and a
-        fresh lease token is issued. Embed jobs of memories that were deleted in
+        fresh lease token is issued. The lease records `holder` (see
+        ReleasePriorInstanceLeases). Embed jobs of memories that were deleted in
         the meantime are completed without being returned.
 
         Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
-        a bad namespace in `namespaces`).
+        a bad namespace in `namespaces`, a `holder` with an empty or over-long
+        field).
         """
 
     @_abc_1.abstractmethod
@@ -321,6 +357,27 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
         Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+        """
+
+    @_abc_1.abstractmethod
+    def ReleasePriorInstanceLeases(
+        self,
+        request: _job_queue_pb2.ReleasePriorInstanceLeasesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_queue_pb2.ReleasePriorInstanceLeasesResponse, _abc.Awaitable[_job_queue_pb2.ReleasePriorInstanceLeasesResponse]]:
+        """Returns to pending every job leased by `holder.worker_name` under an
+        instance id other than `holder.instance_id`, without counting the attempt
+        (attempts go back to what they were before that lease). A worker calls it
+        when it starts, so that work its previous process held when it died (a
+        crash, SIGKILL) comes back at once instead of after the lease timeout.
+        The released leases' tokens stop working: a previous instance that is
+        somehow still running can complete, fail, renew or release none of them.
+        Leases of other worker names, anonymous leases and leases of this
+        instance are untouched, so live replicas (which have different worker
+        names) never release each other's work.
+
+        Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
+        `holder.instance_id`).
         """
 
     @_abc_1.abstractmethod

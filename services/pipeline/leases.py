@@ -1,0 +1,85 @@
+"""Who a pipeline worker is when it leases jobs, and taking back at start what its
+previous process held.
+
+A worker's name is stable across restarts and different for every live replica:
+`workers.instance_name` (default: host name and the pipeline's port, which two
+live replicas on one host cannot share) plus the worker kind. Every process start
+draws a fresh instance id. Before its first lease a worker asks the store to
+release the leases its name holds under any other instance id: a pipeline killed
+with SIGKILL gets its in-flight jobs back as soon as it restarts, instead of after
+the lease timeout plus the reaper's interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import uuid
+
+from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.v1 import job_queue_pb2_grpc
+from services.common.config import Config, ConfigError
+
+log = logging.getLogger("engram.pipeline.leases")
+
+MAX_INSTANCE_NAME_CHARS = 180
+
+
+def instance_name(config: Config, port: int) -> str:
+    """This pipeline replica's stable name. Without a configured name and with an
+    ephemeral port (0) there is nothing stable to go by: the name is then unique
+    to this process, so a restart waits for the stale-lease reaper as before."""
+    configured: str = config["workers.instance_name"]
+    if len(configured) > MAX_INSTANCE_NAME_CHARS:  # the store takes 200 with the worker kind
+        raise ConfigError(f"workers.instance_name: at most {MAX_INSTANCE_NAME_CHARS} characters")
+    if configured:
+        return configured
+    if port:
+        return f"{socket.gethostname()}:{port}"
+    return f"{socket.gethostname()}:ephemeral-{uuid.uuid4().hex[:12]}"
+
+
+def new_instance_id() -> str:
+    return uuid.uuid4().hex
+
+
+class LeaseIdentity:
+    """One worker's lease holder; releases its predecessors' leases once, before
+    the first lease (retried on the next round if the store was unreachable)."""
+
+    def __init__(
+        self,
+        jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
+        worker_name: str,
+        instance_id: str,
+    ) -> None:
+        self._jobs = jobs
+        self.holder = jq.LeaseHolder(worker_name=worker_name, instance_id=instance_id)
+        self._released = False
+        self._lock = asyncio.Lock()
+
+    async def release_prior_instances(self) -> None:
+        """Raises grpc.aio.AioRpcError when the store cannot be reached."""
+        if self._released:
+            return
+        async with self._lock:  # one call even when several lease loops start at once
+            if self._released:
+                return
+            response = await self._jobs.ReleasePriorInstanceLeases(
+                jq.ReleasePriorInstanceLeasesRequest(holder=self.holder)
+            )
+            self._released = True
+        if response.released_count:
+            log.info(
+                "released the leases of a previous instance",
+                extra={"worker": self.holder.worker_name, "released": response.released_count},
+            )
+
+
+def worker_identities(
+    jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub, name: str, kinds: tuple[str, ...]
+) -> dict[str, LeaseIdentity]:
+    """One identity per worker kind (`<name>/<kind>`), sharing this process's instance id."""
+    instance_id = new_instance_id()
+    return {kind: LeaseIdentity(jobs, f"{name}/{kind}", instance_id) for kind in kinds}

@@ -312,7 +312,9 @@ async def build_memory_db(
 
             def store_vectors(c: Any, chunk: list[tuple[str, bytes]] = chunk) -> None:
                 for content_hash, blob in chunk:
-                    repo.upsert_embedding(c, content_hash, LOCAL_MODEL, blob, DIMENSIONS, at)
+                    repo.upsert_embedding(
+                        c, NAMESPACE, content_hash, LOCAL_MODEL, blob, DIMENSIONS, at
+                    )
 
             await writer.submit(store_vectors)
         indexed = await writer.submit(lambda c: repo.index_embedded_memories(c, "1", []))
@@ -390,9 +392,10 @@ def build_vector_db(
         conn.execute("BEGIN IMMEDIATE")
         repo.insert_memories(conn, rows)
         conn.executemany(
-            "INSERT INTO embeddings(content_hash, model, dimensions, vector, created_at) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO embeddings(namespace, content_hash, model, dimensions, vector, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
             (
-                (r["content_hash"], LOCAL_MODEL, DIMENSIONS, block[j].tobytes(), at)
+                (NAMESPACE, r["content_hash"], LOCAL_MODEL, DIMENSIONS, block[j].tobytes(), at)
                 for j, r in enumerate(rows)
             ),
         )

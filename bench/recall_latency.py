@@ -104,7 +104,8 @@ FLOOR_VECTOR = (
     "FROM memory_vectors WHERE namespace = ?2 ORDER BY d LIMIT ?3) "
     "SELECT first.memory_rowid, vec_distance_cosine(vec_f32(e.vector), vec_f32(?1)) AS cd "
     "FROM first CROSS JOIN memories m ON m.rowid = first.memory_rowid "
-    "JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ?4 ORDER BY cd LIMIT 100"
+    "JOIN embeddings e ON e.namespace = m.namespace AND e.content_hash = m.content_hash "
+    "AND e.model = ?4 ORDER BY cd LIMIT 100"
 )
 
 

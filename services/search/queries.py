@@ -144,7 +144,8 @@ def exact_vector_candidates(
     return (
         "SELECT v.memory_rowid, vec_distance_cosine(vec_f32(e.vector), vec_f32(?)) AS d "
         "FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid "
-        "JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+        "JOIN embeddings e ON e.namespace = m.namespace AND e.content_hash = m.content_hash "
+        "AND e.model = ? "
         f"WHERE v.namespace = ? AND m.is_deleted = 0{clauses} ORDER BY d LIMIT ?",
         [query_f32, model, namespace, *params, limit],
     )
@@ -156,7 +157,8 @@ def pool_rows(rowids: Sequence[int], model: str) -> Query:
     marks = ", ".join("?" * len(rowids))
     return (
         "SELECT m.rowid, m.event_time, e.vector "
-        "FROM memories m LEFT JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = ? "
+        "FROM memories m LEFT JOIN embeddings e ON e.namespace = m.namespace "
+        "AND e.content_hash = m.content_hash AND e.model = ? "
         # `+m.is_deleted` keeps the planner on the rowid lookups.
         f"WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0",
         [model, *rowids],

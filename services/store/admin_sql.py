@@ -2,8 +2,8 @@
 
 Write functions take the writer's connection; read queries are returned as
 (sql, params) for the read pool. A memory "has a vector" when `embeddings`
-holds a vector of the index model for its current content hash; that is the
-set the vector index must hold, among live memories.
+holds a vector of the index model for its namespace and current content hash;
+that is the set the vector index must hold, among live memories.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ Query = repo.Query
 # Live memories with a vector of the index model for their current content.
 _EMBEDDED_LIVE = (
     "SELECT m.rowid FROM memories m JOIN vector_index vi ON vi.id = 1 "
-    "JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = vi.model "
+    f"JOIN embeddings e ON {repo.EMBEDDING_OF_MEMORY} "
     "WHERE m.is_deleted = 0"
 )
 _FTS_MISSING = (
@@ -33,10 +33,11 @@ _FTS_ORPHANED = (
     "(SELECT 1 FROM memories m WHERE m.rowid = d.id AND m.is_deleted = 0)"
 )
 _EXPIRED = "m.is_deleted = 1 AND m.deleted_at < :cutoff"
-# An embedding some memory other than an expired tombstone may still need.
-_HASH_STILL_USED = (
-    "EXISTS (SELECT 1 FROM memories o WHERE o.content_hash = {hash} "
-    "AND NOT (o.is_deleted = 1 AND o.deleted_at < :cutoff))"
+# An embedding (alias e) some memory of its namespace, other than an expired
+# tombstone, may still need.
+_STILL_USED = (
+    "EXISTS (SELECT 1 FROM memories o WHERE o.namespace = e.namespace "
+    "AND o.content_hash = e.content_hash AND NOT (o.is_deleted = 1 AND o.deleted_at < :cutoff))"
 )
 
 
@@ -179,11 +180,13 @@ def delete_orphaned_entities(conn: Any, entity_ids: Sequence[str]) -> tuple[int,
 
 
 def delete_expired_embeddings(conn: Any, cutoff: str, limit: int) -> int:
-    """Vectors of expired tombstones' content that no other memory still uses."""
+    """Vectors of expired tombstones' content that no other memory of their
+    namespace still uses."""
     cursor = conn.execute(
         "DELETE FROM embeddings WHERE id IN (SELECT e.id FROM embeddings e WHERE "
-        f"e.content_hash IN (SELECT m.content_hash FROM memories m WHERE {_EXPIRED}) "
-        f"AND NOT {_HASH_STILL_USED.format(hash='e.content_hash')} LIMIT :limit)",
+        "(e.namespace, e.content_hash) IN "
+        f"(SELECT m.namespace, m.content_hash FROM memories m WHERE {_EXPIRED}) "
+        f"AND NOT {_STILL_USED} LIMIT :limit)",
         {"cutoff": cutoff, "limit": limit},
     )
     return int(cursor.rowcount)
@@ -197,8 +200,8 @@ def purgeable_tombstones(conn: Any, cutoff: str, limit: int) -> list[Any]:
             "SELECT m.id, m.namespace, m.content, m.deleted_at FROM memories m "
             f"WHERE {_EXPIRED} "
             "AND NOT EXISTS (SELECT 1 FROM memory_entity_mentions mm WHERE mm.memory_id = m.id) "
-            "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.content_hash = m.content_hash "
-            f"  AND NOT {_HASH_STILL_USED.format(hash='e.content_hash')}) "
+            "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.namespace = m.namespace "
+            f"  AND e.content_hash = m.content_hash AND NOT {_STILL_USED}) "
             "ORDER BY m.deleted_at LIMIT :limit",
             {"cutoff": cutoff, "limit": limit},
         ).fetchall()

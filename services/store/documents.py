@@ -328,9 +328,16 @@ class DocumentStore:
             )
             sql.link_chunk(conn, document_id, memory_id, chunk_index, at)
             stored = accept_supplied_vector(
-                conn, memory_id, normalized.content_hash, embedding_model, vector, at
+                conn,
+                document.namespace,
+                memory_id,
+                normalized.content_hash,
+                embedding_model,
+                vector,
+                at,
             )
-            # Content embedded before with the index's model needs no new embedding.
+            # Content this namespace embedded before with the index's model
+            # needs no new embedding.
             if not stored and not repo.index_embedded_memories(conn, "m.id = ?", [memory_id]):
                 repo.enqueue_jobs(
                     conn,

@@ -391,7 +391,8 @@ class _JobWrite:
 
     def _embed(self, memory_id: str, content_hash: str, vector: bytes | None) -> None:
         """Index the memory now when a vector of the index's model is at hand
-        (supplied, or stored for this content before); else queue an embed job."""
+        (supplied, or stored for this content in this namespace before); else
+        queue an embed job."""
         index = repo.index_model(self.conn)
         if vector is not None and index is not None and index[0] == self.request.embedding_model:
             dimensions = len(vector) // 4
@@ -400,7 +401,7 @@ class _JobWrite:
                 index = (index[0], dimensions)
             if index[1] == dimensions:
                 repo.upsert_embedding(
-                    self.conn, content_hash, index[0], vector, dimensions, self.at
+                    self.conn, self.namespace, content_hash, index[0], vector, dimensions, self.at
                 )
         if repo.index_embedded_memories(self.conn, "m.id = ?", [memory_id]):
             repo.update_memory(

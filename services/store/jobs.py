@@ -108,7 +108,13 @@ def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
 
 
 def accept_supplied_vector(
-    conn: Any, memory_id: str, content_hash: str, model: str, vector: Sequence[float], at: str
+    conn: Any,
+    namespace: str,
+    memory_id: str,
+    content_hash: str,
+    model: str,
+    vector: Sequence[float],
+    at: str,
 ) -> bool:
     """Store and index a vector that arrived with a write (inside its transaction).
 
@@ -123,7 +129,7 @@ def accept_supplied_vector(
     if current[1] is None:  # the first vector the index accepts sets its size
         repo.set_index_model(conn, model, len(vector), at)
     blob = normalized_vector_bytes(vector, "vector")
-    repo.upsert_embedding(conn, content_hash, model, blob, len(vector), at)
+    repo.upsert_embedding(conn, namespace, content_hash, model, blob, len(vector), at)
     repo.index_embedded_memories(conn, "m.id = ?", [memory_id])
     conn.execute("UPDATE memories SET embedding_model = ? WHERE id = ?", (model, memory_id))
     return True
@@ -154,8 +160,9 @@ class JobQueue:
 
     async def adopt_index_model(self, model: str | None) -> int:
         """Make `model` the vector index's model. On a change the index is emptied,
-        refilled from stored vectors of the new model, and every memory still
-        without one gets an embed job. Returns the number of jobs queued."""
+        refilled from the vectors of the new model each namespace stored for
+        itself, and every memory still without one gets an embed job. Returns
+        the number of jobs queued."""
         if model is None:
             return 0
 
@@ -346,8 +353,15 @@ class JobQueue:
                 if not dimensions_fixed:  # the first vector the index accepts sets its size
                     repo.set_index_model(conn, model, len(result.vector), at)
                     dimensions_fixed = True
+                # The job's namespace owns the vector: no other namespace reads it.
                 repo.upsert_embedding(
-                    conn, result.content_hash, model, blob, len(result.vector), at
+                    conn,
+                    job["namespace"],
+                    result.content_hash,
+                    model,
+                    blob,
+                    len(result.vector),
+                    at,
                 )
                 repo.complete_job(conn, result.job_id, at)
                 memory = conn.execute(

@@ -738,12 +738,17 @@ def _write_prepared(conn: Any, prepared: Sequence[PreparedMemory]) -> list[tuple
     same namespace and within the batch itself; writes row, FTS (trigger),
     history and jobs of every new memory with one executemany per table."""
     known: dict[tuple[str, str], str] = {}
+    # (namespace, content hash) pairs whose namespace already holds a vector.
+    embedded: set[tuple[str, str]] = set()
     namespaces = {p.draft.namespace for p in prepared}
     for namespace in namespaces:
         hashes = [p.memory[4] for p in prepared if p.draft.namespace == namespace]
         for content_hash, memory_id in repo.live_ids_by_hash(conn, namespace, hashes).items():
             known[(namespace, content_hash)] = memory_id
-    embedded = repo.live_hashes_with_embedding(conn, list({p.memory[4] for p in prepared}))
+        unique = list(dict.fromkeys(hashes))
+        embedded.update(
+            (namespace, h) for h in repo.live_hashes_with_embedding(conn, namespace, unique)
+        )
     results: list[tuple[str, bool]] = []
     rows: list[tuple[Any, ...]] = []
     history: list[tuple[Any, ...]] = []
@@ -758,8 +763,9 @@ def _write_prepared(conn: Any, prepared: Sequence[PreparedMemory]) -> list[tuple
         known[key] = memory_id
         rows.append(p.memory)
         history.append(p.history)
-        # Content embedded before (any namespace, same model) needs no new embedding.
-        if p.memory[4] not in embedded:
+        # Content this namespace embedded before (same model) needs no new
+        # embedding; another namespace's vector is never used (nor observable).
+        if key not in embedded:
             jobs.append(p.embed_job)
         jobs.append(p.extract_job)
         results.append((memory_id, False))
@@ -768,7 +774,7 @@ def _write_prepared(conn: Any, prepared: Sequence[PreparedMemory]) -> list[tuple
         repo.insert_history(conn, history)
         repo.enqueue_jobs(conn, jobs)
     if embedded and rows:
-        ids = [r[0] for r in rows if r[4] in embedded]
+        ids = [r[0] for r in rows if (r[1], r[4]) in embedded]
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             repo.index_embedded_memories(conn, f"m.id IN ({', '.join('?' * len(chunk))})", chunk)

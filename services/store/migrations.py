@@ -3,6 +3,7 @@ recorded in `schema_migrations` (the sqlite-utils pattern)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from services.common.clock import now_text
@@ -320,18 +321,48 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             WHERE status = 'leased';
         """,
     ),
+    (
+        "embeddings_by_namespace",
+        """
+        -- Vectors keyed by namespace too: a vector shared between namespaces let
+        -- one tenant learn whether another holds a text (its memory was indexed
+        -- at once, without an embed job) and overwrite the vector another
+        -- tenant's memory is ranked by. Each namespace that has a memory with
+        -- a stored vector's content (live or tombstoned) keeps its own copy;
+        -- a vector no memory uses any more is dropped.
+        CREATE TABLE embeddings_by_namespace (
+            id           INTEGER PRIMARY KEY,
+            namespace    TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            model        TEXT NOT NULL,
+            dimensions   INTEGER NOT NULL,
+            vector       BLOB NOT NULL,
+            created_at   TEXT NOT NULL,
+            UNIQUE (namespace, content_hash, model)
+        );
+        INSERT INTO embeddings_by_namespace
+            (namespace, content_hash, model, dimensions, vector, created_at)
+        SELECT m.namespace, e.content_hash, e.model, e.dimensions, e.vector, e.created_at
+        FROM (SELECT DISTINCT namespace, content_hash FROM memories) m
+        JOIN embeddings e ON e.content_hash = m.content_hash
+        ORDER BY m.namespace, e.content_hash, e.model;
+        DROP TABLE embeddings;
+        ALTER TABLE embeddings_by_namespace RENAME TO embeddings;
+        """,
+    ),
 )
 
 
-def apply_migrations(conn: Any) -> list[str]:
-    """Apply pending migrations in order; return the names applied."""
+def apply_migrations(conn: Any, migrations: Sequence[tuple[str, str]] = MIGRATIONS) -> list[str]:
+    """Apply pending migrations in order; return the names applied. `migrations`
+    is a prefix of MIGRATIONS only in tests that build an older schema."""
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
         " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
     )
     done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
     applied: list[str] = []
-    for version, (name, sql) in enumerate(MIGRATIONS, start=1):
+    for version, (name, sql) in enumerate(migrations, start=1):
         if version in done:
             continue
         conn.execute("BEGIN IMMEDIATE")

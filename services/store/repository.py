@@ -281,38 +281,58 @@ def clear_vector_index(conn: Any) -> None:
 
 
 def upsert_embedding(
-    conn: Any, content_hash: str, model: str, vector: bytes, dimensions: int, at: str
+    conn: Any,
+    namespace: str,
+    content_hash: str,
+    model: str,
+    vector: bytes,
+    dimensions: int,
+    at: str,
 ) -> None:
+    """Store a namespace's vector for a content: it serves that namespace alone,
+    so no other namespace can overwrite it or learn from its presence."""
     conn.execute(
-        "INSERT INTO embeddings(content_hash, model, dimensions, vector, created_at) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT(content_hash, model) DO UPDATE SET dimensions = excluded.dimensions, "
-        "vector = excluded.vector, created_at = excluded.created_at",
-        (content_hash, model, dimensions, vector, at),
+        "INSERT INTO embeddings(namespace, content_hash, model, dimensions, vector, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(namespace, content_hash, model) DO UPDATE SET "
+        "dimensions = excluded.dimensions, vector = excluded.vector, "
+        "created_at = excluded.created_at",
+        (namespace, content_hash, model, dimensions, vector, at),
     )
+
+
+# A memory's vector: its own namespace's, for its current content, of the index model.
+EMBEDDING_OF_MEMORY = (
+    "e.namespace = m.namespace AND e.content_hash = m.content_hash AND e.model = vi.model"
+)
 
 
 def index_embedded_memories(conn: Any, where: str, params: Sequence[Any]) -> int:
     """Put live memories matching `where` (over alias m) that have an embedding
-    of the index model into the vector index; returns how many rows were written."""
+    of the index model in their namespace into the vector index; returns how
+    many rows were written."""
     cursor = conn.execute(
         "INSERT OR REPLACE INTO memory_vectors(memory_rowid, namespace, bits) "
         "SELECT m.rowid, m.namespace, vec_quantize_binary(vec_f32(e.vector)) "
         "FROM memories m JOIN vector_index vi ON vi.id = 1 "
-        "JOIN embeddings e ON e.content_hash = m.content_hash AND e.model = vi.model "
+        f"JOIN embeddings e ON {EMBEDDING_OF_MEMORY} "
         f"WHERE m.is_deleted = 0 AND ({where})",
         list(params),
     )
     return int(cursor.rowcount)
 
 
-def live_hashes_with_embedding(conn: Any, hashes: Sequence[str]) -> set[str]:
-    """Which of these content hashes already have a vector of the index model."""
+def live_hashes_with_embedding(conn: Any, namespace: str, hashes: Sequence[str]) -> set[str]:
+    """Which of these content hashes already have a vector of the index model in
+    this namespace (only its own vectors: another namespace's must neither skip
+    an embed job nor be observable)."""
     if not hashes:
         return set()
     rows = conn.execute(
-        "SELECT e.content_hash FROM embeddings e JOIN vector_index vi ON vi.id = 1 AND e.model = vi.model "
-        f"WHERE e.content_hash IN ({', '.join('?' * len(hashes))})",
-        list(hashes),
+        "SELECT e.content_hash FROM embeddings e JOIN vector_index vi "
+        "ON vi.id = 1 AND e.model = vi.model "
+        f"WHERE e.namespace = ? AND e.content_hash IN ({', '.join('?' * len(hashes))})",
+        [namespace, *hashes],
     ).fetchall()
     return {r[0] for r in rows}
 

@@ -129,17 +129,33 @@ def test_sweep_purges_an_expired_tombstone_with_its_graph_links_and_vector(
     assert all(s.removed == 0 for s in again.values())
 
 
-def test_a_vector_still_used_by_a_live_memory_elsewhere_is_kept(
+def test_a_vector_still_used_by_a_live_memory_of_its_namespace_is_kept(
     start: Callable[..., AdminStore],
 ) -> None:
     st = start()
     gone = st.remember("shared sentence about tea")
     st.embed_all()
-    st.remember("shared sentence about tea", namespace="other")  # same hash, reuses the vector
     expire(st, gone)
+    st.remember("shared sentence about tea")  # same hash and namespace: reuses the vector
+    assert st.embed_all() == 0
     steps = sweep(st)
     assert (steps["embeddings"].removed, steps["tombstones"].removed) == (0, 1)
     assert st.scalar("SELECT count(*) FROM embeddings") == 1
+    assert st.scalar("SELECT count(*) FROM memory_vectors") == 1
+
+
+def test_another_namespaces_memory_with_the_same_content_keeps_only_its_own_vector(
+    start: Callable[..., AdminStore],
+) -> None:
+    st = start()
+    gone = st.remember("shared sentence about tea")
+    st.embed_all()
+    st.remember("shared sentence about tea", namespace="other")
+    assert st.embed_all() == 1  # its own vector, never the default namespace's
+    expire(st, gone)
+    steps = sweep(st)
+    assert (steps["embeddings"].removed, steps["tombstones"].removed) == (1, 1)
+    assert st.rows("SELECT namespace FROM embeddings") == [("other",)]
     assert st.scalar("SELECT count(*) FROM memory_vectors") == 1
 
 

@@ -398,23 +398,29 @@ def test_content_changed_after_indexing_leaves_the_index_until_reembedded(queue:
     assert queue.stats().indexed_memory_count == 1
 
 
-def test_content_embedded_before_is_indexed_at_once_without_a_new_embed_job(
+def test_content_its_namespace_embedded_before_is_indexed_at_once_without_a_new_embed_job(
     queue: Stack,
 ) -> None:
-    queue.remember("Shared wisdom about caching", namespace="team-a")
+    first = queue.remember("Shared wisdom about caching", namespace="team-a")
     assert queue.embed_pending(lambda _text: vec(0.7)) == 1
-    queue.remember("Shared wisdom about caching", namespace="team-b")
+    queue.store.DeleteMemory(
+        store_pb2.DeleteMemoryRequest(namespace="team-a", id=first.id, reason="obsolete")
+    )
+    second = queue.remember("Shared wisdom about caching", namespace="team-a")
     stats = queue.stats()
-    assert (stats.indexed_memory_count, stats.live_memory_count) == (2, 2)
+    assert (stats.indexed_memory_count, stats.live_memory_count) == (1, 1)
     assert count(stats, EMBED, PENDING) == 0
     assert count(stats, EMBED, COMPLETED) == 1
     assert count(stats, EXTRACT, PENDING) == 2, "extraction still runs per memory"
     # ImportMemories takes the same shortcut
+    queue.store.DeleteMemory(
+        store_pb2.DeleteMemoryRequest(namespace="team-a", id=second.id, reason="obsolete")
+    )
     queue.store.ImportMemories(
         iter(
             [
                 store_pb2.ImportMemoriesRequest(
-                    namespace="team-c",
+                    namespace="team-a",
                     items=[
                         store_pb2.ImportItem(content="Shared wisdom about caching"),
                         store_pb2.ImportItem(content="Brand new content"),
@@ -424,8 +430,30 @@ def test_content_embedded_before_is_indexed_at_once_without_a_new_embed_job(
         )
     )
     stats = queue.stats()
-    assert stats.indexed_memory_count == 3
+    assert stats.indexed_memory_count == 1
     assert count(stats, EMBED, PENDING) == 1
+
+
+def test_content_another_namespace_embedded_waits_for_its_own_embed_job(queue: Stack) -> None:
+    """A vector never serves, nor skips work for, another namespace (issue 11)."""
+    queue.remember("Shared wisdom about caching", namespace="team-a")
+    assert queue.embed_pending(lambda _text: vec(0.7)) == 1
+    queue.remember("Shared wisdom about caching", namespace="team-b")
+    queue.store.ImportMemories(
+        iter(
+            [
+                store_pb2.ImportMemoriesRequest(
+                    namespace="team-c",
+                    items=[store_pb2.ImportItem(content="Shared wisdom about caching")],
+                )
+            ]
+        )
+    )
+    stats = queue.stats()
+    assert (stats.indexed_memory_count, stats.live_memory_count) == (1, 3)
+    assert count(stats, EMBED, PENDING) == 2
+    assert queue.embed_pending(lambda _text: vec(0.7), namespaces=["team-b", "team-c"]) == 2
+    assert queue.stats().indexed_memory_count == 3
 
 
 def test_soft_delete_leaves_the_index_at_once_and_recover_returns_to_it(queue: Stack) -> None:

@@ -126,7 +126,8 @@ class JobQueueServiceServicer:
 
     def CompleteEmbedJobs(self, request, context):
         """Stores embedding vectors and completes their embed jobs in one
-        transaction. Vectors are keyed by content hash and model. A vector enters
+        transaction. Vectors are keyed by the job's namespace, content hash and
+        model: a vector serves its own namespace only. A vector enters
         the search index only if its model is the index's model (the store's
         configured `providers.embedding.model`), its dimensions match the index,
         and the memory still has that content; if the content changed meanwhile a

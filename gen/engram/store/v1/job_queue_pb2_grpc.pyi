@@ -59,7 +59,8 @@ class JobQueueServiceStub:
     """
     CompleteEmbedJobs: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteEmbedJobsRequest, _job_queue_pb2.CompleteEmbedJobsResponse]
     """Stores embedding vectors and completes their embed jobs in one
-    transaction. Vectors are keyed by content hash and model. A vector enters
+    transaction. Vectors are keyed by the job's namespace, content hash and
+    model: a vector serves its own namespace only. A vector enters
     the search index only if its model is the index's model (the store's
     configured `providers.embedding.model`), its dimensions match the index,
     and the memory still has that content; if the content changed meanwhile a
@@ -176,7 +177,8 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     """
     CompleteEmbedJobs: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteEmbedJobsRequest, _job_queue_pb2.CompleteEmbedJobsResponse]  # type: ignore[assignment]
     """Stores embedding vectors and completes their embed jobs in one
-    transaction. Vectors are keyed by content hash and model. A vector enters
+    transaction. Vectors are keyed by the job's namespace, content hash and
+    model: a vector serves its own namespace only. A vector enters
     the search index only if its model is the index's model (the store's
     configured `providers.embedding.model`), its dimensions match the index,
     and the memory still has that content; if the content changed meanwhile a
@@ -308,7 +310,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_job_queue_pb2.CompleteEmbedJobsResponse, _abc.Awaitable[_job_queue_pb2.CompleteEmbedJobsResponse]]:
         """Stores embedding vectors and completes their embed jobs in one
-        transaction. Vectors are keyed by content hash and model. A vector enters
+        transaction. Vectors are keyed by the job's namespace, content hash and
+        model: a vector serves its own namespace only. A vector enters
         the search index only if its model is the index's model (the store's
         configured `providers.embedding.model`), its dimensions match the index,
         and the memory still has that content; if the content changed meanwhile a

@@ -56,6 +56,7 @@ def _load(args: argparse.Namespace) -> Config:
 async def _serve(service: str, config: Config, port: int | None) -> None:
     app = await _starter(service)(config, port=port)
     await wait_for_shutdown_signal()
+    await app.server.drain(config["server.shutdown_drain_ms"] / 1000)
     await app.stop(config["server.shutdown_grace_ms"] / 1000)
 
 

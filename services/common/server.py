@@ -27,7 +27,7 @@ from services.common.interceptors import RequestInterceptor
 log = logging.getLogger("engram.server")
 
 
-class _HealthServicer(health.aio.HealthServicer):  # type: ignore[name-defined,misc]
+class _HealthServicer(health.aio.HealthServicer):  # type: ignore[name-defined]
     """grpc's health servicer, except that Watch streams end when the server stops:
     an open watch would otherwise hold the server for its whole grace period."""
 

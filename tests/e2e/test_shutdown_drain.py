@@ -72,4 +72,3 @@ def test_sigterm_reports_not_serving_on_a_live_listener_then_closes_after_the_dr
     restarted = launcher.start_store(data_dir)
     got = restarted.stub().GetMemory(store_pb2.GetMemoryRequest(id=written.memory.id), timeout=10)
     assert got.memory.content == "during the drain"
-

@@ -38,6 +38,9 @@ class MemoryStoreServiceStub:
     INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
+    Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
+    store's disk is full, and writes nothing; the store takes writes again by
+    itself once there is room.
     """
 
     def __init__(self, channel):
@@ -111,6 +114,9 @@ class MemoryStoreServiceServicer:
     INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
+    Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
+    store's disk is full, and writes nothing; the store takes writes again by
+    itself once there is room.
     """
 
     def Remember(self, request, context):
@@ -341,6 +347,9 @@ class MemoryStoreService:
     INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
+    Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
+    store's disk is full, and writes nothing; the store takes writes again by
+    itself once there is room.
     """
 
     @staticmethod

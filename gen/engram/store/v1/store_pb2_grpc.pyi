@@ -39,6 +39,9 @@ class MemoryStoreServiceStub:
     INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
+    Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
+    store's disk is full, and writes nothing; the store takes writes again by
+    itself once there is room.
     """
 
     @_typing.overload
@@ -174,6 +177,9 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
+    Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
+    store's disk is full, and writes nothing; the store takes writes again by
+    itself once there is room.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -305,6 +311,9 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
     INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
+    Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
+    store's disk is full, and writes nothing; the store takes writes again by
+    itself once there is room.
     """
 
     @_abc_1.abstractmethod

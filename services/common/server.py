@@ -27,6 +27,11 @@ from services.common.interceptors import RequestInterceptor
 log = logging.getLogger("engram.server")
 
 
+class StartupError(Exception):
+    """The service cannot start (port taken, database unusable): the command
+    prints this one line and exits 1, with no traceback."""
+
+
 class _HealthServicer(health.aio.HealthServicer):  # type: ignore[name-defined]
     """grpc's health servicer, except that Watch streams end when the server stops:
     an open watch would otherwise hold the server for its whole grace period."""
@@ -100,7 +105,7 @@ async def start_server(
     )
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
-        raise OSError(f"cannot listen on {host}:{port}")
+        raise StartupError(f"cannot listen on {host}:{port}")
     await server.start()
     for name in ("", *service_names):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

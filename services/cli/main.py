@@ -20,7 +20,7 @@ from typing import Any
 
 from services.common.config import Config, ConfigError, load_config
 from services.common.logs import configure_logging
-from services.common.server import wait_for_shutdown_signal
+from services.common.server import StartupError, wait_for_shutdown_signal
 
 # Every service, in start order.
 SERVICES = ("store", "search", "pipeline", "maintenance")
@@ -56,6 +56,7 @@ def _load(args: argparse.Namespace) -> Config:
 async def _serve(service: str, config: Config, port: int | None) -> None:
     app = await _starter(service)(config, port=port)
     await wait_for_shutdown_signal()
+    await app.server.drain(config["server.shutdown_drain_ms"] / 1000)
     await app.stop(config["server.shutdown_grace_ms"] / 1000)
 
 
@@ -202,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"engram: configuration error: {exc}", file=sys.stderr)
         return 2
+    except StartupError as exc:
+        print(f"engram: cannot start {getattr(args, 'service', 'engram')}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -128,6 +128,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("server.ports.pipeline", 50053, 0, 65535),
     Setting("server.ports.maintenance", 50054, 0, 65535),
     Setting("server.shutdown_grace_ms", 10000, 0, 600000),
+    # after SIGTERM: health NOT_SERVING on a still-open listener for this long
+    Setting("server.shutdown_drain_ms", 1000, 0, 60000),
     # where each service reaches the others (compose uses service names)
     Setting("clients.store_address", "127.0.0.1:50051"),
     Setting("clients.search_address", "127.0.0.1:50052"),

@@ -18,6 +18,7 @@ Connection = sqlite3.Connection
 Row = sqlite3.Row
 IntegrityError = sqlite3.IntegrityError
 OperationalError = sqlite3.OperationalError
+DatabaseError = sqlite3.DatabaseError
 complete_statement = sqlite3.complete_statement
 
 

@@ -39,6 +39,10 @@ _CODES: dict[ErrorKind, tuple[grpc.StatusCode, int]] = {
         code_pb2.FAILED_PRECONDITION,
     ),
     ErrorKind.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE),
+    ErrorKind.RESOURCE_EXHAUSTED: (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        code_pb2.RESOURCE_EXHAUSTED,
+    ),
     ErrorKind.INTERNAL: (grpc.StatusCode.INTERNAL, code_pb2.INTERNAL),
 }
 

@@ -1,5 +1,11 @@
 """Server bootstrap shared by every service: interceptor, health, reflection,
-graceful shutdown on SIGTERM/SIGINT."""
+graceful shutdown on SIGTERM/SIGINT.
+
+Shutdown runs in two steps. `drain`: health goes NOT_SERVING while the listener
+stays open and calls are still served, so load balancers and health watchers
+see the change before connections are refused. `stop`: health watches end, the
+listener closes, in-flight calls get the grace period.
+"""
 
 from __future__ import annotations
 
@@ -21,15 +27,52 @@ from services.common.interceptors import RequestInterceptor
 log = logging.getLogger("engram.server")
 
 
+class StartupError(Exception):
+    """The service cannot start (port taken, database unusable): the command
+    prints this one line and exits 1, with no traceback."""
+
+
+class _HealthServicer(health.aio.HealthServicer):  # type: ignore[name-defined]
+    """grpc's health servicer, except that Watch streams end when the server stops:
+    an open watch would otherwise hold the server for its whole grace period."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._closing = asyncio.Event()
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: Any) -> None:
+        watching = asyncio.ensure_future(super().Watch(request, context))
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait({watching, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching  # raises the watch's own error, if it failed
+
+    def end_watches(self) -> None:
+        self._closing.set()
+
+
 @dataclass
 class RunningServer:
     server: grpc.aio.Server
-    health: Any  # grpc_health.v1.health.aio.HealthServicer
+    health: _HealthServicer
     port: int
 
-    async def stop(self, grace_seconds: float) -> None:
-        """Health goes NOT_SERVING first, then in-flight calls get `grace_seconds`."""
+    async def drain(self, seconds: float) -> None:
+        """Health goes NOT_SERVING; the listener stays open and calls are served
+        for `seconds`, so watchers and load balancers see it before refusals."""
         await self.health.enter_graceful_shutdown()
+        log.info("draining", extra={"drain_ms": round(seconds * 1000)})
+        await asyncio.sleep(seconds)
+
+    async def stop(self, grace_seconds: float) -> None:
+        """Health NOT_SERVING (if `drain` did not already), health watches end, the
+        listener closes, and in-flight calls get `grace_seconds`."""
+        await self.health.enter_graceful_shutdown()
+        self.health.end_watches()
         await self.server.stop(grace_seconds)
 
 
@@ -46,7 +89,7 @@ async def start_server(
     # interceptor, which wraps it once (request id, log, error mapping).
     wrapping = RequestInterceptor().server_with(server)
     register(wrapping)
-    health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+    health_servicer = _HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, wrapping)
     # Not reflection.enable_server_reflection: it picks the sync servicer for
     # anything that is not a grpc.aio.Server instance, such as the wrapper.
@@ -62,7 +105,7 @@ async def start_server(
     )
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
-        raise OSError(f"cannot listen on {host}:{port}")
+        raise StartupError(f"cannot listen on {host}:{port}")
     await server.start()
     for name in ("", *service_names):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import TypeVar
 
 import grpc
@@ -81,6 +82,13 @@ class StoreAdminClient:
             vector_missing=d.vector_missing,
             vector_orphaned=d.vector_orphaned,
             db_size_bytes=d.db_size_bytes,
+            storage_full_count=d.storage_full_count,
+            last_storage_full_time=(
+                d.last_storage_full_time.ToDatetime(tzinfo=UTC)
+                if d.HasField("last_storage_full_time")
+                else None
+            ),
+            data_dir_free_bytes=d.data_dir_free_bytes,
         )
 
     async def requeue_dead_jobs(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 # The composite score is the weighted mean of these component scores.
 WEIGHTS: dict[str, float] = {
@@ -54,6 +55,11 @@ class StoreCounts:
     vector_missing: int = 0
     vector_orphaned: int = 0
     db_size_bytes: int = 0
+    # Writes refused for a full disk since the store started, the last one's
+    # time (None: none), and the free space where the database lives.
+    storage_full_count: int = 0
+    last_storage_full_time: datetime | None = None
+    data_dir_free_bytes: int = 0
 
     @property
     def total_memories(self) -> int:

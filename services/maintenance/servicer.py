@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import grpc
+from google.protobuf import timestamp_pb2
 
 from engram.maintenance.v1 import maintenance_pb2 as pb
 from engram.maintenance.v1 import maintenance_pb2_grpc
@@ -30,6 +33,14 @@ _STATUSES = {
 }
 _MODES = {"observe": pb.MAINTENANCE_MODE_OBSERVE, "execute": pb.MAINTENANCE_MODE_EXECUTE}
 _MODE_NAMES = {value: name for name, value in _MODES.items()}
+
+
+def _timestamp(moment: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if moment is None:
+        return None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(moment)
+    return stamp
 
 
 def _recommendations(report: dx.Report) -> list[pb.Recommendation]:
@@ -72,6 +83,9 @@ def report_to_proto(report: dx.Report) -> pb.GetDiagnosticsResponse:
             tombstone_ratio=report.tombstone_ratio,
             expired_tombstones=c.expired_tombstones,
             db_size_bytes=c.db_size_bytes,
+            storage_full_count=c.storage_full_count,
+            last_storage_full_time=_timestamp(c.last_storage_full_time),
+            data_dir_free_bytes=c.data_dir_free_bytes,
         ),
         providers=pb.ProvidersHealth(
             pipeline_reachable=report.providers.reachable,

@@ -8,9 +8,11 @@ whole sweep. Mutations frozen means nothing here writes.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from services.common import clock
@@ -58,6 +60,9 @@ class StoreDiagnostics:
     vector_orphaned: int
     db_size_bytes: int
     audit_rows: int
+    storage_full_count: int = 0
+    last_storage_full_at: str | None = None
+    data_dir_free_bytes: int = 0
 
     @property
     def total_memories(self) -> int:
@@ -81,8 +86,10 @@ class StoreAdmin:
         lease_timeout_ms: int,
         windows: RetentionWindows,
         mutations_frozen: bool = False,
+        database_path: Path | None = None,
     ) -> None:
         self._writer = writer
+        self._database_path = database_path
         self._reads = reads
         self._lease_timeout_ms = lease_timeout_ms
         self._windows = windows
@@ -123,7 +130,19 @@ class StoreAdmin:
             vector_orphaned=row["vector_orphaned"],
             db_size_bytes=row["db_size_bytes"],
             audit_rows=row["audit_rows"],
+            storage_full_count=self._writer.storage_full.count,
+            last_storage_full_at=self._writer.storage_full.last_at,
+            data_dir_free_bytes=self._free_bytes(),
         )
+
+    def _free_bytes(self) -> int:
+        """Free space where the database lives (0 when it cannot be read)."""
+        if self._database_path is None:
+            return 0
+        try:
+            return shutil.disk_usage(self._database_path.parent).free
+        except OSError:
+            return 0
 
     # ---- repairs -------------------------------------------------------------------
 
@@ -302,4 +321,5 @@ def store_admin(writer: Writer, reads: ReadPool, config: Config) -> StoreAdmin:
             batch_limit=config["retention.batch_limit"],
         ),
         mutations_frozen=config["memory.pipelineV2.mutationsFrozen"],
+        database_path=Path(config["storage.path"]),
     )

@@ -6,6 +6,7 @@ import grpc
 
 from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import admin_pb2_grpc
+from services.common.convert import timestamp_from_text
 from services.store.admin import StoreAdmin
 
 
@@ -41,6 +42,9 @@ class StoreAdminServicer(admin_pb2_grpc.StoreAdminServiceServicer):
             vector_orphaned=d.vector_orphaned,
             db_size_bytes=d.db_size_bytes,
             audit_rows=d.audit_rows,
+            storage_full_count=d.storage_full_count,
+            last_storage_full_time=timestamp_from_text(d.last_storage_full_at),
+            data_dir_free_bytes=d.data_dir_free_bytes,
         )
 
     async def RequeueDeadJobs(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -19,8 +20,8 @@ from engram.store.v1 import (
     store_pb2_grpc,
 )
 from services.common.config import Config
-from services.common.db import ReadPool, open_read_write
-from services.common.server import RunningServer, cancel_tasks, start_server
+from services.common.db import DatabaseError, ReadPool, open_read_write
+from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
 from services.store.document_servicer import DocumentStoreServicer
@@ -83,16 +84,31 @@ async def _reap_stale_leases(queue: JobQueue, interval_s: float) -> None:
             log.exception("stale-lease reaper failed")
 
 
+def _open_database(config: Config) -> tuple[Any, list[str]]:
+    """The read-write connection, migrated; a directory or file the store cannot
+    write (read-only, missing and not creatable, not a directory, disk full)
+    is a StartupError naming the path and the cause."""
+    path = config["storage.path"]
+    connection = None
+    try:
+        connection = open_read_write(
+            path,
+            synchronous=config["storage.synchronous"],
+            busy_timeout_ms=config["storage.busy_timeout_ms"],
+        )
+        return connection, apply_migrations(connection)
+    except (OSError, DatabaseError) as exc:
+        if connection is not None:
+            connection.close()
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise StartupError(f"cannot open the database {path}: {cause}") from exc
+
+
 async def start_store(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> StoreApp:
     path = config["storage.path"]
-    connection = open_read_write(
-        path,
-        synchronous=config["storage.synchronous"],
-        busy_timeout_ms=config["storage.busy_timeout_ms"],
-    )
-    applied = apply_migrations(connection)
+    connection, applied = _open_database(config)
     if applied:
         log.info("migrations applied", extra={"migrations": applied, "path": str(path)})
     writer = Writer(connection, max_group=config["storage.max_group_commit"])

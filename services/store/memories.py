@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,9 +42,19 @@ MAX_FORGET = 200
 FORGET_CONFIRM_THRESHOLD = 25
 MAX_ACCESS_IDS = 1000
 JOB_TYPES_ON_CREATE = ("embed", "extract")
+# ImportMemories: items per stream (store.proto). Its reply lists a result per
+# item, so the cap bounds the reply (about 2.5 MB at most, under gRPC's default
+# 4 MB receive limit) and the memory that holds the results until then.
+MAX_IMPORT_STREAM_ITEMS = 25_000
+# Valid items are committed in chunks of this many as the stream arrives...
+IMPORT_CHUNK = 500
+# ...with at most this many chunks queued at the writer while more are read:
+# a client that sends faster than the store commits waits (gRPC flow control)
+# instead of filling the store's memory.
+IMPORT_CHUNKS_IN_FLIGHT = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ImportOutcome:
     index: int
     status: str  # created | deduplicated | failed
@@ -133,52 +145,23 @@ class MemoryStore:
         # per table for all of them (dedup within the batch included).
         return await self._writer.submit_batched(_remember_batch, prepared)
 
-    async def import_drafts(
-        self, items: Sequence[MemoryDraft | InvalidArgument], chunk: int = 2000
-    ) -> list[ImportOutcome]:
-        """Invalid items (given as their error) are reported; the rest are written in
-        large chunks. Rows and ids for the next chunk are built here, on the event
-        loop, while the writer thread executes the previous chunk's SQL (SQLite runs
-        without the GIL), so the two overlap; the writer only deduplicates and
-        executes. Each chunk is its own writer operation: an acknowledged import is
-        committed."""
+    def start_import(self) -> ImportSession:
+        """One ImportMemories stream (refused at once when mutations are frozen)."""
         self._ensure_writable()
-        outcomes: list[ImportOutcome | None] = [None] * len(items)
-        valid: list[tuple[int, MemoryDraft]] = []
-        for index, item in enumerate(items):
-            if isinstance(item, InvalidArgument):
-                outcomes[index] = ImportOutcome(index, "failed", error=item.message)
-            else:
-                valid.append((index, item))
+        return ImportSession(self._writer, self._max_attempts)
 
-        def operation_for(
-            batch: list[tuple[int, MemoryDraft]], prepared: list[PreparedMemory]
-        ) -> Any:
-            def operation(conn: Any) -> list[ImportOutcome]:
-                written = _write_prepared(conn, prepared)
-                return [
-                    ImportOutcome(index, "deduplicated" if dedup else "created", memory_id)
-                    for (index, _), (memory_id, dedup) in zip(batch, written, strict=True)
-                ]
-
-            return operation
-
-        submitted: list[asyncio.Task[list[ImportOutcome]]] = []
-        at = clock.now_text()
-        for start in range(0, len(valid), chunk):
-            batch = valid[start : start + chunk]
-            prepared = prepare_drafts([draft for _, draft in batch], at, self._max_attempts)
-            submitted.append(
-                asyncio.ensure_future(
-                    self._writer.submit(operation_for(batch, prepared), retryable=True)
-                )
-            )
-            # Let the writer start on this chunk before the next one is built.
-            await asyncio.sleep(0)
-        for written in await asyncio.gather(*submitted):
-            for outcome in written:
-                outcomes[outcome.index] = outcome
-        return [o for o in outcomes if o is not None]
+    async def import_drafts(
+        self, items: Sequence[MemoryDraft | InvalidArgument]
+    ) -> list[ImportOutcome]:
+        """The whole of `items` as one import stream (a convenience for callers
+        that already hold every item, such as benchmarks)."""
+        session = self.start_import()
+        try:
+            for item in items:
+                await session.add(item)
+            return await session.finish()
+        finally:
+            await session.close()
 
     # ---- reads -------------------------------------------------------------------
 
@@ -658,6 +641,86 @@ def _int_position(position: list[Any] | None) -> int:
     if len(position) != 1 or not isinstance(position[0], int):
         raise InvalidArgument("page_token", "malformed page token")
     return position[0]
+
+
+class ImportSession:
+    """One ImportMemories stream, committed as it arrives.
+
+    Valid items are committed in chunks of IMPORT_CHUNK, in stream order, each
+    chunk its own writer transaction (an acknowledged chunk is committed); rows
+    for the next chunk are built on the event loop while the writer executes the
+    previous one. Nothing holds the stream: only each item's outcome (for the
+    reply) and the items of the chunk being filled. If the stream stops early,
+    the whole chunks before that point are committed and the rest is dropped."""
+
+    def __init__(self, writer: Writer, max_attempts: int) -> None:
+        self._writer = writer
+        self._max_attempts = max_attempts
+        self._outcomes: list[ImportOutcome | None] = []
+        self._pending: list[tuple[int, MemoryDraft]] = []
+        self._in_flight: deque[asyncio.Future[list[ImportOutcome]]] = deque()
+
+    @property
+    def count(self) -> int:
+        """Items received so far (the stream index of the next one)."""
+        return len(self._outcomes)
+
+    async def add(self, item: MemoryDraft | InvalidArgument) -> None:
+        """The next item of the stream (an invalid one as its error)."""
+        index = len(self._outcomes)
+        if index >= MAX_IMPORT_STREAM_ITEMS:
+            raise InvalidArgument("items", f"at most {MAX_IMPORT_STREAM_ITEMS} items per stream")
+        if isinstance(item, InvalidArgument):
+            self._outcomes.append(ImportOutcome(index, "failed", error=item.message))
+            return
+        self._outcomes.append(None)
+        self._pending.append((index, item))
+        if len(self._pending) >= IMPORT_CHUNK:
+            await self._flush()
+
+    async def finish(self) -> list[ImportOutcome]:
+        """Commit what is pending; every item's outcome, in stream order."""
+        await self._flush()
+        while self._in_flight:
+            self._settle(await self._in_flight.popleft())
+        return [outcome for outcome in self._outcomes if outcome is not None]
+
+    async def close(self) -> None:
+        """The stream is over, however it ended: drop the items of the partial
+        chunk and wait until the chunks already queued are committed, so that
+        an error reply comes after every whole chunk before it."""
+        self._pending = []
+        while self._in_flight:
+            with contextlib.suppress(Exception):
+                await self._in_flight.popleft()
+
+    async def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        while len(self._in_flight) >= IMPORT_CHUNKS_IN_FLIGHT:
+            self._settle(await self._in_flight.popleft())
+        prepared = prepare_drafts(
+            [draft for _, draft in batch], clock.now_text(), self._max_attempts
+        )
+        indexes = [index for index, _ in batch]
+
+        def operation(conn: Any) -> list[ImportOutcome]:
+            written = _write_prepared(conn, prepared)
+            return [
+                ImportOutcome(index, "deduplicated" if dedup else "created", memory_id)
+                for index, (memory_id, dedup) in zip(indexes, written, strict=True)
+            ]
+
+        self._in_flight.append(
+            asyncio.ensure_future(self._writer.submit(operation, retryable=True))
+        )
+        # Let the chunk reach the writer's queue before the next one is read.
+        await asyncio.sleep(0)
+
+    def _settle(self, outcomes: list[ImportOutcome]) -> None:
+        for outcome in outcomes:
+            self._outcomes[outcome.index] = outcome
 
 
 @dataclass(frozen=True, slots=True)

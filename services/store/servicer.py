@@ -102,17 +102,23 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         request_iterator: AsyncIterator[store_pb2.ImportMemoriesRequest],
         context: grpc.aio.ServicerContext,
     ) -> store_pb2.ImportMemoriesResponse:
-        items: list[rules.MemoryDraft | InvalidArgument] = []
-        async for batch in request_iterator:
-            namespace = validate_namespace(batch.namespace)
-            if len(batch.items) > MAX_IMPORT_BATCH:
-                raise InvalidArgument("items", f"at most {MAX_IMPORT_BATCH} items per message")
-            for item in batch.items:
-                try:
-                    items.append(_draft(namespace, item, f"items[{len(items)}]."))
-                except InvalidArgument as invalid:
-                    items.append(invalid)
-        outcomes = await self._store.import_drafts(items)
+        session = self._store.start_import()
+        try:
+            async for batch in request_iterator:
+                namespace = validate_namespace(batch.namespace)
+                if len(batch.items) > MAX_IMPORT_BATCH:
+                    raise InvalidArgument("items", f"at most {MAX_IMPORT_BATCH} items per message")
+                for item in batch.items:
+                    try:
+                        draft: rules.MemoryDraft | InvalidArgument = _draft(
+                            namespace, item, f"items[{session.count}]."
+                        )
+                    except InvalidArgument as invalid:
+                        draft = invalid
+                    await session.add(draft)
+            outcomes = await session.finish()
+        finally:
+            await session.close()
         response = store_pb2.ImportMemoriesResponse(
             results=[
                 store_pb2.ImportResult(

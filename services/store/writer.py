@@ -13,6 +13,12 @@ back the whole transaction, which holds only it), and operations submitted with
 bare when the whole group is retryable: if one of them fails, the transaction
 is rolled back, that operation gets its error and the rest are run again.
 
+A full disk (SQLite's SQLITE_FULL, "database or disk is full") fails the whole
+group with StorageFull (RESOURCE_EXHAUSTED / STORAGE_FULL): nothing of it was
+committed and nobody is acknowledged. The writer counts these refusals for the
+diagnostics and takes writes again as soon as there is room; the database is
+left as it was before the group.
+
 `submit_batched` items of the same batch function that land in one group run
 as one call (Remember: one multi-row INSERT per table for the whole group).
 While one group commits, the next one queues up, so throughput grows with
@@ -29,6 +35,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from services.common import clock
+from services.common.errors import EngramError, ErrorKind
 
 log = logging.getLogger("engram.store.writer")
 
@@ -60,6 +69,30 @@ class WriterClosed(RuntimeError):
     pass
 
 
+SQLITE_FULL = 13  # the primary result code; extended codes keep it in the low byte
+
+
+class StorageFull(EngramError):
+    kind = ErrorKind.RESOURCE_EXHAUSTED
+    reason = "STORAGE_FULL"
+
+    def __init__(self) -> None:
+        super().__init__("the store's disk is full (database or disk is full); nothing was written")
+
+
+def is_storage_full(error: BaseException) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == SQLITE_FULL
+
+
+@dataclass(frozen=True)
+class StorageFullStats:
+    """Groups refused because the disk was full, since the writer started."""
+
+    count: int = 0
+    last_at: str | None = None  # clock text of the last refusal
+
+
 class Writer:
     def __init__(self, connection: Any, *, max_group: int = 512) -> None:
         self._conn = connection
@@ -68,6 +101,7 @@ class Writer:
         self._closed = False
         self._commit_seconds = 0.0  # moving average of a group's commit time
         self._linger = 0.0
+        self._storage_full = StorageFullStats()
         self._thread = threading.Thread(target=self._run, name="engram-writer", daemon=True)
         self._thread.start()
 
@@ -98,6 +132,10 @@ class Writer:
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(_Pending(None, future, loop, True, batch, item))
         return await future
+
+    @property
+    def storage_full(self) -> StorageFullStats:
+        return self._storage_full
 
     def close(self) -> None:
         """Finish everything already queued, then stop the thread and close."""
@@ -168,13 +206,17 @@ class Writer:
                 conn.execute("COMMIT")
             except BaseException as exc:
                 error = exc
-                if failed is None:
+                if failed is None and not is_storage_full(exc):
                     log.exception("write transaction failed; nothing in this group was committed")
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _rollback(conn)
             everyone = [p for unit in units for p in unit]
             if error is None:
                 self._deliver(everyone, [(result, None) for result in results])
+                return
+            if is_storage_full(error):  # not this unit's fault: the whole group fails
+                self._deliver(
+                    everyone, [(None, self._refused_for_full_disk(error))] * len(everyone)
+                )
                 return
             if failed is None:  # BEGIN or COMMIT failed: the whole group fails
                 self._deliver(everyone, [(None, error)] * len(everyone))
@@ -199,6 +241,8 @@ class Writer:
                 try:
                     results = _in_savepoint(conn, unit)
                 except BaseException as exc:
+                    if is_storage_full(exc):
+                        raise
                     if len(unit) == 1:
                         settled.append(unit[0])
                         outcomes.append((None, exc))
@@ -208,18 +252,32 @@ class Writer:
                         try:
                             outcomes.append((_in_savepoint(conn, [pending])[0], None))
                         except BaseException as item_exc:
+                            if is_storage_full(item_exc):
+                                raise
                             outcomes.append((None, item_exc))
                     continue
                 settled.extend(unit)
                 outcomes.extend((result, None) for result in results)
             conn.execute("COMMIT")
         except BaseException as exc:
-            log.exception("write transaction failed; nothing in this group was committed")
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            error: BaseException = exc
+            if is_storage_full(exc):
+                error = self._refused_for_full_disk(exc)
+            else:
+                log.exception("write transaction failed; nothing in this group was committed")
+            _rollback(conn)
             settled = [p for unit in units for p in unit]
-            outcomes = [(None, exc)] * len(settled)
+            outcomes = [(None, error)] * len(settled)
         return settled, outcomes
+
+    def _refused_for_full_disk(self, error: BaseException) -> StorageFull:
+        """Count the refusal (for diagnostics) and say it once in the log."""
+        self._storage_full = StorageFullStats(self._storage_full.count + 1, clock.now_text())
+        log.warning(
+            "disk full: write refused, nothing in this group was committed",
+            extra={"error": str(error), "refusals": self._storage_full.count},
+        )
+        return StorageFull()
 
     @staticmethod
     def _deliver(group: list[_Pending], outcomes: list[tuple[Any, BaseException | None]]) -> None:
@@ -232,6 +290,16 @@ class Writer:
                 loop.call_soon_threadsafe(_settle_all, settled)
             except RuntimeError:  # the caller's loop is gone; the write stands
                 log.warning("writer result undeliverable: event loop closed")
+
+
+def _rollback(conn: Any) -> None:
+    """Undo what is left of a failed transaction (SQLite may already have)."""
+    if not conn.in_transaction:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except Exception:
+        log.exception("rollback failed")
 
 
 def _units(group: list[_Pending]) -> list[list[_Pending]]:

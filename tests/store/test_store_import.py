@@ -1,10 +1,14 @@
+import threading
+import time
 from pathlib import Path
 
 import grpc
+import pytest
 
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
-from store_helpers import remember, table_counts
+from services.store.memories import IMPORT_CHUNK, MAX_IMPORT_STREAM_ITEMS
+from store_helpers import remember, rows, scalar, table_counts
 
 Item = store_pb2.ImportItem
 
@@ -114,3 +118,106 @@ def test_oversized_message_is_rejected(store, db_path: Path) -> None:
 def test_empty_stream_imports_nothing(store) -> None:
     response = store.ImportMemories(iter([]))
     assert (response.created_count, len(response.results)) == (0, 0)
+
+
+# ---- committed as the stream arrives (issue 11, item 8) ------------------------------
+
+
+def _numbered(start: int, count: int) -> list[store_pb2.ImportItem]:
+    return [Item(content=f"streamed memory {n}") for n in range(start, start + count)]
+
+
+def _wait_for_rows(db_path: Path, expected: int) -> None:
+    """Until the file holds `expected` memories (bounded: a deadlock guard, not a timing claim)."""
+    deadline = time.monotonic() + 60
+    while scalar(db_path, "SELECT count(*) FROM memories") < expected:
+        assert time.monotonic() < deadline, "the streamed chunk was never committed"
+        time.sleep(0.02)
+
+
+def test_import_commits_each_chunk_before_the_stream_ends(store, db_path: Path) -> None:
+    remember(store, "tables exist")
+    committed = threading.Event()
+
+    def requests():
+        yield store_pb2.ImportMemoriesRequest(items=_numbered(0, IMPORT_CHUNK))
+        # The stream is still open: the first chunk is already in the file.
+        _wait_for_rows(db_path, 1 + IMPORT_CHUNK)
+        committed.set()
+        yield store_pb2.ImportMemoriesRequest(items=_numbered(IMPORT_CHUNK, 10))
+
+    response = store.ImportMemories(requests(), timeout=120)
+    assert committed.is_set()
+    assert response.created_count == IMPORT_CHUNK + 10
+    assert scalar(db_path, "SELECT count(*) FROM memories") == 1 + IMPORT_CHUNK + 10
+
+
+def test_a_cut_stream_keeps_a_prefix_in_whole_chunks_and_can_be_sent_again(
+    store, db_path: Path
+) -> None:
+    remember(store, "tables exist")
+    sent = 2 * IMPORT_CHUNK + 100
+    committed_mid_stream = threading.Event()
+
+    def requests():
+        yield store_pb2.ImportMemoriesRequest(items=_numbered(0, IMPORT_CHUNK))
+        yield store_pb2.ImportMemoriesRequest(items=_numbered(IMPORT_CHUNK, IMPORT_CHUNK + 100))
+        _wait_for_rows(db_path, 1 + 2 * IMPORT_CHUNK)
+        committed_mid_stream.set()
+        raise RuntimeError("the client goes away mid-stream")
+
+    with pytest.raises(grpc.RpcError):  # the client library cancels the call
+        store.ImportMemories(requests(), timeout=120)
+    assert committed_mid_stream.is_set()
+    # The writer commits in order: once this is answered, anything the import
+    # had queued is in the file too.
+    remember(store, "after the cut")
+    # The two whole chunks are committed; the last 100 items may or may not be
+    # (grpc.aio can end a cut stream like a finished one): a prefix either way.
+    imported = {r[0] for r in rows(db_path, "SELECT content FROM memories")} - {
+        "tables exist",
+        "after the cut",
+    }
+    assert imported in (
+        {f"streamed memory {n}" for n in range(2 * IMPORT_CHUNK)},
+        {f"streamed memory {n}" for n in range(sent)},
+    )
+    counts = table_counts(db_path)
+    assert counts["memories"] == counts["memories_fts"] == 2 + len(imported)
+    assert counts["memory_jobs"] == 2 * (2 + len(imported))
+
+    # Sending the whole stream again is safe: the committed items come back
+    # DEDUPLICATED, the rest are created once.
+    again = store.ImportMemories(
+        iter(
+            [
+                store_pb2.ImportMemoriesRequest(items=_numbered(0, IMPORT_CHUNK)),
+                store_pb2.ImportMemoriesRequest(items=_numbered(IMPORT_CHUNK, sent - IMPORT_CHUNK)),
+            ]
+        ),
+        timeout=120,
+    )
+    assert (again.created_count, again.deduplicated_count) == (sent - len(imported), len(imported))
+    assert scalar(db_path, "SELECT count(*) FROM memories") == 2 + sent
+
+
+def test_a_stream_over_the_item_cap_is_rejected_after_its_committed_chunks(
+    store, db_path: Path
+) -> None:
+    remember(store, "tables exist")
+    per_message = 1000
+
+    def requests():
+        for start in range(0, MAX_IMPORT_STREAM_ITEMS + 1, per_message):
+            yield store_pb2.ImportMemoriesRequest(
+                items=_numbered(start, min(per_message, MAX_IMPORT_STREAM_ITEMS + 1 - start))
+            )
+
+    code, reason, fields = error_of(lambda: store.ImportMemories(requests(), timeout=300))
+    assert (code, reason, fields) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_ARGUMENT",
+        ["items"],
+    )
+    # The items before the cap are whole chunks, all committed before the reply.
+    assert scalar(db_path, "SELECT count(*) FROM memories") == 1 + MAX_IMPORT_STREAM_ITEMS

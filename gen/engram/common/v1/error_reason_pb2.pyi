@@ -78,6 +78,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """FAILED_PRECONDITION: a maintenance action is cooling down, over its hourly
     budget, or halted after runs that did not improve health.
     """
+    ERROR_REASON_STORAGE_FULL: _ErrorReason.ValueType  # 20
+    """RESOURCE_EXHAUSTED: the store's disk is full ("database or disk is full");
+    nothing of the call was written. Retry once space is freed: the store
+    takes writes again by itself. StoreAdminService.GetStoreDiagnostics
+    counts these refusals and reports the data directory's free space.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -141,5 +147,11 @@ ERROR_REASON_STORE_UNAVAILABLE: ErrorReason.ValueType  # 18
 ERROR_REASON_ACTION_RATE_LIMITED: ErrorReason.ValueType  # 19
 """FAILED_PRECONDITION: a maintenance action is cooling down, over its hourly
 budget, or halted after runs that did not improve health.
+"""
+ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 20
+"""RESOURCE_EXHAUSTED: the store's disk is full ("database or disk is full");
+nothing of the call was written. Retry once space is freed: the store
+takes writes again by itself. StoreAdminService.GetStoreDiagnostics
+counts these refusals and reports the data directory's free space.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

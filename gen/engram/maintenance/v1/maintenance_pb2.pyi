@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
@@ -307,6 +308,9 @@ class StorageHealth(_message.Message):
     TOMBSTONE_RATIO_FIELD_NUMBER: _builtins.int
     EXPIRED_TOMBSTONES_FIELD_NUMBER: _builtins.int
     DB_SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    STORAGE_FULL_COUNT_FIELD_NUMBER: _builtins.int
+    LAST_STORAGE_FULL_TIME_FIELD_NUMBER: _builtins.int
+    DATA_DIR_FREE_BYTES_FIELD_NUMBER: _builtins.int
     total_memories: _builtins.int
     """All memory rows."""
     tombstones: _builtins.int
@@ -317,6 +321,16 @@ class StorageHealth(_message.Message):
     """Tombstones past the retention window."""
     db_size_bytes: _builtins.int
     """Database size in bytes."""
+    storage_full_count: _builtins.int
+    """Writes the store refused because its disk was full (STORAGE_FULL), since
+    the store started.
+    """
+    data_dir_free_bytes: _builtins.int
+    """Free bytes on the filesystem that holds the database."""
+    @_builtins.property
+    def last_storage_full_time(self) -> _timestamp_pb2.Timestamp:
+        """When the last of them happened; unset if none has."""
+
     def __init__(
         self,
         *,
@@ -325,10 +339,13 @@ class StorageHealth(_message.Message):
         tombstone_ratio: _builtins.float = ...,
         expired_tombstones: _builtins.int = ...,
         db_size_bytes: _builtins.int = ...,
+        storage_full_count: _builtins.int = ...,
+        last_storage_full_time: _timestamp_pb2.Timestamp | None = ...,
+        data_dir_free_bytes: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_storage_full_time", b"last_storage_full_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["db_size_bytes", b"db_size_bytes", "expired_tombstones", b"expired_tombstones", "tombstone_ratio", b"tombstone_ratio", "tombstones", b"tombstones", "total_memories", b"total_memories"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "expired_tombstones", b"expired_tombstones", "last_storage_full_time", b"last_storage_full_time", "storage_full_count", b"storage_full_count", "tombstone_ratio", b"tombstone_ratio", "tombstones", b"tombstones", "total_memories", b"total_memories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
@@ -91,6 +92,9 @@ class GetStoreDiagnosticsResponse(_message.Message):
     VECTOR_ORPHANED_FIELD_NUMBER: _builtins.int
     DB_SIZE_BYTES_FIELD_NUMBER: _builtins.int
     AUDIT_ROWS_FIELD_NUMBER: _builtins.int
+    STORAGE_FULL_COUNT_FIELD_NUMBER: _builtins.int
+    LAST_STORAGE_FULL_TIME_FIELD_NUMBER: _builtins.int
+    DATA_DIR_FREE_BYTES_FIELD_NUMBER: _builtins.int
     total_jobs: _builtins.int
     """All jobs, any status."""
     dead_jobs: _builtins.int
@@ -131,9 +135,21 @@ class GetStoreDiagnosticsResponse(_message.Message):
     """Database size in bytes (page_count × page_size)."""
     audit_rows: _builtins.int
     """Rows in the maintenance audit."""
+    storage_full_count: _builtins.int
+    """Writes refused with RESOURCE_EXHAUSTED / STORAGE_FULL (the disk was full)
+    since the store started; one per refused transaction.
+    """
+    data_dir_free_bytes: _builtins.int
+    """Free bytes on the filesystem that holds the database (what an
+    unprivileged process may use).
+    """
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobStatusCount]:
         """Jobs per type and status (only non-zero pairs)."""
+
+    @_builtins.property
+    def last_storage_full_time(self) -> _timestamp_pb2.Timestamp:
+        """When the last of them happened; unset if none has since the store started."""
 
     def __init__(
         self,
@@ -158,10 +174,13 @@ class GetStoreDiagnosticsResponse(_message.Message):
         vector_orphaned: _builtins.int = ...,
         db_size_bytes: _builtins.int = ...,
         audit_rows: _builtins.int = ...,
+        storage_full_count: _builtins.int = ...,
+        last_storage_full_time: _timestamp_pb2.Timestamp | None = ...,
+        data_dir_free_bytes: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_storage_full_time", b"last_storage_full_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_memories", b"active_memories", "audit_rows", b"audit_rows", "db_size_bytes", b"db_size_bytes", "dead_jobs", b"dead_jobs", "embedded_memories", b"embedded_memories", "expired_tombstones", b"expired_tombstones", "fts_missing", b"fts_missing", "fts_orphaned", b"fts_orphaned", "fts_rows", b"fts_rows", "index_model", b"index_model", "jobs", b"jobs", "lease_timeout_ms", b"lease_timeout_ms", "leased_jobs", b"leased_jobs", "stale_leases", b"stale_leases", "tombstones", b"tombstones", "total_jobs", b"total_jobs", "total_memories", b"total_memories", "vector_missing", b"vector_missing", "vector_orphaned", b"vector_orphaned", "vector_rows", b"vector_rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_memories", b"active_memories", "audit_rows", b"audit_rows", "data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "dead_jobs", b"dead_jobs", "embedded_memories", b"embedded_memories", "expired_tombstones", b"expired_tombstones", "fts_missing", b"fts_missing", "fts_orphaned", b"fts_orphaned", "fts_rows", b"fts_rows", "index_model", b"index_model", "jobs", b"jobs", "last_storage_full_time", b"last_storage_full_time", "lease_timeout_ms", b"lease_timeout_ms", "leased_jobs", b"leased_jobs", "stale_leases", b"stale_leases", "storage_full_count", b"storage_full_count", "tombstones", b"tombstones", "total_jobs", b"total_jobs", "total_memories", b"total_memories", "vector_missing", b"vector_missing", "vector_orphaned", b"vector_orphaned", "vector_rows", b"vector_rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -382,7 +382,7 @@ class ImportMemoriesRequest(_message.Message):
     """Tenant boundary for every item of this message; empty means "default"."""
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImportItem]:
-        """Up to 1000 items."""
+        """Up to 1000 items (and up to 25000 in the whole stream)."""
 
     def __init__(
         self,

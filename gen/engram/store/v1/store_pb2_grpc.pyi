@@ -39,6 +39,9 @@ class MemoryStoreServiceStub:
     INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
+    Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
+    store's disk is full, and writes nothing; the store takes writes again by
+    itself once there is room.
     """
 
     @_typing.overload
@@ -59,13 +62,35 @@ class MemoryStoreServiceStub:
     """
     ImportMemories: _grpc.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]
     """Bulk-loads memories with the same rules as Remember. The client streams
-    batches; the server answers once, after the stream ends, with a result per
-    item in the order sent. Items are committed in large transactions, so this
-    is the fast path for loading many memories. An invalid item is reported as
-    FAILED in its result and does not stop the others.
+    batches (messages of up to 1000 items, at most 25000 items per stream); the
+    server answers once, after the stream ends, with a result per item in the
+    order sent. An invalid item is reported as FAILED in its result and does
+    not stop the others.
 
-    Errors: INVALID_ARGUMENT (a batch with a bad namespace or over 1000 items);
-    UNAVAILABLE (MUTATIONS_FROZEN).
+    Valid items are committed as the stream arrives, in chunks of 500 in stream
+    order, each chunk in its own transaction, so the store's memory does not
+    depend on the stream's length; a client that sends faster than the store
+    commits is slowed by flow control. For more than 25000 items, open another
+    stream.
+
+    When the stream does not end normally, there are no per-item results, and
+    what is committed is a prefix of the stream in whole chunks of 500 valid
+    items:
+    - on an error reply (a bad message, the 25000-item cap, RESOURCE_EXHAUSTED
+      STORAGE_FULL), every whole chunk before the point of failure was
+      committed before the reply; the items after the last whole chunk were
+      not;
+    - when the client cancels, its deadline passes or the connection drops,
+      the whole chunks received are committed, and the items after them may or
+      may not be (the server cannot always tell a cut stream from a finished
+      one).
+    Sending the same items again is always safe: an item already committed
+    comes back DEDUPLICATED with its memory id, and the rest are created once.
+
+    Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
+    items, a stream over 25000 items: field `items`); UNAVAILABLE
+    (MUTATIONS_FROZEN, before anything is read); RESOURCE_EXHAUSTED
+    (STORAGE_FULL).
     """
     GetMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.GetMemoryRequest, _store_pb2.GetMemoryResponse]
     """Returns one memory, including a soft-deleted one (with `deleted` true).
@@ -152,6 +177,9 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
+    Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
+    store's disk is full, and writes nothing; the store takes writes again by
+    itself once there is room.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -169,13 +197,35 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     """
     ImportMemories: _aio.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]  # type: ignore[assignment]
     """Bulk-loads memories with the same rules as Remember. The client streams
-    batches; the server answers once, after the stream ends, with a result per
-    item in the order sent. Items are committed in large transactions, so this
-    is the fast path for loading many memories. An invalid item is reported as
-    FAILED in its result and does not stop the others.
+    batches (messages of up to 1000 items, at most 25000 items per stream); the
+    server answers once, after the stream ends, with a result per item in the
+    order sent. An invalid item is reported as FAILED in its result and does
+    not stop the others.
 
-    Errors: INVALID_ARGUMENT (a batch with a bad namespace or over 1000 items);
-    UNAVAILABLE (MUTATIONS_FROZEN).
+    Valid items are committed as the stream arrives, in chunks of 500 in stream
+    order, each chunk in its own transaction, so the store's memory does not
+    depend on the stream's length; a client that sends faster than the store
+    commits is slowed by flow control. For more than 25000 items, open another
+    stream.
+
+    When the stream does not end normally, there are no per-item results, and
+    what is committed is a prefix of the stream in whole chunks of 500 valid
+    items:
+    - on an error reply (a bad message, the 25000-item cap, RESOURCE_EXHAUSTED
+      STORAGE_FULL), every whole chunk before the point of failure was
+      committed before the reply; the items after the last whole chunk were
+      not;
+    - when the client cancels, its deadline passes or the connection drops,
+      the whole chunks received are committed, and the items after them may or
+      may not be (the server cannot always tell a cut stream from a finished
+      one).
+    Sending the same items again is always safe: an item already committed
+    comes back DEDUPLICATED with its memory id, and the rest are created once.
+
+    Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
+    items, a stream over 25000 items: field `items`); UNAVAILABLE
+    (MUTATIONS_FROZEN, before anything is read); RESOURCE_EXHAUSTED
+    (STORAGE_FULL).
     """
     GetMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.GetMemoryRequest, _store_pb2.GetMemoryResponse]  # type: ignore[assignment]
     """Returns one memory, including a soft-deleted one (with `deleted` true).
@@ -261,6 +311,9 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
     INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
+    Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
+    store's disk is full, and writes nothing; the store takes writes again by
+    itself once there is room.
     """
 
     @_abc_1.abstractmethod
@@ -288,13 +341,35 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_store_pb2.ImportMemoriesResponse, _abc.Awaitable[_store_pb2.ImportMemoriesResponse]]:
         """Bulk-loads memories with the same rules as Remember. The client streams
-        batches; the server answers once, after the stream ends, with a result per
-        item in the order sent. Items are committed in large transactions, so this
-        is the fast path for loading many memories. An invalid item is reported as
-        FAILED in its result and does not stop the others.
+        batches (messages of up to 1000 items, at most 25000 items per stream); the
+        server answers once, after the stream ends, with a result per item in the
+        order sent. An invalid item is reported as FAILED in its result and does
+        not stop the others.
 
-        Errors: INVALID_ARGUMENT (a batch with a bad namespace or over 1000 items);
-        UNAVAILABLE (MUTATIONS_FROZEN).
+        Valid items are committed as the stream arrives, in chunks of 500 in stream
+        order, each chunk in its own transaction, so the store's memory does not
+        depend on the stream's length; a client that sends faster than the store
+        commits is slowed by flow control. For more than 25000 items, open another
+        stream.
+
+        When the stream does not end normally, there are no per-item results, and
+        what is committed is a prefix of the stream in whole chunks of 500 valid
+        items:
+        - on an error reply (a bad message, the 25000-item cap, RESOURCE_EXHAUSTED
+          STORAGE_FULL), every whole chunk before the point of failure was
+          committed before the reply; the items after the last whole chunk were
+          not;
+        - when the client cancels, its deadline passes or the connection drops,
+          the whole chunks received are committed, and the items after them may or
+          may not be (the server cannot always tell a cut stream from a finished
+          one).
+        Sending the same items again is always safe: an item already committed
+        comes back DEDUPLICATED with its memory id, and the rest are created once.
+
+        Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
+        items, a stream over 25000 items: field `items`); UNAVAILABLE
+        (MUTATIONS_FROZEN, before anything is read); RESOURCE_EXHAUSTED
+        (STORAGE_FULL).
         """
 
     @_abc_1.abstractmethod

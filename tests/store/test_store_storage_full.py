@@ -1,0 +1,167 @@
+"""A full disk: writes answer RESOURCE_EXHAUSTED / STORAGE_FULL with nothing
+acknowledged lost, diagnostics report it, and the store recovers on its own
+once space returns. The disk is real: a small tmpfs mounted for the test."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
+from engram.store.v1 import admin_pb2, admin_pb2_grpc, store_pb2
+from grpc_helpers import error_of
+from services.maintenance.app import start_maintenance
+from store_helpers import rows, scalar
+
+DISK_BYTES = 8 * 1024 * 1024
+# Distinct contents near the 64 KiB limit: each commit needs fresh pages.
+BIG = 60 * 1024
+
+
+def _mount_tmpfs(path: Path, size: int) -> None:
+    """Mount a tmpfs of `size` bytes at `path`, or skip the test saying why."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = shutil.which("mount")
+    if mount is None:
+        pytest.skip("no mount command")
+    done = subprocess.run(
+        [mount, "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real, nearly empty filesystem of DISK_BYTES."""
+    path = tmp_path / "small-disk"
+    path.mkdir()
+    _mount_tmpfs(path, DISK_BYTES)
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _fill(path: Path) -> None:
+    """Take every free byte of the filesystem that holds `path`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for block in (b"\0" * (1 << 20), b"\0" * (1 << 12), b"\0"):
+            while True:
+                try:
+                    os.write(fd, block)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    break
+    finally:
+        os.close(fd)
+    assert shutil.disk_usage(path.parent).free < 64 * 1024
+
+
+def _content(n: int) -> str:
+    return f"storage full probe {n} " + (f"{n:08d} " * (BIG // 9))[:BIG]
+
+
+def test_full_disk_answers_storage_full_and_the_store_recovers_when_space_returns(
+    small_disk: Path,
+    make_config: Callable[..., Any],
+    start_store_server: Callable[..., Any],
+) -> None:
+    config = make_config(
+        **{"storage.path": str(small_disk / "engram.db"), "providers.embedding.kind": "none"}
+    )
+    server, store = start_store_server(config)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
+    admin = admin_pb2_grpc.StoreAdminServiceStub(channel)
+    before = admin.GetStoreDiagnostics(admin_pb2.GetStoreDiagnosticsRequest())
+    assert before.storage_full_count == 0
+    assert not before.HasField("last_storage_full_time")
+    assert before.data_dir_free_bytes > 0
+
+    acked = {store.Remember(store_pb2.RememberRequest(content="before the disk filled")).memory.id}
+    filler = small_disk / "filler"
+    _fill(filler)
+
+    # Writes go on succeeding while SQLite finds room in pages it already has;
+    # then the disk is full. Bounded: 8 MiB cannot take a hundred 60 KiB writes.
+    refused = None
+    for n in range(100):
+        try:
+            acked.add(store.Remember(store_pb2.RememberRequest(content=_content(n))).memory.id)
+        except grpc.RpcError:
+            refused = n
+            break
+    assert refused is not None, "the disk never filled"
+    code, reason, _ = error_of(
+        lambda: store.Remember(store_pb2.RememberRequest(content=_content(refused)))
+    )
+    assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "STORAGE_FULL")
+    # An import is refused the same way.
+    code, reason, _ = error_of(
+        lambda: store.ImportMemories(
+            iter(
+                [
+                    store_pb2.ImportMemoriesRequest(
+                        items=[store_pb2.ImportItem(content=_content(999))]
+                    )
+                ]
+            )
+        )
+    )
+    assert (code, reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "STORAGE_FULL")
+
+    full = admin.GetStoreDiagnostics(admin_pb2.GetStoreDiagnosticsRequest())
+    assert full.storage_full_count >= 2
+    assert full.HasField("last_storage_full_time")
+    assert full.data_dir_free_bytes < 64 * 1024
+    # ...and the maintenance service passes it on.
+    maintenance_config = config.with_overrides(
+        {
+            "clients.store_address": f"127.0.0.1:{server.app.port}",
+            "clients.pipeline_address": "127.0.0.1:1",
+        }
+    )
+    maintenance = type(server)(
+        lambda: start_maintenance(maintenance_config, host="127.0.0.1", port=0)
+    )
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{maintenance.app.port}") as m_channel:
+            report = maintenance_pb2_grpc.MaintenanceServiceStub(m_channel).GetDiagnostics(
+                maintenance_pb2.GetDiagnosticsRequest(), timeout=30
+            )
+        assert report.storage.storage_full_count == full.storage_full_count
+        assert report.storage.last_storage_full_time == full.last_storage_full_time
+        assert report.storage.data_dir_free_bytes < 64 * 1024
+    finally:
+        maintenance.stop()
+
+    # Space returns: the same store process takes writes again, by itself.
+    filler.unlink()
+    after = store.Remember(store_pb2.RememberRequest(content=_content(refused)))
+    assert not after.deduplicated
+    acked.add(after.memory.id)
+
+    # Nothing acknowledged was lost, nothing refused was written (the refused
+    # content exists once: the write after recovery), and the file is sound.
+    stored = {r[0] for r in rows(config["storage.path"], "SELECT id FROM memories")}
+    assert stored == acked
+    assert scalar(config["storage.path"], "PRAGMA integrity_check") == "ok"
+    assert scalar(config["storage.path"], "SELECT count(*) FROM memories_fts") == len(acked)
+    assert admin.GetStoreDiagnostics(admin_pb2.GetStoreDiagnosticsRequest()).data_dir_free_bytes > (
+        1 << 20
+    )
+    channel.close()

@@ -78,6 +78,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """FAILED_PRECONDITION: a maintenance action is cooling down, over its hourly
     budget, or halted after runs that did not improve health.
     """
+    ERROR_REASON_MALFORMED_REQUEST: _ErrorReason.ValueType  # 20
+    """INVALID_ARGUMENT: the request's bytes do not parse as the method's request
+    message (a truncated message, invalid UTF-8 in a string field, groups
+    nested too deeply). No field can be named; nothing was written.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -141,5 +146,10 @@ ERROR_REASON_STORE_UNAVAILABLE: ErrorReason.ValueType  # 18
 ERROR_REASON_ACTION_RATE_LIMITED: ErrorReason.ValueType  # 19
 """FAILED_PRECONDITION: a maintenance action is cooling down, over its hourly
 budget, or halted after runs that did not improve health.
+"""
+ERROR_REASON_MALFORMED_REQUEST: ErrorReason.ValueType  # 20
+"""INVALID_ARGUMENT: the request's bytes do not parse as the method's request
+message (a truncated message, invalid UTF-8 in a string field, groups
+nested too deeply). No field can be named; nothing was written.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

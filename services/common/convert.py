@@ -11,9 +11,7 @@ from services.common.memory_record import MemoryRecord
 from services.common.validation import check_timestamp
 
 
-def text_from_timestamp(
-    ts: timestamp_pb2.Timestamp, present: bool, field: str
-) -> str | None:
+def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool, field: str) -> str | None:
     """Stored text for a set Timestamp; None when the field is unset. Out of
     Timestamp's range is INVALID_ARGUMENT on `field`; nanos finer than a
     microsecond are truncated (services.common.clock keeps microseconds)."""
@@ -31,9 +29,7 @@ def timestamp_from_text(text: str | None) -> timestamp_pb2.Timestamp | None:
     return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
 
 
-def filter_from_proto(
-    message: memory_pb2.MemoryFilter, field: str = "filter"
-) -> MemoryFilterSpec:
+def filter_from_proto(message: memory_pb2.MemoryFilter, field: str = "filter") -> MemoryFilterSpec:
     return MemoryFilterSpec(
         types=tuple(message.types),
         tags=tuple(message.tags),

@@ -70,9 +70,7 @@ class EngramError(Exception):
         if reason is not None:
             self.reason = reason
         self.metadata = {key: _clip(value) for key, value in (metadata or {}).items()}
-        self.violations = [
-            FieldViolation(_clip(v.field), _clip(v.description)) for v in violations
-        ]
+        self.violations = [FieldViolation(_clip(v.field), _clip(v.description)) for v in violations]
 
 
 class InvalidArgument(EngramError):

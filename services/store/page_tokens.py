@@ -43,7 +43,14 @@ def decode_page_token(token: str, kind: str, scope: str) -> list[Any] | None:
         padded = token + "=" * (-len(token) % 4)
         body = json.loads(base64.urlsafe_b64decode(padded.encode()).decode())
         binding, position = body["b"], body["p"]
-    except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
+    except (
+        binascii.Error,
+        ValueError,
+        UnicodeDecodeError,
+        KeyError,
+        TypeError,
+        RecursionError,
+    ) as exc:  # RecursionError: a forged body nested deeper than json.loads goes
         raise InvalidArgument(_FIELD, "malformed page token") from exc
     if binding != _binding(kind, scope):
         raise InvalidArgument(_FIELD, "page token was issued for a different listing or filter")

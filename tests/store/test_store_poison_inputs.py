@@ -9,6 +9,7 @@ every test writes into its own namespace.
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -366,9 +367,16 @@ def test_forged_listing_page_tokens_are_invalid_argument(stack: Stack, position:
     assert fields == ["page_token"]
 
 
-def test_an_oversized_page_token_is_invalid_argument(stack: Stack) -> None:
+@pytest.mark.parametrize(
+    "token",
+    ["A" * 100_000, base64.urlsafe_b64encode(b"[" * 1500).decode()],
+    ids=["100 000 characters", "JSON nested 1500 deep"],
+)
+def test_oversized_and_deeply_nested_page_tokens_are_invalid_argument(
+    stack: Stack, token: str
+) -> None:
     fields = invalid_fields(
-        lambda: stack.store.ListMemories(store_pb2.ListMemoriesRequest(page_token="A" * 100_000))
+        lambda: stack.store.ListMemories(store_pb2.ListMemoriesRequest(page_token=token))
     )
     assert fields == ["page_token"]
 

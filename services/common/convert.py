@@ -2,42 +2,42 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from google.protobuf import timestamp_pb2
 
 from engram.common.v1 import memory_pb2
 from services.common import clock
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import MemoryRecord
+from services.common.validation import check_timestamp
 
 
-def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool) -> str | None:
-    """Stored text for a set Timestamp; None when the field is unset."""
-    return clock.to_text(ts.ToDatetime(tzinfo=clock.UTC)) if present else None
+def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool, field: str) -> str | None:
+    """Stored text for a set Timestamp; None when the field is unset. Out of
+    Timestamp's range is INVALID_ARGUMENT on `field`; nanos finer than a
+    microsecond are truncated (services.common.clock keeps microseconds)."""
+    if not present:
+        return None
+    check_timestamp(ts.seconds, ts.nanos, field)
+    return clock.text_from_epoch(ts.seconds, ts.nanos)
 
 
 def timestamp_from_text(text: str | None) -> timestamp_pb2.Timestamp | None:
-    """Stored text (fixed width, see services.common.clock) to a Timestamp; sliced
-    rather than parsed with strptime, which costs several times more per call."""
+    """Stored text (fixed width, see services.common.clock) to a Timestamp."""
     if text is None:
         return None
-    moment = datetime(
-        int(text[0:4]), int(text[5:7]), int(text[8:10]),
-        int(text[11:13]), int(text[14:16]), int(text[17:19]), tzinfo=UTC,
-    )  # fmt: skip
-    return timestamp_pb2.Timestamp(seconds=int(moment.timestamp()), nanos=int(text[20:26]) * 1000)
+    seconds, nanos = clock.epoch_from_text(text)
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
 
 
-def filter_from_proto(message: memory_pb2.MemoryFilter) -> MemoryFilterSpec:
+def filter_from_proto(message: memory_pb2.MemoryFilter, field: str = "filter") -> MemoryFilterSpec:
     return MemoryFilterSpec(
         types=tuple(message.types),
         tags=tuple(message.tags),
         who=message.who,
         pinned=message.pinned if message.HasField("pinned") else None,
         source_type=message.source_type,
-        since=text_from_timestamp(message.since, message.HasField("since")),
-        until=text_from_timestamp(message.until, message.HasField("until")),
+        since=text_from_timestamp(message.since, message.HasField("since"), f"{field}.since"),
+        until=text_from_timestamp(message.until, message.HasField("until"), f"{field}.until"),
         importance_min=message.importance_min if message.HasField("importance_min") else None,
     )
 

@@ -10,6 +10,25 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+# Errors travel in response metadata (grpc-message and grpc-status-details-bin),
+# which clients cap (8 KiB by default): echoing a client's megabyte back would
+# turn a precise error into RESOURCE_EXHAUSTED. So any input shown in an error is
+# cut to MAX_ECHO_CHARS (use `echo`), and every message, description and metadata
+# value is cut to MAX_MESSAGE_CHARS here, whatever the caller built.
+MAX_ECHO_CHARS = 64
+MAX_MESSAGE_CHARS = 1024
+
+
+def echo(value: str, limit: int = MAX_ECHO_CHARS) -> str:
+    """A client's value, quoted and cut short, to show in an error message."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class ErrorKind(enum.Enum):
     """Canonical status codes the domain may ask for."""
@@ -46,12 +65,13 @@ class EngramError(Exception):
         metadata: Mapping[str, str] | None = None,
         violations: Sequence[FieldViolation] = (),
     ) -> None:
+        message = _clip(message)
         super().__init__(message)
         self.message = message
         if reason is not None:
             self.reason = reason
-        self.metadata = dict(metadata or {})
-        self.violations = list(violations)
+        self.metadata = {key: _clip(value) for key, value in (metadata or {}).items()}
+        self.violations = [FieldViolation(_clip(v.field), _clip(v.description)) for v in violations]
 
 
 class InvalidArgument(EngramError):
@@ -60,8 +80,8 @@ class InvalidArgument(EngramError):
 
     def __init__(self, field: str, description: str) -> None:
         super().__init__(f"{field}: {description}", violations=[FieldViolation(field, description)])
-        self.field = field
-        self.description = description
+        self.field = self.violations[0].field
+        self.description = self.violations[0].description
 
 
 class NotFound(EngramError):
@@ -95,3 +115,13 @@ class MutationsFrozen(EngramError):
 
     def __init__(self) -> None:
         super().__init__("mutations are frozen (memory.pipelineV2.mutationsFrozen)")
+
+
+class MalformedRequest(EngramError):
+    """The request's bytes do not parse as the method's request message."""
+
+    kind = ErrorKind.INVALID_ARGUMENT
+    reason = "MALFORMED_REQUEST"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"the request message does not parse: {detail}")

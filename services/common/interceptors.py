@@ -5,6 +5,12 @@ that appears in every log line and goes back to the caller in trailing metadata.
 EngramError becomes its canonical code with google.rpc.Status details (ErrorInfo
 with the stable reason; BadRequest with field violations). Anything else becomes
 INTERNAL with no stack trace sent; the trace goes to the log.
+
+Request bytes that do not parse as the method's request message (invalid UTF-8
+in a string, a truncated message, groups nested past the parser's limit) would
+fail in grpc's own deserialiser, before any handler runs, as INTERNAL. The
+wrapped deserialiser hands the failure to the handler instead, which answers
+INVALID_ARGUMENT with reason MALFORMED_REQUEST, like every other bad request.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from services.common.errors import EngramError, ErrorKind
+from services.common.errors import EngramError, ErrorKind, MalformedRequest
 from services.common.logs import request_id_var
 
 log = logging.getLogger("engram.rpc")
@@ -137,15 +143,51 @@ def _request_id(context: Any) -> str:
     return f"{_ID_PREFIX}{next(_id_counter):08x}"
 
 
+class _Undecodable:
+    """Stands in for a request message whose bytes did not parse."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Any) -> Any:
+    """The method's deserialiser, returning _Undecodable instead of raising."""
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # DecodeError, or the parser's recursion limit
+            return _Undecodable(exc)
+
+    return deserialize
+
+
+def _decoded(request: Any) -> Any:
+    if isinstance(request, _Undecodable):
+        raise MalformedRequest(str(request.error)) from request.error
+    return request
+
+
+async def _decoded_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        yield _decoded(request)
+
+
 def _wrap(method: str, handler: Any) -> Any:
     if handler.unary_unary or handler.stream_unary:
         inner: Any = handler.unary_unary or handler.stream_unary
+        unary_in = bool(handler.unary_unary)
 
         async def call(request: Any, context: Any) -> Any:
             request_id = _request_id(context)
             token = request_id_var.set(request_id)
             started = time.perf_counter()
             try:
+                request = _decoded(request) if unary_in else _decoded_stream(request)
                 response = await inner(request, context)
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                 _log_done(method, "OK", started)
@@ -162,17 +204,19 @@ def _wrap(method: str, handler: Any) -> Any:
         )
         return factory(
             call,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=_tolerant(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
 
     inner_stream: Any = handler.unary_stream or handler.stream_stream
+    unary_in_stream = bool(handler.unary_stream)
 
     async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
         request_id = _request_id(context)
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         try:
+            request = _decoded(request) if unary_in_stream else _decoded_stream(request)
             produced = inner_stream(request, context)
             if hasattr(produced, "__aiter__"):
                 async for item in produced:
@@ -193,7 +237,7 @@ def _wrap(method: str, handler: Any) -> Any:
     )
     return stream_factory(
         stream,
-        request_deserializer=handler.request_deserializer,
+        request_deserializer=_tolerant(handler.request_deserializer),
         response_serializer=handler.response_serializer,
     )
 

@@ -12,7 +12,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, echo
+
+# Caps on the repeated filter fields (documented on engram.common.v1.MemoryFilter).
+# Each tag adds one clause to every channel's query; SQLite refuses a query whose
+# expression tree is deeper than 1000, which an uncapped list reached at 934 tags.
+# A memory carries at most 32 tags (services.store.rules.MAX_TAGS), so a filter
+# needing more can never match; types are from a short fixed list.
+MAX_FILTER_TAGS = 32
+MAX_FILTER_TYPES = 16
 
 
 @dataclass(frozen=True)
@@ -58,9 +66,15 @@ class MemoryFilterSpec:
 def check_filter(
     spec: MemoryFilterSpec, known_types: tuple[str, ...], field_name: str = "filter"
 ) -> MemoryFilterSpec:
+    if len(spec.types) > MAX_FILTER_TYPES:
+        raise InvalidArgument(f"{field_name}.types", f"at most {MAX_FILTER_TYPES} types")
+    if len(spec.tags) > MAX_FILTER_TAGS:
+        raise InvalidArgument(f"{field_name}.tags", f"at most {MAX_FILTER_TAGS} tags")
     for index, memory_type in enumerate(spec.types):
         if memory_type not in known_types:
-            raise InvalidArgument(f"{field_name}.types[{index}]", f"unknown type {memory_type!r}")
+            raise InvalidArgument(
+                f"{field_name}.types[{index}]", f"unknown type {echo(memory_type)}"
+            )
     if spec.since and spec.until and spec.since > spec.until:
         raise InvalidArgument(f"{field_name}.since", "must not be after until")
     if spec.importance_min is not None and not 0.0 <= spec.importance_min <= 1.0:

@@ -23,6 +23,14 @@ class NormalizedContent:
     content_hash: str
 
 
+def is_blank(text: str) -> bool:
+    """True when `text` shows nothing: only whitespace and Unicode format
+    characters (category Cf: zero-width space U+200B, joiners, BOM, bidi marks).
+    Such text is checked as empty but never rewritten: stripping Cf characters
+    would change the content hash of stored memories."""
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
+
+
 def normalize_content(text: str) -> NormalizedContent:
     storage = _WHITESPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
     normalized = _TRAILING_PUNCTUATION.sub("", storage.lower())

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import re
 
+from services.common import clock
 from services.common.errors import InvalidArgument
 
 DEFAULT_NAMESPACE = "default"
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# Ids are UUIDs (36 characters); the cap keeps an id that is echoed in an error
+# or bound into a query small, whatever a client sends.
+MAX_ID_CHARS = 128
 
 
 def validate_namespace(namespace: str, field: str = "namespace") -> str:
@@ -17,3 +21,28 @@ def validate_namespace(namespace: str, field: str = "namespace") -> str:
     if not _NAMESPACE.fullmatch(namespace):
         raise InvalidArgument(field, "must match [A-Za-z0-9._:-]{1,128}")
     return namespace
+
+
+def validate_id(value: str, field: str) -> str:
+    """A required id of at most MAX_ID_CHARS characters."""
+    if not value:
+        raise InvalidArgument(field, "required")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidArgument(field, f"must be at most {MAX_ID_CHARS} characters")
+    return value
+
+
+def validate_ids(values: list[str] | tuple[str, ...], field: str) -> tuple[str, ...]:
+    """Every id of a repeated id field (each named by its index)."""
+    return tuple(validate_id(value, f"{field}[{index}]") for index, value in enumerate(values))
+
+
+def check_timestamp(seconds: int, nanos: int, field: str) -> None:
+    """google.protobuf.Timestamp's own range: 0001-01-01T00:00:00Z to
+    9999-12-31T23:59:59.999999999Z, nanos in [0, 1e9)."""
+    if not 0 <= nanos <= 999_999_999:
+        raise InvalidArgument(field, "nanos must be between 0 and 999999999")
+    if not clock.MIN_SECONDS <= seconds <= clock.MAX_SECONDS:
+        raise InvalidArgument(
+            field, "must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999999Z"
+        )

@@ -27,6 +27,7 @@ from services.common.errors import (
 from services.common.fts import build_fts_query
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
+from services.common.validation import validate_id, validate_ids
 from services.store import repository as repo
 from services.store import rules
 from services.store.admin_sql import purged_marker_query
@@ -166,8 +167,7 @@ class MemoryStore:
     # ---- reads -------------------------------------------------------------------
 
     async def get(self, namespace: str, memory_id: str) -> MemoryRecord:
-        if not memory_id:
-            raise InvalidArgument("id", "required")
+        validate_id(memory_id, "id")
         row = await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id))
         if row is None:
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
@@ -194,8 +194,7 @@ class MemoryStore:
     async def history(
         self, namespace: str, memory_id: str, page_size: int, page_token: str
     ) -> tuple[list[HistoryEntry], str]:
-        if not memory_id:
-            raise InvalidArgument("memory_id", "required")
+        validate_id(memory_id, "memory_id")
         size = _page_size(page_size, DEFAULT_HISTORY_PAGE_SIZE)
         scope = f"{namespace}\x00{memory_id}"
         position = decode_page_token(page_token, "history", scope)
@@ -330,8 +329,7 @@ class MemoryStore:
         actor: str,
     ) -> MemoryRecord:
         self._ensure_writable()
-        if not memory_id:
-            raise InvalidArgument("id", "required")
+        validate_id(memory_id, "id")
         reason = rules.check_reason(reason, "reason")
         actor = rules.check_actor(actor)
 
@@ -423,8 +421,7 @@ class MemoryStore:
         self, namespace: str, memory_id: str, reason: str, if_version: int | None, actor: str
     ) -> MemoryRecord:
         self._ensure_writable()
-        if not memory_id:
-            raise InvalidArgument("id", "required")
+        validate_id(memory_id, "id")
         reason = rules.check_reason(reason, "reason")
         actor = rules.check_actor(actor)
 
@@ -489,6 +486,9 @@ class MemoryStore:
         self._ensure_writable()
         if len(memory_ids) > MAX_ACCESS_IDS:
             raise InvalidArgument("memory_ids", f"at most {MAX_ACCESS_IDS} ids")
+        for index, memory_id in enumerate(memory_ids):
+            if memory_id:
+                validate_id(memory_id, f"memory_ids[{index}]")
         counts: dict[str, int] = {}
         for memory_id in memory_ids:
             counts[memory_id] = counts.get(memory_id, 0) + 1
@@ -548,8 +548,7 @@ def _check_patches(patches: Sequence[PatchSpec], default_reason: str) -> list[_C
     checked: list[_CheckedPatch] = []
     for index, patch in enumerate(patches):
         field = f"patches[{index}]"
-        if not patch.id:
-            raise InvalidArgument(f"{field}.id", "required")
+        validate_id(patch.id, f"{field}.id")
         reason = rules.check_reason(patch.reason or default_reason, f"{field}.reason")
         if all(
             value is None
@@ -590,6 +589,7 @@ def _check_selection(namespace: str, selection: ForgetSelection) -> repo.Query:
         raise InvalidArgument("ids", f"at most {MAX_FORGET} ids")
     if any(not i for i in selection.ids):
         raise InvalidArgument("ids", "ids must not be empty strings")
+    validate_ids(selection.ids, "ids")
     if not 0 <= selection.limit <= MAX_FORGET:
         raise InvalidArgument("limit", f"must be between 0 and {MAX_FORGET}")
     spec = check_filter(selection.spec, rules.MEMORY_TYPES)

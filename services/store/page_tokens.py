@@ -1,8 +1,10 @@
 """Opaque page tokens bound to the listing they came from.
 
 A token records where the previous page ended and a fingerprint of the listing
-(kind, namespace, filter). A token that does not decode, or was issued for
-another listing, is INVALID_ARGUMENT on `page_token`.
+(kind, namespace, filter). A token that does not decode, was issued for another
+listing, or holds a position no listing could have written (a value that is not
+a short string or a 64-bit integer: e.g. a forged 10**30, which SQLite cannot
+bind) is INVALID_ARGUMENT on `page_token`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from typing import Any
 from services.common.errors import InvalidArgument
 
 _FIELD = "page_token"
+# Tokens we issue are well under these; anything longer is not ours.
+MAX_TOKEN_CHARS = 2048
+_MAX_POSITION_STRING = 512
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _binding(kind: str, scope: str) -> str:
@@ -31,14 +37,32 @@ def decode_page_token(token: str, kind: str, scope: str) -> list[Any] | None:
     """None for the first page; the position after which the next page starts."""
     if not token:
         return None
+    if len(token) > MAX_TOKEN_CHARS:
+        raise InvalidArgument(_FIELD, "malformed page token")
     try:
         padded = token + "=" * (-len(token) % 4)
         body = json.loads(base64.urlsafe_b64decode(padded.encode()).decode())
         binding, position = body["b"], body["p"]
-    except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
+    except (
+        binascii.Error,
+        ValueError,
+        UnicodeDecodeError,
+        KeyError,
+        TypeError,
+        RecursionError,
+    ) as exc:  # RecursionError: a forged body nested deeper than json.loads goes
         raise InvalidArgument(_FIELD, "malformed page token") from exc
     if binding != _binding(kind, scope):
         raise InvalidArgument(_FIELD, "page token was issued for a different listing or filter")
-    if not isinstance(position, list):
+    if not isinstance(position, list) or not all(_bindable(value) for value in position):
         raise InvalidArgument(_FIELD, "malformed page token")
     return position
+
+
+def _bindable(value: Any) -> bool:
+    """A value a listing writes into a token: a short string or a 64-bit int."""
+    if isinstance(value, str):
+        return len(value) <= _MAX_POSITION_STRING
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _INT64[0] <= value <= _INT64[1]
+    return False

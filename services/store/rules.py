@@ -7,9 +7,9 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, echo
 from services.common.memory_record import MEMORY_TYPES
-from services.common.normalize import NormalizedContent, normalize_content
+from services.common.normalize import NormalizedContent, is_blank, normalize_content
 
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_TAGS = 32
@@ -80,8 +80,10 @@ def check_content(
 ) -> NormalizedContent:
     """`normalized` may pass in the text's normalisation when it is already known."""
     content = normalized or normalize_content(text)
-    if not content.storage:
-        raise InvalidArgument(field, "must not be empty or whitespace only")
+    if is_blank(content.storage):
+        raise InvalidArgument(
+            field, "must not be empty, whitespace or invisible format characters only"
+        )
     if len(content.storage.encode("utf-8")) > MAX_CONTENT_BYTES:
         raise InvalidArgument(field, f"must be at most {MAX_CONTENT_BYTES} bytes")
     return content
@@ -90,7 +92,7 @@ def check_content(
 def check_type(memory_type: str, field: str) -> str:
     if memory_type not in MEMORY_TYPES:
         raise InvalidArgument(
-            field, f"unknown type {memory_type!r}; one of {', '.join(MEMORY_TYPES)}"
+            field, f"unknown type {echo(memory_type)}; one of {', '.join(MEMORY_TYPES)}"
         )
     return memory_type
 
@@ -106,7 +108,7 @@ def check_tags(tags: Iterable[str], field: str) -> tuple[str, ...]:
     cleaned: dict[str, None] = {}
     for index, tag in enumerate(tags):
         value = unicodedata.normalize("NFC", tag).strip().lower()
-        if not value:
+        if is_blank(value):
             raise InvalidArgument(f"{field}[{index}]", "must not be empty")
         if len(value) > MAX_TAG_CHARS:
             raise InvalidArgument(

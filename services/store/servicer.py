@@ -77,7 +77,9 @@ def _draft(namespace: str, item: Any, field_prefix: str = "") -> rules.MemoryDra
         why=item.why,
         source_type=item.source_type,
         source_id=item.source_id,
-        event_time=text_from_timestamp(item.event_time, item.HasField("event_time")),
+        event_time=text_from_timestamp(
+            item.event_time, item.HasField("event_time"), f"{field_prefix}event_time"
+        ),
         field_prefix=field_prefix,
     )
 

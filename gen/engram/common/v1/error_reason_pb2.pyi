@@ -84,6 +84,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     takes writes again by itself. StoreAdminService.GetStoreDiagnostics
     counts these refusals and reports the data directory's free space.
     """
+    ERROR_REASON_MALFORMED_REQUEST: _ErrorReason.ValueType  # 21
+    """INVALID_ARGUMENT: the request's bytes do not parse as the method's request
+    message (a truncated message, invalid UTF-8 in a string field, groups
+    nested too deeply). No field can be named; nothing was written.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -153,5 +158,10 @@ ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 20
 nothing of the call was written. Retry once space is freed: the store
 takes writes again by itself. StoreAdminService.GetStoreDiagnostics
 counts these refusals and reports the data directory's free space.
+"""
+ERROR_REASON_MALFORMED_REQUEST: ErrorReason.ValueType  # 21
+"""INVALID_ARGUMENT: the request's bytes do not parse as the method's request
+message (a truncated message, invalid UTF-8 in a string field, groups
+nested too deeply). No field can be named; nothing was written.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -23,6 +23,15 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class Memory(_message.Message):
     """A memory: one piece of text an agent asked Engram to remember, with its
     classification and lifecycle state. Memories live in exactly one namespace.
+
+    Timestamps: every Timestamp a request carries (`event_time`, a filter's
+    `since` and `until`) must lie in google.protobuf.Timestamp's own range,
+    0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z, with `nanos` in
+    [0, 999999999]; anything else is INVALID_ARGUMENT naming the field, and
+    nothing is written. Engram keeps time to the microsecond: nanos finer than
+    a microsecond are truncated (toward the past) on input, so a Timestamp
+    read back has `nanos` a multiple of 1000 and is otherwise exactly the one
+    given.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -48,7 +57,9 @@ class Memory(_message.Message):
     ACCESS_COUNT_FIELD_NUMBER: _builtins.int
     LAST_ACCESS_TIME_FIELD_NUMBER: _builtins.int
     id: _builtins.str
-    """Server-assigned identifier (UUID). Unique across all namespaces."""
+    """Server-assigned identifier (UUID). Unique across all namespaces. Every
+    request field that takes a memory id accepts at most 128 characters.
+    """
     namespace: _builtins.str
     """The tenant boundary this memory belongs to."""
     content: _builtins.str
@@ -166,20 +177,26 @@ class MemoryFilter(_message.Message):
     """Only memories with at least this importance, in [0, 1]."""
     @_builtins.property
     def types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Memory types to include (any of). Each must be a known type."""
+        """Memory types to include (any of). Each must be a known type. At most 16
+        entries.
+        """
 
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Tags the memory must all carry (case-insensitive)."""
+        """Tags the memory must all carry (case-insensitive). At most 32 entries (a
+        memory carries at most 32 tags).
+        """
 
     @_builtins.property
     def since(self) -> _timestamp_pb2.Timestamp:
-        """Only memories whose `create_time` is at or after this instant."""
+        """Only memories whose `create_time` is at or after this instant. Compared to
+        the microsecond (finer nanos are truncated); see Memory on the valid range.
+        """
 
     @_builtins.property
     def until(self) -> _timestamp_pb2.Timestamp:
         """Only memories whose `create_time` is before this instant. Must not be
-        earlier than `since`.
+        earlier than `since`. Same range and precision as `since`.
         """
 
     def __init__(

@@ -71,8 +71,10 @@ class SearchServiceServicer:
         answers from keywords, and `degraded` says so.
 
         Errors: INVALID_ARGUMENT (empty query, query over 2000 characters, limit
-        outside 1..100, bad namespace, unknown type in the filter, `since` after
-        `until`, importance_min outside [0, 1]).
+        outside 1..100, bad namespace, unknown type in the filter, more than 16
+        types or 32 tags in the filter, `since` or `until` out of Timestamp's
+        range, `since` after `until`, importance_min outside [0, 1]; request bytes
+        that do not parse: MALFORMED_REQUEST).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -54,8 +54,10 @@ class SearchServiceStub:
     answers from keywords, and `degraded` says so.
 
     Errors: INVALID_ARGUMENT (empty query, query over 2000 characters, limit
-    outside 1..100, bad namespace, unknown type in the filter, `since` after
-    `until`, importance_min outside [0, 1]).
+    outside 1..100, bad namespace, unknown type in the filter, more than 16
+    types or 32 tags in the filter, `since` or `until` out of Timestamp's
+    range, `since` after `until`, importance_min outside [0, 1]; request bytes
+    that do not parse: MALFORMED_REQUEST).
     """
 
 @_typing.type_check_only
@@ -84,8 +86,10 @@ class SearchServiceAsyncStub(SearchServiceStub):
     answers from keywords, and `degraded` says so.
 
     Errors: INVALID_ARGUMENT (empty query, query over 2000 characters, limit
-    outside 1..100, bad namespace, unknown type in the filter, `since` after
-    `until`, importance_min outside [0, 1]).
+    outside 1..100, bad namespace, unknown type in the filter, more than 16
+    types or 32 tags in the filter, `since` or `until` out of Timestamp's
+    range, `since` after `until`, importance_min outside [0, 1]; request bytes
+    that do not parse: MALFORMED_REQUEST).
     """
 
 class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -117,8 +121,10 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
         answers from keywords, and `degraded` says so.
 
         Errors: INVALID_ARGUMENT (empty query, query over 2000 characters, limit
-        outside 1..100, bad namespace, unknown type in the filter, `since` after
-        `until`, importance_min outside [0, 1]).
+        outside 1..100, bad namespace, unknown type in the filter, more than 16
+        types or 32 tags in the filter, `since` or `until` out of Timestamp's
+        range, `since` after `until`, importance_min outside [0, 1]; request bytes
+        that do not parse: MALFORMED_REQUEST).
         """
 
 def add_SearchServiceServicer_to_server(servicer: SearchServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

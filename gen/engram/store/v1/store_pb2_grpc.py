@@ -35,7 +35,11 @@ class MemoryStoreServiceStub:
 
     Errors carry `google.rpc.Status` details: an `ErrorInfo` whose `reason` is one
     of `engram.common.v1.ErrorReason` (without its prefix), and for
-    INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
+    INVALID_ARGUMENT a `BadRequest` naming each offending field. Request bytes
+    that do not parse as the request message are INVALID_ARGUMENT with reason
+    MALFORMED_REQUEST. A field taking a memory id accepts at most 128 characters;
+    Timestamps must be in google.protobuf.Timestamp's range (see
+    `engram.common.v1.Memory`), kept to the microsecond. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
     Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
@@ -111,7 +115,11 @@ class MemoryStoreServiceServicer:
 
     Errors carry `google.rpc.Status` details: an `ErrorInfo` whose `reason` is one
     of `engram.common.v1.ErrorReason` (without its prefix), and for
-    INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
+    INVALID_ARGUMENT a `BadRequest` naming each offending field. Request bytes
+    that do not parse as the request message are INVALID_ARGUMENT with reason
+    MALFORMED_REQUEST. A field taking a memory id accepts at most 128 characters;
+    Timestamps must be in google.protobuf.Timestamp's range (see
+    `engram.common.v1.Memory`), kept to the microsecond. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
     Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
@@ -129,7 +137,8 @@ class MemoryStoreServiceServicer:
 
         Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
         [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-        bad namespace); UNAVAILABLE (MUTATIONS_FROZEN).
+        bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
+        (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -174,7 +183,8 @@ class MemoryStoreServiceServicer:
     def GetMemory(self, request, context):
         """Returns one memory, including a soft-deleted one (with `deleted` true).
 
-        Errors: INVALID_ARGUMENT (empty id, bad namespace); NOT_FOUND.
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
+        NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -185,7 +195,8 @@ class MemoryStoreServiceServicer:
 
         Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed page
         token or one issued for another namespace or filter, an unknown type in
-        the filter, `since` after `until`).
+        the filter, more than 16 types or 32 tags in the filter, `since` or
+        `until` out of Timestamp's range, `since` after `until`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -200,8 +211,9 @@ class MemoryStoreServiceServicer:
         bumps the version and writes a `modified` history event.
 
         Errors: INVALID_ARGUMENT (no patches, more than 200, a patch without an
-        id, a patch with nothing to change, a missing reason, or any invalid
-        field value; nothing is written); UNAVAILABLE (MUTATIONS_FROZEN).
+        id or one over 128 characters, a patch with nothing to change, a missing
+        reason, or any invalid field value; nothing is written); UNAVAILABLE
+        (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -211,8 +223,9 @@ class MemoryStoreServiceServicer:
         """Soft-deletes one memory: it leaves search indexes and listings at once and
         can be recovered within the tombstone retention window.
 
-        Errors: INVALID_ARGUMENT (empty id, missing reason); NOT_FOUND;
-        ABORTED (VERSION_CONFLICT); FAILED_PRECONDITION (PINNED_REQUIRES_FORCE,
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, missing
+        reason); NOT_FOUND; ABORTED (VERSION_CONFLICT); FAILED_PRECONDITION
+        (PINNED_REQUIRES_FORCE,
         ALREADY_DELETED); UNAVAILABLE (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -227,8 +240,9 @@ class MemoryStoreServiceServicer:
         Pinned memories are candidates only with `force`. With `force` the rows are
         removed for good instead of soft-deleted.
 
-        Errors: INVALID_ARGUMENT (no selector, more than 200 ids, limit over 200,
-        missing reason on execute, bad filter); FAILED_PRECONDITION
+        Errors: INVALID_ARGUMENT (no selector, more than 200 ids, an id over 128
+        characters, limit over 200, missing reason on execute, bad filter);
+        FAILED_PRECONDITION
         (CONFIRM_TOKEN_REQUIRED, CONFIRM_TOKEN_MISMATCH); UNAVAILABLE
         (MUTATIONS_FROZEN, execute only).
         """
@@ -241,8 +255,9 @@ class MemoryStoreServiceServicer:
         returns to search indexes and listings, its version goes up and a
         `recovered` history event is written.
 
-        Errors: INVALID_ARGUMENT (empty id, missing reason); NOT_FOUND;
-        FAILED_PRECONDITION (NOT_DELETED, RETENTION_EXPIRED); ABORTED
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, missing
+        reason); NOT_FOUND; FAILED_PRECONDITION (NOT_DELETED, RETENTION_EXPIRED);
+        ABORTED
         (VERSION_CONFLICT); ALREADY_EXISTS (DUPLICATE_CONTENT); UNAVAILABLE
         (MUTATIONS_FROZEN).
         """
@@ -253,8 +268,9 @@ class MemoryStoreServiceServicer:
     def ListMemoryHistory(self, request, context):
         """Lists a memory's history events, oldest first.
 
-        Errors: INVALID_ARGUMENT (empty memory_id, page_size over 500, bad page
-        token); NOT_FOUND (no memory and no history with that id).
+        Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
+        page_size over 500, bad page token); NOT_FOUND (no memory and no history
+        with that id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -266,8 +282,8 @@ class MemoryStoreServiceServicer:
         background, in batches; it never touches content, history or the
         full-text index. Unknown, deleted and other-namespace ids are ignored.
 
-        Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids);
-        UNAVAILABLE (MUTATIONS_FROZEN).
+        Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids, an id over
+        128 characters); UNAVAILABLE (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -344,7 +360,11 @@ class MemoryStoreService:
 
     Errors carry `google.rpc.Status` details: an `ErrorInfo` whose `reason` is one
     of `engram.common.v1.ErrorReason` (without its prefix), and for
-    INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
+    INVALID_ARGUMENT a `BadRequest` naming each offending field. Request bytes
+    that do not parse as the request message are INVALID_ARGUMENT with reason
+    MALFORMED_REQUEST. A field taking a memory id accepts at most 128 characters;
+    Timestamps must be in google.protobuf.Timestamp's range (see
+    `engram.common.v1.Memory`), kept to the microsecond. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
     Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the

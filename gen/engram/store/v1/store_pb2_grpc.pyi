@@ -36,7 +36,11 @@ class MemoryStoreServiceStub:
 
     Errors carry `google.rpc.Status` details: an `ErrorInfo` whose `reason` is one
     of `engram.common.v1.ErrorReason` (without its prefix), and for
-    INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
+    INVALID_ARGUMENT a `BadRequest` naming each offending field. Request bytes
+    that do not parse as the request message are INVALID_ARGUMENT with reason
+    MALFORMED_REQUEST. A field taking a memory id accepts at most 128 characters;
+    Timestamps must be in google.protobuf.Timestamp's range (see
+    `engram.common.v1.Memory`), kept to the microsecond. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
     Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
@@ -58,7 +62,8 @@ class MemoryStoreServiceStub:
 
     Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
     [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-    bad namespace); UNAVAILABLE (MUTATIONS_FROZEN).
+    bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
+    (MUTATIONS_FROZEN).
     """
     ImportMemories: _grpc.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]
     """Bulk-loads memories with the same rules as Remember. The client streams
@@ -95,14 +100,16 @@ class MemoryStoreServiceStub:
     GetMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.GetMemoryRequest, _store_pb2.GetMemoryResponse]
     """Returns one memory, including a soft-deleted one (with `deleted` true).
 
-    Errors: INVALID_ARGUMENT (empty id, bad namespace); NOT_FOUND.
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
+    NOT_FOUND.
     """
     ListMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListMemoriesRequest, _store_pb2.ListMemoriesResponse]
     """Lists active memories in a namespace, newest first, with optional filters.
 
     Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed page
     token or one issued for another namespace or filter, an unknown type in
-    the filter, `since` after `until`).
+    the filter, more than 16 types or 32 tags in the filter, `since` or
+    `until` out of Timestamp's range, `since` after `until`).
     """
     ModifyMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ModifyMemoriesRequest, _store_pb2.ModifyMemoriesResponse]
     """Applies up to 200 patches in one transaction and reports a result per
@@ -113,15 +120,17 @@ class MemoryStoreServiceStub:
     bumps the version and writes a `modified` history event.
 
     Errors: INVALID_ARGUMENT (no patches, more than 200, a patch without an
-    id, a patch with nothing to change, a missing reason, or any invalid
-    field value; nothing is written); UNAVAILABLE (MUTATIONS_FROZEN).
+    id or one over 128 characters, a patch with nothing to change, a missing
+    reason, or any invalid field value; nothing is written); UNAVAILABLE
+    (MUTATIONS_FROZEN).
     """
     DeleteMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.DeleteMemoryRequest, _store_pb2.DeleteMemoryResponse]
     """Soft-deletes one memory: it leaves search indexes and listings at once and
     can be recovered within the tombstone retention window.
 
-    Errors: INVALID_ARGUMENT (empty id, missing reason); NOT_FOUND;
-    ABORTED (VERSION_CONFLICT); FAILED_PRECONDITION (PINNED_REQUIRES_FORCE,
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, missing
+    reason); NOT_FOUND; ABORTED (VERSION_CONFLICT); FAILED_PRECONDITION
+    (PINNED_REQUIRES_FORCE,
     ALREADY_DELETED); UNAVAILABLE (MUTATIONS_FROZEN).
     """
     ForgetMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ForgetMemoriesRequest, _store_pb2.ForgetMemoriesResponse]
@@ -132,8 +141,9 @@ class MemoryStoreServiceStub:
     Pinned memories are candidates only with `force`. With `force` the rows are
     removed for good instead of soft-deleted.
 
-    Errors: INVALID_ARGUMENT (no selector, more than 200 ids, limit over 200,
-    missing reason on execute, bad filter); FAILED_PRECONDITION
+    Errors: INVALID_ARGUMENT (no selector, more than 200 ids, an id over 128
+    characters, limit over 200, missing reason on execute, bad filter);
+    FAILED_PRECONDITION
     (CONFIRM_TOKEN_REQUIRED, CONFIRM_TOKEN_MISMATCH); UNAVAILABLE
     (MUTATIONS_FROZEN, execute only).
     """
@@ -142,16 +152,18 @@ class MemoryStoreServiceStub:
     returns to search indexes and listings, its version goes up and a
     `recovered` history event is written.
 
-    Errors: INVALID_ARGUMENT (empty id, missing reason); NOT_FOUND;
-    FAILED_PRECONDITION (NOT_DELETED, RETENTION_EXPIRED); ABORTED
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, missing
+    reason); NOT_FOUND; FAILED_PRECONDITION (NOT_DELETED, RETENTION_EXPIRED);
+    ABORTED
     (VERSION_CONFLICT); ALREADY_EXISTS (DUPLICATE_CONTENT); UNAVAILABLE
     (MUTATIONS_FROZEN).
     """
     ListMemoryHistory: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListMemoryHistoryRequest, _store_pb2.ListMemoryHistoryResponse]
     """Lists a memory's history events, oldest first.
 
-    Errors: INVALID_ARGUMENT (empty memory_id, page_size over 500, bad page
-    token); NOT_FOUND (no memory and no history with that id).
+    Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
+    page_size over 500, bad page token); NOT_FOUND (no memory and no history
+    with that id).
     """
     RecordAccess: _grpc.UnaryUnaryMultiCallable[_store_pb2.RecordAccessRequest, _store_pb2.RecordAccessResponse]
     """Records that recall returned these memories: `access_count` goes up by one
@@ -159,8 +171,8 @@ class MemoryStoreServiceStub:
     background, in batches; it never touches content, history or the
     full-text index. Unknown, deleted and other-namespace ids are ignored.
 
-    Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids);
-    UNAVAILABLE (MUTATIONS_FROZEN).
+    Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids, an id over
+    128 characters); UNAVAILABLE (MUTATIONS_FROZEN).
     """
 
 @_typing.type_check_only
@@ -174,7 +186,11 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
 
     Errors carry `google.rpc.Status` details: an `ErrorInfo` whose `reason` is one
     of `engram.common.v1.ErrorReason` (without its prefix), and for
-    INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
+    INVALID_ARGUMENT a `BadRequest` naming each offending field. Request bytes
+    that do not parse as the request message are INVALID_ARGUMENT with reason
+    MALFORMED_REQUEST. A field taking a memory id accepts at most 128 characters;
+    Timestamps must be in google.protobuf.Timestamp's range (see
+    `engram.common.v1.Memory`), kept to the microsecond. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
     Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
@@ -193,7 +209,8 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
 
     Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
     [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-    bad namespace); UNAVAILABLE (MUTATIONS_FROZEN).
+    bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
+    (MUTATIONS_FROZEN).
     """
     ImportMemories: _aio.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]  # type: ignore[assignment]
     """Bulk-loads memories with the same rules as Remember. The client streams
@@ -230,14 +247,16 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     GetMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.GetMemoryRequest, _store_pb2.GetMemoryResponse]  # type: ignore[assignment]
     """Returns one memory, including a soft-deleted one (with `deleted` true).
 
-    Errors: INVALID_ARGUMENT (empty id, bad namespace); NOT_FOUND.
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
+    NOT_FOUND.
     """
     ListMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ListMemoriesRequest, _store_pb2.ListMemoriesResponse]  # type: ignore[assignment]
     """Lists active memories in a namespace, newest first, with optional filters.
 
     Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed page
     token or one issued for another namespace or filter, an unknown type in
-    the filter, `since` after `until`).
+    the filter, more than 16 types or 32 tags in the filter, `since` or
+    `until` out of Timestamp's range, `since` after `until`).
     """
     ModifyMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ModifyMemoriesRequest, _store_pb2.ModifyMemoriesResponse]  # type: ignore[assignment]
     """Applies up to 200 patches in one transaction and reports a result per
@@ -248,15 +267,17 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     bumps the version and writes a `modified` history event.
 
     Errors: INVALID_ARGUMENT (no patches, more than 200, a patch without an
-    id, a patch with nothing to change, a missing reason, or any invalid
-    field value; nothing is written); UNAVAILABLE (MUTATIONS_FROZEN).
+    id or one over 128 characters, a patch with nothing to change, a missing
+    reason, or any invalid field value; nothing is written); UNAVAILABLE
+    (MUTATIONS_FROZEN).
     """
     DeleteMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.DeleteMemoryRequest, _store_pb2.DeleteMemoryResponse]  # type: ignore[assignment]
     """Soft-deletes one memory: it leaves search indexes and listings at once and
     can be recovered within the tombstone retention window.
 
-    Errors: INVALID_ARGUMENT (empty id, missing reason); NOT_FOUND;
-    ABORTED (VERSION_CONFLICT); FAILED_PRECONDITION (PINNED_REQUIRES_FORCE,
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, missing
+    reason); NOT_FOUND; ABORTED (VERSION_CONFLICT); FAILED_PRECONDITION
+    (PINNED_REQUIRES_FORCE,
     ALREADY_DELETED); UNAVAILABLE (MUTATIONS_FROZEN).
     """
     ForgetMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ForgetMemoriesRequest, _store_pb2.ForgetMemoriesResponse]  # type: ignore[assignment]
@@ -267,8 +288,9 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     Pinned memories are candidates only with `force`. With `force` the rows are
     removed for good instead of soft-deleted.
 
-    Errors: INVALID_ARGUMENT (no selector, more than 200 ids, limit over 200,
-    missing reason on execute, bad filter); FAILED_PRECONDITION
+    Errors: INVALID_ARGUMENT (no selector, more than 200 ids, an id over 128
+    characters, limit over 200, missing reason on execute, bad filter);
+    FAILED_PRECONDITION
     (CONFIRM_TOKEN_REQUIRED, CONFIRM_TOKEN_MISMATCH); UNAVAILABLE
     (MUTATIONS_FROZEN, execute only).
     """
@@ -277,16 +299,18 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     returns to search indexes and listings, its version goes up and a
     `recovered` history event is written.
 
-    Errors: INVALID_ARGUMENT (empty id, missing reason); NOT_FOUND;
-    FAILED_PRECONDITION (NOT_DELETED, RETENTION_EXPIRED); ABORTED
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, missing
+    reason); NOT_FOUND; FAILED_PRECONDITION (NOT_DELETED, RETENTION_EXPIRED);
+    ABORTED
     (VERSION_CONFLICT); ALREADY_EXISTS (DUPLICATE_CONTENT); UNAVAILABLE
     (MUTATIONS_FROZEN).
     """
     ListMemoryHistory: _aio.UnaryUnaryMultiCallable[_store_pb2.ListMemoryHistoryRequest, _store_pb2.ListMemoryHistoryResponse]  # type: ignore[assignment]
     """Lists a memory's history events, oldest first.
 
-    Errors: INVALID_ARGUMENT (empty memory_id, page_size over 500, bad page
-    token); NOT_FOUND (no memory and no history with that id).
+    Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
+    page_size over 500, bad page token); NOT_FOUND (no memory and no history
+    with that id).
     """
     RecordAccess: _aio.UnaryUnaryMultiCallable[_store_pb2.RecordAccessRequest, _store_pb2.RecordAccessResponse]  # type: ignore[assignment]
     """Records that recall returned these memories: `access_count` goes up by one
@@ -294,8 +318,8 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     background, in batches; it never touches content, history or the
     full-text index. Unknown, deleted and other-namespace ids are ignored.
 
-    Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids);
-    UNAVAILABLE (MUTATIONS_FROZEN).
+    Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids, an id over
+    128 characters); UNAVAILABLE (MUTATIONS_FROZEN).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -308,7 +332,11 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
 
     Errors carry `google.rpc.Status` details: an `ErrorInfo` whose `reason` is one
     of `engram.common.v1.ErrorReason` (without its prefix), and for
-    INVALID_ARGUMENT a `BadRequest` naming each offending field. Every mutating
+    INVALID_ARGUMENT a `BadRequest` naming each offending field. Request bytes
+    that do not parse as the request message are INVALID_ARGUMENT with reason
+    MALFORMED_REQUEST. A field taking a memory id accepts at most 128 characters;
+    Timestamps must be in google.protobuf.Timestamp's range (see
+    `engram.common.v1.Memory`), kept to the microsecond. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
     Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
@@ -331,7 +359,8 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
         [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-        bad namespace); UNAVAILABLE (MUTATIONS_FROZEN).
+        bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
+        (MUTATIONS_FROZEN).
         """
 
     @_abc_1.abstractmethod
@@ -380,7 +409,8 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_store_pb2.GetMemoryResponse, _abc.Awaitable[_store_pb2.GetMemoryResponse]]:
         """Returns one memory, including a soft-deleted one (with `deleted` true).
 
-        Errors: INVALID_ARGUMENT (empty id, bad namespace); NOT_FOUND.
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
+        NOT_FOUND.
         """
 
     @_abc_1.abstractmethod
@@ -393,7 +423,8 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed page
         token or one issued for another namespace or filter, an unknown type in
-        the filter, `since` after `until`).
+        the filter, more than 16 types or 32 tags in the filter, `since` or
+        `until` out of Timestamp's range, `since` after `until`).
         """
 
     @_abc_1.abstractmethod
@@ -410,8 +441,9 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         bumps the version and writes a `modified` history event.
 
         Errors: INVALID_ARGUMENT (no patches, more than 200, a patch without an
-        id, a patch with nothing to change, a missing reason, or any invalid
-        field value; nothing is written); UNAVAILABLE (MUTATIONS_FROZEN).
+        id or one over 128 characters, a patch with nothing to change, a missing
+        reason, or any invalid field value; nothing is written); UNAVAILABLE
+        (MUTATIONS_FROZEN).
         """
 
     @_abc_1.abstractmethod
@@ -423,8 +455,9 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         """Soft-deletes one memory: it leaves search indexes and listings at once and
         can be recovered within the tombstone retention window.
 
-        Errors: INVALID_ARGUMENT (empty id, missing reason); NOT_FOUND;
-        ABORTED (VERSION_CONFLICT); FAILED_PRECONDITION (PINNED_REQUIRES_FORCE,
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, missing
+        reason); NOT_FOUND; ABORTED (VERSION_CONFLICT); FAILED_PRECONDITION
+        (PINNED_REQUIRES_FORCE,
         ALREADY_DELETED); UNAVAILABLE (MUTATIONS_FROZEN).
         """
 
@@ -441,8 +474,9 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         Pinned memories are candidates only with `force`. With `force` the rows are
         removed for good instead of soft-deleted.
 
-        Errors: INVALID_ARGUMENT (no selector, more than 200 ids, limit over 200,
-        missing reason on execute, bad filter); FAILED_PRECONDITION
+        Errors: INVALID_ARGUMENT (no selector, more than 200 ids, an id over 128
+        characters, limit over 200, missing reason on execute, bad filter);
+        FAILED_PRECONDITION
         (CONFIRM_TOKEN_REQUIRED, CONFIRM_TOKEN_MISMATCH); UNAVAILABLE
         (MUTATIONS_FROZEN, execute only).
         """
@@ -457,8 +491,9 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         returns to search indexes and listings, its version goes up and a
         `recovered` history event is written.
 
-        Errors: INVALID_ARGUMENT (empty id, missing reason); NOT_FOUND;
-        FAILED_PRECONDITION (NOT_DELETED, RETENTION_EXPIRED); ABORTED
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, missing
+        reason); NOT_FOUND; FAILED_PRECONDITION (NOT_DELETED, RETENTION_EXPIRED);
+        ABORTED
         (VERSION_CONFLICT); ALREADY_EXISTS (DUPLICATE_CONTENT); UNAVAILABLE
         (MUTATIONS_FROZEN).
         """
@@ -471,8 +506,9 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_store_pb2.ListMemoryHistoryResponse, _abc.Awaitable[_store_pb2.ListMemoryHistoryResponse]]:
         """Lists a memory's history events, oldest first.
 
-        Errors: INVALID_ARGUMENT (empty memory_id, page_size over 500, bad page
-        token); NOT_FOUND (no memory and no history with that id).
+        Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
+        page_size over 500, bad page token); NOT_FOUND (no memory and no history
+        with that id).
         """
 
     @_abc_1.abstractmethod
@@ -486,8 +522,8 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         background, in batches; it never touches content, history or the
         full-text index. Unknown, deleted and other-namespace ids are ignored.
 
-        Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids);
-        UNAVAILABLE (MUTATIONS_FROZEN).
+        Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids, an id over
+        128 characters); UNAVAILABLE (MUTATIONS_FROZEN).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -132,7 +132,7 @@ def test_a_busy_port_is_one_line_naming_the_port_and_its_holder(tmp_path: Path) 
         holder.listen()
         for command in (["up"], ["serve", "pipeline"]):
             process = engram(*command, "--config", str(config), "--data-dir", str(tmp_path))
-            out, err = process.communicate(timeout=60)
+            _, err = process.communicate(timeout=60)
             assert process.returncode == 1, err
             lines = err.strip().splitlines()
             assert len(lines) == 1, err

@@ -26,6 +26,7 @@ from services.cli.ports import port_holder, port_in_use
 from services.common.config import Config, ConfigError, env_name, explicit_keys, load_config
 from services.common.logs import configure_logging
 from services.common.server import wait_for_shutdown_signal
+from services.common.suite import WrongSuite
 
 # Every service, in start order.
 SERVICES = ("store", "search", "pipeline", "maintenance")
@@ -102,7 +103,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(busy, file=sys.stderr)
         return 1
     configure_logging(args.service, config["logging.level"])
-    asyncio.run(_serve(args.service, config, args.port))
+    try:
+        asyncio.run(_serve(args.service, config, args.port))
+    except WrongSuite as exc:
+        print(f"engram serve {args.service}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -163,6 +168,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     store_address = f"{_local_host(config['server.host'])}:{config['server.ports.store']}"
     # If the store exits instead, the loop below reports it and stops.
     if _wait_until_serving(store_address, children["store"], lambda: stopping) and not stopping:
+        environment.update(_suite_environment(config))
         for name in SERVICES[1:]:
             children[name] = subprocess.Popen([*base, name, *extra], env=environment)
     exit_code = 0
@@ -180,6 +186,24 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 STORE_STARTUP_S = 60.0
+
+
+def _suite_environment(config: Config) -> dict[str, str]:
+    """clients.suite_id for the services `up` starts: the id in the store's database,
+    so each of them refuses a store that is not this suite's (services/common/suite.py)."""
+    from services.common.db import open_read_only
+    from services.store.suite_sql import read_suite_id
+
+    try:
+        conn = open_read_only(config["storage.path"])
+        try:
+            suite_id = read_suite_id(conn)
+        finally:
+            conn.close()
+    except Exception as exc:  # the store never came up; the others then check nothing
+        print(f"engram up: cannot read the suite id ({exc}); not checking it", file=sys.stderr)
+        return {}
+    return {env_name("clients.suite_id"): suite_id}
 
 
 def _local_host(host: str) -> str:

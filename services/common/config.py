@@ -132,6 +132,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("clients.store_address", "127.0.0.1:50051"),
     Setting("clients.search_address", "127.0.0.1:50052"),
     Setting("clients.pipeline_address", "127.0.0.1:50053"),
+    # the suite whose store this service must reach; empty: unchecked (services/common/suite.py)
+    Setting("clients.suite_id", ""),
     # the embedding worker (pipeline)
     Setting("workers.embed.poll_ms", 250, 10, 60000),
     # the extraction worker pool (pipeline); polling is memory.pipelineV2.workerPollMs

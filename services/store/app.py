@@ -21,6 +21,7 @@ from engram.store.v1 import (
 from services.common.config import Config
 from services.common.db import ReadPool, open_read_write
 from services.common.server import RunningServer, cancel_tasks, start_server
+from services.common.suite import announce_suite
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
 from services.store.document_servicer import DocumentStoreServicer
@@ -31,6 +32,7 @@ from services.store.jobs import JobQueue
 from services.store.memories import MemoryStore
 from services.store.migrations import apply_migrations
 from services.store.servicer import MemoryStoreServicer
+from services.store.suite_sql import read_suite_id
 from services.store.writer import Writer
 
 log = logging.getLogger("engram.store")
@@ -95,6 +97,7 @@ async def start_store(
     applied = apply_migrations(connection)
     if applied:
         log.info("migrations applied", extra={"migrations": applied, "path": str(path)})
+    suite_id = read_suite_id(connection)
     writer = Writer(connection, max_group=config["storage.max_group_commit"])
     reads = ReadPool(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
     await reads.open()
@@ -149,6 +152,7 @@ async def start_store(
         await reads.close()
         writer.close()
         raise
+    await announce_suite(server.health, suite_id)
     reaper = asyncio.create_task(_reap_stale_leases(queue, REAPER_INTERVAL_S))
     log.info("store serving", extra={"port": server.port, "path": str(path)})
     return StoreApp(server, writer, reads, queue, [reaper])

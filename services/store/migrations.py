@@ -307,6 +307,15 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         END;
         """,
     ),
+    (
+        "suite_identity",
+        """
+        -- one random id per database: services started by `engram up` check that the
+        -- store they reach holds it (services/common/suite.py)
+        CREATE TABLE suite (id TEXT NOT NULL);
+        INSERT INTO suite(id) VALUES (lower(hex(randomblob(16))));
+        """,
+    ),
 )
 
 

@@ -16,6 +16,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from engram.maintenance.v1 import maintenance_pb2 as mpb
+from engram.maintenance.v1 import maintenance_pb2_grpc
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("store", "search", "pipeline", "maintenance")
 STARTUP_S = 60.0
@@ -158,3 +161,60 @@ def test_up_and_serve_read_engram_yaml_in_the_working_directory(tmp_path: Path) 
     finally:
         _, err = stop(store)
     assert store.returncode == 0, err
+
+
+def diagnostics(port: int) -> mpb.GetDiagnosticsResponse:
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
+        return stub.GetDiagnostics(mpb.GetDiagnosticsRequest(), timeout=10)
+
+
+def test_a_suite_on_moved_ports_reaches_its_own_services(tmp_path: Path) -> None:
+    """No clients.* settings: each client address follows the port `up` gave."""
+    ports = {name: free_port() for name in SERVICES}
+    up = engram("up", "--config", str(port_config(tmp_path, ports)), "--data-dir", str(tmp_path))
+    try:
+        wait_serving(up, ports)
+        report = diagnostics(ports["maintenance"])
+        assert report.providers.pipeline_reachable
+        assert report.storage.db_size_bytes > 0
+    finally:
+        _, err = stop(up)
+    assert up.returncode == 0, err
+
+
+def test_services_refuse_another_suites_store(tmp_path: Path) -> None:
+    first_ports = {name: free_port() for name in SERVICES}
+    first = engram(
+        "up",
+        "--config",
+        str(port_config(tmp_path, first_ports, "first.yaml")),
+        "--data-dir",
+        str(tmp_path / "first"),
+    )
+    second: subprocess.Popen[str] | None = None
+    try:
+        wait_serving(first, first_ports)
+        second_ports = {name: free_port() for name in SERVICES}
+        config = port_config(tmp_path, second_ports, "second.yaml")
+        # the second suite's clients point at the first suite's store
+        config.write_text(
+            config.read_text() + f"clients:\n  store_address: 127.0.0.1:{first_ports['store']}\n"
+        )
+        second = engram("up", "--config", str(config), "--data-dir", str(tmp_path / "second"))
+        try:
+            _, err = second.communicate(timeout=STARTUP_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                "the second suite kept running against the first's store"
+            ) from None
+        assert second.returncode == 1, err
+        assert "belongs to another suite" in err, err
+        assert "Traceback" not in err, err
+        # the first suite is untouched and still serving
+        assert all(serving(f"127.0.0.1:{p}") for p in first_ports.values())
+    finally:
+        if second is not None:
+            stop(second)
+        _, err = stop(first)
+    assert first.returncode == 0, err

@@ -1,10 +1,15 @@
 # One image for every Engram service; compose.yaml picks the service per container.
 FROM python:3.11-slim
+# CPU torch first, from the CPU index: PyPI's Linux torch is the CUDA build (gigabytes),
+# and the model package below would otherwise pull it (same rule as the Makefile).
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY gen ./gen
 COPY services ./services
-RUN pip install --no-cache-dir torch==2.13.0 && pip install --no-cache-dir .
+RUN pip install --no-cache-dir --extra-index-url "$TORCH_INDEX" torch==2.13.0 \
+    && python -c 'import sys, torch; sys.exit("torch is a CUDA build" if torch.version.cuda else 0)' \
+    && pip install --no-cache-dir .
 ENV ENGRAM_SERVER__HOST=0.0.0.0 \
     ENGRAM_STORAGE__PATH=/data/engram.db \
     HF_HUB_OFFLINE=1

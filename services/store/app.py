@@ -22,6 +22,7 @@ from engram.store.v1 import (
 from services.common.config import Config
 from services.common.db import DatabaseError, ReadPool, open_read_write
 from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
+from services.common.suite import announce_suite
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
 from services.store.document_servicer import DocumentStoreServicer
@@ -32,6 +33,7 @@ from services.store.jobs import JobQueue
 from services.store.memories import MemoryStore
 from services.store.migrations import apply_migrations
 from services.store.servicer import MemoryStoreServicer
+from services.store.suite_sql import read_suite_id
 from services.store.writer import Writer
 
 log = logging.getLogger("engram.store")
@@ -111,6 +113,7 @@ async def start_store(
     connection, applied = _open_database(config)
     if applied:
         log.info("migrations applied", extra={"migrations": applied, "path": str(path)})
+    suite_id = read_suite_id(connection)
     writer = Writer(connection, max_group=config["storage.max_group_commit"])
     reads = ReadPool(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
     await reads.open()
@@ -165,6 +168,7 @@ async def start_store(
         await reads.close()
         writer.close()
         raise
+    await announce_suite(server.health, suite_id)
     reaper = asyncio.create_task(_reap_stale_leases(queue, REAPER_INTERVAL_S))
     log.info("store serving", extra={"port": server.port, "path": str(path)})
     return StoreApp(server, writer, reads, queue, [reaper])

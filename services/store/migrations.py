@@ -350,6 +350,15 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         ALTER TABLE embeddings_by_namespace RENAME TO embeddings;
         """,
     ),
+    (
+        "suite_identity",
+        """
+        -- one random id per database: services started by `engram up` check that the
+        -- store they reach holds it (services/common/suite.py)
+        CREATE TABLE suite (id TEXT NOT NULL);
+        INSERT INTO suite(id) VALUES (lower(hex(randomblob(16))));
+        """,
+    ),
 )
 
 

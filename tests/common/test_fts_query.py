@@ -1,8 +1,8 @@
-import pysqlite3.dbapi2 as sqlite3
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.common.db import sqlite3  # the project's driver
 from services.common.fts import build_fts_query, fts_terms
 
 

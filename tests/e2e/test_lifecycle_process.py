@@ -290,7 +290,8 @@ def test_engram_up_exits_nonzero_when_the_store_cannot_bind_its_port(
         up = launcher.spawn(engram_up_command("--config", str(config), "--data-dir", str(data_dir)))
         code = up.wait_exit(timeout=STARTUP_FAILURE_TIMEOUT_S)
     assert code == 1, up.log()
-    assert "store exited with" in up.log()
+    # stopped before anything starts, in one line (tests/deploy/test_up_lifecycle.py)
+    assert f"engram up: store port {port} is in use by" in up.log()
 
 
 def child_pids(pid: int) -> list[int]:

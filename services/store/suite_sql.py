@@ -1,0 +1,10 @@
+"""The suite id the store's first migration wrote (migration `suite_identity`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def read_suite_id(conn: Any) -> str:
+    row = conn.execute("SELECT id FROM suite LIMIT 1").fetchone()
+    return str(row[0])

@@ -28,6 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engram.store.v1 import store_pb2
+from extract_write_helpers import write_directly
 from http_fakes import VectorBook
 from recall_helpers import MODEL, QUERY_VECTOR, Stack, vec
 from services.common.db import ReadPool, open_read_only, open_read_write
@@ -139,6 +140,27 @@ def test_memory_rows_are_read_only_under_their_own_namespace(
     assert query is not None
     first_pass = queries.vector_candidates(query, "tenant-b", MemoryFilterSpec(), 10, True)
     assert [r[0] for r in _read(path, first_pass)] == [rowid[mine.id]]
+
+
+def test_a_vector_row_naming_the_wrong_namespace_never_surfaces_its_memory(
+    vector_stack: Callable[..., tuple[Stack, VectorBook]],
+) -> None:
+    """The vector cache proposes whatever rowids its namespace's rows name; a row
+    that names the wrong one (a stale cache, a bad index row) is caught when the
+    memory is read, so the response never carries another namespace's memory."""
+    stack, _book = vector_stack()
+    mine = stack.remember("a note of mine", namespace="tenant-b")
+    stack.embed_pending(lambda _text: vec(0.5))
+    theirs = stack.remember("their secret", namespace="tenant-a")
+    stack.embed_pending(lambda _text: vec(0.99))
+    assert [r.memory.id for r in stack.recall("zebra", namespace="tenant-b").results] == [mine.id]
+
+    rowid = _rowids(Path(stack.config["storage.path"]))[theirs.id]
+    write_directly(
+        stack, f"UPDATE memory_vectors SET namespace = 'tenant-b' WHERE memory_rowid = {rowid}"
+    )
+    response = stack.recall("zebra", namespace="tenant-b")
+    assert [r.memory.id for r in response.results] == [mine.id]
 
 
 # ---- ReadPool.snapshot ----------------------------------------------------------------

@@ -86,6 +86,7 @@ class ReadPool:
         self._max_size = max(size, max_size)
         self._busy_timeout_ms = busy_timeout_ms
         self._connections: list[Any] = []
+        self._opening = 0
         self._idle: asyncio.Queue[Any] = asyncio.Queue()
 
     async def open(self) -> None:
@@ -100,15 +101,19 @@ class ReadPool:
     async def _connect(self) -> Any:
         import aiosqlite
 
-        conn = aiosqlite.Connection(
-            lambda: open_read_only(self._path, busy_timeout_ms=self._busy_timeout_ms),
-            iter_chunk_size=256,
-        )
+        self._opening += 1  # counted before the await: concurrent callers see it
+        try:
+            conn = await aiosqlite.Connection(
+                lambda: open_read_only(self._path, busy_timeout_ms=self._busy_timeout_ms),
+                iter_chunk_size=256,
+            )
+        finally:
+            self._opening -= 1
         self._connections.append(conn)
-        return await conn
+        return conn
 
     async def _checkout(self) -> Any:
-        if self._idle.empty() and len(self._connections) < self._max_size:
+        if self._idle.empty() and len(self._connections) + self._opening < self._max_size:
             return await self._connect()
         return await self._idle.get()
 

@@ -180,7 +180,7 @@ class Floor:
             merged.update(dict.fromkeys(pair))
         merged.update(dict.fromkeys(keyword + vector))
         top = list(merged)[:10]
-        return self.conn.execute(*search_sql.memories_by_rowid(top)).fetchall() if top else []
+        return self.conn.execute(*search_sql.memories_by_rowid(NS, top)).fetchall() if top else []
 
 
 # ---- in-process recall ---------------------------------------------------------------

@@ -9,8 +9,11 @@ code use it unchanged (README "SQLite driver" says why this one).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import sqlean as sqlite3
 import sqlite_vec
@@ -58,38 +61,112 @@ def open_read_only(path: str | Path, *, busy_timeout_ms: int = 5000) -> Any:
     return conn
 
 
-class ReadPool:
-    """A few read-only aiosqlite connections used round-robin, so reads run off the
-    event loop and never wait behind the writer (WAL gives them a snapshot)."""
+class Reads(Protocol):
+    """What a reader needs: the pool itself, or one of its snapshots."""
 
-    def __init__(self, path: str | Path, size: int = 4, busy_timeout_ms: int = 5000) -> None:
+    async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]: ...
+
+    async def fetch_one(self, query: tuple[str, list[Any]]) -> Any: ...
+
+
+class ReadPool:
+    """Read-only aiosqlite connections, each used by one caller at a time, so reads
+    run off the event loop and never wait behind the writer (WAL).
+
+    A plain fetch is one statement, so one snapshot of its own. `snapshot()` holds a
+    connection in one read transaction for a sequence of reads that must agree with
+    each other (counts and the rows they count, a check and the queries it allows).
+    `size` connections open up front; more open when every one is checked out (up to
+    `max_size`), since a snapshot may be held while its caller awaits something else.
+    """
+
+    def __init__(
+        self, path: str | Path, size: int = 4, busy_timeout_ms: int = 5000, max_size: int = 32
+    ) -> None:
         self._path = path
         self._size = size
+        self._max_size = max(size, max_size)
         self._busy_timeout_ms = busy_timeout_ms
         self._connections: list[Any] = []
-        self._next = 0
+        self._opening = 0
+        self._idle: asyncio.Queue[Any] = asyncio.Queue()
 
     async def open(self) -> None:
-        import aiosqlite
-
         for _ in range(self._size):
-            conn = aiosqlite.Connection(
-                lambda: open_read_only(self._path, busy_timeout_ms=self._busy_timeout_ms),
-                iter_chunk_size=256,
-            )
-            self._connections.append(await conn)
+            self._idle.put_nowait(await self._connect())
 
     async def close(self) -> None:
         for conn in self._connections:
             await conn.close()
         self._connections.clear()
 
-    def _pick(self) -> Any:
-        self._next = (self._next + 1) % len(self._connections)
-        return self._connections[self._next]
+    async def _connect(self) -> Any:
+        import aiosqlite
+
+        self._opening += 1  # counted before the await: concurrent callers see it
+        try:
+            conn = await aiosqlite.Connection(
+                lambda: open_read_only(self._path, busy_timeout_ms=self._busy_timeout_ms),
+                iter_chunk_size=256,
+            )
+        finally:
+            self._opening -= 1
+        self._connections.append(conn)
+        return conn
+
+    async def _checkout(self) -> Any:
+        if self._idle.empty() and len(self._connections) + self._opening < self._max_size:
+            return await self._connect()
+        return await self._idle.get()
 
     async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]:
-        return list(await self._pick().execute_fetchall(query[0], query[1]))
+        conn = await self._checkout()
+        try:
+            return list(await conn.execute_fetchall(query[0], query[1]))
+        finally:
+            self._idle.put_nowait(conn)
+
+    async def fetch_one(self, query: tuple[str, list[Any]]) -> Any:
+        rows = await self.fetch_all(query)
+        return rows[0] if rows else None
+
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[ReadSnapshot]:
+        """Reads that all see the database as of the first of them (one read
+        transaction on a connection no one else uses meanwhile)."""
+        conn = await self._checkout()
+        try:
+            await conn.execute_fetchall("BEGIN")
+        except BaseException:
+            await asyncio.shield(self._end(conn))
+            raise
+        try:
+            yield ReadSnapshot(conn)
+        finally:
+            # shielded: a cancelled caller still ends the transaction before the
+            # connection is reused (aiosqlite runs its statements in order)
+            await asyncio.shield(self._end(conn))
+
+    async def _end(self, conn: Any) -> None:
+        try:
+            await conn.execute_fetchall("ROLLBACK")  # a read transaction: nothing to keep
+        except OperationalError:  # no transaction (BEGIN failed, or SQLite ended it)
+            pass
+        except BaseException:
+            self._connections.remove(conn)  # unusable: replace it on demand
+            await conn.close()
+            raise
+        self._idle.put_nowait(conn)
+
+
+class ReadSnapshot:
+    """A ReadPool connection inside one read transaction (see ReadPool.snapshot)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]:
+        return list(await self._conn.execute_fetchall(query[0], query[1]))
 
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any:
         rows = await self.fetch_all(query)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from services.common import clock
-from services.common.db import ReadPool
+from services.common.db import Reads
 from services.search import queries
 from services.search.scoring import Candidate
 from services.store.rules import effective_importance as pinned_importance
@@ -41,13 +41,15 @@ def decayed_importance(
     return base * decay_rate ** days_since(last_accessed or created_at, now)
 
 
-async def apply_decay(reads: ReadPool, candidates: Sequence[Candidate], decay_rate: float) -> None:
+async def apply_decay(
+    reads: Reads, namespace: str, candidates: Sequence[Candidate], decay_rate: float
+) -> None:
     """Multiply each candidate's score by its effective importance (recorded in
-    `boosts["decay"]`); candidates deleted meanwhile are left as they are."""
+    `boosts["decay"]`); candidates not found in the namespace are left as they are."""
     if not candidates:
         return
     now = clock.now()
-    rows = await reads.fetch_all(queries.decay_inputs([c.rowid for c in candidates]))
+    rows = await reads.fetch_all(queries.decay_inputs(namespace, [c.rowid for c in candidates]))
     by_rowid = {row[0]: row for row in rows}
     for candidate in candidates:
         row = by_rowid.get(candidate.rowid)

@@ -14,7 +14,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from services.common.db import ReadPool
+from services.common.db import Reads
 from services.common.memory_filter import MemoryFilterSpec
 from services.search import graph_queries as queries
 
@@ -40,7 +40,7 @@ def query_tokens(query: str) -> list[str]:
 
 
 async def graph_boost(
-    reads: ReadPool, namespace: str, query: str, spec: MemoryFilterSpec, timeout_s: float
+    reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec, timeout_s: float
 ) -> GraphBoost:
     deadline = time.monotonic() + timeout_s
     try:

@@ -1,5 +1,10 @@
 """All of the search service's SQL (read-only). Filters come from the one
-filter builder and are applied inside every channel, before its LIMIT."""
+filter builder and are applied inside every channel, before its LIMIT.
+
+Every query that reads memory rows names the caller's namespace, even for rowids
+a namespace-confined query proposed: a rowid is only a proposal (the whole-index
+keyword query and the vector cache do not check the namespace) until its row is
+read under the namespace."""
 
 from __future__ import annotations
 
@@ -117,9 +122,10 @@ def vector_candidates(
     """First pass: Hamming distance between sign-bit vectors (sqlite-vec)."""
     distance = "vec_distance_hamming(vec_bit(v.bits), vec_quantize_binary(vec_f32(?)))"
     if whole_index and spec.is_empty():  # a plain scan beats one index lookup per row
-        return (
-            f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v ORDER BY d LIMIT ?",
-            [query_bits_f32, limit],
+        return (  # (`+` keeps the scan; the namespace check stays)
+            f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v "
+            "WHERE +v.namespace = ? ORDER BY d LIMIT ?",
+            [query_bits_f32, namespace, limit],
         )
     if spec.is_empty():
         return (
@@ -151,33 +157,35 @@ def exact_vector_candidates(
     )
 
 
-def pool_rows(rowids: Sequence[int], model: str) -> Query:
+def pool_rows(namespace: str, rowids: Sequence[int], model: str) -> Query:
     """Pool members with what fusion needs: event time and the exact vector
-    (NULL when not embedded)."""
+    (NULL when not embedded); live memories of the namespace only."""
     marks = ", ".join("?" * len(rowids))
     return (
         "SELECT m.rowid, m.event_time, e.vector "
         "FROM memories m LEFT JOIN embeddings e ON e.namespace = m.namespace "
         "AND e.content_hash = m.content_hash AND e.model = ? "
-        # `+m.is_deleted` keeps the planner on the rowid lookups.
-        f"WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0",
-        [model, *rowids],
+        # `+m.is_deleted` and `+m.namespace` keep the planner on the rowid lookups.
+        f"WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0 AND +m.namespace = ?",
+        [model, *rowids, namespace],
     )
 
 
-def memories_by_rowid(rowids: Sequence[int]) -> Query:
+def memories_by_rowid(namespace: str, rowids: Sequence[int]) -> Query:
+    """Live memories of the namespace among `rowids`."""
     marks = ", ".join("?" * len(rowids))
     return (
-        f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0",
-        list(rowids),
+        f"SELECT {MEMORY_COLUMNS} FROM memories m "
+        f"WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0 AND +m.namespace = ?",
+        [*rowids, namespace],
     )
 
 
-def decay_inputs(rowids: Sequence[int]) -> Query:
+def decay_inputs(namespace: str, rowids: Sequence[int]) -> Query:
     """(rowid, importance, pinned, last_accessed, created_at) for decay ranking."""
     marks = ", ".join("?" * len(rowids))
     return (
         "SELECT m.rowid, m.importance, m.pinned, m.last_accessed, m.created_at "
-        f"FROM memories m WHERE m.rowid IN ({marks})",
-        list(rowids),
+        f"FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ?",
+        [*rowids, namespace],
     )

@@ -1,7 +1,11 @@
 """Recall: the keyword and vector channels, then scoring (services.search.scoring).
 
 Both channels search one namespace with the filter applied inside their SQL,
-before any cut. Keyword scores use BM25 with the namespace's own statistics:
+before any cut. All of one Recall's reads run in one read snapshot
+(ReadPool.snapshot): the check that the namespace holds every live memory (which
+lets the keyword query skip the namespace join) and the counts behind each IDF
+stay true for every later read. Each memory row is still read under the namespace
+(services.search.queries), whatever channel proposed its rowid. Keyword scores use BM25 with the namespace's own statistics:
 FTS5 computes IDF over the whole index, which would let other tenants' data
 shape this tenant's ranking, so each term's IDF is recomputed over the
 searched collection (namespace + filter).
@@ -21,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from services.common import clock
-from services.common.db import ReadPool
+from services.common.db import ReadPool, Reads
 from services.common.errors import InvalidArgument
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
@@ -82,8 +86,15 @@ class RecallOutcome:
 
 
 def bm25_idf(collection_size: int, containing: int) -> float:
-    """FTS5's IDF, including its floor for terms in more than half the documents."""
-    idf = math.log((collection_size - containing + 0.5) / (containing + 0.5))
+    """FTS5's IDF, including its floor for terms in more than half the documents.
+    Total: counts out of range (negative, or more containing documents than the
+    collection holds) are clamped, so a bad count costs ranking, never the Recall."""
+    size = max(collection_size, 0)
+    hits = min(max(containing, 0), size)
+    try:
+        idf = math.log((size - hits + 0.5) / (hits + 0.5))
+    except OverflowError:  # counts beyond a float's range: the same ratio, as int logs
+        idf = math.log(2 * (size - hits) + 1) - math.log(2 * hits + 1)
     return idf if idf > 0 else 1e-6
 
 
@@ -129,54 +140,18 @@ class Recaller:
     ) -> RecallOutcome:
         query, limit, spec = check_recall_request(query, limit, spec)
         warnings: list[str] = []
-        # The query embedding starts first (the longest step); the channels run
-        # side by side (SQLite, numpy and the model release the GIL).
+        # The query embedding starts first (the longest step); the keyword and
+        # graph channels read while it runs, the vector cache's scan beside them
+        # (SQLite, numpy and the model release the GIL).
         embedding = asyncio.create_task(self._embedder.embed(query))
-        keyword_task: asyncio.Task[tuple[list[tuple[int, float]], dict[int, Any]]] | None = None
-        graph_task: asyncio.Task[GraphBoost] | None = None
         try:
-            whole, index = await asyncio.gather(
-                self._reads.fetch_one(queries.namespace_is_whole_index(namespace)),
-                self._reads.fetch_one(queries.index_model()),
-            )
-            whole_index = spec.is_empty() and bool(whole[0])
-            index_model = index[0] if index else ""
-            keyword_task = asyncio.create_task(
-                self._keyword_with_rows(namespace, query, spec, whole_index, index_model)
-            )
-            graph_task = asyncio.create_task(self._graph(namespace, query, spec))
-            vector, candidates = await self._vector_channel(
-                namespace, embedding, index_model, spec, whole_index, warnings
-            )
-            keyword, keyword_rows = await keyword_task
-            graph = await graph_task
+            async with self._reads.snapshot() as reads:
+                picked, records, vectors_used = await self._search(
+                    reads, namespace, query, limit, spec, embedding, warnings
+                )
         except BaseException:
-            for task in (embedding, keyword_task, graph_task):
-                if task is not None:
-                    task.cancel()
+            embedding.cancel()
             raise
-        if graph.timed_out:
-            warnings.append("graph boost timed out; partial graph results used")
-        elif graph.failed:
-            warnings.append("graph boost failed; results without it")
-        vectors_used = vector is not None
-        pool = await self._pool(
-            namespace, keyword, candidates, vector, index_model, graph.rowids, keyword_rows
-        )
-        params = self._params.scoring
-        fused = fuse(pool, params, vectors_used)
-        windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
-        boost(fused, params, windows)
-        if self._params.decay_rate is not None:
-            await apply_decay(self._reads, fused, self._params.decay_rate)
-        picked = select(fused, limit, params.diversity_penalty)
-        records = {
-            row["rowid"]: MemoryRecord.from_row(row)
-            for row in await self._reads.fetch_all(
-                queries.memories_by_rowid([c.rowid for c in picked])
-            )
-        }
-        picked = [c for c in picked if c.rowid in records]
         rerank_ranks = await self._rerank(query, picked, records, warnings)
         if rerank_ranks:
             picked = [picked[i] for i in rerank_ranks]
@@ -198,27 +173,102 @@ class Recaller:
         degraded = self._embedder.enabled and not vectors_used
         return RecallOutcome(hits, degraded, warnings)
 
-    async def _graph(self, namespace: str, query: str, spec: MemoryFilterSpec) -> GraphBoost:
+    async def _search(
+        self,
+        reads: Reads,
+        namespace: str,
+        query: str,
+        limit: int,
+        spec: MemoryFilterSpec,
+        embedding: asyncio.Task[list[float] | None],
+        warnings: list[str],
+    ) -> tuple[list[Candidate], dict[int, MemoryRecord], bool]:
+        """Every read of one Recall, on one snapshot: (picked candidates, their
+        records by rowid, whether the vector channel ran)."""
+        keyword_task: asyncio.Task[tuple[list[tuple[int, float]], dict[int, Any]]] | None = None
+        graph_task: asyncio.Task[GraphBoost] | None = None
+        try:
+            whole, index = await asyncio.gather(
+                reads.fetch_one(queries.namespace_is_whole_index(namespace)),
+                reads.fetch_one(queries.index_model()),
+            )
+            whole_index = spec.is_empty() and bool(whole[0])
+            index_model = index[0] if index else ""
+            keyword_task = asyncio.create_task(
+                self._keyword_with_rows(reads, namespace, query, spec, whole_index, index_model)
+            )
+            graph_task = asyncio.create_task(self._graph(reads, namespace, query, spec))
+            vector, candidates = await self._vector_channel(
+                reads, namespace, embedding, index_model, spec, whole_index, warnings
+            )
+            keyword, keyword_rows = await keyword_task
+            graph = await graph_task
+        except BaseException:
+            for task in (keyword_task, graph_task):
+                if task is not None:
+                    task.cancel()
+            # the snapshot ends after these, so none may still be reading
+            await asyncio.gather(
+                *(t for t in (keyword_task, graph_task) if t is not None), return_exceptions=True
+            )
+            raise
+        if graph.timed_out:
+            warnings.append("graph boost timed out; partial graph results used")
+        elif graph.failed:
+            warnings.append("graph boost failed; results without it")
+        vectors_used = vector is not None
+        pool = await self._pool(
+            namespace,
+            keyword,
+            candidates,
+            vector,
+            index_model,
+            graph.rowids,
+            keyword_rows,
+            reads,
+        )
+        params = self._params.scoring
+        fused = fuse(pool, params, vectors_used)
+        windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
+        boost(fused, params, windows)
+        if self._params.decay_rate is not None:
+            await apply_decay(reads, namespace, fused, self._params.decay_rate)
+        picked = select(fused, limit, params.diversity_penalty)
+        records = {
+            row["rowid"]: MemoryRecord.from_row(row)
+            for row in await reads.fetch_all(
+                queries.memories_by_rowid(namespace, [c.rowid for c in picked])
+            )
+        }
+        return [c for c in picked if c.rowid in records], records, vectors_used
+
+    async def _graph(
+        self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec
+    ) -> GraphBoost:
         """The graph channel: memories linked to the query's entities (when enabled)."""
         if not self._params.graph_enabled:
             return GraphBoost(frozenset())
-        return await graph_boost(
-            self._reads, namespace, query, spec, self._params.graph_boost_timeout_s
-        )
+        return await graph_boost(reads, namespace, query, spec, self._params.graph_boost_timeout_s)
 
     async def _keyword_with_rows(
-        self, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool, model: str
+        self,
+        reads: Reads,
+        namespace: str,
+        query: str,
+        spec: MemoryFilterSpec,
+        whole_index: bool,
+        model: str,
     ) -> tuple[list[tuple[int, float]], dict[int, Any]]:
         """The keyword channel, then its pool rows (fetched while the query is
         still being embedded)."""
-        keyword = await self._keyword_channel(namespace, query, spec, whole_index)
+        keyword = await self._keyword_channel(reads, namespace, query, spec, whole_index)
         if not keyword:
             return keyword, {}
-        rows = await self._reads.fetch_all(queries.pool_rows([r for r, _ in keyword], model))
+        rows = await reads.fetch_all(queries.pool_rows(namespace, [r for r, _ in keyword], model))
         return keyword, {row[0]: row for row in rows}
 
     async def _keyword_channel(
-        self, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
+        self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
     ) -> list[tuple[int, float]]:
         """(rowid, score) best first: BM25 with the searched collection's IDF."""
         matches = [f'"{term}"' for term in keyword_terms(query)]
@@ -226,20 +276,17 @@ class Recaller:
             return []
         depth = self._params.channel_depth
         if whole_index:  # the collection is the whole index: FTS5's IDF is ours
-            return await self._whole_index_keyword(matches, depth)
+            return await self._whole_index_keyword(reads, matches, depth)
         collection, everything = await asyncio.gather(
-            self._reads.fetch_one(queries.live_count(namespace, spec)),
-            self._reads.fetch_one(queries.live_count(None, _NO_FILTER)),
+            reads.fetch_one(queries.live_count(namespace, spec)),
+            reads.fetch_one(queries.live_count(None, _NO_FILTER)),
         )
         collection_size, index_size = collection[0], everything[0]
         in_collection = await asyncio.gather(
-            *(
-                self._reads.fetch_one(queries.term_collection_count(m, namespace, spec))
-                for m in matches
-            )
+            *(reads.fetch_one(queries.term_collection_count(m, namespace, spec)) for m in matches)
         )
         in_index = await asyncio.gather(
-            *(self._reads.fetch_one(queries.term_document_count(m)) for m in matches)
+            *(reads.fetch_one(queries.term_document_count(m)) for m in matches)
         )
         weighted = [
             (match, bm25_idf(collection_size, local[0]) / bm25_idf(index_size, overall[0]))
@@ -248,12 +295,12 @@ class Recaller:
         ]
         if not weighted:
             return []
-        rows = await self._reads.fetch_all(
-            queries.weighted_keyword_top(weighted, namespace, spec, depth)
-        )
+        rows = await reads.fetch_all(queries.weighted_keyword_top(weighted, namespace, spec, depth))
         return [(row[0], row[1]) for row in rows]
 
-    async def _whole_index_keyword(self, matches: list[str], depth: int) -> list[tuple[int, float]]:
+    async def _whole_index_keyword(
+        self, reads: Reads, matches: list[str], depth: int
+    ) -> list[tuple[int, float]]:
         """FTS5's BM25 over the OR of the terms. When the terms match more than
         `keyword_postings_budget` documents in total, the rarest terms that fit the
         budget are "rare" and the rest "common": a document is then scored only
@@ -263,7 +310,7 @@ class Recaller:
         documents instead of every posting of every term."""
         budget = self._params.keyword_postings_budget
         if budget > 0 and len(matches) > 1:
-            counts = await self._term_document_counts(matches)
+            counts = await self._term_document_counts(reads, matches)
             rare: list[str] = []
             total = 0
             for match in sorted(matches, key=lambda m: counts[m]):
@@ -274,10 +321,8 @@ class Recaller:
             common = [m for m in matches if m not in rare]
             if common and any(counts[m] for m in rare):
                 rare_only, with_common = await asyncio.gather(
-                    self._reads.fetch_all(
-                        queries.whole_index_keyword_top(" OR ".join(rare), depth)
-                    ),
-                    self._reads.fetch_all(
+                    reads.fetch_all(queries.whole_index_keyword_top(" OR ".join(rare), depth)),
+                    reads.fetch_all(
                         queries.whole_index_keyword_top(
                             f"({' OR '.join(rare)}) AND ({' OR '.join(common)})", depth
                         )
@@ -289,12 +334,10 @@ class Recaller:
                 scores.update((row[0], row[1]) for row in with_common)
                 ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
                 return ranked[:depth]
-        rows = await self._reads.fetch_all(
-            queries.whole_index_keyword_top(" OR ".join(matches), depth)
-        )
+        rows = await reads.fetch_all(queries.whole_index_keyword_top(" OR ".join(matches), depth))
         return [(row[0], row[1]) for row in rows]
 
-    async def _term_document_counts(self, matches: list[str]) -> dict[str, int]:
+    async def _term_document_counts(self, reads: Reads, matches: list[str]) -> dict[str, int]:
         """Documents per term across the index, cached for a few minutes: they only
         decide which terms count as common, so a slightly stale count is harmless."""
         now = time.monotonic()
@@ -308,7 +351,7 @@ class Recaller:
             if len(self._document_counts) > _DOCUMENT_COUNT_ENTRIES:
                 self._document_counts.clear()
             rows = await asyncio.gather(
-                *(self._reads.fetch_one(queries.term_document_count(m)) for m in missing)
+                *(reads.fetch_one(queries.term_document_count(m)) for m in missing)
             )
             for match, row in zip(missing, rows, strict=True):
                 self._document_counts[match] = (int(row[0]), now)
@@ -316,6 +359,7 @@ class Recaller:
 
     async def _vector_channel(
         self,
+        reads: Reads,
         namespace: str,
         embedding: asyncio.Task[list[float] | None],
         index_model: str,
@@ -338,7 +382,7 @@ class Recaller:
             return None, []
         return (
             vector,
-            await self._vector_candidates(namespace, vector, index_model, spec, whole_index),
+            await self._vector_candidates(namespace, vector, index_model, spec, whole_index, reads),
         )
 
     async def _vector_candidates(
@@ -348,7 +392,11 @@ class Recaller:
         model: str,
         spec: MemoryFilterSpec,
         whole_index: bool = False,
+        reads: Reads | None = None,
     ) -> list[int]:
+        """First-pass rowids, nearest first: proposals only (the cache's are not
+        checked against the namespace until _pool reads their rows). `reads`: the
+        Recall's snapshot (the pool when called on its own, as the benchmark does)."""
         query_f32 = _query_f32(vector)
         depth = self._params.channel_depth
         if self._params.vector_candidates <= 0:
@@ -361,7 +409,7 @@ class Recaller:
                 if cached is not None:
                     return cached
             sql = queries.vector_candidates(query_f32, namespace, spec, size, whole_index)
-        return [row[0] for row in await self._reads.fetch_all(sql)]
+        return [row[0] for row in await (reads or self._reads).fetch_all(sql)]
 
     async def _pool(
         self,
@@ -372,16 +420,20 @@ class Recaller:
         model: str,
         graph: frozenset[int] = frozenset(),
         fetched: dict[int, Any] | None = None,
+        reads: Reads | None = None,
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
-        what scoring needs (`fetched`: pool rows already read, by rowid)."""
+        what scoring needs (`fetched`: pool rows already read, by rowid; `reads`:
+        as for _vector_candidates). A proposed rowid that is not a live memory of
+        the namespace has no row and leaves the pool here."""
+        reads = reads or self._reads
         wanted = list(dict.fromkeys([r for r, _ in keyword] + vector_candidates + sorted(graph)))
         if not wanted:
             return []
         by_rowid = dict(fetched or {})
         missing = [r for r in wanted if r not in by_rowid]
         if missing:
-            for row in await self._reads.fetch_all(queries.pool_rows(missing, model)):
+            for row in await reads.fetch_all(queries.pool_rows(namespace, missing, model)):
                 by_rowid[row[0]] = row
         rows = [by_rowid[r] for r in wanted if r in by_rowid]
         cosine: dict[int, float] = {}
@@ -407,15 +459,17 @@ class Recaller:
             candidates.setdefault(rowid, Candidate(rowid)).graph_boost = weight
         for rowid, candidate in list(candidates.items()):
             row = by_rowid.get(rowid)
-            if row is None:  # deleted between the channel query and now
+            if row is None:  # not a live memory of the namespace
                 del candidates[rowid]
                 continue
             candidate.cosine = cosine.get(rowid)
             candidate.event_time = row[1]
-        await self._link_neighbours(namespace, candidates)
+        await self._link_neighbours(reads, namespace, candidates)
         return list(candidates.values())
 
-    async def _link_neighbours(self, namespace: str, candidates: dict[int, Candidate]) -> None:
+    async def _link_neighbours(
+        self, reads: Reads, namespace: str, candidates: dict[int, Candidate]
+    ) -> None:
         """Set prev/next between pool members of one episode that are adjacent in
         the namespace's insertion order (the only neighbours scoring uses)."""
         episodes: dict[str, list[int]] = defaultdict(list)
@@ -425,7 +479,7 @@ class Recaller:
         adjacent = {(a, b) for a, b in pairs if b == a + 1}
         gapped = [(a, b) for a, b in pairs if b != a + 1]
         for start in range(0, len(gapped), 400):
-            rows = await self._reads.fetch_all(
+            rows = await reads.fetch_all(
                 queries.adjacent_pairs(namespace, gapped[start : start + 400])
             )
             adjacent.update((row[0], row[1]) for row in rows)

@@ -8,11 +8,13 @@ index) appends the memory's rowid to `memory_vector_changes`. Before each scan
 the cache reads the log's newest sequence number (one index seek); when it has
 moved, the rows named since the last look are re-read from `memory_vectors` and
 replace whatever the cache held for them (present: new bits, possibly another
-namespace; absent: removed). The log prunes itself; a reader that fell behind
+namespace; absent: removed). The log and the rows are read in one read
+transaction, so the cache is exactly the index as of the log position it records. The log prunes itself; a reader that fell behind
 the pruned window reloads in full.
 
 The cache only proposes candidates. Recall still joins them back to SQL
-(`queries.pool_rows`: live memories only, exact float32 vectors), and a query
+(`queries.pool_rows`: live memories of the caller's namespace only, exact float32
+vectors; a rowid the cache got wrong never reaches the response), and a query
 with a filter does not use the cache at all: its first pass stays in SQL with
 the filter applied before the cut.
 """
@@ -164,14 +166,18 @@ class VectorCache:
                 )
             if not self._available:
                 return None
-            self._catch_up(conn)
-            if namespace not in self._namespaces:
-                self._load(conn, namespace)
-            cached = self._namespaces[namespace]
-            query_bits = quantize(query_f32)
-            if cached is None:
-                self._load(conn, namespace)  # widths were mixed: maybe settled now
+            conn.execute("BEGIN")  # the log position and the rows: one snapshot
+            try:
+                self._catch_up(conn)
+                if namespace not in self._namespaces:
+                    self._load(conn, namespace)
                 cached = self._namespaces[namespace]
+                if cached is None:
+                    self._load(conn, namespace)  # widths were mixed: maybe settled now
+                    cached = self._namespaces[namespace]
+            finally:
+                conn.execute("ROLLBACK")
+            query_bits = quantize(query_f32)
             if cached is None or (cached.size and cached.width != len(query_bits)):
                 return None
             self._namespaces[namespace] = self._namespaces.pop(namespace)  # most recent last
@@ -234,9 +240,8 @@ class VectorCache:
             cached.append(rowids, blobs)
 
     def _load(self, conn: Any, namespace: str) -> None:
-        """Read the namespace in full. The log position was read before the rows
-        (in _catch_up), so a change committed in between is applied again later:
-        re-reading a row's current state is idempotent."""
+        """Read the namespace in full, in the transaction that read the log
+        position (in _catch_up): the rows are as of that position."""
         self.reloads += 1
         rows = conn.execute(
             "SELECT memory_rowid, bits FROM memory_vectors WHERE namespace = ?", (namespace,)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
-from engram.store.v1 import job_queue_pb2 as jq
 from http_fakes import Reply, Request, ScriptedHttpServer, VectorBook, ollama_server
 from recall_helpers import MODEL, Stack, count, fake_embedding_overrides, wait_for
 
@@ -118,7 +118,7 @@ def test_a_rejected_input_fails_only_its_own_job(
         stack.remember(text)
     _, pipeline = start_pipeline_server(stack.config)
     wait_for(
-        lambda: count(stack.stats(), jq.JOB_TYPE_EMBED, jq.JOB_STATUS_DEAD) == 1,
+        lambda: count(stack.stats(), job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_STATUS_DEAD) == 1,
         what="the rejected job dead",
     )
     wait_for(lambda: stack.stats().indexed_memory_count == 2, what="the others embedded")

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from admin_helpers import DIM, MODEL, AdminStore, admin_store
+from engram.common.v1 import job_pb2
 from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import job_queue_pb2 as jq
 from grpc_helpers import error_of
@@ -39,7 +40,7 @@ def three_memories(st: AdminStore) -> tuple[str, str, str]:
 
 
 def lease_extract(st: AdminStore, n: int = 10) -> list[jq.Job]:
-    request = jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EXTRACT, max_jobs=n)
+    request = jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EXTRACT, max_jobs=n)
     return list(st.jobs.LeaseJobs(request).jobs)
 
 

@@ -44,7 +44,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen"), str(ROOT / "tests"), str(ROOT / "bench")]
 
-from engram.common.v1 import job_pb2
+from engram.common.v1 import job_pb2  # noqa: E402
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc  # noqa: E402
 from engram.store.v1 import job_queue_pb2 as jq  # noqa: E402
 from engram.store.v1 import job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402

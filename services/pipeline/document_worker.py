@@ -215,9 +215,11 @@ class DocumentWorker:
             raise LeaseLost()
         self.events.publish(done.document.id, done.document)
 
-    async def _advance(self, lease: jq.JobLease, status: int, title: str = "") -> None:
+    async def _advance(
+        self, lease: jq.JobLease, status: document_pb2.DocumentStatus.ValueType, title: str = ""
+    ) -> None:
         response = await self._store.AdvanceDocument(
-            dpb.AdvanceDocumentRequest(lease=lease, status=status, title=title)  # type: ignore[arg-type]
+            dpb.AdvanceDocumentRequest(lease=lease, status=status, title=title)
         )
         if response.outcome != jq.LEASE_OUTCOME_OK:
             raise LeaseLost()

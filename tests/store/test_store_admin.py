@@ -60,7 +60,10 @@ def test_diagnostics_of_a_consistent_store(st: AdminStore) -> None:
     assert (d.vector_missing, d.vector_orphaned) == (0, 0)
     assert d.total_jobs == 6 and d.dead_jobs == 0 and d.leased_jobs == 0
     counts = {(j.job_type, j.status): j.count for j in d.jobs}
-    assert counts == {("embed", "completed"): 3, ("extract", "pending"): 3}
+    assert counts == {
+        (job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_STATUS_COMPLETED): 3,
+        (job_pb2.JOB_TYPE_EXTRACT, job_pb2.JOB_STATUS_PENDING): 3,
+    }
     assert d.db_size_bytes == st.scalar(
         "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
     )

@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH := torch==2.13.0
 
-.PHONY: setup gen gen-check lint typecheck proto-lint test run bench clean
+.PHONY: setup gen gen-check lint typecheck proto-lint proto-breaking proto-baseline test run bench clean
 
 setup: $(STAMP)
 
@@ -46,7 +46,20 @@ typecheck: setup
 proto-lint: setup
 	$(BIN)/buf lint protos
 
-# Lint, type check, proto lint and gen-check also run inside pytest (tests/test_quality_gates.py).
+# The public contract: protos/baseline.binpb is the image of the last agreed
+# protos. A breaking change fails here (and in make test); making it anyway is
+# a deliberate act: run `make proto-baseline` and commit the new baseline in
+# the same commit, saying why in the message.
+BASELINE := protos/baseline.binpb
+
+proto-breaking: setup
+	$(BIN)/buf breaking protos --against $(BASELINE)
+
+proto-baseline: setup
+	$(BIN)/buf build protos --exclude-source-info -o $(BASELINE)
+
+# Lint, type check, proto lint, buf breaking and gen-check also run inside pytest
+# (tests/test_quality_gates.py).
 test: setup
 	$(PY) -m pytest
 

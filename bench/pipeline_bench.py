@@ -44,6 +44,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen"), str(ROOT / "tests"), str(ROOT / "bench")]
 
+from engram.common.v1 import job_pb2  # noqa: E402
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc  # noqa: E402
 from engram.store.v1 import job_queue_pb2 as jq  # noqa: E402
 from engram.store.v1 import job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402
@@ -180,10 +181,10 @@ def completed_extract(jobs: job_queue_pb2_grpc.JobQueueServiceStub) -> tuple[int
     stats = jobs.GetQueueStats(jq.GetQueueStatsRequest(), timeout=10)
     done = dead = 0
     for count in stats.counts:
-        if count.job_type == jq.JOB_TYPE_EXTRACT:
-            if count.status == jq.JOB_STATUS_COMPLETED:
+        if count.job_type == job_pb2.JOB_TYPE_EXTRACT:
+            if count.status == job_pb2.JOB_STATUS_COMPLETED:
                 done += count.count
-            elif count.status == jq.JOB_STATUS_DEAD:
+            elif count.status == job_pb2.JOB_STATUS_DEAD:
                 dead += count.count
     return done, dead
 

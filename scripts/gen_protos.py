@@ -21,8 +21,10 @@ GEN = ROOT / "gen"
 
 
 def generate(out: Path) -> None:
-    """Run protoc over every .proto file into `out`, then add package markers."""
-    files = sorted(str(p.relative_to(PROTOS)) for p in PROTOS.rglob("*.proto"))
+    """Run protoc over every Engram .proto file into `out`, then add package
+    markers. Vendored imports (protos/google/api) are only read: their Python
+    modules come from googleapis-common-protos."""
+    files = sorted(str(p.relative_to(PROTOS)) for p in (PROTOS / "engram").rglob("*.proto"))
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     subprocess.run(

@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from engram.common.v1 import job_pb2
 from engram.store.v1 import admin_pb2_grpc, job_queue_pb2_grpc, store_pb2, store_pb2_grpc
 from engram.store.v1 import job_queue_pb2 as jq
 from services.common.clock import days_ago_text
@@ -56,7 +57,9 @@ class AdminStore:
     def embed_all(self, vector: list[float] | None = None) -> int:
         """Lease every embed job and complete it with `vector` (one per content)."""
         jobs = list(
-            self.jobs.LeaseJobs(jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EMBED, max_jobs=500)).jobs
+            self.jobs.LeaseJobs(
+                jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=500)
+            ).jobs
         )
         if not jobs:
             return 0

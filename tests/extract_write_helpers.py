@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from recall_helpers import MODEL, Stack
@@ -31,7 +32,7 @@ def extract_job(stack: Stack, memory: Any) -> jq.Job:
     if memory.id not in held:
         jobs = stack.jobs.LeaseJobs(
             jq.LeaseJobsRequest(
-                job_type=jq.JOB_TYPE_EXTRACT, max_jobs=500, namespaces=[memory.namespace]
+                job_type=job_pb2.JOB_TYPE_EXTRACT, max_jobs=500, namespaces=[memory.namespace]
             )
         ).jobs
         held.update({j.memory_id: j for j in jobs})

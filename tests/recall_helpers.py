@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import timestamp_pb2
 
-from engram.common.v1 import memory_pb2
+from engram.common.v1 import job_pb2, memory_pb2
 from engram.search.v1 import search_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc, store_pb2
@@ -133,7 +133,7 @@ class Stack:
         while True:
             leased = self.jobs.LeaseJobs(
                 jq.LeaseJobsRequest(
-                    job_type=jq.JOB_TYPE_EMBED, max_jobs=500, namespaces=list(namespaces)
+                    job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=500, namespaces=list(namespaces)
                 )
             ).jobs
             if not leased:

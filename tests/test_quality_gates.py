@@ -1,4 +1,5 @@
-"""Lint, type check, proto lint and generated-code freshness run with the tests."""
+"""Lint, type check, proto lint, breaking-change check and generated-code
+freshness run with the tests."""
 
 import shutil
 import subprocess
@@ -29,6 +30,12 @@ def test_generated_code_is_fresh() -> None:
 
 def test_protos_pass_buf_lint() -> None:
     _run(_tool("buf"), "lint", "protos")
+
+
+def test_protos_have_no_breaking_change_against_the_committed_baseline() -> None:
+    """A breaking change to a proto is deliberate: regenerate the baseline
+    (`make proto-baseline`) in the same commit and say why."""
+    _run(_tool("buf"), "breaking", "protos", "--against", "protos/baseline.binpb")
 
 
 def test_ruff_lint_and_format() -> None:

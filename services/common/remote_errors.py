@@ -41,13 +41,23 @@ def error_reason(exc: grpc.aio.AioRpcError) -> str:
     return _details(exc)[0]
 
 
+# The reason of a relayed error that carries none (a transport failure, or a
+# status gRPC itself produced): always an engram.common.v1.ErrorReason value.
+REASONS_WITHOUT_DETAILS = {
+    ErrorKind.UNAVAILABLE: "STORE_UNAVAILABLE",
+    ErrorKind.INVALID_ARGUMENT: "INVALID_ARGUMENT",
+    ErrorKind.NOT_FOUND: "NOT_FOUND",
+}
+
+
 def relayed_error(exc: grpc.aio.AioRpcError) -> EngramError:
     """The remote error as a domain error with the same code, reason and field
-    violations; a store that cannot be reached is STORE_UNAVAILABLE."""
+    violations; a store that cannot be reached is STORE_UNAVAILABLE, and any
+    other error without a reason is INTERNAL (keeping its code)."""
     kind = ErrorKind.__members__.get(exc.code().name, ErrorKind.INTERNAL)
     reason, violations = _details(exc)
     if not reason:
-        reason = "STORE_UNAVAILABLE" if kind is ErrorKind.UNAVAILABLE else kind.value
+        reason = REASONS_WITHOUT_DETAILS.get(kind, "INTERNAL")
     error = EngramError(exc.details() or "store error", reason=reason, violations=violations)
     error.kind = kind
     return error

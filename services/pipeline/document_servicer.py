@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from engram.common.v1 import document_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
 from engram.store.v1 import documents_pb2 as dpb
@@ -25,7 +26,7 @@ from services.pipeline.documents import DocumentEvents
 
 WATCH_POLL_S = 0.25
 STORE_TIMEOUT_S = 30.0
-_TERMINAL = (dpb.DOCUMENT_STATUS_DONE, dpb.DOCUMENT_STATUS_FAILED)
+_TERMINAL = (document_pb2.DOCUMENT_STATUS_DONE, document_pb2.DOCUMENT_STATUS_FAILED)
 
 
 @dataclass
@@ -38,23 +39,7 @@ class Documents:
     poll_s: float = WATCH_POLL_S
 
 
-def document_to_proto(document: dpb.StoredDocument) -> pb.Document:
-    return pb.Document(
-        id=document.id,
-        namespace=document.namespace,
-        source_type=document.source_type,
-        url=document.url,
-        title=document.title,
-        status=document.status,  # type: ignore[arg-type]  # the two enums share their numbers
-        error=document.error,
-        chunk_count=document.chunk_count,
-        tags=document.tags,
-        create_time=document.create_time if document.HasField("create_time") else None,
-        update_time=document.update_time if document.HasField("update_time") else None,
-    )
-
-
-def _changed_after(document: dpb.StoredDocument, last: dpb.StoredDocument) -> bool:
+def _changed_after(document: document_pb2.Document, last: document_pb2.Document) -> bool:
     """Newer than what the watcher already saw (every store change moves update_time)."""
     return document.update_time.ToNanoseconds() > last.update_time.ToNanoseconds()
 
@@ -65,7 +50,7 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
 
     documents: Documents
 
-    async def _get(self, namespace: str, document_id: str) -> dpb.StoredDocument:
+    async def _get(self, namespace: str, document_id: str) -> document_pb2.Document:
         try:
             response = await self.documents.store.GetDocument(
                 dpb.GetDocumentRequest(namespace=namespace, id=document_id),
@@ -92,13 +77,13 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
         except grpc.aio.AioRpcError as exc:
             raise relayed_error(exc) from exc
         self.documents.wake()
-        return pb.CreateDocumentResponse(document=document_to_proto(response.document))
+        return pb.CreateDocumentResponse(document=response.document)
 
     async def GetDocument(
         self, request: pb.GetDocumentRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetDocumentResponse:
         document = await self._get(request.namespace, request.id)
-        return pb.GetDocumentResponse(document=document_to_proto(document))
+        return pb.GetDocumentResponse(document=document)
 
     async def ListDocumentChunks(
         self, request: pb.ListDocumentChunksRequest, context: grpc.aio.ServicerContext
@@ -116,12 +101,7 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
         except grpc.aio.AioRpcError as exc:
             raise relayed_error(exc) from exc
         return pb.ListDocumentChunksResponse(
-            chunks=[
-                pb.DocumentChunk(
-                    chunk_index=c.chunk_index, memory_id=c.memory_id, content=c.content
-                )
-                for c in response.chunks
-            ],
+            chunks=response.chunks,
             next_page_token=response.next_page_token,
         )
 
@@ -136,7 +116,7 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
             raise InvalidArgument("id", "required")
         with self.documents.events.watch(request.id) as changes:
             last = await self._get(namespace, request.id)
-            yield pb.WatchDocumentResponse(document=document_to_proto(last))
+            yield pb.WatchDocumentResponse(document=last)
             while last.status not in _TERMINAL:
                 try:
                     current = await asyncio.wait_for(changes.get(), self.documents.poll_s)
@@ -144,4 +124,4 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
                     current = await self._get(namespace, request.id)
                 if current.namespace == namespace and _changed_after(current, last):
                     last = current
-                    yield pb.WatchDocumentResponse(document=document_to_proto(last))
+                    yield pb.WatchDocumentResponse(document=last)

@@ -25,6 +25,7 @@ import logging
 
 import grpc
 
+from engram.common.v1 import document_pb2, job_pb2
 from engram.store.v1 import documents_pb2 as dpb
 from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc
 from engram.store.v1 import job_queue_pb2 as jq
@@ -140,7 +141,7 @@ class DocumentWorker:
         await self._identity.release_prior_instances()
         leased = await self._jobs.LeaseJobs(
             jq.LeaseJobsRequest(
-                job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1, holder=self._identity.holder
+                job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1, holder=self._identity.holder
             )
         )
         if not leased.jobs:
@@ -182,7 +183,7 @@ class DocumentWorker:
         source = await self._store.ReadDocumentSource(dpb.ReadDocumentSourceRequest(lease=lease))
         if source.outcome != jq.LEASE_OUTCOME_OK:
             raise LeaseLost()
-        await self._advance(lease, dpb.DOCUMENT_STATUS_EXTRACTING)
+        await self._advance(lease, document_pb2.DOCUMENT_STATUS_EXTRACTING)
         document = source.document
         if document.source_type == "url":
             fetched = await fetch_url(self._http, document.url, self._max_bytes)
@@ -192,9 +193,9 @@ class DocumentWorker:
         text = normalize_content(text).storage
         if not text:
             raise FetchError("the document has no text")
-        await self._advance(lease, dpb.DOCUMENT_STATUS_CHUNKING, title)
+        await self._advance(lease, document_pb2.DOCUMENT_STATUS_CHUNKING, title)
         chunks = chunk_text(text, self._chunk_size, self._overlap)
-        await self._advance(lease, dpb.DOCUMENT_STATUS_EMBEDDING)
+        await self._advance(lease, document_pb2.DOCUMENT_STATUS_EMBEDDING)
         for index, chunk in enumerate(chunks):
             vector = await self._embed(chunk)
             written = await self._store.WriteDocumentChunk(
@@ -208,15 +209,17 @@ class DocumentWorker:
             )
             if written.outcome != jq.LEASE_OUTCOME_OK:
                 raise LeaseLost()
-        await self._advance(lease, dpb.DOCUMENT_STATUS_INDEXING)
+        await self._advance(lease, document_pb2.DOCUMENT_STATUS_INDEXING)
         done = await self._store.CompleteDocument(dpb.CompleteDocumentRequest(lease=lease))
         if done.outcome != jq.LEASE_OUTCOME_OK:
             raise LeaseLost()
         self.events.publish(done.document.id, done.document)
 
-    async def _advance(self, lease: jq.JobLease, status: int, title: str = "") -> None:
+    async def _advance(
+        self, lease: jq.JobLease, status: document_pb2.DocumentStatus.ValueType, title: str = ""
+    ) -> None:
         response = await self._store.AdvanceDocument(
-            dpb.AdvanceDocumentRequest(lease=lease, status=status, title=title)  # type: ignore[arg-type]
+            dpb.AdvanceDocumentRequest(lease=lease, status=status, title=title)
         )
         if response.outcome != jq.LEASE_OUTCOME_OK:
             raise LeaseLost()

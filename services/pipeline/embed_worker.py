@@ -16,6 +16,7 @@ import random
 
 import grpc
 
+from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
 from services.common import clock
@@ -79,7 +80,9 @@ class EmbedWorker:
         await self._identity.release_prior_instances()
         leased = await self._jobs.LeaseJobs(
             jq.LeaseJobsRequest(
-                job_type=jq.JOB_TYPE_EMBED, max_jobs=self._batch_size, holder=self._identity.holder
+                job_type=job_pb2.JOB_TYPE_EMBED,
+                max_jobs=self._batch_size,
+                holder=self._identity.holder,
             )
         )
         jobs = list(leased.jobs)

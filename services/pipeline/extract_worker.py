@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
 from services.common import clock
@@ -141,7 +142,7 @@ class ExtractWorker:
         await self._identity.release_prior_instances()
         leased = await self._jobs.LeaseJobs(
             jq.LeaseJobsRequest(
-                job_type=jq.JOB_TYPE_EXTRACT, max_jobs=1, holder=self._identity.holder
+                job_type=job_pb2.JOB_TYPE_EXTRACT, max_jobs=1, holder=self._identity.holder
             )
         )
         if not leased.jobs:

@@ -81,14 +81,7 @@ class PipelineServicer(ExtractRpcs, DocumentRpcs, pipeline_pb2_grpc.PipelineServ
             store_error=store_error,
         )
         if stats is not None:
-            response.queue.extend(
-                pb.QueueDepth(
-                    job_type=jq.JobType.Name(c.job_type).removeprefix("JOB_TYPE_").lower(),
-                    state=jq.JobStatus.Name(c.status).removeprefix("JOB_STATUS_").lower(),
-                    count=c.count,
-                )
-                for c in stats.counts
-            )
+            response.queue.extend(stats.counts)
             response.index_model = stats.index_model
             response.indexed_memory_count = stats.indexed_memory_count
             response.live_memory_count = stats.live_memory_count

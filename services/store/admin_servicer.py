@@ -8,6 +8,7 @@ from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import admin_pb2_grpc
 from services.common.convert import timestamp_from_text
 from services.store.admin import StoreAdmin
+from services.store.job_enums import job_counts
 
 
 class StoreAdminServicer(admin_pb2_grpc.StoreAdminServiceServicer):
@@ -19,10 +20,7 @@ class StoreAdminServicer(admin_pb2_grpc.StoreAdminServiceServicer):
     ) -> pb.GetStoreDiagnosticsResponse:
         d = await self._admin.diagnostics()
         return pb.GetStoreDiagnosticsResponse(
-            jobs=[
-                pb.JobStatusCount(job_type=job_type, status=status, count=count)
-                for (job_type, status), count in sorted(d.jobs.items())
-            ],
+            jobs=job_counts(d.jobs),
             total_jobs=d.total_jobs,
             dead_jobs=d.dead_jobs,
             leased_jobs=d.leased_jobs,

@@ -31,7 +31,7 @@ from services.store.extraction_writes import ExtractionWrites, write_policy
 from services.store.job_servicer import JobQueueServicer
 from services.store.jobs import JobQueue
 from services.store.memories import MemoryStore
-from services.store.migrations import apply_migrations
+from services.store.migrations import MigrationMismatch, apply_migrations
 from services.store.servicer import MemoryStoreServicer
 from services.store.suite_sql import read_suite_id
 from services.store.writer import Writer
@@ -104,6 +104,10 @@ def _open_database(config: Config) -> tuple[Any, list[str]]:
             connection.close()
         cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise StartupError(f"cannot open the database {path}: {cause}") from exc
+    except MigrationMismatch as exc:
+        if connection is not None:
+            connection.close()
+        raise StartupError(f"refusing to start on the database {path}: {exc}") from exc
 
 
 async def start_store(

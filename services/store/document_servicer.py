@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from engram.common.v1 import document_pb2
 from engram.store.v1 import documents_pb2 as pb
 from engram.store.v1 import documents_pb2_grpc
 from engram.store.v1 import job_queue_pb2 as jq
@@ -12,13 +13,13 @@ from services.common.validation import validate_namespace
 from services.store.documents import DocumentRecord, DocumentStore
 
 STATUS_VALUES = {
-    "queued": pb.DOCUMENT_STATUS_QUEUED,
-    "extracting": pb.DOCUMENT_STATUS_EXTRACTING,
-    "chunking": pb.DOCUMENT_STATUS_CHUNKING,
-    "embedding": pb.DOCUMENT_STATUS_EMBEDDING,
-    "indexing": pb.DOCUMENT_STATUS_INDEXING,
-    "done": pb.DOCUMENT_STATUS_DONE,
-    "failed": pb.DOCUMENT_STATUS_FAILED,
+    "queued": document_pb2.DOCUMENT_STATUS_QUEUED,
+    "extracting": document_pb2.DOCUMENT_STATUS_EXTRACTING,
+    "chunking": document_pb2.DOCUMENT_STATUS_CHUNKING,
+    "embedding": document_pb2.DOCUMENT_STATUS_EMBEDDING,
+    "indexing": document_pb2.DOCUMENT_STATUS_INDEXING,
+    "done": document_pb2.DOCUMENT_STATUS_DONE,
+    "failed": document_pb2.DOCUMENT_STATUS_FAILED,
 }
 _STATUS_NAMES = {value: name for name, value in STATUS_VALUES.items()}
 _CHUNK_OUTCOMES = {
@@ -30,8 +31,8 @@ _LOST = jq.LEASE_OUTCOME_LEASE_LOST
 _OK = jq.LEASE_OUTCOME_OK
 
 
-def document_to_proto(document: DocumentRecord) -> pb.StoredDocument:
-    return pb.StoredDocument(
+def document_to_proto(document: DocumentRecord) -> document_pb2.Document:
+    return document_pb2.Document(
         id=document.id,
         namespace=document.namespace,
         source_type=document.source_type,
@@ -80,7 +81,7 @@ class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
         )
         return pb.ListDocumentChunksResponse(
             chunks=[
-                pb.StoredDocumentChunk(
+                document_pb2.DocumentChunk(
                     chunk_index=c.chunk_index, memory_id=c.memory_id, content=c.content
                 )
                 for c in chunks

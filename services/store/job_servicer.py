@@ -15,14 +15,9 @@ from services.store.extraction_writes import (
     Proposal,
 )
 from services.store.graph import Triple
+from services.store.job_enums import TYPE_NAMES, TYPE_VALUES, job_counts
 from services.store.jobs import EmbedResult, JobQueue, LeaseHolder
 
-_TYPE_NAMES = {
-    pb.JOB_TYPE_EMBED: "embed",
-    pb.JOB_TYPE_EXTRACT: "extract",
-    pb.JOB_TYPE_DOCUMENT_INGEST: "document_ingest",
-}
-_TYPE_VALUES = {name: value for value, name in _TYPE_NAMES.items()}
 _ACTION_NAMES = {
     pb.PROPOSAL_ACTION_ADD: "add",
     pb.PROPOSAL_ACTION_UPDATE: "update",
@@ -38,12 +33,6 @@ _OUTCOME_VALUES = {
     "updated": pb.PROPOSAL_OUTCOME_UPDATED,
     "deleted": pb.PROPOSAL_OUTCOME_DELETED,
     "shadowed": pb.PROPOSAL_OUTCOME_SHADOWED,
-}
-_STATUS_VALUES = {
-    "pending": pb.JOB_STATUS_PENDING,
-    "leased": pb.JOB_STATUS_LEASED,
-    "completed": pb.JOB_STATUS_COMPLETED,
-    "dead": pb.JOB_STATUS_DEAD,
 }
 
 
@@ -67,7 +56,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             validate_namespace(n, f"namespaces[{i}]") for i, n in enumerate(request.namespaces)
         ]
         jobs = await self._queue.lease(
-            _TYPE_NAMES.get(request.job_type, ""),
+            TYPE_NAMES.get(request.job_type, ""),
             request.max_jobs,
             namespaces,
             _holder(request.holder) if request.HasField("holder") else None,
@@ -76,7 +65,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             jobs=[
                 pb.Job(
                     id=j.id,
-                    job_type=_TYPE_VALUES[j.job_type],
+                    job_type=TYPE_VALUES[j.job_type],
                     namespace=j.namespace,
                     memory_id=j.memory_id,
                     lease_token=j.lease_token,
@@ -181,14 +170,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
     ) -> pb.GetQueueStatsResponse:
         stats = await self._queue.stats()
         return pb.GetQueueStatsResponse(
-            counts=[
-                pb.QueueCount(
-                    job_type=_TYPE_VALUES.get(job_type, pb.JOB_TYPE_UNSPECIFIED),
-                    status=_STATUS_VALUES.get(status, pb.JOB_STATUS_UNSPECIFIED),
-                    count=count,
-                )
-                for (job_type, status), count in sorted(stats.counts.items())
-            ],
+            counts=job_counts(stats.counts),
             oldest_pending_create_time=timestamp_from_text(stats.oldest_pending),
             index_model=stats.index_model,
             index_dimensions=stats.index_dimensions,

@@ -92,7 +92,8 @@ class ForgetSelection:
     query: str = ""
     spec: MemoryFilterSpec = field(default_factory=MemoryFilterSpec)
     limit: int = 0
-    force: bool = False
+    include_pinned: bool = False
+    purge: bool = False
 
 
 @dataclass(frozen=True)
@@ -389,12 +390,12 @@ class MemoryStore:
             rows = await self._reads.fetch_all(query)
             candidates = tuple(MemoryRecord.from_row(r) for r in rows)
             return ForgetOutcome(
-                candidates, _confirm_token(namespace, selection.force, candidates), 0, False
+                candidates, _confirm_token(namespace, selection, candidates), 0, False
             )
 
         def operation(conn: Any) -> ForgetOutcome:
             candidates = tuple(MemoryRecord.from_row(r) for r in repo.fetch_all(conn, query))
-            token = _confirm_token(namespace, selection.force, candidates)
+            token = _confirm_token(namespace, selection, candidates)
             if confirm_token and confirm_token != token:
                 raise FailedPrecondition(
                     "confirm_token does not match the current candidate set; preview again",
@@ -409,11 +410,11 @@ class MemoryStore:
                 )
             at = clock.now_text()
             for record in candidates:
-                if selection.force:
+                if selection.purge:
                     self._hard_delete(conn, record, reason, actor, at)
                 else:
                     self._soft_delete(conn, record, reason, actor, at)
-            return ForgetOutcome(candidates, token, len(candidates), selection.force)
+            return ForgetOutcome(candidates, token, len(candidates), selection.purge)
 
         return await self._writer.submit(operation)
 
@@ -605,15 +606,23 @@ def _check_selection(namespace: str, selection: ForgetSelection) -> repo.Query:
         selection.ids,
         fts_query,
         spec,
-        selection.force,
+        selection.include_pinned,
         selection.limit or MAX_FORGET,
     )
 
 
-def _confirm_token(namespace: str, force: bool, candidates: Sequence[MemoryRecord]) -> str:
+def _confirm_token(
+    namespace: str, selection: ForgetSelection, candidates: Sequence[MemoryRecord]
+) -> str:
     """Binds exactly this candidate set (ids and versions) and mode."""
     body = "\n".join(
-        ["forget-v1", namespace, str(force), *sorted(f"{c.id}@{c.version}" for c in candidates)]
+        [
+            "forget-v2",
+            namespace,
+            f"include_pinned={selection.include_pinned}",
+            f"purge={selection.purge}",
+            *sorted(f"{c.id}@{c.version}" for c in candidates),
+        ]
     )
     return base64.urlsafe_b64encode(hashlib.sha256(body.encode()).digest()[:18]).decode()
 

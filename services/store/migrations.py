@@ -1,8 +1,16 @@
 """Versioned schema migrations, each applied once in its own transaction and
-recorded in `schema_migrations` (the sqlite-utils pattern)."""
+recorded in `schema_migrations` with its name and a checksum of its SQL (the
+sqlite-utils pattern).
+
+A shipped migration is never edited: the store refuses to start on a database
+whose recorded checksum differs from the code's, and
+tests/store/migrations.snapshot (checked by tests/store/test_store_migrations.py)
+pins every shipped migration's name and checksum. A schema change is a new
+migration appended at the end, with its line appended to the snapshot."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -359,28 +367,68 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         INSERT INTO suite(id) VALUES (lower(hex(randomblob(16))));
         """,
     ),
+    (
+        "memories_namespace_order_for_early_databases",
+        """
+        -- Migration 2 was edited after it shipped: its first text had no
+        -- memories_namespace_order index, and a database that ran that text
+        -- was never given it. Create it where it is missing (a no-op
+        -- everywhere else). The other edit to migration 2, the shape of the
+        -- first `embeddings` table, is moot: migration 7 rebuilt that table.
+        CREATE INDEX IF NOT EXISTS memories_namespace_order ON memories(namespace, is_deleted);
+        """,
+    ),
 )
 
 
+class MigrationMismatch(Exception):
+    """The database records a migration this code does not ship as recorded:
+    its SQL was edited after it ran here, its name differs (reordered), or it
+    is unknown (a newer Engram migrated this file). Starting would run on a
+    schema the code does not describe, so the store refuses."""
+
+
+def checksum(sql: str) -> str:
+    """SHA-256 of a migration's statements with comment lines dropped and
+    whitespace collapsed: rewording a comment or re-indenting keeps the
+    checksum; any change to what SQLite executes changes it."""
+    canonical = "\n".join(" ".join(statement.split()) for statement in _statements(sql))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def apply_migrations(conn: Any, migrations: Sequence[tuple[str, str]] = MIGRATIONS) -> list[str]:
-    """Apply pending migrations in order; return the names applied. `migrations`
-    is a prefix of MIGRATIONS only in tests that build an older schema."""
+    """Check every recorded migration against the code, then apply the pending
+    ones in order; return the names applied. `migrations` is a prefix of
+    MIGRATIONS only in tests that build an older schema.
+
+    Raises MigrationMismatch, naming the migration, when a recorded one's name
+    or checksum differs from the code's, or the database records more
+    migrations than the code knows."""
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL,"
+        " checksum TEXT)"
     )
-    done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    _record_legacy_checksums(conn)
+    recorded = {
+        version: (name, digest)
+        for version, name, digest in conn.execute(
+            "SELECT version, name, checksum FROM schema_migrations ORDER BY version"
+        )
+    }
+    _verify(recorded)
     applied: list[str] = []
     for version, (name, sql) in enumerate(migrations, start=1):
-        if version in done:
+        if version in recorded:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
             for statement in _statements(sql):
                 conn.execute(statement)
             conn.execute(
-                "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
-                (version, name, now_text()),
+                "INSERT INTO schema_migrations(version, name, applied_at, checksum)"
+                " VALUES (?, ?, ?, ?)",
+                (version, name, now_text(), checksum(sql)),
             )
             conn.execute("COMMIT")
         except BaseException:
@@ -388,6 +436,64 @@ def apply_migrations(conn: Any, migrations: Sequence[tuple[str, str]] = MIGRATIO
             raise
         applied.append(name)
     return applied
+
+
+def _record_legacy_checksums(conn: Any) -> None:
+    """Upgrade a database from before checksums, without a migration (the
+    table that records migrations cannot depend on one): add the column, then
+    give each recorded row without a checksum the checksum of the code's
+    migration of the same version and name, trusting that it ran that SQL
+    from then on. A row whose name differs keeps no checksum and is refused
+    by _verify.
+
+    Migration 2 (embeddings_and_vector_index) was edited twice after it first
+    shipped, so an early database may have run an older text: an `embeddings`
+    table WITHOUT ROWID (replaced by migration 7 on every database, whatever
+    its shape) and no `memories_namespace_order` index (added where missing by
+    migration 8, memories_namespace_order_for_early_databases). Both are
+    covered by later migrations, so its row is trusted like the others."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(schema_migrations)")}
+    if "checksum" not in columns:
+        conn.execute("ALTER TABLE schema_migrations ADD COLUMN checksum TEXT")
+    legacy = conn.execute(
+        "SELECT version, name FROM schema_migrations WHERE checksum IS NULL"
+    ).fetchall()
+    if not legacy:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for version, name in legacy:
+            if 1 <= version <= len(MIGRATIONS) and MIGRATIONS[version - 1][0] == name:
+                conn.execute(
+                    "UPDATE schema_migrations SET checksum = ? WHERE version = ?",
+                    (checksum(MIGRATIONS[version - 1][1]), version),
+                )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _verify(recorded: dict[int, tuple[str, str | None]]) -> None:
+    for version, (name, digest) in sorted(recorded.items()):
+        if version > len(MIGRATIONS):
+            raise MigrationMismatch(
+                f"the database records migration {version} ({name}), which this version of"
+                f" Engram does not ship (it knows {len(MIGRATIONS)}): it was migrated by a"
+                " newer Engram"
+            )
+        expected_name, sql = MIGRATIONS[version - 1]
+        if name != expected_name:
+            raise MigrationMismatch(
+                f"migration {version} is recorded as {name!r} but this version of Engram"
+                f" ships {expected_name!r} at that position"
+            )
+        if digest != checksum(sql):
+            raise MigrationMismatch(
+                f"migration {version} ({name}) was applied with different SQL (checksum"
+                f" {digest}) from what this version of Engram ships ({checksum(sql)}):"
+                " a shipped migration was edited; restore it and append a new migration"
+            )
 
 
 def _statements(script: str) -> list[str]:

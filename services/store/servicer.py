@@ -39,13 +39,13 @@ _PATCH_STATUS = {
     "not_found": store_pb2.PATCH_STATUS_NOT_FOUND,
     "duplicate_content": store_pb2.PATCH_STATUS_DUPLICATE_CONTENT,
 }
-_EVENT_TYPE = {
-    "created": store_pb2.HISTORY_EVENT_TYPE_CREATED,
-    "modified": store_pb2.HISTORY_EVENT_TYPE_MODIFIED,
-    "deleted": store_pb2.HISTORY_EVENT_TYPE_DELETED,
-    "recovered": store_pb2.HISTORY_EVENT_TYPE_RECOVERED,
-    "none": store_pb2.HISTORY_EVENT_TYPE_NONE,
-}
+
+
+def history_event_type(event: str) -> store_pb2.HistoryEventType.ValueType:
+    """The proto value of a `memory_history.event` string: its name upper-cased
+    after the enum's prefix. An event the proto does not declare is an error
+    (INTERNAL), never UNSPECIFIED, which the proto says is never sent."""
+    return store_pb2.HistoryEventType.Value(f"HISTORY_EVENT_TYPE_{event.upper()}")
 
 
 def _history_to_proto(entry: HistoryEntry) -> store_pb2.HistoryEvent:
@@ -54,7 +54,7 @@ def _history_to_proto(entry: HistoryEntry) -> store_pb2.HistoryEvent:
     return store_pb2.HistoryEvent(
         id=entry.id,
         memory_id=entry.memory_id,
-        event_type=_EVENT_TYPE.get(entry.event, store_pb2.HISTORY_EVENT_TYPE_UNSPECIFIED),
+        event_type=history_event_type(entry.event),
         old_content=entry.old_content or "",
         new_content=entry.new_content or "",
         actor=entry.actor,
@@ -215,7 +215,9 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             query=request.query,
             spec=filter_from_proto(request.filter),
             limit=request.limit,
-            force=request.force,
+            # The deprecated `force` means both, as it did before the split.
+            include_pinned=request.include_pinned or request.force,
+            purge=request.purge or request.force,
         )
         outcome = await self._store.forget(
             validate_namespace(request.namespace),

@@ -107,7 +107,9 @@ def test_describe_shows_service_and_message_definitions(store: ProcessHandle) ->
     message = grpcurl(store, "describe", "engram.common.v1.Memory")
     assert message.returncode == 0, message.stderr
     assert "engram.common.v1.Memory is a message" in message.stdout
-    assert "string content_hash = 12;" in message.stdout
+    assert (
+        "string content_hash = 12 [(.google.api.field_behavior) = OUTPUT_ONLY];" in message.stdout
+    )
 
 
 def test_health_check_reports_serving_for_the_store_service(store: ProcessHandle) -> None:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from e2e_helpers import Launcher, ProcessHandle, engram_command, free_port
+from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc, store_pb2
 from http_fakes import Reply, Request, ollama_server, unit_axis
@@ -36,10 +37,10 @@ def _counts(store: ProcessHandle) -> tuple[int, int, int]:
     stats = job_queue_pb2_grpc.JobQueueServiceStub(store.channel()).GetQueueStats(
         jq.GetQueueStatsRequest(), timeout=10
     )
-    by_status = {c.status: c.count for c in stats.counts if c.job_type == jq.JOB_TYPE_EMBED}
+    by_status = {c.status: c.count for c in stats.counts if c.job_type == job_pb2.JOB_TYPE_EMBED}
     return (
-        by_status.get(jq.JOB_STATUS_LEASED, 0),
-        by_status.get(jq.JOB_STATUS_COMPLETED, 0),
+        by_status.get(job_pb2.JOB_STATUS_LEASED, 0),
+        by_status.get(job_pb2.JOB_STATUS_COMPLETED, 0),
         stats.indexed_memory_count,
     )
 

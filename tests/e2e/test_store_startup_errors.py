@@ -13,7 +13,7 @@ import pytest
 
 from e2e_helpers import Launcher
 from services.common.db import open_read_write
-from services.store.migrations import apply_migrations
+from services.store.migrations import MIGRATIONS, apply_migrations
 
 STARTUP_FAILURE_TIMEOUT_S = 20.0
 
@@ -90,3 +90,29 @@ def test_data_directory_that_is_a_file_stops_the_store_with_one_line(
         f"engram: cannot start store: cannot open the database {not_a_dir / 'data' / 'engram.db'}: "
         "Not a directory"
     ]
+
+
+def test_a_database_whose_applied_migration_was_edited_stops_the_store_naming_it(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """A database that ran another text of migration 2 than the code ships:
+    the store refuses to start on a schema its code does not describe."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    database = open_read_write(data_dir / "engram.db")
+    edited = list(MIGRATIONS)
+    name, sql = edited[1]
+    edited[1] = (name, sql.replace("(namespace, is_deleted)", "(namespace)"))
+    apply_migrations(database, edited)
+    database.close()
+    store = launcher.start_store(data_dir, wait=False)
+    code = store.wait_exit(timeout=STARTUP_FAILURE_TIMEOUT_S)
+    output = store.log()
+    assert code == 1, output
+    assert "Traceback" not in output
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert lines[0].startswith(
+        f"engram: cannot start store: refusing to start on the database {data_dir / 'engram.db'}:"
+        " migration 2 (embeddings_and_vector_index) was applied with different SQL"
+    ), output

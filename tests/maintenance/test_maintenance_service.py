@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from admin_helpers import AdminStore
+from engram.common.v1 import job_pb2
 from engram.maintenance.v1 import maintenance_pb2 as pb
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
@@ -171,7 +172,9 @@ def test_stale_leases_are_released_by_execute(maintained: Build) -> None:
 
     m = maintained()
     m.st.remember("a memory whose extract job is leased")
-    [job] = m.st.jobs.LeaseJobs(jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EXTRACT, max_jobs=1)).jobs
+    [job] = m.st.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EXTRACT, max_jobs=1)
+    ).jobs
     m.st.age("memory_jobs", "leased_at", 1, "id = ?", job.id)
     assert diagnostics(m).queue.stale_leases == 1
     [action] = run(m).actions

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
+from engram.common.v1 import document_pb2, job_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.store.v1 import documents_pb2 as dpb
 from engram.store.v1 import documents_pb2_grpc, store_pb2
@@ -22,7 +23,7 @@ from services.common.normalize import normalize_content
 from services.pipeline.documents import chunk_text
 
 CHUNK, OVERLAP = 200, 20
-TERMINAL = (pb.DOCUMENT_STATUS_DONE, pb.DOCUMENT_STATUS_FAILED)
+TERMINAL = (document_pb2.DOCUMENT_STATUS_DONE, document_pb2.DOCUMENT_STATUS_FAILED)
 
 
 def overrides(embed_url: str, **more: Any) -> dict[str, Any]:
@@ -54,12 +55,12 @@ def words(count: int, prefix: str = "word") -> str:
     return " ".join(f"{prefix}{i:03d}" for i in range(count))
 
 
-def create(stack: Stack, **fields: Any) -> pb.Document:
+def create(stack: Stack, **fields: Any) -> document_pb2.Document:
     return stack.pipeline.CreateDocument(pb.CreateDocumentRequest(**fields), timeout=30).document
 
 
-def finished(stack: Stack, document_id: str, namespace: str = "") -> pb.Document:
-    def probe() -> pb.Document | None:
+def finished(stack: Stack, document_id: str, namespace: str = "") -> document_pb2.Document:
+    def probe() -> document_pb2.Document | None:
         document = stack.pipeline.GetDocument(
             pb.GetDocumentRequest(namespace=namespace, id=document_id), timeout=30
         ).document
@@ -68,8 +69,8 @@ def finished(stack: Stack, document_id: str, namespace: str = "") -> pb.Document
     return wait_for(probe, what="the document to finish")
 
 
-def chunks(stack: Stack, document_id: str, namespace: str = "") -> list[pb.DocumentChunk]:
-    listed: list[pb.DocumentChunk] = []
+def chunks(stack: Stack, document_id: str, namespace: str = "") -> list[document_pb2.DocumentChunk]:
+    listed: list[document_pb2.DocumentChunk] = []
     token = ""
     while True:
         response = stack.pipeline.ListDocumentChunks(
@@ -97,11 +98,11 @@ def test_raw_content_becomes_ordered_overlapping_chunk_memories(
     stack = docs_stack(search=True)
     text = words(60, "alpha") + " " + words(40, "omega")  # 900 characters
     document = create(stack, namespace="team", content=text, title="Field Guide", tags=["Docs"])
-    assert document.status == pb.DOCUMENT_STATUS_QUEUED
+    assert document.status == document_pb2.DOCUMENT_STATUS_QUEUED
     done = finished(stack, document.id, "team")
     expected = chunk_text(text, CHUNK, OVERLAP)
     assert len(expected) == 5
-    assert (done.status, done.chunk_count, done.error) == (pb.DOCUMENT_STATUS_DONE, 5, "")
+    assert (done.status, done.chunk_count, done.error) == (document_pb2.DOCUMENT_STATUS_DONE, 5, "")
     listed = chunks(stack, document.id, "team")
     assert [c.chunk_index for c in listed] == list(range(5))
     assert [c.content for c in listed] == [normalize_content(c).storage for c in expected]
@@ -121,7 +122,7 @@ def test_raw_content_becomes_ordered_overlapping_chunk_memories(
     # Each chunk arrived with its vector: nothing is left for the embed worker.
     wait_for(lambda: stack.stats().indexed_memory_count == 5, what="chunks indexed")
     queue = {(c.job_type, c.status): c.count for c in stack.stats().counts}
-    assert queue.get((jq.JOB_TYPE_EXTRACT, jq.JOB_STATUS_PENDING), 0) == 0
+    assert queue.get((job_pb2.JOB_TYPE_EXTRACT, job_pb2.JOB_STATUS_PENDING), 0) == 0
     found = stack.recall("omega035", namespace="team")
     assert found.results and found.results[0].memory.type == "document_chunk"
     assert "omega035" in found.results[0].memory.content
@@ -143,7 +144,7 @@ def test_repeated_chunks_are_written_once(docs_stack: Callable[..., Stack]) -> N
     passage = ("x" * 99 + " ") * 2  # exactly one 200-character window
     document = create(stack, content=passage * 3 + "the end")
     done = finished(stack, document.id)
-    assert (done.status, done.chunk_count) == (pb.DOCUMENT_STATUS_DONE, 2)
+    assert (done.status, done.chunk_count) == (document_pb2.DOCUMENT_STATUS_DONE, 2)
     assert [c.chunk_index for c in chunks(stack, document.id)] == [0, 3]
 
 
@@ -160,7 +161,7 @@ def test_a_url_is_fetched_reduced_to_text_and_its_title_backfilled(
     document = create(stack, url=f"{server.url}/tides", tags=["sea"])
     assert (document.source_type, document.title) == ("url", "")
     done = finished(stack, document.id)
-    assert (done.status, done.title) == (pb.DOCUMENT_STATUS_DONE, "Tide Tables")
+    assert (done.status, done.title) == (document_pb2.DOCUMENT_STATUS_DONE, "Tide Tables")
     [chunk] = chunks(stack, document.id)
     assert chunk.content == "Tides High water at noon & midnight."
     memory = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=chunk.memory_id)).memory
@@ -186,12 +187,12 @@ def test_a_url_that_cannot_be_ingested_fails_after_the_retries(
     stack = docs_stack(**{"memory.pipelineV2.documentMaxContentBytes": 1024})
     document = create(stack, url=f"{server.url}/doc")
     failed = finished(stack, document.id)
-    assert failed.status == pb.DOCUMENT_STATUS_FAILED
+    assert failed.status == document_pb2.DOCUMENT_STATUS_FAILED
     assert error_part in failed.error
     assert len(server.requests_to("GET", "/doc")) == 2  # workerMaxRetries attempts
     assert chunks(stack, document.id) == []
     queue = {(c.job_type, c.status): c.count for c in stack.stats().counts}
-    assert queue[(jq.JOB_TYPE_DOCUMENT_INGEST, jq.JOB_STATUS_DEAD)] == 1
+    assert queue[(job_pb2.JOB_TYPE_DOCUMENT_INGEST, job_pb2.JOB_STATUS_DEAD)] == 1
 
 
 def test_a_refused_connection_fails_the_document_after_the_retries(
@@ -202,7 +203,7 @@ def test_a_refused_connection_fails_the_document_after_the_retries(
     stack = docs_stack()
     document = create(stack, url=f"{server.url}/gone")
     failed = finished(stack, document.id)
-    assert failed.status == pb.DOCUMENT_STATUS_FAILED
+    assert failed.status == document_pb2.DOCUMENT_STATUS_FAILED
     assert "ConnectError" in failed.error
 
 
@@ -217,23 +218,23 @@ def test_watch_reports_every_status_in_order(
     created = store_docs.CreateDocument(dpb.CreateDocumentRequest(content=words(80))).document
     # Hold the job so the worker cannot start before the watch does.
     [held] = stack.jobs.LeaseJobs(
-        jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
     ).jobs
     _, pipeline = start_pipeline_server(stack.config)
     stream = pipeline.WatchDocument(pb.WatchDocumentRequest(id=created.id), timeout=60)
     first = next(stream)
-    assert first.document.status == pb.DOCUMENT_STATUS_QUEUED
+    assert first.document.status == document_pb2.DOCUMENT_STATUS_QUEUED
     stack.jobs.ReleaseJobs(
         jq.ReleaseJobsRequest(leases=[jq.JobLease(job_id=held.id, lease_token=held.lease_token)])
     )
     seen = [first.document.status] + [r.document.status for r in stream]
     assert seen == [
-        pb.DOCUMENT_STATUS_QUEUED,
-        pb.DOCUMENT_STATUS_EXTRACTING,
-        pb.DOCUMENT_STATUS_CHUNKING,
-        pb.DOCUMENT_STATUS_EMBEDDING,
-        pb.DOCUMENT_STATUS_INDEXING,
-        pb.DOCUMENT_STATUS_DONE,
+        document_pb2.DOCUMENT_STATUS_QUEUED,
+        document_pb2.DOCUMENT_STATUS_EXTRACTING,
+        document_pb2.DOCUMENT_STATUS_CHUNKING,
+        document_pb2.DOCUMENT_STATUS_EMBEDDING,
+        document_pb2.DOCUMENT_STATUS_INDEXING,
+        document_pb2.DOCUMENT_STATUS_DONE,
     ]
 
 
@@ -244,7 +245,7 @@ def test_watch_of_a_finished_document_ends_after_one_report(
     document = create(stack, content="Done quickly.")
     finished(stack, document.id)
     reports = list(stack.pipeline.WatchDocument(pb.WatchDocumentRequest(id=document.id)))
-    assert [r.document.status for r in reports] == [pb.DOCUMENT_STATUS_DONE]
+    assert [r.document.status for r in reports] == [document_pb2.DOCUMENT_STATUS_DONE]
 
 
 def test_documents_stay_in_their_namespace(docs_stack: Callable[..., Stack]) -> None:
@@ -291,7 +292,7 @@ def test_frozen_mutations_refuse_documents_and_write_nothing(
     stack = docs_stack(**{"memory.pipelineV2.mutationsFrozen": True})
     code, reason, _ = error_of(lambda: create(stack, content="Nothing to see."))
     assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "MUTATIONS_FROZEN")
-    assert not [c for c in stack.stats().counts if c.job_type == jq.JOB_TYPE_DOCUMENT_INGEST]
+    assert not [c for c in stack.stats().counts if c.job_type == job_pb2.JOB_TYPE_DOCUMENT_INGEST]
 
 
 def test_status_lists_the_document_worker(docs_stack: Callable[..., Stack]) -> None:

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.store.v1 import job_queue_pb2 as jq
 from http_fakes import VectorBook, ollama_server
 from recall_helpers import QUERY_VECTOR, Stack, count, fake_embedding_overrides, vec, wait_for
 
-EMBED = jq.JOB_TYPE_EMBED
+EMBED = job_pb2.JOB_TYPE_EMBED
 CONTENTS = ["zebra at the waterhole", "zebra foals play", "lions watch the zebra"]
 
 
@@ -64,10 +65,10 @@ def test_provider_outage_degrades_recall_and_parks_jobs_until_it_returns(
     assert all(r.vector.rank == 0 for r in response.results)
 
     stats = stack.stats()
-    assert count(stats, EMBED, jq.JOB_STATUS_DEAD) == 0
-    assert count(stats, EMBED, jq.JOB_STATUS_COMPLETED) == 0
-    assert count(stats, EMBED, jq.JOB_STATUS_PENDING) + count(
-        stats, EMBED, jq.JOB_STATUS_LEASED
+    assert count(stats, EMBED, job_pb2.JOB_STATUS_DEAD) == 0
+    assert count(stats, EMBED, job_pb2.JOB_STATUS_COMPLETED) == 0
+    assert count(stats, EMBED, job_pb2.JOB_STATUS_PENDING) + count(
+        stats, EMBED, job_pb2.JOB_STATUS_LEASED
     ) == len(CONTENTS)
     assert stats.indexed_memory_count == 0
 
@@ -82,7 +83,7 @@ def test_provider_outage_degrades_recall_and_parks_jobs_until_it_returns(
     )
     assert recovered.providers[0].last_error == ""
     assert recovered.workers[0].completed_count == len(CONTENTS)
-    assert count(stack.stats(), EMBED, jq.JOB_STATUS_DEAD) == 0
+    assert count(stack.stats(), EMBED, job_pb2.JOB_STATUS_DEAD) == 0
 
     healthy = wait_for(
         lambda: (r := stack.recall("zebra")) and not r.degraded and r,
@@ -106,8 +107,8 @@ def test_jobs_handed_back_during_an_outage_keep_all_their_attempts(
     )
     stack.pipeline_thread.stop()
     stats = stack.stats()
-    assert count(stats, EMBED, jq.JOB_STATUS_LEASED) == 0
-    assert count(stats, EMBED, jq.JOB_STATUS_DEAD) == 0
+    assert count(stats, EMBED, job_pb2.JOB_STATUS_LEASED) == 0
+    assert count(stats, EMBED, job_pb2.JOB_STATUS_DEAD) == 0
     jobs = stack.jobs.LeaseJobs(jq.LeaseJobsRequest(job_type=EMBED, max_jobs=10)).jobs
     assert sorted(j.content for j in jobs) == sorted(CONTENTS)
     assert [j.attempts for j in jobs] == [1] * len(CONTENTS), "no attempt was used up"

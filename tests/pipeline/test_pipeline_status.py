@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
-from engram.store.v1 import job_queue_pb2 as jq
 from http_fakes import Reply, Request, ScriptedHttpServer, VectorBook, ollama_server
 from recall_helpers import MODEL, Stack, count, fake_embedding_overrides, wait_for
 
@@ -21,7 +21,11 @@ def status(stub: Any) -> pb.GetStatusResponse:
 
 
 def depths(response: pb.GetStatusResponse) -> dict[tuple[str, str], int]:
-    return {(q.job_type, q.state): q.count for q in response.queue}
+    """Queue depths by (JobType name, JobStatus name)."""
+    return {
+        (job_pb2.JobType.Name(q.job_type), job_pb2.JobStatus.Name(q.status)): q.count
+        for q in response.queue
+    }
 
 
 def embed_batches(server: ScriptedHttpServer) -> list[list[str]]:
@@ -43,7 +47,10 @@ def test_status_shows_queue_depths_provider_and_worker(
         lambda: (s := status(pipeline)).workers[0].state == pb.WORKER_STATE_IDLE and s,
         what="worker idle",
     )
-    assert depths(response) == {("embed", "completed"): 3, ("extract", "pending"): 3}
+    assert depths(response) == {
+        ("JOB_TYPE_EMBED", "JOB_STATUS_COMPLETED"): 3,
+        ("JOB_TYPE_EXTRACT", "JOB_STATUS_PENDING"): 3,
+    }
     [provider] = [p for p in response.providers if p.role == "embedding"]
     assert (provider.role, provider.kind, provider.model) == ("embedding", "ollama", MODEL)
     assert provider.state == pb.PROVIDER_STATE_AVAILABLE
@@ -118,13 +125,13 @@ def test_a_rejected_input_fails_only_its_own_job(
         stack.remember(text)
     _, pipeline = start_pipeline_server(stack.config)
     wait_for(
-        lambda: count(stack.stats(), jq.JOB_TYPE_EMBED, jq.JOB_STATUS_DEAD) == 1,
+        lambda: count(stack.stats(), job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_STATUS_DEAD) == 1,
         what="the rejected job dead",
     )
     wait_for(lambda: stack.stats().indexed_memory_count == 2, what="the others embedded")
     response = status(pipeline)
-    assert depths(response)[("embed", "dead")] == 1
-    assert depths(response)[("embed", "completed")] == 2
+    assert depths(response)[("JOB_TYPE_EMBED", "JOB_STATUS_DEAD")] == 1
+    assert depths(response)[("JOB_TYPE_EMBED", "JOB_STATUS_COMPLETED")] == 2
     [worker] = [w for w in response.workers if w.name == "embed"]
     assert worker.failed_count == 1
     assert "400" in worker.last_error
@@ -142,7 +149,7 @@ def test_embeddings_off_disable_the_provider_and_stop_the_worker(
     )
     [provider] = [p for p in response.providers if p.role == "embedding"]
     assert (provider.kind, provider.state) == ("none", pb.PROVIDER_STATE_DISABLED)
-    assert depths(response)[("embed", "pending")] == 1
+    assert depths(response)[("JOB_TYPE_EMBED", "JOB_STATUS_PENDING")] == 1
 
 
 @pytest.fixture

@@ -217,7 +217,7 @@ def test_forgotten_memories_never_come_back(
     )
     stack.store.ForgetMemories(
         store_pb2.ForgetMemoriesRequest(
-            ids=[hard.id], mode=store_pb2.FORGET_MODE_EXECUTE, reason="cleanup", force=True
+            ids=[hard.id], mode=store_pb2.FORGET_MODE_EXECUTE, reason="cleanup", purge=True
         )
     )
     assert stack.recall("zebra").results == []

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.store.v1 import documents_pb2 as docs_pb
 from engram.store.v1 import documents_pb2_grpc, store_pb2
 from engram.store.v1 import job_queue_pb2 as jq
@@ -42,7 +43,7 @@ A_COSINE = 0.657
 
 
 def pending_embeds(stack: Stack) -> int:
-    return count(stack.stats(), jq.JOB_TYPE_EMBED, jq.JOB_STATUS_PENDING)
+    return count(stack.stats(), job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_STATUS_PENDING)
 
 
 def vector_hits(stack: Stack, query: str, namespace: str) -> dict[str, Any]:
@@ -139,7 +140,7 @@ def _via_forged_content_hash(stack: Stack, victim: Any, _prepared: Any) -> str |
     """B completes its own memory's embed job, naming the victim's content hash."""
     mine = stack.remember("zebra notes of tenant b", namespace=B)
     [job] = stack.jobs.LeaseJobs(
-        jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EMBED, max_jobs=10, namespaces=[B])
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=10, namespaces=[B])
     ).jobs
     done = stack.jobs.CompleteEmbedJobs(
         jq.CompleteEmbedJobsRequest(
@@ -162,7 +163,7 @@ def _via_document_chunk(stack: Stack, victim: Any, _prepared: Any) -> str | None
     documents = documents_pb2_grpc.DocumentStoreServiceStub(stack.jobs_channel)
     documents.CreateDocument(docs_pb.CreateDocumentRequest(namespace=B, content=SECRET))
     [job] = stack.jobs.LeaseJobs(
-        jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1, namespaces=[B])
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1, namespaces=[B])
     ).jobs
     written = documents.WriteDocumentChunk(
         docs_pb.WriteDocumentChunkRequest(

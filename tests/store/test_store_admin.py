@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from admin_helpers import DIM, MODEL, AdminStore, admin_store
+from engram.common.v1 import job_pb2
 from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import job_queue_pb2 as jq
 from grpc_helpers import error_of
@@ -39,7 +40,7 @@ def three_memories(st: AdminStore) -> tuple[str, str, str]:
 
 
 def lease_extract(st: AdminStore, n: int = 10) -> list[jq.Job]:
-    request = jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EXTRACT, max_jobs=n)
+    request = jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EXTRACT, max_jobs=n)
     return list(st.jobs.LeaseJobs(request).jobs)
 
 
@@ -59,7 +60,10 @@ def test_diagnostics_of_a_consistent_store(st: AdminStore) -> None:
     assert (d.vector_missing, d.vector_orphaned) == (0, 0)
     assert d.total_jobs == 6 and d.dead_jobs == 0 and d.leased_jobs == 0
     counts = {(j.job_type, j.status): j.count for j in d.jobs}
-    assert counts == {("embed", "completed"): 3, ("extract", "pending"): 3}
+    assert counts == {
+        (job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_STATUS_COMPLETED): 3,
+        (job_pb2.JOB_TYPE_EXTRACT, job_pb2.JOB_STATUS_PENDING): 3,
+    }
     assert d.db_size_bytes == st.scalar(
         "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
     )

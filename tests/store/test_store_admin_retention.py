@@ -227,3 +227,20 @@ def test_recovery_after_a_sweep_fails_with_retention_expired(
     )
     other_namespace = store_pb2.RecoverMemoryRequest(id=gone, reason="undo", namespace="other")
     assert error_of(lambda: st.store.RecoverMemory(other_namespace))[0] == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_swept_tombstone_history_ends_with_a_purged_event(
+    start: Callable[..., AdminStore],
+) -> None:
+    """Purge events go out as PURGED, not UNSPECIFIED (which is never sent)."""
+    st = start()
+    gone = st.remember("a memory purged by retention")
+    expire(st, gone)
+    sweep(st)
+    events = st.store.ListMemoryHistory(store_pb2.ListMemoryHistoryRequest(memory_id=gone)).events
+    assert [e.event_type for e in events] == [
+        store_pb2.HISTORY_EVENT_TYPE_CREATED,
+        store_pb2.HISTORY_EVENT_TYPE_DELETED,
+        store_pb2.HISTORY_EVENT_TYPE_PURGED,
+    ]
+    assert events[-1].actor == "retention"

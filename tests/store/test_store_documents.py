@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
+from engram.common.v1 import document_pb2, job_pb2
 from engram.store.v1 import documents_pb2 as pb
 from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc, store_pb2
 from engram.store.v1 import job_queue_pb2 as jq
@@ -32,12 +33,12 @@ class Docs:
         self.docs = documents_pb2_grpc.DocumentStoreServiceStub(channel)
         self.jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
 
-    def create(self, **fields: Any) -> pb.StoredDocument:
+    def create(self, **fields: Any) -> document_pb2.Document:
         return self.docs.CreateDocument(pb.CreateDocumentRequest(**fields)).document
 
     def lease(self) -> jq.Job:
         [job] = self.jobs.LeaseJobs(
-            jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+            jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
         ).jobs
         return job
 
@@ -96,7 +97,7 @@ def test_a_document_is_created_queued_with_its_ingest_job(
     document = s.create(
         namespace="team", content="Some text.", title="  Notes ", tags=["Alpha", "alpha", "b"]
     )
-    assert document.status == pb.DOCUMENT_STATUS_QUEUED
+    assert document.status == document_pb2.DOCUMENT_STATUS_QUEUED
     assert (document.namespace, document.source_type, document.title) == ("team", "text", "Notes")
     assert list(document.tags) == ["alpha", "b"]
     assert document.HasField("create_time") and not document.HasField("complete_time")
@@ -156,7 +157,7 @@ def test_bad_input_is_named_and_writes_nothing(
 
 def test_content_at_the_size_cap_is_accepted(start_docs: Callable[..., Docs]) -> None:
     s = start_docs(**{"memory.pipelineV2.documentMaxContentBytes": 1024})
-    assert s.create(content="é" * 512).status == pb.DOCUMENT_STATUS_QUEUED
+    assert s.create(content="é" * 512).status == document_pb2.DOCUMENT_STATUS_QUEUED
 
 
 def test_frozen_store_refuses_documents_and_writes_nothing(
@@ -183,10 +184,12 @@ def test_the_worker_writes_chunks_with_dedup_links_and_vectors(
     assert (source.raw_content, source.document.id) == ("ignored by the store", document.id)
     advanced = s.docs.AdvanceDocument(
         pb.AdvanceDocumentRequest(
-            lease=lease_of(job), status=pb.DOCUMENT_STATUS_EXTRACTING, title="Fetched title"
+            lease=lease_of(job),
+            status=document_pb2.DOCUMENT_STATUS_EXTRACTING,
+            title="Fetched title",
         )
     )
-    assert advanced.document.status == pb.DOCUMENT_STATUS_EXTRACTING
+    assert advanced.document.status == document_pb2.DOCUMENT_STATUS_EXTRACTING
     assert advanced.document.title == "Design Notes"  # a given title is never replaced
 
     first = s.write(
@@ -213,7 +216,7 @@ def test_the_worker_writes_chunks_with_dedup_links_and_vectors(
         False,
     )
     done = s.docs.CompleteDocument(pb.CompleteDocumentRequest(lease=lease_of(job))).document
-    assert (done.status, done.chunk_count) == (pb.DOCUMENT_STATUS_DONE, 3)
+    assert (done.status, done.chunk_count) == (document_pb2.DOCUMENT_STATUS_DONE, 3)
     assert done.HasField("complete_time")
 
     memory = s.memories.GetMemory(
@@ -296,7 +299,7 @@ def test_a_lost_lease_writes_nothing_more(start_docs: Callable[..., Docs], db_pa
     status_before = scalar(db_path, "SELECT status FROM documents")
     assert s.write(job, 1, "too late").outcome == jq.LEASE_OUTCOME_LEASE_LOST
     advanced = s.docs.AdvanceDocument(
-        pb.AdvanceDocumentRequest(lease=lease_of(job), status=pb.DOCUMENT_STATUS_CHUNKING)
+        pb.AdvanceDocumentRequest(lease=lease_of(job), status=document_pb2.DOCUMENT_STATUS_CHUNKING)
     )
     assert advanced.outcome == jq.LEASE_OUTCOME_LEASE_LOST
     completed = s.docs.CompleteDocument(pb.CompleteDocumentRequest(lease=lease_of(job)))
@@ -315,14 +318,14 @@ def test_the_document_fails_with_its_job_after_the_last_attempt(
     job = s.lease()
     s.jobs.FailJobs(jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease_of(job), error="e1")]))
     retrying = s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document
-    assert (retrying.status, retrying.error) == (pb.DOCUMENT_STATUS_QUEUED, "")
+    assert (retrying.status, retrying.error) == (document_pb2.DOCUMENT_STATUS_QUEUED, "")
     [job_row] = rows(db_path, "SELECT status, attempts FROM memory_jobs")
     assert (job_row["status"], job_row["attempts"]) == ("pending", 1)
     # The retry becomes due after its backoff (1 s plus jitter); then the last attempt.
     [job] = wait_for(
         lambda: (
             s.jobs.LeaseJobs(
-                jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+                jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
             ).jobs
         ),
         what="the retry to become due",
@@ -332,7 +335,7 @@ def test_the_document_fails_with_its_job_after_the_last_attempt(
     )
     assert response.dead_count == 1
     failed = s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document
-    assert (failed.status, failed.error) == (pb.DOCUMENT_STATUS_FAILED, "HTTP 404")
+    assert (failed.status, failed.error) == (document_pb2.DOCUMENT_STATUS_FAILED, "HTTP 404")
 
 
 def test_worker_calls_reject_bad_chunks_and_statuses(
@@ -349,7 +352,9 @@ def test_worker_calls_reject_bad_chunks_and_statuses(
         (lambda: s.write(job, 0, "x", vector=[1.0, 0.0], embedding_model=MODEL), "vector"),
         (
             lambda: s.docs.AdvanceDocument(
-                pb.AdvanceDocumentRequest(lease=lease_of(job), status=pb.DOCUMENT_STATUS_DONE)
+                pb.AdvanceDocumentRequest(
+                    lease=lease_of(job), status=document_pb2.DOCUMENT_STATUS_DONE
+                )
             ),
             "status",
         ),

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import (
@@ -376,9 +377,9 @@ def test_bad_input_names_the_field_and_writes_nothing(stack: Stack) -> None:
 
 def test_an_embed_job_lease_is_refused(stack: Stack) -> None:
     memory = stack.remember("Judy sails")
-    embed = stack.jobs.LeaseJobs(jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EMBED, max_jobs=1)).jobs[
-        0
-    ]
+    embed = stack.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=1)
+    ).jobs[0]
     before = counts(stack)
     code, _, fields = error_of(lambda: complete(stack, embed, [proposal(ADD, "Judy sails")]))
     assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["lease.job_id"])

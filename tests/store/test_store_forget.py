@@ -101,19 +101,72 @@ def test_candidates_are_capped_by_limit(store) -> None:
     )
 
 
-def test_pinned_memories_are_candidates_only_with_force(store) -> None:
+def test_pinned_memories_are_candidates_only_with_include_pinned(store) -> None:
     remember(store, "critical: secret rotation policy")
     remember(store, "rotation schedule draft")
     plain = store.ForgetMemories(S.ForgetMemoriesRequest(query="rotation"))
     assert [c.content for c in plain.candidates] == ["rotation schedule draft"]
-    forced = store.ForgetMemories(S.ForgetMemoriesRequest(query="rotation", force=True))
-    assert len(forced.candidates) == 2 and any(c.pinned for c in forced.candidates)
+    pinned = store.ForgetMemories(S.ForgetMemoriesRequest(query="rotation", include_pinned=True))
+    assert len(pinned.candidates) == 2 and any(c.pinned for c in pinned.candidates)
 
 
-def test_force_hard_deletes_but_history_remains(store, db_path: Path) -> None:
+def test_include_pinned_soft_deletes_pinned_memories_recoverably(store) -> None:
+    """Including pinned memories no longer implies deleting for good."""
+    pinned_id = remember(store, "critical: the vault code rotates monthly").memory.id
+    result = store.ForgetMemories(
+        S.ForgetMemoriesRequest(
+            ids=[pinned_id], mode=EXECUTE, reason="cleanup", include_pinned=True
+        )
+    )
+    assert result.deleted_count == 1 and not result.hard_deleted
+    tombstone = store.GetMemory(S.GetMemoryRequest(id=pinned_id)).memory
+    assert tombstone.deleted and tombstone.pinned
+    recovered = store.RecoverMemory(S.RecoverMemoryRequest(id=pinned_id, reason="oops"))
+    assert not recovered.memory.deleted
+
+
+def test_purge_without_include_pinned_leaves_pinned_memories_alone(store, db_path: Path) -> None:
+    pinned_id = remember(store, "critical: keep this purge target").memory.id
+    plain_id = remember(store, "drop this purge target").memory.id
+    result = store.ForgetMemories(
+        S.ForgetMemoriesRequest(query="purge target", mode=EXECUTE, reason="gdpr", purge=True)
+    )
+    assert [c.id for c in result.candidates] == [plain_id] and result.hard_deleted
+    assert not store.GetMemory(S.GetMemoryRequest(id=pinned_id)).memory.deleted
+    code, _, _ = error_of(lambda: store.GetMemory(S.GetMemoryRequest(id=plain_id)))
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_preview_token_does_not_confirm_an_execute_with_other_flags(store) -> None:
+    ids = _import(store, [f"flagged bulk item {i}" for i in range(30)])
+    preview = store.ForgetMemories(S.ForgetMemoriesRequest(ids=ids))
+    code, reason, _ = error_of(
+        lambda: store.ForgetMemories(
+            S.ForgetMemoriesRequest(
+                ids=ids,
+                mode=EXECUTE,
+                reason="r",
+                purge=True,
+                confirm_token=preview.confirm_token,
+            )
+        )
+    )
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert reason == "CONFIRM_TOKEN_MISMATCH"
+
+
+def test_deprecated_force_still_means_include_pinned_and_purge(store) -> None:
+    pinned_id = remember(store, "critical: legacy force target").memory.id
+    result = store.ForgetMemories(
+        S.ForgetMemoriesRequest(ids=[pinned_id], mode=EXECUTE, reason="legacy", force=True)
+    )
+    assert result.deleted_count == 1 and result.hard_deleted
+
+
+def test_purge_hard_deletes_but_history_remains(store, db_path: Path) -> None:
     [memory_id] = _import(store, ["erase me completely"])
     result = store.ForgetMemories(
-        S.ForgetMemoriesRequest(ids=[memory_id], mode=EXECUTE, reason="gdpr", force=True)
+        S.ForgetMemoriesRequest(ids=[memory_id], mode=EXECUTE, reason="gdpr", purge=True)
     )
     assert result.deleted_count == 1 and result.hard_deleted
     code, _, _ = error_of(lambda: store.GetMemory(S.GetMemoryRequest(id=memory_id)))

@@ -13,12 +13,17 @@ from typing import Any
 import grpc
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from grpc_helpers import error_of
 from recall_helpers import MODEL, Stack, count, vec
 
-EMBED, EXTRACT = jq.JOB_TYPE_EMBED, jq.JOB_TYPE_EXTRACT
-PENDING, LEASED, DEAD = jq.JOB_STATUS_PENDING, jq.JOB_STATUS_LEASED, jq.JOB_STATUS_DEAD
+EMBED, EXTRACT = job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_TYPE_EXTRACT
+PENDING, LEASED, DEAD = (
+    job_pb2.JOB_STATUS_PENDING,
+    job_pb2.JOB_STATUS_LEASED,
+    job_pb2.JOB_STATUS_DEAD,
+)
 OK, LOST = jq.LEASE_OUTCOME_OK, jq.LEASE_OUTCOME_LEASE_LOST
 
 

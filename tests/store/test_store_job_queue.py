@@ -14,17 +14,18 @@ from typing import Any
 import grpc
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import DIM, MODEL, Stack, count, vec
 
-EMBED, EXTRACT = jq.JOB_TYPE_EMBED, jq.JOB_TYPE_EXTRACT
+EMBED, EXTRACT = job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_TYPE_EXTRACT
 PENDING, LEASED, COMPLETED, DEAD = (
-    jq.JOB_STATUS_PENDING,
-    jq.JOB_STATUS_LEASED,
-    jq.JOB_STATUS_COMPLETED,
-    jq.JOB_STATUS_DEAD,
+    job_pb2.JOB_STATUS_PENDING,
+    job_pb2.JOB_STATUS_LEASED,
+    job_pb2.JOB_STATUS_COMPLETED,
+    job_pb2.JOB_STATUS_DEAD,
 )
 OK, LOST = jq.LEASE_OUTCOME_OK, jq.LEASE_OUTCOME_LEASE_LOST
 BASE = {"providers.embedding.kind": "ollama", "providers.embedding.model": MODEL}
@@ -525,7 +526,7 @@ def test_a_store_with_embeddings_off_queues_nothing_new_on_restart(
         ({"job_type": EMBED, "max_jobs": 0}, "max_jobs"),
         ({"job_type": EMBED, "max_jobs": 501}, "max_jobs"),
         ({"job_type": EMBED, "max_jobs": -1}, "max_jobs"),
-        ({"job_type": jq.JOB_TYPE_UNSPECIFIED, "max_jobs": 10}, "job_type"),
+        ({"job_type": job_pb2.JOB_TYPE_UNSPECIFIED, "max_jobs": 10}, "job_type"),
         ({"job_type": 42, "max_jobs": 10}, "job_type"),
         (
             {"job_type": EMBED, "max_jobs": 10, "namespaces": ["ok", "bad namespace!"]},

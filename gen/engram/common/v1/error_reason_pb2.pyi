@@ -14,6 +14,11 @@ if sys.version_info >= (3, 10):
 else:
     from typing_extensions import TypeAlias as _TypeAlias
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class _ErrorReason:
@@ -41,7 +46,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_MUTATIONS_FROZEN: _ErrorReason.ValueType  # 6
     """UNAVAILABLE: `memory.pipelineV2.mutationsFrozen` is set; nothing was written."""
     ERROR_REASON_PII_REJECTED: _ErrorReason.ValueType  # 7
-    """FAILED_PRECONDITION: the content was rejected by the PII gate."""
+    """FAILED_PRECONDITION: the content was rejected by the PII gate
+    (RememberRequest.pii_policy REJECT). Not sent yet: the PII gate comes
+    with a later release, which sends it.
+    """
     ERROR_REASON_CONFIRM_TOKEN_REQUIRED: _ErrorReason.ValueType  # 8
     """FAILED_PRECONDITION: ForgetMemories execute over more than 25 candidates
     without the `confirm_token` from its preview.
@@ -51,7 +59,7 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     candidate set (the set changed since the preview, or the token is foreign).
     """
     ERROR_REASON_PINNED_REQUIRES_FORCE: _ErrorReason.ValueType  # 10
-    """FAILED_PRECONDITION: deleting a pinned memory needs `force`."""
+    """FAILED_PRECONDITION: DeleteMemory on a pinned memory without `force`."""
     ERROR_REASON_ALREADY_DELETED: _ErrorReason.ValueType  # 11
     """FAILED_PRECONDITION: DeleteMemory on a memory that is already deleted."""
     ERROR_REASON_DUPLICATE_CONTENT: _ErrorReason.ValueType  # 12
@@ -74,10 +82,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """UNAVAILABLE: the LLM provider cannot be reached, answered 5xx, or timed out."""
     ERROR_REASON_STORE_UNAVAILABLE: _ErrorReason.ValueType  # 18
     """UNAVAILABLE: the store cannot be reached from another service."""
-    ERROR_REASON_ACTION_RATE_LIMITED: _ErrorReason.ValueType  # 19
-    """FAILED_PRECONDITION: a maintenance action is cooling down, over its hourly
-    budget, or halted after runs that did not improve health.
-    """
+    @_builtins.property
+    @_deprecated("""This enum value has been marked as deprecated using proto enum value options.""")
+    def ERROR_REASON_ACTION_RATE_LIMITED(self) -> _ErrorReason.ValueType:   # 19
+        """Deprecated, never sent. Maintenance limits (cooldown, hourly budget,
+        halt) are not errors: RunMaintenance reports them per action in
+        `ActionResult.status` (COOLDOWN, BUDGET_EXHAUSTED, HALTED) and the cycle
+        succeeds. Kept (not reserved) so that code naming it still compiles; it
+        will be reserved in v2.
+        """
     ERROR_REASON_STORAGE_FULL: _ErrorReason.ValueType  # 20
     """RESOURCE_EXHAUSTED: the store's disk is full ("database or disk is full");
     nothing of the call was written. Retry once space is freed: the store
@@ -116,7 +129,10 @@ ERROR_REASON_RETENTION_EXPIRED: ErrorReason.ValueType  # 5
 ERROR_REASON_MUTATIONS_FROZEN: ErrorReason.ValueType  # 6
 """UNAVAILABLE: `memory.pipelineV2.mutationsFrozen` is set; nothing was written."""
 ERROR_REASON_PII_REJECTED: ErrorReason.ValueType  # 7
-"""FAILED_PRECONDITION: the content was rejected by the PII gate."""
+"""FAILED_PRECONDITION: the content was rejected by the PII gate
+(RememberRequest.pii_policy REJECT). Not sent yet: the PII gate comes
+with a later release, which sends it.
+"""
 ERROR_REASON_CONFIRM_TOKEN_REQUIRED: ErrorReason.ValueType  # 8
 """FAILED_PRECONDITION: ForgetMemories execute over more than 25 candidates
 without the `confirm_token` from its preview.
@@ -126,7 +142,7 @@ ERROR_REASON_CONFIRM_TOKEN_MISMATCH: ErrorReason.ValueType  # 9
 candidate set (the set changed since the preview, or the token is foreign).
 """
 ERROR_REASON_PINNED_REQUIRES_FORCE: ErrorReason.ValueType  # 10
-"""FAILED_PRECONDITION: deleting a pinned memory needs `force`."""
+"""FAILED_PRECONDITION: DeleteMemory on a pinned memory without `force`."""
 ERROR_REASON_ALREADY_DELETED: ErrorReason.ValueType  # 11
 """FAILED_PRECONDITION: DeleteMemory on a memory that is already deleted."""
 ERROR_REASON_DUPLICATE_CONTENT: ErrorReason.ValueType  # 12
@@ -150,8 +166,11 @@ ERROR_REASON_LLM_UNAVAILABLE: ErrorReason.ValueType  # 17
 ERROR_REASON_STORE_UNAVAILABLE: ErrorReason.ValueType  # 18
 """UNAVAILABLE: the store cannot be reached from another service."""
 ERROR_REASON_ACTION_RATE_LIMITED: ErrorReason.ValueType  # 19
-"""FAILED_PRECONDITION: a maintenance action is cooling down, over its hourly
-budget, or halted after runs that did not improve health.
+"""Deprecated, never sent. Maintenance limits (cooldown, hourly budget,
+halt) are not errors: RunMaintenance reports them per action in
+`ActionResult.status` (COOLDOWN, BUDGET_EXHAUSTED, HALTED) and the cycle
+succeeds. Kept (not reserved) so that code naming it still compiles; it
+will be reserved in v2.
 """
 ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 20
 """RESOURCE_EXHAUSTED: the store's disk is full ("database or disk is full");

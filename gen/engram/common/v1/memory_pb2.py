@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/common/v1/memory.proto\x12\x10\x65ngram.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x04\n\x06Memory\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\x12\n\nimportance\x18\x05 \x01(\x01\x12\x0c\n\x04tags\x18\x06 \x03(\t\x12\x0e\n\x06pinned\x18\x07 \x01(\x08\x12\x0b\n\x03who\x18\x08 \x01(\t\x12\x0b\n\x03why\x18\t \x01(\t\x12\x13\n\x0bsource_type\x18\n \x01(\t\x12\x11\n\tsource_id\x18\x0b \x01(\t\x12\x14\n\x0c\x63ontent_hash\x18\x0c \x01(\t\x12\x0f\n\x07version\x18\r \x01(\x03\x12/\n\x0b\x63reate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nevent_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x64\x65leted\x18\x11 \x01(\x08\x12/\n\x0b\x64\x65lete_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x61\x63\x63\x65ss_count\x18\x13 \x01(\x03\x12\x34\n\x10last_access_time\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xf3\x01\n\x0cMemoryFilter\x12\r\n\x05types\x18\x01 \x03(\t\x12\x0c\n\x04tags\x18\x02 \x03(\t\x12\x0b\n\x03who\x18\x03 \x01(\t\x12\x13\n\x06pinned\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x0bsource_type\x18\x05 \x01(\t\x12)\n\x05since\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x0eimportance_min\x18\x08 \x01(\x01H\x01\x88\x01\x01\x42\t\n\x07_pinnedB\x11\n\x0f_importance_minB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/common/v1/memory.proto\x12\x10\x65ngram.common.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x04\n\x06Memory\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03\x12\x17\n\tnamespace\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12\x15\n\x07\x63ontent\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03\x12\x12\n\x04type\x18\x04 \x01(\tB\x04\xe2\x41\x01\x03\x12\x18\n\nimportance\x18\x05 \x01(\x01\x42\x04\xe2\x41\x01\x03\x12\x12\n\x04tags\x18\x06 \x03(\tB\x04\xe2\x41\x01\x03\x12\x14\n\x06pinned\x18\x07 \x01(\x08\x42\x04\xe2\x41\x01\x03\x12\x11\n\x03who\x18\x08 \x01(\tB\x04\xe2\x41\x01\x03\x12\x11\n\x03why\x18\t \x01(\tB\x04\xe2\x41\x01\x03\x12\x19\n\x0bsource_type\x18\n \x01(\tB\x04\xe2\x41\x01\x03\x12\x17\n\tsource_id\x18\x0b \x01(\tB\x04\xe2\x41\x01\x03\x12\x1a\n\x0c\x63ontent_hash\x18\x0c \x01(\tB\x04\xe2\x41\x01\x03\x12\x15\n\x07version\x18\r \x01(\x03\x42\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x35\n\x0bupdate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x34\n\nevent_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x15\n\x07\x64\x65leted\x18\x11 \x01(\x08\x42\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x64\x65lete_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x1a\n\x0c\x61\x63\x63\x65ss_count\x18\x13 \x01(\x03\x42\x04\xe2\x41\x01\x03\x12:\n\x10last_access_time\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\"\xa3\x02\n\x0cMemoryFilter\x12\x13\n\x05types\x18\x01 \x03(\tB\x04\xe2\x41\x01\x01\x12\x12\n\x04tags\x18\x02 \x03(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03who\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x06pinned\x18\x04 \x01(\x08\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x19\n\x0bsource_type\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\x12/\n\x05since\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12/\n\x05until\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12!\n\x0eimportance_min\x18\x08 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x01\x88\x01\x01\x42\t\n\x07_pinnedB\x11\n\x0f_importance_minB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +34,64 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.common.v1.memory_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'P\001'
-  _globals['_MEMORY']._serialized_start=85
-  _globals['_MEMORY']._serialized_end=598
-  _globals['_MEMORYFILTER']._serialized_start=601
-  _globals['_MEMORYFILTER']._serialized_end=844
+  _globals['_MEMORY'].fields_by_name['id']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['id']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['namespace']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['namespace']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['content']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['content']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['type']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['type']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['importance']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['importance']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['tags']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['tags']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['pinned']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['pinned']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['who']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['who']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['why']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['why']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['source_type']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['source_type']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['source_id']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['source_id']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['content_hash']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['content_hash']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['version']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['version']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['create_time']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['update_time']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['update_time']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['event_time']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['event_time']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['deleted']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['deleted']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['delete_time']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['delete_time']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['access_count']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['access_count']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORY'].fields_by_name['last_access_time']._loaded_options = None
+  _globals['_MEMORY'].fields_by_name['last_access_time']._serialized_options = b'\342A\001\003'
+  _globals['_MEMORYFILTER'].fields_by_name['types']._loaded_options = None
+  _globals['_MEMORYFILTER'].fields_by_name['types']._serialized_options = b'\342A\001\001'
+  _globals['_MEMORYFILTER'].fields_by_name['tags']._loaded_options = None
+  _globals['_MEMORYFILTER'].fields_by_name['tags']._serialized_options = b'\342A\001\001'
+  _globals['_MEMORYFILTER'].fields_by_name['who']._loaded_options = None
+  _globals['_MEMORYFILTER'].fields_by_name['who']._serialized_options = b'\342A\001\001'
+  _globals['_MEMORYFILTER'].fields_by_name['pinned']._loaded_options = None
+  _globals['_MEMORYFILTER'].fields_by_name['pinned']._serialized_options = b'\342A\001\001'
+  _globals['_MEMORYFILTER'].fields_by_name['source_type']._loaded_options = None
+  _globals['_MEMORYFILTER'].fields_by_name['source_type']._serialized_options = b'\342A\001\001'
+  _globals['_MEMORYFILTER'].fields_by_name['since']._loaded_options = None
+  _globals['_MEMORYFILTER'].fields_by_name['since']._serialized_options = b'\342A\001\001'
+  _globals['_MEMORYFILTER'].fields_by_name['until']._loaded_options = None
+  _globals['_MEMORYFILTER'].fields_by_name['until']._serialized_options = b'\342A\001\001'
+  _globals['_MEMORYFILTER'].fields_by_name['importance_min']._loaded_options = None
+  _globals['_MEMORYFILTER'].fields_by_name['importance_min']._serialized_options = b'\342A\001\001'
+  _globals['_MEMORY']._serialized_start=118
+  _globals['_MEMORY']._serialized_end=751
+  _globals['_MEMORYFILTER']._serialized_start=754
+  _globals['_MEMORYFILTER']._serialized_end=1045
 # @@protoc_insertion_point(module_scope)

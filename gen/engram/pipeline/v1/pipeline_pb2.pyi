@@ -4,6 +4,8 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from engram.common.v1 import document_pb2 as _document_pb2
+from engram.common.v1 import job_pb2 as _job_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -19,50 +21,6 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class _DocumentStatus:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _DocumentStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DocumentStatus.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    DOCUMENT_STATUS_UNSPECIFIED: _DocumentStatus.ValueType  # 0
-    """Never sent."""
-    DOCUMENT_STATUS_QUEUED: _DocumentStatus.ValueType  # 1
-    """Waiting for the document worker."""
-    DOCUMENT_STATUS_EXTRACTING: _DocumentStatus.ValueType  # 2
-    """Fetching or reading the content."""
-    DOCUMENT_STATUS_CHUNKING: _DocumentStatus.ValueType  # 3
-    """Splitting into chunks."""
-    DOCUMENT_STATUS_EMBEDDING: _DocumentStatus.ValueType  # 4
-    """Embedding chunks."""
-    DOCUMENT_STATUS_INDEXING: _DocumentStatus.ValueType  # 5
-    """Writing chunk memories."""
-    DOCUMENT_STATUS_DONE: _DocumentStatus.ValueType  # 6
-    """Every chunk is a memory."""
-    DOCUMENT_STATUS_FAILED: _DocumentStatus.ValueType  # 7
-    """Gave up after the allowed attempts; `error` says why."""
-
-class DocumentStatus(_DocumentStatus, metaclass=_DocumentStatusEnumTypeWrapper):
-    """Where a document is in its ingest (seed 000 "Document Ingest")."""
-
-DOCUMENT_STATUS_UNSPECIFIED: DocumentStatus.ValueType  # 0
-"""Never sent."""
-DOCUMENT_STATUS_QUEUED: DocumentStatus.ValueType  # 1
-"""Waiting for the document worker."""
-DOCUMENT_STATUS_EXTRACTING: DocumentStatus.ValueType  # 2
-"""Fetching or reading the content."""
-DOCUMENT_STATUS_CHUNKING: DocumentStatus.ValueType  # 3
-"""Splitting into chunks."""
-DOCUMENT_STATUS_EMBEDDING: DocumentStatus.ValueType  # 4
-"""Embedding chunks."""
-DOCUMENT_STATUS_INDEXING: DocumentStatus.ValueType  # 5
-"""Writing chunk memories."""
-DOCUMENT_STATUS_DONE: DocumentStatus.ValueType  # 6
-"""Every chunk is a memory."""
-DOCUMENT_STATUS_FAILED: DocumentStatus.ValueType  # 7
-"""Gave up after the allowed attempts; `error` says why."""
-Global___DocumentStatus: _TypeAlias = DocumentStatus  # noqa: Y015
 
 class _ProviderState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -257,74 +215,6 @@ class ExtractResponse(_message.Message):
 Global___ExtractResponse: _TypeAlias = ExtractResponse  # noqa: Y015
 
 @_typing.final
-class Document(_message.Message):
-    """A document being (or done being) ingested."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    ID_FIELD_NUMBER: _builtins.int
-    NAMESPACE_FIELD_NUMBER: _builtins.int
-    SOURCE_TYPE_FIELD_NUMBER: _builtins.int
-    URL_FIELD_NUMBER: _builtins.int
-    TITLE_FIELD_NUMBER: _builtins.int
-    STATUS_FIELD_NUMBER: _builtins.int
-    ERROR_FIELD_NUMBER: _builtins.int
-    CHUNK_COUNT_FIELD_NUMBER: _builtins.int
-    TAGS_FIELD_NUMBER: _builtins.int
-    CREATE_TIME_FIELD_NUMBER: _builtins.int
-    UPDATE_TIME_FIELD_NUMBER: _builtins.int
-    id: _builtins.str
-    """Document id."""
-    namespace: _builtins.str
-    """Namespace of the document and its chunk memories."""
-    source_type: _builtins.str
-    """"url" or "text"."""
-    url: _builtins.str
-    """The URL, for source_type "url"."""
-    title: _builtins.str
-    """Title (given, or backfilled from the fetched page)."""
-    status: Global___DocumentStatus.ValueType
-    """Ingest status."""
-    error: _builtins.str
-    """The error, when failed."""
-    chunk_count: _builtins.int
-    """Chunk memories written so far."""
-    @_builtins.property
-    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Tags given at creation (chunk memories carry them and the title)."""
-
-    @_builtins.property
-    def create_time(self) -> _timestamp_pb2.Timestamp:
-        """When it was created."""
-
-    @_builtins.property
-    def update_time(self) -> _timestamp_pb2.Timestamp:
-        """When it last changed."""
-
-    def __init__(
-        self,
-        *,
-        id: _builtins.str = ...,
-        namespace: _builtins.str = ...,
-        source_type: _builtins.str = ...,
-        url: _builtins.str = ...,
-        title: _builtins.str = ...,
-        status: Global___DocumentStatus.ValueType = ...,
-        error: _builtins.str = ...,
-        chunk_count: _builtins.int = ...,
-        tags: _abc.Iterable[_builtins.str] | None = ...,
-        create_time: _timestamp_pb2.Timestamp | None = ...,
-        update_time: _timestamp_pb2.Timestamp | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "update_time", b"update_time"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "create_time", b"create_time", "error", b"error", "id", b"id", "namespace", b"namespace", "source_type", b"source_type", "status", b"status", "tags", b"tags", "title", b"title", "update_time", b"update_time", "url", b"url"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___Document: _TypeAlias = Document  # noqa: Y015
-
-@_typing.final
 class CreateDocumentRequest(_message.Message):
     """Request for CreateDocument."""
 
@@ -372,13 +262,13 @@ class CreateDocumentResponse(_message.Message):
 
     DOCUMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def document(self) -> Global___Document:
+    def document(self) -> _document_pb2.Document:
         """The new document, status queued."""
 
     def __init__(
         self,
         *,
-        document: Global___Document | None = ...,
+        document: _document_pb2.Document | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -422,13 +312,13 @@ class GetDocumentResponse(_message.Message):
 
     DOCUMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def document(self) -> Global___Document:
+    def document(self) -> _document_pb2.Document:
         """The document."""
 
     def __init__(
         self,
         *,
-        document: Global___Document | None = ...,
+        document: _document_pb2.Document | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -437,36 +327,6 @@ class GetDocumentResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetDocumentResponse: _TypeAlias = GetDocumentResponse  # noqa: Y015
-
-@_typing.final
-class DocumentChunk(_message.Message):
-    """One chunk of a document."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    CHUNK_INDEX_FIELD_NUMBER: _builtins.int
-    MEMORY_ID_FIELD_NUMBER: _builtins.int
-    CONTENT_FIELD_NUMBER: _builtins.int
-    chunk_index: _builtins.int
-    """Position in the document, from 0."""
-    memory_id: _builtins.str
-    """The chunk's memory id (type document_chunk)."""
-    content: _builtins.str
-    """The chunk text."""
-    def __init__(
-        self,
-        *,
-        chunk_index: _builtins.int = ...,
-        memory_id: _builtins.str = ...,
-        content: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_index", b"chunk_index", "content", b"content", "memory_id", b"memory_id"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___DocumentChunk: _TypeAlias = DocumentChunk  # noqa: Y015
 
 @_typing.final
 class ListDocumentChunksRequest(_message.Message):
@@ -513,13 +373,13 @@ class ListDocumentChunksResponse(_message.Message):
     next_page_token: _builtins.str
     """Empty when there are no more."""
     @_builtins.property
-    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___DocumentChunk]:
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[_document_pb2.DocumentChunk]:
         """Chunks in order."""
 
     def __init__(
         self,
         *,
-        chunks: _abc.Iterable[Global___DocumentChunk] | None = ...,
+        chunks: _abc.Iterable[_document_pb2.DocumentChunk] | None = ...,
         next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -564,13 +424,13 @@ class WatchDocumentResponse(_message.Message):
 
     DOCUMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def document(self) -> Global___Document:
+    def document(self) -> _document_pb2.Document:
         """The document as it is now."""
 
     def __init__(
         self,
         *,
-        document: Global___Document | None = ...,
+        document: _document_pb2.Document | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -596,36 +456,6 @@ class GetStatusRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetStatusRequest: _TypeAlias = GetStatusRequest  # noqa: Y015
-
-@_typing.final
-class QueueDepth(_message.Message):
-    """Jobs of one type in one state."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    JOB_TYPE_FIELD_NUMBER: _builtins.int
-    STATE_FIELD_NUMBER: _builtins.int
-    COUNT_FIELD_NUMBER: _builtins.int
-    job_type: _builtins.str
-    """Job type: embed, extract or document_ingest."""
-    state: _builtins.str
-    """State: pending, leased, completed or dead."""
-    count: _builtins.int
-    """How many jobs."""
-    def __init__(
-        self,
-        *,
-        job_type: _builtins.str = ...,
-        state: _builtins.str = ...,
-        count: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "job_type", b"job_type", "state", b"state"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___QueueDepth: _TypeAlias = QueueDepth  # noqa: Y015
 
 @_typing.final
 class ProviderStatus(_message.Message):
@@ -744,8 +574,10 @@ class GetStatusResponse(_message.Message):
     store_error: _builtins.str
     """Why the store could not be reached."""
     @_builtins.property
-    def queue(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueDepth]:
-        """Non-zero queue depths."""
+    def queue(self) -> _containers.RepeatedCompositeFieldContainer[_job_pb2.JobCount]:
+        """Non-zero queue depths, per job type and status. Replaces field 1, which
+        named them as strings; the same enums as the store's GetQueueStats.
+        """
 
     @_builtins.property
     def providers(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProviderStatus]:
@@ -758,7 +590,7 @@ class GetStatusResponse(_message.Message):
     def __init__(
         self,
         *,
-        queue: _abc.Iterable[Global___QueueDepth] | None = ...,
+        queue: _abc.Iterable[_job_pb2.JobCount] | None = ...,
         providers: _abc.Iterable[Global___ProviderStatus] | None = ...,
         workers: _abc.Iterable[Global___WorkerStatus] | None = ...,
         index_model: _builtins.str = ...,

@@ -26,8 +26,8 @@ if _version_not_supported:
 
 
 class PipelineServiceStub:
-    """The pipeline runs Engram's background workers (embedding now; extraction,
-    decisions and documents later). It never opens the database: it leases jobs
+    """The pipeline runs Engram's background workers: embedding, extraction and
+    decisions (Pipeline V2), and document ingest. It never opens the database: it leases jobs
     from the store and hands results back to it, and it is the only process
     that calls the LLM.
     """
@@ -71,8 +71,8 @@ class PipelineServiceStub:
 
 
 class PipelineServiceServicer:
-    """The pipeline runs Engram's background workers (embedding now; extraction,
-    decisions and documents later). It never opens the database: it leases jobs
+    """The pipeline runs Engram's background workers: embedding, extraction and
+    decisions (Pipeline V2), and document ingest. It never opens the database: it leases jobs
     from the store and hands results back to it, and it is the only process
     that calls the LLM.
     """
@@ -190,8 +190,8 @@ def add_PipelineServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PipelineService:
-    """The pipeline runs Engram's background workers (embedding now; extraction,
-    decisions and documents later). It never opens the database: it leases jobs
+    """The pipeline runs Engram's background workers: embedding, extraction and
+    decisions (Pipeline V2), and document ingest. It never opens the database: it leases jobs
     from the store and hands results back to it, and it is the only process
     that calls the LLM.
     """

@@ -27,8 +27,8 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class PipelineServiceStub:
-    """The pipeline runs Engram's background workers (embedding now; extraction,
-    decisions and documents later). It never opens the database: it leases jobs
+    """The pipeline runs Engram's background workers: embedding, extraction and
+    decisions (Pipeline V2), and document ingest. It never opens the database: it leases jobs
     from the store and hands results back to it, and it is the only process
     that calls the LLM.
     """
@@ -87,8 +87,8 @@ class PipelineServiceStub:
 
 @_typing.type_check_only
 class PipelineServiceAsyncStub(PipelineServiceStub):
-    """The pipeline runs Engram's background workers (embedding now; extraction,
-    decisions and documents later). It never opens the database: it leases jobs
+    """The pipeline runs Engram's background workers: embedding, extraction and
+    decisions (Pipeline V2), and document ingest. It never opens the database: it leases jobs
     from the store and hands results back to it, and it is the only process
     that calls the LLM.
     """
@@ -143,8 +143,8 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     """
 
 class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
-    """The pipeline runs Engram's background workers (embedding now; extraction,
-    decisions and documents later). It never opens the database: it leases jobs
+    """The pipeline runs Engram's background workers: embedding, extraction and
+    decisions (Pipeline V2), and document ingest. It never opens the database: it leases jobs
     from the store and hands results back to it, and it is the only process
     that calls the LLM.
     """

@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from engram.common.v1 import memory_pb2 as engram_dot_common_dot_v1_dot_memory__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/search/v1/search.proto\x12\x10\x65ngram.search.v1\x1a\x1d\x65ngram/common/v1/memory.proto\"\x8e\x01\n\rRecallRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12.\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilter\x12\x1c\n\x14skip_access_tracking\x18\x05 \x01(\x08\")\n\nChannelHit\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05score\x18\x02 \x01(\x01\"\xce\x01\n\x0cRecallResult\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12-\n\x07keyword\x18\x03 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12,\n\x06vector\x18\x04 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12\x13\n\x0brerank_rank\x18\x05 \x01(\x05\x12\x13\n\x0bgraph_boost\x18\x06 \x01(\x01\"e\n\x0eRecallResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.engram.search.v1.RecallResult\x12\x10\n\x08\x64\x65graded\x18\x02 \x01(\x08\x12\x10\n\x08warnings\x18\x03 \x03(\t2\\\n\rSearchService\x12K\n\x06Recall\x12\x1f.engram.search.v1.RecallRequest\x1a .engram.search.v1.RecallResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/search/v1/search.proto\x12\x10\x65ngram.search.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xac\x01\n\rRecallRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x13\n\x05limit\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\"\n\x14skip_access_tracking\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\")\n\nChannelHit\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05score\x18\x02 \x01(\x01\"\xce\x01\n\x0cRecallResult\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12-\n\x07keyword\x18\x03 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12,\n\x06vector\x18\x04 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12\x13\n\x0brerank_rank\x18\x05 \x01(\x05\x12\x13\n\x0bgraph_boost\x18\x06 \x01(\x01\"e\n\x0eRecallResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.engram.search.v1.RecallResult\x12\x10\n\x08\x64\x65graded\x18\x02 \x01(\x08\x12\x10\n\x08warnings\x18\x03 \x03(\t2\\\n\rSearchService\x12K\n\x06Recall\x12\x1f.engram.search.v1.RecallRequest\x1a .engram.search.v1.RecallResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +34,24 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.search.v1.search_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'P\001'
-  _globals['_RECALLREQUEST']._serialized_start=83
-  _globals['_RECALLREQUEST']._serialized_end=225
-  _globals['_CHANNELHIT']._serialized_start=227
-  _globals['_CHANNELHIT']._serialized_end=268
-  _globals['_RECALLRESULT']._serialized_start=271
-  _globals['_RECALLRESULT']._serialized_end=477
-  _globals['_RECALLRESPONSE']._serialized_start=479
-  _globals['_RECALLRESPONSE']._serialized_end=580
-  _globals['_SEARCHSERVICE']._serialized_start=582
-  _globals['_SEARCHSERVICE']._serialized_end=674
+  _globals['_RECALLREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_RECALLREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
+  _globals['_RECALLREQUEST'].fields_by_name['query']._loaded_options = None
+  _globals['_RECALLREQUEST'].fields_by_name['query']._serialized_options = b'\342A\001\002'
+  _globals['_RECALLREQUEST'].fields_by_name['limit']._loaded_options = None
+  _globals['_RECALLREQUEST'].fields_by_name['limit']._serialized_options = b'\342A\001\001'
+  _globals['_RECALLREQUEST'].fields_by_name['filter']._loaded_options = None
+  _globals['_RECALLREQUEST'].fields_by_name['filter']._serialized_options = b'\342A\001\001'
+  _globals['_RECALLREQUEST'].fields_by_name['skip_access_tracking']._loaded_options = None
+  _globals['_RECALLREQUEST'].fields_by_name['skip_access_tracking']._serialized_options = b'\342A\001\001'
+  _globals['_RECALLREQUEST']._serialized_start=116
+  _globals['_RECALLREQUEST']._serialized_end=288
+  _globals['_CHANNELHIT']._serialized_start=290
+  _globals['_CHANNELHIT']._serialized_end=331
+  _globals['_RECALLRESULT']._serialized_start=334
+  _globals['_RECALLRESULT']._serialized_end=540
+  _globals['_RECALLRESPONSE']._serialized_start=542
+  _globals['_RECALLRESPONSE']._serialized_end=643
+  _globals['_SEARCHSERVICE']._serialized_start=645
+  _globals['_SEARCHSERVICE']._serialized_end=737
 # @@protoc_insertion_point(module_scope)

@@ -44,8 +44,9 @@ class SearchServiceStub:
 
     Channels: BM25 over the full-text index (any query term may match) and
     cosine similarity over embeddings (when an embedding provider is
-    configured and reachable); their rankings are fused (reciprocal rank
-    fusion by default, or the alpha blend), then optionally reranked within a
+    configured and reachable); their scores are fused (by default the alpha
+    blend `(1 - search.alpha) * keyword + search.alpha * cosine`; reciprocal
+    rank fusion with `search.fusion: rrf`), then optionally reranked within a
     hard timeout. With `memory.pipelineV2.graphEnabled`, memories linked
     through the knowledge graph to the query's entities get an additive
     boost (and may join the results); that lookup is bounded by
@@ -76,8 +77,9 @@ class SearchServiceAsyncStub(SearchServiceStub):
 
     Channels: BM25 over the full-text index (any query term may match) and
     cosine similarity over embeddings (when an embedding provider is
-    configured and reachable); their rankings are fused (reciprocal rank
-    fusion by default, or the alpha blend), then optionally reranked within a
+    configured and reachable); their scores are fused (by default the alpha
+    blend `(1 - search.alpha) * keyword + search.alpha * cosine`; reciprocal
+    rank fusion with `search.fusion: rrf`), then optionally reranked within a
     hard timeout. With `memory.pipelineV2.graphEnabled`, memories linked
     through the knowledge graph to the query's entities get an additive
     boost (and may join the results); that lookup is bounded by
@@ -111,8 +113,9 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Channels: BM25 over the full-text index (any query term may match) and
         cosine similarity over embeddings (when an embedding provider is
-        configured and reachable); their rankings are fused (reciprocal rank
-        fusion by default, or the alpha blend), then optionally reranked within a
+        configured and reachable); their scores are fused (by default the alpha
+        blend `(1 - search.alpha) * keyword + search.alpha * cosine`; reciprocal
+        rank fusion with `search.fusion: rrf`), then optionally reranked within a
         hard timeout. With `memory.pipelineV2.graphEnabled`, memories linked
         through the knowledge graph to the query's entities get an additive
         boost (and may join the results); that lookup is bounded by

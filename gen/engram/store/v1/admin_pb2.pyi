@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from engram.common.v1 import job_pb2 as _job_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -35,36 +36,6 @@ class GetStoreDiagnosticsRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetStoreDiagnosticsRequest: _TypeAlias = GetStoreDiagnosticsRequest  # noqa: Y015
-
-@_typing.final
-class JobStatusCount(_message.Message):
-    """Job counts for one job type and status."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    JOB_TYPE_FIELD_NUMBER: _builtins.int
-    STATUS_FIELD_NUMBER: _builtins.int
-    COUNT_FIELD_NUMBER: _builtins.int
-    job_type: _builtins.str
-    """Job type: embed, extract or document_ingest."""
-    status: _builtins.str
-    """Status: pending, leased, completed or dead."""
-    count: _builtins.int
-    """Number of jobs."""
-    def __init__(
-        self,
-        *,
-        job_type: _builtins.str = ...,
-        status: _builtins.str = ...,
-        count: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "job_type", b"job_type", "status", b"status"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___JobStatusCount: _TypeAlias = JobStatusCount  # noqa: Y015
 
 @_typing.final
 class GetStoreDiagnosticsResponse(_message.Message):
@@ -144,8 +115,11 @@ class GetStoreDiagnosticsResponse(_message.Message):
     unprivileged process may use).
     """
     @_builtins.property
-    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobStatusCount]:
-        """Jobs per type and status (only non-zero pairs)."""
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[_job_pb2.JobCount]:
+        """Jobs per type and status (only non-zero pairs). Replaces field 1, which
+        named types and statuses as strings; the same enums as
+        JobQueueService.GetQueueStats and PipelineService.GetStatus.
+        """
 
     @_builtins.property
     def last_storage_full_time(self) -> _timestamp_pb2.Timestamp:
@@ -154,7 +128,7 @@ class GetStoreDiagnosticsResponse(_message.Message):
     def __init__(
         self,
         *,
-        jobs: _abc.Iterable[Global___JobStatusCount] | None = ...,
+        jobs: _abc.Iterable[_job_pb2.JobCount] | None = ...,
         total_jobs: _builtins.int = ...,
         dead_jobs: _builtins.int = ...,
         leased_jobs: _builtins.int = ...,

@@ -22,11 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from engram.common.v1 import document_pb2 as engram_dot_common_dot_v1_dot_document__pb2
 from engram.store.v1 import job_queue_pb2 as engram_dot_store_dot_v1_dot_job__queue__pb2
-from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ngram/store/v1/documents.proto\x12\x0f\x65ngram.store.v1\x1a\x1f\x65ngram/store/v1/job_queue.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd8\x02\n\x0eStoredDocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x13\n\x0bsource_type\x18\x03 \x01(\t\x12\x0b\n\x03url\x18\x04 \x01(\t\x12\r\n\x05title\x18\x05 \x01(\t\x12/\n\x06status\x18\x06 \x01(\x0e\x32\x1f.engram.store.v1.DocumentStatus\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x13\n\x0b\x63hunk_count\x18\x08 \x01(\x05\x12\x0c\n\x04tags\x18\t \x03(\t\x12/\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rcomplete_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"e\n\x15\x43reateDocumentRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12\x0c\n\x04tags\x18\x05 \x03(\t\"K\n\x16\x43reateDocumentResponse\x12\x31\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1f.engram.store.v1.StoredDocument\"3\n\x12GetDocumentRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"H\n\x13GetDocumentResponse\x12\x31\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1f.engram.store.v1.StoredDocument\"N\n\x13StoredDocumentChunk\x12\x13\n\x0b\x63hunk_index\x18\x01 \x01(\x05\x12\x11\n\tmemory_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"j\n\x19ListDocumentChunksRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"k\n\x1aListDocumentChunksResponse\x12\x34\n\x06\x63hunks\x18\x01 \x03(\x0b\x32$.engram.store.v1.StoredDocumentChunk\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x19ReadDocumentSourceRequest\x12(\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLease\"\x94\x01\n\x1aReadDocumentSourceResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12\x31\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1f.engram.store.v1.StoredDocument\x12\x13\n\x0braw_content\x18\x03 \x01(\t\"\x82\x01\n\x16\x41\x64vanceDocumentRequest\x12(\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLease\x12/\n\x06status\x18\x02 \x01(\x0e\x32\x1f.engram.store.v1.DocumentStatus\x12\r\n\x05title\x18\x03 \x01(\t\"|\n\x17\x41\x64vanceDocumentResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12\x31\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1f.engram.store.v1.StoredDocument\"\x94\x01\n\x19WriteDocumentChunkRequest\x12(\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLease\x12\x13\n\x0b\x63hunk_index\x18\x02 \x01(\x05\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x0e\n\x06vector\x18\x04 \x03(\x02\x12\x17\n\x0f\x65mbedding_model\x18\x05 \x01(\t\"\xac\x01\n\x1aWriteDocumentChunkResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12\x34\n\rchunk_outcome\x18\x02 \x01(\x0e\x32\x1d.engram.store.v1.ChunkOutcome\x12\x11\n\tmemory_id\x18\x03 \x01(\t\x12\x15\n\rvector_stored\x18\x04 \x01(\x08\"C\n\x17\x43ompleteDocumentRequest\x12(\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLease\"}\n\x18\x43ompleteDocumentResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12\x31\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1f.engram.store.v1.StoredDocument*\xfe\x01\n\x0e\x44ocumentStatus\x12\x1f\n\x1b\x44OCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44OCUMENT_STATUS_QUEUED\x10\x01\x12\x1e\n\x1a\x44OCUMENT_STATUS_EXTRACTING\x10\x02\x12\x1c\n\x18\x44OCUMENT_STATUS_CHUNKING\x10\x03\x12\x1d\n\x19\x44OCUMENT_STATUS_EMBEDDING\x10\x04\x12\x1c\n\x18\x44OCUMENT_STATUS_INDEXING\x10\x05\x12\x18\n\x14\x44OCUMENT_STATUS_DONE\x10\x06\x12\x1a\n\x16\x44OCUMENT_STATUS_FAILED\x10\x07*\x7f\n\x0c\x43hunkOutcome\x12\x1d\n\x19\x43HUNK_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43HUNK_OUTCOME_CREATED\x10\x01\x12\x18\n\x14\x43HUNK_OUTCOME_LINKED\x10\x02\x12\x1b\n\x17\x43HUNK_OUTCOME_DUPLICATE\x10\x03\x32\xef\x05\n\x14\x44ocumentStoreService\x12\x61\n\x0e\x43reateDocument\x12&.engram.store.v1.CreateDocumentRequest\x1a\'.engram.store.v1.CreateDocumentResponse\x12X\n\x0bGetDocument\x12#.engram.store.v1.GetDocumentRequest\x1a$.engram.store.v1.GetDocumentResponse\x12m\n\x12ListDocumentChunks\x12*.engram.store.v1.ListDocumentChunksRequest\x1a+.engram.store.v1.ListDocumentChunksResponse\x12m\n\x12ReadDocumentSource\x12*.engram.store.v1.ReadDocumentSourceRequest\x1a+.engram.store.v1.ReadDocumentSourceResponse\x12\x64\n\x0f\x41\x64vanceDocument\x12\'.engram.store.v1.AdvanceDocumentRequest\x1a(.engram.store.v1.AdvanceDocumentResponse\x12m\n\x12WriteDocumentChunk\x12*.engram.store.v1.WriteDocumentChunkRequest\x1a+.engram.store.v1.WriteDocumentChunkResponse\x12g\n\x10\x43ompleteDocument\x12(.engram.store.v1.CompleteDocumentRequest\x1a).engram.store.v1.CompleteDocumentResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ngram/store/v1/documents.proto\x12\x0f\x65ngram.store.v1\x1a\x1f\x65ngram/common/v1/document.proto\x1a\x1f\x65ngram/store/v1/job_queue.proto\x1a\x1fgoogle/api/field_behavior.proto\"\x83\x01\n\x15\x43reateDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03url\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05title\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x12\n\x04tags\x18\x05 \x03(\tB\x04\xe2\x41\x01\x01\"F\n\x16\x43reateDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"?\n\x12GetDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"C\n\x13GetDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\x82\x01\n\x19ListDocumentChunksRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0b\x64ocument_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"f\n\x1aListDocumentChunksResponse\x12/\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x1f.engram.common.v1.DocumentChunk\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"K\n\x19ReadDocumentSourceRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\"\x8f\x01\n\x1aReadDocumentSourceResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document\x12\x13\n\x0braw_content\x18\x03 \x01(\t\"\x95\x01\n\x16\x41\x64vanceDocumentRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\x12\x36\n\x06status\x18\x02 \x01(\x0e\x32 .engram.common.v1.DocumentStatusB\x04\xe2\x41\x01\x02\x12\x13\n\x05title\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\"w\n\x17\x41\x64vanceDocumentResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\xb2\x01\n\x19WriteDocumentChunkRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\x12\x19\n\x0b\x63hunk_index\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06vector\x18\x04 \x03(\x02\x42\x04\xe2\x41\x01\x01\x12\x1d\n\x0f\x65mbedding_model\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"\xac\x01\n\x1aWriteDocumentChunkResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12\x34\n\rchunk_outcome\x18\x02 \x01(\x0e\x32\x1d.engram.store.v1.ChunkOutcome\x12\x11\n\tmemory_id\x18\x03 \x01(\t\x12\x15\n\rvector_stored\x18\x04 \x01(\x08\"I\n\x17\x43ompleteDocumentRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\"x\n\x18\x43ompleteDocumentResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document*\x7f\n\x0c\x43hunkOutcome\x12\x1d\n\x19\x43HUNK_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43HUNK_OUTCOME_CREATED\x10\x01\x12\x18\n\x14\x43HUNK_OUTCOME_LINKED\x10\x02\x12\x1b\n\x17\x43HUNK_OUTCOME_DUPLICATE\x10\x03\x32\xef\x05\n\x14\x44ocumentStoreService\x12\x61\n\x0e\x43reateDocument\x12&.engram.store.v1.CreateDocumentRequest\x1a\'.engram.store.v1.CreateDocumentResponse\x12X\n\x0bGetDocument\x12#.engram.store.v1.GetDocumentRequest\x1a$.engram.store.v1.GetDocumentResponse\x12m\n\x12ListDocumentChunks\x12*.engram.store.v1.ListDocumentChunksRequest\x1a+.engram.store.v1.ListDocumentChunksResponse\x12m\n\x12ReadDocumentSource\x12*.engram.store.v1.ReadDocumentSourceRequest\x1a+.engram.store.v1.ReadDocumentSourceResponse\x12\x64\n\x0f\x41\x64vanceDocument\x12\'.engram.store.v1.AdvanceDocumentRequest\x1a(.engram.store.v1.AdvanceDocumentResponse\x12m\n\x12WriteDocumentChunk\x12*.engram.store.v1.WriteDocumentChunkRequest\x1a+.engram.store.v1.WriteDocumentChunkResponse\x12g\n\x10\x43ompleteDocument\x12(.engram.store.v1.CompleteDocumentRequest\x1a).engram.store.v1.CompleteDocumentResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,42 +35,78 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.store.v1.documents_p
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'P\001'
-  _globals['_DOCUMENTSTATUS']._serialized_start=2073
-  _globals['_DOCUMENTSTATUS']._serialized_end=2327
-  _globals['_CHUNKOUTCOME']._serialized_start=2329
-  _globals['_CHUNKOUTCOME']._serialized_end=2456
-  _globals['_STOREDDOCUMENT']._serialized_start=119
-  _globals['_STOREDDOCUMENT']._serialized_end=463
-  _globals['_CREATEDOCUMENTREQUEST']._serialized_start=465
-  _globals['_CREATEDOCUMENTREQUEST']._serialized_end=566
-  _globals['_CREATEDOCUMENTRESPONSE']._serialized_start=568
-  _globals['_CREATEDOCUMENTRESPONSE']._serialized_end=643
-  _globals['_GETDOCUMENTREQUEST']._serialized_start=645
-  _globals['_GETDOCUMENTREQUEST']._serialized_end=696
-  _globals['_GETDOCUMENTRESPONSE']._serialized_start=698
-  _globals['_GETDOCUMENTRESPONSE']._serialized_end=770
-  _globals['_STOREDDOCUMENTCHUNK']._serialized_start=772
-  _globals['_STOREDDOCUMENTCHUNK']._serialized_end=850
-  _globals['_LISTDOCUMENTCHUNKSREQUEST']._serialized_start=852
-  _globals['_LISTDOCUMENTCHUNKSREQUEST']._serialized_end=958
-  _globals['_LISTDOCUMENTCHUNKSRESPONSE']._serialized_start=960
-  _globals['_LISTDOCUMENTCHUNKSRESPONSE']._serialized_end=1067
-  _globals['_READDOCUMENTSOURCEREQUEST']._serialized_start=1069
-  _globals['_READDOCUMENTSOURCEREQUEST']._serialized_end=1138
-  _globals['_READDOCUMENTSOURCERESPONSE']._serialized_start=1141
-  _globals['_READDOCUMENTSOURCERESPONSE']._serialized_end=1289
-  _globals['_ADVANCEDOCUMENTREQUEST']._serialized_start=1292
-  _globals['_ADVANCEDOCUMENTREQUEST']._serialized_end=1422
-  _globals['_ADVANCEDOCUMENTRESPONSE']._serialized_start=1424
-  _globals['_ADVANCEDOCUMENTRESPONSE']._serialized_end=1548
-  _globals['_WRITEDOCUMENTCHUNKREQUEST']._serialized_start=1551
-  _globals['_WRITEDOCUMENTCHUNKREQUEST']._serialized_end=1699
-  _globals['_WRITEDOCUMENTCHUNKRESPONSE']._serialized_start=1702
-  _globals['_WRITEDOCUMENTCHUNKRESPONSE']._serialized_end=1874
-  _globals['_COMPLETEDOCUMENTREQUEST']._serialized_start=1876
-  _globals['_COMPLETEDOCUMENTREQUEST']._serialized_end=1943
-  _globals['_COMPLETEDOCUMENTRESPONSE']._serialized_start=1945
-  _globals['_COMPLETEDOCUMENTRESPONSE']._serialized_end=2070
-  _globals['_DOCUMENTSTORESERVICE']._serialized_start=2459
-  _globals['_DOCUMENTSTORESERVICE']._serialized_end=3210
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['content']._loaded_options = None
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['content']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['url']._loaded_options = None
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['url']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['title']._loaded_options = None
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['title']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['tags']._loaded_options = None
+  _globals['_CREATEDOCUMENTREQUEST'].fields_by_name['tags']._serialized_options = b'\342A\001\001'
+  _globals['_GETDOCUMENTREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_GETDOCUMENTREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
+  _globals['_GETDOCUMENTREQUEST'].fields_by_name['id']._loaded_options = None
+  _globals['_GETDOCUMENTREQUEST'].fields_by_name['id']._serialized_options = b'\342A\001\002'
+  _globals['_LISTDOCUMENTCHUNKSREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_LISTDOCUMENTCHUNKSREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
+  _globals['_LISTDOCUMENTCHUNKSREQUEST'].fields_by_name['document_id']._loaded_options = None
+  _globals['_LISTDOCUMENTCHUNKSREQUEST'].fields_by_name['document_id']._serialized_options = b'\342A\001\002'
+  _globals['_LISTDOCUMENTCHUNKSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTDOCUMENTCHUNKSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTDOCUMENTCHUNKSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTDOCUMENTCHUNKSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_READDOCUMENTSOURCEREQUEST'].fields_by_name['lease']._loaded_options = None
+  _globals['_READDOCUMENTSOURCEREQUEST'].fields_by_name['lease']._serialized_options = b'\342A\001\002'
+  _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['lease']._loaded_options = None
+  _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['lease']._serialized_options = b'\342A\001\002'
+  _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['status']._loaded_options = None
+  _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['status']._serialized_options = b'\342A\001\002'
+  _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['title']._loaded_options = None
+  _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['title']._serialized_options = b'\342A\001\001'
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['lease']._loaded_options = None
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['lease']._serialized_options = b'\342A\001\002'
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['chunk_index']._loaded_options = None
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['chunk_index']._serialized_options = b'\342A\001\001'
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['content']._loaded_options = None
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['content']._serialized_options = b'\342A\001\002'
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['vector']._loaded_options = None
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['vector']._serialized_options = b'\342A\001\001'
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['embedding_model']._loaded_options = None
+  _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['embedding_model']._serialized_options = b'\342A\001\001'
+  _globals['_COMPLETEDOCUMENTREQUEST'].fields_by_name['lease']._loaded_options = None
+  _globals['_COMPLETEDOCUMENTREQUEST'].fields_by_name['lease']._serialized_options = b'\342A\001\002'
+  _globals['_CHUNKOUTCOME']._serialized_start=1777
+  _globals['_CHUNKOUTCOME']._serialized_end=1904
+  _globals['_CREATEDOCUMENTREQUEST']._serialized_start=152
+  _globals['_CREATEDOCUMENTREQUEST']._serialized_end=283
+  _globals['_CREATEDOCUMENTRESPONSE']._serialized_start=285
+  _globals['_CREATEDOCUMENTRESPONSE']._serialized_end=355
+  _globals['_GETDOCUMENTREQUEST']._serialized_start=357
+  _globals['_GETDOCUMENTREQUEST']._serialized_end=420
+  _globals['_GETDOCUMENTRESPONSE']._serialized_start=422
+  _globals['_GETDOCUMENTRESPONSE']._serialized_end=489
+  _globals['_LISTDOCUMENTCHUNKSREQUEST']._serialized_start=492
+  _globals['_LISTDOCUMENTCHUNKSREQUEST']._serialized_end=622
+  _globals['_LISTDOCUMENTCHUNKSRESPONSE']._serialized_start=624
+  _globals['_LISTDOCUMENTCHUNKSRESPONSE']._serialized_end=726
+  _globals['_READDOCUMENTSOURCEREQUEST']._serialized_start=728
+  _globals['_READDOCUMENTSOURCEREQUEST']._serialized_end=803
+  _globals['_READDOCUMENTSOURCERESPONSE']._serialized_start=806
+  _globals['_READDOCUMENTSOURCERESPONSE']._serialized_end=949
+  _globals['_ADVANCEDOCUMENTREQUEST']._serialized_start=952
+  _globals['_ADVANCEDOCUMENTREQUEST']._serialized_end=1101
+  _globals['_ADVANCEDOCUMENTRESPONSE']._serialized_start=1103
+  _globals['_ADVANCEDOCUMENTRESPONSE']._serialized_end=1222
+  _globals['_WRITEDOCUMENTCHUNKREQUEST']._serialized_start=1225
+  _globals['_WRITEDOCUMENTCHUNKREQUEST']._serialized_end=1403
+  _globals['_WRITEDOCUMENTCHUNKRESPONSE']._serialized_start=1406
+  _globals['_WRITEDOCUMENTCHUNKRESPONSE']._serialized_end=1578
+  _globals['_COMPLETEDOCUMENTREQUEST']._serialized_start=1580
+  _globals['_COMPLETEDOCUMENTREQUEST']._serialized_end=1653
+  _globals['_COMPLETEDOCUMENTRESPONSE']._serialized_start=1655
+  _globals['_COMPLETEDOCUMENTRESPONSE']._serialized_end=1775
+  _globals['_DOCUMENTSTORESERVICE']._serialized_start=1907
+  _globals['_DOCUMENTSTORESERVICE']._serialized_end=2658
 # @@protoc_insertion_point(module_scope)

@@ -4,10 +4,10 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from engram.common.v1 import document_pb2 as _document_pb2
 from engram.store.v1 import job_queue_pb2 as _job_queue_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
@@ -20,54 +20,6 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class _DocumentStatus:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _DocumentStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DocumentStatus.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    DOCUMENT_STATUS_UNSPECIFIED: _DocumentStatus.ValueType  # 0
-    """Never sent."""
-    DOCUMENT_STATUS_QUEUED: _DocumentStatus.ValueType  # 1
-    """Waiting for the document worker (also between a failed attempt and its
-    retry).
-    """
-    DOCUMENT_STATUS_EXTRACTING: _DocumentStatus.ValueType  # 2
-    """Fetching (URL) or reading the content."""
-    DOCUMENT_STATUS_CHUNKING: _DocumentStatus.ValueType  # 3
-    """Splitting the text into chunks."""
-    DOCUMENT_STATUS_EMBEDDING: _DocumentStatus.ValueType  # 4
-    """Embedding and writing chunks, one at a time."""
-    DOCUMENT_STATUS_INDEXING: _DocumentStatus.ValueType  # 5
-    """Every chunk is written; finishing the document."""
-    DOCUMENT_STATUS_DONE: _DocumentStatus.ValueType  # 6
-    """Every chunk is a memory."""
-    DOCUMENT_STATUS_FAILED: _DocumentStatus.ValueType  # 7
-    """The job used its attempts; `error` says why."""
-
-class DocumentStatus(_DocumentStatus, metaclass=_DocumentStatusEnumTypeWrapper):
-    """Where a document is in its ingest."""
-
-DOCUMENT_STATUS_UNSPECIFIED: DocumentStatus.ValueType  # 0
-"""Never sent."""
-DOCUMENT_STATUS_QUEUED: DocumentStatus.ValueType  # 1
-"""Waiting for the document worker (also between a failed attempt and its
-retry).
-"""
-DOCUMENT_STATUS_EXTRACTING: DocumentStatus.ValueType  # 2
-"""Fetching (URL) or reading the content."""
-DOCUMENT_STATUS_CHUNKING: DocumentStatus.ValueType  # 3
-"""Splitting the text into chunks."""
-DOCUMENT_STATUS_EMBEDDING: DocumentStatus.ValueType  # 4
-"""Embedding and writing chunks, one at a time."""
-DOCUMENT_STATUS_INDEXING: DocumentStatus.ValueType  # 5
-"""Every chunk is written; finishing the document."""
-DOCUMENT_STATUS_DONE: DocumentStatus.ValueType  # 6
-"""Every chunk is a memory."""
-DOCUMENT_STATUS_FAILED: DocumentStatus.ValueType  # 7
-"""The job used its attempts; `error` says why."""
-Global___DocumentStatus: _TypeAlias = DocumentStatus  # noqa: Y015
 
 class _ChunkOutcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -96,80 +48,6 @@ CHUNK_OUTCOME_LINKED: ChunkOutcome.ValueType  # 2
 CHUNK_OUTCOME_DUPLICATE: ChunkOutcome.ValueType  # 3
 """The content is already linked to this document; nothing written."""
 Global___ChunkOutcome: _TypeAlias = ChunkOutcome  # noqa: Y015
-
-@_typing.final
-class StoredDocument(_message.Message):
-    """A document, without its raw content."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    ID_FIELD_NUMBER: _builtins.int
-    NAMESPACE_FIELD_NUMBER: _builtins.int
-    SOURCE_TYPE_FIELD_NUMBER: _builtins.int
-    URL_FIELD_NUMBER: _builtins.int
-    TITLE_FIELD_NUMBER: _builtins.int
-    STATUS_FIELD_NUMBER: _builtins.int
-    ERROR_FIELD_NUMBER: _builtins.int
-    CHUNK_COUNT_FIELD_NUMBER: _builtins.int
-    TAGS_FIELD_NUMBER: _builtins.int
-    CREATE_TIME_FIELD_NUMBER: _builtins.int
-    UPDATE_TIME_FIELD_NUMBER: _builtins.int
-    COMPLETE_TIME_FIELD_NUMBER: _builtins.int
-    id: _builtins.str
-    """Document id."""
-    namespace: _builtins.str
-    """Namespace of the document and its chunk memories."""
-    source_type: _builtins.str
-    """"url" or "text"."""
-    url: _builtins.str
-    """The URL, for source_type "url"."""
-    title: _builtins.str
-    """Title (given, or backfilled from the fetched page)."""
-    status: Global___DocumentStatus.ValueType
-    """Ingest status."""
-    error: _builtins.str
-    """The error of the last attempt, when failed."""
-    chunk_count: _builtins.int
-    """Distinct chunk memories linked so far."""
-    @_builtins.property
-    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Tags given at creation."""
-
-    @_builtins.property
-    def create_time(self) -> _timestamp_pb2.Timestamp:
-        """When it was created."""
-
-    @_builtins.property
-    def update_time(self) -> _timestamp_pb2.Timestamp:
-        """When it last changed."""
-
-    @_builtins.property
-    def complete_time(self) -> _timestamp_pb2.Timestamp:
-        """When it became done; unset before."""
-
-    def __init__(
-        self,
-        *,
-        id: _builtins.str = ...,
-        namespace: _builtins.str = ...,
-        source_type: _builtins.str = ...,
-        url: _builtins.str = ...,
-        title: _builtins.str = ...,
-        status: Global___DocumentStatus.ValueType = ...,
-        error: _builtins.str = ...,
-        chunk_count: _builtins.int = ...,
-        tags: _abc.Iterable[_builtins.str] | None = ...,
-        create_time: _timestamp_pb2.Timestamp | None = ...,
-        update_time: _timestamp_pb2.Timestamp | None = ...,
-        complete_time: _timestamp_pb2.Timestamp | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["complete_time", b"complete_time", "create_time", b"create_time", "update_time", b"update_time"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "complete_time", b"complete_time", "create_time", b"create_time", "error", b"error", "id", b"id", "namespace", b"namespace", "source_type", b"source_type", "status", b"status", "tags", b"tags", "title", b"title", "update_time", b"update_time", "url", b"url"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___StoredDocument: _TypeAlias = StoredDocument  # noqa: Y015
 
 @_typing.final
 class CreateDocumentRequest(_message.Message):
@@ -221,13 +99,13 @@ class CreateDocumentResponse(_message.Message):
 
     DOCUMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def document(self) -> Global___StoredDocument:
+    def document(self) -> _document_pb2.Document:
         """The new document, status queued."""
 
     def __init__(
         self,
         *,
-        document: Global___StoredDocument | None = ...,
+        document: _document_pb2.Document | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -271,13 +149,13 @@ class GetDocumentResponse(_message.Message):
 
     DOCUMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def document(self) -> Global___StoredDocument:
+    def document(self) -> _document_pb2.Document:
         """The document."""
 
     def __init__(
         self,
         *,
-        document: Global___StoredDocument | None = ...,
+        document: _document_pb2.Document | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -286,36 +164,6 @@ class GetDocumentResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetDocumentResponse: _TypeAlias = GetDocumentResponse  # noqa: Y015
-
-@_typing.final
-class StoredDocumentChunk(_message.Message):
-    """One chunk of a document."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    CHUNK_INDEX_FIELD_NUMBER: _builtins.int
-    MEMORY_ID_FIELD_NUMBER: _builtins.int
-    CONTENT_FIELD_NUMBER: _builtins.int
-    chunk_index: _builtins.int
-    """Position in the document, from 0."""
-    memory_id: _builtins.str
-    """The chunk's memory id."""
-    content: _builtins.str
-    """The memory's content."""
-    def __init__(
-        self,
-        *,
-        chunk_index: _builtins.int = ...,
-        memory_id: _builtins.str = ...,
-        content: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_index", b"chunk_index", "content", b"content", "memory_id", b"memory_id"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___StoredDocumentChunk: _TypeAlias = StoredDocumentChunk  # noqa: Y015
 
 @_typing.final
 class ListDocumentChunksRequest(_message.Message):
@@ -362,13 +210,13 @@ class ListDocumentChunksResponse(_message.Message):
     next_page_token: _builtins.str
     """Empty when there are no more."""
     @_builtins.property
-    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredDocumentChunk]:
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[_document_pb2.DocumentChunk]:
         """Chunks in order."""
 
     def __init__(
         self,
         *,
-        chunks: _abc.Iterable[Global___StoredDocumentChunk] | None = ...,
+        chunks: _abc.Iterable[_document_pb2.DocumentChunk] | None = ...,
         next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
@@ -417,14 +265,14 @@ class ReadDocumentSourceResponse(_message.Message):
     raw_content: _builtins.str
     """The raw content, for source_type "text"."""
     @_builtins.property
-    def document(self) -> Global___StoredDocument:
+    def document(self) -> _document_pb2.Document:
         """The document."""
 
     def __init__(
         self,
         *,
         outcome: _job_queue_pb2.LeaseOutcome.ValueType = ...,
-        document: Global___StoredDocument | None = ...,
+        document: _document_pb2.Document | None = ...,
         raw_content: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
@@ -444,7 +292,7 @@ class AdvanceDocumentRequest(_message.Message):
     LEASE_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
-    status: Global___DocumentStatus.ValueType
+    status: _document_pb2.DocumentStatus.ValueType
     """The new progress status: EXTRACTING, CHUNKING, EMBEDDING or INDEXING."""
     title: _builtins.str
     """A title found while fetching; stored only if the document has none."""
@@ -456,7 +304,7 @@ class AdvanceDocumentRequest(_message.Message):
         self,
         *,
         lease: _job_queue_pb2.JobLease | None = ...,
-        status: Global___DocumentStatus.ValueType = ...,
+        status: _document_pb2.DocumentStatus.ValueType = ...,
         title: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
@@ -478,14 +326,14 @@ class AdvanceDocumentResponse(_message.Message):
     outcome: _job_queue_pb2.LeaseOutcome.ValueType
     """LEASE_OUTCOME_OK, or LEASE_LOST (nothing written)."""
     @_builtins.property
-    def document(self) -> Global___StoredDocument:
+    def document(self) -> _document_pb2.Document:
         """The document after the change."""
 
     def __init__(
         self,
         *,
         outcome: _job_queue_pb2.LeaseOutcome.ValueType = ...,
-        document: Global___StoredDocument | None = ...,
+        document: _document_pb2.Document | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -606,14 +454,14 @@ class CompleteDocumentResponse(_message.Message):
     outcome: _job_queue_pb2.LeaseOutcome.ValueType
     """LEASE_OUTCOME_OK, or LEASE_LOST (nothing written)."""
     @_builtins.property
-    def document(self) -> Global___StoredDocument:
+    def document(self) -> _document_pb2.Document:
         """The document, done."""
 
     def __init__(
         self,
         *,
         outcome: _job_queue_pb2.LeaseOutcome.ValueType = ...,
-        document: Global___StoredDocument | None = ...,
+        document: _document_pb2.Document | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from engram.common.v1 import job_pb2 as _job_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -19,66 +20,6 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class _JobType:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _JobTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobType.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    JOB_TYPE_UNSPECIFIED: _JobType.ValueType  # 0
-    """Never valid."""
-    JOB_TYPE_EMBED: _JobType.ValueType  # 1
-    """Compute and store the memory's embedding."""
-    JOB_TYPE_EXTRACT: _JobType.ValueType  # 2
-    """Run Pipeline V2 extraction and decisions on the memory."""
-    JOB_TYPE_DOCUMENT_INGEST: _JobType.ValueType  # 3
-    """Ingest a document into chunk memories."""
-
-class JobType(_JobType, metaclass=_JobTypeEnumTypeWrapper):
-    """What a job does."""
-
-JOB_TYPE_UNSPECIFIED: JobType.ValueType  # 0
-"""Never valid."""
-JOB_TYPE_EMBED: JobType.ValueType  # 1
-"""Compute and store the memory's embedding."""
-JOB_TYPE_EXTRACT: JobType.ValueType  # 2
-"""Run Pipeline V2 extraction and decisions on the memory."""
-JOB_TYPE_DOCUMENT_INGEST: JobType.ValueType  # 3
-"""Ingest a document into chunk memories."""
-Global___JobType: _TypeAlias = JobType  # noqa: Y015
-
-class _JobStatus:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _JobStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobStatus.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    JOB_STATUS_UNSPECIFIED: _JobStatus.ValueType  # 0
-    """Never sent."""
-    JOB_STATUS_PENDING: _JobStatus.ValueType  # 1
-    """Waiting to be leased (possibly until its retry time)."""
-    JOB_STATUS_LEASED: _JobStatus.ValueType  # 2
-    """Held by a worker."""
-    JOB_STATUS_COMPLETED: _JobStatus.ValueType  # 3
-    """Done."""
-    JOB_STATUS_DEAD: _JobStatus.ValueType  # 4
-    """Failed on every allowed attempt (the dead letter)."""
-
-class JobStatus(_JobStatus, metaclass=_JobStatusEnumTypeWrapper):
-    """Where a job is in its life (seed 000 "Job States")."""
-
-JOB_STATUS_UNSPECIFIED: JobStatus.ValueType  # 0
-"""Never sent."""
-JOB_STATUS_PENDING: JobStatus.ValueType  # 1
-"""Waiting to be leased (possibly until its retry time)."""
-JOB_STATUS_LEASED: JobStatus.ValueType  # 2
-"""Held by a worker."""
-JOB_STATUS_COMPLETED: JobStatus.ValueType  # 3
-"""Done."""
-JOB_STATUS_DEAD: JobStatus.ValueType  # 4
-"""Failed on every allowed attempt (the dead letter)."""
-Global___JobStatus: _TypeAlias = JobStatus  # noqa: Y015
 
 class _LeaseOutcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -206,7 +147,7 @@ class Job(_message.Message):
     DOCUMENT_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Job id."""
-    job_type: Global___JobType.ValueType
+    job_type: _job_pb2.JobType.ValueType
     """What to do."""
     namespace: _builtins.str
     """The namespace the job's memory lives in."""
@@ -228,7 +169,7 @@ class Job(_message.Message):
         self,
         *,
         id: _builtins.str = ...,
-        job_type: Global___JobType.ValueType = ...,
+        job_type: _job_pb2.JobType.ValueType = ...,
         namespace: _builtins.str = ...,
         memory_id: _builtins.str = ...,
         lease_token: _builtins.str = ...,
@@ -312,7 +253,7 @@ class LeaseJobsRequest(_message.Message):
     MAX_JOBS_FIELD_NUMBER: _builtins.int
     NAMESPACES_FIELD_NUMBER: _builtins.int
     HOLDER_FIELD_NUMBER: _builtins.int
-    job_type: Global___JobType.ValueType
+    job_type: _job_pb2.JobType.ValueType
     """The type of job to lease."""
     max_jobs: _builtins.int
     """How many jobs at most, 1..500."""
@@ -329,7 +270,7 @@ class LeaseJobsRequest(_message.Message):
     def __init__(
         self,
         *,
-        job_type: Global___JobType.ValueType = ...,
+        job_type: _job_pb2.JobType.ValueType = ...,
         max_jobs: _builtins.int = ...,
         namespaces: _abc.Iterable[_builtins.str] | None = ...,
         holder: Global___LeaseHolder | None = ...,
@@ -996,36 +937,6 @@ class GetQueueStatsRequest(_message.Message):
 Global___GetQueueStatsRequest: _TypeAlias = GetQueueStatsRequest  # noqa: Y015
 
 @_typing.final
-class QueueCount(_message.Message):
-    """The number of jobs of one type in one status."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    JOB_TYPE_FIELD_NUMBER: _builtins.int
-    STATUS_FIELD_NUMBER: _builtins.int
-    COUNT_FIELD_NUMBER: _builtins.int
-    job_type: Global___JobType.ValueType
-    """Job type."""
-    status: Global___JobStatus.ValueType
-    """Status."""
-    count: _builtins.int
-    """How many."""
-    def __init__(
-        self,
-        *,
-        job_type: Global___JobType.ValueType = ...,
-        status: Global___JobStatus.ValueType = ...,
-        count: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "job_type", b"job_type", "status", b"status"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___QueueCount: _TypeAlias = QueueCount  # noqa: Y015
-
-@_typing.final
 class GetQueueStatsResponse(_message.Message):
     """Response for GetQueueStats."""
 
@@ -1046,7 +957,7 @@ class GetQueueStatsResponse(_message.Message):
     live_memory_count: _builtins.int
     """Live memories in all namespaces."""
     @_builtins.property
-    def counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___QueueCount]:
+    def counts(self) -> _containers.RepeatedCompositeFieldContainer[_job_pb2.JobCount]:
         """Non-zero counts only."""
 
     @_builtins.property
@@ -1056,7 +967,7 @@ class GetQueueStatsResponse(_message.Message):
     def __init__(
         self,
         *,
-        counts: _abc.Iterable[Global___QueueCount] | None = ...,
+        counts: _abc.Iterable[_job_pb2.JobCount] | None = ...,
         oldest_pending_create_time: _timestamp_pb2.Timestamp | None = ...,
         index_model: _builtins.str = ...,
         index_dimensions: _builtins.int = ...,

@@ -20,6 +20,11 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class _ImportStatus:
@@ -127,11 +132,18 @@ class _HistoryEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Hist
     HISTORY_EVENT_TYPE_MODIFIED: _HistoryEventType.ValueType  # 2
     """The memory was changed by ModifyMemories (or a pipeline UPDATE)."""
     HISTORY_EVENT_TYPE_DELETED: _HistoryEventType.ValueType  # 3
-    """The memory was deleted (soft, or hard with `force`)."""
+    """The memory was deleted: soft-deleted (a tombstone), or removed for good
+    by ForgetMemories with `purge` (metadata `hard` is then true).
+    """
     HISTORY_EVENT_TYPE_RECOVERED: _HistoryEventType.ValueType  # 4
     """The memory was recovered."""
     HISTORY_EVENT_TYPE_NONE: _HistoryEventType.ValueType  # 5
     """A proposal was recorded without changing the memory (pipeline audit)."""
+    HISTORY_EVENT_TYPE_PURGED: _HistoryEventType.ValueType  # 6
+    """The tombstone was removed for good by the retention sweep after
+    `retention.tombstone_days`; the memory can no longer be recovered
+    (RecoverMemory answers RETENTION_EXPIRED).
+    """
 
 class HistoryEventType(_HistoryEventType, metaclass=_HistoryEventTypeEnumTypeWrapper):
     """Kinds of history event."""
@@ -143,11 +155,18 @@ HISTORY_EVENT_TYPE_CREATED: HistoryEventType.ValueType  # 1
 HISTORY_EVENT_TYPE_MODIFIED: HistoryEventType.ValueType  # 2
 """The memory was changed by ModifyMemories (or a pipeline UPDATE)."""
 HISTORY_EVENT_TYPE_DELETED: HistoryEventType.ValueType  # 3
-"""The memory was deleted (soft, or hard with `force`)."""
+"""The memory was deleted: soft-deleted (a tombstone), or removed for good
+by ForgetMemories with `purge` (metadata `hard` is then true).
+"""
 HISTORY_EVENT_TYPE_RECOVERED: HistoryEventType.ValueType  # 4
 """The memory was recovered."""
 HISTORY_EVENT_TYPE_NONE: HistoryEventType.ValueType  # 5
 """A proposal was recorded without changing the memory (pipeline audit)."""
+HISTORY_EVENT_TYPE_PURGED: HistoryEventType.ValueType  # 6
+"""The tombstone was removed for good by the retention sweep after
+`retention.tombstone_days`; the memory can no longer be recovered
+(RecoverMemory answers RETENTION_EXPIRED).
+"""
 Global___HistoryEventType: _TypeAlias = HistoryEventType  # noqa: Y015
 
 @_typing.final
@@ -878,6 +897,8 @@ class ForgetMemoriesRequest(_message.Message):
     CONFIRM_TOKEN_FIELD_NUMBER: _builtins.int
     FORCE_FIELD_NUMBER: _builtins.int
     ACTOR_FIELD_NUMBER: _builtins.int
+    INCLUDE_PINNED_FIELD_NUMBER: _builtins.int
+    PURGE_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     mode: Global___ForgetMode.ValueType
@@ -892,10 +913,29 @@ class ForgetMemoriesRequest(_message.Message):
     """The token from a PREVIEW of the same selection; required for EXECUTE over
     more than 25 candidates, checked whenever given.
     """
-    force: _builtins.bool
-    """Include pinned memories and delete for good instead of soft-deleting."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def force(self) -> _builtins.bool:
+        """Deprecated: use `include_pinned` and `purge`. True means both (what it
+        meant before they were split); it will be reserved in v2.
+        """
+
+    @force.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def force(self, value: _builtins.bool) -> None:
+        """Deprecated: use `include_pinned` and `purge`. True means both (what it
+        meant before they were split); it will be reserved in v2.
+        """
+
     actor: _builtins.str
     """Who is forgetting (recorded in history); empty means "api"."""
+    include_pinned: _builtins.bool
+    """Pinned memories are candidates too (otherwise they are never selected)."""
+    purge: _builtins.bool
+    """Remove the candidates for good instead of soft-deleting them: no
+    tombstone, no recovery; their history stays, with `deleted` events whose
+    metadata `hard` is true.
+    """
     @_builtins.property
     def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Up to 200 memory ids."""
@@ -917,10 +957,12 @@ class ForgetMemoriesRequest(_message.Message):
         confirm_token: _builtins.str = ...,
         force: _builtins.bool = ...,
         actor: _builtins.str = ...,
+        include_pinned: _builtins.bool = ...,
+        purge: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "confirm_token", b"confirm_token", "filter", b"filter", "force", b"force", "ids", b"ids", "limit", b"limit", "mode", b"mode", "namespace", b"namespace", "query", b"query", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "confirm_token", b"confirm_token", "filter", b"filter", "force", b"force", "ids", b"ids", "include_pinned", b"include_pinned", "limit", b"limit", "mode", b"mode", "namespace", b"namespace", "purge", b"purge", "query", b"query", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -943,7 +985,7 @@ class ForgetCandidate(_message.Message):
     version: _builtins.int
     """The memory's version."""
     pinned: _builtins.bool
-    """Whether it is pinned (only with `force`)."""
+    """Whether it is pinned (only with `include_pinned`)."""
     def __init__(
         self,
         *,
@@ -975,7 +1017,7 @@ class ForgetMemoriesResponse(_message.Message):
     deleted_count: _builtins.int
     """How many memories were deleted (0 in PREVIEW)."""
     hard_deleted: _builtins.bool
-    """True when the deletes were permanent (`force`)."""
+    """True when the deletes were permanent (`purge`)."""
     @_builtins.property
     def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForgetCandidate]:
         """The memories selected, newest first."""

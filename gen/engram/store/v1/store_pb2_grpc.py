@@ -237,8 +237,9 @@ class MemoryStoreServiceServicer:
         PREVIEW writes nothing and returns the candidates with a confirm token
         bound to exactly that candidate set. EXECUTE deletes the candidates; above
         25 candidates it requires the token from a preview of the same set.
-        Pinned memories are candidates only with `force`. With `force` the rows are
-        removed for good instead of soft-deleted.
+        Pinned memories are candidates only with `include_pinned`. With `purge`
+        the rows are removed for good instead of soft-deleted (their history
+        stays). The confirm token binds both flags.
 
         Errors: INVALID_ARGUMENT (no selector, more than 200 ids, an id over 128
         characters, limit over 200, missing reason on execute, bad filter);

@@ -119,11 +119,12 @@ def test_a_database_that_ran_the_first_text_of_migration_2_gets_its_missing_inde
 ) -> None:
     """Migration 2 first shipped without memories_namespace_order; such a
     database (recorded before checksums) is trusted and given the index by
-    migration 8, so every database ends with the same schema."""
+    a later migration, so every database ends with the same schema."""
     name, sql = MIGRATIONS[1]
     first_text = sql.replace(NAMESPACE_ORDER_INDEX, "")
     assert first_text != sql
-    before = [MIGRATIONS[0], (name, first_text), *MIGRATIONS[2:7]]
+    fix = [n for n, _ in MIGRATIONS].index("memories_namespace_order_for_early_databases")
+    before = [MIGRATIONS[0], (name, first_text), *MIGRATIONS[2:fix]]
     conn = _legacy_database(tmp_path / "old.db", before)
     assert apply_migrations(conn) == ["memories_namespace_order_for_early_databases"]
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ngram/store/v1/admin.proto\x12\x0f\x65ngram.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1c\n\x1aGetStoreDiagnosticsRequest\"A\n\x0eJobStatusCount\x12\x10\n\x08job_type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\"\xec\x04\n\x1bGetStoreDiagnosticsResponse\x12-\n\x04jobs\x18\x01 \x03(\x0b\x32\x1f.engram.store.v1.JobStatusCount\x12\x12\n\ntotal_jobs\x18\x02 \x01(\x03\x12\x11\n\tdead_jobs\x18\x03 \x01(\x03\x12\x13\n\x0bleased_jobs\x18\x04 \x01(\x03\x12\x14\n\x0cstale_leases\x18\x05 \x01(\x03\x12\x18\n\x10lease_timeout_ms\x18\x06 \x01(\x03\x12\x17\n\x0f\x61\x63tive_memories\x18\x07 \x01(\x03\x12\x12\n\ntombstones\x18\x08 \x01(\x03\x12\x1a\n\x12\x65xpired_tombstones\x18\t \x01(\x03\x12\x16\n\x0etotal_memories\x18\n \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x0b \x01(\x03\x12\x13\n\x0b\x66ts_missing\x18\x0c \x01(\x03\x12\x14\n\x0c\x66ts_orphaned\x18\r \x01(\x03\x12\x13\n\x0bindex_model\x18\x0e \x01(\t\x12\x13\n\x0bvector_rows\x18\x0f \x01(\x03\x12\x19\n\x11\x65mbedded_memories\x18\x10 \x01(\x03\x12\x16\n\x0evector_missing\x18\x11 \x01(\x03\x12\x17\n\x0fvector_orphaned\x18\x12 \x01(\x03\x12\x15\n\rdb_size_bytes\x18\x13 \x01(\x03\x12\x12\n\naudit_rows\x18\x14 \x01(\x03\x12\x1a\n\x12storage_full_count\x18\x15 \x01(\x03\x12:\n\x16last_storage_full_time\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x64\x61ta_dir_free_bytes\x18\x17 \x01(\x03\"\x18\n\x16RequeueDeadJobsRequest\"<\n\x17RequeueDeadJobsResponse\x12\x10\n\x08requeued\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\"\x1a\n\x18RepairStaleLeasesRequest\"-\n\x19RepairStaleLeasesResponse\x12\x10\n\x08released\x18\x01 \x01(\x03\"\x17\n\x15RepairFtsIndexRequest\"[\n\x16RepairFtsIndexResponse\x12\x16\n\x0emissing_before\x18\x01 \x01(\x03\x12\x17\n\x0forphaned_before\x18\x02 \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x03 \x01(\x03\"\x1a\n\x18RepairVectorIndexRequest\";\n\x19RepairVectorIndexResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x02 \x01(\x03\"\x17\n\x15SweepRetentionRequest\"i\n\x13RetentionStepResult\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0f\n\x07removed\x18\x02 \x01(\x03\x12\x18\n\x10\x65ntities_removed\x18\x03 \x01(\x03\x12\x19\n\x11relations_removed\x18\x04 \x01(\x03\"M\n\x16SweepRetentionResponse\x12\x33\n\x05steps\x18\x01 \x03(\x0b\x32$.engram.store.v1.RetentionStepResult2\x89\x05\n\x11StoreAdminService\x12p\n\x13GetStoreDiagnostics\x12+.engram.store.v1.GetStoreDiagnosticsRequest\x1a,.engram.store.v1.GetStoreDiagnosticsResponse\x12\x64\n\x0fRequeueDeadJobs\x12\'.engram.store.v1.RequeueDeadJobsRequest\x1a(.engram.store.v1.RequeueDeadJobsResponse\x12j\n\x11RepairStaleLeases\x12).engram.store.v1.RepairStaleLeasesRequest\x1a*.engram.store.v1.RepairStaleLeasesResponse\x12\x61\n\x0eRepairFtsIndex\x12&.engram.store.v1.RepairFtsIndexRequest\x1a\'.engram.store.v1.RepairFtsIndexResponse\x12j\n\x11RepairVectorIndex\x12).engram.store.v1.RepairVectorIndexRequest\x1a*.engram.store.v1.RepairVectorIndexResponse\x12\x61\n\x0eSweepRetention\x12&.engram.store.v1.SweepRetentionRequest\x1a\'.engram.store.v1.SweepRetentionResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ngram/store/v1/admin.proto\x12\x0f\x65ngram.store.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1c\n\x1aGetStoreDiagnosticsRequest\"A\n\x0eJobStatusCount\x12\x10\n\x08job_type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\"\x9c\x05\n\x1bGetStoreDiagnosticsResponse\x12-\n\x04jobs\x18\x01 \x03(\x0b\x32\x1f.engram.store.v1.JobStatusCount\x12\x12\n\ntotal_jobs\x18\x02 \x01(\x03\x12\x11\n\tdead_jobs\x18\x03 \x01(\x03\x12\x13\n\x0bleased_jobs\x18\x04 \x01(\x03\x12\x14\n\x0cstale_leases\x18\x05 \x01(\x03\x12\x18\n\x10lease_timeout_ms\x18\x06 \x01(\x03\x12\x17\n\x0f\x61\x63tive_memories\x18\x07 \x01(\x03\x12\x12\n\ntombstones\x18\x08 \x01(\x03\x12\x1a\n\x12\x65xpired_tombstones\x18\t \x01(\x03\x12\x16\n\x0etotal_memories\x18\n \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x0b \x01(\x03\x12\x13\n\x0b\x66ts_missing\x18\x0c \x01(\x03\x12\x14\n\x0c\x66ts_orphaned\x18\r \x01(\x03\x12\x13\n\x0bindex_model\x18\x0e \x01(\t\x12\x13\n\x0bvector_rows\x18\x0f \x01(\x03\x12\x19\n\x11\x65mbedded_memories\x18\x10 \x01(\x03\x12\x16\n\x0evector_missing\x18\x11 \x01(\x03\x12\x17\n\x0fvector_orphaned\x18\x12 \x01(\x03\x12\x15\n\rdb_size_bytes\x18\x13 \x01(\x03\x12\x12\n\naudit_rows\x18\x14 \x01(\x03\x12\x1a\n\x12storage_full_count\x18\x15 \x01(\x03\x12:\n\x16last_storage_full_time\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x64\x61ta_dir_free_bytes\x18\x17 \x01(\x03\x12.\n\x07orphans\x18\x18 \x01(\x0b\x32\x1d.engram.store.v1.OrphanCounts\"\xa1\x01\n\x0cOrphanCounts\x12\x14\n\x0cmemory_links\x18\x01 \x01(\x03\x12\x17\n\x0f\x65ntity_mentions\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntities\x18\x03 \x01(\x03\x12\x17\n\x0f\x64ocument_chunks\x18\x04 \x01(\x03\x12\x14\n\x0cvector_index\x18\x05 \x01(\x03\x12\x13\n\x0b\x66ts_entries\x18\x06 \x01(\x03\x12\x0c\n\x04jobs\x18\x07 \x01(\x03\"\x18\n\x16RequeueDeadJobsRequest\"<\n\x17RequeueDeadJobsResponse\x12\x10\n\x08requeued\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\"\x1a\n\x18RepairStaleLeasesRequest\"-\n\x19RepairStaleLeasesResponse\x12\x10\n\x08released\x18\x01 \x01(\x03\"\x17\n\x15RepairFtsIndexRequest\"[\n\x16RepairFtsIndexResponse\x12\x16\n\x0emissing_before\x18\x01 \x01(\x03\x12\x17\n\x0forphaned_before\x18\x02 \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x03 \x01(\x03\"\x1a\n\x18RepairVectorIndexRequest\";\n\x19RepairVectorIndexResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x02 \x01(\x03\"\x17\n\x15SweepRetentionRequest\"i\n\x13RetentionStepResult\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0f\n\x07removed\x18\x02 \x01(\x03\x12\x18\n\x10\x65ntities_removed\x18\x03 \x01(\x03\x12\x19\n\x11relations_removed\x18\x04 \x01(\x03\"M\n\x16SweepRetentionResponse\x12\x33\n\x05steps\x18\x01 \x03(\x0b\x32$.engram.store.v1.RetentionStepResult2\x89\x05\n\x11StoreAdminService\x12p\n\x13GetStoreDiagnostics\x12+.engram.store.v1.GetStoreDiagnosticsRequest\x1a,.engram.store.v1.GetStoreDiagnosticsResponse\x12\x64\n\x0fRequeueDeadJobs\x12\'.engram.store.v1.RequeueDeadJobsRequest\x1a(.engram.store.v1.RequeueDeadJobsResponse\x12j\n\x11RepairStaleLeases\x12).engram.store.v1.RepairStaleLeasesRequest\x1a*.engram.store.v1.RepairStaleLeasesResponse\x12\x61\n\x0eRepairFtsIndex\x12&.engram.store.v1.RepairFtsIndexRequest\x1a\'.engram.store.v1.RepairFtsIndexResponse\x12j\n\x11RepairVectorIndex\x12).engram.store.v1.RepairVectorIndexRequest\x1a*.engram.store.v1.RepairVectorIndexResponse\x12\x61\n\x0eSweepRetention\x12&.engram.store.v1.SweepRetentionRequest\x1a\'.engram.store.v1.SweepRetentionResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,29 +38,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBSTATUSCOUNT']._serialized_start=111
   _globals['_JOBSTATUSCOUNT']._serialized_end=176
   _globals['_GETSTOREDIAGNOSTICSRESPONSE']._serialized_start=179
-  _globals['_GETSTOREDIAGNOSTICSRESPONSE']._serialized_end=799
-  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_start=801
-  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_end=825
-  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_start=827
-  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_end=887
-  _globals['_REPAIRSTALELEASESREQUEST']._serialized_start=889
-  _globals['_REPAIRSTALELEASESREQUEST']._serialized_end=915
-  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_start=917
-  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_end=962
-  _globals['_REPAIRFTSINDEXREQUEST']._serialized_start=964
-  _globals['_REPAIRFTSINDEXREQUEST']._serialized_end=987
-  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_start=989
-  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_end=1080
-  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_start=1082
-  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_end=1108
-  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_start=1110
-  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_end=1169
-  _globals['_SWEEPRETENTIONREQUEST']._serialized_start=1171
-  _globals['_SWEEPRETENTIONREQUEST']._serialized_end=1194
-  _globals['_RETENTIONSTEPRESULT']._serialized_start=1196
-  _globals['_RETENTIONSTEPRESULT']._serialized_end=1301
-  _globals['_SWEEPRETENTIONRESPONSE']._serialized_start=1303
-  _globals['_SWEEPRETENTIONRESPONSE']._serialized_end=1380
-  _globals['_STOREADMINSERVICE']._serialized_start=1383
-  _globals['_STOREADMINSERVICE']._serialized_end=2032
+  _globals['_GETSTOREDIAGNOSTICSRESPONSE']._serialized_end=847
+  _globals['_ORPHANCOUNTS']._serialized_start=850
+  _globals['_ORPHANCOUNTS']._serialized_end=1011
+  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_start=1013
+  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_end=1037
+  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_start=1039
+  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_end=1099
+  _globals['_REPAIRSTALELEASESREQUEST']._serialized_start=1101
+  _globals['_REPAIRSTALELEASESREQUEST']._serialized_end=1127
+  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_start=1129
+  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_end=1174
+  _globals['_REPAIRFTSINDEXREQUEST']._serialized_start=1176
+  _globals['_REPAIRFTSINDEXREQUEST']._serialized_end=1199
+  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_start=1201
+  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_end=1292
+  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_start=1294
+  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_end=1320
+  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_start=1322
+  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_end=1381
+  _globals['_SWEEPRETENTIONREQUEST']._serialized_start=1383
+  _globals['_SWEEPRETENTIONREQUEST']._serialized_end=1406
+  _globals['_RETENTIONSTEPRESULT']._serialized_start=1408
+  _globals['_RETENTIONSTEPRESULT']._serialized_end=1513
+  _globals['_SWEEPRETENTIONRESPONSE']._serialized_start=1515
+  _globals['_SWEEPRETENTIONRESPONSE']._serialized_end=1592
+  _globals['_STOREADMINSERVICE']._serialized_start=1595
+  _globals['_STOREADMINSERVICE']._serialized_end=2244
 # @@protoc_insertion_point(module_scope)

@@ -419,21 +419,16 @@ class MemoryStore:
                     )
                 ],
             )
-            repo.insert_history(
+            mutations.record_event(
                 conn,
-                [
-                    repo.history_row(
-                        memory_id=memory_id,
-                        namespace=namespace,
-                        event="recovered",
-                        old_content=None,
-                        new_content=record.content,
-                        actor=actor,
-                        reason=reason,
-                        metadata={"old_version": record.version, "new_version": new_version},
-                        at=at,
-                    )
-                ],
+                record,
+                "recovered",
+                old_content=None,
+                new_content=record.content,
+                actor=actor,
+                reason=reason,
+                at=at,
+                metadata={"new_version": new_version},
             )
             return self._load(conn, namespace, memory_id)
 

@@ -264,26 +264,20 @@ def new_version(
             embedding_model=None,
         )
     repo.update_memory(conn, current.id, {**changes, "version": version, "updated_at": at})
-    repo.insert_history(
+    record_event(
         conn,
-        [
-            repo.history_row(
-                memory_id=current.id,
-                namespace=current.namespace,
-                event="modified",
-                old_content=current.content,
-                new_content=current.content if content is None else content.storage,
-                actor=actor,
-                reason=reason,
-                metadata={
-                    "old_version": current.version,
-                    "new_version": version,
-                    "content_changed": content is not None,
-                    **metadata,
-                },
-                at=at,
-            )
-        ],
+        current,
+        "modified",
+        old_content=current.content,
+        new_content=current.content if content is None else content.storage,
+        actor=actor,
+        reason=reason,
+        at=at,
+        metadata={
+            "new_version": version,
+            "content_changed": content is not None,
+            **metadata,
+        },
     )
     if content is not None:
         if vector is not None:
@@ -332,15 +326,42 @@ def record_deletion(
     metadata: dict[str, Any],
 ) -> None:
     """The `deleted` event of a soft delete or a forced (hard) forget."""
+    record_event(
+        conn,
+        record,
+        "deleted",
+        old_content=record.content,
+        new_content=None,
+        actor=actor,
+        reason=reason,
+        at=at,
+        metadata=metadata,
+    )
+
+
+def record_event(
+    conn: Any,
+    record: MemoryRecord,
+    event: str,
+    *,
+    old_content: str | None,
+    new_content: str | None,
+    actor: str,
+    reason: str,
+    at: str,
+    metadata: dict[str, Any],
+) -> None:
+    """A history event on `record` as it was before the change (its version is
+    the event's `old_version`)."""
     repo.insert_history(
         conn,
         [
             repo.history_row(
                 memory_id=record.id,
                 namespace=record.namespace,
-                event="deleted",
-                old_content=record.content,
-                new_content=None,
+                event=event,
+                old_content=old_content,
+                new_content=new_content,
                 actor=actor,
                 reason=reason,
                 metadata={"old_version": record.version, **metadata},

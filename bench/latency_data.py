@@ -317,7 +317,7 @@ async def build_memory_db(
                     )
 
             await writer.submit(store_vectors)
-        indexed = await writer.submit(lambda c: repo.index_embedded_memories(c, "1", []))
+        indexed = await writer.submit(lambda c: repo.index_all_embedded(c))
         # The embed jobs import queued are done: their vectors are in (as the
         # embedding worker's CompleteEmbeds would leave them).
         await writer.submit(
@@ -348,8 +348,8 @@ def build_vector_db(
 ) -> float:
     """The vector channel's tables at `size` rows: minimal memories rows (content
     "v<N>", the FTS insert trigger dropped: this file serves vector queries only)
-    through repository.insert_memories, vectors through executemany into
-    `embeddings`, then repository.index_embedded_memories (vec_quantize_binary)."""
+    through repository.insert_memory_rows, vectors through executemany into
+    `embeddings`, then repository.index_all_embedded (vec_quantize_binary)."""
     _remove_db(path)
     started = datetime.now(UTC)
     conn = open_read_write(path, synchronous="NORMAL")
@@ -364,38 +364,38 @@ def build_vector_db(
         for i in range(start, start + n):
             content = f"v{i}"
             rows.append(
-                {
-                    "id": repo.new_id(),
-                    "namespace": NAMESPACE,
-                    "content": content,
-                    "normalized_content": content,
-                    "content_hash": hashlib.sha256(content.encode()).hexdigest(),
-                    "type": "fact",
-                    "importance": 0.8,
-                    "tags": "[]",
-                    "pinned": 0,
-                    "who": "",
-                    "why": "",
-                    "source_type": "synthetic",
-                    "source_id": "",
-                    "created_at": at,
+                repo.MemoryRow(
+                    id=repo.new_id(),
+                    namespace=NAMESPACE,
+                    content=content,
+                    normalized_content=content,
+                    content_hash=hashlib.sha256(content.encode()).hexdigest(),
+                    type="fact",
+                    importance=0.8,
+                    tags="[]",
+                    pinned=0,
+                    who="",
+                    why="",
+                    source_type="synthetic",
+                    source_id="",
+                    created_at=at,
                     # sessions of 20 memories sharing an event time
-                    "event_time": clock.to_text(
+                    event_time=clock.to_text(
                         datetime(2018, 1, 1, tzinfo=UTC) + timedelta(hours=(i // 20))
                     ),
-                }
+                )
             )
         picks = base[np.arange(start, start + n) % len(base)]
         noise = rng.standard_normal(picks.shape).astype(np.float32)
         noise *= noise_norm / np.linalg.norm(noise, axis=1, keepdims=True)
         block = _unit(picks + noise)
         conn.execute("BEGIN IMMEDIATE")
-        repo.insert_memories(conn, rows)
+        repo.insert_memory_rows(conn, rows)
         conn.executemany(
             "INSERT INTO embeddings(namespace, content_hash, model, dimensions, vector, created_at) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (
-                (NAMESPACE, r["content_hash"], LOCAL_MODEL, DIMENSIONS, block[j].tobytes(), at)
+                (NAMESPACE, r.content_hash, LOCAL_MODEL, DIMENSIONS, block[j].tobytes(), at)
                 for j, r in enumerate(rows)
             ),
         )
@@ -403,7 +403,7 @@ def build_vector_db(
         print(f"  {path.name}: {start + n} vectors", flush=True)
     conn.execute("BEGIN IMMEDIATE")
     repo.set_index_model(conn, LOCAL_MODEL, DIMENSIONS, at)
-    indexed = repo.index_embedded_memories(conn, "1", [])
+    indexed = repo.index_all_embedded(conn)
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()

@@ -47,8 +47,9 @@ from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common import clock
 from services.common.db import open_read_write
 from services.store import repository as repo
-from services.store.memories import PreparedMemory, prepare_drafts
+from services.store.memories import prepare_drafts
 from services.store.migrations import apply_migrations
+from services.store.mutations import NewMemory
 from services.store.rules import draft_memory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -500,7 +501,7 @@ async def bench_import(tmp: Path, count: int) -> ImportResult:
         server.stop()
 
 
-def raw_rows(count: int) -> list[PreparedMemory]:
+def raw_rows(count: int) -> list[NewMemory]:
     """The rows the store would write for the same import items (memory, history,
     embed and extract jobs), built by the store's own `prepare_drafts`."""
     drafts = []
@@ -536,9 +537,12 @@ def bench_raw_sqlite(tmp: Path, count: int) -> ImportResult:
         for start in range(0, count, RAW_TRANSACTION_MEMORIES):
             chunk = rows[start : start + RAW_TRANSACTION_MEMORIES]
             conn.execute("BEGIN IMMEDIATE")
-            repo.insert_memory_rows(conn, [p.memory for p in chunk])
+            repo.insert_memory_rows(conn, [p.row for p in chunk])
             repo.insert_history(conn, [p.history for p in chunk])
-            repo.enqueue_jobs(conn, [job for p in chunk for job in (p.embed_job, p.extract_job)])
+            repo.enqueue_jobs(
+                conn,
+                [job for p in chunk for job in (p.target.embed_job, p.extract_job) if job],
+            )
             conn.execute("COMMIT")
         elapsed = time.perf_counter() - started
         created = conn.execute("SELECT count(*) FROM memories").fetchone()[0]

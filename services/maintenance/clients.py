@@ -4,7 +4,7 @@ and the pipeline's status, translated into domain values and domain errors."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC
 from typing import TypeVar
 
@@ -15,7 +15,7 @@ from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import admin_pb2_grpc
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
 from services.common.remote_errors import error_reason
-from services.maintenance.diagnostics import Provider, ProviderReport, StoreCounts
+from services.maintenance.diagnostics import OrphanCounts, Provider, ProviderReport, StoreCounts
 
 T = TypeVar("T")
 STORE_TIMEOUT_S = 60.0  # a repair or sweep step is one transaction; bounded by batch limits
@@ -89,6 +89,9 @@ class StoreAdminClient:
                 else None
             ),
             data_dir_free_bytes=d.data_dir_free_bytes,
+            orphans=OrphanCounts(
+                **{f.name: getattr(d.orphans, f.name) for f in fields(OrphanCounts)}
+            ),
         )
 
     async def requeue_dead_jobs(self) -> int:

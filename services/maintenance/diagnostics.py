@@ -36,6 +36,19 @@ ACTIONS = (REQUEUE_DEAD_JOBS, RELEASE_STALE_LEASES, REPAIR_FTS, REPAIR_VECTORS, 
 
 
 @dataclass(frozen=True)
+class OrphanCounts:
+    """Rows pointing at a memory that is gone, per table (the store's diagnostics)."""
+
+    memory_links: int = 0
+    entity_mentions: int = 0
+    entities: int = 0
+    document_chunks: int = 0
+    vector_index: int = 0
+    fts_entries: int = 0
+    jobs: int = 0
+
+
+@dataclass(frozen=True)
 class StoreCounts:
     """The store's raw counts (StoreAdminService.GetStoreDiagnostics)."""
 
@@ -60,6 +73,7 @@ class StoreCounts:
     storage_full_count: int = 0
     last_storage_full_time: datetime | None = None
     data_dir_free_bytes: int = 0
+    orphans: OrphanCounts = OrphanCounts()
 
     @property
     def total_memories(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 
 import grpc
@@ -86,6 +87,7 @@ def report_to_proto(report: dx.Report) -> pb.GetDiagnosticsResponse:
             storage_full_count=c.storage_full_count,
             last_storage_full_time=_timestamp(c.last_storage_full_time),
             data_dir_free_bytes=c.data_dir_free_bytes,
+            orphans=pb.OrphanCounts(**asdict(c.orphans)),
         ),
         providers=pb.ProvidersHealth(
             pipeline_reachable=report.providers.reachable,

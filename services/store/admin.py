@@ -3,7 +3,7 @@ idempotent repairs, and the retention sweep (seed 000 "Retention Worker").
 
 Every repair and every retention step is one short writer transaction that
 also writes one `maintenance_audit` row, so no write lock is held across a
-whole sweep. Mutations frozen means nothing here writes.
+whole sweep. Mutations frozen means nothing here writes (the writer refuses).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 from services.common import clock
 from services.common.config import Config
 from services.common.db import ReadPool
-from services.common.errors import MutationsFrozen
 from services.store import admin_sql as sql
+from services.store import graph_sql, mutations
 from services.store import repository as repo
 from services.store.writer import Writer
 
@@ -37,6 +37,24 @@ class RetentionWindows:
     completed_job_days: float = 14
     dead_job_days: float = 30
     batch_limit: int = 500
+
+
+@dataclass(frozen=True)
+class OrphanCounts:
+    """Rows that point at a memory that is gone, per table (admin_sql.ORPHAN_TABLES);
+    every one is 0 unless a write path forgot something or the file was edited."""
+
+    memory_links: int = 0
+    entity_mentions: int = 0
+    entities: int = 0
+    document_chunks: int = 0
+    vector_index: int = 0
+    fts_entries: int = 0
+    jobs: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, name) for name in sql.ORPHAN_TABLES)
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,7 @@ class StoreDiagnostics:
     storage_full_count: int = 0
     last_storage_full_at: str | None = None
     data_dir_free_bytes: int = 0
+    orphans: OrphanCounts = OrphanCounts()
 
     @property
     def total_memories(self) -> int:
@@ -85,7 +104,6 @@ class StoreAdmin:
         *,
         lease_timeout_ms: int,
         windows: RetentionWindows,
-        mutations_frozen: bool = False,
         database_path: Path | None = None,
     ) -> None:
         self._writer = writer
@@ -93,7 +111,6 @@ class StoreAdmin:
         self._reads = reads
         self._lease_timeout_ms = lease_timeout_ms
         self._windows = windows
-        self._frozen = mutations_frozen
 
     # ---- diagnostics -------------------------------------------------------------
 
@@ -106,6 +123,7 @@ class StoreAdmin:
             for row in await self._reads.fetch_all(sql.job_counts_query())
         }
         row = await self._reads.fetch_one(sql.diagnostics_query(stale_before, expired_before))
+        orphans = await self._reads.fetch_one(sql.orphans_query())
 
         def by_status(status: str) -> int:
             return sum(n for (_, s), n in jobs.items() if s == status)
@@ -133,6 +151,7 @@ class StoreAdmin:
             storage_full_count=self._writer.storage_full.count,
             last_storage_full_at=self._writer.storage_full.last_at,
             data_dir_free_bytes=self._free_bytes(),
+            orphans=OrphanCounts(**{name: int(orphans[name]) for name in sql.ORPHAN_TABLES}),
         )
 
     def _free_bytes(self) -> int:
@@ -231,8 +250,8 @@ class StoreAdmin:
         cutoff = self._cutoff(self._windows.tombstone_days, at)
         mentions = sql.expired_mentions(conn, cutoff, self._windows.batch_limit)
         for memory_id, entity_id in mentions:
-            sql.delete_mention(conn, memory_id, entity_id, at)
-        entities, relations = sql.delete_orphaned_entities(
+            graph_sql.delete_mention(conn, memory_id, entity_id, at)
+        entities, relations = graph_sql.delete_orphaned_entities(
             conn, list(dict.fromkeys(e for _, e in mentions))
         )
         return RetentionStep("graph_links", len(mentions), entities, relations)
@@ -247,8 +266,11 @@ class StoreAdmin:
         RecoverMemory can say RETENTION_EXPIRED instead of NOT_FOUND."""
         cutoff = self._cutoff(self._windows.tombstone_days, at)
         rows = sql.purgeable_tombstones(conn, cutoff, self._windows.batch_limit)
-        for row in rows:
-            sql.purge_memory(conn, row["id"])
+        mutations.purge(
+            conn,
+            [mutations.PurgeTarget(r["id"], r["namespace"], r["content_hash"]) for r in rows],
+            at,
+        )
         repo.insert_history(
             conn,
             [
@@ -295,8 +317,6 @@ class StoreAdmin:
         self, action: str, operation: Callable[[Any, str], tuple[T, dict[str, Any]]]
     ) -> T:
         """Run `operation(conn, now)` in one writer transaction with its audit row."""
-        if self._frozen:
-            raise MutationsFrozen()
 
         def write(conn: Any) -> T:
             at = clock.now_text()
@@ -320,6 +340,5 @@ def store_admin(writer: Writer, reads: ReadPool, config: Config) -> StoreAdmin:
             dead_job_days=config["retention.dead_job_days"],
             batch_limit=config["retention.batch_limit"],
         ),
-        mutations_frozen=config["memory.pipelineV2.mutationsFrozen"],
         database_path=Path(config["storage.path"]),
     )

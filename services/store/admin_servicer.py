@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import grpc
 
 from engram.store.v1 import admin_pb2 as pb
@@ -43,6 +45,7 @@ class StoreAdminServicer(admin_pb2_grpc.StoreAdminServiceServicer):
             storage_full_count=d.storage_full_count,
             last_storage_full_time=timestamp_from_text(d.last_storage_full_at),
             data_dir_free_bytes=d.data_dir_free_bytes,
+            orphans=pb.OrphanCounts(**asdict(d.orphans)),
         )
 
     async def RequeueDeadJobs(

@@ -9,7 +9,6 @@ that is the set the vector index must hold, among live memories.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from services.store import repository as repo
@@ -75,6 +74,50 @@ def diagnostics_query(stale_before: str, expired_before: str) -> Query:
     )
 
 
+# Per table, the rows that point at a memory that is gone (no row, live or
+# tombstoned): links, entity mentions, chunk rows, vector index rows, full-text
+# entries and jobs; plus entities no memory mentions. Every count is 0 in a
+# sound store. (Stored vectors are keyed by content, not by memory: an old
+# version's stays for a revert, so they are not counted here.)
+ORPHAN_TABLES = (
+    "memory_links",
+    "entity_mentions",
+    "entities",
+    "document_chunks",
+    "vector_index",
+    "fts_entries",
+    "jobs",
+)
+
+
+def orphans_query() -> Query:
+    """Every orphan count in one statement (one snapshot), named as ORPHAN_TABLES."""
+    return (
+        "SELECT "
+        "(SELECT count(*) FROM memory_links l "
+        "  WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.from_memory_id) "
+        "  OR NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = l.to_memory_id)) "
+        "  AS memory_links, "
+        "(SELECT count(*) FROM memory_entity_mentions x "
+        "  WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = x.memory_id)) "
+        "  AS entity_mentions, "
+        "(SELECT count(*) FROM entities e "
+        "  WHERE NOT EXISTS (SELECT 1 FROM memory_entity_mentions x WHERE x.entity_id = e.id)) "
+        "  AS entities, "
+        "(SELECT count(*) FROM document_memories d "
+        "  WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = d.memory_id)) "
+        "  AS document_chunks, "
+        "(SELECT count(*) FROM memory_vectors v "
+        "  WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.rowid = v.memory_rowid)) "
+        "  AS vector_index, "
+        "(SELECT count(*) FROM memories_fts_docsize f "
+        "  WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.rowid = f.id)) AS fts_entries, "
+        "(SELECT count(*) FROM memory_jobs j WHERE j.memory_id IS NOT NULL "
+        "  AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = j.memory_id)) AS jobs",
+        [],
+    )
+
+
 def fts_mismatch(conn: Any) -> tuple[int, int]:
     """(live memories missing from the FTS index, FTS entries without a live memory)."""
     missing = conn.execute(_FTS_MISSING).fetchone()[0]
@@ -131,9 +174,7 @@ def remove_unbacked_vectors(conn: Any) -> int:
 
 
 def add_missing_vectors(conn: Any) -> int:
-    return repo.index_embedded_memories(
-        conn, "m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)", []
-    )
+    return repo.index_missing_vectors(conn)
 
 
 # ---- retention (seed 000 "Retention Worker"; one function per step) ---------------
@@ -146,37 +187,6 @@ def expired_mentions(conn: Any, cutoff: str, limit: int) -> list[tuple[str, str]
         {"cutoff": cutoff, "limit": limit},
     ).fetchall()
     return [(r[0], r[1]) for r in rows]
-
-
-def delete_mention(conn: Any, memory_id: str, entity_id: str, at: str) -> None:
-    conn.execute(
-        "DELETE FROM memory_entity_mentions WHERE memory_id = ? AND entity_id = ?",
-        (memory_id, entity_id),
-    )
-    conn.execute(
-        "UPDATE entities SET mentions = max(mentions - 1, 0), updated_at = ? WHERE id = ?",
-        (at, entity_id),
-    )
-
-
-def delete_orphaned_entities(conn: Any, entity_ids: Sequence[str]) -> tuple[int, int]:
-    """Entities among `entity_ids` at zero mentions, with no mention row left, are
-    deleted with every relation that touches them. Returns (entities, relations)."""
-    entities = relations = 0
-    for entity_id in entity_ids:
-        orphan = conn.execute(
-            "SELECT 1 FROM entities e WHERE e.id = ? AND e.mentions <= 0 AND NOT EXISTS "
-            "(SELECT 1 FROM memory_entity_mentions mm WHERE mm.entity_id = e.id)",
-            (entity_id,),
-        ).fetchone()
-        if orphan is None:
-            continue
-        relations += conn.execute(
-            "DELETE FROM relations WHERE source_entity_id = ? OR target_entity_id = ?",
-            (entity_id, entity_id),
-        ).rowcount
-        entities += conn.execute("DELETE FROM entities WHERE id = ?", (entity_id,)).rowcount
-    return entities, relations
 
 
 def delete_expired_embeddings(conn: Any, cutoff: str, limit: int) -> int:
@@ -197,7 +207,7 @@ def purgeable_tombstones(conn: Any, cutoff: str, limit: int) -> list[Any]:
     (the earlier steps' batch limits may have left some for the next sweep)."""
     return list(
         conn.execute(
-            "SELECT m.id, m.namespace, m.content, m.deleted_at FROM memories m "
+            "SELECT m.id, m.namespace, m.content_hash, m.deleted_at FROM memories m "
             f"WHERE {_EXPIRED} "
             "AND NOT EXISTS (SELECT 1 FROM memory_entity_mentions mm WHERE mm.memory_id = m.id) "
             "AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.namespace = m.namespace "
@@ -206,16 +216,6 @@ def purgeable_tombstones(conn: Any, cutoff: str, limit: int) -> list[Any]:
             {"cutoff": cutoff, "limit": limit},
         ).fetchall()
     )
-
-
-def purge_memory(conn: Any, memory_id: str) -> None:
-    """The row (FTS and vector rows go by trigger), its jobs, links and chunk rows."""
-    conn.execute(
-        "DELETE FROM memory_links WHERE from_memory_id = ? OR to_memory_id = ?",
-        (memory_id, memory_id),
-    )
-    conn.execute("DELETE FROM document_memories WHERE memory_id = ?", (memory_id,))
-    repo.hard_delete_memory(conn, memory_id)
 
 
 def delete_old_history(conn: Any, cutoff: str, limit: int) -> int:

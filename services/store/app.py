@@ -21,6 +21,7 @@ from engram.store.v1 import (
 )
 from services.common.config import Config
 from services.common.db import DatabaseError, ReadPool, open_read_write
+from services.common.errors import MutationsFrozen
 from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
 from services.common.suite import announce_suite
 from services.store.admin import store_admin
@@ -82,6 +83,8 @@ async def _reap_stale_leases(queue: JobQueue, interval_s: float) -> None:
             released = await queue.release_stale()
             if released:
                 log.info("stale leases released", extra={"released": released})
+        except MutationsFrozen:
+            pass  # a frozen store writes nothing, not even a lease's release
         except Exception:
             log.exception("stale-lease reaper failed")
 
@@ -118,15 +121,17 @@ async def start_store(
     if applied:
         log.info("migrations applied", extra={"migrations": applied, "path": str(path)})
     suite_id = read_suite_id(connection)
-    writer = Writer(connection, max_group=config["storage.max_group_commit"])
+    writer = Writer(
+        connection,
+        max_group=config["storage.max_group_commit"],
+        mutations_frozen=config["memory.pipelineV2.mutationsFrozen"],
+    )
     reads = ReadPool(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
     await reads.open()
-    frozen = config["memory.pipelineV2.mutationsFrozen"]
     max_attempts = config["memory.pipelineV2.workerMaxRetries"]
     store = MemoryStore(
         writer,
         reads,
-        mutations_frozen=frozen,
         max_job_attempts=max_attempts,
         tombstone_days=config["retention.tombstone_days"],
     )
@@ -135,17 +140,19 @@ async def start_store(
         reads,
         lease_timeout_ms=config["memory.pipelineV2.leaseTimeoutMs"],
         max_job_attempts=max_attempts,
-        mutations_frozen=frozen,
     )
     documents = DocumentStore(
         writer,
         reads,
-        mutations_frozen=frozen,
         max_job_attempts=max_attempts,
         max_content_bytes=config["memory.pipelineV2.documentMaxContentBytes"],
         max_chunk_chars=config["memory.pipelineV2.documentChunkSize"],
     )
-    queued = await queue.adopt_index_model(configured_index_model(config))
+    try:
+        queued = await queue.adopt_index_model(configured_index_model(config))
+    except MutationsFrozen:
+        log.warning("mutations are frozen: the vector index keeps its embedding model")
+        queued = 0
     if queued:
         log.info("embedding model changed; re-embedding queued", extra={"jobs": queued})
 

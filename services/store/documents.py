@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 
 from services.common import clock
 from services.common.db import ReadPool
-from services.common.errors import InvalidArgument, MutationsFrozen, NotFound
+from services.common.errors import InvalidArgument, NotFound
 from services.common.normalize import normalize_content
 from services.store import document_sql as sql
+from services.store import mutations, rules
 from services.store import repository as repo
-from services.store import rules
-from services.store.jobs import accept_supplied_vector, normalized_vector_bytes
+from services.store.jobs import normalized_vector_bytes
 from services.store.memories import _page_size
 from services.store.page_tokens import decode_page_token, encode_page_token
 from services.store.writer import Writer
@@ -121,21 +121,15 @@ class DocumentStore:
         writer: Writer,
         reads: ReadPool,
         *,
-        mutations_frozen: bool,
         max_job_attempts: int,
         max_content_bytes: int,
         max_chunk_chars: int,
     ) -> None:
         self._writer = writer
         self._reads = reads
-        self._frozen = mutations_frozen
         self._max_attempts = max_job_attempts
         self._max_content_bytes = max_content_bytes
         self._max_chunk_chars = max_chunk_chars
-
-    def _ensure_writable(self) -> None:
-        if self._frozen:
-            raise MutationsFrozen()
 
     # ---- the public side ----------------------------------------------------------
 
@@ -160,7 +154,6 @@ class DocumentStore:
         cleaned_tags = rules.check_tags(tags, "tags")
         if len(cleaned_tags) > MAX_DOCUMENT_TAGS:
             raise InvalidArgument("tags", f"at most {MAX_DOCUMENT_TAGS} tags")
-        self._ensure_writable()
 
         def operation(conn: Any) -> DocumentRecord:
             at = clock.now_text()
@@ -230,7 +223,6 @@ class DocumentStore:
         if status not in PROGRESS_STATUSES:
             raise InvalidArgument("status", f"must be one of {', '.join(PROGRESS_STATUSES)}")
         title = rules.check_text(title, "title", MAX_TITLE_CHARS)
-        self._ensure_writable()
 
         def operation(conn: Any) -> DocumentRecord | None:
             document_id = _held_document(conn, job_id, token)
@@ -264,9 +256,11 @@ class DocumentStore:
         normalized = normalize_content(content)
         if not normalized.storage:
             raise InvalidArgument("content", "must not be empty or whitespace only")
-        if vector:
-            normalized_vector_bytes(vector, "vector")  # reject a bad vector before writing
-        self._ensure_writable()
+        supplied = None
+        if vector:  # a bad vector is rejected before anything is written
+            supplied = mutations.SuppliedVector(
+                embedding_model, normalized_vector_bytes(vector, "vector")
+            )
 
         def operation(conn: Any) -> ChunkWrite | None:
             document_id = _held_document(conn, job_id, token)
@@ -277,79 +271,45 @@ class DocumentStore:
             linked = sql.linked_memory_with_hash(conn, document_id, normalized.content_hash)
             if linked is not None:
                 return ChunkWrite("duplicate", linked, False)
-            existing = repo.live_ids_by_hash(conn, document.namespace, [normalized.content_hash])
-            if existing:
-                memory_id = existing[normalized.content_hash]
-                sql.link_chunk(conn, document_id, memory_id, chunk_index, at)
-                return ChunkWrite("linked", memory_id, False)
-            memory_id = repo.new_id()
-            repo.insert_memories(
+            [created] = mutations.create(
                 conn,
                 [
-                    {
-                        "id": memory_id,
-                        "namespace": document.namespace,
-                        "content": normalized.storage,
-                        "normalized_content": normalized.normalized,
-                        "content_hash": normalized.content_hash,
-                        "type": CHUNK_TYPE,
-                        "importance": CHUNK_IMPORTANCE,
-                        "tags": json.dumps(list(chunk_tags(document.tags, document.title))),
-                        "pinned": 0,
-                        "who": CHUNK_ACTOR,
-                        "why": CHUNK_WHY,
-                        "source_type": CHUNK_SOURCE_TYPE,
-                        "source_id": document_id,
-                        "created_at": at,
-                        "event_time": at,
-                    }
-                ],
-            )
-            repo.insert_history(
-                conn,
-                [
-                    repo.history_row(
-                        memory_id=memory_id,
-                        namespace=document.namespace,
-                        event="created",
-                        old_content=None,
-                        new_content=normalized.storage,
+                    mutations.new_memory(
+                        repo.MemoryRow(
+                            repo.new_id(),
+                            document.namespace,
+                            normalized.storage,
+                            normalized.normalized,
+                            normalized.content_hash,
+                            CHUNK_TYPE,
+                            CHUNK_IMPORTANCE,
+                            json.dumps(list(chunk_tags(document.tags, document.title))),
+                            0,
+                            CHUNK_ACTOR,
+                            CHUNK_WHY,
+                            CHUNK_SOURCE_TYPE,
+                            document_id,
+                            at,
+                            at,
+                        ),
                         actor=CHUNK_ACTOR,
                         reason=CHUNK_WHY,
-                        metadata={
-                            "version": 1,
-                            "type": CHUNK_TYPE,
-                            "document_id": document_id,
-                            "chunk_index": chunk_index,
-                        },
-                        at=at,
+                        max_attempts=self._max_attempts,
+                        metadata={"document_id": document_id, "chunk_index": chunk_index},
+                        extract=False,
+                        vector=supplied,
                     )
                 ],
             )
-            sql.link_chunk(conn, document_id, memory_id, chunk_index, at)
-            stored = accept_supplied_vector(
-                conn,
-                document.namespace,
-                memory_id,
-                normalized.content_hash,
-                embedding_model,
-                vector,
-                at,
-            )
-            # Content this namespace embedded before with the index's model
-            # needs no new embedding.
-            if not stored and not repo.index_embedded_memories(conn, "m.id = ?", [memory_id]):
-                repo.enqueue_jobs(
-                    conn,
-                    [repo.job_row(document.namespace, memory_id, "embed", self._max_attempts, at)],
-                )
-            return ChunkWrite("created", memory_id, stored)
+            sql.link_chunk(conn, document_id, created.memory_id, chunk_index, at)
+            if created.deduplicated:  # another memory of the namespace holds this text
+                return ChunkWrite("linked", created.memory_id, False)
+            return ChunkWrite("created", created.memory_id, created.vector_stored)
 
         return await self._writer.submit(operation)
 
     async def complete(self, job_id: str, token: str) -> DocumentRecord | None:
         """The document is done and its job completes together; None when the lease is lost."""
-        self._ensure_writable()
 
         def operation(conn: Any) -> DocumentRecord | None:
             document_id = _held_document(conn, job_id, token)

@@ -20,14 +20,6 @@ def set_extraction_state(conn: Any, memory_id: str, status: str, model: str | No
     )
 
 
-def mark_derived(conn: Any, memory_id: str, model: str, source_memory_id: str) -> None:
-    conn.execute(
-        "UPDATE memories SET extraction_status = 'derived', extraction_model = ?, "
-        "source_memory_id = ? WHERE id = ?",
-        (model, source_memory_id, memory_id),
-    )
-
-
 def insert_link(
     conn: Any,
     namespace: str,

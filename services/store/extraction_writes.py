@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common import clock
-from services.common.errors import InvalidArgument, MutationsFrozen
+from services.common.errors import InvalidArgument
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
-from services.store import contradiction, rules
+from services.store import contradiction, mutations, rules
 from services.store import extraction_sql as sql
 from services.store import repository as repo
 from services.store.graph import Triple, write_graph
@@ -53,7 +53,6 @@ class WritePolicy:
     """The store's `memory.pipelineV2.*` settings that govern these writes."""
 
     shadow: bool = False
-    frozen: bool = False
     allow_update_delete: bool = False
     graph_enabled: bool = False
     min_fact_confidence: float = 0.7
@@ -112,7 +111,7 @@ class _Checked:
 
     proposal: Proposal
     content: NormalizedContent
-    vector: bytes | None
+    vector: mutations.SuppliedVector | None
 
 
 class ExtractionWrites:
@@ -121,8 +120,6 @@ class ExtractionWrites:
         self._policy = policy
 
     async def complete(self, request: ExtractCompletion) -> CompletionOutcome:
-        if self._policy.frozen:
-            raise MutationsFrozen()
         checked = check_completion(request)
 
         def operation(conn: Any) -> tuple[CompletionOutcome, str, str]:
@@ -208,7 +205,9 @@ def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) 
     if proposal.vector:
         if not request.embedding_model:
             raise InvalidArgument("embedding_model", "required when a proposal carries a vector")
-        vector = normalized_vector_bytes(proposal.vector, f"{field}.vector")
+        vector = mutations.SuppliedVector(
+            request.embedding_model, normalized_vector_bytes(proposal.vector, f"{field}.vector")
+        )
     return _Checked(proposal, normalize_content(proposal.fact.content), vector)
 
 
@@ -249,7 +248,7 @@ class _JobWrite:
         row = repo.fetch_one(self.conn, repo.get_memory_query(self.namespace, job["memory_id"]))
         self.source = None if row is None else MemoryRecord.from_row(row)
         results: list[ProposalResult] = []
-        audits: list[tuple[Any, ...]] = []
+        audits: list[repo.HistoryRow] = []
         for item in self.checked:
             result, details = self._decide(item)
             results.append(result)
@@ -325,97 +324,58 @@ class _JobWrite:
         if gate:
             return ProposalResult("skipped", reason=gate)
         content = item.content
-        existing = repo.live_ids_by_hash(self.conn, self.namespace, [content.content_hash])
-        if existing:
-            return ProposalResult("deduped", existing[content.content_hash], reason="duplicate")
         assert self.source is not None
-        memory_id = repo.new_id()
         memory_type = memory_type_of(item.proposal.fact.type)
-        repo.insert_memories(
+        [created] = mutations.create(
             self.conn,
             [
-                {
-                    "id": memory_id,
-                    "namespace": self.namespace,
-                    "content": content.storage,
-                    "normalized_content": content.normalized,
-                    "content_hash": content.content_hash,
-                    "type": memory_type,
-                    "importance": rules.DEFAULT_IMPORTANCE,
-                    "tags": "[]",
-                    "pinned": 0,
-                    "who": ACTOR,
-                    "why": WHY,
-                    "source_type": "",
-                    "source_id": "",
-                    "created_at": self.at,
-                    "event_time": self.source.event_time,
-                }
+                mutations.new_memory(
+                    repo.MemoryRow(
+                        repo.new_id(),
+                        self.namespace,
+                        content.storage,
+                        content.normalized,
+                        content.content_hash,
+                        memory_type,
+                        rules.DEFAULT_IMPORTANCE,
+                        "[]",
+                        0,
+                        ACTOR,
+                        WHY,
+                        "",
+                        "",
+                        self.at,
+                        self.source.event_time,
+                        extraction_status="derived",
+                        extraction_model=self.request.extraction_model,
+                        source_memory_id=self.source.id,
+                    ),
+                    actor=ACTOR,
+                    reason=WHY,
+                    max_attempts=self.policy.max_job_attempts,
+                    metadata={
+                        "source_memory_id": self.source.id,
+                        "extraction_model": self.request.extraction_model,
+                        "job_id": self.request.job_id,
+                    },
+                    # A derived fact gets an embed job at most: never an extract job.
+                    extract=False,
+                    vector=item.vector,
+                )
             ],
         )
-        sql.mark_derived(self.conn, memory_id, self.request.extraction_model, self.source.id)
+        if created.deduplicated:
+            return ProposalResult("deduped", created.memory_id, reason="duplicate")
         sql.insert_link(
             self.conn,
             self.namespace,
-            memory_id,
+            created.memory_id,
             self.source.id,
             sql.DERIVED_FROM,
             self.request.job_id,
             self.at,
         )
-        repo.insert_history(
-            self.conn,
-            [
-                repo.history_row(
-                    memory_id=memory_id,
-                    namespace=self.namespace,
-                    event="created",
-                    old_content=None,
-                    new_content=content.storage,
-                    actor=ACTOR,
-                    reason=WHY,
-                    metadata={
-                        "version": 1,
-                        "type": memory_type,
-                        "source_memory_id": self.source.id,
-                        "extraction_model": self.request.extraction_model,
-                        "job_id": self.request.job_id,
-                    },
-                    at=self.at,
-                )
-            ],
-        )
-        # A derived fact gets an embed job at most: never an extract job (no recursion).
-        self._embed(memory_id, content.content_hash, item.vector)
-        return ProposalResult("created", memory_id)
-
-    def _embed(self, memory_id: str, content_hash: str, vector: bytes | None) -> None:
-        """Index the memory now when a vector of the index's model is at hand
-        (supplied, or stored for this content in this namespace before); else
-        queue an embed job."""
-        index = repo.index_model(self.conn)
-        if vector is not None and index is not None and index[0] == self.request.embedding_model:
-            dimensions = len(vector) // 4
-            if index[1] is None:  # the first vector the index accepts sets its size
-                repo.set_index_model(self.conn, index[0], dimensions, self.at)
-                index = (index[0], dimensions)
-            if index[1] == dimensions:
-                repo.upsert_embedding(
-                    self.conn, self.namespace, content_hash, index[0], vector, dimensions, self.at
-                )
-        if repo.index_embedded_memories(self.conn, "m.id = ?", [memory_id]):
-            repo.update_memory(
-                self.conn, memory_id, {"embedding_model": index[0] if index else None}
-            )
-            return
-        repo.enqueue_jobs(
-            self.conn,
-            [
-                repo.job_row(
-                    self.namespace, memory_id, "embed", self.policy.max_job_attempts, self.at
-                )
-            ],
-        )
+        return ProposalResult("created", created.memory_id)
 
     def _destructive_guard(self, item: _Checked, target: MemoryRecord | None) -> str:
         """The first guard an UPDATE or DELETE fails, or "" when it may be applied."""
@@ -462,42 +422,22 @@ class _JobWrite:
                 "duplicate_memory_id": duplicate
             }
         self.applied_destructive += 1
-        new_version = target.version + 1
-        repo.update_memory(
+        new_version = mutations.new_version(
             self.conn,
-            target.id,
-            {
-                "content": content.storage,
-                "normalized_content": content.normalized,
-                "content_hash": content.content_hash,
-                "embedding_model": None,
-                "version": new_version,
-                "updated_at": self.at,
+            target,
+            content=content,
+            fields={},
+            actor=ACTOR,
+            reason=_clip(item.proposal.reason) or "pipeline-v2 update",
+            at=self.at,
+            metadata={
+                "changes": {},
+                "source_memory_id": self.source.id,
+                "job_id": self.request.job_id,
+                "review_needed": review,
             },
-        )
-        repo.insert_history(
-            self.conn,
-            [
-                repo.history_row(
-                    memory_id=target.id,
-                    namespace=self.namespace,
-                    event="modified",
-                    old_content=target.content,
-                    new_content=content.storage,
-                    actor=ACTOR,
-                    reason=_clip(item.proposal.reason) or "pipeline-v2 update",
-                    metadata={
-                        "old_version": target.version,
-                        "new_version": new_version,
-                        "content_changed": True,
-                        "changes": {},
-                        "source_memory_id": self.source.id,
-                        "job_id": self.request.job_id,
-                        "review_needed": review,
-                    },
-                    at=self.at,
-                )
-            ],
+            max_attempts=self.policy.max_job_attempts,
+            vector=item.vector,
         )
         sql.insert_link(
             self.conn,
@@ -508,7 +448,6 @@ class _JobWrite:
             self.request.job_id,
             self.at,
         )
-        self._embed(target.id, content.content_hash, item.vector)
         return ProposalResult("updated", target.id, review_needed=review), {
             "old_version": target.version,
             "new_version": new_version,
@@ -518,40 +457,20 @@ class _JobWrite:
         """A soft delete: RecoverMemory brings it back within the tombstone window."""
         assert self.source is not None
         self.applied_destructive += 1
-        new_version = target.version + 1
-        repo.update_memory(
+        mutations.soft_delete(
             self.conn,
-            target.id,
-            {"is_deleted": 1, "deleted_at": self.at, "version": new_version, "updated_at": self.at},
-        )
-        repo.insert_history(
-            self.conn,
-            [
-                repo.history_row(
-                    memory_id=target.id,
-                    namespace=self.namespace,
-                    event="deleted",
-                    old_content=target.content,
-                    new_content=None,
-                    actor=ACTOR,
-                    reason=_clip(item.proposal.reason) or "pipeline-v2 delete",
-                    metadata={
-                        "old_version": target.version,
-                        "new_version": new_version,
-                        "hard": False,
-                        "source_memory_id": self.source.id,
-                        "job_id": self.request.job_id,
-                    },
-                    at=self.at,
-                )
-            ],
+            target,
+            actor=ACTOR,
+            reason=_clip(item.proposal.reason) or "pipeline-v2 delete",
+            at=self.at,
+            metadata={"source_memory_id": self.source.id, "job_id": self.request.job_id},
         )
 
     # ---- audit ----
 
     def _audit_row(
         self, item: _Checked, result: ProposalResult, details: dict[str, Any]
-    ) -> tuple[Any, ...]:
+    ) -> repo.HistoryRow:
         assert self.source is not None
         proposal = item.proposal
         return repo.history_row(
@@ -613,7 +532,6 @@ def write_policy(config: Any) -> WritePolicy:
     p = "memory.pipelineV2."
     return WritePolicy(
         shadow=config[p + "shadowMode"],
-        frozen=config[p + "mutationsFrozen"],
         allow_update_delete=config[p + "allowUpdateDelete"],
         graph_enabled=config[p + "graphEnabled"],
         min_fact_confidence=config[p + "minFactConfidenceForWrite"],

@@ -3,6 +3,7 @@ statement is scoped to one namespace: the graph never crosses namespaces."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from services.store import repository as repo
@@ -79,3 +80,42 @@ def record_relation(
         "updated_at = excluded.updated_at",
         (repo.new_id(), namespace, source_id, target_id, relation_type, confidence, at, at),
     )
+
+
+def mentioned_entities(conn: Any, memory_id: str) -> list[str]:
+    """The entities a memory is linked to."""
+    rows = conn.execute(
+        "SELECT entity_id FROM memory_entity_mentions WHERE memory_id = ?", (memory_id,)
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def delete_mention(conn: Any, memory_id: str, entity_id: str, at: str) -> None:
+    conn.execute(
+        "DELETE FROM memory_entity_mentions WHERE memory_id = ? AND entity_id = ?",
+        (memory_id, entity_id),
+    )
+    conn.execute(
+        "UPDATE entities SET mentions = max(mentions - 1, 0), updated_at = ? WHERE id = ?",
+        (at, entity_id),
+    )
+
+
+def delete_orphaned_entities(conn: Any, entity_ids: Sequence[str]) -> tuple[int, int]:
+    """Entities among `entity_ids` at zero mentions, with no mention row left, are
+    deleted with every relation that touches them. Returns (entities, relations)."""
+    entities = relations = 0
+    for entity_id in entity_ids:
+        orphan = conn.execute(
+            "SELECT 1 FROM entities e WHERE e.id = ? AND e.mentions <= 0 AND NOT EXISTS "
+            "(SELECT 1 FROM memory_entity_mentions mm WHERE mm.entity_id = e.id)",
+            (entity_id,),
+        ).fetchone()
+        if orphan is None:
+            continue
+        relations += conn.execute(
+            "DELETE FROM relations WHERE source_entity_id = ? OR target_entity_id = ?",
+            (entity_id, entity_id),
+        ).rowcount
+        entities += conn.execute("DELETE FROM entities WHERE id = ?", (entity_id,)).rowcount
+    return entities, relations

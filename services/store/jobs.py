@@ -20,10 +20,9 @@ from services.common.errors import (
     FailedPrecondition,
     FieldViolation,
     InvalidArgument,
-    MutationsFrozen,
 )
 from services.common.vectors import normalized_f32
-from services.store import document_sql
+from services.store import document_sql, mutations
 from services.store import repository as repo
 from services.store.writer import Writer
 
@@ -107,34 +106,6 @@ def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
     return blob
 
 
-def accept_supplied_vector(
-    conn: Any,
-    namespace: str,
-    memory_id: str,
-    content_hash: str,
-    model: str,
-    vector: Sequence[float],
-    at: str,
-) -> bool:
-    """Store and index a vector that arrived with a write (inside its transaction).
-
-    Only a vector of the index's model with the index's dimensions is taken;
-    anything else returns False and the caller queues an embed job instead.
-    `vector` must have passed `normalized_vector_bytes`'s checks."""
-    current = repo.index_model(conn)
-    if not vector or current is None or current[0] != model:
-        return False
-    if current[1] is not None and current[1] != len(vector):
-        return False
-    if current[1] is None:  # the first vector the index accepts sets its size
-        repo.set_index_model(conn, model, len(vector), at)
-    blob = normalized_vector_bytes(vector, "vector")
-    repo.upsert_embedding(conn, namespace, content_hash, model, blob, len(vector), at)
-    repo.index_embedded_memories(conn, "m.id = ?", [memory_id])
-    conn.execute("UPDATE memories SET embedding_model = ? WHERE id = ?", (model, memory_id))
-    return True
-
-
 def _check_batch(size: int, field: str) -> None:
     if size > MAX_BATCH:
         raise InvalidArgument(field, f"at most {MAX_BATCH} per call")
@@ -148,13 +119,11 @@ class JobQueue:
         *,
         lease_timeout_ms: int,
         max_job_attempts: int,
-        mutations_frozen: bool = False,
     ) -> None:
         self._writer = writer
         self._reads = reads
         self._lease_timeout_ms = lease_timeout_ms
         self._max_attempts = max_job_attempts
-        self._frozen = mutations_frozen
 
     # ---- index model -----------------------------------------------------------
 
@@ -162,8 +131,12 @@ class JobQueue:
         """Make `model` the vector index's model. On a change the index is emptied,
         refilled from the vectors of the new model each namespace stored for
         itself, and every memory still without one gets an embed job. Returns
-        the number of jobs queued."""
+        the number of jobs queued. Nothing is written when the model is already
+        the index's (so a frozen store starts as long as the model is unchanged)."""
         if model is None:
+            return 0
+        current = await self._reads.fetch_one(repo.index_model_query())
+        if current is not None and current[0] == model:
             return 0
 
         def operation(conn: Any) -> int:
@@ -172,11 +145,8 @@ class JobQueue:
                 return 0
             at = clock.now_text()
             repo.clear_vector_index(conn)
-            dims = conn.execute(
-                "SELECT dimensions FROM embeddings WHERE model = ? LIMIT 1", (model,)
-            ).fetchone()
-            repo.set_index_model(conn, model, dims[0] if dims else None, at)
-            repo.index_embedded_memories(conn, "1", [])
+            repo.set_index_model(conn, model, repo.embedding_dimensions(conn, model), at)
+            repo.index_all_embedded(conn)
             return repo.requeue_unembedded(conn, self._max_attempts, at)
 
         return await self._writer.submit(operation)
@@ -313,13 +283,16 @@ class JobQueue:
 
     async def complete_embeds(self, model: str, results: Sequence[EmbedResult]) -> list[bool]:
         """Store vectors, index them, complete the jobs: one transaction."""
-        if self._frozen:
-            raise MutationsFrozen()
         if not model:
             raise InvalidArgument("model", "required")
         _check_batch(len(results), "results")
         prepared = [
-            (r, normalized_vector_bytes(r.vector, f"results[{i}].vector"))
+            (
+                r,
+                mutations.SuppliedVector(
+                    model, normalized_vector_bytes(r.vector, f"results[{i}].vector")
+                ),
+            )
             for i, r in enumerate(results)
         ]
         dimensions = {len(r.vector) for r in results}
@@ -331,60 +304,46 @@ class JobQueue:
         def operation(conn: Any) -> list[bool]:
             at = clock.now_text()
             current = repo.index_model(conn)
-            if current is None or current[0] != model:
+            dims = next(iter(dimensions), None)
+            mismatch = mutations.index_mismatch(model, dims, current)
+            if mismatch == "model":
                 raise FailedPrecondition(
                     f"the vector index holds {current[0] if current else 'no'} model, not {model}",
                     reason="EMBEDDING_MODEL_MISMATCH",
                     metadata={"index_model": current[0] if current else ""},
                 )
-            dims = next(iter(dimensions), None)
-            if dims is not None and current[1] is not None and current[1] != dims:
+            if mismatch == "dimensions":
+                assert current is not None
                 raise FailedPrecondition(
                     f"the vector index has {current[1]} dimensions, not {dims}",
                     reason="EMBEDDING_DIMENSIONS_MISMATCH",
                 )
-            dimensions_fixed = current[1] is not None
             outcomes = []
-            for result, blob in prepared:
+            for result, vector in prepared:
                 job = repo.leased_job(conn, result.job_id, result.lease_token)
                 outcomes.append(job is not None)
                 if job is None:
                     continue
-                if not dimensions_fixed:  # the first vector the index accepts sets its size
-                    repo.set_index_model(conn, model, len(result.vector), at)
-                    dimensions_fixed = True
                 # The job's namespace owns the vector: no other namespace reads it.
-                repo.upsert_embedding(
-                    conn,
-                    job["namespace"],
-                    result.content_hash,
-                    model,
-                    blob,
-                    len(result.vector),
-                    at,
-                )
+                mutations.store_vector(conn, job["namespace"], result.content_hash, vector, at)
                 repo.complete_job(conn, result.job_id, at)
-                memory = conn.execute(
-                    "SELECT rowid, content_hash, is_deleted FROM memories WHERE id = ?",
-                    (job["memory_id"],),
-                ).fetchone()
+                memory = repo.memory_state(conn, job["memory_id"])
                 if memory is None or memory["is_deleted"]:
                     continue
-                if memory["content_hash"] == result.content_hash:
-                    repo.index_embedded_memories(conn, "m.rowid = ?", [memory["rowid"]])
-                    conn.execute(
-                        "UPDATE memories SET embedding_model = ? WHERE rowid = ?",
-                        (model, memory["rowid"]),
-                    )
-                else:  # the content changed while this job was leased
-                    repo.enqueue_jobs(
-                        conn,
-                        [
-                            repo.job_row(
-                                job["namespace"], job["memory_id"], "embed", self._max_attempts, at
-                            )
-                        ],
-                    )
+                # Indexed when the vector is for its content; else (the content
+                # changed while this job was leased) a new embed job.
+                mutations.index_or_enqueue(
+                    conn,
+                    [
+                        mutations.vector_target(
+                            job["memory_id"],
+                            job["namespace"],
+                            memory["content_hash"],
+                            self._max_attempts,
+                            at,
+                        )
+                    ],
+                )
             return outcomes
 
         return await self._writer.submit(operation)

@@ -20,7 +20,6 @@ from services.common.errors import (
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
-    MutationsFrozen,
     NotFound,
     VersionConflict,
 )
@@ -28,8 +27,8 @@ from services.common.fts import build_fts_query
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
 from services.common.validation import validate_id, validate_ids
+from services.store import mutations, rules
 from services.store import repository as repo
-from services.store import rules
 from services.store.admin_sql import purged_marker_query
 from services.store.page_tokens import decode_page_token, encode_page_token
 from services.store.rules import MemoryDraft
@@ -123,33 +122,26 @@ class MemoryStore:
         writer: Writer,
         reads: ReadPool,
         *,
-        mutations_frozen: bool = False,
         max_job_attempts: int = 3,
         tombstone_days: float = 30,
     ) -> None:
         self._writer = writer
         self._reads = reads
-        self._frozen = mutations_frozen
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
-
-    def _ensure_writable(self) -> None:
-        if self._frozen:
-            raise MutationsFrozen()
 
     # ---- remember / import -----------------------------------------------------
 
     async def remember(self, draft: MemoryDraft) -> tuple[MemoryRecord, bool]:
         """Raw-first: row, FTS, history and jobs commit together before we reply."""
-        self._ensure_writable()
         [prepared] = prepare_drafts([draft], clock.now_text(), self._max_attempts)
         # Concurrent Remembers in one writer group run as one batch: one statement
         # per table for all of them (dedup within the batch included).
-        return await self._writer.submit_batched(_remember_batch, prepared)
+        return await self._writer.submit_batched(_remember_batch, (draft, prepared))
 
     def start_import(self) -> ImportSession:
         """One ImportMemories stream (refused at once when mutations are frozen)."""
-        self._ensure_writable()
+        self._writer.check_writable()
         return ImportSession(self._writer, self._max_attempts)
 
     async def import_drafts(
@@ -233,7 +225,6 @@ class MemoryStore:
     async def modify(
         self, namespace: str, patches: Sequence[PatchSpec], default_reason: str, actor: str
     ) -> list[PatchOutcome]:
-        self._ensure_writable()
         checked = _check_patches(patches, default_reason)
         actor = rules.check_actor(actor)
 
@@ -256,23 +247,20 @@ class MemoryStore:
         changes: dict[str, Any] = {}
         changed: dict[str, Any] = {}
         content_changed = patch.content is not None and patch.content.storage != current.content
-        if content_changed and patch.content is not None:
-            if patch.content.content_hash != current.content_hash:
-                other = repo.live_ids_by_hash(conn, namespace, [patch.content.content_hash])
-                if other:
-                    return PatchOutcome(
-                        patch.id,
-                        "duplicate_content",
-                        version,
-                        version,
-                        duplicate_memory_id=other[patch.content.content_hash],
-                    )
-            changes.update(
-                content=patch.content.storage,
-                normalized_content=patch.content.normalized,
-                content_hash=patch.content.content_hash,
-                embedding_model=None,
-            )
+        if (
+            content_changed
+            and patch.content is not None
+            and patch.content.content_hash != current.content_hash
+        ):
+            other = repo.live_ids_by_hash(conn, namespace, [patch.content.content_hash])
+            if other:
+                return PatchOutcome(
+                    patch.id,
+                    "duplicate_content",
+                    version,
+                    version,
+                    duplicate_memory_id=other[patch.content.content_hash],
+                )
         for name, new in (("type", patch.type), ("who", patch.who)):
             if new is not None and new != getattr(current, name):
                 changes[name] = changed[name] = new
@@ -287,35 +275,19 @@ class MemoryStore:
             changed["pinned"] = pinned
         if importance != current.importance:
             changes["importance"] = changed["importance"] = importance
-        if not changes:
+        if not changes and not content_changed:
             return PatchOutcome(patch.id, "unchanged", version, version)
-        new_version = version + 1
-        repo.update_memory(conn, patch.id, {**changes, "version": new_version, "updated_at": at})
-        repo.insert_history(
+        new_version = mutations.new_version(
             conn,
-            [
-                repo.history_row(
-                    memory_id=patch.id,
-                    namespace=namespace,
-                    event="modified",
-                    old_content=current.content,
-                    new_content=changes.get("content", current.content),
-                    actor=actor,
-                    reason=patch.reason,
-                    metadata={
-                        "old_version": version,
-                        "new_version": new_version,
-                        "content_changed": content_changed,
-                        "changes": changed,
-                    },
-                    at=at,
-                )
-            ],
+            current,
+            content=patch.content if content_changed else None,
+            fields=changes,
+            actor=actor,
+            reason=patch.reason,
+            at=at,
+            metadata={"changes": changed},
+            max_attempts=self._max_attempts,
         )
-        if content_changed and not repo.index_embedded_memories(conn, "m.id = ?", [patch.id]):
-            repo.enqueue_jobs(
-                conn, [repo.job_row(namespace, patch.id, "embed", self._max_attempts, at)]
-            )
         return PatchOutcome(patch.id, "updated", version, new_version, content_changed)
 
     # ---- delete / forget / recover ----------------------------------------------
@@ -329,7 +301,6 @@ class MemoryStore:
         force: bool,
         actor: str,
     ) -> MemoryRecord:
-        self._ensure_writable()
         validate_id(memory_id, "id")
         reason = rules.check_reason(reason, "reason")
         actor = rules.check_actor(actor)
@@ -346,29 +317,10 @@ class MemoryStore:
                     f"memory {memory_id} is pinned; pass force to delete it",
                     reason="PINNED_REQUIRES_FORCE",
                 )
-            self._soft_delete(conn, record, reason, actor, clock.now_text())
+            mutations.soft_delete(conn, record, actor=actor, reason=reason, at=clock.now_text())
             return self._load(conn, namespace, memory_id)
 
         return await self._writer.submit(operation)
-
-    def _soft_delete(
-        self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str
-    ) -> None:
-        new_version = record.version + 1
-        repo.update_memory(
-            conn,
-            record.id,
-            {"is_deleted": 1, "deleted_at": at, "version": new_version, "updated_at": at},
-        )
-        _record_deletion(
-            conn, record, reason, actor, at, {"new_version": new_version, "hard": False}
-        )
-
-    def _hard_delete(
-        self, conn: Any, record: MemoryRecord, reason: str, actor: str, at: str
-    ) -> None:
-        repo.hard_delete_memory(conn, record.id)
-        _record_deletion(conn, record, reason, actor, at, {"hard": True})
 
     async def forget(
         self,
@@ -381,7 +333,6 @@ class MemoryStore:
         actor: str,
     ) -> ForgetOutcome:
         if execute:
-            self._ensure_writable()
             reason = rules.check_reason(reason, "reason")
         actor = rules.check_actor(actor)
         query = _check_selection(namespace, selection)
@@ -409,11 +360,15 @@ class MemoryStore:
                     metadata={"confirm_token": token, "candidate_count": str(len(candidates))},
                 )
             at = clock.now_text()
-            for record in candidates:
-                if selection.purge:
-                    self._hard_delete(conn, record, reason, actor, at)
-                else:
-                    self._soft_delete(conn, record, reason, actor, at)
+            if selection.purge:
+                mutations.purge(conn, [mutations.purge_target(r) for r in candidates], at)
+                for record in candidates:
+                    mutations.record_deletion(
+                        conn, record, actor=actor, reason=reason, at=at, metadata={"hard": True}
+                    )
+            else:
+                for record in candidates:
+                    mutations.soft_delete(conn, record, actor=actor, reason=reason, at=at)
             return ForgetOutcome(candidates, token, len(candidates), selection.purge)
 
         return await self._writer.submit(operation)
@@ -421,7 +376,6 @@ class MemoryStore:
     async def recover(
         self, namespace: str, memory_id: str, reason: str, if_version: int | None, actor: str
     ) -> MemoryRecord:
-        self._ensure_writable()
         validate_id(memory_id, "id")
         reason = rules.check_reason(reason, "reason")
         actor = rules.check_actor(actor)
@@ -458,25 +412,24 @@ class MemoryStore:
                 memory_id,
                 {"is_deleted": 0, "deleted_at": None, "version": new_version, "updated_at": at},
             )
-            if not repo.index_embedded_memories(conn, "m.id = ?", [memory_id]):
-                repo.enqueue_jobs(
-                    conn, [repo.job_row(namespace, memory_id, "embed", self._max_attempts, at)]
-                )
-            repo.insert_history(
+            mutations.index_or_enqueue(
                 conn,
                 [
-                    repo.history_row(
-                        memory_id=memory_id,
-                        namespace=namespace,
-                        event="recovered",
-                        old_content=None,
-                        new_content=record.content,
-                        actor=actor,
-                        reason=reason,
-                        metadata={"old_version": record.version, "new_version": new_version},
-                        at=at,
+                    mutations.vector_target(
+                        memory_id, namespace, record.content_hash, self._max_attempts, at
                     )
                 ],
+            )
+            mutations.record_event(
+                conn,
+                record,
+                "recovered",
+                old_content=None,
+                new_content=record.content,
+                actor=actor,
+                reason=reason,
+                at=at,
+                metadata={"new_version": new_version},
             )
             return self._load(conn, namespace, memory_id)
 
@@ -484,7 +437,6 @@ class MemoryStore:
 
     async def record_access(self, namespace: str, memory_ids: Sequence[str]) -> int:
         """Access tracking: counters only; content, history and FTS stay untouched."""
-        self._ensure_writable()
         if len(memory_ids) > MAX_ACCESS_IDS:
             raise InvalidArgument("memory_ids", f"at most {MAX_ACCESS_IDS} ids")
         for index, memory_id in enumerate(memory_ids):
@@ -504,27 +456,6 @@ class MemoryStore:
         if row is None:
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
         return MemoryRecord.from_row(row)
-
-
-def _record_deletion(
-    conn: Any, record: MemoryRecord, reason: str, actor: str, at: str, metadata: dict[str, Any]
-) -> None:
-    repo.insert_history(
-        conn,
-        [
-            repo.history_row(
-                memory_id=record.id,
-                namespace=record.namespace,
-                event="deleted",
-                old_content=record.content,
-                new_content=None,
-                actor=actor,
-                reason=reason,
-                metadata={"old_version": record.version, **metadata},
-                at=at,
-            )
-        ],
-    )
 
 
 @dataclass(frozen=True)
@@ -715,10 +646,9 @@ class ImportSession:
         indexes = [index for index, _ in batch]
 
         def operation(conn: Any) -> list[ImportOutcome]:
-            written = _write_prepared(conn, prepared)
             return [
-                ImportOutcome(index, "deduplicated" if dedup else "created", memory_id)
-                for index, (memory_id, dedup) in zip(indexes, written, strict=True)
+                ImportOutcome(index, "deduplicated" if c.deduplicated else "created", c.memory_id)
+                for index, c in zip(indexes, mutations.create(conn, prepared), strict=True)
             ]
 
         self._in_flight.append(
@@ -732,46 +662,20 @@ class ImportSession:
             self._outcomes[outcome.index] = outcome
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedMemory:
-    """A draft's rows, built before the writer sees them: the writer only
-    deduplicates and executes."""
-
-    draft: MemoryDraft
-    memory: tuple[Any, ...]  # repo.MEMORY_INSERT_COLUMNS order
-    history: tuple[Any, ...]
-    embed_job: tuple[Any, ...]
-    extract_job: tuple[Any, ...]
-
-
-# The `created` event's metadata differs only by type: encode each once.
-_CREATED_METADATA: dict[str, str] = {}
-
-
-def _created_metadata(memory_type: str) -> str:
-    text = _CREATED_METADATA.get(memory_type)
-    if text is None:
-        text = _CREATED_METADATA[memory_type] = json.dumps(
-            {"version": 1, "type": memory_type}, separators=(",", ":")
-        )
-    return text
-
-
 def prepare_drafts(
     drafts: Sequence[MemoryDraft], at: str, max_attempts: int
-) -> list[PreparedMemory]:
+) -> list[mutations.NewMemory]:
+    """The rows of Remembered or imported drafts, built before the writer sees them."""
     new_id = repo.new_id
-    prepared: list[PreparedMemory] = []
+    new_memory = mutations.new_memory
+    prepared: list[mutations.NewMemory] = []
     for draft in drafts:
-        memory_id = new_id()
-        namespace = draft.namespace
         content = draft.content
         prepared.append(
-            PreparedMemory(
-                draft,
-                (
-                    memory_id,
-                    namespace,
+            new_memory(
+                repo.MemoryRow(
+                    new_id(),
+                    draft.namespace,
                     content.storage,
                     content.normalized,
                     content.content_hash,
@@ -786,91 +690,33 @@ def prepare_drafts(
                     at,
                     draft.event_time or at,
                 ),
-                (
-                    new_id(),
-                    memory_id,
-                    namespace,
-                    "created",
-                    None,
-                    content.storage,
-                    draft.who or rules.DEFAULT_ACTOR,
-                    draft.why or "remember",
-                    _created_metadata(draft.type),
-                    at,
-                ),
-                repo.job_row(namespace, memory_id, "embed", max_attempts, at),
-                repo.job_row(namespace, memory_id, "extract", max_attempts, at),
+                actor=draft.who or rules.DEFAULT_ACTOR,
+                reason=draft.why or "remember",
+                max_attempts=max_attempts,
             )
         )
     return prepared
 
 
-def _write_prepared(conn: Any, prepared: Sequence[PreparedMemory]) -> list[tuple[str, bool]]:
-    """(id, deduplicated) per draft, deduplicating against live memories of the
-    same namespace and within the batch itself; writes row, FTS (trigger),
-    history and jobs of every new memory with one executemany per table."""
-    known: dict[tuple[str, str], str] = {}
-    # (namespace, content hash) pairs whose namespace already holds a vector.
-    embedded: set[tuple[str, str]] = set()
-    namespaces = {p.draft.namespace for p in prepared}
-    for namespace in namespaces:
-        hashes = [p.memory[4] for p in prepared if p.draft.namespace == namespace]
-        for content_hash, memory_id in repo.live_ids_by_hash(conn, namespace, hashes).items():
-            known[(namespace, content_hash)] = memory_id
-        unique = list(dict.fromkeys(hashes))
-        embedded.update(
-            (namespace, h) for h in repo.live_hashes_with_embedding(conn, namespace, unique)
-        )
-    results: list[tuple[str, bool]] = []
-    rows: list[tuple[Any, ...]] = []
-    history: list[tuple[Any, ...]] = []
-    jobs: list[tuple[Any, ...]] = []
-    for p in prepared:
-        memory_id = p.memory[0]
-        key = (p.draft.namespace, p.memory[4])
-        existing = known.get(key)
-        if existing is not None:
-            results.append((existing, True))
-            continue
-        known[key] = memory_id
-        rows.append(p.memory)
-        history.append(p.history)
-        # Content this namespace embedded before (same model) needs no new
-        # embedding; another namespace's vector is never used (nor observable).
-        if key not in embedded:
-            jobs.append(p.embed_job)
-        jobs.append(p.extract_job)
-        results.append((memory_id, False))
-    if rows:
-        repo.insert_memory_rows(conn, rows)
-        repo.insert_history(conn, history)
-        repo.enqueue_jobs(conn, jobs)
-    if embedded and rows:
-        ids = [r[0] for r in rows if (r[1], r[4]) in embedded]
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            repo.index_embedded_memories(conn, f"m.id IN ({', '.join('?' * len(chunk))})", chunk)
-    return results
-
-
-def _remember_batch(conn: Any, prepared: list[PreparedMemory]) -> list[tuple[MemoryRecord, bool]]:
-    """(record, deduplicated) per prepared memory, written in this transaction."""
+def _remember_batch(
+    conn: Any, batch: list[tuple[MemoryDraft, mutations.NewMemory]]
+) -> list[tuple[MemoryRecord, bool]]:
+    """(record, deduplicated) per Remember, written in this transaction."""
     out: list[tuple[MemoryRecord, bool]] = []
-    for p, (memory_id, deduplicated) in zip(prepared, _write_prepared(conn, prepared), strict=True):
-        if deduplicated:
-            row = repo.fetch_one(conn, repo.get_memory_query(p.draft.namespace, memory_id))
+    created = mutations.create(conn, [new for _, new in batch])
+    for (draft, new), result in zip(batch, created, strict=True):
+        if result.deduplicated:
+            row = repo.fetch_one(conn, repo.get_memory_query(draft.namespace, result.memory_id))
             out.append((MemoryRecord.from_row(row), True))
         else:
-            out.append((_new_record(p), False))
+            out.append((_new_record(draft, new.row), False))
     return out
 
 
-def _new_record(prepared: PreparedMemory) -> MemoryRecord:
+def _new_record(draft: MemoryDraft, row: repo.MemoryRow) -> MemoryRecord:
     """The record of a freshly inserted memory, without a re-read."""
-    draft = prepared.draft
-    at = prepared.memory[13]
     return MemoryRecord(
-        id=prepared.memory[0],
+        id=row.id,
         namespace=draft.namespace,
         content=draft.content.storage,
         content_hash=draft.content.content_hash,
@@ -885,9 +731,9 @@ def _new_record(prepared: PreparedMemory) -> MemoryRecord:
         version=1,
         deleted=False,
         deleted_at=None,
-        created_at=at,
-        updated_at=at,
-        event_time=prepared.memory[14],
+        created_at=row.created_at,
+        updated_at=row.created_at,
+        event_time=row.event_time,
         access_count=0,
         last_accessed=None,
     )

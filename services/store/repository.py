@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from random import getrandbits
-from typing import Any
+from typing import Any, NamedTuple
 
 from services.common.memory_filter import MemoryFilterSpec, filter_sql
 
@@ -142,25 +142,30 @@ def live_ids_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[s
     return found
 
 
-def insert_memories(conn: Any, rows: Iterable[dict[str, Any]]) -> None:
-    conn.executemany(
-        "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
-        "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
-        "updated_at, event_time) VALUES (:id, :namespace, :content, :normalized_content, "
-        ":content_hash, :type, :importance, :tags, :pinned, :who, :why, :source_type, "
-        ":source_id, 1, :created_at, :created_at, :event_time)",
-        rows,
-    )
+class MemoryRow(NamedTuple):
+    """A new memory's row (version 1, updated = created), in insert order."""
+
+    id: str
+    namespace: str
+    content: str
+    normalized_content: str
+    content_hash: str
+    type: str
+    importance: float
+    tags: str  # JSON list
+    pinned: int
+    who: str
+    why: str
+    source_type: str
+    source_id: str
+    created_at: str
+    event_time: str
+    extraction_status: str = "pending"
+    extraction_model: str | None = None
+    source_memory_id: str | None = None
 
 
-# Positional form of insert_memories (cheaper to bind than named parameters).
-MEMORY_INSERT_COLUMNS = (
-    "id, namespace, content, normalized_content, content_hash, type, importance, tags, "
-    "pinned, who, why, source_type, source_id, created_at, event_time"
-)
-
-
-# Rows per multi-row INSERT (at most 17 parameters a row, far below SQLite's limit).
+# Rows per multi-row INSERT (at most 19 parameters a row, far below SQLite's limit).
 INSERT_CHUNK_ROWS = 64
 
 
@@ -178,16 +183,30 @@ def insert_rows(conn: Any, head: str, row_sql: str, rows: Iterable[Sequence[Any]
         )
 
 
-def insert_memory_rows(conn: Any, rows: Iterable[tuple[Any, ...]]) -> None:
-    """Rows are tuples in MEMORY_INSERT_COLUMNS order; version 1, updated = created."""
+def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
     insert_rows(
         conn,
         "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
         "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
-        "updated_at, event_time) VALUES ",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)",
-        [(*row[:14], row[13], row[14]) for row in rows],
+        "updated_at, event_time, extraction_status, extraction_model, source_memory_id) VALUES ",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)",
+        [(*row[:14], row[13], *row[14:]) for row in rows],
     )
+
+
+class HistoryRow(NamedTuple):
+    """One memory_history row, in insert order; metadata is JSON text."""
+
+    id: str
+    memory_id: str
+    namespace: str
+    event: str
+    old_content: str | None
+    new_content: str | None
+    changed_by: str
+    reason: str
+    metadata: str
+    created_at: str
 
 
 def history_row(
@@ -201,8 +220,8 @@ def history_row(
     reason: str,
     metadata: dict[str, Any],
     at: str,
-) -> tuple[Any, ...]:
-    return (
+) -> HistoryRow:
+    return HistoryRow(
         new_id(),
         memory_id,
         namespace,
@@ -216,7 +235,7 @@ def history_row(
     )
 
 
-def insert_history(conn: Any, rows: Iterable[tuple[Any, ...]]) -> None:
+def insert_history(conn: Any, rows: Iterable[HistoryRow]) -> None:
     insert_rows(
         conn,
         "INSERT INTO memory_history (id, memory_id, namespace, event, old_content, new_content, "
@@ -226,13 +245,24 @@ def insert_history(conn: Any, rows: Iterable[tuple[Any, ...]]) -> None:
     )
 
 
-def job_row(
-    namespace: str, memory_id: str, job_type: str, max_attempts: int, at: str
-) -> tuple[Any, ...]:
-    return (new_id(), namespace, memory_id, job_type, max_attempts, at, at, at)
+class JobRow(NamedTuple):
+    """A new memory job (pending, available now), in insert order."""
+
+    id: str
+    namespace: str
+    memory_id: str
+    job_type: str
+    max_attempts: int
+    available_at: str
+    created_at: str
+    updated_at: str
 
 
-def enqueue_jobs(conn: Any, rows: Iterable[tuple[Any, ...]]) -> None:
+def job_row(namespace: str, memory_id: str, job_type: str, max_attempts: int, at: str) -> JobRow:
+    return JobRow(new_id(), namespace, memory_id, job_type, max_attempts, at, at, at)
+
+
+def enqueue_jobs(conn: Any, rows: Iterable[JobRow]) -> None:
     """Enqueue dedup: a memory's open job of the same type absorbs the new one."""
     insert_rows(
         conn,
@@ -255,15 +285,53 @@ def update_memory(conn: Any, memory_id: str, changes: dict[str, Any]) -> None:
 
 
 def hard_delete_memory(conn: Any, memory_id: str) -> None:
+    """The row and its jobs; the FTS entry and the vector index row go by trigger."""
     conn.execute("DELETE FROM memory_jobs WHERE memory_id = ?", (memory_id,))
     conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+
+
+def delete_links(conn: Any, memory_id: str) -> None:
+    """Every link from or to the memory."""
+    conn.execute(
+        "DELETE FROM memory_links WHERE from_memory_id = ? OR to_memory_id = ?",
+        (memory_id, memory_id),
+    )
+
+
+def delete_chunk_rows(conn: Any, memory_id: str) -> None:
+    """The memory's place in every document it was a chunk of."""
+    conn.execute("DELETE FROM document_memories WHERE memory_id = ?", (memory_id,))
+
+
+def delete_unused_embeddings(conn: Any, namespace: str, hashes: Sequence[str]) -> int:
+    """The namespace's vectors of these contents that no memory of the namespace,
+    live or tombstoned, holds any more (a tombstone keeps its vector for recovery)."""
+    removed = 0
+    unique = list(dict.fromkeys(hashes))
+    for start in range(0, len(unique), 500):
+        chunk = unique[start : start + 500]
+        removed += conn.execute(
+            "DELETE FROM embeddings WHERE namespace = ? "
+            f"AND content_hash IN ({', '.join('?' * len(chunk))}) "
+            # Two probes, so each can use an index (the live-hash one is partial).
+            "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.is_deleted = 0 "
+            "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash) "
+            "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.is_deleted = 1 "
+            "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash)",
+            [namespace, *chunk],
+        ).rowcount
+    return removed
 
 
 # ---- vector index ---------------------------------------------------------------
 
 
+def index_model_query() -> Query:
+    return ("SELECT model, dimensions FROM vector_index WHERE id = 1", [])
+
+
 def index_model(conn: Any) -> tuple[str, int | None] | None:
-    row = conn.execute("SELECT model, dimensions FROM vector_index WHERE id = 1").fetchone()
+    row = fetch_one(conn, index_model_query())
     return None if row is None else (row[0], row[1])
 
 
@@ -307,7 +375,7 @@ EMBEDDING_OF_MEMORY = (
 )
 
 
-def index_embedded_memories(conn: Any, where: str, params: Sequence[Any]) -> int:
+def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
     """Put live memories matching `where` (over alias m) that have an embedding
     of the index model in their namespace into the vector index; returns how
     many rows were written."""
@@ -320,6 +388,48 @@ def index_embedded_memories(conn: Any, where: str, params: Sequence[Any]) -> int
         list(params),
     )
     return int(cursor.rowcount)
+
+
+def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
+    """Index these memories (those with a vector of the index model) and record
+    the model on them; returns how many index rows were written."""
+    written = 0
+    for start in range(0, len(memory_ids), 500):
+        chunk = list(memory_ids[start : start + 500])
+        marks = ", ".join("?" * len(chunk))
+        written += _index_embedded(conn, f"m.id IN ({marks})", chunk)
+        conn.execute(
+            "UPDATE memories SET embedding_model = (SELECT model FROM vector_index WHERE id = 1) "
+            f"WHERE id IN ({marks}) "
+            "AND rowid IN (SELECT memory_rowid FROM memory_vectors)",
+            chunk,
+        )
+    return written
+
+
+def index_all_embedded(conn: Any) -> int:
+    """Every live memory with a vector of the index model (after a model change)."""
+    return _index_embedded(conn, "1", [])
+
+
+def index_missing_vectors(conn: Any) -> int:
+    """Live memories with a vector of the index model that the index lacks."""
+    return _index_embedded(conn, "m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)", [])
+
+
+def embedding_dimensions(conn: Any, model: str) -> int | None:
+    """The dimensions of some stored vector of `model`, None when there is none."""
+    row = conn.execute(
+        "SELECT dimensions FROM embeddings WHERE model = ? LIMIT 1", (model,)
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def memory_state(conn: Any, memory_id: str) -> Any:
+    """(namespace, content_hash, is_deleted) of a memory, None when it is gone."""
+    return conn.execute(
+        "SELECT namespace, content_hash, is_deleted FROM memories WHERE id = ?", (memory_id,)
+    ).fetchone()
 
 
 def live_hashes_with_embedding(conn: Any, namespace: str, hashes: Sequence[str]) -> set[str]:

@@ -19,6 +19,12 @@ committed and nobody is acknowledged. The writer counts these refusals for the
 diagnostics and takes writes again as soon as there is room; the database is
 left as it was before the group.
 
+Mutations frozen (`memory.pipelineV2.mutationsFrozen`) is checked here and
+nowhere else: every write of the store goes through this writer, so every
+write (memories, jobs and their leases, documents, graph, access counts,
+repairs, retention) is refused with UNAVAILABLE / MUTATIONS_FROZEN before it is
+queued, and reads (the read pool) go on.
+
 `submit_batched` items of the same batch function that land in one group run
 as one call (Remember: one multi-row INSERT per table for the whole group).
 While one group commits, the next one queues up, so throughput grows with
@@ -37,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from services.common import clock
-from services.common.errors import EngramError, ErrorKind
+from services.common.errors import EngramError, ErrorKind, MutationsFrozen
 
 log = logging.getLogger("engram.store.writer")
 
@@ -94,9 +100,12 @@ class StorageFullStats:
 
 
 class Writer:
-    def __init__(self, connection: Any, *, max_group: int = 512) -> None:
+    def __init__(
+        self, connection: Any, *, max_group: int = 512, mutations_frozen: bool = False
+    ) -> None:
         self._conn = connection
         self._max_group = max_group
+        self._frozen = mutations_frozen
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
         self._commit_seconds = 0.0  # moving average of a group's commit time
@@ -110,8 +119,7 @@ class Writer:
 
         `retryable`: the operation only touches the connection, so the writer may
         run it again after rolling back a group that another operation broke."""
-        if self._closed:
-            raise WriterClosed("the store is shutting down")
+        self.check_writable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(_Pending(operation, future, loop, retryable))
@@ -126,12 +134,20 @@ class Writer:
         statements keep both threads busier with real work. `batch` must only
         touch the connection (it may be run again) and return results in order;
         if it raises, its items are run again one by one to find the culprit."""
-        if self._closed:
-            raise WriterClosed("the store is shutting down")
+        self.check_writable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(_Pending(None, future, loop, True, batch, item))
         return await future
+
+    def check_writable(self) -> None:
+        """Raise what a write would get now: MutationsFrozen when the store is
+        frozen, WriterClosed while it shuts down. For callers that must refuse
+        before they start (an import stream), as submit does for every write."""
+        if self._frozen:
+            raise MutationsFrozen()
+        if self._closed:
+            raise WriterClosed("the store is shutting down")
 
     @property
     def storage_full(self) -> StorageFullStats:

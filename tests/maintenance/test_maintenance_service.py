@@ -66,6 +66,15 @@ def test_report_components_and_weights_match_the_store_state(maintained: Build) 
     assert [r.action for r in report.recommendations] == [FTS]
 
 
+def test_the_report_carries_the_stores_orphan_counts(maintained: Build) -> None:
+    m = maintained()
+    memory_id = m.st.remember("a note with jobs")
+    assert diagnostics(m).storage.orphans == pb.OrphanCounts()
+    m.st.execute("DELETE FROM memories WHERE id = ?", memory_id)  # as a bug could
+    orphans = diagnostics(m).storage.orphans
+    assert orphans == pb.OrphanCounts(jobs=2)  # its embed and extract jobs
+
+
 def test_provider_health_comes_from_the_pipeline(maintained: Build) -> None:
     m = maintained(pipeline=True)
     report = diagnostics(m)

@@ -1,9 +1,14 @@
+from pathlib import Path
+from typing import Any
+
 import grpc
 import pytest
 
+from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.v1 import job_queue_pb2_grpc
 from engram.store.v1 import store_pb2 as S
 from grpc_helpers import error_of
-from store_helpers import remember
+from store_helpers import remember, rows
 
 
 def test_history_is_ordered_and_paginated(store) -> None:
@@ -92,3 +97,62 @@ def test_frozen_mutations_are_unavailable(make_config, start_store_server, name:
     assert frozen.GetMemory(S.GetMemoryRequest(id=memory_id)).memory.version == 1
     assert len(frozen.ListMemories(S.ListMemoriesRequest()).memories) == 1
     assert len(frozen.ForgetMemories(S.ForgetMemoriesRequest(ids=[memory_id])).candidates) == 1
+
+
+def _lease(jobs: Any) -> jq.JobLease:
+    [job] = jobs.LeaseJobs(
+        jq.LeaseJobsRequest(
+            job_type=jq.JOB_TYPE_EXTRACT,
+            max_jobs=1,
+            holder=jq.LeaseHolder(worker_name="worker", instance_id="before"),
+        )
+    ).jobs
+    return jq.JobLease(job_id=job.id, lease_token=job.lease_token)
+
+
+JOB_WRITES = {
+    "lease": lambda jobs, lease: jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EMBED, max_jobs=1)
+    ),
+    "renew": lambda jobs, lease: jobs.RenewLeases(jq.RenewLeasesRequest(leases=[lease])),
+    "fail": lambda jobs, lease: jobs.FailJobs(
+        jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease, error="boom")])
+    ),
+    "release": lambda jobs, lease: jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[lease])),
+    "release_stale": lambda jobs, lease: jobs.ReleaseStaleLeases(
+        jq.ReleaseStaleLeasesRequest(lease_timeout_ms=1)
+    ),
+    "release_prior": lambda jobs, lease: jobs.ReleasePriorInstanceLeases(
+        jq.ReleasePriorInstanceLeasesRequest(
+            holder=jq.LeaseHolder(worker_name="worker", instance_id="after")
+        )
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(JOB_WRITES))
+def test_frozen_job_queue_writes_are_unavailable(
+    make_config, start_store_server, name: str
+) -> None:
+    """Leasing, renewing, failing and releasing write the job table: a frozen
+    store refuses them like every other write and the jobs stay as they were
+    (a frozen store hands out no work, so no attempt is used)."""
+    config = make_config()
+    seeding, store = start_store_server(config)
+    remember(store, "a memory with jobs")
+    lease = _lease(job_queue_pb2_grpc.JobQueueServiceStub(_channel(seeding)))
+    seeding.stop()
+    db = Path(config["storage.path"])
+    before = rows(db, "SELECT * FROM memory_jobs ORDER BY id")
+    frozen, _ = start_store_server(make_config(**{"memory.pipelineV2.mutationsFrozen": True}))
+    jobs = job_queue_pb2_grpc.JobQueueServiceStub(_channel(frozen))
+    code, reason, _ = error_of(lambda: JOB_WRITES[name](jobs, lease))
+    assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "MUTATIONS_FROZEN")
+    assert [tuple(r) for r in rows(db, "SELECT * FROM memory_jobs ORDER BY id")] == [
+        tuple(r) for r in before
+    ]
+    assert jobs.GetQueueStats(jq.GetQueueStatsRequest()).counts  # reads go on
+
+
+def _channel(server: Any) -> grpc.Channel:
+    return grpc.insecure_channel(f"127.0.0.1:{server.app.port}")

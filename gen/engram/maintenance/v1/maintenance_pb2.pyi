@@ -311,6 +311,7 @@ class StorageHealth(_message.Message):
     STORAGE_FULL_COUNT_FIELD_NUMBER: _builtins.int
     LAST_STORAGE_FULL_TIME_FIELD_NUMBER: _builtins.int
     DATA_DIR_FREE_BYTES_FIELD_NUMBER: _builtins.int
+    ORPHANS_FIELD_NUMBER: _builtins.int
     total_memories: _builtins.int
     """All memory rows."""
     tombstones: _builtins.int
@@ -331,6 +332,12 @@ class StorageHealth(_message.Message):
     def last_storage_full_time(self) -> _timestamp_pb2.Timestamp:
         """When the last of them happened; unset if none has."""
 
+    @_builtins.property
+    def orphans(self) -> Global___OrphanCounts:
+        """Rows that point at a memory that is gone, per table (the store's
+        GetStoreDiagnostics `orphans`); all 0 in a sound store.
+        """
+
     def __init__(
         self,
         *,
@@ -342,14 +349,61 @@ class StorageHealth(_message.Message):
         storage_full_count: _builtins.int = ...,
         last_storage_full_time: _timestamp_pb2.Timestamp | None = ...,
         data_dir_free_bytes: _builtins.int = ...,
+        orphans: Global___OrphanCounts | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_storage_full_time", b"last_storage_full_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_storage_full_time", b"last_storage_full_time", "orphans", b"orphans"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "expired_tombstones", b"expired_tombstones", "last_storage_full_time", b"last_storage_full_time", "storage_full_count", b"storage_full_count", "tombstone_ratio", b"tombstone_ratio", "tombstones", b"tombstones", "total_memories", b"total_memories"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "expired_tombstones", b"expired_tombstones", "last_storage_full_time", b"last_storage_full_time", "orphans", b"orphans", "storage_full_count", b"storage_full_count", "tombstone_ratio", b"tombstone_ratio", "tombstones", b"tombstones", "total_memories", b"total_memories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StorageHealth: _TypeAlias = StorageHealth  # noqa: Y015
+
+@_typing.final
+class OrphanCounts(_message.Message):
+    """Rows that point at a memory that is gone (no row, live or tombstoned), per table."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_LINKS_FIELD_NUMBER: _builtins.int
+    ENTITY_MENTIONS_FIELD_NUMBER: _builtins.int
+    ENTITIES_FIELD_NUMBER: _builtins.int
+    DOCUMENT_CHUNKS_FIELD_NUMBER: _builtins.int
+    VECTOR_INDEX_FIELD_NUMBER: _builtins.int
+    FTS_ENTRIES_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    memory_links: _builtins.int
+    """Links (derived_from, supersedes) from or to a memory that is gone."""
+    entity_mentions: _builtins.int
+    """Entity mentions of a memory that is gone."""
+    entities: _builtins.int
+    """Entities no memory mentions any more."""
+    document_chunks: _builtins.int
+    """Document chunk rows of a memory that is gone."""
+    vector_index: _builtins.int
+    """Vector index rows of a memory that is gone."""
+    fts_entries: _builtins.int
+    """Full-text entries of a memory that is gone."""
+    jobs: _builtins.int
+    """Jobs of a memory that is gone."""
+    def __init__(
+        self,
+        *,
+        memory_links: _builtins.int = ...,
+        entity_mentions: _builtins.int = ...,
+        entities: _builtins.int = ...,
+        document_chunks: _builtins.int = ...,
+        vector_index: _builtins.int = ...,
+        fts_entries: _builtins.int = ...,
+        jobs: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_chunks", b"document_chunks", "entities", b"entities", "entity_mentions", b"entity_mentions", "fts_entries", b"fts_entries", "jobs", b"jobs", "memory_links", b"memory_links", "vector_index", b"vector_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OrphanCounts: _TypeAlias = OrphanCounts  # noqa: Y015
 
 @_typing.final
 class ProviderHealth(_message.Message):

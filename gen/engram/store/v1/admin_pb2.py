@@ -26,7 +26,7 @@ from engram.common.v1 import job_pb2 as engram_dot_common_dot_v1_dot_job__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ngram/store/v1/admin.proto\x12\x0f\x65ngram.store.v1\x1a\x1a\x65ngram/common/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1c\n\x1aGetStoreDiagnosticsRequest\"\xed\x04\n\x1bGetStoreDiagnosticsResponse\x12(\n\x04jobs\x18\x18 \x03(\x0b\x32\x1a.engram.common.v1.JobCount\x12\x12\n\ntotal_jobs\x18\x02 \x01(\x03\x12\x11\n\tdead_jobs\x18\x03 \x01(\x03\x12\x13\n\x0bleased_jobs\x18\x04 \x01(\x03\x12\x14\n\x0cstale_leases\x18\x05 \x01(\x03\x12\x18\n\x10lease_timeout_ms\x18\x06 \x01(\x03\x12\x17\n\x0f\x61\x63tive_memories\x18\x07 \x01(\x03\x12\x12\n\ntombstones\x18\x08 \x01(\x03\x12\x1a\n\x12\x65xpired_tombstones\x18\t \x01(\x03\x12\x16\n\x0etotal_memories\x18\n \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x0b \x01(\x03\x12\x13\n\x0b\x66ts_missing\x18\x0c \x01(\x03\x12\x14\n\x0c\x66ts_orphaned\x18\r \x01(\x03\x12\x13\n\x0bindex_model\x18\x0e \x01(\t\x12\x13\n\x0bvector_rows\x18\x0f \x01(\x03\x12\x19\n\x11\x65mbedded_memories\x18\x10 \x01(\x03\x12\x16\n\x0evector_missing\x18\x11 \x01(\x03\x12\x17\n\x0fvector_orphaned\x18\x12 \x01(\x03\x12\x15\n\rdb_size_bytes\x18\x13 \x01(\x03\x12\x12\n\naudit_rows\x18\x14 \x01(\x03\x12\x1a\n\x12storage_full_count\x18\x15 \x01(\x03\x12:\n\x16last_storage_full_time\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x64\x61ta_dir_free_bytes\x18\x17 \x01(\x03J\x04\x08\x01\x10\x02\"\x18\n\x16RequeueDeadJobsRequest\"<\n\x17RequeueDeadJobsResponse\x12\x10\n\x08requeued\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\"\x1a\n\x18RepairStaleLeasesRequest\"-\n\x19RepairStaleLeasesResponse\x12\x10\n\x08released\x18\x01 \x01(\x03\"\x17\n\x15RepairFtsIndexRequest\"[\n\x16RepairFtsIndexResponse\x12\x16\n\x0emissing_before\x18\x01 \x01(\x03\x12\x17\n\x0forphaned_before\x18\x02 \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x03 \x01(\x03\"\x1a\n\x18RepairVectorIndexRequest\";\n\x19RepairVectorIndexResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x02 \x01(\x03\"\x17\n\x15SweepRetentionRequest\"i\n\x13RetentionStepResult\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0f\n\x07removed\x18\x02 \x01(\x03\x12\x18\n\x10\x65ntities_removed\x18\x03 \x01(\x03\x12\x19\n\x11relations_removed\x18\x04 \x01(\x03\"M\n\x16SweepRetentionResponse\x12\x33\n\x05steps\x18\x01 \x03(\x0b\x32$.engram.store.v1.RetentionStepResult2\x89\x05\n\x11StoreAdminService\x12p\n\x13GetStoreDiagnostics\x12+.engram.store.v1.GetStoreDiagnosticsRequest\x1a,.engram.store.v1.GetStoreDiagnosticsResponse\x12\x64\n\x0fRequeueDeadJobs\x12\'.engram.store.v1.RequeueDeadJobsRequest\x1a(.engram.store.v1.RequeueDeadJobsResponse\x12j\n\x11RepairStaleLeases\x12).engram.store.v1.RepairStaleLeasesRequest\x1a*.engram.store.v1.RepairStaleLeasesResponse\x12\x61\n\x0eRepairFtsIndex\x12&.engram.store.v1.RepairFtsIndexRequest\x1a\'.engram.store.v1.RepairFtsIndexResponse\x12j\n\x11RepairVectorIndex\x12).engram.store.v1.RepairVectorIndexRequest\x1a*.engram.store.v1.RepairVectorIndexResponse\x12\x61\n\x0eSweepRetention\x12&.engram.store.v1.SweepRetentionRequest\x1a\'.engram.store.v1.SweepRetentionResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ngram/store/v1/admin.proto\x12\x0f\x65ngram.store.v1\x1a\x1a\x65ngram/common/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1c\n\x1aGetStoreDiagnosticsRequest\"\x9d\x05\n\x1bGetStoreDiagnosticsResponse\x12(\n\x04jobs\x18\x18 \x03(\x0b\x32\x1a.engram.common.v1.JobCount\x12\x12\n\ntotal_jobs\x18\x02 \x01(\x03\x12\x11\n\tdead_jobs\x18\x03 \x01(\x03\x12\x13\n\x0bleased_jobs\x18\x04 \x01(\x03\x12\x14\n\x0cstale_leases\x18\x05 \x01(\x03\x12\x18\n\x10lease_timeout_ms\x18\x06 \x01(\x03\x12\x17\n\x0f\x61\x63tive_memories\x18\x07 \x01(\x03\x12\x12\n\ntombstones\x18\x08 \x01(\x03\x12\x1a\n\x12\x65xpired_tombstones\x18\t \x01(\x03\x12\x16\n\x0etotal_memories\x18\n \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x0b \x01(\x03\x12\x13\n\x0b\x66ts_missing\x18\x0c \x01(\x03\x12\x14\n\x0c\x66ts_orphaned\x18\r \x01(\x03\x12\x13\n\x0bindex_model\x18\x0e \x01(\t\x12\x13\n\x0bvector_rows\x18\x0f \x01(\x03\x12\x19\n\x11\x65mbedded_memories\x18\x10 \x01(\x03\x12\x16\n\x0evector_missing\x18\x11 \x01(\x03\x12\x17\n\x0fvector_orphaned\x18\x12 \x01(\x03\x12\x15\n\rdb_size_bytes\x18\x13 \x01(\x03\x12\x12\n\naudit_rows\x18\x14 \x01(\x03\x12\x1a\n\x12storage_full_count\x18\x15 \x01(\x03\x12:\n\x16last_storage_full_time\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x64\x61ta_dir_free_bytes\x18\x17 \x01(\x03\x12.\n\x07orphans\x18\x19 \x01(\x0b\x32\x1d.engram.store.v1.OrphanCountsJ\x04\x08\x01\x10\x02\"\xa1\x01\n\x0cOrphanCounts\x12\x14\n\x0cmemory_links\x18\x01 \x01(\x03\x12\x17\n\x0f\x65ntity_mentions\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntities\x18\x03 \x01(\x03\x12\x17\n\x0f\x64ocument_chunks\x18\x04 \x01(\x03\x12\x14\n\x0cvector_index\x18\x05 \x01(\x03\x12\x13\n\x0b\x66ts_entries\x18\x06 \x01(\x03\x12\x0c\n\x04jobs\x18\x07 \x01(\x03\"\x18\n\x16RequeueDeadJobsRequest\"<\n\x17RequeueDeadJobsResponse\x12\x10\n\x08requeued\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\"\x1a\n\x18RepairStaleLeasesRequest\"-\n\x19RepairStaleLeasesResponse\x12\x10\n\x08released\x18\x01 \x01(\x03\"\x17\n\x15RepairFtsIndexRequest\"[\n\x16RepairFtsIndexResponse\x12\x16\n\x0emissing_before\x18\x01 \x01(\x03\x12\x17\n\x0forphaned_before\x18\x02 \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x03 \x01(\x03\"\x1a\n\x18RepairVectorIndexRequest\";\n\x19RepairVectorIndexResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x02 \x01(\x03\"\x17\n\x15SweepRetentionRequest\"i\n\x13RetentionStepResult\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0f\n\x07removed\x18\x02 \x01(\x03\x12\x18\n\x10\x65ntities_removed\x18\x03 \x01(\x03\x12\x19\n\x11relations_removed\x18\x04 \x01(\x03\"M\n\x16SweepRetentionResponse\x12\x33\n\x05steps\x18\x01 \x03(\x0b\x32$.engram.store.v1.RetentionStepResult2\x89\x05\n\x11StoreAdminService\x12p\n\x13GetStoreDiagnostics\x12+.engram.store.v1.GetStoreDiagnosticsRequest\x1a,.engram.store.v1.GetStoreDiagnosticsResponse\x12\x64\n\x0fRequeueDeadJobs\x12\'.engram.store.v1.RequeueDeadJobsRequest\x1a(.engram.store.v1.RequeueDeadJobsResponse\x12j\n\x11RepairStaleLeases\x12).engram.store.v1.RepairStaleLeasesRequest\x1a*.engram.store.v1.RepairStaleLeasesResponse\x12\x61\n\x0eRepairFtsIndex\x12&.engram.store.v1.RepairFtsIndexRequest\x1a\'.engram.store.v1.RepairFtsIndexResponse\x12j\n\x11RepairVectorIndex\x12).engram.store.v1.RepairVectorIndexRequest\x1a*.engram.store.v1.RepairVectorIndexResponse\x12\x61\n\x0eSweepRetention\x12&.engram.store.v1.SweepRetentionRequest\x1a\'.engram.store.v1.SweepRetentionResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,29 +37,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETSTOREDIAGNOSTICSREQUEST']._serialized_start=109
   _globals['_GETSTOREDIAGNOSTICSREQUEST']._serialized_end=137
   _globals['_GETSTOREDIAGNOSTICSRESPONSE']._serialized_start=140
-  _globals['_GETSTOREDIAGNOSTICSRESPONSE']._serialized_end=761
-  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_start=763
-  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_end=787
-  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_start=789
-  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_end=849
-  _globals['_REPAIRSTALELEASESREQUEST']._serialized_start=851
-  _globals['_REPAIRSTALELEASESREQUEST']._serialized_end=877
-  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_start=879
-  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_end=924
-  _globals['_REPAIRFTSINDEXREQUEST']._serialized_start=926
-  _globals['_REPAIRFTSINDEXREQUEST']._serialized_end=949
-  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_start=951
-  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_end=1042
-  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_start=1044
-  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_end=1070
-  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_start=1072
-  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_end=1131
-  _globals['_SWEEPRETENTIONREQUEST']._serialized_start=1133
-  _globals['_SWEEPRETENTIONREQUEST']._serialized_end=1156
-  _globals['_RETENTIONSTEPRESULT']._serialized_start=1158
-  _globals['_RETENTIONSTEPRESULT']._serialized_end=1263
-  _globals['_SWEEPRETENTIONRESPONSE']._serialized_start=1265
-  _globals['_SWEEPRETENTIONRESPONSE']._serialized_end=1342
-  _globals['_STOREADMINSERVICE']._serialized_start=1345
-  _globals['_STOREADMINSERVICE']._serialized_end=1994
+  _globals['_GETSTOREDIAGNOSTICSRESPONSE']._serialized_end=809
+  _globals['_ORPHANCOUNTS']._serialized_start=812
+  _globals['_ORPHANCOUNTS']._serialized_end=973
+  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_start=975
+  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_end=999
+  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_start=1001
+  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_end=1061
+  _globals['_REPAIRSTALELEASESREQUEST']._serialized_start=1063
+  _globals['_REPAIRSTALELEASESREQUEST']._serialized_end=1089
+  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_start=1091
+  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_end=1136
+  _globals['_REPAIRFTSINDEXREQUEST']._serialized_start=1138
+  _globals['_REPAIRFTSINDEXREQUEST']._serialized_end=1161
+  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_start=1163
+  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_end=1254
+  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_start=1256
+  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_end=1282
+  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_start=1284
+  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_end=1343
+  _globals['_SWEEPRETENTIONREQUEST']._serialized_start=1345
+  _globals['_SWEEPRETENTIONREQUEST']._serialized_end=1368
+  _globals['_RETENTIONSTEPRESULT']._serialized_start=1370
+  _globals['_RETENTIONSTEPRESULT']._serialized_end=1475
+  _globals['_SWEEPRETENTIONRESPONSE']._serialized_start=1477
+  _globals['_SWEEPRETENTIONRESPONSE']._serialized_end=1554
+  _globals['_STOREADMINSERVICE']._serialized_start=1557
+  _globals['_STOREADMINSERVICE']._serialized_end=2206
 # @@protoc_insertion_point(module_scope)

@@ -66,6 +66,7 @@ class GetStoreDiagnosticsResponse(_message.Message):
     STORAGE_FULL_COUNT_FIELD_NUMBER: _builtins.int
     LAST_STORAGE_FULL_TIME_FIELD_NUMBER: _builtins.int
     DATA_DIR_FREE_BYTES_FIELD_NUMBER: _builtins.int
+    ORPHANS_FIELD_NUMBER: _builtins.int
     total_jobs: _builtins.int
     """All jobs, any status."""
     dead_jobs: _builtins.int
@@ -125,6 +126,12 @@ class GetStoreDiagnosticsResponse(_message.Message):
     def last_storage_full_time(self) -> _timestamp_pb2.Timestamp:
         """When the last of them happened; unset if none has since the store started."""
 
+    @_builtins.property
+    def orphans(self) -> Global___OrphanCounts:
+        """Rows that point at a memory that is gone, per table; all 0 in a sound
+        store (every deletion path purges what points at what it removes).
+        """
+
     def __init__(
         self,
         *,
@@ -151,14 +158,63 @@ class GetStoreDiagnosticsResponse(_message.Message):
         storage_full_count: _builtins.int = ...,
         last_storage_full_time: _timestamp_pb2.Timestamp | None = ...,
         data_dir_free_bytes: _builtins.int = ...,
+        orphans: Global___OrphanCounts | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_storage_full_time", b"last_storage_full_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_storage_full_time", b"last_storage_full_time", "orphans", b"orphans"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_memories", b"active_memories", "audit_rows", b"audit_rows", "data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "dead_jobs", b"dead_jobs", "embedded_memories", b"embedded_memories", "expired_tombstones", b"expired_tombstones", "fts_missing", b"fts_missing", "fts_orphaned", b"fts_orphaned", "fts_rows", b"fts_rows", "index_model", b"index_model", "jobs", b"jobs", "last_storage_full_time", b"last_storage_full_time", "lease_timeout_ms", b"lease_timeout_ms", "leased_jobs", b"leased_jobs", "stale_leases", b"stale_leases", "storage_full_count", b"storage_full_count", "tombstones", b"tombstones", "total_jobs", b"total_jobs", "total_memories", b"total_memories", "vector_missing", b"vector_missing", "vector_orphaned", b"vector_orphaned", "vector_rows", b"vector_rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_memories", b"active_memories", "audit_rows", b"audit_rows", "data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "dead_jobs", b"dead_jobs", "embedded_memories", b"embedded_memories", "expired_tombstones", b"expired_tombstones", "fts_missing", b"fts_missing", "fts_orphaned", b"fts_orphaned", "fts_rows", b"fts_rows", "index_model", b"index_model", "jobs", b"jobs", "last_storage_full_time", b"last_storage_full_time", "lease_timeout_ms", b"lease_timeout_ms", "leased_jobs", b"leased_jobs", "orphans", b"orphans", "stale_leases", b"stale_leases", "storage_full_count", b"storage_full_count", "tombstones", b"tombstones", "total_jobs", b"total_jobs", "total_memories", b"total_memories", "vector_missing", b"vector_missing", "vector_orphaned", b"vector_orphaned", "vector_rows", b"vector_rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetStoreDiagnosticsResponse: _TypeAlias = GetStoreDiagnosticsResponse  # noqa: Y015
+
+@_typing.final
+class OrphanCounts(_message.Message):
+    """Rows that point at a memory that is gone (no row, live or tombstoned), per
+    table. A tombstone is not gone: what points at it stays until it is purged.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_LINKS_FIELD_NUMBER: _builtins.int
+    ENTITY_MENTIONS_FIELD_NUMBER: _builtins.int
+    ENTITIES_FIELD_NUMBER: _builtins.int
+    DOCUMENT_CHUNKS_FIELD_NUMBER: _builtins.int
+    VECTOR_INDEX_FIELD_NUMBER: _builtins.int
+    FTS_ENTRIES_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    memory_links: _builtins.int
+    """Links (derived_from, supersedes) from or to a memory that is gone."""
+    entity_mentions: _builtins.int
+    """Entity mentions of a memory that is gone."""
+    entities: _builtins.int
+    """Entities no memory mentions any more."""
+    document_chunks: _builtins.int
+    """Document chunk rows of a memory that is gone."""
+    vector_index: _builtins.int
+    """Vector index rows of a memory that is gone."""
+    fts_entries: _builtins.int
+    """Full-text entries of a memory that is gone."""
+    jobs: _builtins.int
+    """Jobs of a memory that is gone."""
+    def __init__(
+        self,
+        *,
+        memory_links: _builtins.int = ...,
+        entity_mentions: _builtins.int = ...,
+        entities: _builtins.int = ...,
+        document_chunks: _builtins.int = ...,
+        vector_index: _builtins.int = ...,
+        fts_entries: _builtins.int = ...,
+        jobs: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_chunks", b"document_chunks", "entities", b"entities", "entity_mentions", b"entity_mentions", "fts_entries", b"fts_entries", "jobs", b"jobs", "memory_links", b"memory_links", "vector_index", b"vector_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OrphanCounts: _TypeAlias = OrphanCounts  # noqa: Y015
 
 @_typing.final
 class RequeueDeadJobsRequest(_message.Message):

@@ -109,7 +109,8 @@ class JobQueueServiceServicer:
 
         Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
         a bad namespace in `namespaces`, a `holder` with an empty or over-long
-        field).
+        field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; a lease
+        is a write, so a frozen store hands out no work and no attempt is used).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -118,7 +119,8 @@ class JobQueueServiceServicer:
     def RenewLeases(self, request, context):
         """Extends leases that are still held (`leased_at` becomes now).
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs).
+        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+        `mutationsFrozen` is on; nothing was written).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -136,7 +138,8 @@ class JobQueueServiceServicer:
         Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty,
         zero or non-finite vector, dimensions not a multiple of 8, mixed
         dimensions in one call); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
-        model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH).
+        model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH);
+        UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -148,7 +151,8 @@ class JobQueueServiceServicer:
         one that has used its attempts becomes dead (the dead letter), with the
         error recorded.
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs).
+        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+        `mutationsFrozen` is on; nothing was written).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -158,7 +162,9 @@ class JobQueueServiceServicer:
         """Returns leased jobs to pending without counting the attempt, for work
         that could not start through no fault of the job (the provider is down).
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs).
+        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+        `mutationsFrozen` is on; nothing was written: the lease stays held until
+        the store takes writes again, or a later instance releases it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -169,7 +175,8 @@ class JobQueueServiceServicer:
         stale-lease reaper; the store also runs it every 60 s with
         `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
-        Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+        Errors: INVALID_ARGUMENT (lease_timeout_ms negative); UNAVAILABLE
+        (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -188,7 +195,8 @@ class JobQueueServiceServicer:
         names) never release each other's work.
 
         Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
-        `holder.instance_id`).
+        `holder.instance_id`); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is
+        on; nothing was written).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -50,12 +50,14 @@ class JobQueueServiceStub:
 
     Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
     a bad namespace in `namespaces`, a `holder` with an empty or over-long
-    field).
+    field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; a lease
+    is a write, so a frozen store hands out no work and no attempt is used).
     """
     RenewLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.RenewLeasesRequest, _job_queue_pb2.RenewLeasesResponse]
     """Extends leases that are still held (`leased_at` becomes now).
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs).
+    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+    `mutationsFrozen` is on; nothing was written).
     """
     CompleteEmbedJobs: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteEmbedJobsRequest, _job_queue_pb2.CompleteEmbedJobsResponse]
     """Stores embedding vectors and completes their embed jobs in one
@@ -69,7 +71,8 @@ class JobQueueServiceStub:
     Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty,
     zero or non-finite vector, dimensions not a multiple of 8, mixed
     dimensions in one call); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
-    model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH).
+    model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH);
+    UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
     """
     FailJobs: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.FailJobsRequest, _job_queue_pb2.FailJobsResponse]
     """Reports failed attempts. A job with attempts left returns to pending with
@@ -77,20 +80,24 @@ class JobQueueServiceStub:
     one that has used its attempts becomes dead (the dead letter), with the
     error recorded.
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs).
+    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+    `mutationsFrozen` is on; nothing was written).
     """
     ReleaseJobs: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseJobsRequest, _job_queue_pb2.ReleaseJobsResponse]
     """Returns leased jobs to pending without counting the attempt, for work
     that could not start through no fault of the job (the provider is down).
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs).
+    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+    `mutationsFrozen` is on; nothing was written: the lease stays held until
+    the store takes writes again, or a later instance releases it).
     """
     ReleaseStaleLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseStaleLeasesRequest, _job_queue_pb2.ReleaseStaleLeasesResponse]
     """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
     stale-lease reaper; the store also runs it every 60 s with
     `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
-    Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+    Errors: INVALID_ARGUMENT (lease_timeout_ms negative); UNAVAILABLE
+    (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
     """
     ReleasePriorInstanceLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.ReleasePriorInstanceLeasesRequest, _job_queue_pb2.ReleasePriorInstanceLeasesResponse]
     """Returns to pending every job leased by `holder.worker_name` under an
@@ -105,7 +112,8 @@ class JobQueueServiceStub:
     names) never release each other's work.
 
     Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
-    `holder.instance_id`).
+    `holder.instance_id`); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is
+    on; nothing was written).
     """
     CompleteExtractJob: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteExtractJobRequest, _job_queue_pb2.CompleteExtractJobResponse]
     """Applies one extract job's decisions and completes the job in one
@@ -168,12 +176,14 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
 
     Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
     a bad namespace in `namespaces`, a `holder` with an empty or over-long
-    field).
+    field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; a lease
+    is a write, so a frozen store hands out no work and no attempt is used).
     """
     RenewLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.RenewLeasesRequest, _job_queue_pb2.RenewLeasesResponse]  # type: ignore[assignment]
     """Extends leases that are still held (`leased_at` becomes now).
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs).
+    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+    `mutationsFrozen` is on; nothing was written).
     """
     CompleteEmbedJobs: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteEmbedJobsRequest, _job_queue_pb2.CompleteEmbedJobsResponse]  # type: ignore[assignment]
     """Stores embedding vectors and completes their embed jobs in one
@@ -187,7 +197,8 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty,
     zero or non-finite vector, dimensions not a multiple of 8, mixed
     dimensions in one call); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
-    model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH).
+    model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH);
+    UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
     """
     FailJobs: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.FailJobsRequest, _job_queue_pb2.FailJobsResponse]  # type: ignore[assignment]
     """Reports failed attempts. A job with attempts left returns to pending with
@@ -195,20 +206,24 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     one that has used its attempts becomes dead (the dead letter), with the
     error recorded.
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs).
+    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+    `mutationsFrozen` is on; nothing was written).
     """
     ReleaseJobs: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseJobsRequest, _job_queue_pb2.ReleaseJobsResponse]  # type: ignore[assignment]
     """Returns leased jobs to pending without counting the attempt, for work
     that could not start through no fault of the job (the provider is down).
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs).
+    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+    `mutationsFrozen` is on; nothing was written: the lease stays held until
+    the store takes writes again, or a later instance releases it).
     """
     ReleaseStaleLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseStaleLeasesRequest, _job_queue_pb2.ReleaseStaleLeasesResponse]  # type: ignore[assignment]
     """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
     stale-lease reaper; the store also runs it every 60 s with
     `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
-    Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+    Errors: INVALID_ARGUMENT (lease_timeout_ms negative); UNAVAILABLE
+    (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
     """
     ReleasePriorInstanceLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.ReleasePriorInstanceLeasesRequest, _job_queue_pb2.ReleasePriorInstanceLeasesResponse]  # type: ignore[assignment]
     """Returns to pending every job leased by `holder.worker_name` under an
@@ -223,7 +238,8 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     names) never release each other's work.
 
     Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
-    `holder.instance_id`).
+    `holder.instance_id`); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is
+    on; nothing was written).
     """
     CompleteExtractJob: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteExtractJobRequest, _job_queue_pb2.CompleteExtractJobResponse]  # type: ignore[assignment]
     """Applies one extract job's decisions and completes the job in one
@@ -289,7 +305,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
         a bad namespace in `namespaces`, a `holder` with an empty or over-long
-        field).
+        field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; a lease
+        is a write, so a frozen store hands out no work and no attempt is used).
         """
 
     @_abc_1.abstractmethod
@@ -300,7 +317,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_job_queue_pb2.RenewLeasesResponse, _abc.Awaitable[_job_queue_pb2.RenewLeasesResponse]]:
         """Extends leases that are still held (`leased_at` becomes now).
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs).
+        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+        `mutationsFrozen` is on; nothing was written).
         """
 
     @_abc_1.abstractmethod
@@ -320,7 +338,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (empty model, more than 500 results, an empty,
         zero or non-finite vector, dimensions not a multiple of 8, mixed
         dimensions in one call); FAILED_PRECONDITION (EMBEDDING_MODEL_MISMATCH: the
-        model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH).
+        model is not the index's model; EMBEDDING_DIMENSIONS_MISMATCH);
+        UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
         """
 
     @_abc_1.abstractmethod
@@ -334,7 +353,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         one that has used its attempts becomes dead (the dead letter), with the
         error recorded.
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs).
+        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+        `mutationsFrozen` is on; nothing was written).
         """
 
     @_abc_1.abstractmethod
@@ -346,7 +366,9 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         """Returns leased jobs to pending without counting the attempt, for work
         that could not start through no fault of the job (the provider is down).
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs).
+        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
+        `mutationsFrozen` is on; nothing was written: the lease stays held until
+        the store takes writes again, or a later instance releases it).
         """
 
     @_abc_1.abstractmethod
@@ -359,7 +381,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         stale-lease reaper; the store also runs it every 60 s with
         `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
 
-        Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
+        Errors: INVALID_ARGUMENT (lease_timeout_ms negative); UNAVAILABLE
+        (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
         """
 
     @_abc_1.abstractmethod
@@ -380,7 +403,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         names) never release each other's work.
 
         Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
-        `holder.instance_id`).
+        `holder.instance_id`); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is
+        on; nothing was written).
         """
 
     @_abc_1.abstractmethod

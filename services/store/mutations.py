@@ -1,0 +1,414 @@
+"""The store's write rules, each in one place: create memories, write a new
+version, soft delete, purge, and index a memory's vector or queue its embed job
+(storing a vector that arrived with the write first).
+
+Every write path calls these inside its writer operation: Remember and Import,
+Modify, Delete, Forget, Recover, the pipeline's controlled writes (ADD, UPDATE,
+DELETE), document chunks, embed results and the retention sweep. They never
+await and never call out; the SQL is in the repository modules. Whether the
+store takes writes at all is the writer's one check (Writer.check_writable).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from services.common.memory_record import MemoryRecord
+from services.common.normalize import NormalizedContent
+from services.store import graph_sql
+from services.store import repository as repo
+
+# ---- vectors ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SuppliedVector:
+    """A vector that arrived with a write: normalised float32 bytes and its model."""
+
+    model: str
+    blob: bytes
+
+    @property
+    def dimensions(self) -> int:
+        return len(self.blob) // 4
+
+
+class VectorTarget(NamedTuple):
+    """A live memory whose content needs a vector, with the embed job it gets
+    when none is at hand (built ahead, off the writer thread, on the hot path)."""
+
+    memory_id: str
+    namespace: str
+    content_hash: str
+    embed_job: repo.JobRow
+
+
+def vector_target(
+    memory_id: str, namespace: str, content_hash: str, max_attempts: int, at: str
+) -> VectorTarget:
+    return VectorTarget(
+        memory_id,
+        namespace,
+        content_hash,
+        repo.job_row(namespace, memory_id, "embed", max_attempts, at),
+    )
+
+
+def index_mismatch(
+    model: str, dimensions: int | None, current: tuple[str, int | None] | None
+) -> str:
+    """Why the vector index cannot take vectors of `model` with `dimensions`
+    ("" when it can): another model, or another size once the first vector set it."""
+    if current is None or current[0] != model:
+        return "model"
+    if dimensions is not None and current[1] is not None and current[1] != dimensions:
+        return "dimensions"
+    return ""
+
+
+def store_vector(
+    conn: Any, namespace: str, content_hash: str, vector: SuppliedVector, at: str
+) -> bool:
+    """Keep `namespace`'s vector for this content when the index takes it (its
+    model; its size, or the first vector sets the size); False otherwise."""
+    current = repo.index_model(conn)
+    if index_mismatch(vector.model, vector.dimensions, current):
+        return False
+    assert current is not None
+    if current[1] is None:  # the first vector the index accepts sets its size
+        repo.set_index_model(conn, vector.model, vector.dimensions, at)
+    repo.upsert_embedding(
+        conn, namespace, content_hash, vector.model, vector.blob, vector.dimensions, at
+    )
+    return True
+
+
+def index_or_enqueue(
+    conn: Any, targets: Sequence[VectorTarget], also_enqueue: Sequence[repo.JobRow] = ()
+) -> set[str]:
+    """Index each target whose namespace holds a vector of the index model for
+    its content (its own namespace's only: another's must neither skip an embed
+    job nor be observable); queue the embed job of every other, with
+    `also_enqueue`, in one statement. Returns the ids indexed."""
+    hashes: dict[str, list[str]] = {}
+    for target in targets:
+        hashes.setdefault(target.namespace, []).append(target.content_hash)
+    embedded: set[tuple[str, str]] = set()
+    for namespace, of_namespace in hashes.items():
+        unique = list(dict.fromkeys(of_namespace))
+        embedded.update(
+            (namespace, h) for h in repo.live_hashes_with_embedding(conn, namespace, unique)
+        )
+    indexed = [t.memory_id for t in targets if (t.namespace, t.content_hash) in embedded]
+    jobs = [t.embed_job for t in targets if (t.namespace, t.content_hash) not in embedded]
+    jobs.extend(also_enqueue)
+    if jobs:
+        repo.enqueue_jobs(conn, jobs)
+    if indexed:
+        repo.index_memories(conn, indexed)
+    return set(indexed)
+
+
+def drop_unused_vectors(conn: Any, namespace: str, content_hashes: Sequence[str]) -> int:
+    """Stored vectors of these contents that no memory of the namespace holds any more."""
+    return repo.delete_unused_embeddings(conn, namespace, content_hashes)
+
+
+# ---- create -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """A memory to create: its row, its `created` event and its jobs, built
+    before the writer sees them (the writer only deduplicates and executes)."""
+
+    row: repo.MemoryRow
+    history: repo.HistoryRow
+    target: VectorTarget
+    extract_job: repo.JobRow | None  # None: never extracted (a derived fact, a chunk)
+    vector: SuppliedVector | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    memory_id: str
+    deduplicated: bool  # a live memory of the namespace already held the content
+    vector_stored: bool = False  # the supplied vector was kept
+
+
+# The `created` event's metadata differs only by type on the hot path: encode each once.
+_CREATED_METADATA: dict[str, str] = {}
+
+
+def _created_metadata(memory_type: str, extra: dict[str, Any] | None) -> str:
+    if extra:
+        return json.dumps({"version": 1, "type": memory_type, **extra}, separators=(",", ":"))
+    text = _CREATED_METADATA.get(memory_type)
+    if text is None:
+        text = _CREATED_METADATA[memory_type] = json.dumps(
+            {"version": 1, "type": memory_type}, separators=(",", ":")
+        )
+    return text
+
+
+def new_memory(
+    row: repo.MemoryRow,
+    *,
+    actor: str,
+    reason: str,
+    max_attempts: int,
+    metadata: dict[str, Any] | None = None,
+    extract: bool = True,
+    vector: SuppliedVector | None = None,
+) -> NewMemory:
+    """`metadata`: more for the `created` event than its version and type."""
+    at = row.created_at
+    return NewMemory(
+        row,
+        repo.HistoryRow(
+            repo.new_id(),
+            row.id,
+            row.namespace,
+            "created",
+            None,
+            row.content,
+            actor,
+            reason,
+            _created_metadata(row.type, metadata),
+            at,
+        ),
+        vector_target(row.id, row.namespace, row.content_hash, max_attempts, at),
+        repo.job_row(row.namespace, row.id, "extract", max_attempts, at) if extract else None,
+        vector,
+    )
+
+
+def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
+    """Create each item unless a live memory of its namespace (or an earlier
+    item of the batch) holds its content; then that memory's id, deduplicated.
+
+    One statement per table for the whole batch: rows (FTS by trigger),
+    `created` events, jobs; a content the namespace embedded before is indexed
+    at once instead of getting an embed job."""
+    known: dict[tuple[str, str], str] = {}
+    hashes: dict[str, list[str]] = {}
+    for item in items:
+        hashes.setdefault(item.row.namespace, []).append(item.row.content_hash)
+    for namespace, of_namespace in hashes.items():
+        for content_hash, memory_id in repo.live_ids_by_hash(conn, namespace, of_namespace).items():
+            known[(namespace, content_hash)] = memory_id
+    results: list[Created] = []
+    fresh: list[NewMemory] = []
+    for item in items:
+        key = (item.row.namespace, item.row.content_hash)
+        existing = known.get(key)
+        if existing is not None:
+            results.append(Created(existing, True))
+            continue
+        known[key] = item.row.id
+        fresh.append(item)
+        results.append(Created(item.row.id, False))
+    if not fresh:
+        return results
+    repo.insert_memory_rows(conn, [item.row for item in fresh])
+    repo.insert_history(conn, [item.history for item in fresh])
+    stored = {
+        item.row.id
+        for item in fresh
+        if item.vector is not None
+        and store_vector(
+            conn, item.row.namespace, item.row.content_hash, item.vector, item.row.created_at
+        )
+    }
+    index_or_enqueue(
+        conn,
+        [item.target for item in fresh],
+        [item.extract_job for item in fresh if item.extract_job is not None],
+    )
+    if stored:
+        results = [Created(r.memory_id, r.deduplicated, r.memory_id in stored) for r in results]
+    return results
+
+
+# ---- change -----------------------------------------------------------------------------
+
+
+def new_version(
+    conn: Any,
+    current: MemoryRecord,
+    *,
+    content: NormalizedContent | None,
+    fields: dict[str, Any],
+    actor: str,
+    reason: str,
+    at: str,
+    metadata: dict[str, Any],
+    max_attempts: int,
+    vector: SuppliedVector | None = None,
+) -> int:
+    """Write the next version of a live memory: new `content` (None: unchanged)
+    and other column values in `fields`; the old content stays in its history
+    (`modified` event with `metadata`). New content loses its vector: it is
+    indexed from one at hand or gets an embed job (the old content's stored
+    vector stays: a revert is indexed at once). Returns the version."""
+    version = current.version + 1
+    changes = dict(fields)
+    if content is not None:
+        changes.update(
+            content=content.storage,
+            normalized_content=content.normalized,
+            content_hash=content.content_hash,
+            embedding_model=None,
+        )
+    repo.update_memory(conn, current.id, {**changes, "version": version, "updated_at": at})
+    record_event(
+        conn,
+        current,
+        "modified",
+        old_content=current.content,
+        new_content=current.content if content is None else content.storage,
+        actor=actor,
+        reason=reason,
+        at=at,
+        metadata={
+            "new_version": version,
+            "content_changed": content is not None,
+            **metadata,
+        },
+    )
+    if content is not None:
+        if vector is not None:
+            store_vector(conn, current.namespace, content.content_hash, vector, at)
+        index_or_enqueue(
+            conn,
+            [vector_target(current.id, current.namespace, content.content_hash, max_attempts, at)],
+        )
+    return version
+
+
+def soft_delete(
+    conn: Any,
+    current: MemoryRecord,
+    *,
+    actor: str,
+    reason: str,
+    at: str,
+    metadata: dict[str, Any] | None = None,
+) -> int:
+    """Tombstone a live memory (it leaves FTS and the vector index by trigger;
+    RecoverMemory brings it back within the tombstone window); a `deleted`
+    event. Returns the new version."""
+    version = current.version + 1
+    repo.update_memory(
+        conn, current.id, {"is_deleted": 1, "deleted_at": at, "version": version, "updated_at": at}
+    )
+    record_deletion(
+        conn,
+        current,
+        actor=actor,
+        reason=reason,
+        at=at,
+        metadata={"new_version": version, "hard": False, **(metadata or {})},
+    )
+    return version
+
+
+def record_deletion(
+    conn: Any,
+    record: MemoryRecord,
+    *,
+    actor: str,
+    reason: str,
+    at: str,
+    metadata: dict[str, Any],
+) -> None:
+    """The `deleted` event of a soft delete or a forced (hard) forget."""
+    record_event(
+        conn,
+        record,
+        "deleted",
+        old_content=record.content,
+        new_content=None,
+        actor=actor,
+        reason=reason,
+        at=at,
+        metadata=metadata,
+    )
+
+
+def record_event(
+    conn: Any,
+    record: MemoryRecord,
+    event: str,
+    *,
+    old_content: str | None,
+    new_content: str | None,
+    actor: str,
+    reason: str,
+    at: str,
+    metadata: dict[str, Any],
+) -> None:
+    """A history event on `record` as it was before the change (its version is
+    the event's `old_version`)."""
+    repo.insert_history(
+        conn,
+        [
+            repo.history_row(
+                memory_id=record.id,
+                namespace=record.namespace,
+                event=event,
+                old_content=old_content,
+                new_content=new_content,
+                actor=actor,
+                reason=reason,
+                metadata={"old_version": record.version, **metadata},
+                at=at,
+            )
+        ],
+    )
+
+
+# ---- purge ------------------------------------------------------------------------------
+
+
+class PurgeTarget(NamedTuple):
+    memory_id: str
+    namespace: str
+    content_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Purged:
+    memories: int
+    entities_removed: int
+    relations_removed: int
+
+
+def purge(conn: Any, targets: Sequence[PurgeTarget], at: str) -> Purged:
+    """Remove memories for good with everything that points at them: links from
+    and to them, their chunk rows, entity mentions (an entity left unmentioned
+    goes with its relations), jobs, the row (its FTS entry and vector index row
+    go by trigger) and the stored vectors of their contents that no memory of
+    the namespace holds any more. History stays: callers record why. No orphan
+    is left (diagnostics `orphans`)."""
+    mentioned: list[str] = []
+    by_namespace: dict[str, list[str]] = {}
+    for target in targets:
+        repo.delete_links(conn, target.memory_id)
+        repo.delete_chunk_rows(conn, target.memory_id)
+        for entity_id in graph_sql.mentioned_entities(conn, target.memory_id):
+            graph_sql.delete_mention(conn, target.memory_id, entity_id, at)
+            mentioned.append(entity_id)
+        repo.hard_delete_memory(conn, target.memory_id)
+        by_namespace.setdefault(target.namespace, []).append(target.content_hash)
+    entities, relations = graph_sql.delete_orphaned_entities(conn, list(dict.fromkeys(mentioned)))
+    for namespace, hashes in by_namespace.items():
+        drop_unused_vectors(conn, namespace, hashes)
+    return Purged(len(targets), entities, relations)
+
+
+def purge_target(record: MemoryRecord) -> PurgeTarget:
+    return PurgeTarget(record.id, record.namespace, record.content_hash)

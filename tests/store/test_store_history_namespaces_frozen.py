@@ -4,6 +4,7 @@ from typing import Any
 import grpc
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
 from engram.store.v1 import store_pb2 as S
@@ -102,7 +103,7 @@ def test_frozen_mutations_are_unavailable(make_config, start_store_server, name:
 def _lease(jobs: Any) -> jq.JobLease:
     [job] = jobs.LeaseJobs(
         jq.LeaseJobsRequest(
-            job_type=jq.JOB_TYPE_EXTRACT,
+            job_type=job_pb2.JOB_TYPE_EXTRACT,
             max_jobs=1,
             holder=jq.LeaseHolder(worker_name="worker", instance_id="before"),
         )
@@ -112,7 +113,7 @@ def _lease(jobs: Any) -> jq.JobLease:
 
 JOB_WRITES = {
     "lease": lambda jobs, lease: jobs.LeaseJobs(
-        jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EMBED, max_jobs=1)
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=1)
     ),
     "renew": lambda jobs, lease: jobs.RenewLeases(jq.RenewLeasesRequest(leases=[lease])),
     "fail": lambda jobs, lease: jobs.FailJobs(

@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from admin_helpers import DIM, MODEL, AdminStore, admin_store
+from engram.common.v1 import job_pb2
 from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import documents_pb2 as docs_pb
 from engram.store.v1 import documents_pb2_grpc, store_pb2
@@ -101,7 +102,9 @@ def gone(st: AdminStore, memory_id: str) -> bool:
 
 
 def extract_jobs(st: AdminStore) -> dict[str, jq.Job]:
-    jobs = st.jobs.LeaseJobs(jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EXTRACT, max_jobs=500)).jobs
+    jobs = st.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EXTRACT, max_jobs=500)
+    ).jobs
     return {job.memory_id: job for job in jobs}
 
 
@@ -223,7 +226,7 @@ def test_document_chunk_memories_leave_no_orphans(st: AdminStore) -> None:
         docs_pb.CreateDocumentRequest(content="First part. Second part.", title="Notes")
     ).document
     [job] = st.jobs.LeaseJobs(
-        jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
     ).jobs
     lease = jq.JobLease(job_id=job.id, lease_token=job.lease_token)
     chunks = [
@@ -275,7 +278,9 @@ def test_new_versions_leave_no_orphans(st: AdminStore) -> None:
     assert_no_orphans(st)
     # An embed job leased before its memory changed completes after the change.
     modify(st, modified, "Bob lives in Cologne")
-    [embed] = st.jobs.LeaseJobs(jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_EMBED, max_jobs=5)).jobs
+    [embed] = st.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=5)
+    ).jobs
     assert embed.memory_id == modified
     modify(st, modified, "Bob lives in Hamburg")
     st.jobs.CompleteEmbedJobs(
@@ -299,7 +304,7 @@ def test_every_kind_of_orphan_is_counted_in_its_table(st: AdminStore) -> None:
     docs = documents(st)
     docs.CreateDocument(docs_pb.CreateDocumentRequest(content="Alice met Bob in Paris"))
     [job] = st.jobs.LeaseJobs(
-        jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
     ).jobs
     docs.WriteDocumentChunk(
         docs_pb.WriteDocumentChunkRequest(

@@ -105,9 +105,11 @@ def test_health_is_not_serving_until_the_model_is_warm(warm_start: WarmStart) ->
 def test_every_line_the_process_writes_is_json(warm_start: WarmStart) -> None:
     stub = search_pb2_grpc.SearchServiceStub(warm_start.search.channel())
     wait_for(
-        lambda: not stub.Recall(
-            search_pb2.RecallRequest(namespace=NAMESPACE, query="golden retriever"), timeout=30
-        ).degraded,
+        lambda: (
+            not stub.Recall(
+                search_pb2.RecallRequest(namespace=NAMESPACE, query="golden retriever"), timeout=30
+            ).degraded
+        ),
         timeout=60,
         interval=0.5,
         what="a recall with a query vector",

@@ -64,8 +64,8 @@ def recall_params(config: Config) -> RecallParams:
 async def warm_then_serve(provider: LocalEmbedding, server: RunningServer) -> None:
     """Load and warm the in-process model, then health SERVING: the first Recall
     a health-aware client sends finds a warm model, not a load that outlasts the
-    query-embedding timeout. A model that cannot load still ends in SERVING:
-    keyword recall works, and each Recall's warning names the cause."""
+    query-embedding timeout. A model that cannot load still ends in SERVING
+    (logged with its cause): keyword recall works without it."""
     started = time.monotonic()
     try:
         await provider.warm_up()

@@ -9,7 +9,9 @@ away (connection refused) and come back.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -67,6 +69,7 @@ class ScriptedHttpServer:
         self._lock = threading.Lock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
         self.port = 0
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -81,6 +84,16 @@ class ScriptedHttpServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None
+
+            def setup(self) -> None:
+                super().setup()
+                with owner._lock:
+                    owner._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with owner._lock:
+                    owner._connections.discard(self.connection)
+                super().finish()
 
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -116,11 +129,17 @@ class ScriptedHttpServer:
         return self
 
     def stop(self) -> None:
-        """Stop listening: connections to the port are refused until `start()`."""
+        """Stop listening: connections to the port are refused until `start()`, and
+        kept-alive connections are closed, as when a real server goes away."""
         if self._server is None:
             return
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._server = None

@@ -121,6 +121,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("providers.embedding.timeout_ms", 30000, 100, 600000),
     Setting("providers.embedding.batch_size", 64, 1, 500),
     Setting("providers.reranker.base_url", "http://localhost:8080"),
+    # how often the pipeline probes its LLM and embedding providers for GetStatus
+    Setting("providers.probe_interval_ms", 15000, 100, 3600000),
     # processes
     Setting("server.host", "127.0.0.1"),
     Setting("server.ports.store", 50051, 0, 65535),

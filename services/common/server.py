@@ -60,6 +60,13 @@ class RunningServer:
     server: grpc.aio.Server
     health: _HealthServicer
     port: int
+    service_names: tuple[str, ...] = ()
+
+    async def serve(self) -> None:
+        """Health SERVING, for a server started with `serving=False` once it is
+        ready; ignored once draining or stopping has begun."""
+        for name in ("", *self.service_names):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     async def drain(self, seconds: float) -> None:
         """Health goes NOT_SERVING; the listener stays open and calls are served
@@ -81,7 +88,11 @@ async def start_server(
     port: int,
     service_names: Sequence[str],
     register: Callable[[grpc.aio.Server], None],
+    *,
+    serving: bool = True,
 ) -> RunningServer:
+    """Listen and serve. With `serving=False` health says NOT_SERVING (calls are
+    still answered) until the caller's `RunningServer.serve()`."""
     server = grpc.aio.server(
         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)],
     )
@@ -106,10 +117,14 @@ async def start_server(
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise StartupError(f"cannot listen on {host}:{port}")
+    running = RunningServer(server, health_servicer, bound, tuple(service_names))
+    if not serving:  # before the listener opens: no check ever sees SERVING too early
+        for name in ("", *service_names):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
-    for name in ("", *service_names):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, health_servicer, bound)
+    if serving:
+        await running.serve()
+    return running
 
 
 async def wait_for_shutdown_signal() -> None:

@@ -25,6 +25,7 @@ from services.pipeline.extract_worker import ExtractWorker, ExtractWorkerSetting
 from services.pipeline.extraction import Extractor
 from services.pipeline.leases import instance_name, worker_identities
 from services.pipeline.servicer import PipelineServicer
+from services.pipeline.status import MonitoredLlm, ProviderMonitor, provider_probe
 
 log = logging.getLogger("engram.pipeline")
 
@@ -90,11 +91,18 @@ async def start_pipeline(
     document_worker = DocumentWorker.from_config(
         config, jobs, document_store, provider, identities["document"]
     )
+    # Provider states come from real probes, not from "no failure yet"; the
+    # in-process model is not waited for (nothing here needs it to answer).
+    probe_every_s = config["providers.probe_interval_ms"] / 1000
+    embed_monitor = ProviderMonitor(worker.health, provider_probe(provider), probe_every_s)
+    llm_monitor = ProviderMonitor(extract_worker.health, provider_probe(llm), probe_every_s)
+    first = [llm_monitor] if provider.kind == "local" else [llm_monitor, embed_monitor]
+    await asyncio.gather(*(monitor.check() for monitor in first))
     servicer = PipelineServicer(
         jobs,
         [worker.health, extract_worker.health],
         [worker.status, extract_worker.status, document_worker.status],
-        extraction=extractor,
+        extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
     server = await start_server(
@@ -105,6 +113,7 @@ async def start_pipeline(
     )
     background = [asyncio.create_task(worker.run()), asyncio.create_task(extract_worker.run())]
     background.append(asyncio.create_task(document_worker.run()))
+    background += [asyncio.create_task(m.run()) for m in (embed_monitor, llm_monitor)]
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
     return PipelineApp(
         server, channel, provider, worker, background, llm=llm, search_channel=search_channel

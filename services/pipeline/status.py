@@ -1,8 +1,20 @@
-"""What the pipeline reports about its workers and providers (GetStatus)."""
+"""What the pipeline reports about its workers and providers (GetStatus), and
+the monitor that keeps each provider's state true to a real probe."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import astuple, dataclass
+from typing import Any
+
+from services.common import clock
+from services.common.providers.errors import ProviderError, ProviderUnavailable
+from services.common.providers.http import HttpProvider
+from services.common.providers.llm import LlmProvider
+
+log = logging.getLogger("engram.pipeline.providers")
 
 
 @dataclass
@@ -21,6 +33,102 @@ class ProviderHealth:
     role: str
     kind: str
     model: str
-    state: str = "available"  # available | degraded | disabled
-    last_error: str = ""
+    # available | degraded | disabled; nothing is available before a probe or a call says so
+    state: str = "degraded"
+    last_error: str = "not checked yet"
     checked_at: str | None = None
+
+
+Probe = Callable[[], Awaitable[str]]
+
+
+def provider_probe(provider: Any) -> Probe:
+    """How to ask `provider` whether it works ("" when it does, else why not): an
+    HTTP provider's health path (`/api/tags`, `/v1/models`); for the in-process
+    model, embedding one word (which loads the model on first use)."""
+    if isinstance(provider, HttpProvider):
+        return provider.probe
+
+    async def embed_one_word() -> str:
+        try:
+            await provider.embed(["probe"])
+        except ProviderError as exc:
+            return str(exc)
+        return ""
+
+    return embed_one_word
+
+
+class ProviderMonitor:
+    """Keeps one ProviderHealth true: probed at start and every `interval_s`, and
+    set at once by the outcome of a real call (`failed`, `succeeded`). The
+    workers also write their calls' outcomes into the same record; a probe
+    never overwrites an outcome that arrived while it ran."""
+
+    def __init__(self, health: ProviderHealth, probe: Probe, interval_s: float) -> None:
+        self.health = health
+        self._probe = probe
+        self._interval_s = interval_s
+
+    async def check(self) -> None:
+        """Probe now; a provider of kind `none` is disabled."""
+        if self.health.kind == "none":
+            self._set("disabled", "")
+            return
+        before = astuple(self.health)
+        try:
+            error = await self._probe()
+        except Exception as exc:  # a probe must never kill the monitor
+            error = f"probe failed: {exc!r}"
+        if astuple(self.health) == before:
+            self._set("degraded" if error else "available", error)
+
+    async def run(self) -> None:
+        while True:
+            await self.check()
+            if self.health.state == "disabled":
+                return
+            await asyncio.sleep(self._interval_s)
+
+    def failed(self, error: str) -> None:
+        self._set("degraded", error)
+
+    def succeeded(self) -> None:
+        self._set("available", "")
+
+    def _set(self, state: str, error: str) -> None:
+        if state != self.health.state:
+            log.log(
+                logging.WARNING if state == "degraded" else logging.INFO,
+                f"{self.health.role} provider {state}",
+                extra={"kind": self.health.kind, "model": self.health.model, "error": error},
+            )
+        self.health.state = state
+        self.health.last_error = error
+        self.health.checked_at = clock.now_text()
+
+
+class MonitoredLlm:
+    """An LLM whose calls report their outcome to a monitor at once: an Extract
+    RPC that fails because the LLM is down shows in GetStatus right away."""
+
+    def __init__(self, llm: LlmProvider, monitor: ProviderMonitor) -> None:
+        self.kind = llm.kind
+        self.model = llm.model
+        self._llm = llm
+        self._monitor = monitor
+
+    async def generate(self, prompt: str, *, json_output: bool = True) -> str:
+        try:
+            text = await self._llm.generate(prompt, json_output=json_output)
+        except ProviderUnavailable as exc:
+            self._monitor.failed(str(exc))
+            raise
+        self._monitor.succeeded()
+        return text
+
+    async def available(self) -> bool:
+        return await self._llm.available()
+
+    async def close(self) -> None:
+        await self._llm.close()

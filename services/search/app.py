@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,30 @@ def recall_params(config: Config) -> RecallParams:
         graph_boost_timeout_s=config[pipeline + "graphBoostTimeoutMs"] / 1000,
         decay_rate=config["memory.decay_rate"] if config["search.decay_ranking"] else None,
     )
+
+
+async def warm_then_serve(provider: LocalEmbedding, server: RunningServer) -> None:
+    """Load and warm the in-process model, then health SERVING: the first Recall
+    a health-aware client sends finds a warm model, not a load that outlasts the
+    query-embedding timeout. A model that cannot load still ends in SERVING
+    (logged with its cause): keyword recall works without it."""
+    started = time.monotonic()
+    try:
+        await provider.warm_up()
+    except Exception as exc:  # a missing or broken model must not keep search down
+        log.error(
+            "local embedding model failed to load; recall is keyword-only",
+            extra={"error": f"{type(exc).__name__}: {exc}"},
+        )
+    else:
+        log.info(
+            "embedding model warm",
+            extra={
+                "model": provider.model,
+                "load_ms": round((time.monotonic() - started) * 1000),
+            },
+        )
+    await server.serve()
 
 
 async def wait_for_schema(path: str | Path, version: int, poll_s: float = 0.2) -> None:
@@ -135,15 +160,25 @@ async def start_search(
         access=access,
         vector_cache=vector_cache,
     )
-    background: list[asyncio.Task[Any]] = []
-    if isinstance(provider, LocalEmbedding):  # load the model now, not on the first query
-        background.append(asyncio.create_task(provider.warm_up()))
+    # Health waits for the in-process model only. A remote provider (ollama,
+    # openai) is not waited for: it may stay down for hours, and recall from
+    # keywords works meanwhile (degraded, with the cause in its warnings).
+    local = provider if isinstance(provider, LocalEmbedding) else None
     server = await start_server(
         host or config["server.host"],
         config["server.ports.search"] if port is None else port,
         [SERVICE_NAME],
         lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(recaller), s),
+        serving=local is None,
     )
     access.start()
-    log.info("search serving", extra={"port": server.port, "path": str(path)})
+    background: list[asyncio.Task[Any]] = []
+    if local is not None:
+        background.append(asyncio.create_task(warm_then_serve(local, server)))
+        log.info(
+            "search listening; NOT_SERVING until the embedding model is loaded",
+            extra={"port": server.port, "path": str(path), "model": local.model},
+        )
+    else:
+        log.info("search serving", extra={"port": server.port, "path": str(path)})
     return SearchApp(server, reads, access, channel, provider, reranker, vector_cache, background)

@@ -228,8 +228,11 @@ def test_an_unreachable_llm_releases_jobs_without_using_attempts(
     stack = make_stack()
     memory = stack.remember("Erin runs every morning before work")
     wait_for(
-        lambda: extract_status(stack)[1].state == pb.PROVIDER_STATE_DEGRADED,
-        what="LLM reported degraded",
+        lambda: (
+            (s := extract_status(stack))[1].state == pb.PROVIDER_STATE_DEGRADED
+            and s[0].released_count >= 1
+        ),
+        what="LLM reported degraded and the job handed back",
     )
     worker, health = extract_status(stack)
     assert worker.released_count >= 1 and worker.failed_count == 0

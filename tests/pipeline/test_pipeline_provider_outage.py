@@ -50,12 +50,15 @@ def test_provider_outage_degrades_recall_and_parks_jobs_until_it_returns(
 ) -> None:
     stack, server = down_stack
     degraded = wait_for(
-        lambda: (s := status(stack)).providers[0].state == pb.PROVIDER_STATE_DEGRADED and s,
-        what="embedding provider reported degraded",
+        lambda: (
+            (s := status(stack)).providers[0].state == pb.PROVIDER_STATE_DEGRADED
+            and s.workers[0].released_count >= len(CONTENTS)
+            and s
+        ),
+        what="embedding provider reported degraded and the jobs handed back",
     )
     assert degraded.providers[0].last_error
     assert degraded.providers[0].HasField("check_time")
-    assert degraded.workers[0].released_count >= len(CONTENTS)
     assert degraded.workers[0].failed_count == 0, "an outage is no job's failure"
 
     response = stack.recall("zebra")

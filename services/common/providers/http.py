@@ -22,8 +22,9 @@ class HttpProvider:
     health_path = ""
 
     def __init__(self, base_url: str, timeout_ms: int, headers: dict[str, str] | None = None):
+        self.base_url = base_url.rstrip("/")
         self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=timeout_ms / 1000, headers=headers or {}
+            base_url=self.base_url, timeout=timeout_ms / 1000, headers=headers or {}
         )
 
     @staticmethod
@@ -41,12 +42,22 @@ class HttpProvider:
                 f"{what} returned a body that is not JSON: {response.text[:200]!r}"
             ) from exc
 
-    async def available(self) -> bool:
+    async def probe(self) -> str:
+        """Ask the server's health path (`/api/tags`, `/v1/models`): "" when it
+        answers, else why not, naming the address."""
+        where = f"{self.kind} at {self.base_url}{self.health_path}"
         try:
             response = await self._client.get(self.health_path, timeout=AVAILABILITY_TIMEOUT_S)
-        except httpx.HTTPError:
-            return False
-        return response.status_code < 400
+        except httpx.TimeoutException:
+            return f"{where} did not answer within {AVAILABILITY_TIMEOUT_S:g} s"
+        except httpx.HTTPError as exc:  # refused, unresolvable, reset
+            return f"{where} unreachable: {exc!r}"
+        if response.status_code >= 400:
+            return f"{where} answered {describe_http_error(response.status_code, response.text)}"
+        return ""
+
+    async def available(self) -> bool:
+        return not await self.probe()
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -1,0 +1,31 @@
+"""Diagnostics' providers component reflects a real probe: a pipeline whose LLM
+server is not running reports it degraded, so the component is not 1.0."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from engram.maintenance.v1 import maintenance_pb2 as pb
+from http_fakes import ScriptedHttpServer
+from services.maintenance import diagnostics as dx
+
+
+def test_a_missing_llm_server_lowers_the_providers_score(
+    maintained: Callable[..., Any], http_servers: Callable[[Any], Any]
+) -> None:
+    nobody = http_servers(ScriptedHttpServer())
+    nobody.stop()  # a loopback port nobody listens on
+    m = maintained(
+        pipeline=True,
+        **{"providers.llm.base_url": nobody.url, "providers.embedding.kind": "none"},
+    )
+    report = m.maintenance.GetDiagnostics(pb.GetDiagnosticsRequest())
+    states = {p.role: p.state for p in report.providers.providers}
+    assert states == {"llm": "degraded", "embedding": "disabled"}
+    [llm] = [p for p in report.providers.providers if p.role == "llm"]
+    assert "unreachable" in llm.last_error
+    score = {c.name: c.score for c in report.components}["providers"]
+    assert score == pytest.approx((dx.DEGRADED_PROVIDER_SCORE + 1.0) / 2)

@@ -27,10 +27,6 @@ def test_yaml_file_sets_values(tmp_path: Path) -> None:
     assert config.search.alpha == 0.5
 
 
-def test_the_shipped_example_file_loads() -> None:
-    load_config(Path(__file__).parents[2] / "engram.yaml", environ={})
-
-
 @pytest.mark.parametrize(
     ("yaml_text", "key"),
     [

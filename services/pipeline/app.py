@@ -58,9 +58,9 @@ class PipelineApp:
 async def start_pipeline(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> PipelineApp:
-    channel = grpc.aio.insecure_channel(config["clients.store_address"])
+    channel = grpc.aio.insecure_channel(config.clients.store_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
-    listen_port = config["server.ports.pipeline"] if port is None else port
+    listen_port = config.server.ports.pipeline if port is None else port
     identities = worker_identities(
         jobs, instance_name(config, listen_port), ("embed", "extract", "document")
     )
@@ -69,11 +69,11 @@ async def start_pipeline(
         jobs,
         provider,
         identities["embed"],
-        batch_size=config["providers.embedding.batch_size"],
-        poll_s=config["workers.embed.poll_ms"] / 1000,
+        batch_size=config.providers.embedding.batch_size,
+        poll_s=config.workers.embed.poll_ms / 1000,
     )
     llm = llm_provider(config)
-    search_channel = grpc.aio.insecure_channel(config["clients.search_address"])
+    search_channel = grpc.aio.insecure_channel(config.clients.search_address)
     extractor = Extractor(llm)
     decider = Decider(llm, search_pb2_grpc.SearchServiceStub(search_channel))
     extract_worker = ExtractWorker(
@@ -96,7 +96,7 @@ async def start_pipeline(
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
     server = await start_server(
-        host or config["server.host"],
+        host or config.server.host,
         listen_port,
         [SERVICE_NAME],
         lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),

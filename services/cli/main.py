@@ -56,13 +56,13 @@ def _load(args: argparse.Namespace) -> Config:
 async def _serve(service: str, config: Config, port: int | None) -> None:
     app = await _starter(service)(config, port=port)
     await wait_for_shutdown_signal()
-    await app.server.drain(config["server.shutdown_drain_ms"] / 1000)
-    await app.stop(config["server.shutdown_grace_ms"] / 1000)
+    await app.server.drain(config.server.shutdown_drain_ms / 1000)
+    await app.stop(config.server.shutdown_grace_ms / 1000)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args)
-    configure_logging(args.service, config["logging.level"])
+    configure_logging(args.service, config.logging.level)
     asyncio.run(_serve(args.service, config, args.port))
     return 0
 
@@ -76,12 +76,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.data_dir:
         extra += ["--data-dir", args.data_dir]
     children: dict[str, subprocess.Popen[bytes]] = {}
+    ports = config.server.ports.model_dump()  # by service name
     print(
         "engram up: "
-        + ", ".join(
-            f"{name} on {config['server.host']}:{config[f'server.ports.{name}']}"
-            for name in SERVICES
-        )
+        + ", ".join(f"{name} on {config.server.host}:{ports[name]}" for name in SERVICES)
         + " (Ctrl-C to stop)",
         file=sys.stderr,
         flush=True,
@@ -100,7 +98,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     # The store first: the others depend on it, and a pipeline that finds it
     # down backs off (up to 30 s) before its workers try again.
     children["store"] = subprocess.Popen([*base, "store", *extra])
-    store_address = f"{_local_host(config['server.host'])}:{config['server.ports.store']}"
+    store_address = f"{_local_host(config.server.host)}:{config.server.ports.store}"
     # If the store exits instead, the loop below reports it and stops.
     if _wait_until_serving(store_address, children["store"], lambda: stopping) and not stopping:
         for name in SERVICES[1:]:

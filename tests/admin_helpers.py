@@ -125,7 +125,7 @@ def admin_store(
     server, store = start_store_server(config)
     channel = grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
     return AdminStore(
-        db=Path(config["storage.path"]),
+        db=Path(config.storage.path),
         port=server.app.port,
         store=store,
         jobs=job_queue_pb2_grpc.JobQueueServiceStub(channel),

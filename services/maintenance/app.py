@@ -56,12 +56,10 @@ def schedules(config: Config, worker: MaintenanceWorker) -> list[asyncio.Task[An
         return []
     return [
         asyncio.create_task(
-            run_every(
-                config["memory.pipelineV2.maintenanceIntervalMs"] / 1000, worker.cycle, "cycle"
-            )
+            run_every(config.memory.pipelineV2.maintenanceIntervalMs / 1000, worker.cycle, "cycle")
         ),
         asyncio.create_task(
-            run_every(config["retention.interval_ms"] / 1000, worker.retention, "retention")
+            run_every(config.retention.interval_ms / 1000, worker.retention, "retention")
         ),
     ]
 
@@ -69,19 +67,19 @@ def schedules(config: Config, worker: MaintenanceWorker) -> list[asyncio.Task[An
 async def start_maintenance(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> MaintenanceApp:
-    store_channel = grpc.aio.insecure_channel(config["clients.store_address"])
-    pipeline_channel = grpc.aio.insecure_channel(config["clients.pipeline_address"])
-    await verify_store(store_channel, config["clients.suite_id"], config["clients.store_address"])
+    store_channel = grpc.aio.insecure_channel(config.clients.store_address)
+    pipeline_channel = grpc.aio.insecure_channel(config.clients.pipeline_address)
+    await verify_store(store_channel, config.clients.suite_id, config.clients.store_address)
     worker = MaintenanceWorker(
         StoreAdminClient(admin_pb2_grpc.StoreAdminServiceStub(store_channel)),
         PipelineStatusClient(pipeline_pb2_grpc.PipelineServiceStub(pipeline_channel)),
         limiter=RateLimiter(rate_policies(config)),
-        configured_mode=config["memory.pipelineV2.maintenanceMode"],
+        configured_mode=config.memory.pipelineV2.maintenanceMode,
     )
     servicer = MaintenanceServicer(worker)
     server = await start_server(
-        host or config["server.host"],
-        config["server.ports.maintenance"] if port is None else port,
+        host or config.server.host,
+        config.server.ports.maintenance if port is None else port,
         [SERVICE_NAME],
         lambda s: maintenance_pb2_grpc.add_MaintenanceServiceServicer_to_server(servicer, s),
     )

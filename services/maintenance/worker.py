@@ -26,14 +26,6 @@ log = logging.getLogger("engram.maintenance")
 
 EXECUTED, COOLDOWN, BUDGET, HALTED, FAILED = "executed", "cooldown", "budget", "halted", "failed"
 IMPROVEMENT_EPSILON = 1e-9
-# action -> config key stem of its cooldown and hourly budget
-_LIMIT_KEYS = {
-    dx.REQUEUE_DEAD_JOBS: "repairRequeue",
-    dx.RELEASE_STALE_LEASES: "repairLeases",
-    dx.REPAIR_FTS: "repairFts",
-    dx.REPAIR_VECTORS: "repairReembed",
-    dx.RETENTION_SWEEP: "repairRetention",
-}
 
 
 @dataclass(frozen=True)
@@ -60,21 +52,28 @@ class CycleResult:
 
 
 def rate_policies(config: Config) -> dict[str, RatePolicy]:
-    prefix = "memory.pipelineV2."
+    p = config.memory.pipelineV2
     return {
-        action: RatePolicy(
-            cooldown_s=config[f"{prefix}{stem}CooldownMs"] / 1000,
-            hourly_budget=config[f"{prefix}{stem}HourlyBudget"],
-        )
-        for action, stem in _LIMIT_KEYS.items()
+        dx.REQUEUE_DEAD_JOBS: RatePolicy(
+            p.repairRequeueCooldownMs / 1000, p.repairRequeueHourlyBudget
+        ),
+        dx.RELEASE_STALE_LEASES: RatePolicy(
+            p.repairLeasesCooldownMs / 1000, p.repairLeasesHourlyBudget
+        ),
+        dx.REPAIR_FTS: RatePolicy(p.repairFtsCooldownMs / 1000, p.repairFtsHourlyBudget),
+        dx.REPAIR_VECTORS: RatePolicy(
+            p.repairReembedCooldownMs / 1000, p.repairReembedHourlyBudget
+        ),
+        dx.RETENTION_SWEEP: RatePolicy(
+            p.repairRetentionCooldownMs / 1000, p.repairRetentionHourlyBudget
+        ),
     }
 
 
 def schedule_enabled(config: Config) -> bool:
     """Seed 000: the interval never starts unless autonomousEnabled and not autonomousFrozen."""
     return bool(
-        config["memory.pipelineV2.autonomousEnabled"]
-        and not config["memory.pipelineV2.autonomousFrozen"]
+        config.memory.pipelineV2.autonomousEnabled and not config.memory.pipelineV2.autonomousFrozen
     )
 
 

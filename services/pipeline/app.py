@@ -60,10 +60,10 @@ class PipelineApp:
 async def start_pipeline(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> PipelineApp:
-    channel = grpc.aio.insecure_channel(config["clients.store_address"])
-    await verify_store(channel, config["clients.suite_id"], config["clients.store_address"])
+    channel = grpc.aio.insecure_channel(config.clients.store_address)
+    await verify_store(channel, config.clients.suite_id, config.clients.store_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
-    listen_port = config["server.ports.pipeline"] if port is None else port
+    listen_port = config.server.ports.pipeline if port is None else port
     identities = worker_identities(
         jobs, instance_name(config, listen_port), ("embed", "extract", "document")
     )
@@ -72,11 +72,11 @@ async def start_pipeline(
         jobs,
         provider,
         identities["embed"],
-        batch_size=config["providers.embedding.batch_size"],
-        poll_s=config["workers.embed.poll_ms"] / 1000,
+        batch_size=config.providers.embedding.batch_size,
+        poll_s=config.workers.embed.poll_ms / 1000,
     )
     llm = llm_provider(config)
-    search_channel = grpc.aio.insecure_channel(config["clients.search_address"])
+    search_channel = grpc.aio.insecure_channel(config.clients.search_address)
     extractor = Extractor(llm)
     decider = Decider(llm, search_pb2_grpc.SearchServiceStub(search_channel))
     extract_worker = ExtractWorker(
@@ -93,7 +93,7 @@ async def start_pipeline(
     )
     # Provider states come from real probes, not from "no failure yet"; the
     # in-process model is not waited for (nothing here needs it to answer).
-    probe_every_s = config["providers.probe_interval_ms"] / 1000
+    probe_every_s = config.providers.probe_interval_ms / 1000
     embed_monitor = ProviderMonitor(worker.health, provider_probe(provider), probe_every_s)
     llm_monitor = ProviderMonitor(extract_worker.health, provider_probe(llm), probe_every_s)
     first = [llm_monitor] if provider.kind == "local" else [llm_monitor, embed_monitor]
@@ -106,7 +106,7 @@ async def start_pipeline(
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
     server = await start_server(
-        host or config["server.host"],
+        host or config.server.host,
         listen_port,
         [SERVICE_NAME],
         lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),

@@ -30,7 +30,7 @@ from engram.store.v1 import documents_pb2 as dpb
 from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc
 from engram.store.v1 import job_queue_pb2 as jq
 from services.common import clock
-from services.common.config import Config, ConfigError
+from services.common.config import Config
 from services.common.normalize import normalize_content
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError
@@ -67,10 +67,6 @@ class DocumentWorker:
         max_content_bytes: int,
         renew_s: float,
     ) -> None:
-        if chunk_overlap >= chunk_size:
-            raise ConfigError(
-                "memory.pipelineV2.documentChunkOverlap: must be smaller than documentChunkSize"
-            )
         self._jobs = jobs
         self._identity = identity
         self._store = store
@@ -95,18 +91,18 @@ class DocumentWorker:
         provider: EmbeddingProvider,
         identity: LeaseIdentity,
     ) -> DocumentWorker:
-        settings = "memory.pipelineV2."
+        settings = config.memory.pipelineV2
         return cls(
             jobs,
             store,
             provider,
             identity,
-            interval_s=config[settings + "documentWorkerIntervalMs"] / 1000,
-            chunk_size=config[settings + "documentChunkSize"],
-            chunk_overlap=config[settings + "documentChunkOverlap"],
-            max_content_bytes=config[settings + "documentMaxContentBytes"],
+            interval_s=settings.documentWorkerIntervalMs / 1000,
+            chunk_size=settings.documentChunkSize,
+            chunk_overlap=settings.documentChunkOverlap,
+            max_content_bytes=settings.documentMaxContentBytes,
             # Renew three times per lease timeout, so one slow call never loses the lease.
-            renew_s=config[settings + "leaseTimeoutMs"] / 3000,
+            renew_s=settings.leaseTimeoutMs / 3000,
         )
 
     def wake(self) -> None:

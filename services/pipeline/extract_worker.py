@@ -62,12 +62,12 @@ class ExtractWorkerSettings:
 
     @classmethod
     def from_config(cls, config: Config) -> ExtractWorkerSettings:
-        pipeline = "memory.pipelineV2."
+        pipeline = config.memory.pipelineV2
         return cls(
-            enabled=config[pipeline + "enabled"],
-            concurrency=config["workers.extract.concurrency"],
-            poll_s=config[pipeline + "workerPollMs"] / 1000,
-            renew_every_s=config[pipeline + "leaseTimeoutMs"] / 3000,
+            enabled=pipeline.enabled,
+            concurrency=config.workers.extract.concurrency,
+            poll_s=pipeline.workerPollMs / 1000,
+            renew_every_s=pipeline.leaseTimeoutMs / 3000,
         )
 
 

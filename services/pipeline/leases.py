@@ -19,20 +19,16 @@ import uuid
 
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
-from services.common.config import Config, ConfigError
+from services.common.config import Config
 
 log = logging.getLogger("engram.pipeline.leases")
-
-MAX_INSTANCE_NAME_CHARS = 180
 
 
 def instance_name(config: Config, port: int) -> str:
     """This pipeline replica's stable name. Without a configured name and with an
     ephemeral port (0) there is nothing stable to go by: the name is then unique
     to this process, so a restart waits for the stale-lease reaper as before."""
-    configured: str = config["workers.instance_name"]
-    if len(configured) > MAX_INSTANCE_NAME_CHARS:  # the store takes 200 with the worker kind
-        raise ConfigError(f"workers.instance_name: at most {MAX_INSTANCE_NAME_CHARS} characters")
+    configured = config.workers.instance_name  # its length is checked at load
     if configured:
         return configured
     if port:

@@ -38,26 +38,26 @@ REQUIRED_SCHEMA_VERSION = 5  # 5: memory_vector_changes (the vector cache's log)
 
 
 def recall_params(config: Config) -> RecallParams:
-    pipeline = "memory.pipelineV2."
+    pipeline = config.memory.pipelineV2
     return RecallParams(
         scoring=ScoringParams(
-            fusion=config["search.fusion"],
-            alpha=config["search.alpha"],
-            rrf_k=config["search.rrf_k"],
-            min_score=config["search.min_score"],
-            time_boost=config["search.time_boost"],
-            episode_weight=config["search.episode_weight"],
-            neighbor_weight=config["search.neighbor_weight"],
-            diversity_penalty=config["search.diversity_penalty"],
+            fusion=config.search.fusion,
+            alpha=config.search.alpha,
+            rrf_k=config.search.rrf_k,
+            min_score=config.search.min_score,
+            time_boost=config.search.time_boost,
+            episode_weight=config.search.episode_weight,
+            neighbor_weight=config.search.neighbor_weight,
+            diversity_penalty=config.search.diversity_penalty,
         ),
-        channel_depth=config["search.channel_depth"],
-        vector_candidates=config["search.vector_candidates"],
-        reranker_top_n=config[pipeline + "rerankerTopN"],
-        reranker_timeout_s=config[pipeline + "rerankerTimeoutMs"] / 1000,
-        graph_enabled=config[pipeline + "graphEnabled"],
-        graph_boost_weight=config[pipeline + "graphBoostWeight"],
-        graph_boost_timeout_s=config[pipeline + "graphBoostTimeoutMs"] / 1000,
-        decay_rate=config["memory.decay_rate"] if config["search.decay_ranking"] else None,
+        channel_depth=config.search.channel_depth,
+        vector_candidates=config.search.vector_candidates,
+        reranker_top_n=pipeline.rerankerTopN,
+        reranker_timeout_s=pipeline.rerankerTimeoutMs / 1000,
+        graph_enabled=pipeline.graphEnabled,
+        graph_boost_weight=pipeline.graphBoostWeight,
+        graph_boost_timeout_s=pipeline.graphBoostTimeoutMs / 1000,
+        decay_rate=config.memory.decay_rate if config.search.decay_ranking else None,
     )
 
 
@@ -134,24 +134,24 @@ class SearchApp:
 async def start_search(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> SearchApp:
-    channel = grpc.aio.insecure_channel(config["clients.store_address"])
-    await verify_store(channel, config["clients.suite_id"], config["clients.store_address"])
-    path = config["storage.path"]
+    channel = grpc.aio.insecure_channel(config.clients.store_address)
+    await verify_store(channel, config.clients.suite_id, config.clients.store_address)
+    path = config.storage.path
     await wait_for_schema(path, REQUIRED_SCHEMA_VERSION)
-    reads = ReadPool(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
+    reads = ReadPool(path, busy_timeout_ms=config.storage.busy_timeout_ms)
     await reads.open()
     provider = embedding_provider(config)
-    embedder = QueryEmbedder(provider, timeout_s=config["search.query_embedding_timeout_ms"] / 1000)
+    embedder = QueryEmbedder(provider, timeout_s=config.search.query_embedding_timeout_ms / 1000)
     access = AccessRecorder(
         store_pb2_grpc.MemoryStoreServiceStub(channel),
-        flush_interval_s=config["search.access_flush_ms"] / 1000,
+        flush_interval_s=config.search.access_flush_ms / 1000,
     )
     reranker: Reranker | None = None
-    if config["memory.pipelineV2.rerankerEnabled"]:
+    if config.memory.pipelineV2.rerankerEnabled:
         reranker = HttpReranker(
-            config["providers.reranker.base_url"], config["memory.pipelineV2.rerankerModel"]
+            config.providers.reranker.base_url, config.memory.pipelineV2.rerankerModel
         )
-    vector_cache = VectorCache(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
+    vector_cache = VectorCache(path, busy_timeout_ms=config.storage.busy_timeout_ms)
     recaller = Recaller(
         reads,
         embedder,
@@ -165,8 +165,8 @@ async def start_search(
     # keywords works meanwhile (degraded, with the cause in its warnings).
     local = provider if isinstance(provider, LocalEmbedding) else None
     server = await start_server(
-        host or config["server.host"],
-        config["server.ports.search"] if port is None else port,
+        host or config.server.host,
+        config.server.ports.search if port is None else port,
         [SERVICE_NAME],
         lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(recaller), s),
         serving=local is None,

@@ -332,13 +332,13 @@ def store_admin(writer: Writer, reads: ReadPool, config: Config) -> StoreAdmin:
     return StoreAdmin(
         writer,
         reads,
-        lease_timeout_ms=config["memory.pipelineV2.leaseTimeoutMs"],
+        lease_timeout_ms=config.memory.pipelineV2.leaseTimeoutMs,
         windows=RetentionWindows(
-            tombstone_days=config["retention.tombstone_days"],
-            history_days=config["retention.history_days"],
-            completed_job_days=config["retention.completed_job_days"],
-            dead_job_days=config["retention.dead_job_days"],
-            batch_limit=config["retention.batch_limit"],
+            tombstone_days=config.retention.tombstone_days,
+            history_days=config.retention.history_days,
+            completed_job_days=config.retention.completed_job_days,
+            dead_job_days=config.retention.dead_job_days,
+            batch_limit=config.retention.batch_limit,
         ),
-        database_path=Path(config["storage.path"]),
+        database_path=Path(config.storage.path),
     )

@@ -50,9 +50,9 @@ REAPER_INTERVAL_S = 60.0
 
 def configured_index_model(config: Config) -> str | None:
     """The embedding model whose vectors the index holds; None when embeddings are off."""
-    if config["providers.embedding.kind"] == "none":
+    if config.providers.embedding.kind == "none":
         return None
-    return str(config["providers.embedding.model"])
+    return config.providers.embedding.model
 
 
 @dataclass
@@ -93,13 +93,13 @@ def _open_database(config: Config) -> tuple[Any, list[str]]:
     """The read-write connection, migrated; a directory or file the store cannot
     write (read-only, missing and not creatable, not a directory, disk full)
     is a StartupError naming the path and the cause."""
-    path = config["storage.path"]
+    path = config.storage.path
     connection = None
     try:
         connection = open_read_write(
             path,
-            synchronous=config["storage.synchronous"],
-            busy_timeout_ms=config["storage.busy_timeout_ms"],
+            synchronous=config.storage.synchronous,
+            busy_timeout_ms=config.storage.busy_timeout_ms,
         )
         return connection, apply_migrations(connection)
     except (OSError, DatabaseError) as exc:
@@ -116,37 +116,37 @@ def _open_database(config: Config) -> tuple[Any, list[str]]:
 async def start_store(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> StoreApp:
-    path = config["storage.path"]
+    path = config.storage.path
     connection, applied = _open_database(config)
     if applied:
         log.info("migrations applied", extra={"migrations": applied, "path": str(path)})
     suite_id = read_suite_id(connection)
     writer = Writer(
         connection,
-        max_group=config["storage.max_group_commit"],
-        mutations_frozen=config["memory.pipelineV2.mutationsFrozen"],
+        max_group=config.storage.max_group_commit,
+        mutations_frozen=config.memory.pipelineV2.mutationsFrozen,
     )
-    reads = ReadPool(path, busy_timeout_ms=config["storage.busy_timeout_ms"])
+    reads = ReadPool(path, busy_timeout_ms=config.storage.busy_timeout_ms)
     await reads.open()
-    max_attempts = config["memory.pipelineV2.workerMaxRetries"]
+    max_attempts = config.memory.pipelineV2.workerMaxRetries
     store = MemoryStore(
         writer,
         reads,
         max_job_attempts=max_attempts,
-        tombstone_days=config["retention.tombstone_days"],
+        tombstone_days=config.retention.tombstone_days,
     )
     queue = JobQueue(
         writer,
         reads,
-        lease_timeout_ms=config["memory.pipelineV2.leaseTimeoutMs"],
+        lease_timeout_ms=config.memory.pipelineV2.leaseTimeoutMs,
         max_job_attempts=max_attempts,
     )
     documents = DocumentStore(
         writer,
         reads,
         max_job_attempts=max_attempts,
-        max_content_bytes=config["memory.pipelineV2.documentMaxContentBytes"],
-        max_chunk_chars=config["memory.pipelineV2.documentChunkSize"],
+        max_content_bytes=config.memory.pipelineV2.documentMaxContentBytes,
+        max_chunk_chars=config.memory.pipelineV2.documentChunkSize,
     )
     try:
         queued = await queue.adopt_index_model(configured_index_model(config))
@@ -170,8 +170,8 @@ async def start_store(
 
     try:
         server = await start_server(
-            host or config["server.host"],
-            config["server.ports.store"] if port is None else port,
+            host or config.server.host,
+            config.server.ports.store if port is None else port,
             SERVICE_NAMES,
             register,
         )

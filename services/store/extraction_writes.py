@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common import clock
+from services.common.config import Config
 from services.common.errors import InvalidArgument
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
@@ -527,15 +528,15 @@ def _clip(text: str) -> str:
     return text.strip()[:MAX_REASON_CHARS]
 
 
-def write_policy(config: Any) -> WritePolicy:
+def write_policy(config: Config) -> WritePolicy:
     """The policy from the store's configuration (the same file the pipeline reads)."""
-    p = "memory.pipelineV2."
+    p = config.memory.pipelineV2
     return WritePolicy(
-        shadow=config[p + "shadowMode"],
-        allow_update_delete=config[p + "allowUpdateDelete"],
-        graph_enabled=config[p + "graphEnabled"],
-        min_fact_confidence=config[p + "minFactConfidenceForWrite"],
-        destructive_min_confidence=config[p + "destructiveMinConfidence"],
-        destructive_max_per_job=config[p + "destructiveMaxPerJob"],
-        max_job_attempts=config[p + "workerMaxRetries"],
+        shadow=p.shadowMode,
+        allow_update_delete=p.allowUpdateDelete,
+        graph_enabled=p.graphEnabled,
+        min_fact_confidence=p.minFactConfidenceForWrite,
+        destructive_min_confidence=p.destructiveMinConfidence,
+        destructive_max_per_job=p.destructiveMaxPerJob,
+        max_job_attempts=p.workerMaxRetries,
     )

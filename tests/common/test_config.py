@@ -2,18 +2,18 @@ from pathlib import Path
 
 import pytest
 
-from services.common.config import SETTINGS, ConfigError, load_config
+from services.common.config import ConfigError, PipelineV2Settings, load_config
 
 
 def test_defaults_follow_the_seed() -> None:
     config = load_config(environ={})
-    assert config["memory.pipelineV2.workerPollMs"] == 2000
-    assert config["memory.pipelineV2.leaseTimeoutMs"] == 300000
-    assert config["memory.pipelineV2.minFactConfidenceForWrite"] == 0.7
-    assert config["memory.pipelineV2.maintenanceMode"] == "observe"
-    assert config["search.alpha"] == 0.7
-    assert config["retention.tombstone_days"] == 30
-    assert config["providers.embedding.kind"] == "local"
+    assert config.memory.pipelineV2.workerPollMs == 2000
+    assert config.memory.pipelineV2.leaseTimeoutMs == 300000
+    assert config.memory.pipelineV2.minFactConfidenceForWrite == 0.7
+    assert config.memory.pipelineV2.maintenanceMode == "observe"
+    assert config.search.alpha == 0.7
+    assert config.retention.tombstone_days == 30
+    assert config.providers.embedding.kind == "local"
 
 
 def test_yaml_file_sets_values(tmp_path: Path) -> None:
@@ -22,9 +22,9 @@ def test_yaml_file_sets_values(tmp_path: Path) -> None:
         "memory:\n  pipelineV2:\n    workerPollMs: 500\n    shadowMode: true\nsearch:\n  alpha: 0.5\n"
     )
     config = load_config(path, environ={})
-    assert config["memory.pipelineV2.workerPollMs"] == 500
-    assert config["memory.pipelineV2.shadowMode"] is True
-    assert config["search.alpha"] == 0.5
+    assert config.memory.pipelineV2.workerPollMs == 500
+    assert config.memory.pipelineV2.shadowMode is True
+    assert config.search.alpha == 0.5
 
 
 @pytest.mark.parametrize(
@@ -45,6 +45,9 @@ def test_yaml_file_sets_values(tmp_path: Path) -> None:
         ("search:\n  alpha: high\n", "search.alpha"),
         ("providers:\n  embedding:\n    kind: magic\n", "providers.embedding.kind"),
         ("memory:\n  pipelineV2:\n    workerPolMs: 500\n", "memory.pipelineV2.workerPolMs"),
+        ("storage:\n  path: 5\n", "storage.path"),
+        ("server:\n  ports: 50051\n", "server.ports"),
+        ("telemetry:\n  enabled: true\n", "telemetry"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path: Path, yaml_text: str, key: str) -> None:
@@ -52,6 +55,23 @@ def test_bad_values_name_the_key(tmp_path: Path, yaml_text: str, key: str) -> No
     path.write_text(yaml_text)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(path, environ={})
+
+
+def test_every_bad_key_is_named_at_once() -> None:
+    overrides = {"search.alpha": 2, "storage.busy_timeout_ms": -1}
+    with pytest.raises(ConfigError, match=r"search\.alpha.*storage\.busy_timeout_ms"):
+        load_config(environ={}, overrides=overrides)
+
+
+def test_an_unreadable_or_malformed_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml", environ={})
+    (tmp_path / "bad.yaml").write_text("memory: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "bad.yaml", environ={})
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(tmp_path / "list.yaml", environ={})
 
 
 def test_environment_overrides_the_file(tmp_path: Path) -> None:
@@ -64,8 +84,14 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
             "ENGRAM_STORAGE__PATH": "/x/y.db",
         },
     )
-    assert config["memory.pipelineV2.mutationsFrozen"] is True
-    assert config["storage.path"] == "/x/y.db"
+    assert config.memory.pipelineV2.mutationsFrozen is True
+    assert config.storage.path == "/x/y.db"
+
+
+def test_overrides_beat_the_environment() -> None:
+    config = load_config(environ={"ENGRAM_SEARCH__ALPHA": "0.2"}, overrides={"search.alpha": 0.4})
+    assert config.search.alpha == 0.4
+    assert config.with_overrides({"search.rrf_k": 10}).search.alpha == 0.4
 
 
 def test_environment_values_are_validated_too() -> None:
@@ -73,13 +99,59 @@ def test_environment_values_are_validated_too() -> None:
         load_config(environ={"ENGRAM_SEARCH__ALPHA": "2"})
 
 
+def test_a_text_key_takes_the_environment_value_as_written() -> None:
+    config = load_config(environ={"ENGRAM_PROVIDERS__LLM__API_KEY": "123456"})
+    assert config.providers.llm.api_key == "123456"
+
+
 def test_unknown_environment_key_is_rejected() -> None:
     with pytest.raises(ConfigError, match=r"ENGRAM_SEARCH__ALHPA"):
         load_config(environ={"ENGRAM_SEARCH__ALHPA": "0.2"})
 
 
+def test_other_engram_variables_are_not_keys() -> None:
+    load_config(environ={"ENGRAM_CONFIG": "/etc/engram.yaml"})
+
+
+def test_chunk_overlap_must_stay_below_the_chunk_size() -> None:
+    overrides = {
+        "memory.pipelineV2.documentChunkSize": 500,
+        "memory.pipelineV2.documentChunkOverlap": 500,
+    }
+    with pytest.raises(ConfigError, match=r"memory\.pipelineV2\.documentChunkOverlap"):
+        load_config(environ={}, overrides=overrides)
+
+
+def test_the_local_embedding_provider_takes_only_its_own_model() -> None:
+    with pytest.raises(ConfigError, match=r"providers\.embedding\.model"):
+        load_config(environ={}, overrides={"providers.embedding.model": "nomic-embed-text"})
+    other = {"providers.embedding.kind": "ollama", "providers.embedding.model": "nomic-embed-text"}
+    assert load_config(environ={}, overrides=other).providers.embedding.model == "nomic-embed-text"
+
+
+def test_seed_002_reranking_switches_the_reranker(tmp_path: Path) -> None:
+    path = tmp_path / "engram.yaml"
+    path.write_text("search:\n  reranking: true\n")
+    assert load_config(path, environ={}).memory.pipelineV2.rerankerEnabled is True
+    both = "search:\n  reranking: true\nmemory:\n  pipelineV2:\n    rerankerEnabled: true\n"
+    path.write_text(both)
+    assert load_config(path, environ={}).memory.pipelineV2.rerankerEnabled is True
+    assert load_config(environ={}).memory.pipelineV2.rerankerEnabled is False
+
+
+def test_seed_002_reranking_may_not_contradict_reranker_enabled(tmp_path: Path) -> None:
+    path = tmp_path / "engram.yaml"
+    path.write_text(
+        "search:\n  reranking: true\nmemory:\n  pipelineV2:\n    rerankerEnabled: false\n"
+    )
+    with pytest.raises(ConfigError, match=r"search\.reranking"):
+        load_config(path, environ={})
+    with pytest.raises(ConfigError, match=r"search\.reranking"):
+        load_config(environ={}, overrides={"search.reranking": "yes"})
+
+
 def test_every_seed_pipeline_key_is_declared() -> None:
-    keys = {s.key.removeprefix("memory.pipelineV2.") for s in SETTINGS}
+    keys = set(PipelineV2Settings.model_fields)
     seed_keys = {
         "enabled", "shadowMode", "allowUpdateDelete", "graphEnabled", "autonomousEnabled",
         "mutationsFrozen", "autonomousFrozen", "extractionModel", "extractionTimeout",

@@ -55,7 +55,7 @@ def test_example_configuration_is_valid() -> None:
     from services.common.config import load_config
 
     config = load_config(ROOT / "engram.yaml", environ={})
-    assert config["server.ports.store"] == 50051
+    assert config.server.ports.store == 50051
 
 
 def test_health_command_fails_when_nothing_listens() -> None:

@@ -78,10 +78,10 @@ def test_extract_returns_facts_entities_and_the_model(stack: Any, answer: Any) -
 
 
 def test_extract_writes_nothing(stack: Any, answer: Any) -> None:
-    before = table_counts(stack.config["storage.path"])
+    before = table_counts(stack.config.storage.path)
     answer(extraction_answer([fact("Bob likes espresso a lot")]))
     assert len(extract(stack, "Bob likes espresso a lot").facts) == 1
-    assert table_counts(stack.config["storage.path"]) == before
+    assert table_counts(stack.config.storage.path) == before
 
 
 def test_validation_keeps_what_it_can_and_warns_about_the_rest(stack: Any, answer: Any) -> None:

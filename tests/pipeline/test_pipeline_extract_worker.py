@@ -78,7 +78,7 @@ def make_stack(
 def extract_jobs(stack: Stack) -> list[dict[str, Any]]:
     names = ("memory_id", "status", "attempts", "error", "result")
     found = rows(
-        Path(stack.config["storage.path"]),
+        Path(stack.config.storage.path),
         f"SELECT {', '.join(names)} FROM memory_jobs WHERE job_type = 'extract' ORDER BY created_at",
     )
     return [dict(zip(names, row, strict=True)) for row in found]
@@ -104,7 +104,7 @@ def derived(stack: Stack, namespace: str = "default") -> list[tuple[str, str, st
     return [
         (r[0], r[1], r[2])
         for r in rows(
-            Path(stack.config["storage.path"]),
+            Path(stack.config.storage.path),
             "SELECT content, who, source_id FROM memories WHERE who = 'pipeline-v2' AND namespace = ? ORDER BY content",
             namespace,
         )
@@ -302,7 +302,7 @@ def test_renewal_keeps_the_lease_of_a_long_llm_call(
         **{"memory.pipelineV2.leaseTimeoutMs": 10000, "providers.llm.timeout_ms": 60000}
     )
     memory = stack.remember("Gina speaks four languages fluently")
-    db = Path(stack.config["storage.path"])
+    db = Path(stack.config.storage.path)
 
     def leased_at() -> str:
         return str(

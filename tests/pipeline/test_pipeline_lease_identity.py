@@ -29,6 +29,6 @@ def test_an_ephemeral_port_gives_every_process_its_own_name() -> None:
 
 
 def test_an_over_long_name_stops_the_start_naming_the_key() -> None:
-    config = load_config(environ={}, overrides={"workers.instance_name": "x" * 181})
     with pytest.raises(ConfigError, match=r"workers\.instance_name"):
-        instance_name(config, 50053)
+        load_config(environ={}, overrides={"workers.instance_name": "x" * 181})
+    load_config(environ={}, overrides={"workers.instance_name": "x" * 180})

@@ -277,7 +277,7 @@ def test_local_model_is_deterministic_per_text_in_a_batch(local_embedding: Local
 
 def test_local_provider_refuses_any_other_model() -> None:
     with pytest.raises(ConfigError, match=r"providers\.embedding\.model"):
-        LocalEmbedding("nomic-embed-text")
+        load_config(environ={}, overrides={"providers.embedding.model": "nomic-embed-text"})
 
 
 @pytest.mark.parametrize(

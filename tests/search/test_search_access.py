@@ -14,7 +14,7 @@ from store_helpers import rows
 
 def fts_fingerprint(stack: Stack) -> str:
     """A digest of the FTS5 index's own storage: any rewrite of an entry changes it."""
-    data = rows(stack.config["storage.path"], "SELECT id, block FROM memories_fts_data ORDER BY id")
+    data = rows(stack.config.storage.path, "SELECT id, block FROM memories_fts_data ORDER BY id")
     return hashlib.sha256(repr([tuple(r) for r in data]).encode()).hexdigest()
 
 

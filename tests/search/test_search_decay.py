@@ -49,7 +49,7 @@ def test_a_timestamp_in_the_future_does_not_raise_importance() -> None:
 
 
 def age_created(stack: Any, memory_id: str, days: float) -> None:
-    conn = open_read_write(stack.config["storage.path"])
+    conn = open_read_write(stack.config.storage.path)
     try:
         conn.execute(
             "UPDATE memories SET created_at = ? WHERE id = ?",

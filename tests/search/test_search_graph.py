@@ -129,7 +129,7 @@ def test_the_lookup_returns_what_it_has_when_the_deadline_has_passed(
 ) -> None:
     stack = recall_stack({**KEYWORDS_ONLY, **GRAPH_ON}, search=False)
     m = people(stack)
-    path = Path(stack.config["storage.path"])
+    path = Path(stack.config.storage.path)
     rowid = {r[0]: r[1] for r in rows(path, "SELECT id, rowid FROM memories")}
     in_time = _boost(path, "default", "alice", timeout_s=30.0)
     assert in_time.rowids == {rowid[m["alice"].id], rowid[m["bob"].id]}

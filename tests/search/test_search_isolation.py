@@ -124,7 +124,7 @@ def test_memory_rows_are_read_only_under_their_own_namespace(
     mine = stack.remember("apple pie recipe", namespace="tenant-b")
     theirs = stack.remember("apple pie secret", namespace="tenant-a")
     stack.embed_pending(lambda _text: vec(0.9))
-    path = Path(stack.config["storage.path"])
+    path = Path(stack.config.storage.path)
     rowid = _rowids(path)
     both = [rowid[theirs.id], rowid[mine.id]]
 
@@ -155,7 +155,7 @@ def test_a_vector_row_naming_the_wrong_namespace_never_surfaces_its_memory(
     stack.embed_pending(lambda _text: vec(0.99))
     assert [r.memory.id for r in stack.recall("zebra", namespace="tenant-b").results] == [mine.id]
 
-    rowid = _rowids(Path(stack.config["storage.path"]))[theirs.id]
+    rowid = _rowids(Path(stack.config.storage.path))[theirs.id]
     write_directly(
         stack, f"UPDATE memory_vectors SET namespace = 'tenant-b' WHERE memory_rowid = {rowid}"
     )

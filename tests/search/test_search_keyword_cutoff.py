@@ -27,7 +27,7 @@ NS = "only"  # the one namespace: the collection is the whole index
 
 def keyword_hits(stack: Stack, query: str, budget: int) -> dict[str, RecallHit]:
     async def run() -> dict[str, RecallHit]:
-        reads = ReadPool(stack.config["storage.path"])
+        reads = ReadPool(stack.config.storage.path)
         await reads.open()
         try:
             params = RecallParams(

@@ -110,3 +110,22 @@ def test_the_reranker_is_not_called_when_disabled(
     assert server.requests == []
     fused = [r.memory.content for r in response.results]
     assert fused != list(RERANK_SCORES), "the reranked tests above really reorder"
+
+
+def test_seed_002_search_reranking_switches_the_reranker_on(
+    recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    server = http_servers(rerank_server(score_by_content))
+    stack = recall_stack(
+        {
+            "providers.embedding.kind": "none",
+            "search.reranking": True,
+            "memory.pipelineV2.rerankerModel": "bge-reranker-test",
+            "providers.reranker.base_url": server.url,
+        }
+    )
+    for content in RERANK_SCORES:
+        stack.remember(content)
+    response = stack.recall("zebra")
+    assert [r.memory.content for r in response.results] == list(RERANK_SCORES)
+    assert len(server.requests_to("POST", "/v1/rerank")) == 1

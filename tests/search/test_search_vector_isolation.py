@@ -88,7 +88,7 @@ def test_a_guess_of_text_another_namespace_deleted_is_queued_and_unindexed(
     stack.embed_pending({SECRET: vec(A_COSINE)}, namespaces=[A])
     stack.store.DeleteMemory(store_pb2.DeleteMemoryRequest(namespace=A, id=gone.id, reason="done"))
     # The tombstone's vector is still stored (retention has not purged it).
-    assert scalar(Path(stack.config["storage.path"]), "SELECT count(*) FROM embeddings") == 1
+    assert scalar(Path(stack.config.storage.path), "SELECT count(*) FROM embeddings") == 1
     indexed = stack.stats().indexed_memory_count
 
     right = stack.remember(SECRET, namespace=B)

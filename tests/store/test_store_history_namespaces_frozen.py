@@ -143,7 +143,7 @@ def test_frozen_job_queue_writes_are_unavailable(
     remember(store, "a memory with jobs")
     lease = _lease(job_queue_pb2_grpc.JobQueueServiceStub(_channel(seeding)))
     seeding.stop()
-    db = Path(config["storage.path"])
+    db = Path(config.storage.path)
     before = rows(db, "SELECT * FROM memory_jobs ORDER BY id")
     frozen, _ = start_store_server(make_config(**{"memory.pipelineV2.mutationsFrozen": True}))
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(_channel(frozen))

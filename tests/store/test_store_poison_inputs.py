@@ -44,7 +44,7 @@ def stack(module_recall_stack: Callable[..., Stack]) -> Stack:
 
 @pytest.fixture
 def db(stack: Stack) -> Path:
-    return Path(stack.config["storage.path"])
+    return Path(stack.config.storage.path)
 
 
 def fresh() -> str:

@@ -157,10 +157,10 @@ def test_full_disk_answers_storage_full_and_the_store_recovers_when_space_return
 
     # Nothing acknowledged was lost, nothing refused was written (the refused
     # content exists once: the write after recovery), and the file is sound.
-    stored = {r[0] for r in rows(config["storage.path"], "SELECT id FROM memories")}
+    stored = {r[0] for r in rows(config.storage.path, "SELECT id FROM memories")}
     assert stored == acked
-    assert scalar(config["storage.path"], "PRAGMA integrity_check") == "ok"
-    assert scalar(config["storage.path"], "SELECT count(*) FROM memories_fts") == len(acked)
+    assert scalar(config.storage.path, "PRAGMA integrity_check") == "ok"
+    assert scalar(config.storage.path, "SELECT count(*) FROM memories_fts") == len(acked)
     assert admin.GetStoreDiagnostics(admin_pb2.GetStoreDiagnosticsRequest()).data_dir_free_bytes > (
         1 << 20
     )

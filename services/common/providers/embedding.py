@@ -14,13 +14,13 @@ from typing import Any, Protocol
 
 import httpx
 
-from services.common.config import Config, ConfigError
+from services.common.config import LOCAL_EMBEDDING_MODEL, Config
 from services.common.providers.errors import (
     ProviderUnavailable,
 )
 from services.common.providers.http import HttpProvider
 
-LOCAL_MODEL = "all-MiniLM-L6-v2"
+LOCAL_MODEL = LOCAL_EMBEDDING_MODEL
 
 
 class EmbeddingProvider(Protocol):
@@ -55,12 +55,10 @@ class LocalEmbedding:
 
     kind = "local"
 
-    def __init__(self, model: str = LOCAL_MODEL, threads: int = 2) -> None:
-        if model != LOCAL_MODEL:
-            raise ConfigError(
-                f"providers.embedding.model: the local provider ships only {LOCAL_MODEL}, not {model!r}"
-            )
-        self.model = model
+    # configuring another model with kind local stops start-up (services/common/config.py)
+    model = LOCAL_MODEL
+
+    def __init__(self, threads: int = 2) -> None:
         self._threads = threads
         self._encoder: Any = None
         self._lock = threading.Lock()
@@ -176,14 +174,14 @@ class OpenAIEmbedding(_HttpEmbedding):
 
 
 def embedding_provider(config: Config) -> EmbeddingProvider:
-    kind = config["providers.embedding.kind"]
-    model = config["providers.embedding.model"]
+    kind = config.providers.embedding.kind
+    model = config.providers.embedding.model
     if kind == "none":
         return NoEmbedding()
     if kind == "local":
-        return LocalEmbedding(model)
-    timeout_ms = config["providers.embedding.timeout_ms"]
-    base_url = config["providers.embedding.base_url"]
+        return LocalEmbedding()
+    timeout_ms = config.providers.embedding.timeout_ms
+    base_url = config.providers.embedding.base_url
     if kind == "ollama":
         return OllamaEmbedding(base_url, model, timeout_ms)
     return OpenAIEmbedding(base_url, model, timeout_ms)

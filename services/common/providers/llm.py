@@ -21,14 +21,14 @@ from typing import Any, Protocol
 
 import httpx
 
-from services.common.config import Config
+from services.common.config import Config, PipelineV2Settings
 from services.common.providers.errors import (
     ProviderError,
     ProviderUnavailable,
 )
 from services.common.providers.http import HttpProvider
 
-_SEED_DEFAULTS = {"model": "qwen3:4b", "timeout_ms": 45000}
+_SEED_DEFAULTS = PipelineV2Settings()
 
 
 class LlmUnreachable(ProviderUnavailable):
@@ -62,17 +62,18 @@ def llm_settings(config: Config) -> LlmSettings:
     """`providers.llm.*`, except that seed 000's `memory.pipelineV2.extractionModel`
     and `extractionTimeout` win when they were changed from the seed's defaults
     (both keys configure the same thing; the seed's names must keep working)."""
-    seed_model = config["memory.pipelineV2.extractionModel"]
-    seed_timeout = config["memory.pipelineV2.extractionTimeout"]
-    model_changed = seed_model != _SEED_DEFAULTS["model"]
-    timeout_changed = seed_timeout != _SEED_DEFAULTS["timeout_ms"]
+    seed_model = config.memory.pipelineV2.extractionModel
+    seed_timeout = config.memory.pipelineV2.extractionTimeout
+    model_changed = seed_model != _SEED_DEFAULTS.extractionModel
+    timeout_changed = seed_timeout != _SEED_DEFAULTS.extractionTimeout
+    llm = config.providers.llm
     return LlmSettings(
-        kind=config["providers.llm.kind"],
-        base_url=config["providers.llm.base_url"].rstrip("/"),
-        model=seed_model if model_changed else config["providers.llm.model"],
-        timeout_ms=seed_timeout if timeout_changed else config["providers.llm.timeout_ms"],
-        api_key=config["providers.llm.api_key"],
-        concurrency=config["providers.llm.concurrency"],
+        kind=llm.kind,
+        base_url=llm.base_url.rstrip("/"),
+        model=seed_model if model_changed else llm.model,
+        timeout_ms=seed_timeout if timeout_changed else llm.timeout_ms,
+        api_key=llm.api_key,
+        concurrency=llm.concurrency,
     )
 
 

@@ -9,40 +9,39 @@ target, so an LLM cannot talk it into anything.
 
 from __future__ import annotations
 
-import re
+from itertools import pairwise
+
+from services.common.text import STOP_WORDS, words
 
 MIN_SHARED_TOKENS = 2
 
-_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-
 NEGATIONS = frozenset(
+    {"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot"}
+)
+# The shared tokeniser splits "doesn't" into "doesn" + "t": these stems followed
+# by "t" are a negation ("won" and "can" alone are words of their own).
+_NOT_CONTRACTED = frozenset(
     {
-        "not",
-        "no",
-        "never",
-        "none",
-        "nobody",
-        "nothing",
-        "neither",
-        "nor",
-        "without",
-        "cannot",
-        "can't",
-        "don't",
-        "doesn't",
-        "didn't",
-        "isn't",
-        "aren't",
-        "wasn't",
-        "weren't",
-        "won't",
-        "wouldn't",
-        "shouldn't",
-        "couldn't",
-        "haven't",
-        "hasn't",
-        "hadn't",
-        "mustn't",
+        "can",
+        "don",
+        "doesn",
+        "didn",
+        "isn",
+        "aren",
+        "wasn",
+        "weren",
+        "won",
+        "wouldn",
+        "shouldn",
+        "couldn",
+        "haven",
+        "hasn",
+        "hadn",
+        "mustn",
+        "needn",
+        "mightn",
+        "shan",
+        "ain",
     }
 )
 
@@ -78,93 +77,12 @@ ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
     ("prefers", "avoids"),
 )
 
-# Words that carry no topic: sharing them does not make two texts about the
-# same thing. Negations and antonyms are excluded too, so "not" + "the" never
-# count as overlap.
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "and",
-        "or",
-        "but",
-        "if",
-        "then",
-        "of",
-        "to",
-        "in",
-        "at",
-        "by",
-        "for",
-        "with",
-        "from",
-        "as",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "am",
-        "it",
-        "its",
-        "this",
-        "that",
-        "these",
-        "those",
-        "i",
-        "you",
-        "he",
-        "she",
-        "we",
-        "they",
-        "me",
-        "him",
-        "her",
-        "us",
-        "them",
-        "my",
-        "your",
-        "his",
-        "our",
-        "their",
-        "do",
-        "does",
-        "did",
-        "has",
-        "have",
-        "had",
-        "will",
-        "would",
-        "should",
-        "can",
-        "could",
-        "may",
-        "might",
-        "must",
-        "so",
-        "than",
-        "too",
-        "very",
-        "just",
-        "also",
-        "about",
-        "into",
-        "over",
-        "under",
-    ]
-)
-
-
-def tokens(text: str) -> list[str]:
-    """Lower-cased word tokens, apostrophe contractions kept whole."""
-    return _TOKEN.findall(text.lower().replace("\u2019", "'"))
-
 
 def negated(text: str) -> bool:
-    return any(t in NEGATIONS for t in tokens(text))
+    said = words(text)
+    return any(t in NEGATIONS for t in said) or any(
+        stem in _NOT_CONTRACTED and t == "t" for stem, t in pairwise(said)
+    )
 
 
 def _polar_words() -> frozenset[str]:
@@ -175,9 +93,10 @@ _POLAR = _polar_words()
 
 
 def content_tokens(text: str) -> set[str]:
-    """The topic-bearing tokens: no stopwords, negations or antonym words."""
+    """The topic-bearing tokens: no stop words, negations or antonym words
+    (sharing those does not make two texts about the same thing)."""
     return {
-        t for t in tokens(text) if t not in _STOPWORDS and t not in NEGATIONS and t not in _POLAR
+        t for t in words(text) if t not in STOP_WORDS and t not in NEGATIONS and t not in _POLAR
     }
 
 
@@ -188,7 +107,7 @@ def shared_tokens(a: str, b: str) -> set[str]:
 def antonym_conflict(a: str, b: str) -> bool:
     """One text uses one side of a pair and the other the opposite side (and
     not both sides themselves)."""
-    left, right = set(tokens(a)), set(tokens(b))
+    left, right = set(words(a)), set(words(b))
     for x, y in ANTONYM_PAIRS:
         if (x in left and y in right and y not in left and x not in right) or (
             y in left and x in right and x not in left and y not in right

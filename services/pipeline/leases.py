@@ -8,6 +8,11 @@ draws a fresh instance id. Before its first lease a worker asks the store to
 release the leases its name holds under any other instance id: a pipeline killed
 with SIGKILL gets its in-flight jobs back as soon as it restarts, instead of after
 the lease timeout plus the reaper's interval.
+
+While a worker holds a job it renews the lease (`run_renewing`, the one renewal
+loop); when the store says the lease is gone, the work is cancelled at once, so
+a worker whose job was reaped stops spending provider calls on it and writes
+nothing more.
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ import asyncio
 import logging
 import socket
 import uuid
+from collections.abc import Awaitable
+from typing import TypeVar
+
+import grpc
 
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
@@ -24,6 +33,11 @@ from services.common.config import Config, ConfigError
 log = logging.getLogger("engram.pipeline.leases")
 
 MAX_INSTANCE_NAME_CHARS = 180
+T = TypeVar("T")
+
+
+class LeaseLost(Exception):
+    """The store no longer recognises our lease: the job is someone else's now."""
 
 
 def instance_name(config: Config, port: int) -> str:
@@ -83,3 +97,31 @@ def worker_identities(
     """One identity per worker kind (`<name>/<kind>`), sharing this process's instance id."""
     instance_id = new_instance_id()
     return {kind: LeaseIdentity(jobs, f"{name}/{kind}", instance_id) for kind in kinds}
+
+
+async def run_renewing(
+    jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
+    lease: jq.JobLease,
+    work: Awaitable[T],
+    every_s: float,
+) -> T:
+    """`work`'s result, renewing `lease` every `every_s` while it runs. Raises
+    LeaseLost (after cancelling `work`) when a renewal finds the lease gone; a
+    renewal the store cannot answer is retried at the next tick."""
+    task: asyncio.Future[T] = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
+                return task.result()
+            try:
+                renewed = await jobs.RenewLeases(jq.RenewLeasesRequest(leases=[lease]))
+            except grpc.aio.AioRpcError as exc:
+                log.warning("lease renewal failed", extra={"error": exc.code().name})
+                continue
+            if renewed.outcomes[0] != jq.LEASE_OUTCOME_OK:
+                raise LeaseLost()
+    finally:
+        if not task.done():  # lease lost, or the worker itself is being stopped
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -11,38 +11,12 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from services.common.text import STOP_WORDS, words
+from services.common.text import NOT_STEMS, STOP_WORDS, words
 
 MIN_SHARED_TOKENS = 2
 
 NEGATIONS = frozenset(
     {"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot"}
-)
-# The shared tokeniser splits "doesn't" into "doesn" + "t": these stems followed
-# by "t" are a negation ("won" and "can" alone are words of their own).
-_NOT_CONTRACTED = frozenset(
-    {
-        "can",
-        "don",
-        "doesn",
-        "didn",
-        "isn",
-        "aren",
-        "wasn",
-        "weren",
-        "won",
-        "wouldn",
-        "shouldn",
-        "couldn",
-        "haven",
-        "hasn",
-        "hadn",
-        "mustn",
-        "needn",
-        "mightn",
-        "shan",
-        "ain",
-    }
 )
 
 ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
@@ -81,7 +55,8 @@ ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
 def negated(text: str) -> bool:
     said = words(text)
     return any(t in NEGATIONS for t in said) or any(
-        stem in _NOT_CONTRACTED and t == "t" for stem, t in pairwise(said)
+        stem in NOT_STEMS and t == "t"
+        for stem, t in pairwise(said)  # "isn" + "t"
     )
 
 

@@ -135,15 +135,10 @@ class DocumentWorker:
 
     async def run_once(self) -> bool:
         """Lease and ingest one document; False when none is due."""
-        await self._identity.release_prior_instances()
-        leased = await self._jobs.LeaseJobs(
-            jq.LeaseJobsRequest(
-                job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1, holder=self._identity.holder
-            )
-        )
-        if not leased.jobs:
+        leased = await self._identity.lease(jq.JOB_TYPE_DOCUMENT_INGEST, 1)
+        if not leased:
             return False
-        job = leased.jobs[0]
+        job = leased[0]
         self.status.state = "busy"
         lease = jq.JobLease(job_id=job.id, lease_token=job.lease_token)
         try:

@@ -133,18 +133,13 @@ class ExtractWorker:
 
     async def run_once(self) -> bool:
         """Lease and process one job; False when none was due."""
-        await self._identity.release_prior_instances()
-        leased = await self._jobs.LeaseJobs(
-            jq.LeaseJobsRequest(
-                job_type=jq.JOB_TYPE_EXTRACT, max_jobs=1, holder=self._identity.holder
-            )
-        )
-        if not leased.jobs:
+        leased = await self._identity.lease(jq.JOB_TYPE_EXTRACT, 1)
+        if not leased:
             return False
         self._busy += 1
         self.status.state = "busy"
         try:
-            await self._process(leased.jobs[0])
+            await self._process(leased[0])
         finally:
             self._busy -= 1
         return True

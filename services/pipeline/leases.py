@@ -90,6 +90,15 @@ class LeaseIdentity:
                 extra={"worker": self.holder.worker_name, "released": response.released_count},
             )
 
+    async def lease(self, job_type: jq.JobType.ValueType, max_jobs: int) -> list[jq.Job]:
+        """Up to `max_jobs` due jobs of `job_type`, leased under this holder (after
+        releasing a previous instance's leases, the first time)."""
+        await self.release_prior_instances()
+        leased = await self._jobs.LeaseJobs(
+            jq.LeaseJobsRequest(job_type=job_type, max_jobs=max_jobs, holder=self.holder)
+        )
+        return list(leased.jobs)
+
 
 def worker_identities(
     jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub, name: str, kinds: tuple[str, ...]

@@ -1,26 +1,38 @@
-"""The one FTS5 query builder: user text in, a MATCH expression that cannot fail.
+"""The one FTS5 MATCH builder: user text in, a MATCH expression that cannot fail.
 
-Every term is extracted as a run of letters/digits and emitted as a quoted FTS5
-string, so no user input (quotes, operators, column filters, parentheses, NEAR,
-stray `*`) can ever produce an FTS5 syntax error.
+Terms are the words of services.common.text (the tokens FTS5's unicode61 makes),
+each emitted as a quoted FTS5 string, so no user input (quotes, operators,
+column filters, parentheses, NEAR, stray `*`) can ever produce an FTS5 syntax
+error.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterable
 
-_TERM = re.compile(r"[^\W_]+", re.UNICODE)
+from services.common.text import distinct_words
+
 MAX_TERMS = 64
 
 
 def fts_terms(text: str) -> list[str]:
-    """Distinct lower-cased terms in order of first appearance."""
-    seen: dict[str, None] = {}
-    for match in _TERM.finditer(text.lower()):
-        seen.setdefault(match.group(0), None)
-        if len(seen) >= MAX_TERMS:
-            break
-    return list(seen)
+    """Distinct lower-cased terms in order of first appearance, at most MAX_TERMS."""
+    return distinct_words(text, MAX_TERMS)
+
+
+def quoted(term: str) -> str:
+    """One term as an FTS5 string (a phrase of its tokens), whatever it holds."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def any_of(expressions: Iterable[str]) -> str:
+    """Matches a document matching any of `expressions` (quoted terms or groups)."""
+    return " OR ".join(expressions)
+
+
+def all_of(expressions: Iterable[str]) -> str:
+    """Matches a document matching every one of `expressions`, each grouped."""
+    return " AND ".join(f"({e})" for e in expressions)
 
 
 def build_fts_query(text: str, *, match_all: bool) -> str | None:
@@ -29,8 +41,7 @@ def build_fts_query(text: str, *, match_all: bool) -> str | None:
     match_all=True requires every term (for destructive selection, e.g. forget);
     match_all=False matches any term, ranked by BM25 (for recall).
     """
-    terms = fts_terms(text)
+    terms = [quoted(term) for term in fts_terms(text)]
     if not terms:
         return None
-    joiner = " AND " if match_all else " OR "
-    return joiner.join(f'"{term}"' for term in terms)
+    return all_of(terms) if match_all else any_of(terms)

@@ -50,18 +50,25 @@ class MaintenanceApp:
 
 
 def schedules(config: Config, worker: MaintenanceWorker) -> list[asyncio.Task[Any]]:
-    """The maintenance cycle and the retention sweep on their intervals, or
-    nothing when autonomous maintenance is disabled or frozen."""
-    if not schedule_enabled(config):
-        return []
-    return [
-        asyncio.create_task(
-            run_every(config.memory.pipelineV2.maintenanceIntervalMs / 1000, worker.cycle, "cycle")
-        ),
+    """The retention sweep every `retention.interval_ms`, always (seeds 000, 002:
+    it runs on its own, so tombstones and history never grow without bound), and
+    the maintenance cycle every `maintenanceIntervalMs` when autonomous
+    maintenance is enabled and not frozen. Each runs once at start: a service
+    restarted more often than its interval still does the work."""
+    tasks = [
         asyncio.create_task(
             run_every(config.retention.interval_ms / 1000, worker.retention, "retention")
-        ),
+        )
     ]
+    if schedule_enabled(config):
+        tasks.append(
+            asyncio.create_task(
+                run_every(
+                    config.memory.pipelineV2.maintenanceIntervalMs / 1000, worker.cycle, "cycle"
+                )
+            )
+        )
+    return tasks
 
 
 async def start_maintenance(
@@ -86,6 +93,6 @@ async def start_maintenance(
     background = schedules(config, worker)
     log.info(
         "maintenance serving",
-        extra={"port": server.port, "autonomous": bool(background)},
+        extra={"port": server.port, "autonomous": schedule_enabled(config)},
     )
     return MaintenanceApp(server, [store_channel, pipeline_channel], worker, background)

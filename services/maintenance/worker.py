@@ -3,8 +3,9 @@
 A cycle is: diagnostics → recommendations → (execute mode) each repair through
 its rate limit and halt tracker, with the score measured again after each one
 so the halt tracker judges the action that ran → the health delta. Cycles run
-one at a time. The schedules only start when autonomous maintenance is enabled
-and not frozen; `cycle()` and `retention()` stay callable on demand.
+one at a time. The cycle's schedule only starts when autonomous maintenance is
+enabled and not frozen; the retention sweep's always does (services/maintenance/
+app.py `schedules`). `cycle()` and `retention()` stay callable on demand.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def rate_policies(config: Config) -> dict[str, RatePolicy]:
 
 
 def schedule_enabled(config: Config) -> bool:
-    """Seed 000: the interval never starts unless autonomousEnabled and not autonomousFrozen."""
+    """Seed 000: the maintenance cycle's interval never starts unless
+    autonomousEnabled and not autonomousFrozen (retention does not depend on it)."""
     return bool(
         config.memory.pipelineV2.autonomousEnabled and not config.memory.pipelineV2.autonomousFrozen
     )
@@ -95,6 +97,7 @@ class MaintenanceWorker:
         self._mode = configured_mode
         self._clock = clock
         self._lock = asyncio.Lock()
+        self.retention_runs = 0  # sweeps attempted (scheduled or asked for), done or failed
         self._repairs: dict[str, Callable[[], Awaitable[int]]] = {
             dx.REQUEUE_DEAD_JOBS: store.requeue_dead_jobs,
             dx.RELEASE_STALE_LEASES: store.release_stale_leases,
@@ -123,7 +126,10 @@ class MaintenanceWorker:
             return CycleResult(mode, before, tuple(results), current)
 
     async def retention(self) -> list[SweptStep]:
-        return await self._store.sweep_retention()
+        try:
+            return await self._store.sweep_retention()
+        finally:
+            self.retention_runs += 1
 
     async def _run(self, action: str, current: dx.Report) -> tuple[ActionResult, dx.Report]:
         """One guarded repair; returns its result and the report after it."""

@@ -4,8 +4,10 @@ A fixed-interval loop (`documentWorkerIntervalMs`; a document created through
 the pipeline wakes it at once) leases `document_ingest` jobs one at a time and
 walks each through `extracting` → `chunking` → `embedding` → `indexing` →
 `done`. Chunks alternate: embed one (outside any transaction), then the store
-writes it in its own transaction. The lease is renewed while it works, and a
-lost lease stops the document at once: every store call checks the token.
+writes it in its own transaction. The lease is renewed while it works
+(services.pipeline.leases.run_renewing), and a lost lease stops the document at
+once: a renewal that finds it gone cancels the work, wherever it is (a slow
+fetch, an embedding call), and every store call checks the token besides.
 
 Any failure (HTTP status, size cap, connection refused, no text) is a failed
 attempt: the store retries it with backoff and, after `workerMaxRetries`
@@ -30,6 +32,7 @@ from engram.store.v1 import documents_pb2 as dpb
 from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc
 from engram.store.v1 import job_queue_pb2 as jq
 from services.common import clock
+from services.common.backoff import backoff_s
 from services.common.config import Config
 from services.common.normalize import normalize_content
 from services.common.providers.embedding import EmbeddingProvider
@@ -42,15 +45,10 @@ from services.pipeline.documents import (
     fetch_url,
     new_http_client,
 )
-from services.pipeline.embed_worker import backoff_delay
-from services.pipeline.leases import LeaseIdentity
+from services.pipeline.leases import LeaseIdentity, LeaseLost, run_renewing
 from services.pipeline.status import WorkerStatus
 
 log = logging.getLogger("engram.pipeline.documents")
-
-
-class LeaseLost(Exception):
-    """The store no longer recognises our lease: stop writing."""
 
 
 class DocumentWorker:
@@ -125,7 +123,7 @@ class DocumentWorker:
                 self.status.last_error = f"store unreachable: {exc.code().name}"
             if self._failures:
                 self.status.state = "backoff"
-                await asyncio.sleep(backoff_delay(self._failures))
+                await asyncio.sleep(backoff_s(self._failures))
                 continue
             self.status.state = "idle"
             self._wake.clear()
@@ -134,23 +132,18 @@ class DocumentWorker:
 
     async def run_once(self) -> bool:
         """Lease and ingest one document; False when none is due."""
-        await self._identity.release_prior_instances()
-        leased = await self._jobs.LeaseJobs(
-            jq.LeaseJobsRequest(
-                job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1, holder=self._identity.holder
-            )
-        )
-        if not leased.jobs:
+        leased = await self._identity.lease(job_pb2.JOB_TYPE_DOCUMENT_INGEST, 1)
+        if not leased:
             return False
-        job = leased.jobs[0]
+        job = leased[0]
         self.status.state = "busy"
         lease = jq.JobLease(job_id=job.id, lease_token=job.lease_token)
-        renewer = asyncio.create_task(self._renew(lease))
         try:
-            await self._ingest(lease)
+            await run_renewing(self._jobs, lease, self._ingest(lease), self._renew_s)
             self.status.completed += 1
             self._failures = 0
         except LeaseLost:
+            self.status.last_error = "document lease lost; ingest stopped"
             log.warning("document lease lost; stopped", extra={"job_id": job.id})
         except grpc.aio.AioRpcError as exc:
             if error_reason(exc) != "MUTATIONS_FROZEN":
@@ -169,9 +162,6 @@ class DocumentWorker:
             log.warning("document ingest failed", extra={"job_id": job.id, "error": error})
             await self._publish_current(job.document_id, job.namespace)
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
             self.status.last_batch_at = clock.now_text()
         return True
 
@@ -234,12 +224,6 @@ class DocumentWorker:
             )
             return []
         return vector
-
-    async def _renew(self, lease: jq.JobLease) -> None:
-        while True:
-            await asyncio.sleep(self._renew_s)
-            with contextlib.suppress(grpc.aio.AioRpcError):
-                await self._jobs.RenewLeases(jq.RenewLeasesRequest(leases=[lease]))
 
     async def _publish_current(self, document_id: str, namespace: str) -> None:
         """After a failed attempt the store set `queued` or `failed`: tell watchers."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 
 import grpc
 
@@ -20,22 +19,13 @@ from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
 from services.common import clock
+from services.common.backoff import backoff_s
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.pipeline.leases import LeaseIdentity
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
 log = logging.getLogger("engram.pipeline.embed")
-
-BACKOFF_BASE_S = 1.0
-BACKOFF_MAX_S = 30.0
-BACKOFF_JITTER_S = 0.5
-
-
-def backoff_delay(consecutive_failures: int) -> float:
-    return min(
-        BACKOFF_BASE_S * 2 ** max(consecutive_failures - 1, 0), BACKOFF_MAX_S
-    ) + random.uniform(0, BACKOFF_JITTER_S)
 
 
 class EmbedWorker:
@@ -70,7 +60,7 @@ class EmbedWorker:
                 worked = False
             if self._failures:
                 self.status.state = "backoff"
-                await asyncio.sleep(backoff_delay(self._failures))
+                await asyncio.sleep(backoff_s(self._failures))
             elif not worked:
                 self.status.state = "idle"
                 await asyncio.sleep(self._poll_s)

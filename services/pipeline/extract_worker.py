@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 
@@ -30,15 +29,15 @@ from engram.common.v1 import job_pb2
 from engram.store.v1 import job_queue_pb2 as jq
 from engram.store.v1 import job_queue_pb2_grpc
 from services.common import clock
+from services.common.backoff import backoff_s
 from services.common.config import Config
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.llm import LlmUnreachable
 from services.common.remote_errors import error_reason
 from services.pipeline.decision import CandidatesUnavailable, Decider, Proposal
-from services.pipeline.embed_worker import backoff_delay
 from services.pipeline.extraction import ExtractionResult, Extractor
-from services.pipeline.leases import LeaseIdentity
+from services.pipeline.leases import LeaseIdentity, LeaseLost, run_renewing
 from services.pipeline.llm_json import LlmOutputInvalid
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
@@ -77,10 +76,6 @@ class _Analysis:
     proposals: list[Proposal]
     warnings: list[str]
     vectors: dict[str, list[float]]
-
-
-class _LeaseLost(Exception):
-    """The renewal found the lease gone: the job belongs to someone else now."""
 
 
 class _Release(Exception):
@@ -139,18 +134,13 @@ class ExtractWorker:
 
     async def run_once(self) -> bool:
         """Lease and process one job; False when none was due."""
-        await self._identity.release_prior_instances()
-        leased = await self._jobs.LeaseJobs(
-            jq.LeaseJobsRequest(
-                job_type=job_pb2.JOB_TYPE_EXTRACT, max_jobs=1, holder=self._identity.holder
-            )
-        )
-        if not leased.jobs:
+        leased = await self._identity.lease(job_pb2.JOB_TYPE_EXTRACT, 1)
+        if not leased:
             return False
         self._busy += 1
         self.status.state = "busy"
         try:
-            await self._process(leased.jobs[0])
+            await self._process(leased[0])
         finally:
             self._busy -= 1
         return True
@@ -160,8 +150,10 @@ class ExtractWorker:
     async def _process(self, job: jq.Job) -> None:
         lease = jq.JobLease(job_id=job.id, lease_token=job.lease_token)
         try:
-            analysis = await self._with_renewal(lease, self._analyse(job))
-        except _LeaseLost:
+            analysis = await run_renewing(
+                self._jobs, lease, self._analyse(job), self._settings.renew_every_s
+            )
+        except LeaseLost:
             self._lease_lost(job, "lease lost while the LLM ran; result discarded")
             return
         except (LlmUnreachable, CandidatesUnavailable) as exc:
@@ -184,26 +176,6 @@ class ExtractWorker:
         warnings = extraction.warnings + decisions.warnings
         vectors = await self._prefetch_vectors(decisions.proposals, warnings)
         return _Analysis(extraction, decisions.proposals, warnings, vectors)
-
-    async def _with_renewal(self, lease: jq.JobLease, work: Any) -> _Analysis:
-        """Run `work` while renewing the lease; a lost lease cancels the work."""
-        task: asyncio.Task[_Analysis] = asyncio.ensure_future(work)
-        try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=self._settings.renew_every_s)
-                if done:
-                    return task.result()
-                try:
-                    renewed = await self._jobs.RenewLeases(jq.RenewLeasesRequest(leases=[lease]))
-                except grpc.aio.AioRpcError as exc:
-                    log.warning("lease renewal failed", extra={"error": exc.code().name})
-                    continue
-                if renewed.outcomes[0] != jq.LEASE_OUTCOME_OK:
-                    raise _LeaseLost()
-        finally:
-            if not task.done():  # lease lost, or the worker itself is being stopped
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
 
     async def _prefetch_vectors(
         self, proposals: list[Proposal], warnings: list[str]
@@ -279,7 +251,7 @@ class ExtractWorker:
         """Every failure lengthens the shared backoff; a completion resets it."""
         self._failures += 1
         self.status.last_error = error
-        delay = backoff_delay(self._failures)
+        delay = backoff_s(self._failures)
         self._resume_at = max(self._resume_at, asyncio.get_running_loop().time() + delay)
         log.warning(
             "extract worker backing off",

@@ -149,7 +149,9 @@ async def start_search(
     reranker: Reranker | None = None
     if config.memory.pipelineV2.rerankerEnabled:
         reranker = HttpReranker(
-            config.providers.reranker.base_url, config.memory.pipelineV2.rerankerModel
+            config.providers.reranker.base_url,
+            config.memory.pipelineV2.rerankerModel,
+            config.memory.pipelineV2.rerankerTimeoutMs,
         )
     vector_cache = VectorCache(path, busy_timeout_ms=config.storage.busy_timeout_ms)
     recaller = Recaller(

@@ -16,9 +16,9 @@ from datetime import datetime
 
 from services.common import clock
 from services.common.db import Reads
+from services.common.importance import effective_importance
 from services.search import queries
 from services.search.scoring import Candidate
-from services.store.rules import effective_importance as pinned_importance
 
 SECONDS_PER_DAY = 86400.0
 
@@ -37,7 +37,7 @@ def decayed_importance(
     decay_rate: float,
 ) -> float:
     if pinned:
-        return pinned_importance(True, base)
+        return effective_importance(True, base)
     return base * decay_rate ** days_since(last_accessed or created_at, now)
 
 

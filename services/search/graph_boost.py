@@ -1,6 +1,6 @@
 """Graph-augmented search (seed 000 "Graph-Augmented Search").
 
-Query tokens find entities, entities reach their one-hop neighbours, and both
+Query words find entities, entities reach their one-hop neighbours, and both
 lead to the memories that mention them. The lookup is bounded by a deadline
 checked after each step (it returns what it has, marked timed out) and any
 failure yields an empty set: the boost is additive, so recall is never worse
@@ -10,12 +10,12 @@ for the graph being slow or broken.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass
 
 from services.common.db import Reads
 from services.common.memory_filter import MemoryFilterSpec
+from services.common.text import unspaced, without_stop_words, words
 from services.search import graph_queries as queries
 
 log = logging.getLogger("engram.search.graph")
@@ -24,7 +24,6 @@ MAX_ENTITY_HITS = 20
 MAX_NEIGHBOURS = 50
 MAX_MEMORIES = 200
 MAX_TOKENS = 32
-_TOKEN = re.compile(r"[a-z0-9]{2,}")
 
 
 @dataclass(frozen=True)
@@ -35,8 +34,12 @@ class GraphBoost:
 
 
 def query_tokens(query: str) -> list[str]:
-    """Alphanumeric runs of 2+ characters, lower-cased, first occurrence order."""
-    return list(dict.fromkeys(_TOKEN.findall(query.lower())))[:MAX_TOKENS]
+    """The query's words (services.common.text) in first occurrence order,
+    without stop words; a single character is too little to name an entity,
+    except in a script written without spaces (one ideograph can be a word)."""
+    distinct = dict.fromkeys(words(query))
+    named = [w for w in without_stop_words(distinct) if len(w) > 1 or unspaced(w)]
+    return named[:MAX_TOKENS]
 
 
 async def graph_boost(
@@ -50,7 +53,9 @@ async def graph_boost(
         seeds = [
             row[0]
             for row in await reads.fetch_all(
-                queries.matching_entities(namespace, tokens, MAX_ENTITY_HITS)
+                queries.matching_entities(
+                    namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
+                )
             )
         ]
         if not seeds:

@@ -21,13 +21,18 @@ def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" * len(values))
 
 
-def matching_entities(namespace: str, tokens: Sequence[str], limit: int) -> Query:
-    """Entities whose canonical name contains any token, most mentioned first."""
-    likes = " OR ".join("canonical_name LIKE ? ESCAPE '\\'" for _ in tokens)
+def matching_entities(
+    namespace: str, tokens: Sequence[str], unspaced: Sequence[str], limit: int
+) -> Query:
+    """Entities whose canonical name contains any token, or stands inside any of
+    the `unspaced` tokens (several words run together: "東京に行きたい" holds
+    the entity "東京"), most mentioned first."""
+    tests = ["canonical_name LIKE ? ESCAPE '\\'" for _ in tokens]
+    tests += ["instr(?, canonical_name) > 0" for _ in unspaced]
     return (
-        f"SELECT id FROM entities WHERE namespace = ? AND ({likes}) "
-        "ORDER BY mentions DESC, id LIMIT ?",
-        [namespace, *(like_pattern(t) for t in tokens), limit],
+        f"SELECT id FROM entities WHERE namespace = ? AND canonical_name <> '' "
+        f"AND ({' OR '.join(tests)}) ORDER BY mentions DESC, id LIMIT ?",
+        [namespace, *(like_pattern(t) for t in tokens), *unspaced, limit],
     )
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from services.common import clock
 from services.common.db import ReadPool, Reads
 from services.common.errors import InvalidArgument
+from services.common.fts import all_of, any_of, quoted
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.vectors import normalized_f32
@@ -271,7 +272,7 @@ class Recaller:
         self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
     ) -> list[tuple[int, float]]:
         """(rowid, score) best first: BM25 with the searched collection's IDF."""
-        matches = [f'"{term}"' for term in keyword_terms(query)]
+        matches = [quoted(term) for term in keyword_terms(query)]
         if not matches:
             return []
         depth = self._params.channel_depth
@@ -321,10 +322,10 @@ class Recaller:
             common = [m for m in matches if m not in rare]
             if common and any(counts[m] for m in rare):
                 rare_only, with_common = await asyncio.gather(
-                    reads.fetch_all(queries.whole_index_keyword_top(" OR ".join(rare), depth)),
+                    reads.fetch_all(queries.whole_index_keyword_top(any_of(rare), depth)),
                     reads.fetch_all(
                         queries.whole_index_keyword_top(
-                            f"({' OR '.join(rare)}) AND ({' OR '.join(common)})", depth
+                            all_of([any_of(rare), any_of(common)]), depth
                         )
                     ),
                 )
@@ -334,7 +335,7 @@ class Recaller:
                 scores.update((row[0], row[1]) for row in with_common)
                 ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
                 return ranked[:depth]
-        rows = await reads.fetch_all(queries.whole_index_keyword_top(" OR ".join(matches), depth))
+        rows = await reads.fetch_all(queries.whole_index_keyword_top(any_of(matches), depth))
         return [(row[0], row[1]) for row in rows]
 
     async def _term_document_counts(self, reads: Reads, matches: list[str]) -> dict[str, int]:

@@ -10,7 +10,8 @@ from typing import Protocol
 
 import httpx
 
-from services.common.providers.errors import ProviderError, describe_http_error
+from services.common.providers.errors import ProviderError, ProviderUnavailable
+from services.common.providers.http import HttpProvider
 
 log = logging.getLogger("engram.search.rerank")
 
@@ -21,35 +22,38 @@ class Reranker(Protocol):
     async def close(self) -> None: ...
 
 
-class HttpReranker:
+class HttpReranker(HttpProvider):
     """The `/v1/rerank` protocol shared by llama.cpp server, TEI, Jina and Cohere:
-    {model, query, documents} -> {results: [{index, relevance_score}]}."""
+    {model, query, documents} -> {results: [{index, relevance_score}]}. Statuses
+    follow the providers' one rule (services.common.providers.http): 5xx and 429
+    are ProviderUnavailable, other 4xx ProviderError; so are a refused
+    connection and a call past `timeout_ms` (memory.pipelineV2.rerankerTimeoutMs)."""
 
-    def __init__(self, base_url: str, model: str) -> None:
-        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"))
-        self._model = model
+    kind = "reranker"
+
+    def __init__(self, base_url: str, model: str, timeout_ms: int) -> None:
+        super().__init__(base_url, timeout_ms)
+        self.model = model
+        self.timeout_ms = timeout_ms
 
     async def scores(self, query: str, documents: Sequence[str]) -> list[float]:
         try:
             response = await self._client.post(
                 "/v1/rerank",
-                json={"model": self._model, "query": query, "documents": list(documents)},
+                json={"model": self.model, "query": query, "documents": list(documents)},
             )
+        except httpx.TimeoutException as exc:
+            raise ProviderUnavailable(f"reranker exceeded {self.timeout_ms} ms") from exc
         except httpx.HTTPError as exc:
-            raise ProviderError(f"reranker unreachable: {exc!r}") from exc
-        if response.status_code >= 400:
-            raise ProviderError(describe_http_error(response.status_code, response.text))
+            raise ProviderUnavailable(f"reranker unreachable: {exc!r}") from exc
+        body = self.json_body(response, malformed=ProviderError, what="reranker")
         try:
-            results = response.json()["results"]
-            by_index = {int(r["index"]): float(r["relevance_score"]) for r in results}
+            by_index = {int(r["index"]): float(r["relevance_score"]) for r in body["results"]}
             return [by_index[i] for i in range(len(documents))]
         except (ValueError, KeyError, TypeError) as exc:
             raise ProviderError(
                 f"reranker returned an unusable body: {response.text[:200]}"
             ) from exc
-
-    async def close(self) -> None:
-        await self._client.aclose()
 
 
 async def rerank_head(
@@ -64,7 +68,10 @@ async def rerank_head(
         scores = await asyncio.wait_for(reranker.scores(query, head), timeout_s)
     except TimeoutError:
         return None, f"reranker exceeded {timeout_s * 1000:.0f} ms; fused order kept"
-    except ProviderError as exc:
-        log.warning("reranker failed", extra={"error": str(exc)})
-        return None, f"reranker failed ({exc}); fused order kept"
+    except ProviderUnavailable as exc:  # down or overloaded: worth asking again next time
+        log.warning("reranker unavailable", extra={"error": str(exc)})
+        return None, f"reranker unavailable ({exc}); fused order kept"
+    except ProviderError as exc:  # it refused what we sent: a configuration to fix
+        log.error("reranker rejected the request", extra={"error": str(exc)})
+        return None, f"reranker rejected the request ({exc}); fused order kept"
     return sorted(range(len(head)), key=lambda i: -scores[i]), ""

@@ -9,41 +9,14 @@ target, so an LLM cannot talk it into anything.
 
 from __future__ import annotations
 
-import re
+from itertools import pairwise
+
+from services.common.text import NOT_STEMS, STOP_WORDS, words
 
 MIN_SHARED_TOKENS = 2
 
-_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-
 NEGATIONS = frozenset(
-    {
-        "not",
-        "no",
-        "never",
-        "none",
-        "nobody",
-        "nothing",
-        "neither",
-        "nor",
-        "without",
-        "cannot",
-        "can't",
-        "don't",
-        "doesn't",
-        "didn't",
-        "isn't",
-        "aren't",
-        "wasn't",
-        "weren't",
-        "won't",
-        "wouldn't",
-        "shouldn't",
-        "couldn't",
-        "haven't",
-        "hasn't",
-        "hadn't",
-        "mustn't",
-    }
+    {"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot"}
 )
 
 ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
@@ -78,93 +51,13 @@ ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
     ("prefers", "avoids"),
 )
 
-# Words that carry no topic: sharing them does not make two texts about the
-# same thing. Negations and antonyms are excluded too, so "not" + "the" never
-# count as overlap.
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "and",
-        "or",
-        "but",
-        "if",
-        "then",
-        "of",
-        "to",
-        "in",
-        "at",
-        "by",
-        "for",
-        "with",
-        "from",
-        "as",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "am",
-        "it",
-        "its",
-        "this",
-        "that",
-        "these",
-        "those",
-        "i",
-        "you",
-        "he",
-        "she",
-        "we",
-        "they",
-        "me",
-        "him",
-        "her",
-        "us",
-        "them",
-        "my",
-        "your",
-        "his",
-        "our",
-        "their",
-        "do",
-        "does",
-        "did",
-        "has",
-        "have",
-        "had",
-        "will",
-        "would",
-        "should",
-        "can",
-        "could",
-        "may",
-        "might",
-        "must",
-        "so",
-        "than",
-        "too",
-        "very",
-        "just",
-        "also",
-        "about",
-        "into",
-        "over",
-        "under",
-    ]
-)
-
-
-def tokens(text: str) -> list[str]:
-    """Lower-cased word tokens, apostrophe contractions kept whole."""
-    return _TOKEN.findall(text.lower().replace("\u2019", "'"))
-
 
 def negated(text: str) -> bool:
-    return any(t in NEGATIONS for t in tokens(text))
+    said = words(text)
+    return any(t in NEGATIONS for t in said) or any(
+        stem in NOT_STEMS and t == "t"
+        for stem, t in pairwise(said)  # "isn" + "t"
+    )
 
 
 def _polar_words() -> frozenset[str]:
@@ -175,9 +68,10 @@ _POLAR = _polar_words()
 
 
 def content_tokens(text: str) -> set[str]:
-    """The topic-bearing tokens: no stopwords, negations or antonym words."""
+    """The topic-bearing tokens: no stop words, negations or antonym words
+    (sharing those does not make two texts about the same thing)."""
     return {
-        t for t in tokens(text) if t not in _STOPWORDS and t not in NEGATIONS and t not in _POLAR
+        t for t in words(text) if t not in STOP_WORDS and t not in NEGATIONS and t not in _POLAR
     }
 
 
@@ -188,7 +82,7 @@ def shared_tokens(a: str, b: str) -> set[str]:
 def antonym_conflict(a: str, b: str) -> bool:
     """One text uses one side of a pair and the other the opposite side (and
     not both sides themselves)."""
-    left, right = set(tokens(a)), set(tokens(b))
+    left, right = set(words(a)), set(words(b))
     for x, y in ANTONYM_PAIRS:
         if (x in left and y in right and y not in left and x not in right) or (
             y in left and x in right and x not in left and y not in right

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.common.errors import InvalidArgument, echo
+from services.common.importance import effective_importance
 from services.common.memory_record import MEMORY_TYPES
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
 
@@ -15,7 +16,6 @@ MAX_CONTENT_BYTES = 64 * 1024
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64
 DEFAULT_IMPORTANCE = 0.8
-PINNED_IMPORTANCE = 1.0
 MAX_TEXT_FIELD_CHARS = {"who": 256, "why": 1024, "source_type": 64, "source_id": 512}
 MAX_REASON_CHARS = 1024
 MAX_ACTOR_CHARS = 256
@@ -136,11 +136,6 @@ def check_reason(reason: str, field: str) -> str:
 
 def check_actor(actor: str, field: str = "actor") -> str:
     return check_text(actor, field, MAX_ACTOR_CHARS) or DEFAULT_ACTOR
-
-
-def effective_importance(pinned: bool, importance: float) -> float:
-    """Pinned memories always carry importance 1.0 (seed 002)."""
-    return PINNED_IMPORTANCE if pinned else importance
 
 
 def draft_memory(

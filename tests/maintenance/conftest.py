@@ -15,6 +15,7 @@ import pytest
 
 from admin_helpers import AdminStore, admin_store
 from engram.maintenance.v1 import maintenance_pb2_grpc
+from recall_helpers import wait_for
 from services.maintenance.app import MaintenanceApp, start_maintenance
 
 NO_PIPELINE = "127.0.0.1:1"  # nothing listens: the pipeline is unreachable
@@ -34,12 +35,21 @@ def maintained(
     start_pipeline_server: Callable[..., Any],
     make_config: Callable[..., Any],
 ) -> Iterator[Callable[..., Maintained]]:
-    """`maintained(pipeline=False, **overrides)`: store (+ pipeline) + maintenance
-    over one configuration; without a pipeline its address is unreachable."""
+    """`maintained(pipeline=False, prepare=None, **overrides)`: store (+ pipeline)
+    + maintenance over one configuration; without a pipeline its address is
+    unreachable. `prepare(st)` runs before maintenance starts. The retention
+    sweep that maintenance runs at start has finished (done or failed) when
+    this returns, so it never races a test."""
     started: list[tuple[Any, grpc.Channel]] = []
 
-    def build(pipeline: bool = False, **overrides: Any) -> Maintained:
+    def build(
+        pipeline: bool = False,
+        prepare: Callable[[AdminStore], Any] | None = None,
+        **overrides: Any,
+    ) -> Maintained:
         st = admin_store(start_store_server, make_config, **overrides)
+        if prepare is not None:
+            prepare(st)
         config = make_config(
             **{
                 "providers.embedding.kind": "none",
@@ -57,6 +67,8 @@ def maintained(
         channel = grpc.insecure_channel(f"127.0.0.1:{thread.app.port}")
         started.append((thread, channel))
         stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
+        if thread.app.background:
+            wait_for(lambda: thread.app.worker.retention_runs, what="the start-up retention sweep")
         return Maintained(st, stub, thread.app, thread)
 
     yield build

@@ -97,13 +97,14 @@ def test_observe_recommends_and_writes_nothing(maintained: Build) -> None:
     memory = m.st.remember("observe mode must not write")
     corrupt_fts(m.st, memory)
     before = m.st.snapshot()
+    audited = m.st.scalar("SELECT count(*) FROM maintenance_audit")  # the start-up sweep's
     result = run(m, OBSERVE)
     assert result.mode == OBSERVE
     assert [r.action for r in result.recommendations] == [FTS]
     assert list(result.actions) == []
     assert result.health_delta == 0 and result.score_after == result.score_before
     assert m.st.snapshot() == before
-    assert m.st.scalar("SELECT count(*) FROM maintenance_audit") == 0
+    assert m.st.scalar("SELECT count(*) FROM maintenance_audit") == audited
 
 
 def test_the_configured_mode_applies_when_the_request_names_none(maintained: Build) -> None:
@@ -254,15 +255,44 @@ def test_the_schedule_honours_autonomous_enabled_and_frozen(
     assert schedule_enabled(config) is runs
 
 
-def test_without_autonomy_the_service_starts_no_schedule(maintained: Build) -> None:
-    assert maintained().app.background == []
+def test_without_autonomy_only_the_retention_schedule_runs(maintained: Build) -> None:
+    assert len(maintained().app.background) == 1
     frozen = maintained(
         **{
             "memory.pipelineV2.autonomousEnabled": True,
             "memory.pipelineV2.autonomousFrozen": True,
         }
     )
-    assert frozen.app.background == []
+    assert len(frozen.app.background) == 1
+
+
+def test_retention_sweeps_on_its_own_with_autonomous_maintenance_off(maintained: Build) -> None:
+    """Seeds 000 and 002: the retention worker runs on its own schedule
+    (`retention.interval_ms`, first at start), whatever autonomousEnabled says."""
+    expired: list[str] = []
+
+    def tombstones(st: AdminStore) -> None:
+        old, recent = st.remember("a tombstone past its window"), st.remember("a fresh tombstone")
+        st.delete(old)
+        st.delete(recent)
+        st.age("memories", "deleted_at", 31, "id = ?", old)
+        st.age("memory_history", "created_at", 181, "memory_id = ?", old)
+        expired.extend([old, recent])
+
+    m = maintained(prepare=tombstones)  # autonomousEnabled defaults to false
+    old, recent = expired
+    wait_for(
+        lambda: (
+            m.st.scalar("SELECT count(*) FROM maintenance_audit WHERE action LIKE 'retention:%'")
+            == 6
+        ),
+        what="the retention sweep that nobody asked for",
+    )
+    assert m.st.scalar("SELECT count(*) FROM memories WHERE id = ?", old) == 0
+    assert m.st.scalar("SELECT count(*) FROM memories WHERE id = ?", recent) == 1
+    events = "SELECT event FROM memory_history WHERE memory_id = ? ORDER BY seq"
+    assert [row[0] for row in m.st.rows(events, old)] == ["purged"]  # aged history went
+    assert len(m.st.rows(events, recent)) == 2
 
 
 def test_the_autonomous_schedule_runs_a_cycle_in_the_configured_mode(maintained: Build) -> None:

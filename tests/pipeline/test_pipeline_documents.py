@@ -5,7 +5,9 @@ the pages to fetch."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,6 +23,7 @@ from http_fakes import Reply, ScriptedHttpServer, VectorBook, ollama_server
 from recall_helpers import Stack, fake_embedding_overrides, wait_for
 from services.common.normalize import normalize_content
 from services.pipeline.documents import chunk_text
+from store_helpers import rows
 
 CHUNK, OVERLAP = 200, 20
 TERMINAL = (document_pb2.DOCUMENT_STATUS_DONE, document_pb2.DOCUMENT_STATUS_FAILED)
@@ -302,3 +305,48 @@ def test_status_lists_the_document_worker(docs_stack: Callable[..., Stack]) -> N
     status = stack.pipeline.GetStatus(pb.GetStatusRequest(), timeout=10)
     [worker] = [w for w in status.workers if w.name == "document"]
     assert worker.completed_count == 1
+
+
+def test_a_lost_lease_stops_the_document_mid_work_and_nothing_more_is_written(
+    docs_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    """The lease is taken away while the page is still being fetched: the
+    worker's renewal finds it gone and stops at once, without waiting for the
+    fetch, and writes nothing after."""
+    gate = threading.Event()
+
+    def held_page(_request: Any) -> Reply:
+        gate.wait(60)
+        return Reply(200, "A page that arrives too late.", content_type="text/plain")
+
+    server: ScriptedHttpServer = http_servers(ScriptedHttpServer({("GET", "/slow"): held_page}))
+    stack = docs_stack(**{"memory.pipelineV2.leaseTimeoutMs": 10000})  # renewed every 3.3 s
+    try:
+        document = create(stack, url=f"{server.url}/slow")
+        wait_for(lambda: server.requests_to("GET", "/slow"), what="the fetch to start")
+        [(job_id, token)] = rows(
+            Path(stack.config.storage.path),
+            "SELECT id, lease_token FROM memory_jobs WHERE job_type = 'document_ingest'",
+        )
+        lease = jq.JobLease(job_id=job_id, lease_token=token)
+        assert list(stack.jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[lease])).outcomes) == [
+            jq.LEASE_OUTCOME_OK
+        ]
+        [taken] = stack.jobs.LeaseJobs(
+            jq.LeaseJobsRequest(job_type=jq.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+        ).jobs
+        assert taken.id == job_id  # the job is someone else's now
+
+        def stopped() -> str:
+            status = stack.pipeline.GetStatus(pb.GetStatusRequest(), timeout=10)
+            [worker] = [w for w in status.workers if w.name == "document"]
+            return worker.last_error if "lease lost" in worker.last_error else ""
+
+        wait_for(stopped, timeout=15, what="the worker to stop while the fetch still hangs")
+    finally:
+        gate.set()
+    assert len(server.requests_to("GET", "/slow")) == 1
+    assert chunks(stack, document.id) == []
+    current = stack.pipeline.GetDocument(pb.GetDocumentRequest(id=document.id), timeout=10)
+    assert current.document.status == pb.DOCUMENT_STATUS_EXTRACTING
+    assert current.document.chunk_count == 0

@@ -3,11 +3,16 @@ and past its hard timeout or on any error the fused order stands with a warning.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from http_fakes import Reply, rerank_server
 from recall_helpers import Stack
+from services.common.providers.errors import ProviderError, ProviderUnavailable
+from services.search.rerank import HttpReranker
 
 RERANK_SCORES = {"zebra one": 0.9, "zebra zebra two": 0.5, "zebra zebra zebra three": 0.1}
 
@@ -97,6 +102,54 @@ def test_a_failing_reranker_leaves_the_fused_order_with_a_warning(
     assert any("fused order" in w for w in stack.recall("zebra").warnings)
     server.stop()
     assert any("fused order" in w for w in stack.recall("zebra").warnings)
+
+
+@pytest.mark.parametrize(
+    ("status", "warning"),
+    [
+        (500, "reranker unavailable (HTTP 500"),
+        (503, "reranker unavailable (HTTP 503"),
+        (429, "reranker unavailable (HTTP 429"),
+        (400, "reranker rejected the request (HTTP 400"),
+        (404, "reranker rejected the request (HTTP 404"),
+    ],
+)
+def test_the_warning_says_whether_the_reranker_is_down_or_refused_the_request(
+    recall_stack: Callable[..., Stack],
+    http_servers: Callable[[Any], Any],
+    status: int,
+    warning: str,
+) -> None:
+    """The providers' one status rule: 5xx and 429 mean unavailable (try again
+    later), other 4xx a request the reranker will not take (fix the setup)."""
+    server = http_servers(rerank_server(score_by_content))
+    server.override = Reply(status, {"error": "scripted"})
+    stack, _ = reranked_stack(recall_stack, server)
+    response = stack.recall("zebra")
+    assert [r.rerank_rank for r in response.results] == [0, 0, 0]
+    assert [w for w in response.warnings if w.startswith(warning)], list(response.warnings)
+
+
+def test_the_http_call_itself_times_out_after_the_configured_time(
+    http_servers: Callable[[Any], Any],
+) -> None:
+    """memory.pipelineV2.rerankerTimeoutMs bounds the HTTP call itself, not only
+    the wait for it: a hung reranker is unavailable, and its connection is dropped."""
+    server = http_servers(rerank_server(score_by_content, delay_s=3.0))
+
+    async def ask(timeout_ms: int) -> list[float]:
+        reranker = HttpReranker(server.url, "bge-reranker-test", timeout_ms)
+        try:
+            return await reranker.scores("zebra", ["zebra one", "zebra zebra two"])
+        finally:
+            await reranker.close()
+
+    with pytest.raises(ProviderUnavailable, match="exceeded 100 ms"):
+        asyncio.run(ask(100))
+    server.override = Reply(422, {"error": "documents too long"})
+    with pytest.raises(ProviderError, match="HTTP 422") as refused:
+        asyncio.run(ask(2000))
+    assert not isinstance(refused.value, ProviderUnavailable)
 
 
 def test_the_reranker_is_not_called_when_disabled(

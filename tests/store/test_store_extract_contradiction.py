@@ -52,6 +52,10 @@ CASES = [
         True,
         "curly apostrophes",
     ),
+    ("Sam can join the Friday standup", "Sam can't join the Friday standup", True, "can't"),
+    ("Sam won the Friday chess game", "Sam lost the Friday chess game", False, "won, a verb"),
+    ("Sam wears a t-shirt on Fridays", "Sam wears a t-shirt on Fridays too", False, "t-shirt"),
+    ("Café Zoë serves oat milk", "Café Zoë doesn’t serve oat milk", True, "accented words"),
 ]
 
 

@@ -18,6 +18,7 @@ import pytest
 from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from engram.store.v1 import admin_pb2, admin_pb2_grpc, store_pb2
 from grpc_helpers import error_of
+from recall_helpers import wait_for
 from services.maintenance.app import start_maintenance
 from store_helpers import rows, scalar
 
@@ -139,6 +140,9 @@ def test_full_disk_answers_storage_full_and_the_store_recovers_when_space_return
         lambda: start_maintenance(maintenance_config, host="127.0.0.1", port=0)
     )
     try:
+        # its start-up retention sweep meets the full disk too: let it finish first
+        wait_for(lambda: maintenance.app.worker.retention_runs, what="the retention sweep")
+        full = admin.GetStoreDiagnostics(admin_pb2.GetStoreDiagnosticsRequest())
         with grpc.insecure_channel(f"127.0.0.1:{maintenance.app.port}") as m_channel:
             report = maintenance_pb2_grpc.MaintenanceServiceStub(m_channel).GetDiagnostics(
                 maintenance_pb2.GetDiagnosticsRequest(), timeout=30

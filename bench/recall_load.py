@@ -47,15 +47,17 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
+
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.v1 import job_queue_pb2 as jq  # noqa: E402
 from engram.store.v1 import job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402
-from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 LOCOMO = ROOT.parent / "shared" / "datasets" / "locomo" / "generic"
 NAMESPACE = "load"
 LEADS = ("Remind me", "Quickly", "Tell me", "Briefly", "Exactly", "Honestly", "Again", "Please")
 STARTUP_S = 180.0
+UP = (sys.executable, "-m", "services.cli.main", "up")
 
 
 def free_port() -> int:
@@ -67,6 +69,20 @@ def free_port() -> int:
 def turns(locomo: Path) -> list[str]:
     with open(locomo / "corpus.jsonl") as handle:
         return [f"{t['speaker']}: {t['text']}" for t in map(json.loads, handle)]
+
+
+SYSTEMS = ("billing", "payroll", "routing", "caching", "alerting", "backups", "ledger")
+PLACES = ("Lisbon", "Oslo", "Lima", "Pune", "Quito", "Riga", "Seoul", "Tunis", "Vigo")
+PARTS = ("TLS", "disk", "queue", "shard", "replica", "kernel", "firmware", "quota")
+
+
+def ops_note(i: int) -> str:
+    """A Remember for the mixed phase in words the LoCoMo questions do not use, so
+    the keyword index the Recalls search does not grow with the load."""
+    return (
+        f"Ops ticket {i}: the {SYSTEMS[i % 7]} cluster in {PLACES[i % 9]} rotated its "
+        f"{PARTS[i % 8]} keys after change {i // 7}"
+    )
 
 
 def questions(locomo: Path) -> Iterator[str]:
@@ -105,7 +121,9 @@ def start_suite(code: Path, tmp: Path, extra: list[str]) -> Suite:
     ports = {name: free_port() for name in ("store", "search", "pipeline", "maintenance")}
     config: dict[str, Any] = {
         "server": {"ports": ports},
-        "clients": {f"{n}_address": f"127.0.0.1:{ports[n]}" for n in ("store", "search", "pipeline")},
+        "clients": {
+            f"{n}_address": f"127.0.0.1:{ports[n]}" for n in ("store", "search", "pipeline")
+        },
         "logging": {"level": "WARNING"},
     }
     for text in extra:
@@ -119,8 +137,7 @@ def start_suite(code: Path, tmp: Path, extra: list[str]) -> Suite:
     log = tmp / "suite.log"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code), str(code / "gen")]))
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli.main", "up", "--config", str(config_path)]
-        + ["--data-dir", str(tmp / "data")],
+        [*UP, "--config", str(config_path), "--data-dir", str(tmp / "data")],
         cwd=code,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -284,7 +301,11 @@ async def mixed_phase(
         async def remember_loop() -> None:
             while time.perf_counter() < deadline:
                 i = next(counter)
-                await remember(store, f"{texts[i % len(texts)]} (load note {i})", calls)
+                if args.remember_text == "locomo":
+                    content = f"{texts[i % len(texts)]} (load note {i})"
+                else:
+                    content = ops_note(i)
+                await remember(store, content, calls)
 
         slots = [recall_loop() for _ in range(args.recall_slots)]
         slots += [remember_loop() for _ in range(args.in_flight - args.recall_slots)]
@@ -299,6 +320,12 @@ def main() -> int:
     parser.add_argument("--recall-slots", type=int, default=8)
     parser.add_argument("--idle-calls", type=int, default=200)
     parser.add_argument("--memories", type=int, default=2760, help="LoCoMo turns loaded first")
+    parser.add_argument(
+        "--remember-text",
+        choices=("ops", "locomo"),
+        default="ops",
+        help="ops: words apart from the queries; locomo: copies of the loaded turns",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--code", type=Path, default=ROOT, help="checkout the suite runs from")
     parser.add_argument("--locomo", type=Path, default=LOCOMO, help="corpus.jsonl, queries.jsonl")
@@ -326,6 +353,7 @@ def main() -> int:
         "seconds": args.seconds,
         "in_flight": args.in_flight,
         "recall_slots": args.recall_slots,
+        "remember_text": args.remember_text,
         "load_s": round(load_s, 1),
         "idle": idle.summary(),
         "mixed": mixed.summary(),

@@ -120,6 +120,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("providers.embedding.model", "all-MiniLM-L6-v2"),
     Setting("providers.embedding.timeout_ms", 30000, 100, 600000),
     Setting("providers.embedding.batch_size", 64, 1, 500),
+    # torch intra-op threads of the local model, in each process that loads it
+    Setting("providers.embedding.threads", 1, 1, 64),
     Setting("providers.reranker.base_url", "http://localhost:8080"),
     # processes
     Setting("server.host", "127.0.0.1"),

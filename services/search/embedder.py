@@ -62,7 +62,7 @@ class QueryEmbedder:
     async def embed(self, query: str) -> list[float] | None:
         """The query's vector, or None (with `last_error` set) when unavailable."""
         if not self.enabled:
-            self._fail("embeddings are disabled (providers.embedding.kind: none)")
+            self.last_error = "embeddings are disabled (providers.embedding.kind: none)"
             return None
         cached = self._cache.get(query)
         if cached is not None:
@@ -97,7 +97,8 @@ class QueryEmbedder:
         log.warning("query embedding unavailable", extra={"error": cause})
 
     async def _drain(self) -> None:
-        """Embed the queue, oldest first, up to `max_batch` distinct live queries a call."""
+        """Embed the queue, oldest first, `max_batch` waiting queries a call (a text
+        asked for twice is embedded once; queries whose callers gave up are dropped)."""
         while self._queue:
             batch = [(q, f) for q, f in self._queue[: self._max_batch] if not f.done()]
             del self._queue[: self._max_batch]

@@ -40,20 +40,59 @@ class Fetched:
 
 
 def chunk_text(text: str, size: int, overlap: int) -> list[str]:
-    """Windows of `size` characters, each sharing `overlap` characters with the
+    """The text cut into windows of at most `size` characters on word
+    boundaries, each sharing up to `overlap` characters (whole words) with the
     previous one; a text no longer than one window is a single chunk."""
+    return [text[start:end] for start, end in chunk_spans(text, size, overlap)]
+
+
+def chunk_spans(text: str, size: int, overlap: int) -> list[tuple[int, int]]:
+    """(start, end) of each chunk. A window is cut back to the last whitespace
+    in it, so no chunk ends inside a word; only a word longer than the window
+    is cut hard. The next chunk starts at the first word that begins within
+    the last `overlap` characters of the previous chunk (or at the next word
+    when none does), so no chunk starts inside a word either. Between two
+    chunks there is at most whitespace: together they cover the whole text."""
     if overlap >= size:
         raise ValueError("the chunk overlap must be smaller than the chunk size")
     if len(text) <= size:
-        return [text]
-    step = size - overlap
-    chunks = []
+        return [(0, len(text))]
+    spans = []
     start = 0
     while True:
-        chunks.append(text[start : start + size])
         if start + size >= len(text):
-            return chunks
-        start += step
+            spans.append((start, len(text)))
+            return spans
+        end = _last_word_end(text, start, start + size)
+        if end is None:  # one word longer than the window: cut it hard
+            end = start + size
+            spans.append((start, end))
+            start = end - overlap
+            continue
+        spans.append((start, end))
+        following = _first_word_start(text, max(end - overlap, start + 1), end)
+        if following is None:
+            following = _first_word_start(text, end, len(text))
+            if following is None:  # only whitespace is left
+                return spans
+        start = following
+
+
+def _last_word_end(text: str, start: int, limit: int) -> int | None:
+    """The largest `end` in (start, limit] where a word ends (text[end] is the
+    whitespace after it), or None when text[start:limit + 1] holds no word end."""
+    for end in range(limit, start, -1):
+        if text[end].isspace() and not text[end - 1].isspace():
+            return end
+    return None
+
+
+def _first_word_start(text: str, low: int, high: int) -> int | None:
+    """The smallest position in [low, high) where a word starts."""
+    for position in range(low, high):
+        if not text[position].isspace() and (position == 0 or text[position - 1].isspace()):
+            return position
+    return None
 
 
 class _HtmlText(HTMLParser):

@@ -10,6 +10,7 @@ servicer carry results to and from the store.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,8 +30,47 @@ _BLOCK_TAGS = {
 }  # fmt: skip
 
 
+# 4xx answers that say "not now" rather than "never": retried like a 5xx.
+_RETRYABLE_CLIENT_STATUSES = frozenset({408, 425, 429})
+# getaddrinfo's "this name does not exist" (EAI_NODATA is not on every platform);
+# EAI_AGAIN, a resolver that could not answer, is transient.
+_NO_SUCH_NAME = frozenset(
+    code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) if code is not None
+)
+# Requests that would fail the same way every time.
+_PERMANENT_HTTPX_ERRORS = (httpx.UnsupportedProtocol, httpx.TooManyRedirects, httpx.InvalidURL)
+
+
 class FetchError(Exception):
-    """The URL could not be turned into text (status, size, type, connection)."""
+    """The URL could not be turned into text (status, size, type, connection).
+
+    `permanent`: no retry can help (a 4xx answer, a host name that does not
+    exist, over the size cap, not text), so the document fails at once; else
+    (5xx, timeout, refused connection) the attempt is retried with backoff."""
+
+    def __init__(self, message: str, *, permanent: bool) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+def permanent_status(status: int) -> bool:
+    return 400 <= status < 500 and status not in _RETRYABLE_CLIENT_STATUSES
+
+
+def permanent_transport_error(exc: BaseException) -> bool:
+    """An httpx error that a retry cannot fix: an unsupported scheme, a redirect
+    loop, or a host name that does not resolve (httpx reports that as a
+    ConnectError, like a refused connection: the socket.gaierror behind it
+    tells them apart)."""
+    if isinstance(exc, _PERMANENT_HTTPX_ERRORS):
+        return True
+    cause: BaseException | None = exc
+    seen = 0
+    while cause is not None and seen < 10:
+        if isinstance(cause, socket.gaierror):
+            return cause.errno in _NO_SUCH_NAME
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return False
 
 
 @dataclass(frozen=True)
@@ -148,23 +188,31 @@ async def fetch_url(client: httpx.AsyncClient, url: str, max_bytes: int) -> Fetc
     streaming, not after: a huge body is never held in memory)."""
     try:
         async with client.stream("GET", url, follow_redirects=True) as response:
-            if response.status_code >= 400:
+            status = response.status_code
+            if status >= 400:
                 body = (await response.aread())[:200].decode("utf-8", "replace")
-                raise FetchError(f"fetching {url} failed: HTTP {response.status_code}: {body}")
+                raise FetchError(
+                    f"fetching {url} failed: HTTP {status}: {body}",
+                    permanent=permanent_status(status),
+                )
             content_type = response.headers.get("content-type", "").lower()
             if content_type and not content_type.startswith(_TEXT_TYPES):
-                raise FetchError(f"fetching {url}: unsupported content type {content_type}")
+                raise FetchError(
+                    f"fetching {url}: unsupported content type {content_type}", permanent=True
+                )
             declared = response.headers.get("content-length")
             if declared and declared.isdigit() and int(declared) > max_bytes:
-                raise FetchError(_too_large(url, max_bytes))
+                raise FetchError(_too_large(url, max_bytes), permanent=True)
             received = bytearray()
             async for piece in response.aiter_bytes():
                 received.extend(piece)
                 if len(received) > max_bytes:
-                    raise FetchError(_too_large(url, max_bytes))
+                    raise FetchError(_too_large(url, max_bytes), permanent=True)
             encoding = response.charset_encoding or "utf-8"
     except httpx.HTTPError as exc:
-        raise FetchError(f"fetching {url} failed: {exc!r}") from exc
+        raise FetchError(
+            f"fetching {url} failed: {exc!r}", permanent=permanent_transport_error(exc)
+        ) from exc
     try:
         body = bytes(received).decode(encoding, "replace")
     except LookupError:  # an unknown charset name

@@ -320,7 +320,8 @@ def test_watch_reports_every_status_in_order(
     stack.jobs.ReleaseJobs(
         jq.ReleaseJobsRequest(leases=[jq.JobLease(job_id=held.id, lease_token=held.lease_token)])
     )
-    statuses = [first.document.status] + [r.document.status for r in stream]
+    reports = [first.document] + [r.document for r in stream]
+    statuses = [r.status for r in reports]
     # a status may repeat while other fields (chunk_count) change: collapse runs
     seen = [s for i, s in enumerate(statuses) if i == 0 or s != statuses[i - 1]]
     assert seen == [
@@ -331,6 +332,16 @@ def test_watch_reports_every_status_in_order(
         document_pb2.DOCUMENT_STATUS_INDEXING,
         document_pb2.DOCUMENT_STATUS_DONE,
     ]
+    # from EMBEDDING on, chunk_count counts up to the known total
+    total = len(chunk_text(words(80), CHUNK, OVERLAP))
+    counted = [
+        (r.chunk_count, r.expected_chunk_count)
+        for r in reports
+        if r.status >= document_pb2.DOCUMENT_STATUS_EMBEDDING
+    ]
+    assert counted[0] == (0, total) and counted[-1] == (total, total)
+    assert [c for c, _ in counted] == sorted(c for c, _ in counted)
+    assert all(r.attempt == 1 and not r.last_error for r in reports[1:])
 
 
 def test_watch_of_a_finished_document_ends_after_one_report(

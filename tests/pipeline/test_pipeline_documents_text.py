@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.pipeline.documents import chunk_spans, chunk_text, html_to_text
+from services.pipeline.documents import (
+    chunk_spans,
+    chunk_text,
+    html_to_text,
+    permanent_status,
+)
 
 
 def test_a_text_no_longer_than_one_window_is_one_chunk() -> None:
@@ -107,3 +112,10 @@ def test_html_keeps_visible_text_and_the_title() -> None:
     )
     assert fetched.title == "A & B"
     assert fetched.text.split() == ["One", "Two", "<3"]
+
+
+def test_client_errors_are_permanent_except_the_ones_that_mean_not_now() -> None:
+    assert [s for s in (400, 401, 403, 404, 410, 451) if permanent_status(s)] == [
+        400, 401, 403, 404, 410, 451
+    ]  # fmt: skip
+    assert not [s for s in (408, 425, 429, 500, 502, 503, 504) if permanent_status(s)]

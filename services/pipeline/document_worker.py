@@ -164,9 +164,7 @@ class DocumentWorker:
             self.status.last_batch_at = clock.now_text()
         return True
 
-    async def _fail(
-        self, job: jq.Job, lease: jq.JobLease, error: str, *, permanent: bool
-    ) -> None:
+    async def _fail(self, job: jq.Job, lease: jq.JobLease, error: str, *, permanent: bool) -> None:
         """Permanent: the document fails now. Else a failed attempt, which the
         store retries or, at the last attempt, buries."""
         self.status.failed += 1

@@ -115,9 +115,7 @@ def set_status(conn: Any, document_id: str, status: str, at: str, error: str | N
 
 
 def set_expected_chunk_count(conn: Any, document_id: str, count: int) -> None:
-    conn.execute(
-        "UPDATE documents SET expected_chunk_count = ? WHERE id = ?", (count, document_id)
-    )
+    conn.execute("UPDATE documents SET expected_chunk_count = ? WHERE id = ?", (count, document_id))
 
 
 def finish_failed_ingest_job(conn: Any, job_id: str, error: str, result: str, at: str) -> None:

@@ -232,8 +232,8 @@ class DocumentStore:
             bad.append(FieldViolation("status", f"must be one of {', '.join(PROGRESS_STATUSES)}"))
         try:
             title = rules.check_text(title, "title", MAX_TITLE_CHARS)
-        except InvalidArgument as error:
-            bad.extend(error.violations)
+        except InvalidArgument as bad_title:
+            bad.extend(bad_title.violations)
         if expected_chunk_count < 0:
             bad.append(FieldViolation("expected_chunk_count", "must not be negative"))
         elif expected_chunk_count and status != "embedding":

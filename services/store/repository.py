@@ -80,28 +80,58 @@ def list_memories_query(
     return sql, args
 
 
+def list_tombstones_query(
+    namespace: str,
+    spec: MemoryFilterSpec,
+    deleted_since: str,
+    after: tuple[str, str] | None,
+    limit: int,
+) -> Query:
+    """Soft-deleted memories deleted at or after `deleted_since`, most recently
+    deleted first; `after` is the (deleted_at, id) the previous page ended at."""
+    clauses, params = filter_sql(spec, "m")
+    sql = (
+        f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 1 "
+        f"AND m.deleted_at >= ?{clauses}"
+    )
+    args: list[Any] = [namespace, deleted_since, *params]
+    if after is not None:
+        sql += " AND (m.deleted_at, m.id) < (?, ?)"
+        args.extend(after)
+    sql += " ORDER BY m.deleted_at DESC, m.id DESC LIMIT ?"
+    args.append(limit)
+    return sql, args
+
+
 def forget_candidates_query(
     namespace: str,
     ids: Sequence[str],
-    fts_query: str | None,
+    match: str | None,
     spec: MemoryFilterSpec,
     include_pinned: bool,
     limit: int,
 ) -> Query:
+    """Live memories selected for forgetting: with a MATCH expression, best
+    BM25 match first (as Recall's keyword channel ranks); otherwise newest first."""
     clauses, params = filter_sql(spec, "m")
-    sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 0{clauses}"
+    where = f"m.namespace = ? AND m.is_deleted = 0{clauses}"
     args: list[Any] = [namespace, *params]
     if not include_pinned:
-        sql += " AND m.pinned = 0"
+        where += " AND m.pinned = 0"
     if ids:
-        sql += f" AND m.id IN ({', '.join('?' * len(ids))})"
+        where += f" AND m.id IN ({', '.join('?' * len(ids))})"
         args.extend(ids)
-    if fts_query is not None:
-        sql += " AND m.rowid IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)"
-        args.append(fts_query)
-    sql += " ORDER BY m.created_at DESC, m.id DESC LIMIT ?"
-    args.append(limit)
-    return sql, args
+    if match is None:
+        sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE {where} "
+        order = "m.created_at DESC, m.id DESC"
+    else:
+        sql = (
+            f"SELECT {_M_COLUMNS} FROM memories_fts f CROSS JOIN memories m ON m.rowid = f.rowid "
+            f"WHERE memories_fts MATCH ? AND {where} "
+        )
+        args.insert(0, match)
+        order = "bm25(memories_fts), m.created_at DESC, m.id DESC"
+    return f"{sql}ORDER BY {order} LIMIT ?", [*args, limit]
 
 
 def history_query(namespace: str, memory_id: str, after_seq: int, limit: int) -> Query:

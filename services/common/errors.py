@@ -101,7 +101,8 @@ class InvalidArgument(EngramError):
             kept.append(violation)
         message = "; ".join(f"{v.field}: {v.description}" for v in kept)
         if len(kept) < len(every):
-            message = f"{message} (and {len(every) - len(kept)} more)"
+            more = f" (and {len(every) - len(kept)} more)"
+            message = _clip(message, MAX_MESSAGE_CHARS - len(more)) + more
         super().__init__(message, violations=kept)
         self.field = self.violations[0].field
         self.description = self.violations[0].description

@@ -562,7 +562,7 @@ class ListMemoriesRequest(_message.Message):
     deleted: _builtins.bool
     """List the recoverable soft-deleted memories (tombstones) instead of the
     live ones: those deleted within the tombstone retention window
-    (`memory.retention.tombstoneDays`), most recently deleted first. Recover
+    (`retention.tombstone_days`), most recently deleted first. Recover
     one with RecoverMemory.
     """
     @_builtins.property

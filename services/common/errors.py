@@ -101,8 +101,8 @@ class InvalidArgument(EngramError):
             kept.append(violation)
         message = "; ".join(f"{v.field}: {v.description}" for v in kept)
         if len(kept) < len(every):
-            more = f" (and {len(every) - len(kept)} more)"
-            message = _clip(message, MAX_MESSAGE_CHARS - len(more)) + more
+            left_out = f" (and {len(every) - len(kept)} more)"
+            message = _clip(message, MAX_MESSAGE_CHARS - len(left_out)) + left_out
         super().__init__(message, violations=kept)
         self.field = self.violations[0].field
         self.description = self.violations[0].description
@@ -134,6 +134,13 @@ class Violations:
             yield
         except InvalidArgument as error:
             self._found.extend(error.violations)
+
+    def names(self, prefix: str) -> bool:
+        """Whether a recorded violation's field is `prefix` or inside it."""
+        return any(
+            v.field == prefix or v.field.startswith((f"{prefix}.", f"{prefix}["))
+            for v in self._found
+        )
 
     def raise_if_any(self) -> None:
         """One InvalidArgument with every violation recorded, if there is any."""

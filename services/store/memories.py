@@ -625,7 +625,7 @@ def _check_selection(namespace: str, selection: ForgetSelection, bad: Violations
             match = keyword_query(selection.query)
             if match is None:
                 bad.add("query", "contains no searchable words")
-    elif not selection.ids and spec.is_empty():
+    elif not selection.ids and spec.is_empty() and not bad.names("filter"):
         bad.add("ids", "give ids, a query or a filter to select memories")
     limit = selection.limit if 0 < selection.limit <= MAX_FORGET else MAX_FORGET
     # One more than the limit, to tell the caller that more memories match.

@@ -38,16 +38,10 @@ def all_of(expressions: Iterable[str]) -> str:
 
 
 def keyword_terms(query: str) -> list[str]:
-    """A keyword query's terms: stop words dropped unless nothing else is left."""
+    """A keyword query's terms, as Recall's keyword channel and ForgetMemories'
+    query read them (a memory matches when it holds any of them): stop words
+    dropped unless nothing else is left."""
     return without_stop_words(fts_terms(query))
-
-
-def keyword_query(query: str) -> str | None:
-    """The MATCH expression of a keyword query, as Recall's keyword channel and
-    ForgetMemories read one: any of its terms (rank the matches by BM25); None
-    when it has no terms."""
-    terms = keyword_terms(query)
-    return any_of(quoted(term) for term in terms) if terms else None
 
 
 def build_fts_query(text: str, *, match_all: bool) -> str | None:

@@ -24,7 +24,7 @@ from services.common.errors import (
     VersionConflict,
     Violations,
 )
-from services.common.fts import MAX_QUERY_CHARS, keyword_query
+from services.common.fts import MAX_QUERY_CHARS, keyword_terms, quoted
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
 from services.common.validation import validate_id, validate_ids
@@ -617,20 +617,21 @@ def _check_selection(namespace: str, selection: ForgetSelection, bad: Violations
     if not 0 <= selection.limit <= MAX_FORGET:
         bad.add("limit", f"must be between 0 and {MAX_FORGET}")
     spec = check_filter(selection.spec, rules.MEMORY_TYPES, bad=bad)
-    match = None
+    term_matches: list[str] = []
     if selection.query.strip():
         if len(selection.query) > MAX_QUERY_CHARS:
             bad.add("query", f"must be at most {MAX_QUERY_CHARS} characters")
         else:
-            match = keyword_query(selection.query)
-            if match is None:
+            # Recall's keyword channel's terms: a memory matching any of them is a candidate.
+            term_matches = [quoted(term) for term in keyword_terms(selection.query)]
+            if not term_matches:
                 bad.add("query", "contains no searchable words")
     elif not selection.ids and spec.is_empty() and not bad.names("filter"):
         bad.add("ids", "give ids, a query or a filter to select memories")
     limit = selection.limit if 0 < selection.limit <= MAX_FORGET else MAX_FORGET
     # One more than the limit, to tell the caller that more memories match.
     return repo.forget_candidates_query(
-        namespace, selection.ids, match, spec, selection.include_pinned, limit + 1
+        namespace, selection.ids, term_matches, spec, selection.include_pinned, limit + 1
     )
 
 

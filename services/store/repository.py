@@ -106,32 +106,32 @@ def list_tombstones_query(
 def forget_candidates_query(
     namespace: str,
     ids: Sequence[str],
-    match: str | None,
+    term_matches: Sequence[str],
     spec: MemoryFilterSpec,
     include_pinned: bool,
     limit: int,
 ) -> Query:
-    """Live memories selected for forgetting: with a MATCH expression, best
-    BM25 match first (as Recall's keyword channel ranks); otherwise newest first."""
+    """Live memories selected for forgetting. With `term_matches` (one MATCH
+    expression per query term) a memory must match any of them, and those
+    matching the most terms come first; then newest first. (Not BM25: FTS5's
+    statistics span every namespace, so its order would let other tenants'
+    data decide which of this namespace's memories make the cut.)"""
     clauses, params = filter_sql(spec, "m")
-    where = f"m.namespace = ? AND m.is_deleted = 0{clauses}"
+    sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 0{clauses}"
     args: list[Any] = [namespace, *params]
     if not include_pinned:
-        where += " AND m.pinned = 0"
+        sql += " AND m.pinned = 0"
     if ids:
-        where += f" AND m.id IN ({', '.join('?' * len(ids))})"
+        sql += f" AND m.id IN ({', '.join('?' * len(ids))})"
         args.extend(ids)
-    if match is None:
-        sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE {where} "
-        order = "m.created_at DESC, m.id DESC"
-    else:
-        sql = (
-            f"SELECT {_M_COLUMNS} FROM memories_fts f CROSS JOIN memories m ON m.rowid = f.rowid "
-            f"WHERE memories_fts MATCH ? AND {where} "
-        )
-        args.insert(0, match)
-        order = "bm25(memories_fts), m.created_at DESC, m.id DESC"
-    return f"{sql}ORDER BY {order} LIMIT ?", [*args, limit]
+    order = "m.created_at DESC, m.id DESC"
+    if term_matches:
+        in_fts = "m.rowid IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)"
+        sql += f" AND {in_fts}"
+        args.append(" OR ".join(term_matches))
+        order = f"({' + '.join([f'({in_fts})'] * len(term_matches))}) DESC, {order}"
+        args.extend(term_matches)
+    return f"{sql} ORDER BY {order} LIMIT ?", [*args, limit]
 
 
 def history_query(namespace: str, memory_id: str, after_seq: int, limit: int) -> Query:

@@ -38,13 +38,13 @@ def test_preview_returns_candidates_and_token_and_writes_nothing(store, db_path:
     assert table_counts(db_path) == before
 
 
-def test_a_multi_word_query_matches_any_term_best_match_first(store) -> None:
+def test_a_multi_word_query_matches_any_term_most_terms_first(store) -> None:
     """As Recall's keyword channel reads a query: any term, stop words dropped."""
     _import(store, ["project alpha notes", "project beta", "alpha release", "gamma ray"])
     preview = store.ForgetMemories(S.ForgetMemoriesRequest(query="the project alpha"))
     contents = [c.content for c in preview.candidates]
     assert sorted(contents) == ["alpha release", "project alpha notes", "project beta"]
-    assert contents[0] == "project alpha notes"  # both terms: the best BM25 match
+    assert contents[0] == "project alpha notes"  # both terms, though not the newest
     assert preview.candidate_count == 3
 
 

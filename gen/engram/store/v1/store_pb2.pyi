@@ -914,13 +914,14 @@ class ForgetMemoriesRequest(_message.Message):
     query: _builtins.str
     """Keywords, read as Recall's keyword channel reads its query: a memory
     matches when its content contains ANY of the query's words (stop words
-    such as "the" or "my" are dropped unless the query has nothing else), and
-    the best BM25 matches come first. At most 2000 characters. Combine it with
-    `filter` or `ids` to narrow the selection, and check the PREVIEW.
+    such as "the" or "my" are dropped unless the query has nothing else).
+    Memories holding the most of the words come first, then the newest. At
+    most 2000 characters. Combine it with `filter` or `ids` to narrow the
+    selection, and read the PREVIEW.
     """
     limit: _builtins.int
-    """Maximum candidates, 0 to 200; 0 means 200. With a query the best
-    matches are kept, otherwise the newest.
+    """Maximum candidates, 0 to 200; 0 means 200. The first ones in the
+    candidates' order are kept.
     """
     reason: _builtins.str
     """Why (required for EXECUTE; recorded in history)."""
@@ -1047,8 +1048,8 @@ class ForgetMemoriesResponse(_message.Message):
     """
     @_builtins.property
     def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForgetCandidate]:
-        """The memories selected: with a query, best match first; otherwise newest
-        first. In EXECUTE, the memories deleted.
+        """The memories selected: with a query, those holding the most of its words
+        first, then newest first. In EXECUTE, the memories deleted.
         """
 
     def __init__(

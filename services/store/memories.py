@@ -491,7 +491,7 @@ class MemoryStore:
             mutations.record_event(
                 conn,
                 record,
-                "recovered",
+                mutations.RECOVERED_EVENT,
                 old_content=None,
                 new_content=record.content,
                 actor=actor,

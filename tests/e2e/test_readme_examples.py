@@ -408,6 +408,8 @@ def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -
         yaml.safe_dump(
             {
                 "server": {"ports": ports},
+                # off (the default) so that no derived fact joins the examples' memories
+                "memory": {"pipelineV2": {"enabled": False}},
                 "providers": {
                     "embedding": {"kind": "none"},
                     "llm": {"kind": "ollama", "base_url": llm.url, "model": "fake-llm"},
@@ -519,6 +521,8 @@ def test_readme_cli_examples_run(suite: Suite) -> None:
     )
     assert health.returncode == 0, health.stdout + health.stderr
 
+    # Run from the checkout like every command here, so it reads the example engram.yaml
+    # there; --port and ENGRAM_STORAGE__PATH keep it off that file's port and data.
     port = free_port()
     store = suite.launcher.spawn(
         cli_argv(cli["serve"], suite.places, {"[--port N]": f"--port {port}"}),

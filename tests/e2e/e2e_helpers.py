@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +37,12 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def find_grpcurl() -> str | None:
+    """The grpcurl binary `make setup` installs beside the interpreter, else one on PATH."""
+    beside = Path(sys.executable).parent / "grpcurl"
+    return str(beside) if beside.exists() else shutil.which("grpcurl")
 
 
 def port_is_free(port: int) -> bool:

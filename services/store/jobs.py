@@ -7,7 +7,6 @@ transaction that completes the job.
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from services.common import clock
+from services.common.backoff import backoff_s
 from services.common.db import ReadPool
 from services.common.errors import (
     FailedPrecondition,
@@ -31,9 +31,6 @@ MAX_BATCH = 500
 MAX_ERROR_CHARS = 2000
 MAX_WORKER_NAME_CHARS = 200
 MAX_INSTANCE_ID_CHARS = 100
-BACKOFF_BASE_MS = 1000
-BACKOFF_MAX_MS = 30000
-BACKOFF_JITTER_MS = 500
 
 
 @dataclass(frozen=True)
@@ -89,12 +86,6 @@ class QueueStats:
     index_dimensions: int
     indexed_memories: int
     live_memories: int
-
-
-def retry_delay_ms(attempts: int) -> float:
-    """Exponential backoff: 1 s doubling per attempt, capped at 30 s, plus jitter."""
-    exponent = max(attempts - 1, 0)
-    return min(BACKOFF_BASE_MS * 2**exponent, BACKOFF_MAX_MS) + random.uniform(0, BACKOFF_JITTER_MS)
 
 
 def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
@@ -242,9 +233,8 @@ class JobQueue:
                         document_sql.set_status(conn, job["document_id"], "failed", at, message)
                     dead += 1
                 else:
-                    retry_at = clock.to_text(
-                        now + timedelta(milliseconds=retry_delay_ms(job["attempts"]))
-                    )
+                    # The job's failed attempts so far are its consecutive failures.
+                    retry_at = clock.to_text(now + timedelta(seconds=backoff_s(job["attempts"])))
                     repo.retry_job(conn, job_id, message, retry_at, at)
                     if job["document_id"]:
                         document_sql.set_status(conn, job["document_id"], "queued", at)

@@ -30,7 +30,11 @@ from services.common.validation import validate_id, validate_ids
 from services.store import mutations, rules
 from services.store import repository as repo
 from services.store.admin_sql import purged_marker_query
-from services.store.page_tokens import decode_page_token, encode_page_token
+from services.store.page_tokens import (
+    decode_int_position,
+    decode_pair_position,
+    encode_page_token,
+)
 from services.store.rules import MemoryDraft
 from services.store.writer import Writer
 
@@ -172,8 +176,7 @@ class MemoryStore:
         spec = check_filter(spec, rules.MEMORY_TYPES)
         size = _page_size(page_size, DEFAULT_LIST_PAGE_SIZE)
         scope = f"{namespace}\x00{spec.fingerprint()}"
-        position = decode_page_token(page_token, "memories", scope)
-        after = _pair(position) if position is not None else None
+        after = decode_pair_position(page_token, "memories", scope)
         rows = await self._reads.fetch_all(
             repo.list_memories_query(namespace, spec, after, size + 1)
         )
@@ -190,14 +193,13 @@ class MemoryStore:
         validate_id(memory_id, "memory_id")
         size = _page_size(page_size, DEFAULT_HISTORY_PAGE_SIZE)
         scope = f"{namespace}\x00{memory_id}"
-        position = decode_page_token(page_token, "history", scope)
-        after_seq = _int_position(position)
+        after_seq = decode_int_position(page_token, "history", scope)
         rows = await self._reads.fetch_all(
-            repo.history_query(namespace, memory_id, after_seq, size + 1)
+            repo.history_query(namespace, memory_id, after_seq or 0, size + 1)
         )
         if (
             not rows
-            and position is None
+            and after_seq is None
             and await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id)) is None
         ):
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
@@ -567,20 +569,6 @@ def _page_size(requested: int, default: int) -> int:
     if requested < 0 or requested > MAX_PAGE_SIZE:
         raise InvalidArgument("page_size", f"must be between 0 and {MAX_PAGE_SIZE}")
     return requested or default
-
-
-def _pair(position: list[Any]) -> tuple[str, str]:
-    if len(position) != 2 or not all(isinstance(p, str) for p in position):
-        raise InvalidArgument("page_token", "malformed page token")
-    return position[0], position[1]
-
-
-def _int_position(position: list[Any] | None) -> int:
-    if position is None:
-        return 0
-    if len(position) != 1 or not isinstance(position[0], int):
-        raise InvalidArgument("page_token", "malformed page token")
-    return position[0]
 
 
 class ImportSession:

@@ -151,7 +151,10 @@ class JobQueue:
         namespaces: Sequence[str],
         holder: LeaseHolder | None = None,
     ) -> list[LeasedJob]:
-        """`holder` None is an anonymous lease (only the stale-lease reaper frees it)."""
+        """`holder` None is an anonymous lease (only the stale-lease reaper frees it).
+
+        A frozen store still hands out `extract` jobs (they complete in shadow
+        mode) and refuses the other types, whose results it could not take."""
         if job_type not in JOB_TYPES:
             raise InvalidArgument("job_type", "must be a known job type")
         if not 1 <= max_jobs <= MAX_BATCH:
@@ -188,7 +191,7 @@ class JobQueue:
                 )
             return leased
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=job_type == "extract")
 
     async def renew(self, leases: Sequence[tuple[str, str]]) -> list[bool]:
         return await self._for_held_leases(leases, repo.renew_lease)
@@ -212,7 +215,7 @@ class JobQueue:
                 outcomes.append(held)
             return outcomes
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=True)
 
     async def fail(self, failures: Sequence[tuple[str, str, str]]) -> tuple[list[bool], int]:
         _check_batch(len(failures), "failures")
@@ -240,7 +243,7 @@ class JobQueue:
                         document_sql.set_status(conn, job["document_id"], "queued", at)
             return outcomes, dead
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=True)
 
     async def release_stale(self, lease_timeout_ms: int = 0) -> int:
         if lease_timeout_ms < 0:
@@ -252,7 +255,7 @@ class JobQueue:
             cutoff = clock.to_text(now - timedelta(milliseconds=timeout))
             return repo.release_stale_leases(conn, cutoff, clock.to_text(now))
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=True)
 
     async def release_prior_instances(self, holder: LeaseHolder) -> int:
         """A restarted worker takes back at once what its previous process held.
@@ -267,7 +270,7 @@ class JobQueue:
                 conn, holder.worker_name, holder.instance_id, clock.now_text()
             )
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=True)
 
     # ---- results ---------------------------------------------------------------------
 

@@ -45,7 +45,6 @@ MAX_PATCHES = 200
 MAX_FORGET = 200
 FORGET_CONFIRM_THRESHOLD = 25
 MAX_ACCESS_IDS = 1000
-JOB_TYPES_ON_CREATE = ("embed", "extract")
 # ImportMemories: items per stream (store.proto). Its reply lists a result per
 # item, so the cap bounds the reply (about 2.5 MB at most, under gRPC's default
 # 4 MB receive limit) and the memory that holds the results until then.
@@ -128,17 +127,25 @@ class MemoryStore:
         *,
         max_job_attempts: int = 3,
         tombstone_days: float = 30,
+        extract_on_create: bool = False,
     ) -> None:
+        """`extract_on_create`: `memory.pipelineV2.enabled`. A new memory gets an
+        `extract` job only then: nothing would ever take it otherwise, and the
+        queue would grow with every memory (StoreAdminService.BackfillExtraction
+        queues the memories remembered while it was off)."""
         self._writer = writer
         self._reads = reads
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
+        self._extract = extract_on_create
 
     # ---- remember / import -----------------------------------------------------
 
     async def remember(self, draft: MemoryDraft) -> tuple[MemoryRecord, bool]:
         """Raw-first: row, FTS, history and jobs commit together before we reply."""
-        [prepared] = prepare_drafts([draft], clock.now_text(), self._max_attempts)
+        [prepared] = prepare_drafts(
+            [draft], clock.now_text(), self._max_attempts, extract=self._extract
+        )
         # Concurrent Remembers in one writer group run as one batch: one statement
         # per table for all of them (dedup within the batch included).
         return await self._writer.submit_batched(_remember_batch, (draft, prepared))
@@ -146,7 +153,7 @@ class MemoryStore:
     def start_import(self) -> ImportSession:
         """One ImportMemories stream (refused at once when mutations are frozen)."""
         self._writer.check_writable()
-        return ImportSession(self._writer, self._max_attempts)
+        return ImportSession(self._writer, self._max_attempts, extract=self._extract)
 
     async def import_drafts(
         self, items: Sequence[MemoryDraft | InvalidArgument]
@@ -581,9 +588,10 @@ class ImportSession:
     reply) and the items of the chunk being filled. If the stream stops early,
     the whole chunks before that point are committed and the rest is dropped."""
 
-    def __init__(self, writer: Writer, max_attempts: int) -> None:
+    def __init__(self, writer: Writer, max_attempts: int, *, extract: bool) -> None:
         self._writer = writer
         self._max_attempts = max_attempts
+        self._extract = extract
         self._outcomes: list[ImportOutcome | None] = []
         self._pending: list[tuple[int, MemoryDraft]] = []
         self._in_flight: deque[asyncio.Future[list[ImportOutcome]]] = deque()
@@ -629,7 +637,7 @@ class ImportSession:
         while len(self._in_flight) >= IMPORT_CHUNKS_IN_FLIGHT:
             self._settle(await self._in_flight.popleft())
         prepared = prepare_drafts(
-            [draft for _, draft in batch], clock.now_text(), self._max_attempts
+            [draft for _, draft in batch], clock.now_text(), self._max_attempts, extract=self._extract
         )
         indexes = [index for index, _ in batch]
 
@@ -651,9 +659,10 @@ class ImportSession:
 
 
 def prepare_drafts(
-    drafts: Sequence[MemoryDraft], at: str, max_attempts: int
+    drafts: Sequence[MemoryDraft], at: str, max_attempts: int, *, extract: bool
 ) -> list[mutations.NewMemory]:
-    """The rows of Remembered or imported drafts, built before the writer sees them."""
+    """The rows of Remembered or imported drafts, built before the writer sees them;
+    `extract`: each gets an `extract` job (the pipeline is enabled)."""
     new_id = repo.new_id
     new_memory = mutations.new_memory
     prepared: list[mutations.NewMemory] = []
@@ -681,6 +690,7 @@ def prepare_drafts(
                 actor=draft.who or rules.DEFAULT_ACTOR,
                 reason=draft.why or "remember",
                 max_attempts=max_attempts,
+                extract=extract,
             )
         )
     return prepared

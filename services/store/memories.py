@@ -637,7 +637,10 @@ class ImportSession:
         while len(self._in_flight) >= IMPORT_CHUNKS_IN_FLIGHT:
             self._settle(await self._in_flight.popleft())
         prepared = prepare_drafts(
-            [draft for _, draft in batch], clock.now_text(), self._max_attempts, extract=self._extract
+            [draft for _, draft in batch],
+            clock.now_text(),
+            self._max_attempts,
+            extract=self._extract,
         )
         indexes = [index for index, _ in batch]
 

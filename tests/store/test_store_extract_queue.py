@@ -25,9 +25,7 @@ def extract_jobs(st: AdminStore) -> list[tuple[Any, ...]]:
 
 
 def backfill(st: AdminStore, namespace: str = "") -> tuple[int, int]:
-    response = st.admin.BackfillExtraction(
-        admin_pb2.BackfillExtractionRequest(namespace=namespace)
-    )
+    response = st.admin.BackfillExtraction(admin_pb2.BackfillExtractionRequest(namespace=namespace))
     return response.queued, response.remaining
 
 

@@ -129,14 +129,16 @@ JOB_WRITES_TAKEN = {
     "release": lambda jobs, lease: list(
         jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[lease])).outcomes
     ),
-    "release_stale": lambda jobs, lease: jobs.ReleaseStaleLeases(
-        jq.ReleaseStaleLeasesRequest(lease_timeout_ms=1)
-    ).released_count,
-    "release_prior": lambda jobs, lease: jobs.ReleasePriorInstanceLeases(
-        jq.ReleasePriorInstanceLeasesRequest(
-            holder=jq.LeaseHolder(worker_name="worker", instance_id="after")
-        )
-    ).released_count,
+    "release_stale": lambda jobs, lease: (
+        jobs.ReleaseStaleLeases(jq.ReleaseStaleLeasesRequest(lease_timeout_ms=1)).released_count
+    ),
+    "release_prior": lambda jobs, lease: (
+        jobs.ReleasePriorInstanceLeases(
+            jq.ReleasePriorInstanceLeasesRequest(
+                holder=jq.LeaseHolder(worker_name="worker", instance_id="after")
+            )
+        ).released_count
+    ),
 }
 OK = [jq.LEASE_OUTCOME_OK]
 EXPECTED = {
@@ -158,9 +160,7 @@ def _frozen_after_a_lease(make_config: Any, start_store_server: Any) -> tuple[An
     lease = _lease(job_queue_pb2_grpc.JobQueueServiceStub(_channel(seeding)))
     remember(store, "another memory with jobs")
     seeding.stop()
-    frozen, _ = start_store_server(
-        make_config(**on, **{"memory.pipelineV2.mutationsFrozen": True})
-    )
+    frozen, _ = start_store_server(make_config(**on, **{"memory.pipelineV2.mutationsFrozen": True}))
     return job_queue_pb2_grpc.JobQueueServiceStub(_channel(frozen)), lease
 
 

@@ -175,6 +175,8 @@ class EmbeddingProviderSettings(_Section):
     model: str = LOCAL_EMBEDDING_MODEL
     timeout_ms: int = Field(30000, ge=100, le=600000)
     batch_size: int = Field(64, ge=1, le=500)
+    # torch intra-op threads of the local model, in each process that loads it
+    threads: int = Field(1, ge=1, le=64)
 
     @field_validator("model")
     @classmethod

@@ -6,6 +6,7 @@ from google.protobuf import timestamp_pb2
 
 from engram.common.v1 import memory_pb2
 from services.common import clock
+from services.common.errors import Violations
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import MemoryRecord
 from services.common.validation import check_timestamp
@@ -29,17 +30,29 @@ def timestamp_from_text(text: str | None) -> timestamp_pb2.Timestamp | None:
     return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
 
 
-def filter_from_proto(message: memory_pb2.MemoryFilter, field: str = "filter") -> MemoryFilterSpec:
-    return MemoryFilterSpec(
+def filter_from_proto(
+    message: memory_pb2.MemoryFilter, field: str = "filter", bad: Violations | None = None
+) -> MemoryFilterSpec:
+    """The filter's fields; with `bad`, a timestamp out of range is recorded
+    there (and the bound left open) for the caller to raise with the rest."""
+    found = bad if bad is not None else Violations()
+    spec = MemoryFilterSpec(
         types=tuple(message.types),
         tags=tuple(message.tags),
         who=message.who,
         pinned=message.pinned if message.HasField("pinned") else None,
         source_type=message.source_type,
-        since=text_from_timestamp(message.since, message.HasField("since"), f"{field}.since"),
-        until=text_from_timestamp(message.until, message.HasField("until"), f"{field}.until"),
+        since=found.check(
+            None, text_from_timestamp, message.since, message.HasField("since"), f"{field}.since"
+        ),
+        until=found.check(
+            None, text_from_timestamp, message.until, message.HasField("until"), f"{field}.until"
+        ),
         importance_min=message.importance_min if message.HasField("importance_min") else None,
     )
+    if bad is None:
+        found.raise_if_any()
+    return spec
 
 
 def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:

@@ -7,8 +7,10 @@ interceptor (services.common.interceptors) is the only place that translates it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 # Errors travel in response metadata (grpc-message and grpc-status-details-bin),
 # which clients cap (8 KiB by default): echoing a client's megabyte back would
@@ -17,6 +19,14 @@ from dataclasses import dataclass
 # value is cut to MAX_MESSAGE_CHARS here, whatever the caller built.
 MAX_ECHO_CHARS = 64
 MAX_MESSAGE_CHARS = 1024
+# One INVALID_ARGUMENT names every bad field, but the violations it carries are
+# capped at this many characters in all (fields and descriptions), so that a
+# request with hundreds of bad fields still gets its error through; the message
+# counts the ones left out.
+MAX_VIOLATION_CHARS = 2048
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def echo(value: str, limit: int = MAX_ECHO_CHARS) -> str:
@@ -75,13 +85,68 @@ class EngramError(Exception):
 
 
 class InvalidArgument(EngramError):
+    """One or more bad request fields (see `Violations` to name them all)."""
+
     kind = ErrorKind.INVALID_ARGUMENT
     reason = "INVALID_ARGUMENT"
 
-    def __init__(self, field: str, description: str) -> None:
-        super().__init__(f"{field}: {description}", violations=[FieldViolation(field, description)])
+    def __init__(self, field: str, description: str, *more: FieldViolation) -> None:
+        every = [FieldViolation(field, description), *more]
+        kept: list[FieldViolation] = []
+        budget = MAX_VIOLATION_CHARS
+        for violation in every:
+            budget -= len(violation.field) + len(violation.description)
+            if kept and budget < 0:
+                break
+            kept.append(violation)
+        message = "; ".join(f"{v.field}: {v.description}" for v in kept)
+        if len(kept) < len(every):
+            left_out = f" (and {len(every) - len(kept)} more)"
+            message = _clip(message, MAX_MESSAGE_CHARS - len(left_out)) + left_out
+        super().__init__(message, violations=kept)
         self.field = self.violations[0].field
         self.description = self.violations[0].description
+
+
+class Violations:
+    """Collects the bad fields of one request, so that a single INVALID_ARGUMENT
+    names all of them rather than only the first one checked."""
+
+    def __init__(self) -> None:
+        self._found: list[FieldViolation] = []
+
+    def add(self, field: str, description: str) -> None:
+        self._found.append(FieldViolation(field, description))
+
+    def check(self, fallback: T, check: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`check(*args, **kwargs)`; if it raises InvalidArgument, its fields are
+        recorded and `fallback` stands in (never used: `raise_if_any` comes first)."""
+        try:
+            return check(*args, **kwargs)
+        except InvalidArgument as error:
+            self._found.extend(error.violations)
+            return fallback
+
+    @contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Records an InvalidArgument raised in the block instead of raising it."""
+        try:
+            yield
+        except InvalidArgument as error:
+            self._found.extend(error.violations)
+
+    def names(self, prefix: str) -> bool:
+        """Whether a recorded violation's field is `prefix` or inside it."""
+        return any(
+            v.field == prefix or v.field.startswith((f"{prefix}.", f"{prefix}["))
+            for v in self._found
+        )
+
+    def raise_if_any(self) -> None:
+        """One InvalidArgument with every violation recorded, if there is any."""
+        if self._found:
+            first, *rest = self._found
+            raise InvalidArgument(first.field, first.description, *rest)
 
 
 class NotFound(EngramError):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from services.common.text import distinct_words
+from services.common.text import distinct_words, without_stop_words
 
 MAX_TERMS = 64
+# The longest keyword query accepted (Recall's `query`, ForgetMemories' `query`).
+MAX_QUERY_CHARS = 2000
 
 
 def fts_terms(text: str) -> list[str]:
@@ -35,12 +37,16 @@ def all_of(expressions: Iterable[str]) -> str:
     return " AND ".join(f"({e})" for e in expressions)
 
 
-def build_fts_query(text: str, *, match_all: bool) -> str | None:
-    """A MATCH expression over the terms of `text`, or None when it has none.
+def keyword_terms(query: str) -> list[str]:
+    """A keyword query's terms, as Recall's keyword channel and ForgetMemories'
+    query read them (a memory matches when it holds any of them): stop words
+    dropped unless nothing else is left."""
+    return without_stop_words(fts_terms(query))
 
-    match_all=True requires every term (for destructive selection, e.g. forget);
-    match_all=False matches any term, ranked by BM25 (for recall).
-    """
+
+def build_fts_query(text: str, *, match_all: bool) -> str | None:
+    """A MATCH expression over every term of `text` (stop words included), or
+    None when it has none: match_all=True requires every term, False any."""
     terms = [quoted(term) for term in fts_terms(text)]
     if not terms:
         return None

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import InvalidArgument, echo
+from services.common.errors import Violations, echo
 
 # Caps on the repeated filter fields (documented on engram.common.v1.MemoryFilter).
 # Each tag adds one clause to every channel's query; SQLite refuses a query whose
@@ -64,21 +64,27 @@ class MemoryFilterSpec:
 
 
 def check_filter(
-    spec: MemoryFilterSpec, known_types: tuple[str, ...], field_name: str = "filter"
+    spec: MemoryFilterSpec,
+    known_types: tuple[str, ...],
+    field_name: str = "filter",
+    bad: Violations | None = None,
 ) -> MemoryFilterSpec:
+    """The filter, cleaned. Its bad fields are added to `bad` when given (the
+    caller raises), else raised here, all of them in one InvalidArgument."""
+    found = bad if bad is not None else Violations()
     if len(spec.types) > MAX_FILTER_TYPES:
-        raise InvalidArgument(f"{field_name}.types", f"at most {MAX_FILTER_TYPES} types")
+        found.add(f"{field_name}.types", f"at most {MAX_FILTER_TYPES} types")
     if len(spec.tags) > MAX_FILTER_TAGS:
-        raise InvalidArgument(f"{field_name}.tags", f"at most {MAX_FILTER_TAGS} tags")
-    for index, memory_type in enumerate(spec.types):
+        found.add(f"{field_name}.tags", f"at most {MAX_FILTER_TAGS} tags")
+    for index, memory_type in enumerate(spec.types[:MAX_FILTER_TYPES]):
         if memory_type not in known_types:
-            raise InvalidArgument(
-                f"{field_name}.types[{index}]", f"unknown type {echo(memory_type)}"
-            )
+            found.add(f"{field_name}.types[{index}]", f"unknown type {echo(memory_type)}")
     if spec.since and spec.until and spec.since > spec.until:
-        raise InvalidArgument(f"{field_name}.since", "must not be after until")
+        found.add(f"{field_name}.since", "must not be after until")
     if spec.importance_min is not None and not 0.0 <= spec.importance_min <= 1.0:
-        raise InvalidArgument(f"{field_name}.importance_min", "must be between 0 and 1")
+        found.add(f"{field_name}.importance_min", "must be between 0 and 1")
+    if bad is None:
+        found.raise_if_any()
     return MemoryFilterSpec(
         types=spec.types,
         tags=tuple(t.strip().lower() for t in spec.tags if t.strip()),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from services.common import clock
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, Violations
 
 DEFAULT_NAMESPACE = "default"
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -33,8 +33,12 @@ def validate_id(value: str, field: str) -> str:
 
 
 def validate_ids(values: list[str] | tuple[str, ...], field: str) -> tuple[str, ...]:
-    """Every id of a repeated id field (each named by its index)."""
-    return tuple(validate_id(value, f"{field}[{index}]") for index, value in enumerate(values))
+    """Every id of a repeated id field (every bad one named by its index)."""
+    bad = Violations()
+    for index, value in enumerate(values):
+        bad.check("", validate_id, value, f"{field}[{index}]")
+    bad.raise_if_any()
+    return tuple(values)
 
 
 def check_timestamp(seconds: int, nanos: int, field: str) -> None:

@@ -9,11 +9,15 @@ writes it in its own transaction. The lease is renewed while it works
 once: a renewal that finds it gone cancels the work, wherever it is (a slow
 fetch, an embedding call), and every store call checks the token besides.
 
-Any failure (HTTP status, size cap, connection refused, no text) is a failed
-attempt: the store retries it with backoff and, after `workerMaxRetries`
-attempts, marks the job dead and the document `failed` with the error. An
-embedding outage is not a failure: the chunk is written without a vector and
-an embed job takes over. Frozen mutations hand the job back unattempted.
+A failure no retry can fix (a 4xx answer, a host name that does not exist,
+over the size cap, not text, no text) fails the document at once: the store
+marks it `failed` and finishes its job, which is therefore not a dead job.
+Any other failure (5xx, timeout, connection refused, a store error) is a
+failed attempt: the store retries it with backoff and, after
+`workerMaxRetries` attempts, marks the job dead and the document `failed`
+with the error. An embedding outage is not a failure: the chunk is written
+without a vector and an embed job takes over. Frozen mutations hand the job
+back unattempted.
 
 The worker always runs, whatever `memory.pipelineV2.enabled` says: documents
 are explicit user requests, not background distillation.
@@ -152,18 +156,34 @@ class DocumentWorker:
             self.status.released += 1
             self._failures += 1
             self.status.last_error = "mutations are frozen"
+        except FetchError as exc:
+            await self._fail(job, lease, str(exc), permanent=exc.permanent)
         except Exception as exc:  # any other failure is a failed attempt
-            error = str(exc) if isinstance(exc, FetchError) else f"{type(exc).__name__}: {exc}"
-            await self._jobs.FailJobs(
-                jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease, error=error)])
-            )
-            self.status.failed += 1
-            self.status.last_error = error
-            log.warning("document ingest failed", extra={"job_id": job.id, "error": error})
-            await self._publish_current(job.document_id, job.namespace)
+            await self._fail(job, lease, f"{type(exc).__name__}: {exc}", permanent=False)
         finally:
             self.status.last_batch_at = clock.now_text()
         return True
+
+    async def _fail(self, job: jq.Job, lease: jq.JobLease, error: str, *, permanent: bool) -> None:
+        """Permanent: the document fails now. Else a failed attempt, which the
+        store retries or, at the last attempt, buries."""
+        self.status.failed += 1
+        self.status.last_error = error
+        log.warning(
+            "document ingest failed",
+            extra={"job_id": job.id, "error": error, "permanent": permanent},
+        )
+        if permanent:
+            failed = await self._store.FailDocument(
+                dpb.FailDocumentRequest(lease=lease, error=error)
+            )
+            if failed.outcome == jq.LEASE_OUTCOME_OK:
+                self.events.publish(failed.document.id, failed.document)
+            return
+        await self._jobs.FailJobs(
+            jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease, error=error)])
+        )
+        await self._publish_current(job.document_id, job.namespace)
 
     async def _ingest(self, lease: jq.JobLease) -> None:
         source = await self._store.ReadDocumentSource(dpb.ReadDocumentSourceRequest(lease=lease))
@@ -178,10 +198,12 @@ class DocumentWorker:
             text, title = source.raw_content, ""
         text = normalize_content(text).storage
         if not text:
-            raise FetchError("the document has no text")
+            raise FetchError("the document has no text", permanent=True)
         await self._advance(lease, document_pb2.DOCUMENT_STATUS_CHUNKING, title)
         chunks = chunk_text(text, self._chunk_size, self._overlap)
-        await self._advance(lease, document_pb2.DOCUMENT_STATUS_EMBEDDING)
+        await self._advance(
+            lease, document_pb2.DOCUMENT_STATUS_EMBEDDING, expected_chunk_count=len(chunks)
+        )
         for index, chunk in enumerate(chunks):
             vector = await self._embed(chunk)
             written = await self._store.WriteDocumentChunk(
@@ -202,10 +224,20 @@ class DocumentWorker:
         self.events.publish(done.document.id, done.document)
 
     async def _advance(
-        self, lease: jq.JobLease, status: document_pb2.DocumentStatus.ValueType, title: str = ""
+        self,
+        lease: jq.JobLease,
+        status: document_pb2.DocumentStatus.ValueType,
+        title: str = "",
+        *,
+        expected_chunk_count: int = 0,
     ) -> None:
         response = await self._store.AdvanceDocument(
-            dpb.AdvanceDocumentRequest(lease=lease, status=status, title=title)
+            dpb.AdvanceDocumentRequest(
+                lease=lease,
+                status=status,
+                title=title,
+                expected_chunk_count=expected_chunk_count,
+            )
         )
         if response.outcome != jq.LEASE_OUTCOME_OK:
             raise LeaseLost()

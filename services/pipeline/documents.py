@@ -10,6 +10,7 @@ servicer carry results to and from the store.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,8 +30,47 @@ _BLOCK_TAGS = {
 }  # fmt: skip
 
 
+# 4xx answers that say "not now" rather than "never": retried like a 5xx.
+_RETRYABLE_CLIENT_STATUSES = frozenset({408, 425, 429})
+# getaddrinfo's "this name does not exist" (EAI_NODATA is not on every platform);
+# EAI_AGAIN, a resolver that could not answer, is transient.
+_NO_SUCH_NAME = frozenset(
+    code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) if code is not None
+)
+# Requests that would fail the same way every time.
+_PERMANENT_HTTPX_ERRORS = (httpx.UnsupportedProtocol, httpx.TooManyRedirects, httpx.InvalidURL)
+
+
 class FetchError(Exception):
-    """The URL could not be turned into text (status, size, type, connection)."""
+    """The URL could not be turned into text (status, size, type, connection).
+
+    `permanent`: no retry can help (a 4xx answer, a host name that does not
+    exist, over the size cap, not text), so the document fails at once; else
+    (5xx, timeout, refused connection) the attempt is retried with backoff."""
+
+    def __init__(self, message: str, *, permanent: bool) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+def permanent_status(status: int) -> bool:
+    return 400 <= status < 500 and status not in _RETRYABLE_CLIENT_STATUSES
+
+
+def permanent_transport_error(exc: BaseException) -> bool:
+    """An httpx error that a retry cannot fix: an unsupported scheme, a redirect
+    loop, or a host name that does not resolve (httpx reports that as a
+    ConnectError, like a refused connection: the socket.gaierror behind it
+    tells them apart)."""
+    if isinstance(exc, _PERMANENT_HTTPX_ERRORS):
+        return True
+    cause: BaseException | None = exc
+    seen = 0
+    while cause is not None and seen < 10:
+        if isinstance(cause, socket.gaierror):
+            return cause.errno in _NO_SUCH_NAME
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return False
 
 
 @dataclass(frozen=True)
@@ -40,20 +80,59 @@ class Fetched:
 
 
 def chunk_text(text: str, size: int, overlap: int) -> list[str]:
-    """Windows of `size` characters, each sharing `overlap` characters with the
+    """The text cut into windows of at most `size` characters on word
+    boundaries, each sharing up to `overlap` characters (whole words) with the
     previous one; a text no longer than one window is a single chunk."""
+    return [text[start:end] for start, end in chunk_spans(text, size, overlap)]
+
+
+def chunk_spans(text: str, size: int, overlap: int) -> list[tuple[int, int]]:
+    """(start, end) of each chunk. A window is cut back to the last whitespace
+    in it, so no chunk ends inside a word; only a word longer than the window
+    is cut hard. The next chunk starts at the first word that begins within
+    the last `overlap` characters of the previous chunk (or at the next word
+    when none does), so no chunk starts inside a word either. Between two
+    chunks there is at most whitespace: together they cover the whole text."""
     if overlap >= size:
         raise ValueError("the chunk overlap must be smaller than the chunk size")
     if len(text) <= size:
-        return [text]
-    step = size - overlap
-    chunks = []
+        return [(0, len(text))]
+    spans = []
     start = 0
     while True:
-        chunks.append(text[start : start + size])
         if start + size >= len(text):
-            return chunks
-        start += step
+            spans.append((start, len(text)))
+            return spans
+        end = _last_word_end(text, start, start + size)
+        if end is None:  # one word longer than the window: cut it hard
+            end = start + size
+            spans.append((start, end))
+            start = end - overlap
+            continue
+        spans.append((start, end))
+        following = _first_word_start(text, max(end - overlap, start + 1), end)
+        if following is None:
+            following = _first_word_start(text, end, len(text))
+            if following is None:  # only whitespace is left
+                return spans
+        start = following
+
+
+def _last_word_end(text: str, start: int, limit: int) -> int | None:
+    """The largest `end` in (start, limit] where a word ends (text[end] is the
+    whitespace after it), or None when text[start:limit + 1] holds no word end."""
+    for end in range(limit, start, -1):
+        if text[end].isspace() and not text[end - 1].isspace():
+            return end
+    return None
+
+
+def _first_word_start(text: str, low: int, high: int) -> int | None:
+    """The smallest position in [low, high) where a word starts."""
+    for position in range(low, high):
+        if not text[position].isspace() and (position == 0 or text[position - 1].isspace()):
+            return position
+    return None
 
 
 class _HtmlText(HTMLParser):
@@ -109,23 +188,31 @@ async def fetch_url(client: httpx.AsyncClient, url: str, max_bytes: int) -> Fetc
     streaming, not after: a huge body is never held in memory)."""
     try:
         async with client.stream("GET", url, follow_redirects=True) as response:
-            if response.status_code >= 400:
+            status = response.status_code
+            if status >= 400:
                 body = (await response.aread())[:200].decode("utf-8", "replace")
-                raise FetchError(f"fetching {url} failed: HTTP {response.status_code}: {body}")
+                raise FetchError(
+                    f"fetching {url} failed: HTTP {status}: {body}",
+                    permanent=permanent_status(status),
+                )
             content_type = response.headers.get("content-type", "").lower()
             if content_type and not content_type.startswith(_TEXT_TYPES):
-                raise FetchError(f"fetching {url}: unsupported content type {content_type}")
+                raise FetchError(
+                    f"fetching {url}: unsupported content type {content_type}", permanent=True
+                )
             declared = response.headers.get("content-length")
             if declared and declared.isdigit() and int(declared) > max_bytes:
-                raise FetchError(_too_large(url, max_bytes))
+                raise FetchError(_too_large(url, max_bytes), permanent=True)
             received = bytearray()
             async for piece in response.aiter_bytes():
                 received.extend(piece)
                 if len(received) > max_bytes:
-                    raise FetchError(_too_large(url, max_bytes))
+                    raise FetchError(_too_large(url, max_bytes), permanent=True)
             encoding = response.charset_encoding or "utf-8"
     except httpx.HTTPError as exc:
-        raise FetchError(f"fetching {url} failed: {exc!r}") from exc
+        raise FetchError(
+            f"fetching {url} failed: {exc!r}", permanent=permanent_transport_error(exc)
+        ) from exc
     try:
         body = bytes(received).decode(encoding, "replace")
     except LookupError:  # an unknown charset name

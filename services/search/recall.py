@@ -26,8 +26,8 @@ import numpy as np
 
 from services.common import clock
 from services.common.db import ReadPool, Reads
-from services.common.errors import InvalidArgument
-from services.common.fts import all_of, any_of, quoted
+from services.common.errors import Violations
+from services.common.fts import MAX_QUERY_CHARS, all_of, any_of, quoted
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.vectors import normalized_f32
@@ -41,7 +41,6 @@ from services.search.scoring import Candidate, ScoringParams, boost, fuse, selec
 from services.search.text import keyword_terms, time_windows
 from services.search.vector_cache import VectorCache
 
-MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 10
 _NO_FILTER = MemoryFilterSpec()
@@ -100,15 +99,20 @@ def bm25_idf(collection_size: int, containing: int) -> float:
 
 
 def check_recall_request(
-    query: str, limit: int, spec: MemoryFilterSpec
+    query: str, limit: int, spec: MemoryFilterSpec, bad: Violations | None = None
 ) -> tuple[str, int, MemoryFilterSpec]:
+    """The request's query, limit and filter, checked; every bad field (with
+    those already in `bad`) in one InvalidArgument."""
+    bad = bad if bad is not None else Violations()
     if not query.strip():
-        raise InvalidArgument("query", "must not be empty")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InvalidArgument("query", f"must be at most {MAX_QUERY_CHARS} characters")
+        bad.add("query", "must not be empty")
+    elif len(query) > MAX_QUERY_CHARS:
+        bad.add("query", f"must be at most {MAX_QUERY_CHARS} characters")
     if limit < 0 or limit > MAX_LIMIT:
-        raise InvalidArgument("limit", f"must be between 1 and {MAX_LIMIT}")
-    return query, limit or DEFAULT_LIMIT, check_filter(spec, MEMORY_TYPES)
+        bad.add("limit", f"must be between 1 and {MAX_LIMIT}")
+    spec = check_filter(spec, MEMORY_TYPES, bad=bad)
+    bad.raise_if_any()
+    return query, limit or DEFAULT_LIMIT, spec
 
 
 class Recaller:
@@ -138,8 +142,10 @@ class Recaller:
         spec: MemoryFilterSpec,
         *,
         track_access: bool = True,
+        bad: Violations | None = None,
     ) -> RecallOutcome:
-        query, limit, spec = check_recall_request(query, limit, spec)
+        """`bad` holds what the caller already found wrong with the request."""
+        query, limit, spec = check_recall_request(query, limit, spec, bad)
         warnings: list[str] = []
         # The query embedding starts first (the longest step); the keyword and
         # graph channels read while it runs, the vector cache's scan beside them

@@ -6,7 +6,8 @@ import grpc
 
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from services.common.convert import filter_from_proto, memory_to_proto
-from services.common.validation import validate_namespace
+from services.common.errors import Violations
+from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.search.recall import Recaller
 
 
@@ -17,12 +18,14 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     async def Recall(
         self, request: search_pb2.RecallRequest, context: grpc.aio.ServicerContext
     ) -> search_pb2.RecallResponse:
+        bad = Violations()
         outcome = await self._recaller.recall(
-            validate_namespace(request.namespace),
+            bad.check(DEFAULT_NAMESPACE, validate_namespace, request.namespace),
             request.query,
             request.limit,
-            filter_from_proto(request.filter),
+            filter_from_proto(request.filter, bad=bad),
             track_access=not request.skip_access_tracking,
+            bad=bad,
         )
         return search_pb2.RecallResponse(
             results=[

@@ -7,14 +7,8 @@ import contextlib
 import re
 from datetime import UTC, datetime, timedelta
 
-from services.common.fts import fts_terms
-from services.common.text import without_stop_words
-
-
-def keyword_terms(query: str) -> list[str]:
-    """Query terms for BM25: stop words dropped unless nothing else is left."""
-    return without_stop_words(fts_terms(query))
-
+# One rule for a keyword query's terms, shared with ForgetMemories' query.
+from services.common.fts import keyword_terms as keyword_terms
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})

@@ -306,7 +306,7 @@ class StoreAdmin:
                 repo.history_row(
                     memory_id=row["id"],
                     namespace=row["namespace"],
-                    event="purged",
+                    event=mutations.PURGED_EVENT,
                     old_content=None,
                     new_content=None,
                     actor=RETENTION_ACTOR,

@@ -41,10 +41,13 @@ def document_to_proto(document: DocumentRecord) -> document_pb2.Document:
         status=STATUS_VALUES[document.status],
         error=document.error,
         chunk_count=document.chunk_count,
+        expected_chunk_count=document.expected_chunk_count,
         tags=document.tags,
         create_time=timestamp_from_text(document.created_at),
         update_time=timestamp_from_text(document.updated_at),
         complete_time=timestamp_from_text(document.completed_at),
+        attempt=document.attempt,
+        last_error=document.last_error,
     )
 
 
@@ -109,6 +112,7 @@ class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
             request.lease.lease_token,
             _STATUS_NAMES.get(request.status, ""),
             request.title,
+            request.expected_chunk_count,
         )
         if document is None:
             return pb.AdvanceDocumentResponse(outcome=_LOST)
@@ -141,3 +145,13 @@ class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
         if document is None:
             return pb.CompleteDocumentResponse(outcome=_LOST)
         return pb.CompleteDocumentResponse(outcome=_OK, document=document_to_proto(document))
+
+    async def FailDocument(
+        self, request: pb.FailDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FailDocumentResponse:
+        document = await self._documents.fail(
+            request.lease.job_id, request.lease.lease_token, request.error
+        )
+        if document is None:
+            return pb.FailDocumentResponse(outcome=_LOST)
+        return pb.FailDocumentResponse(outcome=_OK, document=document_to_proto(document))

@@ -7,9 +7,33 @@ from typing import Any
 
 Query = tuple[str, list[Any]]
 
-DOCUMENT_COLUMNS = (
-    "id, namespace, source_type, source_url, title, status, error, chunk_count, tags, "
-    "created_at, updated_at, completed_at"
+_COLUMNS = (
+    "id",
+    "namespace",
+    "source_type",
+    "source_url",
+    "title",
+    "status",
+    "error",
+    "chunk_count",
+    "expected_chunk_count",
+    "tags",
+    "created_at",
+    "updated_at",
+    "completed_at",
+)
+# The attempt and the last error live on the document's ingest job (the newest,
+# should a document ever have had more than one).
+_JOB_VALUE = (
+    "(SELECT j.{column} FROM memory_jobs j WHERE j.document_id = d.id "
+    "AND j.job_type = 'document_ingest' ORDER BY j.created_at DESC LIMIT 1)"
+)
+DOCUMENT_COLUMNS = ", ".join(
+    [f"d.{c}" for c in _COLUMNS]
+    + [
+        f"{_JOB_VALUE.format(column='attempts')} AS attempt",
+        f"{_JOB_VALUE.format(column='error')} AS last_error",
+    ]
 )
 
 
@@ -18,19 +42,18 @@ DOCUMENT_COLUMNS = (
 
 def get_document_query(namespace: str, document_id: str) -> Query:
     return (
-        f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE namespace = ? AND id = ?",
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents d WHERE d.namespace = ? AND d.id = ?",
         [namespace, document_id],
     )
 
 
 def leased_document_query(job_id: str, token: str) -> Query:
     """The document of a document_ingest job leased with exactly this token."""
-    columns = ", ".join(f"d.{c.strip()}" for c in DOCUMENT_COLUMNS.split(","))
     return (
-        f"SELECT {columns}, d.raw_content FROM memory_jobs j JOIN documents d "
-        "ON d.id = j.document_id AND d.namespace = j.namespace "
-        "WHERE j.id = ? AND j.status = 'leased' AND j.lease_token = ? "
-        "AND j.job_type = 'document_ingest'",
+        f"SELECT {DOCUMENT_COLUMNS}, d.raw_content FROM memory_jobs lj JOIN documents d "
+        "ON d.id = lj.document_id AND d.namespace = lj.namespace "
+        "WHERE lj.id = ? AND lj.status = 'leased' AND lj.lease_token = ? "
+        "AND lj.job_type = 'document_ingest'",
         [job_id, token],
     )
 
@@ -47,7 +70,7 @@ def list_chunks_query(namespace: str, document_id: str, after_index: int, limit:
 
 def get_document(conn: Any, document_id: str) -> Any:
     return conn.execute(
-        f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = ?", (document_id,)
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents d WHERE d.id = ?", (document_id,)
     ).fetchone()
 
 
@@ -88,6 +111,20 @@ def set_status(conn: Any, document_id: str, status: str, at: str, error: str | N
         "UPDATE documents SET status = ?, error = ?, updated_at = ?, "
         "completed_at = CASE WHEN ? = 'done' THEN ? ELSE completed_at END WHERE id = ?",
         (status, error, at, status, at, document_id),
+    )
+
+
+def set_expected_chunk_count(conn: Any, document_id: str, count: int) -> None:
+    conn.execute("UPDATE documents SET expected_chunk_count = ? WHERE id = ?", (count, document_id))
+
+
+def finish_failed_ingest_job(conn: Any, job_id: str, error: str, result: str, at: str) -> None:
+    """A document that can never be ingested: its job is finished, not dead
+    (no retry, no dead-job rate, nothing for "requeue dead jobs" to revive)."""
+    conn.execute(
+        "UPDATE memory_jobs SET status = 'completed', completed_at = ?, updated_at = ?, "
+        "lease_token = NULL, error = ?, result = ? WHERE id = ?",
+        (at, at, error, result, job_id),
     )
 
 

@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 
 from services.common import clock
 from services.common.db import ReadPool
-from services.common.errors import InvalidArgument, NotFound
+from services.common.errors import FieldViolation, InvalidArgument, NotFound
 from services.common.normalize import normalize_content
 from services.store import document_sql as sql
 from services.store import mutations, rules
 from services.store import repository as repo
-from services.store.jobs import normalized_vector_bytes
+from services.store.jobs import MAX_ERROR_CHARS, normalized_vector_bytes
 from services.store.memories import _page_size
 from services.store.page_tokens import decode_int_position, encode_page_token
 from services.store.writer import Writer
@@ -50,10 +50,13 @@ class DocumentRecord:
     status: str
     error: str
     chunk_count: int
+    expected_chunk_count: int
     tags: tuple[str, ...]
     created_at: str
     updated_at: str
     completed_at: str | None
+    attempt: int  # the ingest job's attempts
+    last_error: str  # the ingest job's last error
 
     @classmethod
     def from_row(cls, row: Any) -> DocumentRecord:
@@ -66,10 +69,13 @@ class DocumentRecord:
             status=row["status"],
             error=row["error"] or "",
             chunk_count=row["chunk_count"],
+            expected_chunk_count=row["expected_chunk_count"],
             tags=tuple(json.loads(row["tags"])),
             created_at=row["created_at"],
             updated_at=row["updated_at"],
             completed_at=row["completed_at"],
+            attempt=row["attempt"] or 0,
+            last_error=row["last_error"] or "",
         )
 
 
@@ -212,12 +218,25 @@ class DocumentStore:
         return DocumentSource(DocumentRecord.from_row(row), row["raw_content"] or "")
 
     async def advance(
-        self, job_id: str, token: str, status: str, title: str
+        self, job_id: str, token: str, status: str, title: str, expected_chunk_count: int = 0
     ) -> DocumentRecord | None:
-        """Record progress (and backfill a fetched title); None when the lease is lost."""
+        """Record progress (and backfill a fetched title, and from `embedding` on
+        the number of chunks); None when the lease is lost."""
+        bad: list[FieldViolation] = []
         if status not in PROGRESS_STATUSES:
-            raise InvalidArgument("status", f"must be one of {', '.join(PROGRESS_STATUSES)}")
-        title = rules.check_text(title, "title", MAX_TITLE_CHARS)
+            bad.append(FieldViolation("status", f"must be one of {', '.join(PROGRESS_STATUSES)}"))
+        try:
+            title = rules.check_text(title, "title", MAX_TITLE_CHARS)
+        except InvalidArgument as bad_title:
+            bad.extend(bad_title.violations)
+        if expected_chunk_count < 0:
+            bad.append(FieldViolation("expected_chunk_count", "must not be negative"))
+        elif expected_chunk_count and status != "embedding":
+            bad.append(FieldViolation("expected_chunk_count", "is set only with status EMBEDDING"))
+        if bad:
+            error = InvalidArgument(bad[0].field, bad[0].description)
+            error.violations = bad
+            raise error
 
         def operation(conn: Any) -> DocumentRecord | None:
             document_id = _held_document(conn, job_id, token)
@@ -226,6 +245,8 @@ class DocumentStore:
             sql.set_status(conn, document_id, status, clock.now_text())
             if title:
                 sql.backfill_title(conn, document_id, title)
+            if expected_chunk_count:
+                sql.set_expected_chunk_count(conn, document_id, expected_chunk_count)
             return DocumentRecord.from_row(sql.get_document(conn, document_id))
 
         return await self._writer.submit(operation)
@@ -316,6 +337,25 @@ class DocumentStore:
             result = {"chunks": document.chunk_count}
             repo.complete_job(conn, job_id, at, json.dumps(result, separators=(",", ":")))
             return document
+
+        return await self._writer.submit(operation)
+
+    async def fail(self, job_id: str, token: str, error: str) -> DocumentRecord | None:
+        """A document that no retry can ingest: failed, and its job finished (not
+        dead) in one transaction; None when the lease is lost."""
+        message = error.strip()[:MAX_ERROR_CHARS]
+        if not message:
+            raise InvalidArgument("error", "required")
+
+        def operation(conn: Any) -> DocumentRecord | None:
+            document_id = _held_document(conn, job_id, token)
+            if document_id is None:
+                return None
+            at = clock.now_text()
+            sql.set_status(conn, document_id, "failed", at, message)
+            result = json.dumps({"failed": message}, separators=(",", ":"))
+            sql.finish_failed_ingest_job(conn, job_id, message, result, at)
+            return DocumentRecord.from_row(sql.get_document(conn, document_id))
 
         return await self._writer.submit(operation)
 

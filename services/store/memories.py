@@ -22,8 +22,9 @@ from services.common.errors import (
     InvalidArgument,
     NotFound,
     VersionConflict,
+    Violations,
 )
-from services.common.fts import build_fts_query
+from services.common.fts import MAX_QUERY_CHARS, keyword_terms, quoted
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
 from services.common.validation import validate_id, validate_ids
@@ -101,9 +102,10 @@ class ForgetSelection:
 @dataclass(frozen=True)
 class ForgetOutcome:
     candidates: tuple[MemoryRecord, ...]
-    confirm_token: str
+    confirm_token: str  # a preview's only
     deleted_count: int
     hard_deleted: bool
+    more_matching: bool = False  # more memories match than the limit let in
 
 
 @dataclass(frozen=True)
@@ -170,37 +172,70 @@ class MemoryStore:
 
     # ---- reads -------------------------------------------------------------------
 
-    async def get(self, namespace: str, memory_id: str) -> MemoryRecord:
-        validate_id(memory_id, "id")
+    async def get(
+        self, namespace: str, memory_id: str, bad: Violations | None = None
+    ) -> MemoryRecord:
+        """`bad` holds what the caller already found wrong with the request
+        (every method here takes one and raises all of it with its own)."""
+        bad = _collector(bad)
+        bad.check("", validate_id, memory_id, "id")
+        bad.raise_if_any()
         row = await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id))
         if row is None:
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
         return MemoryRecord.from_row(row)
 
     async def list_memories(
-        self, namespace: str, spec: MemoryFilterSpec, page_size: int, page_token: str
+        self,
+        namespace: str,
+        spec: MemoryFilterSpec,
+        page_size: int,
+        page_token: str,
+        *,
+        deleted: bool = False,
+        bad: Violations | None = None,
     ) -> tuple[list[MemoryRecord], str]:
-        spec = check_filter(spec, rules.MEMORY_TYPES)
-        size = _page_size(page_size, DEFAULT_LIST_PAGE_SIZE)
+        """Live memories newest first; with `deleted`, the tombstones that can
+        still be recovered (deleted within the tombstone window), most recently
+        deleted first."""
+        bad = _collector(bad)
+        spec = check_filter(spec, rules.MEMORY_TYPES, bad=bad)
+        size = bad.check(DEFAULT_LIST_PAGE_SIZE, _page_size, page_size, DEFAULT_LIST_PAGE_SIZE)
+        kind = "tombstones" if deleted else "memories"
         scope = f"{namespace}\x00{spec.fingerprint()}"
-        after = decode_pair_position(page_token, "memories", scope)
-        rows = await self._reads.fetch_all(
-            repo.list_memories_query(namespace, spec, after, size + 1)
-        )
+        after = bad.check(None, decode_pair_position, page_token, kind, scope)
+        bad.raise_if_any()
+        if deleted:
+            query = repo.list_tombstones_query(
+                namespace, spec, clock.days_ago_text(self._tombstone_days), after, size + 1
+            )
+        else:
+            query = repo.list_memories_query(namespace, spec, after, size + 1)
+        rows = await self._reads.fetch_all(query)
         records = [MemoryRecord.from_row(r) for r in rows[:size]]
         next_token = ""
         if len(rows) > size:
             last = records[-1]
-            next_token = encode_page_token("memories", scope, [last.created_at, last.id])
+            key = last.deleted_at if deleted else last.created_at
+            next_token = encode_page_token(kind, scope, [key, last.id])
         return records, next_token
 
     async def history(
-        self, namespace: str, memory_id: str, page_size: int, page_token: str
+        self,
+        namespace: str,
+        memory_id: str,
+        page_size: int,
+        page_token: str,
+        bad: Violations | None = None,
     ) -> tuple[list[HistoryEntry], str]:
-        validate_id(memory_id, "memory_id")
-        size = _page_size(page_size, DEFAULT_HISTORY_PAGE_SIZE)
+        bad = _collector(bad)
+        bad.check("", validate_id, memory_id, "memory_id")
+        size = bad.check(
+            DEFAULT_HISTORY_PAGE_SIZE, _page_size, page_size, DEFAULT_HISTORY_PAGE_SIZE
+        )
         scope = f"{namespace}\x00{memory_id}"
-        after_seq = decode_int_position(page_token, "history", scope)
+        after_seq = bad.check(None, decode_int_position, page_token, "history", scope)
+        bad.raise_if_any()
         rows = await self._reads.fetch_all(
             repo.history_query(namespace, memory_id, after_seq or 0, size + 1)
         )
@@ -232,10 +267,17 @@ class MemoryStore:
     # ---- modify --------------------------------------------------------------------
 
     async def modify(
-        self, namespace: str, patches: Sequence[PatchSpec], default_reason: str, actor: str
+        self,
+        namespace: str,
+        patches: Sequence[PatchSpec],
+        default_reason: str,
+        actor: str,
+        bad: Violations | None = None,
     ) -> list[PatchOutcome]:
-        checked = _check_patches(patches, default_reason)
-        actor = rules.check_actor(actor)
+        bad = _collector(bad)
+        checked = _check_patches(patches, default_reason, bad)
+        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
+        bad.raise_if_any()
 
         def operation(conn: Any) -> list[PatchOutcome]:
             at = clock.now_text()
@@ -309,10 +351,13 @@ class MemoryStore:
         if_version: int | None,
         force: bool,
         actor: str,
+        bad: Violations | None = None,
     ) -> MemoryRecord:
-        validate_id(memory_id, "id")
-        reason = rules.check_reason(reason, "reason")
-        actor = rules.check_actor(actor)
+        bad = _collector(bad)
+        bad.check("", validate_id, memory_id, "id")
+        reason = bad.check("", rules.check_reason, reason, "reason")
+        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
+        bad.raise_if_any()
 
         def operation(conn: Any) -> MemoryRecord:
             record = self._load(conn, namespace, memory_id)
@@ -340,21 +385,33 @@ class MemoryStore:
         reason: str,
         confirm_token: str,
         actor: str,
+        bad: Violations | None = None,
     ) -> ForgetOutcome:
+        """A preview lists the candidates with a token bound to them; an execute
+        over FORGET_CONFIRM_THRESHOLD candidates needs that token, so nobody
+        deletes that many without having been shown them."""
+        bad = _collector(bad)
         if execute:
-            reason = rules.check_reason(reason, "reason")
-        actor = rules.check_actor(actor)
-        query = _check_selection(namespace, selection)
+            reason = bad.check("", rules.check_reason, reason, "reason")
+        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
+        query = _check_selection(namespace, selection, bad)
+        bad.raise_if_any()
+        limit = selection.limit or MAX_FORGET
 
         if not execute:
             rows = await self._reads.fetch_all(query)
-            candidates = tuple(MemoryRecord.from_row(r) for r in rows)
+            candidates = tuple(MemoryRecord.from_row(r) for r in rows[:limit])
             return ForgetOutcome(
-                candidates, _confirm_token(namespace, selection, candidates), 0, False
+                candidates,
+                _confirm_token(namespace, selection, candidates),
+                0,
+                False,
+                more_matching=len(rows) > limit,
             )
 
         def operation(conn: Any) -> ForgetOutcome:
-            candidates = tuple(MemoryRecord.from_row(r) for r in repo.fetch_all(conn, query))
+            rows = repo.fetch_all(conn, query)
+            candidates = tuple(MemoryRecord.from_row(r) for r in rows[:limit])
             token = _confirm_token(namespace, selection, candidates)
             if confirm_token and confirm_token != token:
                 raise FailedPrecondition(
@@ -362,11 +419,12 @@ class MemoryStore:
                     reason="CONFIRM_TOKEN_MISMATCH",
                 )
             if len(candidates) > FORGET_CONFIRM_THRESHOLD and not confirm_token:
+                # The token is not in the error: it comes from a preview alone.
                 raise FailedPrecondition(
                     f"{len(candidates)} candidates exceed {FORGET_CONFIRM_THRESHOLD}; "
-                    "pass the confirm_token from a preview",
+                    "run a PREVIEW and pass its confirm_token",
                     reason="CONFIRM_TOKEN_REQUIRED",
-                    metadata={"confirm_token": token, "candidate_count": str(len(candidates))},
+                    metadata={"candidate_count": str(len(candidates))},
                 )
             at = clock.now_text()
             if selection.purge:
@@ -378,16 +436,26 @@ class MemoryStore:
             else:
                 for record in candidates:
                     mutations.soft_delete(conn, record, actor=actor, reason=reason, at=at)
-            return ForgetOutcome(candidates, token, len(candidates), selection.purge)
+            return ForgetOutcome(
+                candidates, "", len(candidates), selection.purge, more_matching=len(rows) > limit
+            )
 
         return await self._writer.submit(operation)
 
     async def recover(
-        self, namespace: str, memory_id: str, reason: str, if_version: int | None, actor: str
+        self,
+        namespace: str,
+        memory_id: str,
+        reason: str,
+        if_version: int | None,
+        actor: str,
+        bad: Violations | None = None,
     ) -> MemoryRecord:
-        validate_id(memory_id, "id")
-        reason = rules.check_reason(reason, "reason")
-        actor = rules.check_actor(actor)
+        bad = _collector(bad)
+        bad.check("", validate_id, memory_id, "id")
+        reason = bad.check("", rules.check_reason, reason, "reason")
+        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
+        bad.raise_if_any()
 
         def operation(conn: Any) -> MemoryRecord:
             if repo.fetch_one(conn, purged_marker_query(namespace, memory_id)) is not None:
@@ -432,7 +500,7 @@ class MemoryStore:
             mutations.record_event(
                 conn,
                 record,
-                "recovered",
+                mutations.RECOVERED_EVENT,
                 old_content=None,
                 new_content=record.content,
                 actor=actor,
@@ -444,13 +512,18 @@ class MemoryStore:
 
         return await self._writer.submit(operation)
 
-    async def record_access(self, namespace: str, memory_ids: Sequence[str]) -> int:
+    async def record_access(
+        self, namespace: str, memory_ids: Sequence[str], bad: Violations | None = None
+    ) -> int:
         """Access tracking: counters only; content, history and FTS stay untouched."""
+        bad = _collector(bad)
         if len(memory_ids) > MAX_ACCESS_IDS:
-            raise InvalidArgument("memory_ids", f"at most {MAX_ACCESS_IDS} ids")
-        for index, memory_id in enumerate(memory_ids):
-            if memory_id:
-                validate_id(memory_id, f"memory_ids[{index}]")
+            bad.add("memory_ids", f"at most {MAX_ACCESS_IDS} ids")
+        else:
+            for index, memory_id in enumerate(memory_ids):
+                if memory_id:
+                    bad.check("", validate_id, memory_id, f"memory_ids[{index}]")
+        bad.raise_if_any()
         counts: dict[str, int] = {}
         for memory_id in memory_ids:
             counts[memory_id] = counts.get(memory_id, 0) + 1
@@ -480,17 +553,24 @@ class _CheckedPatch:
     if_version: int | None
 
 
-def _check_patches(patches: Sequence[PatchSpec], default_reason: str) -> list[_CheckedPatch]:
-    """Every patch is validated before anything is written; one bad patch fails all."""
+def _check_patches(
+    patches: Sequence[PatchSpec], default_reason: str, bad: Violations
+) -> list[_CheckedPatch]:
+    """Every patch is validated before anything is written; one bad patch fails
+    all, and every bad field of every patch is named."""
     if not patches:
-        raise InvalidArgument("patches", "at least one patch is required")
+        bad.add("patches", "at least one patch is required")
+        return []
     if len(patches) > MAX_PATCHES:
-        raise InvalidArgument("patches", f"at most {MAX_PATCHES} patches per request")
+        bad.add("patches", f"at most {MAX_PATCHES} patches per request")
+        return []
     checked: list[_CheckedPatch] = []
     for index, patch in enumerate(patches):
         field = f"patches[{index}]"
-        validate_id(patch.id, f"{field}.id")
-        reason = rules.check_reason(patch.reason or default_reason, f"{field}.reason")
+        bad.check("", validate_id, patch.id, f"{field}.id")
+        reason = bad.check(
+            "", rules.check_reason, patch.reason or default_reason, f"{field}.reason"
+        )
         if all(
             value is None
             for value in (
@@ -502,22 +582,34 @@ def _check_patches(patches: Sequence[PatchSpec], default_reason: str) -> list[_C
                 patch.who,
             )
         ):
-            raise InvalidArgument(field, "sets no field to change")
+            bad.add(field, "sets no field to change")
         checked.append(
             _CheckedPatch(
                 id=patch.id,
                 content=None
                 if patch.content is None
-                else rules.check_content(patch.content, f"{field}.content"),
-                type=None if patch.type is None else rules.check_type(patch.type, f"{field}.type"),
+                else bad.check(None, rules.check_content, patch.content, f"{field}.content"),
+                type=None
+                if patch.type is None
+                else bad.check(None, rules.check_type, patch.type, f"{field}.type"),
                 importance=None
                 if patch.importance is None
-                else rules.check_importance(patch.importance, f"{field}.importance"),
-                tags=None if patch.tags is None else rules.check_tags(patch.tags, f"{field}.tags"),
+                else bad.check(
+                    None, rules.check_importance, patch.importance, f"{field}.importance"
+                ),
+                tags=None
+                if patch.tags is None
+                else bad.check(None, rules.check_tags, patch.tags, f"{field}.tags"),
                 pinned=patch.pinned,
                 who=None
                 if patch.who is None
-                else rules.check_text(patch.who, f"{field}.who", rules.MAX_TEXT_FIELD_CHARS["who"]),
+                else bad.check(
+                    None,
+                    rules.check_text,
+                    patch.who,
+                    f"{field}.who",
+                    rules.MAX_TEXT_FIELD_CHARS["who"],
+                ),
                 reason=reason,
                 if_version=patch.if_version,
             )
@@ -525,46 +617,60 @@ def _check_patches(patches: Sequence[PatchSpec], default_reason: str) -> list[_C
     return checked
 
 
-def _check_selection(namespace: str, selection: ForgetSelection) -> repo.Query:
+def _check_selection(namespace: str, selection: ForgetSelection, bad: Violations) -> repo.Query:
+    """The candidates' query; its bad fields go to `bad` (the caller raises)."""
     if len(selection.ids) > MAX_FORGET:
-        raise InvalidArgument("ids", f"at most {MAX_FORGET} ids")
-    if any(not i for i in selection.ids):
-        raise InvalidArgument("ids", "ids must not be empty strings")
-    validate_ids(selection.ids, "ids")
+        bad.add("ids", f"at most {MAX_FORGET} ids")
+    else:
+        bad.check((), validate_ids, selection.ids, "ids")
     if not 0 <= selection.limit <= MAX_FORGET:
-        raise InvalidArgument("limit", f"must be between 0 and {MAX_FORGET}")
-    spec = check_filter(selection.spec, rules.MEMORY_TYPES)
-    fts_query = None
+        bad.add("limit", f"must be between 0 and {MAX_FORGET}")
+    spec = check_filter(selection.spec, rules.MEMORY_TYPES, bad=bad)
+    term_matches: list[str] = []
     if selection.query.strip():
-        fts_query = build_fts_query(selection.query, match_all=True)
-        if fts_query is None:
-            raise InvalidArgument("query", "contains no searchable words")
-    if not selection.ids and fts_query is None and spec.is_empty():
-        raise InvalidArgument("ids", "give ids, a query or a filter to select memories")
+        if len(selection.query) > MAX_QUERY_CHARS:
+            bad.add("query", f"must be at most {MAX_QUERY_CHARS} characters")
+        else:
+            # Recall's keyword channel's terms: a memory matching any of them is a candidate.
+            term_matches = [quoted(term) for term in keyword_terms(selection.query)]
+            if not term_matches:
+                bad.add("query", "contains no searchable words")
+    elif not selection.ids and spec.is_empty() and not bad.names("filter"):
+        bad.add("ids", "give ids, a query or a filter to select memories")
+    limit = selection.limit if 0 < selection.limit <= MAX_FORGET else MAX_FORGET
+    # One more than the limit, to tell the caller that more memories match.
     return repo.forget_candidates_query(
-        namespace,
-        selection.ids,
-        fts_query,
-        spec,
-        selection.include_pinned,
-        selection.limit or MAX_FORGET,
+        namespace, selection.ids, term_matches, spec, selection.include_pinned, limit + 1
     )
 
 
 def _confirm_token(
     namespace: str, selection: ForgetSelection, candidates: Sequence[MemoryRecord]
 ) -> str:
-    """Binds exactly this candidate set (ids and versions) and mode."""
+    """Binds the selection, its mode and exactly this candidate set (ids and
+    versions): an execute confirms what a preview of the same request showed."""
     body = "\n".join(
         [
-            "forget-v2",
+            "forget-v3",
             namespace,
+            json.dumps(
+                [
+                    sorted(selection.ids),
+                    selection.query,
+                    selection.spec.fingerprint(),
+                    selection.limit or MAX_FORGET,
+                ]
+            ),
             f"include_pinned={selection.include_pinned}",
             f"purge={selection.purge}",
             *sorted(f"{c.id}@{c.version}" for c in candidates),
         ]
     )
     return base64.urlsafe_b64encode(hashlib.sha256(body.encode()).digest()[:18]).decode()
+
+
+def _collector(bad: Violations | None) -> Violations:
+    return bad if bad is not None else Violations()
 
 
 def _check_version(record: MemoryRecord, if_version: int | None) -> None:

@@ -378,6 +378,18 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX IF NOT EXISTS memories_namespace_order ON memories(namespace, is_deleted);
         """,
     ),
+    (
+        "document_progress",
+        """
+        -- How many chunks a document's text was cut into (0 until chunking is
+        -- done), next to chunk_count, so a watcher sees progress as n of m.
+        ALTER TABLE documents ADD COLUMN expected_chunk_count INTEGER NOT NULL DEFAULT 0;
+        -- A document's attempt number and last error are its ingest job's
+        -- (services/store/document_sql.py reads them by document id).
+        CREATE INDEX memory_jobs_document ON memory_jobs(document_id, created_at)
+            WHERE document_id IS NOT NULL;
+        """,
+    ),
 )
 
 

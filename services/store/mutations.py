@@ -24,6 +24,15 @@ from services.store import repository as repo
 # ---- vectors ------------------------------------------------------------------------
 
 
+# The history events the store writes (engram.store.v1.HistoryEventType names
+# each; tests/test_contracts.py checks the two agree).
+CREATED_EVENT = "created"
+MODIFIED_EVENT = "modified"
+DELETED_EVENT = "deleted"
+RECOVERED_EVENT = "recovered"
+PURGED_EVENT = "purged"
+
+
 @dataclass(frozen=True, slots=True)
 class SuppliedVector:
     """A vector that arrived with a write: normalised float32 bytes and its model."""
@@ -172,7 +181,7 @@ def new_memory(
             repo.new_id(),
             row.id,
             row.namespace,
-            "created",
+            CREATED_EVENT,
             None,
             row.content,
             actor,
@@ -267,7 +276,7 @@ def new_version(
     record_event(
         conn,
         current,
-        "modified",
+        MODIFIED_EVENT,
         old_content=current.content,
         new_content=current.content if content is None else content.storage,
         actor=actor,
@@ -329,7 +338,7 @@ def record_deletion(
     record_event(
         conn,
         record,
-        "deleted",
+        DELETED_EVENT,
         old_content=record.content,
         new_content=None,
         actor=actor,

@@ -80,14 +80,42 @@ def list_memories_query(
     return sql, args
 
 
+def list_tombstones_query(
+    namespace: str,
+    spec: MemoryFilterSpec,
+    deleted_since: str,
+    after: tuple[str, str] | None,
+    limit: int,
+) -> Query:
+    """Soft-deleted memories deleted at or after `deleted_since`, most recently
+    deleted first; `after` is the (deleted_at, id) the previous page ended at."""
+    clauses, params = filter_sql(spec, "m")
+    sql = (
+        f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 1 "
+        f"AND m.deleted_at >= ?{clauses}"
+    )
+    args: list[Any] = [namespace, deleted_since, *params]
+    if after is not None:
+        sql += " AND (m.deleted_at, m.id) < (?, ?)"
+        args.extend(after)
+    sql += " ORDER BY m.deleted_at DESC, m.id DESC LIMIT ?"
+    args.append(limit)
+    return sql, args
+
+
 def forget_candidates_query(
     namespace: str,
     ids: Sequence[str],
-    fts_query: str | None,
+    term_matches: Sequence[str],
     spec: MemoryFilterSpec,
     include_pinned: bool,
     limit: int,
 ) -> Query:
+    """Live memories selected for forgetting. With `term_matches` (one MATCH
+    expression per query term) a memory must match any of them, and those
+    matching the most terms come first; then newest first. (Not BM25: FTS5's
+    statistics span every namespace, so its order would let other tenants'
+    data decide which of this namespace's memories make the cut.)"""
     clauses, params = filter_sql(spec, "m")
     sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 0{clauses}"
     args: list[Any] = [namespace, *params]
@@ -96,12 +124,14 @@ def forget_candidates_query(
     if ids:
         sql += f" AND m.id IN ({', '.join('?' * len(ids))})"
         args.extend(ids)
-    if fts_query is not None:
-        sql += " AND m.rowid IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)"
-        args.append(fts_query)
-    sql += " ORDER BY m.created_at DESC, m.id DESC LIMIT ?"
-    args.append(limit)
-    return sql, args
+    order = "m.created_at DESC, m.id DESC"
+    if term_matches:
+        in_fts = "m.rowid IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)"
+        sql += f" AND {in_fts}"
+        args.append(" OR ".join(term_matches))
+        order = f"({' + '.join([f'({in_fts})'] * len(term_matches))}) DESC, {order}"
+        args.extend(term_matches)
+    return f"{sql} ORDER BY {order} LIMIT ?", [*args, limit]
 
 
 def history_query(namespace: str, memory_id: str, after_seq: int, limit: int) -> Query:

@@ -7,7 +7,7 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from services.common.errors import InvalidArgument, echo
+from services.common.errors import InvalidArgument, Violations, echo
 from services.common.importance import effective_importance
 from services.common.memory_record import MEMORY_TYPES
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
@@ -104,19 +104,21 @@ def check_importance(importance: float, field: str) -> float:
 
 
 def check_tags(tags: Iterable[str], field: str) -> tuple[str, ...]:
-    """Trimmed, lower-cased, de-duplicated in first-seen order, within the limits."""
+    """Trimmed, lower-cased, de-duplicated in first-seen order, within the limits
+    (every bad tag is named)."""
     cleaned: dict[str, None] = {}
+    bad = Violations()
     for index, tag in enumerate(tags):
         value = unicodedata.normalize("NFC", tag).strip().lower()
         if is_blank(value):
-            raise InvalidArgument(f"{field}[{index}]", "must not be empty")
-        if len(value) > MAX_TAG_CHARS:
-            raise InvalidArgument(
-                f"{field}[{index}]", f"must be at most {MAX_TAG_CHARS} characters"
-            )
-        cleaned.setdefault(value, None)
+            bad.add(f"{field}[{index}]", "must not be empty")
+        elif len(value) > MAX_TAG_CHARS:
+            bad.add(f"{field}[{index}]", f"must be at most {MAX_TAG_CHARS} characters")
+        else:
+            cleaned.setdefault(value, None)
     if len(cleaned) > MAX_TAGS:
-        raise InvalidArgument(field, f"at most {MAX_TAGS} tags")
+        bad.add(field, f"at most {MAX_TAGS} tags")
+    bad.raise_if_any()
     return tuple(cleaned)
 
 
@@ -152,26 +154,35 @@ def draft_memory(
     source_id: str,
     event_time: str | None,
     field_prefix: str = "",
+    bad: Violations | None = None,
 ) -> MemoryDraft:
-    """Validate one Remember/Import input; field names in errors get `field_prefix`."""
+    """Validate one Remember/Import input; field names in errors get `field_prefix`.
+
+    Every bad field is named, with those already in `bad` (found by the caller,
+    e.g. the namespace or a timestamp), in one InvalidArgument."""
+    bad = bad if bad is not None else Violations()
     whole = normalize_content(content)
     body, critical, prefix_tags = split_prefixes(whole.storage)
     unchanged = body == whole.storage  # no prefix: the first normalisation stands
-    normalized = check_content(body, f"{field_prefix}content", whole if unchanged else None)
-    all_tags = check_tags([*prefix_tags, *tags], f"{field_prefix}tags")
+    normalized = bad.check(
+        whole, check_content, body, f"{field_prefix}content", whole if unchanged else None
+    )
+    all_tags = bad.check((), check_tags, [*prefix_tags, *tags], f"{field_prefix}tags")
     chosen_type = (
-        check_type(memory_type, f"{field_prefix}type")
+        bad.check("fact", check_type, memory_type, f"{field_prefix}type")
         if memory_type
         else infer_type(normalized.storage)
     )
     base = (
         DEFAULT_IMPORTANCE
         if importance is None
-        else check_importance(importance, f"{field_prefix}importance")
+        else bad.check(
+            DEFAULT_IMPORTANCE, check_importance, importance, f"{field_prefix}importance"
+        )
     )
     is_pinned = pinned or critical
     texts = {
-        name: check_text(value, f"{field_prefix}{name}", MAX_TEXT_FIELD_CHARS[name])
+        name: bad.check("", check_text, value, f"{field_prefix}{name}", MAX_TEXT_FIELD_CHARS[name])
         for name, value in (
             ("who", who),
             ("why", why),
@@ -179,6 +190,7 @@ def draft_memory(
             ("source_id", source_id),
         )
     }
+    bad.raise_if_any()
     return MemoryDraft(
         namespace=namespace,
         content=normalized,

@@ -15,8 +15,8 @@ from services.common.convert import (
     text_from_timestamp,
     timestamp_from_text,
 )
-from services.common.errors import InvalidArgument
-from services.common.validation import validate_namespace
+from services.common.errors import InvalidArgument, Violations
+from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.store import rules
 from services.store.memories import (
     ForgetSelection,
@@ -64,8 +64,15 @@ def _history_to_proto(entry: HistoryEntry) -> store_pb2.HistoryEvent:
     )
 
 
-def _draft(namespace: str, item: Any, field_prefix: str = "") -> rules.MemoryDraft:
+def _namespace(bad: Violations, namespace: str) -> str:
+    return bad.check(DEFAULT_NAMESPACE, validate_namespace, namespace)
+
+
+def _draft(
+    namespace: str, item: Any, field_prefix: str = "", bad: Violations | None = None
+) -> rules.MemoryDraft:
     """RememberRequest and ImportItem carry the same fields."""
+    bad = bad if bad is not None else Violations()
     return rules.draft_memory(
         namespace=namespace,
         content=item.content,
@@ -77,10 +84,15 @@ def _draft(namespace: str, item: Any, field_prefix: str = "") -> rules.MemoryDra
         why=item.why,
         source_type=item.source_type,
         source_id=item.source_id,
-        event_time=text_from_timestamp(
-            item.event_time, item.HasField("event_time"), f"{field_prefix}event_time"
+        event_time=bad.check(
+            None,
+            text_from_timestamp,
+            item.event_time,
+            item.HasField("event_time"),
+            f"{field_prefix}event_time",
         ),
         field_prefix=field_prefix,
+        bad=bad,
     )
 
 
@@ -95,7 +107,8 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def Remember(
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RememberResponse:
-        draft = _draft(validate_namespace(request.namespace), request)
+        bad = Violations()
+        draft = _draft(_namespace(bad, request.namespace), request, bad=bad)
         record, deduplicated = await self._store.remember(draft)
         return store_pb2.RememberResponse(memory=memory_to_proto(record), deduplicated=deduplicated)
 
@@ -107,9 +120,11 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         session = self._store.start_import()
         try:
             async for batch in request_iterator:
-                namespace = validate_namespace(batch.namespace)
+                bad = Violations()
+                namespace = _namespace(bad, batch.namespace)
                 if len(batch.items) > MAX_IMPORT_BATCH:
-                    raise InvalidArgument("items", f"at most {MAX_IMPORT_BATCH} items per message")
+                    bad.add("items", f"at most {MAX_IMPORT_BATCH} items per message")
+                bad.raise_if_any()
                 for item in batch.items:
                     try:
                         draft: rules.MemoryDraft | InvalidArgument = _draft(
@@ -144,17 +159,21 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def GetMemory(
         self, request: store_pb2.GetMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.GetMemoryResponse:
-        record = await self._store.get(validate_namespace(request.namespace), request.id)
+        bad = Violations()
+        record = await self._store.get(_namespace(bad, request.namespace), request.id, bad)
         return store_pb2.GetMemoryResponse(memory=memory_to_proto(record))
 
     async def ListMemories(
         self, request: store_pb2.ListMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ListMemoriesResponse:
+        bad = Violations()
         records, next_token = await self._store.list_memories(
-            validate_namespace(request.namespace),
-            filter_from_proto(request.filter),
+            _namespace(bad, request.namespace),
+            filter_from_proto(request.filter, bad=bad),
             request.page_size,
             request.page_token,
+            deleted=request.deleted,
+            bad=bad,
         )
         return store_pb2.ListMemoriesResponse(
             memories=[memory_to_proto(r) for r in records], next_page_token=next_token
@@ -177,8 +196,9 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             )
             for p in request.patches
         ]
+        bad = Violations()
         outcomes = await self._store.modify(
-            validate_namespace(request.namespace), patches, request.reason, request.actor
+            _namespace(bad, request.namespace), patches, request.reason, request.actor, bad
         )
         return store_pb2.ModifyMemoriesResponse(
             results=[
@@ -197,35 +217,40 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def DeleteMemory(
         self, request: store_pb2.DeleteMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.DeleteMemoryResponse:
+        bad = Violations()
         record = await self._store.delete(
-            validate_namespace(request.namespace),
+            _namespace(bad, request.namespace),
             request.id,
             request.reason,
             _optional(request, "if_version"),
             request.force,
             request.actor,
+            bad,
         )
         return store_pb2.DeleteMemoryResponse(memory=memory_to_proto(record))
 
     async def ForgetMemories(
         self, request: store_pb2.ForgetMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ForgetMemoriesResponse:
+        bad = Violations()
+        namespace = _namespace(bad, request.namespace)
         selection = ForgetSelection(
             ids=tuple(request.ids),
             query=request.query,
-            spec=filter_from_proto(request.filter),
+            spec=filter_from_proto(request.filter, bad=bad),
             limit=request.limit,
             # The deprecated `force` means both, as it did before the split.
             include_pinned=request.include_pinned or request.force,
             purge=request.purge or request.force,
         )
         outcome = await self._store.forget(
-            validate_namespace(request.namespace),
+            namespace,
             selection,
             execute=request.mode == store_pb2.FORGET_MODE_EXECUTE,
             reason=request.reason,
             confirm_token=request.confirm_token,
             actor=request.actor,
+            bad=bad,
         )
         return store_pb2.ForgetMemoriesResponse(
             candidates=[
@@ -234,6 +259,8 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                 )
                 for c in outcome.candidates
             ],
+            candidate_count=len(outcome.candidates),
+            more_matching=outcome.more_matching,
             confirm_token=outcome.confirm_token,
             deleted_count=outcome.deleted_count,
             hard_deleted=outcome.hard_deleted,
@@ -242,23 +269,27 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def RecoverMemory(
         self, request: store_pb2.RecoverMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RecoverMemoryResponse:
+        bad = Violations()
         record = await self._store.recover(
-            validate_namespace(request.namespace),
+            _namespace(bad, request.namespace),
             request.id,
             request.reason,
             _optional(request, "if_version"),
             request.actor,
+            bad,
         )
         return store_pb2.RecoverMemoryResponse(memory=memory_to_proto(record))
 
     async def ListMemoryHistory(
         self, request: store_pb2.ListMemoryHistoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ListMemoryHistoryResponse:
+        bad = Violations()
         entries, next_token = await self._store.history(
-            validate_namespace(request.namespace),
+            _namespace(bad, request.namespace),
             request.memory_id,
             request.page_size,
             request.page_token,
+            bad,
         )
         return store_pb2.ListMemoryHistoryResponse(
             events=[_history_to_proto(e) for e in entries], next_page_token=next_token
@@ -267,7 +298,8 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def RecordAccess(
         self, request: store_pb2.RecordAccessRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RecordAccessResponse:
+        bad = Violations()
         updated = await self._store.record_access(
-            validate_namespace(request.namespace), list(request.memory_ids)
+            _namespace(bad, request.namespace), list(request.memory_ids), bad
         )
         return store_pb2.RecordAccessResponse(updated_count=updated)

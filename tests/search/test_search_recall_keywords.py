@@ -245,3 +245,29 @@ def test_an_equal_since_and_until_is_an_empty_window_not_an_error(words: Stack) 
     words.remember("tea time", namespace=ns)
     response = words.recall("tea", namespace=ns, since=_ts(1000), until=_ts(1000))
     assert list(response.results) == []
+
+
+def test_a_bad_request_names_every_bad_field_at_once(words: Stack) -> None:
+    code, _, fields = error_of(
+        lambda: words.search.Recall(
+            search_pb2.RecallRequest(
+                namespace="bad ns",
+                query=" ",
+                limit=101,
+                filter=memory_pb2.MemoryFilter(
+                    types=["gossip"],
+                    importance_min=2,
+                    until=timestamp_pb2.Timestamp(seconds=-(10**12)),
+                ),
+            )
+        )
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert sorted(fields) == [
+        "filter.importance_min",
+        "filter.types[0]",
+        "filter.until",
+        "limit",
+        "namespace",
+        "query",
+    ]

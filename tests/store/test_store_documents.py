@@ -304,6 +304,8 @@ def test_a_lost_lease_writes_nothing_more(start_docs: Callable[..., Docs], db_pa
     assert advanced.outcome == jq.LEASE_OUTCOME_LEASE_LOST
     completed = s.docs.CompleteDocument(pb.CompleteDocumentRequest(lease=lease_of(job)))
     assert completed.outcome == jq.LEASE_OUTCOME_LEASE_LOST
+    given_up = s.docs.FailDocument(pb.FailDocumentRequest(lease=lease_of(job), error="HTTP 404"))
+    assert given_up.outcome == jq.LEASE_OUTCOME_LEASE_LOST
     source = s.docs.ReadDocumentSource(pb.ReadDocumentSourceRequest(lease=lease_of(job)))
     assert source.outcome == jq.LEASE_OUTCOME_LEASE_LOST and not source.HasField("document")
     assert counts(db_path) == before
@@ -319,6 +321,7 @@ def test_the_document_fails_with_its_job_after_the_last_attempt(
     s.jobs.FailJobs(jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease_of(job), error="e1")]))
     retrying = s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document
     assert (retrying.status, retrying.error) == (document_pb2.DOCUMENT_STATUS_QUEUED, "")
+    assert (retrying.attempt, retrying.last_error) == (1, "e1")
     [job_row] = rows(db_path, "SELECT status, attempts FROM memory_jobs")
     assert (job_row["status"], job_row["attempts"]) == ("pending", 1)
     # The retry becomes due after its backoff (1 s plus jitter); then the last attempt.
@@ -336,6 +339,53 @@ def test_the_document_fails_with_its_job_after_the_last_attempt(
     assert response.dead_count == 1
     failed = s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document
     assert (failed.status, failed.error) == (document_pb2.DOCUMENT_STATUS_FAILED, "HTTP 404")
+
+
+def test_a_document_that_can_never_be_ingested_fails_at_once_and_its_job_is_not_dead(
+    start_docs: Callable[..., Docs], db_path: Path
+) -> None:
+    s = start_docs(**{"memory.pipelineV2.workerMaxRetries": 3})
+    document = s.create(url="https://example.com/missing")
+    job = s.lease()
+    response = s.docs.FailDocument(pb.FailDocumentRequest(lease=lease_of(job), error="HTTP 404"))
+    assert response.outcome == jq.LEASE_OUTCOME_OK
+    failed = response.document
+    assert (failed.status, failed.error, failed.attempt, failed.last_error) == (
+        document_pb2.DOCUMENT_STATUS_FAILED,
+        "HTTP 404",
+        1,
+        "HTTP 404",
+    )
+    assert s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document == failed
+    [job_row] = rows(db_path, "SELECT status, lease_token, result FROM memory_jobs")
+    assert (job_row["status"], job_row["lease_token"]) == ("completed", None)
+    assert json.loads(job_row["result"]) == {"failed": "HTTP 404"}
+    # Finished, so nothing to lease again and the token is spent.
+    assert not s.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+    ).jobs
+    again = s.docs.FailDocument(pb.FailDocumentRequest(lease=lease_of(job), error="HTTP 404"))
+    assert again.outcome == jq.LEASE_OUTCOME_LEASE_LOST
+
+
+def test_the_expected_chunk_count_is_recorded_with_the_embedding_status(
+    start_docs: Callable[..., Docs],
+) -> None:
+    s = start_docs()
+    document = s.create(content="text")
+    assert (document.attempt, document.expected_chunk_count) == (0, 0)
+    job = s.lease()
+    advanced = s.docs.AdvanceDocument(
+        pb.AdvanceDocumentRequest(
+            lease=lease_of(job),
+            status=document_pb2.DOCUMENT_STATUS_EMBEDDING,
+            expected_chunk_count=4,
+        )
+    ).document
+    assert (advanced.attempt, advanced.expected_chunk_count, advanced.chunk_count) == (1, 4, 0)
+    s.write(job, 0, "the first chunk")
+    current = s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document
+    assert (current.chunk_count, current.expected_chunk_count) == (1, 4)
 
 
 def test_worker_calls_reject_bad_chunks_and_statuses(
@@ -358,7 +408,42 @@ def test_worker_calls_reject_bad_chunks_and_statuses(
             ),
             "status",
         ),
+        (
+            lambda: s.docs.AdvanceDocument(
+                pb.AdvanceDocumentRequest(
+                    lease=lease_of(job),
+                    status=document_pb2.DOCUMENT_STATUS_CHUNKING,
+                    expected_chunk_count=3,
+                )
+            ),
+            "expected_chunk_count",
+        ),
+        (
+            lambda: s.docs.AdvanceDocument(
+                pb.AdvanceDocumentRequest(
+                    lease=lease_of(job),
+                    status=document_pb2.DOCUMENT_STATUS_EMBEDDING,
+                    expected_chunk_count=-1,
+                )
+            ),
+            "expected_chunk_count",
+        ),
+        (
+            lambda: s.docs.FailDocument(pb.FailDocumentRequest(lease=lease_of(job), error=" ")),
+            "error",
+        ),
     ):
         code, _, fields = error_of(call)
         assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, [field])
+    every_bad_field = error_of(
+        lambda: s.docs.AdvanceDocument(
+            pb.AdvanceDocumentRequest(
+                lease=lease_of(job),
+                status=document_pb2.DOCUMENT_STATUS_DONE,
+                title="t" * 513,
+                expected_chunk_count=-1,
+            )
+        )
+    )
+    assert every_bad_field[2] == ["status", "title", "expected_chunk_count"]
     assert counts(db_path) == before

@@ -1,6 +1,9 @@
 from pathlib import Path
 
 import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from engram.common.v1 import memory_pb2
 from engram.store.v1 import store_pb2 as S
@@ -35,10 +38,45 @@ def test_preview_returns_candidates_and_token_and_writes_nothing(store, db_path:
     assert table_counts(db_path) == before
 
 
-def test_query_requires_every_term(store) -> None:
-    _import(store, ["project alpha notes", "project beta", "alpha release"])
-    preview = store.ForgetMemories(S.ForgetMemoriesRequest(query="project alpha"))
-    assert [c.content for c in preview.candidates] == ["project alpha notes"]
+def test_a_multi_word_query_matches_any_term_most_terms_first(store) -> None:
+    """As Recall's keyword channel reads a query: any term, stop words dropped."""
+    _import(store, ["project alpha notes", "project beta", "alpha release", "gamma ray"])
+    preview = store.ForgetMemories(S.ForgetMemoriesRequest(query="the project alpha"))
+    contents = [c.content for c in preview.candidates]
+    assert sorted(contents) == ["alpha release", "project alpha notes", "project beta"]
+    assert contents[0] == "project alpha notes"  # both terms, though not the newest
+    assert preview.candidate_count == 3
+
+
+def test_a_query_preview_returns_the_candidates_and_their_count(store) -> None:
+    _import(store, [f"stale draft {i}" for i in range(30)] + ["unrelated"])
+    preview = store.ForgetMemories(S.ForgetMemoriesRequest(query="stale"))
+    assert preview.candidate_count == 30 == len(preview.candidates)
+    assert all(c.id and c.content.startswith("stale draft") for c in preview.candidates)
+    assert preview.confirm_token and not preview.more_matching
+
+
+def _error_metadata(call) -> dict[str, str]:
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    status = rpc_status.from_call(caught.value)
+    assert status is not None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return dict(info.metadata)
+    raise AssertionError("no ErrorInfo")
+
+
+def test_the_confirm_token_comes_from_a_preview_only(store, db_path: Path) -> None:
+    ids = _import(store, [f"bulk note {i}" for i in range(30)])
+    metadata = _error_metadata(
+        lambda: store.ForgetMemories(S.ForgetMemoriesRequest(ids=ids, mode=EXECUTE, reason="r"))
+    )
+    assert metadata == {"candidate_count": "30"}, "the error must not hand out the token"
+    small = store.ForgetMemories(S.ForgetMemoriesRequest(ids=ids[:2], mode=EXECUTE, reason="r"))
+    assert small.deleted_count == 2 and small.confirm_token == ""
 
 
 def test_small_execute_needs_no_token(store) -> None:
@@ -95,10 +133,23 @@ def test_token_from_another_selection_is_refused(store) -> None:
 
 def test_candidates_are_capped_by_limit(store) -> None:
     _import(store, [f"many {i}" for i in range(250)])
-    assert len(store.ForgetMemories(S.ForgetMemoriesRequest(query="many")).candidates) == 200
-    assert (
-        len(store.ForgetMemories(S.ForgetMemoriesRequest(query="many", limit=10)).candidates) == 10
+    capped = store.ForgetMemories(S.ForgetMemoriesRequest(query="many"))
+    assert len(capped.candidates) == 200 == capped.candidate_count and capped.more_matching
+    ten = store.ForgetMemories(S.ForgetMemoriesRequest(query="many", limit=10))
+    assert len(ten.candidates) == 10 and ten.more_matching
+
+
+def test_a_token_from_a_preview_of_another_query_is_refused(store) -> None:
+    """The token binds the request too: another query that selects the same
+    memories today is another request."""
+    _import(store, [f"bulk item alpha {i}" for i in range(30)])
+    token = store.ForgetMemories(S.ForgetMemoriesRequest(query="bulk")).confirm_token
+    _, reason, _ = error_of(
+        lambda: store.ForgetMemories(
+            S.ForgetMemoriesRequest(query="alpha", mode=EXECUTE, reason="r", confirm_token=token)
+        )
     )
+    assert reason == "CONFIRM_TOKEN_MISMATCH"
 
 
 def test_pinned_memories_are_candidates_only_with_include_pinned(store) -> None:

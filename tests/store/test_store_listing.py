@@ -121,3 +121,74 @@ def test_default_page_size_is_fifty(store) -> None:
     )
     page = store.ListMemories(store_pb2.ListMemoriesRequest())
     assert len(page.memories) == 50 and page.next_page_token
+
+
+def _delete(store, memory_id: str, namespace: str = "") -> None:
+    store.DeleteMemory(
+        store_pb2.DeleteMemoryRequest(namespace=namespace, id=memory_id, reason="test")
+    )
+
+
+def test_deleted_lists_the_recoverable_tombstones_most_recently_deleted_first(store) -> None:
+    live = remember(store, "still here").memory
+    first = remember(store, "deleted first").memory
+    second = remember(store, "deleted second").memory
+    _delete(store, first.id)
+    _delete(store, second.id)
+    tombstones = store.ListMemories(store_pb2.ListMemoriesRequest(deleted=True)).memories
+    assert [m.id for m in tombstones] == [second.id, first.id]
+    assert all(m.deleted and m.HasField("delete_time") for m in tombstones)
+    assert [m.id for m in store.ListMemories(store_pb2.ListMemoriesRequest()).memories] == [live.id]
+    assert [
+        m.id for m in store.ListMemories(store_pb2.ListMemoriesRequest(deleted=False)).memories
+    ] == [live.id]
+
+
+def test_deleted_lists_only_the_callers_namespace_and_never_purged_memories(store) -> None:
+    mine = remember(store, "my tombstone").memory
+    theirs = remember(store, "their tombstone", namespace="other").memory
+    purged = remember(store, "purged for good").memory
+    _delete(store, mine.id)
+    _delete(store, theirs.id, namespace="other")
+    store.ForgetMemories(
+        store_pb2.ForgetMemoriesRequest(
+            ids=[purged.id], mode=store_pb2.FORGET_MODE_EXECUTE, reason="gdpr", purge=True
+        )
+    )
+    assert [
+        m.id for m in store.ListMemories(store_pb2.ListMemoriesRequest(deleted=True)).memories
+    ] == [mine.id]
+    other = store.ListMemories(store_pb2.ListMemoriesRequest(namespace="other", deleted=True))
+    assert [m.id for m in other.memories] == [theirs.id]
+
+
+def test_deleted_listing_pages_with_a_token_of_its_own(store) -> None:
+    ids = [remember(store, f"tombstone {i}").memory.id for i in range(7)]
+    remember(store, "a live one")
+    for memory_id in ids:
+        _delete(store, memory_id)
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = store.ListMemories(
+            store_pb2.ListMemoriesRequest(deleted=True, page_size=3, page_token=token)
+        )
+        seen.extend(m.id for m in page.memories)
+        token = page.next_page_token
+        if not token:
+            break
+        # A tombstone listing's token does not page the live listing.
+        code, _, fields = error_of(
+            lambda t=token: store.ListMemories(store_pb2.ListMemoriesRequest(page_token=t))
+        )
+        assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["page_token"])
+    assert seen == list(reversed(ids))
+
+
+def test_deleted_leaves_out_tombstones_past_the_retention_window(
+    make_config, start_store_server
+) -> None:
+    _, store = start_store_server(make_config(**{"retention.tombstone_days": 0}))
+    gone = remember(store, "deleted long enough ago").memory
+    _delete(store, gone.id)
+    assert list(store.ListMemories(store_pb2.ListMemoriesRequest(deleted=True)).memories) == []

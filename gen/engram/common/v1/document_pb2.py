@@ -26,7 +26,7 @@ from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior_
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ngram/common/v1/document.proto\x12\x10\x65ngram.common.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9b\x03\n\x08\x44ocument\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03\x12\x17\n\tnamespace\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12\x19\n\x0bsource_type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03\x12\x11\n\x03url\x18\x04 \x01(\tB\x04\xe2\x41\x01\x03\x12\x13\n\x05title\x18\x05 \x01(\tB\x04\xe2\x41\x01\x03\x12\x36\n\x06status\x18\x06 \x01(\x0e\x32 .engram.common.v1.DocumentStatusB\x04\xe2\x41\x01\x03\x12\x13\n\x05\x65rror\x18\x07 \x01(\tB\x04\xe2\x41\x01\x03\x12\x19\n\x0b\x63hunk_count\x18\x08 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x12\n\x04tags\x18\t \x03(\tB\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x35\n\x0bupdate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x37\n\rcomplete_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\"Z\n\rDocumentChunk\x12\x19\n\x0b\x63hunk_index\x18\x01 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12\x15\n\x07\x63ontent\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03*\xfe\x01\n\x0e\x44ocumentStatus\x12\x1f\n\x1b\x44OCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44OCUMENT_STATUS_QUEUED\x10\x01\x12\x1e\n\x1a\x44OCUMENT_STATUS_EXTRACTING\x10\x02\x12\x1c\n\x18\x44OCUMENT_STATUS_CHUNKING\x10\x03\x12\x1d\n\x19\x44OCUMENT_STATUS_EMBEDDING\x10\x04\x12\x1c\n\x18\x44OCUMENT_STATUS_INDEXING\x10\x05\x12\x18\n\x14\x44OCUMENT_STATUS_DONE\x10\x06\x12\x1a\n\x16\x44OCUMENT_STATUS_FAILED\x10\x07\x42\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ngram/common/v1/document.proto\x12\x10\x65ngram.common.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x03\n\x08\x44ocument\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03\x12\x17\n\tnamespace\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12\x19\n\x0bsource_type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03\x12\x11\n\x03url\x18\x04 \x01(\tB\x04\xe2\x41\x01\x03\x12\x13\n\x05title\x18\x05 \x01(\tB\x04\xe2\x41\x01\x03\x12\x36\n\x06status\x18\x06 \x01(\x0e\x32 .engram.common.v1.DocumentStatusB\x04\xe2\x41\x01\x03\x12\x13\n\x05\x65rror\x18\x07 \x01(\tB\x04\xe2\x41\x01\x03\x12\x19\n\x0b\x63hunk_count\x18\x08 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x12\n\x04tags\x18\t \x03(\tB\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x35\n\x0bupdate_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x37\n\rcomplete_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x15\n\x07\x61ttempt\x18\r \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x18\n\nlast_error\x18\x0e \x01(\tB\x04\xe2\x41\x01\x03\x12\"\n\x14\x65xpected_chunk_count\x18\x0f \x01(\x05\x42\x04\xe2\x41\x01\x03\"Z\n\rDocumentChunk\x12\x19\n\x0b\x63hunk_index\x18\x01 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12\x15\n\x07\x63ontent\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03*\xfe\x01\n\x0e\x44ocumentStatus\x12\x1f\n\x1b\x44OCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44OCUMENT_STATUS_QUEUED\x10\x01\x12\x1e\n\x1a\x44OCUMENT_STATUS_EXTRACTING\x10\x02\x12\x1c\n\x18\x44OCUMENT_STATUS_CHUNKING\x10\x03\x12\x1d\n\x19\x44OCUMENT_STATUS_EMBEDDING\x10\x04\x12\x1c\n\x18\x44OCUMENT_STATUS_INDEXING\x10\x05\x12\x18\n\x14\x44OCUMENT_STATUS_DONE\x10\x06\x12\x1a\n\x16\x44OCUMENT_STATUS_FAILED\x10\x07\x42\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -58,16 +58,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DOCUMENT'].fields_by_name['update_time']._serialized_options = b'\342A\001\003'
   _globals['_DOCUMENT'].fields_by_name['complete_time']._loaded_options = None
   _globals['_DOCUMENT'].fields_by_name['complete_time']._serialized_options = b'\342A\001\003'
+  _globals['_DOCUMENT'].fields_by_name['attempt']._loaded_options = None
+  _globals['_DOCUMENT'].fields_by_name['attempt']._serialized_options = b'\342A\001\003'
+  _globals['_DOCUMENT'].fields_by_name['last_error']._loaded_options = None
+  _globals['_DOCUMENT'].fields_by_name['last_error']._serialized_options = b'\342A\001\003'
+  _globals['_DOCUMENT'].fields_by_name['expected_chunk_count']._loaded_options = None
+  _globals['_DOCUMENT'].fields_by_name['expected_chunk_count']._serialized_options = b'\342A\001\003'
   _globals['_DOCUMENTCHUNK'].fields_by_name['chunk_index']._loaded_options = None
   _globals['_DOCUMENTCHUNK'].fields_by_name['chunk_index']._serialized_options = b'\342A\001\003'
   _globals['_DOCUMENTCHUNK'].fields_by_name['memory_id']._loaded_options = None
   _globals['_DOCUMENTCHUNK'].fields_by_name['memory_id']._serialized_options = b'\342A\001\003'
   _globals['_DOCUMENTCHUNK'].fields_by_name['content']._loaded_options = None
   _globals['_DOCUMENTCHUNK'].fields_by_name['content']._serialized_options = b'\342A\001\003'
-  _globals['_DOCUMENTSTATUS']._serialized_start=626
-  _globals['_DOCUMENTSTATUS']._serialized_end=880
+  _globals['_DOCUMENTSTATUS']._serialized_start=711
+  _globals['_DOCUMENTSTATUS']._serialized_end=965
   _globals['_DOCUMENT']._serialized_start=120
-  _globals['_DOCUMENT']._serialized_end=531
-  _globals['_DOCUMENTCHUNK']._serialized_start=533
-  _globals['_DOCUMENTCHUNK']._serialized_end=623
+  _globals['_DOCUMENT']._serialized_end=616
+  _globals['_DOCUMENTCHUNK']._serialized_start=618
+  _globals['_DOCUMENTCHUNK']._serialized_end=708
 # @@protoc_insertion_point(module_scope)

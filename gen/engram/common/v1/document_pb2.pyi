@@ -43,7 +43,12 @@ class _DocumentStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Docume
     DOCUMENT_STATUS_DONE: _DocumentStatus.ValueType  # 6
     """Every chunk is a memory."""
     DOCUMENT_STATUS_FAILED: _DocumentStatus.ValueType  # 7
-    """The job used its attempts; `error` says why."""
+    """Failed for good; `error` says why. A permanent failure (the URL answered
+    4xx other than 408/425/429, its host name does not exist, the page is over
+    the size cap or not text, there is no text) fails at the first attempt; a
+    transient one (5xx, timeout, refused connection) after
+    `memory.pipelineV2.workerMaxRetries` attempts.
+    """
 
 class DocumentStatus(_DocumentStatus, metaclass=_DocumentStatusEnumTypeWrapper):
     """Where a document is in its ingest (seed 000 "Document Ingest")."""
@@ -65,7 +70,12 @@ DOCUMENT_STATUS_INDEXING: DocumentStatus.ValueType  # 5
 DOCUMENT_STATUS_DONE: DocumentStatus.ValueType  # 6
 """Every chunk is a memory."""
 DOCUMENT_STATUS_FAILED: DocumentStatus.ValueType  # 7
-"""The job used its attempts; `error` says why."""
+"""Failed for good; `error` says why. A permanent failure (the URL answered
+4xx other than 408/425/429, its host name does not exist, the page is over
+the size cap or not text, there is no text) fails at the first attempt; a
+transient one (5xx, timeout, refused connection) after
+`memory.pipelineV2.workerMaxRetries` attempts.
+"""
 Global___DocumentStatus: _TypeAlias = DocumentStatus  # noqa: Y015
 
 @_typing.final
@@ -88,6 +98,9 @@ class Document(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
     COMPLETE_TIME_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    EXPECTED_CHUNK_COUNT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Document id."""
     namespace: _builtins.str
@@ -103,7 +116,21 @@ class Document(_message.Message):
     error: _builtins.str
     """The error of the last attempt, when failed."""
     chunk_count: _builtins.int
-    """Distinct chunk memories linked so far."""
+    """Distinct chunk memories linked so far (a passage repeated within the
+    document is stored once, so it can end below `expected_chunk_count`).
+    """
+    attempt: _builtins.int
+    """The ingest attempt under way (or the last one made): 1 for the first, 2
+    for the first retry; 0 before the first.
+    """
+    last_error: _builtins.str
+    """The error of the most recent failed attempt, also while the document is
+    queued for or running its retry; empty when no attempt has failed.
+    """
+    expected_chunk_count: _builtins.int
+    """How many chunks the text was cut into; 0 until chunking is done (status
+    EMBEDDING on).
+    """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Tags given at creation (chunk memories carry them and the title)."""
@@ -135,10 +162,13 @@ class Document(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
         complete_time: _timestamp_pb2.Timestamp | None = ...,
+        attempt: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+        expected_chunk_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["complete_time", b"complete_time", "create_time", b"create_time", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "complete_time", b"complete_time", "create_time", b"create_time", "error", b"error", "id", b"id", "namespace", b"namespace", "source_type", b"source_type", "status", b"status", "tags", b"tags", "title", b"title", "update_time", b"update_time", "url", b"url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "chunk_count", b"chunk_count", "complete_time", b"complete_time", "create_time", b"create_time", "error", b"error", "expected_chunk_count", b"expected_chunk_count", "id", b"id", "last_error", b"last_error", "namespace", b"namespace", "source_type", b"source_type", "status", b"status", "tags", b"tags", "title", b"title", "update_time", b"update_time", "url", b"url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

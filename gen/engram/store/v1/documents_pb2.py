@@ -27,7 +27,7 @@ from engram.store.v1 import job_queue_pb2 as engram_dot_store_dot_v1_dot_job__qu
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ngram/store/v1/documents.proto\x12\x0f\x65ngram.store.v1\x1a\x1f\x65ngram/common/v1/document.proto\x1a\x1f\x65ngram/store/v1/job_queue.proto\x1a\x1fgoogle/api/field_behavior.proto\"\x83\x01\n\x15\x43reateDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03url\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05title\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x12\n\x04tags\x18\x05 \x03(\tB\x04\xe2\x41\x01\x01\"F\n\x16\x43reateDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"?\n\x12GetDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"C\n\x13GetDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\x82\x01\n\x19ListDocumentChunksRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0b\x64ocument_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"f\n\x1aListDocumentChunksResponse\x12/\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x1f.engram.common.v1.DocumentChunk\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"K\n\x19ReadDocumentSourceRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\"\x8f\x01\n\x1aReadDocumentSourceResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document\x12\x13\n\x0braw_content\x18\x03 \x01(\t\"\x95\x01\n\x16\x41\x64vanceDocumentRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\x12\x36\n\x06status\x18\x02 \x01(\x0e\x32 .engram.common.v1.DocumentStatusB\x04\xe2\x41\x01\x02\x12\x13\n\x05title\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\"w\n\x17\x41\x64vanceDocumentResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\xb2\x01\n\x19WriteDocumentChunkRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\x12\x19\n\x0b\x63hunk_index\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06vector\x18\x04 \x03(\x02\x42\x04\xe2\x41\x01\x01\x12\x1d\n\x0f\x65mbedding_model\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"\xac\x01\n\x1aWriteDocumentChunkResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12\x34\n\rchunk_outcome\x18\x02 \x01(\x0e\x32\x1d.engram.store.v1.ChunkOutcome\x12\x11\n\tmemory_id\x18\x03 \x01(\t\x12\x15\n\rvector_stored\x18\x04 \x01(\x08\"I\n\x17\x43ompleteDocumentRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\"x\n\x18\x43ompleteDocumentResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document*\x7f\n\x0c\x43hunkOutcome\x12\x1d\n\x19\x43HUNK_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43HUNK_OUTCOME_CREATED\x10\x01\x12\x18\n\x14\x43HUNK_OUTCOME_LINKED\x10\x02\x12\x1b\n\x17\x43HUNK_OUTCOME_DUPLICATE\x10\x03\x32\xef\x05\n\x14\x44ocumentStoreService\x12\x61\n\x0e\x43reateDocument\x12&.engram.store.v1.CreateDocumentRequest\x1a\'.engram.store.v1.CreateDocumentResponse\x12X\n\x0bGetDocument\x12#.engram.store.v1.GetDocumentRequest\x1a$.engram.store.v1.GetDocumentResponse\x12m\n\x12ListDocumentChunks\x12*.engram.store.v1.ListDocumentChunksRequest\x1a+.engram.store.v1.ListDocumentChunksResponse\x12m\n\x12ReadDocumentSource\x12*.engram.store.v1.ReadDocumentSourceRequest\x1a+.engram.store.v1.ReadDocumentSourceResponse\x12\x64\n\x0f\x41\x64vanceDocument\x12\'.engram.store.v1.AdvanceDocumentRequest\x1a(.engram.store.v1.AdvanceDocumentResponse\x12m\n\x12WriteDocumentChunk\x12*.engram.store.v1.WriteDocumentChunkRequest\x1a+.engram.store.v1.WriteDocumentChunkResponse\x12g\n\x10\x43ompleteDocument\x12(.engram.store.v1.CompleteDocumentRequest\x1a).engram.store.v1.CompleteDocumentResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ngram/store/v1/documents.proto\x12\x0f\x65ngram.store.v1\x1a\x1f\x65ngram/common/v1/document.proto\x1a\x1f\x65ngram/store/v1/job_queue.proto\x1a\x1fgoogle/api/field_behavior.proto\"\x83\x01\n\x15\x43reateDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03url\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05title\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x12\n\x04tags\x18\x05 \x03(\tB\x04\xe2\x41\x01\x01\"F\n\x16\x43reateDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"?\n\x12GetDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"C\n\x13GetDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\x82\x01\n\x19ListDocumentChunksRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0b\x64ocument_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"f\n\x1aListDocumentChunksResponse\x12/\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x1f.engram.common.v1.DocumentChunk\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"K\n\x19ReadDocumentSourceRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\"\x8f\x01\n\x1aReadDocumentSourceResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document\x12\x13\n\x0braw_content\x18\x03 \x01(\t\"\xb9\x01\n\x16\x41\x64vanceDocumentRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\x12\x36\n\x06status\x18\x02 \x01(\x0e\x32 .engram.common.v1.DocumentStatusB\x04\xe2\x41\x01\x02\x12\x13\n\x05title\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\"\n\x14\x65xpected_chunk_count\x18\x04 \x01(\x05\x42\x04\xe2\x41\x01\x01\"w\n\x17\x41\x64vanceDocumentResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\xb2\x01\n\x19WriteDocumentChunkRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\x12\x19\n\x0b\x63hunk_index\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06vector\x18\x04 \x03(\x02\x42\x04\xe2\x41\x01\x01\x12\x1d\n\x0f\x65mbedding_model\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"\xac\x01\n\x1aWriteDocumentChunkResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12\x34\n\rchunk_outcome\x18\x02 \x01(\x0e\x32\x1d.engram.store.v1.ChunkOutcome\x12\x11\n\tmemory_id\x18\x03 \x01(\t\x12\x15\n\rvector_stored\x18\x04 \x01(\x08\"I\n\x17\x43ompleteDocumentRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\"x\n\x18\x43ompleteDocumentResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document\"Z\n\x13\x46\x61ilDocumentRequest\x12.\n\x05lease\x18\x01 \x01(\x0b\x32\x19.engram.store.v1.JobLeaseB\x04\xe2\x41\x01\x02\x12\x13\n\x05\x65rror\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"t\n\x14\x46\x61ilDocumentResponse\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.engram.store.v1.LeaseOutcome\x12,\n\x08\x64ocument\x18\x02 \x01(\x0b\x32\x1a.engram.common.v1.Document*\x7f\n\x0c\x43hunkOutcome\x12\x1d\n\x19\x43HUNK_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43HUNK_OUTCOME_CREATED\x10\x01\x12\x18\n\x14\x43HUNK_OUTCOME_LINKED\x10\x02\x12\x1b\n\x17\x43HUNK_OUTCOME_DUPLICATE\x10\x03\x32\xcc\x06\n\x14\x44ocumentStoreService\x12\x61\n\x0e\x43reateDocument\x12&.engram.store.v1.CreateDocumentRequest\x1a\'.engram.store.v1.CreateDocumentResponse\x12X\n\x0bGetDocument\x12#.engram.store.v1.GetDocumentRequest\x1a$.engram.store.v1.GetDocumentResponse\x12m\n\x12ListDocumentChunks\x12*.engram.store.v1.ListDocumentChunksRequest\x1a+.engram.store.v1.ListDocumentChunksResponse\x12m\n\x12ReadDocumentSource\x12*.engram.store.v1.ReadDocumentSourceRequest\x1a+.engram.store.v1.ReadDocumentSourceResponse\x12\x64\n\x0f\x41\x64vanceDocument\x12\'.engram.store.v1.AdvanceDocumentRequest\x1a(.engram.store.v1.AdvanceDocumentResponse\x12m\n\x12WriteDocumentChunk\x12*.engram.store.v1.WriteDocumentChunkRequest\x1a+.engram.store.v1.WriteDocumentChunkResponse\x12g\n\x10\x43ompleteDocument\x12(.engram.store.v1.CompleteDocumentRequest\x1a).engram.store.v1.CompleteDocumentResponse\x12[\n\x0c\x46\x61ilDocument\x12$.engram.store.v1.FailDocumentRequest\x1a%.engram.store.v1.FailDocumentResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -65,6 +65,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['status']._serialized_options = b'\342A\001\002'
   _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['title']._loaded_options = None
   _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['title']._serialized_options = b'\342A\001\001'
+  _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['expected_chunk_count']._loaded_options = None
+  _globals['_ADVANCEDOCUMENTREQUEST'].fields_by_name['expected_chunk_count']._serialized_options = b'\342A\001\001'
   _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['lease']._loaded_options = None
   _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['lease']._serialized_options = b'\342A\001\002'
   _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['chunk_index']._loaded_options = None
@@ -77,8 +79,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WRITEDOCUMENTCHUNKREQUEST'].fields_by_name['embedding_model']._serialized_options = b'\342A\001\001'
   _globals['_COMPLETEDOCUMENTREQUEST'].fields_by_name['lease']._loaded_options = None
   _globals['_COMPLETEDOCUMENTREQUEST'].fields_by_name['lease']._serialized_options = b'\342A\001\002'
-  _globals['_CHUNKOUTCOME']._serialized_start=1777
-  _globals['_CHUNKOUTCOME']._serialized_end=1904
+  _globals['_FAILDOCUMENTREQUEST'].fields_by_name['lease']._loaded_options = None
+  _globals['_FAILDOCUMENTREQUEST'].fields_by_name['lease']._serialized_options = b'\342A\001\002'
+  _globals['_FAILDOCUMENTREQUEST'].fields_by_name['error']._loaded_options = None
+  _globals['_FAILDOCUMENTREQUEST'].fields_by_name['error']._serialized_options = b'\342A\001\002'
+  _globals['_CHUNKOUTCOME']._serialized_start=2023
+  _globals['_CHUNKOUTCOME']._serialized_end=2150
   _globals['_CREATEDOCUMENTREQUEST']._serialized_start=152
   _globals['_CREATEDOCUMENTREQUEST']._serialized_end=283
   _globals['_CREATEDOCUMENTRESPONSE']._serialized_start=285
@@ -96,17 +102,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READDOCUMENTSOURCERESPONSE']._serialized_start=806
   _globals['_READDOCUMENTSOURCERESPONSE']._serialized_end=949
   _globals['_ADVANCEDOCUMENTREQUEST']._serialized_start=952
-  _globals['_ADVANCEDOCUMENTREQUEST']._serialized_end=1101
-  _globals['_ADVANCEDOCUMENTRESPONSE']._serialized_start=1103
-  _globals['_ADVANCEDOCUMENTRESPONSE']._serialized_end=1222
-  _globals['_WRITEDOCUMENTCHUNKREQUEST']._serialized_start=1225
-  _globals['_WRITEDOCUMENTCHUNKREQUEST']._serialized_end=1403
-  _globals['_WRITEDOCUMENTCHUNKRESPONSE']._serialized_start=1406
-  _globals['_WRITEDOCUMENTCHUNKRESPONSE']._serialized_end=1578
-  _globals['_COMPLETEDOCUMENTREQUEST']._serialized_start=1580
-  _globals['_COMPLETEDOCUMENTREQUEST']._serialized_end=1653
-  _globals['_COMPLETEDOCUMENTRESPONSE']._serialized_start=1655
-  _globals['_COMPLETEDOCUMENTRESPONSE']._serialized_end=1775
-  _globals['_DOCUMENTSTORESERVICE']._serialized_start=1907
-  _globals['_DOCUMENTSTORESERVICE']._serialized_end=2658
+  _globals['_ADVANCEDOCUMENTREQUEST']._serialized_end=1137
+  _globals['_ADVANCEDOCUMENTRESPONSE']._serialized_start=1139
+  _globals['_ADVANCEDOCUMENTRESPONSE']._serialized_end=1258
+  _globals['_WRITEDOCUMENTCHUNKREQUEST']._serialized_start=1261
+  _globals['_WRITEDOCUMENTCHUNKREQUEST']._serialized_end=1439
+  _globals['_WRITEDOCUMENTCHUNKRESPONSE']._serialized_start=1442
+  _globals['_WRITEDOCUMENTCHUNKRESPONSE']._serialized_end=1614
+  _globals['_COMPLETEDOCUMENTREQUEST']._serialized_start=1616
+  _globals['_COMPLETEDOCUMENTREQUEST']._serialized_end=1689
+  _globals['_COMPLETEDOCUMENTRESPONSE']._serialized_start=1691
+  _globals['_COMPLETEDOCUMENTRESPONSE']._serialized_end=1811
+  _globals['_FAILDOCUMENTREQUEST']._serialized_start=1813
+  _globals['_FAILDOCUMENTREQUEST']._serialized_end=1903
+  _globals['_FAILDOCUMENTRESPONSE']._serialized_start=1905
+  _globals['_FAILDOCUMENTRESPONSE']._serialized_end=2021
+  _globals['_DOCUMENTSTORESERVICE']._serialized_start=2153
+  _globals['_DOCUMENTSTORESERVICE']._serialized_end=2997
 # @@protoc_insertion_point(module_scope)

@@ -292,10 +292,15 @@ class AdvanceDocumentRequest(_message.Message):
     LEASE_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     TITLE_FIELD_NUMBER: _builtins.int
+    EXPECTED_CHUNK_COUNT_FIELD_NUMBER: _builtins.int
     status: _document_pb2.DocumentStatus.ValueType
     """The new progress status: EXTRACTING, CHUNKING, EMBEDDING or INDEXING."""
     title: _builtins.str
     """A title found while fetching; stored only if the document has none."""
+    expected_chunk_count: _builtins.int
+    """With status EMBEDDING: how many chunks the text was cut into (0 there
+    means no change).
+    """
     @_builtins.property
     def lease(self) -> _job_queue_pb2.JobLease:
         """The leased document_ingest job."""
@@ -306,10 +311,11 @@ class AdvanceDocumentRequest(_message.Message):
         lease: _job_queue_pb2.JobLease | None = ...,
         status: _document_pb2.DocumentStatus.ValueType = ...,
         title: _builtins.str = ...,
+        expected_chunk_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "status", b"status", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_chunk_count", b"expected_chunk_count", "lease", b"lease", "status", b"status", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -470,3 +476,61 @@ class CompleteDocumentResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompleteDocumentResponse: _TypeAlias = CompleteDocumentResponse  # noqa: Y015
+
+@_typing.final
+class FailDocumentRequest(_message.Message):
+    """Request for FailDocument."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    error: _builtins.str
+    """Why the document can never be ingested (stored, truncated to 2000
+    characters).
+    """
+    @_builtins.property
+    def lease(self) -> _job_queue_pb2.JobLease:
+        """The leased document_ingest job."""
+
+    def __init__(
+        self,
+        *,
+        lease: _job_queue_pb2.JobLease | None = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "lease", b"lease"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailDocumentRequest: _TypeAlias = FailDocumentRequest  # noqa: Y015
+
+@_typing.final
+class FailDocumentResponse(_message.Message):
+    """Response for FailDocument."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    DOCUMENT_FIELD_NUMBER: _builtins.int
+    outcome: _job_queue_pb2.LeaseOutcome.ValueType
+    """LEASE_OUTCOME_OK, or LEASE_LOST (nothing written)."""
+    @_builtins.property
+    def document(self) -> _document_pb2.Document:
+        """The document, failed."""
+
+    def __init__(
+        self,
+        *,
+        outcome: _job_queue_pb2.LeaseOutcome.ValueType = ...,
+        document: _document_pb2.Document | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailDocumentResponse: _TypeAlias = FailDocumentResponse  # noqa: Y015

@@ -77,6 +77,11 @@ class DocumentStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentResponse.FromString,
                 _registered_method=True)
+        self.FailDocument = channel.unary_unary(
+                '/engram.store.v1.DocumentStoreService/FailDocument',
+                request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentResponse.FromString,
+                _registered_method=True)
 
 
 class DocumentStoreServiceServicer:
@@ -139,10 +144,12 @@ class DocumentStoreServiceServicer:
     def AdvanceDocument(self, request, context):
         """For the worker: records the document's progress (`extracting`,
         `chunking`, `embedding`, `indexing`) and, when `title` is set and the
-        document has none, backfills the title. A lost lease writes nothing.
+        document has none, backfills the title; with `embedding`, the number of
+        chunks the text was cut into. A lost lease writes nothing.
 
         Errors: INVALID_ARGUMENT (`status` not one of the four progress
-        statuses, `title` over 512 characters); UNAVAILABLE (MUTATIONS_FROZEN).
+        statuses, `title` over 512 characters, `expected_chunk_count` negative or
+        set with a status other than EMBEDDING); UNAVAILABLE (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -177,6 +184,22 @@ class DocumentStoreServiceServicer:
         one transaction. A lost lease writes nothing.
 
         Errors: UNAVAILABLE (MUTATIONS_FROZEN).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FailDocument(self, request, context):
+        """For the worker, when the document can never be ingested whatever the
+        number of attempts (the URL answered 4xx, its host name does not exist,
+        the page is over the size cap or not text, there is no text): the
+        document becomes `failed` with `error`, and its job is finished (status
+        completed, its result naming the failure) in one transaction. The job is
+        not dead: it counts in no dead-job rate and "requeue dead jobs" leaves it
+        alone. A transient failure goes through JobQueueService.FailJobs
+        instead, which retries. A lost lease writes nothing.
+
+        Errors: INVALID_ARGUMENT (`error` empty); UNAVAILABLE (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -219,6 +242,11 @@ def add_DocumentStoreServiceServicer_to_server(servicer, server):
                     servicer.CompleteDocument,
                     request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentResponse.SerializeToString,
+            ),
+            'FailDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.FailDocument,
+                    request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -418,6 +446,33 @@ class DocumentStoreService:
             '/engram.store.v1.DocumentStoreService/CompleteDocument',
             engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FailDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.DocumentStoreService/FailDocument',
+            engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -74,10 +74,12 @@ class DocumentStoreServiceStub:
     AdvanceDocument: _grpc.UnaryUnaryMultiCallable[_documents_pb2.AdvanceDocumentRequest, _documents_pb2.AdvanceDocumentResponse]
     """For the worker: records the document's progress (`extracting`,
     `chunking`, `embedding`, `indexing`) and, when `title` is set and the
-    document has none, backfills the title. A lost lease writes nothing.
+    document has none, backfills the title; with `embedding`, the number of
+    chunks the text was cut into. A lost lease writes nothing.
 
     Errors: INVALID_ARGUMENT (`status` not one of the four progress
-    statuses, `title` over 512 characters); UNAVAILABLE (MUTATIONS_FROZEN).
+    statuses, `title` over 512 characters, `expected_chunk_count` negative or
+    set with a status other than EMBEDDING); UNAVAILABLE (MUTATIONS_FROZEN).
     """
     WriteDocumentChunk: _grpc.UnaryUnaryMultiCallable[_documents_pb2.WriteDocumentChunkRequest, _documents_pb2.WriteDocumentChunkResponse]
     """For the worker: writes one chunk as a memory, in its own transaction.
@@ -104,6 +106,18 @@ class DocumentStoreServiceStub:
     one transaction. A lost lease writes nothing.
 
     Errors: UNAVAILABLE (MUTATIONS_FROZEN).
+    """
+    FailDocument: _grpc.UnaryUnaryMultiCallable[_documents_pb2.FailDocumentRequest, _documents_pb2.FailDocumentResponse]
+    """For the worker, when the document can never be ingested whatever the
+    number of attempts (the URL answered 4xx, its host name does not exist,
+    the page is over the size cap or not text, there is no text): the
+    document becomes `failed` with `error`, and its job is finished (status
+    completed, its result naming the failure) in one transaction. The job is
+    not dead: it counts in no dead-job rate and "requeue dead jobs" leaves it
+    alone. A transient failure goes through JobQueueService.FailJobs
+    instead, which retries. A lost lease writes nothing.
+
+    Errors: INVALID_ARGUMENT (`error` empty); UNAVAILABLE (MUTATIONS_FROZEN).
     """
 
 @_typing.type_check_only
@@ -152,10 +166,12 @@ class DocumentStoreServiceAsyncStub(DocumentStoreServiceStub):
     AdvanceDocument: _aio.UnaryUnaryMultiCallable[_documents_pb2.AdvanceDocumentRequest, _documents_pb2.AdvanceDocumentResponse]  # type: ignore[assignment]
     """For the worker: records the document's progress (`extracting`,
     `chunking`, `embedding`, `indexing`) and, when `title` is set and the
-    document has none, backfills the title. A lost lease writes nothing.
+    document has none, backfills the title; with `embedding`, the number of
+    chunks the text was cut into. A lost lease writes nothing.
 
     Errors: INVALID_ARGUMENT (`status` not one of the four progress
-    statuses, `title` over 512 characters); UNAVAILABLE (MUTATIONS_FROZEN).
+    statuses, `title` over 512 characters, `expected_chunk_count` negative or
+    set with a status other than EMBEDDING); UNAVAILABLE (MUTATIONS_FROZEN).
     """
     WriteDocumentChunk: _aio.UnaryUnaryMultiCallable[_documents_pb2.WriteDocumentChunkRequest, _documents_pb2.WriteDocumentChunkResponse]  # type: ignore[assignment]
     """For the worker: writes one chunk as a memory, in its own transaction.
@@ -182,6 +198,18 @@ class DocumentStoreServiceAsyncStub(DocumentStoreServiceStub):
     one transaction. A lost lease writes nothing.
 
     Errors: UNAVAILABLE (MUTATIONS_FROZEN).
+    """
+    FailDocument: _aio.UnaryUnaryMultiCallable[_documents_pb2.FailDocumentRequest, _documents_pb2.FailDocumentResponse]  # type: ignore[assignment]
+    """For the worker, when the document can never be ingested whatever the
+    number of attempts (the URL answered 4xx, its host name does not exist,
+    the page is over the size cap or not text, there is no text): the
+    document becomes `failed` with `error`, and its job is finished (status
+    completed, its result naming the failure) in one transaction. The job is
+    not dead: it counts in no dead-job rate and "requeue dead jobs" leaves it
+    alone. A transient failure goes through JobQueueService.FailJobs
+    instead, which retries. A lost lease writes nothing.
+
+    Errors: INVALID_ARGUMENT (`error` empty); UNAVAILABLE (MUTATIONS_FROZEN).
     """
 
 class DocumentStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -257,10 +285,12 @@ class DocumentStoreServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_documents_pb2.AdvanceDocumentResponse, _abc.Awaitable[_documents_pb2.AdvanceDocumentResponse]]:
         """For the worker: records the document's progress (`extracting`,
         `chunking`, `embedding`, `indexing`) and, when `title` is set and the
-        document has none, backfills the title. A lost lease writes nothing.
+        document has none, backfills the title; with `embedding`, the number of
+        chunks the text was cut into. A lost lease writes nothing.
 
         Errors: INVALID_ARGUMENT (`status` not one of the four progress
-        statuses, `title` over 512 characters); UNAVAILABLE (MUTATIONS_FROZEN).
+        statuses, `title` over 512 characters, `expected_chunk_count` negative or
+        set with a status other than EMBEDDING); UNAVAILABLE (MUTATIONS_FROZEN).
         """
 
     @_abc_1.abstractmethod
@@ -299,6 +329,24 @@ class DocumentStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         one transaction. A lost lease writes nothing.
 
         Errors: UNAVAILABLE (MUTATIONS_FROZEN).
+        """
+
+    @_abc_1.abstractmethod
+    def FailDocument(
+        self,
+        request: _documents_pb2.FailDocumentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_documents_pb2.FailDocumentResponse, _abc.Awaitable[_documents_pb2.FailDocumentResponse]]:
+        """For the worker, when the document can never be ingested whatever the
+        number of attempts (the URL answered 4xx, its host name does not exist,
+        the page is over the size cap or not text, there is no text): the
+        document becomes `failed` with `error`, and its job is finished (status
+        completed, its result naming the failure) in one transaction. The job is
+        not dead: it counts in no dead-job rate and "requeue dead jobs" leaves it
+        alone. A transient failure goes through JobQueueService.FailJobs
+        instead, which retries. A lost lease writes nothing.
+
+        Errors: INVALID_ARGUMENT (`error` empty); UNAVAILABLE (MUTATIONS_FROZEN).
         """
 
 def add_DocumentStoreServiceServicer_to_server(servicer: DocumentStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -550,6 +550,7 @@ class ListMemoriesRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     FILTER_FIELD_NUMBER: _builtins.int
+    DELETED_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     page_size: _builtins.int
@@ -557,6 +558,12 @@ class ListMemoriesRequest(_message.Message):
     page_token: _builtins.str
     """`next_page_token` from a previous call with the same namespace and filter;
     empty for the first page.
+    """
+    deleted: _builtins.bool
+    """List the recoverable soft-deleted memories (tombstones) instead of the
+    live ones: those deleted within the tombstone retention window
+    (`retention.tombstone_days`), most recently deleted first. Recover
+    one with RecoverMemory.
     """
     @_builtins.property
     def filter(self) -> _memory_pb2.MemoryFilter:
@@ -569,10 +576,11 @@ class ListMemoriesRequest(_message.Message):
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
         filter: _memory_pb2.MemoryFilter | None = ...,
+        deleted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "filter", b"filter", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -904,9 +912,17 @@ class ForgetMemoriesRequest(_message.Message):
     mode: Global___ForgetMode.ValueType
     """PREVIEW (default) or EXECUTE."""
     query: _builtins.str
-    """Keywords; a memory matches when its content contains every term."""
+    """Keywords, read as Recall's keyword channel reads its query: a memory
+    matches when its content contains ANY of the query's words (stop words
+    such as "the" or "my" are dropped unless the query has nothing else).
+    Memories holding the most of the words come first, then the newest. At
+    most 2000 characters. Combine it with `filter` or `ids` to narrow the
+    selection, and read the PREVIEW.
+    """
     limit: _builtins.int
-    """Maximum candidates, 0 to 200; 0 means 200."""
+    """Maximum candidates, 0 to 200; 0 means 200. The first ones in the
+    candidates' order are kept.
+    """
     reason: _builtins.str
     """Why (required for EXECUTE; recorded in history)."""
     confirm_token: _builtins.str
@@ -1012,15 +1028,29 @@ class ForgetMemoriesResponse(_message.Message):
     CONFIRM_TOKEN_FIELD_NUMBER: _builtins.int
     DELETED_COUNT_FIELD_NUMBER: _builtins.int
     HARD_DELETED_FIELD_NUMBER: _builtins.int
+    CANDIDATE_COUNT_FIELD_NUMBER: _builtins.int
+    MORE_MATCHING_FIELD_NUMBER: _builtins.int
     confirm_token: _builtins.str
-    """Token binding exactly this candidate set; pass it to EXECUTE."""
+    """PREVIEW only (empty in EXECUTE): the token binding this request and
+    exactly this candidate set; pass it to EXECUTE.
+    """
     deleted_count: _builtins.int
     """How many memories were deleted (0 in PREVIEW)."""
     hard_deleted: _builtins.bool
     """True when the deletes were permanent (`purge`)."""
+    candidate_count: _builtins.int
+    """How many candidates there are (the size of `candidates`): what an
+    EXECUTE of the same request would delete.
+    """
+    more_matching: _builtins.bool
+    """True when more memories match than `limit` let in: they are not
+    candidates; narrow the selection or forget in several rounds.
+    """
     @_builtins.property
     def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForgetCandidate]:
-        """The memories selected, newest first."""
+        """The memories selected: with a query, those holding the most of its words
+        first, then newest first. In EXECUTE, the memories deleted.
+        """
 
     def __init__(
         self,
@@ -1029,10 +1059,12 @@ class ForgetMemoriesResponse(_message.Message):
         confirm_token: _builtins.str = ...,
         deleted_count: _builtins.int = ...,
         hard_deleted: _builtins.bool = ...,
+        candidate_count: _builtins.int = ...,
+        more_matching: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "confirm_token", b"confirm_token", "deleted_count", b"deleted_count", "hard_deleted", b"hard_deleted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_count", b"candidate_count", "candidates", b"candidates", "confirm_token", b"confirm_token", "deleted_count", b"deleted_count", "hard_deleted", b"hard_deleted", "more_matching", b"more_matching"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -105,11 +105,15 @@ class MemoryStoreServiceStub:
     """
     ListMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListMemoriesRequest, _store_pb2.ListMemoriesResponse]
     """Lists active memories in a namespace, newest first, with optional filters.
+    With `deleted`, lists instead the namespace's soft-deleted memories that
+    can still be recovered (deleted within the tombstone retention window),
+    most recently deleted first: the way to find a deleted memory without its
+    id. Purged memories are gone and never listed.
 
     Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed page
-    token or one issued for another namespace or filter, an unknown type in
-    the filter, more than 16 types or 32 tags in the filter, `since` or
-    `until` out of Timestamp's range, `since` after `until`).
+    token or one issued for another namespace, filter or `deleted` value, an
+    unknown type in the filter, more than 16 types or 32 tags in the filter,
+    `since` or `until` out of Timestamp's range, `since` after `until`).
     """
     ModifyMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ModifyMemoriesRequest, _store_pb2.ModifyMemoriesResponse]
     """Applies up to 200 patches in one transaction and reports a result per
@@ -135,18 +139,22 @@ class MemoryStoreServiceStub:
     """
     ForgetMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ForgetMemoriesRequest, _store_pb2.ForgetMemoriesResponse]
     """Deletes many memories selected by ids, a keyword query and/or a filter.
-    PREVIEW writes nothing and returns the candidates with a confirm token
-    bound to exactly that candidate set. EXECUTE deletes the candidates; above
-    25 candidates it requires the token from a preview of the same set.
-    Pinned memories are candidates only with `include_pinned`. With `purge`
-    the rows are removed for good instead of soft-deleted (their history
-    stays). The confirm token binds both flags.
+    PREVIEW writes nothing and returns the candidates, their count and a
+    confirm token bound to the selection, both flags and exactly that
+    candidate set. EXECUTE deletes the candidates; above 25 candidates it
+    requires the token of a PREVIEW of the same request, and the token comes
+    from a PREVIEW only (never from an error or an EXECUTE reply), so nobody
+    deletes that many without having been shown them. Pinned memories are
+    candidates only with `include_pinned`. With `purge` the rows are removed
+    for good instead of soft-deleted (their history stays).
 
     Errors: INVALID_ARGUMENT (no selector, more than 200 ids, an id over 128
-    characters, limit over 200, missing reason on execute, bad filter);
-    FAILED_PRECONDITION
-    (CONFIRM_TOKEN_REQUIRED, CONFIRM_TOKEN_MISMATCH); UNAVAILABLE
-    (MUTATIONS_FROZEN, execute only).
+    characters, limit over 200, a query over 2000 characters or without a
+    searchable word, missing reason on execute, bad filter; every bad field
+    is named); FAILED_PRECONDITION (CONFIRM_TOKEN_REQUIRED, with metadata
+    `candidate_count`: run a PREVIEW and pass its token; CONFIRM_TOKEN_MISMATCH:
+    the candidates changed since the preview, or the token is from another
+    request); UNAVAILABLE (MUTATIONS_FROZEN, execute only).
     """
     RecoverMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.RecoverMemoryRequest, _store_pb2.RecoverMemoryResponse]
     """Restores a soft-deleted memory within the tombstone retention window: it
@@ -253,11 +261,15 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     """
     ListMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ListMemoriesRequest, _store_pb2.ListMemoriesResponse]  # type: ignore[assignment]
     """Lists active memories in a namespace, newest first, with optional filters.
+    With `deleted`, lists instead the namespace's soft-deleted memories that
+    can still be recovered (deleted within the tombstone retention window),
+    most recently deleted first: the way to find a deleted memory without its
+    id. Purged memories are gone and never listed.
 
     Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed page
-    token or one issued for another namespace or filter, an unknown type in
-    the filter, more than 16 types or 32 tags in the filter, `since` or
-    `until` out of Timestamp's range, `since` after `until`).
+    token or one issued for another namespace, filter or `deleted` value, an
+    unknown type in the filter, more than 16 types or 32 tags in the filter,
+    `since` or `until` out of Timestamp's range, `since` after `until`).
     """
     ModifyMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ModifyMemoriesRequest, _store_pb2.ModifyMemoriesResponse]  # type: ignore[assignment]
     """Applies up to 200 patches in one transaction and reports a result per
@@ -283,18 +295,22 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     """
     ForgetMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ForgetMemoriesRequest, _store_pb2.ForgetMemoriesResponse]  # type: ignore[assignment]
     """Deletes many memories selected by ids, a keyword query and/or a filter.
-    PREVIEW writes nothing and returns the candidates with a confirm token
-    bound to exactly that candidate set. EXECUTE deletes the candidates; above
-    25 candidates it requires the token from a preview of the same set.
-    Pinned memories are candidates only with `include_pinned`. With `purge`
-    the rows are removed for good instead of soft-deleted (their history
-    stays). The confirm token binds both flags.
+    PREVIEW writes nothing and returns the candidates, their count and a
+    confirm token bound to the selection, both flags and exactly that
+    candidate set. EXECUTE deletes the candidates; above 25 candidates it
+    requires the token of a PREVIEW of the same request, and the token comes
+    from a PREVIEW only (never from an error or an EXECUTE reply), so nobody
+    deletes that many without having been shown them. Pinned memories are
+    candidates only with `include_pinned`. With `purge` the rows are removed
+    for good instead of soft-deleted (their history stays).
 
     Errors: INVALID_ARGUMENT (no selector, more than 200 ids, an id over 128
-    characters, limit over 200, missing reason on execute, bad filter);
-    FAILED_PRECONDITION
-    (CONFIRM_TOKEN_REQUIRED, CONFIRM_TOKEN_MISMATCH); UNAVAILABLE
-    (MUTATIONS_FROZEN, execute only).
+    characters, limit over 200, a query over 2000 characters or without a
+    searchable word, missing reason on execute, bad filter; every bad field
+    is named); FAILED_PRECONDITION (CONFIRM_TOKEN_REQUIRED, with metadata
+    `candidate_count`: run a PREVIEW and pass its token; CONFIRM_TOKEN_MISMATCH:
+    the candidates changed since the preview, or the token is from another
+    request); UNAVAILABLE (MUTATIONS_FROZEN, execute only).
     """
     RecoverMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.RecoverMemoryRequest, _store_pb2.RecoverMemoryResponse]  # type: ignore[assignment]
     """Restores a soft-deleted memory within the tombstone retention window: it
@@ -422,11 +438,15 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_store_pb2.ListMemoriesResponse, _abc.Awaitable[_store_pb2.ListMemoriesResponse]]:
         """Lists active memories in a namespace, newest first, with optional filters.
+        With `deleted`, lists instead the namespace's soft-deleted memories that
+        can still be recovered (deleted within the tombstone retention window),
+        most recently deleted first: the way to find a deleted memory without its
+        id. Purged memories are gone and never listed.
 
         Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed page
-        token or one issued for another namespace or filter, an unknown type in
-        the filter, more than 16 types or 32 tags in the filter, `since` or
-        `until` out of Timestamp's range, `since` after `until`).
+        token or one issued for another namespace, filter or `deleted` value, an
+        unknown type in the filter, more than 16 types or 32 tags in the filter,
+        `since` or `until` out of Timestamp's range, `since` after `until`).
         """
 
     @_abc_1.abstractmethod
@@ -470,18 +490,22 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_store_pb2.ForgetMemoriesResponse, _abc.Awaitable[_store_pb2.ForgetMemoriesResponse]]:
         """Deletes many memories selected by ids, a keyword query and/or a filter.
-        PREVIEW writes nothing and returns the candidates with a confirm token
-        bound to exactly that candidate set. EXECUTE deletes the candidates; above
-        25 candidates it requires the token from a preview of the same set.
-        Pinned memories are candidates only with `include_pinned`. With `purge`
-        the rows are removed for good instead of soft-deleted (their history
-        stays). The confirm token binds both flags.
+        PREVIEW writes nothing and returns the candidates, their count and a
+        confirm token bound to the selection, both flags and exactly that
+        candidate set. EXECUTE deletes the candidates; above 25 candidates it
+        requires the token of a PREVIEW of the same request, and the token comes
+        from a PREVIEW only (never from an error or an EXECUTE reply), so nobody
+        deletes that many without having been shown them. Pinned memories are
+        candidates only with `include_pinned`. With `purge` the rows are removed
+        for good instead of soft-deleted (their history stays).
 
         Errors: INVALID_ARGUMENT (no selector, more than 200 ids, an id over 128
-        characters, limit over 200, missing reason on execute, bad filter);
-        FAILED_PRECONDITION
-        (CONFIRM_TOKEN_REQUIRED, CONFIRM_TOKEN_MISMATCH); UNAVAILABLE
-        (MUTATIONS_FROZEN, execute only).
+        characters, limit over 200, a query over 2000 characters or without a
+        searchable word, missing reason on execute, bad filter; every bad field
+        is named); FAILED_PRECONDITION (CONFIRM_TOKEN_REQUIRED, with metadata
+        `candidate_count`: run a PREVIEW and pass its token; CONFIRM_TOKEN_MISMATCH:
+        the candidates changed since the preview, or the token is from another
+        request); UNAVAILABLE (MUTATIONS_FROZEN, execute only).
         """
 
     @_abc_1.abstractmethod

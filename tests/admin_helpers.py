@@ -119,6 +119,7 @@ def admin_store(
         **{
             "providers.embedding.kind": "ollama",
             "providers.embedding.model": MODEL,
+            "memory.pipelineV2.enabled": True,  # so that Remember queues extract jobs
             **overrides,
         }
     )

@@ -21,7 +21,12 @@ ADD, UPDATE, DELETE, NONE = (
     jq.PROPOSAL_ACTION_NONE,
 )
 OUTCOME = jq.ProposalOutcome
-BASE = {"providers.embedding.kind": "ollama", "providers.embedding.model": MODEL}
+# The pipeline on: Remember queues an extract job only then.
+BASE = {
+    "providers.embedding.kind": "ollama",
+    "providers.embedding.model": MODEL,
+    "memory.pipelineV2.enabled": True,
+}
 LLM = "scripted-llm"
 
 

@@ -2,11 +2,16 @@
 extraction -> decisions -> embedding pre-fetch, and hand the proposals to the
 store's CompleteExtractJob, which applies them in one transaction.
 
+A frozen store (`mutationsFrozen`) is a shadow pipeline (seed 000): it still
+hands out extract jobs and records their proposals without writing memories,
+so the worker runs as usual; the store decides the mode.
+
 What a failure means for the job:
-- the LLM refuses connections, search cannot give candidates, or the store is
-  frozen (MUTATIONS_FROZEN): nobody's job is at fault. The job is released
-  without using an attempt, the LLM is reported degraded, and the pool backs
-  off (1 s doubling to 30 s, plus up to 0.5 s jitter).
+- the LLM refuses connections, search cannot give candidates, or the store
+  refuses the write (MUTATIONS_FROZEN: not expected from a store that leased
+  the job, kept as a safety net): nobody's job is at fault. The job is released
+  without using an attempt, the LLM is reported degraded (not for a refused
+  write), and the pool backs off (1 s doubling to 30 s, plus up to 0.5 s jitter).
 - a timeout, a 5xx, garbage, or an answer that is not the expected JSON: a
   failed attempt (FailJobs: the store retries it later and makes it dead after
   `workerMaxRetries`), and the pool backs off.

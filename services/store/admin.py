@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from services.common import clock
 from services.common.config import Config
 from services.common.db import ReadPool
+from services.common.validation import validate_namespace
 from services.store import admin_sql as sql
 from services.store import graph_sql, mutations
 from services.store import repository as repo
@@ -105,8 +106,10 @@ class StoreAdmin:
         lease_timeout_ms: int,
         windows: RetentionWindows,
         database_path: Path | None = None,
+        max_job_attempts: int = 3,
     ) -> None:
         self._writer = writer
+        self._max_attempts = max_job_attempts
         self._database_path = database_path
         self._reads = reads
         self._lease_timeout_ms = lease_timeout_ms
@@ -214,6 +217,32 @@ class StoreAdmin:
             return (removed, added), {"removed": removed, "added": added}
 
         return await self._audited("repair_vectors", operation)
+
+    async def backfill_extraction(self, namespace: str) -> tuple[int, int]:
+        """(queued, remaining): an `extract` job for each of up to `batch_limit`
+        live memories never queued for extraction (remembered while
+        `memory.pipelineV2.enabled` was off), oldest first. Each memory gets
+        at most one, so calling again until nothing remains always ends."""
+        if namespace:
+            validate_namespace(namespace)
+
+        def operation(conn: Any, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
+            targets = sql.never_extracted(conn, namespace, self._windows.batch_limit)
+            repo.enqueue_jobs(
+                conn,
+                [
+                    repo.job_row(ns, memory_id, "extract", self._max_attempts, at)
+                    for ns, memory_id in targets
+                ],
+            )
+            remaining = sql.count_never_extracted(conn, namespace)
+            return (len(targets), remaining), {
+                "namespace": namespace,
+                "queued": len(targets),
+                "remaining": remaining,
+            }
+
+        return await self._audited("backfill_extraction", operation)
 
     # ---- retention ------------------------------------------------------------------
 
@@ -341,4 +370,5 @@ def store_admin(writer: Writer, reads: ReadPool, config: Config) -> StoreAdmin:
             batch_limit=config.retention.batch_limit,
         ),
         database_path=Path(config.storage.path),
+        max_job_attempts=config.memory.pipelineV2.workerMaxRetries,
     )

@@ -88,3 +88,9 @@ class StoreAdminServicer(admin_pb2_grpc.StoreAdminServiceServicer):
                 for s in steps
             ]
         )
+
+    async def BackfillExtraction(
+        self, request: pb.BackfillExtractionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BackfillExtractionResponse:
+        queued, remaining = await self._admin.backfill_extraction(request.namespace)
+        return pb.BackfillExtractionResponse(queued=queued, remaining=remaining)

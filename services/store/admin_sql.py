@@ -155,6 +155,33 @@ def requeue_dead_job(conn: Any, job_id: str, at: str) -> bool:
     return bool(cursor.rowcount)
 
 
+# Live memories never queued for extraction: not a derived fact (status
+# `derived`), not yet extracted (`completed`), not a document chunk (chunks are
+# never extracted), and no extract job of any status (pending, running, done in
+# shadow mode, dead: RequeueDeadJobs is the way back for those).
+_NEVER_EXTRACTED = (
+    "FROM memories m WHERE m.is_deleted = 0 AND m.extraction_status = 'pending' "
+    "AND m.type != 'document_chunk' AND (:namespace = '' OR m.namespace = :namespace) "
+    "AND NOT EXISTS (SELECT 1 FROM memory_jobs j "
+    "WHERE j.memory_id = m.id AND j.job_type = 'extract')"
+)
+
+
+def never_extracted(conn: Any, namespace: str, limit: int) -> list[tuple[str, str]]:
+    """(namespace, id) of up to `limit` such memories, oldest first ('' = every namespace)."""
+    rows = conn.execute(
+        f"SELECT m.namespace, m.id {_NEVER_EXTRACTED} ORDER BY m.created_at, m.id LIMIT :limit",
+        {"namespace": namespace, "limit": limit},
+    ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def count_never_extracted(conn: Any, namespace: str) -> int:
+    return int(
+        conn.execute(f"SELECT count(*) {_NEVER_EXTRACTED}", {"namespace": namespace}).fetchone()[0]
+    )
+
+
 def rebuild_fts(conn: Any) -> int:
     """Empty the index and refill it from live memories only: the built-in
     'rebuild' would also index tombstoned rows of the content table."""

@@ -83,8 +83,6 @@ async def _reap_stale_leases(queue: JobQueue, interval_s: float) -> None:
             released = await queue.release_stale()
             if released:
                 log.info("stale leases released", extra={"released": released})
-        except MutationsFrozen:
-            pass  # a frozen store writes nothing, not even a lease's release
         except Exception:
             log.exception("stale-lease reaper failed")
 
@@ -134,6 +132,7 @@ async def start_store(
         reads,
         max_job_attempts=max_attempts,
         tombstone_days=config.retention.tombstone_days,
+        extract_on_create=config.memory.pipelineV2.enabled,
     )
     queue = JobQueue(
         writer,

@@ -23,7 +23,7 @@ from services.store import mutations, rules
 from services.store import repository as repo
 from services.store.jobs import MAX_ERROR_CHARS, normalized_vector_bytes
 from services.store.memories import _page_size
-from services.store.page_tokens import decode_page_token, encode_page_token
+from services.store.page_tokens import decode_int_position, encode_page_token
 from services.store.writer import Writer
 
 MAX_URL_CHARS = 2048
@@ -198,14 +198,9 @@ class DocumentStore:
         size = _page_size(page_size, DEFAULT_CHUNK_PAGE_SIZE)
         await self.get(namespace, document_id, "document_id")
         scope = f"{namespace}\x00{document_id}"
-        position = decode_page_token(page_token, "document_chunks", scope)
-        after = -1
-        if position is not None:
-            if len(position) != 1 or not isinstance(position[0], int):
-                raise InvalidArgument("page_token", "malformed page token")
-            after = position[0]
+        after = decode_int_position(page_token, "document_chunks", scope)
         rows = await self._reads.fetch_all(
-            sql.list_chunks_query(namespace, document_id, after, size + 1)
+            sql.list_chunks_query(namespace, document_id, -1 if after is None else after, size + 1)
         )
         chunks = [ChunkRecord(r[0], r[1], r[2]) for r in rows[:size]]
         next_token = ""

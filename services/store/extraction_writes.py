@@ -7,6 +7,11 @@ guards that an LLM cannot argue with. Everything of one job (new memories,
 changed targets, audit rows, the job's completion) is one writer operation,
 i.e. one transaction, and the lease is checked inside it. The knowledge graph
 follows in a second operation whose failure is reported, not raised.
+
+Shadow mode (`shadowMode`, or `mutationsFrozen`: seed 000 makes a frozen
+pipeline a shadow one) writes only the audit rows, with the actor
+`pipeline-shadow` (seed 002), and the job's completion; a frozen store takes
+exactly that (services/store/writer.py).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from services.common.config import Config
 from services.common.errors import InvalidArgument
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
-from services.store import contradiction, mutations, rules
+from services.store import contradiction, mutations
 from services.store import extraction_sql as sql
 from services.store import repository as repo
 from services.store.graph import Triple, write_graph
@@ -33,6 +38,7 @@ from services.store.writer import Writer
 log = logging.getLogger("engram.store.extraction")
 
 ACTOR = "pipeline-v2"
+SHADOW_ACTOR = "pipeline-shadow"  # seed 002: the actor of shadow proposals' audit rows
 WHY = "extracted-fact"
 AUDIT_EVENT = "none"  # HISTORY_EVENT_TYPE_NONE: a proposal recorded on its source memory
 ACTIONS = ("add", "update", "delete", "none")
@@ -54,12 +60,18 @@ class WritePolicy:
     """The store's `memory.pipelineV2.*` settings that govern these writes."""
 
     shadow: bool = False
+    frozen: bool = False  # mutationsFrozen: shadow mode, whatever `shadow` says
     allow_update_delete: bool = False
     graph_enabled: bool = False
     min_fact_confidence: float = 0.7
     destructive_min_confidence: float = 0.8
     destructive_max_per_job: int = 3
     max_job_attempts: int = 3
+
+    @property
+    def records_only(self) -> bool:
+        """Shadow mode: proposals are recorded, nothing else is written."""
+        return self.shadow or self.frozen
 
 
 @dataclass(frozen=True)
@@ -126,7 +138,10 @@ class ExtractionWrites:
         def operation(conn: Any) -> tuple[CompletionOutcome, str, str]:
             return _JobWrite(conn, request, checked, self._policy).run()
 
-        outcome, namespace, memory_id = await self._writer.submit(operation)
+        # A shadow completion writes only what a frozen store takes.
+        outcome, namespace, memory_id = await self._writer.submit(
+            operation, while_frozen=self._policy.records_only
+        )
         if not outcome.lease_held or not self._write_graph_now(outcome, request):
             return outcome
         try:
@@ -142,7 +157,7 @@ class ExtractionWrites:
         """Graph rows are writes too: not in shadow mode, and only for a live source."""
         return (
             self._policy.graph_enabled
-            and not self._policy.shadow
+            and not self._policy.records_only
             and bool(request.entities)
             and not any(r.reason == "source_memory_deleted" for r in outcome.results)
         )
@@ -269,7 +284,7 @@ class _JobWrite:
                 audits.append(self._audit_row(item, result, details))
         repo.insert_history(self.conn, audits)
         repo.complete_job(self.conn, self.request.job_id, self.at, self._job_result(results))
-        if self.source is not None and not self.source.deleted and not self.policy.shadow:
+        if self.source is not None and not self.source.deleted and not self.policy.records_only:
             sql.set_extraction_state(
                 self.conn, self.source.id, "completed", self.request.extraction_model
             )
@@ -287,8 +302,9 @@ class _JobWrite:
         )
         if self.source is None or self.source.deleted:
             return ProposalResult("skipped", reason="source_memory_deleted"), {}
-        if self.policy.shadow:
-            return ProposalResult("shadowed", reason="shadow_mode", review_needed=review), {}
+        if self.policy.records_only:
+            reason = "mutations_frozen" if self.policy.frozen else "shadow_mode"
+            return ProposalResult("shadowed", reason=reason, review_needed=review), {}
         if action == "add":
             return self._add(item), {}
         if action == "none":
@@ -338,7 +354,8 @@ class _JobWrite:
                         content.normalized,
                         content.content_hash,
                         memory_type,
-                        rules.DEFAULT_IMPORTANCE,
+                        # seed 002: a pipeline memory's importance is its fact's confidence
+                        item.proposal.fact.confidence,
                         "[]",
                         0,
                         ACTOR,
@@ -480,7 +497,7 @@ class _JobWrite:
             event=AUDIT_EVENT,
             old_content=None,
             new_content=proposal.fact.content,
-            actor=ACTOR,
+            actor=SHADOW_ACTOR if self.policy.records_only else ACTOR,
             reason=f"{proposal.action}:{result.outcome}"
             + (f":{result.reason}" if result.reason else ""),
             metadata={
@@ -499,7 +516,7 @@ class _JobWrite:
                 "fact_count": len(self.request.proposals),
                 "entity_count": len(self.request.entities),
                 "review_needed": result.review_needed,
-                "shadow": self.policy.shadow,
+                "shadow": self.policy.records_only,
                 "job_id": self.request.job_id,
                 **details,
             },
@@ -512,7 +529,7 @@ class _JobWrite:
             counts[result.outcome] = counts.get(result.outcome, 0) + 1
         return json.dumps(
             {
-                "mode": "shadow" if self.policy.shadow else "controlled",
+                "mode": "shadow" if self.policy.records_only else "controlled",
                 "facts": len(self.request.proposals),
                 "entities": len(self.request.entities),
                 "outcomes": counts,
@@ -533,6 +550,7 @@ def write_policy(config: Config) -> WritePolicy:
     p = config.memory.pipelineV2
     return WritePolicy(
         shadow=p.shadowMode,
+        frozen=p.mutationsFrozen,
         allow_update_delete=p.allowUpdateDelete,
         graph_enabled=p.graphEnabled,
         min_fact_confidence=p.minFactConfidenceForWrite,

@@ -7,7 +7,6 @@ transaction that completes the job.
 
 from __future__ import annotations
 
-import random
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from services.common import clock
+from services.common.backoff import backoff_s
 from services.common.db import ReadPool
 from services.common.errors import (
     FailedPrecondition,
@@ -31,9 +31,6 @@ MAX_BATCH = 500
 MAX_ERROR_CHARS = 2000
 MAX_WORKER_NAME_CHARS = 200
 MAX_INSTANCE_ID_CHARS = 100
-BACKOFF_BASE_MS = 1000
-BACKOFF_MAX_MS = 30000
-BACKOFF_JITTER_MS = 500
 
 
 @dataclass(frozen=True)
@@ -89,12 +86,6 @@ class QueueStats:
     index_dimensions: int
     indexed_memories: int
     live_memories: int
-
-
-def retry_delay_ms(attempts: int) -> float:
-    """Exponential backoff: 1 s doubling per attempt, capped at 30 s, plus jitter."""
-    exponent = max(attempts - 1, 0)
-    return min(BACKOFF_BASE_MS * 2**exponent, BACKOFF_MAX_MS) + random.uniform(0, BACKOFF_JITTER_MS)
 
 
 def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
@@ -160,7 +151,10 @@ class JobQueue:
         namespaces: Sequence[str],
         holder: LeaseHolder | None = None,
     ) -> list[LeasedJob]:
-        """`holder` None is an anonymous lease (only the stale-lease reaper frees it)."""
+        """`holder` None is an anonymous lease (only the stale-lease reaper frees it).
+
+        A frozen store still hands out `extract` jobs (they complete in shadow
+        mode) and refuses the other types, whose results it could not take."""
         if job_type not in JOB_TYPES:
             raise InvalidArgument("job_type", "must be a known job type")
         if not 1 <= max_jobs <= MAX_BATCH:
@@ -197,7 +191,7 @@ class JobQueue:
                 )
             return leased
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=job_type == "extract")
 
     async def renew(self, leases: Sequence[tuple[str, str]]) -> list[bool]:
         return await self._for_held_leases(leases, repo.renew_lease)
@@ -221,7 +215,7 @@ class JobQueue:
                 outcomes.append(held)
             return outcomes
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=True)
 
     async def fail(self, failures: Sequence[tuple[str, str, str]]) -> tuple[list[bool], int]:
         _check_batch(len(failures), "failures")
@@ -242,15 +236,14 @@ class JobQueue:
                         document_sql.set_status(conn, job["document_id"], "failed", at, message)
                     dead += 1
                 else:
-                    retry_at = clock.to_text(
-                        now + timedelta(milliseconds=retry_delay_ms(job["attempts"]))
-                    )
+                    # The job's failed attempts so far are its consecutive failures.
+                    retry_at = clock.to_text(now + timedelta(seconds=backoff_s(job["attempts"])))
                     repo.retry_job(conn, job_id, message, retry_at, at)
                     if job["document_id"]:
                         document_sql.set_status(conn, job["document_id"], "queued", at)
             return outcomes, dead
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=True)
 
     async def release_stale(self, lease_timeout_ms: int = 0) -> int:
         if lease_timeout_ms < 0:
@@ -262,7 +255,7 @@ class JobQueue:
             cutoff = clock.to_text(now - timedelta(milliseconds=timeout))
             return repo.release_stale_leases(conn, cutoff, clock.to_text(now))
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=True)
 
     async def release_prior_instances(self, holder: LeaseHolder) -> int:
         """A restarted worker takes back at once what its previous process held.
@@ -277,7 +270,7 @@ class JobQueue:
                 conn, holder.worker_name, holder.instance_id, clock.now_text()
             )
 
-        return await self._writer.submit(operation)
+        return await self._writer.submit(operation, while_frozen=True)
 
     # ---- results ---------------------------------------------------------------------
 

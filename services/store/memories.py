@@ -31,7 +31,11 @@ from services.common.validation import validate_id, validate_ids
 from services.store import mutations, rules
 from services.store import repository as repo
 from services.store.admin_sql import purged_marker_query
-from services.store.page_tokens import decode_page_token, encode_page_token
+from services.store.page_tokens import (
+    decode_int_position,
+    decode_pair_position,
+    encode_page_token,
+)
 from services.store.rules import MemoryDraft
 from services.store.writer import Writer
 
@@ -42,7 +46,6 @@ MAX_PATCHES = 200
 MAX_FORGET = 200
 FORGET_CONFIRM_THRESHOLD = 25
 MAX_ACCESS_IDS = 1000
-JOB_TYPES_ON_CREATE = ("embed", "extract")
 # ImportMemories: items per stream (store.proto). Its reply lists a result per
 # item, so the cap bounds the reply (about 2.5 MB at most, under gRPC's default
 # 4 MB receive limit) and the memory that holds the results until then.
@@ -126,17 +129,25 @@ class MemoryStore:
         *,
         max_job_attempts: int = 3,
         tombstone_days: float = 30,
+        extract_on_create: bool = False,
     ) -> None:
+        """`extract_on_create`: `memory.pipelineV2.enabled`. A new memory gets an
+        `extract` job only then: nothing would ever take it otherwise, and the
+        queue would grow with every memory (StoreAdminService.BackfillExtraction
+        queues the memories remembered while it was off)."""
         self._writer = writer
         self._reads = reads
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
+        self._extract = extract_on_create
 
     # ---- remember / import -----------------------------------------------------
 
     async def remember(self, draft: MemoryDraft) -> tuple[MemoryRecord, bool]:
         """Raw-first: row, FTS, history and jobs commit together before we reply."""
-        [prepared] = prepare_drafts([draft], clock.now_text(), self._max_attempts)
+        [prepared] = prepare_drafts(
+            [draft], clock.now_text(), self._max_attempts, extract=self._extract
+        )
         # Concurrent Remembers in one writer group run as one batch: one statement
         # per table for all of them (dedup within the batch included).
         return await self._writer.submit_batched(_remember_batch, (draft, prepared))
@@ -144,7 +155,7 @@ class MemoryStore:
     def start_import(self) -> ImportSession:
         """One ImportMemories stream (refused at once when mutations are frozen)."""
         self._writer.check_writable()
-        return ImportSession(self._writer, self._max_attempts)
+        return ImportSession(self._writer, self._max_attempts, extract=self._extract)
 
     async def import_drafts(
         self, items: Sequence[MemoryDraft | InvalidArgument]
@@ -192,8 +203,7 @@ class MemoryStore:
         size = bad.check(DEFAULT_LIST_PAGE_SIZE, _page_size, page_size, DEFAULT_LIST_PAGE_SIZE)
         kind = "tombstones" if deleted else "memories"
         scope = f"{namespace}\x00{spec.fingerprint()}"
-        position = bad.check(None, decode_page_token, page_token, kind, scope)
-        after = bad.check(None, _pair, position) if position is not None else None
+        after = bad.check(None, decode_pair_position, page_token, kind, scope)
         bad.raise_if_any()
         if deleted:
             query = repo.list_tombstones_query(
@@ -224,15 +234,14 @@ class MemoryStore:
             DEFAULT_HISTORY_PAGE_SIZE, _page_size, page_size, DEFAULT_HISTORY_PAGE_SIZE
         )
         scope = f"{namespace}\x00{memory_id}"
-        position = bad.check(None, decode_page_token, page_token, "history", scope)
-        after_seq = bad.check(0, _int_position, position)
+        after_seq = bad.check(None, decode_int_position, page_token, "history", scope)
         bad.raise_if_any()
         rows = await self._reads.fetch_all(
-            repo.history_query(namespace, memory_id, after_seq, size + 1)
+            repo.history_query(namespace, memory_id, after_seq or 0, size + 1)
         )
         if (
             not rows
-            and position is None
+            and after_seq is None
             and await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id)) is None
         ):
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
@@ -675,20 +684,6 @@ def _page_size(requested: int, default: int) -> int:
     return requested or default
 
 
-def _pair(position: list[Any]) -> tuple[str, str]:
-    if len(position) != 2 or not all(isinstance(p, str) for p in position):
-        raise InvalidArgument("page_token", "malformed page token")
-    return position[0], position[1]
-
-
-def _int_position(position: list[Any] | None) -> int:
-    if position is None:
-        return 0
-    if len(position) != 1 or not isinstance(position[0], int):
-        raise InvalidArgument("page_token", "malformed page token")
-    return position[0]
-
-
 class ImportSession:
     """One ImportMemories stream, committed as it arrives.
 
@@ -699,9 +694,10 @@ class ImportSession:
     reply) and the items of the chunk being filled. If the stream stops early,
     the whole chunks before that point are committed and the rest is dropped."""
 
-    def __init__(self, writer: Writer, max_attempts: int) -> None:
+    def __init__(self, writer: Writer, max_attempts: int, *, extract: bool) -> None:
         self._writer = writer
         self._max_attempts = max_attempts
+        self._extract = extract
         self._outcomes: list[ImportOutcome | None] = []
         self._pending: list[tuple[int, MemoryDraft]] = []
         self._in_flight: deque[asyncio.Future[list[ImportOutcome]]] = deque()
@@ -747,7 +743,10 @@ class ImportSession:
         while len(self._in_flight) >= IMPORT_CHUNKS_IN_FLIGHT:
             self._settle(await self._in_flight.popleft())
         prepared = prepare_drafts(
-            [draft for _, draft in batch], clock.now_text(), self._max_attempts
+            [draft for _, draft in batch],
+            clock.now_text(),
+            self._max_attempts,
+            extract=self._extract,
         )
         indexes = [index for index, _ in batch]
 
@@ -769,9 +768,10 @@ class ImportSession:
 
 
 def prepare_drafts(
-    drafts: Sequence[MemoryDraft], at: str, max_attempts: int
+    drafts: Sequence[MemoryDraft], at: str, max_attempts: int, *, extract: bool
 ) -> list[mutations.NewMemory]:
-    """The rows of Remembered or imported drafts, built before the writer sees them."""
+    """The rows of Remembered or imported drafts, built before the writer sees them;
+    `extract`: each gets an `extract` job (the pipeline is enabled)."""
     new_id = repo.new_id
     new_memory = mutations.new_memory
     prepared: list[mutations.NewMemory] = []
@@ -799,6 +799,7 @@ def prepare_drafts(
                 actor=draft.who or rules.DEFAULT_ACTOR,
                 reason=draft.why or "remember",
                 max_attempts=max_attempts,
+                extract=extract,
             )
         )
     return prepared

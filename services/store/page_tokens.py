@@ -2,9 +2,11 @@
 
 A token records where the previous page ended and a fingerprint of the listing
 (kind, namespace, filter). A token that does not decode, was issued for another
-listing, or holds a position no listing could have written (a value that is not
-a short string or a 64-bit integer: e.g. a forged 10**30, which SQLite cannot
-bind) is INVALID_ARGUMENT on `page_token`.
+listing, or holds a position no listing could have written (not the shape the
+listing asked for, or a value that is not a short string or a 64-bit integer:
+e.g. a forged 10**30, which SQLite cannot bind) is INVALID_ARGUMENT on
+`page_token`. Listings decode through the typed functions (`decode_int_position`,
+`decode_pair_position`), so no listing checks a position's shape itself.
 """
 
 from __future__ import annotations
@@ -33,12 +35,37 @@ def encode_page_token(kind: str, scope: str, position: list[Any]) -> str:
     return base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
 
 
-def decode_page_token(token: str, kind: str, scope: str) -> list[Any] | None:
+def decode_int_position(token: str, kind: str, scope: str) -> int | None:
+    """None for the first page; else the one integer after which the next page starts."""
+    position = _decode(token, kind, scope)
+    if position is None:
+        return None
+    if len(position) != 1 or not isinstance(position[0], int):
+        raise _malformed()
+    return int(position[0])
+
+
+def decode_pair_position(token: str, kind: str, scope: str) -> tuple[str, str] | None:
+    """None for the first page; else the two strings (a sort key and an id) after
+    which the next page starts."""
+    position = _decode(token, kind, scope)
+    if position is None:
+        return None
+    if len(position) != 2 or not all(isinstance(value, str) for value in position):
+        raise _malformed()
+    return str(position[0]), str(position[1])
+
+
+def _malformed() -> InvalidArgument:
+    return InvalidArgument(_FIELD, "malformed page token")
+
+
+def _decode(token: str, kind: str, scope: str) -> list[Any] | None:
     """None for the first page; the position after which the next page starts."""
     if not token:
         return None
     if len(token) > MAX_TOKEN_CHARS:
-        raise InvalidArgument(_FIELD, "malformed page token")
+        raise _malformed()
     try:
         padded = token + "=" * (-len(token) % 4)
         body = json.loads(base64.urlsafe_b64decode(padded.encode()).decode())
@@ -51,11 +78,11 @@ def decode_page_token(token: str, kind: str, scope: str) -> list[Any] | None:
         TypeError,
         RecursionError,
     ) as exc:  # RecursionError: a forged body nested deeper than json.loads goes
-        raise InvalidArgument(_FIELD, "malformed page token") from exc
+        raise _malformed() from exc
     if binding != _binding(kind, scope):
         raise InvalidArgument(_FIELD, "page token was issued for a different listing or filter")
     if not isinstance(position, list) or not all(_bindable(value) for value in position):
-        raise InvalidArgument(_FIELD, "malformed page token")
+        raise _malformed()
     return position
 
 

@@ -20,10 +20,22 @@ diagnostics and takes writes again as soon as there is room; the database is
 left as it was before the group.
 
 Mutations frozen (`memory.pipelineV2.mutationsFrozen`) is checked here and
-nowhere else: every write of the store goes through this writer, so every
-write (memories, jobs and their leases, documents, graph, access counts,
-repairs, retention) is refused with UNAVAILABLE / MUTATIONS_FROZEN before it is
-queued, and reads (the read pool) go on.
+nowhere else: every write of the store goes through this writer, and every
+write is refused with UNAVAILABLE / MUTATIONS_FROZEN before it is queued
+(memories, vectors and the vector index, documents, graph, access counts,
+repairs, retention, backfills), except those submitted with
+`while_frozen=True`. Seed 000 makes a frozen pipeline a shadow pipeline
+(proposals recorded in `memory_history`, no memory written), so a frozen store
+takes exactly these writes, all of them JobQueueService calls:
+- leasing `extract` jobs (embed and document jobs are not handed out: their
+  results would be writes a frozen store refuses), and renewing, releasing
+  and failing any held lease (a failed document job moves its document's
+  status with it), including the stale-lease reaper and a restarted worker's
+  release of its previous instance's leases;
+- CompleteExtractJob in shadow mode: one audit row per proposal in
+  `memory_history` and the job's completion; no memory row, vector, graph row
+  or extraction status changes.
+Reads (the read pool) go on.
 
 `submit_batched` items of the same batch function that land in one group run
 as one call (Remember: one multi-row INSERT per table for the whole group).
@@ -114,12 +126,16 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="engram-writer", daemon=True)
         self._thread.start()
 
-    async def submit(self, operation: Operation[T], *, retryable: bool = False) -> T:
+    async def submit(
+        self, operation: Operation[T], *, retryable: bool = False, while_frozen: bool = False
+    ) -> T:
         """Run `operation(connection)` in a write transaction; return after commit.
 
         `retryable`: the operation only touches the connection, so the writer may
-        run it again after rolling back a group that another operation broke."""
-        self.check_writable()
+        run it again after rolling back a group that another operation broke.
+        `while_frozen`: one of the writes a frozen store takes (the module
+        docstring lists them); every other write is refused while frozen."""
+        self.check_writable(while_frozen=while_frozen)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(_Pending(operation, future, loop, retryable))
@@ -140,11 +156,12 @@ class Writer:
         self._queue.put(_Pending(None, future, loop, True, batch, item))
         return await future
 
-    def check_writable(self) -> None:
+    def check_writable(self, *, while_frozen: bool = False) -> None:
         """Raise what a write would get now: MutationsFrozen when the store is
-        frozen, WriterClosed while it shuts down. For callers that must refuse
-        before they start (an import stream), as submit does for every write."""
-        if self._frozen:
+        frozen (unless `while_frozen`), WriterClosed while it shuts down. For
+        callers that must refuse before they start (an import stream), as
+        submit does for every write."""
+        if self._frozen and not while_frozen:
             raise MutationsFrozen()
         if self._closed:
             raise WriterClosed("the store is shutting down")

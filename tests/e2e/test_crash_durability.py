@@ -72,10 +72,14 @@ def writer_thread(stub: store_pb2_grpc.MemoryStoreServiceStub, storm: Storm, thr
                 storm.enough.set()
 
 
+PIPELINE_ON = {"ENGRAM_MEMORY__PIPELINEV2__ENABLED": "true"}
+
+
 def test_sigkill_during_concurrent_remembers_loses_no_acknowledged_memory(
     launcher: Launcher, data_dir: Path
 ) -> None:
-    store = launcher.start_store(data_dir)
+    # The pipeline on: each Remember then queues an extract job in its transaction too.
+    store = launcher.start_store(data_dir, env=PIPELINE_ON)
     stub = store.stub()
     storm = Storm()
     threads = [
@@ -104,7 +108,7 @@ def test_sigkill_during_concurrent_remembers_loses_no_acknowledged_memory(
     assert in_flight_at_kill > 0, "the kill must land while Remember calls are in flight"
 
     # Restart on the same data directory: every acknowledged memory is there.
-    restarted = launcher.start_store(data_dir)
+    restarted = launcher.start_store(data_dir, env=PIPELINE_ON)
     stub = restarted.stub()
     missing: list[str] = []
     for memory_id, content in storm.acked.items():

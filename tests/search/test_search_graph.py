@@ -22,7 +22,13 @@ from services.common.memory_filter import MemoryFilterSpec
 from services.search.graph_boost import graph_boost, query_tokens
 from store_helpers import rows
 
-KEYWORDS_ONLY = {"providers.embedding.kind": "none", "search.min_score": 0.0}
+# The pipeline on (no pipeline process runs): Remember queues the extract jobs
+# through which these tests record entity triples.
+KEYWORDS_ONLY = {
+    "providers.embedding.kind": "none",
+    "search.min_score": 0.0,
+    "memory.pipelineV2.enabled": True,
+}
 GRAPH_ON = {"memory.pipelineV2.graphEnabled": True, "memory.pipelineV2.graphBoostWeight": 0.3}
 
 

@@ -53,7 +53,8 @@ def vector_hits(stack: Stack, query: str, namespace: str) -> dict[str, Any]:
 
 @pytest.fixture
 def stack(vector_stack: Callable[..., tuple[Stack, VectorBook]]) -> Stack:
-    built, book = vector_stack()
+    # The pipeline on, so that Remember queues the extract jobs one attack uses.
+    built, book = vector_stack({"memory.pipelineV2.enabled": True})
     book.vectors[UNRELATED] = UNRELATED_VECTOR
     return built
 

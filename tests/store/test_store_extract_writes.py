@@ -59,6 +59,25 @@ def stack(rig: Callable[..., Stack]) -> Stack:
 # ---- ADD --------------------------------------------------------------------------------
 
 
+def test_a_pipeline_memory_takes_its_facts_confidence_as_importance(stack: Stack) -> None:
+    """seed 002: "The pipeline uses fact.confidence as the importance for
+    autonomously created memories." Was: always 0.8."""
+    source = stack.remember("Ivan runs marathons and keeps bees in his garden")
+    response = complete(
+        stack,
+        extract_job(stack, source),
+        [
+            proposal(ADD, "Ivan runs marathons", fact_confidence=0.9),
+            proposal(ADD, "Ivan keeps bees", fact_confidence=0.75),
+        ],
+    )
+    importance = [
+        stack.store.GetMemory(store_pb2.GetMemoryRequest(id=r.memory_id)).memory.importance
+        for r in response.results
+    ]
+    assert importance == [pytest.approx(0.9), pytest.approx(0.75)]
+
+
 def test_add_creates_a_linked_pipeline_memory_with_audit_and_completes_the_job(
     stack: Stack,
 ) -> None:
@@ -261,28 +280,52 @@ def test_shadow_mode_writes_only_audit_history_and_the_job_completion(
         ("none", "shadowed", True),
     ]
     assert trail[1]["review_needed"] is True
+    # seed 002: shadow proposals are recorded by 'pipeline-shadow' (was 'pipeline-v2')
+    assert {a["_actor"] for a in trail} == {"pipeline-shadow"}
 
 
-def test_frozen_fails_unavailable_writes_nothing_and_keeps_the_lease(
+def test_frozen_completes_in_shadow_mode_recording_proposals_and_writing_no_memory(
     rig: Callable[..., Stack],
 ) -> None:
-    stack = rig(mutationsFrozen=True)
-    # Remember is frozen too: seed the memory with an unfrozen store on the same file.
+    """seed 000: mutationsFrozen is shadow mode. Was: UNAVAILABLE, nothing recorded."""
+    stack = rig(mutationsFrozen=True, graphEnabled=True)
+    # Remember is frozen: seed the memory with an unfrozen store on the same file.
     stack.store_thread.stop()
     unfrozen = rig()
     source = unfrozen.remember("Frank writes poems about the sea")
-    job = extract_job(unfrozen, source)
     unfrozen.store_thread.stop()
-    frozen = rig(mutationsFrozen=True)
-    before, states = counts(frozen), job_states(frozen)
-    code, reason, _ = error_of(lambda: complete(frozen, job, [proposal(ADD, "Frank writes poems")]))
-    assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "MUTATIONS_FROZEN")
-    assert counts(frozen) == before and job_states(frozen) == states
-    # Renewing is a write too: refused, and the lease stays as it was.
+    frozen = rig(mutationsFrozen=True, graphEnabled=True)
+    job = extract_job(frozen, source)  # leasing an extract job is taken while frozen
     lease = [jq.JobLease(job_id=job.id, lease_token=job.lease_token)]
-    code, reason, _ = error_of(lambda: frozen.jobs.RenewLeases(jq.RenewLeasesRequest(leases=lease)))
-    assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "MUTATIONS_FROZEN")
-    assert job_states(frozen) == states
+    assert list(frozen.jobs.RenewLeases(jq.RenewLeasesRequest(leases=lease)).outcomes) == [
+        jq.LEASE_OUTCOME_OK
+    ]
+    before, source_before = counts(frozen), memory_row(frozen, source.id)
+    response = complete(
+        frozen,
+        job,
+        [proposal(ADD, "Frank writes poems"), proposal(NONE, "Frank likes the sea")],
+        entities=[
+            jq.EntityTriple(source="Frank", relationship="writes", target="poems", confidence=0.9)
+        ],
+    )
+    assert response.outcome == jq.LEASE_OUTCOME_OK
+    assert [(r.outcome, r.reason) for r in response.results] == [
+        (OUTCOME.Value("PROPOSAL_OUTCOME_SHADOWED"), "mutations_frozen")
+    ] * 2
+    after = counts(frozen)
+    assert after["memory_history"] == before["memory_history"] + 2
+    assert {k: v for k, v in after.items() if k != "memory_history"} == {
+        k: v for k, v in before.items() if k != "memory_history"
+    }
+    assert tuple(memory_row(frozen, source.id)) == tuple(source_before)
+    assert job_result(frozen, job)[0] == "completed"
+    assert job_result(frozen, job)[1]["mode"] == "shadow"
+    trail = audit(frozen, source)
+    assert [(a["action"], a["outcome"], a["shadow"], a["_actor"]) for a in trail] == [
+        ("add", "shadowed", True, "pipeline-shadow"),
+        ("none", "shadowed", True, "pipeline-shadow"),
+    ]
 
 
 def test_a_lost_lease_writes_nothing_at_all(stack: Stack) -> None:

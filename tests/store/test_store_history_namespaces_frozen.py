@@ -111,43 +111,80 @@ def _lease(jobs: Any) -> jq.JobLease:
     return jq.JobLease(job_id=job.id, lease_token=job.lease_token)
 
 
-JOB_WRITES = {
-    "lease": lambda jobs, lease: jobs.LeaseJobs(
-        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=1)
+# A frozen store is a shadow pipeline (seed 000): it still runs the job queue,
+# so that extract jobs are leased and completed in shadow mode. Each call's
+# outcome as the job queue reports it.
+JOB_WRITES_TAKEN = {
+    "lease extract": lambda jobs, lease: len(
+        jobs.LeaseJobs(jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EXTRACT, max_jobs=5)).jobs
     ),
-    "renew": lambda jobs, lease: jobs.RenewLeases(jq.RenewLeasesRequest(leases=[lease])),
-    "fail": lambda jobs, lease: jobs.FailJobs(
-        jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease, error="boom")])
+    "renew": lambda jobs, lease: list(
+        jobs.RenewLeases(jq.RenewLeasesRequest(leases=[lease])).outcomes
     ),
-    "release": lambda jobs, lease: jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[lease])),
-    "release_stale": lambda jobs, lease: jobs.ReleaseStaleLeases(
-        jq.ReleaseStaleLeasesRequest(lease_timeout_ms=1)
+    "fail": lambda jobs, lease: list(
+        jobs.FailJobs(
+            jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease, error="boom")])
+        ).outcomes
     ),
-    "release_prior": lambda jobs, lease: jobs.ReleasePriorInstanceLeases(
-        jq.ReleasePriorInstanceLeasesRequest(
-            holder=jq.LeaseHolder(worker_name="worker", instance_id="after")
-        )
+    "release": lambda jobs, lease: list(
+        jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[lease])).outcomes
     ),
+    "release_stale": lambda jobs, lease: (
+        jobs.ReleaseStaleLeases(jq.ReleaseStaleLeasesRequest(lease_timeout_ms=1)).released_count
+    ),
+    "release_prior": lambda jobs, lease: (
+        jobs.ReleasePriorInstanceLeases(
+            jq.ReleasePriorInstanceLeasesRequest(
+                holder=jq.LeaseHolder(worker_name="worker", instance_id="after")
+            )
+        ).released_count
+    ),
+}
+OK = [jq.LEASE_OUTCOME_OK]
+EXPECTED = {
+    "lease extract": 1,  # the second memory's job; the first one's is held
+    "renew": OK,
+    "fail": OK,
+    "release": OK,
+    "release_stale": 1,
+    "release_prior": 1,
 }
 
 
-@pytest.mark.parametrize("name", list(JOB_WRITES))
-def test_frozen_job_queue_writes_are_unavailable(
-    make_config, start_store_server, name: str
-) -> None:
-    """Leasing, renewing, failing and releasing write the job table: a frozen
-    store refuses them like every other write and the jobs stay as they were
-    (a frozen store hands out no work, so no attempt is used)."""
-    config = make_config()
-    seeding, store = start_store_server(config)
+def _frozen_after_a_lease(make_config: Any, start_store_server: Any) -> tuple[Any, jq.JobLease]:
+    """A store with two memories (the pipeline on) whose first extract job was
+    leased before the store restarted frozen: (job queue stub, that lease)."""
+    on = {"memory.pipelineV2.enabled": True}
+    seeding, store = start_store_server(make_config(**on))
     remember(store, "a memory with jobs")
     lease = _lease(job_queue_pb2_grpc.JobQueueServiceStub(_channel(seeding)))
+    remember(store, "another memory with jobs")
     seeding.stop()
+    frozen, _ = start_store_server(make_config(**on, **{"memory.pipelineV2.mutationsFrozen": True}))
+    return job_queue_pb2_grpc.JobQueueServiceStub(_channel(frozen)), lease
+
+
+@pytest.mark.parametrize("name", list(JOB_WRITES_TAKEN))
+def test_a_frozen_store_takes_the_job_queues_writes(
+    make_config, start_store_server, name: str
+) -> None:
+    """Was: UNAVAILABLE / MUTATIONS_FROZEN, so a frozen pipeline got no work at
+    all instead of running in shadow mode (seed 000)."""
+    jobs, lease = _frozen_after_a_lease(make_config, start_store_server)
+    assert JOB_WRITES_TAKEN[name](jobs, lease) == EXPECTED[name]
+
+
+def test_a_frozen_store_hands_out_no_embed_work(make_config, start_store_server) -> None:
+    """An embed job's result is a vector write a frozen store refuses: leasing
+    one is refused too, so no embedding is computed for nothing and no attempt
+    is used."""
+    config = make_config()
+    jobs, _ = _frozen_after_a_lease(make_config, start_store_server)
     db = Path(config.storage.path)
     before = rows(db, "SELECT * FROM memory_jobs ORDER BY id")
-    frozen, _ = start_store_server(make_config(**{"memory.pipelineV2.mutationsFrozen": True}))
-    jobs = job_queue_pb2_grpc.JobQueueServiceStub(_channel(frozen))
-    code, reason, _ = error_of(lambda: JOB_WRITES[name](jobs, lease))
+    code, reason, _ = error_of(
+        lambda: jobs.LeaseJobs(jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=1))
+    )
     assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "MUTATIONS_FROZEN")
     assert [tuple(r) for r in rows(db, "SELECT * FROM memory_jobs ORDER BY id")] == [
         tuple(r) for r in before

@@ -30,7 +30,12 @@ OK, LOST = jq.LEASE_OUTCOME_OK, jq.LEASE_OUTCOME_LEASE_LOST
 @pytest.fixture
 def queue(recall_stack: Callable[..., Stack]) -> Stack:
     return recall_stack(
-        {"providers.embedding.kind": "ollama", "providers.embedding.model": MODEL}, search=False
+        {
+            "providers.embedding.kind": "ollama",
+            "providers.embedding.model": MODEL,
+            "memory.pipelineV2.enabled": True,  # so that Remember queues extract jobs
+        },
+        search=False,
     )
 
 

@@ -28,7 +28,12 @@ PENDING, LEASED, COMPLETED, DEAD = (
     job_pb2.JOB_STATUS_DEAD,
 )
 OK, LOST = jq.LEASE_OUTCOME_OK, jq.LEASE_OUTCOME_LEASE_LOST
-BASE = {"providers.embedding.kind": "ollama", "providers.embedding.model": MODEL}
+# The pipeline on: Remember queues an extract job only then.
+BASE = {
+    "providers.embedding.kind": "ollama",
+    "providers.embedding.model": MODEL,
+    "memory.pipelineV2.enabled": True,
+}
 
 
 @pytest.fixture

@@ -46,7 +46,8 @@ def test_remember_commits_row_fts_history_and_jobs_before_replying(store, db_pat
         "SELECT job_type, status FROM memory_jobs WHERE memory_id = ? ORDER BY job_type",
         memory.id,
     )
-    assert [tuple(j) for j in jobs] == [("embed", "pending"), ("extract", "pending")]
+    # No extract job: the pipeline is off by default (the next test turns it on).
+    assert [tuple(j) for j in jobs] == [("embed", "pending")]
 
 
 def test_duplicate_content_returns_the_existing_memory_and_writes_nothing(

@@ -466,3 +466,51 @@ class SweepRetentionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SweepRetentionResponse: _TypeAlias = SweepRetentionResponse  # noqa: Y015
+
+@_typing.final
+class BackfillExtractionRequest(_message.Message):
+    """Request for BackfillExtraction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Only this namespace's memories; empty: every namespace."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BackfillExtractionRequest: _TypeAlias = BackfillExtractionRequest  # noqa: Y015
+
+@_typing.final
+class BackfillExtractionResponse(_message.Message):
+    """Response for BackfillExtraction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUED_FIELD_NUMBER: _builtins.int
+    REMAINING_FIELD_NUMBER: _builtins.int
+    queued: _builtins.int
+    """Extract jobs queued by this call."""
+    remaining: _builtins.int
+    """Memories still waiting to be queued (the next call's work)."""
+    def __init__(
+        self,
+        *,
+        queued: _builtins.int = ...,
+        remaining: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["queued", b"queued", "remaining", b"remaining"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BackfillExtractionResponse: _TypeAlias = BackfillExtractionResponse  # noqa: Y015

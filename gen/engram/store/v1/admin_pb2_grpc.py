@@ -74,6 +74,11 @@ class StoreAdminServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionResponse.FromString,
                 _registered_method=True)
+        self.BackfillExtraction = channel.unary_unary(
+                '/engram.store.v1.StoreAdminService/BackfillExtraction',
+                request_serializer=engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionResponse.FromString,
+                _registered_method=True)
 
 
 class StoreAdminServiceServicer:
@@ -159,6 +164,24 @@ class StoreAdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BackfillExtraction(self, request, context):
+        """Queues an `extract` job for live memories that were never queued for
+        extraction: Remember and ImportMemories queue one only while
+        `memory.pipelineV2.enabled` is on (otherwise nothing would take it and the
+        queue would grow with every memory), so this is how memories remembered
+        while it was off reach the pipeline once it is on. Derived facts, document
+        chunks, memories already extracted and memories with an extract job of any
+        status (dead ones come back with RequeueDeadJobs) are left alone. At most
+        `retention.batch_limit` memories per call, oldest first; call again while
+        `remaining` is above 0 (each memory is queued at most once, so this ends).
+        Jobs queued while the pipeline is off wait until it is on.
+
+        Errors: INVALID_ARGUMENT (namespace), UNAVAILABLE (MUTATIONS_FROZEN).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StoreAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -191,6 +214,11 @@ def add_StoreAdminServiceServicer_to_server(servicer, server):
                     servicer.SweepRetention,
                     request_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionResponse.SerializeToString,
+            ),
+            'BackfillExtraction': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackfillExtraction,
+                    request_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -365,6 +393,33 @@ class StoreAdminService:
             '/engram.store.v1.StoreAdminService/SweepRetention',
             engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackfillExtraction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.StoreAdminService/BackfillExtraction',
+            engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionResponse.FromString,
             options,
             channel_credentials,
             insecure,

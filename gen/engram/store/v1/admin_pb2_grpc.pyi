@@ -89,6 +89,20 @@ class StoreAdminServiceStub:
 
     Errors: UNAVAILABLE (MUTATIONS_FROZEN).
     """
+    BackfillExtraction: _grpc.UnaryUnaryMultiCallable[_admin_pb2.BackfillExtractionRequest, _admin_pb2.BackfillExtractionResponse]
+    """Queues an `extract` job for live memories that were never queued for
+    extraction: Remember and ImportMemories queue one only while
+    `memory.pipelineV2.enabled` is on (otherwise nothing would take it and the
+    queue would grow with every memory), so this is how memories remembered
+    while it was off reach the pipeline once it is on. Derived facts, document
+    chunks, memories already extracted and memories with an extract job of any
+    status (dead ones come back with RequeueDeadJobs) are left alone. At most
+    `retention.batch_limit` memories per call, oldest first; call again while
+    `remaining` is above 0 (each memory is queued at most once, so this ends).
+    Jobs queued while the pipeline is off wait until it is on.
+
+    Errors: INVALID_ARGUMENT (namespace), UNAVAILABLE (MUTATIONS_FROZEN).
+    """
 
 @_typing.type_check_only
 class StoreAdminServiceAsyncStub(StoreAdminServiceStub):
@@ -150,6 +164,20 @@ class StoreAdminServiceAsyncStub(StoreAdminServiceStub):
     `retention.dead_job_days`.
 
     Errors: UNAVAILABLE (MUTATIONS_FROZEN).
+    """
+    BackfillExtraction: _aio.UnaryUnaryMultiCallable[_admin_pb2.BackfillExtractionRequest, _admin_pb2.BackfillExtractionResponse]  # type: ignore[assignment]
+    """Queues an `extract` job for live memories that were never queued for
+    extraction: Remember and ImportMemories queue one only while
+    `memory.pipelineV2.enabled` is on (otherwise nothing would take it and the
+    queue would grow with every memory), so this is how memories remembered
+    while it was off reach the pipeline once it is on. Derived facts, document
+    chunks, memories already extracted and memories with an extract job of any
+    status (dead ones come back with RequeueDeadJobs) are left alone. At most
+    `retention.batch_limit` memories per call, oldest first; call again while
+    `remaining` is above 0 (each memory is queued at most once, so this ends).
+    Jobs queued while the pipeline is off wait until it is on.
+
+    Errors: INVALID_ARGUMENT (namespace), UNAVAILABLE (MUTATIONS_FROZEN).
     """
 
 class StoreAdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -245,6 +273,26 @@ class StoreAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         `retention.dead_job_days`.
 
         Errors: UNAVAILABLE (MUTATIONS_FROZEN).
+        """
+
+    @_abc_1.abstractmethod
+    def BackfillExtraction(
+        self,
+        request: _admin_pb2.BackfillExtractionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.BackfillExtractionResponse, _abc.Awaitable[_admin_pb2.BackfillExtractionResponse]]:
+        """Queues an `extract` job for live memories that were never queued for
+        extraction: Remember and ImportMemories queue one only while
+        `memory.pipelineV2.enabled` is on (otherwise nothing would take it and the
+        queue would grow with every memory), so this is how memories remembered
+        while it was off reach the pipeline once it is on. Derived facts, document
+        chunks, memories already extracted and memories with an extract job of any
+        status (dead ones come back with RequeueDeadJobs) are left alone. At most
+        `retention.batch_limit` memories per call, oldest first; call again while
+        `remaining` is above 0 (each memory is queued at most once, so this ends).
+        Jobs queued while the pipeline is off wait until it is on.
+
+        Errors: INVALID_ARGUMENT (namespace), UNAVAILABLE (MUTATIONS_FROZEN).
         """
 
 def add_StoreAdminServiceServicer_to_server(servicer: StoreAdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -34,6 +34,11 @@ class JobQueueServiceStub:
 
     Jobs belong to the namespace of their memory; completing a job writes only
     into that namespace.
+
+    While `memory.pipelineV2.mutationsFrozen` is on, the pipeline runs in shadow
+    mode (seed 000): this service still leases `extract` jobs, renews, fails and
+    releases leases, reaps stale ones, and completes extract jobs in shadow
+    mode; every other call that writes fails with UNAVAILABLE / MUTATIONS_FROZEN.
     """
 
     def __init__(self, channel):
@@ -98,6 +103,11 @@ class JobQueueServiceServicer:
 
     Jobs belong to the namespace of their memory; completing a job writes only
     into that namespace.
+
+    While `memory.pipelineV2.mutationsFrozen` is on, the pipeline runs in shadow
+    mode (seed 000): this service still leases `extract` jobs, renews, fails and
+    releases leases, reaps stale ones, and completes extract jobs in shadow
+    mode; every other call that writes fails with UNAVAILABLE / MUTATIONS_FROZEN.
     """
 
     def LeaseJobs(self, request, context):
@@ -109,18 +119,19 @@ class JobQueueServiceServicer:
 
         Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
         a bad namespace in `namespaces`, a `holder` with an empty or over-long
-        field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; a lease
-        is a write, so a frozen store hands out no work and no attempt is used).
+        field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on and the
+        type is not `extract`: its result would be a write a frozen store refuses,
+        so none is handed out and no attempt is used).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RenewLeases(self, request, context):
-        """Extends leases that are still held (`leased_at` becomes now).
+        """Extends leases that are still held (`leased_at` becomes now). Taken
+        while mutations are frozen.
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-        `mutationsFrozen` is on; nothing was written).
+        Errors: INVALID_ARGUMENT (more than 500 jobs).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,10 +160,10 @@ class JobQueueServiceServicer:
         """Reports failed attempts. A job with attempts left returns to pending with
         an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
         one that has used its attempts becomes dead (the dead letter), with the
-        error recorded.
+        error recorded (a document job's document follows its status). Taken
+        while mutations are frozen.
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-        `mutationsFrozen` is on; nothing was written).
+        Errors: INVALID_ARGUMENT (more than 500 jobs).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -161,10 +172,9 @@ class JobQueueServiceServicer:
     def ReleaseJobs(self, request, context):
         """Returns leased jobs to pending without counting the attempt, for work
         that could not start through no fault of the job (the provider is down).
+        Taken while mutations are frozen.
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-        `mutationsFrozen` is on; nothing was written: the lease stays held until
-        the store takes writes again, or a later instance releases it).
+        Errors: INVALID_ARGUMENT (more than 500 jobs).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -173,10 +183,10 @@ class JobQueueServiceServicer:
     def ReleaseStaleLeases(self, request, context):
         """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
         stale-lease reaper; the store also runs it every 60 s with
-        `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
+        `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. Taken
+        while mutations are frozen.
 
-        Errors: INVALID_ARGUMENT (lease_timeout_ms negative); UNAVAILABLE
-        (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
+        Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -192,11 +202,10 @@ class JobQueueServiceServicer:
         somehow still running can complete, fail, renew or release none of them.
         Leases of other worker names, anonymous leases and leases of this
         instance are untouched, so live replicas (which have different worker
-        names) never release each other's work.
+        names) never release each other's work. Taken while mutations are frozen.
 
         Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
-        `holder.instance_id`); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is
-        on; nothing was written).
+        `holder.instance_id`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -207,7 +216,9 @@ class JobQueueServiceServicer:
         transaction (seed 000 "Controlled Writes"), checking the lease inside it:
         when the lease is lost nothing at all is written. The store decides the
         mode from its own configuration (`memory.pipelineV2.*`): in shadow mode
-        only audit history is written and every result is SHADOWED; otherwise ADD
+        (`shadowMode`, or `mutationsFrozen`) only the audit history (actor
+        `pipeline-shadow`) and the job's completion are written and every result
+        is SHADOWED (reason `shadow_mode` or `mutations_frozen`); otherwise ADD
         proposals pass the confidence, empty-content and dedup gates, and UPDATE
         and DELETE are applied only when `allowUpdateDelete` is on and every guard
         holds (decision confidence at least `destructiveMinConfidence`, the target
@@ -218,7 +229,7 @@ class JobQueueServiceServicer:
         (the pipeline audit) on the job's memory, whatever its outcome; its
         metadata holds the action, outcome, reason, fact, confidences, target,
         extraction model and counts. New memories have who `pipeline-v2`, why
-        `extracted-fact`, a `derived_from` link to the job's memory, and an embed
+        `extracted-fact`, the fact's confidence as importance (seed 002), a `derived_from` link to the job's memory, and an embed
         job unless their vector was supplied; they never get an extract job. With
         `graphEnabled` (and not in shadow mode) the entity triples are written in
         a second transaction; its failure is reported in `graph_error` and does
@@ -231,9 +242,8 @@ class JobQueueServiceServicer:
         DELETE without `target_id`, more than 50 candidate ids, a zero or
         non-finite vector or one whose dimensions are not a multiple of 8,
         vectors of different dimensions, a vector without `embedding_model`, an
-        entity name or relationship empty or over 200 characters);
-        UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was
-        written and the lease is still held). Nothing is written on any error.
+        entity name or relationship empty or over 200 characters). Nothing is
+        written on any error.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -313,6 +323,11 @@ class JobQueueService:
 
     Jobs belong to the namespace of their memory; completing a job writes only
     into that namespace.
+
+    While `memory.pipelineV2.mutationsFrozen` is on, the pipeline runs in shadow
+    mode (seed 000): this service still leases `extract` jobs, renews, fails and
+    releases leases, reaps stale ones, and completes extract jobs in shadow
+    mode; every other call that writes fails with UNAVAILABLE / MUTATIONS_FROZEN.
     """
 
     @staticmethod

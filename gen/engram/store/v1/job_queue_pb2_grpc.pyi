@@ -35,6 +35,11 @@ class JobQueueServiceStub:
 
     Jobs belong to the namespace of their memory; completing a job writes only
     into that namespace.
+
+    While `memory.pipelineV2.mutationsFrozen` is on, the pipeline runs in shadow
+    mode (seed 000): this service still leases `extract` jobs, renews, fails and
+    releases leases, reaps stale ones, and completes extract jobs in shadow
+    mode; every other call that writes fails with UNAVAILABLE / MUTATIONS_FROZEN.
     """
 
     @_typing.overload
@@ -50,14 +55,15 @@ class JobQueueServiceStub:
 
     Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
     a bad namespace in `namespaces`, a `holder` with an empty or over-long
-    field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; a lease
-    is a write, so a frozen store hands out no work and no attempt is used).
+    field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on and the
+    type is not `extract`: its result would be a write a frozen store refuses,
+    so none is handed out and no attempt is used).
     """
     RenewLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.RenewLeasesRequest, _job_queue_pb2.RenewLeasesResponse]
-    """Extends leases that are still held (`leased_at` becomes now).
+    """Extends leases that are still held (`leased_at` becomes now). Taken
+    while mutations are frozen.
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-    `mutationsFrozen` is on; nothing was written).
+    Errors: INVALID_ARGUMENT (more than 500 jobs).
     """
     CompleteEmbedJobs: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteEmbedJobsRequest, _job_queue_pb2.CompleteEmbedJobsResponse]
     """Stores embedding vectors and completes their embed jobs in one
@@ -78,26 +84,25 @@ class JobQueueServiceStub:
     """Reports failed attempts. A job with attempts left returns to pending with
     an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
     one that has used its attempts becomes dead (the dead letter), with the
-    error recorded.
+    error recorded (a document job's document follows its status). Taken
+    while mutations are frozen.
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-    `mutationsFrozen` is on; nothing was written).
+    Errors: INVALID_ARGUMENT (more than 500 jobs).
     """
     ReleaseJobs: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseJobsRequest, _job_queue_pb2.ReleaseJobsResponse]
     """Returns leased jobs to pending without counting the attempt, for work
     that could not start through no fault of the job (the provider is down).
+    Taken while mutations are frozen.
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-    `mutationsFrozen` is on; nothing was written: the lease stays held until
-    the store takes writes again, or a later instance releases it).
+    Errors: INVALID_ARGUMENT (more than 500 jobs).
     """
     ReleaseStaleLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseStaleLeasesRequest, _job_queue_pb2.ReleaseStaleLeasesResponse]
     """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
     stale-lease reaper; the store also runs it every 60 s with
-    `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
+    `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. Taken
+    while mutations are frozen.
 
-    Errors: INVALID_ARGUMENT (lease_timeout_ms negative); UNAVAILABLE
-    (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
+    Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
     """
     ReleasePriorInstanceLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.ReleasePriorInstanceLeasesRequest, _job_queue_pb2.ReleasePriorInstanceLeasesResponse]
     """Returns to pending every job leased by `holder.worker_name` under an
@@ -109,18 +114,19 @@ class JobQueueServiceStub:
     somehow still running can complete, fail, renew or release none of them.
     Leases of other worker names, anonymous leases and leases of this
     instance are untouched, so live replicas (which have different worker
-    names) never release each other's work.
+    names) never release each other's work. Taken while mutations are frozen.
 
     Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
-    `holder.instance_id`); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is
-    on; nothing was written).
+    `holder.instance_id`).
     """
     CompleteExtractJob: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteExtractJobRequest, _job_queue_pb2.CompleteExtractJobResponse]
     """Applies one extract job's decisions and completes the job in one
     transaction (seed 000 "Controlled Writes"), checking the lease inside it:
     when the lease is lost nothing at all is written. The store decides the
     mode from its own configuration (`memory.pipelineV2.*`): in shadow mode
-    only audit history is written and every result is SHADOWED; otherwise ADD
+    (`shadowMode`, or `mutationsFrozen`) only the audit history (actor
+    `pipeline-shadow`) and the job's completion are written and every result
+    is SHADOWED (reason `shadow_mode` or `mutations_frozen`); otherwise ADD
     proposals pass the confidence, empty-content and dedup gates, and UPDATE
     and DELETE are applied only when `allowUpdateDelete` is on and every guard
     holds (decision confidence at least `destructiveMinConfidence`, the target
@@ -131,7 +137,7 @@ class JobQueueServiceStub:
     (the pipeline audit) on the job's memory, whatever its outcome; its
     metadata holds the action, outcome, reason, fact, confidences, target,
     extraction model and counts. New memories have who `pipeline-v2`, why
-    `extracted-fact`, a `derived_from` link to the job's memory, and an embed
+    `extracted-fact`, the fact's confidence as importance (seed 002), a `derived_from` link to the job's memory, and an embed
     job unless their vector was supplied; they never get an extract job. With
     `graphEnabled` (and not in shadow mode) the entity triples are written in
     a second transaction; its failure is reported in `graph_error` and does
@@ -144,9 +150,8 @@ class JobQueueServiceStub:
     DELETE without `target_id`, more than 50 candidate ids, a zero or
     non-finite vector or one whose dimensions are not a multiple of 8,
     vectors of different dimensions, a vector without `embedding_model`, an
-    entity name or relationship empty or over 200 characters);
-    UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was
-    written and the lease is still held). Nothing is written on any error.
+    entity name or relationship empty or over 200 characters). Nothing is
+    written on any error.
     """
     GetQueueStats: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]
     """Counts jobs per type and status, and reports the vector index's model.
@@ -164,6 +169,11 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
 
     Jobs belong to the namespace of their memory; completing a job writes only
     into that namespace.
+
+    While `memory.pipelineV2.mutationsFrozen` is on, the pipeline runs in shadow
+    mode (seed 000): this service still leases `extract` jobs, renews, fails and
+    releases leases, reaps stale ones, and completes extract jobs in shadow
+    mode; every other call that writes fails with UNAVAILABLE / MUTATIONS_FROZEN.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -176,14 +186,15 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
 
     Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
     a bad namespace in `namespaces`, a `holder` with an empty or over-long
-    field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; a lease
-    is a write, so a frozen store hands out no work and no attempt is used).
+    field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on and the
+    type is not `extract`: its result would be a write a frozen store refuses,
+    so none is handed out and no attempt is used).
     """
     RenewLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.RenewLeasesRequest, _job_queue_pb2.RenewLeasesResponse]  # type: ignore[assignment]
-    """Extends leases that are still held (`leased_at` becomes now).
+    """Extends leases that are still held (`leased_at` becomes now). Taken
+    while mutations are frozen.
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-    `mutationsFrozen` is on; nothing was written).
+    Errors: INVALID_ARGUMENT (more than 500 jobs).
     """
     CompleteEmbedJobs: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteEmbedJobsRequest, _job_queue_pb2.CompleteEmbedJobsResponse]  # type: ignore[assignment]
     """Stores embedding vectors and completes their embed jobs in one
@@ -204,26 +215,25 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     """Reports failed attempts. A job with attempts left returns to pending with
     an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
     one that has used its attempts becomes dead (the dead letter), with the
-    error recorded.
+    error recorded (a document job's document follows its status). Taken
+    while mutations are frozen.
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-    `mutationsFrozen` is on; nothing was written).
+    Errors: INVALID_ARGUMENT (more than 500 jobs).
     """
     ReleaseJobs: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseJobsRequest, _job_queue_pb2.ReleaseJobsResponse]  # type: ignore[assignment]
     """Returns leased jobs to pending without counting the attempt, for work
     that could not start through no fault of the job (the provider is down).
+    Taken while mutations are frozen.
 
-    Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-    `mutationsFrozen` is on; nothing was written: the lease stays held until
-    the store takes writes again, or a later instance releases it).
+    Errors: INVALID_ARGUMENT (more than 500 jobs).
     """
     ReleaseStaleLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseStaleLeasesRequest, _job_queue_pb2.ReleaseStaleLeasesResponse]  # type: ignore[assignment]
     """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
     stale-lease reaper; the store also runs it every 60 s with
-    `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
+    `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. Taken
+    while mutations are frozen.
 
-    Errors: INVALID_ARGUMENT (lease_timeout_ms negative); UNAVAILABLE
-    (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
+    Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
     """
     ReleasePriorInstanceLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.ReleasePriorInstanceLeasesRequest, _job_queue_pb2.ReleasePriorInstanceLeasesResponse]  # type: ignore[assignment]
     """Returns to pending every job leased by `holder.worker_name` under an
@@ -235,18 +245,19 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     somehow still running can complete, fail, renew or release none of them.
     Leases of other worker names, anonymous leases and leases of this
     instance are untouched, so live replicas (which have different worker
-    names) never release each other's work.
+    names) never release each other's work. Taken while mutations are frozen.
 
     Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
-    `holder.instance_id`); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is
-    on; nothing was written).
+    `holder.instance_id`).
     """
     CompleteExtractJob: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteExtractJobRequest, _job_queue_pb2.CompleteExtractJobResponse]  # type: ignore[assignment]
     """Applies one extract job's decisions and completes the job in one
     transaction (seed 000 "Controlled Writes"), checking the lease inside it:
     when the lease is lost nothing at all is written. The store decides the
     mode from its own configuration (`memory.pipelineV2.*`): in shadow mode
-    only audit history is written and every result is SHADOWED; otherwise ADD
+    (`shadowMode`, or `mutationsFrozen`) only the audit history (actor
+    `pipeline-shadow`) and the job's completion are written and every result
+    is SHADOWED (reason `shadow_mode` or `mutations_frozen`); otherwise ADD
     proposals pass the confidence, empty-content and dedup gates, and UPDATE
     and DELETE are applied only when `allowUpdateDelete` is on and every guard
     holds (decision confidence at least `destructiveMinConfidence`, the target
@@ -257,7 +268,7 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     (the pipeline audit) on the job's memory, whatever its outcome; its
     metadata holds the action, outcome, reason, fact, confidences, target,
     extraction model and counts. New memories have who `pipeline-v2`, why
-    `extracted-fact`, a `derived_from` link to the job's memory, and an embed
+    `extracted-fact`, the fact's confidence as importance (seed 002), a `derived_from` link to the job's memory, and an embed
     job unless their vector was supplied; they never get an extract job. With
     `graphEnabled` (and not in shadow mode) the entity triples are written in
     a second transaction; its failure is reported in `graph_error` and does
@@ -270,9 +281,8 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     DELETE without `target_id`, more than 50 candidate ids, a zero or
     non-finite vector or one whose dimensions are not a multiple of 8,
     vectors of different dimensions, a vector without `embedding_model`, an
-    entity name or relationship empty or over 200 characters);
-    UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was
-    written and the lease is still held). Nothing is written on any error.
+    entity name or relationship empty or over 200 characters). Nothing is
+    written on any error.
     """
     GetQueueStats: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]  # type: ignore[assignment]
     """Counts jobs per type and status, and reports the vector index's model.
@@ -289,6 +299,11 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
 
     Jobs belong to the namespace of their memory; completing a job writes only
     into that namespace.
+
+    While `memory.pipelineV2.mutationsFrozen` is on, the pipeline runs in shadow
+    mode (seed 000): this service still leases `extract` jobs, renews, fails and
+    releases leases, reaps stale ones, and completes extract jobs in shadow
+    mode; every other call that writes fails with UNAVAILABLE / MUTATIONS_FROZEN.
     """
 
     @_abc_1.abstractmethod
@@ -305,8 +320,9 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
         a bad namespace in `namespaces`, a `holder` with an empty or over-long
-        field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; a lease
-        is a write, so a frozen store hands out no work and no attempt is used).
+        field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on and the
+        type is not `extract`: its result would be a write a frozen store refuses,
+        so none is handed out and no attempt is used).
         """
 
     @_abc_1.abstractmethod
@@ -315,10 +331,10 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _job_queue_pb2.RenewLeasesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_job_queue_pb2.RenewLeasesResponse, _abc.Awaitable[_job_queue_pb2.RenewLeasesResponse]]:
-        """Extends leases that are still held (`leased_at` becomes now).
+        """Extends leases that are still held (`leased_at` becomes now). Taken
+        while mutations are frozen.
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-        `mutationsFrozen` is on; nothing was written).
+        Errors: INVALID_ARGUMENT (more than 500 jobs).
         """
 
     @_abc_1.abstractmethod
@@ -351,10 +367,10 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         """Reports failed attempts. A job with attempts left returns to pending with
         an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
         one that has used its attempts becomes dead (the dead letter), with the
-        error recorded.
+        error recorded (a document job's document follows its status). Taken
+        while mutations are frozen.
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-        `mutationsFrozen` is on; nothing was written).
+        Errors: INVALID_ARGUMENT (more than 500 jobs).
         """
 
     @_abc_1.abstractmethod
@@ -365,10 +381,9 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_job_queue_pb2.ReleaseJobsResponse, _abc.Awaitable[_job_queue_pb2.ReleaseJobsResponse]]:
         """Returns leased jobs to pending without counting the attempt, for work
         that could not start through no fault of the job (the provider is down).
+        Taken while mutations are frozen.
 
-        Errors: INVALID_ARGUMENT (more than 500 jobs); UNAVAILABLE (MUTATIONS_FROZEN:
-        `mutationsFrozen` is on; nothing was written: the lease stays held until
-        the store takes writes again, or a later instance releases it).
+        Errors: INVALID_ARGUMENT (more than 500 jobs).
         """
 
     @_abc_1.abstractmethod
@@ -379,10 +394,10 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_job_queue_pb2.ReleaseStaleLeasesResponse, _abc.Awaitable[_job_queue_pb2.ReleaseStaleLeasesResponse]]:
         """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
         stale-lease reaper; the store also runs it every 60 s with
-        `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working.
+        `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. Taken
+        while mutations are frozen.
 
-        Errors: INVALID_ARGUMENT (lease_timeout_ms negative); UNAVAILABLE
-        (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was written).
+        Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
         """
 
     @_abc_1.abstractmethod
@@ -400,11 +415,10 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         somehow still running can complete, fail, renew or release none of them.
         Leases of other worker names, anonymous leases and leases of this
         instance are untouched, so live replicas (which have different worker
-        names) never release each other's work.
+        names) never release each other's work. Taken while mutations are frozen.
 
         Errors: INVALID_ARGUMENT (empty or over-long `holder.worker_name` or
-        `holder.instance_id`); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is
-        on; nothing was written).
+        `holder.instance_id`).
         """
 
     @_abc_1.abstractmethod
@@ -417,7 +431,9 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         transaction (seed 000 "Controlled Writes"), checking the lease inside it:
         when the lease is lost nothing at all is written. The store decides the
         mode from its own configuration (`memory.pipelineV2.*`): in shadow mode
-        only audit history is written and every result is SHADOWED; otherwise ADD
+        (`shadowMode`, or `mutationsFrozen`) only the audit history (actor
+        `pipeline-shadow`) and the job's completion are written and every result
+        is SHADOWED (reason `shadow_mode` or `mutations_frozen`); otherwise ADD
         proposals pass the confidence, empty-content and dedup gates, and UPDATE
         and DELETE are applied only when `allowUpdateDelete` is on and every guard
         holds (decision confidence at least `destructiveMinConfidence`, the target
@@ -428,7 +444,7 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         (the pipeline audit) on the job's memory, whatever its outcome; its
         metadata holds the action, outcome, reason, fact, confidences, target,
         extraction model and counts. New memories have who `pipeline-v2`, why
-        `extracted-fact`, a `derived_from` link to the job's memory, and an embed
+        `extracted-fact`, the fact's confidence as importance (seed 002), a `derived_from` link to the job's memory, and an embed
         job unless their vector was supplied; they never get an extract job. With
         `graphEnabled` (and not in shadow mode) the entity triples are written in
         a second transaction; its failure is reported in `graph_error` and does
@@ -441,9 +457,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         DELETE without `target_id`, more than 50 candidate ids, a zero or
         non-finite vector or one whose dimensions are not a multiple of 8,
         vectors of different dimensions, a vector without `embedding_model`, an
-        entity name or relationship empty or over 200 characters);
-        UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on; nothing was
-        written and the lease is still held). Nothing is written on any error.
+        entity name or relationship empty or over 200 characters). Nothing is
+        written on any error.
         """
 
     @_abc_1.abstractmethod

@@ -184,10 +184,8 @@ def test_grpcurl_lists_and_calls_recall_and_get_status_over_reflection(suite: Su
     assert status["providers"][0]["role"] == "embedding"
     assert status["providers"][0]["state"] == "PROVIDER_STATE_AVAILABLE"
     assert status["workers"][0]["name"] == "embed"
-    depths = {
-        (q.get("jobType", q.get("job_type")), q["state"]): int(q["count"]) for q in status["queue"]
-    }
-    assert depths[("embed", "completed")] == len(MEMORIES)
+    depths = {(q["job_type"], q["status"]): int(q["count"]) for q in status["queue"]}
+    assert depths[("JOB_TYPE_EMBED", "JOB_STATUS_COMPLETED")] == len(MEMORIES)
 
     bad = _grpcurl(suite.search, f"{SEARCH}/Recall", flags=("-d", json.dumps({"query": ""})))
     assert bad.returncode != 0

@@ -330,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument(
             "--config", default=_default_config(), help="configuration file (as for `up`)"
         )
-        command.add_argument("--data-dir", default=None, help="directory of engram.db (as for `up`)")
+        command.add_argument(
+            "--data-dir", default=None, help="directory of engram.db (as for `up`)"
+        )
     health = sub.add_parser("health", help="check a server's gRPC health")
     health.add_argument("address", nargs="?", default="127.0.0.1:50051")
     health.add_argument("--service", default="", help="service name; empty means the server")

@@ -280,9 +280,7 @@ def test_restore_refuses_a_data_directory_a_store_has_open(
     assert after_stop.returncode == 0, after_stop.stderr
 
 
-def test_backup_refuses_to_replace_a_file_unless_forced(
-    launcher: Launcher, tmp_path: Path
-) -> None:
+def test_backup_refuses_to_replace_a_file_unless_forced(launcher: Launcher, tmp_path: Path) -> None:
     live_dir = tmp_path / "live"
     launcher.start_store(live_dir)
     existing = tmp_path / "existing.db"

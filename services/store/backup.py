@@ -88,6 +88,8 @@ def restore(source: str | Path, database: str | Path, *, force: bool = False) ->
     source, database = Path(source), Path(database)
     if not source.is_file():
         raise BackupError(f"no backup file at {source}")
+    if source.resolve() == database.resolve():
+        raise BackupError(f"{source} is the database itself; restore from a backup file")
     if database.exists() and not force:
         raise BackupError(f"{database} exists; pass --force to replace it")
     database.parent.mkdir(parents=True, exist_ok=True)

@@ -306,3 +306,16 @@ def test_backup_refuses_the_database_itself_and_a_missing_one(tmp_path: Path) ->
     assert itself.returncode == missing.returncode == 1
     assert "is the database itself" in itself.stderr
     assert f"no database at {tmp_path / 'none' / 'engram.db'}" in missing.stderr
+
+
+def test_restore_refuses_the_database_itself(tmp_path: Path) -> None:
+    database = engram_database(tmp_path / "data" / "engram.db")
+    before = database.read_bytes()
+
+    result = engram(
+        "restore", "--from", str(database), "--data-dir", str(database.parent), "--force"
+    )
+
+    assert result.returncode == 1
+    assert "is the database itself" in result.stderr
+    assert database.read_bytes() == before

@@ -3,6 +3,10 @@
 engram up [--config FILE] [--data-dir DIR]      run every service, one process each
 engram serve SERVICE [--config FILE] [--data-dir DIR] [--port N]
 engram health [ADDRESS]                           exit 0 when the server reports SERVING
+engram backup --to FILE [--config FILE] [--data-dir DIR] [--force]
+                                                  copy the database while the store runs
+engram restore --from FILE [--config FILE] [--data-dir DIR] [--force]
+                                                  put a backup in place of a stopped store's database
 
 The configuration file is --config, else $ENGRAM_CONFIG, else ./engram.yaml if it exists.
 """
@@ -257,6 +261,37 @@ def cmd_health(args: argparse.Namespace) -> int:
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    """A consistent copy of the live database; the store keeps serving (services/store/backup.py)."""
+    from services.store.backup import BackupError, backup
+
+    database = _load(args).storage.path
+    try:
+        size = backup(database, args.to, force=args.force)
+    except (BackupError, OSError) as exc:
+        print(f"engram backup: {exc}", file=sys.stderr)
+        return 1
+    print(f"engram backup: {database} -> {args.to} ({size} bytes)")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Replace a stopped store's database with a checked backup (services/store/backup.py)."""
+    from services.store.backup import BackupError, restore
+
+    database = _load(args).storage.path
+    try:
+        migrations = restore(args.source, database, force=args.force)
+    except (BackupError, OSError) as exc:
+        print(f"engram restore: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"engram restore: {args.source} -> {database} ({migrations} migrations recorded;"
+        " the store applies any newer ones when it starts)"
+    )
+    return 0
+
+
 def _default_config() -> str | None:
     if "ENGRAM_CONFIG" in os.environ:
         return os.environ["ENGRAM_CONFIG"] or None
@@ -284,6 +319,20 @@ def main(argv: list[str] | None = None) -> int:
             help=f"configuration file (default: $ENGRAM_CONFIG, else ./{DEFAULT_CONFIG} if present)",
         )
         command.add_argument("--data-dir", default=None, help="directory for engram.db")
+    copies = sub.add_parser("backup", help="copy the database while the store keeps serving")
+    copies.add_argument("--to", required=True, metavar="FILE", help="the backup file to write")
+    restores = sub.add_parser("restore", help="restore a backup into a stopped data directory")
+    restores.add_argument(
+        "--from", dest="source", required=True, metavar="FILE", help="the backup file"
+    )
+    for command, replaced in ((copies, "FILE"), (restores, "an existing database")):
+        command.add_argument("--force", action="store_true", help=f"replace {replaced}")
+        command.add_argument(
+            "--config", default=_default_config(), help="configuration file (as for `up`)"
+        )
+        command.add_argument(
+            "--data-dir", default=None, help="directory of engram.db (as for `up`)"
+        )
     health = sub.add_parser("health", help="check a server's gRPC health")
     health.add_argument("address", nargs="?", default="127.0.0.1:50051")
     health.add_argument("--service", default="", help="service name; empty means the server")
@@ -291,8 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "health":
         return cmd_health(args)
+    commands = {"up": cmd_up, "serve": cmd_serve, "backup": cmd_backup, "restore": cmd_restore}
     try:
-        return cmd_up(args) if args.command == "up" else cmd_serve(args)
+        return commands[args.command](args)
     except ConfigError as exc:
         print(f"engram: configuration error: {exc}", file=sys.stderr)
         return 2

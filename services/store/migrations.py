@@ -475,15 +475,49 @@ def _record_legacy_checksums(conn: Any) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         for version, name in legacy:
-            if 1 <= version <= len(MIGRATIONS) and MIGRATIONS[version - 1][0] == name:
+            digest = _legacy_checksum(version, name)
+            if digest is not None:
                 conn.execute(
                     "UPDATE schema_migrations SET checksum = ? WHERE version = ?",
-                    (checksum(MIGRATIONS[version - 1][1]), version),
+                    (digest, version),
                 )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _legacy_checksum(version: int, name: str) -> str | None:
+    """The checksum a row recorded before checksums is given: the code's, when
+    the code ships a migration of that version and name; else None (refused)."""
+    if 1 <= version <= len(MIGRATIONS) and MIGRATIONS[version - 1][0] == name:
+        return checksum(MIGRATIONS[version - 1][1])
+    return None
+
+
+def check_recorded_migrations(conn: Any) -> int:
+    """What apply_migrations checks before it migrates, without writing anything:
+    for a file the store has not opened yet (`engram restore`). Raises
+    MigrationMismatch as apply_migrations would, or when the file records no
+    migrations at all (not an Engram database). Returns how many it records;
+    pending ones are applied by the store when it starts on the file."""
+    table = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+    ).fetchone()
+    if table is None:
+        raise MigrationMismatch("it records no migrations (no schema_migrations table)")
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(schema_migrations)")}
+    digest_column = "checksum" if "checksum" in columns else "NULL"
+    recorded = {
+        version: (name, digest if digest is not None else _legacy_checksum(version, name))
+        for version, name, digest in conn.execute(
+            f"SELECT version, name, {digest_column} FROM schema_migrations ORDER BY version"
+        )
+    }
+    if not recorded:
+        raise MigrationMismatch("it records no migrations (schema_migrations is empty)")
+    _verify(recorded)
+    return len(recorded)
 
 
 def _verify(recorded: dict[int, tuple[str, str | None]]) -> None:

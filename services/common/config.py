@@ -205,24 +205,82 @@ class PortsSettings(_Section):
     search: int = Field(50052, ge=0, le=65535)
     pipeline: int = Field(50053, ge=0, le=65535)
     maintenance: int = Field(50054, ge=0, le=65535)
+    # the store's internal listener: job queue, document store, store admin, access
+    # tracking; reached only by the other services (issue 14)
+    store_internal: int = Field(50061, ge=0, le=65535)
+
+
+class ServerTlsSettings(_Section):
+    """TLS on every listener when cert_file and key_file are set; client_ca_file
+    also requires (and checks) a client certificate (mTLS)."""
+
+    cert_file: str = ""
+    key_file: str = ""
+    client_ca_file: str = ""
 
 
 class ServerSettings(_Section):
     host: str = "127.0.0.1"
+    # the store's internal listener binds here, loopback unless configured
+    internal_host: str = "127.0.0.1"
     ports: PortsSettings = PortsSettings()
+    tls: ServerTlsSettings = ServerTlsSettings()
+    # the largest request or response message a server or channel accepts
+    max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     shutdown_grace_ms: int = Field(10000, ge=0, le=600000)
     # after SIGTERM: health NOT_SERVING on a still-open listener for this long
     shutdown_drain_ms: int = Field(1000, ge=0, le=60000)
+
+
+class ClientsTlsSettings(_Section):
+    """How services (and the CLI) verify the servers they call: ca_file turns TLS
+    on; cert_file and key_file present a client certificate (mTLS)."""
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
 
 
 class ClientsSettings(_Section):
     """Where each service reaches the others (compose uses service names)."""
 
     store_address: str = "127.0.0.1:50051"
+    store_internal_address: str = "127.0.0.1:50061"
     search_address: str = "127.0.0.1:50052"
     pipeline_address: str = "127.0.0.1:50053"
     # the suite whose store this service must reach; empty: unchecked (services/common/suite.py)
     suite_id: str = ""
+    tls: ClientsTlsSettings = ClientsTlsSettings()
+
+
+class RoleRateLimit(_Section):
+    """A token bucket per API key: `rate` calls per second, bursts of `burst`."""
+
+    rate: float = Field(100.0, gt=0.0, le=1_000_000.0)
+    burst: int = Field(200, ge=1, le=1_000_000)
+
+
+class RateLimitsSettings(_Section):
+    reader: RoleRateLimit = RoleRateLimit()
+    writer: RoleRateLimit = RoleRateLimit()
+    admin: RoleRateLimit = RoleRateLimit(rate=1000.0, burst=2000)
+
+
+class AuthSettings(_Section):
+    """API keys with roles and namespaces (issue 14; README "Authentication")."""
+
+    enabled: bool = False
+    # a listener bound to anything but loopback with auth off refuses to start
+    # unless this says the risk is accepted (like Redis's protected mode)
+    allow_insecure_public_bind: bool = False
+    # hashed keys; "" means keys.json beside the database (storage.path's directory)
+    keys_file: str = ""
+    # the credential services present to each other (and the only one the store's
+    # internal listener accepts when auth is on); `engram up` makes one when unset
+    service_key: str = ""
+    # how often each service re-reads the keys file (a revocation is seen within this)
+    reload_ms: int = Field(2000, ge=100, le=5000)
+    rate_limits: RateLimitsSettings = RateLimitsSettings()
 
 
 class EmbedWorkerSettings(_Section):
@@ -268,6 +326,7 @@ class Config(BaseSettings):
     providers: ProvidersSettings = ProvidersSettings()
     server: ServerSettings = ServerSettings()
     clients: ClientsSettings = ClientsSettings()
+    auth: AuthSettings = AuthSettings()
     workers: WorkersSettings = WorkersSettings()
     logging: LoggingSettings = LoggingSettings()
 

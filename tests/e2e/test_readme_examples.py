@@ -506,9 +506,12 @@ def test_readme_grpcurl_examples_run_in_order(suite: Suite) -> None:
 
 
 def test_readme_cli_examples_run(suite: Suite) -> None:
-    """`engram up` started the suite (the fixture); here `health` and `serve store`."""
+    """`engram up` started the suite (the fixture); here `health`, `serve store`, and
+    `backup` of the running suite's data directory `restore`d into a new one."""
     cli = cli_commands()
-    assert set(cli) == {"up", "serve", "health"}, "a new CLI example: run it here"
+    assert set(cli) == {"up", "serve", "health", "backup", "restore"}, (
+        "a new CLI example: run it here"
+    )
 
     health = subprocess.run(
         cli_argv(cli["health"], suite.places, {}),
@@ -533,3 +536,22 @@ def test_readme_cli_examples_run(suite: Suite) -> None:
         store.wait_ready()
     finally:
         store.kill()
+
+    copy = suite.root / "backup" / "engram-backup.db"
+    copy.parent.mkdir()
+    restored = suite.root / "restored"
+    for name, fills in (
+        ("backup", {"FILE": str(copy), "[--data-dir DIR]": f"--data-dir {suite.root}"}),
+        ("restore", {"FILE": str(copy), "[--data-dir DIR]": f"--data-dir {restored}"}),
+    ):
+        done = subprocess.run(
+            cli_argv(cli[name], suite.places, fills),
+            cwd=REPO_ROOT,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
+        assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
+    assert (restored / "engram.db").stat().st_size > 0

@@ -18,6 +18,7 @@ from services.common import clock
 from services.common.db import ReadPool
 from services.common.errors import FieldViolation, InvalidArgument, NotFound
 from services.common.normalize import normalize_content
+from services.common.validation import validate_id
 from services.store import document_sql as sql
 from services.store import mutations, rules
 from services.store import repository as repo
@@ -185,8 +186,7 @@ class DocumentStore:
         return await self._writer.submit(operation)
 
     async def get(self, namespace: str, document_id: str, field: str = "id") -> DocumentRecord:
-        if not document_id:
-            raise InvalidArgument(field, "required")
+        validate_id(document_id, field)
         row = await self._reads.fetch_one(sql.get_document_query(namespace, document_id))
         if row is None:
             raise NotFound(f"document {document_id} not found in namespace {namespace}")

@@ -28,6 +28,7 @@ from services.common.config import Config
 from services.common.errors import InvalidArgument
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
+from services.common.validation import validate_id, validate_ids
 from services.store import contradiction, mutations
 from services.store import extraction_sql as sql
 from services.store import repository as repo
@@ -215,8 +216,11 @@ def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) 
     _check_unit(proposal.confidence, f"{field}.confidence")
     if proposal.action in ("update", "delete") and not proposal.target_id:
         raise InvalidArgument(f"{field}.target_id", "required for UPDATE and DELETE")
+    if proposal.target_id:
+        validate_id(proposal.target_id, f"{field}.target_id")
     if len(proposal.candidate_ids) > MAX_CANDIDATES:
         raise InvalidArgument(f"{field}.candidate_ids", f"at most {MAX_CANDIDATES} ids")
+    validate_ids(proposal.candidate_ids, f"{field}.candidate_ids")
     vector = None
     if proposal.vector:
         if not request.embedding_model:

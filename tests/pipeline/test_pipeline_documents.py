@@ -391,6 +391,35 @@ def test_bad_input_is_named_through_the_pipeline(
     assert watch_error[2] == ["id"]
 
 
+@pytest.mark.parametrize("bad", ["d" * 129, "d" * (1 << 20)], ids=["129 chars", "1 MiB"])
+def test_document_ids_over_128_characters_are_invalid_argument(
+    docs_stack: Callable[..., Stack], bad: str
+) -> None:
+    """Was: any length went through, and NOT_FOUND echoed the whole id (1 MiB
+    overflows the metadata limit: the caller saw RESOURCE_EXHAUSTED)."""
+    stack = docs_stack()
+    calls = [
+        ("id", lambda: stack.pipeline.GetDocument(pb.GetDocumentRequest(id=bad))),
+        (
+            "document_id",
+            lambda: stack.pipeline.ListDocumentChunks(
+                pb.ListDocumentChunksRequest(document_id=bad)
+            ),
+        ),
+        ("id", lambda: list(stack.pipeline.WatchDocument(pb.WatchDocumentRequest(id=bad)))),
+    ]
+    for field, call in calls:
+        with pytest.raises(grpc.RpcError) as caught:
+            call()
+        assert len(caught.value.details()) < 1024  # type: ignore[attr-defined]
+        code, reason, named = error_of(call)
+        assert (code, reason, named) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_ARGUMENT",
+            [field],
+        )
+
+
 def test_frozen_mutations_refuse_documents_and_write_nothing(
     docs_stack: Callable[..., Stack],
 ) -> None:

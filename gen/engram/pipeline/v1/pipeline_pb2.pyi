@@ -289,7 +289,7 @@ class GetDocumentRequest(_message.Message):
     namespace: _builtins.str
     """Namespace (default "default")."""
     id: _builtins.str
-    """Document id."""
+    """Document id (at most 128 characters, else INVALID_ARGUMENT)."""
     def __init__(
         self,
         *,
@@ -341,7 +341,7 @@ class ListDocumentChunksRequest(_message.Message):
     namespace: _builtins.str
     """Namespace (default "default")."""
     document_id: _builtins.str
-    """Document id."""
+    """Document id (at most 128 characters, else INVALID_ARGUMENT)."""
     page_size: _builtins.int
     """At most this many chunks (default 50, at most 500)."""
     page_token: _builtins.str
@@ -401,7 +401,7 @@ class WatchDocumentRequest(_message.Message):
     namespace: _builtins.str
     """Namespace (default "default")."""
     id: _builtins.str
-    """Document id."""
+    """Document id (at most 128 characters, else INVALID_ARGUMENT)."""
     def __init__(
         self,
         *,

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from e2e_helpers import Launcher, ProcessHandle, engram_command, free_port
+from engram.common.v1 import provider_pb2
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2
@@ -136,7 +137,7 @@ def test_remembered_memory_is_embedded_and_recalled_by_meaning(suite: Suite) -> 
     )
     assert status.indexed_memory_count == len(MEMORIES)
     assert status.index_model == "all-MiniLM-L6-v2"
-    assert status.providers[0].state == pipeline_pb2.PROVIDER_STATE_AVAILABLE
+    assert status.providers[0].state == provider_pb2.PROVIDER_STATE_AVAILABLE
 
 
 def _grpcurl(

@@ -351,10 +351,7 @@ class DocumentStore:
             document_id = _held_document(conn, job_id, token)
             if document_id is None:
                 return None
-            at = clock.now_text()
-            sql.set_status(conn, document_id, "failed", at, message)
-            result = json.dumps({"failed": message}, separators=(",", ":"))
-            sql.finish_failed_ingest_job(conn, job_id, message, result, at)
+            sql.fail_document(conn, job_id, document_id, message, clock.now_text())
             return DocumentRecord.from_row(sql.get_document(conn, document_id))
 
         return await self._writer.submit(operation)

@@ -251,7 +251,14 @@ def test_a_server_error_is_retried_until_the_attempts_run_out(
     assert "HTTP 500" in failed.error
     assert failed.attempt == 2
     assert len(server.requests_to("GET", "/doc")) == 2  # workerMaxRetries attempts
-    assert ingest_jobs(stack) == {job_pb2.JOB_STATUS_DEAD: 1}
+    # Out of attempts, the document is failed and its job finished, not dead
+    # (was: a dead job, counted in the health score's dead-job rate and
+    # revived by "requeue dead jobs" to fail again).
+    assert ingest_jobs(stack) == {job_pb2.JOB_STATUS_COMPLETED: 1}
+    admin = store_admin(stack)
+    assert admin.GetStoreDiagnostics(adpb.GetStoreDiagnosticsRequest()).dead_jobs == 0
+    assert admin.RequeueDeadJobs(adpb.RequeueDeadJobsRequest()).requeued == 0
+    assert stack.pipeline.GetDocument(pb.GetDocumentRequest(id=document.id)).document == failed
 
 
 def test_a_retry_after_a_server_error_succeeds_and_the_watch_shows_the_attempts(
@@ -296,7 +303,7 @@ def test_a_refused_connection_fails_the_document_after_the_retries(
     assert failed.status == document_pb2.DOCUMENT_STATUS_FAILED
     assert "ConnectError" in failed.error
     assert failed.attempt == 2  # transient: retried until the attempts ran out
-    assert ingest_jobs(stack) == {job_pb2.JOB_STATUS_DEAD: 1}
+    assert ingest_jobs(stack) == {job_pb2.JOB_STATUS_COMPLETED: 1}
 
 
 def test_watch_reports_every_status_in_order(

@@ -13,16 +13,12 @@ import grpc
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.store.internal.v1 import admin_pb2 as pb
 from engram.store.internal.v1 import admin_pb2_grpc
+from services.common import provider_state
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
 from services.common.remote_errors import error_reason
 from services.maintenance.diagnostics import OrphanCounts, Provider, ProviderReport, StoreCounts
 
 T = TypeVar("T")
-_PROVIDER_STATES = {
-    pipeline_pb2.PROVIDER_STATE_AVAILABLE: "available",
-    pipeline_pb2.PROVIDER_STATE_DEGRADED: "degraded",
-    pipeline_pb2.PROVIDER_STATE_DISABLED: "disabled",
-}
 
 
 @dataclass(frozen=True)
@@ -132,7 +128,7 @@ class PipelineStatusClient:
                     role=p.role,
                     kind=p.kind,
                     model=p.model,
-                    state=_PROVIDER_STATES.get(p.state, "degraded"),
+                    state=provider_state.from_proto(p.state),
                     last_error=p.last_error,
                 )
                 for p in status.providers

@@ -3,7 +3,8 @@
 Every call on such a channel
 - has a deadline: the caller's own timeout if it set one, else the
   `clients.deadlines.*_ms` of the call's kind (`KINDS` below), so a stalled
-  peer never holds a worker for longer than that;
+  peer never holds a worker for longer than that; and never later than the
+  deadline of the RPC being served, when it is made on behalf of one;
 - carries the caller's `x-request-id` (the RPC being served, from the server
   interceptor's context variable), or a new one for background work, so one
   request's log lines can be followed across services;
@@ -19,13 +20,14 @@ messages up to `server.max_message_bytes`.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from services.common.config import ClientDeadlinesSettings, ClientRetrySettings, Config
-from services.common.interceptors import REQUEST_ID_KEY, new_request_id
+from services.common.interceptors import REQUEST_ID_KEY, deadline_var, new_request_id
 from services.common.logs import request_id_var
 from services.common.tls import channel_credentials
 
@@ -119,6 +121,9 @@ class _CallPolicy(
         timeout = details.timeout
         if timeout is None:
             timeout = deadline_s(self._deadlines, method)
+        inbound = deadline_var.get()
+        if inbound is not None:  # never outlive the RPC this call serves
+            timeout = max(0.0, min(timeout, inbound - time.monotonic()))
         return grpc.aio.ClientCallDetails(
             details.method, timeout, metadata, details.credentials, details.wait_for_ready
         )

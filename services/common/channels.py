@@ -32,6 +32,7 @@ from services.common.logs import request_id_var
 from services.common.tls import channel_credentials
 
 AUTHORIZATION_KEY = "authorization"
+MAX_RECONNECT_BACKOFF_MS = 5000
 
 _JOBS = "/engram.store.internal.v1.JobQueueService/"
 # The kind of each call (its `clients.deadlines.<kind>_ms`), by full method name
@@ -90,6 +91,9 @@ def channel_options(config: Config) -> list[tuple[str, Any]]:
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", limit),
         ("grpc.max_receive_message_length", limit),
+        # gRPC's reconnect backoff grows to 120 s by default: a store back after an
+        # outage would wait that long to be noticed
+        ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
     ]
     if config.clients.retry.max_attempts > 1:  # a retry policy needs at least 2 attempts
         options.append(("grpc.service_config", service_config(config.clients.retry)))

@@ -246,9 +246,9 @@ class ClientDeadlinesSettings(_Section):
     (services/common/channels.py says which RPC is which kind); a caller that
     sets its own timeout keeps it."""
 
-    # anything not listed below: health, status, queue stats
+    # anything not listed below: health, the pipeline's status
     default_ms: int = Field(10000, ge=100, le=3600000)
-    # job queue control: lease, renew, release, fail
+    # job queue control: lease, renew, release, fail, queue stats
     lease_ms: int = Field(5000, ge=100, le=3600000)
     # a worker's results: complete embed/extract jobs, document chunks, access counts
     write_ms: int = Field(30000, ge=100, le=3600000)

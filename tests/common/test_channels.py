@@ -105,6 +105,7 @@ def config_of(**overrides: Any) -> Config:
 
 def test_call_kinds() -> None:
     assert call_kind(LEASE) == "lease"
+    assert call_kind("/engram.store.internal.v1.JobQueueService/GetQueueStats") == "lease"
     assert call_kind(ADMIN) == "admin"
     assert call_kind("/engram.store.internal.v1.DocumentStoreService/WriteDocumentChunk") == (
         "write"

@@ -12,6 +12,7 @@ import grpc
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.search.v1 import search_pb2_grpc
 from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc
+from services.common.auth import server_guard
 from services.common.config import Config
 from services.common.providers.embedding import EmbeddingProvider, embedding_provider
 from services.common.providers.llm import LlmProvider, llm_provider
@@ -60,6 +61,7 @@ class PipelineApp:
 async def start_pipeline(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> PipelineApp:
+    guard = server_guard(config, host or config.server.host)  # protected mode: first
     channel = grpc.aio.insecure_channel(config.clients.store_address)
     await verify_store(channel, config.clients.suite_id, config.clients.store_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
@@ -110,6 +112,7 @@ async def start_pipeline(
         listen_port,
         [SERVICE_NAME],
         lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),
+        guard=guard,
     )
     background = [asyncio.create_task(worker.run()), asyncio.create_task(extract_worker.run())]
     background.append(asyncio.create_task(document_worker.run()))

@@ -13,6 +13,7 @@ import grpc
 
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.v1 import store_pb2_grpc
+from services.common.auth import server_guard
 from services.common.config import Config
 from services.common.db import ReadPool, open_read_only
 from services.common.providers.embedding import (
@@ -134,6 +135,7 @@ class SearchApp:
 async def start_search(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> SearchApp:
+    guard = server_guard(config, host or config.server.host)  # protected mode: first
     channel = grpc.aio.insecure_channel(config.clients.store_address)
     await verify_store(channel, config.clients.suite_id, config.clients.store_address)
     path = config.storage.path
@@ -172,6 +174,7 @@ async def start_search(
         [SERVICE_NAME],
         lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(recaller), s),
         serving=local is None,
+        guard=guard,
     )
     access.start()
     background: list[asyncio.Task[Any]] = []

@@ -19,6 +19,7 @@ from engram.store.v1 import (
     store_pb2,
     store_pb2_grpc,
 )
+from services.common.auth import server_guard
 from services.common.config import Config
 from services.common.db import DatabaseError, ReadPool, open_read_write
 from services.common.errors import MutationsFrozen
@@ -114,6 +115,7 @@ def _open_database(config: Config) -> tuple[Any, list[str]]:
 async def start_store(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> StoreApp:
+    guard = server_guard(config, host or config.server.host)  # protected mode: first
     path = config.storage.path
     connection, applied = _open_database(config)
     if applied:
@@ -173,6 +175,7 @@ async def start_store(
             config.server.ports.store if port is None else port,
             SERVICE_NAMES,
             register,
+            guard=guard,
         )
     except BaseException:
         await reads.close()

@@ -9,6 +9,7 @@ import grpc
 from google.protobuf import struct_pb2
 
 from engram.store.v1 import store_pb2, store_pb2_grpc
+from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
     memory_to_proto,
@@ -93,6 +94,7 @@ def _draft(
         ),
         field_prefix=field_prefix,
         bad=bad,
+        actor=acting(""),
     )
 
 
@@ -198,7 +200,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         ]
         bad = Violations()
         outcomes = await self._store.modify(
-            _namespace(bad, request.namespace), patches, request.reason, request.actor, bad
+            _namespace(bad, request.namespace), patches, request.reason, acting(request.actor), bad
         )
         return store_pb2.ModifyMemoriesResponse(
             results=[
@@ -224,7 +226,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             request.reason,
             _optional(request, "if_version"),
             request.force,
-            request.actor,
+            acting(request.actor),
             bad,
         )
         return store_pb2.DeleteMemoryResponse(memory=memory_to_proto(record))
@@ -249,7 +251,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             execute=request.mode == store_pb2.FORGET_MODE_EXECUTE,
             reason=request.reason,
             confirm_token=request.confirm_token,
-            actor=request.actor,
+            actor=acting(request.actor),
             bad=bad,
         )
         return store_pb2.ForgetMemoriesResponse(
@@ -275,7 +277,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             request.id,
             request.reason,
             _optional(request, "if_version"),
-            request.actor,
+            acting(request.actor),
             bad,
         )
         return store_pb2.RecoverMemoryResponse(memory=memory_to_proto(record))

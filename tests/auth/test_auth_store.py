@@ -3,6 +3,7 @@ RetryInfo, the service credential, and protected mode (a real process)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -186,3 +187,55 @@ def test_protected_mode_refuses_a_public_bind_without_auth(tmp_path: Path) -> No
     assert "auth.enabled: true" in lines[0]
     assert "auth.allow_insecure_public_bind: true" in lines[0]
     assert not (tmp_path / "data" / "engram.db").exists()  # refused before touching the data
+
+
+def _engram(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+
+
+def test_engram_keys_create_list_revoke_against_a_running_store(
+    auth_store: Callable[..., AuthSuite], tmp_path: Path
+) -> None:
+    suite = auth_store()
+    stub = _stub(suite)
+    data = ("--data-dir", str(tmp_path))  # the store's data dir: the same keys file
+    created = _engram(
+        "keys", "create", *data, "--role", "writer", "--namespace", "team-a*", "--name", "ci-writer"
+    )
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip().splitlines()[-1]
+    assert key.startswith("engram_")
+    assert key not in created.stderr
+    _remember(stub, key, "written with a key from the command line")
+    listed = _engram("keys", "list", *data)
+    assert listed.returncode == 0
+    (row,) = [line for line in listed.stdout.splitlines() if line.startswith("ci-writer ")]
+    assert "writer" in row and "team-a*" in row and key not in listed.stdout
+    again = _engram(
+        "keys", "create", *data, "--role", "writer", "--namespace", "x", "--name", "ci-writer"
+    )
+    assert again.returncode == 1 and "exists already" in again.stderr
+    revoked = _engram("keys", "revoke", "ci-writer", *data)
+    assert revoked.returncode == 0, revoked.stderr
+    deadline = time.monotonic() + 5.5
+    while time.monotonic() < deadline:
+        try:
+            _remember(stub, key, f"after revoke {time.monotonic()}")
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the revoked key still works after 5 s")
+    (row,) = [
+        line
+        for line in _engram("keys", "list", *data).stdout.splitlines()
+        if line.startswith("ci-writer ")
+    ]
+    assert len(re.findall(r"\d{4}-\d\d-\d\dT", row)) == 2  # created and revoked

@@ -300,9 +300,9 @@ class _KeyTable:
         self._reload_s = reload_s
         self._next_check = 0.0
         self._stamp: tuple[int, int, int] | None = None
-        self._by_id: dict[str, KeyRecord] = {}
+        self._by_id: dict[str, tuple[KeyRecord, Principal]] = {}
 
-    def find(self, key_id: str) -> KeyRecord | None:
+    def find(self, key_id: str) -> tuple[KeyRecord, Principal] | None:
         """Known keys are re-checked every reload interval (a revocation shows
         within it); an unknown id looks at the file at once (one stat), so a key
         works as soon as `engram keys create` has printed it."""
@@ -332,7 +332,7 @@ class _KeyTable:
             )
             return
         self._stamp = stamp
-        self._by_id = {r.key_id: r for r in records}
+        self._by_id = {r.key_id: (r, Principal(r.name, r.role, r.namespaces)) for r in records}
 
 
 class _Bucket:
@@ -377,14 +377,14 @@ class Guard:
         if self._service_hash is not None and hmac.compare_digest(digest, self._service_hash):
             return SERVICE
         match = _KEY.fullmatch(key)
-        record = self._table.find(match.group(1)) if match else None
+        found = self._table.find(match.group(1)) if match else None
         if (
-            record is None
-            or not hmac.compare_digest(digest, record.key_hash)
-            or record.revoked_at is not None
+            found is None
+            or not hmac.compare_digest(digest, found[0].key_hash)
+            or found[0].revoked_at is not None
         ):
             raise Unauthenticated("invalid API key")
-        return Principal(record.name, record.role, record.namespaces)
+        return found[1]
 
     def take_token(self, principal: Principal) -> None:
         """One call from the key's token bucket, or RateLimited with the wait."""

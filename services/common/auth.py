@@ -387,9 +387,8 @@ class Guard:
         return found[1]
 
     def take_token(self, principal: Principal) -> None:
-        """One call from the key's token bucket, or RateLimited with the wait."""
-        if principal.service:
-            return
+        """One call from the key's token bucket, or RateLimited with the wait (the
+        service credential has no bucket: `admit` lets it through first)."""
         limit = self._limits[principal.role]
         now = time.monotonic()
         bucket = self._buckets.get(principal.name)
@@ -410,16 +409,20 @@ class MethodGuard:
         self._guard = guard
         self._method = method
         self._reflection = method.startswith(REFLECTION_PREFIXES)
-        self._role = None if guard.internal else PUBLIC_RPCS.get(method)
+        self._role = PUBLIC_RPCS.get(method)
         self._all_namespaces = method in ALL_NAMESPACE_RPCS
         self._suite_wide = method in SUITE_WIDE_READS
 
     def admit(self, metadata: Any) -> Principal:
         principal = self._guard.authenticate(metadata)
-        self._guard.take_token(principal)
-        if self._reflection or principal.service:
+        if principal.service:
             return principal
-        if self._role is None:  # internal RPCs (and any RPC not in the public table)
+        if self._guard.internal:  # the store's internal listener: reflection included
+            raise PermissionDenied("this listener takes only the services' own credential")
+        self._guard.take_token(principal)
+        if self._reflection:
+            return principal
+        if self._role is None:  # an RPC outside the public table
             raise PermissionDenied("this RPC takes only the services' own credential")
         if principal.role < self._role:
             raise PermissionDenied(

@@ -65,7 +65,7 @@ COMMAND_TIMEOUT_S = 60
 NOT_RUN = {
     "make run": "installs a virtualenv and starts the suite on the fixed ports; `make test` "
     "is the suite this test is part of (tests/deploy runs `engram up`)",
-    "KEY=$(.venv/bin/engram keys create": "needs auth on: tests/auth/test_auth_readme.py runs "
+    "KEY=$(.venv/bin/engram keys create": "needs auth on: tests/e2e/test_auth_readme.py runs "
     "it against an auth-on store",
 }
 

@@ -1,4 +1,5 @@
-"""The README's "Authentication" example runs, as written, against an auth-on store:
+"""The README's "Authentication" example runs, as written, against an auth-on store
+(a real `engram serve store` process):
 the key printed by `engram keys create` writes through grpcurl with `-H`, the list
 shows the key, and once revoked the same grpcurl call is UNAUTHENTICATED.
 
@@ -14,40 +15,43 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-from auth_suite import AuthSuite
+from e2e_helpers import GRPCURL, REPO_ROOT, Launcher, free_port, needs_grpcurl
 
-REPO = Path(__file__).resolve().parents[2]
-GRPCURL = Path(sys.executable).parent / "grpcurl"
-pytestmark = pytest.mark.skipif(not GRPCURL.exists(), reason="grpcurl binary not installed")
+pytestmark = needs_grpcurl()
+
+
+@dataclass
+class Store:
+    address: str
+    data_dir: Path
 
 
 def _auth_block() -> str:
     blocks = re.findall(
-        r"^```sh\n(.*?)^```", (REPO / "README.md").read_text(), flags=re.DOTALL | re.MULTILINE
+        r"^```sh\n(.*?)^```", (REPO_ROOT / "README.md").read_text(), flags=re.DOTALL | re.MULTILINE
     )
     (block,) = [b for b in blocks if "engram keys create" in b]
     return block
 
 
-def _bash(script: str, suite: AuthSuite) -> subprocess.CompletedProcess[str]:
+def _bash(script: str, store: Store) -> subprocess.CompletedProcess[str]:
     script = script.replace(
         ".venv/bin/engram", f"{shlex.quote(sys.executable)} -m services.cli.main"
     )
     script = script.replace(".venv/bin/grpcurl", str(GRPCURL))
-    script = script.replace("localhost:50051", suite.addresses["store"])
+    script = script.replace("localhost:50051", store.address)
     env = {
         "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": f"{REPO}:{REPO / 'gen'}",
-        "ENGRAM_STORAGE__PATH": str(suite.db_path),
+        "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'gen'}",
+        "ENGRAM_STORAGE__PATH": str(store.data_dir / "engram.db"),
         "ENGRAM_CONFIG": "",
     }
     return subprocess.run(
         ["bash", "-c", "set -euo pipefail\n" + script],
-        cwd=REPO,
+        cwd=REPO_ROOT,
         env=env,
         capture_output=True,
         text=True,
@@ -56,12 +60,21 @@ def _bash(script: str, suite: AuthSuite) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_readme_authentication_example_runs(auth_store: Callable[..., AuthSuite]) -> None:
-    suite = auth_store()
+def test_the_readme_authentication_example_runs(launcher: Launcher, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    handle = launcher.start_store(
+        data_dir,
+        env={
+            "ENGRAM_AUTH__ENABLED": "true",
+            "ENGRAM_AUTH__SERVICE_KEY": "s" * 40,
+            "ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(free_port()),
+        },
+    )
+    store = Store(f"127.0.0.1:{handle.port}", data_dir)
     block = _auth_block()
     remember = block[block.index(".venv/bin/grpcurl") : block.index(".venv/bin/engram keys list")]
     # the whole block: create, write with the key, list, revoke
-    done = _bash(block + 'echo "KEY=$KEY"\n', suite)
+    done = _bash(block + 'echo "KEY=$KEY"\n', store)
     assert done.returncode == 0, done.stderr + done.stdout
     key = done.stdout.strip().splitlines()[-1].removeprefix("KEY=")
     assert key.startswith("engram_")
@@ -71,7 +84,7 @@ def test_the_readme_authentication_example_runs(auth_store: Callable[..., AuthSu
     # the revoked key: the same Remember is refused within 5 s
     deadline = time.monotonic() + 5.5
     while True:
-        again = _bash(f"KEY={key}\n{remember}", suite)
+        again = _bash(f"KEY={key}\n{remember}", store)
         if again.returncode != 0:
             assert "Unauthenticated" in again.stderr, again.stderr
             break

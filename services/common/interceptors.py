@@ -158,11 +158,15 @@ _ID_PREFIX = os.urandom(6).hex()
 _id_counter = itertools.count(1)
 
 
+def new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_id_counter):08x}"
+
+
 def _request_id(context: Any) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == REQUEST_ID_KEY and value:
             return str(value)
-    return f"{_ID_PREFIX}{next(_id_counter):08x}"
+    return new_request_id()
 
 
 class _Undecodable:

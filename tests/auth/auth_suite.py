@@ -71,10 +71,16 @@ def start_auth_suite(
     )
     suite = AuthSuite(config, auth.keys_path(config), tmp / "engram.db", service_key, {})
     try:
-        store = ServerThread(lambda: start_store(config, host="127.0.0.1", port=0))
+        store = ServerThread(lambda: start_store(config, host="127.0.0.1", port=0, internal_port=0))
         suite.threads.append(store)
         suite.addresses["store"] = f"127.0.0.1:{store.app.port}"
-        config = config.with_overrides({"clients.store_address": suite.addresses["store"]})
+        suite.addresses["store_internal"] = f"127.0.0.1:{store.app.internal_port}"
+        config = config.with_overrides(
+            {
+                "clients.store_address": suite.addresses["store"],
+                "clients.store_internal_address": suite.addresses["store_internal"],
+            }
+        )
         if services == "all":
             for name, starter in (("search", start_search), ("pipeline", start_pipeline)):
                 thread = ServerThread(

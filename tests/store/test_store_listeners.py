@@ -99,7 +99,7 @@ def test_the_internal_listener_binds_the_internal_host(
     make_config: Callable[..., Any], start_store_server: Callable[..., Any]
 ) -> None:
     """Bound to server.internal_host only: not reachable on another local address."""
-    from conftest import ServerThread
+    from server_thread import ServerThread
 
     from services.store.app import start_store
 

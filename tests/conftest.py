@@ -39,10 +39,11 @@ def start_store_server() -> Iterator[
     started: list[tuple[ServerThread, grpc.Channel]] = []
 
     def start(
-        config: Config, *, internal_port: int = 0
+        config: Config, *, internal_port: int = 0, host: str | None = "127.0.0.1"
     ) -> tuple[ServerThread, store_pb2_grpc.MemoryStoreServiceStub]:
+        """`host=None`: each listener binds its configured host."""
         server = ServerThread(
-            lambda: start_store(config, host="127.0.0.1", port=0, internal_port=internal_port)
+            lambda: start_store(config, host=host, port=0, internal_port=internal_port)
         )
         channel = grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
         started.append((server, channel))

@@ -3,7 +3,8 @@
 Every call on such a channel
 - has a deadline: the caller's own timeout if it set one, else the
   `clients.deadlines.*_ms` of the call's kind (`KINDS` below), so a stalled
-  peer never holds a worker for longer than that;
+  peer never holds a worker for longer than that; and never later than the
+  deadline of the RPC being served, when it is made on behalf of one;
 - carries the caller's `x-request-id` (the RPC being served, from the server
   interceptor's context variable), or a new one for background work, so one
   request's log lines can be followed across services;
@@ -19,17 +20,19 @@ messages up to `server.max_message_bytes`.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from services.common.config import ClientDeadlinesSettings, ClientRetrySettings, Config
-from services.common.interceptors import REQUEST_ID_KEY, new_request_id
+from services.common.interceptors import REQUEST_ID_KEY, deadline_var, new_request_id
 from services.common.logs import request_id_var
 from services.common.tls import channel_credentials
 
 AUTHORIZATION_KEY = "authorization"
+MAX_RECONNECT_BACKOFF_MS = 5000
 
 _JOBS = "/engram.store.internal.v1.JobQueueService/"
 # The kind of each call (its `clients.deadlines.<kind>_ms`), by full method name
@@ -88,6 +91,9 @@ def channel_options(config: Config) -> list[tuple[str, Any]]:
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", limit),
         ("grpc.max_receive_message_length", limit),
+        # gRPC's reconnect backoff grows to 120 s by default: a store back after an
+        # outage would wait that long to be noticed
+        ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
     ]
     if config.clients.retry.max_attempts > 1:  # a retry policy needs at least 2 attempts
         options.append(("grpc.service_config", service_config(config.clients.retry)))
@@ -119,6 +125,9 @@ class _CallPolicy(
         timeout = details.timeout
         if timeout is None:
             timeout = deadline_s(self._deadlines, method)
+        inbound = deadline_var.get()
+        if inbound is not None:  # never outlive the RPC this call serves
+            timeout = max(0.0, min(timeout, inbound - time.monotonic()))
         return grpc.aio.ClientCallDetails(
             details.method, timeout, metadata, details.credentials, details.wait_for_ready
         )

@@ -20,6 +20,7 @@ while the handler runs (the actor of its writes).
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import os
@@ -158,6 +159,18 @@ _ID_PREFIX = os.urandom(6).hex()
 _id_counter = itertools.count(1)
 
 
+# The deadline (time.monotonic()) of the RPC being served, if its caller set one:
+# calls made on its behalf to other services end by then too (services/common/channels.py).
+deadline_var: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "deadline", default=None
+)
+
+
+def _deadline(context: Any) -> float | None:
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
+
+
 def new_request_id() -> str:
     return f"{_ID_PREFIX}{next(_id_counter):08x}"
 
@@ -249,6 +262,7 @@ def _wrap(method: str, handler: Any, guard: Guard | None = None) -> Any:
         async def call(request: Any, context: Any) -> Any:
             request_id = _request_id(context)
             token = request_id_var.set(request_id)
+            deadline_token = deadline_var.set(_deadline(context))
             started = time.perf_counter()
             try:
                 admitted = _admit(method_guard, context)
@@ -261,6 +275,7 @@ def _wrap(method: str, handler: Any, guard: Guard | None = None) -> Any:
                 await _abort(context, exc, method, started, request_id)
             finally:
                 request_id_var.reset(token)
+                deadline_var.reset(deadline_token)
 
         factory = (
             grpc.unary_unary_rpc_method_handler
@@ -279,6 +294,7 @@ def _wrap(method: str, handler: Any, guard: Guard | None = None) -> Any:
     async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
         request_id = _request_id(context)
         token = request_id_var.set(request_id)
+        deadline_token = deadline_var.set(_deadline(context))
         started = time.perf_counter()
         try:
             admitted = _admit(method_guard, context)
@@ -295,6 +311,7 @@ def _wrap(method: str, handler: Any, guard: Guard | None = None) -> Any:
             await _abort(context, exc, method, started, request_id)
         finally:
             request_id_var.reset(token)
+            deadline_var.reset(deadline_token)
 
     stream_factory = (
         grpc.unary_stream_rpc_method_handler

@@ -17,6 +17,7 @@ from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.channels import call_kind, channel
 from services.common.config import Config, load_config
 from services.common.logs import request_id_var
+from services.common.server import Listener, start_server
 
 LEASE = "/engram.store.internal.v1.JobQueueService/LeaseJobs"
 ADMIN = "/engram.store.internal.v1.StoreAdminService/SweepRetention"
@@ -148,6 +149,47 @@ def test_request_id_is_forwarded_or_made_and_the_service_key_is_carried(
     assert forwarded["authorization"] == "Bearer svc-key-0123456789abcdef0123456789abcdef"
     assert made["x-request-id"] not in ("", "-", "req-abc")
     assert "authorization" not in made
+
+
+def test_a_call_made_for_an_rpc_ends_by_that_rpcs_deadline(
+    scripted: Callable[[ScriptedServer], int],
+) -> None:
+    """A relay served through start_server calls on through the helper: the onward
+    call carries the caller's request id and no later deadline than the caller's."""
+    script = ScriptedServer()
+    port = scripted(script)
+    config = config_of(**{"clients.deadlines.default_ms": 600000})
+
+    class Relay(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> Any:
+            async def relay(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                ch = channel(config, f"127.0.0.1:{port}")
+                try:
+                    await ch.unary_unary(OTHER)(b"")
+                finally:
+                    await ch.close()
+                return b""
+
+            return grpc.unary_unary_rpc_method_handler(relay)
+
+    async def go() -> None:
+        relay = await start_server(
+            Listener("127.0.0.1", 0, max_message_bytes=LIMIT),
+            [],
+            lambda s: s.add_generic_rpc_handlers((Relay(),)),
+        )
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{relay.port}") as ch:
+                await ch.unary_unary("/t.Relay/Call")(
+                    b"", timeout=5.0, metadata=(("x-request-id", "relayed-1"),)
+                )
+        finally:
+            await relay.stop(0)
+
+    asyncio.run(go())
+    (onward,) = script.calls
+    assert onward.metadata["x-request-id"] == "relayed-1"
+    assert onward.time_remaining is not None and 0 < onward.time_remaining <= 5.0
 
 
 def test_unavailable_is_retried_by_the_channels_retry_policy(

@@ -99,16 +99,9 @@ def test_the_internal_listener_binds_the_internal_host(
     make_config: Callable[..., Any], start_store_server: Callable[..., Any]
 ) -> None:
     """Bound to server.internal_host only: not reachable on another local address."""
-    from server_thread import ServerThread
-
-    from services.store.app import start_store
-
     config = make_config(**{"server.host": "127.0.0.1", "server.internal_host": "127.0.0.2"})
-    server = ServerThread(lambda: start_store(config, port=0, internal_port=0))
-    try:
-        port = server.app.internal_port
-        socket.create_connection(("127.0.0.2", port), timeout=10).close()
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", port), timeout=10)
-    finally:
-        server.stop()
+    server, _ = start_store_server(config, host=None)
+    port = server.app.internal_port
+    socket.create_connection(("127.0.0.2", port), timeout=10).close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=10)

@@ -292,6 +292,10 @@ def revoke_key(path: Path, name: str) -> KeyRecord:
 # ---- the per-process guard ------------------------------------------------------------
 
 
+# what reading a damaged keys file raises (bad JSON, a missing field, a wrong role)
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError)
+
+
 class _KeyTable:
     """The keys file as this process last read it, re-read when it changes."""
 
@@ -324,7 +328,7 @@ class _KeyTable:
             return
         try:
             records = _read(self._path)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except _UNREADABLE as exc:
             # the file is replaced atomically, so this is a hand edit gone wrong:
             # keep the keys we had rather than lock everyone out (or let anyone in)
             log.error(
@@ -463,7 +467,12 @@ def server_guard(config: Config, host: str, *, internal: bool = False) -> Guard 
     from services.common.server import StartupError
 
     if config.auth.enabled:
-        return Guard(config.auth, keys_path(config), internal=internal)
+        path = keys_path(config)
+        try:
+            _read(path)  # a damaged file stops the service here, not every call later
+        except _UNREADABLE as exc:
+            raise StartupError(f"cannot read the keys file {path}: {exc}") from exc
+        return Guard(config.auth, path, internal=internal)
     if not is_loopback(host) and not config.auth.allow_insecure_public_bind:
         raise StartupError(
             f"refusing to listen on {host} with authentication off: set auth.enabled: true "

@@ -3,6 +3,7 @@ RetryInfo, the service credential, and protected mode (a real process)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -239,3 +240,34 @@ def test_engram_keys_create_list_revoke_against_a_running_store(
         if line.startswith("ci-writer ")
     ]
     assert len(re.findall(r"\d{4}-\d\d-\d\dT", row)) == 2  # created and revoked
+
+
+def test_a_damaged_keys_file_stops_the_service_at_start_with_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "keys.json").write_text('{"keys": [{"name": "half"')
+    config = tmp_path / "engram.yaml"
+    config.write_text("auth:\n  enabled: true\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.cli.main",
+            "serve",
+            "store",
+            "--config",
+            str(config),
+            "--data-dir",
+            str(data),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, "ENGRAM_SERVER__PORTS__STORE_INTERNAL": "0"},
+    )
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "cannot read the keys file" in line and "keys.json" in line

@@ -5,6 +5,7 @@ maintenance on real ports): the expected code and reason, and nothing written
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -395,3 +396,37 @@ def test_the_key_name_is_the_actor_of_every_mutation(world: World) -> None:
     ).events
     assert len(events) == 4
     assert {e.actor for e in events} == {"writer-a"}
+
+
+def test_every_service_sees_a_revocation(world: World) -> None:
+    """Each service re-reads the keys file itself (here every 100 ms; at most 5 s
+    is allowed, which test_auth_store checks at that setting)."""
+    key = world.suite.key("admin", "*", name="soon-revoked")
+    md = bearer(key)
+    calls = {
+        "store": lambda: world.store.ListMemories(
+            pb.ListMemoriesRequest(namespace=NS), metadata=md, timeout=TIMEOUT
+        ),
+        "search": lambda: world.search.Recall(
+            spb.RecallRequest(namespace=NS, query="table"), metadata=md, timeout=TIMEOUT
+        ),
+        "pipeline": lambda: world.pipeline.GetStatus(
+            ppb.GetStatusRequest(), metadata=md, timeout=TIMEOUT
+        ),
+        "maintenance": lambda: world.maintenance.GetDiagnostics(
+            mpb.GetDiagnosticsRequest(), metadata=md, timeout=TIMEOUT
+        ),
+    }
+    for call in calls.values():
+        call()
+    auth.revoke_key(world.suite.keys_file, "soon-revoked")
+    deadline = time.monotonic() + 5.5
+    for service, call in calls.items():
+        while True:
+            try:
+                call()
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.UNAUTHENTICATED, service
+                break
+            assert time.monotonic() < deadline, f"{service} still takes the revoked key"
+            time.sleep(0.05)

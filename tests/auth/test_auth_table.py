@@ -396,6 +396,22 @@ def test_the_key_name_is_the_actor_of_every_mutation(world: World) -> None:
     ).events
     assert len(events) == 4
     assert {e.actor for e in events} == {"writer-a"}
+    imported = world.store.ImportMemories(
+        iter(
+            [pb.ImportMemoriesRequest(namespace=NS, items=[pb.ImportItem(content="actor import")])]
+        ),
+        metadata=md,
+    ).results[0]
+    world.store.ForgetMemories(
+        pb.ForgetMemoriesRequest(
+            namespace=NS, mode=pb.FORGET_MODE_EXECUTE, ids=[imported.memory_id], reason="t"
+        ),
+        metadata=md,
+    )
+    events = world.store.ListMemoryHistory(
+        pb.ListMemoryHistoryRequest(namespace=NS, memory_id=imported.memory_id), metadata=md
+    ).events
+    assert [e.actor for e in events] == ["writer-a", "writer-a"]
 
 
 def test_every_service_sees_a_revocation(world: World) -> None:

@@ -411,7 +411,6 @@ class MethodGuard:
 
     def __init__(self, guard: Guard, method: str) -> None:
         self._guard = guard
-        self._method = method
         self._reflection = method.startswith(REFLECTION_PREFIXES)
         self._role = PUBLIC_RPCS.get(method)
         self._all_namespaces = method in ALL_NAMESPACE_RPCS
@@ -441,10 +440,9 @@ class MethodGuard:
         """The request's namespace (empty: the default one) against the key's patterns."""
         if principal.service or self._reflection or self._all_namespaces or self._suite_wide:
             return
+        # a public request without a namespace field that is not suite-wide: refused
         namespace = getattr(request, "namespace", None)
-        if not isinstance(namespace, str):
-            return  # undecodable: the handler answers MALFORMED_REQUEST
-        if not principal.covers(namespace or DEFAULT_NAMESPACE):
+        if not isinstance(namespace, str) or not principal.covers(namespace or DEFAULT_NAMESPACE):
             raise PermissionDenied("the key does not cover the request's namespace")
 
 

@@ -213,7 +213,22 @@ STORE_STARTUP_S = 60.0
 def _service_key(config: Config) -> dict[str, str]:
     """With auth on, the services need a credential for each other: a fresh one
     for this run of the suite when none is configured (services/common/auth.py)."""
-    if not config.auth.enabled or config.auth.service_key:
+    if not config.auth.enabled:
+        return {}
+    from services.common import auth
+
+    path = auth.keys_path(config)
+    try:
+        keys = auth.list_keys(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        keys = None  # damaged: the store says so, in one line, when it starts
+    if keys is not None and not any(k.revoked_at is None for k in keys):
+        print(
+            f"engram up: auth is on and {path} holds no key yet: every call but health is "
+            "refused until you make one with `engram keys create --role ROLE --namespace NS`",
+            file=sys.stderr,
+        )
+    if config.auth.service_key:
         return {}
     import secrets
 

@@ -177,3 +177,4 @@ def test_engram_up_with_auth_remember_extract_recall(tmp_path: Path, llm: LlmSer
         up.send_signal(signal.SIGINT)
         output, _ = up.communicate(timeout=60)
     assert up.returncode == 0, output
+    assert "holds no key yet" in output  # `up` started before any key existed, and said so

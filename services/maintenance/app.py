@@ -16,6 +16,7 @@ from engram.store.v1 import admin_pb2_grpc
 from services.common.config import Config
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.common.suite import verify_store
+from services.common.tls import server_credentials
 from services.maintenance.clients import PipelineStatusClient, StoreAdminClient
 from services.maintenance.limits import RateLimiter
 from services.maintenance.servicer import MaintenanceServicer
@@ -74,6 +75,7 @@ def schedules(config: Config, worker: MaintenanceWorker) -> list[asyncio.Task[An
 async def start_maintenance(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> MaintenanceApp:
+    credentials = server_credentials(config.server.tls)
     store_channel = grpc.aio.insecure_channel(config.clients.store_address)
     pipeline_channel = grpc.aio.insecure_channel(config.clients.pipeline_address)
     await verify_store(store_channel, config.clients.suite_id, config.clients.store_address)
@@ -89,6 +91,7 @@ async def start_maintenance(
         config.server.ports.maintenance if port is None else port,
         [SERVICE_NAME],
         lambda s: maintenance_pb2_grpc.add_MaintenanceServiceServicer_to_server(servicer, s),
+        credentials=credentials,
     )
     background = schedules(config, worker)
     log.info(

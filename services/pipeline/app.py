@@ -17,6 +17,7 @@ from services.common.providers.embedding import EmbeddingProvider, embedding_pro
 from services.common.providers.llm import LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.common.suite import verify_store
+from services.common.tls import server_credentials
 from services.pipeline.decision import Decider
 from services.pipeline.document_servicer import Documents
 from services.pipeline.document_worker import DocumentWorker
@@ -60,6 +61,7 @@ class PipelineApp:
 async def start_pipeline(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> PipelineApp:
+    credentials = server_credentials(config.server.tls)
     channel = grpc.aio.insecure_channel(config.clients.store_address)
     await verify_store(channel, config.clients.suite_id, config.clients.store_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
@@ -110,6 +112,7 @@ async def start_pipeline(
         listen_port,
         [SERVICE_NAME],
         lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),
+        credentials=credentials,
     )
     background = [asyncio.create_task(worker.run()), asyncio.create_task(extract_worker.run())]
     background.append(asyncio.create_task(document_worker.run()))

@@ -22,6 +22,7 @@ from services.common.providers.embedding import (
 )
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.common.suite import verify_store
+from services.common.tls import server_credentials
 from services.search import queries
 from services.search.access import AccessRecorder
 from services.search.embedder import QueryEmbedder
@@ -134,6 +135,7 @@ class SearchApp:
 async def start_search(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> SearchApp:
+    credentials = server_credentials(config.server.tls)
     channel = grpc.aio.insecure_channel(config.clients.store_address)
     await verify_store(channel, config.clients.suite_id, config.clients.store_address)
     path = config.storage.path
@@ -172,6 +174,7 @@ async def start_search(
         [SERVICE_NAME],
         lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(recaller), s),
         serving=local is None,
+        credentials=credentials,
     )
     access.start()
     background: list[asyncio.Task[Any]] = []

@@ -24,6 +24,7 @@ from services.common.db import DatabaseError, ReadPool, open_read_write
 from services.common.errors import MutationsFrozen
 from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
 from services.common.suite import announce_suite
+from services.common.tls import server_credentials
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
 from services.store.document_servicer import DocumentStoreServicer
@@ -115,6 +116,7 @@ async def start_store(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> StoreApp:
     path = config.storage.path
+    credentials = server_credentials(config.server.tls)  # a bad TLS setting opens nothing
     connection, applied = _open_database(config)
     if applied:
         log.info("migrations applied", extra={"migrations": applied, "path": str(path)})
@@ -173,6 +175,7 @@ async def start_store(
             config.server.ports.store if port is None else port,
             SERVICE_NAMES,
             register,
+            credentials=credentials,
         )
     except BaseException:
         await reads.close()

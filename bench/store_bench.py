@@ -187,11 +187,19 @@ def machine_info(tmp_root: Path) -> dict[str, Any]:
 class ServerProcess:
     """A server in its own process; stopped with SIGTERM, then SIGKILL."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=None if env is None else {**os.environ, **env},
+        )
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
@@ -431,7 +439,9 @@ def start_store(tmp: Path, name: str, config: Path | None = None) -> tuple[Serve
     argv = engram_argv("serve", "store", "--port", str(port), "--data-dir", str(data_dir))
     if config is not None:
         argv += ["--config", str(config)]
-    return ServerProcess(f"store ({name})", argv, tmp / f"{name}.log"), port
+    # its own internal listener port: stores run side by side (and beside other suites)
+    env = {"ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(free_port())}
+    return ServerProcess(f"store ({name})", argv, tmp / f"{name}.log", env), port
 
 
 def pin_client(cpus: set[int] | None) -> None:

@@ -353,11 +353,7 @@ class MemoryStore:
         actor: str,
         bad: Violations | None = None,
     ) -> MemoryRecord:
-        bad = _collector(bad)
-        bad.check("", validate_id, memory_id, "id")
-        reason = bad.check("", rules.check_reason, reason, "reason")
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        bad.raise_if_any()
+        reason, actor = _check_one_memory_change(memory_id, reason, actor, bad)
 
         def operation(conn: Any) -> MemoryRecord:
             record = self._load(conn, namespace, memory_id)
@@ -451,11 +447,7 @@ class MemoryStore:
         actor: str,
         bad: Violations | None = None,
     ) -> MemoryRecord:
-        bad = _collector(bad)
-        bad.check("", validate_id, memory_id, "id")
-        reason = bad.check("", rules.check_reason, reason, "reason")
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        bad.raise_if_any()
+        reason, actor = _check_one_memory_change(memory_id, reason, actor, bad)
 
         def operation(conn: Any) -> MemoryRecord:
             if repo.fetch_one(conn, purged_marker_query(namespace, memory_id)) is not None:
@@ -671,6 +663,19 @@ def _confirm_token(
 
 def _collector(bad: Violations | None) -> Violations:
     return bad if bad is not None else Violations()
+
+
+def _check_one_memory_change(
+    memory_id: str, reason: str, actor: str, bad: Violations | None
+) -> tuple[str, str]:
+    """Delete's and Recover's request rules (the id, a reason, the actor), every
+    bad field named at once: the checked reason and actor."""
+    found = _collector(bad)
+    found.check("", validate_id, memory_id, "id")
+    reason = found.check("", rules.check_reason, reason, "reason")
+    actor = found.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
+    found.raise_if_any()
+    return reason, actor
 
 
 def _check_version(record: MemoryRecord, if_version: int | None) -> None:

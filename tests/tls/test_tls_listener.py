@@ -282,3 +282,23 @@ def test_engram_health_names_a_bad_client_setting(certs: Path, tmp_path: Path) -
     )
     assert half.returncode == 2
     assert "clients.tls" in half.stderr and "key_file" in half.stderr
+
+
+# ---- the store's internal listener -------------------------------------------------------
+
+
+def test_the_internal_listener_serves_tls_too(
+    tls_store: ProcessHandle, mtls_store: ProcessHandle, certs: Path
+) -> None:
+    """Job queue, admin, documents: the same server.tls as the public listener."""
+    serving = health_pb2.HealthCheckResponse.SERVING
+    internal = f"127.0.0.1:{tls_store.internal_port}"
+    assert check_health(internal, credentials(certs / "ca.pem")) == serving
+    with pytest.raises(grpc.RpcError) as plaintext:
+        check_health(internal, None)
+    assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+    mutual = f"127.0.0.1:{mtls_store.internal_port}"
+    assert check_health(mutual, client_credentials(certs)) == serving
+    with pytest.raises(grpc.RpcError) as no_certificate:
+        check_health(mutual, credentials(certs / "ca.pem"))
+    assert no_certificate.value.code() == grpc.StatusCode.UNAVAILABLE

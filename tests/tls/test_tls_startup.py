@@ -66,7 +66,9 @@ CASES = (
 
 
 def _refuses(launcher: Launcher, service: str, tls: dict[str, str], tmp_path: Path) -> list[str]:
-    config = write_config(tmp_path / "engram.yaml", {"server": {"tls": tls}})
+    # a free internal port: the store checks the default one (50061) is free first
+    ports = {"store_internal": free_port()}
+    config = write_config(tmp_path / "engram.yaml", {"server": {"tls": tls, "ports": ports}})
     data = tmp_path / "data"
     handle = launcher.spawn(
         engram_command(

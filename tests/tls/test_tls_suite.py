@@ -51,13 +51,6 @@ EMBED_TIMEOUT_S = 90.0
 # MEMORY and QUERY embed to the same vector, everything else elsewhere: only a
 # vector match (the pipeline embedded MEMORY) finds it.
 VECTORS = VectorBook({MEMORY: unit_axis(8, 0), QUERY: unit_axis(8, 0)})
-# The services reach each other through services/common/channels.py (branch `boundary`),
-# which takes clients.tls; before it, their channels are plaintext and a TLS suite
-# cannot start. This skip ends by itself when that file arrives.
-pytestmark = pytest.mark.skipif(
-    not (REPO_ROOT / "services" / "common" / "channels.py").exists(),
-    reason="service-to-service TLS needs services/common/channels.py (branch boundary)",
-)
 
 
 def tls_section() -> str:
@@ -111,7 +104,7 @@ def start_suite(
     launcher: Launcher, root: Path, tree: dict[str, Any], embedder: ScriptedHttpServer
 ) -> tuple[dict[str, int], ProcessHandle]:
     """`engram up` with `tree` plus free ports and the scripted embedder."""
-    ports = {name: free_port() for name in SERVICES}
+    ports = {name: free_port() for name in (*SERVICES, "store_internal")}
     tree = {
         **tree,
         "server": {**tree["server"], "ports": ports},

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_SECONDS",
     "MIN_SECONDS",
     "UTC",
+    "current_form",
     "days_ago_text",
     "epoch_from_text",
     "from_text",
@@ -72,6 +73,14 @@ def _parts(text: str) -> tuple[datetime, int]:
         int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=UTC
     )
     return whole, int((fraction or "0").ljust(9, "0"))
+
+
+def current_form(text: str) -> str:
+    """A stored text (in any form `from_text` reads) in today's fixed-width
+    form, so it compares with stored columns as its instant does. ValueError
+    when it is not a stored time."""
+    whole, nanos = _parts(text)
+    return _text(whole, nanos)
 
 
 def from_text(text: str) -> datetime:

@@ -33,7 +33,7 @@ from services.store import repository as repo
 from services.store.admin_sql import purged_marker_query
 from services.store.page_tokens import (
     decode_int_position,
-    decode_pair_position,
+    decode_time_position,
     encode_page_token,
 )
 from services.store.rules import MemoryDraft
@@ -203,7 +203,7 @@ class MemoryStore:
         size = bad.check(DEFAULT_LIST_PAGE_SIZE, _page_size, page_size, DEFAULT_LIST_PAGE_SIZE)
         kind = "tombstones" if deleted else "memories"
         scope = f"{namespace}\x00{spec.fingerprint()}"
-        after = bad.check(None, decode_pair_position, page_token, kind, scope)
+        after = bad.check(None, decode_time_position, page_token, kind, scope)
         bad.raise_if_any()
         if deleted:
             query = repo.list_tombstones_query(

@@ -372,8 +372,13 @@ def test_forged_history_page_tokens_are_invalid_argument(stack: Stack, position:
 
 @pytest.mark.parametrize(
     "position",
-    [["2026-01-01T00:00:00.000000Z", 10**30], [10**30, "id"], ["x" * 10_000, "id"]],
-    ids=["huge id", "huge time", "long string"],
+    [
+        ["2026-01-01T00:00:00.000000Z", 10**30],
+        [10**30, "id"],
+        ["x" * 10_000, "id"],
+        ["yesterday", "id"],
+    ],
+    ids=["huge id", "huge time", "long string", "not a time"],
 )
 def test_forged_listing_page_tokens_are_invalid_argument(stack: Stack, position: list[Any]) -> None:
     ns = fresh()
@@ -385,6 +390,25 @@ def test_forged_listing_page_tokens_are_invalid_argument(stack: Stack, position:
         )
     )
     assert fields == ["page_token"]
+
+
+def test_a_listing_token_from_before_nanoseconds_continues_where_its_page_ended(
+    stack: Stack,
+) -> None:
+    """Tokens once held six fraction digits; compared as text with today's nine
+    they sorted after their own row, which came back on the next page."""
+    ns = fresh()
+    for content in ("first written", "second written", "third written"):
+        remember(stack, ns, content)
+    listed = stack.store.ListMemories(store_pb2.ListMemoriesRequest(namespace=ns)).memories
+    newest = listed[0]
+    stored = newest.create_time.ToDatetime().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    scope = f"{ns}\x00{MemoryFilterSpec().fingerprint()}"
+    old_token = encode_page_token("memories", scope, [stored, newest.id])
+    rest = stack.store.ListMemories(
+        store_pb2.ListMemoriesRequest(namespace=ns, page_token=old_token)
+    ).memories
+    assert [m.id for m in rest] == [m.id for m in listed[1:]]
 
 
 @pytest.mark.parametrize(

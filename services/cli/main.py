@@ -2,7 +2,8 @@
 
 engram up [--config FILE] [--data-dir DIR]      run every service, one process each
 engram serve SERVICE [--config FILE] [--data-dir DIR] [--port N]
-engram health [ADDRESS]                           exit 0 when the server reports SERVING
+engram health [ADDRESS] [--cacert FILE [--cert FILE --key FILE]]
+                                                  exit 0 when the server reports SERVING
 engram backup --to FILE [--config FILE] [--data-dir DIR] [--force]
                                                   copy the database while the store runs
 engram restore --from FILE [--config FILE] [--data-dir DIR] [--force]
@@ -11,6 +12,11 @@ engram keys create --role ROLE --namespace PATTERN [--name NAME] [--config FILE]
                                                   a new API key, printed once on the last line
 engram keys list [--config FILE] [--data-dir DIR]
 engram keys revoke NAME [--config FILE] [--data-dir DIR]
+engram certs dev --out DIR [--host NAME]... [--force]
+                                                  a local CA and certificates for TLS and mTLS
+
+A command that calls a service verifies it with clients.tls from the configuration
+(ca_file, and cert_file/key_file for mTLS); `health` also takes them as flags.
 
 The configuration file is --config, else $ENGRAM_CONFIG, else ./engram.yaml if it exists.
 """
@@ -31,7 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from services.cli.ports import port_holder, port_in_use
-from services.common.config import Config, ConfigError, env_name, explicit_keys, load_config
+from services.common.config import (
+    ClientsTlsSettings,
+    Config,
+    ConfigError,
+    env_name,
+    explicit_keys,
+    load_config,
+)
 from services.common.logs import configure_logging
 from services.common.server import StartupError, wait_for_shutdown_signal
 from services.common.suite import WrongSuite
@@ -189,7 +202,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     children["store"] = subprocess.Popen([*base, "store", *extra], env=environment)
     store_address = f"{_local_host(config.server.host)}:{config.server.ports.store}"
     # If the store exits instead, the loop below reports it and stops.
-    if _wait_until_serving(store_address, children["store"], lambda: stopping) and not stopping:
+    if (
+        _wait_until_serving(store_address, children["store"], lambda: stopping, config)
+        and not stopping
+    ):
         environment.update(_suite_environment(config))
         for name in SERVICES[1:]:
             children[name] = subprocess.Popen([*base, name, *extra], env=environment)
@@ -259,7 +275,10 @@ def _local_host(host: str) -> str:
 
 
 def _wait_until_serving(
-    address: str, process: subprocess.Popen[bytes], stopping: Callable[[], bool]
+    address: str,
+    process: subprocess.Popen[bytes],
+    stopping: Callable[[], bool],
+    config: Config,
 ) -> bool:
     """True once `address` reports SERVING; False if the process exits or we are
     stopped first. After STORE_STARTUP_S it gives up waiting (True): the other
@@ -268,7 +287,7 @@ def _wait_until_serving(
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     deadline = time.monotonic() + STORE_STARTUP_S
-    with grpc.insecure_channel(address) as channel:
+    with client_channel(address, config.clients.tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if process.poll() is not None or stopping():
@@ -287,12 +306,39 @@ def _wait_until_serving(
     return True
 
 
+def client_channel(address: str, tls: ClientsTlsSettings) -> Any:
+    """A blocking channel to `address`: TLS (and mTLS) as `tls` says (services/common/tls.py)."""
+    import grpc
+
+    from services.common.tls import channel_credentials
+
+    credentials = channel_credentials(tls)
+    if credentials is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, credentials)
+
+
+def _client_tls(args: argparse.Namespace) -> ClientsTlsSettings:
+    """clients.tls from the configuration, each file replaced by its flag when given."""
+    configured = load_config(args.config).clients.tls
+    return ClientsTlsSettings(
+        ca_file=args.cacert or configured.ca_file,
+        cert_file=args.cert or configured.cert_file,
+        key_file=args.key or configured.key_file,
+    )
+
+
 def cmd_health(args: argparse.Namespace) -> int:
-    """A dependency-free probe for container health checks."""
+    """A probe for container health checks: no suite state, only the server's answer."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(args.address) as channel:
+    try:
+        channel = client_channel(args.address, _client_tls(args))
+    except StartupError as exc:
+        print(f"engram health: {exc}", file=sys.stderr)
+        return 2
+    with channel:
         try:
             response = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
@@ -373,6 +419,20 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_certs(args: argparse.Namespace) -> int:
+    """A development CA and certificates (services/cli/certs.py)."""
+    from services.cli.certs import CertsError, dev_certificates
+
+    try:
+        written = dev_certificates(Path(args.out), extra_hosts=args.host, force=args.force)
+    except CertsError as exc:
+        print(f"engram certs dev: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
+
+
 def _default_config() -> str | None:
     if "ENGRAM_CONFIG" in os.environ:
         return os.environ["ENGRAM_CONFIG"] or None
@@ -440,15 +500,33 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("address", nargs="?", default="127.0.0.1:50051")
     health.add_argument("--service", default="", help="service name; empty means the server")
     health.add_argument("--timeout", type=float, default=3.0)
+    health.add_argument(
+        "--config", default=_default_config(), help="configuration file: clients.tls (as for `up`)"
+    )
+    health.add_argument("--cacert", help="verify the server with this CA (clients.tls.ca_file)")
+    health.add_argument("--cert", help="client certificate for mTLS (clients.tls.cert_file)")
+    health.add_argument("--key", help="its private key (clients.tls.key_file)")
+    certs = sub.add_parser("certs", help="certificates for TLS")
+    certs_sub = certs.add_subparsers(dest="certs_command", required=True)
+    dev = certs_sub.add_parser("dev", help="a local CA and certificates for development/compose")
+    dev.add_argument("--out", required=True, metavar="DIR", help="directory to write them to")
+    dev.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or IP address for the service certificate (repeatable)",
+    )
+    dev.add_argument("--force", action="store_true", help="replace certificates already in DIR")
     args = parser.parse_args(argv)
-    if args.command == "health":
-        return cmd_health(args)
     commands = {
         "up": cmd_up,
         "serve": cmd_serve,
         "backup": cmd_backup,
         "restore": cmd_restore,
         "keys": cmd_keys,
+        "health": cmd_health,
+        "certs": cmd_certs,
     }
     try:
         return commands[args.command](args)

@@ -78,6 +78,8 @@ async def start_maintenance(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> MaintenanceApp:
     guard = server_guard(config, host or config.server.host)  # protected mode: first
+    # first: a bad TLS setting stops maintenance before it waits for anything
+    public = listener(config, config.server.ports.maintenance if port is None else port, host)
     # the store's internal listener: StoreAdminService
     store_channel = service_channel(config, config.clients.store_internal_address)
     pipeline_channel = service_channel(config, config.clients.pipeline_address)
@@ -92,7 +94,7 @@ async def start_maintenance(
     )
     servicer = MaintenanceServicer(worker)
     server = await start_server(
-        listener(config, config.server.ports.maintenance if port is None else port, host),
+        public,
         [SERVICE_NAME],
         lambda s: maintenance_pb2_grpc.add_MaintenanceServiceServicer_to_server(servicer, s),
         guard=guard,

@@ -64,11 +64,13 @@ async def start_pipeline(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> PipelineApp:
     guard = server_guard(config, host or config.server.host)  # protected mode: first
+    listen_port = config.server.ports.pipeline if port is None else port
+    # first: a bad TLS setting stops the pipeline before it waits for anything
+    public = listener(config, listen_port, host)
     # the store's internal listener: job queue and document store
     channel = service_channel(config, config.clients.store_internal_address)
     await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
-    listen_port = config.server.ports.pipeline if port is None else port
     identities = worker_identities(
         jobs, instance_name(config, listen_port), ("embed", "extract", "document")
     )
@@ -111,7 +113,7 @@ async def start_pipeline(
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
     server = await start_server(
-        listener(config, listen_port, host),
+        public,
         [SERVICE_NAME],
         lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),
         guard=guard,

@@ -138,6 +138,8 @@ async def start_search(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> SearchApp:
     guard = server_guard(config, host or config.server.host)  # protected mode: first
+    # first: a bad TLS setting stops search before it waits for anything
+    public = listener(config, config.server.ports.search if port is None else port, host)
     # the store's internal listener: AccessService (search reads the file itself)
     channel = service_channel(config, config.clients.store_internal_address)
     await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
@@ -172,7 +174,7 @@ async def start_search(
     # keywords works meanwhile (degraded, with the cause in its warnings).
     local = provider if isinstance(provider, LocalEmbedding) else None
     server = await start_server(
-        listener(config, config.server.ports.search if port is None else port, host),
+        public,
         [SERVICE_NAME],
         lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(recaller), s),
         serving=local is None,

@@ -137,6 +137,7 @@ async def start_store(
 ) -> StoreApp:
     """`host` binds both listeners (tests); `port`/`internal_port` override the
     configured `server.ports.store`/`store_internal` (0: any free port)."""
+    # first: a bad TLS setting (services/common/tls.py) stops the store before it opens anything
     public = listener(config, config.server.ports.store if port is None else port, host)
     internal = listener(
         config,

@@ -569,7 +569,13 @@ def security_variants(tmp: Path, auth: bool) -> list[SecuredStore]:
         SecuredStore("tls", config("tls", {"server": {"tls": tls}}), credentials),
     ]
     if auth:
-        path = config("auth-tls", {"server": {"tls": tls}, "auth": {"enabled": True}})
+        # the key's token bucket set out of reach: this measures what checking a key
+        # costs, not the rate limit (writer default 100/s would refuse most calls)
+        unlimited = {"writer": {"rate": 1_000_000.0, "burst": 1_000_000}}
+        path = config(
+            "auth-tls",
+            {"server": {"tls": tls}, "auth": {"enabled": True, "rate_limits": unlimited}},
+        )
         key = api_key(path, tmp / "auth+tls")
         variants.append(
             SecuredStore("auth+tls", path, credentials, (("authorization", f"Bearer {key}"),))

@@ -13,6 +13,7 @@ import grpc
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.store.v1 import admin_pb2 as pb
 from engram.store.v1 import admin_pb2_grpc
+from services.common import provider_state
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
 from services.common.remote_errors import error_reason
 from services.maintenance.diagnostics import OrphanCounts, Provider, ProviderReport, StoreCounts
@@ -20,11 +21,6 @@ from services.maintenance.diagnostics import OrphanCounts, Provider, ProviderRep
 T = TypeVar("T")
 STORE_TIMEOUT_S = 60.0  # a repair or sweep step is one transaction; bounded by batch limits
 PIPELINE_TIMEOUT_S = 5.0
-_PROVIDER_STATES = {
-    pipeline_pb2.PROVIDER_STATE_AVAILABLE: "available",
-    pipeline_pb2.PROVIDER_STATE_DEGRADED: "degraded",
-    pipeline_pb2.PROVIDER_STATE_DISABLED: "disabled",
-}
 
 
 @dataclass(frozen=True)
@@ -152,7 +148,7 @@ class PipelineStatusClient:
                     role=p.role,
                     kind=p.kind,
                     model=p.model,
-                    state=_PROVIDER_STATES.get(p.state, "degraded"),
+                    state=provider_state.from_proto(p.state),
                     last_error=p.last_error,
                 )
                 for p in status.providers

@@ -19,9 +19,8 @@ from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
 from engram.store.v1 import documents_pb2 as dpb
 from engram.store.v1 import documents_pb2_grpc
-from services.common.errors import InvalidArgument
 from services.common.remote_errors import relayed_error
-from services.common.validation import validate_namespace
+from services.common.validation import validate_id, validate_namespace
 from services.pipeline.documents import DocumentEvents
 
 WATCH_POLL_S = 0.25
@@ -112,8 +111,7 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
         order) or a poll of the store finds (a worker elsewhere), until done or
         failed. A client that cancels ends the generator where it waits."""
         namespace = validate_namespace(request.namespace)
-        if not request.id:
-            raise InvalidArgument("id", "required")
+        validate_id(request.id, "id")
         with self.documents.events.watch(request.id) as changes:
             last = await self._get(namespace, request.id)
             yield pb.WatchDocumentResponse(document=last)

@@ -45,6 +45,24 @@ def find_grpcurl() -> str | None:
     return str(beside) if beside.exists() else shutil.which("grpcurl")
 
 
+GRPCURL = find_grpcurl()
+# Set by `make test`: a test that would skip for want of a tool the dev install
+# provides fails instead, so a broken setup cannot pass as green.
+STRICT_ENV = "ENGRAM_STRICT_TESTS"
+
+
+def needs_grpcurl() -> pytest.MarkDecorator:
+    """The mark of a test that runs the grpcurl binary: skipped without it, but
+    under ENGRAM_STRICT_TESTS=1 its module fails to collect instead (grpcurl
+    comes with `make setup`, so missing it means the README examples never ran)."""
+    if GRPCURL is None and os.environ.get(STRICT_ENV) == "1":
+        pytest.fail(
+            f"grpcurl binary not installed ({STRICT_ENV}=1: not skipped); run make setup",
+            pytrace=False,
+        )
+    return pytest.mark.skipif(GRPCURL is None, reason="grpcurl binary not installed")
+
+
 def port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -35,20 +35,20 @@ import pytest
 import yaml
 
 from e2e_helpers import (
+    GRPCURL,
     REPO_ROOT,
     Launcher,
     ProcessHandle,
     clean_env,
     engram_command,
-    find_grpcurl,
     free_port,
+    needs_grpcurl,
 )
 from http_fakes import Reply, ScriptedHttpServer
 from llm_fakes import LlmServer, fact, scripted
 
 README = REPO_ROOT / "README.md"
-GRPCURL = find_grpcurl()
-pytestmark = pytest.mark.skipif(GRPCURL is None, reason="grpcurl binary not installed")
+pytestmark = needs_grpcurl()
 
 SERVICES = ("store", "search", "pipeline", "maintenance")
 README_PORTS = {"50051": "store", "50052": "search", "50053": "pipeline", "50054": "maintenance"}

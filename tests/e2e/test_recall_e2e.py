@@ -9,19 +9,17 @@ meaning, with no keyword in common.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from e2e_helpers import Launcher, ProcessHandle, engram_command, free_port
+from e2e_helpers import GRPCURL, Launcher, ProcessHandle, engram_command, free_port, needs_grpcurl
+from engram.common.v1 import provider_pb2
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2
@@ -36,14 +34,6 @@ MEMORIES = [
     "Bob prefers green tea over coffee",
     "The database server runs PostgreSQL 16",
 ]
-
-
-def _find_grpcurl() -> str | None:
-    beside = Path(sys.executable).parent / "grpcurl"
-    return str(beside) if beside.exists() else shutil.which("grpcurl")
-
-
-GRPCURL = _find_grpcurl()
 
 
 @dataclass
@@ -136,7 +126,7 @@ def test_remembered_memory_is_embedded_and_recalled_by_meaning(suite: Suite) -> 
     )
     assert status.indexed_memory_count == len(MEMORIES)
     assert status.index_model == "all-MiniLM-L6-v2"
-    assert status.providers[0].state == pipeline_pb2.PROVIDER_STATE_AVAILABLE
+    assert status.providers[0].state == provider_pb2.PROVIDER_STATE_AVAILABLE
 
 
 def _grpcurl(
@@ -158,7 +148,7 @@ def _call(handle: ProcessHandle, method: str, body: dict[str, Any]) -> dict[str,
     return json.loads(result.stdout)
 
 
-@pytest.mark.skipif(GRPCURL is None, reason="grpcurl binary not installed")
+@needs_grpcurl()
 def test_grpcurl_lists_and_calls_recall_and_get_status_over_reflection(suite: Suite) -> None:
     _recall(suite.search, "Which animal does she own?")  # the search model is loaded
     listed = _grpcurl(suite.search, "list")

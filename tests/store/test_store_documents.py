@@ -336,9 +336,12 @@ def test_the_document_fails_with_its_job_after_the_last_attempt(
     response = s.jobs.FailJobs(
         jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease_of(job), error="HTTP 404")])
     )
-    assert response.dead_count == 1
+    assert response.dead_count == 0  # a failed document, not a dead job
     failed = s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document
     assert (failed.status, failed.error) == (document_pb2.DOCUMENT_STATUS_FAILED, "HTTP 404")
+    assert (failed.attempt, failed.last_error) == (2, "HTTP 404")
+    [job_row] = rows(db_path, "SELECT status, result FROM memory_jobs")
+    assert dict(job_row) == {"status": "completed", "result": '{"failed":"HTTP 404"}'}
 
 
 def test_a_document_that_can_never_be_ingested_fails_at_once_and_its_job_is_not_dead(

@@ -394,6 +394,8 @@ def _bad_requests(job: jq.Job) -> list[tuple[str, jq.CompleteExtractJobRequest]]
         ("proposals[1].confidence", one(confidence=float("nan"))),
         ("proposals[1].target_id", one(action=DELETE)),
         ("proposals[1].target_id", one(action=UPDATE)),
+        ("proposals[1].target_id", one(action=DELETE, target_id="t" * 129)),
+        ("proposals[1].candidate_ids[1]", one(candidate_ids=["c", "c" * 129])),
         ("embedding_model", one(vector=[1.0] * DIM)),
         ("proposals[1].vector", one(vector=[0.0] * DIM, embedding_model=MODEL)),
         (

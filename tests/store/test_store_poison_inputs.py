@@ -169,8 +169,8 @@ def test_filters_reject_since_and_until_out_of_range(
     assert table_counts(db) == before
 
 
-# Every instant Timestamp can hold, to the microsecond Engram keeps.
-_micros = st.integers(min_value=0, max_value=999_999)
+# Every instant Timestamp can hold.
+_nanos = st.integers(min_value=0, max_value=999_999_999)
 _seconds = st.integers(min_value=MIN_SECONDS, max_value=MAX_SECONDS)
 
 
@@ -179,29 +179,48 @@ _seconds = st.integers(min_value=MIN_SECONDS, max_value=MAX_SECONDS)
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(seconds=_seconds, micros=_micros, sub_micro=st.integers(min_value=0, max_value=999))
-@example(seconds=MIN_SECONDS, micros=0, sub_micro=0)
-@example(seconds=MAX_SECONDS, micros=999_999, sub_micro=999)
-@example(seconds=-1, micros=999_999, sub_micro=0)
-@example(seconds=-62_104_060_801, micros=0, sub_micro=0)  # 0001-12-31T23:59:59Z
-@example(seconds=-59_042_995_201, micros=500_000, sub_micro=0)  # 0098-12-31T23:59:59.5Z
-@example(seconds=-30_641_760_001, micros=1, sub_micro=1)  # 0998-12-31T23:59:59Z
+@given(seconds=_seconds, nanos=_nanos)
+@example(seconds=MIN_SECONDS, nanos=0)
+@example(seconds=MAX_SECONDS, nanos=999_999_999)
+@example(seconds=-1, nanos=999_999_999)
+@example(seconds=0, nanos=1)
+@example(seconds=-62_104_060_801, nanos=0)  # 0001-12-31T23:59:59Z
+@example(seconds=-59_042_995_201, nanos=500_000_000)  # 0098-12-31T23:59:59.5Z
+@example(seconds=-30_641_760_001, nanos=1_001)  # 0998-12-31T23:59:59Z
 def test_any_valid_timestamp_survives_remember_get_list_and_recall(
-    stack: Stack, seconds: int, micros: int, sub_micro: int
+    stack: Stack, seconds: int, nanos: int
 ) -> None:
-    """Exact at microsecond precision; finer nanos are truncated (documented on
-    engram.common.v1.Memory)."""
+    """Exact to the nanosecond (was: nanos finer than a microsecond were cut)."""
     ns = fresh()
-    given_time = ts(seconds, micros * 1000 + sub_micro)
-    kept = ts(seconds, micros * 1000)
+    given_time = ts(seconds, nanos)
     stored = remember(stack, ns, "an instant worth keeping", event_time=given_time)
-    assert stored.event_time == kept
+    assert stored.event_time == given_time
     got = stack.store.GetMemory(store_pb2.GetMemoryRequest(namespace=ns, id=stored.id)).memory
-    assert got.event_time == kept
+    assert got.event_time == given_time
     listed = stack.store.ListMemories(store_pb2.ListMemoriesRequest(namespace=ns)).memories
-    assert [m.event_time for m in listed] == [kept]
+    assert [m.event_time for m in listed] == [given_time]
     recalled = stack.recall("instant", namespace=ns).results
-    assert [r.memory.event_time for r in recalled] == [kept]
+    assert [r.memory.event_time for r in recalled] == [given_time]
+
+
+def test_since_and_until_compare_to_the_nanosecond(stack: Stack) -> None:
+    """Was: a bound's nanos were cut to the microsecond, so `since` one
+    nanosecond after a memory's create_time still listed it."""
+    ns = fresh()
+    memory = remember(stack, ns, "an exact instant")
+    created = memory.create_time
+    just_after = ts(created.seconds, created.nanos + 1)
+
+    def listed(**bounds: timestamp_pb2.Timestamp) -> list[str]:
+        request = store_pb2.ListMemoriesRequest(
+            namespace=ns, filter=memory_pb2.MemoryFilter(**bounds)
+        )
+        return [m.id for m in stack.store.ListMemories(request).memories]
+
+    assert listed(since=created) == [memory.id]
+    assert listed(since=just_after) == []
+    assert listed(until=just_after) == [memory.id]
+    assert listed(until=created) == []
 
 
 def test_since_and_until_at_the_ends_of_the_range_are_accepted(stack: Stack) -> None:
@@ -352,8 +371,13 @@ def test_forged_history_page_tokens_are_invalid_argument(stack: Stack, position:
 
 @pytest.mark.parametrize(
     "position",
-    [["2026-01-01T00:00:00.000000Z", 10**30], [10**30, "id"], ["x" * 10_000, "id"]],
-    ids=["huge id", "huge time", "long string"],
+    [
+        ["2026-01-01T00:00:00.000000Z", 10**30],
+        [10**30, "id"],
+        ["x" * 10_000, "id"],
+        ["yesterday", "id"],
+    ],
+    ids=["huge id", "huge time", "long string", "not a time"],
 )
 def test_forged_listing_page_tokens_are_invalid_argument(stack: Stack, position: list[Any]) -> None:
     ns = fresh()
@@ -365,6 +389,25 @@ def test_forged_listing_page_tokens_are_invalid_argument(stack: Stack, position:
         )
     )
     assert fields == ["page_token"]
+
+
+def test_a_listing_token_from_before_nanoseconds_continues_where_its_page_ended(
+    stack: Stack,
+) -> None:
+    """Tokens once held six fraction digits; compared as text with today's nine
+    they sorted after their own row, which came back on the next page."""
+    ns = fresh()
+    for content in ("first written", "second written", "third written"):
+        remember(stack, ns, content)
+    listed = stack.store.ListMemories(store_pb2.ListMemoriesRequest(namespace=ns)).memories
+    newest = listed[0]
+    stored = newest.create_time.ToDatetime().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    scope = f"{ns}\x00{MemoryFilterSpec().fingerprint()}"
+    old_token = encode_page_token("memories", scope, [stored, newest.id])
+    rest = stack.store.ListMemories(
+        store_pb2.ListMemoriesRequest(namespace=ns, page_token=old_token)
+    ).memories
+    assert [m.id for m in rest] == [m.id for m in listed[1:]]
 
 
 @pytest.mark.parametrize(

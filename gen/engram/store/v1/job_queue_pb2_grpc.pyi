@@ -84,7 +84,8 @@ class JobQueueServiceStub:
     """Reports failed attempts. A job with attempts left returns to pending with
     an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
     one that has used its attempts becomes dead (the dead letter), with the
-    error recorded (a document job's document follows its status). Taken
+    error recorded, except a document job: its document becomes `failed` and
+    the job is finished, as DocumentStoreService.FailDocument does. Taken
     while mutations are frozen.
 
     Errors: INVALID_ARGUMENT (more than 500 jobs).
@@ -215,7 +216,8 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     """Reports failed attempts. A job with attempts left returns to pending with
     an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
     one that has used its attempts becomes dead (the dead letter), with the
-    error recorded (a document job's document follows its status). Taken
+    error recorded, except a document job: its document becomes `failed` and
+    the job is finished, as DocumentStoreService.FailDocument does. Taken
     while mutations are frozen.
 
     Errors: INVALID_ARGUMENT (more than 500 jobs).
@@ -367,7 +369,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         """Reports failed attempts. A job with attempts left returns to pending with
         an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
         one that has used its attempts becomes dead (the dead letter), with the
-        error recorded (a document job's document follows its status). Taken
+        error recorded, except a document job: its document becomes `failed` and
+        the job is finished, as DocumentStoreService.FailDocument does. Taken
         while mutations are frozen.
 
         Errors: INVALID_ARGUMENT (more than 500 jobs).

@@ -270,7 +270,7 @@ class RememberRequest(_message.Message):
     def event_time(self) -> _timestamp_pb2.Timestamp:
         """When the remembered event happened; unset means now. Must lie in
         0001-01-01T00:00:00Z..9999-12-31T23:59:59.999999999Z with nanos in
-        [0, 999999999]; kept to the microsecond (finer nanos are truncated).
+        [0, 999999999]; kept exactly, to the nanosecond.
         """
 
     def __init__(

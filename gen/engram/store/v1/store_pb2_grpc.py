@@ -39,7 +39,7 @@ class MemoryStoreServiceStub:
     that do not parse as the request message are INVALID_ARGUMENT with reason
     MALFORMED_REQUEST. A field taking a memory id accepts at most 128 characters;
     Timestamps must be in google.protobuf.Timestamp's range (see
-    `engram.common.v1.Memory`), kept to the microsecond. Every mutating
+    `engram.common.v1.Memory`), kept to the nanosecond. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
     Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
@@ -119,7 +119,7 @@ class MemoryStoreServiceServicer:
     that do not parse as the request message are INVALID_ARGUMENT with reason
     MALFORMED_REQUEST. A field taking a memory id accepts at most 128 characters;
     Timestamps must be in google.protobuf.Timestamp's range (see
-    `engram.common.v1.Memory`), kept to the microsecond. Every mutating
+    `engram.common.v1.Memory`), kept to the nanosecond. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
     Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the
@@ -373,7 +373,7 @@ class MemoryStoreService:
     that do not parse as the request message are INVALID_ARGUMENT with reason
     MALFORMED_REQUEST. A field taking a memory id accepts at most 128 characters;
     Timestamps must be in google.protobuf.Timestamp's range (see
-    `engram.common.v1.Memory`), kept to the microsecond. Every mutating
+    `engram.common.v1.Memory`), kept to the nanosecond. Every mutating
     RPC fails with UNAVAILABLE / MUTATIONS_FROZEN while
     `memory.pipelineV2.mutationsFrozen` is set, and writes nothing.
     Every mutating RPC fails with RESOURCE_EXHAUSTED / STORAGE_FULL when the

@@ -37,7 +37,16 @@ from services.search.decay import apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.rerank import Reranker, rerank_head
-from services.search.scoring import Candidate, ScoringParams, boost, clamped, fuse, select
+from services.search.scoring import (
+    Candidate,
+    ScoringParams,
+    boost,
+    clamped,
+    coverage,
+    coverage_idf,
+    fuse,
+    select,
+)
 from services.search.text import keyword_terms, time_windows
 from services.search.vector_cache import VectorCache
 
@@ -83,11 +92,11 @@ class RecallHit:
 
 @dataclass(frozen=True)
 class Keywords:
-    """The keyword channel's answer: (rowid, BM25) best first, and the query's
-    IDF mass (every query term's IDF in the searched collection, matched or not)."""
+    """The keyword channel's answer: (rowid, BM25) best first, and the share of
+    the query's IDF mass the best match holds (services.search.scoring.coverage)."""
 
     ranked: list[tuple[int, float]]
-    mass: float
+    coverage: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -238,7 +247,7 @@ class Recaller:
             )
             keyword, keyword_rows = await keyword_task
             graph = await graph_task
-            keyword_mass = keyword.mass
+            keyword_coverage = keyword.coverage
         except BaseException:
             for task in (keyword_task, graph_task):
                 if task is not None:
@@ -264,7 +273,7 @@ class Recaller:
             reads,
         )
         params = self._params.scoring
-        confidence = fuse(pool, params, vectors_used, keyword_mass)
+        confidence = fuse(pool, params, vectors_used, keyword_coverage)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
         boost(pool, params, windows)
         if self._params.decay_rate is not None:
@@ -308,15 +317,16 @@ class Recaller:
         self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
     ) -> Keywords:
         """(rowid, score) best first, BM25 with the searched collection's IDF, and
-        the query's IDF mass in that collection."""
+        the share of the query's IDF mass in that collection the best match holds."""
         matches = list(dict.fromkeys(quoted(term) for term in keyword_terms(query)))
         if not matches:
-            return Keywords([], 0.0)
+            return Keywords([])
         depth = self._params.channel_depth
         if whole_index:  # the collection is the whole index: FTS5's IDF is ours
             size, counts = await self._index_statistics(reads, matches)
-            mass = sum(bm25_idf(size, counts[m]) for m in matches)
-            return Keywords(await self._whole_index_keyword(reads, matches, counts, depth), mass)
+            weights = {m: coverage_idf(size, counts[m]) for m in matches}
+            ranked = await self._whole_index_keyword(reads, matches, counts, depth)
+            return Keywords(ranked, await self._coverage(reads, weights, ranked))
         collection, everything = await asyncio.gather(
             reads.fetch_one(queries.live_count(namespace, spec)),
             reads.fetch_one(queries.live_count(None, _NO_FILTER)),
@@ -333,11 +343,24 @@ class Recaller:
             for match, local, overall in zip(matches, in_collection, in_index, strict=True)
             if local[0]
         ]
-        mass = sum(bm25_idf(collection_size, local[0]) for local in in_collection)
         if not weighted:
-            return Keywords([], mass)
+            return Keywords([])
         rows = await reads.fetch_all(queries.weighted_keyword_top(weighted, namespace, spec, depth))
-        return Keywords([(row[0], row[1]) for row in rows], mass)
+        ranked = [(row[0], row[1]) for row in rows]
+        weights = {
+            m: coverage_idf(collection_size, local[0])
+            for m, local in zip(matches, in_collection, strict=True)
+        }
+        return Keywords(ranked, await self._coverage(reads, weights, ranked))
+
+    async def _coverage(
+        self, reads: Reads, weights: dict[str, float], ranked: list[tuple[int, float]]
+    ) -> float:
+        """The share of the query's IDF mass held by the best match's terms."""
+        if not ranked:
+            return 0.0
+        rows = await reads.fetch_all(queries.terms_in_memory(list(weights), ranked[0][0]))
+        return coverage(weights, {row[0] for row in rows})
 
     async def _whole_index_keyword(
         self, reads: Reads, matches: list[str], counts: dict[str, int], depth: int

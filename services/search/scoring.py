@@ -16,9 +16,10 @@ Every score is in [0, 1) and comparable across queries, so `min_score` can tell
 4. Diversified selection: each further pick from an episode already picked
    pays `diversity_penalty`, so one episode cannot crowd out the others.
 5. Score: the sum of 1-4, squashed by tanh into [0, 1), times the query's
-   keyword strength: tanh(3 x the best keyword match's share of the query's
-   IDF mass, the sum of every query term's IDF in the searched collection,
-   matched or not), weighted like the keyword channel in the blend. A query
+   keyword strength: tanh(3 x the share of the query's IDF mass, the sum of
+   every query term's IDF in the searched collection, matched or not, that
+   the best keyword match holds), weighted like the keyword channel in the
+   blend. A query
    whose rare words match nothing in the collection scores low however close
    its nearest memories are. The factor is one per query, so it never changes
    the order; picks under `min_score` are left out.
@@ -74,13 +75,13 @@ def fuse(
     candidates: Sequence[Candidate],
     params: ScoringParams,
     vectors_used: bool,
-    keyword_mass: float = 0.0,
+    keyword_coverage: float = 0.0,
 ) -> float:
     """Set `keyword` and `fused` on each candidate; return the query's confidence,
-    the factor of every final score. `keyword_mass`: the query's IDF mass, every
-    query term's IDF in the searched collection, matched or not."""
+    the factor of every final score. `keyword_coverage`: the share of the query's
+    IDF mass the best keyword match holds (services.search.recall)."""
     best = max((c.keyword_score for c in candidates if c.keyword_rank), default=0.0)
-    strength = keyword_strength(best, keyword_mass)
+    strength = keyword_strength(keyword_coverage)
     for c in candidates:
         c.keyword = c.keyword_score / best if c.keyword_rank and best > 0 else 0.0
         c.keyword_shown = c.keyword * strength
@@ -103,13 +104,26 @@ def fuse(
     return params.alpha + (1.0 - params.alpha) * strength
 
 
-def keyword_strength(best_bm25: float, keyword_mass: float) -> float:
-    """How much of the query its best keyword match covers, in [0, 1): tanh of
-    KEYWORD_STRENGTH x the match's BM25 as a share of the query's IDF mass (a
-    matched term adds about its IDF: once, at average length)."""
-    if keyword_mass <= 0.0 or best_bm25 <= 0.0:
-        return 0.0
-    return math.tanh(KEYWORD_STRENGTH * best_bm25 / keyword_mass)
+def keyword_strength(coverage: float) -> float:
+    """How much of the query its best keyword match covers, in [0, 1)."""
+    return math.tanh(KEYWORD_STRENGTH * min(max(coverage, 0.0), 1.0))
+
+
+def coverage_idf(collection_size: int, containing: int) -> float:
+    """A term's weight in the query's IDF mass: BM25's IDF without FTS5's floor
+    (Lucene's `log(1 + (N - n + 0.5) / (n + 0.5))`, always positive), so a word
+    in every memory of a small collection still counts a little, and a word the
+    collection lacks counts most."""
+    size = max(collection_size, 0)
+    hits = min(max(containing, 0), size)
+    return math.log1p((size - hits + 0.5) / (hits + 0.5))
+
+
+def coverage(weights: dict[str, float], held: set[str]) -> float:
+    """The share of the query's IDF mass (`weights`, per term) that the terms
+    `held` by its best keyword match carry."""
+    total = sum(weights.values())
+    return sum(w for term, w in weights.items() if term in held) / total if total > 0 else 0.0
 
 
 def clamped(cosine: float) -> float:

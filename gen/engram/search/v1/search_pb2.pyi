@@ -87,10 +87,10 @@ class ChannelHit(_message.Message):
     """The channel's own score in [0, 1], higher is better. Vectors: the cosine
     similarity (negative values read as 0). Keywords: the memory's BM25
     relative to the query's best match, times the query's keyword strength,
-    tanh(3 x the best match's BM25 as a share of the query's IDF mass: every
-    query term's IDF in the searched collection, matched or not); so a query
-    whose rare words match nothing scores low even at its best match. 0 when
-    not returned.
+    tanh(3 x the share of the query's IDF mass that the best match's terms
+    hold; the mass is every query term's IDF in the searched collection,
+    matched or not), so a query whose rare words match nothing scores low even
+    at its best match. 0 when not returned.
     """
     def __init__(
         self,

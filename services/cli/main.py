@@ -7,6 +7,9 @@ engram backup --to FILE [--config FILE] [--data-dir DIR] [--force]
                                                   copy the database while the store runs
 engram restore --from FILE [--config FILE] [--data-dir DIR] [--force]
                                                   put a backup in place of a stopped store's database
+engram remember|recall|get|list|history|forget|import|export|diagnostics ... [--address HOST:PORT]
+                                                  talk to a running suite (services/cli/client_commands.py;
+                                                  `engram COMMAND --help`)
 
 The configuration file is --config, else $ENGRAM_CONFIG, else ./engram.yaml if it exists.
 """
@@ -298,8 +301,25 @@ def _default_config() -> str | None:
     return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
 
 
+# The commands that run or manage the services (argparse, below); every other
+# command is a client command (click, services/cli/client_commands.py), imported
+# only when used.
+SERVER_COMMANDS = frozenset({"up", "serve", "health", "backup", "restore"})
+CLIENT_HELP = (
+    "client commands (a running suite): remember, recall, get, list, history, forget, import,"
+    " export, diagnostics; `engram COMMAND --help`"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI agents.")
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in and not args_in[0].startswith("-") and args_in[0] not in SERVER_COMMANDS:
+        from services.cli.client_commands import run
+
+        return run(args_in)
+    parser = argparse.ArgumentParser(
+        prog="engram", description="Long-term memory for AI agents.", epilog=CLIENT_HELP
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (
         ("up", "start every service in the foreground"),
@@ -337,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("address", nargs="?", default="127.0.0.1:50051")
     health.add_argument("--service", default="", help="service name; empty means the server")
     health.add_argument("--timeout", type=float, default=3.0)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     if args.command == "health":
         return cmd_health(args)
     commands = {"up": cmd_up, "serve": cmd_serve, "backup": cmd_backup, "restore": cmd_restore}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,44 @@ def test_diagnostics(suite: RunningSuite) -> None:
     report = json.loads(engram(suite, "diagnostics", "--json").stdout)
     assert 0.0 <= report["score"] <= 1.0
     assert "score:" in engram(suite, "diagnostics").stdout
+
+
+def test_import_shows_a_progress_bar_on_a_terminal(suite: RunningSuite, tmp_path: Path) -> None:
+    """stderr on a pseudo-terminal: rich's bar with rows done of the total and the rate."""
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps({"content": f"tty row {n}"}) + "\n" for n in range(3000)))
+    path = os.pathsep.join(
+        [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+    )
+    primary, secondary = os.openpty()
+    process = subprocess.Popen(
+        engram_command("import", str(source), "-n", "cli-tty", "--address", suite.address("store")),
+        cwd=REPO_ROOT,
+        env=clean_env({"PYTHONPATH": path, "TERM": "xterm-256color", "COLUMNS": "120"}),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(primary, chunks), daemon=True)
+    reader.start()
+    stdout, _ = process.communicate(timeout=120)
+    reader.join(timeout=30)
+    os.close(primary)
+    terminal = b"".join(chunks).decode("utf-8", errors="replace")
+    assert process.returncode == 0, terminal
+    assert "3000/3000" in terminal and "rows/s" in terminal
+    assert "rows sent" not in terminal  # the bar, not the plain lines
+    assert "imported: 3000 created" in stdout.decode()
+
+
+def _drain(fd: int, into: list[bytes]) -> None:
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other end is closed
+            return
+        if not chunk:
+            return
+        into.append(chunk)

@@ -28,6 +28,7 @@ from engram.client import (
     VersionConflict,
     memory_filter,
 )
+from engram.common.v1 import document_pb2
 from engram.store.v1 import store_pb2
 
 NS = "client-tests"
@@ -219,3 +220,19 @@ def test_sample_program_type_checks_strict_from_the_wheel_and_runs(
     assert lines[0].startswith("remembered ")
     assert "recalled Alice prefers green tea" in lines
     assert lines[-1].startswith("not found NOT_FOUND ")
+
+
+def test_documents_watch_as_an_iterator_and_chunks_by_page(engram: Engram) -> None:
+    ns = NS + "-documents"
+    text = "\n\n".join(
+        f"Paragraph {n}: " + "the deploy guide says many things. " * 40 for n in range(6)
+    )
+    document = engram.create_document(namespace=ns, content=text, title="guide")
+    states = [d.status for d in engram.watch_document(document.id, namespace=ns, timeout=120)]
+    assert states[-1] == document_pb2.DOCUMENT_STATUS_DONE, states
+    done = engram.get_document(document.id, namespace=ns)
+    assert done.chunk_count > 1
+    chunks = list(engram.list_document_chunks(document.id, namespace=ns, page_size=1))
+    assert [c.chunk_index for c in chunks] == list(range(done.chunk_count))
+    with pytest.raises(NotFound):
+        list(engram.watch_document("no-such-document", namespace=ns, timeout=10))

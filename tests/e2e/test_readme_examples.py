@@ -128,7 +128,6 @@ def is_grpcurl_block(block: str) -> bool:
 
 
 def is_cli_block(block: str) -> bool:
-def is_cli_block(block: str) -> bool:
     """The CLI synopsis: the commands that run the services."""
     return ".venv/bin/engram up" in block and not is_not_run(block)
 

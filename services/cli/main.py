@@ -17,6 +17,9 @@ engram certs dev --out DIR [--host NAME]... [--force]
 
 A command that calls a service verifies it with clients.tls from the configuration
 (ca_file, and cert_file/key_file for mTLS); `health` also takes them as flags.
+engram remember|recall|get|list|history|forget|import|export|diagnostics ... [--address HOST:PORT]
+                                                  talk to a running suite (services/cli/client_commands.py;
+                                                  `engram COMMAND --help`)
 
 The configuration file is --config, else $ENGRAM_CONFIG, else ./engram.yaml if it exists.
 """
@@ -439,8 +442,25 @@ def _default_config() -> str | None:
     return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
 
 
+# The commands that run or manage the services (argparse, below); every other
+# command is a client command (click, services/cli/client_commands.py), imported
+# only when used.
+SERVER_COMMANDS = frozenset({"up", "serve", "health", "backup", "restore", "keys", "certs"})
+CLIENT_HELP = (
+    "client commands (a running suite): remember, recall, get, list, history, forget, import,"
+    " export, diagnostics; `engram COMMAND --help`"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI agents.")
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in and not args_in[0].startswith("-") and args_in[0] not in SERVER_COMMANDS:
+        from services.cli.client_commands import run
+
+        return run(args_in)
+    parser = argparse.ArgumentParser(
+        prog="engram", description="Long-term memory for AI agents.", epilog=CLIENT_HELP
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (
         ("up", "start every service in the foreground"),
@@ -518,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         help="another name or IP address for the service certificate (repeatable)",
     )
     dev.add_argument("--force", action="store_true", help="replace certificates already in DIR")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     commands = {
         "up": cmd_up,
         "serve": cmd_serve,

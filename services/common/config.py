@@ -124,7 +124,9 @@ class MemorySettings(_Section):
 class SearchSettings(_Section):
     # seed 002 "Alpha Blending"
     alpha: float = Field(0.7, ge=0.0, le=1.0)
-    min_score: float = Field(0.1, ge=0.0, le=1.0)
+    # results scoring below this are left out (services/search/scoring.py); 0.15
+    # keeps LoCoMo dev R@10 and meaning-only matches (bench/README.md, LoCoMo)
+    min_score: float = Field(0.15, ge=0.0, le=1.0)
     # recall scoring (services/search/scoring.py explains each step)
     fusion: Literal["alpha", "rrf"] = "alpha"
     rrf_k: int = Field(60, ge=1, le=1000)

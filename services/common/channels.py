@@ -26,12 +26,12 @@ from typing import Any
 
 import grpc
 
+from services.common.auth import AUTHORIZATION_KEY
 from services.common.config import ClientDeadlinesSettings, ClientRetrySettings, Config
 from services.common.interceptors import REQUEST_ID_KEY, deadline_var, new_request_id
 from services.common.logs import request_id_var
 from services.common.tls import channel_credentials
 
-AUTHORIZATION_KEY = "authorization"
 MAX_RECONNECT_BACKOFF_MS = 5000
 
 _JOBS = "/engram.store.internal.v1.JobQueueService/"

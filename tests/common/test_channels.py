@@ -124,9 +124,11 @@ def test_each_call_gets_the_deadline_of_its_kind_unless_the_caller_set_one(
     call(config, port, ADMIN)
     call(config, port, ADMIN, timeout=2.0)
     lease, admin, explicit = (seen.time_remaining for seen in script.calls)
-    assert lease is not None and 0 < lease <= 3.0
-    assert admin is not None and 3.0 < admin <= 900.0
-    assert explicit is not None and 0 < explicit <= 2.0
+    # gRPC carries a timeout rounded up to its wire unit, so the server may see a little
+    # more than was set (2.0095 s for 2 s, 900.999 s for 900 s); the kinds stay apart
+    assert lease is not None and 0 < lease <= 3.05
+    assert admin is not None and 3.05 < admin <= 901.0
+    assert explicit is not None and 0 < explicit <= 2.05
 
 
 def test_request_id_is_forwarded_or_made_and_the_service_key_is_carried(

@@ -569,7 +569,13 @@ def security_variants(tmp: Path, auth: bool) -> list[SecuredStore]:
         SecuredStore("tls", config("tls", {"server": {"tls": tls}}), credentials),
     ]
     if auth:
-        path = config("auth-tls", {"server": {"tls": tls}, "auth": {"enabled": True}})
+        # The writer's bucket is checked on every call but never empties: the default
+        # (100 calls/s per key) would measure the rate limit, not what auth costs.
+        unlimited = {"writer": {"rate": 1_000_000.0, "burst": 1_000_000}}
+        path = config(
+            "auth-tls",
+            {"server": {"tls": tls}, "auth": {"enabled": True, "rate_limits": unlimited}},
+        )
         key = api_key(path, tmp / "auth+tls")
         variants.append(
             SecuredStore("auth+tls", path, credentials, (("authorization", f"Bearer {key}"),))

@@ -8,11 +8,18 @@ engram backup --to FILE [--config FILE] [--data-dir DIR] [--force]
                                                   copy the database while the store runs
 engram restore --from FILE [--config FILE] [--data-dir DIR] [--force]
                                                   put a backup in place of a stopped store's database
+engram keys create --role ROLE --namespace PATTERN [--name NAME] [--config FILE] [--data-dir DIR]
+                                                  a new API key, printed once on the last line
+engram keys list [--config FILE] [--data-dir DIR]
+engram keys revoke NAME [--config FILE] [--data-dir DIR]
 engram certs dev --out DIR [--host NAME]... [--force]
                                                   a local CA and certificates for TLS and mTLS
 
 A command that calls a service verifies it with clients.tls from the configuration
 (ca_file, and cert_file/key_file for mTLS); `health` also takes them as flags.
+engram remember|recall|get|list|history|forget|import|export|diagnostics ... [--address HOST:PORT]
+                                                  talk to a running suite (services/cli/client_commands.py;
+                                                  `engram COMMAND --help`)
 
 The configuration file is --config, else $ENGRAM_CONFIG, else ./engram.yaml if it exists.
 """
@@ -167,7 +174,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
     base = [sys.executable, "-m", "services.cli.main", "serve"]
     extra: list[str] = ["--parent-pid", str(os.getpid())]
-    environment = {**os.environ, **client_environment(args, config)}
+    environment = {**os.environ, **client_environment(args, config), **_service_key(config)}
     if args.config:
         extra += ["--config", args.config]
     if args.data_dir:
@@ -220,6 +227,31 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 STORE_STARTUP_S = 60.0
+
+
+def _service_key(config: Config) -> dict[str, str]:
+    """With auth on, the services need a credential for each other: a fresh one
+    for this run of the suite when none is configured (services/common/auth.py)."""
+    if not config.auth.enabled:
+        return {}
+    from services.common import auth
+
+    path = auth.keys_path(config)
+    try:
+        keys = auth.list_keys(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        keys = None  # damaged: the store says so, in one line, when it starts
+    if keys is not None and not any(k.revoked_at is None for k in keys):
+        print(
+            f"engram up: auth is on and {path} holds no key yet: every call but health is "
+            "refused until you make one with `engram keys create --role ROLE --namespace NS`",
+            file=sys.stderr,
+        )
+    if config.auth.service_key:
+        return {}
+    import secrets
+
+    return {env_name("auth.service_key"): "svc_" + secrets.token_hex(32)}
 
 
 def _suite_environment(config: Config) -> dict[str, str]:
@@ -353,6 +385,43 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    """API keys in the keys file (services/common/auth.py); running services see
+    a change within auth.reload_ms, so nothing needs a restart."""
+    from services.common import auth
+
+    config = _load(args)
+    path = auth.keys_path(config)
+    try:
+        if args.keys_command == "create":
+            record, key = auth.create_key(path, args.role, args.namespace, args.name)
+            if not config.auth.enabled:
+                print(
+                    "engram keys: note: auth.enabled is false in this configuration; "
+                    "keys are checked once it is true",
+                    file=sys.stderr,
+                )
+            print(
+                f"created key {record.name} (role {record.role.name.lower()}, namespaces "
+                f"{' '.join(record.namespaces)}) in {path}; it is shown only this once:"
+            )
+            print(key)
+        elif args.keys_command == "list":
+            print(f"{'NAME':<24} {'ROLE':<7} {'CREATED':<28} {'REVOKED':<28} NAMESPACES")
+            for r in auth.list_keys(path):
+                print(
+                    f"{r.name:<24} {r.role.name.lower():<7} {r.created_at:<28} "
+                    f"{r.revoked_at or '-':<28} {' '.join(r.namespaces)}"
+                )
+        else:
+            record = auth.revoke_key(path, args.name)
+            print(f"revoked key {record.name} at {record.revoked_at}")
+    except (auth.KeyRequestError, OSError, ValueError) as exc:
+        print(f"engram keys: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_certs(args: argparse.Namespace) -> int:
     """A development CA and certificates (services/cli/certs.py)."""
     from services.cli.certs import CertsError, dev_certificates
@@ -373,8 +442,25 @@ def _default_config() -> str | None:
     return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
 
 
+# The commands that run or manage the services (argparse, below); every other
+# command is a client command (click, services/cli/client_commands.py), imported
+# only when used.
+SERVER_COMMANDS = frozenset({"up", "serve", "health", "backup", "restore", "keys", "certs"})
+CLIENT_HELP = (
+    "client commands (a running suite): remember, recall, get, list, history, forget, import,"
+    " export, diagnostics; `engram COMMAND --help`"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI agents.")
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in and not args_in[0].startswith("-") and args_in[0] not in SERVER_COMMANDS:
+        from services.cli.client_commands import run
+
+        return run(args_in)
+    parser = argparse.ArgumentParser(
+        prog="engram", description="Long-term memory for AI agents.", epilog=CLIENT_HELP
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (
         ("up", "start every service in the foreground"),
@@ -408,6 +494,28 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument(
             "--data-dir", default=None, help="directory of engram.db (as for `up`)"
         )
+    keys = sub.add_parser("keys", help="create, list and revoke API keys (auth.enabled)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="make a key; it is printed once, on the last line")
+    create.add_argument("--role", required=True, choices=("reader", "writer", "admin"))
+    create.add_argument(
+        "--namespace",
+        action="append",
+        required=True,
+        metavar="PATTERN",
+        help="a namespace the key may use: an exact name, `prefix*`, or `*` (repeatable)",
+    )
+    create.add_argument("--name", default=None, help="the key's name (the history actor)")
+    keys_sub.add_parser("list", help="every key: name, role, namespaces, created, revoked")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key (services see it within 5 s)")
+    revoke.add_argument("name")
+    for command in keys_sub.choices.values():
+        command.add_argument(
+            "--config", default=_default_config(), help="configuration file (as for `up`)"
+        )
+        command.add_argument(
+            "--data-dir", default=None, help="directory of engram.db (as for `up`)"
+        )
     health = sub.add_parser("health", help="check a server's gRPC health")
     health.add_argument("address", nargs="?", default="127.0.0.1:50051")
     health.add_argument("--service", default="", help="service name; empty means the server")
@@ -430,12 +538,13 @@ def main(argv: list[str] | None = None) -> int:
         help="another name or IP address for the service certificate (repeatable)",
     )
     dev.add_argument("--force", action="store_true", help="replace certificates already in DIR")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     commands = {
         "up": cmd_up,
         "serve": cmd_serve,
         "backup": cmd_backup,
         "restore": cmd_restore,
+        "keys": cmd_keys,
         "health": cmd_health,
         "certs": cmd_certs,
     }

@@ -44,6 +44,7 @@ KINDS: dict[str, str] = {
     _JOBS + "FailJobs": "lease",
     _JOBS + "ReleaseStaleLeases": "lease",
     _JOBS + "ReleasePriorInstanceLeases": "lease",
+    _JOBS + "GetQueueStats": "lease",  # pipeline GetStatus answers even when the store does not
     _JOBS + "CompleteEmbedJobs": "write",
     _JOBS + "CompleteExtractJob": "write",
     "/engram.store.internal.v1.DocumentStoreService/": "write",

@@ -20,6 +20,7 @@ from engram.store.internal.v1 import (
     job_queue_pb2_grpc,
 )
 from engram.store.v1 import store_pb2, store_pb2_grpc
+from services.common.auth import server_guard
 from services.common.config import Config
 from services.common.db import DatabaseError, ReadPool, open_read_write
 from services.common.errors import MutationsFrozen
@@ -144,6 +145,9 @@ async def start_store(
         host,
         internal=True,
     )
+    # protected mode first, before the database is opened
+    public_guard = server_guard(config, public.host)
+    internal_guard = server_guard(config, internal.host, internal=True)
     path = config.storage.path
     connection, applied = _open_database(config)
     if applied:
@@ -202,8 +206,14 @@ async def start_store(
 
     started: list[RunningServer] = []
     try:
-        started.append(await start_server(public, SERVICE_NAMES, register_public))
-        started.append(await start_server(internal, INTERNAL_SERVICE_NAMES, register_internal))
+        started.append(
+            await start_server(public, SERVICE_NAMES, register_public, guard=public_guard)
+        )
+        started.append(
+            await start_server(
+                internal, INTERNAL_SERVICE_NAMES, register_internal, guard=internal_guard
+            )
+        )
     except BaseException:
         for running in started:
             await running.stop(0)

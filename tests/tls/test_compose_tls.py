@@ -20,6 +20,8 @@ from services.common.config import load_config
 from services.common.tls import channel_credentials, server_credentials
 
 SERVICES = ("store", "search", "pipeline", "maintenance")
+# compose.yaml refuses to start without the service key (auth is on in compose)
+SERVICE_KEY = "k" * 40
 CERTS_MOUNT = "/certs"
 
 
@@ -37,6 +39,7 @@ def merged() -> dict[str, Any]:
         text=True,
         timeout=60,
         check=False,
+        env={**os.environ, "ENGRAM_SERVICE_KEY": SERVICE_KEY},
     )
     assert result.returncode == 0, result.stderr
     document: dict[str, Any] = yaml.safe_load(result.stdout)
@@ -54,7 +57,8 @@ def test_the_override_keeps_each_service_and_adds_tls(service: str) -> None:
     before = plain()["services"][service]
     environment = spec["environment"]
     for key, value in before.get("environment", plain()["x-engram"]["environment"]).items():
-        assert environment[key] == value  # nothing of compose.yaml's own is lost
+        expected = SERVICE_KEY if value.startswith("${ENGRAM_SERVICE_KEY") else value
+        assert environment[key] == expected  # nothing of compose.yaml's own is lost
     assert spec["command"] == before["command"]
     assert spec["healthcheck"]["test"] == before["healthcheck"]["test"]
     mounts = {volume.split(":")[1] for volume in spec["volumes"]}  # "source:target:mode"

@@ -59,9 +59,10 @@ proto-baseline: setup
 	$(BIN)/buf build protos --exclude-source-info -o $(BASELINE)
 
 # Lint, type check, proto lint, buf breaking and gen-check also run inside pytest
-# (tests/test_quality_gates.py).
+# (tests/test_quality_gates.py). ENGRAM_STRICT_TESTS=1: a test that needs a tool
+# `make setup` installs (grpcurl) fails instead of skipping when it is missing.
 test: setup
-	$(PY) -m pytest
+	ENGRAM_STRICT_TESTS=1 $(PY) -m pytest
 
 run: setup
 	$(BIN)/engram up

@@ -33,7 +33,8 @@ sys.path[:0] = [
 ]
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
-from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402
+from engram.store.internal.v1 import job_queue_pb2, job_queue_pb2_grpc  # noqa: E402
+from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
 from suite import ROOT, running_suite  # noqa: E402
 
 DEFAULT_INPUT = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10-dev.json"
@@ -169,7 +170,7 @@ def main() -> int:
         store_channel = grpc.insecure_channel(suite.store)
         search_channel = grpc.insecure_channel(suite.search)
         store = store_pb2_grpc.MemoryStoreServiceStub(store_channel)
-        jobs = job_queue_pb2_grpc.JobQueueServiceStub(store_channel)
+        jobs = job_queue_pb2_grpc.JobQueueServiceStub(grpc.insecure_channel(suite.store_internal))
         search = search_pb2_grpc.SearchServiceStub(search_channel)
         started = time.monotonic()
         memories = sum(ingest(store, sample) for sample in samples)

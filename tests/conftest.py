@@ -54,11 +54,17 @@ def make_config(tmp_path: Path) -> Callable[..., Config]:
 def start_store_server() -> Iterator[
     Callable[[Config], tuple[ServerThread, store_pb2_grpc.MemoryStoreServiceStub]]
 ]:
-    """Start stores on demand; each is stopped at teardown (or earlier by `.stop()`)."""
+    """Start stores on demand (public port and, unless given, internal port free ones);
+    each is stopped at teardown (or earlier by `.stop()`)."""
     started: list[tuple[ServerThread, grpc.Channel]] = []
 
-    def start(config: Config) -> tuple[ServerThread, store_pb2_grpc.MemoryStoreServiceStub]:
-        server = ServerThread(lambda: start_store(config, host="127.0.0.1", port=0))
+    def start(
+        config: Config, *, internal_port: int = 0, host: str | None = "127.0.0.1"
+    ) -> tuple[ServerThread, store_pb2_grpc.MemoryStoreServiceStub]:
+        """`host=None`: each listener binds its configured host."""
+        server = ServerThread(
+            lambda: start_store(config, host=host, port=0, internal_port=internal_port)
+        )
         channel = grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
         started.append((server, channel))
         return server, store_pb2_grpc.MemoryStoreServiceStub(channel)
@@ -167,15 +173,20 @@ class _StackStarter:
         from services.pipeline.app import start_pipeline
         from services.search.app import start_search
 
-        store_thread = self._start(lambda: start_store(config, host="127.0.0.1", port=0))
+        store_thread = self._start(
+            lambda: start_store(config, host="127.0.0.1", port=0, internal_port=0)
+        )
         config = config.with_overrides(
-            {"clients.store_address": f"127.0.0.1:{store_thread.app.port}"}
+            {
+                "clients.store_address": f"127.0.0.1:{store_thread.app.port}",
+                "clients.store_internal_address": f"127.0.0.1:{store_thread.app.internal_port}",
+            }
         )
         store_channel = self._channel(store_thread)
         stack = Stack(
             config=config,
             store=store_pb2_grpc.MemoryStoreServiceStub(store_channel),
-            jobs_channel=store_channel,
+            jobs_channel=self._channel(store_thread, internal=True),
             store_thread=store_thread,
         )
         if search:
@@ -197,8 +208,10 @@ class _StackStarter:
         self._threads.append(thread)
         return thread
 
-    def _channel(self, thread: ServerThread) -> grpc.Channel:
-        channel = grpc.insecure_channel(f"127.0.0.1:{thread.app.port}")
+    def _channel(self, thread: ServerThread, *, internal: bool = False) -> grpc.Channel:
+        """A channel to the thread's server (`internal`: the store's internal listener)."""
+        port = thread.app.internal_port if internal else thread.app.port
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self._channels.append(channel)
         return channel
 

@@ -20,10 +20,6 @@ from services.store.servicer import history_event_type
 
 SERVICES = Path(__file__).resolve().parent.parent / "services"
 REASON = re.compile(r"^[A-Z][A-Z_]+$")
-# Declared and deliberately not sent (see error_reason.proto): PII_REJECTED
-# arrives with the PII gate; ACTION_RATE_LIMITED is deprecated (maintenance
-# limits are per-action statuses, not errors).
-DECLARED_NOT_SENT = {"PII_REJECTED", "ACTION_RATE_LIMITED"}
 
 
 def _trees() -> Iterator[ast.AST]:
@@ -87,7 +83,7 @@ def test_every_error_reason_the_code_sends_is_an_error_reason_value() -> None:
     raised = _raised_reasons()
     declared = _enum_names(error_reason_pb2.ErrorReason, "ERROR_REASON_")
     assert raised - declared == set(), "reasons sent but not in ErrorReason"
-    assert declared - raised == DECLARED_NOT_SENT, "ErrorReason values no code sends"
+    assert declared - raised == set(), "ErrorReason values no code sends"
 
 
 def test_every_history_event_the_store_writes_is_a_history_event_type() -> None:

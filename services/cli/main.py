@@ -34,8 +34,11 @@ from services.common.suite import WrongSuite
 
 # Every service, in start order.
 SERVICES = ("store", "search", "pipeline", "maintenance")
-# The client settings that name each service's address (clients.<service>_address).
-CLIENT_KEYS = {name: f"clients.{name}_address" for name in ("store", "search", "pipeline")}
+# The client settings that name each listener's address (clients.<listener>_address),
+# by its server.ports key; store_internal is the store's internal listener.
+CLIENT_KEYS = {
+    name: f"clients.{name}_address" for name in ("store", "store_internal", "search", "pipeline")
+}
 DEFAULT_CONFIG = "engram.yaml"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -103,10 +106,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _die_with_parent(args.parent_pid)
     config = _load(args)
     port = args.port if args.port is not None else getattr(config.server.ports, args.service)
-    busy = _busy_port_message("engram serve", args.service, config.server.host, port)
-    if busy:
-        print(busy, file=sys.stderr)
-        return 1
+    listeners = [(args.service, config.server.host, port)]
+    if args.service == "store":
+        listeners += [_internal_listener(config)]
+    for name, host, number in listeners:
+        busy = _busy_port_message("engram serve", name, host, number)
+        if busy:
+            print(busy, file=sys.stderr)
+            return 1
     configure_logging(args.service, config.logging.level)
     try:
         asyncio.run(_serve(args.service, config, args.port))
@@ -116,14 +123,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _internal_listener(config: Config) -> tuple[str, str, int]:
+    """The store's internal listener: (name, bind host, port)."""
+    return ("store internal", config.server.internal_host, config.server.ports.store_internal)
+
+
 def client_environment(args: argparse.Namespace, config: Config) -> dict[str, str]:
-    """Each client address follows the port `up` gives that service, unless the file or
+    """Each client address follows the port `up` gives that listener, unless the file or
     the environment sets it: a suite moved to other ports never reaches into another
     suite listening on the defaults."""
     explicit = explicit_keys(args.config)
-    host = _local_host(config.server.host)
+    hosts = {name: config.server.host for name in CLIENT_KEYS}
+    hosts["store_internal"] = config.server.internal_host
     return {
-        env_name(key): f"{host}:{getattr(config.server.ports, name)}"
+        env_name(key): f"{_local_host(hosts[name])}:{getattr(config.server.ports, name)}"
         for name, key in CLIENT_KEYS.items()
         if key not in explicit
     }
@@ -131,10 +144,11 @@ def client_environment(args: argparse.Namespace, config: Config) -> dict[str, st
 
 def cmd_up(args: argparse.Namespace) -> int:
     config = _load(args)  # fail here, once, on a bad configuration
-    for name in SERVICES:
-        busy = _busy_port_message(
-            "engram up", name, config.server.host, getattr(config.server.ports, name)
-        )
+    listeners = [
+        (name, config.server.host, getattr(config.server.ports, name)) for name in SERVICES
+    ]
+    for name, host, port in [*listeners, _internal_listener(config)]:
+        busy = _busy_port_message("engram up", name, host, port)
         if busy:
             print(busy, file=sys.stderr)
             return 1
@@ -150,6 +164,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(
         "engram up: "
         + ", ".join(f"{name} on {config.server.host}:{ports[name]}" for name in SERVICES)
+        + f" (store internal on {config.server.internal_host}:{ports['store_internal']})"
         + " (Ctrl-C to stop)",
         file=sys.stderr,
         flush=True,

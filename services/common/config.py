@@ -241,6 +241,31 @@ class ClientsTlsSettings(_Section):
     key_file: str = ""
 
 
+class ClientDeadlinesSettings(_Section):
+    """The deadline on each call one service makes to another, by kind of call
+    (services/common/channels.py says which RPC is which kind); a caller that
+    sets its own timeout keeps it."""
+
+    # anything not listed below: health, the pipeline's status
+    default_ms: int = Field(10000, ge=100, le=3600000)
+    # job queue control: lease, renew, release, fail, queue stats
+    lease_ms: int = Field(5000, ge=100, le=3600000)
+    # a worker's results: complete embed/extract jobs, document chunks, access counts
+    write_ms: int = Field(30000, ge=100, le=3600000)
+    # the store's admin RPCs: diagnostics, repairs, retention steps (bounded batches)
+    admin_ms: int = Field(60000, ge=100, le=3600000)
+    # the pipeline's Recall for decision candidates
+    recall_ms: int = Field(5000, ge=100, le=3600000)
+
+
+class ClientRetrySettings(_Section):
+    """gRPC's own retry of UNAVAILABLE (the channel's service config), within the deadline."""
+
+    max_attempts: int = Field(4, ge=1, le=5)  # gRPC caps retry attempts at 5
+    initial_backoff_ms: int = Field(100, ge=1, le=60000)
+    max_backoff_ms: int = Field(2000, ge=1, le=600000)
+
+
 class ClientsSettings(_Section):
     """Where each service reaches the others (compose uses service names)."""
 
@@ -251,6 +276,8 @@ class ClientsSettings(_Section):
     # the suite whose store this service must reach; empty: unchecked (services/common/suite.py)
     suite_id: str = ""
     tls: ClientsTlsSettings = ClientsTlsSettings()
+    deadlines: ClientDeadlinesSettings = ClientDeadlinesSettings()
+    retry: ClientRetrySettings = ClientRetrySettings()
 
 
 class RoleRateLimit(_Section):

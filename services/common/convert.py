@@ -13,9 +13,8 @@ from services.common.validation import check_timestamp
 
 
 def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool, field: str) -> str | None:
-    """Stored text for a set Timestamp; None when the field is unset. Out of
-    Timestamp's range is INVALID_ARGUMENT on `field`; nanos finer than a
-    microsecond are truncated (services.common.clock keeps microseconds)."""
+    """Stored text for a set Timestamp, exact to the nanosecond; None when the
+    field is unset. Out of Timestamp's range is INVALID_ARGUMENT on `field`."""
     if not present:
         return None
     check_timestamp(ts.seconds, ts.nanos, field)

@@ -15,6 +15,7 @@ INVALID_ARGUMENT with reason MALFORMED_REQUEST, like every other bad request.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import os
@@ -136,11 +137,27 @@ _ID_PREFIX = os.urandom(6).hex()
 _id_counter = itertools.count(1)
 
 
+# The deadline (time.monotonic()) of the RPC being served, if its caller set one:
+# calls made on its behalf to other services end by then too (services/common/channels.py).
+deadline_var: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "deadline", default=None
+)
+
+
+def _deadline(context: Any) -> float | None:
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
+
+
+def new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_id_counter):08x}"
+
+
 def _request_id(context: Any) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == REQUEST_ID_KEY and value:
             return str(value)
-    return f"{_ID_PREFIX}{next(_id_counter):08x}"
+    return new_request_id()
 
 
 class _Undecodable:
@@ -185,6 +202,7 @@ def _wrap(method: str, handler: Any) -> Any:
         async def call(request: Any, context: Any) -> Any:
             request_id = _request_id(context)
             token = request_id_var.set(request_id)
+            deadline_token = deadline_var.set(_deadline(context))
             started = time.perf_counter()
             try:
                 request = _decoded(request) if unary_in else _decoded_stream(request)
@@ -196,6 +214,7 @@ def _wrap(method: str, handler: Any) -> Any:
                 await _abort(context, exc, method, started, request_id)
             finally:
                 request_id_var.reset(token)
+                deadline_var.reset(deadline_token)
 
         factory = (
             grpc.unary_unary_rpc_method_handler
@@ -214,6 +233,7 @@ def _wrap(method: str, handler: Any) -> Any:
     async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
         request_id = _request_id(context)
         token = request_id_var.set(request_id)
+        deadline_token = deadline_var.set(_deadline(context))
         started = time.perf_counter()
         try:
             request = _decoded(request) if unary_in_stream else _decoded_stream(request)
@@ -229,6 +249,7 @@ def _wrap(method: str, handler: Any) -> Any:
             await _abort(context, exc, method, started, request_id)
         finally:
             request_id_var.reset(token)
+            deadline_var.reset(deadline_token)
 
     stream_factory = (
         grpc.unary_stream_rpc_method_handler

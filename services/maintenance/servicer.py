@@ -10,6 +10,7 @@ from google.protobuf import timestamp_pb2
 
 from engram.maintenance.v1 import maintenance_pb2 as pb
 from engram.maintenance.v1 import maintenance_pb2_grpc
+from services.common import provider_state
 from services.maintenance import diagnostics as dx
 from services.maintenance import worker as mw
 
@@ -94,7 +95,11 @@ def report_to_proto(report: dx.Report) -> pb.GetDiagnosticsResponse:
             error=report.providers.error,
             providers=[
                 pb.ProviderHealth(
-                    role=p.role, kind=p.kind, model=p.model, state=p.state, last_error=p.last_error
+                    role=p.role,
+                    kind=p.kind,
+                    model=p.model,
+                    state=provider_state.to_proto(p.state),
+                    last_error=p.last_error,
                 )
                 for p in report.providers.providers
             ],

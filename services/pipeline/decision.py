@@ -23,8 +23,9 @@ from typing import Any
 import grpc
 
 from engram.search.v1 import search_pb2
+from services.common.facts import Fact
 from services.common.providers.llm import LlmProvider
-from services.pipeline.extraction import Fact, confidence_of, data_block
+from services.pipeline.extraction import confidence_of, data_block
 from services.pipeline.llm_json import LlmOutputInvalid, parse_object
 
 MAX_CANDIDATES = 5

@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from services.common.providers.errors import retryable_status
+
 FETCH_TIMEOUT_S = 30.0
 USER_AGENT = "engram-document-ingest/1"
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
@@ -30,8 +32,6 @@ _BLOCK_TAGS = {
 }  # fmt: skip
 
 
-# 4xx answers that say "not now" rather than "never": retried like a 5xx.
-_RETRYABLE_CLIENT_STATUSES = frozenset({408, 425, 429})
 # getaddrinfo's "this name does not exist" (EAI_NODATA is not on every platform);
 # EAI_AGAIN, a resolver that could not answer, is transient.
 _NO_SUCH_NAME = frozenset(
@@ -54,7 +54,8 @@ class FetchError(Exception):
 
 
 def permanent_status(status: int) -> bool:
-    return 400 <= status < 500 and status not in _RETRYABLE_CLIENT_STATUSES
+    """An error status no retry can help (the providers' one rule)."""
+    return status >= 400 and not retryable_status(status)
 
 
 def permanent_transport_error(exc: BaseException) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.errors import EngramError, ErrorKind, InvalidArgument
+from services.common.facts import FACT_TYPES, MAX_ENTITIES, MAX_ENTITY_CHARS, MAX_FACT_CHARS, Fact
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.llm import LlmProvider
 from services.common.validation import validate_namespace
@@ -23,19 +24,8 @@ from services.pipeline.llm_json import LlmOutputInvalid, parse_object
 MAX_INPUT_CHARS = 12_000
 MAX_FACTS = 20
 MIN_FACT_CHARS = 10
-MAX_FACT_CHARS = 2000
-MAX_ENTITIES = 50
-MAX_ENTITY_CHARS = 200  # the store's limit for a name or relationship
 MAX_EXTRACT_REQUEST_BYTES = 64 * 1024
-FACT_TYPES = ("fact", "preference", "decision", "procedural", "semantic")
 DEFAULT_CONFIDENCE = 0.5  # below the default write gate: an unsure item is never written
-
-
-@dataclass(frozen=True)
-class Fact:
-    content: str
-    type: str
-    confidence: float
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,14 @@ import grpc
 
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2_grpc
+from services.common import provider_state
 from services.common.convert import timestamp_from_text
 from services.pipeline.document_servicer import DocumentRpcs
 from services.pipeline.extract_servicer import ExtractRpcs
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
-_PROVIDER_STATES = {
-    "available": pb.PROVIDER_STATE_AVAILABLE,
-    "degraded": pb.PROVIDER_STATE_DEGRADED,
-    "disabled": pb.PROVIDER_STATE_DISABLED,
-}
 _WORKER_STATES = {
     "idle": pb.WORKER_STATE_IDLE,
     "busy": pb.WORKER_STATE_BUSY,
@@ -50,7 +46,7 @@ class PipelineServicer(ExtractRpcs, DocumentRpcs, pipeline_pb2_grpc.PipelineServ
         stats: jq.GetQueueStatsResponse | None = None
         store_error = ""
         try:
-            stats = await self._jobs.GetQueueStats(jq.GetQueueStatsRequest(), timeout=5)
+            stats = await self._jobs.GetQueueStats(jq.GetQueueStatsRequest())
         except grpc.aio.AioRpcError as exc:
             store_error = f"{exc.code().name}: {exc.details()}"
         response = pb.GetStatusResponse(
@@ -59,7 +55,7 @@ class PipelineServicer(ExtractRpcs, DocumentRpcs, pipeline_pb2_grpc.PipelineServ
                     role=p.role,
                     kind=p.kind,
                     model=p.model,
-                    state=_PROVIDER_STATES[p.state],
+                    state=provider_state.to_proto(p.state),
                     last_error=p.last_error,
                     check_time=timestamp_from_text(p.checked_at),
                 )

@@ -25,7 +25,7 @@ class Reranker(Protocol):
 class HttpReranker(HttpProvider):
     """The `/v1/rerank` protocol shared by llama.cpp server, TEI, Jina and Cohere:
     {model, query, documents} -> {results: [{index, relevance_score}]}. Statuses
-    follow the providers' one rule (services.common.providers.http): 5xx and 429
+    follow the providers' one rule (services.common.providers.http): 5xx, 408, 425, 429
     are ProviderUnavailable, other 4xx ProviderError; so are a refused
     connection and a call past `timeout_ms` (memory.pipelineV2.rerankerTimeoutMs)."""
 

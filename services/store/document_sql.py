@@ -3,6 +3,7 @@ writer's connection; read queries are returned as (sql, params) for the read poo
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 Query = tuple[str, list[Any]]
@@ -118,9 +119,14 @@ def set_expected_chunk_count(conn: Any, document_id: str, count: int) -> None:
     conn.execute("UPDATE documents SET expected_chunk_count = ? WHERE id = ?", (count, document_id))
 
 
-def finish_failed_ingest_job(conn: Any, job_id: str, error: str, result: str, at: str) -> None:
-    """A document that can never be ingested: its job is finished, not dead
-    (no retry, no dead-job rate, nothing for "requeue dead jobs" to revive)."""
+def fail_document(conn: Any, job_id: str, document_id: str, error: str, at: str) -> None:
+    """The document `failed` with `error`, and its ingest job finished, not dead
+    (status completed, its result naming the failure): a failed document is the
+    user's answer, not a stuck job, so no dead-job rate counts it and "requeue
+    dead jobs" has nothing to revive. For a permanent failure at once, and for
+    a transient one when its attempts are used up."""
+    set_status(conn, document_id, "failed", at, error)
+    result = json.dumps({"failed": error}, separators=(",", ":"))
     conn.execute(
         "UPDATE memory_jobs SET status = 'completed', completed_at = ?, updated_at = ?, "
         "lease_token = NULL, error = ?, result = ? WHERE id = ?",

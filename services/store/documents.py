@@ -18,6 +18,7 @@ from services.common import clock
 from services.common.db import ReadPool
 from services.common.errors import FieldViolation, InvalidArgument, NotFound
 from services.common.normalize import normalize_content
+from services.common.validation import validate_id
 from services.store import document_sql as sql
 from services.store import mutations, rules
 from services.store import repository as repo
@@ -185,8 +186,7 @@ class DocumentStore:
         return await self._writer.submit(operation)
 
     async def get(self, namespace: str, document_id: str, field: str = "id") -> DocumentRecord:
-        if not document_id:
-            raise InvalidArgument(field, "required")
+        validate_id(document_id, field)
         row = await self._reads.fetch_one(sql.get_document_query(namespace, document_id))
         if row is None:
             raise NotFound(f"document {document_id} not found in namespace {namespace}")
@@ -351,10 +351,7 @@ class DocumentStore:
             document_id = _held_document(conn, job_id, token)
             if document_id is None:
                 return None
-            at = clock.now_text()
-            sql.set_status(conn, document_id, "failed", at, message)
-            result = json.dumps({"failed": message}, separators=(",", ":"))
-            sql.finish_failed_ingest_job(conn, job_id, message, result, at)
+            sql.fail_document(conn, job_id, document_id, message, clock.now_text())
             return DocumentRecord.from_row(sql.get_document(conn, document_id))
 
         return await self._writer.submit(operation)

@@ -26,8 +26,10 @@ from typing import Any
 from services.common import clock
 from services.common.config import Config
 from services.common.errors import InvalidArgument
+from services.common.facts import FACT_TYPES, MAX_ENTITIES, MAX_ENTITY_CHARS, MAX_FACT_CHARS, Fact
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
+from services.common.validation import validate_id, validate_ids
 from services.store import contradiction, mutations
 from services.store import extraction_sql as sql
 from services.store import repository as repo
@@ -42,13 +44,9 @@ SHADOW_ACTOR = "pipeline-shadow"  # seed 002: the actor of shadow proposals' aud
 WHY = "extracted-fact"
 AUDIT_EVENT = "none"  # HISTORY_EVENT_TYPE_NONE: a proposal recorded on its source memory
 ACTIONS = ("add", "update", "delete", "none")
-FACT_TYPES = ("fact", "preference", "decision", "procedural", "semantic")
 
 MAX_PROPOSALS = 20
-MAX_ENTITIES = 50
-MAX_FACT_CHARS = 2000
 MAX_CANDIDATES = 50
-MAX_NAME_CHARS = 200
 MAX_MODEL_CHARS = 256
 MAX_REASON_CHARS = 500
 MAX_WARNINGS = 100
@@ -72,13 +70,6 @@ class WritePolicy:
     def records_only(self) -> bool:
         """Shadow mode: proposals are recorded, nothing else is written."""
         return self.shadow or self.frozen
-
-
-@dataclass(frozen=True)
-class Fact:
-    content: str
-    type: str
-    confidence: float
 
 
 @dataclass(frozen=True)
@@ -200,8 +191,8 @@ def check_completion(request: ExtractCompletion) -> list[_Checked]:
             value = getattr(triple, name)
             if not value.strip():
                 raise InvalidArgument(f"{field}.{name}", "required")
-            if len(value) > MAX_NAME_CHARS:
-                raise InvalidArgument(f"{field}.{name}", f"at most {MAX_NAME_CHARS} characters")
+            if len(value) > MAX_ENTITY_CHARS:
+                raise InvalidArgument(f"{field}.{name}", f"at most {MAX_ENTITY_CHARS} characters")
         _check_unit(triple.confidence, f"{field}.confidence")
     return checked
 
@@ -215,8 +206,11 @@ def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) 
     _check_unit(proposal.confidence, f"{field}.confidence")
     if proposal.action in ("update", "delete") and not proposal.target_id:
         raise InvalidArgument(f"{field}.target_id", "required for UPDATE and DELETE")
+    if proposal.target_id:
+        validate_id(proposal.target_id, f"{field}.target_id")
     if len(proposal.candidate_ids) > MAX_CANDIDATES:
         raise InvalidArgument(f"{field}.candidate_ids", f"at most {MAX_CANDIDATES} ids")
+    validate_ids(proposal.candidate_ids, f"{field}.candidate_ids")
     vector = None
     if proposal.vector:
         if not request.embedding_model:

@@ -230,10 +230,12 @@ class JobQueue:
                 if job is None:
                     continue
                 message = error[:MAX_ERROR_CHARS] or "unknown error"
-                if job["attempts"] >= job["max_attempts"]:
+                if job["attempts"] >= job["max_attempts"] and job["document_id"]:
+                    # A document out of attempts is a failed document (with
+                    # the last error), not a dead job.
+                    document_sql.fail_document(conn, job_id, job["document_id"], message, at)
+                elif job["attempts"] >= job["max_attempts"]:
                     repo.bury_job(conn, job_id, message, at)
-                    if job["document_id"]:  # seed 000: the document fails with its job
-                        document_sql.set_status(conn, job["document_id"], "failed", at, message)
                     dead += 1
                 else:
                     # The job's failed attempts so far are its consecutive failures.

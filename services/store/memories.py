@@ -33,7 +33,7 @@ from services.store import repository as repo
 from services.store.admin_sql import purged_marker_query
 from services.store.page_tokens import (
     decode_int_position,
-    decode_pair_position,
+    decode_time_position,
     encode_page_token,
 )
 from services.store.rules import MemoryDraft
@@ -203,7 +203,7 @@ class MemoryStore:
         size = bad.check(DEFAULT_LIST_PAGE_SIZE, _page_size, page_size, DEFAULT_LIST_PAGE_SIZE)
         kind = "tombstones" if deleted else "memories"
         scope = f"{namespace}\x00{spec.fingerprint()}"
-        after = bad.check(None, decode_pair_position, page_token, kind, scope)
+        after = bad.check(None, decode_time_position, page_token, kind, scope)
         bad.raise_if_any()
         if deleted:
             query = repo.list_tombstones_query(
@@ -353,11 +353,7 @@ class MemoryStore:
         actor: str,
         bad: Violations | None = None,
     ) -> MemoryRecord:
-        bad = _collector(bad)
-        bad.check("", validate_id, memory_id, "id")
-        reason = bad.check("", rules.check_reason, reason, "reason")
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        bad.raise_if_any()
+        reason, actor = _check_one_memory_change(memory_id, reason, actor, bad)
 
         def operation(conn: Any) -> MemoryRecord:
             record = self._load(conn, namespace, memory_id)
@@ -451,11 +447,7 @@ class MemoryStore:
         actor: str,
         bad: Violations | None = None,
     ) -> MemoryRecord:
-        bad = _collector(bad)
-        bad.check("", validate_id, memory_id, "id")
-        reason = bad.check("", rules.check_reason, reason, "reason")
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        bad.raise_if_any()
+        reason, actor = _check_one_memory_change(memory_id, reason, actor, bad)
 
         def operation(conn: Any) -> MemoryRecord:
             if repo.fetch_one(conn, purged_marker_query(namespace, memory_id)) is not None:
@@ -671,6 +663,19 @@ def _confirm_token(
 
 def _collector(bad: Violations | None) -> Violations:
     return bad if bad is not None else Violations()
+
+
+def _check_one_memory_change(
+    memory_id: str, reason: str, actor: str, bad: Violations | None
+) -> tuple[str, str]:
+    """Delete's and Recover's request rules (the id, a reason, the actor), every
+    bad field named at once: the checked reason and actor."""
+    found = _collector(bad)
+    found.check("", validate_id, memory_id, "id")
+    reason = found.check("", rules.check_reason, reason, "reason")
+    actor = found.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
+    found.raise_if_any()
+    return reason, actor
 
 
 def _check_version(record: MemoryRecord, if_version: int | None) -> None:

@@ -390,6 +390,150 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             WHERE document_id IS NOT NULL;
         """,
     ),
+    (
+        "timestamps_to_nanoseconds",
+        """
+        -- Stored times get nine fraction digits (services/common/clock.py), so
+        -- every google.protobuf.Timestamp round-trips exactly; they had six,
+        -- and nanos were truncated. Every time column is rewritten to the new
+        -- fixed width so that text order stays time order across old and new
+        -- rows: first the unpadded years an early release wrote
+        -- (`1-01-01T...`) get their zeros, then `...ffffffZ` (27 characters)
+        -- becomes `...ffffff000Z` (30).
+        UPDATE memories SET
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at,
+            updated_at = substr('000', 1, 5 - instr(updated_at, '-')) || updated_at,
+            event_time = substr('000', 1, 5 - instr(event_time, '-')) || event_time,
+            deleted_at = substr('000', 1, 5 - instr(deleted_at, '-')) || deleted_at,
+            last_accessed = substr('000', 1, 5 - instr(last_accessed, '-')) || last_accessed,
+            valid_from = substr('000', 1, 5 - instr(valid_from, '-')) || valid_from,
+            valid_until = substr('000', 1, 5 - instr(valid_until, '-')) || valid_until
+        WHERE instr(created_at, '-') BETWEEN 2 AND 4
+           OR instr(updated_at, '-') BETWEEN 2 AND 4
+           OR instr(event_time, '-') BETWEEN 2 AND 4
+           OR instr(deleted_at, '-') BETWEEN 2 AND 4
+           OR instr(last_accessed, '-') BETWEEN 2 AND 4
+           OR instr(valid_from, '-') BETWEEN 2 AND 4
+           OR instr(valid_until, '-') BETWEEN 2 AND 4;
+        UPDATE memories SET
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END,
+            updated_at = CASE WHEN length(updated_at) = 27 THEN substr(updated_at, 1, 26) || '000Z' ELSE updated_at END,
+            event_time = CASE WHEN length(event_time) = 27 THEN substr(event_time, 1, 26) || '000Z' ELSE event_time END,
+            deleted_at = CASE WHEN length(deleted_at) = 27 THEN substr(deleted_at, 1, 26) || '000Z' ELSE deleted_at END,
+            last_accessed = CASE WHEN length(last_accessed) = 27 THEN substr(last_accessed, 1, 26) || '000Z' ELSE last_accessed END,
+            valid_from = CASE WHEN length(valid_from) = 27 THEN substr(valid_from, 1, 26) || '000Z' ELSE valid_from END,
+            valid_until = CASE WHEN length(valid_until) = 27 THEN substr(valid_until, 1, 26) || '000Z' ELSE valid_until END
+        WHERE length(created_at) = 27
+           OR length(updated_at) = 27
+           OR length(event_time) = 27
+           OR length(deleted_at) = 27
+           OR length(last_accessed) = 27
+           OR length(valid_from) = 27
+           OR length(valid_until) = 27;
+        UPDATE memory_history SET
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at
+        WHERE instr(created_at, '-') BETWEEN 2 AND 4;
+        UPDATE memory_history SET
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END
+        WHERE length(created_at) = 27;
+        UPDATE memory_jobs SET
+            available_at = substr('000', 1, 5 - instr(available_at, '-')) || available_at,
+            leased_at = substr('000', 1, 5 - instr(leased_at, '-')) || leased_at,
+            completed_at = substr('000', 1, 5 - instr(completed_at, '-')) || completed_at,
+            failed_at = substr('000', 1, 5 - instr(failed_at, '-')) || failed_at,
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at,
+            updated_at = substr('000', 1, 5 - instr(updated_at, '-')) || updated_at
+        WHERE instr(available_at, '-') BETWEEN 2 AND 4
+           OR instr(leased_at, '-') BETWEEN 2 AND 4
+           OR instr(completed_at, '-') BETWEEN 2 AND 4
+           OR instr(failed_at, '-') BETWEEN 2 AND 4
+           OR instr(created_at, '-') BETWEEN 2 AND 4
+           OR instr(updated_at, '-') BETWEEN 2 AND 4;
+        UPDATE memory_jobs SET
+            available_at = CASE WHEN length(available_at) = 27 THEN substr(available_at, 1, 26) || '000Z' ELSE available_at END,
+            leased_at = CASE WHEN length(leased_at) = 27 THEN substr(leased_at, 1, 26) || '000Z' ELSE leased_at END,
+            completed_at = CASE WHEN length(completed_at) = 27 THEN substr(completed_at, 1, 26) || '000Z' ELSE completed_at END,
+            failed_at = CASE WHEN length(failed_at) = 27 THEN substr(failed_at, 1, 26) || '000Z' ELSE failed_at END,
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END,
+            updated_at = CASE WHEN length(updated_at) = 27 THEN substr(updated_at, 1, 26) || '000Z' ELSE updated_at END
+        WHERE length(available_at) = 27
+           OR length(leased_at) = 27
+           OR length(completed_at) = 27
+           OR length(failed_at) = 27
+           OR length(created_at) = 27
+           OR length(updated_at) = 27;
+        UPDATE embeddings SET
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at
+        WHERE instr(created_at, '-') BETWEEN 2 AND 4;
+        UPDATE embeddings SET
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END
+        WHERE length(created_at) = 27;
+        UPDATE vector_index SET
+            updated_at = substr('000', 1, 5 - instr(updated_at, '-')) || updated_at
+        WHERE instr(updated_at, '-') BETWEEN 2 AND 4;
+        UPDATE vector_index SET
+            updated_at = CASE WHEN length(updated_at) = 27 THEN substr(updated_at, 1, 26) || '000Z' ELSE updated_at END
+        WHERE length(updated_at) = 27;
+        UPDATE entities SET
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at,
+            updated_at = substr('000', 1, 5 - instr(updated_at, '-')) || updated_at
+        WHERE instr(created_at, '-') BETWEEN 2 AND 4
+           OR instr(updated_at, '-') BETWEEN 2 AND 4;
+        UPDATE entities SET
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END,
+            updated_at = CASE WHEN length(updated_at) = 27 THEN substr(updated_at, 1, 26) || '000Z' ELSE updated_at END
+        WHERE length(created_at) = 27
+           OR length(updated_at) = 27;
+        UPDATE relations SET
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at,
+            updated_at = substr('000', 1, 5 - instr(updated_at, '-')) || updated_at
+        WHERE instr(created_at, '-') BETWEEN 2 AND 4
+           OR instr(updated_at, '-') BETWEEN 2 AND 4;
+        UPDATE relations SET
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END,
+            updated_at = CASE WHEN length(updated_at) = 27 THEN substr(updated_at, 1, 26) || '000Z' ELSE updated_at END
+        WHERE length(created_at) = 27
+           OR length(updated_at) = 27;
+        UPDATE memory_entity_mentions SET
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at
+        WHERE instr(created_at, '-') BETWEEN 2 AND 4;
+        UPDATE memory_entity_mentions SET
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END
+        WHERE length(created_at) = 27;
+        UPDATE memory_links SET
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at
+        WHERE instr(created_at, '-') BETWEEN 2 AND 4;
+        UPDATE memory_links SET
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END
+        WHERE length(created_at) = 27;
+        UPDATE documents SET
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at,
+            updated_at = substr('000', 1, 5 - instr(updated_at, '-')) || updated_at,
+            completed_at = substr('000', 1, 5 - instr(completed_at, '-')) || completed_at
+        WHERE instr(created_at, '-') BETWEEN 2 AND 4
+           OR instr(updated_at, '-') BETWEEN 2 AND 4
+           OR instr(completed_at, '-') BETWEEN 2 AND 4;
+        UPDATE documents SET
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END,
+            updated_at = CASE WHEN length(updated_at) = 27 THEN substr(updated_at, 1, 26) || '000Z' ELSE updated_at END,
+            completed_at = CASE WHEN length(completed_at) = 27 THEN substr(completed_at, 1, 26) || '000Z' ELSE completed_at END
+        WHERE length(created_at) = 27
+           OR length(updated_at) = 27
+           OR length(completed_at) = 27;
+        UPDATE maintenance_audit SET
+            created_at = substr('000', 1, 5 - instr(created_at, '-')) || created_at
+        WHERE instr(created_at, '-') BETWEEN 2 AND 4;
+        UPDATE maintenance_audit SET
+            created_at = CASE WHEN length(created_at) = 27 THEN substr(created_at, 1, 26) || '000Z' ELSE created_at END
+        WHERE length(created_at) = 27;
+        UPDATE schema_migrations SET
+            applied_at = substr('000', 1, 5 - instr(applied_at, '-')) || applied_at
+        WHERE instr(applied_at, '-') BETWEEN 2 AND 4;
+        UPDATE schema_migrations SET
+            applied_at = CASE WHEN length(applied_at) = 27 THEN substr(applied_at, 1, 26) || '000Z' ELSE applied_at END
+        WHERE length(applied_at) = 27;
+        """,
+    ),
 )
 
 

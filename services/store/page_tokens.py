@@ -6,7 +6,8 @@ listing, or holds a position no listing could have written (not the shape the
 listing asked for, or a value that is not a short string or a 64-bit integer:
 e.g. a forged 10**30, which SQLite cannot bind) is INVALID_ARGUMENT on
 `page_token`. Listings decode through the typed functions (`decode_int_position`,
-`decode_pair_position`), so no listing checks a position's shape itself.
+`decode_pair_position`, `decode_time_position`), so no listing checks a
+position's shape itself.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import hashlib
 import json
 from typing import Any
 
+from services.common import clock
 from services.common.errors import InvalidArgument
 
 _FIELD = "page_token"
@@ -54,6 +56,20 @@ def decode_pair_position(token: str, kind: str, scope: str) -> tuple[str, str] |
     if len(position) != 2 or not all(isinstance(value, str) for value in position):
         raise _malformed()
     return str(position[0]), str(position[1])
+
+
+def decode_time_position(token: str, kind: str, scope: str) -> tuple[str, str] | None:
+    """As decode_pair_position, for a position whose sort key is a stored time:
+    that time in today's form (services.common.clock.current_form), so a token
+    issued before times had nine fraction digits still continues where its
+    page ended; a key that is no time is a malformed token."""
+    position = decode_pair_position(token, kind, scope)
+    if position is None:
+        return None
+    try:
+        return clock.current_form(position[0]), position[1]
+    except ValueError as exc:
+        raise _malformed() from exc
 
 
 def _malformed() -> InvalidArgument:

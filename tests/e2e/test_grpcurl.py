@@ -8,30 +8,19 @@ the JSON mapping of every message round-trips.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e_helpers import Launcher, ProcessHandle
+from e2e_helpers import GRPCURL, Launcher, ProcessHandle, needs_grpcurl
 
 SERVICE = "engram.store.v1.MemoryStoreService"
 
 
-def _find_grpcurl() -> str | None:
-    beside = Path(sys.executable).parent / "grpcurl"
-    if beside.exists():
-        return str(beside)
-    return shutil.which("grpcurl")
-
-
-GRPCURL = _find_grpcurl()
-pytestmark = pytest.mark.skipif(GRPCURL is None, reason="grpcurl binary not installed")
+pytestmark = needs_grpcurl()
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +81,6 @@ def test_list_of_the_service_shows_every_rpc(store: ProcessHandle) -> None:
             "ForgetMemories",
             "RecoverMemory",
             "ListMemoryHistory",
-            "RecordAccess",
         )
     }
 

@@ -3,7 +3,8 @@
 The README's ```sh blocks are read, not copied: each command is run with bash as
 written, after these rewrites and no others (`rewrite` below):
 
-- `localhost:5005N` and `127.0.0.1:5005N` -> the port this test gave that service;
+- `localhost:5005N`, `localhost:50061` (and `127.0.0.1:` forms) -> the port this test gave
+  that listener;
 - `.venv/bin/grpcurl` and a bare `grpcurl` -> the grpcurl binary of this virtualenv;
 - `https://example.com/guide.html` -> the same page served by a scripted HTTP server on a
   loopback port (this machine has no internet);
@@ -35,23 +36,29 @@ import pytest
 import yaml
 
 from e2e_helpers import (
+    GRPCURL,
     REPO_ROOT,
     Launcher,
     ProcessHandle,
     clean_env,
     engram_command,
-    find_grpcurl,
     free_port,
+    needs_grpcurl,
 )
 from http_fakes import Reply, ScriptedHttpServer
 from llm_fakes import LlmServer, fact, scripted
 
 README = REPO_ROOT / "README.md"
-GRPCURL = find_grpcurl()
-pytestmark = pytest.mark.skipif(GRPCURL is None, reason="grpcurl binary not installed")
+pytestmark = needs_grpcurl()
 
 SERVICES = ("store", "search", "pipeline", "maintenance")
-README_PORTS = {"50051": "store", "50052": "search", "50053": "pipeline", "50054": "maintenance"}
+README_PORTS = {
+    "50051": "store",
+    "50052": "search",
+    "50053": "pipeline",
+    "50054": "maintenance",
+    "50061": "store_internal",
+}
 GUIDE_URL = "https://example.com/guide.html"
 GUIDE_HTML = (
     "<html><head><title>Deploy guide</title></head><body>"
@@ -142,7 +149,7 @@ def rewrite(command: str, places: Places) -> str:
     """The README command as it runs here (see the module docstring)."""
     assert GRPCURL is not None and re.fullmatch(r"[\w/.+-]+", GRPCURL), GRPCURL  # quote-free
     command = re.sub(
-        r"\b(?:localhost|127\.0\.0\.1):(5005[1-4])\b",
+        r"\b(?:localhost|127\.0\.0\.1):(5005[1-4]|50061)\b",
         lambda m: f"127.0.0.1:{places.ports[README_PORTS[m.group(1)]]}",
         command,
     )
@@ -402,7 +409,7 @@ def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -
     root = tmp_path_factory.mktemp("readme")
     llm = LlmServer(scripted(lambda memory: [fact(text) for text in EXTRACTED])).start()
     pages = ScriptedHttpServer({("GET", "/guide.html"): _guide_page}).start()
-    ports = {name: free_port() for name in SERVICES}
+    ports = {name: free_port() for name in (*SERVICES, "store_internal")}
     config = root / "engram.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -525,11 +532,15 @@ def test_readme_cli_examples_run(suite: Suite) -> None:
     assert health.returncode == 0, health.stdout + health.stderr
 
     # Run from the checkout like every command here, so it reads the example engram.yaml
-    # there; --port and ENGRAM_STORAGE__PATH keep it off that file's port and data.
+    # there; --port, ENGRAM_SERVER__PORTS__STORE_INTERNAL and ENGRAM_STORAGE__PATH keep it
+    # off that file's ports and data.
     port = free_port()
     store = suite.launcher.spawn(
         cli_argv(cli["serve"], suite.places, {"[--port N]": f"--port {port}"}),
-        env={"ENGRAM_STORAGE__PATH": str(suite.root / "serve" / "engram.db")},
+        env={
+            "ENGRAM_STORAGE__PATH": str(suite.root / "serve" / "engram.db"),
+            "ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(free_port()),
+        },
         port=port,
     )
     try:

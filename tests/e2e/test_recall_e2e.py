@@ -9,22 +9,21 @@ meaning, with no keyword in common.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from e2e_helpers import Launcher, ProcessHandle, engram_command, free_port
+from e2e_helpers import GRPCURL, Launcher, ProcessHandle, engram_command, free_port, needs_grpcurl
+from engram.common.v1 import provider_pb2
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.search.v1 import search_pb2, search_pb2_grpc
-from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2
+from engram.store.internal.v1 import job_queue_pb2, job_queue_pb2_grpc
+from engram.store.v1 import store_pb2
 
 EMBED_TIMEOUT_S = 180.0  # two processes load the model on a small machine
 SEARCH = "engram.search.v1.SearchService"
@@ -38,14 +37,6 @@ MEMORIES = [
 ]
 
 
-def _find_grpcurl() -> str | None:
-    beside = Path(sys.executable).parent / "grpcurl"
-    return str(beside) if beside.exists() else shutil.which("grpcurl")
-
-
-GRPCURL = _find_grpcurl()
-
-
 @dataclass
 class Suite:
     store: ProcessHandle
@@ -55,7 +46,7 @@ class Suite:
 
 
 def _wait_indexed(store: ProcessHandle, wanted: int, others: list[ProcessHandle]) -> None:
-    jobs = job_queue_pb2_grpc.JobQueueServiceStub(store.channel())
+    jobs = job_queue_pb2_grpc.JobQueueServiceStub(store.internal_channel())
     deadline = time.monotonic() + EMBED_TIMEOUT_S
     indexed = -1
     while time.monotonic() < deadline:
@@ -77,14 +68,17 @@ def _wait_indexed(store: ProcessHandle, wanted: int, others: list[ProcessHandle]
 @pytest.fixture(scope="module")
 def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     root = tmp_path_factory.mktemp("recall-e2e")
-    ports = {name: free_port() for name in ("store", "search", "pipeline")}
+    ports = {name: free_port() for name in ("store", "store_internal", "search", "pipeline")}
     config = root / "engram.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 "storage": {"path": str(root / "data" / "engram.db")},
                 "server": {"ports": ports},
-                "clients": {"store_address": f"127.0.0.1:{ports['store']}"},
+                "clients": {
+                    "store_address": f"127.0.0.1:{ports['store']}",
+                    "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
+                },
                 "providers": {"embedding": {"kind": "local", "model": "all-MiniLM-L6-v2"}},
                 "workers": {"embed": {"poll_ms": 100}},
             }
@@ -94,7 +88,9 @@ def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -
     handles: dict[str, ProcessHandle] = {}
     for name in ("store", "search", "pipeline"):
         handle = module_launcher.spawn(
-            engram_command("serve", name, "--config", str(config)), port=ports[name]
+            engram_command("serve", name, "--config", str(config)),
+            port=ports[name],
+            internal_port=ports["store_internal"] if name == "store" else None,
         )
         handles[name] = handle
         handle.wait_ready(timeout=60)
@@ -136,7 +132,7 @@ def test_remembered_memory_is_embedded_and_recalled_by_meaning(suite: Suite) -> 
     )
     assert status.indexed_memory_count == len(MEMORIES)
     assert status.index_model == "all-MiniLM-L6-v2"
-    assert status.providers[0].state == pipeline_pb2.PROVIDER_STATE_AVAILABLE
+    assert status.providers[0].state == provider_pb2.PROVIDER_STATE_AVAILABLE
 
 
 def _grpcurl(
@@ -158,7 +154,7 @@ def _call(handle: ProcessHandle, method: str, body: dict[str, Any]) -> dict[str,
     return json.loads(result.stdout)
 
 
-@pytest.mark.skipif(GRPCURL is None, reason="grpcurl binary not installed")
+@needs_grpcurl()
 def test_grpcurl_lists_and_calls_recall_and_get_status_over_reflection(suite: Suite) -> None:
     _recall(suite.search, "Which animal does she own?")  # the search model is loaded
     listed = _grpcurl(suite.search, "list")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from engram.common.v1 import provider_pb2
 from engram.maintenance.v1 import maintenance_pb2 as pb
 from http_fakes import ScriptedHttpServer
 from services.maintenance import diagnostics as dx
@@ -24,7 +25,10 @@ def test_a_missing_llm_server_lowers_the_providers_score(
     )
     report = m.maintenance.GetDiagnostics(pb.GetDiagnosticsRequest())
     states = {p.role: p.state for p in report.providers.providers}
-    assert states == {"llm": "degraded", "embedding": "disabled"}
+    assert states == {
+        "llm": provider_pb2.PROVIDER_STATE_DEGRADED,
+        "embedding": provider_pb2.PROVIDER_STATE_DISABLED,
+    }
     [llm] = [p for p in report.providers.providers if p.role == "llm"]
     assert "unreachable" in llm.last_error
     score = {c.name: c.score for c in report.components}["providers"]

@@ -11,11 +11,12 @@ import grpc
 import pytest
 
 from admin_helpers import AdminStore
-from engram.common.v1 import job_pb2
+from engram.common.v1 import job_pb2, provider_pb2
 from engram.maintenance.v1 import maintenance_pb2 as pb
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import wait_for
+from services.common import provider_state
 from services.common.config import load_config
 from services.maintenance import diagnostics as dx
 from services.maintenance.worker import schedule_enabled
@@ -80,12 +81,17 @@ def test_provider_health_comes_from_the_pipeline(maintained: Build) -> None:
     report = diagnostics(m)
     assert report.providers.pipeline_reachable
     states = [p.state for p in report.providers.providers]
-    assert states and set(states) <= {"available", "degraded", "disabled"}
+    assert states and set(states) <= {
+        provider_pb2.PROVIDER_STATE_AVAILABLE,
+        provider_pb2.PROVIDER_STATE_DEGRADED,
+        provider_pb2.PROVIDER_STATE_DISABLED,
+    }
     expected = dx.provider_score(
         dx.ProviderReport(
             True,
             providers=tuple(
-                dx.Provider(p.role, p.kind, p.model, p.state) for p in report.providers.providers
+                dx.Provider(p.role, p.kind, p.model, provider_state.from_proto(p.state))
+                for p in report.providers.providers
             ),
         )
     )
@@ -178,7 +184,7 @@ def test_an_action_that_does_not_help_halts_after_three_runs_until_health_is_goo
 
 
 def test_stale_leases_are_released_by_execute(maintained: Build) -> None:
-    from engram.store.v1 import job_queue_pb2 as jq
+    from engram.store.internal.v1 import job_queue_pb2 as jq
 
     m = maintained()
     m.st.remember("a memory whose extract job is leased")

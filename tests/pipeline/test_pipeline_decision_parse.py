@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from services.common.facts import Fact
 from services.pipeline.decision import Candidate, decision_prompt, parse_decision
-from services.pipeline.extraction import Fact
 from services.pipeline.llm_json import LlmOutputInvalid
 
 FACT = Fact("Alice moved to Munich", "fact", 0.9)

@@ -15,10 +15,11 @@ import pytest
 
 from engram.common.v1 import document_pb2, job_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
-from engram.store.v1 import admin_pb2 as adpb
-from engram.store.v1 import admin_pb2_grpc, documents_pb2_grpc, store_pb2
-from engram.store.v1 import documents_pb2 as dpb
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import admin_pb2 as adpb
+from engram.store.internal.v1 import admin_pb2_grpc, documents_pb2_grpc
+from engram.store.internal.v1 import documents_pb2 as dpb
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from http_fakes import Reply, ScriptedHttpServer, VectorBook, ollama_server
 from recall_helpers import Stack, fake_embedding_overrides, wait_for
@@ -251,7 +252,14 @@ def test_a_server_error_is_retried_until_the_attempts_run_out(
     assert "HTTP 500" in failed.error
     assert failed.attempt == 2
     assert len(server.requests_to("GET", "/doc")) == 2  # workerMaxRetries attempts
-    assert ingest_jobs(stack) == {job_pb2.JOB_STATUS_DEAD: 1}
+    # Out of attempts, the document is failed and its job finished, not dead
+    # (was: a dead job, counted in the health score's dead-job rate and
+    # revived by "requeue dead jobs" to fail again).
+    assert ingest_jobs(stack) == {job_pb2.JOB_STATUS_COMPLETED: 1}
+    admin = store_admin(stack)
+    assert admin.GetStoreDiagnostics(adpb.GetStoreDiagnosticsRequest()).dead_jobs == 0
+    assert admin.RequeueDeadJobs(adpb.RequeueDeadJobsRequest()).requeued == 0
+    assert stack.pipeline.GetDocument(pb.GetDocumentRequest(id=document.id)).document == failed
 
 
 def test_a_retry_after_a_server_error_succeeds_and_the_watch_shows_the_attempts(
@@ -296,7 +304,7 @@ def test_a_refused_connection_fails_the_document_after_the_retries(
     assert failed.status == document_pb2.DOCUMENT_STATUS_FAILED
     assert "ConnectError" in failed.error
     assert failed.attempt == 2  # transient: retried until the attempts ran out
-    assert ingest_jobs(stack) == {job_pb2.JOB_STATUS_DEAD: 1}
+    assert ingest_jobs(stack) == {job_pb2.JOB_STATUS_COMPLETED: 1}
 
 
 def test_watch_reports_every_status_in_order(
@@ -389,6 +397,35 @@ def test_bad_input_is_named_through_the_pipeline(
     assert error_of(lambda: stack.pipeline.GetDocument(pb.GetDocumentRequest()))[2] == ["id"]
     watch_error = error_of(lambda: list(stack.pipeline.WatchDocument(pb.WatchDocumentRequest())))
     assert watch_error[2] == ["id"]
+
+
+@pytest.mark.parametrize("bad", ["d" * 129, "d" * (1 << 20)], ids=["129 chars", "1 MiB"])
+def test_document_ids_over_128_characters_are_invalid_argument(
+    docs_stack: Callable[..., Stack], bad: str
+) -> None:
+    """Was: any length went through, and NOT_FOUND echoed the whole id (1 MiB
+    overflows the metadata limit: the caller saw RESOURCE_EXHAUSTED)."""
+    stack = docs_stack()
+    calls = [
+        ("id", lambda: stack.pipeline.GetDocument(pb.GetDocumentRequest(id=bad))),
+        (
+            "document_id",
+            lambda: stack.pipeline.ListDocumentChunks(
+                pb.ListDocumentChunksRequest(document_id=bad)
+            ),
+        ),
+        ("id", lambda: list(stack.pipeline.WatchDocument(pb.WatchDocumentRequest(id=bad)))),
+    ]
+    for field, call in calls:
+        with pytest.raises(grpc.RpcError) as caught:
+            call()
+        assert len(caught.value.details()) < 1024  # type: ignore[attr-defined]
+        code, reason, named = error_of(call)
+        assert (code, reason, named) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_ARGUMENT",
+            [field],
+        )
 
 
 def test_frozen_mutations_refuse_documents_and_write_nothing(

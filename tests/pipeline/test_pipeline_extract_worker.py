@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from engram.common.v1 import provider_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import audit
 from http_fakes import Reply
@@ -158,7 +159,7 @@ def test_a_memory_becomes_extracted_facts_and_candidates_exclude_the_source(
 
     worker, health = extract_status(stack)
     assert (worker.completed_count, worker.failed_count) == (2, 0)
-    assert health.state == pb.PROVIDER_STATE_AVAILABLE and health.kind == "ollama"
+    assert health.state == provider_pb2.PROVIDER_STATE_AVAILABLE and health.kind == "ollama"
 
 
 ANSWER = extraction_answer([fact("Bob prefers tea over coffee", "preference")])
@@ -229,7 +230,7 @@ def test_an_unreachable_llm_releases_jobs_without_using_attempts(
     memory = stack.remember("Erin runs every morning before work")
     wait_for(
         lambda: (
-            (s := extract_status(stack))[1].state == pb.PROVIDER_STATE_DEGRADED
+            (s := extract_status(stack))[1].state == provider_pb2.PROVIDER_STATE_DEGRADED
             and s[0].released_count >= 1
         ),
         what="LLM reported degraded and the job handed back",
@@ -245,7 +246,8 @@ def test_an_unreachable_llm_releases_jobs_without_using_attempts(
     assert done["attempts"] >= 1
     assert [d[0] for d in derived(stack)] == ["Noted: Erin runs every morning before work"]
     wait_for(
-        lambda: extract_status(stack)[1].state == pb.PROVIDER_STATE_AVAILABLE, what="available"
+        lambda: extract_status(stack)[1].state == provider_pb2.PROVIDER_STATE_AVAILABLE,
+        what="available",
     )
 
 

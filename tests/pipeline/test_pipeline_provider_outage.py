@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from engram.common.v1 import job_pb2
+from engram.common.v1 import job_pb2, provider_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from http_fakes import VectorBook, ollama_server
 from recall_helpers import QUERY_VECTOR, Stack, count, fake_embedding_overrides, vec, wait_for
 
@@ -51,7 +51,7 @@ def test_provider_outage_degrades_recall_and_parks_jobs_until_it_returns(
     stack, server = down_stack
     degraded = wait_for(
         lambda: (
-            (s := status(stack)).providers[0].state == pb.PROVIDER_STATE_DEGRADED
+            (s := status(stack)).providers[0].state == provider_pb2.PROVIDER_STATE_DEGRADED
             and s.workers[0].released_count >= len(CONTENTS)
             and s
         ),
@@ -81,7 +81,9 @@ def test_provider_outage_degrades_recall_and_parks_jobs_until_it_returns(
         what="jobs completed after the provider returned",
     )
     recovered = wait_for(
-        lambda: (s := status(stack)).providers[0].state == pb.PROVIDER_STATE_AVAILABLE and s,
+        lambda: (
+            (s := status(stack)).providers[0].state == provider_pb2.PROVIDER_STATE_AVAILABLE and s
+        ),
         what="embedding provider available again",
     )
     assert recovered.providers[0].last_error == ""

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from engram.common.v1 import provider_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from grpc_helpers import error_of
 from http_fakes import ScriptedHttpServer, VectorBook, ollama_server
@@ -58,14 +59,14 @@ def test_the_llm_state_follows_a_probe_of_the_server(
     stack = pipeline_with(recall_stack, llm, embeddings, probe_interval_ms=200)
 
     down = providers(stack)["llm"]
-    assert down.state == pb.PROVIDER_STATE_DEGRADED, "no LLM server is running"
+    assert down.state == provider_pb2.PROVIDER_STATE_DEGRADED, "no LLM server is running"
     assert "unreachable" in down.last_error and llm.url in down.last_error
     assert down.HasField("check_time")
-    assert providers(stack)["embedding"].state == pb.PROVIDER_STATE_AVAILABLE
+    assert providers(stack)["embedding"].state == provider_pb2.PROVIDER_STATE_AVAILABLE
 
     llm.start()
     up = wait_for(
-        lambda: (p := providers(stack)["llm"]).state == pb.PROVIDER_STATE_AVAILABLE and p,
+        lambda: (p := providers(stack)["llm"]).state == provider_pb2.PROVIDER_STATE_AVAILABLE and p,
         timeout=PROBE_WAIT_S,
         what="LLM available after its server started",
     )
@@ -75,7 +76,7 @@ def test_the_llm_state_follows_a_probe_of_the_server(
 
     llm.stop()
     wait_for(
-        lambda: providers(stack)["llm"].state == pb.PROVIDER_STATE_DEGRADED,
+        lambda: providers(stack)["llm"].state == provider_pb2.PROVIDER_STATE_DEGRADED,
         timeout=PROBE_WAIT_S,
         what="LLM degraded after its server stopped",
     )
@@ -88,19 +89,19 @@ def test_an_extract_that_fails_or_succeeds_updates_the_llm_state_at_once(
     embeddings = http_servers(ollama_server(VectorBook()))
     # one probe at start, the next in an hour: only the Extract calls can move it
     stack = pipeline_with(recall_stack, llm, embeddings, probe_interval_ms=3_600_000)
-    assert providers(stack)["llm"].state == pb.PROVIDER_STATE_AVAILABLE
+    assert providers(stack)["llm"].state == provider_pb2.PROVIDER_STATE_AVAILABLE
 
     llm.stop()
     code, reason, _ = error_of(lambda: extract(stack))
     assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "LLM_UNAVAILABLE")
     failed = providers(stack)["llm"]
-    assert failed.state == pb.PROVIDER_STATE_DEGRADED
+    assert failed.state == provider_pb2.PROVIDER_STATE_DEGRADED
     assert "unreachable" in failed.last_error
 
     llm.start()
     assert extract(stack).facts == []
     recovered = providers(stack)["llm"]
-    assert (recovered.state, recovered.last_error) == (pb.PROVIDER_STATE_AVAILABLE, "")
+    assert (recovered.state, recovered.last_error) == (provider_pb2.PROVIDER_STATE_AVAILABLE, "")
 
 
 def test_an_embedding_server_that_is_down_is_not_available_before_any_job(
@@ -112,12 +113,14 @@ def test_an_embedding_server_that_is_down_is_not_available_before_any_job(
     stack = pipeline_with(recall_stack, llm, embeddings, probe_interval_ms=200)
 
     down = providers(stack)["embedding"]
-    assert down.state == pb.PROVIDER_STATE_DEGRADED, "no job has failed, but nobody listens"
+    assert down.state == provider_pb2.PROVIDER_STATE_DEGRADED, (
+        "no job has failed, but nobody listens"
+    )
     assert "unreachable" in down.last_error
 
     embeddings.start()
     wait_for(
-        lambda: providers(stack)["embedding"].state == pb.PROVIDER_STATE_AVAILABLE,
+        lambda: providers(stack)["embedding"].state == provider_pb2.PROVIDER_STATE_AVAILABLE,
         timeout=PROBE_WAIT_S,
         what="embedding available after its server started",
     )

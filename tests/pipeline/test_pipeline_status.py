@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engram.common.v1 import job_pb2
+from engram.common.v1 import job_pb2, provider_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from http_fakes import Reply, Request, ScriptedHttpServer, VectorBook, ollama_server
 from recall_helpers import MODEL, Stack, count, fake_embedding_overrides, wait_for
@@ -51,7 +51,7 @@ def test_status_shows_queue_depths_provider_and_worker(
     assert depths(response) == {("JOB_TYPE_EMBED", "JOB_STATUS_COMPLETED"): 3}
     [provider] = [p for p in response.providers if p.role == "embedding"]
     assert (provider.role, provider.kind, provider.model) == ("embedding", "ollama", MODEL)
-    assert provider.state == pb.PROVIDER_STATE_AVAILABLE
+    assert provider.state == provider_pb2.PROVIDER_STATE_AVAILABLE
     assert provider.last_error == ""
     [worker] = [w for w in response.workers if w.name == "embed"]
     assert worker.name == "embed"
@@ -133,7 +133,9 @@ def test_a_rejected_input_fails_only_its_own_job(
     [worker] = [w for w in response.workers if w.name == "embed"]
     assert worker.failed_count == 1
     assert "400" in worker.last_error
-    assert response.providers[0].state == pb.PROVIDER_STATE_AVAILABLE, "a rejection is no outage"
+    assert response.providers[0].state == provider_pb2.PROVIDER_STATE_AVAILABLE, (
+        "a rejection is no outage"
+    )
 
 
 def test_embeddings_off_disable_the_provider_and_stop_the_worker(
@@ -146,7 +148,7 @@ def test_embeddings_off_disable_the_provider_and_stop_the_worker(
         what="worker stopped",
     )
     [provider] = [p for p in response.providers if p.role == "embedding"]
-    assert (provider.kind, provider.state) == ("none", pb.PROVIDER_STATE_DISABLED)
+    assert (provider.kind, provider.state) == ("none", provider_pb2.PROVIDER_STATE_DISABLED)
     assert depths(response)[("JOB_TYPE_EMBED", "JOB_STATUS_PENDING")] == 1
 
 

@@ -136,7 +136,7 @@ def test_available_is_false_when_the_health_endpoint_fails_or_nobody_listens(
 
 
 @pytest.mark.parametrize("kind", HTTP_KINDS)
-@pytest.mark.parametrize("status", [500, 502, 503, 429])
+@pytest.mark.parametrize("status", [500, 502, 503, 408, 425, 429])
 def test_server_errors_and_rate_limits_mean_unavailable(
     kind: str, status: int, http_servers: Callable[[Any], Any]
 ) -> None:

@@ -120,6 +120,18 @@ def test_5xx_is_unavailable_with_status_and_first_200_characters(
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("status", [408, 425, 429])
+def test_not_now_statuses_are_unavailable_like_5xx(
+    protocol: str, status: int, llm_server: Any
+) -> None:
+    """One rule for every HTTP call (the document fetch retried these already)."""
+    server = llm_server(lambda p: Reply(status, "busy"), protocol)
+    error = failure(provider(protocol, server.url))
+    assert isinstance(error, ProviderUnavailable)
+    assert str(error) == f"HTTP {status}: busy"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_4xx_is_a_provider_error_not_an_outage(protocol: str, llm_server: Any) -> None:
     server = llm_server(lambda p: Reply(404, {"error": "model 'nope' not found"}), protocol)
     error = failure(provider(protocol, server.url))

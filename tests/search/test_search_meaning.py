@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engram.common.v1 import provider_pb2
 from engram.pipeline.v1 import pipeline_pb2
 from recall_helpers import Stack, wait_for
 
@@ -49,6 +50,6 @@ def test_recall_finds_a_memory_by_meaning_with_no_shared_keyword(
         "local",
         "all-MiniLM-L6-v2",
     )
-    assert provider.state == pipeline_pb2.PROVIDER_STATE_AVAILABLE
+    assert provider.state == provider_pb2.PROVIDER_STATE_AVAILABLE
     [worker] = [w for w in status.workers if w.name == "embed"]
     assert worker.completed_count == len(MEMORIES)

@@ -31,6 +31,8 @@ REMEMBER_CASES: list[tuple[str, Any, str]] = [
     ("namespace too long", R(content="ok", namespace="n" * 129), "namespace"),
     ("namespace with slash", R(content="ok", namespace="a/b"), "namespace"),
     ("who too long", R(content="ok", who="w" * 257), "who"),
+    ("source_id too long", R(content="ok", source_id="s" * 513), "source_id"),
+    ("source_id of 1 MiB", R(content="ok", source_id="s" * (1 << 20)), "source_id"),
 ]
 
 

@@ -13,9 +13,10 @@ import grpc
 import pytest
 
 from engram.common.v1 import document_pb2, job_pb2
-from engram.store.v1 import documents_pb2 as pb
-from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc, store_pb2
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import documents_pb2 as pb
+from engram.store.internal.v1 import documents_pb2_grpc, job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import wait_for
 from store_helpers import remember, rows, scalar
@@ -27,7 +28,7 @@ class Docs:
     """A store with its three stubs."""
 
     def __init__(self, server: Any, memories: Any) -> None:
-        channel = grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")
         self.channel = channel
         self.memories = memories
         self.docs = documents_pb2_grpc.DocumentStoreServiceStub(channel)
@@ -336,9 +337,12 @@ def test_the_document_fails_with_its_job_after_the_last_attempt(
     response = s.jobs.FailJobs(
         jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease_of(job), error="HTTP 404")])
     )
-    assert response.dead_count == 1
+    assert response.dead_count == 0  # a failed document, not a dead job
     failed = s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document
     assert (failed.status, failed.error) == (document_pb2.DOCUMENT_STATUS_FAILED, "HTTP 404")
+    assert (failed.attempt, failed.last_error) == (2, "HTTP 404")
+    [job_row] = rows(db_path, "SELECT status, result FROM memory_jobs")
+    assert dict(job_row) == {"status": "completed", "result": '{"failed":"HTTP 404"}'}
 
 
 def test_a_document_that_can_never_be_ingested_fails_at_once_and_its_job_is_not_dead(

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from engram.common.v1 import job_pb2
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import (
     ADD,
@@ -394,6 +394,8 @@ def _bad_requests(job: jq.Job) -> list[tuple[str, jq.CompleteExtractJobRequest]]
         ("proposals[1].confidence", one(confidence=float("nan"))),
         ("proposals[1].target_id", one(action=DELETE)),
         ("proposals[1].target_id", one(action=UPDATE)),
+        ("proposals[1].target_id", one(action=DELETE, target_id="t" * 129)),
+        ("proposals[1].candidate_ids[1]", one(candidate_ids=["c", "c" * 129])),
         ("embedding_model", one(vector=[1.0] * DIM)),
         ("proposals[1].vector", one(vector=[0.0] * DIM, embedding_model=MODEL)),
         (

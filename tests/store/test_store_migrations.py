@@ -136,3 +136,82 @@ def test_a_database_that_ran_the_first_text_of_migration_2_gets_its_missing_inde
 def _schema(conn: Any) -> list[tuple[str, str, str]]:
     rows = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
     return [(kind, name, " ".join((sql or "").split())) for kind, name, sql in rows]
+
+
+def _time_columns(conn: Any) -> list[tuple[str, str]]:
+    """Every (table, column) of the schema that holds a stored time."""
+    tables = [
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            " AND sql NOT LIKE 'CREATE VIRTUAL%' AND name NOT LIKE 'memories_fts_%'"
+        )
+    ]
+    found = []
+    for table in tables:
+        for column in conn.execute(f"PRAGMA table_info({table})"):
+            name = column[1]
+            if name.endswith(("_at", "_time")) or name in (
+                "last_accessed",
+                "valid_from",
+                "valid_until",
+            ):
+                found.append((table, name))
+    return found
+
+
+def test_stored_times_from_before_nanoseconds_are_rewritten_to_the_fixed_width(
+    tmp_path: Path,
+) -> None:
+    """Six fraction digits (and an early release's unpadded years) become the
+    30-character form in every time column, so text order stays time order
+    next to rows written with nine digits."""
+    upto = [n for n, _ in MIGRATIONS].index("timestamps_to_nanoseconds")
+    conn = open_read_write(tmp_path / "m.db")
+    apply_migrations(conn, MIGRATIONS[:upto])
+    written = {
+        "a": "2024-05-01T10:00:00.123456Z",
+        "b": "1-01-01T00:00:00.000000Z",
+        "c": "0999-12-31T23:59:59.999999Z",
+        "d": "9999-12-31T23:59:59.999999Z",
+    }
+    for memory_id, at in written.items():
+        conn.execute(
+            "INSERT INTO memories (id, namespace, content, normalized_content, content_hash,"
+            " type, importance, created_at, updated_at, event_time, deleted_at)"
+            " VALUES (?, 'ns', ?, ?, ?, 'fact', 0.5, ?, ?, ?, NULL)",
+            (memory_id, f"content {memory_id}", f"content {memory_id}", memory_id, at, at, at),
+        )
+        conn.execute(
+            "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, available_at,"
+            " created_at, updated_at) VALUES (?, 'ns', ?, 'embed', ?, ?, ?)",
+            (f"job-{memory_id}", memory_id, at, at, at),
+        )
+    assert apply_migrations(conn) == [n for n, _ in MIGRATIONS[upto:]]
+
+    rows = conn.execute("SELECT id, event_time, created_at FROM memories ORDER BY event_time")
+    assert [tuple(r) for r in rows] == [
+        ("b", "0001-01-01T00:00:00.000000000Z", "0001-01-01T00:00:00.000000000Z"),
+        ("c", "0999-12-31T23:59:59.999999000Z", "0999-12-31T23:59:59.999999000Z"),
+        ("a", "2024-05-01T10:00:00.123456000Z", "2024-05-01T10:00:00.123456000Z"),
+        ("d", "9999-12-31T23:59:59.999999000Z", "9999-12-31T23:59:59.999999000Z"),
+    ]
+    for table, column in _time_columns(conn):
+        lengths = conn.execute(
+            f"SELECT DISTINCT length({column}) FROM {table} WHERE {column} IS NOT NULL"
+        ).fetchall()
+        assert {r[0] for r in lengths} <= {30}, (table, column)
+
+
+def test_the_nanosecond_migration_rewrites_every_time_column_of_its_schema(
+    tmp_path: Path,
+) -> None:
+    """A time column the migration missed would keep six digits and sort wrong."""
+    upto = [n for n, _ in MIGRATIONS].index("timestamps_to_nanoseconds")
+    conn = open_read_write(tmp_path / "m.db")
+    apply_migrations(conn, MIGRATIONS[:upto])
+    sql = MIGRATIONS[upto][1]
+    statements = [" ".join(s.split()) for s in sql.split(";")]
+    for table, column in _time_columns(conn):
+        widen = [s for s in statements if s.startswith(f"UPDATE {table} SET") and "'000Z'" in s]
+        assert widen and f"{column} = CASE WHEN length({column}) = 27" in widen[0], (table, column)

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from engram.common.v1 import memory_pb2
 from engram.search.v1 import search_pb2
+from engram.store.internal.v1 import access_pb2
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import Stack
@@ -169,8 +170,8 @@ def test_filters_reject_since_and_until_out_of_range(
     assert table_counts(db) == before
 
 
-# Every instant Timestamp can hold, to the microsecond Engram keeps.
-_micros = st.integers(min_value=0, max_value=999_999)
+# Every instant Timestamp can hold.
+_nanos = st.integers(min_value=0, max_value=999_999_999)
 _seconds = st.integers(min_value=MIN_SECONDS, max_value=MAX_SECONDS)
 
 
@@ -179,29 +180,48 @@ _seconds = st.integers(min_value=MIN_SECONDS, max_value=MAX_SECONDS)
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(seconds=_seconds, micros=_micros, sub_micro=st.integers(min_value=0, max_value=999))
-@example(seconds=MIN_SECONDS, micros=0, sub_micro=0)
-@example(seconds=MAX_SECONDS, micros=999_999, sub_micro=999)
-@example(seconds=-1, micros=999_999, sub_micro=0)
-@example(seconds=-62_104_060_801, micros=0, sub_micro=0)  # 0001-12-31T23:59:59Z
-@example(seconds=-59_042_995_201, micros=500_000, sub_micro=0)  # 0098-12-31T23:59:59.5Z
-@example(seconds=-30_641_760_001, micros=1, sub_micro=1)  # 0998-12-31T23:59:59Z
+@given(seconds=_seconds, nanos=_nanos)
+@example(seconds=MIN_SECONDS, nanos=0)
+@example(seconds=MAX_SECONDS, nanos=999_999_999)
+@example(seconds=-1, nanos=999_999_999)
+@example(seconds=0, nanos=1)
+@example(seconds=-62_104_060_801, nanos=0)  # 0001-12-31T23:59:59Z
+@example(seconds=-59_042_995_201, nanos=500_000_000)  # 0098-12-31T23:59:59.5Z
+@example(seconds=-30_641_760_001, nanos=1_001)  # 0998-12-31T23:59:59Z
 def test_any_valid_timestamp_survives_remember_get_list_and_recall(
-    stack: Stack, seconds: int, micros: int, sub_micro: int
+    stack: Stack, seconds: int, nanos: int
 ) -> None:
-    """Exact at microsecond precision; finer nanos are truncated (documented on
-    engram.common.v1.Memory)."""
+    """Exact to the nanosecond (was: nanos finer than a microsecond were cut)."""
     ns = fresh()
-    given_time = ts(seconds, micros * 1000 + sub_micro)
-    kept = ts(seconds, micros * 1000)
+    given_time = ts(seconds, nanos)
     stored = remember(stack, ns, "an instant worth keeping", event_time=given_time)
-    assert stored.event_time == kept
+    assert stored.event_time == given_time
     got = stack.store.GetMemory(store_pb2.GetMemoryRequest(namespace=ns, id=stored.id)).memory
-    assert got.event_time == kept
+    assert got.event_time == given_time
     listed = stack.store.ListMemories(store_pb2.ListMemoriesRequest(namespace=ns)).memories
-    assert [m.event_time for m in listed] == [kept]
+    assert [m.event_time for m in listed] == [given_time]
     recalled = stack.recall("instant", namespace=ns).results
-    assert [r.memory.event_time for r in recalled] == [kept]
+    assert [r.memory.event_time for r in recalled] == [given_time]
+
+
+def test_since_and_until_compare_to_the_nanosecond(stack: Stack) -> None:
+    """Was: a bound's nanos were cut to the microsecond, so `since` one
+    nanosecond after a memory's create_time still listed it."""
+    ns = fresh()
+    memory = remember(stack, ns, "an exact instant")
+    created = memory.create_time
+    just_after = ts(created.seconds, created.nanos + 1)
+
+    def listed(**bounds: timestamp_pb2.Timestamp) -> list[str]:
+        request = store_pb2.ListMemoriesRequest(
+            namespace=ns, filter=memory_pb2.MemoryFilter(**bounds)
+        )
+        return [m.id for m in stack.store.ListMemories(request).memories]
+
+    assert listed(since=created) == [memory.id]
+    assert listed(since=just_after) == []
+    assert listed(until=just_after) == [memory.id]
+    assert listed(until=created) == []
 
 
 def test_since_and_until_at_the_ends_of_the_range_are_accepted(stack: Stack) -> None:
@@ -352,8 +372,13 @@ def test_forged_history_page_tokens_are_invalid_argument(stack: Stack, position:
 
 @pytest.mark.parametrize(
     "position",
-    [["2026-01-01T00:00:00.000000Z", 10**30], [10**30, "id"], ["x" * 10_000, "id"]],
-    ids=["huge id", "huge time", "long string"],
+    [
+        ["2026-01-01T00:00:00.000000Z", 10**30],
+        [10**30, "id"],
+        ["x" * 10_000, "id"],
+        ["yesterday", "id"],
+    ],
+    ids=["huge id", "huge time", "long string", "not a time"],
 )
 def test_forged_listing_page_tokens_are_invalid_argument(stack: Stack, position: list[Any]) -> None:
     ns = fresh()
@@ -365,6 +390,25 @@ def test_forged_listing_page_tokens_are_invalid_argument(stack: Stack, position:
         )
     )
     assert fields == ["page_token"]
+
+
+def test_a_listing_token_from_before_nanoseconds_continues_where_its_page_ended(
+    stack: Stack,
+) -> None:
+    """Tokens once held six fraction digits; compared as text with today's nine
+    they sorted after their own row, which came back on the next page."""
+    ns = fresh()
+    for content in ("first written", "second written", "third written"):
+        remember(stack, ns, content)
+    listed = stack.store.ListMemories(store_pb2.ListMemoriesRequest(namespace=ns)).memories
+    newest = listed[0]
+    stored = newest.create_time.ToDatetime().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    scope = f"{ns}\x00{MemoryFilterSpec().fingerprint()}"
+    old_token = encode_page_token("memories", scope, [stored, newest.id])
+    rest = stack.store.ListMemories(
+        store_pb2.ListMemoriesRequest(namespace=ns, page_token=old_token)
+    ).memories
+    assert [m.id for m in rest] == [m.id for m in listed[1:]]
 
 
 @pytest.mark.parametrize(
@@ -387,30 +431,30 @@ HUGE = "i" * (1024 * 1024)
 LONG = "i" * 129
 
 
-def _id_calls(ns: str, bad: str, real: str) -> list[tuple[str, Callable[[Any], Any]]]:
+def _id_calls(ns: str, bad: str, real: str) -> list[tuple[str, Callable[[Stack], Any]]]:
     return [
-        ("id", lambda s: s.GetMemory(store_pb2.GetMemoryRequest(namespace=ns, id=bad))),
+        ("id", lambda s: s.store.GetMemory(store_pb2.GetMemoryRequest(namespace=ns, id=bad))),
         (
             "id",
-            lambda s: s.DeleteMemory(
+            lambda s: s.store.DeleteMemory(
                 store_pb2.DeleteMemoryRequest(namespace=ns, id=bad, reason="r")
             ),
         ),
         (
             "id",
-            lambda s: s.RecoverMemory(
+            lambda s: s.store.RecoverMemory(
                 store_pb2.RecoverMemoryRequest(namespace=ns, id=bad, reason="r")
             ),
         ),
         (
             "memory_id",
-            lambda s: s.ListMemoryHistory(
+            lambda s: s.store.ListMemoryHistory(
                 store_pb2.ListMemoryHistoryRequest(namespace=ns, memory_id=bad)
             ),
         ),
         (
             "patches[1].id",
-            lambda s: s.ModifyMemories(
+            lambda s: s.store.ModifyMemories(
                 store_pb2.ModifyMemoriesRequest(
                     namespace=ns,
                     reason="r",
@@ -423,7 +467,7 @@ def _id_calls(ns: str, bad: str, real: str) -> list[tuple[str, Callable[[Any], A
         ),
         (
             "ids[1]",
-            lambda s: s.ForgetMemories(
+            lambda s: s.store.ForgetMemories(
                 store_pb2.ForgetMemoriesRequest(
                     namespace=ns, ids=[real, bad], mode=store_pb2.FORGET_MODE_EXECUTE, reason="r"
                 )
@@ -431,8 +475,8 @@ def _id_calls(ns: str, bad: str, real: str) -> list[tuple[str, Callable[[Any], A
         ),
         (
             "memory_ids[1]",
-            lambda s: s.RecordAccess(
-                store_pb2.RecordAccessRequest(namespace=ns, memory_ids=[real, bad])
+            lambda s: s.access.RecordAccess(
+                access_pb2.RecordAccessRequest(namespace=ns, memory_ids=[real, bad])
             ),
         ),
     ]
@@ -446,7 +490,7 @@ def test_ids_over_128_characters_are_invalid_argument(stack: Stack, db: Path, ba
     real = remember(stack, ns, "a real memory").id
     before = table_counts(db)
     for field, call in _id_calls(ns, bad, real):
-        code, reason, fields = error_of(lambda call=call: call(stack.store))
+        code, reason, fields = error_of(lambda call=call: call(stack))
         assert (code, reason, fields) == (*INVALID, [field])
     assert table_counts(db) == before
 

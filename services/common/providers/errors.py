@@ -1,6 +1,18 @@
-"""Provider failures, split by whose fault they are."""
+"""Provider failures, split by whose fault they are, and the one HTTP status
+rule every outbound HTTP call follows (providers, reranker, document fetch)."""
 
 from __future__ import annotations
+
+# 4xx answers that say "not now" rather than "never": Request Timeout, Too
+# Early, Too Many Requests.
+_RETRYABLE_CLIENT_STATUSES = frozenset({408, 425, 429})
+
+
+def retryable_status(status: int) -> bool:
+    """An error status worth asking again later (5xx, 408, 425, 429): the
+    server is down, overloaded or not ready, nothing is wrong with the request.
+    Any other 4xx is the request's fault and fails the same way every time."""
+    return status >= 500 or status in _RETRYABLE_CLIENT_STATUSES
 
 
 class ProviderError(Exception):
@@ -9,7 +21,8 @@ class ProviderError(Exception):
 
 class ProviderUnavailable(ProviderError):
     """The provider cannot be reached or is failing (connection refused, timeout,
-    5xx): nothing is wrong with the job, so work waits instead of using attempts."""
+    a retryable status): nothing is wrong with the job, so work waits instead of
+    using attempts."""
 
 
 def describe_http_error(status: int, body: str) -> str:

@@ -1,6 +1,7 @@
-"""What every HTTP provider (embeddings, LLM) shares: one client, the status-code
-rule (seed 000: 5xx and 429 mean unavailable, other 4xx a bad request), JSON
-bodies and the health probe."""
+"""What every HTTP provider (embeddings, LLM, reranker) shares: one client, the
+status-code rule (services.common.providers.errors.retryable_status: 5xx, 408,
+425 and 429 mean unavailable, other 4xx a bad request), JSON bodies and the
+health probe."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from services.common.providers.errors import (
     ProviderError,
     ProviderUnavailable,
     describe_http_error,
+    retryable_status,
 )
 
 AVAILABILITY_TIMEOUT_S = 3.0
@@ -31,7 +33,7 @@ class HttpProvider:
     def json_body(response: httpx.Response, *, malformed: type[ProviderError], what: str) -> Any:
         """The decoded body of a successful answer; `malformed` is raised (naming
         `what`) when it is not JSON."""
-        if response.status_code >= 500 or response.status_code == 429:
+        if response.status_code >= 400 and retryable_status(response.status_code):
             raise ProviderUnavailable(describe_http_error(response.status_code, response.text))
         if response.status_code >= 400:
             raise ProviderError(describe_http_error(response.status_code, response.text))

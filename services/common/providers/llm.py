@@ -4,7 +4,7 @@ chat completions, behind one small interface (seed 000 "Provider Abstraction").
 Failures are split by what the caller should do about them:
 - `LlmUnreachable` (a ProviderUnavailable): no connection could be made. The
   provider is down and no job is at fault: work is handed back unattempted.
-- `ProviderUnavailable`: timed out, or answered 5xx/429. The provider is up but
+- `ProviderUnavailable`: timed out, or answered 5xx/408/425/429. The provider is up but
   failing this call: a failed attempt that retries with backoff.
 - `ProviderError`: any other bad answer (4xx, a body that is not the protocol's
   JSON). Also a failed attempt.

@@ -14,11 +14,6 @@ if sys.version_info >= (3, 10):
 else:
     from typing_extensions import TypeAlias as _TypeAlias
 
-if sys.version_info >= (3, 13):
-    from warnings import deprecated as _deprecated
-else:
-    from typing_extensions import deprecated as _deprecated
-
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class _ErrorReason:
@@ -45,13 +40,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """FAILED_PRECONDITION: RecoverMemory after the tombstone retention window."""
     ERROR_REASON_MUTATIONS_FROZEN: _ErrorReason.ValueType  # 6
     """UNAVAILABLE: `memory.pipelineV2.mutationsFrozen` is set; nothing was written."""
-    ERROR_REASON_PII_REJECTED: _ErrorReason.ValueType  # 7
-    """FAILED_PRECONDITION: the content was rejected by the PII gate
-    (RememberRequest.pii_policy REJECT). Not sent yet: the PII gate comes
-    with a later release, which sends it.
-    """
     ERROR_REASON_CONFIRM_TOKEN_REQUIRED: _ErrorReason.ValueType  # 8
-    """FAILED_PRECONDITION: ForgetMemories execute over more than 25 candidates
+    """7 was PII_REJECTED, declared for a PII gate that was never built and
+    never sent: removed (the PII gate will add its own reason when it sends
+    one). See the reserved list at the end.
+    FAILED_PRECONDITION: ForgetMemories execute over more than 25 candidates
     without the `confirm_token` from its preview.
     """
     ERROR_REASON_CONFIRM_TOKEN_MISMATCH: _ErrorReason.ValueType  # 9
@@ -82,17 +75,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """UNAVAILABLE: the LLM provider cannot be reached, answered 5xx, or timed out."""
     ERROR_REASON_STORE_UNAVAILABLE: _ErrorReason.ValueType  # 18
     """UNAVAILABLE: the store cannot be reached from another service."""
-    @_builtins.property
-    @_deprecated("""This enum value has been marked as deprecated using proto enum value options.""")
-    def ERROR_REASON_ACTION_RATE_LIMITED(self) -> _ErrorReason.ValueType:   # 19
-        """Deprecated, never sent. Maintenance limits (cooldown, hourly budget,
-        halt) are not errors: RunMaintenance reports them per action in
-        `ActionResult.status` (COOLDOWN, BUDGET_EXHAUSTED, HALTED) and the cycle
-        succeeds. Kept (not reserved) so that code naming it still compiles; it
-        will be reserved in v2.
-        """
     ERROR_REASON_STORAGE_FULL: _ErrorReason.ValueType  # 20
-    """RESOURCE_EXHAUSTED: the store's disk is full ("database or disk is full");
+    """19 was ACTION_RATE_LIMITED, never sent: maintenance limits (cooldown,
+    hourly budget, halt) are not errors; RunMaintenance reports them per
+    action in `ActionResult.status` (COOLDOWN, BUDGET_EXHAUSTED, HALTED).
+    RESOURCE_EXHAUSTED: the store's disk is full ("database or disk is full");
     nothing of the call was written. Retry once space is freed: the store
     takes writes again by itself. StoreAdminService.GetStoreDiagnostics
     counts these refusals and reports the data directory's free space.
@@ -128,13 +115,11 @@ ERROR_REASON_RETENTION_EXPIRED: ErrorReason.ValueType  # 5
 """FAILED_PRECONDITION: RecoverMemory after the tombstone retention window."""
 ERROR_REASON_MUTATIONS_FROZEN: ErrorReason.ValueType  # 6
 """UNAVAILABLE: `memory.pipelineV2.mutationsFrozen` is set; nothing was written."""
-ERROR_REASON_PII_REJECTED: ErrorReason.ValueType  # 7
-"""FAILED_PRECONDITION: the content was rejected by the PII gate
-(RememberRequest.pii_policy REJECT). Not sent yet: the PII gate comes
-with a later release, which sends it.
-"""
 ERROR_REASON_CONFIRM_TOKEN_REQUIRED: ErrorReason.ValueType  # 8
-"""FAILED_PRECONDITION: ForgetMemories execute over more than 25 candidates
+"""7 was PII_REJECTED, declared for a PII gate that was never built and
+never sent: removed (the PII gate will add its own reason when it sends
+one). See the reserved list at the end.
+FAILED_PRECONDITION: ForgetMemories execute over more than 25 candidates
 without the `confirm_token` from its preview.
 """
 ERROR_REASON_CONFIRM_TOKEN_MISMATCH: ErrorReason.ValueType  # 9
@@ -165,15 +150,11 @@ ERROR_REASON_LLM_UNAVAILABLE: ErrorReason.ValueType  # 17
 """UNAVAILABLE: the LLM provider cannot be reached, answered 5xx, or timed out."""
 ERROR_REASON_STORE_UNAVAILABLE: ErrorReason.ValueType  # 18
 """UNAVAILABLE: the store cannot be reached from another service."""
-ERROR_REASON_ACTION_RATE_LIMITED: ErrorReason.ValueType  # 19
-"""Deprecated, never sent. Maintenance limits (cooldown, hourly budget,
-halt) are not errors: RunMaintenance reports them per action in
-`ActionResult.status` (COOLDOWN, BUDGET_EXHAUSTED, HALTED) and the cycle
-succeeds. Kept (not reserved) so that code naming it still compiles; it
-will be reserved in v2.
-"""
 ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 20
-"""RESOURCE_EXHAUSTED: the store's disk is full ("database or disk is full");
+"""19 was ACTION_RATE_LIMITED, never sent: maintenance limits (cooldown,
+hourly budget, halt) are not errors; RunMaintenance reports them per
+action in `ActionResult.status` (COOLDOWN, BUDGET_EXHAUSTED, HALTED).
+RESOURCE_EXHAUSTED: the store's disk is full ("database or disk is full");
 nothing of the call was written. Retry once space is freed: the store
 takes writes again by itself. StoreAdminService.GetStoreDiagnostics
 counts these refusals and reports the data directory's free space.

@@ -28,10 +28,8 @@ class Memory(_message.Message):
     `since` and `until`) must lie in google.protobuf.Timestamp's own range,
     0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z, with `nanos` in
     [0, 999999999]; anything else is INVALID_ARGUMENT naming the field, and
-    nothing is written. Engram keeps time to the microsecond: nanos finer than
-    a microsecond are truncated (toward the past) on input, so a Timestamp
-    read back has `nanos` a multiple of 1000 and is otherwise exactly the one
-    given.
+    nothing is written. Engram keeps time to the nanosecond: a Timestamp read
+    back is exactly the one given.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -189,8 +187,8 @@ class MemoryFilter(_message.Message):
 
     @_builtins.property
     def since(self) -> _timestamp_pb2.Timestamp:
-        """Only memories whose `create_time` is at or after this instant. Compared to
-        the microsecond (finer nanos are truncated); see Memory on the valid range.
+        """Only memories whose `create_time` is at or after this instant, compared to
+        the nanosecond; see Memory on the valid range.
         """
 
     @_builtins.property

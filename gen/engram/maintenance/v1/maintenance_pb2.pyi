@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from engram.common.v1 import provider_pb2 as _provider_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -422,8 +423,10 @@ class ProviderHealth(_message.Message):
     """Provider kind."""
     model: _builtins.str
     """Model name."""
-    state: _builtins.str
-    """available, degraded or disabled."""
+    state: _provider_pb2.ProviderState.ValueType
+    """Current health, as the pipeline reports it. Replaces field 4, which
+    named it as a string.
+    """
     last_error: _builtins.str
     """The last error seen, if degraded."""
     def __init__(
@@ -432,7 +435,7 @@ class ProviderHealth(_message.Message):
         role: _builtins.str = ...,
         kind: _builtins.str = ...,
         model: _builtins.str = ...,
-        state: _builtins.str = ...,
+        state: _provider_pb2.ProviderState.ValueType = ...,
         last_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from engram.common.v1 import document_pb2 as _document_pb2
 from engram.common.v1 import job_pb2 as _job_pb2
+from engram.common.v1 import provider_pb2 as _provider_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -21,34 +22,6 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class _ProviderState:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _ProviderStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProviderState.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    PROVIDER_STATE_UNSPECIFIED: _ProviderState.ValueType  # 0
-    """Never sent."""
-    PROVIDER_STATE_AVAILABLE: _ProviderState.ValueType  # 1
-    """Reachable and answering."""
-    PROVIDER_STATE_DEGRADED: _ProviderState.ValueType  # 2
-    """Configured but failing; jobs wait and retry."""
-    PROVIDER_STATE_DISABLED: _ProviderState.ValueType  # 3
-    """Not configured (kind `none`)."""
-
-class ProviderState(_ProviderState, metaclass=_ProviderStateEnumTypeWrapper):
-    """Health of one provider."""
-
-PROVIDER_STATE_UNSPECIFIED: ProviderState.ValueType  # 0
-"""Never sent."""
-PROVIDER_STATE_AVAILABLE: ProviderState.ValueType  # 1
-"""Reachable and answering."""
-PROVIDER_STATE_DEGRADED: ProviderState.ValueType  # 2
-"""Configured but failing; jobs wait and retry."""
-PROVIDER_STATE_DISABLED: ProviderState.ValueType  # 3
-"""Not configured (kind `none`)."""
-Global___ProviderState: _TypeAlias = ProviderState  # noqa: Y015
 
 class _WorkerState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -289,7 +262,7 @@ class GetDocumentRequest(_message.Message):
     namespace: _builtins.str
     """Namespace (default "default")."""
     id: _builtins.str
-    """Document id."""
+    """Document id (at most 128 characters, else INVALID_ARGUMENT)."""
     def __init__(
         self,
         *,
@@ -341,7 +314,7 @@ class ListDocumentChunksRequest(_message.Message):
     namespace: _builtins.str
     """Namespace (default "default")."""
     document_id: _builtins.str
-    """Document id."""
+    """Document id (at most 128 characters, else INVALID_ARGUMENT)."""
     page_size: _builtins.int
     """At most this many chunks (default 50, at most 500)."""
     page_token: _builtins.str
@@ -401,7 +374,7 @@ class WatchDocumentRequest(_message.Message):
     namespace: _builtins.str
     """Namespace (default "default")."""
     id: _builtins.str
-    """Document id."""
+    """Document id (at most 128 characters, else INVALID_ARGUMENT)."""
     def __init__(
         self,
         *,
@@ -475,7 +448,7 @@ class ProviderStatus(_message.Message):
     """Provider kind: local, ollama, openai or none."""
     model: _builtins.str
     """Model name."""
-    state: Global___ProviderState.ValueType
+    state: _provider_pb2.ProviderState.ValueType
     """Current health."""
     last_error: _builtins.str
     """The last error seen, if degraded."""
@@ -489,7 +462,7 @@ class ProviderStatus(_message.Message):
         role: _builtins.str = ...,
         kind: _builtins.str = ...,
         model: _builtins.str = ...,
-        state: Global___ProviderState.ValueType = ...,
+        state: _provider_pb2.ProviderState.ValueType = ...,
         last_error: _builtins.str = ...,
         check_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...

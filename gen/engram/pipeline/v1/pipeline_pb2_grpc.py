@@ -119,8 +119,8 @@ class PipelineServiceServicer:
     def GetDocument(self, request, context):
         """Returns a document and its ingest status.
 
-        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
-        (no such document in the namespace).
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty or over 128
+        characters); NOT_FOUND (no such document in the namespace).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -129,9 +129,9 @@ class PipelineServiceServicer:
     def ListDocumentChunks(self, request, context):
         """Lists a document's chunk memories in chunk order.
 
-        Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty,
-        `page_size` over 500, a malformed or foreign `page_token`); NOT_FOUND (no
-        such document in the namespace).
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty or over
+        128 characters, `page_size` over 500, a malformed or foreign `page_token`);
+        NOT_FOUND (no such document in the namespace).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -141,8 +141,8 @@ class PipelineServiceServicer:
         """Streams the document's status: the current state at once, then every
         change, ending after `done` or `failed`.
 
-        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
-        (no such document in the namespace).
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty or over 128
+        characters); NOT_FOUND (no such document in the namespace).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

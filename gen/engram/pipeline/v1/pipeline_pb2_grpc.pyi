@@ -67,22 +67,22 @@ class PipelineServiceStub:
     GetDocument: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.GetDocumentRequest, _pipeline_pb2.GetDocumentResponse]
     """Returns a document and its ingest status.
 
-    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
-    (no such document in the namespace).
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty or over 128
+    characters); NOT_FOUND (no such document in the namespace).
     """
     ListDocumentChunks: _grpc.UnaryUnaryMultiCallable[_pipeline_pb2.ListDocumentChunksRequest, _pipeline_pb2.ListDocumentChunksResponse]
     """Lists a document's chunk memories in chunk order.
 
-    Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty,
-    `page_size` over 500, a malformed or foreign `page_token`); NOT_FOUND (no
-    such document in the namespace).
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty or over
+    128 characters, `page_size` over 500, a malformed or foreign `page_token`);
+    NOT_FOUND (no such document in the namespace).
     """
     WatchDocument: _grpc.UnaryStreamMultiCallable[_pipeline_pb2.WatchDocumentRequest, _pipeline_pb2.WatchDocumentResponse]
     """Streams the document's status: the current state at once, then every
     change, ending after `done` or `failed`.
 
-    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
-    (no such document in the namespace).
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty or over 128
+    characters); NOT_FOUND (no such document in the namespace).
     """
 
 @_typing.type_check_only
@@ -124,22 +124,22 @@ class PipelineServiceAsyncStub(PipelineServiceStub):
     GetDocument: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.GetDocumentRequest, _pipeline_pb2.GetDocumentResponse]  # type: ignore[assignment]
     """Returns a document and its ingest status.
 
-    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
-    (no such document in the namespace).
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty or over 128
+    characters); NOT_FOUND (no such document in the namespace).
     """
     ListDocumentChunks: _aio.UnaryUnaryMultiCallable[_pipeline_pb2.ListDocumentChunksRequest, _pipeline_pb2.ListDocumentChunksResponse]  # type: ignore[assignment]
     """Lists a document's chunk memories in chunk order.
 
-    Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty,
-    `page_size` over 500, a malformed or foreign `page_token`); NOT_FOUND (no
-    such document in the namespace).
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty or over
+    128 characters, `page_size` over 500, a malformed or foreign `page_token`);
+    NOT_FOUND (no such document in the namespace).
     """
     WatchDocument: _aio.UnaryStreamMultiCallable[_pipeline_pb2.WatchDocumentRequest, _pipeline_pb2.WatchDocumentResponse]  # type: ignore[assignment]
     """Streams the document's status: the current state at once, then every
     change, ending after `done` or `failed`.
 
-    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
-    (no such document in the namespace).
+    Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty or over 128
+    characters); NOT_FOUND (no such document in the namespace).
     """
 
 class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -202,8 +202,8 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_pipeline_pb2.GetDocumentResponse, _abc.Awaitable[_pipeline_pb2.GetDocumentResponse]]:
         """Returns a document and its ingest status.
 
-        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
-        (no such document in the namespace).
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty or over 128
+        characters); NOT_FOUND (no such document in the namespace).
         """
 
     @_abc_1.abstractmethod
@@ -214,9 +214,9 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_pipeline_pb2.ListDocumentChunksResponse, _abc.Awaitable[_pipeline_pb2.ListDocumentChunksResponse]]:
         """Lists a document's chunk memories in chunk order.
 
-        Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty,
-        `page_size` over 500, a malformed or foreign `page_token`); NOT_FOUND (no
-        such document in the namespace).
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `document_id` empty or over
+        128 characters, `page_size` over 500, a malformed or foreign `page_token`);
+        NOT_FOUND (no such document in the namespace).
         """
 
     @_abc_1.abstractmethod
@@ -228,8 +228,8 @@ class PipelineServiceServicer(metaclass=_abc_1.ABCMeta):
         """Streams the document's status: the current state at once, then every
         change, ending after `done` or `failed`.
 
-        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty); NOT_FOUND
-        (no such document in the namespace).
+        Errors: INVALID_ARGUMENT (`namespace` malformed, `id` empty or over 128
+        characters); NOT_FOUND (no such document in the namespace).
         """
 
 def add_PipelineServiceServicer_to_server(servicer: PipelineServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -506,7 +506,7 @@ class FailJobsResponse(_message.Message):
     OUTCOMES_FIELD_NUMBER: _builtins.int
     DEAD_COUNT_FIELD_NUMBER: _builtins.int
     dead_count: _builtins.int
-    """How many of the jobs became dead."""
+    """How many of the jobs became dead (a document job never does)."""
     @_builtins.property
     def outcomes(self) -> _containers.RepeatedScalarFieldContainer[Global___LeaseOutcome.ValueType]:
         """One outcome per failure, in request order."""

@@ -4,7 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
-from engram.store.v1 import job_queue_pb2 as _job_queue_pb2
+from engram.store.internal.v1 import job_queue_pb2 as _job_queue_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -27,7 +27,10 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class JobQueueServiceStub:
-    """The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
     workers. Jobs are leased atomically with a lease token; only the holder of
     the current token can complete, fail, release or renew a job, so a worker
     whose lease was reaped cannot finish it. Job results are applied by the
@@ -84,7 +87,8 @@ class JobQueueServiceStub:
     """Reports failed attempts. A job with attempts left returns to pending with
     an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
     one that has used its attempts becomes dead (the dead letter), with the
-    error recorded (a document job's document follows its status). Taken
+    error recorded, except a document job: its document becomes `failed` and
+    the job is finished, as DocumentStoreService.FailDocument does. Taken
     while mutations are frozen.
 
     Errors: INVALID_ARGUMENT (more than 500 jobs).
@@ -161,7 +165,10 @@ class JobQueueServiceStub:
 
 @_typing.type_check_only
 class JobQueueServiceAsyncStub(JobQueueServiceStub):
-    """The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
     workers. Jobs are leased atomically with a lease token; only the holder of
     the current token can complete, fail, release or renew a job, so a worker
     whose lease was reaped cannot finish it. Job results are applied by the
@@ -215,7 +222,8 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     """Reports failed attempts. A job with attempts left returns to pending with
     an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
     one that has used its attempts becomes dead (the dead letter), with the
-    error recorded (a document job's document follows its status). Taken
+    error recorded, except a document job: its document becomes `failed` and
+    the job is finished, as DocumentStoreService.FailDocument does. Taken
     while mutations are frozen.
 
     Errors: INVALID_ARGUMENT (more than 500 jobs).
@@ -291,7 +299,10 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     """
 
 class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
-    """The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
     workers. Jobs are leased atomically with a lease token; only the holder of
     the current token can complete, fail, release or renew a job, so a worker
     whose lease was reaped cannot finish it. Job results are applied by the
@@ -367,7 +378,8 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         """Reports failed attempts. A job with attempts left returns to pending with
         an exponential backoff delay (1 s doubling, capped at 30 s, plus jitter);
         one that has used its attempts becomes dead (the dead letter), with the
-        error recorded (a document job's document follows its status). Taken
+        error recorded, except a document job: its document becomes `failed` and
+        the job is finished, as DocumentStoreService.FailDocument does. Taken
         while mutations are frozen.
 
         Errors: INVALID_ARGUMENT (more than 500 jobs).

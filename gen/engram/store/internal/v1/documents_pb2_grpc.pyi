@@ -4,7 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
-from engram.store.v1 import documents_pb2 as _documents_pb2
+from engram.store.internal.v1 import documents_pb2 as _documents_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -115,7 +115,8 @@ class DocumentStoreServiceStub:
     completed, its result naming the failure) in one transaction. The job is
     not dead: it counts in no dead-job rate and "requeue dead jobs" leaves it
     alone. A transient failure goes through JobQueueService.FailJobs
-    instead, which retries. A lost lease writes nothing.
+    instead, which retries and, once the attempts are used up, fails the
+    document the same way. A lost lease writes nothing.
 
     Errors: INVALID_ARGUMENT (`error` empty); UNAVAILABLE (MUTATIONS_FROZEN).
     """
@@ -207,7 +208,8 @@ class DocumentStoreServiceAsyncStub(DocumentStoreServiceStub):
     completed, its result naming the failure) in one transaction. The job is
     not dead: it counts in no dead-job rate and "requeue dead jobs" leaves it
     alone. A transient failure goes through JobQueueService.FailJobs
-    instead, which retries. A lost lease writes nothing.
+    instead, which retries and, once the attempts are used up, fails the
+    document the same way. A lost lease writes nothing.
 
     Errors: INVALID_ARGUMENT (`error` empty); UNAVAILABLE (MUTATIONS_FROZEN).
     """
@@ -344,7 +346,8 @@ class DocumentStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         completed, its result naming the failure) in one transaction. The job is
         not dead: it counts in no dead-job rate and "requeue dead jobs" leaves it
         alone. A transient failure goes through JobQueueService.FailJobs
-        instead, which retries. A lost lease writes nothing.
+        instead, which retries and, once the attempts are used up, fails the
+        document the same way. A lost lease writes nothing.
 
         Errors: INVALID_ARGUMENT (`error` empty); UNAVAILABLE (MUTATIONS_FROZEN).
         """

@@ -1,0 +1,20 @@
+"""What a fact is, for the pipeline that extracts facts and the store that
+writes them: one definition of the fact types and of the limits the store
+enforces, so the pipeline never produces what the store would refuse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# seed 000 "Extraction Stage": the types a fact may have (also memory types).
+FACT_TYPES = ("fact", "preference", "decision", "procedural", "semantic")
+MAX_FACT_CHARS = 2000
+MAX_ENTITIES = 50  # entity triples per extraction
+MAX_ENTITY_CHARS = 200  # an entity name or a relationship
+
+
+@dataclass(frozen=True)
+class Fact:
+    content: str
+    type: str
+    confidence: float

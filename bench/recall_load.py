@@ -49,6 +49,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
+from engram.common.v1 import job_pb2  # noqa: E402
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2 as jq  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2_grpc  # noqa: E402
@@ -249,10 +250,10 @@ def embed_counts(jobs: Any) -> tuple[int, int]:
     stats = jobs.GetQueueStats(jq.GetQueueStatsRequest(), timeout=10)
     done = waiting = 0
     for count in stats.counts:
-        if count.job_type == jq.JOB_TYPE_EMBED:
-            if count.status == jq.JOB_STATUS_COMPLETED:
+        if count.job_type == job_pb2.JOB_TYPE_EMBED:
+            if count.status == job_pb2.JOB_STATUS_COMPLETED:
                 done += count.count
-            elif count.status in (jq.JOB_STATUS_PENDING, jq.JOB_STATUS_LEASED):
+            elif count.status in (job_pb2.JOB_STATUS_PENDING, job_pb2.JOB_STATUS_LEASED):
                 waiting += count.count
     return done, waiting
 

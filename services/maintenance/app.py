@@ -12,8 +12,11 @@ import grpc
 
 from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from engram.pipeline.v1 import pipeline_pb2_grpc
-from engram.store.v1 import admin_pb2_grpc
+from engram.store.internal.v1 import admin_pb2_grpc
+from services.common.auth import server_guard
+from services.common.channels import channel as service_channel
 from services.common.config import Config
+from services.common.listeners import listener
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.common.suite import verify_store
 from services.maintenance.clients import PipelineStatusClient, StoreAdminClient
@@ -74,9 +77,15 @@ def schedules(config: Config, worker: MaintenanceWorker) -> list[asyncio.Task[An
 async def start_maintenance(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> MaintenanceApp:
-    store_channel = grpc.aio.insecure_channel(config.clients.store_address)
-    pipeline_channel = grpc.aio.insecure_channel(config.clients.pipeline_address)
-    await verify_store(store_channel, config.clients.suite_id, config.clients.store_address)
+    guard = server_guard(config, host or config.server.host)  # protected mode: first
+    # first: a bad TLS setting stops maintenance before it waits for anything
+    public = listener(config, config.server.ports.maintenance if port is None else port, host)
+    # the store's internal listener: StoreAdminService
+    store_channel = service_channel(config, config.clients.store_internal_address)
+    pipeline_channel = service_channel(config, config.clients.pipeline_address)
+    await verify_store(
+        store_channel, config.clients.suite_id, config.clients.store_internal_address
+    )
     worker = MaintenanceWorker(
         StoreAdminClient(admin_pb2_grpc.StoreAdminServiceStub(store_channel)),
         PipelineStatusClient(pipeline_pb2_grpc.PipelineServiceStub(pipeline_channel)),
@@ -85,10 +94,10 @@ async def start_maintenance(
     )
     servicer = MaintenanceServicer(worker)
     server = await start_server(
-        host or config.server.host,
-        config.server.ports.maintenance if port is None else port,
+        public,
         [SERVICE_NAME],
         lambda s: maintenance_pb2_grpc.add_MaintenanceServiceServicer_to_server(servicer, s),
+        guard=guard,
     )
     background = schedules(config, worker)
     log.info(

@@ -11,16 +11,14 @@ from typing import TypeVar
 import grpc
 
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
-from engram.store.v1 import admin_pb2 as pb
-from engram.store.v1 import admin_pb2_grpc
+from engram.store.internal.v1 import admin_pb2 as pb
+from engram.store.internal.v1 import admin_pb2_grpc
 from services.common import provider_state
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
 from services.common.remote_errors import error_reason
 from services.maintenance.diagnostics import OrphanCounts, Provider, ProviderReport, StoreCounts
 
 T = TypeVar("T")
-STORE_TIMEOUT_S = 60.0  # a repair or sweep step is one transaction; bounded by batch limits
-PIPELINE_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -57,9 +55,7 @@ class StoreAdminClient:
 
     async def counts(self) -> StoreCounts:
         d = await self._call(
-            lambda: self._stub.GetStoreDiagnostics(
-                pb.GetStoreDiagnosticsRequest(), timeout=STORE_TIMEOUT_S
-            )
+            lambda: self._stub.GetStoreDiagnostics(pb.GetStoreDiagnosticsRequest())
         )
         return StoreCounts(
             total_jobs=d.total_jobs,
@@ -91,37 +87,23 @@ class StoreAdminClient:
         )
 
     async def requeue_dead_jobs(self) -> int:
-        r = await self._call(
-            lambda: self._stub.RequeueDeadJobs(pb.RequeueDeadJobsRequest(), timeout=STORE_TIMEOUT_S)
-        )
+        r = await self._call(lambda: self._stub.RequeueDeadJobs(pb.RequeueDeadJobsRequest()))
         return r.requeued
 
     async def release_stale_leases(self) -> int:
-        r = await self._call(
-            lambda: self._stub.RepairStaleLeases(
-                pb.RepairStaleLeasesRequest(), timeout=STORE_TIMEOUT_S
-            )
-        )
+        r = await self._call(lambda: self._stub.RepairStaleLeases(pb.RepairStaleLeasesRequest()))
         return r.released
 
     async def repair_fts(self) -> int:
-        r = await self._call(
-            lambda: self._stub.RepairFtsIndex(pb.RepairFtsIndexRequest(), timeout=STORE_TIMEOUT_S)
-        )
+        r = await self._call(lambda: self._stub.RepairFtsIndex(pb.RepairFtsIndexRequest()))
         return r.missing_before + r.orphaned_before
 
     async def repair_vectors(self) -> int:
-        r = await self._call(
-            lambda: self._stub.RepairVectorIndex(
-                pb.RepairVectorIndexRequest(), timeout=STORE_TIMEOUT_S
-            )
-        )
+        r = await self._call(lambda: self._stub.RepairVectorIndex(pb.RepairVectorIndexRequest()))
         return r.removed + r.added
 
     async def sweep_retention(self) -> list[SweptStep]:
-        r = await self._call(
-            lambda: self._stub.SweepRetention(pb.SweepRetentionRequest(), timeout=STORE_TIMEOUT_S)
-        )
+        r = await self._call(lambda: self._stub.SweepRetention(pb.SweepRetentionRequest()))
         return [
             SweptStep(s.step, s.removed, s.entities_removed, s.relations_removed) for s in r.steps
         ]
@@ -136,9 +118,7 @@ class PipelineStatusClient:
 
     async def providers(self) -> ProviderReport:
         try:
-            status = await self._stub.GetStatus(
-                pipeline_pb2.GetStatusRequest(), timeout=PIPELINE_TIMEOUT_S
-            )
+            status = await self._stub.GetStatus(pipeline_pb2.GetStatusRequest())
         except grpc.aio.AioRpcError as exc:
             return ProviderReport(reachable=False, error=f"{exc.code().name}: {exc.details()}")
         return ProviderReport(

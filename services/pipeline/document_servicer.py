@@ -17,14 +17,13 @@ import grpc
 from engram.common.v1 import document_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
-from engram.store.v1 import documents_pb2 as dpb
-from engram.store.v1 import documents_pb2_grpc
+from engram.store.internal.v1 import documents_pb2 as dpb
+from engram.store.internal.v1 import documents_pb2_grpc
 from services.common.remote_errors import relayed_error
 from services.common.validation import validate_id, validate_namespace
 from services.pipeline.documents import DocumentEvents
 
 WATCH_POLL_S = 0.25
-STORE_TIMEOUT_S = 30.0
 _TERMINAL = (document_pb2.DOCUMENT_STATUS_DONE, document_pb2.DOCUMENT_STATUS_FAILED)
 
 
@@ -53,7 +52,6 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
         try:
             response = await self.documents.store.GetDocument(
                 dpb.GetDocumentRequest(namespace=namespace, id=document_id),
-                timeout=STORE_TIMEOUT_S,
             )
         except grpc.aio.AioRpcError as exc:
             raise relayed_error(exc) from exc
@@ -71,7 +69,6 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
                     title=request.title,
                     tags=request.tags,
                 ),
-                timeout=STORE_TIMEOUT_S,
             )
         except grpc.aio.AioRpcError as exc:
             raise relayed_error(exc) from exc
@@ -95,7 +92,6 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
                     page_size=request.page_size,
                     page_token=request.page_token,
                 ),
-                timeout=STORE_TIMEOUT_S,
             )
         except grpc.aio.AioRpcError as exc:
             raise relayed_error(exc) from exc

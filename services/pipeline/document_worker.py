@@ -32,9 +32,9 @@ import logging
 import grpc
 
 from engram.common.v1 import document_pb2, job_pb2
-from engram.store.v1 import documents_pb2 as dpb
-from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import documents_pb2 as dpb
+from engram.store.internal.v1 import documents_pb2_grpc, job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from services.common import clock
 from services.common.backoff import backoff_s
 from services.common.config import Config

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import grpc
 
 from engram.common.v1 import job_pb2
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common import clock
 from services.common.backoff import backoff_s
 from services.common.config import Config

@@ -27,8 +27,8 @@ from typing import TypeVar
 import grpc
 
 from engram.common.v1 import job_pb2
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common.config import Config
 
 log = logging.getLogger("engram.pipeline.leases")

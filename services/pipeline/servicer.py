@@ -8,8 +8,8 @@ import grpc
 
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common import provider_state
 from services.common.convert import timestamp_from_text
 from services.pipeline.document_servicer import DocumentRpcs
@@ -46,7 +46,7 @@ class PipelineServicer(ExtractRpcs, DocumentRpcs, pipeline_pb2_grpc.PipelineServ
         stats: jq.GetQueueStatsResponse | None = None
         store_error = ""
         try:
-            stats = await self._jobs.GetQueueStats(jq.GetQueueStatsRequest(), timeout=5)
+            stats = await self._jobs.GetQueueStats(jq.GetQueueStatsRequest())
         except grpc.aio.AioRpcError as exc:
             store_error = f"{exc.code().name}: {exc.details()}"
         response = pb.GetStatusResponse(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from engram.store.v1 import store_pb2, store_pb2_grpc
+from engram.store.internal.v1 import access_pb2, access_pb2_grpc
 
 log = logging.getLogger("engram.search.access")
 
@@ -19,7 +19,7 @@ log = logging.getLogger("engram.search.access")
 class AccessRecorder:
     def __init__(
         self,
-        store: store_pb2_grpc.MemoryStoreServiceAsyncStub,
+        store: access_pb2_grpc.AccessServiceAsyncStub,
         *,
         flush_interval_s: float = 1.0,
         max_pending: int = 100_000,
@@ -61,10 +61,9 @@ class AccessRecorder:
             for start in range(0, len(ids), 1000):
                 try:
                     await self._store.RecordAccess(
-                        store_pb2.RecordAccessRequest(
+                        access_pb2.RecordAccessRequest(
                             namespace=namespace, memory_ids=ids[start : start + 1000]
-                        ),
-                        timeout=5,
+                        )
                     )
                 except grpc.RpcError as exc:
                     self.dropped += len(ids[start : start + 1000])

@@ -12,9 +12,12 @@ from typing import Any
 import grpc
 
 from engram.search.v1 import search_pb2, search_pb2_grpc
-from engram.store.v1 import store_pb2_grpc
+from engram.store.internal.v1 import access_pb2_grpc
+from services.common.auth import server_guard
+from services.common.channels import channel as service_channel
 from services.common.config import Config
 from services.common.db import ReadPool, open_read_only
+from services.common.listeners import listener
 from services.common.providers.embedding import (
     EmbeddingProvider,
     LocalEmbedding,
@@ -134,8 +137,12 @@ class SearchApp:
 async def start_search(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> SearchApp:
-    channel = grpc.aio.insecure_channel(config.clients.store_address)
-    await verify_store(channel, config.clients.suite_id, config.clients.store_address)
+    guard = server_guard(config, host or config.server.host)  # protected mode: first
+    # first: a bad TLS setting stops search before it waits for anything
+    public = listener(config, config.server.ports.search if port is None else port, host)
+    # the store's internal listener: AccessService (search reads the file itself)
+    channel = service_channel(config, config.clients.store_internal_address)
+    await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
     path = config.storage.path
     await wait_for_schema(path, REQUIRED_SCHEMA_VERSION)
     reads = ReadPool(path, busy_timeout_ms=config.storage.busy_timeout_ms)
@@ -143,7 +150,7 @@ async def start_search(
     provider = embedding_provider(config)
     embedder = QueryEmbedder(provider, timeout_s=config.search.query_embedding_timeout_ms / 1000)
     access = AccessRecorder(
-        store_pb2_grpc.MemoryStoreServiceStub(channel),
+        access_pb2_grpc.AccessServiceStub(channel),
         flush_interval_s=config.search.access_flush_ms / 1000,
     )
     reranker: Reranker | None = None
@@ -167,11 +174,11 @@ async def start_search(
     # keywords works meanwhile (degraded, with the cause in its warnings).
     local = provider if isinstance(provider, LocalEmbedding) else None
     server = await start_server(
-        host or config.server.host,
-        config.server.ports.search if port is None else port,
+        public,
         [SERVICE_NAME],
         lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(recaller), s),
         serving=local is None,
+        guard=guard,
     )
     access.start()
     background: list[asyncio.Task[Any]] = []

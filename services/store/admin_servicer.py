@@ -6,8 +6,8 @@ from dataclasses import asdict
 
 import grpc
 
-from engram.store.v1 import admin_pb2 as pb
-from engram.store.v1 import admin_pb2_grpc
+from engram.store.internal.v1 import admin_pb2 as pb
+from engram.store.internal.v1 import admin_pb2_grpc
 from services.common.convert import timestamp_from_text
 from services.store.admin import StoreAdmin
 from services.store.job_enums import job_counts

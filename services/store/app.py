@@ -9,21 +9,31 @@ from typing import Any
 
 import grpc
 
-from engram.store.v1 import (
+from engram.store.internal.v1 import (
+    access_pb2,
+    access_pb2_grpc,
     admin_pb2,
     admin_pb2_grpc,
     documents_pb2,
     documents_pb2_grpc,
     job_queue_pb2,
     job_queue_pb2_grpc,
-    store_pb2,
-    store_pb2_grpc,
 )
+from engram.store.v1 import store_pb2, store_pb2_grpc
+from services.common.auth import server_guard
 from services.common.config import Config
 from services.common.db import DatabaseError, ReadPool, open_read_write
 from services.common.errors import MutationsFrozen
-from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
+from services.common.listeners import listener
+from services.common.server import (
+    RunningServer,
+    ServerGroup,
+    StartupError,
+    cancel_tasks,
+    start_server,
+)
 from services.common.suite import announce_suite
+from services.store.access_servicer import AccessServicer
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
 from services.store.document_servicer import DocumentStoreServicer
@@ -39,11 +49,14 @@ from services.store.writer import Writer
 
 log = logging.getLogger("engram.store")
 
-SERVICE_NAMES = (
-    store_pb2.DESCRIPTOR.services_by_name["MemoryStoreService"].full_name,
+# The public listener: what users call.
+SERVICE_NAMES = (store_pb2.DESCRIPTOR.services_by_name["MemoryStoreService"].full_name,)
+# The internal listener: what the other services call (workers, admin, access).
+INTERNAL_SERVICE_NAMES = (
     job_queue_pb2.DESCRIPTOR.services_by_name["JobQueueService"].full_name,
     documents_pb2.DESCRIPTOR.services_by_name["DocumentStoreService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["StoreAdminService"].full_name,
+    access_pb2.DESCRIPTOR.services_by_name["AccessService"].full_name,
 )
 REAPER_INTERVAL_S = 60.0
 
@@ -57,7 +70,7 @@ def configured_index_model(config: Config) -> str | None:
 
 @dataclass
 class StoreApp:
-    server: RunningServer
+    server: ServerGroup  # public first, then internal
     writer: Writer
     reads: ReadPool
     queue: JobQueue
@@ -66,6 +79,10 @@ class StoreApp:
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def internal_port(self) -> int:
+        return self.server.servers[1].port
 
     async def stop(self, grace_seconds: float) -> None:
         """Stop taking calls, let in-flight ones finish, then flush and close the writer."""
@@ -112,8 +129,25 @@ def _open_database(config: Config) -> tuple[Any, list[str]]:
 
 
 async def start_store(
-    config: Config, *, host: str | None = None, port: int | None = None
+    config: Config,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    internal_port: int | None = None,
 ) -> StoreApp:
+    """`host` binds both listeners (tests); `port`/`internal_port` override the
+    configured `server.ports.store`/`store_internal` (0: any free port)."""
+    # first: a bad TLS setting (services/common/tls.py) stops the store before it opens anything
+    public = listener(config, config.server.ports.store if port is None else port, host)
+    internal = listener(
+        config,
+        config.server.ports.store_internal if internal_port is None else internal_port,
+        host,
+        internal=True,
+    )
+    # protected mode first, before the database is opened
+    public_guard = server_guard(config, public.host)
+    internal_guard = server_guard(config, internal.host, internal=True)
     path = config.storage.path
     connection, applied = _open_database(config)
     if applied:
@@ -155,8 +189,10 @@ async def start_store(
     if queued:
         log.info("embedding model changed; re-embedding queued", extra={"jobs": queued})
 
-    def register(server: grpc.aio.Server) -> None:
+    def register_public(server: grpc.aio.Server) -> None:
         store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(MemoryStoreServicer(store), server)
+
+    def register_internal(server: grpc.aio.Server) -> None:
         documents_pb2_grpc.add_DocumentStoreServiceServicer_to_server(
             DocumentStoreServicer(documents), server
         )
@@ -166,19 +202,30 @@ async def start_store(
         admin_pb2_grpc.add_StoreAdminServiceServicer_to_server(
             StoreAdminServicer(store_admin(writer, reads, config)), server
         )
+        access_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(store), server)
 
+    started: list[RunningServer] = []
     try:
-        server = await start_server(
-            host or config.server.host,
-            config.server.ports.store if port is None else port,
-            SERVICE_NAMES,
-            register,
+        started.append(
+            await start_server(public, SERVICE_NAMES, register_public, guard=public_guard)
+        )
+        started.append(
+            await start_server(
+                internal, INTERNAL_SERVICE_NAMES, register_internal, guard=internal_guard
+            )
         )
     except BaseException:
+        for running in started:
+            await running.stop(0)
         await reads.close()
         writer.close()
         raise
-    await announce_suite(server.health, suite_id)
+    server = ServerGroup(tuple(started))
+    for running in started:  # the other services check their suite on either listener
+        await announce_suite(running.health, suite_id)
     reaper = asyncio.create_task(_reap_stale_leases(queue, REAPER_INTERVAL_S))
-    log.info("store serving", extra={"port": server.port, "path": str(path)})
+    log.info(
+        "store serving",
+        extra={"port": server.port, "internal_port": server.servers[1].port, "path": str(path)},
+    )
     return StoreApp(server, writer, reads, queue, [reaper])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 
 from engram.common.v1 import document_pb2
-from engram.store.v1 import documents_pb2 as pb
-from engram.store.v1 import documents_pb2_grpc
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import documents_pb2 as pb
+from engram.store.internal.v1 import documents_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from services.common.convert import timestamp_from_text
 from services.common.validation import validate_namespace
 from services.store.documents import DocumentRecord, DocumentStore

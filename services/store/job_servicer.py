@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import grpc
 
-from engram.store.v1 import job_queue_pb2 as pb
-from engram.store.v1 import job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as pb
+from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common.convert import timestamp_from_text
 from services.common.validation import validate_namespace
 from services.store.extraction_writes import (

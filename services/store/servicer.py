@@ -9,6 +9,7 @@ import grpc
 from google.protobuf import struct_pb2
 
 from engram.store.v1 import store_pb2, store_pb2_grpc
+from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
     memory_to_proto,
@@ -64,7 +65,8 @@ def _history_to_proto(entry: HistoryEntry) -> store_pb2.HistoryEvent:
     )
 
 
-def _namespace(bad: Violations, namespace: str) -> str:
+def namespace_of(bad: Violations, namespace: str) -> str:
+    """The request's namespace (empty: default), a violation when malformed."""
     return bad.check(DEFAULT_NAMESPACE, validate_namespace, namespace)
 
 
@@ -93,6 +95,7 @@ def _draft(
         ),
         field_prefix=field_prefix,
         bad=bad,
+        actor=acting(""),
     )
 
 
@@ -108,7 +111,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RememberResponse:
         bad = Violations()
-        draft = _draft(_namespace(bad, request.namespace), request, bad=bad)
+        draft = _draft(namespace_of(bad, request.namespace), request, bad=bad)
         record, deduplicated = await self._store.remember(draft)
         return store_pb2.RememberResponse(memory=memory_to_proto(record), deduplicated=deduplicated)
 
@@ -121,7 +124,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         try:
             async for batch in request_iterator:
                 bad = Violations()
-                namespace = _namespace(bad, batch.namespace)
+                namespace = namespace_of(bad, batch.namespace)
                 if len(batch.items) > MAX_IMPORT_BATCH:
                     bad.add("items", f"at most {MAX_IMPORT_BATCH} items per message")
                 bad.raise_if_any()
@@ -160,7 +163,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         self, request: store_pb2.GetMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.GetMemoryResponse:
         bad = Violations()
-        record = await self._store.get(_namespace(bad, request.namespace), request.id, bad)
+        record = await self._store.get(namespace_of(bad, request.namespace), request.id, bad)
         return store_pb2.GetMemoryResponse(memory=memory_to_proto(record))
 
     async def ListMemories(
@@ -168,7 +171,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     ) -> store_pb2.ListMemoriesResponse:
         bad = Violations()
         records, next_token = await self._store.list_memories(
-            _namespace(bad, request.namespace),
+            namespace_of(bad, request.namespace),
             filter_from_proto(request.filter, bad=bad),
             request.page_size,
             request.page_token,
@@ -198,7 +201,11 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         ]
         bad = Violations()
         outcomes = await self._store.modify(
-            _namespace(bad, request.namespace), patches, request.reason, request.actor, bad
+            namespace_of(bad, request.namespace),
+            patches,
+            request.reason,
+            acting(request.actor),
+            bad,
         )
         return store_pb2.ModifyMemoriesResponse(
             results=[
@@ -219,12 +226,12 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     ) -> store_pb2.DeleteMemoryResponse:
         bad = Violations()
         record = await self._store.delete(
-            _namespace(bad, request.namespace),
+            namespace_of(bad, request.namespace),
             request.id,
             request.reason,
             _optional(request, "if_version"),
             request.force,
-            request.actor,
+            acting(request.actor),
             bad,
         )
         return store_pb2.DeleteMemoryResponse(memory=memory_to_proto(record))
@@ -233,7 +240,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         self, request: store_pb2.ForgetMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ForgetMemoriesResponse:
         bad = Violations()
-        namespace = _namespace(bad, request.namespace)
+        namespace = namespace_of(bad, request.namespace)
         selection = ForgetSelection(
             ids=tuple(request.ids),
             query=request.query,
@@ -249,7 +256,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             execute=request.mode == store_pb2.FORGET_MODE_EXECUTE,
             reason=request.reason,
             confirm_token=request.confirm_token,
-            actor=request.actor,
+            actor=acting(request.actor),
             bad=bad,
         )
         return store_pb2.ForgetMemoriesResponse(
@@ -271,11 +278,11 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     ) -> store_pb2.RecoverMemoryResponse:
         bad = Violations()
         record = await self._store.recover(
-            _namespace(bad, request.namespace),
+            namespace_of(bad, request.namespace),
             request.id,
             request.reason,
             _optional(request, "if_version"),
-            request.actor,
+            acting(request.actor),
             bad,
         )
         return store_pb2.RecoverMemoryResponse(memory=memory_to_proto(record))
@@ -285,7 +292,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     ) -> store_pb2.ListMemoryHistoryResponse:
         bad = Violations()
         entries, next_token = await self._store.history(
-            _namespace(bad, request.namespace),
+            namespace_of(bad, request.namespace),
             request.memory_id,
             request.page_size,
             request.page_token,
@@ -294,12 +301,3 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         return store_pb2.ListMemoryHistoryResponse(
             events=[_history_to_proto(e) for e in entries], next_page_token=next_token
         )
-
-    async def RecordAccess(
-        self, request: store_pb2.RecordAccessRequest, context: grpc.aio.ServicerContext
-    ) -> store_pb2.RecordAccessResponse:
-        bad = Violations()
-        updated = await self._store.record_access(
-            _namespace(bad, request.namespace), list(request.memory_ids), bad
-        )
-        return store_pb2.RecordAccessResponse(updated_count=updated)

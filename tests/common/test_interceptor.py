@@ -11,7 +11,7 @@ from grpc_status import rpc_status
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.interceptors import REQUEST_ID_KEY
-from services.common.server import start_server
+from services.common.server import Listener, start_server
 
 RAISES = {
     "/t.T/Invalid": InvalidArgument("widget.size", "too big"),
@@ -36,7 +36,12 @@ def channel():
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     running = asyncio.run_coroutine_threadsafe(
-        start_server("127.0.0.1", 0, [], lambda s: s.add_generic_rpc_handlers((_Handlers(),))), loop
+        start_server(
+            Listener("127.0.0.1", 0, max_message_bytes=1024 * 1024),
+            [],
+            lambda s: s.add_generic_rpc_handlers((_Handlers(),)),
+        ),
+        loop,
     ).result()
     with grpc.insecure_channel(f"127.0.0.1:{running.port}") as ch:
         yield ch

@@ -22,6 +22,8 @@ from services.common.config import Config, load_config
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES_DIR = ROOT / "services"
 SERVICES = ("store", "search", "pipeline", "maintenance")
+# The service that opens each listener other than a service's own (server.ports.<name>).
+LISTENER_SERVICE = {"store_internal": "store"}
 # Where the compose services mount ./engram.yaml (their ENGRAM_CONFIG).
 MOUNTED_CONFIG = "/config/engram.yaml"
 
@@ -73,9 +75,9 @@ def test_the_scan_sees_every_address_read_and_finds_the_known_ones() -> None:
     }
     assert outside == {}, "attribute these reads to the services that run them in this test"
     found = addresses_by_service()
-    assert found["search"] >= {"store_address"}
-    assert found["pipeline"] >= {"store_address", "search_address"}
-    assert found["maintenance"] >= {"store_address", "pipeline_address"}
+    assert found["search"] >= {"store_internal_address"}
+    assert found["pipeline"] >= {"store_internal_address", "search_address"}
+    assert found["maintenance"] >= {"store_internal_address", "pipeline_address"}
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -89,12 +91,13 @@ def test_each_address_a_service_reads_names_the_compose_service_on_its_port(
     for key in sorted(addresses_by_service()[service]):
         address = getattr(config.clients, key)
         host, _, port = address.rpartition(":")
-        target = key.removesuffix("_address")  # clients.search_address: the search service
+        listener = key.removesuffix("_address")  # clients.search_address: search's port
+        target = LISTENER_SERVICE.get(listener, listener)
         assert host in services, f"{service}: clients.{key} is {address!r}: no such service"
         assert services[host]["command"] == ["serve", target], (
             f"{service}: clients.{key} is {address!r}, which does not run {target}"
         )
-        listens_on = getattr(container_config(services[host]).server.ports, target)
+        listens_on = getattr(container_config(services[host]).server.ports, listener)
         assert port == str(listens_on), f"{service}: clients.{key} is {address!r}"
 
 
@@ -102,3 +105,15 @@ def test_the_pipeline_has_a_stable_lease_name() -> None:
     """Its host name changes when the container is recreated; its leases' holder must not."""
     config = container_config(compose_services()["pipeline"])
     assert config.workers.instance_name == "pipeline"
+
+
+def test_the_stores_internal_listener_is_reachable_inside_compose_and_never_published() -> None:
+    """The other containers reach it on the compose network (not on the store's
+    loopback); the host does not (no published port)."""
+    store = compose_services()["store"]
+    config = container_config(store)
+    assert config.server.internal_host == "0.0.0.0"
+    internal = str(config.server.ports.store_internal)
+    published = [str(mapping) for mapping in store.get("ports", [])]
+    assert published == [f"{config.server.ports.store}:{config.server.ports.store}"]
+    assert not any(internal in mapping.split(":") for mapping in published)

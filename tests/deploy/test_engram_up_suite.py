@@ -38,7 +38,8 @@ def serving(address: str) -> bool:
 
 
 def test_engram_up_serves_all_four_services_and_maintenance_reports(tmp_path: Path) -> None:
-    ports = {name: free_port() for name in ("store", "search", "pipeline", "maintenance")}
+    listeners = ("store", "store_internal", "search", "pipeline", "maintenance")
+    ports = {name: free_port() for name in listeners}
     config = tmp_path / "engram.yaml"
     config.write_text(
         "server:\n  ports:\n"

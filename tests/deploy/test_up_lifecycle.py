@@ -21,6 +21,8 @@ from engram.maintenance.v1 import maintenance_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("store", "search", "pipeline", "maintenance")
+# every listener `engram up` opens: the four services and the store's internal one
+LISTENERS = (*SERVICES, "store_internal")
 STARTUP_S = 60.0
 GONE_S = 30.0  # SIGTERM from the kernel, then the services' graceful stop
 
@@ -106,7 +108,7 @@ def stop(process: subprocess.Popen[str]) -> tuple[str, str]:
 
 
 def test_sigkill_of_up_takes_every_service_with_it(tmp_path: Path) -> None:
-    ports = {name: free_port() for name in SERVICES}
+    ports = {name: free_port() for name in LISTENERS}
     up = engram("up", "--config", str(port_config(tmp_path, ports)), "--data-dir", str(tmp_path))
     children: list[int] = []
     try:
@@ -127,7 +129,7 @@ def test_sigkill_of_up_takes_every_service_with_it(tmp_path: Path) -> None:
 
 
 def test_a_busy_port_is_one_line_naming_the_port_and_its_holder(tmp_path: Path) -> None:
-    ports = {name: free_port() for name in SERVICES}
+    ports = {name: free_port() for name in LISTENERS}
     config = port_config(tmp_path, ports)
     with socket.socket() as holder:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -150,7 +152,9 @@ def test_a_busy_port_is_one_line_naming_the_port_and_its_holder(tmp_path: Path) 
 
 def test_up_and_serve_read_engram_yaml_in_the_working_directory(tmp_path: Path) -> None:
     port = free_port()
-    (tmp_path / "engram.yaml").write_text(f"server:\n  ports:\n    store: {port}\n")
+    (tmp_path / "engram.yaml").write_text(
+        f"server:\n  ports:\n    store: {port}\n    store_internal: {free_port()}\n"
+    )
     store = engram("serve", "store", "--data-dir", str(tmp_path / "data"), cwd=tmp_path)
     try:
         deadline = time.monotonic() + STARTUP_S
@@ -171,7 +175,7 @@ def diagnostics(port: int) -> mpb.GetDiagnosticsResponse:
 
 def test_a_suite_on_moved_ports_reaches_its_own_services(tmp_path: Path) -> None:
     """No clients.* settings: each client address follows the port `up` gave."""
-    ports = {name: free_port() for name in SERVICES}
+    ports = {name: free_port() for name in LISTENERS}
     up = engram("up", "--config", str(port_config(tmp_path, ports)), "--data-dir", str(tmp_path))
     try:
         wait_serving(up, ports)
@@ -184,7 +188,7 @@ def test_a_suite_on_moved_ports_reaches_its_own_services(tmp_path: Path) -> None
 
 
 def test_services_refuse_another_suites_store(tmp_path: Path) -> None:
-    first_ports = {name: free_port() for name in SERVICES}
+    first_ports = {name: free_port() for name in LISTENERS}
     first = engram(
         "up",
         "--config",
@@ -195,11 +199,13 @@ def test_services_refuse_another_suites_store(tmp_path: Path) -> None:
     second: subprocess.Popen[str] | None = None
     try:
         wait_serving(first, first_ports)
-        second_ports = {name: free_port() for name in SERVICES}
+        second_ports = {name: free_port() for name in LISTENERS}
         config = port_config(tmp_path, second_ports, "second.yaml")
         # the second suite's clients point at the first suite's store
         config.write_text(
-            config.read_text() + f"clients:\n  store_address: 127.0.0.1:{first_ports['store']}\n"
+            config.read_text()
+            + f"clients:\n  store_address: 127.0.0.1:{first_ports['store']}\n"
+            + f"  store_internal_address: 127.0.0.1:{first_ports['store_internal']}\n"
         )
         second = engram("up", "--config", str(config), "--data-dir", str(tmp_path / "second"))
         try:

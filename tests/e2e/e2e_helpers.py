@@ -106,6 +106,7 @@ class ProcessHandle:
     log_path: Path
     port: int | None = None
     err_path: Path | None = None  # stderr, when kept apart from the log
+    internal_port: int | None = None  # a store's internal listener
     channels: list[grpc.Channel] = field(default_factory=list)
 
     @property
@@ -130,6 +131,13 @@ class ProcessHandle:
 
     def channel(self) -> grpc.Channel:
         channel = grpc.insecure_channel(self.address)
+        self.channels.append(channel)
+        return channel
+
+    def internal_channel(self) -> grpc.Channel:
+        """A channel to a store's internal listener (job queue, admin, documents)."""
+        assert self.internal_port is not None
+        channel = grpc.insecure_channel(f"127.0.0.1:{self.internal_port}")
         self.channels.append(channel)
         return channel
 
@@ -211,6 +219,7 @@ class Launcher:
         *,
         env: Mapping[str, str] | None = None,
         port: int | None = None,
+        internal_port: int | None = None,
         split_stderr: bool = False,
     ) -> ProcessHandle:
         """Start `args`; stdout and stderr go to one log file unless `split_stderr`."""
@@ -231,7 +240,9 @@ class Launcher:
                 stderr=err_target,
                 start_new_session=True,  # own process group: killpg reaches children too
             )
-        handle = ProcessHandle(process, log_path, port, err_path=err_path)
+        handle = ProcessHandle(
+            process, log_path, port, err_path=err_path, internal_port=internal_port
+        )
         self._handles.append(handle)
         return handle
 
@@ -245,10 +256,17 @@ class Launcher:
         wait: bool = True,
     ) -> ProcessHandle:
         port = free_port() if port is None else port
+        # its own internal port too: never the default one another store may hold
+        internal_port = free_port()
         args = ["serve", "store", "--port", str(port), "--data-dir", str(data_dir)]
         if config is not None:
             args += ["--config", str(config)]
-        handle = self.spawn(engram_command(*args), env=env, port=port)
+        handle = self.spawn(
+            engram_command(*args),
+            env={"ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(internal_port), **(env or {})},
+            port=port,
+            internal_port=internal_port,
+        )
         if wait:
             handle.wait_ready()
         return handle

@@ -81,7 +81,6 @@ def test_list_of_the_service_shows_every_rpc(store: ProcessHandle) -> None:
             "ForgetMemories",
             "RecoverMemory",
             "ListMemoryHistory",
-            "RecordAccess",
         )
     }
 

@@ -221,6 +221,7 @@ def suite_config(path: Path, store_port: int) -> Path:
         path,
         f"server:\n  ports:\n    store: {store_port}\n    search: {free_port()}\n"
         f"    pipeline: {free_port()}\n    maintenance: {free_port()}\n"
+        f"    store_internal: {free_port()}\n"
         f"clients:\n  store_address: 127.0.0.1:{store_port}\n",
     )
 

@@ -19,8 +19,9 @@ import yaml
 
 from e2e_helpers import Launcher, ProcessHandle, engram_command, free_port
 from engram.common.v1 import job_pb2
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import job_queue_pb2_grpc, store_pb2
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2_grpc
+from engram.store.v1 import store_pb2
 from http_fakes import Reply, Request, ollama_server, unit_axis
 
 NAMESPACE = "restart"
@@ -34,7 +35,7 @@ RECOVERY_WAIT_S = 60.0
 
 def _counts(store: ProcessHandle) -> tuple[int, int, int]:
     """(embed jobs leased, embed jobs completed, indexed memories)."""
-    stats = job_queue_pb2_grpc.JobQueueServiceStub(store.channel()).GetQueueStats(
+    stats = job_queue_pb2_grpc.JobQueueServiceStub(store.internal_channel()).GetQueueStats(
         jq.GetQueueStatsRequest(), timeout=10
     )
     by_status = {c.status: c.count for c in stats.counts if c.job_type == job_pb2.JOB_TYPE_EMBED}
@@ -67,14 +68,17 @@ def test_a_restarted_pipeline_finishes_the_killed_ones_jobs_at_once(
     embedder.routes[("POST", "/api/embed")] = held_until_the_gate_opens
     embedder.start()
     try:
-        ports = {"store": free_port(), "pipeline": free_port()}
+        ports = {name: free_port() for name in ("store", "store_internal", "pipeline")}
         config = tmp_path / "engram.yaml"
         config.write_text(
             yaml.safe_dump(
                 {
                     "storage": {"path": str(tmp_path / "data" / "engram.db")},
                     "server": {"ports": ports},
-                    "clients": {"store_address": f"127.0.0.1:{ports['store']}"},
+                    "clients": {
+                        "store_address": f"127.0.0.1:{ports['store']}",
+                        "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
+                    },
                     "memory": {"pipelineV2": {"leaseTimeoutMs": LEASE_TIMEOUT_MS}},
                     "providers": {
                         "embedding": {
@@ -92,7 +96,9 @@ def test_a_restarted_pipeline_finishes_the_killed_ones_jobs_at_once(
 
         def start(service: str) -> ProcessHandle:
             handle = launcher.spawn(
-                engram_command("serve", service, "--config", str(config)), port=ports[service]
+                engram_command("serve", service, "--config", str(config)),
+                port=ports[service],
+                internal_port=ports["store_internal"] if service == "store" else None,
             )
             handle.wait_ready(timeout=60)
             return handle

@@ -39,7 +39,7 @@ def test_a_remembered_memory_yields_facts_that_search_recalls(
         )
     ).start()
     try:
-        ports = {name: free_port() for name in ("store", "search", "pipeline")}
+        ports = {name: free_port() for name in ("store", "store_internal", "search", "pipeline")}
         config = tmp_path / "engram.yaml"
         config.write_text(
             yaml.safe_dump(
@@ -48,6 +48,7 @@ def test_a_remembered_memory_yields_facts_that_search_recalls(
                     "server": {"ports": ports},
                     "clients": {
                         "store_address": f"127.0.0.1:{ports['store']}",
+                        "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
                         "search_address": f"127.0.0.1:{ports['search']}",
                     },
                     "memory": {"pipelineV2": {"enabled": True, "workerPollMs": 100}},

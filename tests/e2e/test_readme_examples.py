@@ -3,7 +3,8 @@
 The README's ```sh blocks are read, not copied: each command is run with bash as
 written, after these rewrites and no others (`rewrite` below):
 
-- `localhost:5005N` and `127.0.0.1:5005N` -> the port this test gave that service;
+- `localhost:5005N`, `localhost:50061` (and `127.0.0.1:` forms) -> the port this test gave
+  that listener;
 - `.venv/bin/grpcurl` and a bare `grpcurl` -> the grpcurl binary of this virtualenv;
 - `https://example.com/guide.html` -> the same page served by a scripted HTTP server on a
   loopback port (this machine has no internet);
@@ -57,7 +58,13 @@ README = REPO_ROOT / "README.md"
 pytestmark = needs_grpcurl()
 
 SERVICES = ("store", "search", "pipeline", "maintenance")
-README_PORTS = {"50051": "store", "50052": "search", "50053": "pipeline", "50054": "maintenance"}
+README_PORTS = {
+    "50051": "store",
+    "50052": "search",
+    "50053": "pipeline",
+    "50054": "maintenance",
+    "50061": "store_internal",
+}
 GUIDE_URL = "https://example.com/guide.html"
 GUIDE_HTML = (
     "<html><head><title>Deploy guide</title></head><body>"
@@ -71,6 +78,10 @@ COMMAND_TIMEOUT_S = 60
 NOT_RUN = {
     "make run": "installs a virtualenv and starts the suite on the fixed ports; `make test` "
     "is the suite this test is part of (tests/deploy runs `engram up`)",
+    "KEY=$(.venv/bin/engram keys create": "needs auth on: tests/e2e/test_auth_readme.py runs "
+    "it against an auth-on store",
+    ".venv/bin/engram certs dev": "the TLS section's suite needs certificates and TLS on every "
+    "service; tests/tls/test_readme_tls.py runs this block against one",
 }
 
 # ---- reading the README -------------------------------------------------------------
@@ -107,18 +118,23 @@ def commands_of(block: str) -> list[str]:
     return commands
 
 
+def is_not_run(block: str) -> bool:
+    first = commands_of(block)[0]
+    return any(first.startswith(key) for key in NOT_RUN)
+
+
 def is_grpcurl_block(block: str) -> bool:
-    return "grpcurl" in block
+    return "grpcurl" in block and not is_not_run(block)
 
 
 def is_cli_block(block: str) -> bool:
     """The CLI synopsis: the commands that run the services."""
-    return ".venv/bin/engram up" in block
+    return ".venv/bin/engram up" in block and not is_not_run(block)
 
 
 def is_client_cli_block(block: str) -> bool:
     """The client commands' examples (engram remember, recall, ...)."""
-    return ".venv/bin/engram " in block and not is_cli_block(block)
+    return ".venv/bin/engram " in block and not is_cli_block(block) and not is_not_run(block)
 
 
 def python_blocks() -> list[str]:
@@ -159,7 +175,7 @@ def rewrite(command: str, places: Places) -> str:
     """The README command as it runs here (see the module docstring)."""
     assert GRPCURL is not None and re.fullmatch(r"[\w/.+-]+", GRPCURL), GRPCURL  # quote-free
     command = re.sub(
-        r"\b(?:localhost|127\.0\.0\.1):(5005[1-4])\b",
+        r"\b(?:localhost|127\.0\.0\.1):(5005[1-4]|50061)\b",
         lambda m: f"127.0.0.1:{places.ports[README_PORTS[m.group(1)]]}",
         command,
     )
@@ -419,7 +435,7 @@ def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -
     root = tmp_path_factory.mktemp("readme")
     llm = LlmServer(scripted(lambda memory: [fact(text) for text in EXTRACTED])).start()
     pages = ScriptedHttpServer({("GET", "/guide.html"): _guide_page}).start()
-    ports = {name: free_port() for name in SERVICES}
+    ports = {name: free_port() for name in (*SERVICES, "store_internal")}
     config = root / "engram.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -474,7 +490,7 @@ def test_every_sh_block_of_the_readme_is_run_or_says_why_not() -> None:
     for block in blocks:
         first = commands_of(block)[0]
         ran = is_grpcurl_block(block) or is_cli_block(block) or is_client_cli_block(block)
-        assert ran or any(first.startswith(key) for key in NOT_RUN), (
+        assert ran or is_not_run(block), (
             f"README block starting {first!r} is not run by this test: run it or add it to NOT_RUN"
         )
 
@@ -542,11 +558,15 @@ def test_readme_cli_examples_run(suite: Suite) -> None:
     assert health.returncode == 0, health.stdout + health.stderr
 
     # Run from the checkout like every command here, so it reads the example engram.yaml
-    # there; --port and ENGRAM_STORAGE__PATH keep it off that file's port and data.
+    # there; --port, ENGRAM_SERVER__PORTS__STORE_INTERNAL and ENGRAM_STORAGE__PATH keep it
+    # off that file's ports and data.
     port = free_port()
     store = suite.launcher.spawn(
         cli_argv(cli["serve"], suite.places, {"[--port N]": f"--port {port}"}),
-        env={"ENGRAM_STORAGE__PATH": str(suite.root / "serve" / "engram.db")},
+        env={
+            "ENGRAM_STORAGE__PATH": str(suite.root / "serve" / "engram.db"),
+            "ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(free_port()),
+        },
         port=port,
     )
     try:

@@ -22,7 +22,8 @@ from e2e_helpers import GRPCURL, Launcher, ProcessHandle, engram_command, free_p
 from engram.common.v1 import provider_pb2
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.search.v1 import search_pb2, search_pb2_grpc
-from engram.store.v1 import job_queue_pb2, job_queue_pb2_grpc, store_pb2
+from engram.store.internal.v1 import job_queue_pb2, job_queue_pb2_grpc
+from engram.store.v1 import store_pb2
 
 EMBED_TIMEOUT_S = 180.0  # two processes load the model on a small machine
 SEARCH = "engram.search.v1.SearchService"
@@ -45,7 +46,7 @@ class Suite:
 
 
 def _wait_indexed(store: ProcessHandle, wanted: int, others: list[ProcessHandle]) -> None:
-    jobs = job_queue_pb2_grpc.JobQueueServiceStub(store.channel())
+    jobs = job_queue_pb2_grpc.JobQueueServiceStub(store.internal_channel())
     deadline = time.monotonic() + EMBED_TIMEOUT_S
     indexed = -1
     while time.monotonic() < deadline:
@@ -67,14 +68,17 @@ def _wait_indexed(store: ProcessHandle, wanted: int, others: list[ProcessHandle]
 @pytest.fixture(scope="module")
 def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     root = tmp_path_factory.mktemp("recall-e2e")
-    ports = {name: free_port() for name in ("store", "search", "pipeline")}
+    ports = {name: free_port() for name in ("store", "store_internal", "search", "pipeline")}
     config = root / "engram.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 "storage": {"path": str(root / "data" / "engram.db")},
                 "server": {"ports": ports},
-                "clients": {"store_address": f"127.0.0.1:{ports['store']}"},
+                "clients": {
+                    "store_address": f"127.0.0.1:{ports['store']}",
+                    "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
+                },
                 "providers": {"embedding": {"kind": "local", "model": "all-MiniLM-L6-v2"}},
                 "workers": {"embed": {"poll_ms": 100}},
             }
@@ -84,7 +88,9 @@ def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -
     handles: dict[str, ProcessHandle] = {}
     for name in ("store", "search", "pipeline"):
         handle = module_launcher.spawn(
-            engram_command("serve", name, "--config", str(config)), port=ports[name]
+            engram_command("serve", name, "--config", str(config)),
+            port=ports[name],
+            internal_port=ports["store_internal"] if name == "store" else None,
         )
         handles[name] = handle
         handle.wait_ready(timeout=60)

@@ -57,14 +57,17 @@ def warm_start(
     module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WarmStart]:
     root: Path = tmp_path_factory.mktemp("warm-start")
-    ports = {"store": free_port(), "search": free_port()}
+    ports = {name: free_port() for name in ("store", "store_internal", "search")}
     config = root / "engram.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 "storage": {"path": str(root / "data" / "engram.db")},
                 "server": {"ports": ports},
-                "clients": {"store_address": f"127.0.0.1:{ports['store']}"},
+                "clients": {
+                    "store_address": f"127.0.0.1:{ports['store']}",
+                    "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
+                },
                 "providers": {"embedding": {"kind": "local", "model": "all-MiniLM-L6-v2"}},
             }
         ),

@@ -54,6 +54,7 @@ def maintained(
             **{
                 "providers.embedding.kind": "none",
                 "clients.store_address": f"127.0.0.1:{st.port}",
+                "clients.store_internal_address": f"127.0.0.1:{st.internal_port}",
                 "clients.pipeline_address": NO_PIPELINE,
                 **overrides,
             }

@@ -184,7 +184,7 @@ def test_an_action_that_does_not_help_halts_after_three_runs_until_health_is_goo
 
 
 def test_stale_leases_are_released_by_execute(maintained: Build) -> None:
-    from engram.store.v1 import job_queue_pb2 as jq
+    from engram.store.internal.v1 import job_queue_pb2 as jq
 
     m = maintained()
     m.st.remember("a memory whose extract job is leased")

@@ -15,10 +15,11 @@ import pytest
 
 from engram.common.v1 import document_pb2, job_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
-from engram.store.v1 import admin_pb2 as adpb
-from engram.store.v1 import admin_pb2_grpc, documents_pb2_grpc, store_pb2
-from engram.store.v1 import documents_pb2 as dpb
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import admin_pb2 as adpb
+from engram.store.internal.v1 import admin_pb2_grpc, documents_pb2_grpc
+from engram.store.internal.v1 import documents_pb2 as dpb
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from http_fakes import Reply, ScriptedHttpServer, VectorBook, ollama_server
 from recall_helpers import Stack, fake_embedding_overrides, wait_for

@@ -19,7 +19,7 @@ import pytest
 
 from engram.common.v1 import provider_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import audit
 from http_fakes import Reply

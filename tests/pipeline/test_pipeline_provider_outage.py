@@ -16,7 +16,7 @@ import pytest
 
 from engram.common.v1 import job_pb2, provider_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from http_fakes import VectorBook, ollama_server
 from recall_helpers import QUERY_VECTOR, Stack, count, fake_embedding_overrides, vec, wait_for
 

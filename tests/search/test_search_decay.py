@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from engram.store.internal.v1 import access_pb2
 from engram.store.v1 import store_pb2
 from services.common import clock
 from services.common.db import open_read_write
@@ -85,7 +86,7 @@ def test_decay_ranking_puts_a_stale_memory_below_a_fresh_one_until_it_is_accesse
     stack = recall_stack({**BASE, "search.decay_ranking": True})
     old, fresh = two_zebras(stack)
     assert order(stack) == [fresh, old]
-    stack.store.RecordAccess(store_pb2.RecordAccessRequest(memory_ids=[old]))
+    stack.access.RecordAccess(access_pb2.RecordAccessRequest(memory_ids=[old]))
     assert order(stack) == [old, fresh]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import complete, extract_job, write_directly
 from recall_helpers import Stack, ids

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from engram.common.v1 import job_pb2
-from engram.store.v1 import documents_pb2 as docs_pb
-from engram.store.v1 import documents_pb2_grpc, store_pb2
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import documents_pb2 as docs_pb
+from engram.store.internal.v1 import documents_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from extract_write_helpers import ADD, complete, extract_job, proposal
 from http_fakes import VectorBook, unit_axis
 from recall_helpers import DIM, MODEL, Stack, count, vec

@@ -15,8 +15,8 @@ import pytest
 
 from admin_helpers import DIM, MODEL, AdminStore, admin_store
 from engram.common.v1 import job_pb2
-from engram.store.v1 import admin_pb2 as pb
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import admin_pb2 as pb
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from grpc_helpers import error_of
 
 

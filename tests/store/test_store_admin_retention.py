@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from admin_helpers import AdminStore, admin_store
-from engram.store.v1 import admin_pb2 as pb
+from engram.store.internal.v1 import admin_pb2 as pb
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from services.common.clock import now_text

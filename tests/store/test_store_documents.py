@@ -13,9 +13,10 @@ import grpc
 import pytest
 
 from engram.common.v1 import document_pb2, job_pb2
-from engram.store.v1 import documents_pb2 as pb
-from engram.store.v1 import documents_pb2_grpc, job_queue_pb2_grpc, store_pb2
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import documents_pb2 as pb
+from engram.store.internal.v1 import documents_pb2_grpc, job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import wait_for
 from store_helpers import remember, rows, scalar
@@ -27,7 +28,7 @@ class Docs:
     """A store with its three stubs."""
 
     def __init__(self, server: Any, memories: Any) -> None:
-        channel = grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")
         self.channel = channel
         self.memories = memories
         self.docs = documents_pb2_grpc.DocumentStoreServiceStub(channel)

@@ -10,6 +10,7 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from engram.common.v1 import memory_pb2
+from engram.store.internal.v1 import access_pb2, access_pb2_grpc
 from engram.store.v1 import store_pb2 as S
 from grpc_helpers import error_of
 from store_helpers import remember, table_counts
@@ -143,11 +144,6 @@ CASES: list[tuple[str, Callable[[Any], Any], list[str]]] = [
         ),
         ["filter.types[0]", "ids[0]", "ids[1]", "limit", "query", "reason"],
     ),
-    (
-        "record access",
-        lambda s: s.RecordAccess(S.RecordAccessRequest(namespace="bad ns", memory_ids=["x" * 129])),
-        ["memory_ids[0]", "namespace"],
-    ),
 ]
 
 
@@ -160,4 +156,23 @@ def test_every_rpc_names_all_its_bad_fields(
     code, reason, fields = error_of(lambda: call(store))
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
     assert sorted(fields) == expected
+    assert table_counts(db_path) == before
+
+
+def test_record_access_names_all_its_bad_fields(
+    make_config: Callable[..., Any], start_store_server: Callable[..., Any], db_path: Path
+) -> None:
+    """RecordAccess is internal (the search service's): on the internal listener."""
+    server, store = start_store_server(make_config())
+    remember(store, "a memory so the tables exist")
+    before = table_counts(db_path)
+    with grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}") as channel:
+        access = access_pb2_grpc.AccessServiceStub(channel)
+        code, reason, fields = error_of(
+            lambda: access.RecordAccess(
+                access_pb2.RecordAccessRequest(namespace="bad ns", memory_ids=["x" * 129])
+            )
+        )
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
+    assert sorted(fields) == ["memory_ids[0]", "namespace"]
     assert table_counts(db_path) == before

@@ -11,7 +11,8 @@ from typing import Any
 import grpc
 
 from admin_helpers import AdminStore, admin_store
-from engram.store.v1 import admin_pb2, store_pb2
+from engram.store.internal.v1 import admin_pb2
+from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 
 OFF = {"memory.pipelineV2.enabled": False}

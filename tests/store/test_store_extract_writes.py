@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from engram.common.v1 import job_pb2
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import (
     ADD,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import (
     ADD,

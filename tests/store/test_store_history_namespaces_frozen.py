@@ -5,8 +5,8 @@ import grpc
 import pytest
 
 from engram.common.v1 import job_pb2
-from engram.store.v1 import job_queue_pb2 as jq
-from engram.store.v1 import job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2_grpc
 from engram.store.v1 import store_pb2 as S
 from grpc_helpers import error_of
 from store_helpers import remember, rows
@@ -193,4 +193,5 @@ def test_a_frozen_store_hands_out_no_embed_work(make_config, start_store_server)
 
 
 def _channel(server: Any) -> grpc.Channel:
-    return grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
+    """The store's internal listener (the job queue)."""
+    return grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from engram.common.v1 import job_pb2
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from grpc_helpers import error_of
 from recall_helpers import MODEL, Stack, count, vec
 

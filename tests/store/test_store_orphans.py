@@ -19,10 +19,11 @@ import pytest
 
 from admin_helpers import DIM, MODEL, AdminStore, admin_store
 from engram.common.v1 import job_pb2
-from engram.store.v1 import admin_pb2 as pb
-from engram.store.v1 import documents_pb2 as docs_pb
-from engram.store.v1 import documents_pb2_grpc, store_pb2
-from engram.store.v1 import job_queue_pb2 as jq
+from engram.store.internal.v1 import admin_pb2 as pb
+from engram.store.internal.v1 import documents_pb2 as docs_pb
+from engram.store.internal.v1 import documents_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 
 ADD, UPDATE, DELETE = jq.PROPOSAL_ACTION_ADD, jq.PROPOSAL_ACTION_UPDATE, jq.PROPOSAL_ACTION_DELETE
 EXECUTE = store_pb2.FORGET_MODE_EXECUTE
@@ -163,7 +164,7 @@ def modify(st: AdminStore, memory_id: str, content: str) -> None:
 
 def documents(st: AdminStore) -> documents_pb2_grpc.DocumentStoreServiceStub:
     return documents_pb2_grpc.DocumentStoreServiceStub(
-        grpc.insecure_channel(f"127.0.0.1:{st.port}")
+        grpc.insecure_channel(f"127.0.0.1:{st.internal_port}")
     )
 
 

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from engram.common.v1 import memory_pb2
 from engram.search.v1 import search_pb2
+from engram.store.internal.v1 import access_pb2
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import Stack
@@ -430,30 +431,30 @@ HUGE = "i" * (1024 * 1024)
 LONG = "i" * 129
 
 
-def _id_calls(ns: str, bad: str, real: str) -> list[tuple[str, Callable[[Any], Any]]]:
+def _id_calls(ns: str, bad: str, real: str) -> list[tuple[str, Callable[[Stack], Any]]]:
     return [
-        ("id", lambda s: s.GetMemory(store_pb2.GetMemoryRequest(namespace=ns, id=bad))),
+        ("id", lambda s: s.store.GetMemory(store_pb2.GetMemoryRequest(namespace=ns, id=bad))),
         (
             "id",
-            lambda s: s.DeleteMemory(
+            lambda s: s.store.DeleteMemory(
                 store_pb2.DeleteMemoryRequest(namespace=ns, id=bad, reason="r")
             ),
         ),
         (
             "id",
-            lambda s: s.RecoverMemory(
+            lambda s: s.store.RecoverMemory(
                 store_pb2.RecoverMemoryRequest(namespace=ns, id=bad, reason="r")
             ),
         ),
         (
             "memory_id",
-            lambda s: s.ListMemoryHistory(
+            lambda s: s.store.ListMemoryHistory(
                 store_pb2.ListMemoryHistoryRequest(namespace=ns, memory_id=bad)
             ),
         ),
         (
             "patches[1].id",
-            lambda s: s.ModifyMemories(
+            lambda s: s.store.ModifyMemories(
                 store_pb2.ModifyMemoriesRequest(
                     namespace=ns,
                     reason="r",
@@ -466,7 +467,7 @@ def _id_calls(ns: str, bad: str, real: str) -> list[tuple[str, Callable[[Any], A
         ),
         (
             "ids[1]",
-            lambda s: s.ForgetMemories(
+            lambda s: s.store.ForgetMemories(
                 store_pb2.ForgetMemoriesRequest(
                     namespace=ns, ids=[real, bad], mode=store_pb2.FORGET_MODE_EXECUTE, reason="r"
                 )
@@ -474,8 +475,8 @@ def _id_calls(ns: str, bad: str, real: str) -> list[tuple[str, Callable[[Any], A
         ),
         (
             "memory_ids[1]",
-            lambda s: s.RecordAccess(
-                store_pb2.RecordAccessRequest(namespace=ns, memory_ids=[real, bad])
+            lambda s: s.access.RecordAccess(
+                access_pb2.RecordAccessRequest(namespace=ns, memory_ids=[real, bad])
             ),
         ),
     ]
@@ -489,7 +490,7 @@ def test_ids_over_128_characters_are_invalid_argument(stack: Stack, db: Path, ba
     real = remember(stack, ns, "a real memory").id
     before = table_counts(db)
     for field, call in _id_calls(ns, bad, real):
-        code, reason, fields = error_of(lambda call=call: call(stack.store))
+        code, reason, fields = error_of(lambda call=call: call(stack))
         assert (code, reason, fields) == (*INVALID, [field])
     assert table_counts(db) == before
 

@@ -16,7 +16,8 @@ import grpc
 import pytest
 
 from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
-from engram.store.v1 import admin_pb2, admin_pb2_grpc, store_pb2
+from engram.store.internal.v1 import admin_pb2, admin_pb2_grpc
+from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import wait_for
 from services.maintenance.app import start_maintenance
@@ -86,7 +87,7 @@ def test_full_disk_answers_storage_full_and_the_store_recovers_when_space_return
         **{"storage.path": str(small_disk / "engram.db"), "providers.embedding.kind": "none"}
     )
     server, store = start_store_server(config)
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.app.port}")
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")
     admin = admin_pb2_grpc.StoreAdminServiceStub(channel)
     before = admin.GetStoreDiagnostics(admin_pb2.GetStoreDiagnosticsRequest())
     assert before.storage_full_count == 0
@@ -132,7 +133,7 @@ def test_full_disk_answers_storage_full_and_the_store_recovers_when_space_return
     # ...and the maintenance service passes it on.
     maintenance_config = config.with_overrides(
         {
-            "clients.store_address": f"127.0.0.1:{server.app.port}",
+            "clients.store_internal_address": f"127.0.0.1:{server.app.internal_port}",
             "clients.pipeline_address": "127.0.0.1:1",
         }
     )

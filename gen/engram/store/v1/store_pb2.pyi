@@ -170,56 +170,6 @@ HISTORY_EVENT_TYPE_PURGED: HistoryEventType.ValueType  # 6
 Global___HistoryEventType: _TypeAlias = HistoryEventType  # noqa: Y015
 
 @_typing.final
-class RecordAccessRequest(_message.Message):
-    """Request for RecordAccess."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    NAMESPACE_FIELD_NUMBER: _builtins.int
-    MEMORY_IDS_FIELD_NUMBER: _builtins.int
-    namespace: _builtins.str
-    """Tenant boundary; empty means "default"."""
-    @_builtins.property
-    def memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Up to 1000 memory ids; an id may repeat (each occurrence counts)."""
-
-    def __init__(
-        self,
-        *,
-        namespace: _builtins.str = ...,
-        memory_ids: _abc.Iterable[_builtins.str] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_ids", b"memory_ids", "namespace", b"namespace"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___RecordAccessRequest: _TypeAlias = RecordAccessRequest  # noqa: Y015
-
-@_typing.final
-class RecordAccessResponse(_message.Message):
-    """Response for RecordAccess."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    UPDATED_COUNT_FIELD_NUMBER: _builtins.int
-    updated_count: _builtins.int
-    """How many live memories were updated."""
-    def __init__(
-        self,
-        *,
-        updated_count: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["updated_count", b"updated_count"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___RecordAccessResponse: _TypeAlias = RecordAccessResponse  # noqa: Y015
-
-@_typing.final
 class RememberRequest(_message.Message):
     """Request for Remember."""
 

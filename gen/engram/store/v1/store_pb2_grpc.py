@@ -98,11 +98,6 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryResponse.FromString,
                 _registered_method=True)
-        self.RecordAccess = channel.unary_unary(
-                '/engram.store.v1.MemoryStoreService/RecordAccess',
-                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.RecordAccessRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.RecordAccessResponse.FromString,
-                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -285,19 +280,6 @@ class MemoryStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def RecordAccess(self, request, context):
-        """Records that recall returned these memories: `access_count` goes up by one
-        and `last_access_time` becomes now. Called by the search service in the
-        background, in batches; it never touches content, history or the
-        full-text index. Unknown, deleted and other-namespace ids are ignored.
-
-        Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids, an id over
-        128 characters); UNAVAILABLE (MUTATIONS_FROZEN).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_MemoryStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -345,11 +327,6 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.ListMemoryHistory,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryResponse.SerializeToString,
-            ),
-            'RecordAccess': grpc.unary_unary_rpc_method_handler(
-                    servicer.RecordAccess,
-                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.RecordAccessRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.RecordAccessResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -614,33 +591,6 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/ListMemoryHistory',
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def RecordAccess(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/engram.store.v1.MemoryStoreService/RecordAccess',
-            engram_dot_store_dot_v1_dot_store__pb2.RecordAccessRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_store__pb2.RecordAccessResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -174,15 +174,6 @@ class MemoryStoreServiceStub:
     page_size over 500, bad page token); NOT_FOUND (no memory and no history
     with that id).
     """
-    RecordAccess: _grpc.UnaryUnaryMultiCallable[_store_pb2.RecordAccessRequest, _store_pb2.RecordAccessResponse]
-    """Records that recall returned these memories: `access_count` goes up by one
-    and `last_access_time` becomes now. Called by the search service in the
-    background, in batches; it never touches content, history or the
-    full-text index. Unknown, deleted and other-namespace ids are ignored.
-
-    Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids, an id over
-    128 characters); UNAVAILABLE (MUTATIONS_FROZEN).
-    """
 
 @_typing.type_check_only
 class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
@@ -329,15 +320,6 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
     page_size over 500, bad page token); NOT_FOUND (no memory and no history
     with that id).
-    """
-    RecordAccess: _aio.UnaryUnaryMultiCallable[_store_pb2.RecordAccessRequest, _store_pb2.RecordAccessResponse]  # type: ignore[assignment]
-    """Records that recall returned these memories: `access_count` goes up by one
-    and `last_access_time` becomes now. Called by the search service in the
-    background, in batches; it never touches content, history or the
-    full-text index. Unknown, deleted and other-namespace ids are ignored.
-
-    Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids, an id over
-    128 characters); UNAVAILABLE (MUTATIONS_FROZEN).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -536,21 +518,6 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
         page_size over 500, bad page token); NOT_FOUND (no memory and no history
         with that id).
-        """
-
-    @_abc_1.abstractmethod
-    def RecordAccess(
-        self,
-        request: _store_pb2.RecordAccessRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_store_pb2.RecordAccessResponse, _abc.Awaitable[_store_pb2.RecordAccessResponse]]:
-        """Records that recall returned these memories: `access_count` goes up by one
-        and `last_access_time` becomes now. Called by the search service in the
-        background, in batches; it never touches content, history or the
-        full-text index. Unknown, deleted and other-namespace ids are ignored.
-
-        Errors: INVALID_ARGUMENT (bad namespace, more than 1000 ids, an id over
-        128 characters); UNAVAILABLE (MUTATIONS_FROZEN).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from engram.store.v1 import documents_pb2 as engram_dot_store_dot_v1_dot_documents__pb2
+from engram.store.internal.v1 import documents_pb2 as engram_dot_store_dot_internal_dot_v1_dot_documents__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in engram/store/v1/documents_pb2_grpc.py depends on'
+        + ' but the generated code in engram/store/internal/v1/documents_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -43,44 +43,44 @@ class DocumentStoreServiceStub:
             channel: A grpc.Channel.
         """
         self.CreateDocument = channel.unary_unary(
-                '/engram.store.v1.DocumentStoreService/CreateDocument',
-                request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.CreateDocumentRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.CreateDocumentResponse.FromString,
+                '/engram.store.internal.v1.DocumentStoreService/CreateDocument',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CreateDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CreateDocumentResponse.FromString,
                 _registered_method=True)
         self.GetDocument = channel.unary_unary(
-                '/engram.store.v1.DocumentStoreService/GetDocument',
-                request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.GetDocumentRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.GetDocumentResponse.FromString,
+                '/engram.store.internal.v1.DocumentStoreService/GetDocument',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.GetDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.GetDocumentResponse.FromString,
                 _registered_method=True)
         self.ListDocumentChunks = channel.unary_unary(
-                '/engram.store.v1.DocumentStoreService/ListDocumentChunks',
-                request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.ListDocumentChunksRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.ListDocumentChunksResponse.FromString,
+                '/engram.store.internal.v1.DocumentStoreService/ListDocumentChunks',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ListDocumentChunksRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ListDocumentChunksResponse.FromString,
                 _registered_method=True)
         self.ReadDocumentSource = channel.unary_unary(
-                '/engram.store.v1.DocumentStoreService/ReadDocumentSource',
-                request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.ReadDocumentSourceRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.ReadDocumentSourceResponse.FromString,
+                '/engram.store.internal.v1.DocumentStoreService/ReadDocumentSource',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ReadDocumentSourceRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ReadDocumentSourceResponse.FromString,
                 _registered_method=True)
         self.AdvanceDocument = channel.unary_unary(
-                '/engram.store.v1.DocumentStoreService/AdvanceDocument',
-                request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.AdvanceDocumentRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.AdvanceDocumentResponse.FromString,
+                '/engram.store.internal.v1.DocumentStoreService/AdvanceDocument',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.AdvanceDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.AdvanceDocumentResponse.FromString,
                 _registered_method=True)
         self.WriteDocumentChunk = channel.unary_unary(
-                '/engram.store.v1.DocumentStoreService/WriteDocumentChunk',
-                request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.WriteDocumentChunkRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.WriteDocumentChunkResponse.FromString,
+                '/engram.store.internal.v1.DocumentStoreService/WriteDocumentChunk',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.WriteDocumentChunkRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.WriteDocumentChunkResponse.FromString,
                 _registered_method=True)
         self.CompleteDocument = channel.unary_unary(
-                '/engram.store.v1.DocumentStoreService/CompleteDocument',
-                request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentResponse.FromString,
+                '/engram.store.internal.v1.DocumentStoreService/CompleteDocument',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CompleteDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CompleteDocumentResponse.FromString,
                 _registered_method=True)
         self.FailDocument = channel.unary_unary(
-                '/engram.store.v1.DocumentStoreService/FailDocument',
-                request_serializer=engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentResponse.FromString,
+                '/engram.store.internal.v1.DocumentStoreService/FailDocument',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.FailDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.FailDocumentResponse.FromString,
                 _registered_method=True)
 
 
@@ -211,49 +211,49 @@ def add_DocumentStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateDocument,
-                    request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.CreateDocumentRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.CreateDocumentResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CreateDocumentRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CreateDocumentResponse.SerializeToString,
             ),
             'GetDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDocument,
-                    request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.GetDocumentRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.GetDocumentResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.GetDocumentRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.GetDocumentResponse.SerializeToString,
             ),
             'ListDocumentChunks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDocumentChunks,
-                    request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.ListDocumentChunksRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.ListDocumentChunksResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ListDocumentChunksRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ListDocumentChunksResponse.SerializeToString,
             ),
             'ReadDocumentSource': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadDocumentSource,
-                    request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.ReadDocumentSourceRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.ReadDocumentSourceResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ReadDocumentSourceRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ReadDocumentSourceResponse.SerializeToString,
             ),
             'AdvanceDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.AdvanceDocument,
-                    request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.AdvanceDocumentRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.AdvanceDocumentResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.AdvanceDocumentRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.AdvanceDocumentResponse.SerializeToString,
             ),
             'WriteDocumentChunk': grpc.unary_unary_rpc_method_handler(
                     servicer.WriteDocumentChunk,
-                    request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.WriteDocumentChunkRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.WriteDocumentChunkResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.WriteDocumentChunkRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.WriteDocumentChunkResponse.SerializeToString,
             ),
             'CompleteDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.CompleteDocument,
-                    request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CompleteDocumentRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CompleteDocumentResponse.SerializeToString,
             ),
             'FailDocument': grpc.unary_unary_rpc_method_handler(
                     servicer.FailDocument,
-                    request_deserializer=engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.FailDocumentRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.FailDocumentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'engram.store.v1.DocumentStoreService', rpc_method_handlers)
+            'engram.store.internal.v1.DocumentStoreService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('engram.store.v1.DocumentStoreService', rpc_method_handlers)
+    server.add_registered_method_handlers('engram.store.internal.v1.DocumentStoreService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
@@ -282,9 +282,9 @@ class DocumentStoreService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.DocumentStoreService/CreateDocument',
-            engram_dot_store_dot_v1_dot_documents__pb2.CreateDocumentRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_documents__pb2.CreateDocumentResponse.FromString,
+            '/engram.store.internal.v1.DocumentStoreService/CreateDocument',
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CreateDocumentRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CreateDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -309,9 +309,9 @@ class DocumentStoreService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.DocumentStoreService/GetDocument',
-            engram_dot_store_dot_v1_dot_documents__pb2.GetDocumentRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_documents__pb2.GetDocumentResponse.FromString,
+            '/engram.store.internal.v1.DocumentStoreService/GetDocument',
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.GetDocumentRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.GetDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -336,9 +336,9 @@ class DocumentStoreService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.DocumentStoreService/ListDocumentChunks',
-            engram_dot_store_dot_v1_dot_documents__pb2.ListDocumentChunksRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_documents__pb2.ListDocumentChunksResponse.FromString,
+            '/engram.store.internal.v1.DocumentStoreService/ListDocumentChunks',
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ListDocumentChunksRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ListDocumentChunksResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -363,9 +363,9 @@ class DocumentStoreService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.DocumentStoreService/ReadDocumentSource',
-            engram_dot_store_dot_v1_dot_documents__pb2.ReadDocumentSourceRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_documents__pb2.ReadDocumentSourceResponse.FromString,
+            '/engram.store.internal.v1.DocumentStoreService/ReadDocumentSource',
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ReadDocumentSourceRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.ReadDocumentSourceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -390,9 +390,9 @@ class DocumentStoreService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.DocumentStoreService/AdvanceDocument',
-            engram_dot_store_dot_v1_dot_documents__pb2.AdvanceDocumentRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_documents__pb2.AdvanceDocumentResponse.FromString,
+            '/engram.store.internal.v1.DocumentStoreService/AdvanceDocument',
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.AdvanceDocumentRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.AdvanceDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -417,9 +417,9 @@ class DocumentStoreService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.DocumentStoreService/WriteDocumentChunk',
-            engram_dot_store_dot_v1_dot_documents__pb2.WriteDocumentChunkRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_documents__pb2.WriteDocumentChunkResponse.FromString,
+            '/engram.store.internal.v1.DocumentStoreService/WriteDocumentChunk',
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.WriteDocumentChunkRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.WriteDocumentChunkResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -444,9 +444,9 @@ class DocumentStoreService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.DocumentStoreService/CompleteDocument',
-            engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_documents__pb2.CompleteDocumentResponse.FromString,
+            '/engram.store.internal.v1.DocumentStoreService/CompleteDocument',
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CompleteDocumentRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.CompleteDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -471,9 +471,9 @@ class DocumentStoreService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.DocumentStoreService/FailDocument',
-            engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_documents__pb2.FailDocumentResponse.FromString,
+            '/engram.store.internal.v1.DocumentStoreService/FailDocument',
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.FailDocumentRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_documents__pb2.FailDocumentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,7 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
-from engram.store.v1 import job_queue_pb2 as _job_queue_pb2
+from engram.store.internal.v1 import job_queue_pb2 as _job_queue_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -27,7 +27,10 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class JobQueueServiceStub:
-    """The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
     workers. Jobs are leased atomically with a lease token; only the holder of
     the current token can complete, fail, release or renew a job, so a worker
     whose lease was reaped cannot finish it. Job results are applied by the
@@ -162,7 +165,10 @@ class JobQueueServiceStub:
 
 @_typing.type_check_only
 class JobQueueServiceAsyncStub(JobQueueServiceStub):
-    """The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
     workers. Jobs are leased atomically with a lease token; only the holder of
     the current token can complete, fail, release or renew a job, so a worker
     whose lease was reaped cannot finish it. Job results are applied by the
@@ -293,7 +299,10 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     """
 
 class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
-    """The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
     workers. Jobs are leased atomically with a lease token; only the holder of
     the current token can complete, fail, release or renew a job, so a worker
     whose lease was reaped cannot finish it. Job results are applied by the

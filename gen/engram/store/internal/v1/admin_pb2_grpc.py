@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from engram.store.v1 import admin_pb2 as engram_dot_store_dot_v1_dot_admin__pb2
+from engram.store.internal.v1 import admin_pb2 as engram_dot_store_dot_internal_dot_v1_dot_admin__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in engram/store/v1/admin_pb2_grpc.py depends on'
+        + ' but the generated code in engram/store/internal/v1/admin_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class StoreAdminServiceStub:
-    """Administration of the store for the maintenance service, which never opens
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    Administration of the store for the maintenance service, which never opens
     the database itself (seed 000 "Maintenance Worker" and "Retention Worker").
 
     GetStoreDiagnostics returns raw counts; the maintenance service turns them
@@ -45,44 +48,47 @@ class StoreAdminServiceStub:
             channel: A grpc.Channel.
         """
         self.GetStoreDiagnostics = channel.unary_unary(
-                '/engram.store.v1.StoreAdminService/GetStoreDiagnostics',
-                request_serializer=engram_dot_store_dot_v1_dot_admin__pb2.GetStoreDiagnosticsRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.GetStoreDiagnosticsResponse.FromString,
+                '/engram.store.internal.v1.StoreAdminService/GetStoreDiagnostics',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.GetStoreDiagnosticsRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.GetStoreDiagnosticsResponse.FromString,
                 _registered_method=True)
         self.RequeueDeadJobs = channel.unary_unary(
-                '/engram.store.v1.StoreAdminService/RequeueDeadJobs',
-                request_serializer=engram_dot_store_dot_v1_dot_admin__pb2.RequeueDeadJobsRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.RequeueDeadJobsResponse.FromString,
+                '/engram.store.internal.v1.StoreAdminService/RequeueDeadJobs',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RequeueDeadJobsRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RequeueDeadJobsResponse.FromString,
                 _registered_method=True)
         self.RepairStaleLeases = channel.unary_unary(
-                '/engram.store.v1.StoreAdminService/RepairStaleLeases',
-                request_serializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairStaleLeasesRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairStaleLeasesResponse.FromString,
+                '/engram.store.internal.v1.StoreAdminService/RepairStaleLeases',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairStaleLeasesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairStaleLeasesResponse.FromString,
                 _registered_method=True)
         self.RepairFtsIndex = channel.unary_unary(
-                '/engram.store.v1.StoreAdminService/RepairFtsIndex',
-                request_serializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairFtsIndexRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairFtsIndexResponse.FromString,
+                '/engram.store.internal.v1.StoreAdminService/RepairFtsIndex',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairFtsIndexRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairFtsIndexResponse.FromString,
                 _registered_method=True)
         self.RepairVectorIndex = channel.unary_unary(
-                '/engram.store.v1.StoreAdminService/RepairVectorIndex',
-                request_serializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairVectorIndexRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairVectorIndexResponse.FromString,
+                '/engram.store.internal.v1.StoreAdminService/RepairVectorIndex',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairVectorIndexRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairVectorIndexResponse.FromString,
                 _registered_method=True)
         self.SweepRetention = channel.unary_unary(
-                '/engram.store.v1.StoreAdminService/SweepRetention',
-                request_serializer=engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionResponse.FromString,
+                '/engram.store.internal.v1.StoreAdminService/SweepRetention',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.SweepRetentionRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.SweepRetentionResponse.FromString,
                 _registered_method=True)
         self.BackfillExtraction = channel.unary_unary(
-                '/engram.store.v1.StoreAdminService/BackfillExtraction',
-                request_serializer=engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionResponse.FromString,
+                '/engram.store.internal.v1.StoreAdminService/BackfillExtraction',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.BackfillExtractionRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.BackfillExtractionResponse.FromString,
                 _registered_method=True)
 
 
 class StoreAdminServiceServicer:
-    """Administration of the store for the maintenance service, which never opens
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    Administration of the store for the maintenance service, which never opens
     the database itself (seed 000 "Maintenance Worker" and "Retention Worker").
 
     GetStoreDiagnostics returns raw counts; the maintenance service turns them
@@ -187,49 +193,52 @@ def add_StoreAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetStoreDiagnostics': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStoreDiagnostics,
-                    request_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.GetStoreDiagnosticsRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_admin__pb2.GetStoreDiagnosticsResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.GetStoreDiagnosticsRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.GetStoreDiagnosticsResponse.SerializeToString,
             ),
             'RequeueDeadJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.RequeueDeadJobs,
-                    request_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.RequeueDeadJobsRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_admin__pb2.RequeueDeadJobsResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RequeueDeadJobsRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RequeueDeadJobsResponse.SerializeToString,
             ),
             'RepairStaleLeases': grpc.unary_unary_rpc_method_handler(
                     servicer.RepairStaleLeases,
-                    request_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairStaleLeasesRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairStaleLeasesResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairStaleLeasesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairStaleLeasesResponse.SerializeToString,
             ),
             'RepairFtsIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepairFtsIndex,
-                    request_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairFtsIndexRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairFtsIndexResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairFtsIndexRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairFtsIndexResponse.SerializeToString,
             ),
             'RepairVectorIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepairVectorIndex,
-                    request_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairVectorIndexRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_admin__pb2.RepairVectorIndexResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairVectorIndexRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairVectorIndexResponse.SerializeToString,
             ),
             'SweepRetention': grpc.unary_unary_rpc_method_handler(
                     servicer.SweepRetention,
-                    request_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.SweepRetentionRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.SweepRetentionResponse.SerializeToString,
             ),
             'BackfillExtraction': grpc.unary_unary_rpc_method_handler(
                     servicer.BackfillExtraction,
-                    request_deserializer=engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.BackfillExtractionRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.BackfillExtractionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'engram.store.v1.StoreAdminService', rpc_method_handlers)
+            'engram.store.internal.v1.StoreAdminService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('engram.store.v1.StoreAdminService', rpc_method_handlers)
+    server.add_registered_method_handlers('engram.store.internal.v1.StoreAdminService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
 class StoreAdminService:
-    """Administration of the store for the maintenance service, which never opens
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    Administration of the store for the maintenance service, which never opens
     the database itself (seed 000 "Maintenance Worker" and "Retention Worker").
 
     GetStoreDiagnostics returns raw counts; the maintenance service turns them
@@ -255,9 +264,9 @@ class StoreAdminService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.StoreAdminService/GetStoreDiagnostics',
-            engram_dot_store_dot_v1_dot_admin__pb2.GetStoreDiagnosticsRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_admin__pb2.GetStoreDiagnosticsResponse.FromString,
+            '/engram.store.internal.v1.StoreAdminService/GetStoreDiagnostics',
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.GetStoreDiagnosticsRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.GetStoreDiagnosticsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -282,9 +291,9 @@ class StoreAdminService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.StoreAdminService/RequeueDeadJobs',
-            engram_dot_store_dot_v1_dot_admin__pb2.RequeueDeadJobsRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_admin__pb2.RequeueDeadJobsResponse.FromString,
+            '/engram.store.internal.v1.StoreAdminService/RequeueDeadJobs',
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RequeueDeadJobsRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RequeueDeadJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -309,9 +318,9 @@ class StoreAdminService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.StoreAdminService/RepairStaleLeases',
-            engram_dot_store_dot_v1_dot_admin__pb2.RepairStaleLeasesRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_admin__pb2.RepairStaleLeasesResponse.FromString,
+            '/engram.store.internal.v1.StoreAdminService/RepairStaleLeases',
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairStaleLeasesRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairStaleLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -336,9 +345,9 @@ class StoreAdminService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.StoreAdminService/RepairFtsIndex',
-            engram_dot_store_dot_v1_dot_admin__pb2.RepairFtsIndexRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_admin__pb2.RepairFtsIndexResponse.FromString,
+            '/engram.store.internal.v1.StoreAdminService/RepairFtsIndex',
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairFtsIndexRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairFtsIndexResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -363,9 +372,9 @@ class StoreAdminService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.StoreAdminService/RepairVectorIndex',
-            engram_dot_store_dot_v1_dot_admin__pb2.RepairVectorIndexRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_admin__pb2.RepairVectorIndexResponse.FromString,
+            '/engram.store.internal.v1.StoreAdminService/RepairVectorIndex',
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairVectorIndexRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.RepairVectorIndexResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -390,9 +399,9 @@ class StoreAdminService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.StoreAdminService/SweepRetention',
-            engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_admin__pb2.SweepRetentionResponse.FromString,
+            '/engram.store.internal.v1.StoreAdminService/SweepRetention',
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.SweepRetentionRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.SweepRetentionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -417,9 +426,9 @@ class StoreAdminService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.StoreAdminService/BackfillExtraction',
-            engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_admin__pb2.BackfillExtractionResponse.FromString,
+            '/engram.store.internal.v1.StoreAdminService/BackfillExtraction',
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.BackfillExtractionRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_admin__pb2.BackfillExtractionResponse.FromString,
             options,
             channel_credentials,
             insecure,

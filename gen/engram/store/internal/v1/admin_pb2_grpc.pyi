@@ -4,7 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
-from engram.store.v1 import admin_pb2 as _admin_pb2
+from engram.store.internal.v1 import admin_pb2 as _admin_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -27,7 +27,10 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class StoreAdminServiceStub:
-    """Administration of the store for the maintenance service, which never opens
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    Administration of the store for the maintenance service, which never opens
     the database itself (seed 000 "Maintenance Worker" and "Retention Worker").
 
     GetStoreDiagnostics returns raw counts; the maintenance service turns them
@@ -106,7 +109,10 @@ class StoreAdminServiceStub:
 
 @_typing.type_check_only
 class StoreAdminServiceAsyncStub(StoreAdminServiceStub):
-    """Administration of the store for the maintenance service, which never opens
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    Administration of the store for the maintenance service, which never opens
     the database itself (seed 000 "Maintenance Worker" and "Retention Worker").
 
     GetStoreDiagnostics returns raw counts; the maintenance service turns them
@@ -181,7 +187,10 @@ class StoreAdminServiceAsyncStub(StoreAdminServiceStub):
     """
 
 class StoreAdminServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Administration of the store for the maintenance service, which never opens
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    Administration of the store for the maintenance service, which never opens
     the database itself (seed 000 "Maintenance Worker" and "Retention Worker").
 
     GetStoreDiagnostics returns raw counts; the maintenance service turns them

@@ -4,7 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
-from engram.store.v1 import documents_pb2 as _documents_pb2
+from engram.store.internal.v1 import documents_pb2 as _documents_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from engram.store.v1 import job_queue_pb2 as engram_dot_store_dot_v1_dot_job__queue__pb2
+from engram.store.internal.v1 import job_queue_pb2 as engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in engram/store/v1/job_queue_pb2_grpc.py depends on'
+        + ' but the generated code in engram/store/internal/v1/job_queue_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class JobQueueServiceStub:
-    """The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
     workers. Jobs are leased atomically with a lease token; only the holder of
     the current token can complete, fail, release or renew a job, so a worker
     whose lease was reaped cannot finish it. Job results are applied by the
@@ -48,54 +51,57 @@ class JobQueueServiceStub:
             channel: A grpc.Channel.
         """
         self.LeaseJobs = channel.unary_unary(
-                '/engram.store.v1.JobQueueService/LeaseJobs',
-                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.LeaseJobsRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.LeaseJobsResponse.FromString,
+                '/engram.store.internal.v1.JobQueueService/LeaseJobs',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.LeaseJobsRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.LeaseJobsResponse.FromString,
                 _registered_method=True)
         self.RenewLeases = channel.unary_unary(
-                '/engram.store.v1.JobQueueService/RenewLeases',
-                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.RenewLeasesRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.RenewLeasesResponse.FromString,
+                '/engram.store.internal.v1.JobQueueService/RenewLeases',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.RenewLeasesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.RenewLeasesResponse.FromString,
                 _registered_method=True)
         self.CompleteEmbedJobs = channel.unary_unary(
-                '/engram.store.v1.JobQueueService/CompleteEmbedJobs',
-                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsResponse.FromString,
+                '/engram.store.internal.v1.JobQueueService/CompleteEmbedJobs',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsResponse.FromString,
                 _registered_method=True)
         self.FailJobs = channel.unary_unary(
-                '/engram.store.v1.JobQueueService/FailJobs',
-                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.FailJobsRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.FailJobsResponse.FromString,
+                '/engram.store.internal.v1.JobQueueService/FailJobs',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.FailJobsRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.FailJobsResponse.FromString,
                 _registered_method=True)
         self.ReleaseJobs = channel.unary_unary(
-                '/engram.store.v1.JobQueueService/ReleaseJobs',
-                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseJobsRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseJobsResponse.FromString,
+                '/engram.store.internal.v1.JobQueueService/ReleaseJobs',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseJobsRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseJobsResponse.FromString,
                 _registered_method=True)
         self.ReleaseStaleLeases = channel.unary_unary(
-                '/engram.store.v1.JobQueueService/ReleaseStaleLeases',
-                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.FromString,
+                '/engram.store.internal.v1.JobQueueService/ReleaseStaleLeases',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.FromString,
                 _registered_method=True)
         self.ReleasePriorInstanceLeases = channel.unary_unary(
-                '/engram.store.v1.JobQueueService/ReleasePriorInstanceLeases',
-                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesResponse.FromString,
+                '/engram.store.internal.v1.JobQueueService/ReleasePriorInstanceLeases',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesResponse.FromString,
                 _registered_method=True)
         self.CompleteExtractJob = channel.unary_unary(
-                '/engram.store.v1.JobQueueService/CompleteExtractJob',
-                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.FromString,
+                '/engram.store.internal.v1.JobQueueService/CompleteExtractJob',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.FromString,
                 _registered_method=True)
         self.GetQueueStats = channel.unary_unary(
-                '/engram.store.v1.JobQueueService/GetQueueStats',
-                request_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.GetQueueStatsRequest.SerializeToString,
-                response_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.GetQueueStatsResponse.FromString,
+                '/engram.store.internal.v1.JobQueueService/GetQueueStats',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.GetQueueStatsRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.GetQueueStatsResponse.FromString,
                 _registered_method=True)
 
 
 class JobQueueServiceServicer:
-    """The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
     workers. Jobs are leased atomically with a lease token; only the holder of
     the current token can complete, fail, release or renew a job, so a worker
     whose lease was reaped cannot finish it. Job results are applied by the
@@ -264,59 +270,62 @@ def add_JobQueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'LeaseJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaseJobs,
-                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.LeaseJobsRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.LeaseJobsResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.LeaseJobsRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.LeaseJobsResponse.SerializeToString,
             ),
             'RenewLeases': grpc.unary_unary_rpc_method_handler(
                     servicer.RenewLeases,
-                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.RenewLeasesRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.RenewLeasesResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.RenewLeasesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.RenewLeasesResponse.SerializeToString,
             ),
             'CompleteEmbedJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.CompleteEmbedJobs,
-                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsResponse.SerializeToString,
             ),
             'FailJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.FailJobs,
-                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.FailJobsRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.FailJobsResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.FailJobsRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.FailJobsResponse.SerializeToString,
             ),
             'ReleaseJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleaseJobs,
-                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseJobsRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseJobsResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseJobsRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseJobsResponse.SerializeToString,
             ),
             'ReleaseStaleLeases': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleaseStaleLeases,
-                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.SerializeToString,
             ),
             'ReleasePriorInstanceLeases': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleasePriorInstanceLeases,
-                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesResponse.SerializeToString,
             ),
             'CompleteExtractJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CompleteExtractJob,
-                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.SerializeToString,
             ),
             'GetQueueStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetQueueStats,
-                    request_deserializer=engram_dot_store_dot_v1_dot_job__queue__pb2.GetQueueStatsRequest.FromString,
-                    response_serializer=engram_dot_store_dot_v1_dot_job__queue__pb2.GetQueueStatsResponse.SerializeToString,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.GetQueueStatsRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.GetQueueStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'engram.store.v1.JobQueueService', rpc_method_handlers)
+            'engram.store.internal.v1.JobQueueService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('engram.store.v1.JobQueueService', rpc_method_handlers)
+    server.add_registered_method_handlers('engram.store.internal.v1.JobQueueService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
 class JobQueueService:
-    """The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
+    """Internal: served only on the store's internal listener
+    (`server.ports.store_internal`), never on the public port.
+
+    The persistent job queue (seed 000 "Worker Model"), used by the pipeline's
     workers. Jobs are leased atomically with a lease token; only the holder of
     the current token can complete, fail, release or renew a job, so a worker
     whose lease was reaped cannot finish it. Job results are applied by the
@@ -345,9 +354,9 @@ class JobQueueService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.JobQueueService/LeaseJobs',
-            engram_dot_store_dot_v1_dot_job__queue__pb2.LeaseJobsRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_job__queue__pb2.LeaseJobsResponse.FromString,
+            '/engram.store.internal.v1.JobQueueService/LeaseJobs',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.LeaseJobsRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.LeaseJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -372,9 +381,9 @@ class JobQueueService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.JobQueueService/RenewLeases',
-            engram_dot_store_dot_v1_dot_job__queue__pb2.RenewLeasesRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_job__queue__pb2.RenewLeasesResponse.FromString,
+            '/engram.store.internal.v1.JobQueueService/RenewLeases',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.RenewLeasesRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.RenewLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -399,9 +408,9 @@ class JobQueueService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.JobQueueService/CompleteEmbedJobs',
-            engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsResponse.FromString,
+            '/engram.store.internal.v1.JobQueueService/CompleteEmbedJobs',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteEmbedJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -426,9 +435,9 @@ class JobQueueService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.JobQueueService/FailJobs',
-            engram_dot_store_dot_v1_dot_job__queue__pb2.FailJobsRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_job__queue__pb2.FailJobsResponse.FromString,
+            '/engram.store.internal.v1.JobQueueService/FailJobs',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.FailJobsRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.FailJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -453,9 +462,9 @@ class JobQueueService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.JobQueueService/ReleaseJobs',
-            engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseJobsRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseJobsResponse.FromString,
+            '/engram.store.internal.v1.JobQueueService/ReleaseJobs',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseJobsRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -480,9 +489,9 @@ class JobQueueService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.JobQueueService/ReleaseStaleLeases',
-            engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.FromString,
+            '/engram.store.internal.v1.JobQueueService/ReleaseStaleLeases',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleaseStaleLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -507,9 +516,9 @@ class JobQueueService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.JobQueueService/ReleasePriorInstanceLeases',
-            engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesResponse.FromString,
+            '/engram.store.internal.v1.JobQueueService/ReleasePriorInstanceLeases',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.ReleasePriorInstanceLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -534,9 +543,9 @@ class JobQueueService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.JobQueueService/CompleteExtractJob',
-            engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.FromString,
+            '/engram.store.internal.v1.JobQueueService/CompleteExtractJob',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -561,9 +570,9 @@ class JobQueueService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/engram.store.v1.JobQueueService/GetQueueStats',
-            engram_dot_store_dot_v1_dot_job__queue__pb2.GetQueueStatsRequest.SerializeToString,
-            engram_dot_store_dot_v1_dot_job__queue__pb2.GetQueueStatsResponse.FromString,
+            '/engram.store.internal.v1.JobQueueService/GetQueueStats',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.GetQueueStatsRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.GetQueueStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,7 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from engram.common.v1 import document_pb2 as _document_pb2
-from engram.store.v1 import job_queue_pb2 as _job_queue_pb2
+from engram.store.internal.v1 import job_queue_pb2 as _job_queue_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers

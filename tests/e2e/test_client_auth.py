@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import REPO_ROOT, Launcher, ProcessHandle, clean_env, engram_command, free_port
-from engram.client import Engram, PermissionDenied, Unauthenticated
+from engram.client import Engram, PermissionDenied, ResourceExhausted, Unauthenticated
 
 
 def _env(data_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -39,8 +39,9 @@ def _create_key(data_dir: Path, role: str, namespace: str) -> str:
     return key
 
 
-@pytest.fixture
-def store(launcher: Launcher, tmp_path: Path) -> tuple[ProcessHandle, Path]:
+def _auth_store(
+    launcher: Launcher, tmp_path: Path, extra: dict[str, str] | None = None
+) -> tuple[ProcessHandle, Path]:
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     handle = launcher.start_store(
@@ -49,9 +50,35 @@ def store(launcher: Launcher, tmp_path: Path) -> tuple[ProcessHandle, Path]:
             "ENGRAM_AUTH__ENABLED": "true",
             "ENGRAM_AUTH__SERVICE_KEY": "s" * 40,
             "ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(free_port()),
+            **(extra or {}),
         },
     )
     return handle, data_dir
+
+
+@pytest.fixture
+def store(launcher: Launcher, tmp_path: Path) -> tuple[ProcessHandle, Path]:
+    return _auth_store(launcher, tmp_path)
+
+
+def test_rate_limited_key_is_resource_exhausted_with_retry_after(
+    launcher: Launcher, tmp_path: Path
+) -> None:
+    """A writer key's bucket of 2 calls, refilled at one call per 100 s: the third
+    call is ResourceExhausted, and RetryInfo says when to come back."""
+    limits = {
+        "ENGRAM_AUTH__RATE_LIMITS__WRITER__RATE": "0.01",
+        "ENGRAM_AUTH__RATE_LIMITS__WRITER__BURST": "2",
+    }
+    handle, data_dir = _auth_store(launcher, tmp_path, limits)
+    writer = _create_key(data_dir, "writer", "team-a")
+    with Engram(handle.address, api_key=writer) as engram:
+        engram.remember("one", namespace="team-a")
+        engram.remember("two", namespace="team-a")
+        with pytest.raises(ResourceExhausted) as limited:
+            engram.remember("three", namespace="team-a")
+    assert limited.value.retry_after_s is not None and limited.value.retry_after_s > 0
+    assert limited.value.reason
 
 
 def test_client_errors_for_missing_and_insufficient_keys(

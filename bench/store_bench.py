@@ -12,7 +12,10 @@ One run measures, on the same machine:
    (echo, store, echo, ...) so outside load hits both sides alike;
 3. ImportMemories of N memories streamed in messages of 500 items to a fresh
    store, against raw batched SQLite inserts of the same rows into a fresh
-   database with the store's schema.
+   database with the store's schema;
+4. `engram import FILE.jsonl` (the CLI, through engram.client, progress lines on)
+   of the same N memories into another fresh store, timed from the command's start
+   to its exit, against 3.
 
 Prints a table, writes bench/results/store-<timestamp>.json.
 
@@ -70,6 +73,8 @@ RAW_TRANSACTION_MEMORIES = 100
 REMEMBER_RATIO_TARGET = 0.60
 SECURITY_RATIO_TARGET = 0.85  # issue 14: Remember with auth+TLS / without, at 32 in flight
 IMPORT_RATIO_TARGET = 0.50
+# `engram import` against ImportMemories streamed by hand (issue 15)
+CLI_IMPORT_RATIO_TARGET = 0.80
 JOB_MAX_ATTEMPTS = 3  # memory.pipelineV2.workerMaxRetries default, as the store uses
 
 # ---- realistic, distinct content ----------------------------------------------------
@@ -770,6 +775,47 @@ async def bench_import(tmp: Path, count: int) -> ImportResult:
         server.stop()
 
 
+def bench_cli_import(tmp: Path, count: int) -> ImportResult:
+    """`engram import` of the same items from a JSON-lines file into a fresh store:
+    the whole command (start-up, parsing, streaming, the report) is timed."""
+    server, port = start_store(tmp, "cli-import")
+    source = tmp / "cli-import.jsonl"
+    with source.open("w", encoding="utf-8") as file:
+        for n in range(count):
+            item = import_item(n)
+            record = {"content": item.content, "tags": list(item.tags), "who": item.who}
+            file.write(json.dumps({**record, "source_type": item.source_type}) + "\n")
+    # this checkout's CLI and client, whatever the virtualenv's editable install points at
+    path = os.pathsep.join(str(ROOT / p) for p in (".", "gen", "clients/python"))
+    env = {**os.environ, "PYTHONPATH": path}
+    argv = [sys.executable, "-m", "services.cli.main", "import", str(source), "-n", "bench"]
+    argv += ["--address", f"127.0.0.1:{port}", "--json"]
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=1
+                    )
+                    break
+                except grpc.RpcError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+        started = time.perf_counter()
+        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"engram import failed: {done.stdout}{done.stderr}")
+        created = int(json.loads(done.stdout)["created"])
+        if created != count:
+            raise RuntimeError(f"engram import created {created} of {count}: {done.stdout}")
+        return ImportResult(count, elapsed, count / elapsed, created)
+    finally:
+        server.stop()
+
+
 def raw_rows(count: int) -> list[NewMemory]:
     """The rows the store would write for the same import items (memory, history,
     embed job; no extract job: the benchmark's store runs the default
@@ -898,6 +944,8 @@ async def run(args: argparse.Namespace) -> int:
         raw = bench_raw_sqlite(tmp, count)
         print("ImportMemories ...", flush=True)
         imported = await bench_import(tmp, count)
+        print("engram import (CLI) ...", flush=True)
+        cli_imported = bench_cli_import(tmp, count)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -905,12 +953,18 @@ async def run(args: argparse.Namespace) -> int:
 
     remember_ratio = unary.ratios[CONCURRENCY.index(32)]
     import_ratio = imported.memories_per_s / raw.memories_per_s
+    cli_ratio = cli_imported.memories_per_s / imported.memories_per_s
     print()
     print(table(unary, imported, raw))
+    print(
+        f"{'engram import (CLI)':<26}{cli_imported.memories:>10}{cli_imported.seconds:>9.2f}"
+        f"{cli_imported.memories_per_s:>12.0f}"
+    )
     print()
     verdict = [
         ("Remember RPS / echo RPS at 32 in flight", remember_ratio, REMEMBER_RATIO_TARGET),
         ("ImportMemories / raw SQLite memories/s", import_ratio, IMPORT_RATIO_TARGET),
+        ("engram import / ImportMemories memories/s", cli_ratio, CLI_IMPORT_RATIO_TARGET),
     ]
     for label, value, target in verdict:
         status = "MET" if value >= target else "NOT MET"
@@ -938,11 +992,20 @@ async def run(args: argparse.Namespace) -> int:
         "echo": [asdict(r) for r in unary.results["echo"]],
         "remember": [asdict(r) for r in unary.results["remember"]],
         "remember_vs_echo_rounds": unary.rounds_ratios,
-        "import": {"store": asdict(imported), "raw_sqlite": asdict(raw)},
-        "ratios": {"remember_vs_echo_at_32": remember_ratio, "import_vs_raw": import_ratio},
+        "import": {
+            "store": asdict(imported),
+            "raw_sqlite": asdict(raw),
+            "cli": asdict(cli_imported),
+        },
+        "ratios": {
+            "remember_vs_echo_at_32": remember_ratio,
+            "import_vs_raw": import_ratio,
+            "cli_import_vs_import": cli_ratio,
+        },
         "targets": {
             "remember_vs_echo_at_32": REMEMBER_RATIO_TARGET,
             "import_vs_raw": IMPORT_RATIO_TARGET,
+            "cli_import_vs_import": CLI_IMPORT_RATIO_TARGET,
         },
     }
     out.write_text(json.dumps(report, indent=2) + "\n")

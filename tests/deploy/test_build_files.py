@@ -68,6 +68,8 @@ def test_the_build_context_leaves_out_the_venv_data_and_caches() -> None:
         "gen/engram/store/v1/store_pb2.py",
         "services/store/jobs.py",
         "services/__init__.py",
+        "clients/python/pyproject.toml",
+        "clients/python/engram/client/sync.py",
     ]
     assert [p for p in needed if _ignored_by_docker(p, patterns)] == []
 
@@ -79,7 +81,7 @@ def test_the_dockerfile_copies_only_what_the_image_needs() -> None:
         if line.startswith("COPY ")
     ]
     sources = {source for sources in copies for source in sources}
-    assert sources == {"pyproject.toml", "README.md", "gen", "services"}
+    assert sources == {"pyproject.toml", "README.md", "gen", "services", "clients/python"}
 
 
 def test_make_setup_reports_each_step() -> None:

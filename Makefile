@@ -16,7 +16,7 @@ TORCH := torch==2.13.0
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer; set PYTHON=python3.11 (or newer)")'
 	@echo "==> [1/4] virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml
 	@echo "==> [3/4] torch, CPU build ($(TORCH_INDEX))"
 	$(PY) -m pip install --timeout 15 --retries 1 --extra-index-url $(TORCH_INDEX) $(TORCH)
 	@$(PY) -c 'import sys, torch; sys.exit("torch is a CUDA build: set TORCH_INDEX to a reachable CPU index, then make clean setup" if torch.version.cuda else 0)'
-	@echo "==> [4/4] Engram, the local model and the tools (pip install -e .[dev,local])"
+	@echo "==> [4/4] Engram, its Python client (clients/python), the local model and the tools (pip install -e .[dev,local])"
+	$(PY) -m pip install -e clients/python
 	$(PY) -m pip install -e ".[dev,local]"
 	touch $(STAMP)
 	@echo "==> installed in $(VENV)"

@@ -6,7 +6,17 @@ event_time = the session date), wait until every memory is embedded, then ask
 every question of categories 1-4 through Recall with limit 10 and score the
 ranked source ids against the question's evidence.
 
+--negatives also asks every such question against the next conversation's
+namespace, where nothing is relevant: an answer with no result is the service
+saying "no relevant memory", scored as precision and recall against the
+questions asked where they belong. Adversarial questions (category 5, about
+something the conversation never says) are counted as well, for information.
+--sweep asks with min_score 0 and replays the cut client-side for a range of
+min_score values (the server keeps picks while their score is at least
+min_score, so the replay gives what each setting would have answered).
+
     .venv/bin/python bench/locomo.py [--input FILE] [--rankings-out FILE] [--set search.fusion=rrf]
+        [--negatives] [--sweep] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,7 +48,15 @@ from engram.store.internal.v1 import job_queue_pb2, job_queue_pb2_grpc  # noqa: 
 from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
 from suite import ROOT, running_suite  # noqa: E402
 
-DEFAULT_INPUT = ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10-dev.json"
+DEFAULT_INPUT = next(
+    (
+        base / "shared" / "datasets" / "locomo" / "locomo10-dev.json"
+        for base in (ROOT.parent, ROOT.parent.parent)  # a checkout, or a worktree of one
+        if (base / "shared" / "datasets" / "locomo" / "locomo10-dev.json").exists()
+    ),
+    ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10-dev.json",
+)
+SWEEP = [round(0.05 * i, 2) for i in range(0, 15)]
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 METRICS = ("R@5", "R@10", "Hit@10", "MRR", "nDCG@10", "SessR@10")
 _EVIDENCE = re.compile(r"D(\d+):0*(\d+)")
@@ -147,6 +166,43 @@ def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return a
 
 
+@dataclass
+class Asked:
+    """One Recall: its category, the scores of its results and (for a question
+    asked where it belongs) the ranked source ids and evidence."""
+
+    category: int
+    scores: list[float]
+    ranked: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    session_of: dict[str, int] = field(default_factory=dict)
+
+    def cut(self, min_score: float) -> list[str]:
+        return [s for s, score in zip(self.ranked, self.scores, strict=True) if score >= min_score]
+
+    def empty_at(self, min_score: float) -> bool:
+        return not any(score >= min_score for score in self.scores)
+
+
+def none_relevant(
+    positives: list[Asked], negatives: list[Asked], min_score: float
+) -> dict[str, float]:
+    """Precision and recall of an empty answer as "no relevant memory"."""
+    said_none_right = sum(n.empty_at(min_score) for n in negatives)
+    said_none_wrong = sum(p.empty_at(min_score) for p in positives)
+    said = said_none_right + said_none_wrong
+    return {
+        "precision": said_none_right / said if said else 1.0,
+        "recall": said_none_right / len(negatives) if negatives else 0.0,
+        "positives answered empty": said_none_wrong / len(positives) if positives else 0.0,
+    }
+
+
+def mean_metrics(asked: list[Asked], min_score: float) -> dict[str, float]:
+    rows = [score(a.cut(min_score), a.evidence, a.session_of) for a in asked]
+    return {m: sum(r[m] for r in rows) / len(rows) for m in METRICS}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -156,75 +212,145 @@ def main() -> int:
     parser.add_argument(
         "--set", action="append", default=[], help="engram.yaml key=value, e.g. search.fusion=rrf"
     )
+    parser.add_argument(
+        "--negatives", action="store_true", help="also ask each question in another conversation"
+    )
+    parser.add_argument(
+        "--sweep", action="store_true", help="ask with min_score 0 and replay a range of cuts"
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="keep the database here; a directory that already holds one is reused (no import)",
+    )
     args = parser.parse_args()
     samples = json.loads(args.input.read_text())
     settings: dict[str, Any] = {}
     for item in args.set:
         merge(settings, parse_setting(item))
 
-    per_question: list[tuple[int, dict[str, float]]] = []
+    positives: list[Asked] = []
+    negatives: list[Asked] = []
+    adversarial: list[Asked] = []
     skipped = dropped = 0
     latencies: list[float] = []
     degraded = 0  # answers without the vector channel (query embedding failed or timed out)
-    with running_suite(settings) as suite:
+    reuse = args.data_dir is not None and (args.data_dir / "engram.db").exists()
+    if args.data_dir is not None:
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+    with running_suite(settings, data_dir=args.data_dir) as suite:
         store_channel = grpc.insecure_channel(suite.store)
         search_channel = grpc.insecure_channel(suite.search)
         store = store_pb2_grpc.MemoryStoreServiceStub(store_channel)
         jobs = job_queue_pb2_grpc.JobQueueServiceStub(grpc.insecure_channel(suite.store_internal))
         search = search_pb2_grpc.SearchServiceStub(search_channel)
         started = time.monotonic()
-        memories = sum(ingest(store, sample) for sample in samples)
+        memories = 0 if reuse else sum(ingest(store, sample) for sample in samples)
         ingest_s = time.monotonic() - started
         embed_s = wait_embedded(jobs)
+
+        def ask(namespace: str, question: str) -> search_pb2.RecallResponse:
+            nonlocal degraded
+            request = search_pb2.RecallRequest(namespace=namespace, query=question, limit=10)
+            if args.sweep:
+                request.min_score = 0.0
+            t0 = time.perf_counter()
+            response = search.Recall(request)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            degraded += response.degraded
+            return response
+
         rankings = open(args.rankings_out, "w") if args.rankings_out else None  # noqa: SIM115
-        for sample in samples:
+        for position, sample in enumerate(samples):
             namespace = sample["sample_id"]
+            elsewhere = samples[(position + 1) % len(samples)]["sample_id"]
             session_of = {t["dia_id"]: n for n, t, _ in turns(sample["conversation"])}
             for index, qa in enumerate(sample["qa"]):
                 if qa["category"] not in CATEGORIES:
+                    if args.negatives and qa["category"] == 5:
+                        response = ask(namespace, qa["question"])
+                        adversarial.append(Asked(5, [r.score for r in response.results]))
                     continue
                 evidence, lost = evidence_ids(qa.get("evidence", []), set(session_of))
                 dropped += lost
-                t0 = time.perf_counter()
-                response = search.Recall(
-                    search_pb2.RecallRequest(namespace=namespace, query=qa["question"], limit=10)
-                )
-                latencies.append((time.perf_counter() - t0) * 1000)
-                degraded += response.degraded
+                response = ask(namespace, qa["question"])
                 ranked = [r.memory.source_id for r in response.results]
                 if rankings:
                     rankings.write(
                         json.dumps({"query_id": f"{namespace}:q{index}", "ranked": ranked}) + "\n"
                     )
+                if args.negatives and elsewhere != namespace:
+                    other = ask(elsewhere, qa["question"])
+                    negatives.append(Asked(qa["category"], [r.score for r in other.results]))
                 if not evidence:
                     skipped += 1
                     continue
-                per_question.append((qa["category"], score(ranked, evidence, session_of)))
+                positives.append(
+                    Asked(
+                        qa["category"],
+                        [r.score for r in response.results],
+                        ranked,
+                        evidence,
+                        session_of,
+                    )
+                )
         if rankings:
             rankings.close()
 
     latencies.sort()
     print(f"input: {args.input}  settings: {settings or 'defaults'}")
     print(
-        f"memories: {memories}  ingest {ingest_s:.1f} s  embedding wait {embed_s:.1f} s  "
-        f"questions scored: {len(per_question)}  (no usable evidence: {skipped}; evidence ids dropped: {dropped})"
+        f"memories: {memories}{' (database reused)' if reuse else ''}  ingest {ingest_s:.1f} s  "
+        f"embedding wait {embed_s:.1f} s  questions scored: {len(positives)}  "
+        f"(no usable evidence: {skipped}; evidence ids dropped: {dropped})"
     )
     print(
         f"recall latency over gRPC: p50 {latencies[len(latencies) // 2]:.1f} ms  p95 {latencies[int(len(latencies) * 0.95)]:.1f} ms  "
         f"degraded answers (keywords only): {degraded}"
     )
+    print(f"min_score: {'0 (sweep below)' if args.sweep else 'the server default'}")
     header = f"{'category':<14}{'n':>5}" + "".join(f"{m:>10}" for m in METRICS)
     print(header)
-    groups: dict[str, list[dict[str, float]]] = defaultdict(list)
-    for category, metrics in per_question:
-        groups[f"{category} {CATEGORIES[category]}"].append(metrics)
-        groups["overall"].append(metrics)
+    groups: dict[str, list[Asked]] = defaultdict(list)
+    for asked in positives:
+        groups[f"{asked.category} {CATEGORIES[asked.category]}"].append(asked)
+        groups["overall"].append(asked)
     for name in [*sorted(k for k in groups if k != "overall"), "overall"]:
         rows = groups[name]
+        metrics = mean_metrics(rows, 0.0)
+        print(f"{name:<14}{len(rows):>5}" + "".join(f"{metrics[m]:>10.3f}" for m in METRICS))
+    if args.negatives:
+        summary = none_relevant(positives, negatives, 0.0)
         print(
-            f"{name:<14}{len(rows):>5}"
-            + "".join(f"{sum(r[m] for r in rows) / len(rows):>10.3f}" for m in METRICS)
+            f"no relevant memory (empty answer): {len(negatives)} questions asked in another "
+            f"conversation; precision {summary['precision']:.3f}  recall {summary['recall']:.3f}  "
+            f"questions with evidence answered empty {summary['positives answered empty']:.3f}  "
+            f"adversarial (category 5, n={len(adversarial)}) answered empty "
+            f"{sum(a.empty_at(0.0) for a in adversarial) / max(len(adversarial), 1):.3f}"
         )
+    if args.sweep:
+        print(
+            f"\n{'min_score':>9}{'R@10':>8}{'Hit@10':>8}{'MRR':>8}{'SessR@10':>9}"
+            + (
+                f"{'none: P':>9}{'none: R':>9}{'pos. empty':>11}{'adv. empty':>11}"
+                if args.negatives
+                else ""
+            )
+        )
+        for cut in SWEEP:
+            metrics = mean_metrics(positives, cut)
+            line = (
+                f"{cut:>9.2f}{metrics['R@10']:>8.3f}{metrics['Hit@10']:>8.3f}"
+                f"{metrics['MRR']:>8.3f}{metrics['SessR@10']:>9.3f}"
+            )
+            if args.negatives:
+                summary = none_relevant(positives, negatives, cut)
+                adv = sum(a.empty_at(cut) for a in adversarial) / max(len(adversarial), 1)
+                line += (
+                    f"{summary['precision']:>9.3f}{summary['recall']:>9.3f}"
+                    f"{summary['positives answered empty']:>11.3f}{adv:>11.3f}"
+                )
+            print(line)
     return 0
 
 

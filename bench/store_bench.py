@@ -15,6 +15,14 @@ One run measures, on the same machine:
    database with the store's schema.
 
 Prints a table, writes bench/results/store-<timestamp>.json.
+
+    .venv/bin/python bench/store_bench.py --security [--auth] [--quick]
+
+measures instead what TLS (and API-key authentication) cost: Remember against three
+stores in one run, in alternating rounds at 1 and 32 in flight: plain (the baseline),
+TLS on the listener (certificates from `engram certs dev`), and with `--auth` TLS plus
+`auth.enabled` with a writer key (made by `engram keys create`) on every call.
+Writes bench/results/store-security-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ CONCURRENCY = (1, 32)
 IMPORT_MESSAGE_ITEMS = 500
 RAW_TRANSACTION_MEMORIES = 100
 REMEMBER_RATIO_TARGET = 0.60
+SECURITY_RATIO_TARGET = 0.85  # issue 14: Remember with auth+TLS / without, at 32 in flight
 IMPORT_RATIO_TARGET = 0.50
 JOB_MAX_ATTEMPTS = 3  # memory.pipelineV2.workerMaxRetries default, as the store uses
 
@@ -178,11 +187,19 @@ def machine_info(tmp_root: Path) -> dict[str, Any]:
 class ServerProcess:
     """A server in its own process; stopped with SIGTERM, then SIGKILL."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.log_path = log_path
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=None if env is None else {**os.environ, **env},
+        )
 
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
@@ -339,26 +356,45 @@ class Comparison:
 async def compare(
     first: Target, second: Target, warmup: float, rounds: int, round_seconds: float
 ) -> Comparison:
-    """For each concurrency: warm both up, then alternate rounds (first, second, first,
-    ...), so a burst of outside load hits both sides instead of skewing one."""
-    results: dict[str, list[LoadResult]] = {first.name: [], second.name: []}
-    ratios: list[float] = []
-    rounds_ratios: list[list[float]] = []
+    """`second` against `first` (the baseline); see `compare_all`."""
+    return (await compare_all([first, second], warmup, rounds, round_seconds))[second.name]
+
+
+async def compare_all(
+    targets: list[Target], warmup: float, rounds: int, round_seconds: float
+) -> dict[str, Comparison]:
+    """Every target after the first against the first (the baseline). For each
+    concurrency: warm all up, then alternate rounds (first, second, ..., first, ...),
+    so a burst of outside load hits every side instead of skewing one; each ratio
+    pairs a target's round with the baseline round just before it."""
+    baseline = targets[0]
+    results: dict[str, list[LoadResult]] = {target.name: [] for target in targets}
+    ratios: dict[str, list[float]] = {target.name: [] for target in targets[1:]}
+    rounds_ratios: dict[str, list[list[float]]] = {target.name: [] for target in targets[1:]}
     for concurrency in CONCURRENCY:
-        windows: dict[str, list[Window]] = {first.name: [], second.name: []}
-        for target in (first, second):
+        windows: dict[str, list[Window]] = {target.name: [] for target in targets}
+        for target in targets:
             await closed_loop(target, concurrency, warmup)
         for _ in range(rounds):
-            for target in (first, second):
+            for target in targets:
                 windows[target.name].append(await closed_loop(target, concurrency, round_seconds))
-        for target in (first, second):
+        for target in targets:
             results[target.name].append(summarize(concurrency, windows[target.name]))
-        paired = [
-            b.rps / a.rps for a, b in zip(windows[first.name], windows[second.name], strict=True)
-        ]
-        ratios.append(statistics.median(paired))
-        rounds_ratios.append([round(r, 3) for r in paired])
-    return Comparison(results, ratios, rounds_ratios)
+        for target in targets[1:]:
+            paired = [
+                b.rps / a.rps
+                for a, b in zip(windows[baseline.name], windows[target.name], strict=True)
+            ]
+            ratios[target.name].append(statistics.median(paired))
+            rounds_ratios[target.name].append([round(r, 3) for r in paired])
+    return {
+        target.name: Comparison(
+            {baseline.name: results[baseline.name], target.name: results[target.name]},
+            ratios[target.name],
+            rounds_ratios[target.name],
+        )
+        for target in targets[1:]
+    }
 
 
 # ---- echo baseline ------------------------------------------------------------------
@@ -392,13 +428,20 @@ async def serve_echo(port: int) -> None:
 # ---- store --------------------------------------------------------------------------
 
 
-def start_store(tmp: Path, name: str) -> tuple[ServerProcess, int]:
+def engram_argv(*args: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "engram"), *args]
+
+
+def start_store(tmp: Path, name: str, config: Path | None = None) -> tuple[ServerProcess, int]:
     port = free_port()
     data_dir = tmp / name
-    data_dir.mkdir()
-    engram = Path(sys.executable).parent / "engram"
-    argv = [str(engram), "serve", "store", "--port", str(port), "--data-dir", str(data_dir)]
-    return ServerProcess(f"store ({name})", argv, tmp / f"{name}.log"), port
+    data_dir.mkdir(exist_ok=True)
+    argv = engram_argv("serve", "store", "--port", str(port), "--data-dir", str(data_dir))
+    if config is not None:
+        argv += ["--config", str(config)]
+    # its own internal listener port: stores run side by side (and beside other suites)
+    env = {"ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(free_port())}
+    return ServerProcess(f"store ({name})", argv, tmp / f"{name}.log", env), port
 
 
 def pin_client(cpus: set[int] | None) -> None:
@@ -458,6 +501,226 @@ async def bench_unary(
     finally:
         for server in servers:
             server.stop()
+
+
+# ---- security: plain vs TLS vs auth+TLS --------------------------------------------
+
+
+@dataclass
+class SecuredStore:
+    """A store variant: its config file, the channel credentials and call metadata a
+    client needs for it."""
+
+    name: str
+    config: Path
+    credentials: grpc.ChannelCredentials | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+def api_key(config: Path, data_dir: Path) -> str:
+    """A writer key for namespace `bench`, from the real `engram keys create` (the
+    store need not be running); the key is the last line of its stdout."""
+    result = subprocess.run(
+        engram_argv(
+            "keys",
+            "create",
+            "--config",
+            str(config),
+            "--data-dir",
+            str(data_dir),
+            "--role",
+            "writer",
+            "--namespace",
+            "bench",
+            "--name",
+            "bench",
+        ),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            "--auth needs `engram keys create` (API keys, issue 14), which failed:\n"
+            + (result.stderr or result.stdout)
+        )
+    return result.stdout.strip().splitlines()[-1]
+
+
+def security_variants(tmp: Path, auth: bool) -> list[SecuredStore]:
+    """plain, tls and (with `auth`) auth+tls, each with its own config file. TLS uses
+    the certificates `engram certs dev` makes; the client verifies the server with the
+    CA (server authentication, as for a public listener; no client certificate)."""
+    from services.cli.certs import dev_certificates
+
+    certs = tmp / "certs"
+    dev_certificates(certs)
+    tls = {"cert_file": str(certs / "server.pem"), "key_file": str(certs / "server-key.pem")}
+    credentials = grpc.ssl_channel_credentials(root_certificates=(certs / "ca.pem").read_bytes())
+
+    def config(name: str, tree: dict[str, Any]) -> Path:
+        path = tmp / f"{name}.yaml"
+        path.write_text(json.dumps(tree))  # JSON is YAML
+        return path
+
+    variants = [
+        SecuredStore("plain", config("plain", {})),
+        SecuredStore("tls", config("tls", {"server": {"tls": tls}}), credentials),
+    ]
+    if auth:
+        path = config("auth-tls", {"server": {"tls": tls}, "auth": {"enabled": True}})
+        key = api_key(path, tmp / "auth+tls")
+        variants.append(
+            SecuredStore("auth+tls", path, credentials, (("authorization", f"Bearer {key}"),))
+        )
+    return variants
+
+
+async def bench_security(
+    tmp: Path,
+    warmup: float,
+    rounds: int,
+    round_seconds: float,
+    client_cpus: set[int] | None,
+    auth: bool,
+) -> dict[str, Comparison]:
+    """Remember against each variant's store, all up at once, in alternating rounds."""
+    variants = security_variants(tmp, auth)
+    servers: list[ServerProcess] = []
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            targets = []
+            for variant in variants:
+                server, port = start_store(tmp, variant.name, variant.config)
+                servers.append(server)
+                address = f"127.0.0.1:{port}"
+                channel = await stack.enter_async_context(
+                    grpc.aio.insecure_channel(address)
+                    if variant.credentials is None
+                    else grpc.aio.secure_channel(address, variant.credentials)
+                )
+                await wait_ready(server, channel, STORE_SERVICE)
+                targets.append(
+                    Target(variant.name, remember_call(channel, variant.metadata), server.proc.pid)
+                )
+            pin_client(client_cpus)
+            return await compare_all(targets, warmup, rounds, round_seconds)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def remember_call(
+    channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]
+) -> Callable[[int], Awaitable[None]]:
+    """Remember of distinct content; a deduplicated reply means repeated content: fail."""
+    stub = store_pb2_grpc.MemoryStoreServiceStub(channel)
+
+    async def remember(n: int) -> None:
+        reply = await stub.Remember(remember_request(n), metadata=metadata or None)
+        if reply.deduplicated:
+            raise RuntimeError(f"Remember {n} was deduplicated: content repeated")
+
+    return remember
+
+
+def security_table(comparisons: dict[str, Comparison]) -> str:
+    head = f"{'RPS':>7}{'p50 ms':>8}{'p99 ms':>8}{'cpu ms':>8}"
+    names = ["plain", *comparisons]
+    first = next(iter(comparisons.values()))
+    results = {"plain": first.results["plain"]}
+    results |= {name: c.results[name] for name, c in comparisons.items()}
+    lines = [
+        "Remember, closed loop   "
+        + " | ".join(f"{name:^31}" for name in names)
+        + " | "
+        + " ".join(f"{name + '/plain':>14}" for name in comparisons),
+        f"{'callers in flight':<23} " + " | ".join(head for _ in names) + " |",
+    ]
+    for level, concurrency in enumerate(CONCURRENCY):
+        cells = []
+        for name in names:
+            r = results[name][level]
+            cells.append(
+                f"{r.rps:>7.0f}{r.p50_ms:>8.2f}{r.p99_ms:>8.2f}{r.server_cpu_ms_per_request:>8.3f}"
+            )
+        ratios = " ".join(f"{c.ratios[level]:>14.2f}" for c in comparisons.values())
+        lines.append(f"{concurrency:<23} " + " | ".join(cells) + " | " + ratios)
+    lines += [
+        "RPS = median over rounds; ratio = median of per-round RPS / the plain round before it;",
+        "cpu ms = store process CPU time (all threads) per request.",
+    ]
+    return "\n".join(lines)
+
+
+async def run_security(
+    args: argparse.Namespace, warmup: float, rounds: int, round_seconds: float
+) -> int:
+    client_cpus = {int(c) for c in args.client_cpus.split(",")} if args.client_cpus else None
+    stamp = datetime.now(UTC)
+    tmp_root = Path(args.tmp_dir) if args.tmp_dir else Path(tempfile.gettempdir())
+    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-security-", dir=tmp_root))
+    info = machine_info(tmp)
+    load_start = os.getloadavg()
+    busy_start = cpu_busy_percent()
+    variants = "plain, tls, auth+tls" if args.auth else "plain, tls (no --auth)"
+    print(
+        f"engram store security bench  {stamp.isoformat(timespec='seconds')}  "
+        f"nproc={info['nproc']}  python {info['python']}  grpcio {info['grpcio']}\n"
+        f"stores: {variants}; per level: warm-up {warmup:g} s, {rounds} rounds x "
+        f"{round_seconds:g} s each store\n"
+        f"before start: CPU busy {busy_start:.0f}% over 1 s, load average {load_text(load_start)}",
+        flush=True,
+    )
+    if busy_start > 10:
+        print("warning: something else is using the CPU; results will be noisy", flush=True)
+    try:
+        comparisons = await bench_security(
+            tmp, warmup, rounds, round_seconds, client_cpus, args.auth
+        )
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    load_end = os.getloadavg()
+    print()
+    print(security_table(comparisons))
+    print()
+    at_32 = CONCURRENCY.index(32)
+    for name, comparison in comparisons.items():
+        ratio = comparison.ratios[at_32]
+        status = "MET" if ratio >= SECURITY_RATIO_TARGET else "NOT MET"
+        print(
+            f"Remember {name} / plain at 32 in flight: {ratio:.2f} "
+            f"(target >= {SECURITY_RATIO_TARGET:.2f}) {status}"
+        )
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"store-security-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
+    first = next(iter(comparisons.values()))
+    report = {
+        "timestamp": stamp.isoformat(),
+        "mode": "security" + (" quick" if args.quick else ""),
+        "machine": info,
+        "load_average": {"start": list(load_start), "end": list(load_end)},
+        "cpu_busy_percent_before_start": busy_start,
+        "settings": {
+            "warmup_s": warmup,
+            "rounds": rounds,
+            "round_seconds": round_seconds,
+            "concurrency": list(CONCURRENCY),
+            "auth": args.auth,
+            "client_cpus": sorted(client_cpus) if client_cpus else None,
+        },
+        "plain": [asdict(r) for r in first.results["plain"]],
+        **{name: [asdict(r) for r in c.results[name]] for name, c in comparisons.items()},
+        "rounds_ratios": {name: c.rounds_ratios for name, c in comparisons.items()},
+        "ratios_at_32": {name: c.ratios[at_32] for name, c in comparisons.items()},
+        "target_at_32": SECURITY_RATIO_TARGET,
+    }
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"load average at end: {load_text(load_end)}")
+    print(f"results: {out.relative_to(ROOT)}")
+    return 0
 
 
 @dataclass
@@ -598,6 +861,8 @@ async def run(args: argparse.Namespace) -> int:
     round_seconds = (
         args.round_seconds if args.round_seconds is not None else (1.0 if quick else 2.0)
     )
+    if args.security:
+        return await run_security(args, warmup, rounds, round_seconds)
     count = args.import_count if args.import_count is not None else (4000 if quick else 20000)
     all_cpus = os.sched_getaffinity(0)
     client_cpus = {int(c) for c in args.client_cpus.split(",")} if args.client_cpus else None
@@ -693,6 +958,14 @@ def main() -> int:
         "--client-cpus",
         default=None,
         help="pin the load generator (this process) to these CPUs, e.g. 1; servers keep all",
+    )
+    parser.add_argument(
+        "--security",
+        action="store_true",
+        help="Remember on plain vs TLS (vs auth+TLS with --auth) stores, instead of the rest",
+    )
+    parser.add_argument(
+        "--auth", action="store_true", help="with --security: also auth.enabled plus a writer key"
     )
     parser.add_argument(
         "--serve-echo", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS

@@ -18,6 +18,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
 GEN = ROOT / "gen"
+# `engram` is shared by the generated stubs (gen/engram) and the hand-written client
+# (clients/python/engram/client): each `engram/` directory on sys.path joins the package,
+# so `engram.client` imports from a checkout as from an installed wheel.
+NAMESPACE_INIT = (
+    '"""Engram\'s protobuf stubs and its Python client (engram.client)."""\n\n'
+    "from pkgutil import extend_path\n\n"
+    "__path__ = extend_path(__path__, __name__)\n"
+)
 
 
 def generate(out: Path) -> None:
@@ -43,8 +51,9 @@ def generate(out: Path) -> None:
         env=env,
     )
     package = out / "engram"
-    for directory in [package, *(p for p in package.rglob("*") if p.is_dir())]:
+    for directory in (p for p in package.rglob("*") if p.is_dir()):
         (directory / "__init__.py").touch()
+    (package / "__init__.py").write_text(NAMESPACE_INIT, encoding="utf-8")
     (package / "py.typed").touch()
 
 

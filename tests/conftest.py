@@ -7,37 +7,37 @@ ordinary synchronous gRPC client exactly as a user would.
 from __future__ import annotations
 
 import asyncio
-import threading
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from server_thread import ServerThread  # re-exported: tests reach it as conftest's
 
 from engram.store.v1 import store_pb2_grpc
 from services.common.config import Config, load_config
 from services.store.app import start_store
 
 
-class ServerThread:
-    """Runs an async app factory on a private event loop in a thread."""
-
-    def __init__(self, factory: Callable[[], Any]) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.app = asyncio.run_coroutine_threadsafe(factory(), self.loop).result(timeout=30)
-        self.stopped = False
-
-    def stop(self) -> None:
-        if self.stopped:
-            return
-        self.stopped = True
-        asyncio.run_coroutine_threadsafe(self.app.stop(1.0), self.loop).result(timeout=30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.loop.close()
+@pytest.fixture(scope="session", autouse=True)
+def metrics_endpoints_off() -> Iterator[None]:
+    """Every engram process a test starts inherits server.metrics_ports.* = 0: the
+    default metrics ports are fixed, and suites running side by side (tests, other
+    checkouts) would take them from one another. tests/deploy/test_metrics_endpoints.py
+    turns them on, on free ports; tests/e2e/e2e_helpers.clean_env sets the same."""
+    names = [
+        f"ENGRAM_SERVER__METRICS_PORTS__{n}" for n in ("STORE", "SEARCH", "PIPELINE", "MAINTENANCE")
+    ]
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, "0"))
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture

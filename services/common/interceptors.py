@@ -11,6 +11,11 @@ in a string, a truncated message, groups nested past the parser's limit) would
 fail in grpc's own deserialiser, before any handler runs, as INTERNAL. The
 wrapped deserialiser hands the failure to the handler instead, which answers
 INVALID_ARGUMENT with reason MALFORMED_REQUEST, like every other bad request.
+
+With a Guard (auth on, services/common/auth.py) every call is admitted from its
+metadata before the handler runs, and every request message is checked against
+the key's namespaces before the handler sees it; the caller is `principal_var`
+while the handler runs (the actor of its writes).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from services.common.auth import Guard, MethodGuard, Principal, principal_var
 from services.common.errors import EngramError, ErrorKind, MalformedRequest
 from services.common.logs import request_id_var
 from services.common.metrics import RPC_REQUESTS, RPC_SECONDS
@@ -51,6 +57,8 @@ _CODES: dict[ErrorKind, tuple[grpc.StatusCode, int]] = {
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         code_pb2.RESOURCE_EXHAUSTED,
     ),
+    ErrorKind.UNAUTHENTICATED: (grpc.StatusCode.UNAUTHENTICATED, code_pb2.UNAUTHENTICATED),
+    ErrorKind.PERMISSION_DENIED: (grpc.StatusCode.PERMISSION_DENIED, code_pb2.PERMISSION_DENIED),
     ErrorKind.INTERNAL: (grpc.StatusCode.INTERNAL, code_pb2.INTERNAL),
 }
 
@@ -79,6 +87,12 @@ def status_for(error: EngramError) -> grpc.Status:
             )
         )
         details.append(bad_request)
+    if error.retry_delay_s is not None:
+        retry = any_pb2.Any()
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(max(1, round(error.retry_delay_s * 1e9)))
+        retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        details.append(retry)
     return rpc_status.to_status(
         status_pb2.Status(code=code, message=error.message, details=details)
     )
@@ -94,22 +108,29 @@ class RequestInterceptor:
     from the call's own context. Use `server_with(server)` in place of the server
     when registering services."""
 
+    def __init__(self, guard: Guard | None = None) -> None:
+        self._guard = guard
+
     def server_with(self, server: grpc.aio.Server) -> Any:
-        return _WrappingServer(server)
+        return _WrappingServer(server, self._guard)
 
 
 class _WrappingServer:
     """Registers wrapped handlers on the real server; everything else passes through."""
 
-    def __init__(self, server: grpc.aio.Server) -> None:
+    def __init__(self, server: grpc.aio.Server, guard: Guard | None) -> None:
         self._server: Any = server  # add_registered_method_handlers is not in the stubs
+        self._guard = guard
 
     def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        self._server.add_generic_rpc_handlers(tuple(_WrappedGenericHandler(h) for h in handlers))
+        self._server.add_generic_rpc_handlers(
+            tuple(_WrappedGenericHandler(h, self._guard) for h in handlers)
+        )
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
         self._server.add_registered_method_handlers(
-            service, {name: _wrap(f"/{service}/{name}", h) for name, h in handlers.items()}
+            service,
+            {name: _wrap(f"/{service}/{name}", h, self._guard) for name, h in handlers.items()},
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -117,8 +138,9 @@ class _WrappingServer:
 
 
 class _WrappedGenericHandler(grpc.GenericRpcHandler):
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, guard: Guard | None) -> None:
         self._inner = inner
+        self._guard = guard
         self._wrapped: dict[str, Any] = {}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
@@ -128,7 +150,7 @@ class _WrappedGenericHandler(grpc.GenericRpcHandler):
             handler = self._inner.service(handler_call_details)
             if handler is None:
                 return None
-            wrapped = self._wrapped[method] = _wrap(method, handler)
+            wrapped = self._wrapped[method] = _wrap(method, handler, self._guard)
         return wrapped
 
 
@@ -190,12 +212,50 @@ def _decoded(request: Any) -> Any:
     return request
 
 
-async def _decoded_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+async def _decoded_stream(
+    requests: AsyncIterator[Any], admitted: _Admitted | None
+) -> AsyncIterator[Any]:
     async for request in requests:
-        yield _decoded(request)
+        request = _decoded(request)
+        if admitted is not None:
+            admitted.check(request)
+        yield request
 
 
-def _wrap(method: str, handler: Any) -> Any:
+class _Admitted:
+    """A call the guard let in: its caller, and the check for each request message."""
+
+    __slots__ = ("guard", "principal")
+
+    def __init__(self, guard: MethodGuard, principal: Principal) -> None:
+        self.guard = guard
+        self.principal = principal
+
+    def check(self, request: Any) -> None:
+        self.guard.check(self.principal, request)
+
+
+def _admit(guard: MethodGuard | None, context: Any) -> _Admitted | None:
+    if guard is None:
+        return None
+    admitted = _Admitted(guard, guard.admit(context.invocation_metadata()))
+    # each RPC runs in its own task, so the caller is seen by this call only
+    principal_var.set(admitted.principal)
+    return admitted
+
+
+def _request(request: Any, unary_in: bool, admitted: _Admitted | None) -> Any:
+    """The decoded request (or stream of them), each checked by the guard."""
+    if not unary_in:
+        return _decoded_stream(request, admitted)
+    request = _decoded(request)
+    if admitted is not None:
+        admitted.check(request)
+    return request
+
+
+def _wrap(method: str, handler: Any, guard: Guard | None = None) -> Any:
+    method_guard = guard.method(method) if guard is not None else None
     if handler.unary_unary or handler.stream_unary:
         inner: Any = handler.unary_unary or handler.stream_unary
         unary_in = bool(handler.unary_unary)
@@ -206,7 +266,8 @@ def _wrap(method: str, handler: Any) -> Any:
             deadline_token = deadline_var.set(_deadline(context))
             started = time.perf_counter()
             try:
-                request = _decoded(request) if unary_in else _decoded_stream(request)
+                admitted = _admit(method_guard, context)
+                request = _request(request, unary_in, admitted)
                 response = await inner(request, context)
                 context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
                 _log_done(method, "OK", started)
@@ -237,7 +298,8 @@ def _wrap(method: str, handler: Any) -> Any:
         deadline_token = deadline_var.set(_deadline(context))
         started = time.perf_counter()
         try:
-            request = _decoded(request) if unary_in_stream else _decoded_stream(request)
+            admitted = _admit(method_guard, context)
+            request = _request(request, unary_in_stream, admitted)
             produced = inner_stream(request, context)
             if hasattr(produced, "__aiter__"):
                 async for item in produced:

@@ -22,6 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
+from services.common.auth import Guard
 from services.common.interceptors import RequestInterceptor
 
 log = logging.getLogger("engram.server")
@@ -141,15 +142,17 @@ async def start_server(
     register: Callable[[grpc.aio.Server], None],
     *,
     serving: bool = True,
+    guard: Guard | None = None,
 ) -> RunningServer:
     """Listen and serve `service_names` (registered by `register`) with health
     and reflection (which lists exactly these services). With `serving=False`
     health says NOT_SERVING (calls are still answered) until the caller's
-    `RunningServer.serve()`."""
+    `RunningServer.serve()`. `guard`: auth on (services/common/auth.py
+    `server_guard`)."""
     server = grpc.aio.server(options=server_options(listener.max_message_bytes))
     # Every handler, ours and health/reflection alike, is registered through the
     # interceptor, which wraps it once (request id, log, error mapping).
-    wrapping = RequestInterceptor().server_with(server)
+    wrapping = RequestInterceptor(guard).server_with(server)
     register(wrapping)
     health_servicer = _HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, wrapping)

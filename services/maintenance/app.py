@@ -13,6 +13,7 @@ import grpc
 from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from engram.pipeline.v1 import pipeline_pb2_grpc
 from engram.store.internal.v1 import admin_pb2_grpc
+from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
 from services.common.config import Config
 from services.common.listeners import listener
@@ -76,6 +77,9 @@ def schedules(config: Config, worker: MaintenanceWorker) -> list[asyncio.Task[An
 async def start_maintenance(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> MaintenanceApp:
+    guard = server_guard(config, host or config.server.host)  # protected mode: first
+    # first: a bad TLS setting stops maintenance before it waits for anything
+    public = listener(config, config.server.ports.maintenance if port is None else port, host)
     # the store's internal listener: StoreAdminService
     store_channel = service_channel(config, config.clients.store_internal_address)
     pipeline_channel = service_channel(config, config.clients.pipeline_address)
@@ -90,9 +94,10 @@ async def start_maintenance(
     )
     servicer = MaintenanceServicer(worker)
     server = await start_server(
-        listener(config, config.server.ports.maintenance if port is None else port, host),
+        public,
         [SERVICE_NAME],
         lambda s: maintenance_pb2_grpc.add_MaintenanceServiceServicer_to_server(servicer, s),
+        guard=guard,
     )
     background = schedules(config, worker)
     log.info(

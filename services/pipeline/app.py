@@ -12,6 +12,7 @@ import grpc
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.search.v1 import search_pb2_grpc
 from engram.store.internal.v1 import documents_pb2_grpc, job_queue_pb2_grpc
+from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
 from services.common.config import Config
 from services.common.listeners import listener
@@ -62,11 +63,14 @@ class PipelineApp:
 async def start_pipeline(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> PipelineApp:
+    guard = server_guard(config, host or config.server.host)  # protected mode: first
+    listen_port = config.server.ports.pipeline if port is None else port
+    # first: a bad TLS setting stops the pipeline before it waits for anything
+    public = listener(config, listen_port, host)
     # the store's internal listener: job queue and document store
     channel = service_channel(config, config.clients.store_internal_address)
     await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
-    listen_port = config.server.ports.pipeline if port is None else port
     identities = worker_identities(
         jobs, instance_name(config, listen_port), ("embed", "extract", "document")
     )
@@ -109,9 +113,10 @@ async def start_pipeline(
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
     server = await start_server(
-        listener(config, listen_port, host),
+        public,
         [SERVICE_NAME],
         lambda s: pipeline_pb2_grpc.add_PipelineServiceServicer_to_server(servicer, s),
+        guard=guard,
     )
     background = [asyncio.create_task(worker.run()), asyncio.create_task(extract_worker.run())]
     background.append(asyncio.create_task(document_worker.run()))

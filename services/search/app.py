@@ -13,6 +13,7 @@ import grpc
 
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.internal.v1 import access_pb2_grpc
+from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
 from services.common.config import Config
 from services.common.db import ReadPool, open_read_only
@@ -136,6 +137,9 @@ class SearchApp:
 async def start_search(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> SearchApp:
+    guard = server_guard(config, host or config.server.host)  # protected mode: first
+    # first: a bad TLS setting stops search before it waits for anything
+    public = listener(config, config.server.ports.search if port is None else port, host)
     # the store's internal listener: AccessService (search reads the file itself)
     channel = service_channel(config, config.clients.store_internal_address)
     await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
@@ -170,10 +174,11 @@ async def start_search(
     # keywords works meanwhile (degraded, with the cause in its warnings).
     local = provider if isinstance(provider, LocalEmbedding) else None
     server = await start_server(
-        listener(config, config.server.ports.search if port is None else port, host),
+        public,
         [SERVICE_NAME],
         lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(recaller), s),
         serving=local is None,
+        guard=guard,
     )
     access.start()
     background: list[asyncio.Task[Any]] = []

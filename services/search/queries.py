@@ -66,6 +66,15 @@ def term_document_count(term_match: str) -> Query:
     return ("SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?", [term_match])
 
 
+def terms_in_memory(term_matches: list[str], rowid: int) -> Query:
+    """Which of the terms (MATCH strings) one memory's indexed content holds."""
+    part = "SELECT ? FROM memories_fts WHERE memories_fts MATCH ? AND rowid = ?"
+    return (
+        " UNION ALL ".join([part] * len(term_matches)),
+        [x for m in term_matches for x in (m, m, rowid)],
+    )
+
+
 def whole_index_keyword_top(match: str, limit: int) -> Query:
     """FTS5's own BM25 ranking: right when the searched collection is the whole index."""
     return (

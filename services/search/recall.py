@@ -38,7 +38,16 @@ from services.search.decay import apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.rerank import Reranker, rerank_head
-from services.search.scoring import Candidate, ScoringParams, boost, fuse, select
+from services.search.scoring import (
+    Candidate,
+    ScoringParams,
+    boost,
+    clamped,
+    coverage,
+    coverage_idf,
+    fuse,
+    select,
+)
 from services.search.text import keyword_terms, time_windows
 from services.search.vector_cache import VectorCache
 
@@ -47,6 +56,9 @@ DEFAULT_LIMIT = 10
 _NO_FILTER = MemoryFilterSpec()
 _DOCUMENT_COUNT_TTL_S = 300.0
 _DOCUMENT_COUNT_ENTRIES = 50_000
+# Under this many live memories the whole-index statistics are counted afresh
+# on every Recall (cheap there, and a small index changes fast in relative terms).
+_FRESH_COUNTS_BELOW = 10_000
 
 
 @dataclass(frozen=True)
@@ -80,6 +92,15 @@ class RecallHit:
 
 
 @dataclass(frozen=True)
+class Keywords:
+    """The keyword channel's answer: (rowid, BM25) best first, and the share of
+    the query's IDF mass the best match holds (services.search.scoring.coverage)."""
+
+    ranked: list[tuple[int, float]]
+    coverage: float = 0.0
+
+
+@dataclass(frozen=True)
 class RecallOutcome:
     hits: list[RecallHit]
     degraded: bool
@@ -100,11 +121,17 @@ def bm25_idf(collection_size: int, containing: int) -> float:
 
 
 def check_recall_request(
-    query: str, limit: int, spec: MemoryFilterSpec, bad: Violations | None = None
-) -> tuple[str, int, MemoryFilterSpec]:
-    """The request's query, limit and filter, checked; every bad field (with
-    those already in `bad`) in one InvalidArgument."""
+    query: str,
+    limit: int,
+    spec: MemoryFilterSpec,
+    bad: Violations | None = None,
+    min_score: float | None = None,
+) -> tuple[str, int, MemoryFilterSpec, float | None]:
+    """The request's query, limit, filter and min_score, checked; every bad field
+    (with those already in `bad`) in one InvalidArgument."""
     bad = bad if bad is not None else Violations()
+    if min_score is not None and not 0.0 <= min_score <= 1.0:  # NaN fails too
+        bad.add("min_score", "must be between 0 and 1")
     if not query.strip():
         bad.add("query", "must not be empty")
     elif len(query) > MAX_QUERY_CHARS:
@@ -113,7 +140,7 @@ def check_recall_request(
         bad.add("limit", f"must be between 1 and {MAX_LIMIT}")
     spec = check_filter(spec, MEMORY_TYPES, bad=bad)
     bad.raise_if_any()
-    return query, limit or DEFAULT_LIMIT, spec
+    return query, limit or DEFAULT_LIMIT, spec, min_score
 
 
 class Recaller:
@@ -134,6 +161,7 @@ class Recaller:
         self._access = access
         self._vector_cache = vector_cache if params.vector_cache else None
         self._document_counts: dict[str, tuple[int, float]] = {}  # match -> (count, when)
+        self._index_size: tuple[int, float] = (0, float("-inf"))  # (live memories, when)
 
     async def recall(
         self,
@@ -143,10 +171,14 @@ class Recaller:
         spec: MemoryFilterSpec,
         *,
         track_access: bool = True,
+        min_score: float | None = None,
         bad: Violations | None = None,
     ) -> RecallOutcome:
-        """`bad` holds what the caller already found wrong with the request."""
-        query, limit, spec = check_recall_request(query, limit, spec, bad)
+        """`bad` holds what the caller already found wrong with the request;
+        `min_score` None means the configured `search.min_score`."""
+        query, limit, spec, min_score = check_recall_request(query, limit, spec, bad, min_score)
+        if min_score is None:
+            min_score = self._params.scoring.min_score
         warnings: list[str] = []
         # The query embedding starts first (the longest step); the keyword and
         # graph channels read while it runs, the vector cache's scan beside them
@@ -154,8 +186,11 @@ class Recaller:
         embedding = asyncio.create_task(self._embedder.embed(query))
         try:
             async with self._reads.snapshot() as reads:
+                # with a reranker, its whole head is picked before the cut to `limit`
+                # (seed 000 "Optional Reranking")
+                depth = max(limit, self._params.reranker_top_n) if self._reranker else limit
                 picked, records, vectors_used = await self._search(
-                    reads, namespace, query, limit, spec, embedding, warnings
+                    reads, namespace, query, depth, min_score, spec, embedding, warnings
                 )
         except BaseException:
             embedding.cancel()
@@ -163,14 +198,15 @@ class Recaller:
         rerank_ranks = await self._rerank(query, picked, records, warnings)
         if rerank_ranks:
             picked = [picked[i] for i in rerank_ranks]
+        picked = picked[:limit]
         hits = [
             RecallHit(
                 memory=records[c.rowid],
                 score=c.score,
                 keyword_rank=c.keyword_rank,
-                keyword_score=c.keyword_score,
+                keyword_score=c.keyword_shown,
                 vector_rank=c.vector_rank,
-                vector_score=c.cosine or 0.0,
+                vector_score=clamped(c.cosine or 0.0),
                 rerank_rank=position + 1 if rerank_ranks else 0,
                 graph_boost=c.graph_boost,
             )
@@ -187,13 +223,14 @@ class Recaller:
         namespace: str,
         query: str,
         limit: int,
+        min_score: float,
         spec: MemoryFilterSpec,
         embedding: asyncio.Task[list[float] | None],
         warnings: list[str],
     ) -> tuple[list[Candidate], dict[int, MemoryRecord], bool]:
         """Every read of one Recall, on one snapshot: (picked candidates, their
         records by rowid, whether the vector channel ran)."""
-        keyword_task: asyncio.Task[tuple[list[tuple[int, float]], dict[int, Any]]] | None = None
+        keyword_task: asyncio.Task[tuple[Keywords, dict[int, Any]]] | None = None
         graph_task: asyncio.Task[GraphBoost] | None = None
         try:
             whole, index = await asyncio.gather(
@@ -211,6 +248,7 @@ class Recaller:
             )
             keyword, keyword_rows = await keyword_task
             graph = await graph_task
+            keyword_coverage = keyword.coverage
         except BaseException:
             for task in (keyword_task, graph_task):
                 if task is not None:
@@ -227,7 +265,7 @@ class Recaller:
         vectors_used = vector is not None
         pool = await self._pool(
             namespace,
-            keyword,
+            keyword.ranked,
             candidates,
             vector,
             index_model,
@@ -236,12 +274,12 @@ class Recaller:
             reads,
         )
         params = self._params.scoring
-        fused = fuse(pool, params, vectors_used)
+        confidence = fuse(pool, params, vectors_used, keyword_coverage)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
-        boost(fused, params, windows)
+        boost(pool, params, windows)
         if self._params.decay_rate is not None:
-            await apply_decay(reads, namespace, fused, self._params.decay_rate)
-        picked = select(fused, limit, params.diversity_penalty)
+            await apply_decay(reads, namespace, pool, self._params.decay_rate)
+        picked = select(pool, limit, params.diversity_penalty, min_score, confidence)
         records = {
             row["rowid"]: MemoryRecord.from_row(row)
             for row in await reads.fetch_all(
@@ -269,28 +307,31 @@ class Recaller:
         spec: MemoryFilterSpec,
         whole_index: bool,
         model: str,
-    ) -> tuple[list[tuple[int, float]], dict[int, Any]]:
+    ) -> tuple[Keywords, dict[int, Any]]:
         """The keyword channel, then its pool rows (fetched while the query is
         still being embedded)."""
         with timed(RECALL_CHANNEL_SECONDS, "keyword"):
             keyword = await self._keyword_channel(reads, namespace, query, spec, whole_index)
-            if not keyword:
+            if not keyword.ranked:
                 return keyword, {}
-            rows = await reads.fetch_all(
-                queries.pool_rows(namespace, [r for r, _ in keyword], model)
-            )
+            rowids = [r for r, _ in keyword.ranked]
+            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model))
             return keyword, {row[0]: row for row in rows}
 
     async def _keyword_channel(
         self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
-    ) -> list[tuple[int, float]]:
-        """(rowid, score) best first: BM25 with the searched collection's IDF."""
-        matches = [quoted(term) for term in keyword_terms(query)]
+    ) -> Keywords:
+        """(rowid, score) best first, BM25 with the searched collection's IDF, and
+        the share of the query's IDF mass in that collection the best match holds."""
+        matches = list(dict.fromkeys(quoted(term) for term in keyword_terms(query)))
         if not matches:
-            return []
+            return Keywords([])
         depth = self._params.channel_depth
         if whole_index:  # the collection is the whole index: FTS5's IDF is ours
-            return await self._whole_index_keyword(reads, matches, depth)
+            size, counts = await self._index_statistics(reads, matches)
+            weights = {m: coverage_idf(size, counts[m]) for m in matches}
+            ranked = await self._whole_index_keyword(reads, matches, counts, depth)
+            return Keywords(ranked, await self._coverage(reads, weights, ranked))
         collection, everything = await asyncio.gather(
             reads.fetch_one(queries.live_count(namespace, spec)),
             reads.fetch_one(queries.live_count(None, _NO_FILTER)),
@@ -308,12 +349,26 @@ class Recaller:
             if local[0]
         ]
         if not weighted:
-            return []
+            return Keywords([])
         rows = await reads.fetch_all(queries.weighted_keyword_top(weighted, namespace, spec, depth))
-        return [(row[0], row[1]) for row in rows]
+        ranked = [(row[0], row[1]) for row in rows]
+        weights = {
+            m: coverage_idf(collection_size, local[0])
+            for m, local in zip(matches, in_collection, strict=True)
+        }
+        return Keywords(ranked, await self._coverage(reads, weights, ranked))
+
+    async def _coverage(
+        self, reads: Reads, weights: dict[str, float], ranked: list[tuple[int, float]]
+    ) -> float:
+        """The share of the query's IDF mass held by the best match's terms."""
+        if not ranked:
+            return 0.0
+        rows = await reads.fetch_all(queries.terms_in_memory(list(weights), ranked[0][0]))
+        return coverage(weights, {row[0] for row in rows})
 
     async def _whole_index_keyword(
-        self, reads: Reads, matches: list[str], depth: int
+        self, reads: Reads, matches: list[str], counts: dict[str, int], depth: int
     ) -> list[tuple[int, float]]:
         """FTS5's BM25 over the OR of the terms. When the terms match more than
         `keyword_postings_budget` documents in total, the rarest terms that fit the
@@ -324,7 +379,6 @@ class Recaller:
         documents instead of every posting of every term."""
         budget = self._params.keyword_postings_budget
         if budget > 0 and len(matches) > 1:
-            counts = await self._term_document_counts(reads, matches)
             rare: list[str] = []
             total = 0
             for match in sorted(matches, key=lambda m: counts[m]):
@@ -351,14 +405,24 @@ class Recaller:
         rows = await reads.fetch_all(queries.whole_index_keyword_top(any_of(matches), depth))
         return [(row[0], row[1]) for row in rows]
 
-    async def _term_document_counts(self, reads: Reads, matches: list[str]) -> dict[str, int]:
-        """Documents per term across the index, cached for a few minutes: they only
-        decide which terms count as common, so a slightly stale count is harmless."""
+    async def _index_statistics(
+        self, reads: Reads, matches: list[str]
+    ) -> tuple[int, dict[str, int]]:
+        """(live memories, documents per term) across the index, for the IDF. On a
+        large index both are cached for a few minutes: they decide which terms count
+        as common and scale the keyword share, where a count a few minutes old
+        moves an IDF by a hair. A small index is counted afresh every time."""
         now = time.monotonic()
+        size, when = self._index_size
+        if size < _FRESH_COUNTS_BELOW or now - when > _DOCUMENT_COUNT_TTL_S:
+            size = int((await reads.fetch_one(queries.live_count(None, _NO_FILTER)))[0])
+            self._index_size = (size, now)
+        fresh = size < _FRESH_COUNTS_BELOW
         missing = [
             m
             for m in matches
-            if m not in self._document_counts
+            if fresh
+            or m not in self._document_counts
             or now - self._document_counts[m][1] > _DOCUMENT_COUNT_TTL_S
         ]
         if missing:
@@ -369,7 +433,7 @@ class Recaller:
             )
             for match, row in zip(missing, rows, strict=True):
                 self._document_counts[match] = (int(row[0]), now)
-        return {m: self._document_counts[m][0] for m in matches}
+        return size, {m: self._document_counts[m][0] for m in matches}
 
     async def _vector_channel(
         self,

@@ -25,6 +25,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             request.limit,
             filter_from_proto(request.filter, bad=bad),
             track_access=not request.skip_access_tracking,
+            min_score=request.min_score if request.HasField("min_score") else None,
             bad=bad,
         )
         return search_pb2.RecallResponse(

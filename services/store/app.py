@@ -21,6 +21,7 @@ from engram.store.internal.v1 import (
     job_queue_pb2_grpc,
 )
 from engram.store.v1 import store_pb2, store_pb2_grpc
+from services.common.auth import server_guard
 from services.common.config import Config
 from services.common.db import DatabaseError, ReadPool, open_read_write
 from services.common.errors import MutationsFrozen
@@ -139,6 +140,17 @@ async def start_store(
 ) -> StoreApp:
     """`host` binds both listeners (tests); `port`/`internal_port` override the
     configured `server.ports.store`/`store_internal` (0: any free port)."""
+    # first: a bad TLS setting (services/common/tls.py) stops the store before it opens anything
+    public = listener(config, config.server.ports.store if port is None else port, host)
+    internal = listener(
+        config,
+        config.server.ports.store_internal if internal_port is None else internal_port,
+        host,
+        internal=True,
+    )
+    # protected mode first, before the database is opened
+    public_guard = server_guard(config, public.host)
+    internal_guard = server_guard(config, internal.host, internal=True)
     path = config.storage.path
     connection, applied = _open_database(config)
     if applied:
@@ -198,22 +210,11 @@ async def start_store(
     started: list[RunningServer] = []
     try:
         started.append(
-            await start_server(
-                listener(config, config.server.ports.store if port is None else port, host),
-                SERVICE_NAMES,
-                register_public,
-            )
+            await start_server(public, SERVICE_NAMES, register_public, guard=public_guard)
         )
         started.append(
             await start_server(
-                listener(
-                    config,
-                    config.server.ports.store_internal if internal_port is None else internal_port,
-                    host,
-                    internal=True,
-                ),
-                INTERNAL_SERVICE_NAMES,
-                register_internal,
+                internal, INTERNAL_SERVICE_NAMES, register_internal, guard=internal_guard
             )
         )
     except BaseException:

@@ -801,7 +801,7 @@ def prepare_drafts(
                     at,
                     draft.event_time or at,
                 ),
-                actor=draft.who or rules.DEFAULT_ACTOR,
+                actor=draft.actor or draft.who or rules.DEFAULT_ACTOR,
                 reason=draft.why or "remember",
                 max_attempts=max_attempts,
                 extract=extract,

@@ -51,6 +51,8 @@ class MemoryDraft:
     source_type: str
     source_id: str
     event_time: str | None
+    # the history actor when it is not `who` (the API key's name when auth is on)
+    actor: str = ""
 
 
 def infer_type(content: str) -> str:
@@ -155,6 +157,7 @@ def draft_memory(
     event_time: str | None,
     field_prefix: str = "",
     bad: Violations | None = None,
+    actor: str = "",
 ) -> MemoryDraft:
     """Validate one Remember/Import input; field names in errors get `field_prefix`.
 
@@ -199,5 +202,6 @@ def draft_memory(
         tags=all_tags,
         pinned=is_pinned,
         event_time=event_time,
+        actor=actor,
         **texts,
     )

@@ -9,6 +9,7 @@ import grpc
 from google.protobuf import struct_pb2
 
 from engram.store.v1 import store_pb2, store_pb2_grpc
+from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
     memory_to_proto,
@@ -94,6 +95,7 @@ def _draft(
         ),
         field_prefix=field_prefix,
         bad=bad,
+        actor=acting(""),
     )
 
 
@@ -199,7 +201,11 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         ]
         bad = Violations()
         outcomes = await self._store.modify(
-            namespace_of(bad, request.namespace), patches, request.reason, request.actor, bad
+            namespace_of(bad, request.namespace),
+            patches,
+            request.reason,
+            acting(request.actor),
+            bad,
         )
         return store_pb2.ModifyMemoriesResponse(
             results=[
@@ -225,7 +231,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             request.reason,
             _optional(request, "if_version"),
             request.force,
-            request.actor,
+            acting(request.actor),
             bad,
         )
         return store_pb2.DeleteMemoryResponse(memory=memory_to_proto(record))
@@ -250,7 +256,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             execute=request.mode == store_pb2.FORGET_MODE_EXECUTE,
             reason=request.reason,
             confirm_token=request.confirm_token,
-            actor=request.actor,
+            actor=acting(request.actor),
             bad=bad,
         )
         return store_pb2.ForgetMemoriesResponse(
@@ -276,7 +282,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             request.id,
             request.reason,
             _optional(request, "if_version"),
-            request.actor,
+            acting(request.actor),
             bad,
         )
         return store_pb2.RecoverMemoryResponse(memory=memory_to_proto(record))

@@ -134,7 +134,7 @@ def test_request_id_is_forwarded_or_made_and_the_service_key_is_carried(
 ) -> None:
     script = ScriptedServer()
     port = scripted(script)
-    keyed = config_of(**{"auth.service_key": "svc-key-123"})
+    keyed = config_of(**{"auth.service_key": "svc-key-0123456789abcdef0123456789abcdef"})
 
     def with_request_id() -> None:
         token = request_id_var.set("req-abc")
@@ -147,7 +147,7 @@ def test_request_id_is_forwarded_or_made_and_the_service_key_is_carried(
     call(config_of(), port, OTHER)
     forwarded, made = (seen.metadata for seen in script.calls)
     assert forwarded["x-request-id"] == "req-abc"
-    assert forwarded["authorization"] == "Bearer svc-key-123"
+    assert forwarded["authorization"] == "Bearer svc-key-0123456789abcdef0123456789abcdef"
     assert made["x-request-id"] not in ("", "-", "req-abc")
     assert "authorization" not in made
 

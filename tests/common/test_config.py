@@ -163,3 +163,9 @@ def test_every_seed_pipeline_key_is_declared() -> None:
         "documentChunkOverlap", "documentMaxContentBytes",
     }  # fmt: skip
     assert seed_keys <= keys
+
+
+def test_a_short_service_key_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"auth\.service_key: must be at least 32 characters"):
+        load_config(environ={}, overrides={"auth.service_key": "hunter2"})
+    assert load_config(environ={}, overrides={"auth.service_key": "k" * 32}).auth.service_key

@@ -16,10 +16,45 @@ def test_compose_file_is_valid() -> None:
         if os.environ.get("CI"):
             pytest.fail("docker-compose must be installed in CI (.ci/run installs it)")
         pytest.skip("docker-compose not installed")
-    result = subprocess.run(
-        [compose, "-f", "compose.yaml", "config", "-q"], cwd=ROOT, capture_output=True, text=True
-    )
+
+    def config(service_key: str | None) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "ENGRAM_SERVICE_KEY"}
+        if service_key is not None:
+            env["ENGRAM_SERVICE_KEY"] = service_key
+        return subprocess.run(
+            [compose, "-f", "compose.yaml", "config", "-q"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+
+    result = config("k" * 64)
     assert result.returncode == 0, result.stderr
+    # auth is on in compose: without the services' credential it does not start
+    refused = config(None)
+    assert refused.returncode != 0
+    assert "ENGRAM_SERVICE_KEY" in refused.stderr
+
+
+def test_compose_runs_with_auth_and_every_service_sees_the_keys() -> None:
+    document = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    from services.common.config import load_config
+
+    environment = {
+        k: str(v)
+        for k, v in document["x-engram"]["environment"].items()
+        if k.startswith("ENGRAM_AUTH__")
+    }
+    assert environment.pop("ENGRAM_AUTH__SERVICE_KEY").startswith("${ENGRAM_SERVICE_KEY:?")
+    config = load_config(environ={**environment, "ENGRAM_AUTH__SERVICE_KEY": "k" * 64})
+    assert config.auth.enabled
+    for name, spec in document["services"].items():
+        if spec.get("profiles"):  # optional helpers (ollama, monitoring): no Engram code
+            continue
+        keys = [v for v in spec["volumes"] if v.startswith("engram-keys:/keys")]
+        assert keys == (["engram-keys:/keys"] if name == "store" else ["engram-keys:/keys:ro"])
+        assert config.auth.keys_file.startswith("/keys/")
 
 
 @pytest.mark.parametrize(

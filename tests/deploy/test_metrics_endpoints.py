@@ -5,6 +5,7 @@ calls made."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -116,6 +117,8 @@ def suite(tmp_path: Path) -> Iterator[tuple[dict[str, int], dict[str, int]]]:
             *("--config", str(config), "--data-dir", str(tmp_path / "data")),
         ],
         cwd=ROOT,
+        # no ENGRAM_* from the test run (tests/conftest.py turns metrics off there)
+        env={k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -35,6 +35,8 @@ def compose_config(*args: str) -> dict[str, Any]:
         cwd=ROOT,
         capture_output=True,
         text=True,
+        # auth is on in compose: the services' credential must be set
+        env={**os.environ, "ENGRAM_SERVICE_KEY": "k" * 64},
     )
     assert result.returncode == 0, result.stderr
     document: dict[str, Any] = yaml.safe_load(result.stdout)

@@ -330,3 +330,46 @@ def rpc_error_details(error: grpc.RpcError) -> dict[str, Any]:
                 detail.Unpack(message)
                 found[name] = message
     return found
+
+
+SUITE_SERVICES = ("store", "search", "pipeline", "maintenance")
+
+
+@dataclass
+class RunningSuite:
+    """An `engram up` suite on free ports (embedding off: recall by keywords)."""
+
+    up: ProcessHandle
+    ports: dict[str, int]
+    root: Path
+
+    def address(self, service: str) -> str:
+        return f"127.0.0.1:{self.ports[service]}"
+
+    def client_addresses(self) -> dict[str, str]:
+        """Keyword arguments for engram.client.Engram / AsyncEngram."""
+        return {
+            "address": self.address("store"),
+            "search_address": self.address("search"),
+            "pipeline_address": self.address("pipeline"),
+            "maintenance_address": self.address("maintenance"),
+        }
+
+
+def start_suite(launcher: Launcher, root: Path) -> RunningSuite:
+    """`engram up` with every service on a free port; returns once all four serve."""
+    ports = {name: free_port() for name in SUITE_SERVICES}
+    config = root / "engram.yaml"
+    config.write_text(
+        "server:\n  ports:\n"
+        + "".join(f"    {name}: {port}\n" for name, port in ports.items())
+        + "providers:\n  embedding:\n    kind: none\n",
+        encoding="utf-8",
+    )
+    up = launcher.spawn(
+        engram_command("up", "--config", str(config), "--data-dir", str(root / "data")),
+        port=ports["store"],
+    )
+    for name in SUITE_SERVICES:
+        ProcessHandle(up.process, up.log_path, ports[name]).wait_ready(timeout=90)
+    return RunningSuite(up, ports, root)

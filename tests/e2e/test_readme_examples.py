@@ -12,6 +12,10 @@ written, after these rewrites and no others (`rewrite` below):
   synopsis' optional `[--config engram.yaml]`, `[--data-dir DIR]` and `[--port N]` filled in;
 - each `<placeholder>` -> a value from an earlier command's JSON output (CAPTURES says which).
 
+The ```python block (the engram.client example) runs with its ports rewritten the same way;
+the client commands' ```sh block runs in a scratch directory with ENGRAM_ADDRESS,
+ENGRAM_SEARCH_ADDRESS and ENGRAM_MAINTENANCE_ADDRESS set to this suite's ports.
+
 The suite is started by the README's own `engram up` line, with a config file that sets free
 ports, `providers.embedding.kind: none` (recall by keywords: every example query shares a word
 with the memory it should find, and the local model would cost each process ~10 s) and the LLM
@@ -24,9 +28,11 @@ a new ```sh block fails until this test runs it (or NOT_RUN says why it cannot).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +78,10 @@ COMMAND_TIMEOUT_S = 60
 NOT_RUN = {
     "make run": "installs a virtualenv and starts the suite on the fixed ports; `make test` "
     "is the suite this test is part of (tests/deploy runs `engram up`)",
+    "KEY=$(.venv/bin/engram keys create": "needs auth on: tests/e2e/test_auth_readme.py runs "
+    "it against an auth-on store",
+    ".venv/bin/engram certs dev": "the TLS section's suite needs certificates and TLS on every "
+    "service; tests/tls/test_readme_tls.py runs this block against one",
 }
 
 # ---- reading the README -------------------------------------------------------------
@@ -108,12 +118,28 @@ def commands_of(block: str) -> list[str]:
     return commands
 
 
+def is_not_run(block: str) -> bool:
+    first = commands_of(block)[0]
+    return any(first.startswith(key) for key in NOT_RUN)
+
+
 def is_grpcurl_block(block: str) -> bool:
-    return "grpcurl" in block
+    return "grpcurl" in block and not is_not_run(block)
 
 
 def is_cli_block(block: str) -> bool:
-    return ".venv/bin/engram " in block
+    """The CLI synopsis: the commands that run the services."""
+    return ".venv/bin/engram up" in block and not is_not_run(block)
+
+
+def is_client_cli_block(block: str) -> bool:
+    """The client commands' examples (engram remember, recall, ...)."""
+    return ".venv/bin/engram " in block and not is_cli_block(block) and not is_not_run(block)
+
+
+def python_blocks() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
 
 
 def readme_blocks() -> list[str]:
@@ -463,8 +489,8 @@ def test_every_sh_block_of_the_readme_is_run_or_says_why_not() -> None:
     assert blocks, "README.md has no ```sh blocks?"
     for block in blocks:
         first = commands_of(block)[0]
-        ran = is_grpcurl_block(block) or is_cli_block(block)
-        assert ran or any(first.startswith(key) for key in NOT_RUN), (
+        ran = is_grpcurl_block(block) or is_cli_block(block) or is_client_cli_block(block)
+        assert ran or is_not_run(block), (
             f"README block starting {first!r} is not run by this test: run it or add it to NOT_RUN"
         )
 
@@ -566,3 +592,67 @@ def test_readme_cli_examples_run(suite: Suite) -> None:
         )
         assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
     assert (restored / "engram.db").stat().st_size > 0
+
+
+def _client_env(places: Places) -> dict[str, str]:
+    """engram.client from this checkout, and the client CLI's addresses (its
+    ENGRAM_*_ADDRESS variables) pointed at this suite's ports."""
+    path = os.pathsep.join(
+        [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+    )
+    return clean_env(
+        {
+            "PYTHONPATH": path,
+            "ENGRAM_ADDRESS": f"127.0.0.1:{places.ports['store']}",
+            "ENGRAM_SEARCH_ADDRESS": f"127.0.0.1:{places.ports['search']}",
+            "ENGRAM_MAINTENANCE_ADDRESS": f"127.0.0.1:{places.ports['maintenance']}",
+        }
+    )
+
+
+def test_readme_python_example_runs(suite: Suite, tmp_path: Path) -> None:
+    """The README's first example: engram.client remembers, recalls, lists and
+    catches a NotFound (ports rewritten as for the grpcurl examples)."""
+    [block] = python_blocks()
+    script = tmp_path / "example.py"
+    script.write_text(rewrite(block, suite.places), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=_client_env(suite.places),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("remembered ")
+    assert any(line.endswith(" Alice prefers green tea") for line in lines[1:])
+    assert lines[-1].startswith("not found: NOT_FOUND ")
+
+
+def test_readme_client_cli_examples_run(suite: Suite, tmp_path: Path) -> None:
+    """The client commands' block, in order, in a scratch directory (export writes a
+    file), with `.venv/bin/engram` this checkout's CLI; export then import copies the
+    namespace."""
+    [block] = [b for b in readme_blocks() if is_client_cli_block(b)]
+    engram = shlex.join(engram_command())
+    outputs = []
+    for original in commands_of(block):
+        command = rewrite(original, suite.places).replace(".venv/bin/engram", engram)
+        result = subprocess.run(
+            ["bash", "-c", f"set -euo pipefail\n{command}"],
+            cwd=tmp_path,
+            env=_client_env(suite.places),
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
+        assert result.returncode == 0, f"{original}\n{result.stdout}{result.stderr}"
+        outputs.append(result.stdout)
+    assert "Bob prefers vim" in outputs[1]  # recall
+    exported = (tmp_path / "team-a.jsonl").read_text(encoding="utf-8").splitlines()
+    assert exported and not any("Bob prefers vim" in line for line in exported)  # forgotten
+    assert f"imported: {len(exported)} created" in outputs[5]

@@ -71,6 +71,22 @@ def test_only_the_top_n_are_sent_and_the_rest_keep_their_place(
     assert len(fused) == 2
 
 
+def test_the_reranker_sees_the_top_n_before_the_cut_to_limit(
+    recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    """Seed 000: the top `rerankerTopN` of the scored list are reranked, then the
+    list is cut to `limit`, so the reranker can bring up a memory fused last."""
+    server = http_servers(rerank_server(score_by_content))
+    stack, _ = reranked_stack(recall_stack, server)
+    server.clear()
+    response = stack.recall("zebra", limit=1)
+    [request] = server.requests_to("POST", "/v1/rerank")
+    assert sorted(request.json["documents"]) == sorted(RERANK_SCORES)
+    fused_last = request.json["documents"][-1]
+    assert fused_last == "zebra one", "the fused order puts the reranker's pick last"
+    assert [(r.memory.content, r.rerank_rank) for r in response.results] == [("zebra one", 1)]
+
+
 def test_a_reranker_slower_than_its_timeout_leaves_the_fused_order(
     recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
 ) -> None:

@@ -89,6 +89,22 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     message (a truncated message, invalid UTF-8 in a string field, groups
     nested too deeply). No field can be named; nothing was written.
     """
+    ERROR_REASON_UNAUTHENTICATED: _ErrorReason.ValueType  # 22
+    """UNAUTHENTICATED (auth.enabled): the call carries no `authorization:
+    Bearer <key>` metadata, or the key is unknown, revoked or malformed. The
+    error does not say which; nothing was written.
+    """
+    ERROR_REASON_PERMISSION_DENIED: _ErrorReason.ValueType  # 23
+    """PERMISSION_DENIED (auth.enabled): the key's role does not include this
+    RPC, or its namespaces do not cover the request's namespace (an empty
+    namespace is "default"). The error does not say whether the namespace or
+    any id exists; nothing was written.
+    """
+    ERROR_REASON_RATE_LIMITED: _ErrorReason.ValueType  # 24
+    """RESOURCE_EXHAUSTED (auth.enabled): the key's per-role rate limit
+    (`auth.rate_limits.<role>`, a token bucket) is used up. A
+    `google.rpc.RetryInfo` detail says how long to wait; nothing was written.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -163,5 +179,21 @@ ERROR_REASON_MALFORMED_REQUEST: ErrorReason.ValueType  # 21
 """INVALID_ARGUMENT: the request's bytes do not parse as the method's request
 message (a truncated message, invalid UTF-8 in a string field, groups
 nested too deeply). No field can be named; nothing was written.
+"""
+ERROR_REASON_UNAUTHENTICATED: ErrorReason.ValueType  # 22
+"""UNAUTHENTICATED (auth.enabled): the call carries no `authorization:
+Bearer <key>` metadata, or the key is unknown, revoked or malformed. The
+error does not say which; nothing was written.
+"""
+ERROR_REASON_PERMISSION_DENIED: ErrorReason.ValueType  # 23
+"""PERMISSION_DENIED (auth.enabled): the key's role does not include this
+RPC, or its namespaces do not cover the request's namespace (an empty
+namespace is "default"). The error does not say whether the namespace or
+any id exists; nothing was written.
+"""
+ERROR_REASON_RATE_LIMITED: ErrorReason.ValueType  # 24
+"""RESOURCE_EXHAUSTED (auth.enabled): the key's per-role rate limit
+(`auth.rate_limits.<role>`, a token bucket) is used up. A
+`google.rpc.RetryInfo` detail says how long to wait; nothing was written.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -26,7 +26,7 @@ from engram.common.v1 import memory_pb2 as engram_dot_common_dot_v1_dot_memory__
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/search/v1/search.proto\x12\x10\x65ngram.search.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xac\x01\n\rRecallRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x13\n\x05limit\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\"\n\x14skip_access_tracking\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\")\n\nChannelHit\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05score\x18\x02 \x01(\x01\"\xce\x01\n\x0cRecallResult\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12-\n\x07keyword\x18\x03 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12,\n\x06vector\x18\x04 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12\x13\n\x0brerank_rank\x18\x05 \x01(\x05\x12\x13\n\x0bgraph_boost\x18\x06 \x01(\x01\"e\n\x0eRecallResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.engram.search.v1.RecallResult\x12\x10\n\x08\x64\x65graded\x18\x02 \x01(\x08\x12\x10\n\x08warnings\x18\x03 \x03(\t2\\\n\rSearchService\x12K\n\x06Recall\x12\x1f.engram.search.v1.RecallRequest\x1a .engram.search.v1.RecallResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/search/v1/search.proto\x12\x10\x65ngram.search.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xd8\x01\n\rRecallRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x13\n\x05limit\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\"\n\x14skip_access_tracking\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x1c\n\tmin_score\x18\x06 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x42\x0c\n\n_min_score\")\n\nChannelHit\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05score\x18\x02 \x01(\x01\"\xce\x01\n\x0cRecallResult\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12-\n\x07keyword\x18\x03 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12,\n\x06vector\x18\x04 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12\x13\n\x0brerank_rank\x18\x05 \x01(\x05\x12\x13\n\x0bgraph_boost\x18\x06 \x01(\x01\"e\n\x0eRecallResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.engram.search.v1.RecallResult\x12\x10\n\x08\x64\x65graded\x18\x02 \x01(\x08\x12\x10\n\x08warnings\x18\x03 \x03(\t2\\\n\rSearchService\x12K\n\x06Recall\x12\x1f.engram.search.v1.RecallRequest\x1a .engram.search.v1.RecallResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,14 +44,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RECALLREQUEST'].fields_by_name['filter']._serialized_options = b'\342A\001\001'
   _globals['_RECALLREQUEST'].fields_by_name['skip_access_tracking']._loaded_options = None
   _globals['_RECALLREQUEST'].fields_by_name['skip_access_tracking']._serialized_options = b'\342A\001\001'
+  _globals['_RECALLREQUEST'].fields_by_name['min_score']._loaded_options = None
+  _globals['_RECALLREQUEST'].fields_by_name['min_score']._serialized_options = b'\342A\001\001'
   _globals['_RECALLREQUEST']._serialized_start=116
-  _globals['_RECALLREQUEST']._serialized_end=288
-  _globals['_CHANNELHIT']._serialized_start=290
-  _globals['_CHANNELHIT']._serialized_end=331
-  _globals['_RECALLRESULT']._serialized_start=334
-  _globals['_RECALLRESULT']._serialized_end=540
-  _globals['_RECALLRESPONSE']._serialized_start=542
-  _globals['_RECALLRESPONSE']._serialized_end=643
-  _globals['_SEARCHSERVICE']._serialized_start=645
-  _globals['_SEARCHSERVICE']._serialized_end=737
+  _globals['_RECALLREQUEST']._serialized_end=332
+  _globals['_CHANNELHIT']._serialized_start=334
+  _globals['_CHANNELHIT']._serialized_end=375
+  _globals['_RECALLRESULT']._serialized_start=378
+  _globals['_RECALLRESULT']._serialized_end=584
+  _globals['_RECALLRESPONSE']._serialized_start=586
+  _globals['_RECALLRESPONSE']._serialized_end=687
+  _globals['_SEARCHSERVICE']._serialized_start=689
+  _globals['_SEARCHSERVICE']._serialized_end=781
 # @@protoc_insertion_point(module_scope)

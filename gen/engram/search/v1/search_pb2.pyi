@@ -30,6 +30,7 @@ class RecallRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     FILTER_FIELD_NUMBER: _builtins.int
     SKIP_ACCESS_TRACKING_FIELD_NUMBER: _builtins.int
+    MIN_SCORE_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     query: _builtins.str
@@ -40,6 +41,13 @@ class RecallRequest(_message.Message):
     """True for lookups that are not a reader using its memories (the pipeline's
     decision candidates): the results' `access_count` and `last_access_time`
     are left alone, so such lookups neither inflate usage nor reset decay.
+    """
+    min_score: _builtins.float
+    """Results whose final `score` is below this are left out, so an answer with
+    no result means "nothing relevant"; 0 to 1. Unset: `search.min_score` from
+    the configuration (default 0.15: it keeps every relevant result on LoCoMo;
+    0.45 answers "nothing relevant" to half the questions asked of another
+    conversation at 99% precision: bench/README.md); 0 keeps every candidate.
     """
     @_builtins.property
     def filter(self) -> _memory_pb2.MemoryFilter:
@@ -53,12 +61,15 @@ class RecallRequest(_message.Message):
         limit: _builtins.int = ...,
         filter: _memory_pb2.MemoryFilter | None = ...,
         skip_access_tracking: _builtins.bool = ...,
+        min_score: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "filter", b"filter", "min_score", b"min_score"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "limit", b"limit", "namespace", b"namespace", "query", b"query", "skip_access_tracking", b"skip_access_tracking"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "filter", b"filter", "limit", b"limit", "min_score", b"min_score", "namespace", b"namespace", "query", b"query", "skip_access_tracking", b"skip_access_tracking"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__min_score: _TypeAlias = _typing.Literal["min_score"]  # noqa: Y015
+    _WhichOneofArgType__min_score: _TypeAlias = _typing.Literal["_min_score", b"_min_score"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_score) -> _WhichOneofReturnType__min_score | None: ...
 
 Global___RecallRequest: _TypeAlias = RecallRequest  # noqa: Y015
 
@@ -73,8 +84,13 @@ class ChannelHit(_message.Message):
     rank: _builtins.int
     """1-based rank within the channel; 0 when the channel did not return it."""
     score: _builtins.float
-    """The channel's own score: cosine similarity for vectors, |BM25| for
-    keywords (higher is better in both); 0 when not returned.
+    """The channel's own score in [0, 1], higher is better. Vectors: the cosine
+    similarity (negative values read as 0). Keywords: the memory's BM25
+    relative to the query's best match, times the query's keyword strength,
+    tanh(3 x the share of the query's IDF mass that the best match's terms
+    hold; the mass is every query term's IDF in the searched collection,
+    matched or not), so a query whose rare words match nothing scores low even
+    at its best match. 0 when not returned.
     """
     def __init__(
         self,
@@ -103,11 +119,15 @@ class RecallResult(_message.Message):
     RERANK_RANK_FIELD_NUMBER: _builtins.int
     GRAPH_BOOST_FIELD_NUMBER: _builtins.int
     score: _builtins.float
-    """The final score (higher is better); comparable within one response."""
+    """The final score in [0, 1), higher is better, and comparable across
+    queries: tanh of the fused channel scores plus the time, episode and
+    graph boosts, less the per-episode diversity penalty. Reranking reorders
+    results but leaves their scores; `min_score` applies before it.
+    """
     rerank_rank: _builtins.int
     """1-based rank after reranking; 0 when no reranker ran."""
     graph_boost: _builtins.float
-    """What the graph channel added to `score`: `graphBoostWeight` when the
+    """What the graph channel added before the squash into `score`: `graphBoostWeight` when the
     memory mentions an entity whose name contains a query word, or a
     neighbour of one (seed 000 "Graph-Augmented Search"); 0 otherwise, and
     always 0 unless `memory.pipelineV2.graphEnabled`.

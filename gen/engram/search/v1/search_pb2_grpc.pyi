@@ -45,20 +45,23 @@ class SearchServiceStub:
     Channels: BM25 over the full-text index (any query term may match) and
     cosine similarity over embeddings (when an embedding provider is
     configured and reachable); their scores are fused (by default the alpha
-    blend `(1 - search.alpha) * keyword + search.alpha * cosine`; reciprocal
-    rank fusion with `search.fusion: rrf`), then optionally reranked within a
-    hard timeout. With `memory.pipelineV2.graphEnabled`, memories linked
-    through the knowledge graph to the query's entities get an additive
-    boost (and may join the results); that lookup is bounded by
-    `graphBoostTimeoutMs` and never fails the call (a warning says when it
-    timed out or failed). When the embedding provider is unreachable the call still
-    answers from keywords, and `degraded` says so.
+    blend `(1 - search.alpha) * keyword + search.alpha * cosine`, a memory
+    without a vector scoring its keyword score alone; reciprocal rank fusion
+    with `search.fusion: rrf`), boosted (dates the query names, episodes),
+    cut at `min_score`, and, with a reranker, the top `rerankerTopN` reordered
+    within a hard timeout before the cut to `limit`. With
+    `memory.pipelineV2.graphEnabled`, memories linked through the knowledge
+    graph to the query's entities get a boost (and may join the results);
+    that lookup is bounded by `graphBoostTimeoutMs` and never fails the call
+    (a warning says when it timed out or failed). When the embedding provider
+    is unreachable the call still answers from keywords, and `degraded` says
+    so.
 
     Errors: INVALID_ARGUMENT (empty query, query over 2000 characters, limit
     outside 1..100, bad namespace, unknown type in the filter, more than 16
     types or 32 tags in the filter, `since` or `until` out of Timestamp's
-    range, `since` after `until`, importance_min outside [0, 1]; request bytes
-    that do not parse: MALFORMED_REQUEST).
+    range, `since` after `until`, importance_min or min_score outside [0, 1];
+    request bytes that do not parse: MALFORMED_REQUEST).
     """
 
 @_typing.type_check_only
@@ -78,20 +81,23 @@ class SearchServiceAsyncStub(SearchServiceStub):
     Channels: BM25 over the full-text index (any query term may match) and
     cosine similarity over embeddings (when an embedding provider is
     configured and reachable); their scores are fused (by default the alpha
-    blend `(1 - search.alpha) * keyword + search.alpha * cosine`; reciprocal
-    rank fusion with `search.fusion: rrf`), then optionally reranked within a
-    hard timeout. With `memory.pipelineV2.graphEnabled`, memories linked
-    through the knowledge graph to the query's entities get an additive
-    boost (and may join the results); that lookup is bounded by
-    `graphBoostTimeoutMs` and never fails the call (a warning says when it
-    timed out or failed). When the embedding provider is unreachable the call still
-    answers from keywords, and `degraded` says so.
+    blend `(1 - search.alpha) * keyword + search.alpha * cosine`, a memory
+    without a vector scoring its keyword score alone; reciprocal rank fusion
+    with `search.fusion: rrf`), boosted (dates the query names, episodes),
+    cut at `min_score`, and, with a reranker, the top `rerankerTopN` reordered
+    within a hard timeout before the cut to `limit`. With
+    `memory.pipelineV2.graphEnabled`, memories linked through the knowledge
+    graph to the query's entities get a boost (and may join the results);
+    that lookup is bounded by `graphBoostTimeoutMs` and never fails the call
+    (a warning says when it timed out or failed). When the embedding provider
+    is unreachable the call still answers from keywords, and `degraded` says
+    so.
 
     Errors: INVALID_ARGUMENT (empty query, query over 2000 characters, limit
     outside 1..100, bad namespace, unknown type in the filter, more than 16
     types or 32 tags in the filter, `since` or `until` out of Timestamp's
-    range, `since` after `until`, importance_min outside [0, 1]; request bytes
-    that do not parse: MALFORMED_REQUEST).
+    range, `since` after `until`, importance_min or min_score outside [0, 1];
+    request bytes that do not parse: MALFORMED_REQUEST).
     """
 
 class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -114,20 +120,23 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
         Channels: BM25 over the full-text index (any query term may match) and
         cosine similarity over embeddings (when an embedding provider is
         configured and reachable); their scores are fused (by default the alpha
-        blend `(1 - search.alpha) * keyword + search.alpha * cosine`; reciprocal
-        rank fusion with `search.fusion: rrf`), then optionally reranked within a
-        hard timeout. With `memory.pipelineV2.graphEnabled`, memories linked
-        through the knowledge graph to the query's entities get an additive
-        boost (and may join the results); that lookup is bounded by
-        `graphBoostTimeoutMs` and never fails the call (a warning says when it
-        timed out or failed). When the embedding provider is unreachable the call still
-        answers from keywords, and `degraded` says so.
+        blend `(1 - search.alpha) * keyword + search.alpha * cosine`, a memory
+        without a vector scoring its keyword score alone; reciprocal rank fusion
+        with `search.fusion: rrf`), boosted (dates the query names, episodes),
+        cut at `min_score`, and, with a reranker, the top `rerankerTopN` reordered
+        within a hard timeout before the cut to `limit`. With
+        `memory.pipelineV2.graphEnabled`, memories linked through the knowledge
+        graph to the query's entities get a boost (and may join the results);
+        that lookup is bounded by `graphBoostTimeoutMs` and never fails the call
+        (a warning says when it timed out or failed). When the embedding provider
+        is unreachable the call still answers from keywords, and `degraded` says
+        so.
 
         Errors: INVALID_ARGUMENT (empty query, query over 2000 characters, limit
         outside 1..100, bad namespace, unknown type in the filter, more than 16
         types or 32 tags in the filter, `since` or `until` out of Timestamp's
-        range, `since` after `until`, importance_min outside [0, 1]; request bytes
-        that do not parse: MALFORMED_REQUEST).
+        range, `since` after `until`, importance_min or min_score outside [0, 1];
+        request bytes that do not parse: MALFORMED_REQUEST).
         """
 
 def add_SearchServiceServicer_to_server(servicer: SearchServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,141 @@
+"""What the synchronous and the asyncio client share: request building for the
+calls with more than a field or two, timestamps, and import batching."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from engram.common.v1 import memory_pb2
+from engram.store.v1 import store_pb2
+
+TimeArg = dt.datetime | Timestamp | None
+# The store takes at most 1000 items per message and 25000 per stream.
+MAX_BATCH = 1000
+MAX_STREAM_ITEMS = 25_000
+DEFAULT_TIMEOUT_S = 10.0
+# One ImportMemories stream carries up to 25000 items; it gets its own deadline.
+DEFAULT_STREAM_TIMEOUT_S = 600.0
+
+
+def timestamp(value: TimeArg) -> Timestamp | None:
+    """A datetime (naive means UTC) or a Timestamp as a Timestamp."""
+    if value is None or isinstance(value, Timestamp):
+        return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    result = Timestamp()
+    result.FromDatetime(value)
+    return result
+
+
+def memory_filter(
+    *,
+    types: Iterable[str] = (),
+    tags: Iterable[str] = (),
+    who: str = "",
+    pinned: bool | None = None,
+    source_type: str = "",
+    since: TimeArg = None,
+    until: TimeArg = None,
+    importance_min: float | None = None,
+) -> memory_pb2.MemoryFilter:
+    """A MemoryFilter from keyword arguments (datetimes welcome)."""
+    return memory_pb2.MemoryFilter(
+        types=list(types),
+        tags=list(tags),
+        who=who,
+        pinned=pinned,
+        source_type=source_type,
+        since=timestamp(since),
+        until=timestamp(until),
+        importance_min=importance_min,
+    )
+
+
+ImportItemArg = store_pb2.ImportItem | Mapping[str, Any]
+
+
+def import_item(item: ImportItemArg) -> store_pb2.ImportItem:
+    """An ImportItem, or a mapping with its field names (`event_time` as a datetime,
+    a Timestamp or RFC 3339 text)."""
+    if isinstance(item, store_pb2.ImportItem):
+        return item
+    fields = dict(item)
+    event_time = fields.pop("event_time", None)
+    message = store_pb2.ImportItem(**fields)
+    if isinstance(event_time, str):
+        message.event_time.FromJsonString(event_time)
+    elif event_time is not None:
+        stamp = timestamp(event_time)
+        if stamp is not None:
+            message.event_time.CopyFrom(stamp)
+    return message
+
+
+@dataclass(frozen=True)
+class ImportProgress:
+    """Where an import stands: items handed to the server so far, and the outcome of
+    those whose stream has been answered."""
+
+    sent: int
+    created: int
+    deduplicated: int
+    failed: int
+
+
+@dataclass
+class ImportSummary:
+    """The totals, and the result of every failed item (`index` counts from 0 over
+    the whole import, across streams)."""
+
+    created: int = 0
+    deduplicated: int = 0
+    failed: int = 0
+    failures: list[store_pb2.ImportResult] = field(default_factory=list)
+
+    def add(
+        self, reply: store_pb2.ImportMemoriesResponse, offset: int
+    ) -> list[store_pb2.ImportResult]:
+        """Counts one stream's reply in; its results renumbered over the whole import."""
+        results = []
+        for result in reply.results:
+            copy = store_pb2.ImportResult()
+            copy.CopyFrom(result)
+            copy.index = result.index + offset
+            results.append(copy)
+            if copy.status == store_pb2.IMPORT_STATUS_FAILED:
+                self.failures.append(copy)
+        self.created += reply.created_count
+        self.deduplicated += reply.deduplicated_count
+        self.failed += reply.failed_count
+        return results
+
+    def progress(self, sent: int) -> ImportProgress:
+        return ImportProgress(sent, self.created, self.deduplicated, self.failed)
+
+
+def batches(
+    items: Iterable[ImportItemArg], batch_size: int
+) -> Iterator[list[store_pb2.ImportItem]]:
+    """The items in batches of `batch_size`, read lazily: a million items never sit
+    in memory at once."""
+    if not 1 <= batch_size <= MAX_BATCH:
+        raise ValueError(f"batch_size must be in 1..{MAX_BATCH}")
+    batch: list[store_pb2.ImportItem] = []
+    for item in items:
+        batch.append(import_item(item))
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def batches_per_stream(batch_size: int) -> int:
+    """Whole batches that fit in one stream's 25000 items."""
+    return MAX_STREAM_ITEMS // batch_size

@@ -1,0 +1,473 @@
+"""`AsyncEngram`: the asyncio client of every public RPC of the store, search,
+pipeline and maintenance services."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import TypeVar
+
+import grpc
+
+from engram.client import _common as c
+from engram.client.channel import (
+    DEFAULT_RETRY,
+    RetryPolicy,
+    TlsArg,
+    channel_options,
+    credentials_of,
+    metadata_for,
+    service_addresses,
+)
+from engram.client.errors import from_rpc_error
+from engram.common.v1 import document_pb2, memory_pb2
+from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
+from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
+from engram.search.v1 import search_pb2, search_pb2_grpc
+from engram.store.v1 import store_pb2, store_pb2_grpc
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+
+class AsyncEngram:
+    """A connection to one Engram suite, for asyncio (the same methods as `Engram`, awaited).
+
+    `address` is the store's (`host:port`, or a bare host for the default ports
+    50051-50054); search, pipeline and maintenance are on the same host at their
+    default ports unless given. Every call has a deadline (`timeout` seconds unless
+    the call passes its own); UNAVAILABLE is retried by gRPC within it. Failures
+    raise `engram.client.EngramError` subclasses. Results are the generated
+    protobuf messages. Use it as a context manager, or call `close()`.
+    """
+
+    def __init__(
+        self,
+        address: str = "127.0.0.1:50051",
+        *,
+        api_key: str | None = None,
+        tls: TlsArg = None,
+        timeout: float = c.DEFAULT_TIMEOUT_S,
+        stream_timeout: float = c.DEFAULT_STREAM_TIMEOUT_S,
+        retry: RetryPolicy | None = DEFAULT_RETRY,
+        search_address: str | None = None,
+        pipeline_address: str | None = None,
+        maintenance_address: str | None = None,
+    ) -> None:
+        self.addresses = service_addresses(
+            address, search_address, pipeline_address, maintenance_address
+        )
+        self.timeout = timeout
+        self.stream_timeout = stream_timeout
+        self._metadata = metadata_for(api_key)
+        credentials = credentials_of(tls)
+        options = channel_options(retry)
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        for target in self.addresses.values():
+            if target in self._channels:
+                continue
+            self._channels[target] = (
+                grpc.aio.insecure_channel(target, options=options)
+                if credentials is None
+                else grpc.aio.secure_channel(target, credentials, options=options)
+            )
+        by_service = {name: self._channels[t] for name, t in self.addresses.items()}
+        self._store = store_pb2_grpc.MemoryStoreServiceStub(by_service["store"])
+        self._search = search_pb2_grpc.SearchServiceStub(by_service["search"])
+        self._pipeline = pipeline_pb2_grpc.PipelineServiceStub(by_service["pipeline"])
+        self._maintenance = maintenance_pb2_grpc.MaintenanceServiceStub(by_service["maintenance"])
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close(None)
+
+    async def __aenter__(self) -> AsyncEngram:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def _call(
+        self,
+        method: grpc.aio.UnaryUnaryMultiCallable[Req, Resp],
+        request: Req,
+        timeout: float | None,
+    ) -> Resp:
+        try:
+            return await method(
+                request,
+                timeout=self.timeout if timeout is None else timeout,
+                metadata=self._metadata,
+            )
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+
+    # ---- store ------------------------------------------------------------------
+
+    async def remember(
+        self,
+        content: str,
+        *,
+        namespace: str = "",
+        type: str = "",
+        importance: float | None = None,
+        tags: Iterable[str] = (),
+        pinned: bool = False,
+        who: str = "",
+        why: str = "",
+        source_type: str = "",
+        source_id: str = "",
+        event_time: c.TimeArg = None,
+        timeout: float | None = None,
+    ) -> store_pb2.RememberResponse:
+        """Stores a memory (or finds the same content already stored: `deduplicated`)."""
+        request = store_pb2.RememberRequest(
+            namespace=namespace,
+            content=content,
+            type=type,
+            importance=importance,
+            tags=list(tags),
+            pinned=pinned,
+            who=who,
+            why=why,
+            source_type=source_type,
+            source_id=source_id,
+            event_time=c.timestamp(event_time),
+        )
+        return await self._call(self._store.Remember, request, timeout)
+
+    async def get_memory(
+        self, id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> memory_pb2.Memory:
+        """One memory, a soft-deleted one included; `NotFound` if there is none."""
+        request = store_pb2.GetMemoryRequest(namespace=namespace, id=id)
+        return (await self._call(self._store.GetMemory, request, timeout)).memory
+
+    async def list_memories_page(
+        self,
+        *,
+        namespace: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        filter: memory_pb2.MemoryFilter | None = None,
+        deleted: bool = False,
+        timeout: float | None = None,
+    ) -> store_pb2.ListMemoriesResponse:
+        """One page of ListMemories, as the RPC returns it."""
+        request = store_pb2.ListMemoriesRequest(
+            namespace=namespace,
+            page_size=page_size,
+            page_token=page_token,
+            filter=filter,
+            deleted=deleted,
+        )
+        return await self._call(self._store.ListMemories, request, timeout)
+
+    async def list_memories(
+        self,
+        *,
+        namespace: str = "",
+        page_size: int = 0,
+        filter: memory_pb2.MemoryFilter | None = None,
+        deleted: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[memory_pb2.Memory]:
+        """Every matching memory, newest first, fetched a page at a time (each page
+        its own call and deadline)."""
+        token = ""
+        while True:
+            page = await self.list_memories_page(
+                namespace=namespace,
+                page_size=page_size,
+                page_token=token,
+                filter=filter,
+                deleted=deleted,
+                timeout=timeout,
+            )
+            for memory in page.memories:
+                yield memory
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def modify_memories(
+        self,
+        patches: Iterable[store_pb2.MemoryPatch],
+        *,
+        namespace: str = "",
+        reason: str = "",
+        actor: str = "",
+        timeout: float | None = None,
+    ) -> store_pb2.ModifyMemoriesResponse:
+        """Up to 200 patches in one transaction; a result per patch."""
+        request = store_pb2.ModifyMemoriesRequest(
+            namespace=namespace, patches=list(patches), reason=reason, actor=actor
+        )
+        return await self._call(self._store.ModifyMemories, request, timeout)
+
+    async def delete_memory(
+        self,
+        id: str,
+        *,
+        reason: str,
+        namespace: str = "",
+        if_version: int | None = None,
+        force: bool = False,
+        actor: str = "",
+        timeout: float | None = None,
+    ) -> memory_pb2.Memory:
+        """Soft-deletes one memory and returns its tombstone."""
+        request = store_pb2.DeleteMemoryRequest(
+            namespace=namespace,
+            id=id,
+            reason=reason,
+            if_version=if_version,
+            force=force,
+            actor=actor,
+        )
+        return (await self._call(self._store.DeleteMemory, request, timeout)).memory
+
+    async def forget_memories(
+        self,
+        *,
+        namespace: str = "",
+        mode: store_pb2.ForgetMode.ValueType = store_pb2.FORGET_MODE_PREVIEW,
+        ids: Iterable[str] = (),
+        query: str = "",
+        filter: memory_pb2.MemoryFilter | None = None,
+        limit: int = 0,
+        reason: str = "",
+        confirm_token: str = "",
+        actor: str = "",
+        include_pinned: bool = False,
+        purge: bool = False,
+        timeout: float | None = None,
+    ) -> store_pb2.ForgetMemoriesResponse:
+        """PREVIEW (the default) shows the candidates and a confirm token; EXECUTE deletes."""
+        request = store_pb2.ForgetMemoriesRequest(
+            namespace=namespace,
+            mode=mode,
+            ids=list(ids),
+            query=query,
+            filter=filter,
+            limit=limit,
+            reason=reason,
+            confirm_token=confirm_token,
+            actor=actor,
+            include_pinned=include_pinned,
+            purge=purge,
+        )
+        return await self._call(self._store.ForgetMemories, request, timeout)
+
+    async def recover_memory(
+        self,
+        id: str,
+        *,
+        reason: str,
+        namespace: str = "",
+        if_version: int | None = None,
+        actor: str = "",
+        timeout: float | None = None,
+    ) -> memory_pb2.Memory:
+        """Restores a soft-deleted memory within the retention window."""
+        request = store_pb2.RecoverMemoryRequest(
+            namespace=namespace, id=id, reason=reason, if_version=if_version, actor=actor
+        )
+        return (await self._call(self._store.RecoverMemory, request, timeout)).memory
+
+    async def list_memory_history(
+        self,
+        memory_id: str,
+        *,
+        namespace: str = "",
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[store_pb2.HistoryEvent]:
+        """Every history event of a memory, oldest first, a page at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListMemoryHistoryRequest(
+                namespace=namespace, memory_id=memory_id, page_size=page_size, page_token=token
+            )
+            page = await self._call(self._store.ListMemoryHistory, request, timeout)
+            for event in page.events:
+                yield event
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def import_memories(
+        self,
+        items: Iterable[c.ImportItemArg],
+        *,
+        namespace: str = "",
+        batch_size: int = 500,
+        on_progress: Callable[[c.ImportProgress], None] | None = None,
+        on_results: Callable[[list[store_pb2.ImportResult]], None] | None = None,
+        timeout: float | None = None,
+    ) -> c.ImportSummary:
+        """As `Engram.import_memories` (the items are read from a plain iterable). Streams `items` (ImportItem messages, or mappings of their fields) to
+        ImportMemories, reading them lazily, in as many streams of up to 25000 items
+        as needed. `on_progress` is called as batches are sent and as each stream is
+        answered; `on_results` gets each stream's results (indexes over the whole
+        import). Re-sending items already imported is safe: they come back
+        DEDUPLICATED. An error reply raises; what was committed before it stays."""
+        summary = c.ImportSummary()
+        sent = 0
+        pending = c.batches(items, batch_size)
+        per_stream = c.batches_per_stream(batch_size)
+        while True:
+            first = next(pending, None)
+            if first is None:
+                return summary
+            offset = sent
+
+            def requests(
+                first: list[store_pb2.ImportItem] = first,
+            ) -> Iterator[store_pb2.ImportMemoriesRequest]:
+                nonlocal sent
+                for batch in _chain_first(first, pending, per_stream - 1):
+                    yield store_pb2.ImportMemoriesRequest(namespace=namespace, items=batch)
+                    sent += len(batch)
+                    if on_progress is not None:
+                        on_progress(summary.progress(sent))
+
+            try:
+                reply = await self._store.ImportMemories(
+                    requests(),
+                    timeout=self.stream_timeout if timeout is None else timeout,
+                    metadata=self._metadata,
+                )
+            except grpc.aio.AioRpcError as error:
+                raise from_rpc_error(error) from None
+            results = summary.add(reply, offset)
+            if on_results is not None:
+                on_results(results)
+            if on_progress is not None:
+                on_progress(summary.progress(sent))
+
+    # ---- search -----------------------------------------------------------------
+
+    async def recall(
+        self,
+        query: str,
+        *,
+        namespace: str = "",
+        limit: int = 0,
+        filter: memory_pb2.MemoryFilter | None = None,
+        skip_access_tracking: bool = False,
+        timeout: float | None = None,
+    ) -> search_pb2.RecallResponse:
+        """The memories most relevant to `query`, best first."""
+        request = search_pb2.RecallRequest(
+            namespace=namespace,
+            query=query,
+            limit=limit,
+            filter=filter,
+            skip_access_tracking=skip_access_tracking,
+        )
+        return await self._call(self._search.Recall, request, timeout)
+
+    # ---- pipeline ---------------------------------------------------------------
+
+    async def get_status(self, *, timeout: float | None = None) -> pipeline_pb2.GetStatusResponse:
+        """Queue depths, provider health and worker state of the pipeline."""
+        return await self._call(self._pipeline.GetStatus, pipeline_pb2.GetStatusRequest(), timeout)
+
+    async def extract(
+        self, content: str, *, namespace: str = "", timeout: float | None = None
+    ) -> pipeline_pb2.ExtractResponse:
+        """A dry run of extraction on `content`: the facts it would derive; writes nothing."""
+        request = pipeline_pb2.ExtractRequest(namespace=namespace, content=content)
+        return await self._call(self._pipeline.Extract, request, timeout)
+
+    async def create_document(
+        self,
+        *,
+        namespace: str = "",
+        content: str = "",
+        url: str = "",
+        title: str = "",
+        tags: Iterable[str] = (),
+        timeout: float | None = None,
+    ) -> document_pb2.Document:
+        """Registers a document (`content` or `url`) for ingest in the background."""
+        request = pipeline_pb2.CreateDocumentRequest(
+            namespace=namespace, content=content, url=url, title=title, tags=list(tags)
+        )
+        return (await self._call(self._pipeline.CreateDocument, request, timeout)).document
+
+    async def get_document(
+        self, id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> document_pb2.Document:
+        request = pipeline_pb2.GetDocumentRequest(namespace=namespace, id=id)
+        return (await self._call(self._pipeline.GetDocument, request, timeout)).document
+
+    async def list_document_chunks(
+        self,
+        document_id: str,
+        *,
+        namespace: str = "",
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[document_pb2.DocumentChunk]:
+        """Every chunk of a document in chunk order, a page at a time."""
+        token = ""
+        while True:
+            request = pipeline_pb2.ListDocumentChunksRequest(
+                namespace=namespace, document_id=document_id, page_size=page_size, page_token=token
+            )
+            page = await self._call(self._pipeline.ListDocumentChunks, request, timeout)
+            for chunk in page.chunks:
+                yield chunk
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def watch_document(
+        self, id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> AsyncIterator[document_pb2.Document]:
+        """The document's state now, then at every change until ingest ends. No
+        deadline unless `timeout` is given (ingest of a large document takes time)."""
+        request = pipeline_pb2.WatchDocumentRequest(namespace=namespace, id=id)
+        try:
+            async for reply in self._pipeline.WatchDocument(
+                request, timeout=timeout, metadata=self._metadata
+            ):
+                yield reply.document
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error) from None
+
+    # ---- maintenance ------------------------------------------------------------
+
+    async def get_diagnostics(
+        self, *, timeout: float | None = None
+    ) -> maintenance_pb2.GetDiagnosticsResponse:
+        """The suite's health score, storage, queue and provider report."""
+        request = maintenance_pb2.GetDiagnosticsRequest()
+        return await self._call(self._maintenance.GetDiagnostics, request, timeout)
+
+    async def run_maintenance(
+        self,
+        *,
+        mode: maintenance_pb2.MaintenanceMode.ValueType = maintenance_pb2.MAINTENANCE_MODE_UNSPECIFIED,
+        timeout: float | None = None,
+    ) -> maintenance_pb2.RunMaintenanceResponse:
+        request = maintenance_pb2.RunMaintenanceRequest(mode=mode)
+        return await self._call(self._maintenance.RunMaintenance, request, timeout)
+
+    async def run_retention(
+        self, *, timeout: float | None = None
+    ) -> maintenance_pb2.RunRetentionResponse:
+        request = maintenance_pb2.RunRetentionRequest()
+        return await self._call(self._maintenance.RunRetention, request, timeout)
+
+
+def _chain_first(
+    first: list[store_pb2.ImportItem], rest: Iterator[list[store_pb2.ImportItem]], more: int
+) -> Iterator[list[store_pb2.ImportItem]]:
+    yield first
+    for _ in range(more):
+        batch = next(rest, None)
+        if batch is None:
+            return
+        yield batch

@@ -1,0 +1,578 @@
+"""The `engram` commands that talk to a running suite through engram.client:
+remember, recall, get, list, history, forget, import, export, diagnostics.
+
+Each takes `--address` (the store; search, pipeline and maintenance on the same host
+at their default ports unless `--search-address`/`--maintenance-address` say
+otherwise), `--api-key` (or ENGRAM_API_KEY) and `--json` (one JSON object per
+line, field names as in the protos); without `--json` the output is a table.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any, NoReturn, TypeVar
+
+import click
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from engram.client import (
+    FORGET_MODE_EXECUTE,
+    Engram,
+    EngramError,
+    ImportItem,
+    ImportProgress,
+    Memory,
+    memory_filter,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+# What `export` writes for each memory: everything `import` needs to rebuild it.
+EXPORT_FIELDS = (
+    "content",
+    "type",
+    "importance",
+    "tags",
+    "pinned",
+    "who",
+    "why",
+    "source_type",
+    "source_id",
+)
+PLAIN_PROGRESS_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how to call: what every command's common options build."""
+
+    address: str
+    search_address: str | None
+    maintenance_address: str | None
+    api_key: str | None
+    timeout: float
+    json: bool
+
+    def client(self) -> Engram:
+        return Engram(
+            self.address,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            search_address=self.search_address,
+            maintenance_address=self.maintenance_address,
+        )
+
+
+def common_options(command: F) -> F:
+    """The connection and output options every client command takes."""
+    options = [
+        click.option(
+            "--address",
+            envvar="ENGRAM_ADDRESS",
+            default=DEFAULT_ADDRESS,
+            show_default=True,
+            help="the store's host:port (or a bare host: default ports); $ENGRAM_ADDRESS",
+        ),
+        click.option(
+            "--search-address",
+            envvar="ENGRAM_SEARCH_ADDRESS",
+            default=None,
+            help="search's host:port; $ENGRAM_SEARCH_ADDRESS",
+        ),
+        click.option(
+            "--maintenance-address",
+            envvar="ENGRAM_MAINTENANCE_ADDRESS",
+            default=None,
+            help="maintenance's host:port; $ENGRAM_MAINTENANCE_ADDRESS",
+        ),
+        click.option("--api-key", envvar="ENGRAM_API_KEY", default=None, help="$ENGRAM_API_KEY"),
+        click.option("--timeout", type=float, default=10.0, show_default=True, help="seconds"),
+        click.option("--json", "as_json", is_flag=True, help="JSON lines instead of tables"),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _target(params: dict[str, Any]) -> Target:
+    return Target(
+        address=params.pop("address"),
+        search_address=params.pop("search_address"),
+        maintenance_address=params.pop("maintenance_address"),
+        api_key=params.pop("api_key") or None,
+        timeout=params.pop("timeout"),
+        json=params.pop("as_json"),
+    )
+
+
+def _fail(command: str, error: EngramError) -> NoReturn:
+    click.echo(f"engram {command}: {error}", err=True)
+    sys.exit(1)
+
+
+def _dict(message: Message) -> dict[str, Any]:
+    return MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _emit_json(message: Message | dict[str, Any]) -> None:
+    data = message if isinstance(message, dict) else _dict(message)
+    click.echo(json.dumps(data, ensure_ascii=False))
+
+
+def _memory_table(memories: list[Memory], *, score: list[float] | None = None) -> None:
+    table = Table(show_lines=False)
+    if score is not None:
+        table.add_column("score", justify="right")
+    for name in ("id", "type", "importance", "tags", "content"):
+        table.add_column(name, overflow="fold")
+    for n, memory in enumerate(memories):
+        row = [
+            memory.id,
+            memory.type,
+            f"{memory.importance:.2f}",
+            ",".join(memory.tags),
+            ("(pinned) " if memory.pinned else "") + memory.content,
+        ]
+        cells = [f"{score[n]:.3f}"] if score is not None else []
+        table.add_row(*(Text(cell) for cell in [*cells, *row]))
+    Console().print(table)
+
+
+@click.group()
+def cli() -> None:
+    """Engram's client commands."""
+
+
+@cli.command()
+@click.argument("content")
+@click.option("--namespace", "-n", default="")
+@click.option("--type", "type_", default="", help="fact, preference, decision, rule, ...")
+@click.option("--importance", type=float, default=None)
+@click.option("--tag", "tags", multiple=True, help="repeatable")
+@click.option("--pinned", is_flag=True)
+@click.option("--who", default="")
+@click.option("--why", default="")
+@click.option("--source-type", default="")
+@click.option("--source-id", default="")
+@click.option("--event-time", default=None, help="RFC 3339, e.g. 2026-11-01T09:30:00Z")
+@common_options
+def remember(**params: Any) -> None:
+    """Remember CONTENT."""
+    target = _target(params)
+    event_time = None
+    if params["event_time"]:
+        event_time = Timestamp()
+        try:
+            event_time.FromJsonString(params["event_time"])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--event-time") from None
+    with target.client() as engram:
+        try:
+            reply = engram.remember(
+                params["content"],
+                namespace=params["namespace"],
+                type=params["type_"],
+                importance=params["importance"],
+                tags=params["tags"],
+                pinned=params["pinned"],
+                who=params["who"],
+                why=params["why"],
+                source_type=params["source_type"],
+                source_id=params["source_id"],
+                event_time=event_time,
+            )
+        except EngramError as error:
+            _fail("remember", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    state = "already remembered" if reply.deduplicated else "remembered"
+    click.echo(f"{state}: {reply.memory.id}")
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--namespace", "-n", default="")
+@click.option("--limit", type=int, default=0, help="1..100; 0 means the server's default")
+@common_options
+def recall(**params: Any) -> None:
+    """The memories most relevant to QUERY."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            reply = engram.recall(
+                params["query"], namespace=params["namespace"], limit=params["limit"]
+            )
+        except EngramError as error:
+            _fail("recall", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    _memory_table([r.memory for r in reply.results], score=[r.score for r in reply.results])
+    for warning in reply.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
+@common_options
+def get(**params: Any) -> None:
+    """One memory (a deleted one too)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            memory = engram.get_memory(params["memory_id"], namespace=params["namespace"])
+        except EngramError as error:
+            _fail("get", error)
+    if target.json:
+        _emit_json(memory)
+        return
+    table = Table(show_header=False)
+    for key, value in _dict(memory).items():
+        shown = ", ".join(value) if isinstance(value, list) else str(value)
+        table.add_row(Text(key), Text(shown))
+    Console().print(table)
+
+
+@cli.command(name="list")
+@click.option("--namespace", "-n", default="")
+@click.option("--type", "types", multiple=True, help="repeatable")
+@click.option("--tag", "tags", multiple=True, help="repeatable; all must be present")
+@click.option("--deleted", is_flag=True, help="the recoverable soft-deleted memories instead")
+@click.option("--limit", type=int, default=50, show_default=True, help="0: every memory")
+@common_options
+def list_(**params: Any) -> None:
+    """Memories of a namespace, newest first."""
+    target = _target(params)
+    limit = params["limit"]
+    with target.client() as engram:
+        found = engram.list_memories(
+            namespace=params["namespace"],
+            page_size=min(limit, 500) if limit > 0 else 500,
+            filter=memory_filter(types=params["types"], tags=params["tags"]),
+            deleted=params["deleted"],
+        )
+        memories: list[Memory] = []
+        try:
+            for memory in found:
+                if target.json:
+                    _emit_json(memory)
+                else:
+                    memories.append(memory)
+                if limit and len(memories) >= limit:
+                    break
+        except EngramError as error:
+            _fail("list", error)
+    if not target.json:
+        _memory_table(memories)
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
+@common_options
+def history(**params: Any) -> None:
+    """A memory's history events, oldest first."""
+    target = _target(params)
+    table = Table()
+    for name in ("time", "event", "actor", "reason", "content"):
+        table.add_column(name, overflow="fold")
+    with target.client() as engram:
+        try:
+            for event in engram.list_memory_history(
+                params["memory_id"], namespace=params["namespace"]
+            ):
+                if target.json:
+                    _emit_json(event)
+                    continue
+                cells = (
+                    event.create_time.ToJsonString(),
+                    _dict(event).get("event_type", "").removeprefix("HISTORY_EVENT_TYPE_"),
+                    event.actor,
+                    event.reason,
+                    event.new_content or event.old_content,
+                )
+                table.add_row(*(Text(cell) for cell in cells))
+        except EngramError as error:
+            _fail("history", error)
+    if not target.json:
+        Console().print(table)
+
+
+@cli.command()
+@click.option("--namespace", "-n", default="")
+@click.option("--id", "ids", multiple=True, help="repeatable")
+@click.option("--query", default="", help="keywords")
+@click.option("--type", "types", multiple=True, help="repeatable")
+@click.option("--tag", "tags", multiple=True, help="repeatable")
+@click.option("--reason", default="forgotten with the engram CLI", show_default=True)
+@click.option("--include-pinned", is_flag=True)
+@click.option("--purge", is_flag=True, help="remove for good (no recovery)")
+@click.option("--yes", is_flag=True, help="delete the previewed memories without asking")
+@common_options
+def forget(**params: Any) -> None:
+    """Preview the memories a selection matches, then (after confirmation) delete them."""
+    target = _target(params)
+    selection: dict[str, Any] = {
+        "namespace": params["namespace"],
+        "ids": params["ids"],
+        "query": params["query"],
+        "include_pinned": params["include_pinned"],
+        "purge": params["purge"],
+    }
+    if params["types"] or params["tags"]:
+        selection["filter"] = memory_filter(types=params["types"], tags=params["tags"])
+    with target.client() as engram:
+        try:
+            preview = engram.forget_memories(**selection)
+            if target.json:
+                _emit_json(preview)
+            else:
+                table = Table(title=f"{preview.candidate_count} memories to forget")
+                for name in ("id", "pinned", "content"):
+                    table.add_column(name, overflow="fold")
+                for candidate in preview.candidates:
+                    cells = (candidate.id, "yes" if candidate.pinned else "", candidate.content)
+                    table.add_row(*(Text(cell) for cell in cells))
+                Console().print(table)
+            if not preview.candidate_count:
+                return
+            if not params["yes"]:
+                if not sys.stdin.isatty():
+                    click.echo("engram forget: nothing deleted; pass --yes to delete", err=True)
+                    return
+                if not click.confirm(f"Forget these {preview.candidate_count}?", err=True):
+                    return
+            done = engram.forget_memories(
+                **selection,
+                mode=FORGET_MODE_EXECUTE,
+                reason=params["reason"],
+                confirm_token=preview.confirm_token,
+            )
+        except EngramError as error:
+            _fail("forget", error)
+    if target.json:
+        _emit_json(done)
+    else:
+        click.echo(f"forgot {done.deleted_count}" + (" (purged)" if done.hard_deleted else ""))
+
+
+def _import_item(data: dict[str, Any]) -> ImportItem:
+    """An ImportItem from one JSON line (export's format: ImportItem's field names)."""
+    item = ImportItem()
+    event_time = data.pop("event_time", None)
+    for key, value in data.items():
+        if key not in ImportItem.DESCRIPTOR.fields_by_name:
+            raise ValueError(f"unknown field {key!r}")
+        if isinstance(value, list):
+            getattr(item, key).extend(value)
+        else:
+            setattr(item, key, value)
+    if event_time is not None:
+        item.event_time.FromJsonString(event_time)
+    return item
+
+
+@dataclass
+class _Lines:
+    """The JSON lines of the input, parsed lazily; bad lines are reported, not sent.
+    `line_of[i]` is the line number of the i-th item sent (a compact array)."""
+
+    stream: IO[str]
+    errors: list[tuple[int, str]]
+    line_of: array[int]
+
+    def __iter__(self) -> Iterator[ImportItem]:
+        for number, line in enumerate(self.stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+                if not isinstance(data, dict):
+                    raise ValueError("not a JSON object")
+                item = _import_item(data)
+            except (ValueError, TypeError, AttributeError) as exc:
+                self.errors.append((number, str(exc)))
+                continue
+            self.line_of.append(number)
+            yield item
+
+
+class _Reporter:
+    """A rich progress bar (rows, rate, ETA when the total is known) on a terminal;
+    a plain line every few seconds otherwise."""
+
+    def __init__(self, total: int | None) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last = 0.0
+        self.start = time.monotonic()
+        self.progress: Any = None
+        if self.tty:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.progress = Progress(
+                TextColumn("import"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]} rows/s"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("import", total=total, rate="-")
+
+    def __call__(self, state: ImportProgress) -> None:
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        rate = f"{state.sent / elapsed:,.0f}"
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.sent, rate=rate)
+            return
+        now = time.monotonic()
+        if now - self.last >= PLAIN_PROGRESS_EVERY_S:
+            self.last = now
+            click.echo(
+                f"import: {state.sent} rows sent, {state.created} created, "
+                f"{state.deduplicated} already there, {state.failed} failed ({rate} rows/s)",
+                err=True,
+            )
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _count_lines(path: str) -> int | None:
+    if path == "-":
+        return None
+    with open(path, "rb") as file:
+        return sum(1 for line in file if line.strip())
+
+
+@cli.command(name="import")
+@click.argument("source", type=click.Path(allow_dash=True, dir_okay=False))
+@click.option("--namespace", "-n", default="")
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=500, show_default=True)
+@common_options
+def import_(**params: Any) -> None:
+    """Load SOURCE (a .jsonl file, or - for stdin): one memory per line, as `export`
+    writes them. Re-running after an interruption creates nothing twice."""
+    target = _target(params)
+    source = params["source"]
+    lines = _Lines(click.open_file(source, encoding="utf-8"), errors=[], line_of=array("q"))
+    reporter = _Reporter(_count_lines(source) if not target.json else None)
+    try:
+        with target.client() as engram:
+            summary = engram.import_memories(
+                lines,
+                namespace=params["namespace"],
+                batch_size=params["batch_size"],
+                on_progress=None if target.json else reporter,
+            )
+    except EngramError as error:
+        _fail("import", error)
+    finally:
+        reporter.stop()
+        lines.stream.close()
+    failed = sorted(
+        [(number, reason) for number, reason in lines.errors]
+        + [(lines.line_of[f.index], f.error) for f in summary.failures]
+    )
+    totals = {
+        "created": summary.created,
+        "deduplicated": summary.deduplicated,
+        "failed": len(failed),
+    }
+    if target.json:
+        _emit_json({**totals, "failures": [{"line": n, "error": e} for n, e in failed]})
+    else:
+        for number, reason in failed:
+            click.echo(f"line {number}: {reason}", err=True)
+        click.echo(
+            f"imported: {summary.created} created, {summary.deduplicated} already there, "
+            f"{len(failed)} failed"
+        )
+    sys.exit(1 if failed else 0)
+
+
+def export_record(memory: Memory) -> dict[str, Any]:
+    """One memory as an import line: the fields ImportItem takes."""
+    data = _dict(memory)
+    record = {key: data[key] for key in EXPORT_FIELDS if key in data}
+    record["importance"] = memory.importance  # explicit even when 0
+    if memory.HasField("event_time"):
+        record["event_time"] = memory.event_time.ToJsonString()
+    return record
+
+
+@cli.command()
+@click.option("--namespace", "-n", default="")
+@click.option("--page-size", type=click.IntRange(1, 500), default=500, show_default=True)
+@common_options
+def export(**params: Any) -> None:
+    """Every active memory of a namespace as JSON lines on stdout (what `import`
+    reads), streamed page by page."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            for memory in engram.list_memories(
+                namespace=params["namespace"], page_size=params["page_size"]
+            ):
+                sys.stdout.write(json.dumps(export_record(memory), ensure_ascii=False) + "\n")
+        except EngramError as error:
+            _fail("export", error)
+    sys.stdout.flush()
+
+
+@cli.command()
+@common_options
+def diagnostics(**params: Any) -> None:
+    """The suite's health score and report (maintenance's GetDiagnostics)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            report = engram.get_diagnostics()
+        except EngramError as error:
+            _fail("diagnostics", error)
+    if target.json:
+        _emit_json(report)
+        return
+    data = _dict(report)
+    click.echo(f"health: {data.get('health', '')}  score: {report.score:.2f}")
+    for recommendation in data.get("recommendations", []):
+        click.echo(f"- {recommendation}")
+
+
+COMMANDS = frozenset(cli.commands)
+
+
+def run(argv: list[str]) -> int:
+    """Runs one client command; its exit code."""
+    try:
+        cli.main(args=argv, prog_name="engram", standalone_mode=False)
+    except click.exceptions.Abort:
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0

@@ -1,0 +1,233 @@
+"""The CLI's client commands (`engram remember|recall|get|list|history|forget|import|
+export|diagnostics`) as a user runs them, against a real `engram up` suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e_helpers import REPO_ROOT, Launcher, RunningSuite, clean_env, engram_command, start_suite
+
+
+@pytest.fixture(scope="module")
+def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -> RunningSuite:
+    return start_suite(module_launcher, tmp_path_factory.mktemp("cli-suite"))
+
+
+def engram(
+    suite: RunningSuite, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`engram ARGS --address ...` as a subprocess (stdin and stdout are pipes, not a TTY)."""
+    search = ["--search-address", suite.address("search")]
+    maintenance = ["--maintenance-address", suite.address("maintenance")]
+    path = os.pathsep.join(
+        [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+    )
+    result = subprocess.run(
+        engram_command(*args, "--address", suite.address("store"), *search, *maintenance),
+        cwd=REPO_ROOT,
+        env=clean_env({"PYTHONPATH": path}),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_remember_get_recall_list_history(suite: RunningSuite) -> None:
+    ns = ["-n", "cli-basic"]
+    out = engram(suite, "remember", "[ops]: Deploys happen on Tuesdays", *ns, "--json").stdout
+    memory = json.loads(out)["memory"]
+    assert memory["tags"] == ["ops"] and memory["content"] == "Deploys happen on Tuesdays"
+    again = engram(suite, "remember", "[ops]: Deploys happen on Tuesdays", *ns).stdout
+    assert again.strip() == f"already remembered: {memory['id']}"
+    got = json.loads(engram(suite, "get", memory["id"], *ns, "--json").stdout)
+    assert got["id"] == memory["id"]
+    table = engram(suite, "get", memory["id"], *ns).stdout
+    assert "Deploys happen on Tuesdays" in table
+    hits = json.loads(engram(suite, "recall", "deploys", *ns, "--json").stdout)["results"]
+    assert hits[0]["memory"]["id"] == memory["id"]
+    assert "Tuesdays" in engram(suite, "recall", "deploys", *ns).stdout
+    engram(suite, "remember", "Alice prefers tea", *ns, "--type", "preference", "--tag", "alice")
+    listed = json_lines(engram(suite, "list", *ns, "--json").stdout)
+    assert [m["content"] for m in listed] == ["Alice prefers tea", "Deploys happen on Tuesdays"]
+    only = json_lines(engram(suite, "list", *ns, "--type", "preference", "--json").stdout)
+    assert [m["content"] for m in only] == ["Alice prefers tea"]
+    events = json_lines(engram(suite, "history", memory["id"], *ns, "--json").stdout)
+    assert [e["event_type"] for e in events] == ["HISTORY_EVENT_TYPE_CREATED"]
+    assert "CREATED" in engram(suite, "history", memory["id"], *ns).stdout
+
+
+def test_errors_exit_1_with_reason_and_request_id(suite: RunningSuite) -> None:
+    missing = engram(suite, "get", "no-such-id", "-n", "cli-errors", check=False)
+    assert missing.returncode == 1
+    assert "NOT_FOUND" in missing.stderr and "request_id=" in missing.stderr
+    bad = engram(suite, "remember", "x", "--importance", "3", check=False)
+    assert bad.returncode == 1 and "importance" in bad.stderr
+
+
+def test_forget_previews_and_deletes_only_with_yes(suite: RunningSuite) -> None:
+    ns = ["-n", "cli-forget"]
+    for n in range(3):
+        engram(suite, "remember", f"scratch note {n}", *ns)
+    engram(suite, "remember", "keep this one", *ns)
+    preview = engram(suite, "forget", "--query", "scratch", *ns)
+    assert "3 memories to forget" in preview.stdout
+    assert "nothing deleted; pass --yes" in preview.stderr
+    assert len(json_lines(engram(suite, "list", *ns, "--json").stdout)) == 4
+    done = engram(suite, "forget", "--query", "scratch", *ns, "--yes")
+    assert "forgot 3" in done.stdout
+    left = json_lines(engram(suite, "list", *ns, "--json").stdout)
+    assert [m["content"] for m in left] == ["keep this one"]
+
+
+def test_import_reports_failed_lines_and_a_rerun_creates_nothing_twice(
+    suite: RunningSuite, tmp_path: Path
+) -> None:
+    rows = [json.dumps({"content": f"imported row {n}", "tags": ["bulk"]}) for n in range(1500)]
+    rows[9] = "{not json"
+    rows[20] = json.dumps({"content": "too important", "importance": 9})
+    source = tmp_path / "rows.jsonl"
+    source.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    first = engram(suite, "import", str(source), "-n", "cli-import", check=False)
+    assert first.returncode == 1  # some rows failed
+    assert "imported: 1498 created, 0 already there, 2 failed" in first.stdout
+    failures = [line for line in first.stderr.splitlines() if line.startswith("line ")]
+    assert failures[0].startswith("line 10: ") and failures[1].startswith("line 21: ")
+    assert "importance" in failures[1]
+    # an interrupted import re-run: everything already there, nothing duplicated
+    rerun = engram(
+        suite, "import", "-", "-n", "cli-import", "--json", stdin=source.read_text(), check=False
+    )
+    assert json.loads(rerun.stdout)["created"] == 0
+    assert json.loads(rerun.stdout)["deduplicated"] == 1498
+    listed = engram(suite, "list", "-n", "cli-import", "--limit", "0", "--json").stdout
+    assert len(json_lines(listed)) == 1498
+
+
+def test_import_progress_lines_when_not_on_a_terminal(suite: RunningSuite, tmp_path: Path) -> None:
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps({"content": f"p{n}"}) + "\n" for n in range(600)))
+    result = engram(suite, "import", str(source), "-n", "cli-progress", "--batch-size", "100")
+    progress = [line for line in result.stderr.splitlines() if line.startswith("import: ")]
+    assert progress and "rows sent" in progress[0]  # plain lines, no terminal control codes
+    assert "\x1b[" not in result.stderr
+
+
+def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_path: Path) -> None:
+    source_ns, copy_ns = "cli-export-src", "cli-export-copy"
+    engram(suite, "remember", "critical: never log tokens", "-n", source_ns, "--who", "agent-1")
+    engram(
+        suite,
+        "remember",
+        "Bob prefers vim",
+        "-n",
+        source_ns,
+        "--type",
+        "preference",
+        "--importance",
+        "0.4",
+        "--tag",
+        "bob",
+        "--tag",
+        "editor",
+        "--why",
+        "asked",
+        "--source-type",
+        "chat",
+        "--source-id",
+        "msg-9",
+        "--event-time",
+        "2026-01-02T03:04:05.123456789Z",
+    )
+    rows = "".join(json.dumps({"content": f"bulk fact {n}"}) + "\n" for n in range(700))  # > a page
+    engram(suite, "import", "-", "-n", source_ns, stdin=rows)
+    exported = engram(suite, "export", "-n", source_ns).stdout
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text(exported, encoding="utf-8")
+    assert len(exported.splitlines()) == 702
+    engram(suite, "import", str(dump), "-n", copy_ns)
+    keys = (
+        "content",
+        "type",
+        "importance",
+        "tags",
+        "pinned",
+        "who",
+        "why",
+        "source_type",
+        "source_id",
+        "event_time",
+    )
+
+    def memories(ns: str) -> list[tuple[Any, ...]]:
+        listed = json_lines(engram(suite, "list", "-n", ns, "--limit", "0", "--json").stdout)
+        return sorted(tuple(json.dumps(m.get(k)) for k in keys) for m in listed)
+
+    original, copy = memories(source_ns), memories(copy_ns)
+    assert len(original) == 702 and original == copy
+    bob = next(json.loads(line) for line in exported.splitlines() if "vim" in line)
+    assert bob["event_time"] == "2026-01-02T03:04:05.123456789Z" and bob["tags"] == [
+        "bob",
+        "editor",
+    ]
+
+
+def test_diagnostics(suite: RunningSuite) -> None:
+    report = json.loads(engram(suite, "diagnostics", "--json").stdout)
+    assert 0.0 <= report["score"] <= 1.0
+    assert "score:" in engram(suite, "diagnostics").stdout
+
+
+def test_import_shows_a_progress_bar_on_a_terminal(suite: RunningSuite, tmp_path: Path) -> None:
+    """stderr on a pseudo-terminal: rich's bar with rows done of the total and the rate."""
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps({"content": f"tty row {n}"}) + "\n" for n in range(3000)))
+    path = os.pathsep.join(
+        [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+    )
+    primary, secondary = os.openpty()
+    process = subprocess.Popen(
+        engram_command("import", str(source), "-n", "cli-tty", "--address", suite.address("store")),
+        cwd=REPO_ROOT,
+        env=clean_env({"PYTHONPATH": path, "TERM": "xterm-256color", "COLUMNS": "120"}),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(primary, chunks), daemon=True)
+    reader.start()
+    stdout, _ = process.communicate(timeout=120)
+    reader.join(timeout=30)
+    os.close(primary)
+    terminal = b"".join(chunks).decode("utf-8", errors="replace")
+    assert process.returncode == 0, terminal
+    assert "3000/3000" in terminal and "rows/s" in terminal
+    assert "rows sent" not in terminal  # the bar, not the plain lines
+    assert "imported: 3000 created" in stdout.decode()
+
+
+def _drain(fd: int, into: list[bytes]) -> None:
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other end is closed
+            return
+        if not chunk:
+            return
+        into.append(chunk)

@@ -76,7 +76,7 @@ from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.config import load_config
-from services.common.providers.embedding import LocalEmbedding
+from services.common.providers.embedding import LOCAL_MODEL, LocalEmbedding
 from services.maintenance.app import start_maintenance
 from services.pipeline.app import start_pipeline
 from services.search.app import start_search
@@ -106,6 +106,15 @@ async def main(path):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{maintenance.port}") as channel:
         report = await maintenance_pb2_grpc.MaintenanceServiceStub(channel).GetDiagnostics(
             maintenance_pb2.GetDiagnosticsRequest(), timeout=30)
+    # search configured with the local model, which is not there: keywords, degraded
+    local_search = await start_search(
+        load_config(environ={}, overrides={**settings, "providers.embedding.kind": "local",
+                                           "providers.embedding.model": LOCAL_MODEL}),
+        host="127.0.0.1", port=0)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{local_search.port}") as channel:
+        local_recall = await search_pb2_grpc.SearchServiceStub(channel).Recall(
+            search_pb2.RecallRequest(namespace="slim", query="surfs"), timeout=30)
+    await local_search.stop(1.0)
     local = LocalEmbedding()
     try:
         await local.embed(["x"])
@@ -119,6 +128,8 @@ async def main(path):
         "degraded": recall.degraded,
         "db_size": report.storage.db_size_bytes,
         "local_error": local_error,
+        "local_recall": [[h.memory.content for h in local_recall.results], local_recall.degraded,
+                         list(local_recall.warnings)],
         "loaded": sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED),
     }))
 
@@ -143,6 +154,9 @@ def test_every_service_runs_where_the_model_runtime_cannot_be_imported(tmp_path:
     assert result["loaded"] == []
     # the default provider without the extra says what to install
     assert "engram[local]" in result["local_error"]
+    recalled, degraded, warnings = result["local_recall"]
+    assert recalled == ["Alice surfs"] and degraded, result["local_recall"]
+    assert any("engram[local]" in warning for warning in warnings), warnings
 
 
 def test_the_dockerfile_builds_cpu_torch_with_the_model_or_a_slim_image_without() -> None:

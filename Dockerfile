@@ -17,9 +17,9 @@ RUN set -e; \
       local) \
         pip install --no-cache-dir --index-url "$TORCH_INDEX" torch==2.13.0; \
         python -c 'import sys, torch; sys.exit("torch is a CUDA build" if torch.version.cuda else 0)'; \
-        pip install --no-cache-dir ".[local]";; \
+        pip install --no-cache-dir ".[local,tracing]";; \
       slim) \
-        pip install --no-cache-dir .; \
+        pip install --no-cache-dir ".[tracing]"; \
         python -c 'import importlib.util as u, sys; sys.exit("torch in a slim image" if u.find_spec("torch") else 0)';; \
       *) echo "MODEL must be local or slim, not $MODEL" >&2; exit 1;; \
     esac

@@ -92,7 +92,10 @@ def _load(args: argparse.Namespace) -> Config:
 
 async def _serve(service: str, config: Config, port: int | None) -> None:
     from services.common.metrics import serve_metrics
+    from services.common.tracing import configure_tracing
+    from services.common.tracing import shutdown as shutdown_tracing
 
+    configure_tracing(config, service)
     metrics = serve_metrics(config.server.host, getattr(config.server.metrics_ports, service))
     app = await _starter(service)(config, port=port)
     await wait_for_shutdown_signal()
@@ -100,6 +103,7 @@ async def _serve(service: str, config: Config, port: int | None) -> None:
     await app.stop(config.server.shutdown_grace_ms / 1000)
     if metrics is not None:
         metrics.shutdown()
+    shutdown_tracing()
 
 
 def _die_with_parent(parent_pid: int) -> None:

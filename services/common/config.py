@@ -362,6 +362,15 @@ class LoggingSettings(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+class TracingSettings(_Section):
+    """OpenTelemetry tracing (services/common/tracing.py): off while otlp_endpoint is
+    empty; else spans go to that OTLP/gRPC collector (e.g. http://127.0.0.1:4317)."""
+
+    otlp_endpoint: str = ""
+    # plaintext to the collector (a local agent); false: TLS with the system's CAs
+    insecure: bool = True
+
+
 class Config(BaseSettings):
     """Every service's validated settings (build with `load_config`)."""
 
@@ -383,6 +392,7 @@ class Config(BaseSettings):
     auth: AuthSettings = AuthSettings()
     workers: WorkersSettings = WorkersSettings()
     logging: LoggingSettings = LoggingSettings()
+    tracing: TracingSettings = TracingSettings()
 
     @model_validator(mode="before")
     @classmethod

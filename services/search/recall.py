@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from services.common import clock
+from services.common import clock, tracing
 from services.common.db import ReadPool, Reads
 from services.common.errors import Violations
 from services.common.fts import MAX_QUERY_CHARS, all_of, any_of, quoted
@@ -294,7 +294,7 @@ class Recaller:
         """The graph channel: memories linked to the query's entities (when enabled)."""
         if not self._params.graph_enabled:
             return GraphBoost(frozenset())
-        with timed(RECALL_CHANNEL_SECONDS, "graph"):
+        with timed(RECALL_CHANNEL_SECONDS, "graph"), tracing.span("recall.graph"):
             return await graph_boost(
                 reads, namespace, query, spec, self._params.graph_boost_timeout_s
             )
@@ -310,7 +310,7 @@ class Recaller:
     ) -> tuple[Keywords, dict[int, Any]]:
         """The keyword channel, then its pool rows (fetched while the query is
         still being embedded)."""
-        with timed(RECALL_CHANNEL_SECONDS, "keyword"):
+        with timed(RECALL_CHANNEL_SECONDS, "keyword"), tracing.span("recall.keyword"):
             keyword = await self._keyword_channel(reads, namespace, query, spec, whole_index)
             if not keyword.ranked:
                 return keyword, {}
@@ -458,7 +458,7 @@ class Recaller:
                 f"{self._embedder.provider.model}; keywords only"
             )
             return None, []
-        with timed(RECALL_CHANNEL_SECONDS, "vector"):
+        with timed(RECALL_CHANNEL_SECONDS, "vector"), tracing.span("recall.vector"):
             candidates = await self._vector_candidates(
                 namespace, vector, index_model, spec, whole_index, reads
             )
@@ -576,7 +576,7 @@ class Recaller:
         if self._reranker is None or len(picked) < 2:
             return None
         documents = [records[c.rowid].content for c in picked]
-        with timed(RECALL_CHANNEL_SECONDS, "rerank"):
+        with timed(RECALL_CHANNEL_SECONDS, "rerank"), tracing.span("recall.rerank"):
             head, warning = await rerank_head(
                 self._reranker,
                 query,

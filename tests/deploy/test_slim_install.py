@@ -161,11 +161,11 @@ def test_every_service_runs_where_the_model_runtime_cannot_be_imported(tmp_path:
 
 def test_the_dockerfile_builds_cpu_torch_with_the_model_or_a_slim_image_without() -> None:
     """`MODEL=local` (default): torch from the CPU index alone, then `.[local]`;
-    `MODEL=slim`: `.` and a check that no torch came with it."""
+    `MODEL=slim`: `.[tracing]` and a check that no torch came with it."""
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^ARG MODEL=local$", text, re.M)
     local = text.split("local)", 1)[1].split(";;", 1)[0]
     slim = text.split("slim)", 1)[1].split(";;", 1)[0]
     assert '--index-url "$TORCH_INDEX" torch==' in local and "torch.version.cuda" in local
-    assert 'pip install --no-cache-dir ".[local]"' in local
-    assert "pip install --no-cache-dir .;" in slim and 'find_spec("torch")' in slim
+    assert 'pip install --no-cache-dir ".[local,tracing]"' in local
+    assert 'pip install --no-cache-dir ".[tracing]";' in slim and 'find_spec("torch")' in slim

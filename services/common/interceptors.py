@@ -37,7 +37,7 @@ from services.common import tracing
 from services.common.auth import Guard, MethodGuard, Principal, principal_var
 from services.common.errors import EngramError, ErrorKind, MalformedRequest
 from services.common.logs import request_id_var
-from services.common.metrics import RPC_REQUESTS, RPC_SECONDS
+from services.common.metrics import rpc_done
 
 log = logging.getLogger("engram.rpc")
 
@@ -334,8 +334,7 @@ def _wrap(method: str, handler: Any, guard: Guard | None = None) -> Any:
 def _log_done(method: str, code: str, started: float) -> None:
     """The one place every finished RPC is counted and timed (services/common/metrics.py)."""
     elapsed = time.perf_counter() - started
-    RPC_REQUESTS.labels(method, code).inc()
-    RPC_SECONDS.labels(method, code).observe(elapsed)
+    rpc_done(method, code, elapsed)
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
             "rpc done",

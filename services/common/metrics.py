@@ -103,6 +103,22 @@ RECALL_CHANNEL_SECONDS = Histogram(
 )
 
 
+_rpc_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def rpc_done(method: str, code: str, seconds: float) -> None:
+    """Count and time one finished RPC. The labelled children are looked up once per
+    (method, code): `labels()` on every call cost several times the update itself."""
+    children = _rpc_children.get((method, code))
+    if children is None:
+        children = _rpc_children[(method, code)] = (
+            RPC_REQUESTS.labels(method, code),
+            RPC_SECONDS.labels(method, code),
+        )
+    children[0].inc()
+    children[1].observe(seconds)
+
+
 @contextlib.contextmanager
 def timed(histogram: Histogram, *labels: str) -> Iterator[None]:
     """Observe the block's wall time in `histogram` (with `labels`)."""

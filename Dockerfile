@@ -1,8 +1,13 @@
 # One image for every Engram service; compose.yaml picks the service per container.
+#   docker build .                          the local embedding model included (CPU torch)
+#   docker build --build-arg MODEL=slim .   no model and no torch: for the store,
+#       maintenance, and search/pipeline with providers.embedding.kind ollama, openai
+#       or none (README "A slim install")
 FROM python:3.11-slim
-# CPU torch first, from the CPU index: PyPI's Linux torch is the CUDA build (gigabytes),
-# and the model package below would otherwise pull it (same rule as the Makefile).
+# CPU torch, from the CPU index only: PyPI's Linux torch is the CUDA build (gigabytes),
+# which the model package would otherwise pull (same rule as the Makefile).
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ARG MODEL=local
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY gen ./gen
@@ -10,9 +15,17 @@ COPY services ./services
 # engram.client (its own distribution, built from ../../gen and its own code) for the
 # CLI's client commands (engram remember, import, export, ...)
 COPY clients/python ./clients/python
-RUN pip install --no-cache-dir --extra-index-url "$TORCH_INDEX" torch==2.13.0 \
-    && python -c 'import sys, torch; sys.exit("torch is a CUDA build" if torch.version.cuda else 0)' \
-    && pip install --no-cache-dir ./clients/python .
+RUN set -e; \
+    case "$MODEL" in \
+      local) \
+        pip install --no-cache-dir --index-url "$TORCH_INDEX" torch==2.13.0; \
+        python -c 'import sys, torch; sys.exit("torch is a CUDA build" if torch.version.cuda else 0)'; \
+        pip install --no-cache-dir ./clients/python ".[local,tracing]";; \
+      slim) \
+        pip install --no-cache-dir ./clients/python ".[tracing]"; \
+        python -c 'import importlib.util as u, sys; sys.exit("torch in a slim image" if u.find_spec("torch") else 0)';; \
+      *) echo "MODEL must be local or slim, not $MODEL" >&2; exit 1;; \
+    esac
 ENV ENGRAM_SERVER__HOST=0.0.0.0 \
     ENGRAM_STORAGE__PATH=/data/engram.db \
     HF_HUB_OFFLINE=1

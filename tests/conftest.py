@@ -7,6 +7,7 @@ ordinary synchronous gRPC client exactly as a user would.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,25 @@ from server_thread import ServerThread  # re-exported: tests reach it as conftes
 from engram.store.v1 import store_pb2_grpc
 from services.common.config import Config, load_config
 from services.store.app import start_store
+
+
+@pytest.fixture(scope="session", autouse=True)
+def metrics_endpoints_off() -> Iterator[None]:
+    """Every engram process a test starts inherits server.metrics_ports.* = 0: the
+    default metrics ports are fixed, and suites running side by side (tests, other
+    checkouts) would take them from one another. tests/deploy/test_metrics_endpoints.py
+    turns them on, on free ports; tests/e2e/e2e_helpers.clean_env sets the same."""
+    names = [
+        f"ENGRAM_SERVER__METRICS_PORTS__{n}" for n in ("STORE", "SEARCH", "PIPELINE", "MAINTENANCE")
+    ]
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, "0"))
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture

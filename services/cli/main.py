@@ -91,10 +91,19 @@ def _load(args: argparse.Namespace) -> Config:
 
 
 async def _serve(service: str, config: Config, port: int | None) -> None:
+    from services.common.metrics import serve_metrics
+    from services.common.tracing import configure_tracing
+    from services.common.tracing import shutdown as shutdown_tracing
+
+    configure_tracing(config, service)
+    metrics = serve_metrics(config.server.host, getattr(config.server.metrics_ports, service))
     app = await _starter(service)(config, port=port)
     await wait_for_shutdown_signal()
     await app.server.drain(config.server.shutdown_drain_ms / 1000)
     await app.stop(config.server.shutdown_grace_ms / 1000)
+    if metrics is not None:
+        metrics.shutdown()
+    shutdown_tracing()
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -129,6 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     listeners = [(args.service, config.server.host, port)]
     if args.service == "store":
         listeners += [_internal_listener(config)]
+    listeners += _metrics_listeners(config, [args.service])
     for name, host, number in listeners:
         busy = _busy_port_message("engram serve", name, host, number)
         if busy:
@@ -141,6 +151,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"engram serve {args.service}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _metrics_listeners(config: Config, services: list[str]) -> list[tuple[str, str, int]]:
+    """Each service's metrics endpoint that is on: (name, bind host, port)."""
+    return [
+        (f"{name} metrics", config.server.host, port)
+        for name in services
+        if (port := getattr(config.server.metrics_ports, name))
+    ]
 
 
 def _internal_listener(config: Config) -> tuple[str, str, int]:
@@ -167,7 +186,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     listeners = [
         (name, config.server.host, getattr(config.server.ports, name)) for name in SERVICES
     ]
-    for name, host, port in [*listeners, _internal_listener(config)]:
+    for name, host, port in [
+        *listeners,
+        _internal_listener(config),
+        *_metrics_listeners(config, list(SERVICES)),
+    ]:
         busy = _busy_port_message("engram up", name, host, port)
         if busy:
             print(busy, file=sys.stderr)

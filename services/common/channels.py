@@ -8,6 +8,8 @@ Every call on such a channel
 - carries the caller's `x-request-id` (the RPC being served, from the server
   interceptor's context variable), or a new one for background work, so one
   request's log lines can be followed across services;
+- carries the current span's W3C trace context (`traceparent`) while tracing is
+  on (services/common/tracing.py);
 - carries the service's credential, `authorization: Bearer <auth.service_key>`,
   when one is set;
 - is retried on UNAVAILABLE by gRPC itself (the channel's service config,
@@ -26,6 +28,7 @@ from typing import Any
 
 import grpc
 
+from services.common import tracing
 from services.common.auth import AUTHORIZATION_KEY
 from services.common.config import ClientDeadlinesSettings, ClientRetrySettings, Config
 from services.common.interceptors import REQUEST_ID_KEY, deadline_var, new_request_id
@@ -123,6 +126,8 @@ class _CallPolicy(
             metadata.add(REQUEST_ID_KEY, new_request_id() if current == "-" else current)
         if self._bearer and AUTHORIZATION_KEY not in metadata:
             metadata.add(AUTHORIZATION_KEY, self._bearer)
+        for key, value in tracing.outgoing():  # W3C trace context, when tracing is on
+            metadata.add(key, value)
         timeout = details.timeout
         if timeout is None:
             timeout = deadline_s(self._deadlines, method)

@@ -215,6 +215,16 @@ class PortsSettings(_Section):
     store_internal: int = Field(50061, ge=0, le=65535)
 
 
+class MetricsPortsSettings(_Section):
+    """Each service's Prometheus endpoint (http://host:port/metrics on
+    `server.host`), served by `engram serve`; 0 turns it off."""
+
+    store: int = Field(9091, ge=0, le=65535)
+    search: int = Field(9092, ge=0, le=65535)
+    pipeline: int = Field(9093, ge=0, le=65535)
+    maintenance: int = Field(9094, ge=0, le=65535)
+
+
 class ServerTlsSettings(_Section):
     """TLS on every listener when cert_file and key_file are set; client_ca_file
     also requires (and checks) a client certificate (mTLS)."""
@@ -229,6 +239,7 @@ class ServerSettings(_Section):
     # the store's internal listener binds here, loopback unless configured
     internal_host: str = "127.0.0.1"
     ports: PortsSettings = PortsSettings()
+    metrics_ports: MetricsPortsSettings = MetricsPortsSettings()
     tls: ServerTlsSettings = ServerTlsSettings()
     # the largest request or response message a server or channel accepts
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
@@ -355,6 +366,15 @@ class LoggingSettings(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+class TracingSettings(_Section):
+    """OpenTelemetry tracing (services/common/tracing.py): off while otlp_endpoint is
+    empty; else spans go to that OTLP/gRPC collector (e.g. http://127.0.0.1:4317)."""
+
+    otlp_endpoint: str = ""
+    # plaintext to the collector (a local agent); false: TLS with the system's CAs
+    insecure: bool = True
+
+
 class Config(BaseSettings):
     """Every service's validated settings (build with `load_config`)."""
 
@@ -376,6 +396,7 @@ class Config(BaseSettings):
     auth: AuthSettings = AuthSettings()
     workers: WorkersSettings = WorkersSettings()
     logging: LoggingSettings = LoggingSettings()
+    tracing: TracingSettings = TracingSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -33,9 +33,11 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from services.common import tracing
 from services.common.auth import Guard, MethodGuard, Principal, principal_var
 from services.common.errors import EngramError, ErrorKind, MalformedRequest
 from services.common.logs import request_id_var
+from services.common.metrics import rpc_done
 
 log = logging.getLogger("engram.rpc")
 
@@ -265,14 +267,16 @@ def _wrap(method: str, handler: Any, guard: Guard | None = None) -> Any:
             deadline_token = deadline_var.set(_deadline(context))
             started = time.perf_counter()
             try:
-                admitted = _admit(method_guard, context)
-                request = _request(request, unary_in, admitted)
-                response = await inner(request, context)
-                context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
-                _log_done(method, "OK", started)
-                return response
-            except Exception as exc:
-                await _abort(context, exc, method, started, request_id)
+                with tracing.server_span(method, context.invocation_metadata()):
+                    try:
+                        admitted = _admit(method_guard, context)
+                        request = _request(request, unary_in, admitted)
+                        response = await inner(request, context)
+                        context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                        _log_done(method, "OK", started)
+                        return response
+                    except Exception as exc:
+                        await _abort(context, exc, method, started, request_id)
             finally:
                 request_id_var.reset(token)
                 deadline_var.reset(deadline_token)
@@ -297,18 +301,20 @@ def _wrap(method: str, handler: Any, guard: Guard | None = None) -> Any:
         deadline_token = deadline_var.set(_deadline(context))
         started = time.perf_counter()
         try:
-            admitted = _admit(method_guard, context)
-            request = _request(request, unary_in_stream, admitted)
-            produced = inner_stream(request, context)
-            if hasattr(produced, "__aiter__"):
-                async for item in produced:
-                    yield item
-            else:  # a coroutine that writes with context.write() (e.g. Health.Watch)
-                await produced
-            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
-            _log_done(method, "OK", started)
-        except Exception as exc:
-            await _abort(context, exc, method, started, request_id)
+            with tracing.server_span(method, context.invocation_metadata()):
+                try:
+                    admitted = _admit(method_guard, context)
+                    request = _request(request, unary_in_stream, admitted)
+                    produced = inner_stream(request, context)
+                    if hasattr(produced, "__aiter__"):
+                        async for item in produced:
+                            yield item
+                    else:  # a coroutine that writes with context.write() (e.g. Health.Watch)
+                        await produced
+                    context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
+                    _log_done(method, "OK", started)
+                except Exception as exc:
+                    await _abort(context, exc, method, started, request_id)
         finally:
             request_id_var.reset(token)
             deadline_var.reset(deadline_token)
@@ -326,13 +332,16 @@ def _wrap(method: str, handler: Any, guard: Guard | None = None) -> Any:
 
 
 def _log_done(method: str, code: str, started: float) -> None:
+    """The one place every finished RPC is counted and timed (services/common/metrics.py)."""
+    elapsed = time.perf_counter() - started
+    rpc_done(method, code, elapsed)
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
             "rpc done",
             extra={
                 "method": method,
                 "code": code,
-                "ms": round((time.perf_counter() - started) * 1e3, 3),
+                "ms": round(elapsed * 1e3, 3),
             },
         )
 
@@ -340,7 +349,9 @@ def _log_done(method: str, code: str, started: float) -> None:
 async def _abort(
     context: grpc.aio.ServicerContext, exc: Exception, method: str, started: float, request_id: str
 ) -> None:
-    if isinstance(exc, grpc.aio.AbortError):
+    if isinstance(exc, grpc.aio.AbortError):  # the handler aborted with its own status
+        code = context.code()
+        _log_done(method, code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN", started)
         raise exc
     if isinstance(exc, EngramError):
         status = status_for(exc)

@@ -18,7 +18,7 @@ import grpc
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
-from services.common import clock
+from services.common import clock, tracing
 from services.common.backoff import backoff_s
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError, ProviderUnavailable
@@ -68,17 +68,24 @@ class EmbedWorker:
     async def run_once(self) -> bool:
         """Lease and process one batch; False when there was nothing to do."""
         await self._identity.release_prior_instances()
-        leased = await self._jobs.LeaseJobs(
+        call = self._jobs.LeaseJobs(
             jq.LeaseJobsRequest(
                 job_type=job_pb2.JOB_TYPE_EMBED,
                 max_jobs=self._batch_size,
                 holder=self._identity.holder,
             )
         )
+        leased = await call
         jobs = list(leased.jobs)
         if not jobs:
             return False
         self.status.state = "busy"
+        # linked to the Remembers' traces, when tracing is on (services/common/tracing.py)
+        metadata = await call.initial_metadata() if tracing.enabled() else None
+        with tracing.job_span("pipeline.embed", metadata, jobs=len(jobs)):
+            return await self._embed_batch(jobs)
+
+    async def _embed_batch(self, jobs: list[jq.Job]) -> bool:
         try:
             vectors = await self._provider.embed([job.content for job in jobs])
         except ProviderUnavailable as exc:

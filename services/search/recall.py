@@ -24,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from services.common import clock
+from services.common import clock, tracing
 from services.common.db import ReadPool, Reads
 from services.common.errors import Violations
 from services.common.fts import MAX_QUERY_CHARS, all_of, any_of, quoted
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
+from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import normalized_f32
 from services.search import queries
 from services.search.access import AccessRecorder
@@ -293,7 +294,10 @@ class Recaller:
         """The graph channel: memories linked to the query's entities (when enabled)."""
         if not self._params.graph_enabled:
             return GraphBoost(frozenset())
-        return await graph_boost(reads, namespace, query, spec, self._params.graph_boost_timeout_s)
+        with timed(RECALL_CHANNEL_SECONDS, "graph"), tracing.span("recall.graph"):
+            return await graph_boost(
+                reads, namespace, query, spec, self._params.graph_boost_timeout_s
+            )
 
     async def _keyword_with_rows(
         self,
@@ -306,12 +310,13 @@ class Recaller:
     ) -> tuple[Keywords, dict[int, Any]]:
         """The keyword channel, then its pool rows (fetched while the query is
         still being embedded)."""
-        keyword = await self._keyword_channel(reads, namespace, query, spec, whole_index)
-        if not keyword.ranked:
-            return keyword, {}
-        rowids = [r for r, _ in keyword.ranked]
-        rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model))
-        return keyword, {row[0]: row for row in rows}
+        with timed(RECALL_CHANNEL_SECONDS, "keyword"), tracing.span("recall.keyword"):
+            keyword = await self._keyword_channel(reads, namespace, query, spec, whole_index)
+            if not keyword.ranked:
+                return keyword, {}
+            rowids = [r for r, _ in keyword.ranked]
+            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model))
+            return keyword, {row[0]: row for row in rows}
 
     async def _keyword_channel(
         self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
@@ -453,10 +458,11 @@ class Recaller:
                 f"{self._embedder.provider.model}; keywords only"
             )
             return None, []
-        return (
-            vector,
-            await self._vector_candidates(namespace, vector, index_model, spec, whole_index, reads),
-        )
+        with timed(RECALL_CHANNEL_SECONDS, "vector"), tracing.span("recall.vector"):
+            candidates = await self._vector_candidates(
+                namespace, vector, index_model, spec, whole_index, reads
+            )
+        return vector, candidates
 
     async def _vector_candidates(
         self,
@@ -570,13 +576,14 @@ class Recaller:
         if self._reranker is None or len(picked) < 2:
             return None
         documents = [records[c.rowid].content for c in picked]
-        head, warning = await rerank_head(
-            self._reranker,
-            query,
-            documents,
-            self._params.reranker_top_n,
-            self._params.reranker_timeout_s,
-        )
+        with timed(RECALL_CHANNEL_SECONDS, "rerank"), tracing.span("recall.rerank"):
+            head, warning = await rerank_head(
+                self._reranker,
+                query,
+                documents,
+                self._params.reranker_top_n,
+                self._params.reranker_timeout_s,
+            )
         if warning:
             warnings.append(warning)
         if head is None:

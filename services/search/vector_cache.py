@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from services.common.db import open_read_only
+from services.common.metrics import VECTOR_CACHE_ROWS
 
 _CHUNK_ROWS = 65_536  # scan block: keeps the XOR temporaries in cache
 
@@ -182,6 +183,7 @@ class VectorCache:
                 return None
             self._namespaces[namespace] = self._namespaces.pop(namespace)  # most recent last
             self._evict(keep=namespace)
+            VECTOR_CACHE_ROWS.set(sum(c.size for c in self._namespaces.values() if c is not None))
             return cached.nearest(query_bits, limit)
 
     def _evict(self, keep: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from services.common.config import Config
 from services.common.db import DatabaseError, ReadPool, open_read_write
 from services.common.errors import MutationsFrozen
 from services.common.listeners import listener
+from services.common.metrics import queue_depth_source
 from services.common.server import (
     RunningServer,
     ServerGroup,
@@ -40,7 +42,7 @@ from services.store.document_servicer import DocumentStoreServicer
 from services.store.documents import DocumentStore
 from services.store.extraction_writes import ExtractionWrites, write_policy
 from services.store.job_servicer import JobQueueServicer
-from services.store.jobs import JobQueue
+from services.store.jobs import JobQueue, queue_counts_now
 from services.store.memories import MemoryStore
 from services.store.migrations import MigrationMismatch, apply_migrations
 from services.store.servicer import MemoryStoreServicer
@@ -86,6 +88,7 @@ class StoreApp:
 
     async def stop(self, grace_seconds: float) -> None:
         """Stop taking calls, let in-flight ones finish, then flush and close the writer."""
+        queue_depth_source.set_source(None)
         await cancel_tasks(self.background)
         await self.server.stop(grace_seconds)
         await self.reads.close()
@@ -224,6 +227,9 @@ async def start_store(
     for running in started:  # the other services check their suite on either listener
         await announce_suite(running.health, suite_id)
     reaper = asyncio.create_task(_reap_stale_leases(queue, REAPER_INTERVAL_S))
+    queue_depth_source.set_source(
+        functools.partial(queue_counts_now, str(path), config.storage.busy_timeout_ms)
+    )
     log.info(
         "store serving",
         extra={"port": server.port, "internal_port": server.servers[1].port, "path": str(path)},

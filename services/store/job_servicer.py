@@ -6,6 +6,7 @@ import grpc
 
 from engram.store.internal.v1 import job_queue_pb2 as pb
 from engram.store.internal.v1 import job_queue_pb2_grpc
+from services.common import tracing
 from services.common.convert import timestamp_from_text
 from services.common.validation import validate_namespace
 from services.store.extraction_writes import (
@@ -61,6 +62,9 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             namespaces,
             _holder(request.holder) if request.HasField("holder") else None,
         )
+        links = tracing.lease_metadata([j.memory_id for j in jobs if j.memory_id])
+        if links:
+            await context.send_initial_metadata(links)
         return pb.LeaseJobsResponse(
             jobs=[
                 pb.Job(

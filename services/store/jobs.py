@@ -15,7 +15,7 @@ from typing import Any
 
 from services.common import clock
 from services.common.backoff import backoff_s
-from services.common.db import ReadPool
+from services.common.db import ReadPool, open_read_only
 from services.common.errors import (
     FailedPrecondition,
     FieldViolation,
@@ -100,6 +100,16 @@ def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
 def _check_batch(size: int, field: str) -> None:
     if size > MAX_BATCH:
         raise InvalidArgument(field, f"at most {MAX_BATCH} per call")
+
+
+def queue_counts_now(path: str, busy_timeout_ms: int) -> dict[tuple[str, str], int]:
+    """Jobs by (type, status), read on a connection of its own: for the metrics
+    scrape, which runs on the HTTP server's thread, not on the event loop."""
+    conn = open_read_only(path, busy_timeout_ms=busy_timeout_ms)
+    try:
+        return {(row[0], row[1]): row[2] for row in conn.execute(*repo.queue_counts_query())}
+    finally:
+        conn.close()
 
 
 class JobQueue:

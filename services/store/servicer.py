@@ -9,6 +9,7 @@ import grpc
 from google.protobuf import struct_pb2
 
 from engram.store.v1 import store_pb2, store_pb2_grpc
+from services.common import tracing
 from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
@@ -113,6 +114,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         bad = Violations()
         draft = _draft(namespace_of(bad, request.namespace), request, bad=bad)
         record, deduplicated = await self._store.remember(draft)
+        tracing.note_job_trace(record.id)  # its embed job's span links here
         return store_pb2.RememberResponse(memory=memory_to_proto(record), deduplicated=deduplicated)
 
     async def ImportMemories(

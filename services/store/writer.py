@@ -56,6 +56,7 @@ from typing import Any, TypeVar
 
 from services.common import clock
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
+from services.common.metrics import WRITER_COMMIT_SECONDS, WRITER_GROUP_SIZE
 
 log = logging.getLogger("engram.store.writer")
 
@@ -209,6 +210,8 @@ class Writer:
                 started = time.perf_counter()
                 self._commit_group(group)
                 elapsed = time.perf_counter() - started
+                WRITER_GROUP_SIZE.observe(len(group))
+                WRITER_COMMIT_SECONDS.observe(elapsed)
                 concurrent = len(group) > 1 or not self._queue.empty()
                 # Linger for at most a fraction of a recent commit's time.
                 self._commit_seconds += (elapsed - self._commit_seconds) * 0.2

@@ -115,5 +115,11 @@ def test_the_stores_internal_listener_is_reachable_inside_compose_and_never_publ
     assert config.server.internal_host == "0.0.0.0"
     internal = str(config.server.ports.store_internal)
     published = [str(mapping) for mapping in store.get("ports", [])]
-    assert published == [f"{config.server.ports.store}:{config.server.ports.store}"]
+    metrics = (
+        config.server.metrics_ports.store
+    )  # host loopback only (tests/deploy/test_monitoring.py)
+    assert published == [
+        f"{config.server.ports.store}:{config.server.ports.store}",
+        f"127.0.0.1:{metrics}:{metrics}",
+    ]
     assert not any(internal in mapping.split(":") for mapping in published)

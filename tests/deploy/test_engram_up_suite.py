@@ -44,6 +44,8 @@ def test_engram_up_serves_all_four_services_and_maintenance_reports(tmp_path: Pa
     config.write_text(
         "server:\n  ports:\n"
         + "".join(f"    {name}: {port}\n" for name, port in ports.items())
+        # metrics off: their fixed default ports would be shared with other suites
+        + "  metrics_ports: {store: 0, search: 0, pipeline: 0, maintenance: 0}\n"
         + f"clients:\n  store_address: 127.0.0.1:{ports['store']}\n"
         f"  pipeline_address: 127.0.0.1:{ports['pipeline']}\n"
         "providers:\n  embedding:\n    kind: none\n",

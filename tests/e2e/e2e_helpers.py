@@ -358,7 +358,8 @@ class RunningSuite:
 
 def start_suite(launcher: Launcher, root: Path) -> RunningSuite:
     """`engram up` with every service on a free port; returns once all four serve."""
-    ports = {name: free_port() for name in SUITE_SERVICES}
+    # the store's internal listener too: a fixed 50061 collides with any other suite
+    ports = {name: free_port() for name in (*SUITE_SERVICES, "store_internal")}
     config = root / "engram.yaml"
     config.write_text(
         "server:\n  ports:\n"

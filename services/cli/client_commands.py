@@ -1,9 +1,10 @@
 """The `engram` commands that talk to a running suite through engram.client:
-remember, recall, get, list, history, forget, import, export, diagnostics.
+remember, recall, get, list, history, forget, import, export, diagnostics, and
+mcp (the MCP server, services/cli/mcp_server.py).
 
 Each takes `--address` (the store; search, pipeline and maintenance on the same host
 at their default ports unless `--search-address`/`--maintenance-address` say
-otherwise), `--api-key` (or ENGRAM_API_KEY) and `--json` (one JSON object per
+otherwise), `--api-key` (or ENGRAM_API_KEY) and, where it prints, `--json` (one JSON object per
 line, field names as in the protos); without `--json` the output is a table.
 """
 
@@ -27,6 +28,7 @@ from rich.text import Text
 
 from engram.client import (
     FORGET_MODE_EXECUTE,
+    AsyncEngram,
     Engram,
     EngramError,
     ImportItem,
@@ -63,6 +65,15 @@ class Target:
     timeout: float
     json: bool
 
+    def async_client(self) -> AsyncEngram:
+        return AsyncEngram(
+            self.address,
+            api_key=self.api_key,
+            timeout=self.timeout,
+            search_address=self.search_address,
+            maintenance_address=self.maintenance_address,
+        )
+
     def client(self) -> Engram:
         return Engram(
             self.address,
@@ -73,8 +84,8 @@ class Target:
         )
 
 
-def common_options(command: F) -> F:
-    """The connection and output options every client command takes."""
+def connection_options(command: F) -> F:
+    """Where the suite is and how to call it: every client command's options."""
     options = [
         click.option(
             "--address",
@@ -97,11 +108,18 @@ def common_options(command: F) -> F:
         ),
         click.option("--api-key", envvar="ENGRAM_API_KEY", default=None, help="$ENGRAM_API_KEY"),
         click.option("--timeout", type=float, default=10.0, show_default=True, help="seconds"),
-        click.option("--json", "as_json", is_flag=True, help="JSON lines instead of tables"),
     ]
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def common_options(command: F) -> F:
+    """The connection options and `--json`: what every command that prints takes."""
+    command = click.option("--json", "as_json", is_flag=True, help="JSON lines instead of tables")(
+        command
+    )
+    return connection_options(command)
 
 
 def _target(params: dict[str, Any]) -> Target:
@@ -111,7 +129,7 @@ def _target(params: dict[str, Any]) -> Target:
         maintenance_address=params.pop("maintenance_address"),
         api_key=params.pop("api_key") or None,
         timeout=params.pop("timeout"),
-        json=params.pop("as_json"),
+        json=params.pop("as_json", False),
     )
 
 
@@ -559,6 +577,30 @@ def diagnostics(**params: Any) -> None:
     click.echo(f"health: {data.get('health', '')}  score: {report.score:.2f}")
     for recommendation in data.get("recommendations", []):
         click.echo(f"- {recommendation}")
+
+
+@cli.command()
+@click.option(
+    "--http",
+    "http_port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="serve streamable HTTP on this port (at /mcp) instead of stdio",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="with --http")
+@connection_options
+def mcp(**params: Any) -> None:
+    """Serve Engram's memory tools (remember, recall, forget, update_memory,
+    memory_history) over the Model Context Protocol: on stdio for an MCP host that
+    starts this command, or over streamable HTTP with --http PORT."""
+    import anyio
+
+    from services.cli.mcp_server import serve
+
+    target = _target(params)
+    anyio.run(
+        lambda: serve(target.async_client(), http_port=params["http_port"], host=params["host"])
+    )
 
 
 COMMANDS = frozenset(cli.commands)

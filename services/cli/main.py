@@ -20,6 +20,8 @@ A command that calls a service verifies it with clients.tls from the configurati
 engram remember|recall|get|list|history|forget|import|export|diagnostics ... [--address HOST:PORT]
                                                   talk to a running suite (services/cli/client_commands.py;
                                                   `engram COMMAND --help`)
+engram mcp [--http PORT] [--address HOST:PORT]    an MCP server (stdio, or streamable HTTP) with memory
+                                                  tools for agents (services/cli/mcp_server.py)
 
 The configuration file is --config, else $ENGRAM_CONFIG, else ./engram.yaml if it exists.
 """

@@ -1,0 +1,305 @@
+"""`engram mcp`: Engram's memory as Model Context Protocol tools, for agents.
+
+Each tool is one call (two for `forget`) of the public API through engram.client's
+AsyncEngram, so the API key, TLS and address rules are the client's. Served over
+stdio (the default: an MCP host starts it as a subprocess) or streamable HTTP.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from engram.client import (
+    FORGET_MODE_EXECUTE,
+    AsyncEngram,
+    EngramError,
+    MemoryPatch,
+    memory_filter,
+)
+from engram.store.v1.store_pb2 import TagList
+
+INSTRUCTIONS = """\
+Engram is a long-term memory. Use `recall` before answering anything that may depend on \
+what the user said or decided earlier; use `remember` for durable facts, preferences, \
+decisions and rules worth keeping (one self-contained statement per memory, not a chat \
+transcript). Correct a memory with `update_memory` instead of remembering a contradiction. \
+`forget` deletes in two steps: a preview, then a call with the preview's confirm_token. \
+Memories live in namespaces (one per user or project); omit `namespace` for the default."""
+
+# How many forget previews the server keeps, so a confirm needs only the token.
+MAX_PENDING_FORGETS = 256
+
+Namespace = Annotated[
+    str,
+    Field(
+        description="The namespace (tenant) to use, e.g. one per user or project; "
+        "empty for the default namespace."
+    ),
+]
+
+
+def _dict(message: Message) -> dict[str, Any]:
+    return MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _memory(message: Message) -> dict[str, Any]:
+    """A memory as a tool returns it: the fields a model needs, not the bookkeeping."""
+    data = _dict(message)
+    keep = ("id", "content", "type", "importance", "tags", "pinned", "who", "why", "version")
+    shown = {key: data[key] for key in keep if key in data}
+    for key in ("create_time", "update_time", "event_time"):
+        if key in data:
+            shown[key] = data[key]
+    return shown
+
+
+def _error(error: EngramError) -> ToolError:
+    """The client's error as the message a model reads (status, detail, field errors)."""
+    return ToolError(str(error))
+
+
+def build_server(engram: AsyncEngram) -> MCPServer:
+    """The MCP server with Engram's tools, each calling through `engram`."""
+    server: MCPServer = MCPServer(
+        name="engram", title="Engram memory", instructions=INSTRUCTIONS, version="0.1.0"
+    )
+    # confirm_token -> the selection it was previewed with (insertion order: oldest first)
+    pending: dict[str, dict[str, Any]] = {}
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Remember", idempotent_hint=True),
+    )
+    async def remember(
+        content: Annotated[
+            str,
+            Field(
+                description="The memory: one self-contained statement, e.g. "
+                '"Alice prefers tea over coffee". A leading "[tag1, tag2]: " adds tags.'
+            ),
+        ],
+        namespace: Namespace = "",
+        type: Annotated[
+            str,
+            Field(
+                description="fact, preference, decision, rule, event, ... ; empty lets "
+                "the server choose."
+            ),
+        ] = "",
+        importance: Annotated[
+            float | None,
+            Field(ge=0, le=1, description="0..1; omit for the server's default."),
+        ] = None,
+        tags: Annotated[
+            list[str] | None, Field(description='Short labels, e.g. ["ops", "alice"].')
+        ] = None,
+        pinned: Annotated[
+            bool, Field(description="Pinned memories are never decayed or forgotten by bulk.")
+        ] = False,
+        who: Annotated[str, Field(description="Whom the memory is about.")] = "",
+        why: Annotated[str, Field(description="Why it is worth remembering.")] = "",
+    ) -> dict[str, Any]:
+        """Store a memory for later recall. Remembering the same content again returns
+        the existing memory (deduplicated: true) instead of a copy."""
+        try:
+            reply = await engram.remember(
+                content,
+                namespace=namespace,
+                type=type,
+                importance=importance,
+                tags=tags or (),
+                pinned=pinned,
+                who=who,
+                why=why,
+                source_type="mcp",
+            )
+        except EngramError as error:
+            raise _error(error) from None
+        return {"memory": _memory(reply.memory), "deduplicated": reply.deduplicated}
+
+    @server.tool(annotations=ToolAnnotations(title="Recall", read_only_hint=True))
+    async def recall(
+        query: Annotated[
+            str, Field(description="What to look for, in natural language or keywords.")
+        ],
+        namespace: Namespace = "",
+        limit: Annotated[
+            int, Field(ge=0, le=100, description="At most this many; 0 for the default.")
+        ] = 0,
+        types: Annotated[list[str] | None, Field(description="Only these memory types.")] = None,
+        tags: Annotated[
+            list[str] | None, Field(description="Only memories with all of these tags.")
+        ] = None,
+    ) -> dict[str, Any]:
+        """The stored memories most relevant to a query, best first, with a score each."""
+        try:
+            reply = await engram.recall(
+                query,
+                namespace=namespace,
+                limit=limit,
+                filter=memory_filter(types=types or (), tags=tags or ()),
+            )
+        except EngramError as error:
+            raise _error(error) from None
+        return {
+            "results": [
+                {"score": round(r.score, 4), "memory": _memory(r.memory)} for r in reply.results
+            ],
+            "warnings": list(reply.warnings),
+        }
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Forget", destructive_hint=True),
+    )
+    async def forget(
+        namespace: Namespace = "",
+        ids: Annotated[
+            list[str] | None, Field(description="Forget exactly these memory ids.")
+        ] = None,
+        query: Annotated[
+            str, Field(description="Forget the memories holding these keywords.")
+        ] = "",
+        types: Annotated[list[str] | None, Field(description="Only these types.")] = None,
+        tags: Annotated[
+            list[str] | None, Field(description="Only memories with all of these tags.")
+        ] = None,
+        include_pinned: Annotated[
+            bool, Field(description="Also forget pinned memories (otherwise kept).")
+        ] = False,
+        reason: Annotated[
+            str, Field(description="Why they are forgotten (recorded in history).")
+        ] = "forgotten through MCP",
+        confirm_token: Annotated[
+            str,
+            Field(
+                description="Empty: preview what would be forgotten, nothing is deleted. "
+                "The preview's confirm_token: delete exactly the previewed memories "
+                "(the selection arguments may then be omitted)."
+            ),
+        ] = "",
+    ) -> dict[str, Any]:
+        """Delete memories in two steps. First call with a selection (ids, query,
+        types, tags) to preview the candidates; show them to the user; then call again
+        with the returned confirm_token to delete them (recoverable soft delete)."""
+        selection: dict[str, Any] = {
+            "namespace": namespace,
+            "ids": ids or (),
+            "query": query,
+            "include_pinned": include_pinned,
+        }
+        if types or tags:
+            selection["filter"] = memory_filter(types=types or (), tags=tags or ())
+        try:
+            if not confirm_token:
+                if not (ids or query or types or tags):
+                    raise ToolError("give ids, a query, types or tags to select what to forget")
+                preview = await engram.forget_memories(**selection)
+                if preview.confirm_token:
+                    pending[preview.confirm_token] = selection
+                    while len(pending) > MAX_PENDING_FORGETS:
+                        pending.pop(next(iter(pending)))
+                return {
+                    "preview": True,
+                    "candidate_count": preview.candidate_count,
+                    "candidates": [_dict(c) for c in preview.candidates],
+                    "more_matching": preview.more_matching,
+                    "confirm_token": preview.confirm_token,
+                }
+            done = await engram.forget_memories(
+                **pending.pop(confirm_token, selection),
+                mode=FORGET_MODE_EXECUTE,
+                reason=reason,
+                confirm_token=confirm_token,
+                actor="mcp",
+            )
+        except EngramError as error:
+            raise _error(error) from None
+        return {
+            "preview": False,
+            "deleted_count": done.deleted_count,
+            "deleted_ids": [c.id for c in done.candidates],
+        }
+
+    @server.tool(annotations=ToolAnnotations(title="Update a memory"))
+    async def update_memory(
+        id: Annotated[str, Field(description="The memory's id (from recall or remember).")],
+        namespace: Namespace = "",
+        content: Annotated[str | None, Field(description="The corrected content.")] = None,
+        type: Annotated[str | None, Field(description="A new type.")] = None,
+        importance: Annotated[
+            float | None, Field(ge=0, le=1, description="A new importance, 0..1.")
+        ] = None,
+        tags: Annotated[
+            list[str] | None,
+            Field(description="A new tag list, replacing the old one ([] clears it)."),
+        ] = None,
+        pinned: Annotated[bool | None, Field(description="Pin or unpin.")] = None,
+        reason: Annotated[
+            str, Field(description="Why it changes (recorded in history).")
+        ] = "updated through MCP",
+        if_version: Annotated[
+            int | None,
+            Field(description="Apply only if the memory is still at this version."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Correct or re-tag one memory; only the fields given change. Its history
+        keeps the old content."""
+        patch = MemoryPatch(
+            id=id,
+            content=content,
+            type=type,
+            importance=importance,
+            pinned=pinned,
+            reason=reason,
+            if_version=if_version,
+        )
+        if tags is not None:
+            patch.tags.CopyFrom(TagList(values=tags))
+        try:
+            reply = await engram.modify_memories(
+                [patch], namespace=namespace, reason=reason, actor="mcp"
+            )
+            result = _dict(reply.results[0])
+            status = result.get("status", "").removeprefix("PATCH_STATUS_")
+            result["status"] = status
+            if status not in ("UPDATED", "UNCHANGED"):
+                raise ToolError(f"not updated: {result}")
+            memory = await engram.get_memory(id, namespace=namespace)
+        except EngramError as error:
+            raise _error(error) from None
+        return {"result": result, "memory": _memory(memory)}
+
+    @server.tool(annotations=ToolAnnotations(title="Memory history", read_only_hint=True))
+    async def memory_history(
+        id: Annotated[str, Field(description="The memory's id.")],
+        namespace: Namespace = "",
+    ) -> dict[str, Any]:
+        """What happened to a memory, oldest first: each event (CREATED, MODIFIED with
+        the old and new content, DELETED, RECOVERED, PURGED) with who did it and why."""
+        try:
+            events = [
+                _dict(event) async for event in engram.list_memory_history(id, namespace=namespace)
+            ]
+        except EngramError as error:
+            raise _error(error) from None
+        for event in events:
+            event["event_type"] = event.get("event_type", "").removeprefix("HISTORY_EVENT_TYPE_")
+        return {"events": events}
+
+    return server
+
+
+async def serve(engram: AsyncEngram, *, http_port: int | None, host: str) -> None:
+    """Serves the tools over stdio, or over streamable HTTP at http://HOST:PORT/mcp."""
+    async with engram:
+        server = build_server(engram)
+        if http_port is None:
+            await server.run_stdio_async()
+        else:
+            await server.run_streamable_http_async(host=host, port=http_port)

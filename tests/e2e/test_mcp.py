@@ -1,0 +1,233 @@
+"""`engram mcp` as an MCP host uses it: started by the official SDK's stdio client
+(and reached over streamable HTTP with --http), against a real `engram up` suite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, TextContent
+
+from e2e_helpers import (
+    REPO_ROOT,
+    Launcher,
+    RunningSuite,
+    clean_env,
+    engram_command,
+    free_port,
+    start_suite,
+)
+
+TOOLS = {"remember", "recall", "forget", "update_memory", "memory_history"}
+
+
+@pytest.fixture(scope="module")
+def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -> RunningSuite:
+    return start_suite(module_launcher, tmp_path_factory.mktemp("mcp-suite"))
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(
+        [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+    )
+    return clean_env({"PYTHONPATH": path})
+
+
+def _address_args(suite: RunningSuite) -> list[str]:
+    return [
+        "--address",
+        suite.address("store"),
+        "--search-address",
+        suite.address("search"),
+        "--maintenance-address",
+        suite.address("maintenance"),
+    ]
+
+
+@asynccontextmanager
+async def stdio_session(suite: RunningSuite) -> AsyncIterator[ClientSession]:
+    command = engram_command("mcp", *_address_args(suite))
+    params = StdioServerParameters(
+        command=command[0], args=command[1:], env=_env(), cwd=str(REPO_ROOT)
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A tool's structured result; fails the test on a tool error."""
+    result = await session.call_tool(tool, arguments)
+    assert not result.is_error, _text(result)
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def _text(result: CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    async def bounded() -> None:
+        with anyio.fail_after(120):
+            await test()
+
+    anyio.run(bounded)
+
+
+def test_tools_are_listed_with_schemas_and_descriptions(suite: RunningSuite) -> None:
+    async def test() -> None:
+        async with stdio_session(suite) as session:
+            tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+            assert set(tools) == TOOLS
+            for tool in tools.values():
+                schema = tool.input_schema
+                assert schema["type"] == "object" and schema["properties"], tool.name
+                assert tool.description and len(tool.description) > 40, tool.name
+                for name, prop in schema["properties"].items():
+                    assert prop.get("description"), f"{tool.name}.{name} has no description"
+            assert tools["remember"].input_schema["required"] == ["content"]
+            assert tools["recall"].input_schema["required"] == ["query"]
+            assert tools["forget"].annotations is not None
+            assert tools["forget"].annotations.destructive_hint is True
+            assert tools["recall"].annotations is not None
+            assert tools["recall"].annotations.read_only_hint is True
+
+    run(test)
+
+
+def test_remember_recall_update_history_forget(suite: RunningSuite) -> None:
+    ns = "mcp-flow"
+
+    async def test() -> None:
+        async with stdio_session(suite) as session:
+            made = await call(
+                session,
+                "remember",
+                content="Alice prefers green tea in the morning",
+                namespace=ns,
+                type="preference",
+                tags=["alice"],
+            )
+            memory = made["memory"]
+            assert made["deduplicated"] is False and memory["tags"] == ["alice"]
+            again = await call(
+                session, "remember", content="Alice prefers green tea in the morning", namespace=ns
+            )
+            assert again["deduplicated"] is True and again["memory"]["id"] == memory["id"]
+
+            hits = (await call(session, "recall", query="green tea", namespace=ns))["results"]
+            assert [h["memory"]["id"] for h in hits] == [memory["id"]]
+            assert hits[0]["memory"]["content"] == "Alice prefers green tea in the morning"
+            other = await call(session, "recall", query="green tea", namespace="mcp-elsewhere")
+            assert other["results"] == []
+
+            updated = await call(
+                session,
+                "update_memory",
+                id=memory["id"],
+                namespace=ns,
+                content="Alice prefers black tea in the morning",
+                reason="she changed her mind",
+            )
+            assert updated["result"]["status"] == "UPDATED"
+            assert updated["memory"]["content"] == "Alice prefers black tea in the morning"
+
+            events = (await call(session, "memory_history", id=memory["id"], namespace=ns))[
+                "events"
+            ]
+            assert [e["event_type"] for e in events] == ["CREATED", "MODIFIED"]
+            assert events[1]["old_content"] == "Alice prefers green tea in the morning"
+            assert events[1]["reason"] == "she changed her mind"
+
+            preview = await call(session, "forget", namespace=ns, query="black tea")
+            assert preview["preview"] is True and preview["candidate_count"] == 1
+            assert preview["candidates"][0]["id"] == memory["id"] and preview["confirm_token"]
+            still = (await call(session, "recall", query="black tea", namespace=ns))["results"]
+            assert len(still) == 1, "a preview deletes nothing"
+
+            done = await call(
+                session,
+                "forget",
+                confirm_token=preview["confirm_token"],
+                reason="the user asked",
+            )
+            assert done == {"preview": False, "deleted_count": 1, "deleted_ids": [memory["id"]]}
+            gone = (await call(session, "recall", query="black tea", namespace=ns))["results"]
+            assert gone == []
+            events = (await call(session, "memory_history", id=memory["id"], namespace=ns))[
+                "events"
+            ]
+            assert events[-1]["event_type"] == "DELETED"
+            assert events[-1]["reason"] == "the user asked" and events[-1]["actor"] == "mcp"
+
+    run(test)
+
+
+def test_errors_reach_the_model_as_tool_errors(suite: RunningSuite) -> None:
+    async def test() -> None:
+        async with stdio_session(suite) as session:
+            missing = await session.call_tool("memory_history", {"id": "no-such-id"})
+            assert missing.is_error and "NOT_FOUND" in _text(missing)
+            bad = await session.call_tool("remember", {"content": "x", "importance": 3})
+            assert bad.is_error and "importance" in _text(bad)
+            empty = await session.call_tool("forget", {"namespace": "mcp-errors"})
+            assert empty.is_error and "select" in _text(empty)
+            wrong = await session.call_tool(
+                "forget", {"query": "anything", "confirm_token": "forged", "namespace": "mcp-e"}
+            )
+            assert wrong.is_error, _text(wrong)
+            update = await session.call_tool("update_memory", {"id": "no-such-id", "pinned": True})
+            assert update.is_error and "NOT_FOUND" in _text(update)
+
+    run(test)
+
+
+def test_streamable_http(suite: RunningSuite, launcher: Launcher) -> None:
+    port = free_port()
+    launcher.spawn(
+        [*engram_command("mcp", "--http", str(port), *_address_args(suite))],
+        env={"PYTHONPATH": _env()["PYTHONPATH"]},
+    )
+
+    async def test() -> None:
+        url = f"http://127.0.0.1:{port}/mcp"
+        while True:  # until uvicorn listens (the launcher's log says why if it never does)
+            try:
+                await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
+                break
+            except OSError:
+                await anyio.sleep(0.1)
+        async with (
+            streamable_http_client(url) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            assert tools == TOOLS
+            made = await call(session, "remember", content="Deploys are on Tuesdays", namespace="h")
+            hits = (await call(session, "recall", query="deploys", namespace="h"))["results"]
+            assert hits[0]["memory"]["id"] == made["memory"]["id"]
+
+    run(test)
+
+
+def test_help_names_the_tools() -> None:
+    out = subprocess.run(
+        engram_command("mcp", "--help"),
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "--http" in out and "memory_history" in out

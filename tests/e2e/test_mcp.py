@@ -7,6 +7,7 @@ import os
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,6 +16,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
+from test_client_auth import _auth_store, _create_key
 
 from e2e_helpers import (
     REPO_ROOT,
@@ -53,10 +55,13 @@ def _address_args(suite: RunningSuite) -> list[str]:
 
 
 @asynccontextmanager
-async def stdio_session(suite: RunningSuite) -> AsyncIterator[ClientSession]:
-    command = engram_command("mcp", *_address_args(suite))
+async def stdio_session(
+    suite: RunningSuite | None, *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[ClientSession]:
+    """`engram mcp ARGS` started by the SDK's stdio client, initialized."""
+    command = engram_command("mcp", *(_address_args(suite) if suite else []), *args)
     params = StdioServerParameters(
-        command=command[0], args=command[1:], env=_env(), cwd=str(REPO_ROOT)
+        command=command[0], args=command[1:], env={**_env(), **(env or {})}, cwd=str(REPO_ROOT)
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -216,6 +221,30 @@ def test_streamable_http(suite: RunningSuite, launcher: Launcher) -> None:
             made = await call(session, "remember", content="Deploys are on Tuesdays", namespace="h")
             hits = (await call(session, "recall", query="deploys", namespace="h"))["results"]
             assert hits[0]["memory"]["id"] == made["memory"]["id"]
+
+    run(test)
+
+
+def test_api_key_from_the_environment_or_the_flag(launcher: Launcher, tmp_path: Path) -> None:
+    """Against an auth-on store: without a key a tool call is UNAUTHENTICATED; with
+    ENGRAM_API_KEY or --api-key it works (the client CLI's rules)."""
+    handle, data_dir = _auth_store(launcher, tmp_path)
+    writer = _create_key(data_dir, "writer", "team-a")
+    address = ["--address", handle.address]
+    remember = {"content": "Team A ships on Fridays", "namespace": "team-a"}
+
+    async def test() -> None:
+        async with stdio_session(None, *address) as session:
+            refused = await session.call_tool("remember", remember)
+            assert refused.is_error and "UNAUTHENTICATED" in _text(refused)
+        async with stdio_session(None, *address, env={"ENGRAM_API_KEY": writer}) as session:
+            made = await call(session, "remember", **remember)
+            assert made["deduplicated"] is False
+        async with stdio_session(None, *address, "--api-key", writer) as session:
+            again = await call(session, "remember", **remember)
+            assert again["deduplicated"] is True
+            other = await session.call_tool("remember", {"content": "x", "namespace": "team-b"})
+            assert other.is_error and "PERMISSION_DENIED" in _text(other)
 
     run(test)
 

@@ -1,7 +1,7 @@
 """`engram mcp`: Engram's memory as Model Context Protocol tools, for agents.
 
 Each tool is one call (two for `forget`) of the public API through engram.client's
-AsyncEngram, so the API key, TLS and address rules are the client's. Served over
+AsyncEngram, with the client commands' address and API key options. Served over
 stdio (the default: an MCP host starts it as a subprocess) or streamable HTTP.
 """
 
@@ -20,6 +20,7 @@ from engram.client import (
     FORGET_MODE_EXECUTE,
     AsyncEngram,
     EngramError,
+    Memory,
     MemoryPatch,
     memory_filter,
 )
@@ -49,11 +50,13 @@ def _dict(message: Message) -> dict[str, Any]:
     return MessageToDict(message, preserving_proto_field_name=True)
 
 
-def _memory(message: Message) -> dict[str, Any]:
-    """A memory as a tool returns it: the fields a model needs, not the bookkeeping."""
-    data = _dict(message)
-    keep = ("id", "content", "type", "importance", "tags", "pinned", "who", "why", "version")
+def _memory(memory: Memory) -> dict[str, Any]:
+    """A memory as a tool returns it: the fields a model needs, not the bookkeeping;
+    `version` a number, as update_memory's `if_version` takes it."""
+    data = _dict(memory)
+    keep = ("id", "content", "type", "importance", "tags", "pinned", "who", "why")
     shown = {key: data[key] for key in keep if key in data}
+    shown["version"] = memory.version
     for key in ("create_time", "update_time", "event_time"):
         if key in data:
             shown[key] = data[key]

@@ -142,9 +142,16 @@ def test_remember_recall_update_history_forget(suite: RunningSuite) -> None:
                 namespace=ns,
                 content="Alice prefers black tea in the morning",
                 reason="she changed her mind",
+                if_version=memory["version"],
             )
             assert updated["result"]["status"] == "UPDATED"
             assert updated["memory"]["content"] == "Alice prefers black tea in the morning"
+            assert updated["memory"]["version"] == memory["version"] + 1
+            stale = await session.call_tool(
+                "update_memory",
+                {"id": memory["id"], "namespace": ns, "pinned": True, "if_version": 1},
+            )
+            assert stale.is_error and "VERSION_CONFLICT" in _text(stale), _text(stale)
 
             events = (await call(session, "memory_history", id=memory["id"], namespace=ns))[
                 "events"

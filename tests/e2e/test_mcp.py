@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -69,10 +70,12 @@ async def stdio_session(
 
 
 async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
-    """A tool's structured result; fails the test on a tool error."""
+    """A tool's structured result; fails the test on a tool error. The text content
+    holds the same JSON, for hosts that show only text to the model."""
     result = await session.call_tool(tool, arguments)
     assert not result.is_error, _text(result)
     assert result.structured_content is not None
+    assert json.loads(_text(result)) == result.structured_content
     return result.structured_content
 
 

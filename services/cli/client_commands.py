@@ -588,6 +588,12 @@ def diagnostics(**params: Any) -> None:
     help="serve streamable HTTP on this port (at /mcp) instead of stdio",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="with --http")
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="with --http on a host other than loopback: accept that anyone who can reach "
+    "the port acts with this command's API key (the MCP endpoint has no auth of its own)",
+)
 @connection_options
 def mcp(**params: Any) -> None:
     """Serve Engram's memory tools (remember, recall, forget, update_memory,
@@ -596,8 +602,15 @@ def mcp(**params: Any) -> None:
     import anyio
 
     from services.cli.mcp_server import serve
+    from services.common.auth import is_loopback
 
     target = _target(params)
+    if params["http_port"] and not is_loopback(params["host"]) and not params["allow_remote"]:
+        raise click.UsageError(
+            f"refusing to serve MCP on {params['host']}: the endpoint has no authentication, "
+            "so anyone who can reach it acts with this command's API key; keep it on "
+            "loopback (behind a proxy that authenticates) or pass --allow-remote"
+        )
     anyio.run(
         lambda: serve(target.async_client(), http_port=params["http_port"], host=params["host"])
     )

@@ -270,3 +270,19 @@ def test_help_names_the_tools() -> None:
         check=True,
     ).stdout
     assert "--http" in out and "memory_history" in out
+
+
+def test_http_beyond_loopback_needs_allow_remote() -> None:
+    """The endpoint has no auth of its own: binding it beyond loopback is refused
+    (before anything listens) unless --allow-remote accepts the risk."""
+    refused = subprocess.run(
+        engram_command("mcp", "--http", str(free_port()), "--host", "0.0.0.0"),
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "refusing to serve MCP on 0.0.0.0" in refused.stderr
+    assert "--allow-remote" in refused.stderr

@@ -333,8 +333,11 @@ def _threads_by_policy() -> dict[int, tuple[int, int]]:
     """Thread id -> (scheduling policy, CPU ticks used), from /proc."""
     threads = {}
     for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended since the listing
+            continue
         # after the command: state is field 3; utime 14, stime 15, policy 41
         threads[int(tid)] = (int(fields[38]), int(fields[11]) + int(fields[12]))
     return threads

@@ -58,7 +58,7 @@ from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common import clock
 from services.common.db import open_read_write
 from services.store import repository as repo
-from services.store.memories import prepare_drafts
+from services.store.memories import MAX_IMPORT_STREAM_ITEMS, prepare_drafts
 from services.store.migrations import apply_migrations
 from services.store.mutations import NewMemory
 from services.store.rules import draft_memory
@@ -758,19 +758,30 @@ async def bench_import(tmp: Path, count: int) -> ImportResult:
             await wait_ready(server, channel, STORE_SERVICE)
             stub = store_pb2_grpc.MemoryStoreServiceStub(channel)
 
-            async def stream() -> AsyncIterator[store_pb2.ImportMemoriesRequest]:
-                for message in messages:
+            # one stream per MAX_IMPORT_STREAM_ITEMS items, one after another, as a client must
+            per_stream = MAX_IMPORT_STREAM_ITEMS // IMPORT_MESSAGE_ITEMS
+            streams = [messages[i : i + per_stream] for i in range(0, len(messages), per_stream)]
+
+            async def stream(
+                batch: list[store_pb2.ImportMemoriesRequest],
+            ) -> AsyncIterator[store_pb2.ImportMemoriesRequest]:
+                for message in batch:
                     yield message
 
+            created = deduplicated = failed = 0
             started = time.perf_counter()
-            reply = await stub.ImportMemories(stream())
+            for batch in streams:
+                reply = await stub.ImportMemories(stream(batch))
+                created += reply.created_count
+                deduplicated += reply.deduplicated_count
+                failed += reply.failed_count
             elapsed = time.perf_counter() - started
-        if reply.created_count != count or reply.failed_count:
+        if created != count or failed:
             raise RuntimeError(
-                f"import created {reply.created_count} of {count} "
-                f"({reply.deduplicated_count} deduplicated, {reply.failed_count} failed)"
+                f"import created {created} of {count} "
+                f"({deduplicated} deduplicated, {failed} failed)"
             )
-        return ImportResult(count, elapsed, count / elapsed, reply.created_count)
+        return ImportResult(count, elapsed, count / elapsed, created)
     finally:
         server.stop()
 

@@ -34,6 +34,7 @@ from engram.client import (
     ImportItem,
     ImportProgress,
     Memory,
+    Tls,
     memory_filter,
 )
 
@@ -64,11 +65,13 @@ class Target:
     api_key: str | None
     timeout: float
     json: bool
+    tls: Tls | None = None
 
     def async_client(self) -> AsyncEngram:
         return AsyncEngram(
             self.address,
             api_key=self.api_key,
+            tls=self.tls,
             timeout=self.timeout,
             search_address=self.search_address,
             maintenance_address=self.maintenance_address,
@@ -78,6 +81,7 @@ class Target:
         return Engram(
             self.address,
             api_key=self.api_key,
+            tls=self.tls,
             timeout=self.timeout,
             search_address=self.search_address,
             maintenance_address=self.maintenance_address,
@@ -108,6 +112,21 @@ def connection_options(command: F) -> F:
         ),
         click.option("--api-key", envvar="ENGRAM_API_KEY", default=None, help="$ENGRAM_API_KEY"),
         click.option("--timeout", type=float, default=10.0, show_default=True, help="seconds"),
+        click.option(
+            "--cacert",
+            envvar="ENGRAM_CACERT",
+            default=None,
+            help="speak TLS, verifying the services with this CA file; $ENGRAM_CACERT",
+        ),
+        click.option(
+            "--cert",
+            envvar="ENGRAM_CERT",
+            default=None,
+            help="client certificate (mTLS); $ENGRAM_CERT",
+        ),
+        click.option(
+            "--key", envvar="ENGRAM_KEY", default=None, help="its private key; $ENGRAM_KEY"
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -130,7 +149,17 @@ def _target(params: dict[str, Any]) -> Target:
         api_key=params.pop("api_key") or None,
         timeout=params.pop("timeout"),
         json=params.pop("as_json", False),
+        tls=_tls(params.pop("cacert"), params.pop("cert"), params.pop("key")),
     )
+
+
+def _tls(cacert: str | None, cert: str | None, key: str | None) -> Tls | None:
+    """TLS when any of the three is given (no CA file: the system's roots)."""
+    if not (cacert or cert or key):
+        return None
+    if bool(cert) != bool(key):
+        raise click.UsageError("--cert and --key go together (mutual TLS)")
+    return Tls(ca_file=cacert, cert_file=cert, key_file=key)
 
 
 def _fail(command: str, error: EngramError) -> NoReturn:

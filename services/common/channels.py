@@ -21,13 +21,13 @@ messages up to `server.max_message_bytes`.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
+from engram.client import channel as client_channel
 from services.common import tracing
 from services.common.auth import AUTHORIZATION_KEY
 from services.common.config import ClientDeadlinesSettings, ClientRetrySettings, Config
@@ -71,22 +71,14 @@ def deadline_s(deadlines: ClientDeadlinesSettings, method: str) -> float:
 
 
 def service_config(retry: ClientRetrySettings) -> str:
-    """Every method retries UNAVAILABLE with exponential backoff (gRPC's retry policy)."""
-    return json.dumps(
-        {
-            "methodConfig": [
-                {
-                    "name": [{}],
-                    "retryPolicy": {
-                        "maxAttempts": retry.max_attempts,
-                        "initialBackoff": f"{retry.initial_backoff_ms / 1000}s",
-                        "maxBackoff": f"{retry.max_backoff_ms / 1000}s",
-                        "backoffMultiplier": 2,
-                        "retryableStatusCodes": ["UNAVAILABLE"],
-                    },
-                }
-            ]
-        }
+    """Every method retries UNAVAILABLE with exponential backoff (gRPC's retry policy),
+    built by the client package's one builder from the typed settings."""
+    return client_channel.service_config(
+        client_channel.RetryPolicy(
+            max_attempts=retry.max_attempts,
+            initial_backoff_s=retry.initial_backoff_ms / 1000,
+            max_backoff_s=retry.max_backoff_ms / 1000,
+        )
     )
 
 

@@ -12,6 +12,8 @@ _NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Ids are UUIDs (36 characters); the cap keeps an id that is echoed in an error
 # or bound into a query small, whatever a client sends.
 MAX_ID_CHARS = 128
+MAX_SESSION_ID_CHARS = 128
+_SESSION_ID = re.compile(rf"[^\s\x00-\x1f\x7f]{{1,{MAX_SESSION_ID_CHARS}}}")
 
 
 def validate_namespace(namespace: str, field: str = "namespace") -> str:
@@ -29,6 +31,18 @@ def validate_id(value: str, field: str) -> str:
         raise InvalidArgument(field, "required")
     if len(value) > MAX_ID_CHARS:
         raise InvalidArgument(field, f"must be at most {MAX_ID_CHARS} characters")
+    return value
+
+
+def check_session_id(value: str, field: str) -> str:
+    """A session id (RememberRequest, AppendTurn, MemoryFilter): 1 to 128
+    characters, no whitespace or control characters (harnesses use UUIDs or
+    `channel:thread` forms; anything printable is theirs to choose)."""
+    if not _SESSION_ID.fullmatch(value):
+        raise InvalidArgument(
+            field,
+            f"must be 1 to {MAX_SESSION_ID_CHARS} characters without whitespace or control characters",
+        )
     return value
 
 

@@ -37,7 +37,7 @@ from services.search.vector_cache import VectorCache
 log = logging.getLogger("engram.search")
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
-REQUIRED_SCHEMA_VERSION = 5  # 5: memory_vector_changes (the vector cache's log)
+REQUIRED_SCHEMA_VERSION = 12  # 12: sessions_and_expiry (session_id, expire_at: the live rule)
 
 
 def recall_params(config: Config) -> RecallParams:

@@ -800,11 +800,17 @@ def prepare_drafts(
                     draft.source_id,
                     at,
                     draft.event_time or at,
+                    session_id=draft.session_id or None,
+                    expire_at=None
+                    if draft.ttl_nanos is None
+                    else clock.plus_nanos(at, draft.ttl_nanos),
                 ),
                 actor=draft.actor or draft.who or rules.DEFAULT_ACTOR,
                 reason=draft.why or "remember",
                 max_attempts=max_attempts,
-                extract=extract,
+                # A short-term memory is not distilled: facts derived from it
+                # would outlive the ttl it was given.
+                extract=extract and draft.ttl_nanos is None,
             )
         )
     return prepared
@@ -816,10 +822,12 @@ def _remember_batch(
     """(record, deduplicated) per Remember, written in this transaction."""
     out: list[tuple[MemoryRecord, bool]] = []
     created = mutations.create(conn, [new for _, new in batch])
+    # A duplicate later in the batch may have lengthened a new memory's life.
+    reread = {r.memory_id for r in created if r.deduplicated}
     for (draft, new), result in zip(batch, created, strict=True):
-        if result.deduplicated:
+        if result.deduplicated or result.memory_id in reread:
             row = repo.fetch_one(conn, repo.get_memory_query(draft.namespace, result.memory_id))
-            out.append((MemoryRecord.from_row(row), True))
+            out.append((MemoryRecord.from_row(row), result.deduplicated))
         else:
             out.append((_new_record(draft, new.row), False))
     return out
@@ -848,4 +856,6 @@ def _new_record(draft: MemoryDraft, row: repo.MemoryRow) -> MemoryRecord:
         event_time=row.event_time,
         access_count=0,
         last_accessed=None,
+        session_id=row.session_id or "",
+        expire_at=row.expire_at,
     )

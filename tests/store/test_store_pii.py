@@ -12,7 +12,11 @@ from typing import Any
 import grpc
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.common.v1 import pii_policy_pb2 as pii_pb
+from engram.store.internal.v1 import documents_pb2 as dpb
+from engram.store.internal.v1 import documents_pb2_grpc, job_queue_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from store_helpers import remember, table_counts
@@ -195,4 +199,53 @@ def test_modify_content_patches_pass_the_gate(
         ["patches[0].content"],
     )
     assert table_counts(db_path) == before
+    assert _leaks(db_path, logs) == set()
+
+
+def test_documents_are_gated_at_creation_and_per_chunk(
+    make_config: Callable[..., Any],
+    start_store_server: Any,
+    db_path: Path,
+    logs: pytest.LogCaptureFixture,
+) -> None:
+    server, stub = start_store_server(
+        make_config(**{"pii.namespaces": {"hr": {"email": "redact", "ssn": "reject"}}})
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")
+    docs = documents_pb2_grpc.DocumentStoreServiceStub(channel)
+    jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
+    try:
+        _, reason, fields = error_of(
+            lambda: docs.CreateDocument(
+                dpb.CreateDocumentRequest(namespace="hr", content="SSN 536-22-1234")
+            )
+        )
+        assert (reason, fields) == ("PII_DETECTED", ["content"])
+        docs.CreateDocument(
+            dpb.CreateDocumentRequest(namespace="hr", content="Mail jane.doe@example.com")
+        )
+        [job] = jobs.LeaseJobs(
+            jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+        ).jobs
+        lease = jq.JobLease(job_id=job.id, lease_token=job.lease_token)
+        source = docs.ReadDocumentSource(dpb.ReadDocumentSourceRequest(lease=lease))
+        assert source.raw_content == "Mail [EMAIL_1]"
+        # a URL's fetched text is first seen as chunks: the same gate applies there
+        written = docs.WriteDocumentChunk(
+            dpb.WriteDocumentChunkRequest(
+                lease=lease, chunk_index=0, content="Also AKIAIOSFODNN7EXAMPLE"
+            )
+        )
+        got = stub.GetMemory(
+            store_pb2.GetMemoryRequest(namespace="hr", id=written.memory_id)
+        ).memory
+        assert got.content == "Also [SECRET_1]"
+        _, reason, _ = error_of(
+            lambda: docs.WriteDocumentChunk(
+                dpb.WriteDocumentChunkRequest(lease=lease, chunk_index=1, content="536-22-1234")
+            )
+        )
+        assert reason == "PII_DETECTED"
+    finally:
+        channel.close()
     assert _leaks(db_path, logs) == set()

@@ -40,6 +40,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from services.common.errors import InvalidArgument
+from services.common.validation import validate_namespace
+
 ENV_PREFIX = "ENGRAM_"
 ENV_DELIMITER = "__"
 
@@ -138,6 +141,44 @@ class ContextSettings(_Section):
     # entities considered for the ENTITIES section, and relations shown per entity
     entity_limit: int = Field(20, ge=0, le=200)
     relations_per_entity: int = Field(5, ge=0, le=50)
+
+
+PiiActionName = Literal["allow", "redact", "reject"]
+
+
+class PiiKindActions(_Section):
+    """What to do per kind of personal data (services/common/pii.py); a kind left
+    out keeps what the level below says (a namespace's: `default_policy`;
+    `default_policy`'s: the built-in default, secrets redacted)."""
+
+    email: PiiActionName | None = None
+    phone: PiiActionName | None = None
+    card: PiiActionName | None = None
+    iban: PiiActionName | None = None
+    ssn: PiiActionName | None = None
+    ip: PiiActionName | None = None
+    secret: PiiActionName | None = None
+
+
+class PiiSettings(_Section):
+    """`pii.*`: the write path's PII gate. A policy is one action for every kind
+    (`reject`) or a mapping per kind (`{email: redact, secret: reject}`).
+    A request's `pii_policy` overrides both for that write."""
+
+    default_policy: PiiActionName | PiiKindActions = PiiKindActions()
+    namespaces: dict[str, PiiActionName | PiiKindActions] = {}
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespace_names(
+        cls, namespaces: dict[str, PiiActionName | PiiKindActions]
+    ) -> dict[str, PiiActionName | PiiKindActions]:
+        for name in namespaces:
+            try:
+                validate_namespace(name, name)
+            except InvalidArgument as bad:
+                raise ValueError(f"namespace {name!r} {bad.description}") from None
+        return namespaces
 
 
 class SearchSettings(_Section):
@@ -407,6 +448,7 @@ class Config(BaseSettings):
     )
 
     memory: MemorySettings = MemorySettings()
+    pii: PiiSettings = PiiSettings()
     search: SearchSettings = SearchSettings()
     storage: StorageSettings = StorageSettings()
     retention: RetentionSettings = RetentionSettings()

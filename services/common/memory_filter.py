@@ -56,7 +56,7 @@ def live_sql(alias: str = "m", *, keep_plan: bool = False, as_of: str | None = N
     slots into any query. `keep_plan` prefixes the columns with `+` so the
     planner keeps the query's own index (rowid lookups, FTS outer loops)."""
     p = f"{'+' if keep_plan else ''}{alias}."
-    rule = f"{p}is_deleted = 0 AND ({p}expire_at IS NULL OR {p}expire_at > {NOW_SQL})"
+    rule = present_sql(alias, keep_plan=keep_plan)
     if as_of is None:
         return f"{rule} AND ({p}valid_until IS NULL OR {p}valid_until > {NOW_SQL})"
     if not _STORED_TIME.fullmatch(as_of):
@@ -66,6 +66,14 @@ def live_sql(alias: str = "m", *, keep_plan: bool = False, as_of: str | None = N
         f"{rule} AND {p}created_at <= {at} AND {p}valid_from <= {at} AND "
         f"({p}valid_until IS NULL OR {p}valid_until > {at} OR {p}invalidated_at > {at})"
     )
+
+
+def present_sql(alias: str = "m", *, keep_plan: bool = False) -> str:
+    """`live_sql` without validity: not soft-deleted and not expired, valid or
+    superseded. What ForgetMemories selects from: forgetting by a query or a
+    filter must reach a fact's earlier versions too."""
+    p = f"{'+' if keep_plan else ''}{alias}."
+    return f"{p}is_deleted = 0 AND ({p}expire_at IS NULL OR {p}expire_at > {NOW_SQL})"
 
 
 def not_expired_sql(alias: str = "m") -> str:

@@ -15,6 +15,7 @@ from services.common.memory_filter import (
     filter_sql,
     live_sql,
     not_expired_sql,
+    present_sql,
 )
 
 MEMORY_COLUMNS = (
@@ -125,13 +126,16 @@ def forget_candidates_query(
     include_pinned: bool,
     limit: int,
 ) -> Query:
-    """Live memories selected for forgetting. With `term_matches` (one MATCH
+    """Memories selected for forgetting: live ones and superseded versions
+    (services/common/memory_filter.py present_sql). With `term_matches` (one MATCH
     expression per query term) a memory must match any of them, and those
     matching the most terms come first; then newest first. (Not BM25: FTS5's
     statistics span every namespace, so its order would let other tenants'
     data decide which of this namespace's memories make the cut.)"""
     clauses, params = filter_sql(spec, "m")
-    sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {live_sql('m')}{clauses}"
+    sql = (
+        f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {present_sql('m')}{clauses}"
+    )
     args: list[Any] = [namespace, *params]
     if not include_pinned:
         sql += " AND m.pinned = 0"

@@ -518,6 +518,15 @@ def test_update_supersedes_the_target_with_a_new_memory_instead_of_rewriting_it(
         new_id,
         target.id,
     )
+    # ExplainMemory: the new fact supersedes the target and derives from the source
+    explained = stack.store.ExplainMemory(store_pb2.ExplainMemoryRequest(id=new_id))
+    assert [m.id for m in explained.supersedes] == [target.id]
+    assert [m.id for m in explained.derived_from] == [source.id]
+    assert [m.id for m in explained.superseded_by] == []
+    by_source = stack.store.ExplainMemory(store_pb2.ExplainMemoryRequest(id=source.id))
+    assert [m.id for m in by_source.derivations] == [new_id]
+    assert [m.id for m in by_source.supersedes] == []
+    assert "updated" in [e.metadata["outcome"] for e in by_source.events if "outcome" in e.metadata]
     # a superseded memory is history: the pipeline cannot update or delete it again
     again = stack.remember("Liam left the library for the bakery on Main Street again")
     response = complete(

@@ -259,3 +259,20 @@ def test_explain_memory_is_namespace_scoped_and_not_found_says_nothing(st: Admin
         "INVALID_ARGUMENT",
         ["id"],
     )
+
+
+def test_forgetting_by_query_reaches_superseded_versions(st: AdminStore) -> None:
+    """Forgetting what is known about Ana must not leave her earlier addresses."""
+    lisbon = remember(st, "Ana lives in Lisbon")
+    [b] = modify(
+        st, store_pb2.MemoryPatch(id=lisbon.id, content="Ana lives in Berlin", supersede=True)
+    )
+    preview = st.store.ForgetMemories(store_pb2.ForgetMemoriesRequest(query="Ana"))
+    assert sorted(c.id for c in preview.candidates) == sorted([lisbon.id, b.new_memory_id])
+    done = st.store.ForgetMemories(
+        store_pb2.ForgetMemoriesRequest(
+            query="Ana", mode=store_pb2.FORGET_MODE_EXECUTE, reason="asked to be forgotten"
+        )
+    )
+    assert done.deleted_count == 2
+    assert get(st, lisbon.id).deleted and get(st, b.new_memory_id).deleted

@@ -105,6 +105,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     (`auth.rate_limits.<role>`, a token bucket) is used up. A
     `google.rpc.RetryInfo` detail says how long to wait; nothing was written.
     """
+    ERROR_REASON_PRIVACY_BLOCKED: _ErrorReason.ValueType  # 25
+    """FAILED_PRECONDITION: the privacy level that applies (the request's
+    `privacy` or the namespace's `sessions.privacy`, the stricter) forbids
+    this write: PARTIAL forbids long-term memory, FULL forbids every write.
+    The message is a sentence an assistant can relay to the person as it
+    stands; nothing was written. ErrorInfo metadata `privacy_level` holds the
+    level (`PARTIAL` or `FULL`).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -195,5 +203,13 @@ ERROR_REASON_RATE_LIMITED: ErrorReason.ValueType  # 24
 """RESOURCE_EXHAUSTED (auth.enabled): the key's per-role rate limit
 (`auth.rate_limits.<role>`, a token bucket) is used up. A
 `google.rpc.RetryInfo` detail says how long to wait; nothing was written.
+"""
+ERROR_REASON_PRIVACY_BLOCKED: ErrorReason.ValueType  # 25
+"""FAILED_PRECONDITION: the privacy level that applies (the request's
+`privacy` or the namespace's `sessions.privacy`, the stricter) forbids
+this write: PARTIAL forbids long-term memory, FULL forbids every write.
+The message is a sentence an assistant can relay to the person as it
+stands; nothing was written. ErrorInfo metadata `privacy_level` holds the
+level (`PARTIAL` or `FULL`).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common import clock
+from services.common.config import PiiSettings
 from services.common.db import ReadPool
 from services.common.errors import (
     AlreadyExists,
@@ -27,6 +28,7 @@ from services.common.errors import (
 from services.common.fts import MAX_QUERY_CHARS, keyword_terms, quoted
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
+from services.common.pii import PiiAction, PiiGate, PiiPolicy
 from services.common.validation import validate_id, validate_ids
 from services.store import mutations, rules
 from services.store import repository as repo
@@ -132,6 +134,7 @@ class MemoryStore:
         tombstone_days: float = 30,
         extract_on_create: bool = False,
         privacy: PrivacyPolicy | None = None,
+        pii: PiiGate | None = None,
     ) -> None:
         """`extract_on_create`: `memory.pipelineV2.enabled`. A new memory gets an
         `extract` job only then: nothing would ever take it otherwise, and the
@@ -143,6 +146,11 @@ class MemoryStore:
         self._tombstone_days = tombstone_days
         self._extract = extract_on_create
         self.privacy = privacy or PrivacyPolicy({})
+        self._pii = pii or PiiGate(PiiSettings())
+
+    def pii_policy(self, namespace: str, requested: PiiAction | None) -> PiiPolicy:
+        """The PII policy of a write to `namespace` (`requested`: the request's own)."""
+        return self._pii.policy(namespace, requested)
 
     # ---- remember / import -----------------------------------------------------
 
@@ -281,9 +289,12 @@ class MemoryStore:
         default_reason: str,
         actor: str,
         bad: Violations | None = None,
+        *,
+        pii: PiiPolicy,
     ) -> list[PatchOutcome]:
+        """`pii`: the policy for new content (the namespace's or the request's)."""
         bad = _collector(bad)
-        checked = _check_patches(patches, default_reason, bad)
+        checked = _check_patches(patches, default_reason, bad, pii)
         actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
         bad.raise_if_any()
 
@@ -556,7 +567,7 @@ class _CheckedPatch:
 
 
 def _check_patches(
-    patches: Sequence[PatchSpec], default_reason: str, bad: Violations
+    patches: Sequence[PatchSpec], default_reason: str, bad: Violations, pii: PiiPolicy
 ) -> list[_CheckedPatch]:
     """Every patch is validated before anything is written; one bad patch fails
     all, and every bad field of every patch is named."""
@@ -590,7 +601,9 @@ def _check_patches(
                 id=patch.id,
                 content=None
                 if patch.content is None
-                else bad.check(None, rules.check_content, patch.content, f"{field}.content"),
+                else bad.check(
+                    None, rules.check_content, patch.content, f"{field}.content", pii=pii
+                ),
                 type=None
                 if patch.type is None
                 else bad.check(None, rules.check_type, patch.type, f"{field}.type"),

@@ -552,6 +552,16 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX memories_expiry ON memories(expire_at) WHERE expire_at IS NOT NULL;
         """,
     ),
+    (
+        "pinned_memories_index",
+        """
+        -- AssembleContext's PINNED section (services/search/context_queries.py)
+        -- reads a namespace's live pinned memories, most important first, on
+        -- every call: without this a 100k-memory namespace is scanned (~55 ms).
+        CREATE INDEX memories_pinned ON memories(namespace, importance DESC, updated_at DESC)
+            WHERE pinned = 1 AND is_deleted = 0;
+        """,
+    ),
 )
 
 

@@ -11,6 +11,7 @@ from services.common.errors import InvalidArgument, Violations, echo
 from services.common.importance import effective_importance
 from services.common.memory_record import MEMORY_TYPES
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
+from services.common.pii import DEFAULT_POLICY, PiiPolicy, gate
 from services.common.validation import check_session_id
 
 MAX_CONTENT_BYTES = 64 * 1024
@@ -84,14 +85,24 @@ def split_prefixes(content: str) -> tuple[str, bool, list[str]]:
 
 
 def check_content(
-    text: str, field: str, normalized: NormalizedContent | None = None
+    text: str,
+    field: str,
+    normalized: NormalizedContent | None = None,
+    *,
+    pii: PiiPolicy = DEFAULT_POLICY,
 ) -> NormalizedContent:
-    """`normalized` may pass in the text's normalisation when it is already known."""
+    """The content as it will be stored: normalised, then through the PII gate
+    (DESIGN.md data flow step 1), so every write that stores user content and
+    checks it here redacts or rejects alike. `normalized` may pass in the text's
+    normalisation when it is already known."""
     content = normalized or normalize_content(text)
     if is_blank(content.storage):
         raise InvalidArgument(
             field, "must not be empty, whitespace or invisible format characters only"
         )
+    gated = gate(content.storage, pii, field)
+    if gated.redacted:
+        content = normalize_content(gated.text)
     if len(content.storage.encode("utf-8")) > MAX_CONTENT_BYTES:
         raise InvalidArgument(field, f"must be at most {MAX_CONTENT_BYTES} bytes")
     return content
@@ -174,8 +185,10 @@ def draft_memory(
     actor: str = "",
     session_id: str = "",
     ttl_nanos: int | None = None,
+    pii: PiiPolicy = DEFAULT_POLICY,
 ) -> MemoryDraft:
-    """Validate one Remember/Import input; field names in errors get `field_prefix`.
+    """Validate one Remember/Import input; field names in errors get `field_prefix`;
+    `pii`: the write's PII policy (the namespace's or the request's).
 
     Every bad field is named, with those already in `bad` (found by the caller,
     e.g. the namespace or a timestamp), in one InvalidArgument."""
@@ -184,7 +197,7 @@ def draft_memory(
     body, critical, prefix_tags = split_prefixes(whole.storage)
     unchanged = body == whole.storage  # no prefix: the first normalisation stands
     normalized = bad.check(
-        whole, check_content, body, f"{field_prefix}content", whole if unchanged else None
+        whole, check_content, body, f"{field_prefix}content", whole if unchanged else None, pii=pii
     )
     all_tags = bad.check((), check_tags, [*prefix_tags, *tags], f"{field_prefix}tags")
     chosen_type = (

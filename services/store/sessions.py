@@ -115,6 +115,7 @@ class Sessions:
             actor=turn.actor,
             session_id=turn.session_id,
             ttl_nanos=None if promoted else (turn.ttl_nanos or self._turn_ttl_nanos),
+            pii=self._store.pii_policy(turn.namespace, None),
         )
         if level == FULL:
             return TurnOutcome(None, False, intent, False, False, FULL_NOTICE)

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from engram.common.v1 import memory_pb2 as _memory_pb2
+from engram.common.v1 import pii_policy_pb2 as _pii_policy_pb2
 from engram.common.v1 import privacy_pb2 as _privacy_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
@@ -223,6 +224,7 @@ class RememberRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     TTL_FIELD_NUMBER: _builtins.int
     PRIVACY_FIELD_NUMBER: _builtins.int
+    PII_POLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     content: _builtins.str
@@ -259,6 +261,12 @@ class RememberRequest(_message.Message):
     and the namespace's configured level applies. PARTIAL refuses a
     long-term memory (no `ttl`), FULL refuses every memory, both with
     FAILED_PRECONDITION / PRIVACY_BLOCKED and nothing written.
+    """
+    pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
+    """What to do with personal data and secrets found in `content` (see
+    engram.common.v1.PiiPolicy); unset means the namespace's configured
+    policy. With REJECT, a finding fails the call with INVALID_ARGUMENT /
+    PII_DETECTED.
     """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -300,10 +308,11 @@ class RememberRequest(_message.Message):
         session_id: _builtins.str = ...,
         ttl: _duration_pb2.Duration | None = ...,
         privacy: _privacy_pb2.PrivacyLevel.ValueType = ...,
+        pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pinned", b"pinned", "privacy", b"privacy", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "privacy", b"privacy", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -359,6 +368,7 @@ class ImportItem(_message.Message):
     EVENT_TIME_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     TTL_FIELD_NUMBER: _builtins.int
+    PII_POLICY_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """See RememberRequest.content."""
     type: _builtins.str
@@ -377,6 +387,11 @@ class ImportItem(_message.Message):
     """See RememberRequest.source_id."""
     session_id: _builtins.str
     """See RememberRequest.session_id."""
+    pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
+    """See RememberRequest.pii_policy; unset means the message's `pii_policy`,
+    then the namespace's. A rejected item fails alone (status FAILED, its
+    error names the kinds found, never the values).
+    """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """See RememberRequest.tags."""
@@ -404,10 +419,11 @@ class ImportItem(_message.Message):
         event_time: _timestamp_pb2.Timestamp | None = ...,
         session_id: _builtins.str = ...,
         ttl: _duration_pb2.Duration | None = ...,
+        pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -423,8 +439,13 @@ class ImportMemoriesRequest(_message.Message):
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
+    PII_POLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary for every item of this message; empty means "default"."""
+    pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
+    """The PII policy of this message's items that set none (see
+    RememberRequest.pii_policy); unset means the namespace's.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImportItem]:
         """Up to 1000 items (and up to 25000 in the whole stream)."""
@@ -434,10 +455,11 @@ class ImportMemoriesRequest(_message.Message):
         *,
         namespace: _builtins.str = ...,
         items: _abc.Iterable[Global___ImportItem] | None = ...,
+        pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "namespace", b"namespace", "pii_policy", b"pii_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -750,12 +772,19 @@ class ModifyMemoriesRequest(_message.Message):
     PATCHES_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     ACTOR_FIELD_NUMBER: _builtins.int
+    PII_POLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     reason: _builtins.str
     """Default reason for patches that give none."""
     actor: _builtins.str
     """Who is making the change (recorded in history); empty means "api"."""
+    pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
+    """The PII policy for the patches' new content (see
+    RememberRequest.pii_policy); unset means the namespace's. With REJECT, a
+    finding fails the whole request (INVALID_ARGUMENT / PII_DETECTED naming
+    `patches[i].content`) and nothing is written.
+    """
     @_builtins.property
     def patches(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryPatch]:
         """Between 1 and 200 patches."""
@@ -767,10 +796,11 @@ class ModifyMemoriesRequest(_message.Message):
         patches: _abc.Iterable[Global___MemoryPatch] | None = ...,
         reason: _builtins.str = ...,
         actor: _builtins.str = ...,
+        pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "namespace", b"namespace", "patches", b"patches", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "namespace", b"namespace", "patches", b"patches", "pii_policy", b"pii_policy", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -41,7 +41,7 @@ from pydantic_settings import (
 )
 
 from services.common.errors import InvalidArgument
-from services.common.validation import validate_namespace
+from services.common.validation import NAMESPACE_PATTERN, validate_namespace
 
 ENV_PREFIX = "ENGRAM_"
 ENV_DELIMITER = "__"
@@ -224,6 +224,31 @@ class RetentionSettings(_Section):
     dead_job_days: int = Field(30, ge=0, le=3650)
     batch_limit: int = Field(500, ge=1, le=100000)
     interval_ms: int = Field(21600000, ge=60000, le=604800000)
+
+
+class SessionsSettings(_Section):
+    """Conversation sessions, short-term memory and privacy (issue 16, seed 001)."""
+
+    # how long an AppendTurn turn lives unless its request says otherwise (seed 001: 12 h)
+    turn_ttl_ms: int = Field(43_200_000, ge=1000, le=31_622_400_000)
+    # how long a session summary lives (seed 001: 24 h)
+    summary_ttl_ms: int = Field(86_400_000, ge=1000, le=31_622_400_000)
+    # namespace pattern (exact or `prefix*`) -> privacy level; where several
+    # match, the strictest applies; a request may only tighten it
+    privacy: dict[str, Literal["none", "partial", "full"]] = Field(default_factory=dict)
+
+    @field_validator("privacy")
+    @classmethod
+    def _patterns(
+        cls, levels: dict[str, Literal["none", "partial", "full"]]
+    ) -> dict[str, Literal["none", "partial", "full"]]:
+        for pattern in levels:
+            if not pattern or not NAMESPACE_PATTERN.fullmatch(pattern):
+                raise ValueError(
+                    f"namespace pattern {pattern!r}: a namespace name ([A-Za-z0-9._:-]), "
+                    "optionally ending in *"
+                )
+        return levels
 
 
 class LlmProviderSettings(_Section):
@@ -452,6 +477,7 @@ class Config(BaseSettings):
     search: SearchSettings = SearchSettings()
     storage: StorageSettings = StorageSettings()
     retention: RetentionSettings = RetentionSettings()
+    sessions: SessionsSettings = SessionsSettings()
     providers: ProvidersSettings = ProvidersSettings()
     server: ServerSettings = ServerSettings()
     clients: ClientsSettings = ClientsSettings()

@@ -16,6 +16,8 @@ MEMORY_TYPES = (
     "procedural",
     "semantic",
     "document_chunk",
+    "episodic",  # a conversation turn kept as short-term memory (AppendTurn)
+    "session_summary",  # a session's summary (SummarizeSession)
 )
 
 

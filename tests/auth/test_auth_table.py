@@ -129,6 +129,28 @@ CALLS: dict[str, Call] = {
             timeout=TIMEOUT,
         )
     ),
+    "/engram.store.v1.MemoryStoreService/AppendTurn": lambda w, ns, md: w.store.AppendTurn(
+        pb.AppendTurnRequest(
+            namespace=ns, session_id="table", role=pb.TURN_ROLE_USER, content="a table turn"
+        ),
+        metadata=md,
+        timeout=TIMEOUT,
+    ),
+    # (a turn first: a session without one has nothing to summarise)
+    "/engram.store.v1.MemoryStoreService/SummarizeSession": lambda w, ns, md: (
+        w.store.AppendTurn(
+            pb.AppendTurnRequest(
+                namespace=ns, session_id="summed", role=pb.TURN_ROLE_USER, content="to summarise"
+            ),
+            metadata=md,
+            timeout=TIMEOUT,
+        ),
+        w.store.SummarizeSession(
+            pb.SummarizeSessionRequest(namespace=ns, session_id="summed"),
+            metadata=md,
+            timeout=TIMEOUT,
+        ),
+    )[1],
     "/engram.search.v1.SearchService/Recall": lambda w, ns, md: w.search.Recall(
         spb.RecallRequest(namespace=ns, query="table"), metadata=md, timeout=TIMEOUT
     ),
@@ -224,6 +246,8 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "DeleteMemory",
         "ForgetMemories",
         "RecoverMemory",
+        "AppendTurn",
+        "SummarizeSession",
         "CreateDocument",
     }
     assert by_role[auth.Role.ADMIN] == {"GetDiagnostics", "RunMaintenance", "RunRetention"}

@@ -29,6 +29,7 @@ from services.pipeline.extraction import Extractor
 from services.pipeline.leases import instance_name, worker_identities
 from services.pipeline.servicer import PipelineServicer
 from services.pipeline.status import MonitoredLlm, ProviderMonitor, provider_probe
+from services.pipeline.summarize_worker import SummarizeWorker, summarize_settings
 
 log = logging.getLogger("engram.pipeline")
 
@@ -72,7 +73,7 @@ async def start_pipeline(
     await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
     identities = worker_identities(
-        jobs, instance_name(config, listen_port), ("embed", "extract", "document")
+        jobs, instance_name(config, listen_port), ("embed", "extract", "document", "summarize")
     )
     provider = embedding_provider(config, background=config.workers.embed.priority == "background")
     worker = EmbedWorker(
@@ -94,6 +95,9 @@ async def start_pipeline(
         ExtractWorkerSettings.from_config(config),
         identities["extract"],
     )
+    summarize_worker = SummarizeWorker(
+        jobs, llm, summarize_settings(config), identities["summarize"]
+    )
     document_store = documents_pb2_grpc.DocumentStoreServiceStub(channel)
     document_worker = DocumentWorker.from_config(
         config, jobs, document_store, provider, identities["document"]
@@ -108,7 +112,7 @@ async def start_pipeline(
     servicer = PipelineServicer(
         jobs,
         [worker.health, extract_worker.health],
-        [worker.status, extract_worker.status, document_worker.status],
+        [worker.status, extract_worker.status, document_worker.status, summarize_worker.status],
         extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
@@ -120,6 +124,7 @@ async def start_pipeline(
     )
     background = [asyncio.create_task(worker.run()), asyncio.create_task(extract_worker.run())]
     background.append(asyncio.create_task(document_worker.run()))
+    background.append(asyncio.create_task(summarize_worker.run()))
     background += [asyncio.create_task(m.run()) for m in (embed_monitor, llm_monitor)]
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
     return PipelineApp(

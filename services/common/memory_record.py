@@ -45,6 +45,11 @@ class MemoryRecord:
     last_accessed: str | None
     session_id: str = ""
     expire_at: str | None = None  # set: a short-term memory, gone from reads from then on
+    # Valid time: when the memory was true in the world. valid_from defaults to
+    # the event time (itself the creation time unless given); valid_until is
+    # set when a newer version supersedes it (None: still valid).
+    valid_from: str | None = None
+    valid_until: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
@@ -71,4 +76,6 @@ class MemoryRecord:
             last_accessed=row["last_accessed"],
             session_id=row["session_id"] or "",
             expire_at=row["expire_at"],
+            valid_from=row["valid_from"],
+            valid_until=row["valid_until"],
         )

@@ -56,6 +56,8 @@ class Memory(_message.Message):
     LAST_ACCESS_TIME_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned identifier (UUID). Unique across all namespaces. Every
     request field that takes a memory id accepts at most 128 characters.
@@ -134,6 +136,24 @@ class Memory(_message.Message):
         memory (an expired twin never deduplicates).
         """
 
+    @_builtins.property
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """Valid time (issue 17), beside the transaction time of `create_time`,
+        `update_time` and `delete_time`: since when the memory is true in the
+        world. It is the memory's `event_time` (which defaults to `create_time`),
+        or for a memory that supersedes another (MemoryPatch.supersede, a
+        pipeline UPDATE) the `valid_from` it was given.
+        """
+
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """Until when the memory was true in the world (exclusive); unset while it
+        still is. Set when a newer version supersedes it, to the newer one's
+        `valid_from`; the memory stays readable with GetMemory, ExplainMemory and
+        reads `as_of` an instant it was valid at, but reads of what is valid now
+        (the default of ListMemories, Recall and AssembleContext) leave it out.
+        """
+
     def __init__(
         self,
         *,
@@ -159,10 +179,12 @@ class Memory(_message.Message):
         last_access_time: _timestamp_pb2.Timestamp | None = ...,
         session_id: _builtins.str = ...,
         expire_time: _timestamp_pb2.Timestamp | None = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "delete_time", b"delete_time", "event_time", b"event_time", "expire_time", b"expire_time", "last_access_time", b"last_access_time", "update_time", b"update_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "delete_time", b"delete_time", "event_time", b"event_time", "expire_time", b"expire_time", "last_access_time", b"last_access_time", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "expire_time", b"expire_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "type", b"type", "update_time", b"update_time", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "expire_time", b"expire_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "type", b"type", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

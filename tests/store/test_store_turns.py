@@ -62,6 +62,12 @@ def test_a_turn_is_short_term_memory_of_its_session_for_twelve_hours(st: AdminSt
     assert jobs == [("embed",)]
 
 
+def test_a_turn_is_kept_as_said_a_leading_critical_is_no_pin(st: AdminStore) -> None:
+    memory = turn(st, "critical: [prod]: the site is down").memory
+    assert memory.content == "critical: [prod]: the site is down"
+    assert not memory.pinned and list(memory.tags) == []
+
+
 def test_the_role_names_the_speaker_when_who_is_empty(st: AdminStore) -> None:
     memory = turn(st, "The fix is in PR 42", role=ASSISTANT).memory
     assert (memory.who, memory.source_type) == ("assistant", "turn.assistant")

@@ -209,7 +209,8 @@ class MemoryStoreServiceStub:
     remembered is kept short-term only (`long_term_intent` true, `promoted`
     false, `notice` a sentence to relay). Same content as a live memory of
     the namespace returns that memory (`deduplicated`), which then lives at
-    least as long as this turn asks (see RememberRequest.ttl).
+    least as long as this turn asks (see RememberRequest.ttl) and keeps its
+    own session_id (dedup is per namespace, as everywhere).
 
     Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
     role unspecified, content empty or over 64 KiB, who over 256 characters,
@@ -424,7 +425,8 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     remembered is kept short-term only (`long_term_intent` true, `promoted`
     false, `notice` a sentence to relay). Same content as a live memory of
     the namespace returns that memory (`deduplicated`), which then lives at
-    least as long as this turn asks (see RememberRequest.ttl).
+    least as long as this turn asks (see RememberRequest.ttl) and keeps its
+    own session_id (dedup is per namespace, as everywhere).
 
     Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
     role unspecified, content empty or over 64 KiB, who over 256 characters,
@@ -696,7 +698,8 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         remembered is kept short-term only (`long_term_intent` true, `promoted`
         false, `notice` a sentence to relay). Same content as a live memory of
         the namespace returns that memory (`deduplicated`), which then lives at
-        least as long as this turn asks (see RememberRequest.ttl).
+        least as long as this turn asks (see RememberRequest.ttl) and keeps its
+        own session_id (dedup is per namespace, as everywhere).
 
         Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
         role unspecified, content empty or over 64 KiB, who over 256 characters,

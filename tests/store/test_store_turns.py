@@ -198,6 +198,11 @@ def test_a_namespace_level_applies_and_a_request_cannot_loosen_it(
     )
     assert error_of(lambda: st.store.Remember(loose))[1] == "PRIVACY_BLOCKED"
     assert not turn(st, "hello", namespace="user:secret").captured
+    summarize_secret = store_pb2.SummarizeSessionRequest(namespace="user:secret", session_id="s1")
+    assert error_of(lambda: st.store.SummarizeSession(summarize_secret))[:2] == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "PRIVACY_BLOCKED",
+    )
     assert turn(st, "hello", namespace="user:ada").captured
     assert st.store.Remember(store_pb2.RememberRequest(namespace="team", content="ok")).memory.id
     # import items of such a namespace fail alone, naming why

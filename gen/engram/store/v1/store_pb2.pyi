@@ -252,7 +252,7 @@ class RememberRequest(_message.Message):
     """
     type: _builtins.str
     """One of fact, preference, decision, rule, learning, issue, procedural,
-    semantic, document_chunk. Empty means inferred from keywords in the
+    semantic, document_chunk, episodic, session_summary. Empty means inferred from keywords in the
     content (prefers/likes/wants: preference; decided/agreed/will use:
     decision; never/always/must: rule; learned/discovered: learning;
     bug/broken/problem: issue; otherwise fact).

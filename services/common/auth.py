@@ -17,7 +17,8 @@ with it keep the calling service's own actor.
 Decisions, in this order: no key, or one that is unknown, revoked or malformed:
 UNAUTHENTICATED. The key's token bucket is empty: RESOURCE_EXHAUSTED with RetryInfo.
 The role does not include the RPC, or the request's namespace (empty means "default")
-is not covered by the key's patterns: PERMISSION_DENIED. Errors name neither the
+(or any of the namespaces a multi-namespace read names: services.common.validation.
+named_namespaces) is not covered by the key's patterns: PERMISSION_DENIED. Errors name neither the
 namespace nor any id, so they reveal nothing about what exists.
 """
 
@@ -45,7 +46,7 @@ from typing import Any
 from services.common import clock
 from services.common.config import AuthSettings, Config, RoleRateLimit
 from services.common.errors import PermissionDenied, RateLimited, Unauthenticated
-from services.common.validation import DEFAULT_NAMESPACE
+from services.common.validation import NAMESPACE_PATTERN, named_namespaces, pattern_covers
 
 log = logging.getLogger("engram.auth")
 
@@ -54,7 +55,7 @@ BEARER = "bearer "
 KEY_PREFIX = "engram_"
 _KEY = re.compile(r"engram_([0-9a-f]{16})_[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
-_PATTERN = re.compile(r"[A-Za-z0-9._:-]{0,128}\*?")
+_PATTERN = NAMESPACE_PATTERN
 ALL_NAMESPACES = "*"
 KEYS_FILE_NAME = "keys.json"
 SERVICE_NAME = "service"
@@ -80,7 +81,7 @@ _MAINTENANCE = "engram.maintenance.v1.MaintenanceService"
 # Every public RPC and the lowest role that may call it (the issue's table). An RPC
 # not listed here (the store's internal services) takes only the service key.
 PUBLIC_RPCS: dict[str, Role] = {
-    **dict.fromkeys(_methods(_SEARCH, "Recall"), Role.READER),
+    **dict.fromkeys(_methods(_SEARCH, "Recall AssembleContext"), Role.READER),
     **dict.fromkeys(_methods(_STORE, "GetMemory ListMemories ListMemoryHistory"), Role.READER),
     **dict.fromkeys(
         _methods(_PIPELINE, "GetDocument ListDocumentChunks WatchDocument Extract GetStatus"),
@@ -89,7 +90,8 @@ PUBLIC_RPCS: dict[str, Role] = {
     **dict.fromkeys(
         _methods(
             _STORE,
-            "Remember ImportMemories ModifyMemories DeleteMemory ForgetMemories RecoverMemory",
+            "Remember ImportMemories ModifyMemories DeleteMemory ForgetMemories RecoverMemory "
+            "AppendTurn SummarizeSession",
         ),
         Role.WRITER,
     ),
@@ -122,10 +124,7 @@ class Principal:
     service: bool = False
 
     def covers(self, namespace: str) -> bool:
-        return any(
-            pattern == namespace or (pattern.endswith("*") and namespace.startswith(pattern[:-1]))
-            for pattern in self.namespaces
-        )
+        return any(pattern_covers(pattern, namespace) for pattern in self.namespaces)
 
 
 SERVICE = Principal(SERVICE_NAME, Role.ADMIN, (ALL_NAMESPACES,), service=True)
@@ -440,9 +439,10 @@ class MethodGuard:
         """The request's namespace (empty: the default one) against the key's patterns."""
         if principal.service or self._reflection or self._all_namespaces or self._suite_wide:
             return
-        # a public request without a namespace field that is not suite-wide: refused
-        namespace = getattr(request, "namespace", None)
-        if not isinstance(namespace, str) or not principal.covers(namespace or DEFAULT_NAMESPACE):
+        # a public request without a namespace field that is not suite-wide: refused;
+        # one that names several (Recall's `namespaces`) needs every one covered
+        names = named_namespaces(request)
+        if names is None or not all(principal.covers(name) for name in names):
             raise PermissionDenied("the key does not cover the request's namespace")
 
 

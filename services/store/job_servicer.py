@@ -18,6 +18,7 @@ from services.store.extraction_writes import (
 from services.store.graph import Triple
 from services.store.job_enums import TYPE_NAMES, TYPE_VALUES, job_counts
 from services.store.jobs import EmbedResult, JobQueue, LeaseHolder
+from services.store.sessions import Sessions
 
 _ACTION_NAMES = {
     pb.PROPOSAL_ACTION_ADD: "add",
@@ -46,9 +47,10 @@ def _holder(message: pb.LeaseHolder) -> LeaseHolder:
 
 
 class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
-    def __init__(self, queue: JobQueue, extraction: ExtractionWrites) -> None:
+    def __init__(self, queue: JobQueue, extraction: ExtractionWrites, sessions: Sessions) -> None:
         self._queue = queue
         self._extraction = extraction
+        self._sessions = sessions
 
     async def LeaseJobs(
         self, request: pb.LeaseJobsRequest, context: grpc.aio.ServicerContext
@@ -78,6 +80,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                     content=j.content,
                     content_hash=j.content_hash,
                     document_id=j.document_id,
+                    session_id=j.session_id,
                 )
                 for j in jobs
             ]
@@ -141,6 +144,19 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                 for r in outcome.results
             ],
             graph_error=outcome.graph_error,
+        )
+
+    async def CompleteSummarizeJob(
+        self, request: pb.CompleteSummarizeJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CompleteSummarizeJobResponse:
+        outcome = await self._sessions.complete_summary_job(
+            request.lease.job_id, request.lease.lease_token, request.summary, request.model
+        )
+        return pb.CompleteSummarizeJobResponse(
+            outcome=_outcomes([outcome.held])[0],
+            memory_id=outcome.memory_id,
+            superseded_by=outcome.superseded_by,
+            privacy_blocked=outcome.privacy_blocked,
         )
 
     async def FailJobs(

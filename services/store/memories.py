@@ -38,6 +38,7 @@ from services.store.page_tokens import (
     decode_time_position,
     encode_page_token,
 )
+from services.store.privacy import PrivacyBlocked, PrivacyPolicy
 from services.store.rules import MemoryDraft
 from services.store.writer import Writer
 
@@ -132,6 +133,7 @@ class MemoryStore:
         max_job_attempts: int = 3,
         tombstone_days: float = 30,
         extract_on_create: bool = False,
+        privacy: PrivacyPolicy | None = None,
         pii: PiiGate | None = None,
     ) -> None:
         """`extract_on_create`: `memory.pipelineV2.enabled`. A new memory gets an
@@ -143,6 +145,7 @@ class MemoryStore:
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
         self._extract = extract_on_create
+        self.privacy = privacy or PrivacyPolicy({})
         self._pii = pii or PiiGate(PiiSettings())
 
     def pii_policy(self, namespace: str, requested: PiiAction | None) -> PiiPolicy:
@@ -151,8 +154,11 @@ class MemoryStore:
 
     # ---- remember / import -----------------------------------------------------
 
-    async def remember(self, draft: MemoryDraft) -> tuple[MemoryRecord, bool]:
-        """Raw-first: row, FTS, history and jobs commit together before we reply."""
+    async def remember(self, draft: MemoryDraft, privacy: str = "") -> tuple[MemoryRecord, bool]:
+        """Raw-first: row, FTS, history and jobs commit together before we reply.
+        `privacy`: the request's level (PRIVACY_BLOCKED when it, or the
+        namespace's, forbids the write)."""
+        self.privacy.check_write(draft.namespace, privacy, long_term=draft.ttl_nanos is None)
         [prepared] = prepare_drafts(
             [draft], clock.now_text(), self._max_attempts, extract=self._extract
         )
@@ -163,7 +169,9 @@ class MemoryStore:
     def start_import(self) -> ImportSession:
         """One ImportMemories stream (refused at once when mutations are frozen)."""
         self._writer.check_writable()
-        return ImportSession(self._writer, self._max_attempts, extract=self._extract)
+        return ImportSession(
+            self._writer, self._max_attempts, extract=self._extract, privacy=self.privacy
+        )
 
     async def import_drafts(
         self, items: Sequence[MemoryDraft | InvalidArgument]
@@ -306,6 +314,8 @@ class MemoryStore:
         if patch.if_version is not None and patch.if_version != version:
             return PatchOutcome(patch.id, "version_conflict", version, version)
         current = MemoryRecord.from_row(row)
+        # Raised inside the transaction: the whole request writes nothing.
+        self.privacy.check_write(namespace, "", long_term=current.expire_at is None)
         changes: dict[str, Any] = {}
         changed: dict[str, Any] = {}
         content_changed = patch.content is not None and patch.content.storage != current.content
@@ -712,8 +722,11 @@ class ImportSession:
     reply) and the items of the chunk being filled. If the stream stops early,
     the whole chunks before that point are committed and the rest is dropped."""
 
-    def __init__(self, writer: Writer, max_attempts: int, *, extract: bool) -> None:
+    def __init__(
+        self, writer: Writer, max_attempts: int, *, extract: bool, privacy: PrivacyPolicy
+    ) -> None:
         self._writer = writer
+        self._privacy = privacy
         self._max_attempts = max_attempts
         self._extract = extract
         self._outcomes: list[ImportOutcome | None] = []
@@ -730,6 +743,11 @@ class ImportSession:
         index = len(self._outcomes)
         if index >= MAX_IMPORT_STREAM_ITEMS:
             raise InvalidArgument("items", f"at most {MAX_IMPORT_STREAM_ITEMS} items per stream")
+        if not isinstance(item, InvalidArgument):
+            try:  # the namespace's privacy level (an import item names none)
+                self._privacy.check_write(item.namespace, "", long_term=item.ttl_nanos is None)
+            except PrivacyBlocked as blocked:
+                item = InvalidArgument(f"items[{index}]", f"PRIVACY_BLOCKED: {blocked.message}")
         if isinstance(item, InvalidArgument):
             self._outcomes.append(ImportOutcome(index, "failed", error=item.message))
             return
@@ -813,11 +831,17 @@ def prepare_drafts(
                     draft.source_id,
                     at,
                     draft.event_time or at,
+                    session_id=draft.session_id or None,
+                    expire_at=None
+                    if draft.ttl_nanos is None
+                    else clock.plus_nanos(at, draft.ttl_nanos),
                 ),
                 actor=draft.actor or draft.who or rules.DEFAULT_ACTOR,
                 reason=draft.why or "remember",
                 max_attempts=max_attempts,
-                extract=extract,
+                # A short-term memory is not distilled: facts derived from it
+                # would outlive the ttl it was given.
+                extract=extract and draft.ttl_nanos is None,
             )
         )
     return prepared
@@ -829,10 +853,12 @@ def _remember_batch(
     """(record, deduplicated) per Remember, written in this transaction."""
     out: list[tuple[MemoryRecord, bool]] = []
     created = mutations.create(conn, [new for _, new in batch])
+    # A duplicate later in the batch may have lengthened a new memory's life.
+    reread = {r.memory_id for r in created if r.deduplicated}
     for (draft, new), result in zip(batch, created, strict=True):
-        if result.deduplicated:
+        if result.deduplicated or result.memory_id in reread:
             row = repo.fetch_one(conn, repo.get_memory_query(draft.namespace, result.memory_id))
-            out.append((MemoryRecord.from_row(row), True))
+            out.append((MemoryRecord.from_row(row), result.deduplicated))
         else:
             out.append((_new_record(draft, new.row), False))
     return out
@@ -861,4 +887,6 @@ def _new_record(draft: MemoryDraft, row: repo.MemoryRow) -> MemoryRecord:
         event_time=row.event_time,
         access_count=0,
         last_accessed=None,
+        session_id=row.session_id or "",
+        expire_at=row.expire_at,
     )

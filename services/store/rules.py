@@ -12,6 +12,7 @@ from services.common.importance import effective_importance
 from services.common.memory_record import MEMORY_TYPES
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
 from services.common.pii import DEFAULT_POLICY, PiiPolicy, gate
+from services.common.validation import check_session_id
 
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_TAGS = 32
@@ -21,6 +22,9 @@ MAX_TEXT_FIELD_CHARS = {"who": 256, "why": 1024, "source_type": 64, "source_id":
 MAX_REASON_CHARS = 1024
 MAX_ACTOR_CHARS = 256
 DEFAULT_ACTOR = "api"
+# A short-term memory's ttl: positive, at most a leap year (seed 001's short
+# term is hours; a longer life is a long-term memory, which has none).
+MAX_TTL_NANOS = 366 * 24 * 3600 * 1_000_000_000
 
 # seed 002 "Memory Types": the first matching row wins; no match means fact.
 _TYPE_KEYWORDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -54,6 +58,8 @@ class MemoryDraft:
     event_time: str | None
     # the history actor when it is not `who` (the API key's name when auth is on)
     actor: str = ""
+    session_id: str = ""  # "" for none
+    ttl_nanos: int | None = None  # None: long-term
 
 
 def infer_type(content: str) -> str:
@@ -142,6 +148,14 @@ def check_text(value: str, field: str, limit: int) -> str:
     return value
 
 
+def check_ttl(nanos: int, field: str) -> int:
+    if nanos <= 0:
+        raise InvalidArgument(field, "must be positive (leave it unset for a long-term memory)")
+    if nanos > MAX_TTL_NANOS:
+        raise InvalidArgument(field, "must be at most 366 days")
+    return nanos
+
+
 def check_reason(reason: str, field: str) -> str:
     reason = check_text(reason, field, MAX_REASON_CHARS)
     if not reason:
@@ -169,6 +183,8 @@ def draft_memory(
     field_prefix: str = "",
     bad: Violations | None = None,
     actor: str = "",
+    session_id: str = "",
+    ttl_nanos: int | None = None,
     pii: PiiPolicy = DEFAULT_POLICY,
 ) -> MemoryDraft:
     """Validate one Remember/Import input; field names in errors get `field_prefix`;
@@ -206,6 +222,10 @@ def draft_memory(
             ("source_id", source_id),
         )
     }
+    if session_id:
+        bad.check("", check_session_id, session_id, f"{field_prefix}session_id")
+    if ttl_nanos is not None:
+        bad.check(None, check_ttl, ttl_nanos, f"{field_prefix}ttl")
     bad.raise_if_any()
     return MemoryDraft(
         namespace=namespace,
@@ -216,5 +236,7 @@ def draft_memory(
         pinned=is_pinned,
         event_time=event_time,
         actor=actor,
+        session_id=session_id,
+        ttl_nanos=ttl_nanos,
         **texts,
     )

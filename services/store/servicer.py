@@ -8,13 +8,14 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 
-from engram.common.v1 import pii_policy_pb2
+from engram.common.v1 import pii_policy_pb2, privacy_pb2
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common import tracing
 from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
     memory_to_proto,
+    nanos_from_duration,
     text_from_timestamp,
     timestamp_from_text,
 )
@@ -28,6 +29,7 @@ from services.store.memories import (
     MemoryStore,
     PatchSpec,
 )
+from services.store.sessions import Sessions, Turn
 
 MAX_IMPORT_BATCH = 1000
 
@@ -35,6 +37,18 @@ _IMPORT_STATUS = {
     "created": store_pb2.IMPORT_STATUS_CREATED,
     "deduplicated": store_pb2.IMPORT_STATUS_DEDUPLICATED,
     "failed": store_pb2.IMPORT_STATUS_FAILED,
+}
+PRIVACY_LEVELS = {
+    privacy_pb2.PRIVACY_LEVEL_UNSPECIFIED: "",
+    privacy_pb2.PRIVACY_LEVEL_NONE: "none",
+    privacy_pb2.PRIVACY_LEVEL_PARTIAL: "partial",
+    privacy_pb2.PRIVACY_LEVEL_FULL: "full",
+}
+_TURN_ROLES = {
+    store_pb2.TURN_ROLE_USER: "user",
+    store_pb2.TURN_ROLE_ASSISTANT: "assistant",
+    store_pb2.TURN_ROLE_SYSTEM: "system",
+    store_pb2.TURN_ROLE_TOOL: "tool",
 }
 _PATCH_STATUS = {
     "updated": store_pb2.PATCH_STATUS_UPDATED,
@@ -119,6 +133,10 @@ def _draft(
         field_prefix=field_prefix,
         bad=bad,
         actor=acting(""),
+        session_id=item.session_id,
+        ttl_nanos=bad.check(
+            None, nanos_from_duration, item.ttl, item.HasField("ttl"), f"{field_prefix}ttl"
+        ),
         pii=pii,
     )
 
@@ -127,19 +145,27 @@ def _optional(message: Any, name: str) -> Any:
     return getattr(message, name) if message.HasField(name) else None
 
 
+def _privacy(bad: Violations, level: privacy_pb2.PrivacyLevel.ValueType) -> str:
+    if level not in PRIVACY_LEVELS:
+        bad.add("privacy", "unknown privacy level")
+    return PRIVACY_LEVELS.get(level, "")
+
+
 class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryStore, sessions: Sessions) -> None:
         self._store = store
+        self._sessions = sessions
 
     async def Remember(
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RememberResponse:
         bad = Violations()
+        privacy = _privacy(bad, request.privacy)
         namespace = namespace_of(bad, request.namespace)
         requested = bad.check(None, pii_action, request.pii_policy, "pii_policy")
         pii = self._store.pii_policy(namespace, requested)
         draft = _draft(namespace, request, pii, bad=bad)
-        record, deduplicated = await self._store.remember(draft)
+        record, deduplicated = await self._store.remember(draft, privacy)
         tracing.note_job_trace(record.id)  # its embed job's span links here
         return store_pb2.RememberResponse(memory=memory_to_proto(record), deduplicated=deduplicated)
 
@@ -341,4 +367,53 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         )
         return store_pb2.ListMemoryHistoryResponse(
             events=[_history_to_proto(e) for e in entries], next_page_token=next_token
+        )
+
+    async def AppendTurn(
+        self, request: store_pb2.AppendTurnRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.AppendTurnResponse:
+        bad = Violations()
+        turn = Turn(
+            namespace=namespace_of(bad, request.namespace),
+            session_id=request.session_id,
+            role=_TURN_ROLES.get(request.role, ""),
+            content=request.content,
+            who=request.who,
+            event_time=bad.check(
+                None,
+                text_from_timestamp,
+                request.event_time,
+                request.HasField("event_time"),
+                "event_time",
+            ),
+            source_id=request.source_id,
+            ttl_nanos=bad.check(
+                None, nanos_from_duration, request.ttl, request.HasField("ttl"), "ttl"
+            ),
+            privacy=_privacy(bad, request.privacy),
+            actor=acting(""),
+        )
+        outcome = await self._sessions.append_turn(turn, bad)
+        response = store_pb2.AppendTurnResponse(
+            captured=outcome.captured,
+            long_term_intent=outcome.long_term_intent,
+            promoted=outcome.promoted,
+            deduplicated=outcome.deduplicated,
+            notice=outcome.notice,
+        )
+        if outcome.record is not None:
+            response.memory.CopyFrom(memory_to_proto(outcome.record))
+        return response
+
+    async def SummarizeSession(
+        self, request: store_pb2.SummarizeSessionRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.SummarizeSessionResponse:
+        bad = Violations()
+        outcome = await self._sessions.summarize(
+            namespace_of(bad, request.namespace), request.session_id, bad
+        )
+        return store_pb2.SummarizeSessionResponse(
+            job_id=outcome.job_id,
+            already_queued=outcome.already_queued,
+            turn_count=outcome.turn_count,
         )

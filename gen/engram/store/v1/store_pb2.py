@@ -23,13 +23,15 @@ _sym_db = _symbol_database.Default()
 
 
 from engram.common.v1 import memory_pb2 as engram_dot_common_dot_v1_dot_memory__pb2
+from engram.common.v1 import privacy_pb2 as engram_dot_common_dot_v1_dot_privacy__pb2
 from engram.common.v1 import pii_policy_pb2 as engram_dot_common_dot_v1_dot_pii__policy__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ngram/store/v1/store.proto\x12\x0f\x65ngram.store.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a!engram/common/v1/pii_policy.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf4\x02\n\x0fRememberRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nimportance\x18\x04 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x12\n\x04tags\x18\x05 \x03(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06pinned\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x11\n\x03who\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03why\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsource_type\x18\t \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tsource_id\x18\n \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\nevent_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\x0e \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\x42\r\n\x0b_importance\"R\n\x10RememberResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\"\xd6\x02\n\nImportItem\x12\x15\n\x07\x63ontent\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04type\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nimportance\x18\x03 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x12\n\x04tags\x18\x04 \x03(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06pinned\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x11\n\x03who\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03why\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsource_type\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tsource_id\x18\t \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\nevent_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\r \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\x42\r\n\x0b_importance\"\x99\x01\n\x15ImportMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x30\n\x05items\x18\x02 \x03(\x0b\x32\x1b.engram.store.v1.ImportItemB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\x03 \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\"n\n\x0cImportResult\x12\r\n\x05index\x18\x01 \x01(\x03\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.engram.store.v1.ImportStatus\x12\x11\n\tmemory_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x91\x01\n\x16ImportMemoriesResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.engram.store.v1.ImportResult\x12\x15\n\rcreated_count\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65\x64uplicated_count\x18\x03 \x01(\x03\x12\x14\n\x0c\x66\x61iled_count\x18\x04 \x01(\x03\"=\n\x10GetMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"=\n\x11GetMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xae\x01\n\x13ListMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x64\x65leted\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\"[\n\x14ListMemoriesResponse\x12*\n\x08memories\x18\x01 \x03(\x0b\x32\x18.engram.common.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xcf\x02\n\x0bMemoryPatch\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1a\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x17\n\x04type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01H\x01\x88\x01\x01\x12\x1d\n\nimportance\x18\x04 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x02\x88\x01\x01\x12,\n\x04tags\x18\x05 \x01(\x0b\x32\x18.engram.store.v1.TagListB\x04\xe2\x41\x01\x01\x12\x19\n\x06pinned\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01H\x03\x88\x01\x01\x12\x16\n\x03who\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01H\x04\x88\x01\x01\x12\x14\n\x06reason\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nif_version\x18\t \x01(\x03\x42\x04\xe2\x41\x01\x01H\x05\x88\x01\x01\x42\n\n\x08_contentB\x07\n\x05_typeB\r\n\x0b_importanceB\t\n\x07_pinnedB\x06\n\x04_whoB\r\n\x0b_if_version\"\x1f\n\x07TagList\x12\x14\n\x06values\x18\x01 \x03(\tB\x04\xe2\x41\x01\x01\"\xc7\x01\n\x15ModifyMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x33\n\x07patches\x18\x02 \x03(\x0b\x32\x1c.engram.store.v1.MemoryPatchB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\x05 \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\"\xab\x01\n\x0bPatchResult\x12\n\n\x02id\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.engram.store.v1.PatchStatus\x12\x17\n\x0f\x63urrent_version\x18\x03 \x01(\x03\x12\x13\n\x0bnew_version\x18\x04 \x01(\x03\x12\x17\n\x0f\x63ontent_changed\x18\x05 \x01(\x08\x12\x1b\n\x13\x64uplicate_memory_id\x18\x06 \x01(\t\"G\n\x16ModifyMemoriesResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.engram.store.v1.PatchResult\"\xae\x01\n\x13\x44\x65leteMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1d\n\nif_version\x18\x04 \x01(\x03\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x13\n\x05\x66orce\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x42\r\n\x0b_if_version\"@\n\x14\x44\x65leteMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xe6\x02\n\x15\x46orgetMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12/\n\x04mode\x18\x02 \x01(\x0e\x32\x1b.engram.store.v1.ForgetModeB\x04\xe2\x41\x01\x01\x12\x11\n\x03ids\x18\x03 \x03(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x05 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\x13\n\x05limit\x18\x06 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x14\n\x06reason\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1b\n\rconfirm_token\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x05\x66orce\x18\t \x01(\x08\x42\x06\x18\x01\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\n \x01(\tB\x04\xe2\x41\x01\x01\x12\x1c\n\x0einclude_pinned\x18\x0b \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x13\n\x05purge\x18\x0c \x01(\x08\x42\x04\xe2\x41\x01\x01\"O\n\x0f\x46orgetCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x0e\n\x06pinned\x18\x04 \x01(\x08\"\xc2\x01\n\x16\x46orgetMemoriesResponse\x12\x34\n\ncandidates\x18\x01 \x03(\x0b\x32 .engram.store.v1.ForgetCandidate\x12\x15\n\rconfirm_token\x18\x02 \x01(\t\x12\x15\n\rdeleted_count\x18\x03 \x01(\x03\x12\x14\n\x0chard_deleted\x18\x04 \x01(\x08\x12\x17\n\x0f\x63\x61ndidate_count\x18\x05 \x01(\x03\x12\x15\n\rmore_matching\x18\x06 \x01(\x08\"\x9a\x01\n\x14RecoverMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1d\n\nif_version\x18\x04 \x01(\x03\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\x42\r\n\x0b_if_version\"A\n\x15RecoverMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xbf\x02\n\x0cHistoryEvent\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12;\n\nevent_type\x18\x03 \x01(\x0e\x32!.engram.store.v1.HistoryEventTypeB\x04\xe2\x41\x01\x03\x12\x19\n\x0bold_content\x18\x04 \x01(\tB\x04\xe2\x41\x01\x03\x12\x19\n\x0bnew_content\x18\x05 \x01(\tB\x04\xe2\x41\x01\x03\x12\x13\n\x05\x61\x63tor\x18\x06 \x01(\tB\x04\xe2\x41\x01\x03\x12\x14\n\x06reason\x18\x07 \x01(\tB\x04\xe2\x41\x01\x03\x12/\n\x08metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\"\x7f\n\x18ListMemoryHistoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"c\n\x19ListMemoryHistoryResponse\x12-\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1d.engram.store.v1.HistoryEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x82\x01\n\x0cImportStatus\x12\x1d\n\x19IMPORT_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15IMPORT_STATUS_CREATED\x10\x01\x12\x1e\n\x1aIMPORT_STATUS_DEDUPLICATED\x10\x02\x12\x18\n\x14IMPORT_STATUS_FAILED\x10\x03*\xc4\x01\n\x0bPatchStatus\x12\x1c\n\x18PATCH_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14PATCH_STATUS_UPDATED\x10\x01\x12\x1a\n\x16PATCH_STATUS_UNCHANGED\x10\x02\x12!\n\x1dPATCH_STATUS_VERSION_CONFLICT\x10\x03\x12\x1a\n\x16PATCH_STATUS_NOT_FOUND\x10\x04\x12\"\n\x1ePATCH_STATUS_DUPLICATE_CONTENT\x10\x05*[\n\nForgetMode\x12\x1b\n\x17\x46ORGET_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46ORGET_MODE_PREVIEW\x10\x01\x12\x17\n\x13\x46ORGET_MODE_EXECUTE\x10\x02*\xf5\x01\n\x10HistoryEventType\x12\"\n\x1eHISTORY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aHISTORY_EVENT_TYPE_CREATED\x10\x01\x12\x1f\n\x1bHISTORY_EVENT_TYPE_MODIFIED\x10\x02\x12\x1e\n\x1aHISTORY_EVENT_TYPE_DELETED\x10\x03\x12 \n\x1cHISTORY_EVENT_TYPE_RECOVERED\x10\x04\x12\x1b\n\x17HISTORY_EVENT_TYPE_NONE\x10\x05\x12\x1d\n\x19HISTORY_EVENT_TYPE_PURGED\x10\x06\x32\xea\x06\n\x12MemoryStoreService\x12O\n\x08Remember\x12 .engram.store.v1.RememberRequest\x1a!.engram.store.v1.RememberResponse\x12\x63\n\x0eImportMemories\x12&.engram.store.v1.ImportMemoriesRequest\x1a\'.engram.store.v1.ImportMemoriesResponse(\x01\x12R\n\tGetMemory\x12!.engram.store.v1.GetMemoryRequest\x1a\".engram.store.v1.GetMemoryResponse\x12[\n\x0cListMemories\x12$.engram.store.v1.ListMemoriesRequest\x1a%.engram.store.v1.ListMemoriesResponse\x12\x61\n\x0eModifyMemories\x12&.engram.store.v1.ModifyMemoriesRequest\x1a\'.engram.store.v1.ModifyMemoriesResponse\x12[\n\x0c\x44\x65leteMemory\x12$.engram.store.v1.DeleteMemoryRequest\x1a%.engram.store.v1.DeleteMemoryResponse\x12\x61\n\x0e\x46orgetMemories\x12&.engram.store.v1.ForgetMemoriesRequest\x1a\'.engram.store.v1.ForgetMemoriesResponse\x12^\n\rRecoverMemory\x12%.engram.store.v1.RecoverMemoryRequest\x1a&.engram.store.v1.RecoverMemoryResponse\x12j\n\x11ListMemoryHistory\x12).engram.store.v1.ListMemoryHistoryRequest\x1a*.engram.store.v1.ListMemoryHistoryResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ngram/store/v1/store.proto\x12\x0f\x65ngram.store.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a\x1e\x65ngram/common/v1/privacy.proto\x1a!engram/common/v1/pii_policy.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf3\x03\n\x0fRememberRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nimportance\x18\x04 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x12\n\x04tags\x18\x05 \x03(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06pinned\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x11\n\x03who\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03why\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsource_type\x18\t \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tsource_id\x18\n \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\nevent_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12\x18\n\nsession_id\x18\x0c \x01(\tB\x04\xe2\x41\x01\x01\x12,\n\x03ttl\x18\r \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x01\x12\x35\n\x07privacy\x18\x0f \x01(\x0e\x32\x1e.engram.common.v1.PrivacyLevelB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\x0e \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\x42\r\n\x0b_importance\"R\n\x10RememberResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\"\x9e\x03\n\nImportItem\x12\x15\n\x07\x63ontent\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04type\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nimportance\x18\x03 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x12\n\x04tags\x18\x04 \x03(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06pinned\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x11\n\x03who\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03why\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsource_type\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tsource_id\x18\t \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\nevent_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12\x18\n\nsession_id\x18\x0b \x01(\tB\x04\xe2\x41\x01\x01\x12,\n\x03ttl\x18\x0c \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\r \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\x42\r\n\x0b_importance\"\x99\x01\n\x15ImportMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x30\n\x05items\x18\x02 \x03(\x0b\x32\x1b.engram.store.v1.ImportItemB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\x03 \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\"n\n\x0cImportResult\x12\r\n\x05index\x18\x01 \x01(\x03\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.engram.store.v1.ImportStatus\x12\x11\n\tmemory_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x91\x01\n\x16ImportMemoriesResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.engram.store.v1.ImportResult\x12\x15\n\rcreated_count\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65\x64uplicated_count\x18\x03 \x01(\x03\x12\x14\n\x0c\x66\x61iled_count\x18\x04 \x01(\x03\"=\n\x10GetMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"=\n\x11GetMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xae\x01\n\x13ListMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x64\x65leted\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\"[\n\x14ListMemoriesResponse\x12*\n\x08memories\x18\x01 \x03(\x0b\x32\x18.engram.common.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xcf\x02\n\x0bMemoryPatch\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1a\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x17\n\x04type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01H\x01\x88\x01\x01\x12\x1d\n\nimportance\x18\x04 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x02\x88\x01\x01\x12,\n\x04tags\x18\x05 \x01(\x0b\x32\x18.engram.store.v1.TagListB\x04\xe2\x41\x01\x01\x12\x19\n\x06pinned\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01H\x03\x88\x01\x01\x12\x16\n\x03who\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01H\x04\x88\x01\x01\x12\x14\n\x06reason\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nif_version\x18\t \x01(\x03\x42\x04\xe2\x41\x01\x01H\x05\x88\x01\x01\x42\n\n\x08_contentB\x07\n\x05_typeB\r\n\x0b_importanceB\t\n\x07_pinnedB\x06\n\x04_whoB\r\n\x0b_if_version\"\x1f\n\x07TagList\x12\x14\n\x06values\x18\x01 \x03(\tB\x04\xe2\x41\x01\x01\"\xc7\x01\n\x15ModifyMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x33\n\x07patches\x18\x02 \x03(\x0b\x32\x1c.engram.store.v1.MemoryPatchB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\x05 \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\"\xab\x01\n\x0bPatchResult\x12\n\n\x02id\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.engram.store.v1.PatchStatus\x12\x17\n\x0f\x63urrent_version\x18\x03 \x01(\x03\x12\x13\n\x0bnew_version\x18\x04 \x01(\x03\x12\x17\n\x0f\x63ontent_changed\x18\x05 \x01(\x08\x12\x1b\n\x13\x64uplicate_memory_id\x18\x06 \x01(\t\"G\n\x16ModifyMemoriesResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.engram.store.v1.PatchResult\"\xae\x01\n\x13\x44\x65leteMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1d\n\nif_version\x18\x04 \x01(\x03\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x13\n\x05\x66orce\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x42\r\n\x0b_if_version\"@\n\x14\x44\x65leteMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xe6\x02\n\x15\x46orgetMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12/\n\x04mode\x18\x02 \x01(\x0e\x32\x1b.engram.store.v1.ForgetModeB\x04\xe2\x41\x01\x01\x12\x11\n\x03ids\x18\x03 \x03(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x05 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\x13\n\x05limit\x18\x06 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x14\n\x06reason\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1b\n\rconfirm_token\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x05\x66orce\x18\t \x01(\x08\x42\x06\x18\x01\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\n \x01(\tB\x04\xe2\x41\x01\x01\x12\x1c\n\x0einclude_pinned\x18\x0b \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x13\n\x05purge\x18\x0c \x01(\x08\x42\x04\xe2\x41\x01\x01\"O\n\x0f\x46orgetCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x0e\n\x06pinned\x18\x04 \x01(\x08\"\xc2\x01\n\x16\x46orgetMemoriesResponse\x12\x34\n\ncandidates\x18\x01 \x03(\x0b\x32 .engram.store.v1.ForgetCandidate\x12\x15\n\rconfirm_token\x18\x02 \x01(\t\x12\x15\n\rdeleted_count\x18\x03 \x01(\x03\x12\x14\n\x0chard_deleted\x18\x04 \x01(\x08\x12\x17\n\x0f\x63\x61ndidate_count\x18\x05 \x01(\x03\x12\x15\n\rmore_matching\x18\x06 \x01(\x08\"\x9a\x01\n\x14RecoverMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1d\n\nif_version\x18\x04 \x01(\x03\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\x42\r\n\x0b_if_version\"A\n\x15RecoverMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xbf\x02\n\x0cHistoryEvent\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12;\n\nevent_type\x18\x03 \x01(\x0e\x32!.engram.store.v1.HistoryEventTypeB\x04\xe2\x41\x01\x03\x12\x19\n\x0bold_content\x18\x04 \x01(\tB\x04\xe2\x41\x01\x03\x12\x19\n\x0bnew_content\x18\x05 \x01(\tB\x04\xe2\x41\x01\x03\x12\x13\n\x05\x61\x63tor\x18\x06 \x01(\tB\x04\xe2\x41\x01\x03\x12\x14\n\x06reason\x18\x07 \x01(\tB\x04\xe2\x41\x01\x03\x12/\n\x08metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\"\x7f\n\x18ListMemoryHistoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"\xd3\x02\n\x11\x41ppendTurnRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x18\n\nsession_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12-\n\x04role\x18\x03 \x01(\x0e\x32\x19.engram.store.v1.TurnRoleB\x04\xe2\x41\x01\x02\x12\x15\n\x07\x63ontent\x18\x04 \x01(\tB\x04\xe2\x41\x01\x02\x12\x11\n\x03who\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\nevent_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12\x17\n\tsource_id\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12,\n\x03ttl\x18\x08 \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x01\x12\x35\n\x07privacy\x18\t \x01(\x0e\x32\x1e.engram.common.v1.PrivacyLevelB\x04\xe2\x41\x01\x01\"\xa2\x01\n\x12\x41ppendTurnResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\x10\n\x08\x63\x61ptured\x18\x02 \x01(\x08\x12\x18\n\x10long_term_intent\x18\x03 \x01(\x08\x12\x10\n\x08promoted\x18\x04 \x01(\x08\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x05 \x01(\x08\x12\x0e\n\x06notice\x18\x06 \x01(\t\"L\n\x17SummarizeSessionRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x18\n\nsession_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"V\n\x18SummarizeSessionResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61lready_queued\x18\x02 \x01(\x08\x12\x12\n\nturn_count\x18\x03 \x01(\x03\"c\n\x19ListMemoryHistoryResponse\x12-\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1d.engram.store.v1.HistoryEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x82\x01\n\x0cImportStatus\x12\x1d\n\x19IMPORT_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15IMPORT_STATUS_CREATED\x10\x01\x12\x1e\n\x1aIMPORT_STATUS_DEDUPLICATED\x10\x02\x12\x18\n\x14IMPORT_STATUS_FAILED\x10\x03*\xc4\x01\n\x0bPatchStatus\x12\x1c\n\x18PATCH_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14PATCH_STATUS_UPDATED\x10\x01\x12\x1a\n\x16PATCH_STATUS_UNCHANGED\x10\x02\x12!\n\x1dPATCH_STATUS_VERSION_CONFLICT\x10\x03\x12\x1a\n\x16PATCH_STATUS_NOT_FOUND\x10\x04\x12\"\n\x1ePATCH_STATUS_DUPLICATE_CONTENT\x10\x05*[\n\nForgetMode\x12\x1b\n\x17\x46ORGET_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46ORGET_MODE_PREVIEW\x10\x01\x12\x17\n\x13\x46ORGET_MODE_EXECUTE\x10\x02*\xf5\x01\n\x10HistoryEventType\x12\"\n\x1eHISTORY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aHISTORY_EVENT_TYPE_CREATED\x10\x01\x12\x1f\n\x1bHISTORY_EVENT_TYPE_MODIFIED\x10\x02\x12\x1e\n\x1aHISTORY_EVENT_TYPE_DELETED\x10\x03\x12 \n\x1cHISTORY_EVENT_TYPE_RECOVERED\x10\x04\x12\x1b\n\x17HISTORY_EVENT_TYPE_NONE\x10\x05\x12\x1d\n\x19HISTORY_EVENT_TYPE_PURGED\x10\x06*|\n\x08TurnRole\x12\x19\n\x15TURN_ROLE_UNSPECIFIED\x10\x00\x12\x12\n\x0eTURN_ROLE_USER\x10\x01\x12\x17\n\x13TURN_ROLE_ASSISTANT\x10\x02\x12\x14\n\x10TURN_ROLE_SYSTEM\x10\x03\x12\x12\n\x0eTURN_ROLE_TOOL\x10\x04\x32\xaa\x08\n\x12MemoryStoreService\x12O\n\x08Remember\x12 .engram.store.v1.RememberRequest\x1a!.engram.store.v1.RememberResponse\x12\x63\n\x0eImportMemories\x12&.engram.store.v1.ImportMemoriesRequest\x1a\'.engram.store.v1.ImportMemoriesResponse(\x01\x12R\n\tGetMemory\x12!.engram.store.v1.GetMemoryRequest\x1a\".engram.store.v1.GetMemoryResponse\x12[\n\x0cListMemories\x12$.engram.store.v1.ListMemoriesRequest\x1a%.engram.store.v1.ListMemoriesResponse\x12\x61\n\x0eModifyMemories\x12&.engram.store.v1.ModifyMemoriesRequest\x1a\'.engram.store.v1.ModifyMemoriesResponse\x12[\n\x0c\x44\x65leteMemory\x12$.engram.store.v1.DeleteMemoryRequest\x1a%.engram.store.v1.DeleteMemoryResponse\x12\x61\n\x0e\x46orgetMemories\x12&.engram.store.v1.ForgetMemoriesRequest\x1a\'.engram.store.v1.ForgetMemoriesResponse\x12^\n\rRecoverMemory\x12%.engram.store.v1.RecoverMemoryRequest\x1a&.engram.store.v1.RecoverMemoryResponse\x12j\n\x11ListMemoryHistory\x12).engram.store.v1.ListMemoryHistoryRequest\x1a*.engram.store.v1.ListMemoryHistoryResponse\x12U\n\nAppendTurn\x12\".engram.store.v1.AppendTurnRequest\x1a#.engram.store.v1.AppendTurnResponse\x12g\n\x10SummarizeSession\x12(.engram.store.v1.SummarizeSessionRequest\x1a).engram.store.v1.SummarizeSessionResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -59,6 +61,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REMEMBERREQUEST'].fields_by_name['source_id']._serialized_options = b'\342A\001\001'
   _globals['_REMEMBERREQUEST'].fields_by_name['event_time']._loaded_options = None
   _globals['_REMEMBERREQUEST'].fields_by_name['event_time']._serialized_options = b'\342A\001\001'
+  _globals['_REMEMBERREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_REMEMBERREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\001'
+  _globals['_REMEMBERREQUEST'].fields_by_name['ttl']._loaded_options = None
+  _globals['_REMEMBERREQUEST'].fields_by_name['ttl']._serialized_options = b'\342A\001\001'
+  _globals['_REMEMBERREQUEST'].fields_by_name['privacy']._loaded_options = None
+  _globals['_REMEMBERREQUEST'].fields_by_name['privacy']._serialized_options = b'\342A\001\001'
   _globals['_REMEMBERREQUEST'].fields_by_name['pii_policy']._loaded_options = None
   _globals['_REMEMBERREQUEST'].fields_by_name['pii_policy']._serialized_options = b'\342A\001\001'
   _globals['_IMPORTITEM'].fields_by_name['content']._loaded_options = None
@@ -81,6 +89,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMPORTITEM'].fields_by_name['source_id']._serialized_options = b'\342A\001\001'
   _globals['_IMPORTITEM'].fields_by_name['event_time']._loaded_options = None
   _globals['_IMPORTITEM'].fields_by_name['event_time']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTITEM'].fields_by_name['session_id']._loaded_options = None
+  _globals['_IMPORTITEM'].fields_by_name['session_id']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTITEM'].fields_by_name['ttl']._loaded_options = None
+  _globals['_IMPORTITEM'].fields_by_name['ttl']._serialized_options = b'\342A\001\001'
   _globals['_IMPORTITEM'].fields_by_name['pii_policy']._loaded_options = None
   _globals['_IMPORTITEM'].fields_by_name['pii_policy']._serialized_options = b'\342A\001\001'
   _globals['_IMPORTMEMORIESREQUEST'].fields_by_name['namespace']._loaded_options = None
@@ -205,64 +217,96 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTMEMORYHISTORYREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
   _globals['_LISTMEMORYHISTORYREQUEST'].fields_by_name['page_token']._loaded_options = None
   _globals['_LISTMEMORYHISTORYREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
-  _globals['_IMPORTSTATUS']._serialized_start=4305
-  _globals['_IMPORTSTATUS']._serialized_end=4435
-  _globals['_PATCHSTATUS']._serialized_start=4438
-  _globals['_PATCHSTATUS']._serialized_end=4634
-  _globals['_FORGETMODE']._serialized_start=4636
-  _globals['_FORGETMODE']._serialized_end=4727
-  _globals['_HISTORYEVENTTYPE']._serialized_start=4730
-  _globals['_HISTORYEVENTTYPE']._serialized_end=4975
-  _globals['_REMEMBERREQUEST']._serialized_start=211
-  _globals['_REMEMBERREQUEST']._serialized_end=583
-  _globals['_REMEMBERRESPONSE']._serialized_start=585
-  _globals['_REMEMBERRESPONSE']._serialized_end=667
-  _globals['_IMPORTITEM']._serialized_start=670
-  _globals['_IMPORTITEM']._serialized_end=1012
-  _globals['_IMPORTMEMORIESREQUEST']._serialized_start=1015
-  _globals['_IMPORTMEMORIESREQUEST']._serialized_end=1168
-  _globals['_IMPORTRESULT']._serialized_start=1170
-  _globals['_IMPORTRESULT']._serialized_end=1280
-  _globals['_IMPORTMEMORIESRESPONSE']._serialized_start=1283
-  _globals['_IMPORTMEMORIESRESPONSE']._serialized_end=1428
-  _globals['_GETMEMORYREQUEST']._serialized_start=1430
-  _globals['_GETMEMORYREQUEST']._serialized_end=1491
-  _globals['_GETMEMORYRESPONSE']._serialized_start=1493
-  _globals['_GETMEMORYRESPONSE']._serialized_end=1554
-  _globals['_LISTMEMORIESREQUEST']._serialized_start=1557
-  _globals['_LISTMEMORIESREQUEST']._serialized_end=1731
-  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1733
-  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1824
-  _globals['_MEMORYPATCH']._serialized_start=1827
-  _globals['_MEMORYPATCH']._serialized_end=2162
-  _globals['_TAGLIST']._serialized_start=2164
-  _globals['_TAGLIST']._serialized_end=2195
-  _globals['_MODIFYMEMORIESREQUEST']._serialized_start=2198
-  _globals['_MODIFYMEMORIESREQUEST']._serialized_end=2397
-  _globals['_PATCHRESULT']._serialized_start=2400
-  _globals['_PATCHRESULT']._serialized_end=2571
-  _globals['_MODIFYMEMORIESRESPONSE']._serialized_start=2573
-  _globals['_MODIFYMEMORIESRESPONSE']._serialized_end=2644
-  _globals['_DELETEMEMORYREQUEST']._serialized_start=2647
-  _globals['_DELETEMEMORYREQUEST']._serialized_end=2821
-  _globals['_DELETEMEMORYRESPONSE']._serialized_start=2823
-  _globals['_DELETEMEMORYRESPONSE']._serialized_end=2887
-  _globals['_FORGETMEMORIESREQUEST']._serialized_start=2890
-  _globals['_FORGETMEMORIESREQUEST']._serialized_end=3248
-  _globals['_FORGETCANDIDATE']._serialized_start=3250
-  _globals['_FORGETCANDIDATE']._serialized_end=3329
-  _globals['_FORGETMEMORIESRESPONSE']._serialized_start=3332
-  _globals['_FORGETMEMORIESRESPONSE']._serialized_end=3526
-  _globals['_RECOVERMEMORYREQUEST']._serialized_start=3529
-  _globals['_RECOVERMEMORYREQUEST']._serialized_end=3683
-  _globals['_RECOVERMEMORYRESPONSE']._serialized_start=3685
-  _globals['_RECOVERMEMORYRESPONSE']._serialized_end=3750
-  _globals['_HISTORYEVENT']._serialized_start=3753
-  _globals['_HISTORYEVENT']._serialized_end=4072
-  _globals['_LISTMEMORYHISTORYREQUEST']._serialized_start=4074
-  _globals['_LISTMEMORYHISTORYREQUEST']._serialized_end=4201
-  _globals['_LISTMEMORYHISTORYRESPONSE']._serialized_start=4203
-  _globals['_LISTMEMORYHISTORYRESPONSE']._serialized_end=4302
-  _globals['_MEMORYSTORESERVICE']._serialized_start=4978
-  _globals['_MEMORYSTORESERVICE']._serialized_end=5852
+  _globals['_APPENDTURNREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_APPENDTURNREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
+  _globals['_APPENDTURNREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_APPENDTURNREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
+  _globals['_APPENDTURNREQUEST'].fields_by_name['role']._loaded_options = None
+  _globals['_APPENDTURNREQUEST'].fields_by_name['role']._serialized_options = b'\342A\001\002'
+  _globals['_APPENDTURNREQUEST'].fields_by_name['content']._loaded_options = None
+  _globals['_APPENDTURNREQUEST'].fields_by_name['content']._serialized_options = b'\342A\001\002'
+  _globals['_APPENDTURNREQUEST'].fields_by_name['who']._loaded_options = None
+  _globals['_APPENDTURNREQUEST'].fields_by_name['who']._serialized_options = b'\342A\001\001'
+  _globals['_APPENDTURNREQUEST'].fields_by_name['event_time']._loaded_options = None
+  _globals['_APPENDTURNREQUEST'].fields_by_name['event_time']._serialized_options = b'\342A\001\001'
+  _globals['_APPENDTURNREQUEST'].fields_by_name['source_id']._loaded_options = None
+  _globals['_APPENDTURNREQUEST'].fields_by_name['source_id']._serialized_options = b'\342A\001\001'
+  _globals['_APPENDTURNREQUEST'].fields_by_name['ttl']._loaded_options = None
+  _globals['_APPENDTURNREQUEST'].fields_by_name['ttl']._serialized_options = b'\342A\001\001'
+  _globals['_APPENDTURNREQUEST'].fields_by_name['privacy']._loaded_options = None
+  _globals['_APPENDTURNREQUEST'].fields_by_name['privacy']._serialized_options = b'\342A\001\001'
+  _globals['_SUMMARIZESESSIONREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_SUMMARIZESESSIONREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
+  _globals['_SUMMARIZESESSIONREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_SUMMARIZESESSIONREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\002'
+  _globals['_IMPORTSTATUS']._serialized_start=5241
+  _globals['_IMPORTSTATUS']._serialized_end=5371
+  _globals['_PATCHSTATUS']._serialized_start=5374
+  _globals['_PATCHSTATUS']._serialized_end=5570
+  _globals['_FORGETMODE']._serialized_start=5572
+  _globals['_FORGETMODE']._serialized_end=5663
+  _globals['_HISTORYEVENTTYPE']._serialized_start=5666
+  _globals['_HISTORYEVENTTYPE']._serialized_end=5911
+  _globals['_TURNROLE']._serialized_start=5913
+  _globals['_TURNROLE']._serialized_end=6037
+  _globals['_REMEMBERREQUEST']._serialized_start=275
+  _globals['_REMEMBERREQUEST']._serialized_end=774
+  _globals['_REMEMBERRESPONSE']._serialized_start=776
+  _globals['_REMEMBERRESPONSE']._serialized_end=858
+  _globals['_IMPORTITEM']._serialized_start=861
+  _globals['_IMPORTITEM']._serialized_end=1275
+  _globals['_IMPORTMEMORIESREQUEST']._serialized_start=1278
+  _globals['_IMPORTMEMORIESREQUEST']._serialized_end=1431
+  _globals['_IMPORTRESULT']._serialized_start=1433
+  _globals['_IMPORTRESULT']._serialized_end=1543
+  _globals['_IMPORTMEMORIESRESPONSE']._serialized_start=1546
+  _globals['_IMPORTMEMORIESRESPONSE']._serialized_end=1691
+  _globals['_GETMEMORYREQUEST']._serialized_start=1693
+  _globals['_GETMEMORYREQUEST']._serialized_end=1754
+  _globals['_GETMEMORYRESPONSE']._serialized_start=1756
+  _globals['_GETMEMORYRESPONSE']._serialized_end=1817
+  _globals['_LISTMEMORIESREQUEST']._serialized_start=1820
+  _globals['_LISTMEMORIESREQUEST']._serialized_end=1994
+  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1996
+  _globals['_LISTMEMORIESRESPONSE']._serialized_end=2087
+  _globals['_MEMORYPATCH']._serialized_start=2090
+  _globals['_MEMORYPATCH']._serialized_end=2425
+  _globals['_TAGLIST']._serialized_start=2427
+  _globals['_TAGLIST']._serialized_end=2458
+  _globals['_MODIFYMEMORIESREQUEST']._serialized_start=2461
+  _globals['_MODIFYMEMORIESREQUEST']._serialized_end=2660
+  _globals['_PATCHRESULT']._serialized_start=2663
+  _globals['_PATCHRESULT']._serialized_end=2834
+  _globals['_MODIFYMEMORIESRESPONSE']._serialized_start=2836
+  _globals['_MODIFYMEMORIESRESPONSE']._serialized_end=2907
+  _globals['_DELETEMEMORYREQUEST']._serialized_start=2910
+  _globals['_DELETEMEMORYREQUEST']._serialized_end=3084
+  _globals['_DELETEMEMORYRESPONSE']._serialized_start=3086
+  _globals['_DELETEMEMORYRESPONSE']._serialized_end=3150
+  _globals['_FORGETMEMORIESREQUEST']._serialized_start=3153
+  _globals['_FORGETMEMORIESREQUEST']._serialized_end=3511
+  _globals['_FORGETCANDIDATE']._serialized_start=3513
+  _globals['_FORGETCANDIDATE']._serialized_end=3592
+  _globals['_FORGETMEMORIESRESPONSE']._serialized_start=3595
+  _globals['_FORGETMEMORIESRESPONSE']._serialized_end=3789
+  _globals['_RECOVERMEMORYREQUEST']._serialized_start=3792
+  _globals['_RECOVERMEMORYREQUEST']._serialized_end=3946
+  _globals['_RECOVERMEMORYRESPONSE']._serialized_start=3948
+  _globals['_RECOVERMEMORYRESPONSE']._serialized_end=4013
+  _globals['_HISTORYEVENT']._serialized_start=4016
+  _globals['_HISTORYEVENT']._serialized_end=4335
+  _globals['_LISTMEMORYHISTORYREQUEST']._serialized_start=4337
+  _globals['_LISTMEMORYHISTORYREQUEST']._serialized_end=4464
+  _globals['_APPENDTURNREQUEST']._serialized_start=4467
+  _globals['_APPENDTURNREQUEST']._serialized_end=4806
+  _globals['_APPENDTURNRESPONSE']._serialized_start=4809
+  _globals['_APPENDTURNRESPONSE']._serialized_end=4971
+  _globals['_SUMMARIZESESSIONREQUEST']._serialized_start=4973
+  _globals['_SUMMARIZESESSIONREQUEST']._serialized_end=5049
+  _globals['_SUMMARIZESESSIONRESPONSE']._serialized_start=5051
+  _globals['_SUMMARIZESESSIONRESPONSE']._serialized_end=5137
+  _globals['_LISTMEMORYHISTORYRESPONSE']._serialized_start=5139
+  _globals['_LISTMEMORYHISTORYRESPONSE']._serialized_end=5238
+  _globals['_MEMORYSTORESERVICE']._serialized_start=6040
+  _globals['_MEMORYSTORESERVICE']._serialized_end=7106
 # @@protoc_insertion_point(module_scope)

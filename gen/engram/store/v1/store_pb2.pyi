@@ -6,7 +6,9 @@ isort:skip_file
 from collections import abc as _abc
 from engram.common.v1 import memory_pb2 as _memory_pb2
 from engram.common.v1 import pii_policy_pb2 as _pii_policy_pb2
+from engram.common.v1 import privacy_pb2 as _privacy_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -170,6 +172,38 @@ HISTORY_EVENT_TYPE_PURGED: HistoryEventType.ValueType  # 6
 """
 Global___HistoryEventType: _TypeAlias = HistoryEventType  # noqa: Y015
 
+class _TurnRole:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TurnRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TurnRole.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TURN_ROLE_UNSPECIFIED: _TurnRole.ValueType  # 0
+    """Never valid."""
+    TURN_ROLE_USER: _TurnRole.ValueType  # 1
+    """The person talking to the assistant (the only role the intent gate reads)."""
+    TURN_ROLE_ASSISTANT: _TurnRole.ValueType  # 2
+    """The assistant."""
+    TURN_ROLE_SYSTEM: _TurnRole.ValueType  # 3
+    """A system or harness message."""
+    TURN_ROLE_TOOL: _TurnRole.ValueType  # 4
+    """A tool's output."""
+
+class TurnRole(_TurnRole, metaclass=_TurnRoleEnumTypeWrapper):
+    """Who spoke a conversation turn."""
+
+TURN_ROLE_UNSPECIFIED: TurnRole.ValueType  # 0
+"""Never valid."""
+TURN_ROLE_USER: TurnRole.ValueType  # 1
+"""The person talking to the assistant (the only role the intent gate reads)."""
+TURN_ROLE_ASSISTANT: TurnRole.ValueType  # 2
+"""The assistant."""
+TURN_ROLE_SYSTEM: TurnRole.ValueType  # 3
+"""A system or harness message."""
+TURN_ROLE_TOOL: TurnRole.ValueType  # 4
+"""A tool's output."""
+Global___TurnRole: _TypeAlias = TurnRole  # noqa: Y015
+
 @_typing.final
 class RememberRequest(_message.Message):
     """Request for Remember."""
@@ -187,6 +221,9 @@ class RememberRequest(_message.Message):
     SOURCE_TYPE_FIELD_NUMBER: _builtins.int
     SOURCE_ID_FIELD_NUMBER: _builtins.int
     EVENT_TIME_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    PRIVACY_FIELD_NUMBER: _builtins.int
     PII_POLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
@@ -214,6 +251,17 @@ class RememberRequest(_message.Message):
     """What kind of source produced it."""
     source_id: _builtins.str
     """The source's own identifier."""
+    session_id: _builtins.str
+    """The conversation session this memory belongs to: 1 to 128 characters,
+    without whitespace or control characters; empty for none. Filter on it
+    with MemoryFilter.session_id.
+    """
+    privacy: _privacy_pb2.PrivacyLevel.ValueType
+    """The privacy level of the person this memory is about; the stricter of it
+    and the namespace's configured level applies. PARTIAL refuses a
+    long-term memory (no `ttl`), FULL refuses every memory, both with
+    FAILED_PRECONDITION / PRIVACY_BLOCKED and nothing written.
+    """
     pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
     """What to do with personal data and secrets found in `content` (see
     engram.common.v1.PiiPolicy); unset means the namespace's configured
@@ -231,6 +279,18 @@ class RememberRequest(_message.Message):
         [0, 999999999]; kept exactly, to the nanosecond.
         """
 
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """Makes this a short-term memory that expires `ttl` after it is stored
+        (Memory.expire_time); unset means long-term (never expires). Must be
+        positive and at most 366 days (`"ttl": "3s"` in grpcurl JSON). When the
+        content equals a live memory of the namespace, that memory is returned
+        (`deduplicated`) and lives at least as long as this request asks: an
+        earlier expire_time is moved to this one's, or cleared when this request
+        is long-term (a `modified` history event records it); a duplicate never
+        shortens a memory's life.
+        """
+
     def __init__(
         self,
         *,
@@ -245,11 +305,14 @@ class RememberRequest(_message.Message):
         source_type: _builtins.str = ...,
         source_id: _builtins.str = ...,
         event_time: _timestamp_pb2.Timestamp | None = ...,
+        session_id: _builtins.str = ...,
+        ttl: _duration_pb2.Duration | None = ...,
+        privacy: _privacy_pb2.PrivacyLevel.ValueType = ...,
         pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "privacy", b"privacy", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -303,6 +366,8 @@ class ImportItem(_message.Message):
     SOURCE_TYPE_FIELD_NUMBER: _builtins.int
     SOURCE_ID_FIELD_NUMBER: _builtins.int
     EVENT_TIME_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
     PII_POLICY_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """See RememberRequest.content."""
@@ -320,6 +385,8 @@ class ImportItem(_message.Message):
     """See RememberRequest.source_type."""
     source_id: _builtins.str
     """See RememberRequest.source_id."""
+    session_id: _builtins.str
+    """See RememberRequest.session_id."""
     pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
     """See RememberRequest.pii_policy; unset means the message's `pii_policy`,
     then the namespace's. A rejected item fails alone (status FAILED, its
@@ -332,6 +399,10 @@ class ImportItem(_message.Message):
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp:
         """See RememberRequest.event_time."""
+
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """See RememberRequest.ttl."""
 
     def __init__(
         self,
@@ -346,11 +417,13 @@ class ImportItem(_message.Message):
         source_type: _builtins.str = ...,
         source_id: _builtins.str = ...,
         event_time: _timestamp_pb2.Timestamp | None = ...,
+        session_id: _builtins.str = ...,
+        ttl: _duration_pb2.Duration | None = ...,
         pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pii_policy", b"pii_policy", "pinned", b"pinned", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -1205,6 +1278,177 @@ class ListMemoryHistoryRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListMemoryHistoryRequest: _TypeAlias = ListMemoryHistoryRequest  # noqa: Y015
+
+@_typing.final
+class AppendTurnRequest(_message.Message):
+    """Request for AppendTurn."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    WHO_FIELD_NUMBER: _builtins.int
+    EVENT_TIME_FIELD_NUMBER: _builtins.int
+    SOURCE_ID_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    PRIVACY_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    session_id: _builtins.str
+    """The conversation session: 1 to 128 characters, without whitespace or
+    control characters.
+    """
+    role: Global___TurnRole.ValueType
+    """Who spoke."""
+    content: _builtins.str
+    """What was said; same rules as RememberRequest.content (prefixes included)."""
+    who: _builtins.str
+    """The speaker's name (a user id, an agent name); empty means the role's
+    name (`user`, `assistant`, `system`, `tool`).
+    """
+    source_id: _builtins.str
+    """The harness's own id of the turn (a message id), kept as source_id."""
+    privacy: _privacy_pb2.PrivacyLevel.ValueType
+    """The speaker's privacy level (see engram.common.v1.PrivacyLevel)."""
+    @_builtins.property
+    def event_time(self) -> _timestamp_pb2.Timestamp:
+        """When the turn was said; unset means now (see RememberRequest.event_time)."""
+
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """How long the short-term memory lives; unset means
+        `sessions.turn_ttl_ms` (12 hours). Same bounds as RememberRequest.ttl.
+        Ignored when the turn is promoted to long-term memory.
+        """
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        role: Global___TurnRole.ValueType = ...,
+        content: _builtins.str = ...,
+        who: _builtins.str = ...,
+        event_time: _timestamp_pb2.Timestamp | None = ...,
+        source_id: _builtins.str = ...,
+        ttl: _duration_pb2.Duration | None = ...,
+        privacy: _privacy_pb2.PrivacyLevel.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event_time", b"event_time", "ttl", b"ttl"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_time", b"event_time", "namespace", b"namespace", "privacy", b"privacy", "role", b"role", "session_id", b"session_id", "source_id", b"source_id", "ttl", b"ttl", "who", b"who"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendTurnRequest: _TypeAlias = AppendTurnRequest  # noqa: Y015
+
+@_typing.final
+class AppendTurnResponse(_message.Message):
+    """Response for AppendTurn."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    CAPTURED_FIELD_NUMBER: _builtins.int
+    LONG_TERM_INTENT_FIELD_NUMBER: _builtins.int
+    PROMOTED_FIELD_NUMBER: _builtins.int
+    DEDUPLICATED_FIELD_NUMBER: _builtins.int
+    NOTICE_FIELD_NUMBER: _builtins.int
+    captured: _builtins.bool
+    """False when the privacy level is FULL: nothing was written."""
+    long_term_intent: _builtins.bool
+    """The intent gate matched: the turn asked to be remembered long-term."""
+    promoted: _builtins.bool
+    """The turn was kept as long-term memory (no expire_time)."""
+    deduplicated: _builtins.bool
+    """The content equalled a live memory of the namespace; nothing new was stored."""
+    notice: _builtins.str
+    """When the privacy level stopped a capture or a promotion: a sentence an
+    assistant can relay to the person as it stands. Empty otherwise.
+    """
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """The memory holding the turn (the existing one when `deduplicated`);
+        unset when nothing was captured.
+        """
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        captured: _builtins.bool = ...,
+        long_term_intent: _builtins.bool = ...,
+        promoted: _builtins.bool = ...,
+        deduplicated: _builtins.bool = ...,
+        notice: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["captured", b"captured", "deduplicated", b"deduplicated", "long_term_intent", b"long_term_intent", "memory", b"memory", "notice", b"notice", "promoted", b"promoted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendTurnResponse: _TypeAlias = AppendTurnResponse  # noqa: Y015
+
+@_typing.final
+class SummarizeSessionRequest(_message.Message):
+    """Request for SummarizeSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    session_id: _builtins.str
+    """The session to summarise (see AppendTurnRequest.session_id)."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SummarizeSessionRequest: _TypeAlias = SummarizeSessionRequest  # noqa: Y015
+
+@_typing.final
+class SummarizeSessionResponse(_message.Message):
+    """Response for SummarizeSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    ALREADY_QUEUED_FIELD_NUMBER: _builtins.int
+    TURN_COUNT_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """The summarize_session job's id (its progress shows in the pipeline's
+    GetStatus and the store's job counts).
+    """
+    already_queued: _builtins.bool
+    """A job for the session was already pending: `job_id` is that job."""
+    turn_count: _builtins.int
+    """How many live short-term memories of the session there were when queued."""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        already_queued: _builtins.bool = ...,
+        turn_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["already_queued", b"already_queued", "job_id", b"job_id", "turn_count", b"turn_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SummarizeSessionResponse: _TypeAlias = SummarizeSessionResponse  # noqa: Y015
 
 @_typing.final
 class ListMemoryHistoryResponse(_message.Message):

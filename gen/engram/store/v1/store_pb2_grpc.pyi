@@ -176,6 +176,50 @@ class MemoryStoreServiceStub:
     page_size over 500, bad page token); NOT_FOUND (no memory and no history
     with that id).
     """
+    AppendTurn: _grpc.UnaryUnaryMultiCallable[_store_pb2.AppendTurnRequest, _store_pb2.AppendTurnResponse]
+    """Captures one conversation turn as short-term memory of its session, in
+    one durable call (committed before the reply, like Remember). The turn
+    becomes a memory with the session's `session_id`, type `episodic`,
+    source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+    turn.tool), `who` the request's or else the role's name, and an
+    expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+    never extracted.
+
+    The explicit long-term intent gate (seed 001): a USER turn that asks to
+    be remembered ("remember that ...", "don't forget ...", "note that ...",
+    "commit this to memory", "for future reference", "覚えておいて",
+    "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+    kept as long-term memory instead: no expire_time, its type inferred from
+    its content as Remember does, extracted when the pipeline is on; it still
+    carries its session_id. `promoted` says so. Other turns, and turns of
+    other roles, stay short-term.
+
+    Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+    (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+    remembered is kept short-term only (`long_term_intent` true, `promoted`
+    false, `notice` a sentence to relay). Same content as a live memory of
+    the namespace returns that memory (`deduplicated`), which then lives at
+    least as long as this turn asks (see RememberRequest.ttl).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+    role unspecified, content empty or over 64 KiB, who over 256 characters,
+    source_id over 512, bad ttl or event_time); UNAVAILABLE
+    (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+    """
+    SummarizeSession: _grpc.UnaryUnaryMultiCallable[_store_pb2.SummarizeSessionRequest, _store_pb2.SummarizeSessionResponse]
+    """Queues a summarize_session job (leased, retried and audited like every
+    job) whose worker, the pipeline's LLM, writes the session's summary: a
+    memory of type `session_summary` in the session, expiring after
+    `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+    summary (newer wins). The summary covers the session's live short-term
+    memories at the time the job is leased. A job already pending for the
+    session is returned instead of a second one (`already_queued`).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the session has no live short-term memory to
+    summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+    level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+    """
 
 @_typing.type_check_only
 class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
@@ -324,6 +368,50 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
     page_size over 500, bad page token); NOT_FOUND (no memory and no history
     with that id).
+    """
+    AppendTurn: _aio.UnaryUnaryMultiCallable[_store_pb2.AppendTurnRequest, _store_pb2.AppendTurnResponse]  # type: ignore[assignment]
+    """Captures one conversation turn as short-term memory of its session, in
+    one durable call (committed before the reply, like Remember). The turn
+    becomes a memory with the session's `session_id`, type `episodic`,
+    source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+    turn.tool), `who` the request's or else the role's name, and an
+    expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+    never extracted.
+
+    The explicit long-term intent gate (seed 001): a USER turn that asks to
+    be remembered ("remember that ...", "don't forget ...", "note that ...",
+    "commit this to memory", "for future reference", "覚えておいて",
+    "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+    kept as long-term memory instead: no expire_time, its type inferred from
+    its content as Remember does, extracted when the pipeline is on; it still
+    carries its session_id. `promoted` says so. Other turns, and turns of
+    other roles, stay short-term.
+
+    Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+    (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+    remembered is kept short-term only (`long_term_intent` true, `promoted`
+    false, `notice` a sentence to relay). Same content as a live memory of
+    the namespace returns that memory (`deduplicated`), which then lives at
+    least as long as this turn asks (see RememberRequest.ttl).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+    role unspecified, content empty or over 64 KiB, who over 256 characters,
+    source_id over 512, bad ttl or event_time); UNAVAILABLE
+    (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+    """
+    SummarizeSession: _aio.UnaryUnaryMultiCallable[_store_pb2.SummarizeSessionRequest, _store_pb2.SummarizeSessionResponse]  # type: ignore[assignment]
+    """Queues a summarize_session job (leased, retried and audited like every
+    job) whose worker, the pipeline's LLM, writes the session's summary: a
+    memory of type `session_summary` in the session, expiring after
+    `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+    summary (newer wins). The summary covers the session's live short-term
+    memories at the time the job is leased. A job already pending for the
+    session is returned instead of a second one (`already_queued`).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the session has no live short-term memory to
+    summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+    level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -524,6 +612,62 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
         page_size over 500, bad page token); NOT_FOUND (no memory and no history
         with that id).
+        """
+
+    @_abc_1.abstractmethod
+    def AppendTurn(
+        self,
+        request: _store_pb2.AppendTurnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.AppendTurnResponse, _abc.Awaitable[_store_pb2.AppendTurnResponse]]:
+        """Captures one conversation turn as short-term memory of its session, in
+        one durable call (committed before the reply, like Remember). The turn
+        becomes a memory with the session's `session_id`, type `episodic`,
+        source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+        turn.tool), `who` the request's or else the role's name, and an
+        expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+        never extracted.
+
+        The explicit long-term intent gate (seed 001): a USER turn that asks to
+        be remembered ("remember that ...", "don't forget ...", "note that ...",
+        "commit this to memory", "for future reference", "覚えておいて",
+        "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+        kept as long-term memory instead: no expire_time, its type inferred from
+        its content as Remember does, extracted when the pipeline is on; it still
+        carries its session_id. `promoted` says so. Other turns, and turns of
+        other roles, stay short-term.
+
+        Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+        (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+        remembered is kept short-term only (`long_term_intent` true, `promoted`
+        false, `notice` a sentence to relay). Same content as a live memory of
+        the namespace returns that memory (`deduplicated`), which then lives at
+        least as long as this turn asks (see RememberRequest.ttl).
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+        role unspecified, content empty or over 64 KiB, who over 256 characters,
+        source_id over 512, bad ttl or event_time); UNAVAILABLE
+        (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+        """
+
+    @_abc_1.abstractmethod
+    def SummarizeSession(
+        self,
+        request: _store_pb2.SummarizeSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.SummarizeSessionResponse, _abc.Awaitable[_store_pb2.SummarizeSessionResponse]]:
+        """Queues a summarize_session job (leased, retried and audited like every
+        job) whose worker, the pipeline's LLM, writes the session's summary: a
+        memory of type `session_summary` in the session, expiring after
+        `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+        summary (newer wins). The summary covers the session's live short-term
+        memories at the time the job is leased. A job already pending for the
+        session is returned instead of a second one (`already_queued`).
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+        malformed); NOT_FOUND (the session has no live short-term memory to
+        summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+        level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -145,6 +145,7 @@ class Job(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     CONTENT_HASH_FIELD_NUMBER: _builtins.int
     DOCUMENT_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Job id."""
     job_type: _job_pb2.JobType.ValueType
@@ -165,6 +166,12 @@ class Job(_message.Message):
     """The memory's content hash at lease time."""
     document_id: _builtins.str
     """The document the job is about (document_ingest jobs; memory_id is then empty)."""
+    session_id: _builtins.str
+    """The session a summarize_session job is about (memory_id is then empty,
+    and `content` holds the session's transcript at lease time: its live
+    short-term memories oldest first, one `[time] who: text` line each, at
+    most the newest 200).
+    """
     def __init__(
         self,
         *,
@@ -178,10 +185,11 @@ class Job(_message.Message):
         content: _builtins.str = ...,
         content_hash: _builtins.str = ...,
         document_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "content", b"content", "content_hash", b"content_hash", "document_id", b"document_id", "id", b"id", "job_type", b"job_type", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "memory_id", b"memory_id", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "content", b"content", "content_hash", b"content_hash", "document_id", b"document_id", "id", b"id", "job_type", b"job_type", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "memory_id", b"memory_id", "namespace", b"namespace", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -918,6 +926,72 @@ class CompleteExtractJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompleteExtractJobResponse: _TypeAlias = CompleteExtractJobResponse  # noqa: Y015
+
+@_typing.final
+class CompleteSummarizeJobRequest(_message.Message):
+    """Request for CompleteSummarizeJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    summary: _builtins.str
+    """The summary text, at most 8000 characters."""
+    model: _builtins.str
+    """The LLM model that wrote it (recorded in the memory's history)."""
+    @_builtins.property
+    def lease(self) -> Global___JobLease:
+        """The summarize_session job's lease."""
+
+    def __init__(
+        self,
+        *,
+        lease: Global___JobLease | None = ...,
+        summary: _builtins.str = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "model", b"model", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteSummarizeJobRequest: _TypeAlias = CompleteSummarizeJobRequest  # noqa: Y015
+
+@_typing.final
+class CompleteSummarizeJobResponse(_message.Message):
+    """Response for CompleteSummarizeJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
+    PRIVACY_BLOCKED_FIELD_NUMBER: _builtins.int
+    outcome: Global___LeaseOutcome.ValueType
+    """OK, or LEASE_LOST (nothing was written)."""
+    memory_id: _builtins.str
+    """The stored summary memory's id; empty when superseded, blocked or lost."""
+    superseded_by: _builtins.str
+    """A newer summary of the session already exists: its id (nothing stored)."""
+    privacy_blocked: _builtins.bool
+    """The namespace's privacy level is FULL: nothing stored."""
+    def __init__(
+        self,
+        *,
+        outcome: Global___LeaseOutcome.ValueType = ...,
+        memory_id: _builtins.str = ...,
+        superseded_by: _builtins.str = ...,
+        privacy_blocked: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_id", b"memory_id", "outcome", b"outcome", "privacy_blocked", b"privacy_blocked", "superseded_by", b"superseded_by"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteSummarizeJobResponse: _TypeAlias = CompleteSummarizeJobResponse  # noqa: Y015
 
 @_typing.final
 class GetQueueStatsRequest(_message.Message):

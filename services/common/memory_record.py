@@ -20,6 +20,11 @@ MEMORY_TYPES = (
     "session_summary",  # a session's summary (SummarizeSession)
 )
 
+# Never folded into a near-duplicate (seed 004 §3): a document chunk belongs to
+# its document; session turns and summaries expire on their own schedule. So is
+# any memory with an expiry.
+NEVER_MERGED_TYPES = frozenset({"document_chunk", "episodic", "session_summary"})
+
 
 @dataclass(frozen=True)
 class MemoryRecord:

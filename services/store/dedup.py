@@ -17,7 +17,7 @@ from typing import Any
 from services.common import clock
 from services.common.errors import Violations
 from services.common.importance import effective_importance
-from services.common.memory_record import MemoryRecord
+from services.common.memory_record import NEVER_MERGED_TYPES, MemoryRecord
 from services.common.validation import validate_id
 from services.store import mutations, rules
 from services.store import repository as repo
@@ -122,10 +122,14 @@ class DedupStore:
 
 
 def _live(conn: Any, namespace: str, memory_id: str) -> MemoryRecord | None:
+    """The memory when it is live and may be merged (memory_record.NEVER_MERGED_TYPES)."""
     row = repo.fetch_one(conn, repo.get_memory_query(namespace, memory_id))
     if row is None or row["is_deleted"]:
         return None
-    return MemoryRecord.from_row(row)
+    record = MemoryRecord.from_row(row)
+    if record.type in NEVER_MERGED_TYPES or record.expire_at is not None:
+        return None
+    return record
 
 
 def _united(

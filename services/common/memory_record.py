@@ -50,6 +50,9 @@ class MemoryRecord:
     last_accessed: str | None
     session_id: str = ""
     expire_at: str | None = None  # set: a short-term memory, gone from reads from then on
+    categories: tuple[str, ...] = ()  # the extraction model's (pipeline memories)
+    temporal_class: str = ""  # permanent | long_term | short_term; "" not classified
+    valid_until: str | None = None  # when a short-term fact stops being true
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
@@ -76,4 +79,7 @@ class MemoryRecord:
             last_accessed=row["last_accessed"],
             session_id=row["session_id"] or "",
             expire_at=row["expire_at"],
+            categories=tuple(json.loads(row["categories"])),
+            temporal_class=row["temporal_class"],
+            valid_until=row["valid_until"],
         )

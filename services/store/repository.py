@@ -20,7 +20,8 @@ from services.common.memory_filter import (
 MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
     "source_type, source_id, version, is_deleted, deleted_at, created_at, updated_at, "
-    "event_time, access_count, last_accessed, session_id, expire_at"
+    "event_time, access_count, last_accessed, session_id, expire_at, categories, "
+    "temporal_class, valid_until"
 )
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
@@ -231,6 +232,9 @@ class MemoryRow(NamedTuple):
     source_memory_id: str | None = None
     session_id: str | None = None
     expire_at: str | None = None
+    categories: str = "[]"  # JSON list
+    temporal_class: str = ""
+    valid_until: str | None = None
 
 
 # Rows per multi-row INSERT (at most 21 parameters a row, far below SQLite's limit).
@@ -257,8 +261,8 @@ def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
         "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
         "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
         "updated_at, event_time, extraction_status, extraction_model, source_memory_id, "
-        "session_id, expire_at) VALUES ",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "session_id, expire_at, categories, temporal_class, valid_until) VALUES ",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(*row[:14], row[13], *row[14:]) for row in rows],
     )
 

@@ -181,6 +181,30 @@ class PiiSettings(_Section):
         return namespaces
 
 
+class DedupSettings(_Section):
+    """`dedup.*`: near-duplicates after embedding (seed 004 §3; services/pipeline/near_dup.py).
+    Off by default: turning it on folds memories together, so a deployment
+    opts in once it has checked the thresholds on its own data."""
+
+    enabled: bool = False
+    # cosine at or above: merged without asking (the newer into the older)
+    merge_similarity: float = Field(0.98, ge=0.0, le=1.0)
+    # cosine at or above (and below merge_similarity): the LLM decides merge,
+    # replace or keep both, when memory.pipelineV2.enabled; kept otherwise
+    review_similarity: float = Field(0.70, ge=0.0, le=1.0)
+    # embedded memories waiting for their check; beyond it, checks are skipped
+    queue_size: int = Field(10000, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _review_below_merge(self) -> DedupSettings:
+        if self.review_similarity > self.merge_similarity:
+            raise ValueError(
+                f"dedup.review_similarity ({self.review_similarity}) must not exceed "
+                f"dedup.merge_similarity ({self.merge_similarity})"
+            )
+        return self
+
+
 class SearchSettings(_Section):
     # seed 002 "Alpha Blending"
     alpha: float = Field(0.7, ge=0.0, le=1.0)
@@ -193,6 +217,9 @@ class SearchSettings(_Section):
     channel_depth: int = Field(100, ge=10, le=1000)
     vector_candidates: int = Field(400, ge=0, le=10000)
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
+    # a memory past its valid_until (seed 004 §5) ranks with its score times this;
+    # 1 turns it off
+    expired_weight: float = Field(0.5, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)
     diversity_penalty: float = Field(0.03, ge=0.0, le=1.0)
@@ -474,6 +501,7 @@ class Config(BaseSettings):
 
     memory: MemorySettings = MemorySettings()
     pii: PiiSettings = PiiSettings()
+    dedup: DedupSettings = DedupSettings()
     search: SearchSettings = SearchSettings()
     storage: StorageSettings = StorageSettings()
     retention: RetentionSettings = RetentionSettings()

@@ -19,7 +19,7 @@ MEMORY_COLUMNS = (
     "m.rowid AS rowid, m.id, m.namespace, m.content, m.content_hash, m.type, m.importance, "
     "m.tags, m.pinned, m.who, m.why, m.source_type, m.source_id, m.version, m.is_deleted, "
     "m.deleted_at, m.created_at, m.updated_at, m.event_time, m.access_count, m.last_accessed, "
-    "m.session_id, m.expire_at, m.valid_from, m.valid_until"
+    "m.session_id, m.expire_at, m.valid_from, m.valid_until, m.categories, m.temporal_class"
 )
 
 
@@ -195,6 +195,17 @@ def memories_by_rowid(namespace: str, rowids: Sequence[int], as_of: str | None =
         f"WHERE m.rowid IN ({marks}) AND {live_sql('m', keep_plan=True, as_of=as_of)} "
         "AND +m.namespace = ?",
         [*rowids, namespace],
+    )
+
+
+def expired_rowids(namespace: str, rowids: Sequence[int], now: str) -> Query:
+    """The rowids among these whose fact stopped being true before `now`
+    (valid_until, set on short-term pipeline memories)."""
+    marks = ", ".join("?" * len(rowids))
+    return (
+        f"SELECT m.rowid FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ? "
+        "AND m.valid_until IS NOT NULL AND m.valid_until < ?",
+        [*rowids, namespace, now],
     )
 
 

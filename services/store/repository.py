@@ -21,7 +21,8 @@ from services.common.memory_filter import (
 MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
     "source_type, source_id, version, is_deleted, deleted_at, created_at, updated_at, "
-    "event_time, access_count, last_accessed, session_id, expire_at, valid_from, valid_until"
+    "event_time, access_count, last_accessed, session_id, expire_at, categories, "
+    "temporal_class, valid_until, valid_from"
 )
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
@@ -241,6 +242,9 @@ class MemoryRow(NamedTuple):
     source_memory_id: str | None = None
     session_id: str | None = None
     expire_at: str | None = None
+    categories: str = "[]"  # JSON list
+    temporal_class: str = ""
+    valid_until: str | None = None
     valid_from: str | None = None  # None: the event time (services/common/memory_record.py)
 
 
@@ -268,8 +272,8 @@ def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
         "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
         "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
         "updated_at, event_time, extraction_status, extraction_model, source_memory_id, "
-        "session_id, expire_at, valid_from) VALUES ",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "session_id, expire_at, categories, temporal_class, valid_until, valid_from) VALUES ",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(*row[:14], row[13], *row[14:-1], row.valid_from or row.event_time) for row in rows],
     )
 

@@ -198,17 +198,6 @@ def memories_by_rowid(namespace: str, rowids: Sequence[int], as_of: str | None =
     )
 
 
-def expired_rowids(namespace: str, rowids: Sequence[int], now: str) -> Query:
-    """The rowids among these whose fact stopped being true before `now`
-    (valid_until, set on short-term pipeline memories)."""
-    marks = ", ".join("?" * len(rowids))
-    return (
-        f"SELECT m.rowid FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ? "
-        "AND m.valid_until IS NOT NULL AND m.valid_until < ?",
-        [*rowids, namespace, now],
-    )
-
-
 def decay_inputs(namespace: str, rowids: Sequence[int]) -> Query:
     """(rowid, importance, pinned, last_accessed, created_at) for decay ranking."""
     marks = ", ".join("?" * len(rowids))

@@ -35,7 +35,7 @@ from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import normalized_f32
 from services.search import queries
 from services.search.access import AccessRecorder
-from services.search.decay import apply_decay, apply_expiry
+from services.search.decay import apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.rerank import Reranker, rerank_head
@@ -78,7 +78,6 @@ class RecallParams:
     graph_boost_weight: float = 0.15
     graph_boost_timeout_s: float = 0.5
     decay_rate: float | None = None  # memory.decay_rate when search.decay_ranking, else off
-    expired_weight: float = 0.5  # search.expired_weight (services.search.decay.apply_expiry)
 
 
 @dataclass(frozen=True)
@@ -297,7 +296,6 @@ class Recaller:
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
         boost(pool, params, windows)
-        await apply_expiry(reads, namespace, pool, self._params.expired_weight)
         if self._params.decay_rate is not None:
             await apply_decay(reads, namespace, pool, self._params.decay_rate)
         picked = select(pool, limit, params.diversity_penalty, min_score, confidence)

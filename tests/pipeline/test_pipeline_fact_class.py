@@ -96,22 +96,6 @@ def test_a_fact_without_the_new_fields_is_unclassified() -> None:
 
 
 def facts_for(memory: str) -> list[dict[str, Any]]:
-    if "rotation" in memory:  # the same words twice: equal keyword scores
-        return [
-            {
-                "content": "Bob covers the on-call rotation",
-                "type": "fact",
-                "confidence": 0.9,
-                "temporal": "short_term",
-                "valid_until": "2020-01-05",
-            },
-            {
-                "content": "The on-call rotation covers Bob",
-                "type": "fact",
-                "confidence": 0.9,
-                "temporal": "long_term",
-            },
-        ]
     if "standup" in memory:
         return [
             {
@@ -192,24 +176,3 @@ def test_extract_rpc_returns_the_new_fields(stack: Stack) -> None:
     assert fact.temporal_class == memory_pb2.TEMPORAL_CLASS_SHORT_TERM
     assert list(fact.categories) == ["team_workflow", "meetings"]
     assert fact.valid_until.ToJsonString() == "2026-12-01T23:59:59Z"
-
-
-def test_a_memory_past_its_valid_until_ranks_below_a_valid_one(stack: Stack) -> None:
-    stack.remember("on-call rotation notes")
-    wait_for(
-        lambda: len([m for m in listed(stack) if m.who == "pipeline-v2"]) == 2,
-        what="facts written",
-    )
-    results = stack.search.Recall(
-        search_pb2.RecallRequest(
-            query="on-call rotation Bob", filter=memory_pb2.MemoryFilter(types=["fact"])
-        ),
-        timeout=30,
-    ).results
-    contents = [r.memory.content for r in results if r.memory.who == "pipeline-v2"]
-    # written first (the lower rowid wins a tie), yet second: it expired in 2020
-    assert contents == ["The on-call rotation covers Bob", "Bob covers the on-call rotation"]
-    expired = next(r for r in results if r.memory.content.startswith("Bob"))
-    valid = next(r for r in results if r.memory.content.startswith("The on-call"))
-    assert expired.score < valid.score
-    assert expired.memory.valid_until.ToJsonString() == "2020-01-05T23:59:59Z"

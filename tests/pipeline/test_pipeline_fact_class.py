@@ -96,6 +96,22 @@ def test_a_fact_without_the_new_fields_is_unclassified() -> None:
 
 
 def facts_for(memory: str) -> list[dict[str, Any]]:
+    if "rotation" in memory:
+        return [
+            {
+                "content": "Bob covers the on-call rotation",
+                "type": "fact",
+                "confidence": 0.9,
+                "temporal": "short_term",
+                "valid_until": "2020-01-05",
+            },
+            {
+                "content": "The on-call rotation covers Bob",
+                "type": "fact",
+                "confidence": 0.9,
+                "temporal": "long_term",
+            },
+        ]
     if "standup" in memory:
         return [
             {
@@ -176,3 +192,32 @@ def test_extract_rpc_returns_the_new_fields(stack: Stack) -> None:
     assert fact.temporal_class == memory_pb2.TEMPORAL_CLASS_SHORT_TERM
     assert list(fact.categories) == ["team_workflow", "meetings"]
     assert fact.valid_until.ToJsonString() == "2026-12-01T23:59:59Z"
+
+
+def test_a_short_term_fact_past_its_valid_until_is_left_out_of_reads_of_now(stack: Stack) -> None:
+    """Seed 004 §5 with issue 17's valid time: the model's end of a short-term fact is
+    the memory's valid_until, so once past, List and Recall (valid now, by default)
+    leave it out; GetMemory still shows it, with its end."""
+    source = stack.remember("on-call rotation notes")
+    wait_for(
+        lambda: any(
+            m.content == "The on-call rotation covers Bob" for m in listed(stack, types=["fact"])
+        ),
+        what="facts written",
+    )
+    derived_now = [m.content for m in listed(stack, who="pipeline-v2")]
+    assert derived_now == ["The on-call rotation covers Bob"]
+    results = stack.search.Recall(
+        search_pb2.RecallRequest(
+            query="on-call rotation Bob", filter=memory_pb2.MemoryFilter(who="pipeline-v2")
+        ),
+        timeout=30,
+    ).results
+    assert [r.memory.content for r in results] == ["The on-call rotation covers Bob"]
+    explained = stack.store.ExplainMemory(store_pb2.ExplainMemoryRequest(id=source.id))
+    derived = {m.content: m for m in explained.derivations}
+    ended = derived["Bob covers the on-call rotation"]
+    assert ended.temporal_class == memory_pb2.TEMPORAL_CLASS_SHORT_TERM
+    assert ended.valid_until.ToJsonString() == "2020-01-05T23:59:59Z"
+    got = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=ended.id)).memory
+    assert got.valid_until == ended.valid_until

@@ -181,19 +181,22 @@ def entity_line_text(entity: EntityLine, show_namespace: bool) -> str:
 
 
 class Renderer:
-    """Lines and their token counts with one tokenizer; each line is counted with the
-    newline that ends the line before it, so a block's count is the sum of its lines'
-    (checked against the joined block's own count, which is what is returned)."""
+    """Lines and their token counts with one tokenizer. Each line is counted with the
+    newline that ends it, and the block ends with one, so the block's count is the sum
+    of its lines': a line holds no newline, does not end in whitespace and starts with
+    `-` or `#`, so neither tokenizer joins text across a line break (cl100k_base's
+    pre-tokenizer splits there: a newline stays alone or ends the line's last
+    punctuation; WordPiece splits on whitespace). The property test in
+    tests/search/test_search_context.py checks the sum against the block's own count."""
 
     def __init__(self, tokenizer: Tokenizer, show_namespace: bool) -> None:
         self.tokenizer = tokenizer
         self.show_namespace = show_namespace
-        self._newline = tokenizer.count("\n")
 
     def line(
         self, text: str, memory: MemoryRecord | None = None, entity: EntityLine | None = None
     ) -> Line:
-        return Line(text, self.tokenizer.count(text) + self._newline, memory, entity)
+        return Line(text, self.tokenizer.count(text + "\n"), memory, entity)
 
     def memory(self, memory: MemoryRecord) -> Line:
         return self.line(memory_line_text(memory, self.show_namespace), memory=memory)
@@ -207,7 +210,7 @@ class Renderer:
             if section.lines and section.header is not None:
                 texts.append(section.header.text)
                 texts.extend(line.text for line in section.lines)
-        return "\n".join(texts)
+        return "".join(f"{text}\n" for text in texts)
 
 
 def fill(section: Section, candidates: list[Line], allowance: int) -> int:
@@ -291,22 +294,14 @@ def layout(
     entities: Sequence[EntityLine],
     renderer: Renderer,
 ) -> tuple[list[Section], str, int]:
-    """The sections shown (in order, empty ones left out), the block, and its own token
+    """The sections shown (in order, empty ones left out), the block, and its token
     count (never above `budget`). Pure: every read happened before."""
     sections = [Section(kind, header=renderer.line(HEADERS[kind])) for kind, _ in SHARES]
     allocate(
         max(budget, 0), sections, candidates_for(pinned, relevant, session, entities, renderer)
     )
-    text = renderer.join(sections)
-    count = renderer.tokenizer.count(text) if text else 0
-    # should a tokenizer merge across a line break, so that the block counts more
-    # than its lines, the last lines go until it fits
-    while count > budget:
-        last = next(s for s in reversed(sections) if s.lines)
-        last.lines.pop()
-        text = renderer.join(sections)
-        count = renderer.tokenizer.count(text) if text else 0
-    return [s for s in sections if s.lines], text, count
+    shown = [s for s in sections if s.lines]
+    return shown, renderer.join(shown), sum(s.tokens for s in shown)
 
 
 class ContextAssembler:
@@ -351,17 +346,19 @@ class ContextAssembler:
         budget = self.budget_for(query, max(token_budget, 0))
         limit = recall_limit(budget)
         check_recall_request(query, limit, _NO_FILTER, bad)  # every violation, no read yet
-        pinned_task = asyncio.create_task(self._pinned(namespaces))
+        # what does not depend on Recall's answer is read while Recall runs
+        beside = asyncio.create_task(self._beside_recall(namespaces, query))
         try:
             outcome = await self._recaller.recall(namespaces, query, limit, _NO_FILTER)
-            pinned = await pinned_task
+            standing = await beside
         except BaseException:
-            pinned_task.cancel()
-            await asyncio.gather(pinned_task, return_exceptions=True)
+            beside.cancel()
+            await asyncio.gather(beside, return_exceptions=True)
             raise
         relevant = [hit.memory for hit in outcome.hits]
+        pinned = standing.pinned
         session: list[MemoryRecord] = []
-        entities = await self._entities(namespaces, query, [*session, *pinned, *relevant])
+        entities = await self._entities(standing, [*session, *pinned, *relevant])
         renderer = Renderer(self._tokenizer, show_namespace=len(namespaces) > 1)
         sections, text, count = layout(budget, pinned, relevant, session, entities, renderer)
         return AssembledContext(
@@ -374,48 +371,53 @@ class ContextAssembler:
             warnings=tuple(outcome.warnings),
         )
 
-    async def _pinned(self, namespaces: Sequence[str]) -> list[MemoryRecord]:
-        limit = self._params.pinned_limit
-        if limit <= 0:
-            return []
-        async with self._reads.snapshot() as reads:
-            rows = [
-                row
-                for namespace in namespaces
-                for row in await reads.fetch_all(queries.pinned_memories(namespace, limit))
-            ]
-        records = [MemoryRecord.from_row(row) for row in rows]
-        return sorted(records, key=lambda m: (-m.importance, _descending(m.updated_at), m.id))
-
-    async def _entities(
-        self, namespaces: Sequence[str], query: str, shown: list[MemoryRecord]
-    ) -> list[EntityLine]:
-        """The entities that the memories which may be shown name (most named first),
-        then those the query names, with their strongest relations; per namespace (the graph never
-        crosses namespaces)."""
-        limit = self._params.entity_limit
-        if limit <= 0:
-            return []
+    async def _beside_recall(self, namespaces: Sequence[str], query: str) -> _Standing:
+        """One snapshot: each namespace's pinned memories (most important first), and
+        whether it has a knowledge graph, with the entities the query names."""
+        standing = _Standing()
         tokens = query_tokens(query)
-        found: list[EntityLine] = []
         async with self._reads.snapshot() as reads:
             for namespace in namespaces:
-                ids = [m.id for m in shown if m.namespace == namespace]
-                rows = []
-                if ids:
-                    rows = await reads.fetch_all(queries.mentioned_entities(namespace, ids, limit))
-                named = {row[0]: (row[1], row[2]) for row in rows}
-                if tokens and len(named) < limit:
+                if self._params.pinned_limit > 0:
+                    rows = await reads.fetch_all(
+                        queries.pinned_memories(namespace, self._params.pinned_limit)
+                    )
+                    standing.pinned.extend(MemoryRecord.from_row(row) for row in rows)
+                if self._params.entity_limit <= 0:
+                    continue
+                if not (await reads.fetch_one(queries.has_entities(namespace)))[0]:
+                    continue
+                standing.graphs.append(namespace)
+                if tokens:
                     matched = await reads.fetch_all(
                         graph_queries.matching_entities(
                             namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
                         )
                     )
-                    extra = [row[0] for row in matched if row[0] not in named]
-                    extra = extra[: limit - len(named)]
-                    if extra:
-                        for row in await reads.fetch_all(queries.entities_by_id(namespace, extra)):
-                            named[row[0]] = (row[1], row[2])
+                    standing.query_entities[namespace] = [row[0] for row in matched]
+        standing.pinned.sort(key=lambda m: (-m.importance, _descending(m.updated_at), m.id))
+        return standing
+
+    async def _entities(self, standing: _Standing, shown: list[MemoryRecord]) -> list[EntityLine]:
+        """The entities that the memories which may be shown name (most named first),
+        then those the query names, with their strongest relations; per namespace (the
+        graph never crosses namespaces), and only where there is a graph."""
+        limit = self._params.entity_limit
+        found: list[EntityLine] = []
+        if not standing.graphs:
+            return found
+        async with self._reads.snapshot() as reads:
+            for namespace in standing.graphs:
+                ids = [m.id for m in shown if m.namespace == namespace]
+                rows = []
+                if ids:
+                    rows = await reads.fetch_all(queries.mentioned_entities(namespace, ids, limit))
+                named = {row[0]: (row[1], row[2]) for row in rows}
+                extra = [e for e in standing.query_entities.get(namespace, []) if e not in named]
+                extra = extra[: max(0, limit - len(named))]
+                if extra:
+                    for row in await reads.fetch_all(queries.entities_by_id(namespace, extra)):
+                        named[row[0]] = (row[1], row[2])
                 if not named:
                     continue
                 relations: dict[str, list[str]] = {}
@@ -435,6 +437,15 @@ class ContextAssembler:
                     for entity_id, (name, entity_type) in named.items()
                 )
         return found
+
+
+@dataclass
+class _Standing:
+    """What AssembleContext reads beside Recall (ContextAssembler._beside_recall)."""
+
+    pinned: list[MemoryRecord] = field(default_factory=list)
+    graphs: list[str] = field(default_factory=list)  # namespaces with any entity
+    query_entities: dict[str, list[str]] = field(default_factory=dict)  # the query names
 
 
 def recall_limit(budget: int) -> int:

@@ -26,6 +26,11 @@ def pinned_memories(namespace: str, limit: int) -> Query:
     )
 
 
+def has_entities(namespace: str) -> Query:
+    """Whether the namespace has a knowledge graph at all (one index seek)."""
+    return ("SELECT EXISTS (SELECT 1 FROM entities WHERE namespace = ?)", [namespace])
+
+
 def mentioned_entities(namespace: str, memory_ids: Sequence[str], limit: int) -> Query:
     """(id, name, entity_type, how many of `memory_ids` mention it) for the entities
     those memories mention, the most mentioned among them first."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engram.search.v1 import search_pb2 as spb
@@ -255,6 +255,22 @@ def _memory(i: int, content: str, kind: str, pinned: bool, namespace: str) -> Me
     )
 
 
+# contents whose ends could join a line break: punctuation, CR LF, Unicode line and
+# paragraph separators, NEL, tabs, trailing spaces, contractions, digits
+TRICKY = [
+    "ends with a full stop.",
+    "ends with marks?!",
+    "windows\r\nline\r\n",
+    "unicode\u2028separator\u2029",
+    "next line\x85",
+    "\ttabbed\t",
+    "trailing spaces   ",
+    "'s 've 're",
+    "12345678",
+    "...",
+    "## looks like a header",
+    "- looks like a line",
+]
 _text = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=200
 )
@@ -272,6 +288,16 @@ _memories = st.lists(
     session=_memories,
     entity_names=st.lists(_text, max_size=8),
     namespaces=st.sampled_from([("a",), ("a", "b")]),
+    tokenizer_name=st.sampled_from([CL100K, MINILM]),
+)
+@example(
+    budget=400,
+    pinned=[(c, "fact", False) for c in TRICKY],
+    relevant=[(c, "rule", False) for c in TRICKY],
+    session=[],
+    entity_names=TRICKY,
+    namespaces=("a",),
+    tokenizer_name=CL100K,
 )
 def test_the_block_never_exceeds_the_budget_and_shows_each_memory_once(
     budget: int,
@@ -280,7 +306,10 @@ def test_the_block_never_exceeds_the_budget_and_shows_each_memory_once(
     session: list[tuple[str, str, bool]],
     entity_names: list[str],
     namespaces: tuple[str, ...],
+    tokenizer_name: str,
 ) -> None:
+    """The block's count is the sum of its lines' (services.search.context.Renderer):
+    checked here against the tokenizer's count of the whole block."""
     counter = iter(range(10_000))
 
     def records(items: list[tuple[str, str, bool]]) -> list[MemoryRecord]:
@@ -297,7 +326,7 @@ def test_the_block_never_exceeds_the_budget_and_shows_each_memory_once(
         EntityLine(f"e{i}", namespaces[0], name, "person", (f"knows {name}",))
         for i, name in enumerate(entity_names)
     ]
-    count_tokens = tokenizer(CL100K)
+    count_tokens = tokenizer(tokenizer_name)
     renderer = Renderer(count_tokens, show_namespace=len(namespaces) > 1)
     sections, text, count = layout(
         budget, pinned_records, relevant_records, session_records, entities, renderer

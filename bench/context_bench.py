@@ -46,9 +46,9 @@ sys.path[:0] = [
 ]
 
 import latency_data as data  # noqa: E402
-import locomo  # noqa: E402
 from recall_latency import CACHE, NO_FILTER, NS, load_average, summary  # noqa: E402
 
+import locomo  # noqa: E402
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2_grpc  # noqa: E402
 from engram.store.v1 import store_pb2_grpc  # noqa: E402

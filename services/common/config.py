@@ -40,6 +40,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from services.common.errors import InvalidArgument
+from services.common.validation import NAMESPACE_PATTERN, validate_namespace
+
 ENV_PREFIX = "ENGRAM_"
 ENV_DELIMITER = "__"
 
@@ -135,9 +138,73 @@ class ContextSettings(_Section):
     max_budget: int = Field(32000, ge=50, le=1_000_000)
     # pinned memories considered per namespace (most important first)
     pinned_limit: int = Field(50, ge=0, le=1000)
+    # the session's newest short-term memories considered (summary and turns)
+    session_limit: int = Field(100, ge=0, le=1000)
     # entities considered for the ENTITIES section, and relations shown per entity
     entity_limit: int = Field(20, ge=0, le=200)
     relations_per_entity: int = Field(5, ge=0, le=50)
+
+
+PiiActionName = Literal["allow", "redact", "reject"]
+
+
+class PiiKindActions(_Section):
+    """What to do per kind of personal data (services/common/pii.py); a kind left
+    out keeps what the level below says (a namespace's: `default_policy`;
+    `default_policy`'s: the built-in default, secrets redacted)."""
+
+    email: PiiActionName | None = None
+    phone: PiiActionName | None = None
+    card: PiiActionName | None = None
+    iban: PiiActionName | None = None
+    ssn: PiiActionName | None = None
+    ip: PiiActionName | None = None
+    secret: PiiActionName | None = None
+
+
+class PiiSettings(_Section):
+    """`pii.*`: the write path's PII gate. A policy is one action for every kind
+    (`reject`) or a mapping per kind (`{email: redact, secret: reject}`).
+    A request's `pii_policy` overrides both for that write."""
+
+    default_policy: PiiActionName | PiiKindActions = PiiKindActions()
+    namespaces: dict[str, PiiActionName | PiiKindActions] = {}
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespace_names(
+        cls, namespaces: dict[str, PiiActionName | PiiKindActions]
+    ) -> dict[str, PiiActionName | PiiKindActions]:
+        for name in namespaces:
+            try:
+                validate_namespace(name, name)
+            except InvalidArgument as bad:
+                raise ValueError(f"namespace {name!r} {bad.description}") from None
+        return namespaces
+
+
+class DedupSettings(_Section):
+    """`dedup.*`: near-duplicates after embedding (seed 004 §3; services/pipeline/near_dup.py).
+    Off by default: turning it on folds memories together, so a deployment
+    opts in once it has checked the thresholds on its own data."""
+
+    enabled: bool = False
+    # cosine at or above: merged without asking (the newer into the older)
+    merge_similarity: float = Field(0.98, ge=0.0, le=1.0)
+    # cosine at or above (and below merge_similarity): the LLM decides merge,
+    # replace or keep both, when memory.pipelineV2.enabled; kept otherwise
+    review_similarity: float = Field(0.70, ge=0.0, le=1.0)
+    # embedded memories waiting for their check; beyond it, checks are skipped
+    queue_size: int = Field(10000, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _review_below_merge(self) -> DedupSettings:
+        if self.review_similarity > self.merge_similarity:
+            raise ValueError(
+                f"dedup.review_similarity ({self.review_similarity}) must not exceed "
+                f"dedup.merge_similarity ({self.merge_similarity})"
+            )
+        return self
 
 
 class SearchSettings(_Section):
@@ -183,6 +250,31 @@ class RetentionSettings(_Section):
     dead_job_days: int = Field(30, ge=0, le=3650)
     batch_limit: int = Field(500, ge=1, le=100000)
     interval_ms: int = Field(21600000, ge=60000, le=604800000)
+
+
+class SessionsSettings(_Section):
+    """Conversation sessions, short-term memory and privacy (issue 16, seed 001)."""
+
+    # how long an AppendTurn turn lives unless its request says otherwise (seed 001: 12 h)
+    turn_ttl_ms: int = Field(43_200_000, ge=1000, le=31_622_400_000)
+    # how long a session summary lives (seed 001: 24 h)
+    summary_ttl_ms: int = Field(86_400_000, ge=1000, le=31_622_400_000)
+    # namespace pattern (exact or `prefix*`) -> privacy level; where several
+    # match, the strictest applies; a request may only tighten it
+    privacy: dict[str, Literal["none", "partial", "full"]] = Field(default_factory=dict)
+
+    @field_validator("privacy")
+    @classmethod
+    def _patterns(
+        cls, levels: dict[str, Literal["none", "partial", "full"]]
+    ) -> dict[str, Literal["none", "partial", "full"]]:
+        for pattern in levels:
+            if not pattern or not NAMESPACE_PATTERN.fullmatch(pattern):
+                raise ValueError(
+                    f"namespace pattern {pattern!r}: a namespace name ([A-Za-z0-9._:-]), "
+                    "optionally ending in *"
+                )
+        return levels
 
 
 class LlmProviderSettings(_Section):
@@ -407,9 +499,12 @@ class Config(BaseSettings):
     )
 
     memory: MemorySettings = MemorySettings()
+    pii: PiiSettings = PiiSettings()
+    dedup: DedupSettings = DedupSettings()
     search: SearchSettings = SearchSettings()
     storage: StorageSettings = StorageSettings()
     retention: RetentionSettings = RetentionSettings()
+    sessions: SessionsSettings = SessionsSettings()
     providers: ProvidersSettings = ProvidersSettings()
     server: ServerSettings = ServerSettings()
     clients: ClientsSettings = ClientsSettings()

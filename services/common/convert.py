@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
-from google.protobuf import timestamp_pb2
+import dataclasses
+
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from engram.common.v1 import memory_pb2
 from services.common import clock
-from services.common.errors import Violations
+from services.common.errors import InvalidArgument, Violations
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import MemoryRecord
 from services.common.validation import check_timestamp
+
+# memories.temporal_class / Fact.temporal_class <-> engram.common.v1.TemporalClass
+TEMPORAL_CLASSES = {
+    "permanent": memory_pb2.TEMPORAL_CLASS_PERMANENT,
+    "long_term": memory_pb2.TEMPORAL_CLASS_LONG_TERM,
+    "short_term": memory_pb2.TEMPORAL_CLASS_SHORT_TERM,
+}
+_TEMPORAL_NAMES = {value: name for name, value in TEMPORAL_CLASSES.items()}
+
+
+def temporal_to_proto(name: str) -> memory_pb2.TemporalClass.ValueType:
+    return TEMPORAL_CLASSES.get(name, memory_pb2.TEMPORAL_CLASS_UNSPECIFIED)
+
+
+def temporal_from_proto(value: int) -> str:
+    """ "" for UNSPECIFIED and for values this version does not know."""
+    return _TEMPORAL_NAMES.get(value, "")  # type: ignore[call-overload]
 
 
 def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool, field: str) -> str | None:
@@ -19,6 +38,17 @@ def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool, field: str) 
         return None
     check_timestamp(ts.seconds, ts.nanos, field)
     return clock.text_from_epoch(ts.seconds, ts.nanos)
+
+
+def nanos_from_duration(duration: duration_pb2.Duration, present: bool, field: str) -> int | None:
+    """A set Duration as whole nanoseconds; None when unset. A Duration that
+    breaks its own rules (nanos outside +-999999999, signs that differ) is
+    INVALID_ARGUMENT on `field`."""
+    if not present:
+        return None
+    if not -999_999_999 <= duration.nanos <= 999_999_999 or (duration.seconds * duration.nanos < 0):
+        raise InvalidArgument(field, "not a valid Duration (nanos and seconds must agree in sign)")
+    return duration.seconds * 1_000_000_000 + duration.nanos
 
 
 def timestamp_from_text(text: str | None) -> timestamp_pb2.Timestamp | None:
@@ -48,10 +78,21 @@ def filter_from_proto(
             None, text_from_timestamp, message.until, message.HasField("until"), f"{field}.until"
         ),
         importance_min=message.importance_min if message.HasField("importance_min") else None,
+        session_id=message.session_id,
+        categories=tuple(message.categories),
     )
     if bad is None:
         found.raise_if_any()
     return spec
+
+
+def with_as_of(
+    spec: MemoryFilterSpec, as_of: timestamp_pb2.Timestamp, present: bool, bad: Violations
+) -> MemoryFilterSpec:
+    """`spec` reading a request's `as_of` instant (services/common/memory_filter.py
+    live_sql), or now when the field is unset; out of range is recorded in `bad`."""
+    text = bad.check(None, text_from_timestamp, as_of, present, "as_of")
+    return spec if text is None else dataclasses.replace(spec, as_of=text)
 
 
 def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
@@ -76,4 +117,10 @@ def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
         delete_time=timestamp_from_text(record.deleted_at),
         access_count=record.access_count,
         last_access_time=timestamp_from_text(record.last_accessed),
+        session_id=record.session_id,
+        expire_time=timestamp_from_text(record.expire_at),
+        valid_from=timestamp_from_text(record.valid_from or record.event_time),
+        categories=record.categories,
+        temporal_class=temporal_to_proto(record.temporal_class),
+        valid_until=timestamp_from_text(record.valid_until),
     )

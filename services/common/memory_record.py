@@ -16,7 +16,15 @@ MEMORY_TYPES = (
     "procedural",
     "semantic",
     "document_chunk",
+    "episodic",  # a conversation turn kept as short-term memory (AppendTurn)
+    "session_summary",  # a session's summary (SummarizeSession)
 )
+
+# Never folded into a near-duplicate (seed 004 §3): a document chunk belongs to
+# its document; session turns and summaries expire on their own schedule. So is
+# any memory with an expiry.
+NEVER_MERGED_TYPES = frozenset({"document_chunk", "episodic", "session_summary"})
+SESSION_SUMMARY_TYPE = "session_summary"  # SummarizeSession's memory (one per session)
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,15 @@ class MemoryRecord:
     event_time: str
     access_count: int
     last_accessed: str | None
+    session_id: str = ""
+    expire_at: str | None = None  # set: a short-term memory, gone from reads from then on
+    # Valid time: when the memory was true in the world. valid_from defaults to
+    # the event time (itself the creation time unless given); valid_until is
+    # set when a newer version supersedes it (None: still valid).
+    valid_from: str | None = None
+    valid_until: str | None = None
+    categories: tuple[str, ...] = ()  # the extraction model's (pipeline memories)
+    temporal_class: str = ""  # permanent | long_term | short_term; "" not classified
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
@@ -65,4 +82,10 @@ class MemoryRecord:
             event_time=row["event_time"],
             access_count=row["access_count"],
             last_accessed=row["last_accessed"],
+            session_id=row["session_id"] or "",
+            expire_at=row["expire_at"],
+            valid_from=row["valid_from"],
+            categories=tuple(json.loads(row["categories"])),
+            temporal_class=row["temporal_class"],
+            valid_until=row["valid_until"],
         )

@@ -10,9 +10,14 @@ from services.common.errors import InvalidArgument, Violations
 
 DEFAULT_NAMESPACE = "default"
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# A namespace pattern (API keys, per-namespace settings): an exact name, or
+# `prefix*` for every namespace starting with prefix (`*` alone: all).
+NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9._:-]{0,128}\*?")
 # Ids are UUIDs (36 characters); the cap keeps an id that is echoed in an error
 # or bound into a query small, whatever a client sends.
 MAX_ID_CHARS = 128
+MAX_SESSION_ID_CHARS = 128
+_SESSION_ID = re.compile(rf"[^\s\x00-\x1f\x7f]{{1,{MAX_SESSION_ID_CHARS}}}")
 # Namespaces one read may span (Recall's and AssembleContext's `namespaces`): each is
 # searched on its own, so the cost grows with the count.
 MAX_NAMESPACES = 8
@@ -25,6 +30,11 @@ def validate_namespace(namespace: str, field: str = "namespace") -> str:
     if not _NAMESPACE.fullmatch(namespace):
         raise InvalidArgument(field, "must match [A-Za-z0-9._:-]{1,128}")
     return namespace
+
+
+def pattern_covers(pattern: str, namespace: str) -> bool:
+    """Whether a namespace pattern (see NAMESPACE_PATTERN) covers `namespace`."""
+    return pattern == namespace or (pattern.endswith("*") and namespace.startswith(pattern[:-1]))
 
 
 def named_namespaces(request: object) -> tuple[str, ...] | None:
@@ -72,6 +82,18 @@ def validate_id(value: str, field: str) -> str:
         raise InvalidArgument(field, "required")
     if len(value) > MAX_ID_CHARS:
         raise InvalidArgument(field, f"must be at most {MAX_ID_CHARS} characters")
+    return value
+
+
+def check_session_id(value: str, field: str) -> str:
+    """A session id (RememberRequest, AppendTurn, MemoryFilter): 1 to 128
+    characters, no whitespace or control characters (harnesses use UUIDs or
+    `channel:thread` forms; anything printable is theirs to choose)."""
+    if not _SESSION_ID.fullmatch(value):
+        raise InvalidArgument(
+            field,
+            f"must be 1 to {MAX_SESSION_ID_CHARS} characters without whitespace or control characters",
+        )
     return value
 
 

@@ -39,7 +39,7 @@ from services.search.vector_cache import VectorCache
 log = logging.getLogger("engram.search")
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
-REQUIRED_SCHEMA_VERSION = 5  # 5: memory_vector_changes (the vector cache's log)
+REQUIRED_SCHEMA_VERSION = 12  # 12: sessions_and_expiry (session_id, expire_at: the live rule)
 
 
 def recall_params(config: Config) -> RecallParams:
@@ -73,6 +73,7 @@ def context_params(config: Config) -> ContextParams:
         complex_budget=settings.complex_budget,
         max_budget=settings.max_budget,
         pinned_limit=settings.pinned_limit,
+        session_limit=settings.session_limit,
         entity_limit=settings.entity_limit,
         relations_per_entity=settings.relations_per_entity,
     )

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from services.common.db import ReadPool
 from services.common.errors import Violations
 from services.common.memory_filter import MemoryFilterSpec
-from services.common.memory_record import MemoryRecord
+from services.common.memory_record import SESSION_SUMMARY_TYPE, MemoryRecord
 from services.common.text import unspaced, words
 from services.search import context_queries as queries
 from services.search import graph_queries
@@ -64,6 +64,7 @@ HEADERS = {
 # carry no date. Every other memory line says when it was true or said.
 UNDATED_TYPES = frozenset({"rule", "preference"})
 STANDING_TYPES = UNDATED_TYPES  # relevant ones join the PINNED section
+SUMMARY_TYPE = SESSION_SUMMARY_TYPE
 
 # A query is complex (seed 003's 3000-token budget) when it is long, asks more than
 # one question, or names a reasoning cue; else simple (1000).
@@ -105,6 +106,7 @@ class ContextParams:
     complex_budget: int = 3000
     max_budget: int = 32000
     pinned_limit: int = 50
+    session_limit: int = 100
     entity_limit: int = 20
     relations_per_entity: int = 5
 
@@ -163,14 +165,41 @@ class AssembledContext:
 
 def memory_line_text(memory: MemoryRecord, show_namespace: bool) -> str:
     """One memory as one line: `- [date] (namespace) content`; the date is the event
-    time (when it was true or said), left off standing rules and preferences."""
+    time (when it was true or said), left off standing rules and preferences. A
+    session's summary says up to when it summarises (its event time), a session turn
+    when and by whom it was said, to the minute."""
     parts = ["-"]
-    if memory.type not in UNDATED_TYPES and memory.event_time:
+    if memory.type == SUMMARY_TYPE:
+        parts.append(f"[summary to {_minute(memory.event_time)}]")
+    elif memory.expire_at is not None and memory.session_id:
+        parts.append(f"[{_minute(memory.event_time)}]")
+    elif memory.type not in UNDATED_TYPES and memory.event_time:
         parts.append(f"[{memory.event_time[:10]}]")
     if show_namespace:
         parts.append(f"({memory.namespace})")
+    if memory.type != SUMMARY_TYPE and memory.expire_at is not None and memory.who.strip():
+        parts.append(f"{_SPACE.sub(' ', memory.who).strip()}:")
     parts.append(_SPACE.sub(" ", memory.content).strip())
     return " ".join(parts)
+
+
+def _minute(stored: str) -> str:
+    """`YYYY-MM-DD HH:MM` (UTC) of stored timestamp text."""
+    return f"{stored[:10]} {stored[11:16]}"
+
+
+def session_memories(rows: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    """The SESSION section's candidates from the session's live short-term memories:
+    its newest summary first, then the turns the summary does not cover (created after
+    the newest turn it summarises, its event time), newest first, so that a small
+    share keeps the latest turns (the section shows them oldest first)."""
+    summaries = sorted(
+        (m for m in rows if m.type == SUMMARY_TYPE), key=lambda m: m.event_time, reverse=True
+    )
+    through = summaries[0].event_time if summaries else ""
+    turns = [m for m in rows if m.type != SUMMARY_TYPE and m.created_at > through]
+    turns.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+    return [*summaries[:1], *turns]
 
 
 def entity_line_text(entity: EntityLine, show_namespace: bool) -> str:
@@ -263,12 +292,14 @@ def candidates_for(
     entities: Sequence[EntityLine],
     renderer: Renderer,
 ) -> dict[SectionKind, list[Line]]:
-    """Each memory once, in the first section that wants it: this session's memories
-    in SESSION; pinned memories (those the query is about first), then the relevant
-    rules and preferences, in PINNED; the other relevant memories in FACTS, in
-    Recall's order."""
+    """Each memory once, in the first section that wants it: this session's short-term
+    memories in SESSION; pinned memories (those the query is about first), then the
+    relevant rules and preferences, in PINNED; the other relevant long-term memories
+    in FACTS, in Recall's order. Another session's short-term memories are left out:
+    they are that session's working context, not long-term knowledge."""
     relevant_ids = {m.id for m in relevant}
     seen = {m.id for m in session}
+    seen.update(m.id for m in relevant if m.expire_at is not None)
     chosen: dict[SectionKind, list[MemoryRecord]] = {kind: [] for kind, _ in SHARES}
     chosen[SectionKind.SESSION] = list(session)
     for memory in sorted(pinned, key=lambda m: m.id not in relevant_ids):  # stable
@@ -300,6 +331,14 @@ def layout(
     allocate(
         max(budget, 0), sections, candidates_for(pinned, relevant, session, entities, renderer)
     )
+    for section in sections:  # the session reads in order: summary, then turns oldest first
+        if section.kind == SectionKind.SESSION:
+            section.lines.sort(
+                key=lambda line: (
+                    line.memory is None or line.memory.type != SUMMARY_TYPE,
+                    line.memory.created_at if line.memory else "",
+                )
+            )
     shown = [s for s in sections if s.lines]
     return shown, renderer.join(shown), sum(s.tokens for s in shown)
 
@@ -336,10 +375,12 @@ class ContextAssembler:
         token_budget: int,
         session_id: str = "",
         *,
+        as_of: str | None = None,
         bad: Violations | None = None,
     ) -> AssembledContext:
         """`bad` holds what the caller already found wrong with the request; every
-        violation is raised together before any read."""
+        violation is raised together before any read. `as_of`: read what was
+        valid then (services/common/memory_filter.py live_sql), else now."""
         bad = bad if bad is not None else Violations()
         if not 0 <= token_budget <= self._params.max_budget:
             bad.add("token_budget", f"must be between 0 and {self._params.max_budget}")
@@ -347,9 +388,10 @@ class ContextAssembler:
         limit = recall_limit(budget)
         check_recall_request(query, limit, _NO_FILTER, bad)  # every violation, no read yet
         # what does not depend on Recall's answer is read while Recall runs
-        beside = asyncio.create_task(self._beside_recall(namespaces, query))
+        spec = MemoryFilterSpec(as_of=as_of)
+        beside = asyncio.create_task(self._beside_recall(namespaces, query, session_id, as_of))
         try:
-            outcome = await self._recaller.recall(namespaces, query, limit, _NO_FILTER)
+            outcome = await self._recaller.recall(namespaces, query, limit, spec)
             standing = await beside
         except BaseException:
             beside.cancel()
@@ -357,7 +399,7 @@ class ContextAssembler:
             raise
         relevant = [hit.memory for hit in outcome.hits]
         pinned = standing.pinned
-        session: list[MemoryRecord] = []
+        session = session_memories(standing.session)
         entities = await self._entities(standing, [*session, *pinned, *relevant])
         renderer = Renderer(self._tokenizer, show_namespace=len(namespaces) > 1)
         sections, text, count = layout(budget, pinned, relevant, session, entities, renderer)
@@ -371,16 +413,26 @@ class ContextAssembler:
             warnings=tuple(outcome.warnings),
         )
 
-    async def _beside_recall(self, namespaces: Sequence[str], query: str) -> _Standing:
-        """One snapshot: each namespace's pinned memories (most important first), and
-        whether it has a knowledge graph, with the entities the query names."""
+    async def _beside_recall(
+        self, namespaces: Sequence[str], query: str, session_id: str, as_of: str | None
+    ) -> _Standing:
+        """One snapshot: each namespace's pinned memories valid now (or at `as_of`),
+        most important first, the session's live short-term memories, and whether it
+        has a knowledge graph, with the entities the query names."""
         standing = _Standing()
         tokens = query_tokens(query)
         async with self._reads.snapshot() as reads:
             for namespace in namespaces:
+                if session_id and self._params.session_limit > 0:
+                    rows = await reads.fetch_all(
+                        queries.session_memories(
+                            namespace, session_id, self._params.session_limit, as_of
+                        )
+                    )
+                    standing.session.extend(MemoryRecord.from_row(row) for row in rows)
                 if self._params.pinned_limit > 0:
                     rows = await reads.fetch_all(
-                        queries.pinned_memories(namespace, self._params.pinned_limit)
+                        queries.pinned_memories(namespace, self._params.pinned_limit, as_of)
                     )
                     standing.pinned.extend(MemoryRecord.from_row(row) for row in rows)
                 if self._params.entity_limit <= 0:
@@ -444,6 +496,7 @@ class _Standing:
     """What AssembleContext reads beside Recall (ContextAssembler._beside_recall)."""
 
     pinned: list[MemoryRecord] = field(default_factory=list)
+    session: list[MemoryRecord] = field(default_factory=list)  # the session's short-term
     graphs: list[str] = field(default_factory=list)  # namespaces with any entity
     query_entities: dict[str, list[str]] = field(default_factory=dict)  # the query names
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from services.common.memory_filter import live_sql
 from services.search.queries import MEMORY_COLUMNS
 
 Query = tuple[str, list[Any]]
@@ -16,13 +17,25 @@ def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" * len(values))
 
 
-def pinned_memories(namespace: str, limit: int) -> Query:
-    """Live pinned memories of the namespace, most important first, then newest."""
+def pinned_memories(namespace: str, limit: int, as_of: str | None = None) -> Query:
+    """Live pinned memories of the namespace (valid now, or at `as_of`), most
+    important first, then newest."""
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
-        "WHERE m.namespace = ? AND m.is_deleted = 0 AND m.pinned = 1 "
+        f"WHERE m.namespace = ? AND {live_sql('m', as_of=as_of)} AND m.pinned = 1 "
         "ORDER BY m.importance DESC, m.updated_at DESC, m.id LIMIT ?",
         [namespace, limit],
+    )
+
+
+def session_memories(namespace: str, session_id: str, limit: int, as_of: str | None) -> Query:
+    """The session's live short-term memories (turns and summaries; valid now, or at
+    `as_of`), newest first."""
+    return (
+        f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.session_id = ? "
+        f"AND {live_sql('m', as_of=as_of)} AND m.expire_at IS NOT NULL "
+        "ORDER BY m.created_at DESC, m.id DESC LIMIT ?",
+        [namespace, session_id, limit],
     )
 
 

@@ -290,6 +290,7 @@ class Recaller:
             graph.rowids,
             keyword_rows,
             reads,
+            as_of=spec.as_of,
         )
         params = self._params.scoring
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
@@ -301,7 +302,7 @@ class Recaller:
         records = {
             row["rowid"]: MemoryRecord.from_row(row)
             for row in await reads.fetch_all(
-                queries.memories_by_rowid(namespace, [c.rowid for c in picked])
+                queries.memories_by_rowid(namespace, [c.rowid for c in picked], spec.as_of)
             )
         }
         return [c for c in picked if c.rowid in records], records, vectors_used
@@ -333,7 +334,7 @@ class Recaller:
             if not keyword.ranked:
                 return keyword, {}
             rowids = [r for r, _ in keyword.ranked]
-            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model))
+            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model, spec.as_of))
             return keyword, {row[0]: row for row in rows}
 
     async def _keyword_channel(
@@ -518,6 +519,8 @@ class Recaller:
         graph: frozenset[int] = frozenset(),
         fetched: dict[int, Any] | None = None,
         reads: Reads | None = None,
+        *,
+        as_of: str | None = None,
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
         what scoring needs (`fetched`: pool rows already read, by rowid; `reads`:
@@ -530,7 +533,7 @@ class Recaller:
         by_rowid = dict(fetched or {})
         missing = [r for r in wanted if r not in by_rowid]
         if missing:
-            for row in await reads.fetch_all(queries.pool_rows(namespace, missing, model)):
+            for row in await reads.fetch_all(queries.pool_rows(namespace, missing, model, as_of)):
                 by_rowid[row[0]] = row
         rows = [by_rowid[r] for r in wanted if r in by_rowid]
         cosine: dict[int, float] = {}

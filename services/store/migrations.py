@@ -535,6 +535,24 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         """,
     ),
     (
+        "sessions_and_expiry",
+        """
+        -- Issue 16: a memory may belong to a conversation session and may
+        -- expire (short-term memory). NULL means neither: every existing
+        -- memory stays long-term and sessionless.
+        ALTER TABLE memories ADD COLUMN session_id TEXT;
+        ALTER TABLE memories ADD COLUMN expire_at TEXT;
+        -- A session's memories newest first (ListMemories and Recall with a
+        -- session filter, AppendTurn's session reads); sessionless rows stay out.
+        CREATE INDEX memories_session
+            ON memories(namespace, session_id, is_deleted, created_at DESC, id DESC)
+            WHERE session_id IS NOT NULL;
+        -- The retention sweep's expired memories, earliest first; long-term
+        -- rows stay out.
+        CREATE INDEX memories_expiry ON memories(expire_at) WHERE expire_at IS NOT NULL;
+        """,
+    ),
+    (
         "pinned_memories_index",
         """
         -- AssembleContext's PINNED section (services/search/context_queries.py)
@@ -542,6 +560,39 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         -- every call: without this a 100k-memory namespace is scanned (~55 ms).
         CREATE INDEX memories_pinned ON memories(namespace, importance DESC, updated_at DESC)
             WHERE pinned = 1 AND is_deleted = 0;
+        """,
+    ),
+    (
+        "bi_temporal_validity",
+        """
+        -- Issue 17: every memory has a valid time (valid_from, valid_until:
+        -- when it was true in the world) besides its transaction time
+        -- (created_at, updated_at, deleted_at). valid_from defaults to the
+        -- event time; valid_until stays NULL until a newer version supersedes
+        -- the memory, and invalidated_at records when that was written (the
+        -- transaction time of the close, for point-in-time reads).
+        ALTER TABLE memories ADD COLUMN invalidated_at TEXT;
+        UPDATE memories SET valid_from = event_time WHERE valid_from IS NULL;
+        -- Dedup is against open memories only: a superseded value (moved to
+        -- Lisbon, then Berlin) may become true again as a new memory.
+        DROP INDEX memories_live_hash;
+        CREATE UNIQUE INDEX memories_live_hash
+            ON memories(namespace, content_hash) WHERE is_deleted = 0 AND valid_until IS NULL;
+        -- Superseded memories by content (few): whether a stored vector is
+        -- still held by one (they stay searchable with as_of).
+        CREATE INDEX memories_closed_hash
+            ON memories(namespace, content_hash) WHERE valid_until IS NOT NULL;
+        """,
+    ),
+    (
+        "memory_categories_and_class",
+        """
+        -- Issue 18 (seed 004 §5-6): the extraction model's categories (a JSON
+        -- list, filtered like tags) and temporal class ('permanent',
+        -- 'long_term', 'short_term'; '' when not classified) of pipeline
+        -- memories. A short-term memory's end is the existing valid_until.
+        ALTER TABLE memories ADD COLUMN categories TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE memories ADD COLUMN temporal_class TEXT NOT NULL DEFAULT '';
         """,
     ),
 )

@@ -62,8 +62,10 @@ class MemoryStoreServiceStub:
 
     Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
     [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-    bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
-    (MUTATIONS_FROZEN).
+    bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
+    / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
+    (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+    before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
     """
     ImportMemories: _grpc.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]
     """Bulk-loads memories with the same rules as Remember. The client streams
@@ -174,6 +176,62 @@ class MemoryStoreServiceStub:
     page_size over 500, bad page token); NOT_FOUND (no memory and no history
     with that id).
     """
+    AppendTurn: _grpc.UnaryUnaryMultiCallable[_store_pb2.AppendTurnRequest, _store_pb2.AppendTurnResponse]
+    """Captures one conversation turn as short-term memory of its session, in
+    one durable call (committed before the reply, like Remember). The turn
+    becomes a memory with the session's `session_id`, type `episodic`,
+    source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+    turn.tool), `who` the request's or else the role's name, and an
+    expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+    never extracted.
+
+    The explicit long-term intent gate (seed 001): a USER turn that asks to
+    be remembered ("remember that ...", "don't forget ...", "note that ...",
+    "commit this to memory", "for future reference", "覚えておいて",
+    "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+    kept as long-term memory instead: no expire_time, its type inferred from
+    its content as Remember does, extracted when the pipeline is on; it still
+    carries its session_id. `promoted` says so. Other turns, and turns of
+    other roles, stay short-term.
+
+    Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+    (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+    remembered is kept short-term only (`long_term_intent` true, `promoted`
+    false, `notice` a sentence to relay). Same content as a live memory of
+    the namespace returns that memory (`deduplicated`), which then lives at
+    least as long as this turn asks (see RememberRequest.ttl).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+    role unspecified, content empty or over 64 KiB, who over 256 characters,
+    source_id over 512, bad ttl or event_time); UNAVAILABLE
+    (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+    """
+    SummarizeSession: _grpc.UnaryUnaryMultiCallable[_store_pb2.SummarizeSessionRequest, _store_pb2.SummarizeSessionResponse]
+    """Queues a summarize_session job (leased, retried and audited like every
+    job) whose worker, the pipeline's LLM, writes the session's summary: a
+    memory of type `session_summary` in the session, expiring after
+    `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+    summary (newer wins). The summary covers the session's live short-term
+    memories at the time the job is leased. A job already pending for the
+    session is returned instead of a second one (`already_queued`).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the session has no live short-term memory to
+    summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+    level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+    """
+    ExplainMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.ExplainMemoryRequest, _store_pb2.ExplainMemoryResponse]
+    """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+    ways (the versions it replaced and the ones that replaced it, each with
+    its valid time), what it was derived from (a pipeline fact's source
+    memory) and what was derived from it, and its audit trail. Linked
+    memories that are gone for good (purged, expired) are left out; soft-
+    deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+    namespace); NOT_FOUND (no such memory in the namespace: a memory of
+    another namespace is not found either, and nothing of it is shown).
+    """
 
 @_typing.type_check_only
 class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
@@ -209,8 +267,10 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
 
     Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
     [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-    bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
-    (MUTATIONS_FROZEN).
+    bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
+    / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
+    (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+    before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
     """
     ImportMemories: _aio.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]  # type: ignore[assignment]
     """Bulk-loads memories with the same rules as Remember. The client streams
@@ -321,6 +381,62 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     page_size over 500, bad page token); NOT_FOUND (no memory and no history
     with that id).
     """
+    AppendTurn: _aio.UnaryUnaryMultiCallable[_store_pb2.AppendTurnRequest, _store_pb2.AppendTurnResponse]  # type: ignore[assignment]
+    """Captures one conversation turn as short-term memory of its session, in
+    one durable call (committed before the reply, like Remember). The turn
+    becomes a memory with the session's `session_id`, type `episodic`,
+    source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+    turn.tool), `who` the request's or else the role's name, and an
+    expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+    never extracted.
+
+    The explicit long-term intent gate (seed 001): a USER turn that asks to
+    be remembered ("remember that ...", "don't forget ...", "note that ...",
+    "commit this to memory", "for future reference", "覚えておいて",
+    "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+    kept as long-term memory instead: no expire_time, its type inferred from
+    its content as Remember does, extracted when the pipeline is on; it still
+    carries its session_id. `promoted` says so. Other turns, and turns of
+    other roles, stay short-term.
+
+    Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+    (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+    remembered is kept short-term only (`long_term_intent` true, `promoted`
+    false, `notice` a sentence to relay). Same content as a live memory of
+    the namespace returns that memory (`deduplicated`), which then lives at
+    least as long as this turn asks (see RememberRequest.ttl).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+    role unspecified, content empty or over 64 KiB, who over 256 characters,
+    source_id over 512, bad ttl or event_time); UNAVAILABLE
+    (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+    """
+    SummarizeSession: _aio.UnaryUnaryMultiCallable[_store_pb2.SummarizeSessionRequest, _store_pb2.SummarizeSessionResponse]  # type: ignore[assignment]
+    """Queues a summarize_session job (leased, retried and audited like every
+    job) whose worker, the pipeline's LLM, writes the session's summary: a
+    memory of type `session_summary` in the session, expiring after
+    `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+    summary (newer wins). The summary covers the session's live short-term
+    memories at the time the job is leased. A job already pending for the
+    session is returned instead of a second one (`already_queued`).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the session has no live short-term memory to
+    summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+    level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+    """
+    ExplainMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.ExplainMemoryRequest, _store_pb2.ExplainMemoryResponse]  # type: ignore[assignment]
+    """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+    ways (the versions it replaced and the ones that replaced it, each with
+    its valid time), what it was derived from (a pipeline fact's source
+    memory) and what was derived from it, and its audit trail. Linked
+    memories that are gone for good (purged, expired) are left out; soft-
+    deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+    namespace); NOT_FOUND (no such memory in the namespace: a memory of
+    another namespace is not found either, and nothing of it is shown).
+    """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
     """The store owns the memory database. It is the only process that writes it,
@@ -359,8 +475,10 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
         [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-        bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
-        (MUTATIONS_FROZEN).
+        bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
+        / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
+        (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+        before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
         """
 
     @_abc_1.abstractmethod
@@ -518,6 +636,80 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
         page_size over 500, bad page token); NOT_FOUND (no memory and no history
         with that id).
+        """
+
+    @_abc_1.abstractmethod
+    def AppendTurn(
+        self,
+        request: _store_pb2.AppendTurnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.AppendTurnResponse, _abc.Awaitable[_store_pb2.AppendTurnResponse]]:
+        """Captures one conversation turn as short-term memory of its session, in
+        one durable call (committed before the reply, like Remember). The turn
+        becomes a memory with the session's `session_id`, type `episodic`,
+        source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+        turn.tool), `who` the request's or else the role's name, and an
+        expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+        never extracted.
+
+        The explicit long-term intent gate (seed 001): a USER turn that asks to
+        be remembered ("remember that ...", "don't forget ...", "note that ...",
+        "commit this to memory", "for future reference", "覚えておいて",
+        "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+        kept as long-term memory instead: no expire_time, its type inferred from
+        its content as Remember does, extracted when the pipeline is on; it still
+        carries its session_id. `promoted` says so. Other turns, and turns of
+        other roles, stay short-term.
+
+        Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+        (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+        remembered is kept short-term only (`long_term_intent` true, `promoted`
+        false, `notice` a sentence to relay). Same content as a live memory of
+        the namespace returns that memory (`deduplicated`), which then lives at
+        least as long as this turn asks (see RememberRequest.ttl).
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+        role unspecified, content empty or over 64 KiB, who over 256 characters,
+        source_id over 512, bad ttl or event_time); UNAVAILABLE
+        (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+        """
+
+    @_abc_1.abstractmethod
+    def SummarizeSession(
+        self,
+        request: _store_pb2.SummarizeSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.SummarizeSessionResponse, _abc.Awaitable[_store_pb2.SummarizeSessionResponse]]:
+        """Queues a summarize_session job (leased, retried and audited like every
+        job) whose worker, the pipeline's LLM, writes the session's summary: a
+        memory of type `session_summary` in the session, expiring after
+        `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+        summary (newer wins). The summary covers the session's live short-term
+        memories at the time the job is leased. A job already pending for the
+        session is returned instead of a second one (`already_queued`).
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+        malformed); NOT_FOUND (the session has no live short-term memory to
+        summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+        level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+        """
+
+    @_abc_1.abstractmethod
+    def ExplainMemory(
+        self,
+        request: _store_pb2.ExplainMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.ExplainMemoryResponse, _abc.Awaitable[_store_pb2.ExplainMemoryResponse]]:
+        """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+        ways (the versions it replaced and the ones that replaced it, each with
+        its valid time), what it was derived from (a pipeline fact's source
+        memory) and what was derived from it, and its audit trail. Linked
+        memories that are gone for good (purged, expired) are left out; soft-
+        deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+        namespace); NOT_FOUND (no such memory in the namespace: a memory of
+        another namespace is not found either, and nothing of it is shown).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

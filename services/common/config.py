@@ -217,9 +217,6 @@ class SearchSettings(_Section):
     channel_depth: int = Field(100, ge=10, le=1000)
     vector_candidates: int = Field(400, ge=0, le=10000)
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
-    # a memory past its valid_until (seed 004 §5) ranks with its score times this;
-    # 1 turns it off
-    expired_weight: float = Field(0.5, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)
     diversity_penalty: float = Field(0.03, ge=0.0, le=1.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from engram.common.v1 import memory_pb2
@@ -84,6 +86,15 @@ def filter_from_proto(
     return spec
 
 
+def with_as_of(
+    spec: MemoryFilterSpec, as_of: timestamp_pb2.Timestamp, present: bool, bad: Violations
+) -> MemoryFilterSpec:
+    """`spec` reading a request's `as_of` instant (services/common/memory_filter.py
+    live_sql), or now when the field is unset; out of range is recorded in `bad`."""
+    text = bad.check(None, text_from_timestamp, as_of, present, "as_of")
+    return spec if text is None else dataclasses.replace(spec, as_of=text)
+
+
 def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
     return memory_pb2.Memory(
         id=record.id,
@@ -108,6 +119,7 @@ def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
         last_access_time=timestamp_from_text(record.last_accessed),
         session_id=record.session_id,
         expire_time=timestamp_from_text(record.expire_at),
+        valid_from=timestamp_from_text(record.valid_from or record.event_time),
         categories=record.categories,
         temporal_class=temporal_to_proto(record.temporal_class),
         valid_until=timestamp_from_text(record.valid_until),

@@ -50,9 +50,13 @@ class MemoryRecord:
     last_accessed: str | None
     session_id: str = ""
     expire_at: str | None = None  # set: a short-term memory, gone from reads from then on
+    # Valid time: when the memory was true in the world. valid_from defaults to
+    # the event time (itself the creation time unless given); valid_until is
+    # set when a newer version supersedes it (None: still valid).
+    valid_from: str | None = None
+    valid_until: str | None = None
     categories: tuple[str, ...] = ()  # the extraction model's (pipeline memories)
     temporal_class: str = ""  # permanent | long_term | short_term; "" not classified
-    valid_until: str | None = None  # when a short-term fact stops being true
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
@@ -79,6 +83,7 @@ class MemoryRecord:
             last_accessed=row["last_accessed"],
             session_id=row["session_id"] or "",
             expire_at=row["expire_at"],
+            valid_from=row["valid_from"],
             categories=tuple(json.loads(row["categories"])),
             temporal_class=row["temporal_class"],
             valid_until=row["valid_until"],

@@ -63,7 +63,6 @@ def recall_params(config: Config) -> RecallParams:
         graph_boost_weight=pipeline.graphBoostWeight,
         graph_boost_timeout_s=pipeline.graphBoostTimeoutMs / 1000,
         decay_rate=config.memory.decay_rate if config.search.decay_ranking else None,
-        expired_weight=config.search.expired_weight,
     )
 
 

@@ -341,19 +341,22 @@ class ContextAssembler:
         token_budget: int,
         session_id: str = "",
         *,
+        as_of: str | None = None,
         bad: Violations | None = None,
     ) -> AssembledContext:
         """`bad` holds what the caller already found wrong with the request; every
-        violation is raised together before any read."""
+        violation is raised together before any read. `as_of`: read what was
+        valid then (services/common/memory_filter.py live_sql), else now."""
         bad = bad if bad is not None else Violations()
         if not 0 <= token_budget <= self._params.max_budget:
             bad.add("token_budget", f"must be between 0 and {self._params.max_budget}")
         budget = self.budget_for(query, max(token_budget, 0))
         limit = recall_limit(budget)
         check_recall_request(query, limit, _NO_FILTER, bad)  # every violation, no read yet
-        pinned_task = asyncio.create_task(self._pinned(namespaces))
+        spec = MemoryFilterSpec(as_of=as_of)
+        pinned_task = asyncio.create_task(self._pinned(namespaces, as_of))
         try:
-            outcome = await self._recaller.recall(namespaces, query, limit, _NO_FILTER)
+            outcome = await self._recaller.recall(namespaces, query, limit, spec)
             pinned = await pinned_task
         except BaseException:
             pinned_task.cancel()
@@ -374,7 +377,7 @@ class ContextAssembler:
             warnings=tuple(outcome.warnings),
         )
 
-    async def _pinned(self, namespaces: Sequence[str]) -> list[MemoryRecord]:
+    async def _pinned(self, namespaces: Sequence[str], as_of: str | None) -> list[MemoryRecord]:
         limit = self._params.pinned_limit
         if limit <= 0:
             return []
@@ -382,7 +385,7 @@ class ContextAssembler:
             rows = [
                 row
                 for namespace in namespaces
-                for row in await reads.fetch_all(queries.pinned_memories(namespace, limit))
+                for row in await reads.fetch_all(queries.pinned_memories(namespace, limit, as_of))
             ]
         records = [MemoryRecord.from_row(row) for row in rows]
         return sorted(records, key=lambda m: (-m.importance, _descending(m.updated_at), m.id))

@@ -17,11 +17,12 @@ def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" * len(values))
 
 
-def pinned_memories(namespace: str, limit: int) -> Query:
-    """Live pinned memories of the namespace, most important first, then newest."""
+def pinned_memories(namespace: str, limit: int, as_of: str | None = None) -> Query:
+    """Live pinned memories of the namespace (valid now, or at `as_of`), most
+    important first, then newest."""
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
-        f"WHERE m.namespace = ? AND {live_sql('m')} AND m.pinned = 1 "
+        f"WHERE m.namespace = ? AND {live_sql('m', as_of=as_of)} AND m.pinned = 1 "
         "ORDER BY m.importance DESC, m.updated_at DESC, m.id LIMIT ?",
         [namespace, limit],
     )

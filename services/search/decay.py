@@ -41,24 +41,6 @@ def decayed_importance(
     return base * decay_rate ** days_since(last_accessed or created_at, now)
 
 
-async def apply_expiry(
-    reads: Reads, namespace: str, candidates: Sequence[Candidate], weight: float
-) -> None:
-    """Seed 004 §5: a memory whose `valid_until` has passed ranks below valid ones
-    (its score times `weight`, recorded in `boosts["expired"]`) but stays findable:
-    it is history, not garbage."""
-    if not candidates or weight >= 1.0:
-        return
-    rows = await reads.fetch_all(
-        queries.expired_rowids(namespace, [c.rowid for c in candidates], clock.now_text())
-    )
-    expired = {row[0] for row in rows}
-    for candidate in candidates:
-        if candidate.rowid in expired:
-            candidate.score *= weight
-            candidate.boosts["expired"] = weight
-
-
 async def apply_decay(
     reads: Reads, namespace: str, candidates: Sequence[Candidate], decay_rate: float
 ) -> None:

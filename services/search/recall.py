@@ -35,7 +35,7 @@ from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import normalized_f32
 from services.search import queries
 from services.search.access import AccessRecorder
-from services.search.decay import apply_decay, apply_expiry
+from services.search.decay import apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.rerank import Reranker, rerank_head
@@ -78,7 +78,6 @@ class RecallParams:
     graph_boost_weight: float = 0.15
     graph_boost_timeout_s: float = 0.5
     decay_rate: float | None = None  # memory.decay_rate when search.decay_ranking, else off
-    expired_weight: float = 0.5  # search.expired_weight (services.search.decay.apply_expiry)
 
 
 @dataclass(frozen=True)
@@ -291,19 +290,19 @@ class Recaller:
             graph.rowids,
             keyword_rows,
             reads,
+            as_of=spec.as_of,
         )
         params = self._params.scoring
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
         boost(pool, params, windows)
-        await apply_expiry(reads, namespace, pool, self._params.expired_weight)
         if self._params.decay_rate is not None:
             await apply_decay(reads, namespace, pool, self._params.decay_rate)
         picked = select(pool, limit, params.diversity_penalty, min_score, confidence)
         records = {
             row["rowid"]: MemoryRecord.from_row(row)
             for row in await reads.fetch_all(
-                queries.memories_by_rowid(namespace, [c.rowid for c in picked])
+                queries.memories_by_rowid(namespace, [c.rowid for c in picked], spec.as_of)
             )
         }
         return [c for c in picked if c.rowid in records], records, vectors_used
@@ -335,7 +334,7 @@ class Recaller:
             if not keyword.ranked:
                 return keyword, {}
             rowids = [r for r, _ in keyword.ranked]
-            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model))
+            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model, spec.as_of))
             return keyword, {row[0]: row for row in rows}
 
     async def _keyword_channel(
@@ -520,6 +519,8 @@ class Recaller:
         graph: frozenset[int] = frozenset(),
         fetched: dict[int, Any] | None = None,
         reads: Reads | None = None,
+        *,
+        as_of: str | None = None,
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
         what scoring needs (`fetched`: pool rows already read, by rowid; `reads`:
@@ -532,7 +533,7 @@ class Recaller:
         by_rowid = dict(fetched or {})
         missing = [r for r in wanted if r not in by_rowid]
         if missing:
-            for row in await reads.fetch_all(queries.pool_rows(namespace, missing, model)):
+            for row in await reads.fetch_all(queries.pool_rows(namespace, missing, model, as_of)):
                 by_rowid[row[0]] = row
         rows = [by_rowid[r] for r in wanted if r in by_rowid]
         cosine: dict[int, float] = {}

@@ -5,7 +5,12 @@ from __future__ import annotations
 import grpc
 
 from engram.search.v1 import search_pb2, search_pb2_grpc
-from services.common.convert import filter_from_proto, memory_to_proto
+from services.common.convert import (
+    filter_from_proto,
+    memory_to_proto,
+    text_from_timestamp,
+    with_as_of,
+)
 from services.common.errors import Violations
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespaces
 from services.search.context import AssembledContext, ContextAssembler
@@ -27,7 +32,12 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             ),
             request.query,
             request.limit,
-            filter_from_proto(request.filter, bad=bad),
+            with_as_of(
+                filter_from_proto(request.filter, bad=bad),
+                request.as_of,
+                request.HasField("as_of"),
+                bad,
+            ),
             track_access=not request.skip_access_tracking,
             min_score=request.min_score if request.HasField("min_score") else None,
             bad=bad,
@@ -57,6 +67,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             request.query,
             request.token_budget,
             request.session_id,
+            as_of=bad.check(
+                None, text_from_timestamp, request.as_of, request.HasField("as_of"), "as_of"
+            ),
             bad=bad,
         )
         return context_to_proto(assembled)

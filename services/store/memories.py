@@ -30,7 +30,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
 from services.common.pii import PiiAction, PiiGate, PiiPolicy
 from services.common.validation import validate_id, validate_ids
-from services.store import mutations, rules
+from services.store import mutations, rules, supersede
 from services.store import repository as repo
 from services.store.admin_sql import purged_marker_query
 from services.store.page_tokens import (
@@ -80,16 +80,21 @@ class PatchSpec:
     who: str | None = None
     reason: str = ""
     if_version: int | None = None
+    supersede: bool = False  # a new memory replaces this one (services/store/supersede.py)
+    valid_from: str | None = None  # with supersede: when the new one starts (None: now)
 
 
 @dataclass(frozen=True)
 class PatchOutcome:
     id: str
-    status: str  # updated | unchanged | version_conflict | not_found | duplicate_content
+    # updated | unchanged | version_conflict | not_found | duplicate_content |
+    # already_superseded | starts_before_target
+    status: str
     current_version: int = 0
     new_version: int = 0
     content_changed: bool = False
     duplicate_memory_id: str = ""
+    new_memory_id: str = ""  # supersede: the memory that replaces this one
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,21 @@ class HistoryEntry:
     metadata: dict[str, Any]
     created_at: str
 
+    @classmethod
+    def from_row(cls, r: Any) -> HistoryEntry:
+        """From a row of repository.history_query."""
+        return cls(
+            id=r["id"],
+            memory_id=r["memory_id"],
+            event=r["event"],
+            old_content=r["old_content"],
+            new_content=r["new_content"],
+            actor=r["changed_by"],
+            reason=r["reason"],
+            metadata=json.loads(r["metadata"]),
+            created_at=r["created_at"],
+        )
+
 
 class MemoryStore:
     def __init__(
@@ -147,6 +167,11 @@ class MemoryStore:
         self._extract = extract_on_create
         self.privacy = privacy or PrivacyPolicy({})
         self._pii = pii or PiiGate(PiiSettings())
+
+    @property
+    def reads(self) -> ReadPool:
+        """The read pool, for read-only services over the same file (ExplainMemory)."""
+        return self._reads
 
     def pii_policy(self, namespace: str, requested: PiiAction | None) -> PiiPolicy:
         """The PII policy of a write to `namespace` (`requested`: the request's own)."""
@@ -217,6 +242,8 @@ class MemoryStore:
         bad = _collector(bad)
         spec = check_filter(spec, rules.MEMORY_TYPES, bad=bad)
         size = bad.check(DEFAULT_LIST_PAGE_SIZE, _page_size, page_size, DEFAULT_LIST_PAGE_SIZE)
+        if deleted and spec.as_of is not None:
+            bad.add("as_of", "not with deleted: tombstones are listed as of now")
         kind = "tombstones" if deleted else "memories"
         scope = f"{namespace}\x00{spec.fingerprint()}"
         after = bad.check(None, decode_time_position, page_token, kind, scope)
@@ -261,20 +288,7 @@ class MemoryStore:
             and await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id)) is None
         ):
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
-        entries = [
-            HistoryEntry(
-                id=r["id"],
-                memory_id=r["memory_id"],
-                event=r["event"],
-                old_content=r["old_content"],
-                new_content=r["new_content"],
-                actor=r["changed_by"],
-                reason=r["reason"],
-                metadata=json.loads(r["metadata"]),
-                created_at=r["created_at"],
-            )
-            for r in rows[:size]
-        ]
+        entries = [HistoryEntry.from_row(r) for r in rows[:size]]
         next_token = ""
         if len(rows) > size:
             next_token = encode_page_token("history", scope, [rows[size - 1]["seq"]])
@@ -316,6 +330,8 @@ class MemoryStore:
         current = MemoryRecord.from_row(row)
         # Raised inside the transaction: the whole request writes nothing.
         self.privacy.check_write(namespace, "", long_term=current.expire_at is None)
+        if patch.supersede:
+            return self._supersede(conn, current, patch, actor, at)
         changes: dict[str, Any] = {}
         changed: dict[str, Any] = {}
         content_changed = patch.content is not None and patch.content.storage != current.content
@@ -361,6 +377,57 @@ class MemoryStore:
             max_attempts=self._max_attempts,
         )
         return PatchOutcome(patch.id, "updated", version, new_version, content_changed)
+
+    def _supersede(
+        self, conn: Any, current: MemoryRecord, patch: _CheckedPatch, actor: str, at: str
+    ) -> PatchOutcome:
+        """A new memory with the patch's content (and its other fields, the rest
+        copied from `current`) replaces `current`, which keeps its content and
+        gets its validity closed (services/store/supersede.py)."""
+        version = current.version
+        valid_from = patch.valid_from or at
+        why, twin = supersede.refusal(conn, current, patch.content.content_hash, valid_from)
+        if why == supersede.DUPLICATE:
+            return PatchOutcome(
+                patch.id, "duplicate_content", version, version, duplicate_memory_id=twin
+            )
+        if why:
+            status = "unchanged" if why == supersede.UNCHANGED else why
+            return PatchOutcome(patch.id, status, version, version)
+        pinned = current.pinned if patch.pinned is None else patch.pinned
+        importance = current.importance if patch.importance is None else patch.importance
+        content = patch.content
+        new = mutations.new_memory(
+            repo.MemoryRow(
+                repo.new_id(),
+                current.namespace,
+                content.storage,
+                content.normalized,
+                content.content_hash,
+                current.type if patch.type is None else patch.type,
+                rules.effective_importance(pinned, importance),
+                json.dumps(list(current.tags if patch.tags is None else patch.tags)),
+                int(pinned),
+                current.who if patch.who is None else patch.who,
+                current.why,
+                current.source_type,
+                "",
+                at,
+                valid_from,
+                session_id=current.session_id or None,
+                expire_at=current.expire_at,
+                valid_from=valid_from,
+            ),
+            actor=actor,
+            reason=patch.reason,
+            max_attempts=self._max_attempts,
+            metadata=supersede.new_history_metadata(current, valid_from),
+            extract=self._extract and current.expire_at is None,
+        )
+        done = supersede.supersede(conn, current, new, actor=actor, reason=patch.reason, at=at)
+        return PatchOutcome(
+            patch.id, "updated", version, done.old_version, new_memory_id=done.new_memory_id
+        )
 
     # ---- delete / forget / recover ----------------------------------------------
 
@@ -564,6 +631,8 @@ class _CheckedPatch:
     who: str | None
     reason: str
     if_version: int | None
+    supersede: bool = False
+    valid_from: str | None = None
 
 
 def _check_patches(
@@ -596,6 +665,10 @@ def _check_patches(
             )
         ):
             bad.add(field, "sets no field to change")
+        if patch.supersede and patch.content is None:
+            bad.add(f"{field}.content", "required with supersede: the new version's content")
+        if patch.valid_from is not None and not patch.supersede:
+            bad.add(f"{field}.valid_from", "only with supersede")
         checked.append(
             _CheckedPatch(
                 id=patch.id,
@@ -627,6 +700,8 @@ def _check_patches(
                 ),
                 reason=reason,
                 if_version=patch.if_version,
+                supersede=patch.supersede,
+                valid_from=patch.valid_from,
             )
         )
     return checked
@@ -889,4 +964,5 @@ def _new_record(draft: MemoryDraft, row: repo.MemoryRow) -> MemoryRecord:
         last_accessed=None,
         session_id=row.session_id or "",
         expire_at=row.expire_at,
+        valid_from=row.valid_from or row.event_time,
     )

@@ -18,11 +18,13 @@ from services.common.convert import (
     nanos_from_duration,
     text_from_timestamp,
     timestamp_from_text,
+    with_as_of,
 )
 from services.common.errors import InvalidArgument, Violations
 from services.common.pii import PiiAction, PiiPolicy
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.store import rules
+from services.store.explain import explain
 from services.store.memories import (
     ForgetSelection,
     HistoryEntry,
@@ -56,6 +58,8 @@ _PATCH_STATUS = {
     "version_conflict": store_pb2.PATCH_STATUS_VERSION_CONFLICT,
     "not_found": store_pb2.PATCH_STATUS_NOT_FOUND,
     "duplicate_content": store_pb2.PATCH_STATUS_DUPLICATE_CONTENT,
+    "already_superseded": store_pb2.PATCH_STATUS_ALREADY_SUPERSEDED,
+    "starts_before_target": store_pb2.PATCH_STATUS_STARTS_BEFORE_TARGET,
 }
 
 
@@ -236,7 +240,12 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         bad = Violations()
         records, next_token = await self._store.list_memories(
             namespace_of(bad, request.namespace),
-            filter_from_proto(request.filter, bad=bad),
+            with_as_of(
+                filter_from_proto(request.filter, bad=bad),
+                request.as_of,
+                request.HasField("as_of"),
+                bad,
+            ),
             request.page_size,
             request.page_token,
             deleted=request.deleted,
@@ -249,6 +258,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def ModifyMemories(
         self, request: store_pb2.ModifyMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ModifyMemoriesResponse:
+        bad = Violations()
         patches = [
             PatchSpec(
                 id=p.id,
@@ -260,10 +270,17 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                 who=_optional(p, "who"),
                 reason=p.reason,
                 if_version=_optional(p, "if_version"),
+                supersede=p.supersede,
+                valid_from=bad.check(
+                    None,
+                    text_from_timestamp,
+                    p.valid_from,
+                    p.HasField("valid_from"),
+                    f"patches[{i}].valid_from",
+                ),
             )
-            for p in request.patches
+            for i, p in enumerate(request.patches)
         ]
-        bad = Violations()
         namespace = namespace_of(bad, request.namespace)
         requested = bad.check(None, pii_action, request.pii_policy, "pii_policy")
         outcomes = await self._store.modify(
@@ -283,6 +300,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                     new_version=o.new_version,
                     content_changed=o.content_changed,
                     duplicate_memory_id=o.duplicate_memory_id,
+                    new_memory_id=o.new_memory_id,
                 )
                 for o in outcomes
             ]
@@ -416,4 +434,22 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             job_id=outcome.job_id,
             already_queued=outcome.already_queued,
             turn_count=outcome.turn_count,
+        )
+
+    async def ExplainMemory(
+        self, request: store_pb2.ExplainMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ExplainMemoryResponse:
+        bad = Violations()
+        found = await explain(
+            self._store.reads, namespace_of(bad, request.namespace), request.id, bad
+        )
+        memories = memory_to_proto
+        return store_pb2.ExplainMemoryResponse(
+            memory=memories(found.memory),
+            supersedes=[memories(r) for r in found.supersedes],
+            superseded_by=[memories(r) for r in found.superseded_by],
+            derived_from=[memories(r) for r in found.derived_from],
+            derivations=[memories(r) for r in found.derivations],
+            events=[_history_to_proto(e) for e in found.events],
+            events_truncated=found.events_truncated,
         )

@@ -9,6 +9,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,29 @@ def test_remember_get_recall_list_history_and_modify(engram: Engram) -> None:
         store_pb2.HISTORY_EVENT_TYPE_CREATED,
         store_pb2.HISTORY_EVENT_TYPE_MODIFIED,
     ]
+
+
+def test_supersede_explain_and_reads_as_of(engram: Engram) -> None:
+    """Issue 17 through the client: a changed fact supersedes the old one; now
+    reads the new value, as_of an earlier instant the old one."""
+    ns = NS + "-temporal"
+    lisbon = engram.remember("Dana lives in Lisbon", namespace=ns).memory
+    result = engram.supersede_memory(
+        lisbon.id, "Dana lives in Berlin", namespace=ns, reason="she moved"
+    )
+    assert result.status == store_pb2.PATCH_STATUS_UPDATED and result.new_memory_id
+    berlin = engram.get_memory(result.new_memory_id, namespace=ns)
+    assert engram.get_memory(lisbon.id, namespace=ns).valid_until == berlin.valid_from
+    assert [m.content for m in engram.list_memories(namespace=ns)] == ["Dana lives in Berlin"]
+    before = berlin.create_time.ToDatetime() - timedelta(microseconds=1)
+    assert [m.content for m in engram.list_memories(namespace=ns, as_of=before)] == [
+        "Dana lives in Lisbon"
+    ]
+    hits = engram.recall("where does Dana live", namespace=ns, as_of=before).results
+    assert [h.memory.content for h in hits] == ["Dana lives in Lisbon"]
+    explained = engram.explain_memory(berlin.id, namespace=ns)
+    assert [m.id for m in explained.supersedes] == [lisbon.id]
+    assert explained.events[0].event_type == store_pb2.HISTORY_EVENT_TYPE_CREATED
 
 
 def test_errors_are_exceptions_by_meaning(engram: Engram) -> None:

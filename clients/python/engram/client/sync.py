@@ -151,15 +151,18 @@ class Engram:
         page_token: str = "",
         filter: memory_pb2.MemoryFilter | None = None,
         deleted: bool = False,
+        as_of: c.TimeArg = None,
         timeout: float | None = None,
     ) -> store_pb2.ListMemoriesResponse:
-        """One page of ListMemories, as the RPC returns it."""
+        """One page of ListMemories, as the RPC returns it; `as_of`: what was
+        valid at that instant (as known then) instead of now."""
         request = store_pb2.ListMemoriesRequest(
             namespace=namespace,
             page_size=page_size,
             page_token=page_token,
             filter=filter,
             deleted=deleted,
+            as_of=c.timestamp(as_of),
         )
         return self._call(self._store.ListMemories, request, timeout)
 
@@ -170,6 +173,7 @@ class Engram:
         page_size: int = 0,
         filter: memory_pb2.MemoryFilter | None = None,
         deleted: bool = False,
+        as_of: c.TimeArg = None,
         timeout: float | None = None,
     ) -> Iterator[memory_pb2.Memory]:
         """Every matching memory, newest first, fetched a page at a time (each page
@@ -182,6 +186,7 @@ class Engram:
                 page_token=token,
                 filter=filter,
                 deleted=deleted,
+                as_of=as_of,
                 timeout=timeout,
             )
             yield from page.memories
@@ -274,6 +279,41 @@ class Engram:
         )
         return self._call(self._store.RecoverMemory, request, timeout).memory
 
+    def supersede_memory(
+        self,
+        id: str,
+        content: str,
+        *,
+        reason: str,
+        namespace: str = "",
+        valid_from: c.TimeArg = None,
+        if_version: int | None = None,
+        actor: str = "",
+        timeout: float | None = None,
+    ) -> store_pb2.PatchResult:
+        """Records that a fact changed: a new memory with `content`, valid from
+        `valid_from` (default now), replaces memory `id`, whose validity closes
+        then (MemoryPatch.supersede). The result's `new_memory_id` is the new one."""
+        patch = store_pb2.MemoryPatch(
+            id=id,
+            content=content,
+            supersede=True,
+            valid_from=c.timestamp(valid_from),
+            if_version=if_version,
+        )
+        request = store_pb2.ModifyMemoriesRequest(
+            namespace=namespace, patches=[patch], reason=reason, actor=actor
+        )
+        return self._call(self._store.ModifyMemories, request, timeout).results[0]
+
+    def explain_memory(
+        self, id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.ExplainMemoryResponse:
+        """A memory's supersedes chain both ways, what it was derived from and
+        what from it, and its audit trail; `NotFound` if there is none."""
+        request = store_pb2.ExplainMemoryRequest(namespace=namespace, id=id)
+        return self._call(self._store.ExplainMemory, request, timeout)
+
     def list_memory_history(
         self,
         memory_id: str,
@@ -354,15 +394,18 @@ class Engram:
         limit: int = 0,
         filter: memory_pb2.MemoryFilter | None = None,
         skip_access_tracking: bool = False,
+        as_of: c.TimeArg = None,
         timeout: float | None = None,
     ) -> search_pb2.RecallResponse:
-        """The memories most relevant to `query`, best first."""
+        """The memories most relevant to `query`, best first; `as_of`: among
+        what was valid at that instant (as known then) instead of now."""
         request = search_pb2.RecallRequest(
             namespace=namespace,
             query=query,
             limit=limit,
             filter=filter,
             skip_access_tracking=skip_access_tracking,
+            as_of=c.timestamp(as_of),
         )
         return self._call(self._search.Recall, request, timeout)
 

@@ -33,7 +33,11 @@ class _TemporalClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Tempora
     TEMPORAL_CLASS_LONG_TERM: _TemporalClass.ValueType  # 2
     """True for months or years, but not forever ("works at Acme")."""
     TEMPORAL_CLASS_SHORT_TERM: _TemporalClass.ValueType  # 3
-    """Time-bound state ("meeting at 3pm tomorrow"), often with `valid_until`."""
+    """Time-bound state ("meeting at 3pm tomorrow"). When the model could tell
+    the date it ends, the memory's `valid_until` is set to it: from then on
+    reads of what is valid now leave it out, and reads `as_of` an earlier
+    instant still find it.
+    """
 
 class TemporalClass(_TemporalClass, metaclass=_TemporalClassEnumTypeWrapper):
     """How long a fact stays true (seed 004 §5)."""
@@ -45,7 +49,11 @@ TEMPORAL_CLASS_PERMANENT: TemporalClass.ValueType  # 1
 TEMPORAL_CLASS_LONG_TERM: TemporalClass.ValueType  # 2
 """True for months or years, but not forever ("works at Acme")."""
 TEMPORAL_CLASS_SHORT_TERM: TemporalClass.ValueType  # 3
-"""Time-bound state ("meeting at 3pm tomorrow"), often with `valid_until`."""
+"""Time-bound state ("meeting at 3pm tomorrow"). When the model could tell
+the date it ends, the memory's `valid_until` is set to it: from then on
+reads of what is valid now leave it out, and reads `as_of` an earlier
+instant still find it.
+"""
 Global___TemporalClass: _TypeAlias = TemporalClass  # noqa: Y015
 
 @_typing.final
@@ -85,9 +93,10 @@ class Memory(_message.Message):
     LAST_ACCESS_TIME_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
     CATEGORIES_FIELD_NUMBER: _builtins.int
     TEMPORAL_CLASS_FIELD_NUMBER: _builtins.int
-    VALID_UNTIL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned identifier (UUID). Unique across all namespaces. Every
     request field that takes a memory id accepts at most 128 characters.
@@ -171,17 +180,29 @@ class Memory(_message.Message):
         """
 
     @_builtins.property
-    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Semantic tags the extraction model gave a pipeline memory (seed 004 §6),
-        lower-case, at most 8; empty for memories the pipeline did not derive.
-        Filter on them with MemoryFilter.categories.
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """Valid time (issue 17), beside the transaction time of `create_time`,
+        `update_time` and `delete_time`: since when the memory is true in the
+        world. It is the memory's `event_time` (which defaults to `create_time`),
+        or for a memory that supersedes another (MemoryPatch.supersede, a
+        pipeline UPDATE) the `valid_from` it was given.
         """
 
     @_builtins.property
     def valid_until(self) -> _timestamp_pb2.Timestamp:
-        """For a SHORT_TERM memory with a date the model could tell: when it stops
-        being true. Recall ranks a memory past it below valid ones; it is not
-        deleted (it stays as history).
+        """Until when the memory was true in the world (exclusive); unset while it
+        still is. Set when a newer version supersedes it, to the newer one's
+        `valid_from`, and on a SHORT_TERM pipeline memory to the end date the
+        extraction model gave (see TemporalClass); the memory stays readable with GetMemory, ExplainMemory and
+        reads `as_of` an instant it was valid at, but reads of what is valid now
+        (the default of ListMemories, Recall and AssembleContext) leave it out.
+        """
+
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Semantic tags the extraction model gave a pipeline memory (seed 004 §6),
+        lower-case, at most 8; empty for memories the pipeline did not derive.
+        Filter on them with MemoryFilter.categories.
         """
 
     def __init__(
@@ -209,13 +230,14 @@ class Memory(_message.Message):
         last_access_time: _timestamp_pb2.Timestamp | None = ...,
         session_id: _builtins.str = ...,
         expire_time: _timestamp_pb2.Timestamp | None = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
         categories: _abc.Iterable[_builtins.str] | None = ...,
         temporal_class: Global___TemporalClass.ValueType = ...,
-        valid_until: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "delete_time", b"delete_time", "event_time", b"event_time", "expire_time", b"expire_time", "last_access_time", b"last_access_time", "update_time", b"update_time", "valid_until", b"valid_until"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "delete_time", b"delete_time", "event_time", b"event_time", "expire_time", b"expire_time", "last_access_time", b"last_access_time", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "categories", b"categories", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "expire_time", b"expire_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "temporal_class", b"temporal_class", "type", b"type", "update_time", b"update_time", "valid_until", b"valid_until", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "categories", b"categories", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "expire_time", b"expire_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "temporal_class", b"temporal_class", "type", b"type", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -80,6 +80,15 @@ class _PatchStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PatchStat
     """No active memory with that id in the namespace."""
     PATCH_STATUS_DUPLICATE_CONTENT: _PatchStatus.ValueType  # 5
     """The new content equals another active memory's; see `duplicate_memory_id`."""
+    PATCH_STATUS_ALREADY_SUPERSEDED: _PatchStatus.ValueType  # 6
+    """`supersede` on a memory that another already superseded (its
+    `valid_until` is set); nothing was written. ExplainMemory names the
+    newer version.
+    """
+    PATCH_STATUS_STARTS_BEFORE_TARGET: _PatchStatus.ValueType  # 7
+    """`supersede` with a `valid_from` before the memory's own `valid_from`;
+    nothing was written.
+    """
 
 class PatchStatus(_PatchStatus, metaclass=_PatchStatusEnumTypeWrapper):
     """What happened to one patch."""
@@ -96,6 +105,15 @@ PATCH_STATUS_NOT_FOUND: PatchStatus.ValueType  # 4
 """No active memory with that id in the namespace."""
 PATCH_STATUS_DUPLICATE_CONTENT: PatchStatus.ValueType  # 5
 """The new content equals another active memory's; see `duplicate_memory_id`."""
+PATCH_STATUS_ALREADY_SUPERSEDED: PatchStatus.ValueType  # 6
+"""`supersede` on a memory that another already superseded (its
+`valid_until` is set); nothing was written. ExplainMemory names the
+newer version.
+"""
+PATCH_STATUS_STARTS_BEFORE_TARGET: PatchStatus.ValueType  # 7
+"""`supersede` with a `valid_from` before the memory's own `valid_from`;
+nothing was written.
+"""
 Global___PatchStatus: _TypeAlias = PatchStatus  # noqa: Y015
 
 class _ForgetMode:
@@ -610,6 +628,7 @@ class ListMemoriesRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     FILTER_FIELD_NUMBER: _builtins.int
     DELETED_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     page_size: _builtins.int
@@ -628,6 +647,14 @@ class ListMemoriesRequest(_message.Message):
     def filter(self) -> _memory_pb2.MemoryFilter:
         """Optional filters."""
 
+    @_builtins.property
+    def as_of(self) -> _timestamp_pb2.Timestamp:
+        """List what was valid at this instant, as known at this instant (see
+        engram.search.v1.RecallRequest.as_of for the exact rule); unset means
+        what is valid now, so superseded memories are left out. Not with
+        `deleted` (INVALID_ARGUMENT). The page token is bound to it.
+        """
+
     def __init__(
         self,
         *,
@@ -636,10 +663,11 @@ class ListMemoriesRequest(_message.Message):
         page_token: _builtins.str = ...,
         filter: _memory_pb2.MemoryFilter | None = ...,
         deleted: _builtins.bool = ...,
+        as_of: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "filter", b"filter", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "deleted", b"deleted", "filter", b"filter", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -688,6 +716,8 @@ class MemoryPatch(_message.Message):
     WHO_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     IF_VERSION_FIELD_NUMBER: _builtins.int
+    SUPERSEDE_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The memory id."""
     content: _builtins.str
@@ -704,9 +734,35 @@ class MemoryPatch(_message.Message):
     """Why this change is made; falls back to the request's `reason`."""
     if_version: _builtins.int
     """Apply only if the memory is at this version."""
+    supersede: _builtins.bool
+    """Supersede instead of modify (issue 17): the fact changed in the world
+    (moved from Lisbon to Berlin), so the memory is not rewritten. A new
+    memory is created with `content` (required) and the patch's other fields,
+    the rest copied from this one (type, importance, tags, pinned, who, why,
+    source_type, session and expiry); its `valid_from` and `event_time` are
+    the patch's `valid_from`. This memory keeps its content and gets its
+    `valid_until` set to that instant, a new version and a `modified` history
+    event whose metadata names `superseded_by`; the new one's `created` event
+    names what it `supersedes`, and a `supersedes` link goes from the new
+    memory to this one (ExplainMemory shows the chain). The result is UPDATED
+    with `new_memory_id`; `new_version` is this memory's version after the
+    close. Instead: UNCHANGED when the content is this memory's own;
+    DUPLICATE_CONTENT when another memory valid now holds it;
+    ALREADY_SUPERSEDED when this memory was superseded before (supersede the
+    newest version); STARTS_BEFORE_TARGET when `valid_from` is before this
+    memory's own `valid_from`. Reads of what is valid now return the new
+    memory only; reads `as_of` an earlier instant return this one.
+    """
     @_builtins.property
     def tags(self) -> Global___TagList:
         """New tags, replacing the old ones (an empty list clears them)."""
+
+    @_builtins.property
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """With `supersede` only: since when the new version is true in the world;
+        unset means now. May lie in the past (the change is recorded late) or
+        the future (it is known ahead); not before this memory's `valid_from`.
+        """
 
     def __init__(
         self,
@@ -720,10 +776,12 @@ class MemoryPatch(_message.Message):
         who: _builtins.str | None = ...,
         reason: _builtins.str = ...,
         if_version: _builtins.int | None = ...,
+        supersede: _builtins.bool = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "who", b"who"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "tags", b"tags", "type", b"type", "who", b"who"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "supersede", b"supersede", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__content: _TypeAlias = _typing.Literal["content"]  # noqa: Y015
     _WhichOneofArgType__content: _TypeAlias = _typing.Literal["_content", b"_content"]  # noqa: Y015
@@ -832,6 +890,7 @@ class PatchResult(_message.Message):
     NEW_VERSION_FIELD_NUMBER: _builtins.int
     CONTENT_CHANGED_FIELD_NUMBER: _builtins.int
     DUPLICATE_MEMORY_ID_FIELD_NUMBER: _builtins.int
+    NEW_MEMORY_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The memory id from the patch."""
     status: Global___PatchStatus.ValueType
@@ -844,6 +903,8 @@ class PatchResult(_message.Message):
     """True when the content changed (and embedding was re-queued)."""
     duplicate_memory_id: _builtins.str
     """For DUPLICATE_CONTENT, the memory that already has that content."""
+    new_memory_id: _builtins.str
+    """For an applied `supersede`: the new memory that replaces this one."""
     def __init__(
         self,
         *,
@@ -853,10 +914,11 @@ class PatchResult(_message.Message):
         new_version: _builtins.int = ...,
         content_changed: _builtins.bool = ...,
         duplicate_memory_id: _builtins.str = ...,
+        new_memory_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_changed", b"content_changed", "current_version", b"current_version", "duplicate_memory_id", b"duplicate_memory_id", "id", b"id", "new_version", b"new_version", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_changed", b"content_changed", "current_version", b"current_version", "duplicate_memory_id", b"duplicate_memory_id", "id", b"id", "new_memory_id", b"new_memory_id", "new_version", b"new_version", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1491,3 +1553,97 @@ class ListMemoryHistoryResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListMemoryHistoryResponse: _TypeAlias = ListMemoryHistoryResponse  # noqa: Y015
+
+@_typing.final
+class ExplainMemoryRequest(_message.Message):
+    """Request for ExplainMemory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    id: _builtins.str
+    """The memory id."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainMemoryRequest: _TypeAlias = ExplainMemoryRequest  # noqa: Y015
+
+@_typing.final
+class ExplainMemoryResponse(_message.Message):
+    """Response for ExplainMemory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    SUPERSEDES_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
+    DERIVED_FROM_FIELD_NUMBER: _builtins.int
+    DERIVATIONS_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    EVENTS_TRUNCATED_FIELD_NUMBER: _builtins.int
+    events_truncated: _builtins.bool
+    """True when it has more than 100 events."""
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """The memory itself (as GetMemory returns it)."""
+
+    @_builtins.property
+    def supersedes(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The versions it replaced, following `supersedes` links back: the one it
+        superseded first, then that one's predecessor, and so on (at most 100).
+        """
+
+    @_builtins.property
+    def superseded_by(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The versions that replaced it, following `supersedes` links forward: its
+        successor first, the newest version last (at most 100).
+        """
+
+    @_builtins.property
+    def derived_from(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The memories it was derived from (`derived_from` links: the
+        conversation memory a pipeline fact was extracted from).
+        """
+
+    @_builtins.property
+    def derivations(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """Memories derived from it (the facts the pipeline extracted from it), at
+        most 100, oldest first.
+        """
+
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___HistoryEvent]:
+        """Its audit trail, oldest first: the first 100 events (ListMemoryHistory
+        pages through all of them).
+        """
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        supersedes: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        superseded_by: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        derived_from: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        derivations: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        events: _abc.Iterable[Global___HistoryEvent] | None = ...,
+        events_truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["derivations", b"derivations", "derived_from", b"derived_from", "events", b"events", "events_truncated", b"events_truncated", "memory", b"memory", "superseded_by", b"superseded_by", "supersedes", b"supersedes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainMemoryResponse: _TypeAlias = ExplainMemoryResponse  # noqa: Y015

@@ -108,6 +108,11 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionResponse.FromString,
                 _registered_method=True)
+        self.ExplainMemory = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ExplainMemory',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -344,6 +349,22 @@ class MemoryStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExplainMemory(self, request, context):
+        """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+        ways (the versions it replaced and the ones that replaced it, each with
+        its valid time), what it was derived from (a pipeline fact's source
+        memory) and what was derived from it, and its audit trail. Linked
+        memories that are gone for good (purged, expired) are left out; soft-
+        deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+        namespace); NOT_FOUND (no such memory in the namespace: a memory of
+        another namespace is not found either, and nothing of it is shown).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -401,6 +422,11 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.SummarizeSession,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionResponse.SerializeToString,
+            ),
+            'ExplainMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainMemory,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -719,6 +745,33 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/SummarizeSession',
             engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ExplainMemory',
+            engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

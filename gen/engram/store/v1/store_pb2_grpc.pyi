@@ -220,6 +220,18 @@ class MemoryStoreServiceStub:
     summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
     level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
     """
+    ExplainMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.ExplainMemoryRequest, _store_pb2.ExplainMemoryResponse]
+    """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+    ways (the versions it replaced and the ones that replaced it, each with
+    its valid time), what it was derived from (a pipeline fact's source
+    memory) and what was derived from it, and its audit trail. Linked
+    memories that are gone for good (purged, expired) are left out; soft-
+    deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+    namespace); NOT_FOUND (no such memory in the namespace: a memory of
+    another namespace is not found either, and nothing of it is shown).
+    """
 
 @_typing.type_check_only
 class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
@@ -412,6 +424,18 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     malformed); NOT_FOUND (the session has no live short-term memory to
     summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
     level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+    """
+    ExplainMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.ExplainMemoryRequest, _store_pb2.ExplainMemoryResponse]  # type: ignore[assignment]
+    """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+    ways (the versions it replaced and the ones that replaced it, each with
+    its valid time), what it was derived from (a pipeline fact's source
+    memory) and what was derived from it, and its audit trail. Linked
+    memories that are gone for good (purged, expired) are left out; soft-
+    deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+    namespace); NOT_FOUND (no such memory in the namespace: a memory of
+    another namespace is not found either, and nothing of it is shown).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -668,6 +692,24 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         malformed); NOT_FOUND (the session has no live short-term memory to
         summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
         level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+        """
+
+    @_abc_1.abstractmethod
+    def ExplainMemory(
+        self,
+        request: _store_pb2.ExplainMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.ExplainMemoryResponse, _abc.Awaitable[_store_pb2.ExplainMemoryResponse]]:
+        """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+        ways (the versions it replaced and the ones that replaced it, each with
+        its valid time), what it was derived from (a pipeline fact's source
+        memory) and what was derived from it, and its audit trail. Linked
+        memories that are gone for good (purged, expired) are left out; soft-
+        deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+        namespace); NOT_FOUND (no such memory in the namespace: a memory of
+        another namespace is not found either, and nothing of it is shown).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

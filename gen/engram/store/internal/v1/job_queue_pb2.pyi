@@ -891,7 +891,9 @@ class ProposalResult(_message.Message):
     outcome: Global___ProposalOutcome.ValueType
     """What happened."""
     memory_id: _builtins.str
-    """The memory created, deduplicated against, updated or deleted; empty
+    """The memory created, deduplicated against, or deleted; for UPDATED the new
+    memory that supersedes the target (the target keeps its content and gets
+    its validity closed; see engram.store.v1.MemoryPatch.supersede); empty
     otherwise.
     """
     reason: _builtins.str
@@ -900,6 +902,7 @@ class ProposalResult(_message.Message):
     destructive_mutations_disabled, low_decision_confidence, target_pinned,
     target_not_candidate, target_not_found, target_is_source,
     destructive_cap_reached, insufficient_overlap, no_contradiction,
+    target_superseded, starts_before_target,
     unchanged, no_change, shadow_mode, source_memory_deleted.
     """
     review_needed: _builtins.bool

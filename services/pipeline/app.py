@@ -124,7 +124,8 @@ async def start_pipeline(
     servicer = PipelineServicer(
         jobs,
         [worker.health, extract_worker.health],
-        [worker.status, extract_worker.status, document_worker.status, summarize_worker.status],
+        [worker.status, extract_worker.status, document_worker.status, summarize_worker.status]
+        + ([near_duplicates.status] if near_duplicates is not None else []),
         extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )

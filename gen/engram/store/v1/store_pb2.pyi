@@ -165,6 +165,13 @@ class _HistoryEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Hist
     `retention.tombstone_days`; the memory can no longer be recovered
     (RecoverMemory answers RETENTION_EXPIRED).
     """
+    HISTORY_EVENT_TYPE_MERGED: _HistoryEventType.ValueType  # 7
+    """The memory was folded into a near-duplicate by the pipeline (seed 004
+    §3): it is soft-deleted; metadata `survivor_id` names the memory it was
+    merged into and `similarity` their cosine. The survivor's own `modified`
+    event (metadata `merged_from`) carries the united tags and importance.
+    RecoverMemory brings the merged memory back.
+    """
 
 class HistoryEventType(_HistoryEventType, metaclass=_HistoryEventTypeEnumTypeWrapper):
     """Kinds of history event."""
@@ -187,6 +194,13 @@ HISTORY_EVENT_TYPE_PURGED: HistoryEventType.ValueType  # 6
 """The tombstone was removed for good by the retention sweep after
 `retention.tombstone_days`; the memory can no longer be recovered
 (RecoverMemory answers RETENTION_EXPIRED).
+"""
+HISTORY_EVENT_TYPE_MERGED: HistoryEventType.ValueType  # 7
+"""The memory was folded into a near-duplicate by the pipeline (seed 004
+§3): it is soft-deleted; metadata `survivor_id` names the memory it was
+merged into and `similarity` their cosine. The survivor's own `modified`
+event (metadata `merged_from`) carries the united tags and importance.
+RecoverMemory brings the merged memory back.
 """
 Global___HistoryEventType: _TypeAlias = HistoryEventType  # noqa: Y015
 

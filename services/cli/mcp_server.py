@@ -24,14 +24,16 @@ from engram.client import (
     MemoryPatch,
     memory_filter,
 )
+from engram.search.v1.search_pb2 import ContextSectionKind
 from engram.store.v1.store_pb2 import TagList
 
 INSTRUCTIONS = """\
-Engram is a long-term memory. Use `recall` before answering anything that may depend on \
-what the user said or decided earlier; use `remember` for durable facts, preferences, \
+Engram is a long-term memory. Call `assemble_context` at the start of a turn for the \
+memory to keep in mind (within a token budget); use `recall` to look something up, before \
+answering anything that may depend on what the user said or decided earlier; use `remember` for durable facts, preferences, \
 decisions and rules worth keeping (one self-contained statement per memory, not a chat \
 transcript). Correct a memory with `update_memory` instead of remembering a contradiction. \
-`forget` deletes in two steps: a preview, then a call with the preview's confirm_token. \
+`explain_memory` tells where a memory came from. `forget` deletes in two steps: a preview, then a call with the preview's confirm_token. \
 Memories live in namespaces (one per user or project); omit `namespace` for the default."""
 
 # How many forget previews the server keeps, so a confirm needs only the token.
@@ -132,6 +134,13 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             str, Field(description="What to look for, in natural language or keywords.")
         ],
         namespace: Namespace = "",
+        namespaces: Annotated[
+            list[str] | None,
+            Field(
+                description="Several namespaces searched at once instead of `namespace` "
+                '(e.g. ["user-42", "team"]); each result says which it came from.'
+            ),
+        ] = None,
         limit: Annotated[
             int, Field(ge=0, le=100, description="At most this many; 0 for the default.")
         ] = 0,
@@ -145,6 +154,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             reply = await engram.recall(
                 query,
                 namespace=namespace,
+                namespaces=namespaces or (),
                 limit=limit,
                 filter=memory_filter(types=types or (), tags=tags or ()),
             )
@@ -152,7 +162,12 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             raise _error(error) from None
         return {
             "results": [
-                {"score": round(r.score, 4), "memory": _memory(r.memory)} for r in reply.results
+                {
+                    "score": round(r.score, 4),
+                    "namespace": r.memory.namespace,
+                    "memory": _memory(r.memory),
+                }
+                for r in reply.results
             ],
             "warnings": list(reply.warnings),
         }
@@ -294,6 +309,74 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         for event in events:
             event["event_type"] = event.get("event_type", "").removeprefix("HISTORY_EVENT_TYPE_")
         return {"events": events}
+
+    @server.tool(annotations=ToolAnnotations(title="Assemble context", read_only_hint=True))
+    async def assemble_context(
+        query: Annotated[
+            str, Field(description="The current question or turn, in natural language.")
+        ],
+        namespaces: Annotated[
+            list[str] | None,
+            Field(
+                description='Namespaces to draw from, e.g. ["user-42", "team"]; omit for '
+                "the default namespace."
+            ),
+        ] = None,
+        session_id: Annotated[
+            str, Field(description="The conversation session, for its short-term memory.")
+        ] = "",
+        token_budget: Annotated[
+            int,
+            Field(
+                ge=0,
+                description="Most tokens the context may take; 0: 1000 for a simple "
+                "question, 3000 for a complex one.",
+            ),
+        ] = 0,
+    ) -> dict[str, Any]:
+        """The memory context to put in front of the model for this turn, within a token
+        budget: pinned rules and preferences, the most relevant memories, this session's
+        short-term memory and the entities involved, as one block (`context`) with the
+        memories behind each section."""
+        try:
+            reply = await engram.assemble_context(
+                query,
+                namespaces=namespaces or (),
+                session_id=session_id,
+                token_budget=token_budget,
+            )
+        except EngramError as error:
+            raise _error(error) from None
+        return {
+            "context": reply.context,
+            "token_count": reply.token_count,
+            "token_budget": reply.token_budget,
+            "sections": [
+                {
+                    "kind": ContextSectionKind.Name(section.kind).removeprefix(
+                        "CONTEXT_SECTION_KIND_"
+                    ),
+                    "memories": [_memory(m) for m in section.memories],
+                    "entities": [_dict(e) for e in section.entities],
+                }
+                for section in reply.sections
+            ],
+            "warnings": list(reply.warnings),
+        }
+
+    @server.tool(annotations=ToolAnnotations(title="Explain a memory", read_only_hint=True))
+    async def explain_memory(
+        id: Annotated[str, Field(description="The memory's id.")],
+        namespace: Namespace = "",
+    ) -> dict[str, Any]:
+        """Where a memory comes from and what became of it: the versions it superseded
+        and that superseded it, the memories it was derived from and those derived from
+        it, and its audit trail."""
+        try:
+            reply = await engram.explain_memory(id, namespace=namespace)
+        except EngramError as error:
+            raise _error(error) from None
+        return _dict(reply)
 
     return server
 

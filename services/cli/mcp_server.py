@@ -7,7 +7,7 @@ stdio (the default: an MCP host starts it as a subprocess) or streamable HTTP.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
@@ -33,7 +33,8 @@ memory to keep in mind (within a token budget); use `recall` to look something u
 answering anything that may depend on what the user said or decided earlier; use `remember` for durable facts, preferences, \
 decisions and rules worth keeping (one self-contained statement per memory, not a chat \
 transcript). Correct a memory with `update_memory` instead of remembering a contradiction. \
-`explain_memory` tells where a memory came from. `forget` deletes in two steps: a preview, then a call with the preview's confirm_token. \
+`explain_memory` tells where a memory came from. In a conversation, `append_turn` keeps each \
+turn as the session's short-term memory and `summarize_session` condenses it. `forget` deletes in two steps: a preview, then a call with the preview's confirm_token. \
 Memories live in namespaces (one per user or project); omit `namespace` for the default."""
 
 # How many forget previews the server keeps, so a confirm needs only the token.
@@ -377,6 +378,52 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         except EngramError as error:
             raise _error(error) from None
         return _dict(reply)
+
+    @server.tool(annotations=ToolAnnotations(title="Capture a turn"))
+    async def append_turn(
+        session_id: Annotated[
+            str, Field(description="The conversation session (e.g. a thread id).")
+        ],
+        role: Annotated[
+            Literal["user", "assistant", "system", "tool"], Field(description="Who spoke.")
+        ],
+        content: Annotated[str, Field(description="What was said, as said.")],
+        namespace: Namespace = "",
+        who: Annotated[str, Field(description="The speaker's name, if known.")] = "",
+    ) -> dict[str, Any]:
+        """Capture one conversation turn as the session's short-term memory (kept 12
+        hours). A user turn that asks to be remembered ("remember that ...") is kept
+        long-term instead (`promoted`); `notice` says when privacy stopped it."""
+        try:
+            reply = await engram.append_turn(
+                session_id, role, content, namespace=namespace, who=who
+            )
+        except EngramError as error:
+            raise _error(error) from None
+        return {
+            "captured": reply.captured,
+            "promoted": reply.promoted,
+            "notice": reply.notice,
+            "memory": _memory(reply.memory) if reply.HasField("memory") else None,
+        }
+
+    @server.tool(annotations=ToolAnnotations(title="Summarize the session"))
+    async def summarize_session(
+        session_id: Annotated[str, Field(description="The conversation session.")],
+        namespace: Namespace = "",
+    ) -> dict[str, Any]:
+        """Ask for the session's summary: the pipeline's LLM condenses its short-term
+        memory into one summary (kept 24 hours), which assemble_context then shows
+        before the turns it does not cover. Returns at once with the queued job."""
+        try:
+            reply = await engram.summarize_session(session_id, namespace=namespace)
+        except EngramError as error:
+            raise _error(error) from None
+        return {  # numbers as numbers (proto JSON writes int64 as a string)
+            "job_id": reply.job_id,
+            "already_queued": reply.already_queued,
+            "turn_count": reply.turn_count,
+        }
 
     return server
 

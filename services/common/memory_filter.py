@@ -110,8 +110,8 @@ class MemoryFilterSpec:
             or self.until
             or self.importance_min is not None
             or self.session_id
-            or self.as_of
             or self.categories
+            or self.as_of
         )
 
     def fingerprint(self) -> str:
@@ -127,8 +127,8 @@ class MemoryFilterSpec:
                 self.until,
                 self.importance_min,
                 *([self.session_id] if self.session_id else []),
-                *([{"as_of": self.as_of}] if self.as_of else []),
                 *([sorted(self.categories)] if self.categories else []),
+                *([{"as_of": self.as_of}] if self.as_of else []),
             ]
         )
         return hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -170,8 +170,8 @@ def check_filter(
         until=spec.until,
         importance_min=spec.importance_min,
         session_id=spec.session_id,
-        as_of=spec.as_of,
         categories=tuple(c.strip().lower() for c in spec.categories if c.strip()),
+        as_of=spec.as_of,
     )
 
 

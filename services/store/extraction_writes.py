@@ -390,8 +390,7 @@ class _JobWrite:
                     list(dict.fromkeys(c.strip().lower() for c in fact.categories))
                 ),
                 temporal_class=fact.temporal_class,
-                # seed 004 §5: a short-term fact's end, when the model could tell
-                valid_until=fact.valid_until if fact.temporal_class == "short_term" else None,
+                valid_until=_short_term_end(fact, self.source.event_time),
             ),
             actor=ACTOR,
             reason=WHY,
@@ -578,3 +577,12 @@ def write_policy(config: Config) -> WritePolicy:
         destructive_max_per_job=p.destructiveMaxPerJob,
         max_job_attempts=p.workerMaxRetries,
     )
+
+
+def _short_term_end(fact: Fact, valid_from: str) -> str | None:
+    """A short-term fact's end (seed 004 §5) as the memory's valid_until (issue
+    17's valid time: reads of now leave it out once passed); None for other
+    classes and for an end that is not after the fact's start."""
+    if fact.temporal_class != "short_term" or fact.valid_until is None:
+        return None
+    return fact.valid_until if fact.valid_until > valid_from else None

@@ -38,6 +38,8 @@ TOOLS = {
     "memory_history",
     "assemble_context",
     "explain_memory",
+    "append_turn",
+    "summarize_session",
 }
 # The tools' definitions in the repo (scripts/gen_tools.py writes them from the server)
 TOOL_FILES = {p.stem: json.loads(p.read_text()) for p in (REPO_ROOT / "tools").glob("*.json")}
@@ -188,6 +190,38 @@ def test_assemble_context_explain_and_recall_across_namespaces(suite: RunningSui
                 session, "explain_memory", id=team["memory"]["id"], namespace="mcp-ctx-team"
             )
             assert explained["memory"]["id"] == team["memory"]["id"]
+            turn = await call(
+                session,
+                "append_turn",
+                session_id="mcp-chat-1",
+                role="user",
+                content="I am on call for the mobile release this week",
+                namespace="mcp-ctx-team",
+                who="bob",
+            )
+            assert turn["captured"] and not turn["promoted"]
+            kept = await call(
+                session,
+                "append_turn",
+                session_id="mcp-chat-1",
+                role="user",
+                content="Remember that Bob's pager number is 555-0100",
+                namespace="mcp-ctx-team",
+            )
+            assert kept["promoted"] is True
+            summary = await call(
+                session, "summarize_session", session_id="mcp-chat-1", namespace="mcp-ctx-team"
+            )
+            assert summary["job_id"] and summary["turn_count"] == 1
+            with_session = await call(
+                session,
+                "assemble_context",
+                query="mobile release",
+                namespaces=["mcp-ctx-team"],
+                session_id="mcp-chat-1",
+            )
+            session_section = [s for s in with_session["sections"] if s["kind"] == "SESSION"]
+            assert session_section[0]["memories"][0]["id"] == turn["memory"]["id"]
             refused = await session.call_tool(
                 "assemble_context", {"query": "x", "namespaces": ["a", "a"]}
             )

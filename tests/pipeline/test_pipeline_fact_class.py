@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from engram.store.v1 import store_pb2
 from llm_fakes import LlmServer, scripted
 from recall_helpers import Stack, wait_for
 from services.pipeline.extraction import parse_extraction
+from store_helpers import rows
 
 WORKER = {
     "memory.pipelineV2.enabled": True,
@@ -106,10 +108,11 @@ def facts_for(memory: str) -> list[dict[str, Any]]:
                 "valid_until": "2020-01-05",
             },
             {
-                "content": "The on-call rotation covers Bob",
+                "content": "Carol covers the on-call rotation until 2099",
                 "type": "fact",
                 "confidence": 0.9,
-                "temporal": "long_term",
+                "temporal": "short_term",
+                "valid_until": "2099-01-01",
             },
         ]
     if "standup" in memory:
@@ -194,30 +197,22 @@ def test_extract_rpc_returns_the_new_fields(stack: Stack) -> None:
     assert fact.valid_until.ToJsonString() == "2026-12-01T23:59:59Z"
 
 
-def test_a_short_term_fact_past_its_valid_until_is_left_out_of_reads_of_now(stack: Stack) -> None:
-    """Seed 004 §5 with issue 17's valid time: the model's end of a short-term fact is
-    the memory's valid_until, so once past, List and Recall (valid now, by default)
-    leave it out; GetMemory still shows it, with its end."""
-    source = stack.remember("on-call rotation notes")
-    wait_for(
-        lambda: any(
-            m.content == "The on-call rotation covers Bob" for m in listed(stack, types=["fact"])
-        ),
-        what="facts written",
+def test_a_short_term_fact_past_its_end_leaves_reads_of_now(stack: Stack) -> None:
+    """Issue 17 has landed: the end is the memory's valid_until, so reads of what
+    is valid now leave it out (rather than ranking it lower); GetMemory keeps it."""
+    stack.remember("on-call rotation notes")
+    current = wait_for(
+        lambda: [m for m in listed(stack) if m.content.startswith("Carol")], what="facts written"
     )
-    derived_now = [m.content for m in listed(stack, who="pipeline-v2")]
-    assert derived_now == ["The on-call rotation covers Bob"]
-    results = stack.search.Recall(
-        search_pb2.RecallRequest(
-            query="on-call rotation Bob", filter=memory_pb2.MemoryFilter(who="pipeline-v2")
-        ),
-        timeout=30,
-    ).results
-    assert [r.memory.content for r in results] == ["The on-call rotation covers Bob"]
-    explained = stack.store.ExplainMemory(store_pb2.ExplainMemoryRequest(id=source.id))
-    derived = {m.content: m for m in explained.derivations}
-    ended = derived["Bob covers the on-call rotation"]
+    assert current[0].valid_until.ToJsonString() == "2099-01-01T23:59:59Z"
+    [(ended_id,)] = rows(
+        Path(stack.config.storage.path), "SELECT id FROM memories WHERE content LIKE 'Bob%'"
+    )
+    assert all(not m.content.startswith("Bob") for m in listed(stack))
+    recalled = stack.search.Recall(search_pb2.RecallRequest(query="on-call rotation"), timeout=30)
+    assert [r.memory.content for r in recalled.results if r.memory.who == "pipeline-v2"] == [
+        current[0].content
+    ]
+    ended = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=ended_id)).memory
     assert ended.temporal_class == memory_pb2.TEMPORAL_CLASS_SHORT_TERM
     assert ended.valid_until.ToJsonString() == "2020-01-05T23:59:59Z"
-    got = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=ended.id)).memory
-    assert got.valid_until == ended.valid_until

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.store.v1 import store_pb2
 from http_fakes import VectorBook, ollama_server, unit_axis
 from llm_fakes import LlmServer, is_extraction
@@ -125,6 +126,9 @@ def test_a_near_identical_memory_is_merged_into_the_older_one(start: Any) -> Non
     assert not any(get(stack, m.id).deleted for m in close.values())
     assert llm.prompts() == []
     assert [r.memory.id for r in stack.recall(SAME[1]).results][:1] == [older.id]
+    status = stack.pipeline.GetStatus(pb.GetStatusRequest(), timeout=10)
+    [dedup] = [w for w in status.workers if w.name == "dedup"]
+    assert dedup.completed_count >= 2 and dedup.failed_count == 0
 
 
 def test_the_llm_decides_between_070_and_098(start: Any) -> None:

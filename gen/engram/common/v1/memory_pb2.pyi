@@ -33,7 +33,11 @@ class _TemporalClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Tempora
     TEMPORAL_CLASS_LONG_TERM: _TemporalClass.ValueType  # 2
     """True for months or years, but not forever ("works at Acme")."""
     TEMPORAL_CLASS_SHORT_TERM: _TemporalClass.ValueType  # 3
-    """Time-bound state ("meeting at 3pm tomorrow"), often with `valid_until`."""
+    """Time-bound state ("meeting at 3pm tomorrow"). When the model could tell
+    the date it ends, the memory's `valid_until` is set to it: from then on
+    reads of what is valid now leave it out, and reads `as_of` an earlier
+    instant still find it.
+    """
 
 class TemporalClass(_TemporalClass, metaclass=_TemporalClassEnumTypeWrapper):
     """How long a fact stays true (seed 004 §5)."""
@@ -45,7 +49,11 @@ TEMPORAL_CLASS_PERMANENT: TemporalClass.ValueType  # 1
 TEMPORAL_CLASS_LONG_TERM: TemporalClass.ValueType  # 2
 """True for months or years, but not forever ("works at Acme")."""
 TEMPORAL_CLASS_SHORT_TERM: TemporalClass.ValueType  # 3
-"""Time-bound state ("meeting at 3pm tomorrow"), often with `valid_until`."""
+"""Time-bound state ("meeting at 3pm tomorrow"). When the model could tell
+the date it ends, the memory's `valid_until` is set to it: from then on
+reads of what is valid now leave it out, and reads `as_of` an earlier
+instant still find it.
+"""
 Global___TemporalClass: _TypeAlias = TemporalClass  # noqa: Y015
 
 @_typing.final
@@ -184,7 +192,8 @@ class Memory(_message.Message):
     def valid_until(self) -> _timestamp_pb2.Timestamp:
         """Until when the memory was true in the world (exclusive); unset while it
         still is. Set when a newer version supersedes it, to the newer one's
-        `valid_from`; the memory stays readable with GetMemory, ExplainMemory and
+        `valid_from`, and on a SHORT_TERM pipeline memory to the end date the
+        extraction model gave (see TemporalClass); the memory stays readable with GetMemory, ExplainMemory and
         reads `as_of` an instant it was valid at, but reads of what is valid now
         (the default of ListMemories, Recall and AssembleContext) leave it out.
         A SHORT_TERM pipeline memory (temporal_class) may also carry the end the

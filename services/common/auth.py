@@ -82,7 +82,10 @@ _MAINTENANCE = "engram.maintenance.v1.MaintenanceService"
 # not listed here (the store's internal services) takes only the service key.
 PUBLIC_RPCS: dict[str, Role] = {
     **dict.fromkeys(_methods(_SEARCH, "Recall AssembleContext"), Role.READER),
-    **dict.fromkeys(_methods(_STORE, "GetMemory ListMemories ListMemoryHistory"), Role.READER),
+    **dict.fromkeys(
+        _methods(_STORE, "GetMemory ListMemories ListMemoryHistory ExplainMemory"),
+        Role.READER,
+    ),
     **dict.fromkeys(
         _methods(_PIPELINE, "GetDocument ListDocumentChunks WatchDocument Extract GetStatus"),
         Role.READER,

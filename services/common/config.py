@@ -138,6 +138,8 @@ class ContextSettings(_Section):
     max_budget: int = Field(32000, ge=50, le=1_000_000)
     # pinned memories considered per namespace (most important first)
     pinned_limit: int = Field(50, ge=0, le=1000)
+    # the session's newest short-term memories considered (summary and turns)
+    session_limit: int = Field(100, ge=0, le=1000)
     # entities considered for the ENTITIES section, and relations shown per entity
     entity_limit: int = Field(20, ge=0, le=200)
     relations_per_entity: int = Field(5, ge=0, le=50)

@@ -24,6 +24,7 @@ MEMORY_TYPES = (
 # its document; session turns and summaries expire on their own schedule. So is
 # any memory with an expiry.
 NEVER_MERGED_TYPES = frozenset({"document_chunk", "episodic", "session_summary"})
+SESSION_SUMMARY_TYPE = "session_summary"  # SummarizeSession's memory (one per session)
 
 
 @dataclass(frozen=True)

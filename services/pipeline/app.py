@@ -30,6 +30,7 @@ from services.pipeline.leases import instance_name, worker_identities
 from services.pipeline.near_dup import DedupPolicy, NearDuplicates
 from services.pipeline.servicer import PipelineServicer
 from services.pipeline.status import MonitoredLlm, ProviderMonitor, provider_probe
+from services.pipeline.summarize_worker import SummarizeWorker, summarize_settings
 
 log = logging.getLogger("engram.pipeline")
 
@@ -73,7 +74,7 @@ async def start_pipeline(
     await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
     identities = worker_identities(
-        jobs, instance_name(config, listen_port), ("embed", "extract", "document")
+        jobs, instance_name(config, listen_port), ("embed", "extract", "document", "summarize")
     )
     provider = embedding_provider(config, background=config.workers.embed.priority == "background")
     llm = llm_provider(config)
@@ -106,6 +107,9 @@ async def start_pipeline(
         ExtractWorkerSettings.from_config(config),
         identities["extract"],
     )
+    summarize_worker = SummarizeWorker(
+        jobs, llm, summarize_settings(config), identities["summarize"]
+    )
     document_store = documents_pb2_grpc.DocumentStoreServiceStub(channel)
     document_worker = DocumentWorker.from_config(
         config, jobs, document_store, provider, identities["document"]
@@ -120,7 +124,7 @@ async def start_pipeline(
     servicer = PipelineServicer(
         jobs,
         [worker.health, extract_worker.health],
-        [worker.status, extract_worker.status, document_worker.status]
+        [worker.status, extract_worker.status, document_worker.status, summarize_worker.status]
         + ([near_duplicates.status] if near_duplicates is not None else []),
         extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
@@ -135,6 +139,7 @@ async def start_pipeline(
     background.append(asyncio.create_task(document_worker.run()))
     if near_duplicates is not None:
         background.append(asyncio.create_task(near_duplicates.run()))
+    background.append(asyncio.create_task(summarize_worker.run()))
     background += [asyncio.create_task(m.run()) for m in (embed_monitor, llm_monitor)]
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
     return PipelineApp(

@@ -116,6 +116,8 @@ class Sessions:
             session_id=turn.session_id,
             ttl_nanos=None if promoted else (turn.ttl_nanos or self._turn_ttl_nanos),
             pii=self._store.pii_policy(turn.namespace, None),
+            # what was said, as said: a turn starting "critical:" is not a pin
+            prefixes=False,
         )
         if level == FULL:
             return TurnOutcome(None, False, intent, False, False, FULL_NOTICE)

@@ -122,6 +122,9 @@ CALLS: dict[str, Call] = {
         metadata=md,
         timeout=TIMEOUT,
     ),
+    "/engram.store.v1.MemoryStoreService/ExplainMemory": lambda w, ns, md: w.store.ExplainMemory(
+        pb.ExplainMemoryRequest(namespace=ns, id=w.ids["get"]), metadata=md, timeout=TIMEOUT
+    ),
     "/engram.store.v1.MemoryStoreService/ListMemoryHistory": lambda w, ns, md: (
         w.store.ListMemoryHistory(
             pb.ListMemoryHistoryRequest(namespace=ns, memory_id=w.ids["get"]),
@@ -233,6 +236,7 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "GetMemory",
         "ListMemories",
         "ListMemoryHistory",
+        "ExplainMemory",
         "GetDocument",
         "ListDocumentChunks",
         "WatchDocument",

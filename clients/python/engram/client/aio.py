@@ -117,9 +117,15 @@ class AsyncEngram:
         source_type: str = "",
         source_id: str = "",
         event_time: c.TimeArg = None,
+        session_id: str = "",
+        ttl: c.DurationArg = None,
+        privacy: c.PrivacyArg = "",
         timeout: float | None = None,
     ) -> store_pb2.RememberResponse:
-        """Stores a memory (or finds the same content already stored: `deduplicated`)."""
+        """Stores a memory (or finds the same content already stored: `deduplicated`).
+        With `ttl` (a timedelta or seconds) it is short-term and expires; `privacy`
+        ("partial", "full") may refuse it (FailedPrecondition, reason PRIVACY_BLOCKED,
+        whose message can be relayed to the person)."""
         request = store_pb2.RememberRequest(
             namespace=namespace,
             content=content,
@@ -132,6 +138,9 @@ class AsyncEngram:
             source_type=source_type,
             source_id=source_id,
             event_time=c.timestamp(event_time),
+            session_id=session_id,
+            ttl=c.duration(ttl),
+            privacy=c.privacy_level(privacy),
         )
         return await self._call(self._store.Remember, request, timeout)
 
@@ -334,6 +343,44 @@ class AsyncEngram:
             token = page.next_page_token
             if not token:
                 return
+
+    async def append_turn(
+        self,
+        session_id: str,
+        role: c.RoleArg,
+        content: str,
+        *,
+        namespace: str = "",
+        who: str = "",
+        event_time: c.TimeArg = None,
+        source_id: str = "",
+        ttl: c.DurationArg = None,
+        privacy: c.PrivacyArg = "",
+        timeout: float | None = None,
+    ) -> store_pb2.AppendTurnResponse:
+        """Captures a conversation turn (`role`: "user", "assistant", "system" or
+        "tool") as short-term memory of the session; a user turn that asks to be
+        remembered is kept long-term (`promoted`). `notice` says when privacy
+        stopped a capture or a promotion."""
+        request = c.append_turn_request(
+            session_id,
+            role,
+            content,
+            namespace=namespace,
+            who=who,
+            event_time=event_time,
+            source_id=source_id,
+            ttl=ttl,
+            privacy=privacy,
+        )
+        return await self._call(self._store.AppendTurn, request, timeout)
+
+    async def summarize_session(
+        self, session_id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.SummarizeSessionResponse:
+        """Queues the pipeline's LLM to write the session's 24-hour summary."""
+        request = store_pb2.SummarizeSessionRequest(namespace=namespace, session_id=session_id)
+        return await self._call(self._store.SummarizeSession, request, timeout)
 
     async def import_memories(
         self,

@@ -196,6 +196,8 @@ class Memory(_message.Message):
         extraction model gave (see TemporalClass); the memory stays readable with GetMemory, ExplainMemory and
         reads `as_of` an instant it was valid at, but reads of what is valid now
         (the default of ListMemories, Recall and AssembleContext) leave it out.
+        A SHORT_TERM pipeline memory (temporal_class) may also carry the end the
+        extraction model gave it.
         """
 
     @_builtins.property

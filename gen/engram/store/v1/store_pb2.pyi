@@ -1379,7 +1379,10 @@ class AppendTurnRequest(_message.Message):
     role: Global___TurnRole.ValueType
     """Who spoke."""
     content: _builtins.str
-    """What was said; same rules as RememberRequest.content (prefixes included)."""
+    """What was said, kept as said: normalised and limited like
+    RememberRequest.content, but a leading `critical:` or `[tags]:` is text,
+    not a prefix.
+    """
     who: _builtins.str
     """The speaker's name (a user id, an agent name); empty means the role's
     name (`user`, `assistant`, `system`, `tool`).

@@ -138,6 +138,8 @@ class ContextSettings(_Section):
     max_budget: int = Field(32000, ge=50, le=1_000_000)
     # pinned memories considered per namespace (most important first)
     pinned_limit: int = Field(50, ge=0, le=1000)
+    # the session's newest short-term memories considered (summary and turns)
+    session_limit: int = Field(100, ge=0, le=1000)
     # entities considered for the ENTITIES section, and relations shown per entity
     entity_limit: int = Field(20, ge=0, le=200)
     relations_per_entity: int = Field(5, ge=0, le=50)
@@ -179,6 +181,30 @@ class PiiSettings(_Section):
             except InvalidArgument as bad:
                 raise ValueError(f"namespace {name!r} {bad.description}") from None
         return namespaces
+
+
+class DedupSettings(_Section):
+    """`dedup.*`: near-duplicates after embedding (seed 004 §3; services/pipeline/near_dup.py).
+    Off by default: turning it on folds memories together, so a deployment
+    opts in once it has checked the thresholds on its own data."""
+
+    enabled: bool = False
+    # cosine at or above: merged without asking (the newer into the older)
+    merge_similarity: float = Field(0.98, ge=0.0, le=1.0)
+    # cosine at or above (and below merge_similarity): the LLM decides merge,
+    # replace or keep both, when memory.pipelineV2.enabled; kept otherwise
+    review_similarity: float = Field(0.70, ge=0.0, le=1.0)
+    # embedded memories waiting for their check; beyond it, checks are skipped
+    queue_size: int = Field(10000, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _review_below_merge(self) -> DedupSettings:
+        if self.review_similarity > self.merge_similarity:
+            raise ValueError(
+                f"dedup.review_similarity ({self.review_similarity}) must not exceed "
+                f"dedup.merge_similarity ({self.merge_similarity})"
+            )
+        return self
 
 
 class SearchSettings(_Section):
@@ -474,6 +500,7 @@ class Config(BaseSettings):
 
     memory: MemorySettings = MemorySettings()
     pii: PiiSettings = PiiSettings()
+    dedup: DedupSettings = DedupSettings()
     search: SearchSettings = SearchSettings()
     storage: StorageSettings = StorageSettings()
     retention: RetentionSettings = RetentionSettings()

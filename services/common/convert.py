@@ -13,6 +13,23 @@ from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import MemoryRecord
 from services.common.validation import check_timestamp
 
+# memories.temporal_class / Fact.temporal_class <-> engram.common.v1.TemporalClass
+TEMPORAL_CLASSES = {
+    "permanent": memory_pb2.TEMPORAL_CLASS_PERMANENT,
+    "long_term": memory_pb2.TEMPORAL_CLASS_LONG_TERM,
+    "short_term": memory_pb2.TEMPORAL_CLASS_SHORT_TERM,
+}
+_TEMPORAL_NAMES = {value: name for name, value in TEMPORAL_CLASSES.items()}
+
+
+def temporal_to_proto(name: str) -> memory_pb2.TemporalClass.ValueType:
+    return TEMPORAL_CLASSES.get(name, memory_pb2.TEMPORAL_CLASS_UNSPECIFIED)
+
+
+def temporal_from_proto(value: int) -> str:
+    """ "" for UNSPECIFIED and for values this version does not know."""
+    return _TEMPORAL_NAMES.get(value, "")  # type: ignore[call-overload]
+
 
 def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool, field: str) -> str | None:
     """Stored text for a set Timestamp, exact to the nanosecond; None when the
@@ -62,6 +79,7 @@ def filter_from_proto(
         ),
         importance_min=message.importance_min if message.HasField("importance_min") else None,
         session_id=message.session_id,
+        categories=tuple(message.categories),
     )
     if bad is None:
         found.raise_if_any()
@@ -102,5 +120,7 @@ def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
         session_id=record.session_id,
         expire_time=timestamp_from_text(record.expire_at),
         valid_from=timestamp_from_text(record.valid_from or record.event_time),
+        categories=record.categories,
+        temporal_class=temporal_to_proto(record.temporal_class),
         valid_until=timestamp_from_text(record.valid_until),
     )

@@ -23,6 +23,7 @@ from services.common.validation import check_session_id
 # A memory carries at most 32 tags (services.store.rules.MAX_TAGS), so a filter
 # needing more can never match; types are from a short fixed list.
 MAX_FILTER_TAGS = 32
+MAX_FILTER_CATEGORIES = 8  # a memory carries at most 8 (services/common/facts.py)
 MAX_FILTER_TYPES = 16
 
 # SQLite's clock in the stored fixed-width form (services/common/clock.py:
@@ -96,6 +97,7 @@ class MemoryFilterSpec:
     # Not a MemoryFilter field: the requests' `as_of` (stored text), carried
     # here so every query built from the spec reads the same instant.
     as_of: str | None = None
+    categories: tuple[str, ...] = ()
 
     def is_empty(self) -> bool:
         return not (
@@ -108,6 +110,7 @@ class MemoryFilterSpec:
             or self.until
             or self.importance_min is not None
             or self.session_id
+            or self.categories
             or self.as_of
         )
 
@@ -124,6 +127,7 @@ class MemoryFilterSpec:
                 self.until,
                 self.importance_min,
                 *([self.session_id] if self.session_id else []),
+                *([sorted(self.categories)] if self.categories else []),
                 *([{"as_of": self.as_of}] if self.as_of else []),
             ]
         )
@@ -143,6 +147,8 @@ def check_filter(
         found.add(f"{field_name}.types", f"at most {MAX_FILTER_TYPES} types")
     if len(spec.tags) > MAX_FILTER_TAGS:
         found.add(f"{field_name}.tags", f"at most {MAX_FILTER_TAGS} tags")
+    if len(spec.categories) > MAX_FILTER_CATEGORIES:
+        found.add(f"{field_name}.categories", f"at most {MAX_FILTER_CATEGORIES} categories")
     for index, memory_type in enumerate(spec.types[:MAX_FILTER_TYPES]):
         if memory_type not in known_types:
             found.add(f"{field_name}.types[{index}]", f"unknown type {echo(memory_type)}")
@@ -164,6 +170,7 @@ def check_filter(
         until=spec.until,
         importance_min=spec.importance_min,
         session_id=spec.session_id,
+        categories=tuple(c.strip().lower() for c in spec.categories if c.strip()),
         as_of=spec.as_of,
     )
 
@@ -178,6 +185,11 @@ def filter_sql(spec: MemoryFilterSpec, alias: str = "m") -> tuple[str, list[Any]
     for tag in spec.tags:
         clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE json_each.value = ?)")
         params.append(tag)
+    for category in spec.categories:
+        clauses.append(
+            f"EXISTS (SELECT 1 FROM json_each({alias}.categories) WHERE json_each.value = ?)"
+        )
+        params.append(category)
     if spec.who:
         clauses.append(f"{alias}.who = ?")
         params.append(spec.who)

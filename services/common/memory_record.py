@@ -20,6 +20,12 @@ MEMORY_TYPES = (
     "session_summary",  # a session's summary (SummarizeSession)
 )
 
+# Never folded into a near-duplicate (seed 004 §3): a document chunk belongs to
+# its document; session turns and summaries expire on their own schedule. So is
+# any memory with an expiry.
+NEVER_MERGED_TYPES = frozenset({"document_chunk", "episodic", "session_summary"})
+SESSION_SUMMARY_TYPE = "session_summary"  # SummarizeSession's memory (one per session)
+
 
 @dataclass(frozen=True)
 class MemoryRecord:
@@ -50,6 +56,8 @@ class MemoryRecord:
     # set when a newer version supersedes it (None: still valid).
     valid_from: str | None = None
     valid_until: str | None = None
+    categories: tuple[str, ...] = ()  # the extraction model's (pipeline memories)
+    temporal_class: str = ""  # permanent | long_term | short_term; "" not classified
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
@@ -77,5 +85,7 @@ class MemoryRecord:
             session_id=row["session_id"] or "",
             expire_at=row["expire_at"],
             valid_from=row["valid_from"],
+            categories=tuple(json.loads(row["categories"])),
+            temporal_class=row["temporal_class"],
             valid_until=row["valid_until"],
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -37,7 +38,11 @@ class EmbedWorker:
         *,
         batch_size: int,
         poll_s: float,
+        on_embedded: Callable[[Sequence[jq.Job]], None] | None = None,
     ) -> None:
+        """`on_embedded`: told the jobs whose vectors the store took (the
+        near-duplicate check, services/pipeline/near_dup.py); it must not block."""
+        self._on_embedded = on_embedded
         self._jobs = jobs
         self._identity = identity
         self._provider = provider
@@ -130,6 +135,9 @@ class EmbedWorker:
             )
         )
         done = sum(outcome == jq.LEASE_OUTCOME_OK for outcome in response.outcomes)
+        if self._on_embedded is not None:
+            ok = zip(jobs, response.outcomes, strict=True)
+            self._on_embedded([job for job, outcome in ok if outcome == jq.LEASE_OUTCOME_OK])
         self.status.completed += done
         self.status.last_batch_at = clock.now_text()
         self._failures = 0

@@ -26,6 +26,7 @@ from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common.config import Config
+from services.common.convert import temporal_to_proto, timestamp_from_text
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError
 from services.common.remote_errors import error_reason
@@ -138,7 +139,13 @@ def completion_request(
         jq.Proposal(
             action=_ACTIONS[p.action],
             fact=jq.ProposedFact(
-                content=p.fact.content, type=p.fact.type, confidence=p.fact.confidence
+                content=p.fact.content,
+                type=p.fact.type,
+                confidence=p.fact.confidence,
+                importance=p.fact.importance,
+                temporal_class=temporal_to_proto(p.fact.temporal_class),
+                valid_until=timestamp_from_text(p.fact.valid_until),
+                categories=p.fact.categories,
             ),
             target_id=p.target_id,
             confidence=p.confidence,

@@ -28,6 +28,22 @@ def pinned_memories(namespace: str, limit: int, as_of: str | None = None) -> Que
     )
 
 
+def session_memories(namespace: str, session_id: str, limit: int, as_of: str | None) -> Query:
+    """The session's live short-term memories (turns and summaries; valid now, or at
+    `as_of`), newest first."""
+    return (
+        f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.session_id = ? "
+        f"AND {live_sql('m', as_of=as_of)} AND m.expire_at IS NOT NULL "
+        "ORDER BY m.created_at DESC, m.id DESC LIMIT ?",
+        [namespace, session_id, limit],
+    )
+
+
+def has_entities(namespace: str) -> Query:
+    """Whether the namespace has a knowledge graph at all (one index seek)."""
+    return ("SELECT EXISTS (SELECT 1 FROM entities WHERE namespace = ?)", [namespace])
+
+
 def mentioned_entities(namespace: str, memory_ids: Sequence[str], limit: int) -> Query:
     """(id, name, entity_type, how many of `memory_ids` mention it) for the entities
     those memories mention, the most mentioned among them first."""

@@ -12,7 +12,11 @@ from services.common.convert import (
     with_as_of,
 )
 from services.common.errors import Violations
-from services.common.validation import DEFAULT_NAMESPACE, validate_namespaces
+from services.common.validation import (
+    DEFAULT_NAMESPACE,
+    check_session_id,
+    validate_namespaces,
+)
 from services.search.context import AssembledContext, ContextAssembler
 from services.search.recall import Recaller
 
@@ -66,7 +70,9 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             bad.check((DEFAULT_NAMESPACE,), validate_namespaces, request.namespaces),
             request.query,
             request.token_budget,
-            request.session_id,
+            bad.check("", check_session_id, request.session_id, "session_id")
+            if request.session_id
+            else "",
             as_of=bad.check(
                 None, text_from_timestamp, request.as_of, request.HasField("as_of"), "as_of"
             ),

@@ -15,6 +15,8 @@ from engram.store.internal.v1 import (
     access_pb2_grpc,
     admin_pb2,
     admin_pb2_grpc,
+    dedup_pb2,
+    dedup_pb2_grpc,
     documents_pb2,
     documents_pb2_grpc,
     job_queue_pb2,
@@ -39,6 +41,8 @@ from services.common.suite import announce_suite
 from services.store.access_servicer import AccessServicer
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
+from services.store.dedup import DedupStore
+from services.store.dedup_servicer import DedupServicer
 from services.store.document_servicer import DocumentStoreServicer
 from services.store.documents import DocumentStore
 from services.store.extraction_writes import ExtractionWrites, write_policy
@@ -62,6 +66,7 @@ INTERNAL_SERVICE_NAMES = (
     documents_pb2.DESCRIPTOR.services_by_name["DocumentStoreService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["StoreAdminService"].full_name,
     access_pb2.DESCRIPTOR.services_by_name["AccessService"].full_name,
+    dedup_pb2.DESCRIPTOR.services_by_name["DedupService"].full_name,
 )
 REAPER_INTERVAL_S = 60.0
 
@@ -222,6 +227,9 @@ async def start_store(
             StoreAdminServicer(store_admin(writer, reads, config)), server
         )
         access_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(store), server)
+        dedup_pb2_grpc.add_DedupServiceServicer_to_server(
+            DedupServicer(DedupStore(writer, max_job_attempts=max_attempts)), server
+        )
 
     started: list[RunningServer] = []
     try:

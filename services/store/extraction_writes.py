@@ -26,7 +26,15 @@ from typing import Any
 from services.common import clock
 from services.common.config import Config
 from services.common.errors import InvalidArgument
-from services.common.facts import FACT_TYPES, MAX_ENTITIES, MAX_ENTITY_CHARS, MAX_FACT_CHARS, Fact
+from services.common.facts import (
+    FACT_TYPES,
+    MAX_CATEGORIES,
+    MAX_CATEGORY_CHARS,
+    MAX_ENTITIES,
+    MAX_ENTITY_CHARS,
+    MAX_FACT_CHARS,
+    Fact,
+)
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
 from services.common.validation import validate_id, validate_ids
@@ -203,6 +211,14 @@ def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) 
     if len(proposal.fact.content) > MAX_FACT_CHARS:
         raise InvalidArgument(f"{field}.fact.content", f"at most {MAX_FACT_CHARS} characters")
     _check_unit(proposal.fact.confidence, f"{field}.fact.confidence")
+    if proposal.fact.importance is not None:
+        _check_unit(proposal.fact.importance, f"{field}.fact.importance")
+    if len(proposal.fact.categories) > MAX_CATEGORIES:
+        raise InvalidArgument(f"{field}.fact.categories", f"at most {MAX_CATEGORIES}")
+    if any(not c.strip() or len(c) > MAX_CATEGORY_CHARS for c in proposal.fact.categories):
+        raise InvalidArgument(
+            f"{field}.fact.categories", f"each 1 to {MAX_CATEGORY_CHARS} characters"
+        )
     _check_unit(proposal.confidence, f"{field}.confidence")
     if proposal.action in ("update", "delete") and not proposal.target_id:
         raise InvalidArgument(f"{field}.target_id", "required for UPDATE and DELETE")
@@ -346,6 +362,7 @@ class _JobWrite:
         """A pipeline fact from the source: valid (and dated) from the source's
         event time, when it was said."""
         content = item.content
+        fact = item.proposal.fact
         assert self.source is not None
         return mutations.new_memory(
             repo.MemoryRow(
@@ -355,8 +372,8 @@ class _JobWrite:
                 content.normalized,
                 content.content_hash,
                 memory_type_of(item.proposal.fact.type),
-                # seed 002: a pipeline memory's importance is its fact's confidence
-                item.proposal.fact.confidence,
+                # seed 004 §4: the model's importance; seed 002: else the confidence
+                fact.confidence if fact.importance is None else fact.importance,
                 "[]",
                 0,
                 ACTOR,
@@ -369,6 +386,11 @@ class _JobWrite:
                 extraction_model=self.request.extraction_model,
                 source_memory_id=self.source.id,
                 valid_from=self.source.event_time,
+                categories=json.dumps(
+                    list(dict.fromkeys(c.strip().lower() for c in fact.categories))
+                ),
+                temporal_class=fact.temporal_class,
+                valid_until=_short_term_end(fact, self.source.event_time),
             ),
             actor=ACTOR,
             reason=WHY,
@@ -555,3 +577,12 @@ def write_policy(config: Config) -> WritePolicy:
         destructive_max_per_job=p.destructiveMaxPerJob,
         max_job_attempts=p.workerMaxRetries,
     )
+
+
+def _short_term_end(fact: Fact, valid_from: str) -> str | None:
+    """A short-term fact's end (seed 004 §5) as the memory's valid_until (issue
+    17's valid time: reads of now leave it out once passed); None for other
+    classes and for an end that is not after the fact's start."""
+    if fact.temporal_class != "short_term" or fact.valid_until is None:
+        return None
+    return fact.valid_until if fact.valid_until > valid_from else None

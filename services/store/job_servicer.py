@@ -7,7 +7,7 @@ import grpc
 from engram.store.internal.v1 import job_queue_pb2 as pb
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common import tracing
-from services.common.convert import timestamp_from_text
+from services.common.convert import temporal_from_proto, text_from_timestamp, timestamp_from_text
 from services.common.validation import validate_namespace
 from services.store.extraction_writes import (
     ExtractCompletion,
@@ -115,7 +115,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                 proposals=tuple(
                     Proposal(
                         action=_ACTION_NAMES.get(p.action, ""),
-                        fact=Fact(p.fact.content, p.fact.type, p.fact.confidence),
+                        fact=fact_from_proto(p.fact),
                         target_id=p.target_id,
                         confidence=p.confidence,
                         reason=p.reason,
@@ -197,3 +197,19 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             indexed_memory_count=stats.indexed_memories,
             live_memory_count=stats.live_memories,
         )
+
+
+def fact_from_proto(fact: pb.ProposedFact) -> Fact:
+    """A proposal's fact; a bad `valid_until` is INVALID_ARGUMENT (the store's
+    checks in services/store/extraction_writes.py judge the rest)."""
+    return Fact(
+        fact.content,
+        fact.type,
+        fact.confidence,
+        importance=fact.importance if fact.HasField("importance") else None,
+        temporal_class=temporal_from_proto(fact.temporal_class),
+        valid_until=text_from_timestamp(
+            fact.valid_until, fact.HasField("valid_until"), "proposals.fact.valid_until"
+        ),
+        categories=tuple(fact.categories),
+    )

@@ -584,6 +584,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             ON memories(namespace, content_hash) WHERE valid_until IS NOT NULL;
         """,
     ),
+    (
+        "memory_categories_and_class",
+        """
+        -- Issue 18 (seed 004 §5-6): the extraction model's categories (a JSON
+        -- list, filtered like tags) and temporal class ('permanent',
+        -- 'long_term', 'short_term'; '' when not classified) of pipeline
+        -- memories. A short-term memory's end is the existing valid_until.
+        ALTER TABLE memories ADD COLUMN categories TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE memories ADD COLUMN temporal_class TEXT NOT NULL DEFAULT '';
+        """,
+    ),
 )
 
 

@@ -21,7 +21,8 @@ from services.common.memory_filter import (
 MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
     "source_type, source_id, version, is_deleted, deleted_at, created_at, updated_at, "
-    "event_time, access_count, last_accessed, session_id, expire_at, valid_from, valid_until"
+    "event_time, access_count, last_accessed, session_id, expire_at, valid_from, valid_until, "
+    "categories, temporal_class"
 )
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
@@ -242,6 +243,9 @@ class MemoryRow(NamedTuple):
     session_id: str | None = None
     expire_at: str | None = None
     valid_from: str | None = None  # None: the event time (services/common/memory_record.py)
+    categories: str = "[]"  # JSON list (pipeline memories, seed 004 §6)
+    temporal_class: str = ""  # permanent | long_term | short_term (seed 004 §5)
+    valid_until: str | None = None  # a short-term fact's end (issue 17's valid time)
 
 
 # Rows per multi-row INSERT (at most 21 parameters a row, far below SQLite's limit).
@@ -268,9 +272,20 @@ def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
         "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
         "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
         "updated_at, event_time, extraction_status, extraction_model, source_memory_id, "
-        "session_id, expire_at, valid_from) VALUES ",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(*row[:14], row[13], *row[14:-1], row.valid_from or row.event_time) for row in rows],
+        "session_id, expire_at, valid_from, categories, temporal_class, valid_until) VALUES ",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                *row[:14],
+                row[13],
+                *row[14:20],
+                row.valid_from or row.event_time,
+                row.categories,
+                row.temporal_class,
+                row.valid_until,
+            )
+            for row in rows
+        ],
     )
 
 

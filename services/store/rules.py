@@ -185,16 +185,20 @@ def draft_memory(
     actor: str = "",
     session_id: str = "",
     ttl_nanos: int | None = None,
+    prefixes: bool = True,
     pii: PiiPolicy = DEFAULT_POLICY,
 ) -> MemoryDraft:
     """Validate one Remember/Import input; field names in errors get `field_prefix`;
-    `pii`: the write's PII policy (the namespace's or the request's).
+    `pii`: the write's PII policy (the namespace's or the request's); `prefixes`
+    False keeps a leading `critical:` / `[tags]:` as text (conversation turns).
 
     Every bad field is named, with those already in `bad` (found by the caller,
     e.g. the namespace or a timestamp), in one InvalidArgument."""
     bad = bad if bad is not None else Violations()
     whole = normalize_content(content)
-    body, critical, prefix_tags = split_prefixes(whole.storage)
+    body, critical, prefix_tags = (
+        split_prefixes(whole.storage) if prefixes else (whole.storage, False, [])
+    )
     unchanged = body == whole.storage  # no prefix: the first normalisation stands
     normalized = bad.check(
         whole, check_content, body, f"{field_prefix}content", whole if unchanged else None, pii=pii

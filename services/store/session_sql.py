@@ -7,9 +7,10 @@ import json
 from typing import Any
 
 from services.common.memory_filter import live_sql
+from services.common.memory_record import SESSION_SUMMARY_TYPE
 from services.store import repository as repo
 
-SUMMARY_TYPE = "session_summary"
+SUMMARY_TYPE = SESSION_SUMMARY_TYPE
 SUMMARIZE_JOB = "summarize_session"
 
 

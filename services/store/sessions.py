@@ -116,6 +116,8 @@ class Sessions:
             session_id=turn.session_id,
             ttl_nanos=None if promoted else (turn.ttl_nanos or self._turn_ttl_nanos),
             pii=self._store.pii_policy(turn.namespace, None),
+            # what was said, as said: a turn starting "critical:" is not a pin
+            prefixes=False,
         )
         if level == FULL:
             return TurnOutcome(None, False, intent, False, False, FULL_NOTICE)
@@ -190,7 +192,9 @@ class Sessions:
             mutations.soft_delete(
                 conn, old, actor=SUMMARIZER, reason="replaced by a newer summary", at=at
             )
-        content = rules.check_content(summary, "summary")
+        content = rules.check_content(
+            summary, "summary", pii=self._store.pii_policy(namespace, None)
+        )
         new = mutations.new_memory(
             repo.MemoryRow(
                 repo.new_id(),

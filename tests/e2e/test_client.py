@@ -24,6 +24,7 @@ from engram.client import (
     InvalidArgument,
     MemoryPatch,
     NotFound,
+    PrivacyBlocked,
     RetryPolicy,
     Unavailable,
     VersionConflict,
@@ -195,6 +196,66 @@ def test_async_client(suite: RunningSuite) -> None:
             assert status.store_available
             report = await engram.get_diagnostics()
             assert 0.0 <= report.score <= 1.0
+
+    asyncio.run(main())
+
+
+def test_assemble_context_and_recall_across_namespaces(engram: Engram, suite: RunningSuite) -> None:
+    mine, team = NS + "-ctx-user", NS + "-ctx-team"
+    rule = engram.remember("Answer Dana in short bullet points", namespace=mine, pinned=True)
+    fact = engram.remember("Dana's team deploys on Mondays", namespace=team)
+    both = engram.recall("Dana deploys", namespaces=[mine, team]).results
+    assert {r.memory.namespace for r in both} == {mine, team}  # "Dana" is in both
+    assert fact.memory.id in {r.memory.id for r in both}
+    with pytest.raises(InvalidArgument):
+        engram.recall("Dana", namespace=mine, namespaces=[team])
+    context = engram.assemble_context("When does Dana deploy?", namespaces=[mine, team])
+    assert context.token_budget == 1000 and 0 < context.token_count <= 1000
+    shown = {m.id for s in context.sections for m in s.memories}
+    assert {rule.memory.id, fact.memory.id} <= shown
+    assert "Answer Dana in short bullet points" in context.context
+    single = engram.assemble_context("Dana", namespaces=team, token_budget=50)
+    assert single.token_count <= 50
+
+    async def main() -> None:
+        async with AsyncEngram(**suite.client_addresses()) as client:
+            reply = await client.assemble_context("Dana deploys", namespaces=[mine, team])
+            assert fact.memory.id in {m.id for s in reply.sections for m in s.memories}
+            hits = (await client.recall("deploys", namespaces=[mine, team])).results
+            assert fact.memory.id in {r.memory.id for r in hits}
+
+    asyncio.run(main())
+
+
+def test_sessions_turns_summaries_and_privacy(engram: Engram, suite: RunningSuite) -> None:
+    ns = NS + "-sessions"
+    turn = engram.append_turn("chat-9", "user", "My printer is offline", namespace=ns)
+    assert turn.captured and not turn.promoted
+    assert turn.memory.session_id == "chat-9" and turn.memory.HasField("expire_time")
+    kept = engram.append_turn("chat-9", "user", "Remember that my printer is an HP", namespace=ns)
+    assert kept.promoted and not kept.memory.HasField("expire_time")
+    short = engram.remember("printer toner is low", namespace=ns, session_id="chat-9", ttl=90)
+    assert short.memory.expire_time.seconds - short.memory.create_time.seconds == 90
+    in_session = {
+        m.id for m in engram.list_memories(namespace=ns, filter=memory_filter(session_id="chat-9"))
+    }
+    assert in_session == {turn.memory.id, kept.memory.id, short.memory.id}
+    queued = engram.summarize_session("chat-9", namespace=ns)
+    assert queued.job_id and queued.turn_count == 2
+    with pytest.raises(PrivacyBlocked) as blocked:
+        engram.remember("my address is 1 Main St", namespace=ns, privacy="partial")
+    assert isinstance(blocked.value, FailedPrecondition)
+    assert blocked.value.message.startswith("Your privacy setting is partial")
+    skipped = engram.append_turn("chat-9", "user", "hello", namespace=ns, privacy="full")
+    assert not skipped.captured and skipped.notice
+
+    async def main() -> None:
+        async with AsyncEngram(**suite.client_addresses()) as aio:
+            answer = await aio.append_turn(
+                "chat-10", "assistant", "Try restarting it", namespace=ns
+            )
+            assert answer.memory.who == "assistant"
+            assert (await aio.summarize_session("chat-10", namespace=ns)).turn_count == 1
 
     asyncio.run(main())
 

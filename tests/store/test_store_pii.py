@@ -249,3 +249,38 @@ def test_documents_are_gated_at_creation_and_per_chunk(
     finally:
         channel.close()
     assert _leaks(db_path, logs) == set()
+
+
+def test_turns_and_session_summaries_follow_the_namespace_policy(
+    make_config: Callable[..., Any],
+    start_store_server: Any,
+    db_path: Path,
+    logs: pytest.LogCaptureFixture,
+) -> None:
+    server, stub = start_store_server(make_config(**{"pii.default_policy": {"email": "redact"}}))
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")
+    jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
+    try:
+        turn = stub.AppendTurn(
+            store_pb2.AppendTurnRequest(
+                session_id="s1", role=store_pb2.TURN_ROLE_USER, content="mail jane.doe@example.com"
+            )
+        )
+        assert turn.memory.content == "mail [EMAIL_1]"
+        stub.SummarizeSession(store_pb2.SummarizeSessionRequest(session_id="s1"))
+        [job] = jobs.LeaseJobs(
+            jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_SUMMARIZE_SESSION, max_jobs=1)
+        ).jobs
+        assert "jane.doe@example.com" not in job.content
+        done = jobs.CompleteSummarizeJob(
+            jq.CompleteSummarizeJobRequest(
+                lease=jq.JobLease(job_id=job.id, lease_token=job.lease_token),
+                summary="The user (jane.doe@example.com) asked for mail.",
+                model="test-llm",
+            )
+        )
+        summary = stub.GetMemory(store_pb2.GetMemoryRequest(id=done.memory_id)).memory
+        assert summary.content == "The user ([EMAIL_1]) asked for mail."
+    finally:
+        channel.close()
+    assert _leaks(db_path, logs) == set()

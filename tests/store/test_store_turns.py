@@ -62,6 +62,12 @@ def test_a_turn_is_short_term_memory_of_its_session_for_twelve_hours(st: AdminSt
     assert jobs == [("embed",)]
 
 
+def test_a_turn_is_kept_as_said_a_leading_critical_is_no_pin(st: AdminStore) -> None:
+    memory = turn(st, "critical: [prod]: the site is down").memory
+    assert memory.content == "critical: [prod]: the site is down"
+    assert not memory.pinned and list(memory.tags) == []
+
+
 def test_the_role_names_the_speaker_when_who_is_empty(st: AdminStore) -> None:
     memory = turn(st, "The fix is in PR 42", role=ASSISTANT).memory
     assert (memory.who, memory.source_type) == ("assistant", "turn.assistant")
@@ -192,6 +198,11 @@ def test_a_namespace_level_applies_and_a_request_cannot_loosen_it(
     )
     assert error_of(lambda: st.store.Remember(loose))[1] == "PRIVACY_BLOCKED"
     assert not turn(st, "hello", namespace="user:secret").captured
+    summarize_secret = store_pb2.SummarizeSessionRequest(namespace="user:secret", session_id="s1")
+    assert error_of(lambda: st.store.SummarizeSession(summarize_secret))[:2] == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "PRIVACY_BLOCKED",
+    )
     assert turn(st, "hello", namespace="user:ada").captured
     assert st.store.Remember(store_pb2.RememberRequest(namespace="team", content="ok")).memory.id
     # import items of such a namespace fail alone, naming why

@@ -117,9 +117,15 @@ class AsyncEngram:
         source_type: str = "",
         source_id: str = "",
         event_time: c.TimeArg = None,
+        session_id: str = "",
+        ttl: c.DurationArg = None,
+        privacy: c.PrivacyArg = "",
         timeout: float | None = None,
     ) -> store_pb2.RememberResponse:
-        """Stores a memory (or finds the same content already stored: `deduplicated`)."""
+        """Stores a memory (or finds the same content already stored: `deduplicated`).
+        With `ttl` (a timedelta or seconds) it is short-term and expires; `privacy`
+        ("partial", "full") may refuse it (FailedPrecondition, reason PRIVACY_BLOCKED,
+        whose message can be relayed to the person)."""
         request = store_pb2.RememberRequest(
             namespace=namespace,
             content=content,
@@ -132,6 +138,9 @@ class AsyncEngram:
             source_type=source_type,
             source_id=source_id,
             event_time=c.timestamp(event_time),
+            session_id=session_id,
+            ttl=c.duration(ttl),
+            privacy=c.privacy_level(privacy),
         )
         return await self._call(self._store.Remember, request, timeout)
 
@@ -364,6 +373,44 @@ class AsyncEngram:
             if not token:
                 return
 
+    async def append_turn(
+        self,
+        session_id: str,
+        role: c.RoleArg,
+        content: str,
+        *,
+        namespace: str = "",
+        who: str = "",
+        event_time: c.TimeArg = None,
+        source_id: str = "",
+        ttl: c.DurationArg = None,
+        privacy: c.PrivacyArg = "",
+        timeout: float | None = None,
+    ) -> store_pb2.AppendTurnResponse:
+        """Captures a conversation turn (`role`: "user", "assistant", "system" or
+        "tool") as short-term memory of the session; a user turn that asks to be
+        remembered is kept long-term (`promoted`). `notice` says when privacy
+        stopped a capture or a promotion."""
+        request = c.append_turn_request(
+            session_id,
+            role,
+            content,
+            namespace=namespace,
+            who=who,
+            event_time=event_time,
+            source_id=source_id,
+            ttl=ttl,
+            privacy=privacy,
+        )
+        return await self._call(self._store.AppendTurn, request, timeout)
+
+    async def summarize_session(
+        self, session_id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.SummarizeSessionResponse:
+        """Queues the pipeline's LLM to write the session's 24-hour summary."""
+        request = store_pb2.SummarizeSessionRequest(namespace=namespace, session_id=session_id)
+        return await self._call(self._store.SummarizeSession, request, timeout)
+
     async def import_memories(
         self,
         items: Iterable[c.ImportItemArg],
@@ -421,23 +468,51 @@ class AsyncEngram:
         query: str,
         *,
         namespace: str = "",
+        namespaces: Iterable[str] = (),
         limit: int = 0,
         filter: memory_pb2.MemoryFilter | None = None,
         skip_access_tracking: bool = False,
         as_of: c.TimeArg = None,
         timeout: float | None = None,
     ) -> search_pb2.RecallResponse:
-        """The memories most relevant to `query`, best first; `as_of`: among
-        what was valid at that instant (as known then) instead of now."""
-        request = search_pb2.RecallRequest(
+        """The memories most relevant to `query`, best first; `namespaces`: several
+        searched in one call instead of `namespace` (each result's memory says which;
+        the key must cover all); `as_of`: among what was valid at that instant (as
+        known then) instead of now."""
+        request = c.recall_request(
+            query,
             namespace=namespace,
-            query=query,
+            namespaces=namespaces,
             limit=limit,
             filter=filter,
             skip_access_tracking=skip_access_tracking,
-            as_of=c.timestamp(as_of),
+            as_of=as_of,
         )
         return await self._call(self._search.Recall, request, timeout)
+
+    async def assemble_context(
+        self,
+        query: str,
+        *,
+        namespaces: Iterable[str] | str = (),
+        session_id: str = "",
+        token_budget: int = 0,
+        as_of: c.TimeArg = None,
+        timeout: float | None = None,
+    ) -> search_pb2.AssembleContextResponse:
+        """The context block to put in front of a model for `query`, within
+        `token_budget` tokens (0: 1000 for a simple query, 3000 for a complex one):
+        pinned rules and preferences, relevant memories, the session's short-term
+        memory (with `session_id`) and the entities involved; `response.context` is
+        the text, `response.sections` the memories behind it."""
+        request = c.assemble_context_request(
+            query,
+            namespaces=namespaces,
+            session_id=session_id,
+            token_budget=token_budget,
+            as_of=as_of,
+        )
+        return await self._call(self._search.AssembleContext, request, timeout)
 
     # ---- pipeline ---------------------------------------------------------------
 

@@ -165,6 +165,13 @@ class _HistoryEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Hist
     `retention.tombstone_days`; the memory can no longer be recovered
     (RecoverMemory answers RETENTION_EXPIRED).
     """
+    HISTORY_EVENT_TYPE_MERGED: _HistoryEventType.ValueType  # 7
+    """The memory was folded into a near-duplicate by the pipeline (seed 004
+    §3): it is soft-deleted; metadata `survivor_id` names the memory it was
+    merged into and `similarity` their cosine. The survivor's own `modified`
+    event (metadata `merged_from`) carries the united tags and importance.
+    RecoverMemory brings the merged memory back.
+    """
 
 class HistoryEventType(_HistoryEventType, metaclass=_HistoryEventTypeEnumTypeWrapper):
     """Kinds of history event."""
@@ -187,6 +194,13 @@ HISTORY_EVENT_TYPE_PURGED: HistoryEventType.ValueType  # 6
 """The tombstone was removed for good by the retention sweep after
 `retention.tombstone_days`; the memory can no longer be recovered
 (RecoverMemory answers RETENTION_EXPIRED).
+"""
+HISTORY_EVENT_TYPE_MERGED: HistoryEventType.ValueType  # 7
+"""The memory was folded into a near-duplicate by the pipeline (seed 004
+§3): it is soft-deleted; metadata `survivor_id` names the memory it was
+merged into and `similarity` their cosine. The survivor's own `modified`
+event (metadata `merged_from`) carries the united tags and importance.
+RecoverMemory brings the merged memory back.
 """
 Global___HistoryEventType: _TypeAlias = HistoryEventType  # noqa: Y015
 
@@ -284,7 +298,7 @@ class RememberRequest(_message.Message):
     """
     type: _builtins.str
     """One of fact, preference, decision, rule, learning, issue, procedural,
-    semantic, document_chunk. Empty means inferred from keywords in the
+    semantic, document_chunk, episodic, session_summary. Empty means inferred from keywords in the
     content (prefers/likes/wants: preference; decided/agreed/will use:
     decision; never/always/must: rule; learned/discovered: learning;
     bug/broken/problem: issue; otherwise fact).
@@ -1397,7 +1411,10 @@ class AppendTurnRequest(_message.Message):
     role: Global___TurnRole.ValueType
     """Who spoke."""
     content: _builtins.str
-    """What was said; same rules as RememberRequest.content (prefixes included)."""
+    """What was said, kept as said: normalised and limited like
+    RememberRequest.content, but a leading `critical:` or `[tags]:` is text,
+    not a prefix.
+    """
     who: _builtins.str
     """The speaker's name (a user id, an agent name); empty means the role's
     name (`user`, `assistant`, `system`, `tool`).

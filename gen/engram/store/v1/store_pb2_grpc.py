@@ -148,13 +148,16 @@ class MemoryStoreServiceServicer:
         committed in one transaction before the reply; no embedding or LLM call
         happens on this path. Content equal (after normalisation) to an active
         memory in the same namespace returns that memory with `deduplicated` true
-        and writes nothing.
+        and writes nothing (except that the memory then lives at least as long as
+        this request asks: see `ttl`). With `ttl` the memory is short-term and
+        expires (Memory.expire_time); a short-term memory gets no `extract` job.
 
         Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
         [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
         bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
-        / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
-        (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+        / PII_DETECTED (the PII policy rejects a finding in the content);
+        INVALID_ARGUMENT (bad `session_id` or `ttl`); FAILED_PRECONDITION
+        (PRIVACY_BLOCKED: see `privacy`); UNAVAILABLE (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
         before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -187,6 +190,9 @@ class MemoryStoreServiceServicer:
         one).
         Sending the same items again is always safe: an item already committed
         comes back DEDUPLICATED with its memory id, and the rest are created once.
+        An item the namespace's privacy level forbids (`sessions.privacy`: a
+        long-term item at PARTIAL, any item at FULL) is FAILED, its `error`
+        starting with PRIVACY_BLOCKED.
 
         Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
         items, a stream over 25000 items: field `items`); UNAVAILABLE
@@ -198,7 +204,8 @@ class MemoryStoreServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetMemory(self, request, context):
-        """Returns one memory, including a soft-deleted one (with `deleted` true).
+        """Returns one memory, including a soft-deleted one (with `deleted` true). An
+        expired short-term memory is gone: NOT_FOUND.
 
         Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
         NOT_FOUND.
@@ -208,7 +215,8 @@ class MemoryStoreServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListMemories(self, request, context):
-        """Lists active memories in a namespace, newest first, with optional filters.
+        """Lists active memories in a namespace, newest first, with optional filters
+        (expired short-term memories are never listed).
         With `deleted`, lists instead the namespace's soft-deleted memories that
         can still be recovered (deleted within the tombstone retention window),
         most recently deleted first: the way to find a deleted memory without its
@@ -233,8 +241,10 @@ class MemoryStoreServiceServicer:
 
         Errors: INVALID_ARGUMENT (no patches, more than 200, a patch without an
         id or one over 128 characters, a patch with nothing to change, a missing
-        reason, or any invalid field value; nothing is written); UNAVAILABLE
-        (MUTATIONS_FROZEN).
+        reason, or any invalid field value; nothing is written);
+        FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy level is
+        FULL, or PARTIAL and a patch targets a long-term memory; nothing is
+        written); UNAVAILABLE (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -325,7 +335,8 @@ class MemoryStoreServiceServicer:
         remembered is kept short-term only (`long_term_intent` true, `promoted`
         false, `notice` a sentence to relay). Same content as a live memory of
         the namespace returns that memory (`deduplicated`), which then lives at
-        least as long as this turn asks (see RememberRequest.ttl).
+        least as long as this turn asks (see RememberRequest.ttl) and keeps its
+        own session_id (dedup is per namespace, as everywhere).
 
         Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
         role unspecified, content empty or over 64 KiB, who over 256 characters,

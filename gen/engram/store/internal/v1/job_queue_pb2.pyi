@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from engram.common.v1 import job_pb2 as _job_pb2
+from engram.common.v1 import memory_pb2 as _memory_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -684,6 +685,10 @@ class ProposedFact(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     CONFIDENCE_FIELD_NUMBER: _builtins.int
+    IMPORTANCE_FIELD_NUMBER: _builtins.int
+    TEMPORAL_CLASS_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """The fact, at most 2000 characters."""
     type: _builtins.str
@@ -692,18 +697,40 @@ class ProposedFact(_message.Message):
     """
     confidence: _builtins.float
     """The extraction model's confidence in [0, 1]."""
+    importance: _builtins.float
+    """How important the fact is, in [0, 1] (seed 004 §4); unset: the confidence
+    stands in (seed 002).
+    """
+    temporal_class: _memory_pb2.TemporalClass.ValueType
+    """How long it stays true (seed 004 §5)."""
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """When a SHORT_TERM fact stops being true, if the memory says."""
+
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Semantic categories (seed 004 §6): lower-case, at most 8 of at most 64
+        characters each.
+        """
+
     def __init__(
         self,
         *,
         content: _builtins.str = ...,
         type: _builtins.str = ...,
         confidence: _builtins.float = ...,
+        importance: _builtins.float | None = ...,
+        temporal_class: _memory_pb2.TemporalClass.ValueType = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
+        categories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "importance", b"importance", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["confidence", b"confidence", "content", b"content", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "categories", b"categories", "confidence", b"confidence", "content", b"content", "importance", b"importance", "temporal_class", b"temporal_class", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
+    _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__importance) -> _WhichOneofReturnType__importance | None: ...
 
 Global___ProposedFact: _TypeAlias = ProposedFact  # noqa: Y015
 

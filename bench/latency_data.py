@@ -46,7 +46,6 @@ from services.store.rules import draft_memory
 from services.store.writer import Writer
 from suite import shared_dataset
 
-ROOT = Path(__file__).resolve().parent.parent
 LOCOMO = shared_dataset("locomo/generic")
 NAMESPACE = "latency"
 DIMENSIONS = 384

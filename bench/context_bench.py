@@ -204,17 +204,17 @@ def record_of(memory: Any) -> MemoryRecord:
     )
 
 
-def baseline_ids(results: list[Any], budget: int, count: Any) -> list[str]:
+def baseline_ids(results: list[Any], budget: int, count: Any) -> tuple[list[str], int]:
     """Recall's results rendered in score order, cut at the first line over budget."""
-    lines: list[str] = []
+    used = 0
     shown: list[str] = []
     for result in results:
-        line = memory_line_text(record_of(result.memory), show_namespace=False)
-        if count("\n".join([*lines, line])) > budget:
+        tokens = count(memory_line_text(record_of(result.memory), show_namespace=False) + "\n")
+        if used + tokens > budget:
             break
-        lines.append(line)
+        used += tokens
         shown.append(result.memory.source_id)
-    return shown
+    return shown, used
 
 
 def share(shown: list[str], evidence: list[str]) -> float:
@@ -247,6 +247,17 @@ def measure_quality(args: argparse.Namespace) -> dict[str, Any]:
                     continue
                 questions += 1
                 category = locomo.CATEGORIES[qa["category"]]
+                # one Recall at the largest limit: a smaller limit is its prefix (the
+                # selection is greedy in score order), so each budget's baseline is too
+                recalled = list(
+                    search.Recall(
+                        search_pb2.RecallRequest(
+                            namespace=namespace,
+                            query=qa["question"],
+                            limit=recall_limit(max(BUDGETS)),
+                        )
+                    ).results
+                )
                 for budget in BUDGETS:
                     assembled = search.AssembleContext(
                         search_pb2.AssembleContextRequest(
@@ -254,17 +265,12 @@ def measure_quality(args: argparse.Namespace) -> dict[str, Any]:
                         )
                     )
                     shown = [m.source_id for s in assembled.sections for m in s.memories]
-                    recalled = search.Recall(
-                        search_pb2.RecallRequest(
-                            namespace=namespace, query=qa["question"], limit=recall_limit(budget)
-                        )
-                    ).results
-                    cut = baseline_ids(list(recalled), budget, count)
+                    cut, cut_tokens = baseline_ids(recalled[: recall_limit(budget)], budget, count)
                     for group in (category, "overall"):
                         scores[(group, budget, "context")].append(share(shown, evidence))
                         scores[(group, budget, "baseline")].append(share(cut, evidence))
                     tokens[(budget, "context")].append(assembled.token_count)
-                    tokens[(budget, "baseline")].append(count("\n".join(cut)))
+                    tokens[(budget, "baseline")].append(cut_tokens)
     table = {
         f"{group}|{budget}|{kind}": sum(values) / len(values)
         for (group, budget, kind), values in scores.items()

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from services.common.db import ReadPool
@@ -32,7 +33,7 @@ from services.search import context_queries as queries
 from services.search import graph_queries
 from services.search.graph_boost import MAX_ENTITY_HITS, query_tokens
 from services.search.recall import MAX_LIMIT, Recaller, check_recall_request
-from services.search.tokens import Tokenizer
+from services.search.tokens import Tokenizer, cached
 
 _NO_FILTER = MemoryFilterSpec()
 
@@ -122,10 +123,17 @@ class EntityLine:
 
 @dataclass(frozen=True)
 class Line:
+    """A line of the block; its tokens (with its newline) are counted when first
+    needed, so candidates a full budget never reaches are never tokenized."""
+
     text: str
-    tokens: int
+    counter: Callable[[str], int] = field(repr=False, compare=False)
     memory: MemoryRecord | None = None
     entity: EntityLine | None = None
+
+    @functools.cached_property
+    def tokens(self) -> int:
+        return self.counter(self.text + "\n")
 
 
 @dataclass
@@ -225,7 +233,7 @@ class Renderer:
     def line(
         self, text: str, memory: MemoryRecord | None = None, entity: EntityLine | None = None
     ) -> Line:
-        return Line(text, self.tokenizer.count(text + "\n"), memory, entity)
+        return Line(text, self.tokenizer.count, memory, entity)
 
     def memory(self, memory: MemoryRecord) -> Line:
         return self.line(memory_line_text(memory, self.show_namespace), memory=memory)
@@ -249,7 +257,10 @@ def fill(section: Section, candidates: list[Line], allowance: int) -> int:
     for another round."""
     used = 0
     kept: list[Line] = []
-    for line in candidates:
+    for index, line in enumerate(candidates):
+        if used >= allowance:  # every line takes a token at least: the rest wait
+            kept.extend(candidates[index:])
+            break
         cost = line.tokens
         if not section.lines and section.header is not None:
             cost += section.header.tokens
@@ -355,7 +366,8 @@ class ContextAssembler:
     ) -> None:
         self._recaller = recaller
         self._reads = reads
-        self._tokenizer = tokenizer
+        # a memory's line recurs across an agent's turns: its count is kept
+        self._tokenizer = cached(tokenizer)
         self._params = params
 
     @property

@@ -101,6 +101,8 @@ def test_supersede_explain_and_reads_as_of(engram: Engram) -> None:
     explained = engram.explain_memory(berlin.id, namespace=ns)
     assert [m.id for m in explained.supersedes] == [lisbon.id]
     assert explained.events[0].event_type == store_pb2.HISTORY_EVENT_TYPE_CREATED
+    linked = list(engram.list_memory_links(lisbon.id, namespace=ns, page_size=1))
+    assert [(x.link_type, x.from_memory_id) for x in linked] == [("supersedes", berlin.id)]
 
 
 def test_errors_are_exceptions_by_meaning(engram: Engram) -> None:
@@ -194,6 +196,33 @@ def test_async_client(suite: RunningSuite) -> None:
             assert status.store_available
             report = await engram.get_diagnostics()
             assert 0.0 <= report.score <= 1.0
+
+    asyncio.run(main())
+
+
+def test_assemble_context_and_recall_across_namespaces(engram: Engram, suite: RunningSuite) -> None:
+    mine, team = NS + "-ctx-user", NS + "-ctx-team"
+    rule = engram.remember("Answer Dana in short bullet points", namespace=mine, pinned=True)
+    fact = engram.remember("Dana's team deploys on Mondays", namespace=team)
+    both = engram.recall("Dana deploys", namespaces=[mine, team]).results
+    assert {r.memory.namespace for r in both} == {mine, team}  # "Dana" is in both
+    assert fact.memory.id in {r.memory.id for r in both}
+    with pytest.raises(InvalidArgument):
+        engram.recall("Dana", namespace=mine, namespaces=[team])
+    context = engram.assemble_context("When does Dana deploy?", namespaces=[mine, team])
+    assert context.token_budget == 1000 and 0 < context.token_count <= 1000
+    shown = {m.id for s in context.sections for m in s.memories}
+    assert {rule.memory.id, fact.memory.id} <= shown
+    assert "Answer Dana in short bullet points" in context.context
+    single = engram.assemble_context("Dana", namespaces=team, token_budget=50)
+    assert single.token_count <= 50
+
+    async def main() -> None:
+        async with AsyncEngram(**suite.client_addresses()) as client:
+            reply = await client.assemble_context("Dana deploys", namespaces=[mine, team])
+            assert fact.memory.id in {m.id for s in reply.sections for m in s.memories}
+            hits = (await client.recall("deploys", namespaces=[mine, team])).results
+            assert fact.memory.id in {r.memory.id for r in hits}
 
     asyncio.run(main())
 

@@ -300,6 +300,12 @@ def _purge(out: Output, ids: dict[str, str]) -> None:
     assert [c["id"] for c in out.one["candidates"]] == [ids["<other id>"]]
 
 
+def _assembled(out: Any, ids: dict[str, str]) -> None:
+    assert "Alice prefers green tea" in out.one["context"]
+    assert 0 < out.one["token_count"] <= out.one["token_budget"] == 300
+    assert out.one["sections"][0]["memories"]
+
+
 def _recall_deploy(out: Output, ids: dict[str, str]) -> None:
     found = [r["memory"] for r in out.one["results"]]
     assert contents(found) == ["Deploys happen on Tuesdays"]
@@ -398,6 +404,13 @@ CHECKS: list[tuple[Example, Check]] = [
         lambda out, ids: _equal(out.one["results"][0]["memory"]["id"], ids["<memory id>"]),
     ),
     (Example("Recall", "deploy day"), _recall_deploy),
+    (
+        Example("Recall", '"namespaces"'),
+        lambda out, ids: _equal(
+            {r["memory"]["namespace"] for r in out.one["results"]} <= {"team-a", "default"}, True
+        ),
+    ),
+    (Example("AssembleContext"), _assembled),
     (Example("GetStatus"), lambda out, ids: _equal(out.one.get("store_available"), True)),
     (Example("GetQueueStats"), lambda out, ids: _has(out.text, "live_memory_count")),
     (

@@ -12,6 +12,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from engram.common.v1 import memory_pb2, privacy_pb2
+from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 
 TimeArg = dt.datetime | Timestamp | None
@@ -116,6 +117,48 @@ def memory_filter(
         until=timestamp(until),
         importance_min=importance_min,
         session_id=session_id,
+    )
+
+
+def recall_request(
+    query: str,
+    *,
+    namespace: str,
+    namespaces: Iterable[str],
+    limit: int,
+    filter: memory_pb2.MemoryFilter | None,
+    skip_access_tracking: bool,
+    as_of: TimeArg,
+) -> search_pb2.RecallRequest:
+    """`namespaces`: several read in one call (each result says which); the server
+    refuses `namespace` and `namespaces` together."""
+    return search_pb2.RecallRequest(
+        namespace=namespace,
+        namespaces=list(namespaces),
+        query=query,
+        limit=limit,
+        filter=filter,
+        skip_access_tracking=skip_access_tracking,
+        as_of=timestamp(as_of),
+    )
+
+
+def assemble_context_request(
+    query: str,
+    *,
+    namespaces: Iterable[str] | str,
+    session_id: str,
+    token_budget: int,
+    as_of: TimeArg,
+) -> search_pb2.AssembleContextRequest:
+    """A single namespace may be given as a string."""
+    names = [namespaces] if isinstance(namespaces, str) else list(namespaces)
+    return search_pb2.AssembleContextRequest(
+        namespaces=names,
+        query=query,
+        session_id=session_id,
+        token_budget=token_budget,
+        as_of=timestamp(as_of),
     )
 
 

@@ -323,6 +323,35 @@ class AsyncEngram:
         request = store_pb2.ExplainMemoryRequest(namespace=namespace, id=id)
         return await self._call(self._store.ExplainMemory, request, timeout)
 
+    async def list_memory_links(
+        self,
+        memory_id: str,
+        *,
+        namespace: str = "",
+        link_types: Iterable[str] = (),
+        direction: store_pb2.LinkDirection.ValueType = store_pb2.LINK_DIRECTION_UNSPECIFIED,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[store_pb2.MemoryLink]:
+        """Every link of a memory (`supersedes`, `derived_from`; both directions
+        unless `direction` says), oldest first, a page at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListMemoryLinksRequest(
+                namespace=namespace,
+                memory_id=memory_id,
+                link_types=list(link_types),
+                direction=direction,
+                page_size=page_size,
+                page_token=token,
+            )
+            page = await self._call(self._store.ListMemoryLinks, request, timeout)
+            for link in page.links:
+                yield link
+            token = page.next_page_token
+            if not token:
+                return
+
     async def list_memory_history(
         self,
         memory_id: str,
@@ -439,23 +468,51 @@ class AsyncEngram:
         query: str,
         *,
         namespace: str = "",
+        namespaces: Iterable[str] = (),
         limit: int = 0,
         filter: memory_pb2.MemoryFilter | None = None,
         skip_access_tracking: bool = False,
         as_of: c.TimeArg = None,
         timeout: float | None = None,
     ) -> search_pb2.RecallResponse:
-        """The memories most relevant to `query`, best first; `as_of`: among
-        what was valid at that instant (as known then) instead of now."""
-        request = search_pb2.RecallRequest(
+        """The memories most relevant to `query`, best first; `namespaces`: several
+        searched in one call instead of `namespace` (each result's memory says which;
+        the key must cover all); `as_of`: among what was valid at that instant (as
+        known then) instead of now."""
+        request = c.recall_request(
+            query,
             namespace=namespace,
-            query=query,
+            namespaces=namespaces,
             limit=limit,
             filter=filter,
             skip_access_tracking=skip_access_tracking,
-            as_of=c.timestamp(as_of),
+            as_of=as_of,
         )
         return await self._call(self._search.Recall, request, timeout)
+
+    async def assemble_context(
+        self,
+        query: str,
+        *,
+        namespaces: Iterable[str] | str = (),
+        session_id: str = "",
+        token_budget: int = 0,
+        as_of: c.TimeArg = None,
+        timeout: float | None = None,
+    ) -> search_pb2.AssembleContextResponse:
+        """The context block to put in front of a model for `query`, within
+        `token_budget` tokens (0: 1000 for a simple query, 3000 for a complex one):
+        pinned rules and preferences, relevant memories, the session's short-term
+        memory (with `session_id`) and the entities involved; `response.context` is
+        the text, `response.sections` the memories behind it."""
+        request = c.assemble_context_request(
+            query,
+            namespaces=namespaces,
+            session_id=session_id,
+            token_budget=token_budget,
+            as_of=as_of,
+        )
+        return await self._call(self._search.AssembleContext, request, timeout)
 
     # ---- pipeline ---------------------------------------------------------------
 

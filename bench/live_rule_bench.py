@@ -58,7 +58,7 @@ from services.search.vector_cache import VectorCache  # noqa: E402
 
 SOURCE = Path("/tmp/engram-latency/recall-100000-r10000.db")
 WORK = Path("/tmp/engram-latency-sessions")
-RESULTS = data.ROOT / "bench" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def no_expiry_sql(alias: str = "m", *, keep_plan: bool = False, as_of: str | None = None) -> str:

@@ -10,9 +10,10 @@ appears twice: a memory shown by an earlier section is left out of later ones.
 
 The relevant memories come from Recall (services.search.recall): the FACTS section is
 Recall's ranking, and the rules and preferences among Recall's results join the
-pinned ones. Tokens are counted with a real tokenizer (services.search.tokens); the
-block's own count is checked after it is joined, so `token_count` is the block's
-exact count and never above the budget.
+pinned ones; this session's short-term memories fill SESSION. Every read runs in one
+snapshot. Tokens are counted with a real tokenizer (services.search.tokens), per line
+with its newline; no tokenizer joins text across a line break (Renderer), so the
+block's count is the sum of its lines' and never above the budget.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ import grpc
 sys.path[:0] = [
     str(Path(__file__).resolve().parent.parent),
     str(Path(__file__).resolve().parent.parent / "gen"),
+    str(Path(__file__).resolve().parent.parent / "clients" / "python"),
 ]
 
 import latency_data as data  # noqa: E402

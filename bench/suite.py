@@ -112,3 +112,12 @@ def running_suite(
                     process.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     process.kill()
+
+
+def shared_dataset(relative: str) -> Path:
+    """A file or folder under ../shared/datasets, from a checkout or a worktree of one
+    (/work/wt/<branch>); the checkout's path when neither has it (the error names it)."""
+    for base in (ROOT.parent, ROOT.parent.parent):
+        if (base / "shared" / "datasets" / relative).exists():
+            return base / "shared" / "datasets" / relative
+    return ROOT.parent / "shared" / "datasets" / relative

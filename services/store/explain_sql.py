@@ -68,3 +68,39 @@ def derivations(namespace: str, memory_id: str) -> Query:
         f"AND {not_expired_sql('m')} ORDER BY m.created_at, m.id LIMIT ?",
         [namespace, memory_id, DERIVED_FROM, MAX_CHAIN],
     )
+
+
+LINK_TYPES = (SUPERSEDES, DERIVED_FROM)
+
+
+def links_query(
+    namespace: str,
+    memory_id: str,
+    link_types: tuple[str, ...],
+    outgoing: bool,
+    incoming: bool,
+    after: tuple[str, str] | None,
+    limit: int,
+) -> Query:
+    """The memory's links (`outgoing`: from it; `incoming`: to it) of these
+    types, oldest first, after the (created_at, id) a previous page ended at;
+    only links whose other end is still present in the namespace."""
+    ends = []
+    if outgoing:
+        ends.append("(l.from_memory_id = ? AND o.id = l.to_memory_id)")
+    if incoming:
+        ends.append("(l.to_memory_id = ? AND o.id = l.from_memory_id)")
+    marks = ", ".join("?" * len(link_types))
+    sql = (
+        "SELECT l.id, l.link_type, l.from_memory_id, l.to_memory_id, l.created_at, l.job_id "
+        "FROM memory_links l JOIN memories o ON o.namespace = l.namespace "
+        f"AND ({' OR '.join(ends)}) "
+        f"WHERE l.namespace = ? AND l.link_type IN ({marks}) AND {not_expired_sql('o')}"
+    )
+    args: list[object] = [*([memory_id] * len(ends)), namespace, *link_types]
+    if after is not None:
+        sql += " AND (l.created_at, l.id) > (?, ?)"
+        args.extend(after)
+    sql += " ORDER BY l.created_at, l.id LIMIT ?"
+    args.append(limit)
+    return sql, args

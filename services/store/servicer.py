@@ -24,7 +24,7 @@ from services.common.errors import InvalidArgument, Violations
 from services.common.pii import PiiAction, PiiPolicy
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.store import rules
-from services.store.explain import explain
+from services.store.explain import explain, list_links
 from services.store.memories import (
     ForgetSelection,
     HistoryEntry,
@@ -51,6 +51,10 @@ _TURN_ROLES = {
     store_pb2.TURN_ROLE_ASSISTANT: "assistant",
     store_pb2.TURN_ROLE_SYSTEM: "system",
     store_pb2.TURN_ROLE_TOOL: "tool",
+}
+_DIRECTIONS = {
+    store_pb2.LINK_DIRECTION_OUTGOING: "outgoing",
+    store_pb2.LINK_DIRECTION_INCOMING: "incoming",
 }
 _PATCH_STATUS = {
     "updated": store_pb2.PATCH_STATUS_UPDATED,
@@ -452,4 +456,33 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             derivations=[memories(r) for r in found.derivations],
             events=[_history_to_proto(e) for e in found.events],
             events_truncated=found.events_truncated,
+        )
+
+    async def ListMemoryLinks(
+        self, request: store_pb2.ListMemoryLinksRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ListMemoryLinksResponse:
+        bad = Violations()
+        links, next_token = await list_links(
+            self._store.reads,
+            namespace_of(bad, request.namespace),
+            request.memory_id,
+            tuple(request.link_types),
+            _DIRECTIONS.get(request.direction, "both"),
+            request.page_size,
+            request.page_token,
+            bad,
+        )
+        return store_pb2.ListMemoryLinksResponse(
+            links=[
+                store_pb2.MemoryLink(
+                    id=link.id,
+                    link_type=link.link_type,
+                    from_memory_id=link.from_memory_id,
+                    to_memory_id=link.to_memory_id,
+                    create_time=timestamp_from_text(link.created_at),
+                    job_id=link.job_id,
+                )
+                for link in links
+            ],
+            next_page_token=next_token,
         )

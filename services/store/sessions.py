@@ -192,7 +192,9 @@ class Sessions:
             mutations.soft_delete(
                 conn, old, actor=SUMMARIZER, reason="replaced by a newer summary", at=at
             )
-        content = rules.check_content(summary, "summary")
+        content = rules.check_content(
+            summary, "summary", pii=self._store.pii_policy(namespace, None)
+        )
         new = mutations.new_memory(
             repo.MemoryRow(
                 repo.new_id(),

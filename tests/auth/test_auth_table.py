@@ -125,6 +125,13 @@ CALLS: dict[str, Call] = {
     "/engram.store.v1.MemoryStoreService/ExplainMemory": lambda w, ns, md: w.store.ExplainMemory(
         pb.ExplainMemoryRequest(namespace=ns, id=w.ids["get"]), metadata=md, timeout=TIMEOUT
     ),
+    "/engram.store.v1.MemoryStoreService/ListMemoryLinks": lambda w, ns, md: (
+        w.store.ListMemoryLinks(
+            pb.ListMemoryLinksRequest(namespace=ns, memory_id=w.ids["get"]),
+            metadata=md,
+            timeout=TIMEOUT,
+        )
+    ),
     "/engram.store.v1.MemoryStoreService/ListMemoryHistory": lambda w, ns, md: (
         w.store.ListMemoryHistory(
             pb.ListMemoryHistoryRequest(namespace=ns, memory_id=w.ids["get"]),
@@ -237,6 +244,7 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "ListMemories",
         "ListMemoryHistory",
         "ExplainMemory",
+        "ListMemoryLinks",
         "GetDocument",
         "ListDocumentChunks",
         "WatchDocument",

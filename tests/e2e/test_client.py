@@ -101,6 +101,8 @@ def test_supersede_explain_and_reads_as_of(engram: Engram) -> None:
     explained = engram.explain_memory(berlin.id, namespace=ns)
     assert [m.id for m in explained.supersedes] == [lisbon.id]
     assert explained.events[0].event_type == store_pb2.HISTORY_EVENT_TYPE_CREATED
+    linked = list(engram.list_memory_links(lisbon.id, namespace=ns, page_size=1))
+    assert [(x.link_type, x.from_memory_id) for x in linked] == [("supersedes", berlin.id)]
 
 
 def test_errors_are_exceptions_by_meaning(engram: Engram) -> None:

@@ -527,6 +527,11 @@ def test_update_supersedes_the_target_with_a_new_memory_instead_of_rewriting_it(
     assert [m.id for m in by_source.derivations] == [new_id]
     assert [m.id for m in by_source.supersedes] == []
     assert "updated" in [e.metadata["outcome"] for e in by_source.events if "outcome" in e.metadata]
+    written = stack.store.ListMemoryLinks(store_pb2.ListMemoryLinksRequest(memory_id=new_id))
+    assert sorted((x.link_type, x.to_memory_id) for x in written.links) == sorted(
+        [("supersedes", target.id), ("derived_from", source.id)]
+    )
+    assert all(x.job_id for x in written.links)  # the job that wrote them
     # a superseded memory is history: the pipeline cannot update or delete it again
     again = stack.remember("Liam left the library for the bakery on Main Street again")
     response = complete(

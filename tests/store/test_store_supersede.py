@@ -276,3 +276,49 @@ def test_forgetting_by_query_reaches_superseded_versions(st: AdminStore) -> None
     )
     assert done.deleted_count == 2
     assert get(st, lisbon.id).deleted and get(st, b.new_memory_id).deleted
+
+
+def links(st: AdminStore, memory_id: str, **fields: Any) -> store_pb2.ListMemoryLinksResponse:
+    return st.store.ListMemoryLinks(store_pb2.ListMemoryLinksRequest(memory_id=memory_id, **fields))
+
+
+def test_list_memory_links_by_type_and_direction_a_page_at_a_time(st: AdminStore) -> None:
+    lisbon = remember(st, "Ana lives in Lisbon")
+    [b] = modify(
+        st, store_pb2.MemoryPatch(id=lisbon.id, content="Ana lives in Berlin", supersede=True)
+    )
+    [p] = modify(
+        st, store_pb2.MemoryPatch(id=b.new_memory_id, content="Ana lives in Porto", supersede=True)
+    )
+    berlin = b.new_memory_id
+    both = links(st, berlin).links
+    assert [(x.link_type, x.from_memory_id, x.to_memory_id, x.job_id) for x in both] == [
+        ("supersedes", berlin, lisbon.id, ""),
+        ("supersedes", p.new_memory_id, berlin, ""),
+    ]
+    assert both[0].create_time == get(st, berlin).create_time
+    outgoing = links(st, berlin, direction=store_pb2.LINK_DIRECTION_OUTGOING).links
+    assert [x.to_memory_id for x in outgoing] == [lisbon.id]
+    incoming = links(st, berlin, direction=store_pb2.LINK_DIRECTION_INCOMING).links
+    assert [x.from_memory_id for x in incoming] == [p.new_memory_id]
+    assert list(links(st, berlin, link_types=["derived_from"]).links) == []
+    first = links(st, berlin, page_size=1)
+    assert [x.id for x in first.links] == [both[0].id] and first.next_page_token
+    second = links(st, berlin, page_size=1, page_token=first.next_page_token)
+    assert [x.id for x in second.links] == [both[1].id] and not second.next_page_token
+    # the token is bound to the request it came from
+    assert error_of(
+        lambda: links(st, lisbon.id, page_size=1, page_token=first.next_page_token)
+    ) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", ["page_token"])
+
+
+def test_list_memory_links_rejects_bad_input_and_hides_other_namespaces(st: AdminStore) -> None:
+    theirs = remember(st, "Ana lives in Lisbon", namespace="team")
+    assert error_of(lambda: links(st, "", link_types=["causal"], page_size=501)) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_ARGUMENT",
+        ["memory_id", "link_types[0]", "page_size"],
+    )
+    code, reason, _ = error_of(lambda: links(st, theirs.id))
+    assert (code, reason) == (grpc.StatusCode.NOT_FOUND, "NOT_FOUND")
+    assert list(links(st, theirs.id, namespace="team").links) == []

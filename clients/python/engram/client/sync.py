@@ -323,6 +323,34 @@ class Engram:
         request = store_pb2.ExplainMemoryRequest(namespace=namespace, id=id)
         return self._call(self._store.ExplainMemory, request, timeout)
 
+    def list_memory_links(
+        self,
+        memory_id: str,
+        *,
+        namespace: str = "",
+        link_types: Iterable[str] = (),
+        direction: store_pb2.LinkDirection.ValueType = store_pb2.LINK_DIRECTION_UNSPECIFIED,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> Iterator[store_pb2.MemoryLink]:
+        """Every link of a memory (`supersedes`, `derived_from`; both directions
+        unless `direction` says), oldest first, a page at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListMemoryLinksRequest(
+                namespace=namespace,
+                memory_id=memory_id,
+                link_types=list(link_types),
+                direction=direction,
+                page_size=page_size,
+                page_token=token,
+            )
+            page = self._call(self._store.ListMemoryLinks, request, timeout)
+            yield from page.links
+            token = page.next_page_token
+            if not token:
+                return
+
     def list_memory_history(
         self,
         memory_id: str,

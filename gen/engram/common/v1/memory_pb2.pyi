@@ -109,7 +109,9 @@ class Memory(_message.Message):
     """
     type: _builtins.str
     """Semantic role: one of fact, preference, decision, rule, learning, issue,
-    procedural, semantic, document_chunk.
+    procedural, semantic, document_chunk, episodic (a conversation turn kept
+    as short-term memory by AppendTurn), session_summary (a session's summary,
+    written by SummarizeSession's job).
     """
     importance: _builtins.float
     """Importance in [0, 1]. Pinned memories always have 1.0."""

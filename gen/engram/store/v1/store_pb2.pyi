@@ -236,6 +236,38 @@ TURN_ROLE_TOOL: TurnRole.ValueType  # 4
 """A tool's output."""
 Global___TurnRole: _TypeAlias = TurnRole  # noqa: Y015
 
+class _LinkDirection:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LinkDirectionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinkDirection.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LINK_DIRECTION_UNSPECIFIED: _LinkDirection.ValueType  # 0
+    """Both directions."""
+    LINK_DIRECTION_OUTGOING: _LinkDirection.ValueType  # 1
+    """Links from this memory to others (it supersedes them, it was derived
+    from them).
+    """
+    LINK_DIRECTION_INCOMING: _LinkDirection.ValueType  # 2
+    """Links from other memories to this one (they supersede it, they were
+    derived from it).
+    """
+
+class LinkDirection(_LinkDirection, metaclass=_LinkDirectionEnumTypeWrapper):
+    """Which of a memory's links ListMemoryLinks returns."""
+
+LINK_DIRECTION_UNSPECIFIED: LinkDirection.ValueType  # 0
+"""Both directions."""
+LINK_DIRECTION_OUTGOING: LinkDirection.ValueType  # 1
+"""Links from this memory to others (it supersedes them, it was derived
+from them).
+"""
+LINK_DIRECTION_INCOMING: LinkDirection.ValueType  # 2
+"""Links from other memories to this one (they supersede it, they were
+derived from it).
+"""
+Global___LinkDirection: _TypeAlias = LinkDirection  # noqa: Y015
+
 @_typing.final
 class RememberRequest(_message.Message):
     """Request for Remember."""
@@ -266,7 +298,7 @@ class RememberRequest(_message.Message):
     """
     type: _builtins.str
     """One of fact, preference, decision, rule, learning, issue, procedural,
-    semantic, document_chunk. Empty means inferred from keywords in the
+    semantic, document_chunk, episodic, session_summary. Empty means inferred from keywords in the
     content (prefers/likes/wants: preference; decided/agreed/will use:
     decision; never/always/must: rule; learned/discovered: learning;
     bug/broken/problem: issue; otherwise fact).
@@ -1650,3 +1682,123 @@ class ExplainMemoryResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExplainMemoryResponse: _TypeAlias = ExplainMemoryResponse  # noqa: Y015
+
+@_typing.final
+class ListMemoryLinksRequest(_message.Message):
+    """Request for ListMemoryLinks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    LINK_TYPES_FIELD_NUMBER: _builtins.int
+    DIRECTION_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    memory_id: _builtins.str
+    """The memory id."""
+    direction: Global___LinkDirection.ValueType
+    """Outgoing, incoming, or both (unset)."""
+    page_size: _builtins.int
+    """Maximum links per page, 0 to 500; 0 means 100."""
+    page_token: _builtins.str
+    """`next_page_token` from a previous call with the same memory, types and
+    direction; empty for the first page.
+    """
+    @_builtins.property
+    def link_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Link types to list (any of): `supersedes`, `derived_from`; empty means
+        every type.
+        """
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        memory_id: _builtins.str = ...,
+        link_types: _abc.Iterable[_builtins.str] | None = ...,
+        direction: Global___LinkDirection.ValueType = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["direction", b"direction", "link_types", b"link_types", "memory_id", b"memory_id", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoryLinksRequest: _TypeAlias = ListMemoryLinksRequest  # noqa: Y015
+
+@_typing.final
+class MemoryLink(_message.Message):
+    """A typed, directed link between two memories of one namespace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    LINK_TYPE_FIELD_NUMBER: _builtins.int
+    FROM_MEMORY_ID_FIELD_NUMBER: _builtins.int
+    TO_MEMORY_ID_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Link id (UUID)."""
+    link_type: _builtins.str
+    """`supersedes` or `derived_from`."""
+    from_memory_id: _builtins.str
+    """The memory the link goes from (the newer version; the derived fact)."""
+    to_memory_id: _builtins.str
+    """The memory the link goes to (the version replaced; the source)."""
+    job_id: _builtins.str
+    """The pipeline job that wrote it; empty for a ModifyMemories supersede."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the link was written."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        link_type: _builtins.str = ...,
+        from_memory_id: _builtins.str = ...,
+        to_memory_id: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "from_memory_id", b"from_memory_id", "id", b"id", "job_id", b"job_id", "link_type", b"link_type", "to_memory_id", b"to_memory_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryLink: _TypeAlias = MemoryLink  # noqa: Y015
+
+@_typing.final
+class ListMemoryLinksResponse(_message.Message):
+    """Response for ListMemoryLinks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINKS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty when this is the last page."""
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryLink]:
+        """The page of links, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        links: _abc.Iterable[Global___MemoryLink] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoryLinksResponse: _TypeAlias = ListMemoryLinksResponse  # noqa: Y015

@@ -113,6 +113,11 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryResponse.FromString,
                 _registered_method=True)
+        self.ListMemoryLinks = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ListMemoryLinks',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -376,6 +381,23 @@ class MemoryStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListMemoryLinks(self, request, context):
+        """Lists a memory's links to other memories of its namespace, both
+        directions by default, oldest first: `supersedes` (from a newer version
+        to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
+        `derived_from` (from a pipeline fact to the memory it was extracted
+        from). Links to memories that are gone for good (purged, expired) are
+        left out; links to soft-deleted ones are listed.
+
+        Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
+        unknown link type, page_size over 500 or negative, a malformed page
+        token or one issued for another request); NOT_FOUND (no such memory in
+        the namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -438,6 +460,11 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.ExplainMemory,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryResponse.SerializeToString,
+            ),
+            'ListMemoryLinks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemoryLinks,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -783,6 +810,33 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/ExplainMemory',
             engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemoryLinks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ListMemoryLinks',
+            engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
             options,
             channel_credentials,
             insecure,

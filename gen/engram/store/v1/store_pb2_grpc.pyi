@@ -243,6 +243,19 @@ class MemoryStoreServiceStub:
     namespace); NOT_FOUND (no such memory in the namespace: a memory of
     another namespace is not found either, and nothing of it is shown).
     """
+    ListMemoryLinks: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListMemoryLinksRequest, _store_pb2.ListMemoryLinksResponse]
+    """Lists a memory's links to other memories of its namespace, both
+    directions by default, oldest first: `supersedes` (from a newer version
+    to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
+    `derived_from` (from a pipeline fact to the memory it was extracted
+    from). Links to memories that are gone for good (purged, expired) are
+    left out; links to soft-deleted ones are listed.
+
+    Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
+    unknown link type, page_size over 500 or negative, a malformed page
+    token or one issued for another request); NOT_FOUND (no such memory in
+    the namespace).
+    """
 
 @_typing.type_check_only
 class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
@@ -458,6 +471,19 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
     namespace); NOT_FOUND (no such memory in the namespace: a memory of
     another namespace is not found either, and nothing of it is shown).
+    """
+    ListMemoryLinks: _aio.UnaryUnaryMultiCallable[_store_pb2.ListMemoryLinksRequest, _store_pb2.ListMemoryLinksResponse]  # type: ignore[assignment]
+    """Lists a memory's links to other memories of its namespace, both
+    directions by default, oldest first: `supersedes` (from a newer version
+    to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
+    `derived_from` (from a pipeline fact to the memory it was extracted
+    from). Links to memories that are gone for good (purged, expired) are
+    left out; links to soft-deleted ones are listed.
+
+    Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
+    unknown link type, page_size over 500 or negative, a malformed page
+    token or one issued for another request); NOT_FOUND (no such memory in
+    the namespace).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -743,6 +769,25 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
         namespace); NOT_FOUND (no such memory in the namespace: a memory of
         another namespace is not found either, and nothing of it is shown).
+        """
+
+    @_abc_1.abstractmethod
+    def ListMemoryLinks(
+        self,
+        request: _store_pb2.ListMemoryLinksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.ListMemoryLinksResponse, _abc.Awaitable[_store_pb2.ListMemoryLinksResponse]]:
+        """Lists a memory's links to other memories of its namespace, both
+        directions by default, oldest first: `supersedes` (from a newer version
+        to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
+        `derived_from` (from a pipeline fact to the memory it was extracted
+        from). Links to memories that are gone for good (purged, expired) are
+        left out; links to soft-deleted ones are listed.
+
+        Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
+        unknown link type, page_size over 500 or negative, a malformed page
+        token or one issued for another request); NOT_FOUND (no such memory in
+        the namespace).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

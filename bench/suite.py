@@ -68,7 +68,13 @@ def running_suite(
         }
         config_path = Path(tmp) / "engram.yaml"
         config_path.write_text(yaml.safe_dump(config))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gen")]))
+        # engram.client from this checkout too (an installed one may be another checkout's)
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                [str(ROOT), str(ROOT / "gen"), str(ROOT / "clients" / "python")]
+            ),
+        )
         processes = [
             subprocess.Popen(
                 [

@@ -144,6 +144,16 @@ class ContextSettings(_Section):
     entity_limit: int = Field(20, ge=0, le=200)
     relations_per_entity: int = Field(5, ge=0, le=50)
 
+    @model_validator(mode="after")
+    def _defaults_within_the_cap(self) -> ContextSettings:
+        for name in ("simple_budget", "complex_budget"):
+            if getattr(self, name) > self.max_budget:
+                raise ValueError(
+                    f"search.context.{name} ({getattr(self, name)}) must not exceed "
+                    f"search.context.max_budget ({self.max_budget})"
+                )
+        return self
+
 
 PiiActionName = Literal["allow", "redact", "reject"]
 

@@ -81,6 +81,7 @@ async def start_pipeline(
         identities["embed"],
         batch_size=config.providers.embedding.batch_size,
         poll_s=config.workers.embed.poll_ms / 1000,
+        long_poll_s=config.workers.embed.long_poll_ms / 1000,
     )
     llm = llm_provider(config)
     search_channel = service_channel(config, config.clients.search_address)

@@ -26,6 +26,14 @@ stores in one run, in alternating rounds at 1 and 32 in flight: plain (the basel
 TLS on the listener (certificates from `engram certs dev`), and with `--auth` TLS plus
 `auth.enabled` with a writer key (made by `engram keys create`) on every call.
 Writes bench/results/store-security-<timestamp>.json.
+
+    .venv/bin/python bench/store_bench.py --pii [--quick]
+
+measures what the PII gate (issue 18) costs: Remember against three stores in one
+run, in alternating rounds at 1 and 32 in flight: `pii.default_policy: allow` (no
+detection; the baseline), the default policy (secrets redacted: every detector runs
+on every memory) and `redact` for every kind. Writes
+bench/results/store-pii-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -72,6 +80,7 @@ IMPORT_MESSAGE_ITEMS = 500
 RAW_TRANSACTION_MEMORIES = 100
 REMEMBER_RATIO_TARGET = 0.60
 SECURITY_RATIO_TARGET = 0.85  # issue 14: Remember with auth+TLS / without, at 32 in flight
+PII_RATIO_TARGET = 0.90  # issue 18: Remember with PII detection / without, at 32 in flight
 IMPORT_RATIO_TARGET = 0.50
 # `engram import` against ImportMemories streamed by hand (issue 15)
 CLI_IMPORT_RATIO_TARGET = 0.80
@@ -553,6 +562,24 @@ def api_key(config: Path, data_dir: Path) -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
+def _config_file(tmp: Path, name: str, tree: dict[str, Any]) -> Path:
+    path = tmp / f"{name}.yaml"
+    path.write_text(json.dumps(tree))  # JSON is YAML
+    return path
+
+
+def pii_variants(tmp: Path) -> list[SecuredStore]:
+    """PII detection off (the baseline), the default policy, redact everything."""
+    return [
+        SecuredStore("pii-off", _config_file(tmp, "pii-off", {"pii": {"default_policy": "allow"}})),
+        SecuredStore("pii-default", _config_file(tmp, "pii-default", {})),
+        SecuredStore(
+            "pii-redact-all",
+            _config_file(tmp, "pii-redact-all", {"pii": {"default_policy": "redact"}}),
+        ),
+    ]
+
+
 def security_variants(tmp: Path, auth: bool) -> list[SecuredStore]:
     """plain, tls and (with `auth`) auth+tls, each with its own config file. TLS uses
     the certificates `engram certs dev` makes; the client verifies the server with the
@@ -565,9 +592,7 @@ def security_variants(tmp: Path, auth: bool) -> list[SecuredStore]:
     credentials = grpc.ssl_channel_credentials(root_certificates=(certs / "ca.pem").read_bytes())
 
     def config(name: str, tree: dict[str, Any]) -> Path:
-        path = tmp / f"{name}.yaml"
-        path.write_text(json.dumps(tree))  # JSON is YAML
-        return path
+        return _config_file(tmp, name, tree)
 
     variants = [
         SecuredStore("plain", config("plain", {})),
@@ -589,15 +614,15 @@ def security_variants(tmp: Path, auth: bool) -> list[SecuredStore]:
 
 
 async def bench_security(
+    variants: list[SecuredStore],
     tmp: Path,
     warmup: float,
     rounds: int,
     round_seconds: float,
     client_cpus: set[int] | None,
-    auth: bool,
 ) -> dict[str, Comparison]:
-    """Remember against each variant's store, all up at once, in alternating rounds."""
-    variants = security_variants(tmp, auth)
+    """Remember against each variant's store, all up at once, in alternating rounds
+    (the first variant is the baseline)."""
     servers: list[ServerProcess] = []
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -636,17 +661,17 @@ def remember_call(
     return remember
 
 
-def security_table(comparisons: dict[str, Comparison]) -> str:
+def security_table(comparisons: dict[str, Comparison], baseline: str) -> str:
     head = f"{'RPS':>7}{'p50 ms':>8}{'p99 ms':>8}{'cpu ms':>8}"
-    names = ["plain", *comparisons]
+    names = [baseline, *comparisons]
     first = next(iter(comparisons.values()))
-    results = {"plain": first.results["plain"]}
+    results = {baseline: first.results[baseline]}
     results |= {name: c.results[name] for name, c in comparisons.items()}
     lines = [
         "Remember, closed loop   "
         + " | ".join(f"{name:^31}" for name in names)
         + " | "
-        + " ".join(f"{name + '/plain':>14}" for name in comparisons),
+        + " ".join(f"{name + '/' + baseline:>14}" for name in comparisons),
         f"{'callers in flight':<23} " + " | ".join(head for _ in names) + " |",
     ]
     for level, concurrency in enumerate(CONCURRENCY):
@@ -659,7 +684,8 @@ def security_table(comparisons: dict[str, Comparison]) -> str:
         ratios = " ".join(f"{c.ratios[level]:>14.2f}" for c in comparisons.values())
         lines.append(f"{concurrency:<23} " + " | ".join(cells) + " | " + ratios)
     lines += [
-        "RPS = median over rounds; ratio = median of per-round RPS / the plain round before it;",
+        f"RPS = median over rounds; ratio = median of per-round RPS / the {baseline} round "
+        "before it;",
         "cpu ms = store process CPU time (all threads) per request.",
     ]
     return "\n".join(lines)
@@ -671,13 +697,17 @@ async def run_security(
     client_cpus = {int(c) for c in args.client_cpus.split(",")} if args.client_cpus else None
     stamp = datetime.now(UTC)
     tmp_root = Path(args.tmp_dir) if args.tmp_dir else Path(tempfile.gettempdir())
-    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-security-", dir=tmp_root))
+    mode = "pii" if args.pii else "security"
+    tmp = Path(tempfile.mkdtemp(prefix=f"engram-bench-{mode}-", dir=tmp_root))
     info = machine_info(tmp)
     load_start = os.getloadavg()
     busy_start = cpu_busy_percent()
-    variants = "plain, tls, auth+tls" if args.auth else "plain, tls (no --auth)"
+    stores = pii_variants(tmp) if args.pii else security_variants(tmp, args.auth)
+    baseline = stores[0].name
+    target = PII_RATIO_TARGET if args.pii else SECURITY_RATIO_TARGET
+    variants = ", ".join(store.name for store in stores)
     print(
-        f"engram store security bench  {stamp.isoformat(timespec='seconds')}  "
+        f"engram store {mode} bench  {stamp.isoformat(timespec='seconds')}  "
         f"nproc={info['nproc']}  python {info['python']}  grpcio {info['grpcio']}\n"
         f"stores: {variants}; per level: warm-up {warmup:g} s, {rounds} rounds x "
         f"{round_seconds:g} s each store\n"
@@ -687,30 +717,28 @@ async def run_security(
     if busy_start > 10:
         print("warning: something else is using the CPU; results will be noisy", flush=True)
     try:
-        comparisons = await bench_security(
-            tmp, warmup, rounds, round_seconds, client_cpus, args.auth
-        )
+        comparisons = await bench_security(stores, tmp, warmup, rounds, round_seconds, client_cpus)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     load_end = os.getloadavg()
     print()
-    print(security_table(comparisons))
+    print(security_table(comparisons, baseline))
     print()
     at_32 = CONCURRENCY.index(32)
     for name, comparison in comparisons.items():
         ratio = comparison.ratios[at_32]
-        status = "MET" if ratio >= SECURITY_RATIO_TARGET else "NOT MET"
+        status = "MET" if ratio >= target else "NOT MET"
         print(
-            f"Remember {name} / plain at 32 in flight: {ratio:.2f} "
-            f"(target >= {SECURITY_RATIO_TARGET:.2f}) {status}"
+            f"Remember {name} / {baseline} at 32 in flight: {ratio:.2f} "
+            f"(target >= {target:.2f}) {status}"
         )
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"store-security-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
+    out = RESULTS_DIR / f"store-{mode}-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
     first = next(iter(comparisons.values()))
     report = {
         "timestamp": stamp.isoformat(),
-        "mode": "security" + (" quick" if args.quick else ""),
+        "mode": mode + (" quick" if args.quick else ""),
         "machine": info,
         "load_average": {"start": list(load_start), "end": list(load_end)},
         "cpu_busy_percent_before_start": busy_start,
@@ -722,11 +750,11 @@ async def run_security(
             "auth": args.auth,
             "client_cpus": sorted(client_cpus) if client_cpus else None,
         },
-        "plain": [asdict(r) for r in first.results["plain"]],
+        baseline: [asdict(r) for r in first.results[baseline]],
         **{name: [asdict(r) for r in c.results[name]] for name, c in comparisons.items()},
         "rounds_ratios": {name: c.rounds_ratios for name, c in comparisons.items()},
         "ratios_at_32": {name: c.ratios[at_32] for name, c in comparisons.items()},
-        "target_at_32": SECURITY_RATIO_TARGET,
+        "target_at_32": target,
     }
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"load average at end: {load_text(load_end)}")
@@ -924,7 +952,7 @@ async def run(args: argparse.Namespace) -> int:
     round_seconds = (
         args.round_seconds if args.round_seconds is not None else (1.0 if quick else 2.0)
     )
-    if args.security:
+    if args.security or args.pii:
         return await run_security(args, warmup, rounds, round_seconds)
     count = args.import_count if args.import_count is not None else (4000 if quick else 20000)
     all_cpus = os.sched_getaffinity(0)
@@ -1046,6 +1074,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--auth", action="store_true", help="with --security: also auth.enabled plus a writer key"
+    )
+    parser.add_argument(
+        "--pii",
+        action="store_true",
+        help="Remember with PII detection off vs the default policy vs redact-all",
     )
     parser.add_argument(
         "--serve-echo", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS

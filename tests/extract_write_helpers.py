@@ -190,3 +190,17 @@ def write_directly(stack: Stack, statement: str) -> None:
         conn.execute(statement)
     finally:
         conn.close()
+
+
+def link(stack: Stack, memory: Any, *triples: tuple[str, str, str]) -> None:
+    """Record entity triples for a memory through its extract job."""
+    response = complete(
+        stack,
+        extract_job(stack, memory),
+        [],
+        entities=[
+            jq.EntityTriple(source=s, relationship=r, target=t, confidence=0.9)
+            for s, r, t in triples
+        ],
+    )
+    assert response.outcome == jq.LEASE_OUTCOME_OK and response.graph_error == ""

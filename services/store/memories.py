@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common import clock
+from services.common.config import PiiSettings
 from services.common.db import ReadPool
 from services.common.errors import (
     AlreadyExists,
@@ -27,6 +28,7 @@ from services.common.errors import (
 from services.common.fts import MAX_QUERY_CHARS, keyword_terms, quoted
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
+from services.common.pii import PiiAction, PiiGate, PiiPolicy
 from services.common.validation import validate_id, validate_ids
 from services.store import mutations, rules
 from services.store import repository as repo
@@ -130,6 +132,7 @@ class MemoryStore:
         max_job_attempts: int = 3,
         tombstone_days: float = 30,
         extract_on_create: bool = False,
+        pii: PiiGate | None = None,
     ) -> None:
         """`extract_on_create`: `memory.pipelineV2.enabled`. A new memory gets an
         `extract` job only then: nothing would ever take it otherwise, and the
@@ -140,6 +143,11 @@ class MemoryStore:
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
         self._extract = extract_on_create
+        self._pii = pii or PiiGate(PiiSettings())
+
+    def pii_policy(self, namespace: str, requested: PiiAction | None) -> PiiPolicy:
+        """The PII policy of a write to `namespace` (`requested`: the request's own)."""
+        return self._pii.policy(namespace, requested)
 
     # ---- remember / import -----------------------------------------------------
 
@@ -273,9 +281,12 @@ class MemoryStore:
         default_reason: str,
         actor: str,
         bad: Violations | None = None,
+        *,
+        pii: PiiPolicy,
     ) -> list[PatchOutcome]:
+        """`pii`: the policy for new content (the namespace's or the request's)."""
         bad = _collector(bad)
-        checked = _check_patches(patches, default_reason, bad)
+        checked = _check_patches(patches, default_reason, bad, pii)
         actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
         bad.raise_if_any()
 
@@ -546,7 +557,7 @@ class _CheckedPatch:
 
 
 def _check_patches(
-    patches: Sequence[PatchSpec], default_reason: str, bad: Violations
+    patches: Sequence[PatchSpec], default_reason: str, bad: Violations, pii: PiiPolicy
 ) -> list[_CheckedPatch]:
     """Every patch is validated before anything is written; one bad patch fails
     all, and every bad field of every patch is named."""
@@ -580,7 +591,9 @@ def _check_patches(
                 id=patch.id,
                 content=None
                 if patch.content is None
-                else bad.check(None, rules.check_content, patch.content, f"{field}.content"),
+                else bad.check(
+                    None, rules.check_content, patch.content, f"{field}.content", pii=pii
+                ),
                 type=None
                 if patch.type is None
                 else bad.check(None, rules.check_type, patch.type, f"{field}.type"),
@@ -800,11 +813,17 @@ def prepare_drafts(
                     draft.source_id,
                     at,
                     draft.event_time or at,
+                    session_id=draft.session_id or None,
+                    expire_at=None
+                    if draft.ttl_nanos is None
+                    else clock.plus_nanos(at, draft.ttl_nanos),
                 ),
                 actor=draft.actor or draft.who or rules.DEFAULT_ACTOR,
                 reason=draft.why or "remember",
                 max_attempts=max_attempts,
-                extract=extract,
+                # A short-term memory is not distilled: facts derived from it
+                # would outlive the ttl it was given.
+                extract=extract and draft.ttl_nanos is None,
             )
         )
     return prepared
@@ -816,10 +835,12 @@ def _remember_batch(
     """(record, deduplicated) per Remember, written in this transaction."""
     out: list[tuple[MemoryRecord, bool]] = []
     created = mutations.create(conn, [new for _, new in batch])
+    # A duplicate later in the batch may have lengthened a new memory's life.
+    reread = {r.memory_id for r in created if r.deduplicated}
     for (draft, new), result in zip(batch, created, strict=True):
-        if result.deduplicated:
+        if result.deduplicated or result.memory_id in reread:
             row = repo.fetch_one(conn, repo.get_memory_query(draft.namespace, result.memory_id))
-            out.append((MemoryRecord.from_row(row), True))
+            out.append((MemoryRecord.from_row(row), result.deduplicated))
         else:
             out.append((_new_record(draft, new.row), False))
     return out
@@ -848,4 +869,6 @@ def _new_record(draft: MemoryDraft, row: repo.MemoryRow) -> MemoryRecord:
         event_time=row.event_time,
         access_count=0,
         last_accessed=None,
+        session_id=row.session_id or "",
+        expire_at=row.expire_at,
     )

@@ -534,6 +534,34 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         WHERE length(applied_at) = 27;
         """,
     ),
+    (
+        "sessions_and_expiry",
+        """
+        -- Issue 16: a memory may belong to a conversation session and may
+        -- expire (short-term memory). NULL means neither: every existing
+        -- memory stays long-term and sessionless.
+        ALTER TABLE memories ADD COLUMN session_id TEXT;
+        ALTER TABLE memories ADD COLUMN expire_at TEXT;
+        -- A session's memories newest first (ListMemories and Recall with a
+        -- session filter, AppendTurn's session reads); sessionless rows stay out.
+        CREATE INDEX memories_session
+            ON memories(namespace, session_id, is_deleted, created_at DESC, id DESC)
+            WHERE session_id IS NOT NULL;
+        -- The retention sweep's expired memories, earliest first; long-term
+        -- rows stay out.
+        CREATE INDEX memories_expiry ON memories(expire_at) WHERE expire_at IS NOT NULL;
+        """,
+    ),
+    (
+        "pinned_memories_index",
+        """
+        -- AssembleContext's PINNED section (services/search/context_queries.py)
+        -- reads a namespace's live pinned memories, most important first, on
+        -- every call: without this a 100k-memory namespace is scanned (~55 ms).
+        CREATE INDEX memories_pinned ON memories(namespace, importance DESC, updated_at DESC)
+            WHERE pinned = 1 AND is_deleted = 0;
+        """,
+    ),
 )
 
 

@@ -11,6 +11,7 @@ store takes writes at all is the writer's one check (Writer.check_writable).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,10 @@ MODIFIED_EVENT = "modified"
 DELETED_EVENT = "deleted"
 RECOVERED_EVENT = "recovered"
 PURGED_EVENT = "purged"
+# Who removes expired memories (the retention sweep, or a write that meets an
+# expired twin): the same actor as the rest of retention.
+RETENTION_ACTOR = "retention"
+EXPIRED_REASON = "short-term memory expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,29 +200,58 @@ def new_memory(
     )
 
 
+def outlives(new_expire_at: str | None, old_expire_at: str | None) -> bool:
+    """Whether a memory expiring at `new_expire_at` (None: never) lives longer
+    than one expiring at `old_expire_at`."""
+    if old_expire_at is None:
+        return False
+    return new_expire_at is None or new_expire_at > old_expire_at
+
+
 def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
     """Create each item unless a live memory of its namespace (or an earlier
     item of the batch) holds its content; then that memory's id, deduplicated.
+    A duplicate never shortens a life: the memory kept takes the later expiry
+    of the two (none when either is long-term). An expired twin (gone from
+    reads, not yet swept) never deduplicates: it is purged here, as the
+    retention sweep would, and the item is created.
 
     One statement per table for the whole batch: rows (FTS by trigger),
     `created` events, jobs; a content the namespace embedded before is indexed
     at once instead of getting an embed job."""
-    known: dict[tuple[str, str], str] = {}
+    known: dict[tuple[str, str], repo.Twin | int] = {}  # a stored twin, or an index in `fresh`
     hashes: dict[str, list[str]] = {}
     for item in items:
         hashes.setdefault(item.row.namespace, []).append(item.row.content_hash)
     for namespace, of_namespace in hashes.items():
-        for content_hash, memory_id in repo.live_ids_by_hash(conn, namespace, of_namespace).items():
-            known[(namespace, content_hash)] = memory_id
+        expired: list[PurgeTarget] = []
+        for content_hash, twin in repo.twins_by_hash(conn, namespace, of_namespace).items():
+            if twin.expired:
+                expired.append(PurgeTarget(twin.id, namespace, content_hash))
+            else:
+                known[(namespace, content_hash)] = twin
+        if expired:
+            purge_expired(conn, expired, items[0].row.created_at)
     results: list[Created] = []
     fresh: list[NewMemory] = []
     for item in items:
         key = (item.row.namespace, item.row.content_hash)
         existing = known.get(key)
-        if existing is not None:
-            results.append(Created(existing, True))
+        if isinstance(existing, repo.Twin):
+            if outlives(item.row.expire_at, existing.expire_at):
+                _extend_life(conn, existing.id, item)
+                known[key] = existing._replace(expire_at=item.row.expire_at)
+            results.append(Created(existing.id, True))
             continue
-        known[key] = item.row.id
+        if existing is not None:
+            earlier = fresh[existing]
+            if outlives(item.row.expire_at, earlier.row.expire_at):
+                fresh[existing] = dataclasses.replace(
+                    earlier, row=earlier.row._replace(expire_at=item.row.expire_at)
+                )
+            results.append(Created(earlier.row.id, True))
+            continue
+        known[key] = len(fresh)
         fresh.append(item)
         results.append(Created(item.row.id, False))
     if not fresh:
@@ -240,6 +274,63 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
     if stored:
         results = [Created(r.memory_id, r.deduplicated, r.memory_id in stored) for r in results]
     return results
+
+
+def _extend_life(conn: Any, memory_id: str, item: NewMemory) -> None:
+    """The stored twin takes the duplicate's later expiry (or none): a
+    `modified` event and a new version say so."""
+    row = repo.fetch_one(conn, repo.get_memory_query(item.row.namespace, memory_id))
+    current = MemoryRecord.from_row(row)
+    new_version(
+        conn,
+        current,
+        content=None,
+        fields={"expire_at": item.row.expire_at},
+        actor=item.history.changed_by,
+        reason="remembered again with a longer life",
+        at=item.row.created_at,
+        metadata={"changes": {"expire_time": item.row.expire_at}},
+        max_attempts=item.target.embed_job.max_attempts,
+    )
+
+
+# ---- expire -----------------------------------------------------------------------------
+
+
+def purge_expired(conn: Any, targets: Sequence[PurgeTarget], at: str) -> Purged:
+    """Remove expired memories for good (the retention sweep, or a write that
+    meets an expired twin of its content), each with a `purged` history event."""
+    purged = purge(conn, targets, at)
+    repo.insert_history(
+        conn,
+        [
+            repo.history_row(
+                memory_id=target.memory_id,
+                namespace=target.namespace,
+                event=PURGED_EVENT,
+                old_content=None,
+                new_content=None,
+                actor=RETENTION_ACTOR,
+                reason=EXPIRED_REASON,
+                metadata={"expired": True},
+                at=at,
+            )
+            for target in targets
+        ],
+    )
+    return purged
+
+
+def retire_expired_twins(conn: Any, namespace: str, content_hashes: Sequence[str], at: str) -> None:
+    """Purge expired memories holding these contents, so that a content change
+    or a recovery is not refused by a twin nobody can see any more."""
+    expired = [
+        PurgeTarget(twin.id, namespace, content_hash)
+        for content_hash, twin in repo.twins_by_hash(conn, namespace, content_hashes).items()
+        if twin.expired
+    ]
+    if expired:
+        purge_expired(conn, expired, at)
 
 
 # ---- change -----------------------------------------------------------------------------
@@ -266,6 +357,7 @@ def new_version(
     version = current.version + 1
     changes = dict(fields)
     if content is not None:
+        retire_expired_twins(conn, current.namespace, [content.content_hash], at)
         changes.update(
             content=content.storage,
             normalized_content=content.normalized,

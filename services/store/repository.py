@@ -9,12 +9,18 @@ from collections.abc import Iterable, Sequence
 from random import getrandbits
 from typing import Any, NamedTuple
 
-from services.common.memory_filter import MemoryFilterSpec, filter_sql
+from services.common.memory_filter import (
+    NOW_SQL,
+    MemoryFilterSpec,
+    filter_sql,
+    live_sql,
+    not_expired_sql,
+)
 
 MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
     "source_type, source_id, version, is_deleted, deleted_at, created_at, updated_at, "
-    "event_time, access_count, last_accessed"
+    "event_time, access_count, last_accessed, session_id, expire_at"
 )
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
@@ -33,6 +39,7 @@ _UPDATABLE = {
     "deleted_at",
     "updated_at",
     "embedding_model",
+    "expire_at",
 }
 
 Query = tuple[str, list[Any]]
@@ -60,8 +67,10 @@ def new_id() -> str:
 
 
 def get_memory_query(namespace: str, memory_id: str) -> Query:
+    """The memory, live or soft-deleted; an expired one is gone (None)."""
     return (
-        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE namespace = ? AND id = ?",
+        f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.id = ? "
+        f"AND {not_expired_sql('m')}",
         [namespace, memory_id],
     )
 
@@ -70,7 +79,7 @@ def list_memories_query(
     namespace: str, spec: MemoryFilterSpec, after: tuple[str, str] | None, limit: int
 ) -> Query:
     clauses, params = filter_sql(spec, "m")
-    sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 0{clauses}"
+    sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {live_sql('m')}{clauses}"
     args: list[Any] = [namespace, *params]
     if after is not None:
         sql += " AND (m.created_at, m.id) < (?, ?)"
@@ -92,7 +101,7 @@ def list_tombstones_query(
     clauses, params = filter_sql(spec, "m")
     sql = (
         f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 1 "
-        f"AND m.deleted_at >= ?{clauses}"
+        f"AND m.deleted_at >= ? AND {not_expired_sql('m')}{clauses}"
     )
     args: list[Any] = [namespace, deleted_since, *params]
     if after is not None:
@@ -117,7 +126,7 @@ def forget_candidates_query(
     statistics span every namespace, so its order would let other tenants'
     data decide which of this namespace's memories make the cut.)"""
     clauses, params = filter_sql(spec, "m")
-    sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 0{clauses}"
+    sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {live_sql('m')}{clauses}"
     args: list[Any] = [namespace, *params]
     if not include_pinned:
         sql += " AND m.pinned = 0"
@@ -154,22 +163,49 @@ def fetch_all(conn: Any, query: Query) -> list[Any]:
 # ---- writes (writer thread only) ----------------------------------------------
 
 
-def live_ids_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str, str]:
-    """content_hash -> id of the live memory with that hash, for the given hashes."""
-    found: dict[str, str] = {}
+class Twin(NamedTuple):
+    """The not-deleted memory holding a content (the dedup index allows one)."""
+
+    id: str
+    expire_at: str | None
+    expired: bool  # by the live rule's clock: reads no longer see it
+
+
+def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str, Twin]:
+    """content_hash -> the not-deleted memory with that hash, expired or not
+    (an expired one still holds its place in the dedup index until purged)."""
+    found: dict[str, Twin] = {}
     unique = list(dict.fromkeys(hashes))
     for start in range(0, len(unique), 500):
         chunk = unique[start : start + 500]
         rows = conn.execute(
             # Without statistics the planner prefers the (namespace, is_deleted)
             # index for longer IN lists: a scan of the whole namespace.
-            "SELECT content_hash, id FROM memories INDEXED BY memories_live_hash "
+            f"SELECT content_hash, id, expire_at, NOT {not_expired_sql('memories')} "
+            "FROM memories INDEXED BY memories_live_hash "
             "WHERE namespace = ? AND is_deleted = 0 "
             f"AND content_hash IN ({', '.join('?' * len(chunk))})",
             [namespace, *chunk],
         ).fetchall()
-        found.update({row[0]: row[1] for row in rows})
+        found.update({row[0]: Twin(row[1], row[2], bool(row[3])) for row in rows})
     return found
+
+
+def live_ids_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str, str]:
+    """content_hash -> id of the live (not deleted, not expired) memory with
+    that hash, for the given hashes."""
+    return {h: t.id for h, t in twins_by_hash(conn, namespace, hashes).items() if not t.expired}
+
+
+def expired_memories(conn: Any, limit: int) -> list[Any]:
+    """Memories past their expire_at, deleted or not, oldest expiry first."""
+    return list(
+        conn.execute(
+            "SELECT id, namespace, content_hash, content, expire_at, version FROM memories "
+            f"WHERE expire_at <= {NOW_SQL} ORDER BY expire_at LIMIT ?",
+            (limit,),
+        ).fetchall()
+    )
 
 
 class MemoryRow(NamedTuple):
@@ -193,9 +229,11 @@ class MemoryRow(NamedTuple):
     extraction_status: str = "pending"
     extraction_model: str | None = None
     source_memory_id: str | None = None
+    session_id: str | None = None
+    expire_at: str | None = None
 
 
-# Rows per multi-row INSERT (at most 19 parameters a row, far below SQLite's limit).
+# Rows per multi-row INSERT (at most 21 parameters a row, far below SQLite's limit).
 INSERT_CHUNK_ROWS = 64
 
 
@@ -218,8 +256,9 @@ def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
         conn,
         "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
         "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
-        "updated_at, event_time, extraction_status, extraction_model, source_memory_id) VALUES ",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)",
+        "updated_at, event_time, extraction_status, extraction_model, source_memory_id, "
+        "session_id, expire_at) VALUES ",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(*row[:14], row[13], *row[14:]) for row in rows],
     )
 

@@ -11,6 +11,8 @@ from services.common.errors import InvalidArgument, Violations, echo
 from services.common.importance import effective_importance
 from services.common.memory_record import MEMORY_TYPES
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
+from services.common.pii import DEFAULT_POLICY, PiiPolicy, gate
+from services.common.validation import check_session_id
 
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_TAGS = 32
@@ -20,6 +22,9 @@ MAX_TEXT_FIELD_CHARS = {"who": 256, "why": 1024, "source_type": 64, "source_id":
 MAX_REASON_CHARS = 1024
 MAX_ACTOR_CHARS = 256
 DEFAULT_ACTOR = "api"
+# A short-term memory's ttl: positive, at most a leap year (seed 001's short
+# term is hours; a longer life is a long-term memory, which has none).
+MAX_TTL_NANOS = 366 * 24 * 3600 * 1_000_000_000
 
 # seed 002 "Memory Types": the first matching row wins; no match means fact.
 _TYPE_KEYWORDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -53,6 +58,8 @@ class MemoryDraft:
     event_time: str | None
     # the history actor when it is not `who` (the API key's name when auth is on)
     actor: str = ""
+    session_id: str = ""  # "" for none
+    ttl_nanos: int | None = None  # None: long-term
 
 
 def infer_type(content: str) -> str:
@@ -78,14 +85,24 @@ def split_prefixes(content: str) -> tuple[str, bool, list[str]]:
 
 
 def check_content(
-    text: str, field: str, normalized: NormalizedContent | None = None
+    text: str,
+    field: str,
+    normalized: NormalizedContent | None = None,
+    *,
+    pii: PiiPolicy = DEFAULT_POLICY,
 ) -> NormalizedContent:
-    """`normalized` may pass in the text's normalisation when it is already known."""
+    """The content as it will be stored: normalised, then through the PII gate
+    (DESIGN.md data flow step 1), so every write that stores user content and
+    checks it here redacts or rejects alike. `normalized` may pass in the text's
+    normalisation when it is already known."""
     content = normalized or normalize_content(text)
     if is_blank(content.storage):
         raise InvalidArgument(
             field, "must not be empty, whitespace or invisible format characters only"
         )
+    gated = gate(content.storage, pii, field)
+    if gated.redacted:
+        content = normalize_content(gated.text)
     if len(content.storage.encode("utf-8")) > MAX_CONTENT_BYTES:
         raise InvalidArgument(field, f"must be at most {MAX_CONTENT_BYTES} bytes")
     return content
@@ -131,6 +148,14 @@ def check_text(value: str, field: str, limit: int) -> str:
     return value
 
 
+def check_ttl(nanos: int, field: str) -> int:
+    if nanos <= 0:
+        raise InvalidArgument(field, "must be positive (leave it unset for a long-term memory)")
+    if nanos > MAX_TTL_NANOS:
+        raise InvalidArgument(field, "must be at most 366 days")
+    return nanos
+
+
 def check_reason(reason: str, field: str) -> str:
     reason = check_text(reason, field, MAX_REASON_CHARS)
     if not reason:
@@ -158,8 +183,12 @@ def draft_memory(
     field_prefix: str = "",
     bad: Violations | None = None,
     actor: str = "",
+    session_id: str = "",
+    ttl_nanos: int | None = None,
+    pii: PiiPolicy = DEFAULT_POLICY,
 ) -> MemoryDraft:
-    """Validate one Remember/Import input; field names in errors get `field_prefix`.
+    """Validate one Remember/Import input; field names in errors get `field_prefix`;
+    `pii`: the write's PII policy (the namespace's or the request's).
 
     Every bad field is named, with those already in `bad` (found by the caller,
     e.g. the namespace or a timestamp), in one InvalidArgument."""
@@ -168,7 +197,7 @@ def draft_memory(
     body, critical, prefix_tags = split_prefixes(whole.storage)
     unchanged = body == whole.storage  # no prefix: the first normalisation stands
     normalized = bad.check(
-        whole, check_content, body, f"{field_prefix}content", whole if unchanged else None
+        whole, check_content, body, f"{field_prefix}content", whole if unchanged else None, pii=pii
     )
     all_tags = bad.check((), check_tags, [*prefix_tags, *tags], f"{field_prefix}tags")
     chosen_type = (
@@ -193,6 +222,10 @@ def draft_memory(
             ("source_id", source_id),
         )
     }
+    if session_id:
+        bad.check("", check_session_id, session_id, f"{field_prefix}session_id")
+    if ttl_nanos is not None:
+        bad.check(None, check_ttl, ttl_nanos, f"{field_prefix}ttl")
     bad.raise_if_any()
     return MemoryDraft(
         namespace=namespace,
@@ -203,5 +236,7 @@ def draft_memory(
         pinned=is_pinned,
         event_time=event_time,
         actor=actor,
+        session_id=session_id,
+        ttl_nanos=ttl_nanos,
         **texts,
     )

@@ -8,16 +8,19 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 
+from engram.common.v1 import pii_policy_pb2
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common import tracing
 from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
     memory_to_proto,
+    nanos_from_duration,
     text_from_timestamp,
     timestamp_from_text,
 )
 from services.common.errors import InvalidArgument, Violations
+from services.common.pii import PiiAction, PiiPolicy
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.store import rules
 from services.store.memories import (
@@ -66,13 +69,33 @@ def _history_to_proto(entry: HistoryEntry) -> store_pb2.HistoryEvent:
     )
 
 
+_PII_ACTIONS: dict[int, PiiAction] = {
+    pii_policy_pb2.PII_POLICY_ALLOW: "allow",
+    pii_policy_pb2.PII_POLICY_REDACT: "redact",
+    pii_policy_pb2.PII_POLICY_REJECT: "reject",
+}
+
+
+def pii_action(value: int, field: str) -> PiiAction | None:
+    """A request's PiiPolicy; None when unset (the namespace's policy applies)."""
+    if value == pii_policy_pb2.PII_POLICY_UNSPECIFIED:
+        return None
+    if value not in _PII_ACTIONS:
+        raise InvalidArgument(field, f"unknown PiiPolicy value {value}")
+    return _PII_ACTIONS[value]
+
+
 def namespace_of(bad: Violations, namespace: str) -> str:
     """The request's namespace (empty: default), a violation when malformed."""
     return bad.check(DEFAULT_NAMESPACE, validate_namespace, namespace)
 
 
 def _draft(
-    namespace: str, item: Any, field_prefix: str = "", bad: Violations | None = None
+    namespace: str,
+    item: Any,
+    pii: PiiPolicy,
+    field_prefix: str = "",
+    bad: Violations | None = None,
 ) -> rules.MemoryDraft:
     """RememberRequest and ImportItem carry the same fields."""
     bad = bad if bad is not None else Violations()
@@ -97,6 +120,11 @@ def _draft(
         field_prefix=field_prefix,
         bad=bad,
         actor=acting(""),
+        session_id=item.session_id,
+        ttl_nanos=bad.check(
+            None, nanos_from_duration, item.ttl, item.HasField("ttl"), f"{field_prefix}ttl"
+        ),
+        pii=pii,
     )
 
 
@@ -112,7 +140,10 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RememberResponse:
         bad = Violations()
-        draft = _draft(namespace_of(bad, request.namespace), request, bad=bad)
+        namespace = namespace_of(bad, request.namespace)
+        requested = bad.check(None, pii_action, request.pii_policy, "pii_policy")
+        pii = self._store.pii_policy(namespace, requested)
+        draft = _draft(namespace, request, pii, bad=bad)
         record, deduplicated = await self._store.remember(draft)
         tracing.note_job_trace(record.id)  # its embed job's span links here
         return store_pb2.RememberResponse(memory=memory_to_proto(record), deduplicated=deduplicated)
@@ -127,13 +158,23 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             async for batch in request_iterator:
                 bad = Violations()
                 namespace = namespace_of(bad, batch.namespace)
+                batch_pii = bad.check(None, pii_action, batch.pii_policy, "pii_policy")
                 if len(batch.items) > MAX_IMPORT_BATCH:
                     bad.add("items", f"at most {MAX_IMPORT_BATCH} items per message")
                 bad.raise_if_any()
+                batch_policy = self._store.pii_policy(namespace, batch_pii)
                 for item in batch.items:
+                    prefix = f"items[{session.count}]."
                     try:
+                        pii = (
+                            batch_policy
+                            if not item.pii_policy
+                            else self._store.pii_policy(
+                                namespace, pii_action(item.pii_policy, f"{prefix}pii_policy")
+                            )
+                        )
                         draft: rules.MemoryDraft | InvalidArgument = _draft(
-                            namespace, item, f"items[{session.count}]."
+                            namespace, item, pii, prefix
                         )
                     except InvalidArgument as invalid:
                         draft = invalid
@@ -202,12 +243,15 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             for p in request.patches
         ]
         bad = Violations()
+        namespace = namespace_of(bad, request.namespace)
+        requested = bad.check(None, pii_action, request.pii_policy, "pii_policy")
         outcomes = await self._store.modify(
-            namespace_of(bad, request.namespace),
+            namespace,
             patches,
             request.reason,
             acting(request.actor),
             bad,
+            pii=self._store.pii_policy(namespace, requested),
         )
         return store_pb2.ModifyMemoriesResponse(
             results=[

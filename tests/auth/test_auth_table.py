@@ -132,6 +132,11 @@ CALLS: dict[str, Call] = {
     "/engram.search.v1.SearchService/Recall": lambda w, ns, md: w.search.Recall(
         spb.RecallRequest(namespace=ns, query="table"), metadata=md, timeout=TIMEOUT
     ),
+    "/engram.search.v1.SearchService/AssembleContext": lambda w, ns, md: w.search.AssembleContext(
+        spb.AssembleContextRequest(namespaces=[ns], query="table"),
+        metadata=md,
+        timeout=TIMEOUT,
+    ),
     "/engram.pipeline.v1.PipelineService/GetStatus": lambda w, ns, md: w.pipeline.GetStatus(
         ppb.GetStatusRequest(), metadata=md, timeout=TIMEOUT
     ),
@@ -202,6 +207,7 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
     }
     assert by_role[auth.Role.READER] == {
         "Recall",
+        "AssembleContext",
         "GetMemory",
         "ListMemories",
         "ListMemoryHistory",
@@ -320,6 +326,47 @@ def test_refused_calls_write_nothing_and_the_right_key_is_served(world: World, m
     assert call(world, NS, _metadata(world, right)) is not None
 
 
+def test_a_read_of_several_namespaces_needs_every_one_covered(world: World) -> None:
+    """Recall and AssembleContext over namespaces the key covers only in part:
+    PERMISSION_DENIED, nothing returned; covered in full (team-a*): served, each
+    result naming its namespace."""
+    md = _metadata(world, "reader")
+    admin = _metadata(world, "admin")
+    world.store.Remember(
+        pb.RememberRequest(namespace="team-a2", content="table of the second team"),
+        metadata=admin,
+    )
+    for namespaces in ([NS, "team-c"], ["team-c", NS], [NS, "team-a2", OTHER]):
+        for call in (
+            lambda ns=namespaces: world.search.Recall(
+                spb.RecallRequest(namespaces=ns, query="table"), metadata=md, timeout=TIMEOUT
+            ),
+            lambda ns=namespaces: world.search.AssembleContext(
+                spb.AssembleContextRequest(namespaces=ns, query="table"),
+                metadata=md,
+                timeout=TIMEOUT,
+            ),
+        ):
+            code, reason, _ = error_of(call)
+            assert (code, reason) == DENIED, namespaces
+    # `namespace` and `namespaces` both set: every one named is checked (before the
+    # request is refused as invalid), so the pair never widens what a key reaches
+    code, reason, _ = error_of(
+        lambda: world.search.Recall(
+            spb.RecallRequest(namespace="team-c", namespaces=[NS], query="table"),
+            metadata=md,
+            timeout=TIMEOUT,
+        )
+    )
+    assert (code, reason) == DENIED
+    reply = world.search.Recall(
+        spb.RecallRequest(namespaces=[NS, "team-a2"], query="table", min_score=0.0),
+        metadata=md,
+        timeout=TIMEOUT,
+    )
+    assert {r.memory.namespace for r in reply.results} == {NS, "team-a2"}
+
+
 def test_a_refusal_does_not_tell_whether_a_namespace_or_id_exists(world: World) -> None:
     md = _metadata(world, "reader")
 
@@ -357,15 +404,15 @@ def test_health_is_open_and_reflection_answers_any_valid_key(world: World) -> No
 
 
 def test_every_public_request_has_a_namespace_or_is_suite_wide() -> None:
-    """The namespace check reads `namespace` from each request: an RPC without one
-    must be one of the suite-wide ones the guard knows."""
+    """The namespace check reads `namespace` (and `namespaces`) from each request: an
+    RPC without either must be one of the suite-wide ones the guard knows."""
     from google.protobuf import descriptor_pool
 
     pool = descriptor_pool.Default()
     for method in auth.PUBLIC_RPCS:
         service, name = method.strip("/").split("/")
         request = pool.FindServiceByName(service).FindMethodByName(name).input_type
-        if "namespace" not in request.fields_by_name:
+        if not {"namespace", "namespaces"} & set(request.fields_by_name):
             assert method in auth.ALL_NAMESPACE_RPCS | auth.SUITE_WIDE_READS, method
 
 

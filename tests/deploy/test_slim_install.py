@@ -118,6 +118,17 @@ async def main(path):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{search.port}") as channel:
         recall = await search_pb2_grpc.SearchServiceStub(channel).Recall(
             search_pb2.RecallRequest(namespace="slim", query="surfs"), timeout=30)
+        # AssembleContext counts with cl100k_base, which ships in a core dependency
+        assembled = await search_pb2_grpc.SearchServiceStub(channel).AssembleContext(
+            search_pb2.AssembleContextRequest(namespaces=["slim"], query="surfs"), timeout=30)
+    # the local model's tokenizer is not there: search refuses to start, saying why
+    try:
+        await start_search(
+            load_config(environ={}, overrides={**settings, "search.context.tokenizer": "all-minilm-l6-v2"}),
+            host="127.0.0.1", port=0)
+        tokenizer_error = ""
+    except Exception as exc:
+        tokenizer_error = str(exc)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{maintenance.port}") as channel:
         report = await maintenance_pb2_grpc.MaintenanceServiceStub(channel).GetDiagnostics(
             maintenance_pb2.GetDiagnosticsRequest(), timeout=30)
@@ -145,6 +156,8 @@ async def main(path):
         "local_error": local_error,
         "local_recall": [[h.memory.content for h in local_recall.results], local_recall.degraded,
                          list(local_recall.warnings)],
+        "context": [assembled.context, assembled.token_count, assembled.tokenizer],
+        "tokenizer_error": tokenizer_error,
         "loaded": sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED),
     }))
 
@@ -167,6 +180,9 @@ def test_every_service_runs_where_the_model_runtime_cannot_be_imported(tmp_path:
     assert result["degraded"]
     assert result["db_size"] > 0
     assert result["loaded"] == []
+    context, tokens, tokenizer = result["context"]
+    assert "Alice surfs" in context and tokens > 0 and tokenizer == "cl100k_base"
+    assert "engram[local]" in result["tokenizer_error"]
     # the default provider without the extra says what to install
     assert "engram[local]" in result["local_error"]
     recalled, degraded, warnings = result["local_recall"]

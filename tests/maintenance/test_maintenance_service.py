@@ -205,6 +205,7 @@ def test_run_retention_sweeps_in_order_and_recovery_then_fails(maintained: Build
     m.st.age("memories", "deleted_at", 31, "id = ?", gone)
     steps = m.maintenance.RunRetention(pb.RunRetentionRequest()).steps
     assert [s.step for s in steps] == [
+        "expired_memories",
         "graph_links",
         "embeddings",
         "tombstones",
@@ -290,7 +291,7 @@ def test_retention_sweeps_on_its_own_with_autonomous_maintenance_off(maintained:
     wait_for(
         lambda: (
             m.st.scalar("SELECT count(*) FROM maintenance_audit WHERE action LIKE 'retention:%'")
-            == 6
+            == 7
         ),
         what="the retention sweep that nobody asked for",
     )
@@ -314,7 +315,7 @@ def test_the_autonomous_schedule_runs_a_cycle_in_the_configured_mode(maintained:
     wait_for(
         lambda: (
             m.st.scalar("SELECT count(*) FROM maintenance_audit WHERE action LIKE 'retention:%'")
-            == 6
+            == 7
         ),
         what="the scheduled retention sweep",
     )

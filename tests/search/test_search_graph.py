@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
-from extract_write_helpers import complete, extract_job, write_directly
+from extract_write_helpers import link, write_directly
 from recall_helpers import Stack, ids
 from services.common.db import ReadPool
 from services.common.memory_filter import MemoryFilterSpec
@@ -30,20 +29,6 @@ KEYWORDS_ONLY = {
     "memory.pipelineV2.enabled": True,
 }
 GRAPH_ON = {"memory.pipelineV2.graphEnabled": True, "memory.pipelineV2.graphBoostWeight": 0.3}
-
-
-def link(stack: Stack, memory: Any, *triples: tuple[str, str, str]) -> None:
-    """Record entity triples for a memory through its extract job."""
-    response = complete(
-        stack,
-        extract_job(stack, memory),
-        [],
-        entities=[
-            jq.EntityTriple(source=s, relationship=r, target=t, confidence=0.9)
-            for s, r, t in triples
-        ],
-    )
-    assert response.outcome == jq.LEASE_OUTCOME_OK and response.graph_error == ""
 
 
 def people(stack: Stack, namespace: str = "default") -> dict[str, Any]:

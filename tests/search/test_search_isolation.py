@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 from extract_write_helpers import write_directly
 from http_fakes import VectorBook
@@ -43,9 +45,12 @@ MAX_WRITES = 4000
 RECALLERS = 2
 
 
+@pytest.mark.parametrize("namespaces", [("tenant-b",), ("tenant-b", "tenant-c")])
 def test_recall_never_returns_another_namespace_while_it_writes(
-    recall_stack: Callable[..., Stack],
+    recall_stack: Callable[..., Stack], namespaces: tuple[str, ...]
 ) -> None:
+    """Also for a Recall over several namespaces (issue 16): tenant-c holds nothing,
+    so tenant-b still takes the whole-index path inside the multi-namespace read."""
     stack = recall_stack({"providers.embedding.kind": "none"})
     own = {
         stack.remember(f"apple pie recipe number {i}", namespace="tenant-b").id for i in range(3)
@@ -67,7 +72,15 @@ def test_recall_never_returns_another_namespace_while_it_writes(
     def recall(slot: int) -> None:
         while not stop.is_set() and recalls[slot] < MAX_RECALLS:
             try:
-                response = stack.recall("apple pie", namespace="tenant-b", limit=10)
+                response = stack.search.Recall(
+                    search_pb2.RecallRequest(
+                        namespace="tenant-b" if len(namespaces) == 1 else "",
+                        namespaces=list(namespaces) if len(namespaces) > 1 else [],
+                        query="apple pie",
+                        limit=10,
+                    ),
+                    timeout=30,
+                )
             except grpc.RpcError as error:
                 errors.append(f"{error.code()}: {error.details()}")
                 continue

@@ -20,7 +20,15 @@ from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from services.common.clock import now_text
 
-ORDER = ["graph_links", "embeddings", "tombstones", "history", "completed_jobs", "dead_jobs"]
+ORDER = [
+    "expired_memories",
+    "graph_links",
+    "embeddings",
+    "tombstones",
+    "history",
+    "completed_jobs",
+    "dead_jobs",
+]
 
 
 @pytest.fixture
@@ -117,6 +125,7 @@ def test_sweep_purges_an_expired_tombstone_with_its_graph_links_and_vector(
     assert actions == [
         f"retention:{name}"
         for name in [
+            "expired_memories",
             "graph_links",
             "embeddings",
             "tombstones",
@@ -202,7 +211,7 @@ def test_history_and_jobs_are_purged_by_their_own_windows(
     st.age("memory_jobs", "completed_at", 15, "memory_id = ? AND job_type = 'embed'", a)
     st.age("memory_jobs", "failed_at", 31, "memory_id = ? AND job_type = 'extract'", b)
     steps = sweep(st)
-    assert [steps[s].removed for s in ORDER] == [0, 0, 0, 1, 1, 1]
+    assert [steps[s].removed for s in ORDER] == [0, 0, 0, 0, 1, 1, 1]
     assert st.rows("SELECT memory_id FROM memory_history") == [(b,)]
     remaining = set(st.rows("SELECT memory_id, job_type, status FROM memory_jobs"))
     assert remaining == {(b, "embed", "completed"), (a, "extract", "dead")}

@@ -105,6 +105,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     (`auth.rate_limits.<role>`, a token bucket) is used up. A
     `google.rpc.RetryInfo` detail says how long to wait; nothing was written.
     """
+    ERROR_REASON_PII_DETECTED: _ErrorReason.ValueType  # 26
+    """INVALID_ARGUMENT: the content holds personal data or a secret that the
+    write's PII policy (`engram.common.v1.PiiPolicy`: the request's, else the
+    namespace's) rejects. A `BadRequest` field violation per kind found names
+    the field (`content`, `items[i].content`, `patches[i].content`), the kind
+    and how often it occurs, never the value; nothing was written. Sent only
+    when every violation of the request is such a finding (otherwise the
+    reason is INVALID_ARGUMENT and the violations include them).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -195,5 +204,14 @@ ERROR_REASON_RATE_LIMITED: ErrorReason.ValueType  # 24
 """RESOURCE_EXHAUSTED (auth.enabled): the key's per-role rate limit
 (`auth.rate_limits.<role>`, a token bucket) is used up. A
 `google.rpc.RetryInfo` detail says how long to wait; nothing was written.
+"""
+ERROR_REASON_PII_DETECTED: ErrorReason.ValueType  # 26
+"""INVALID_ARGUMENT: the content holds personal data or a secret that the
+write's PII policy (`engram.common.v1.PiiPolicy`: the request's, else the
+namespace's) rejects. A `BadRequest` field violation per kind found names
+the field (`content`, `items[i].content`, `patches[i].content`), the kind
+and how often it occurs, never the value; nothing was written. Sent only
+when every violation of the request is such a finding (otherwise the
+reason is INVALID_ARGUMENT and the violations include them).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

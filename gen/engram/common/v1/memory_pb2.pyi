@@ -54,6 +54,8 @@ class Memory(_message.Message):
     DELETE_TIME_FIELD_NUMBER: _builtins.int
     ACCESS_COUNT_FIELD_NUMBER: _builtins.int
     LAST_ACCESS_TIME_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    EXPIRE_TIME_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned identifier (UUID). Unique across all namespaces. Every
     request field that takes a memory id accepts at most 128 characters.
@@ -92,6 +94,10 @@ class Memory(_message.Message):
     """
     access_count: _builtins.int
     """How many times recall returned this memory."""
+    session_id: _builtins.str
+    """The conversation session this memory belongs to (RememberRequest or
+    AppendTurn `session_id`); empty when it belongs to none.
+    """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Tags, trimmed and lower-cased, in the order first given, without duplicates."""
@@ -116,6 +122,18 @@ class Memory(_message.Message):
     def last_access_time(self) -> _timestamp_pb2.Timestamp:
         """When recall last returned this memory; unset if never."""
 
+    @_builtins.property
+    def expire_time(self) -> _timestamp_pb2.Timestamp:
+        """When this short-term memory expires (its creation plus the `ttl` it was
+        given); unset for a long-term memory, which never expires. From this
+        instant the memory is gone from every read at once: GetMemory answers
+        NOT_FOUND, and ListMemories, ForgetMemories, Recall and AssembleContext
+        never return it; ModifyMemories, DeleteMemory and RecoverMemory treat it
+        as not found. The retention sweep removes it for good later, with a
+        `purged` history event. Remembering the same content again creates a new
+        memory (an expired twin never deduplicates).
+        """
+
     def __init__(
         self,
         *,
@@ -139,10 +157,12 @@ class Memory(_message.Message):
         delete_time: _timestamp_pb2.Timestamp | None = ...,
         access_count: _builtins.int = ...,
         last_access_time: _timestamp_pb2.Timestamp | None = ...,
+        session_id: _builtins.str = ...,
+        expire_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "delete_time", b"delete_time", "event_time", b"event_time", "last_access_time", b"last_access_time", "update_time", b"update_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "delete_time", b"delete_time", "event_time", b"event_time", "expire_time", b"expire_time", "last_access_time", b"last_access_time", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "type", b"type", "update_time", b"update_time", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "expire_time", b"expire_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "type", b"type", "update_time", b"update_time", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -165,6 +185,7 @@ class MemoryFilter(_message.Message):
     SINCE_FIELD_NUMBER: _builtins.int
     UNTIL_FIELD_NUMBER: _builtins.int
     IMPORTANCE_MIN_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     who: _builtins.str
     """Only memories remembered by this `who`."""
     pinned: _builtins.bool
@@ -173,6 +194,10 @@ class MemoryFilter(_message.Message):
     """Only memories with this `source_type`."""
     importance_min: _builtins.float
     """Only memories with at least this importance, in [0, 1]."""
+    session_id: _builtins.str
+    """Only memories of this session (see Memory.session_id); at most 128
+    characters, without whitespace or control characters.
+    """
     @_builtins.property
     def types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Memory types to include (any of). Each must be a known type. At most 16
@@ -208,10 +233,11 @@ class MemoryFilter(_message.Message):
         since: _timestamp_pb2.Timestamp | None = ...,
         until: _timestamp_pb2.Timestamp | None = ...,
         importance_min: _builtins.float | None = ...,
+        session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min", "_pinned", b"_pinned", "importance_min", b"importance_min", "pinned", b"pinned", "since", b"since", "until", b"until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min", "_pinned", b"_pinned", "importance_min", b"importance_min", "pinned", b"pinned", "since", b"since", "source_type", b"source_type", "tags", b"tags", "types", b"types", "until", b"until", "who", b"who"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min", "_pinned", b"_pinned", "importance_min", b"importance_min", "pinned", b"pinned", "session_id", b"session_id", "since", b"since", "source_type", b"source_type", "tags", b"tags", "types", b"types", "until", b"until", "who", b"who"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance_min: _TypeAlias = _typing.Literal["importance_min"]  # noqa: Y015
     _WhichOneofArgType__importance_min: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min"]  # noqa: Y015

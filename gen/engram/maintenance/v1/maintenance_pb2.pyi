@@ -718,15 +718,15 @@ class RetentionStep(_message.Message):
     ENTITIES_REMOVED_FIELD_NUMBER: _builtins.int
     RELATIONS_REMOVED_FIELD_NUMBER: _builtins.int
     step: _builtins.str
-    """graph_links, embeddings, tombstones, history, completed_jobs or
-    dead_jobs.
+    """expired_memories, graph_links, embeddings, tombstones, history,
+    completed_jobs or dead_jobs.
     """
     removed: _builtins.int
     """Rows removed."""
     entities_removed: _builtins.int
-    """graph_links only: entities deleted at zero mentions."""
+    """expired_memories and graph_links only: entities deleted at zero mentions."""
     relations_removed: _builtins.int
-    """graph_links only: relations deleted with them."""
+    """expired_memories and graph_links only: relations deleted with them."""
     def __init__(
         self,
         *,

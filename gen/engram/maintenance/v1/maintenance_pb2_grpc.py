@@ -114,7 +114,8 @@ class MaintenanceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RunRetention(self, request, context):
-        """One retention sweep (graph links, embeddings, tombstones, history,
+        """One retention sweep (expired short-term memories, graph links,
+        embeddings, tombstones, history,
         completed jobs, dead jobs; each step its own transaction, batch-limited;
         windows from `retention.*`).
 

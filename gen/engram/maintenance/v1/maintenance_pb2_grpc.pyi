@@ -68,7 +68,8 @@ class MaintenanceServiceStub:
     (MUTATIONS_FROZEN) is reported in its ActionResult, not as an error.
     """
     RunRetention: _grpc.UnaryUnaryMultiCallable[_maintenance_pb2.RunRetentionRequest, _maintenance_pb2.RunRetentionResponse]
-    """One retention sweep (graph links, embeddings, tombstones, history,
+    """One retention sweep (expired short-term memories, graph links,
+    embeddings, tombstones, history,
     completed jobs, dead jobs; each step its own transaction, batch-limited;
     windows from `retention.*`).
 
@@ -116,7 +117,8 @@ class MaintenanceServiceAsyncStub(MaintenanceServiceStub):
     (MUTATIONS_FROZEN) is reported in its ActionResult, not as an error.
     """
     RunRetention: _aio.UnaryUnaryMultiCallable[_maintenance_pb2.RunRetentionRequest, _maintenance_pb2.RunRetentionResponse]  # type: ignore[assignment]
-    """One retention sweep (graph links, embeddings, tombstones, history,
+    """One retention sweep (expired short-term memories, graph links,
+    embeddings, tombstones, history,
     completed jobs, dead jobs; each step its own transaction, batch-limited;
     windows from `retention.*`).
 
@@ -179,7 +181,8 @@ class MaintenanceServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _maintenance_pb2.RunRetentionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_maintenance_pb2.RunRetentionResponse, _abc.Awaitable[_maintenance_pb2.RunRetentionResponse]]:
-        """One retention sweep (graph links, embeddings, tombstones, history,
+        """One retention sweep (expired short-term memories, graph links,
+        embeddings, tombstones, history,
         completed jobs, dead jobs; each step its own transaction, batch-limited;
         windows from `retention.*`).
 

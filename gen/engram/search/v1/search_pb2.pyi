@@ -8,6 +8,7 @@ from engram.common.v1 import memory_pb2 as _memory_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,6 +19,36 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ContextSectionKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ContextSectionKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ContextSectionKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONTEXT_SECTION_KIND_UNSPECIFIED: _ContextSectionKind.ValueType  # 0
+    CONTEXT_SECTION_KIND_PINNED: _ContextSectionKind.ValueType  # 1
+    """Pinned memories, and the relevant rules and preferences."""
+    CONTEXT_SECTION_KIND_FACTS: _ContextSectionKind.ValueType  # 2
+    """The most relevant long-term memories."""
+    CONTEXT_SECTION_KIND_SESSION: _ContextSectionKind.ValueType  # 3
+    """The session's short-term memory, summary first."""
+    CONTEXT_SECTION_KIND_ENTITIES: _ContextSectionKind.ValueType  # 4
+    """Entities the memories shown (or the query) name."""
+
+class ContextSectionKind(_ContextSectionKind, metaclass=_ContextSectionKindEnumTypeWrapper):
+    """What a context section holds."""
+
+CONTEXT_SECTION_KIND_UNSPECIFIED: ContextSectionKind.ValueType  # 0
+CONTEXT_SECTION_KIND_PINNED: ContextSectionKind.ValueType  # 1
+"""Pinned memories, and the relevant rules and preferences."""
+CONTEXT_SECTION_KIND_FACTS: ContextSectionKind.ValueType  # 2
+"""The most relevant long-term memories."""
+CONTEXT_SECTION_KIND_SESSION: ContextSectionKind.ValueType  # 3
+"""The session's short-term memory, summary first."""
+CONTEXT_SECTION_KIND_ENTITIES: ContextSectionKind.ValueType  # 4
+"""Entities the memories shown (or the query) name."""
+Global___ContextSectionKind: _TypeAlias = ContextSectionKind  # noqa: Y015
 
 @_typing.final
 class RecallRequest(_message.Message):
@@ -31,6 +62,7 @@ class RecallRequest(_message.Message):
     FILTER_FIELD_NUMBER: _builtins.int
     SKIP_ACCESS_TRACKING_FIELD_NUMBER: _builtins.int
     MIN_SCORE_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     query: _builtins.str
@@ -53,6 +85,17 @@ class RecallRequest(_message.Message):
     def filter(self) -> _memory_pb2.MemoryFilter:
         """Optional filters, applied inside every channel."""
 
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Several namespaces searched in one call (for example a user's own and the
+        team's shared one), instead of `namespace`: set one or the other, not
+        both. 1 to 8 distinct namespaces. Each is searched as Recall searches one
+        (its own statistics, filters inside), all in one read snapshot, and the
+        results are merged by score; each result's `memory.namespace` says where
+        it came from. The caller's key must cover every namespace named, or the
+        call fails with PERMISSION_DENIED and returns nothing.
+        """
+
     def __init__(
         self,
         *,
@@ -62,10 +105,11 @@ class RecallRequest(_message.Message):
         filter: _memory_pb2.MemoryFilter | None = ...,
         skip_access_tracking: _builtins.bool = ...,
         min_score: _builtins.float | None = ...,
+        namespaces: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "filter", b"filter", "min_score", b"min_score"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "filter", b"filter", "limit", b"limit", "min_score", b"min_score", "namespace", b"namespace", "query", b"query", "skip_access_tracking", b"skip_access_tracking"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "filter", b"filter", "limit", b"limit", "min_score", b"min_score", "namespace", b"namespace", "namespaces", b"namespaces", "query", b"query", "skip_access_tracking", b"skip_access_tracking"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_score: _TypeAlias = _typing.Literal["min_score"]  # noqa: Y015
     _WhichOneofArgType__min_score: _TypeAlias = _typing.Literal["_min_score", b"_min_score"]  # noqa: Y015
@@ -197,3 +241,186 @@ class RecallResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RecallResponse: _TypeAlias = RecallResponse  # noqa: Y015
+
+@_typing.final
+class AssembleContextRequest(_message.Message):
+    """Request for AssembleContext."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    query: _builtins.str
+    """The current question or turn; 1 to 2000 characters."""
+    session_id: _builtins.str
+    """The session whose short-term memory fills the SESSION section; empty: no
+    session section.
+    """
+    token_budget: _builtins.int
+    """Most tokens the block may take, up to `search.context.max_budget`
+    (default 32000). 0 picks by the query (seed 003): 3000 for a complex
+    query, 1000 for a simple one (`search.context.simple_budget` and
+    `complex_budget`). A query is complex when it has at least 12 words, asks
+    more than one question (two or more question marks), or names a reasoning
+    cue (why, how, compare, explain, difference, between, versus, vs,
+    relationship, timeline, history, summarize, summarise); else simple.
+    """
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Namespaces to draw from (for example a user's own and the team's), 1 to 8
+        distinct; empty means "default". The key must cover every one.
+        """
+
+    def __init__(
+        self,
+        *,
+        namespaces: _abc.Iterable[_builtins.str] | None = ...,
+        query: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        token_budget: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces", "query", b"query", "session_id", b"session_id", "token_budget", b"token_budget"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AssembleContextRequest: _TypeAlias = AssembleContextRequest  # noqa: Y015
+
+@_typing.final
+class ContextEntity(_message.Message):
+    """An entity shown in the ENTITIES section."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ENTITY_TYPE_FIELD_NUMBER: _builtins.int
+    RELATIONS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The entity's id in its namespace's knowledge graph."""
+    namespace: _builtins.str
+    """Its namespace."""
+    name: _builtins.str
+    """Its display name."""
+    entity_type: _builtins.str
+    """person, organization, place, ... ("unknown" when extraction did not say)."""
+    @_builtins.property
+    def relations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Its relations as rendered ("works_at Acme")."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        entity_type: _builtins.str = ...,
+        relations: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entity_type", b"entity_type", "id", b"id", "name", b"name", "namespace", b"namespace", "relations", b"relations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContextEntity: _TypeAlias = ContextEntity  # noqa: Y015
+
+@_typing.final
+class ContextSection(_message.Message):
+    """One section of the block, in the order the block shows them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    ENTITIES_FIELD_NUMBER: _builtins.int
+    TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    kind: Global___ContextSectionKind.ValueType
+    """What the section holds."""
+    token_count: _builtins.int
+    """The tokens its lines and header take on their own."""
+    token_budget: _builtins.int
+    """Its share of the budget after what earlier sections left to it."""
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """Its memories, in the order shown (empty for ENTITIES)."""
+
+    @_builtins.property
+    def entities(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextEntity]:
+        """Its entities (ENTITIES only)."""
+
+    def __init__(
+        self,
+        *,
+        kind: Global___ContextSectionKind.ValueType = ...,
+        memories: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        entities: _abc.Iterable[Global___ContextEntity] | None = ...,
+        token_count: _builtins.int = ...,
+        token_budget: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entities", b"entities", "kind", b"kind", "memories", b"memories", "token_budget", b"token_budget", "token_count", b"token_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContextSection: _TypeAlias = ContextSection  # noqa: Y015
+
+@_typing.final
+class AssembleContextResponse(_message.Message):
+    """Response for AssembleContext."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTEXT_FIELD_NUMBER: _builtins.int
+    TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    SECTIONS_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    DEGRADED_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    context: _builtins.str
+    """The rendered block (markdown), ready to put in a prompt; empty when
+    nothing was found.
+    """
+    token_count: _builtins.int
+    """Tokens `context` takes with the configured tokenizer; never more than
+    `token_budget`.
+    """
+    token_budget: _builtins.int
+    """The budget applied (the request's, or the one chosen for the query)."""
+    tokenizer: _builtins.str
+    """The tokenizer that counted (`search.context.tokenizer`)."""
+    degraded: _builtins.bool
+    """As Recall's: true when the relevant memories came from fewer channels."""
+    @_builtins.property
+    def sections(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextSection]:
+        """The sections shown (a section with nothing to show is left out)."""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """As Recall's."""
+
+    def __init__(
+        self,
+        *,
+        context: _builtins.str = ...,
+        token_count: _builtins.int = ...,
+        token_budget: _builtins.int = ...,
+        sections: _abc.Iterable[Global___ContextSection] | None = ...,
+        tokenizer: _builtins.str = ...,
+        degraded: _builtins.bool = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context", b"context", "degraded", b"degraded", "sections", b"sections", "token_budget", b"token_budget", "token_count", b"token_count", "tokenizer", b"tokenizer", "warnings", b"warnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AssembleContextResponse: _TypeAlias = AssembleContextResponse  # noqa: Y015

@@ -45,6 +45,11 @@ class SearchServiceStub:
                 request_serializer=engram_dot_search_dot_v1_dot_search__pb2.RecallRequest.SerializeToString,
                 response_deserializer=engram_dot_search_dot_v1_dot_search__pb2.RecallResponse.FromString,
                 _registered_method=True)
+        self.AssembleContext = channel.unary_unary(
+                '/engram.search.v1.SearchService/AssembleContext',
+                request_serializer=engram_dot_search_dot_v1_dot_search__pb2.AssembleContextRequest.SerializeToString,
+                response_deserializer=engram_dot_search_dot_v1_dot_search__pb2.AssembleContextResponse.FromString,
+                _registered_method=True)
 
 
 class SearchServiceServicer:
@@ -84,6 +89,34 @@ class SearchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AssembleContext(self, request, context):
+        """The context an agent should put in front of its model for this turn,
+        within a token budget (seed 003 "Context injection"): one rendered block
+        and the memories behind it, in four sections that share the budget 40 /
+        25 / 25 / 10 (share unused by a section flows to the next; what the last
+        leaves goes round again to the first that has more to show):
+
+        1. PINNED: pinned memories (what the user asked to keep), most important
+        first, and the rules and preferences among the relevant memories.
+        2. FACTS: the most relevant long-term memories, as Recall ranks them.
+        3. SESSION: this session's short-term memory (summary first), when
+        `session_id` is set.
+        4. ENTITIES: the knowledge graph's entities that the memories shown (or
+        the query) name, with their relations.
+
+        No memory appears twice. Each memory line carries the date it was true or
+        said (its event time), except standing rules and preferences. Tokens are
+        counted with the configured tokenizer (`search.context.tokenizer`), and
+        `token_count` (the whole block's) never exceeds the budget.
+
+        Errors: INVALID_ARGUMENT (as Recall for the query and namespaces; budget
+        outside 0..`search.context.max_budget`; bad session_id). PERMISSION_DENIED
+        when the key does not cover every namespace named.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SearchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +124,11 @@ def add_SearchServiceServicer_to_server(servicer, server):
                     servicer.Recall,
                     request_deserializer=engram_dot_search_dot_v1_dot_search__pb2.RecallRequest.FromString,
                     response_serializer=engram_dot_search_dot_v1_dot_search__pb2.RecallResponse.SerializeToString,
+            ),
+            'AssembleContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.AssembleContext,
+                    request_deserializer=engram_dot_search_dot_v1_dot_search__pb2.AssembleContextRequest.FromString,
+                    response_serializer=engram_dot_search_dot_v1_dot_search__pb2.AssembleContextResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -126,6 +164,33 @@ class SearchService:
             '/engram.search.v1.SearchService/Recall',
             engram_dot_search_dot_v1_dot_search__pb2.RecallRequest.SerializeToString,
             engram_dot_search_dot_v1_dot_search__pb2.RecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AssembleContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.search.v1.SearchService/AssembleContext',
+            engram_dot_search_dot_v1_dot_search__pb2.AssembleContextRequest.SerializeToString,
+            engram_dot_search_dot_v1_dot_search__pb2.AssembleContextResponse.FromString,
             options,
             channel_credentials,
             insecure,

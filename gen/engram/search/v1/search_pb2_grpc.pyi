@@ -63,6 +63,30 @@ class SearchServiceStub:
     range, `since` after `until`, importance_min or min_score outside [0, 1];
     request bytes that do not parse: MALFORMED_REQUEST).
     """
+    AssembleContext: _grpc.UnaryUnaryMultiCallable[_search_pb2.AssembleContextRequest, _search_pb2.AssembleContextResponse]
+    """The context an agent should put in front of its model for this turn,
+    within a token budget (seed 003 "Context injection"): one rendered block
+    and the memories behind it, in four sections that share the budget 40 /
+    25 / 25 / 10 (share unused by a section flows to the next; what the last
+    leaves goes round again to the first that has more to show):
+
+    1. PINNED: pinned memories (what the user asked to keep), most important
+       first, and the rules and preferences among the relevant memories.
+    2. FACTS: the most relevant long-term memories, as Recall ranks them.
+    3. SESSION: this session's short-term memory (summary first), when
+       `session_id` is set.
+    4. ENTITIES: the knowledge graph's entities that the memories shown (or
+       the query) name, with their relations.
+
+    No memory appears twice. Each memory line carries the date it was true or
+    said (its event time), except standing rules and preferences. Tokens are
+    counted with the configured tokenizer (`search.context.tokenizer`), and
+    `token_count` (the whole block's) never exceeds the budget.
+
+    Errors: INVALID_ARGUMENT (as Recall for the query and namespaces; budget
+    outside 0..`search.context.max_budget`; bad session_id). PERMISSION_DENIED
+    when the key does not cover every namespace named.
+    """
 
 @_typing.type_check_only
 class SearchServiceAsyncStub(SearchServiceStub):
@@ -98,6 +122,30 @@ class SearchServiceAsyncStub(SearchServiceStub):
     types or 32 tags in the filter, `since` or `until` out of Timestamp's
     range, `since` after `until`, importance_min or min_score outside [0, 1];
     request bytes that do not parse: MALFORMED_REQUEST).
+    """
+    AssembleContext: _aio.UnaryUnaryMultiCallable[_search_pb2.AssembleContextRequest, _search_pb2.AssembleContextResponse]  # type: ignore[assignment]
+    """The context an agent should put in front of its model for this turn,
+    within a token budget (seed 003 "Context injection"): one rendered block
+    and the memories behind it, in four sections that share the budget 40 /
+    25 / 25 / 10 (share unused by a section flows to the next; what the last
+    leaves goes round again to the first that has more to show):
+
+    1. PINNED: pinned memories (what the user asked to keep), most important
+       first, and the rules and preferences among the relevant memories.
+    2. FACTS: the most relevant long-term memories, as Recall ranks them.
+    3. SESSION: this session's short-term memory (summary first), when
+       `session_id` is set.
+    4. ENTITIES: the knowledge graph's entities that the memories shown (or
+       the query) name, with their relations.
+
+    No memory appears twice. Each memory line carries the date it was true or
+    said (its event time), except standing rules and preferences. Tokens are
+    counted with the configured tokenizer (`search.context.tokenizer`), and
+    `token_count` (the whole block's) never exceeds the budget.
+
+    Errors: INVALID_ARGUMENT (as Recall for the query and namespaces; budget
+    outside 0..`search.context.max_budget`; bad session_id). PERMISSION_DENIED
+    when the key does not cover every namespace named.
     """
 
 class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -137,6 +185,36 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
         types or 32 tags in the filter, `since` or `until` out of Timestamp's
         range, `since` after `until`, importance_min or min_score outside [0, 1];
         request bytes that do not parse: MALFORMED_REQUEST).
+        """
+
+    @_abc_1.abstractmethod
+    def AssembleContext(
+        self,
+        request: _search_pb2.AssembleContextRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_search_pb2.AssembleContextResponse, _abc.Awaitable[_search_pb2.AssembleContextResponse]]:
+        """The context an agent should put in front of its model for this turn,
+        within a token budget (seed 003 "Context injection"): one rendered block
+        and the memories behind it, in four sections that share the budget 40 /
+        25 / 25 / 10 (share unused by a section flows to the next; what the last
+        leaves goes round again to the first that has more to show):
+
+        1. PINNED: pinned memories (what the user asked to keep), most important
+           first, and the rules and preferences among the relevant memories.
+        2. FACTS: the most relevant long-term memories, as Recall ranks them.
+        3. SESSION: this session's short-term memory (summary first), when
+           `session_id` is set.
+        4. ENTITIES: the knowledge graph's entities that the memories shown (or
+           the query) name, with their relations.
+
+        No memory appears twice. Each memory line carries the date it was true or
+        said (its event time), except standing rules and preferences. Tokens are
+        counted with the configured tokenizer (`search.context.tokenizer`), and
+        `token_count` (the whole block's) never exceeds the budget.
+
+        Errors: INVALID_ARGUMENT (as Recall for the query and namespaces; budget
+        outside 0..`search.context.max_budget`; bad session_id). PERMISSION_DENIED
+        when the key does not cover every namespace named.
         """
 
 def add_SearchServiceServicer_to_server(servicer: SearchServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

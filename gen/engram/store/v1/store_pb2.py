@@ -23,12 +23,14 @@ _sym_db = _symbol_database.Default()
 
 
 from engram.common.v1 import memory_pb2 as engram_dot_common_dot_v1_dot_memory__pb2
+from engram.common.v1 import pii_policy_pb2 as engram_dot_common_dot_v1_dot_pii__policy__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ngram/store/v1/store.proto\x12\x0f\x65ngram.store.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x02\n\x0fRememberRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nimportance\x18\x04 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x12\n\x04tags\x18\x05 \x03(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06pinned\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x11\n\x03who\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03why\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsource_type\x18\t \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tsource_id\x18\n \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\nevent_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x42\r\n\x0b_importance\"R\n\x10RememberResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\"\x9f\x02\n\nImportItem\x12\x15\n\x07\x63ontent\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04type\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nimportance\x18\x03 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x12\n\x04tags\x18\x04 \x03(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06pinned\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x11\n\x03who\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03why\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsource_type\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tsource_id\x18\t \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\nevent_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x42\r\n\x0b_importance\"b\n\x15ImportMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x30\n\x05items\x18\x02 \x03(\x0b\x32\x1b.engram.store.v1.ImportItemB\x04\xe2\x41\x01\x01\"n\n\x0cImportResult\x12\r\n\x05index\x18\x01 \x01(\x03\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.engram.store.v1.ImportStatus\x12\x11\n\tmemory_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x91\x01\n\x16ImportMemoriesResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.engram.store.v1.ImportResult\x12\x15\n\rcreated_count\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65\x64uplicated_count\x18\x03 \x01(\x03\x12\x14\n\x0c\x66\x61iled_count\x18\x04 \x01(\x03\"=\n\x10GetMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"=\n\x11GetMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xae\x01\n\x13ListMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x64\x65leted\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\"[\n\x14ListMemoriesResponse\x12*\n\x08memories\x18\x01 \x03(\x0b\x32\x18.engram.common.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xcf\x02\n\x0bMemoryPatch\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1a\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x17\n\x04type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01H\x01\x88\x01\x01\x12\x1d\n\nimportance\x18\x04 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x02\x88\x01\x01\x12,\n\x04tags\x18\x05 \x01(\x0b\x32\x18.engram.store.v1.TagListB\x04\xe2\x41\x01\x01\x12\x19\n\x06pinned\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01H\x03\x88\x01\x01\x12\x16\n\x03who\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01H\x04\x88\x01\x01\x12\x14\n\x06reason\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nif_version\x18\t \x01(\x03\x42\x04\xe2\x41\x01\x01H\x05\x88\x01\x01\x42\n\n\x08_contentB\x07\n\x05_typeB\r\n\x0b_importanceB\t\n\x07_pinnedB\x06\n\x04_whoB\r\n\x0b_if_version\"\x1f\n\x07TagList\x12\x14\n\x06values\x18\x01 \x03(\tB\x04\xe2\x41\x01\x01\"\x90\x01\n\x15ModifyMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x33\n\x07patches\x18\x02 \x03(\x0b\x32\x1c.engram.store.v1.MemoryPatchB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"\xab\x01\n\x0bPatchResult\x12\n\n\x02id\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.engram.store.v1.PatchStatus\x12\x17\n\x0f\x63urrent_version\x18\x03 \x01(\x03\x12\x13\n\x0bnew_version\x18\x04 \x01(\x03\x12\x17\n\x0f\x63ontent_changed\x18\x05 \x01(\x08\x12\x1b\n\x13\x64uplicate_memory_id\x18\x06 \x01(\t\"G\n\x16ModifyMemoriesResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.engram.store.v1.PatchResult\"\xae\x01\n\x13\x44\x65leteMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1d\n\nif_version\x18\x04 \x01(\x03\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x13\n\x05\x66orce\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x42\r\n\x0b_if_version\"@\n\x14\x44\x65leteMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xe6\x02\n\x15\x46orgetMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12/\n\x04mode\x18\x02 \x01(\x0e\x32\x1b.engram.store.v1.ForgetModeB\x04\xe2\x41\x01\x01\x12\x11\n\x03ids\x18\x03 \x03(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x05 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\x13\n\x05limit\x18\x06 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x14\n\x06reason\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1b\n\rconfirm_token\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x05\x66orce\x18\t \x01(\x08\x42\x06\x18\x01\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\n \x01(\tB\x04\xe2\x41\x01\x01\x12\x1c\n\x0einclude_pinned\x18\x0b \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x13\n\x05purge\x18\x0c \x01(\x08\x42\x04\xe2\x41\x01\x01\"O\n\x0f\x46orgetCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x0e\n\x06pinned\x18\x04 \x01(\x08\"\xc2\x01\n\x16\x46orgetMemoriesResponse\x12\x34\n\ncandidates\x18\x01 \x03(\x0b\x32 .engram.store.v1.ForgetCandidate\x12\x15\n\rconfirm_token\x18\x02 \x01(\t\x12\x15\n\rdeleted_count\x18\x03 \x01(\x03\x12\x14\n\x0chard_deleted\x18\x04 \x01(\x08\x12\x17\n\x0f\x63\x61ndidate_count\x18\x05 \x01(\x03\x12\x15\n\rmore_matching\x18\x06 \x01(\x08\"\x9a\x01\n\x14RecoverMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1d\n\nif_version\x18\x04 \x01(\x03\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\x42\r\n\x0b_if_version\"A\n\x15RecoverMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xbf\x02\n\x0cHistoryEvent\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12;\n\nevent_type\x18\x03 \x01(\x0e\x32!.engram.store.v1.HistoryEventTypeB\x04\xe2\x41\x01\x03\x12\x19\n\x0bold_content\x18\x04 \x01(\tB\x04\xe2\x41\x01\x03\x12\x19\n\x0bnew_content\x18\x05 \x01(\tB\x04\xe2\x41\x01\x03\x12\x13\n\x05\x61\x63tor\x18\x06 \x01(\tB\x04\xe2\x41\x01\x03\x12\x14\n\x06reason\x18\x07 \x01(\tB\x04\xe2\x41\x01\x03\x12/\n\x08metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\"\x7f\n\x18ListMemoryHistoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"c\n\x19ListMemoryHistoryResponse\x12-\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1d.engram.store.v1.HistoryEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x82\x01\n\x0cImportStatus\x12\x1d\n\x19IMPORT_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15IMPORT_STATUS_CREATED\x10\x01\x12\x1e\n\x1aIMPORT_STATUS_DEDUPLICATED\x10\x02\x12\x18\n\x14IMPORT_STATUS_FAILED\x10\x03*\xc4\x01\n\x0bPatchStatus\x12\x1c\n\x18PATCH_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14PATCH_STATUS_UPDATED\x10\x01\x12\x1a\n\x16PATCH_STATUS_UNCHANGED\x10\x02\x12!\n\x1dPATCH_STATUS_VERSION_CONFLICT\x10\x03\x12\x1a\n\x16PATCH_STATUS_NOT_FOUND\x10\x04\x12\"\n\x1ePATCH_STATUS_DUPLICATE_CONTENT\x10\x05*[\n\nForgetMode\x12\x1b\n\x17\x46ORGET_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46ORGET_MODE_PREVIEW\x10\x01\x12\x17\n\x13\x46ORGET_MODE_EXECUTE\x10\x02*\xf5\x01\n\x10HistoryEventType\x12\"\n\x1eHISTORY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aHISTORY_EVENT_TYPE_CREATED\x10\x01\x12\x1f\n\x1bHISTORY_EVENT_TYPE_MODIFIED\x10\x02\x12\x1e\n\x1aHISTORY_EVENT_TYPE_DELETED\x10\x03\x12 \n\x1cHISTORY_EVENT_TYPE_RECOVERED\x10\x04\x12\x1b\n\x17HISTORY_EVENT_TYPE_NONE\x10\x05\x12\x1d\n\x19HISTORY_EVENT_TYPE_PURGED\x10\x06\x32\xea\x06\n\x12MemoryStoreService\x12O\n\x08Remember\x12 .engram.store.v1.RememberRequest\x1a!.engram.store.v1.RememberResponse\x12\x63\n\x0eImportMemories\x12&.engram.store.v1.ImportMemoriesRequest\x1a\'.engram.store.v1.ImportMemoriesResponse(\x01\x12R\n\tGetMemory\x12!.engram.store.v1.GetMemoryRequest\x1a\".engram.store.v1.GetMemoryResponse\x12[\n\x0cListMemories\x12$.engram.store.v1.ListMemoriesRequest\x1a%.engram.store.v1.ListMemoriesResponse\x12\x61\n\x0eModifyMemories\x12&.engram.store.v1.ModifyMemoriesRequest\x1a\'.engram.store.v1.ModifyMemoriesResponse\x12[\n\x0c\x44\x65leteMemory\x12$.engram.store.v1.DeleteMemoryRequest\x1a%.engram.store.v1.DeleteMemoryResponse\x12\x61\n\x0e\x46orgetMemories\x12&.engram.store.v1.ForgetMemoriesRequest\x1a\'.engram.store.v1.ForgetMemoriesResponse\x12^\n\rRecoverMemory\x12%.engram.store.v1.RecoverMemoryRequest\x1a&.engram.store.v1.RecoverMemoryResponse\x12j\n\x11ListMemoryHistory\x12).engram.store.v1.ListMemoryHistoryRequest\x1a*.engram.store.v1.ListMemoryHistoryResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x65ngram/store/v1/store.proto\x12\x0f\x65ngram.store.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a!engram/common/v1/pii_policy.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x03\n\x0fRememberRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nimportance\x18\x04 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x12\n\x04tags\x18\x05 \x03(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06pinned\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x11\n\x03who\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03why\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsource_type\x18\t \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tsource_id\x18\n \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\nevent_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12\x18\n\nsession_id\x18\x0c \x01(\tB\x04\xe2\x41\x01\x01\x12,\n\x03ttl\x18\r \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\x0e \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\x42\r\n\x0b_importance\"R\n\x10RememberResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x02 \x01(\x08\"\x9e\x03\n\nImportItem\x12\x15\n\x07\x63ontent\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04type\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nimportance\x18\x03 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x12\n\x04tags\x18\x04 \x03(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06pinned\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x11\n\x03who\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03why\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsource_type\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tsource_id\x18\t \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\nevent_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12\x18\n\nsession_id\x18\x0b \x01(\tB\x04\xe2\x41\x01\x01\x12,\n\x03ttl\x18\x0c \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\r \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\x42\r\n\x0b_importance\"\x99\x01\n\x15ImportMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x30\n\x05items\x18\x02 \x03(\x0b\x32\x1b.engram.store.v1.ImportItemB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\x03 \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\"n\n\x0cImportResult\x12\r\n\x05index\x18\x01 \x01(\x03\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.engram.store.v1.ImportStatus\x12\x11\n\tmemory_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x91\x01\n\x16ImportMemoriesResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.engram.store.v1.ImportResult\x12\x15\n\rcreated_count\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65\x64uplicated_count\x18\x03 \x01(\x03\x12\x14\n\x0c\x66\x61iled_count\x18\x04 \x01(\x03\"=\n\x10GetMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"=\n\x11GetMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xae\x01\n\x13ListMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x64\x65leted\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\"[\n\x14ListMemoriesResponse\x12*\n\x08memories\x18\x01 \x03(\x0b\x32\x18.engram.common.v1.Memory\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xcf\x02\n\x0bMemoryPatch\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1a\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x17\n\x04type\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01H\x01\x88\x01\x01\x12\x1d\n\nimportance\x18\x04 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x02\x88\x01\x01\x12,\n\x04tags\x18\x05 \x01(\x0b\x32\x18.engram.store.v1.TagListB\x04\xe2\x41\x01\x01\x12\x19\n\x06pinned\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01H\x03\x88\x01\x01\x12\x16\n\x03who\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01H\x04\x88\x01\x01\x12\x14\n\x06reason\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nif_version\x18\t \x01(\x03\x42\x04\xe2\x41\x01\x01H\x05\x88\x01\x01\x42\n\n\x08_contentB\x07\n\x05_typeB\r\n\x0b_importanceB\t\n\x07_pinnedB\x06\n\x04_whoB\r\n\x0b_if_version\"\x1f\n\x07TagList\x12\x14\n\x06values\x18\x01 \x03(\tB\x04\xe2\x41\x01\x01\"\xc7\x01\n\x15ModifyMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x33\n\x07patches\x18\x02 \x03(\x0b\x32\x1c.engram.store.v1.MemoryPatchB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x35\n\npii_policy\x18\x05 \x01(\x0e\x32\x1b.engram.common.v1.PiiPolicyB\x04\xe2\x41\x01\x01\"\xab\x01\n\x0bPatchResult\x12\n\n\x02id\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.engram.store.v1.PatchStatus\x12\x17\n\x0f\x63urrent_version\x18\x03 \x01(\x03\x12\x13\n\x0bnew_version\x18\x04 \x01(\x03\x12\x17\n\x0f\x63ontent_changed\x18\x05 \x01(\x08\x12\x1b\n\x13\x64uplicate_memory_id\x18\x06 \x01(\t\"G\n\x16ModifyMemoriesResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.engram.store.v1.PatchResult\"\xae\x01\n\x13\x44\x65leteMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1d\n\nif_version\x18\x04 \x01(\x03\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x13\n\x05\x66orce\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x42\r\n\x0b_if_version\"@\n\x14\x44\x65leteMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xe6\x02\n\x15\x46orgetMemoriesRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12/\n\x04mode\x18\x02 \x01(\x0e\x32\x1b.engram.store.v1.ForgetModeB\x04\xe2\x41\x01\x01\x12\x11\n\x03ids\x18\x03 \x03(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x05 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\x13\n\x05limit\x18\x06 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x14\n\x06reason\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1b\n\rconfirm_token\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x05\x66orce\x18\t \x01(\x08\x42\x06\x18\x01\xe2\x41\x01\x01\x12\x13\n\x05\x61\x63tor\x18\n \x01(\tB\x04\xe2\x41\x01\x01\x12\x1c\n\x0einclude_pinned\x18\x0b \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x13\n\x05purge\x18\x0c \x01(\x08\x42\x04\xe2\x41\x01\x01\"O\n\x0f\x46orgetCandidate\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x0e\n\x06pinned\x18\x04 \x01(\x08\"\xc2\x01\n\x16\x46orgetMemoriesResponse\x12\x34\n\ncandidates\x18\x01 \x03(\x0b\x32 .engram.store.v1.ForgetCandidate\x12\x15\n\rconfirm_token\x18\x02 \x01(\t\x12\x15\n\rdeleted_count\x18\x03 \x01(\x03\x12\x14\n\x0chard_deleted\x18\x04 \x01(\x08\x12\x17\n\x0f\x63\x61ndidate_count\x18\x05 \x01(\x03\x12\x15\n\rmore_matching\x18\x06 \x01(\x08\"\x9a\x01\n\x14RecoverMemoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1d\n\nif_version\x18\x04 \x01(\x03\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x13\n\x05\x61\x63tor\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\x42\r\n\x0b_if_version\"A\n\x15RecoverMemoryResponse\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\"\xbf\x02\n\x0cHistoryEvent\x12\x10\n\x02id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x03\x12;\n\nevent_type\x18\x03 \x01(\x0e\x32!.engram.store.v1.HistoryEventTypeB\x04\xe2\x41\x01\x03\x12\x19\n\x0bold_content\x18\x04 \x01(\tB\x04\xe2\x41\x01\x03\x12\x19\n\x0bnew_content\x18\x05 \x01(\tB\x04\xe2\x41\x01\x03\x12\x13\n\x05\x61\x63tor\x18\x06 \x01(\tB\x04\xe2\x41\x01\x03\x12\x14\n\x06reason\x18\x07 \x01(\tB\x04\xe2\x41\x01\x03\x12/\n\x08metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\"\x7f\n\x18ListMemoryHistoryRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\tmemory_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"c\n\x19ListMemoryHistoryResponse\x12-\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1d.engram.store.v1.HistoryEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x82\x01\n\x0cImportStatus\x12\x1d\n\x19IMPORT_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15IMPORT_STATUS_CREATED\x10\x01\x12\x1e\n\x1aIMPORT_STATUS_DEDUPLICATED\x10\x02\x12\x18\n\x14IMPORT_STATUS_FAILED\x10\x03*\xc4\x01\n\x0bPatchStatus\x12\x1c\n\x18PATCH_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14PATCH_STATUS_UPDATED\x10\x01\x12\x1a\n\x16PATCH_STATUS_UNCHANGED\x10\x02\x12!\n\x1dPATCH_STATUS_VERSION_CONFLICT\x10\x03\x12\x1a\n\x16PATCH_STATUS_NOT_FOUND\x10\x04\x12\"\n\x1ePATCH_STATUS_DUPLICATE_CONTENT\x10\x05*[\n\nForgetMode\x12\x1b\n\x17\x46ORGET_MODE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x46ORGET_MODE_PREVIEW\x10\x01\x12\x17\n\x13\x46ORGET_MODE_EXECUTE\x10\x02*\xf5\x01\n\x10HistoryEventType\x12\"\n\x1eHISTORY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aHISTORY_EVENT_TYPE_CREATED\x10\x01\x12\x1f\n\x1bHISTORY_EVENT_TYPE_MODIFIED\x10\x02\x12\x1e\n\x1aHISTORY_EVENT_TYPE_DELETED\x10\x03\x12 \n\x1cHISTORY_EVENT_TYPE_RECOVERED\x10\x04\x12\x1b\n\x17HISTORY_EVENT_TYPE_NONE\x10\x05\x12\x1d\n\x19HISTORY_EVENT_TYPE_PURGED\x10\x06\x32\xea\x06\n\x12MemoryStoreService\x12O\n\x08Remember\x12 .engram.store.v1.RememberRequest\x1a!.engram.store.v1.RememberResponse\x12\x63\n\x0eImportMemories\x12&.engram.store.v1.ImportMemoriesRequest\x1a\'.engram.store.v1.ImportMemoriesResponse(\x01\x12R\n\tGetMemory\x12!.engram.store.v1.GetMemoryRequest\x1a\".engram.store.v1.GetMemoryResponse\x12[\n\x0cListMemories\x12$.engram.store.v1.ListMemoriesRequest\x1a%.engram.store.v1.ListMemoriesResponse\x12\x61\n\x0eModifyMemories\x12&.engram.store.v1.ModifyMemoriesRequest\x1a\'.engram.store.v1.ModifyMemoriesResponse\x12[\n\x0c\x44\x65leteMemory\x12$.engram.store.v1.DeleteMemoryRequest\x1a%.engram.store.v1.DeleteMemoryResponse\x12\x61\n\x0e\x46orgetMemories\x12&.engram.store.v1.ForgetMemoriesRequest\x1a\'.engram.store.v1.ForgetMemoriesResponse\x12^\n\rRecoverMemory\x12%.engram.store.v1.RecoverMemoryRequest\x1a&.engram.store.v1.RecoverMemoryResponse\x12j\n\x11ListMemoryHistory\x12).engram.store.v1.ListMemoryHistoryRequest\x1a*.engram.store.v1.ListMemoryHistoryResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -58,6 +60,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REMEMBERREQUEST'].fields_by_name['source_id']._serialized_options = b'\342A\001\001'
   _globals['_REMEMBERREQUEST'].fields_by_name['event_time']._loaded_options = None
   _globals['_REMEMBERREQUEST'].fields_by_name['event_time']._serialized_options = b'\342A\001\001'
+  _globals['_REMEMBERREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_REMEMBERREQUEST'].fields_by_name['session_id']._serialized_options = b'\342A\001\001'
+  _globals['_REMEMBERREQUEST'].fields_by_name['ttl']._loaded_options = None
+  _globals['_REMEMBERREQUEST'].fields_by_name['ttl']._serialized_options = b'\342A\001\001'
+  _globals['_REMEMBERREQUEST'].fields_by_name['pii_policy']._loaded_options = None
+  _globals['_REMEMBERREQUEST'].fields_by_name['pii_policy']._serialized_options = b'\342A\001\001'
   _globals['_IMPORTITEM'].fields_by_name['content']._loaded_options = None
   _globals['_IMPORTITEM'].fields_by_name['content']._serialized_options = b'\342A\001\002'
   _globals['_IMPORTITEM'].fields_by_name['type']._loaded_options = None
@@ -78,10 +86,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMPORTITEM'].fields_by_name['source_id']._serialized_options = b'\342A\001\001'
   _globals['_IMPORTITEM'].fields_by_name['event_time']._loaded_options = None
   _globals['_IMPORTITEM'].fields_by_name['event_time']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTITEM'].fields_by_name['session_id']._loaded_options = None
+  _globals['_IMPORTITEM'].fields_by_name['session_id']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTITEM'].fields_by_name['ttl']._loaded_options = None
+  _globals['_IMPORTITEM'].fields_by_name['ttl']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTITEM'].fields_by_name['pii_policy']._loaded_options = None
+  _globals['_IMPORTITEM'].fields_by_name['pii_policy']._serialized_options = b'\342A\001\001'
   _globals['_IMPORTMEMORIESREQUEST'].fields_by_name['namespace']._loaded_options = None
   _globals['_IMPORTMEMORIESREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
   _globals['_IMPORTMEMORIESREQUEST'].fields_by_name['items']._loaded_options = None
   _globals['_IMPORTMEMORIESREQUEST'].fields_by_name['items']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTMEMORIESREQUEST'].fields_by_name['pii_policy']._loaded_options = None
+  _globals['_IMPORTMEMORIESREQUEST'].fields_by_name['pii_policy']._serialized_options = b'\342A\001\001'
   _globals['_GETMEMORYREQUEST'].fields_by_name['namespace']._loaded_options = None
   _globals['_GETMEMORYREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
   _globals['_GETMEMORYREQUEST'].fields_by_name['id']._loaded_options = None
@@ -124,6 +140,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODIFYMEMORIESREQUEST'].fields_by_name['reason']._serialized_options = b'\342A\001\001'
   _globals['_MODIFYMEMORIESREQUEST'].fields_by_name['actor']._loaded_options = None
   _globals['_MODIFYMEMORIESREQUEST'].fields_by_name['actor']._serialized_options = b'\342A\001\001'
+  _globals['_MODIFYMEMORIESREQUEST'].fields_by_name['pii_policy']._loaded_options = None
+  _globals['_MODIFYMEMORIESREQUEST'].fields_by_name['pii_policy']._serialized_options = b'\342A\001\001'
   _globals['_DELETEMEMORYREQUEST'].fields_by_name['namespace']._loaded_options = None
   _globals['_DELETEMEMORYREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
   _globals['_DELETEMEMORYREQUEST'].fields_by_name['id']._loaded_options = None
@@ -196,64 +214,64 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTMEMORYHISTORYREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
   _globals['_LISTMEMORYHISTORYREQUEST'].fields_by_name['page_token']._loaded_options = None
   _globals['_LISTMEMORYHISTORYREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
-  _globals['_IMPORTSTATUS']._serialized_start=4049
-  _globals['_IMPORTSTATUS']._serialized_end=4179
-  _globals['_PATCHSTATUS']._serialized_start=4182
-  _globals['_PATCHSTATUS']._serialized_end=4378
-  _globals['_FORGETMODE']._serialized_start=4380
-  _globals['_FORGETMODE']._serialized_end=4471
-  _globals['_HISTORYEVENTTYPE']._serialized_start=4474
-  _globals['_HISTORYEVENTTYPE']._serialized_end=4719
-  _globals['_REMEMBERREQUEST']._serialized_start=176
-  _globals['_REMEMBERREQUEST']._serialized_end=493
-  _globals['_REMEMBERRESPONSE']._serialized_start=495
-  _globals['_REMEMBERRESPONSE']._serialized_end=577
-  _globals['_IMPORTITEM']._serialized_start=580
-  _globals['_IMPORTITEM']._serialized_end=867
-  _globals['_IMPORTMEMORIESREQUEST']._serialized_start=869
-  _globals['_IMPORTMEMORIESREQUEST']._serialized_end=967
-  _globals['_IMPORTRESULT']._serialized_start=969
-  _globals['_IMPORTRESULT']._serialized_end=1079
-  _globals['_IMPORTMEMORIESRESPONSE']._serialized_start=1082
-  _globals['_IMPORTMEMORIESRESPONSE']._serialized_end=1227
-  _globals['_GETMEMORYREQUEST']._serialized_start=1229
-  _globals['_GETMEMORYREQUEST']._serialized_end=1290
-  _globals['_GETMEMORYRESPONSE']._serialized_start=1292
-  _globals['_GETMEMORYRESPONSE']._serialized_end=1353
-  _globals['_LISTMEMORIESREQUEST']._serialized_start=1356
-  _globals['_LISTMEMORIESREQUEST']._serialized_end=1530
-  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1532
-  _globals['_LISTMEMORIESRESPONSE']._serialized_end=1623
-  _globals['_MEMORYPATCH']._serialized_start=1626
-  _globals['_MEMORYPATCH']._serialized_end=1961
-  _globals['_TAGLIST']._serialized_start=1963
-  _globals['_TAGLIST']._serialized_end=1994
-  _globals['_MODIFYMEMORIESREQUEST']._serialized_start=1997
-  _globals['_MODIFYMEMORIESREQUEST']._serialized_end=2141
-  _globals['_PATCHRESULT']._serialized_start=2144
-  _globals['_PATCHRESULT']._serialized_end=2315
-  _globals['_MODIFYMEMORIESRESPONSE']._serialized_start=2317
-  _globals['_MODIFYMEMORIESRESPONSE']._serialized_end=2388
-  _globals['_DELETEMEMORYREQUEST']._serialized_start=2391
-  _globals['_DELETEMEMORYREQUEST']._serialized_end=2565
-  _globals['_DELETEMEMORYRESPONSE']._serialized_start=2567
-  _globals['_DELETEMEMORYRESPONSE']._serialized_end=2631
-  _globals['_FORGETMEMORIESREQUEST']._serialized_start=2634
-  _globals['_FORGETMEMORIESREQUEST']._serialized_end=2992
-  _globals['_FORGETCANDIDATE']._serialized_start=2994
-  _globals['_FORGETCANDIDATE']._serialized_end=3073
-  _globals['_FORGETMEMORIESRESPONSE']._serialized_start=3076
-  _globals['_FORGETMEMORIESRESPONSE']._serialized_end=3270
-  _globals['_RECOVERMEMORYREQUEST']._serialized_start=3273
-  _globals['_RECOVERMEMORYREQUEST']._serialized_end=3427
-  _globals['_RECOVERMEMORYRESPONSE']._serialized_start=3429
-  _globals['_RECOVERMEMORYRESPONSE']._serialized_end=3494
-  _globals['_HISTORYEVENT']._serialized_start=3497
-  _globals['_HISTORYEVENT']._serialized_end=3816
-  _globals['_LISTMEMORYHISTORYREQUEST']._serialized_start=3818
-  _globals['_LISTMEMORYHISTORYREQUEST']._serialized_end=3945
-  _globals['_LISTMEMORYHISTORYRESPONSE']._serialized_start=3947
-  _globals['_LISTMEMORYHISTORYRESPONSE']._serialized_end=4046
-  _globals['_MEMORYSTORESERVICE']._serialized_start=4722
-  _globals['_MEMORYSTORESERVICE']._serialized_end=5596
+  _globals['_IMPORTSTATUS']._serialized_start=4481
+  _globals['_IMPORTSTATUS']._serialized_end=4611
+  _globals['_PATCHSTATUS']._serialized_start=4614
+  _globals['_PATCHSTATUS']._serialized_end=4810
+  _globals['_FORGETMODE']._serialized_start=4812
+  _globals['_FORGETMODE']._serialized_end=4903
+  _globals['_HISTORYEVENTTYPE']._serialized_start=4906
+  _globals['_HISTORYEVENTTYPE']._serialized_end=5151
+  _globals['_REMEMBERREQUEST']._serialized_start=243
+  _globals['_REMEMBERREQUEST']._serialized_end=687
+  _globals['_REMEMBERRESPONSE']._serialized_start=689
+  _globals['_REMEMBERRESPONSE']._serialized_end=771
+  _globals['_IMPORTITEM']._serialized_start=774
+  _globals['_IMPORTITEM']._serialized_end=1188
+  _globals['_IMPORTMEMORIESREQUEST']._serialized_start=1191
+  _globals['_IMPORTMEMORIESREQUEST']._serialized_end=1344
+  _globals['_IMPORTRESULT']._serialized_start=1346
+  _globals['_IMPORTRESULT']._serialized_end=1456
+  _globals['_IMPORTMEMORIESRESPONSE']._serialized_start=1459
+  _globals['_IMPORTMEMORIESRESPONSE']._serialized_end=1604
+  _globals['_GETMEMORYREQUEST']._serialized_start=1606
+  _globals['_GETMEMORYREQUEST']._serialized_end=1667
+  _globals['_GETMEMORYRESPONSE']._serialized_start=1669
+  _globals['_GETMEMORYRESPONSE']._serialized_end=1730
+  _globals['_LISTMEMORIESREQUEST']._serialized_start=1733
+  _globals['_LISTMEMORIESREQUEST']._serialized_end=1907
+  _globals['_LISTMEMORIESRESPONSE']._serialized_start=1909
+  _globals['_LISTMEMORIESRESPONSE']._serialized_end=2000
+  _globals['_MEMORYPATCH']._serialized_start=2003
+  _globals['_MEMORYPATCH']._serialized_end=2338
+  _globals['_TAGLIST']._serialized_start=2340
+  _globals['_TAGLIST']._serialized_end=2371
+  _globals['_MODIFYMEMORIESREQUEST']._serialized_start=2374
+  _globals['_MODIFYMEMORIESREQUEST']._serialized_end=2573
+  _globals['_PATCHRESULT']._serialized_start=2576
+  _globals['_PATCHRESULT']._serialized_end=2747
+  _globals['_MODIFYMEMORIESRESPONSE']._serialized_start=2749
+  _globals['_MODIFYMEMORIESRESPONSE']._serialized_end=2820
+  _globals['_DELETEMEMORYREQUEST']._serialized_start=2823
+  _globals['_DELETEMEMORYREQUEST']._serialized_end=2997
+  _globals['_DELETEMEMORYRESPONSE']._serialized_start=2999
+  _globals['_DELETEMEMORYRESPONSE']._serialized_end=3063
+  _globals['_FORGETMEMORIESREQUEST']._serialized_start=3066
+  _globals['_FORGETMEMORIESREQUEST']._serialized_end=3424
+  _globals['_FORGETCANDIDATE']._serialized_start=3426
+  _globals['_FORGETCANDIDATE']._serialized_end=3505
+  _globals['_FORGETMEMORIESRESPONSE']._serialized_start=3508
+  _globals['_FORGETMEMORIESRESPONSE']._serialized_end=3702
+  _globals['_RECOVERMEMORYREQUEST']._serialized_start=3705
+  _globals['_RECOVERMEMORYREQUEST']._serialized_end=3859
+  _globals['_RECOVERMEMORYRESPONSE']._serialized_start=3861
+  _globals['_RECOVERMEMORYRESPONSE']._serialized_end=3926
+  _globals['_HISTORYEVENT']._serialized_start=3929
+  _globals['_HISTORYEVENT']._serialized_end=4248
+  _globals['_LISTMEMORYHISTORYREQUEST']._serialized_start=4250
+  _globals['_LISTMEMORYHISTORYREQUEST']._serialized_end=4377
+  _globals['_LISTMEMORYHISTORYRESPONSE']._serialized_start=4379
+  _globals['_LISTMEMORYHISTORYRESPONSE']._serialized_end=4478
+  _globals['_MEMORYSTORESERVICE']._serialized_start=5154
+  _globals['_MEMORYSTORESERVICE']._serialized_end=6028
 # @@protoc_insertion_point(module_scope)

@@ -5,7 +5,9 @@ isort:skip_file
 
 from collections import abc as _abc
 from engram.common.v1 import memory_pb2 as _memory_pb2
+from engram.common.v1 import pii_policy_pb2 as _pii_policy_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -186,6 +188,9 @@ class RememberRequest(_message.Message):
     SOURCE_TYPE_FIELD_NUMBER: _builtins.int
     SOURCE_ID_FIELD_NUMBER: _builtins.int
     EVENT_TIME_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    PII_POLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     content: _builtins.str
@@ -212,6 +217,17 @@ class RememberRequest(_message.Message):
     """What kind of source produced it."""
     source_id: _builtins.str
     """The source's own identifier."""
+    session_id: _builtins.str
+    """The conversation session this memory belongs to: 1 to 128 characters,
+    without whitespace or control characters; empty for none. Filter on it
+    with MemoryFilter.session_id.
+    """
+    pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
+    """What to do with personal data and secrets found in `content` (see
+    engram.common.v1.PiiPolicy); unset means the namespace's configured
+    policy. With REJECT, a finding fails the call with INVALID_ARGUMENT /
+    PII_DETECTED.
+    """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Up to 32 tags of at most 64 characters each, merged with prefix tags."""
@@ -221,6 +237,18 @@ class RememberRequest(_message.Message):
         """When the remembered event happened; unset means now. Must lie in
         0001-01-01T00:00:00Z..9999-12-31T23:59:59.999999999Z with nanos in
         [0, 999999999]; kept exactly, to the nanosecond.
+        """
+
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """Makes this a short-term memory that expires `ttl` after it is stored
+        (Memory.expire_time); unset means long-term (never expires). Must be
+        positive and at most 366 days (`"ttl": "3s"` in grpcurl JSON). When the
+        content equals a live memory of the namespace, that memory is returned
+        (`deduplicated`) and lives at least as long as this request asks: an
+        earlier expire_time is moved to this one's, or cleared when this request
+        is long-term (a `modified` history event records it); a duplicate never
+        shortens a memory's life.
         """
 
     def __init__(
@@ -237,10 +265,13 @@ class RememberRequest(_message.Message):
         source_type: _builtins.str = ...,
         source_id: _builtins.str = ...,
         event_time: _timestamp_pb2.Timestamp | None = ...,
+        session_id: _builtins.str = ...,
+        ttl: _duration_pb2.Duration | None = ...,
+        pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pinned", b"pinned", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -294,6 +325,9 @@ class ImportItem(_message.Message):
     SOURCE_TYPE_FIELD_NUMBER: _builtins.int
     SOURCE_ID_FIELD_NUMBER: _builtins.int
     EVENT_TIME_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    PII_POLICY_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """See RememberRequest.content."""
     type: _builtins.str
@@ -310,6 +344,13 @@ class ImportItem(_message.Message):
     """See RememberRequest.source_type."""
     source_id: _builtins.str
     """See RememberRequest.source_id."""
+    session_id: _builtins.str
+    """See RememberRequest.session_id."""
+    pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
+    """See RememberRequest.pii_policy; unset means the message's `pii_policy`,
+    then the namespace's. A rejected item fails alone (status FAILED, its
+    error names the kinds found, never the values).
+    """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """See RememberRequest.tags."""
@@ -317,6 +358,10 @@ class ImportItem(_message.Message):
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp:
         """See RememberRequest.event_time."""
+
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """See RememberRequest.ttl."""
 
     def __init__(
         self,
@@ -331,10 +376,13 @@ class ImportItem(_message.Message):
         source_type: _builtins.str = ...,
         source_id: _builtins.str = ...,
         event_time: _timestamp_pb2.Timestamp | None = ...,
+        session_id: _builtins.str = ...,
+        ttl: _duration_pb2.Duration | None = ...,
+        pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pinned", b"pinned", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -350,8 +398,13 @@ class ImportMemoriesRequest(_message.Message):
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
+    PII_POLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary for every item of this message; empty means "default"."""
+    pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
+    """The PII policy of this message's items that set none (see
+    RememberRequest.pii_policy); unset means the namespace's.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImportItem]:
         """Up to 1000 items (and up to 25000 in the whole stream)."""
@@ -361,10 +414,11 @@ class ImportMemoriesRequest(_message.Message):
         *,
         namespace: _builtins.str = ...,
         items: _abc.Iterable[Global___ImportItem] | None = ...,
+        pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "namespace", b"namespace", "pii_policy", b"pii_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -677,12 +731,19 @@ class ModifyMemoriesRequest(_message.Message):
     PATCHES_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     ACTOR_FIELD_NUMBER: _builtins.int
+    PII_POLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     reason: _builtins.str
     """Default reason for patches that give none."""
     actor: _builtins.str
     """Who is making the change (recorded in history); empty means "api"."""
+    pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
+    """The PII policy for the patches' new content (see
+    RememberRequest.pii_policy); unset means the namespace's. With REJECT, a
+    finding fails the whole request (INVALID_ARGUMENT / PII_DETECTED naming
+    `patches[i].content`) and nothing is written.
+    """
     @_builtins.property
     def patches(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryPatch]:
         """Between 1 and 200 patches."""
@@ -694,10 +755,11 @@ class ModifyMemoriesRequest(_message.Message):
         patches: _abc.Iterable[Global___MemoryPatch] | None = ...,
         reason: _builtins.str = ...,
         actor: _builtins.str = ...,
+        pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "namespace", b"namespace", "patches", b"patches", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "namespace", b"namespace", "patches", b"patches", "pii_policy", b"pii_policy", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -132,8 +132,10 @@ class MemoryStoreServiceServicer:
 
         Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
         [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-        bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
-        (MUTATIONS_FROZEN).
+        bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
+        / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
+        (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+        before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

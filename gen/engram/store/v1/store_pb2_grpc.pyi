@@ -62,8 +62,10 @@ class MemoryStoreServiceStub:
 
     Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
     [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-    bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
-    (MUTATIONS_FROZEN).
+    bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
+    / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
+    (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+    before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
     """
     ImportMemories: _grpc.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]
     """Bulk-loads memories with the same rules as Remember. The client streams
@@ -209,8 +211,10 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
 
     Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
     [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-    bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
-    (MUTATIONS_FROZEN).
+    bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
+    / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
+    (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+    before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
     """
     ImportMemories: _aio.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]  # type: ignore[assignment]
     """Bulk-loads memories with the same rules as Remember. The client streams
@@ -359,8 +363,10 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
         [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-        bad namespace, `event_time` out of Timestamp's range); UNAVAILABLE
-        (MUTATIONS_FROZEN).
+        bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
+        / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
+        (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+        before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
         """
 
     @_abc_1.abstractmethod

@@ -416,17 +416,19 @@ class RetentionStepResult(_message.Message):
     ENTITIES_REMOVED_FIELD_NUMBER: _builtins.int
     RELATIONS_REMOVED_FIELD_NUMBER: _builtins.int
     step: _builtins.str
-    """Step name, in execution order: graph_links, embeddings, tombstones,
-    history, completed_jobs, dead_jobs.
+    """Step name, in execution order: expired_memories, graph_links,
+    embeddings, tombstones, history, completed_jobs, dead_jobs.
     """
     removed: _builtins.int
     """Rows removed by the step (mentions, embeddings, memories, history rows,
     jobs).
     """
     entities_removed: _builtins.int
-    """graph_links only: entities deleted because they reached zero mentions."""
+    """expired_memories and graph_links only: entities deleted because they
+    reached zero mentions.
+    """
     relations_removed: _builtins.int
-    """graph_links only: relations deleted with those entities."""
+    """expired_memories and graph_links only: relations deleted with those entities."""
     def __init__(
         self,
         *,

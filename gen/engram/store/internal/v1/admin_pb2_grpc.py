@@ -154,7 +154,9 @@ class StoreAdminServiceServicer:
 
     def SweepRetention(self, request, context):
         """One retention sweep in the seed's order, each step in its own
-        transaction and capped at `retention.batch_limit` rows: graph links of
+        transaction and capped at `retention.batch_limit` rows: first the
+        short-term memories past their expire_time (purged with their links,
+        mentions and unshared vectors; a `purged` history event each), then graph links of
         expired tombstones (entity mention counts decremented, entities at zero
         mentions deleted with their relations), embeddings of those memories that
         no other memory still uses, the tombstones themselves (with their links

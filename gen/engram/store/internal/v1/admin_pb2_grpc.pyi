@@ -80,7 +80,9 @@ class StoreAdminServiceStub:
     """
     SweepRetention: _grpc.UnaryUnaryMultiCallable[_admin_pb2.SweepRetentionRequest, _admin_pb2.SweepRetentionResponse]
     """One retention sweep in the seed's order, each step in its own
-    transaction and capped at `retention.batch_limit` rows: graph links of
+    transaction and capped at `retention.batch_limit` rows: first the
+    short-term memories past their expire_time (purged with their links,
+    mentions and unshared vectors; a `purged` history event each), then graph links of
     expired tombstones (entity mention counts decremented, entities at zero
     mentions deleted with their relations), embeddings of those memories that
     no other memory still uses, the tombstones themselves (with their links
@@ -159,7 +161,9 @@ class StoreAdminServiceAsyncStub(StoreAdminServiceStub):
     """
     SweepRetention: _aio.UnaryUnaryMultiCallable[_admin_pb2.SweepRetentionRequest, _admin_pb2.SweepRetentionResponse]  # type: ignore[assignment]
     """One retention sweep in the seed's order, each step in its own
-    transaction and capped at `retention.batch_limit` rows: graph links of
+    transaction and capped at `retention.batch_limit` rows: first the
+    short-term memories past their expire_time (purged with their links,
+    mentions and unshared vectors; a `purged` history event each), then graph links of
     expired tombstones (entity mention counts decremented, entities at zero
     mentions deleted with their relations), embeddings of those memories that
     no other memory still uses, the tombstones themselves (with their links
@@ -271,7 +275,9 @@ class StoreAdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.SweepRetentionResponse, _abc.Awaitable[_admin_pb2.SweepRetentionResponse]]:
         """One retention sweep in the seed's order, each step in its own
-        transaction and capped at `retention.batch_limit` rows: graph links of
+        transaction and capped at `retention.batch_limit` rows: first the
+        short-term memories past their expire_time (purged with their links,
+        mentions and unshared vectors; a `purged` history event each), then graph links of
         expired tombstones (entity mention counts decremented, entities at zero
         mentions deleted with their relations), embeddings of those memories that
         no other memory still uses, the tombstones themselves (with their links

@@ -1,0 +1,448 @@
+"""AssembleContext (seed 003 "Context injection", issue 16): the block an agent puts in
+front of its model on a turn, within a token budget.
+
+Four sections share the budget in order: PINNED 40%, FACTS 25%, SESSION 25%,
+ENTITIES 10%. A section takes whole lines while they fit its allowance (its share
+plus what the sections before it left unused) and skips a line that does not fit for
+a shorter one after it; what the last section leaves goes round again to the first
+that has more to show. A section with nothing to show has no header. No memory
+appears twice: a memory shown by an earlier section is left out of later ones.
+
+The relevant memories come from Recall (services.search.recall): the FACTS section is
+Recall's ranking, and the rules and preferences among Recall's results join the
+pinned ones. Tokens are counted with a real tokenizer (services.search.tokens); the
+block's own count is checked after it is joined, so `token_count` is the block's
+exact count and never above the budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from services.common.db import ReadPool
+from services.common.errors import Violations
+from services.common.memory_filter import MemoryFilterSpec
+from services.common.memory_record import MemoryRecord
+from services.common.text import unspaced, words
+from services.search import context_queries as queries
+from services.search import graph_queries
+from services.search.graph_boost import MAX_ENTITY_HITS, query_tokens
+from services.search.recall import MAX_LIMIT, Recaller, check_recall_request
+from services.search.tokens import Tokenizer
+
+_NO_FILTER = MemoryFilterSpec()
+
+
+class SectionKind(enum.IntEnum):
+    """Values match engram.search.v1.ContextSectionKind."""
+
+    PINNED = 1
+    FACTS = 2
+    SESSION = 3
+    ENTITIES = 4
+
+
+# seed 003: facts 40% | entity profiles 25% | temporal context 25% | evidence 10%,
+# as issue 16 names the sections
+SHARES: tuple[tuple[SectionKind, float], ...] = (
+    (SectionKind.PINNED, 0.40),
+    (SectionKind.FACTS, 0.25),
+    (SectionKind.SESSION, 0.25),
+    (SectionKind.ENTITIES, 0.10),
+)
+HEADERS = {
+    SectionKind.PINNED: "## Pinned rules and preferences",
+    SectionKind.FACTS: "## Relevant memories",
+    SectionKind.SESSION: "## This session",
+    SectionKind.ENTITIES: "## Entities involved",
+}
+# Standing instructions: true from when they were said until changed, so their lines
+# carry no date. Every other memory line says when it was true or said.
+UNDATED_TYPES = frozenset({"rule", "preference"})
+STANDING_TYPES = UNDATED_TYPES  # relevant ones join the PINNED section
+
+# A query is complex (seed 003's 3000-token budget) when it is long, asks more than
+# one question, or names a reasoning cue; else simple (1000).
+COMPLEX_MIN_WORDS = 12
+COMPLEX_CUES = frozenset(
+    [
+        "why",
+        "how",
+        "compare",
+        "explain",
+        "difference",
+        "between",
+        "versus",
+        "vs",
+        "relationship",
+        "timeline",
+        "history",
+        "summarize",
+        "summarise",
+    ]
+)
+_QUESTION_MARKS = re.compile(r"[?？]")
+_SPACE = re.compile(r"\s+")
+
+
+def is_complex(query: str) -> bool:
+    """Deterministic, from the text alone (no model): documented on the RPC."""
+    found = [w.lower() for w in words(query)]
+    return (
+        len(found) >= COMPLEX_MIN_WORDS
+        or len(_QUESTION_MARKS.findall(query)) >= 2
+        or any(w in COMPLEX_CUES for w in found)
+    )
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    simple_budget: int = 1000
+    complex_budget: int = 3000
+    max_budget: int = 32000
+    pinned_limit: int = 50
+    entity_limit: int = 20
+    relations_per_entity: int = 5
+
+
+@dataclass(frozen=True)
+class EntityLine:
+    id: str
+    namespace: str
+    name: str
+    entity_type: str
+    relations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Line:
+    text: str
+    tokens: int
+    memory: MemoryRecord | None = None
+    entity: EntityLine | None = None
+
+
+@dataclass
+class Section:
+    kind: SectionKind
+    budget: int = 0  # its share plus what earlier sections left to it
+    header: Line | None = None
+    lines: list[Line] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        """The section's lines and header, each newline counted with its line."""
+        if not self.lines:
+            return 0
+        header = self.header.tokens if self.header is not None else 0
+        return header + sum(line.tokens for line in self.lines)
+
+    @property
+    def memories(self) -> list[MemoryRecord]:
+        return [line.memory for line in self.lines if line.memory is not None]
+
+    @property
+    def entities(self) -> list[EntityLine]:
+        return [line.entity for line in self.lines if line.entity is not None]
+
+
+@dataclass(frozen=True)
+class AssembledContext:
+    text: str
+    token_count: int
+    budget: int
+    sections: list[Section]
+    tokenizer: str
+    degraded: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+def memory_line_text(memory: MemoryRecord, show_namespace: bool) -> str:
+    """One memory as one line: `- [date] (namespace) content`; the date is the event
+    time (when it was true or said), left off standing rules and preferences."""
+    parts = ["-"]
+    if memory.type not in UNDATED_TYPES and memory.event_time:
+        parts.append(f"[{memory.event_time[:10]}]")
+    if show_namespace:
+        parts.append(f"({memory.namespace})")
+    parts.append(_SPACE.sub(" ", memory.content).strip())
+    return " ".join(parts)
+
+
+def entity_line_text(entity: EntityLine, show_namespace: bool) -> str:
+    kind = f" ({entity.entity_type})" if entity.entity_type not in ("", "unknown") else ""
+    where = f" [{entity.namespace}]" if show_namespace else ""
+    relations = f": {'; '.join(entity.relations)}" if entity.relations else ""
+    return _SPACE.sub(" ", f"- {entity.name}{kind}{where}{relations}").strip()
+
+
+class Renderer:
+    """Lines and their token counts with one tokenizer; each line is counted with the
+    newline that ends the line before it, so a block's count is the sum of its lines'
+    (checked against the joined block's own count, which is what is returned)."""
+
+    def __init__(self, tokenizer: Tokenizer, show_namespace: bool) -> None:
+        self.tokenizer = tokenizer
+        self.show_namespace = show_namespace
+        self._newline = tokenizer.count("\n")
+
+    def line(
+        self, text: str, memory: MemoryRecord | None = None, entity: EntityLine | None = None
+    ) -> Line:
+        return Line(text, self.tokenizer.count(text) + self._newline, memory, entity)
+
+    def memory(self, memory: MemoryRecord) -> Line:
+        return self.line(memory_line_text(memory, self.show_namespace), memory=memory)
+
+    def entity(self, entity: EntityLine) -> Line:
+        return self.line(entity_line_text(entity, self.show_namespace), entity=entity)
+
+    def join(self, sections: Sequence[Section]) -> str:
+        texts: list[str] = []
+        for section in sections:
+            if section.lines and section.header is not None:
+                texts.append(section.header.text)
+                texts.extend(line.text for line in section.lines)
+        return "\n".join(texts)
+
+
+def fill(section: Section, candidates: list[Line], allowance: int) -> int:
+    """Move the candidates that fit `allowance` (header included when the section is
+    still empty) into the section, in order, skipping one that does not fit for a
+    later, shorter one; returns the tokens used. Kept candidates stay in `candidates`
+    for another round."""
+    used = 0
+    kept: list[Line] = []
+    for line in candidates:
+        cost = line.tokens
+        if not section.lines and section.header is not None:
+            cost += section.header.tokens
+        if used + cost <= allowance:
+            section.lines.append(line)
+            used += cost
+        else:
+            kept.append(line)
+    candidates[:] = kept
+    return used
+
+
+def allocate(
+    budget: int, sections: Sequence[Section], candidates: dict[SectionKind, list[Line]]
+) -> None:
+    """Fill the sections in order by their shares, the unused share flowing to the next;
+    then what is left goes round again, in order."""
+    carry = 0
+    total = 0
+    shares = dict(SHARES)
+    for section in sections:
+        allowance = int(budget * shares[section.kind]) + carry
+        section.budget = allowance
+        used = fill(section, candidates[section.kind], allowance)
+        total += used
+        carry = allowance - used
+    for section in sections:  # the last section's leftover goes round to the first
+        left = budget - total
+        if left <= 0:
+            break
+        used = fill(section, candidates[section.kind], left)
+        section.budget += used
+        total += used
+
+
+def candidates_for(
+    pinned: Sequence[MemoryRecord],
+    relevant: Sequence[MemoryRecord],
+    session: Sequence[MemoryRecord],
+    entities: Sequence[EntityLine],
+    renderer: Renderer,
+) -> dict[SectionKind, list[Line]]:
+    """Each memory once, in the first section that wants it: this session's memories
+    in SESSION; pinned memories (those the query is about first), then the relevant
+    rules and preferences, in PINNED; the other relevant memories in FACTS, in
+    Recall's order."""
+    relevant_ids = {m.id for m in relevant}
+    seen = {m.id for m in session}
+    chosen: dict[SectionKind, list[MemoryRecord]] = {kind: [] for kind, _ in SHARES}
+    chosen[SectionKind.SESSION] = list(session)
+    for memory in sorted(pinned, key=lambda m: m.id not in relevant_ids):  # stable
+        if memory.id not in seen:
+            seen.add(memory.id)
+            chosen[SectionKind.PINNED].append(memory)
+    for memory in relevant:
+        if memory.id in seen:
+            continue
+        seen.add(memory.id)
+        standing = memory.pinned or memory.type in STANDING_TYPES
+        chosen[SectionKind.PINNED if standing else SectionKind.FACTS].append(memory)
+    lines = {kind: [renderer.memory(m) for m in memories] for kind, memories in chosen.items()}
+    lines[SectionKind.ENTITIES] = [renderer.entity(e) for e in entities]
+    return lines
+
+
+def layout(
+    budget: int,
+    pinned: Sequence[MemoryRecord],
+    relevant: Sequence[MemoryRecord],
+    session: Sequence[MemoryRecord],
+    entities: Sequence[EntityLine],
+    renderer: Renderer,
+) -> tuple[list[Section], str, int]:
+    """The sections shown (in order, empty ones left out), the block, and its own token
+    count (never above `budget`). Pure: every read happened before."""
+    sections = [Section(kind, header=renderer.line(HEADERS[kind])) for kind, _ in SHARES]
+    allocate(
+        max(budget, 0), sections, candidates_for(pinned, relevant, session, entities, renderer)
+    )
+    text = renderer.join(sections)
+    count = renderer.tokenizer.count(text) if text else 0
+    # should a tokenizer merge across a line break, so that the block counts more
+    # than its lines, the last lines go until it fits
+    while count > budget:
+        last = next(s for s in reversed(sections) if s.lines)
+        last.lines.pop()
+        text = renderer.join(sections)
+        count = renderer.tokenizer.count(text) if text else 0
+    return [s for s in sections if s.lines], text, count
+
+
+class ContextAssembler:
+    """The domain side of AssembleContext: every read, then the layout."""
+
+    def __init__(
+        self,
+        recaller: Recaller,
+        reads: ReadPool,
+        tokenizer: Tokenizer,
+        params: ContextParams,
+    ) -> None:
+        self._recaller = recaller
+        self._reads = reads
+        self._tokenizer = tokenizer
+        self._params = params
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    def budget_for(self, query: str, requested: int) -> int:
+        """The request's budget, or seed 003's default for the query's complexity."""
+        if requested > 0:
+            return requested
+        return self._params.complex_budget if is_complex(query) else self._params.simple_budget
+
+    async def assemble(
+        self,
+        namespaces: Sequence[str],
+        query: str,
+        token_budget: int,
+        session_id: str = "",
+        *,
+        bad: Violations | None = None,
+    ) -> AssembledContext:
+        """`bad` holds what the caller already found wrong with the request; every
+        violation is raised together before any read."""
+        bad = bad if bad is not None else Violations()
+        if not 0 <= token_budget <= self._params.max_budget:
+            bad.add("token_budget", f"must be between 0 and {self._params.max_budget}")
+        budget = self.budget_for(query, max(token_budget, 0))
+        limit = recall_limit(budget)
+        check_recall_request(query, limit, _NO_FILTER, bad)  # every violation, no read yet
+        pinned_task = asyncio.create_task(self._pinned(namespaces))
+        try:
+            outcome = await self._recaller.recall(namespaces, query, limit, _NO_FILTER)
+            pinned = await pinned_task
+        except BaseException:
+            pinned_task.cancel()
+            await asyncio.gather(pinned_task, return_exceptions=True)
+            raise
+        relevant = [hit.memory for hit in outcome.hits]
+        session: list[MemoryRecord] = []
+        entities = await self._entities(namespaces, query, [*session, *pinned, *relevant])
+        renderer = Renderer(self._tokenizer, show_namespace=len(namespaces) > 1)
+        sections, text, count = layout(budget, pinned, relevant, session, entities, renderer)
+        return AssembledContext(
+            text=text,
+            token_count=count,
+            budget=budget,
+            sections=sections,
+            tokenizer=self._tokenizer.name,
+            degraded=outcome.degraded,
+            warnings=tuple(outcome.warnings),
+        )
+
+    async def _pinned(self, namespaces: Sequence[str]) -> list[MemoryRecord]:
+        limit = self._params.pinned_limit
+        if limit <= 0:
+            return []
+        async with self._reads.snapshot() as reads:
+            rows = [
+                row
+                for namespace in namespaces
+                for row in await reads.fetch_all(queries.pinned_memories(namespace, limit))
+            ]
+        records = [MemoryRecord.from_row(row) for row in rows]
+        return sorted(records, key=lambda m: (-m.importance, _descending(m.updated_at), m.id))
+
+    async def _entities(
+        self, namespaces: Sequence[str], query: str, shown: list[MemoryRecord]
+    ) -> list[EntityLine]:
+        """The entities that the memories which may be shown name (most named first),
+        then those the query names, with their strongest relations; per namespace (the graph never
+        crosses namespaces)."""
+        limit = self._params.entity_limit
+        if limit <= 0:
+            return []
+        tokens = query_tokens(query)
+        found: list[EntityLine] = []
+        async with self._reads.snapshot() as reads:
+            for namespace in namespaces:
+                ids = [m.id for m in shown if m.namespace == namespace]
+                rows = []
+                if ids:
+                    rows = await reads.fetch_all(queries.mentioned_entities(namespace, ids, limit))
+                named = {row[0]: (row[1], row[2]) for row in rows}
+                if tokens and len(named) < limit:
+                    matched = await reads.fetch_all(
+                        graph_queries.matching_entities(
+                            namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
+                        )
+                    )
+                    extra = [row[0] for row in matched if row[0] not in named]
+                    extra = extra[: limit - len(named)]
+                    if extra:
+                        for row in await reads.fetch_all(queries.entities_by_id(namespace, extra)):
+                            named[row[0]] = (row[1], row[2])
+                if not named:
+                    continue
+                relations: dict[str, list[str]] = {}
+                if self._params.relations_per_entity > 0:
+                    for row in await reads.fetch_all(
+                        queries.entity_relations(
+                            namespace, list(named), self._params.relations_per_entity
+                        )
+                    ):
+                        entity_id, relation, other, outgoing = row[0], row[1], row[2], row[3]
+                        text = f"{relation} {other}" if outgoing else f"{other} {relation} it"
+                        relations.setdefault(entity_id, []).append(text)
+                found.extend(
+                    EntityLine(
+                        entity_id, namespace, name, entity_type, tuple(relations.get(entity_id, ()))
+                    )
+                    for entity_id, (name, entity_type) in named.items()
+                )
+        return found
+
+
+def recall_limit(budget: int) -> int:
+    """How many relevant memories to ask Recall for: about one per 20 tokens of budget
+    (a memory line is rarely shorter), 10 to Recall's maximum."""
+    return max(10, min(MAX_LIMIT, budget // 20))
+
+
+def _descending(text: str) -> tuple[int, ...]:
+    """A sort key that orders fixed-width timestamp text newest first."""
+    return tuple(-ord(c) for c in text)

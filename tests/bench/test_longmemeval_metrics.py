@@ -1,0 +1,75 @@
+"""bench/longmemeval.py's metrics follow the official retrieval script's definitions."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def runner():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("longmemeval", BENCH / "longmemeval.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+QUESTION = {
+    "haystack_session_ids": ["s1", "s2", "s3"],
+    "haystack_dates": [
+        "2023/05/30 (Tue) 23:42",
+        "2023/06/01 (Thu) 08:05",
+        "2023/06/02 (Fri) 10:00",
+    ],
+    "haystack_sessions": [
+        [
+            {"role": "user", "content": "a", "has_answer": True},
+            {"role": "assistant", "content": "b"},
+        ],
+        [{"role": "user", "content": "c"}],
+        [{"role": "user", "content": "d", "has_answer": True}],
+    ],
+    "answer_session_ids": ["s1", "s3"],
+}
+
+
+def test_session_dates_parse_with_their_weekday_and_clock(runner) -> None:  # type: ignore[no-untyped-def]
+    assert runner.session_time("2023/05/30 (Tue) 23:42") == datetime(
+        2023, 5, 30, 23, 42, tzinfo=UTC
+    )
+
+
+def test_turn_and_session_metrics(runner) -> None:  # type: ignore[no-untyped-def]
+    ranked = ["s2:0", "s1:1", "s1:0"] + [f"x{i}:0" for i in range(3)] + ["s3:0"]
+    metrics = runner.score(ranked, QUESTION)
+    assert metrics["turn R@5"] == 0.5  # s1:0 at rank 3; s3:0 at rank 7
+    assert metrics["turn R@10"] == 1.0
+    ideal = 1 + 1 / 1.584962500721156
+    assert metrics["nDCG@10"] == pytest.approx((1 / 2 + 1 / 3) / ideal)
+    # sessions by first appearance: s2, s1, x0, x1, x2, s3
+    assert metrics["any@5"] == 1.0
+    assert metrics["all@5"] == 0.0
+    assert metrics["all@10"] == 1.0
+
+
+def test_a_ranking_without_evidence_scores_zero(runner) -> None:  # type: ignore[no-untyped-def]
+    metrics = runner.score(["s2:0"], QUESTION)
+    assert metrics == {
+        "turn R@5": 0.0,
+        "turn R@10": 0.0,
+        "nDCG@10": 0.0,
+        "any@5": 0.0,
+        "all@5": 0.0,
+        "all@10": 0.0,
+    }

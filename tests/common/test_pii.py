@@ -1,0 +1,190 @@
+"""The PII detectors: each finds its kind in realistic text and leaves the look-alikes
+(order numbers, dates, timestamps, version strings, UUIDs, git SHAs) alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.common.config import ConfigError, PiiSettings, load_config
+from services.common.pii import (
+    DEFAULT_POLICY,
+    PiiDetected,
+    PiiGate,
+    PiiPolicy,
+    gate,
+    iban_valid,
+    luhn_valid,
+    scan,
+)
+
+
+def found(text: str) -> list[tuple[str, str]]:
+    return [(f.kind, text[f.start : f.end]) for f in scan(text)]
+
+
+POSITIVES = [
+    ("email", "write to jane.doe+work@example.co.uk today", "jane.doe+work@example.co.uk"),
+    ("email", "ops@mail.engram.dev.", "ops@mail.engram.dev"),
+    ("phone", "call +44 20 7946 0958 after lunch", "+44 20 7946 0958"),
+    ("phone", "call +1 (415) 555-2671", "+1 (415) 555-2671"),
+    ("phone", "cell +491701234567", "+491701234567"),
+    ("phone", "office (555) 123-4567", "(555) 123-4567"),
+    ("phone", "office 555-123-4567", "555-123-4567"),
+    ("phone", "office 555.123.4567", "555.123.4567"),
+    ("phone", "Paris 06 12 34 56 78", "06 12 34 56 78"),
+    ("card", "visa 4111 1111 1111 1111 exp 12/29", "4111 1111 1111 1111"),
+    ("card", "mc 5500-0055-5555-5559", "5500-0055-5555-5559"),
+    ("card", "amex 378282246310005", "378282246310005"),
+    ("iban", "pay DE89 3704 0044 0532 0130 00 now", "DE89 3704 0044 0532 0130 00"),
+    ("iban", "GB82WEST12345698765432", "GB82WEST12345698765432"),
+    ("ssn", "SSN 536-22-1234 on file", "536-22-1234"),
+    ("ip", "server 192.168.1.20 is down", "192.168.1.20"),
+    ("ip", "v6 2001:db8::8a2e:370:7334 up", "2001:db8::8a2e:370:7334"),
+    ("ip", "fe80::1ff:fe23:4567:890a%eth0", "fe80::1ff:fe23:4567:890a"),
+    ("secret", "aws AKIAIOSFODNN7EXAMPLE key", "AKIAIOSFODNN7EXAMPLE"),
+    (
+        "secret",
+        "gh ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    ),
+    (
+        "secret",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuv",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuv",
+    ),
+    ("secret", "slack xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
+    ("secret", "stripe sk_live_abcdefghijklmnop1234", "sk_live_abcdefghijklmnop1234"),
+    (
+        "secret",
+        "openai sk-proj-abcdefghijklmnopqrstuvwx1234",
+        "sk-proj-abcdefghijklmnopqrstuvwx1234",
+    ),
+    (
+        "secret",
+        "google AIzaSyA1234567890abcdefghijklmnopqrstuv",
+        "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+    ),
+    (
+        "secret",
+        "key -----BEGIN RSA PRIVATE KEY----- MIIEowIBAAKCAQEA -----END RSA PRIVATE KEY----- end",
+        "-----BEGIN RSA PRIVATE KEY----- MIIEowIBAAKCAQEA -----END RSA PRIVATE KEY-----",
+    ),
+    (
+        "secret",
+        "cut -----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1rZXktdjEAAAAA",
+        "-----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1rZXktdjEAAAAA",
+    ),
+    ("secret", "token Zx8Qp2LmN7vB4cR9tY1uW6sK3jH5gF0d here", "Zx8Qp2LmN7vB4cR9tY1uW6sK3jH5gF0d"),
+]
+
+
+@pytest.mark.parametrize(("kind", "text", "value"), POSITIVES)
+def test_each_detector_finds_its_kind(kind: str, text: str, value: str) -> None:
+    assert found(text) == [(kind, value)]
+
+
+NEAR_MISSES = [
+    "order #123456789012 shipped",  # order number: no separators, not a card prefix
+    "order 4111111111111112",  # card prefix and length, Luhn fails
+    "ref 1234 5678 9012 3456",  # grouped like a card, no issuer prefix
+    "on 2024-01-15 at 12:30:45",  # date and time
+    "build 20240115123045",  # compact timestamp
+    "ts 1700000000 and 1700000000123",  # unix seconds / millis
+    "logged 2024-01-15T12:30:45.123Z",  # ISO timestamp
+    "released version 1.2.3.4",  # four-part version string
+    "upgrade to v10.0.0.1",
+    "python 3.11.4, node 20.10.0",
+    "id 123e4567-e89b-12d3-a456-426614174000",  # UUID
+    "commit 9fceb02d0ae598e95dc970b74767f19372d61af8",  # git SHA
+    "digest e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "ssn-like 000-12-3456, 666-12-3456, 912-12-3456, 123-00-4567, 123-45-0000",
+    "not an ip 999.1.1.1 nor 1.2.3",
+    "clock 12:30:45 and ratio 16:9",
+    "mac 00:1A:2B:3C:4D:5E",
+    "user@localhost and @mention and foo@bar",
+    "IBAN-like DE89 3704 0044 0532 0130 01",  # checksum off by one
+    "getUserAccountSettingsForTenant2024 and /usr/lib/python3.11/site-packages",
+    "AbstractSingletonProxyFactoryBean ENGRAM_MEMORY__PIPELINEV2__MUTATIONSFROZEN",
+    "sk-short and AKIA123",
+    "room 555 1234",
+    "price 1,234,567.89 EUR",
+]
+
+
+@pytest.mark.parametrize("text", NEAR_MISSES)
+def test_near_misses_are_not_flagged(text: str) -> None:
+    assert found(text) == []
+
+
+def test_checksums() -> None:
+    assert luhn_valid("4111111111111111") and not luhn_valid("4111111111111112")
+    assert iban_valid("DE89370400440532013000") and not iban_valid("DE89370400440532013001")
+    assert not iban_valid("DE8937040044053201300")  # German IBANs have 22 characters
+
+
+def test_redaction_numbers_values_per_kind_and_repeats_the_same_placeholder() -> None:
+    text = "a@x.io wrote to b@y.io and a@x.io; key AKIAIOSFODNN7EXAMPLE, ip 10.0.0.7"
+    gated = gate(text, PiiPolicy.uniform("redact"), "content")
+    assert gated.text == "[EMAIL_1] wrote to [EMAIL_2] and [EMAIL_1]; key [SECRET_1], ip [IP_1]"
+    assert gated.redacted == {"email": 2, "secret": 1, "ip": 1}
+
+
+def test_default_policy_redacts_secrets_and_keeps_the_rest() -> None:
+    text = "mail a@x.io, key AKIAIOSFODNN7EXAMPLE"
+    assert gate(text, DEFAULT_POLICY, "content").text == "mail a@x.io, key [SECRET_1]"
+
+
+def test_rejection_names_each_kind_with_its_count_and_never_the_value() -> None:
+    text = "a@x.io, b@y.io, 536-22-1234"
+    with pytest.raises(PiiDetected) as caught:
+        gate(text, PiiPolicy.uniform("reject"), "items[3].content")
+    error = caught.value
+    assert error.reason == "PII_DETECTED"
+    assert [v.field for v in error.violations] == ["items[3].content"] * 2
+    described = " ".join(v.description for v in error.violations)
+    assert "email" in described and "2 times" in described and "ssn" in described
+    assert "a@x.io" not in error.message and "536-22-1234" not in error.message
+
+
+def test_mixed_policy_rejects_only_when_a_rejected_kind_is_present() -> None:
+    policy = PiiPolicy({"email": "redact", "ssn": "reject"})
+    assert gate("mail a@x.io", policy, "content").text == "mail [EMAIL_1]"
+    with pytest.raises(PiiDetected):
+        gate("mail a@x.io, ssn 536-22-1234", policy, "content")
+
+
+def test_namespace_policies_layer_over_the_default_per_kind() -> None:
+    config = load_config(
+        environ={},
+        overrides={
+            "pii.default_policy": {"email": "redact"},
+            "pii.namespaces": {"vault": "reject", "crm": {"phone": "reject"}},
+        },
+    )
+    policies = PiiGate(config.pii)
+    default = policies.policy("other")
+    assert (default.action("email"), default.action("secret"), default.action("ip")) == (
+        "redact",
+        "redact",  # the built-in default still holds for kinds not named
+        "allow",
+    )
+    crm = policies.policy("crm")
+    assert (crm.action("phone"), crm.action("email"), crm.action("secret")) == (
+        "reject",
+        "redact",
+        "redact",
+    )
+    assert policies.policy("vault").action("ip") == "reject"
+    assert policies.policy("vault", "allow").action("secret") == "allow"  # a request's own wins
+
+
+def test_pii_configuration_is_validated() -> None:
+    with pytest.raises(ConfigError, match=r"pii\.namespaces"):
+        load_config(environ={}, overrides={"pii.namespaces": {"bad name!": "reject"}})
+    with pytest.raises(ConfigError, match=r"pii\.default_policy"):
+        load_config(environ={}, overrides={"pii.default_policy": "scrub"})
+    with pytest.raises(ConfigError, match=r"pii\.default_policy"):
+        load_config(environ={}, overrides={"pii.default_policy": {"passport": "reject"}})
+    env = load_config(environ={"ENGRAM_PII__DEFAULT_POLICY": "reject"})
+    assert env.pii.default_policy == "reject"
+    assert PiiSettings().default_policy.secret is None  # type: ignore[union-attr]

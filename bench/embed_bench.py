@@ -125,7 +125,7 @@ def provider_alone(
                 times.append((time.perf_counter() - started) * 1000)
             return times
 
-        async def measure() -> dict[str, Any]:
+        async def measure(provider: Any = provider) -> dict[str, Any]:
             locomo_rates = await rates(locomo, BATCHES)
             synthetic_rates = await rates(synthetic, (PIPELINE_BATCH,))
             times = await query_ms()

@@ -453,8 +453,12 @@ def start_store(tmp: Path, name: str, config: Path | None = None) -> tuple[Serve
     argv = engram_argv("serve", "store", "--port", str(port), "--data-dir", str(data_dir))
     if config is not None:
         argv += ["--config", str(config)]
-    # its own internal listener port: stores run side by side (and beside other suites)
-    env = {"ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(free_port())}
+    # its own internal listener and metrics ports: stores run side by side (and
+    # beside other suites)
+    env = {
+        "ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(free_port()),
+        "ENGRAM_SERVER__METRICS_PORTS__STORE": str(free_port()),
+    }
     return ServerProcess(f"store ({name})", argv, tmp / f"{name}.log", env), port
 
 

@@ -82,7 +82,13 @@ def running_suite(
         )
         config_path = Path(tmp) / "engram.yaml"
         config_path.write_text(yaml.safe_dump(config))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code), str(code / "gen")]))
+        # engram.client from this checkout too (an installed one may be another checkout's)
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                [str(code), str(code / "gen"), str(code / "clients" / "python")]
+            ),
+        )
         processes = [
             subprocess.Popen(
                 [
@@ -121,3 +127,12 @@ def running_suite(
                     process.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     process.kill()
+
+
+def shared_dataset(relative: str) -> Path:
+    """A file or folder under ../shared/datasets, from a checkout or a worktree of one
+    (/work/wt/<branch>); the checkout's path when neither has it (the error names it)."""
+    for base in (ROOT.parent, ROOT.parent.parent):
+        if (base / "shared" / "datasets" / relative).exists():
+            return base / "shared" / "datasets" / relative
+    return ROOT.parent / "shared" / "datasets" / relative

@@ -25,7 +25,7 @@ Script = Callable[[str], Answer]
 
 _BLOCK = {
     tag: re.compile(rf"<{tag}>\n(.*?)\n</{tag}>", re.DOTALL)
-    for tag in ("memory_data", "fact", "candidate")
+    for tag in ("memory_data", "fact", "candidate", "transcript")
 }
 
 
@@ -103,6 +103,16 @@ def prompt_of(request: Request) -> str:
 
 
 # ---- reading a prompt as the model would ----------------------------------------------
+
+
+def is_summary(prompt: str) -> bool:
+    return "<transcript>" in prompt
+
+
+def transcript_of(prompt: str) -> str:
+    """The session transcript a summary prompt carries (decoded from its JSON)."""
+    match = _BLOCK["transcript"].search(prompt)
+    return str(json.loads(match.group(1))) if match else ""
 
 
 def is_extraction(prompt: str) -> bool:

@@ -11,6 +11,7 @@ line, field names as in the protos); without `--json` the output is a table.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from array import array
@@ -212,10 +213,13 @@ def cli() -> None:
 @click.option("--source-type", default="")
 @click.option("--source-id", default="")
 @click.option("--event-time", default=None, help="RFC 3339, e.g. 2026-11-01T09:30:00Z")
+@click.option("--session", "session_id", default="", help="the conversation session it belongs to")
+@click.option("--ttl", default=None, help="short-term: expires after e.g. 90s, 15m, 12h, 1d")
 @common_options
 def remember(**params: Any) -> None:
     """Remember CONTENT."""
     target = _target(params)
+    ttl = _ttl_seconds(params["ttl"])
     event_time = None
     if params["event_time"]:
         event_time = Timestamp()
@@ -237,6 +241,8 @@ def remember(**params: Any) -> None:
                 source_type=params["source_type"],
                 source_id=params["source_id"],
                 event_time=event_time,
+                session_id=params["session_id"],
+                ttl=ttl,
             )
         except EngramError as error:
             _fail("remember", error)
@@ -245,6 +251,20 @@ def remember(**params: Any) -> None:
         return
     state = "already remembered" if reply.deduplicated else "remembered"
     click.echo(f"{state}: {reply.memory.id}")
+
+
+_TTL = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _ttl_seconds(text: str | None) -> float | None:
+    """`--ttl` as seconds: a number with an optional unit (s, m, h, d)."""
+    if text is None:
+        return None
+    match = _TTL.fullmatch(text.strip())
+    if match is None:
+        raise click.BadParameter("a number with an optional s, m, h or d", param_hint="--ttl")
+    return float(match.group(1)) * _TTL_UNITS[match.group(2)]
 
 
 @cli.command()
@@ -296,6 +316,7 @@ def get(**params: Any) -> None:
 @click.option("--namespace", "-n", default="")
 @click.option("--type", "types", multiple=True, help="repeatable")
 @click.option("--tag", "tags", multiple=True, help="repeatable; all must be present")
+@click.option("--session", "session_id", default="", help="only this session's memories")
 @click.option("--deleted", is_flag=True, help="the recoverable soft-deleted memories instead")
 @click.option("--limit", type=int, default=50, show_default=True, help="0: every memory")
 @common_options
@@ -307,7 +328,9 @@ def list_(**params: Any) -> None:
         found = engram.list_memories(
             namespace=params["namespace"],
             page_size=min(limit, 500) if limit > 0 else 500,
-            filter=memory_filter(types=params["types"], tags=params["tags"]),
+            filter=memory_filter(
+                types=params["types"], tags=params["tags"], session_id=params["session_id"]
+            ),
             deleted=params["deleted"],
         )
         memories: list[Memory] = []

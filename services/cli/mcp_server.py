@@ -7,7 +7,9 @@ stdio (the default: an MCP host starts it as a subprocess) or streamable HTTP.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
@@ -24,14 +26,17 @@ from engram.client import (
     MemoryPatch,
     memory_filter,
 )
+from engram.search.v1.search_pb2 import ContextSectionKind
 from engram.store.v1.store_pb2 import TagList
 
 INSTRUCTIONS = """\
-Engram is a long-term memory. Use `recall` before answering anything that may depend on \
-what the user said or decided earlier; use `remember` for durable facts, preferences, \
+Engram is a long-term memory. Call `assemble_context` at the start of a turn for the \
+memory to keep in mind (within a token budget); use `recall` to look something up, before \
+answering anything that may depend on what the user said or decided earlier; use `remember` for durable facts, preferences, \
 decisions and rules worth keeping (one self-contained statement per memory, not a chat \
 transcript). Correct a memory with `update_memory` instead of remembering a contradiction. \
-`forget` deletes in two steps: a preview, then a call with the preview's confirm_token. \
+`explain_memory` tells where a memory came from. In a conversation, `append_turn` keeps each \
+turn as the session's short-term memory and `summarize_session` condenses it. `forget` deletes in two steps: a preview, then a call with the preview's confirm_token. \
 Memories live in namespaces (one per user or project); omit `namespace` for the default."""
 
 # How many forget previews the server keeps, so a confirm needs only the token.
@@ -73,10 +78,21 @@ def build_server(engram: AsyncEngram) -> MCPServer:
     server: MCPServer = MCPServer(
         name="engram", title="Engram memory", instructions=INSTRUCTIONS, version="0.1.0"
     )
+
+    def tool(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """`server.tool` with the docstring as the description, its indentation removed
+        (what a model reads, and tools/*.json holds)."""
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            description = inspect.cleandoc(function.__doc__ or "")
+            return server.tool(description=description, **options)(function)
+
+        return register
+
     # confirm_token -> the selection it was previewed with (insertion order: oldest first)
     pending: dict[str, dict[str, Any]] = {}
 
-    @server.tool(
+    @tool(
         annotations=ToolAnnotations(title="Remember", idempotent_hint=True),
     )
     async def remember(
@@ -126,12 +142,19 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             raise _error(error) from None
         return {"memory": _memory(reply.memory), "deduplicated": reply.deduplicated}
 
-    @server.tool(annotations=ToolAnnotations(title="Recall", read_only_hint=True))
+    @tool(annotations=ToolAnnotations(title="Recall", read_only_hint=True))
     async def recall(
         query: Annotated[
             str, Field(description="What to look for, in natural language or keywords.")
         ],
         namespace: Namespace = "",
+        namespaces: Annotated[
+            list[str] | None,
+            Field(
+                description="Several namespaces searched at once instead of `namespace` "
+                '(e.g. ["user-42", "team"]); each result says which it came from.'
+            ),
+        ] = None,
         limit: Annotated[
             int, Field(ge=0, le=100, description="At most this many; 0 for the default.")
         ] = 0,
@@ -145,6 +168,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             reply = await engram.recall(
                 query,
                 namespace=namespace,
+                namespaces=namespaces or (),
                 limit=limit,
                 filter=memory_filter(types=types or (), tags=tags or ()),
             )
@@ -152,12 +176,17 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             raise _error(error) from None
         return {
             "results": [
-                {"score": round(r.score, 4), "memory": _memory(r.memory)} for r in reply.results
+                {
+                    "score": round(r.score, 4),
+                    "namespace": r.memory.namespace,
+                    "memory": _memory(r.memory),
+                }
+                for r in reply.results
             ],
             "warnings": list(reply.warnings),
         }
 
-    @server.tool(
+    @tool(
         annotations=ToolAnnotations(title="Forget", destructive_hint=True),
     )
     async def forget(
@@ -229,7 +258,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "deleted_ids": [c.id for c in done.candidates],
         }
 
-    @server.tool(annotations=ToolAnnotations(title="Update a memory"))
+    @tool(annotations=ToolAnnotations(title="Update a memory"))
     async def update_memory(
         id: Annotated[str, Field(description="The memory's id (from recall or remember).")],
         namespace: Namespace = "",
@@ -278,7 +307,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             raise _error(error) from None
         return {"result": result, "memory": _memory(memory)}
 
-    @server.tool(annotations=ToolAnnotations(title="Memory history", read_only_hint=True))
+    @tool(annotations=ToolAnnotations(title="Memory history", read_only_hint=True))
     async def memory_history(
         id: Annotated[str, Field(description="The memory's id.")],
         namespace: Namespace = "",
@@ -294,6 +323,120 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         for event in events:
             event["event_type"] = event.get("event_type", "").removeprefix("HISTORY_EVENT_TYPE_")
         return {"events": events}
+
+    @tool(annotations=ToolAnnotations(title="Assemble context", read_only_hint=True))
+    async def assemble_context(
+        query: Annotated[
+            str, Field(description="The current question or turn, in natural language.")
+        ],
+        namespaces: Annotated[
+            list[str] | None,
+            Field(
+                description='Namespaces to draw from, e.g. ["user-42", "team"]; omit for '
+                "the default namespace."
+            ),
+        ] = None,
+        session_id: Annotated[
+            str, Field(description="The conversation session, for its short-term memory.")
+        ] = "",
+        token_budget: Annotated[
+            int,
+            Field(
+                ge=0,
+                description="Most tokens the context may take; 0: 1000 for a simple "
+                "question, 3000 for a complex one.",
+            ),
+        ] = 0,
+    ) -> dict[str, Any]:
+        """The memory context to put in front of the model for this turn, within a token
+        budget: pinned rules and preferences, the most relevant memories, this session's
+        short-term memory and the entities involved, as one block (`context`) with the
+        memories behind each section."""
+        try:
+            reply = await engram.assemble_context(
+                query,
+                namespaces=namespaces or (),
+                session_id=session_id,
+                token_budget=token_budget,
+            )
+        except EngramError as error:
+            raise _error(error) from None
+        return {
+            "context": reply.context,
+            "token_count": reply.token_count,
+            "token_budget": reply.token_budget,
+            "sections": [
+                {
+                    "kind": ContextSectionKind.Name(section.kind).removeprefix(
+                        "CONTEXT_SECTION_KIND_"
+                    ),
+                    "memories": [_memory(m) for m in section.memories],
+                    "entities": [_dict(e) for e in section.entities],
+                }
+                for section in reply.sections
+            ],
+            "warnings": list(reply.warnings),
+        }
+
+    @tool(annotations=ToolAnnotations(title="Explain a memory", read_only_hint=True))
+    async def explain_memory(
+        id: Annotated[str, Field(description="The memory's id.")],
+        namespace: Namespace = "",
+    ) -> dict[str, Any]:
+        """Where a memory comes from and what became of it: the versions it superseded
+        and that superseded it, the memories it was derived from and those derived from
+        it, and its audit trail."""
+        try:
+            reply = await engram.explain_memory(id, namespace=namespace)
+        except EngramError as error:
+            raise _error(error) from None
+        return _dict(reply)
+
+    @tool(annotations=ToolAnnotations(title="Capture a turn"))
+    async def append_turn(
+        session_id: Annotated[
+            str, Field(description="The conversation session (e.g. a thread id).")
+        ],
+        role: Annotated[
+            Literal["user", "assistant", "system", "tool"], Field(description="Who spoke.")
+        ],
+        content: Annotated[str, Field(description="What was said, as said.")],
+        namespace: Namespace = "",
+        who: Annotated[str, Field(description="The speaker's name, if known.")] = "",
+    ) -> dict[str, Any]:
+        """Capture one conversation turn as the session's short-term memory (kept 12
+        hours). A user turn that asks to be remembered ("remember that ...") is kept
+        long-term instead (`promoted`); `notice` says when privacy stopped it."""
+        try:
+            reply = await engram.append_turn(
+                session_id, role, content, namespace=namespace, who=who
+            )
+        except EngramError as error:
+            raise _error(error) from None
+        return {
+            "captured": reply.captured,
+            "promoted": reply.promoted,
+            "notice": reply.notice,
+            "memory": _memory(reply.memory) if reply.HasField("memory") else None,
+        }
+
+    @tool(annotations=ToolAnnotations(title="Summarize the session"))
+    async def summarize_session(
+        session_id: Annotated[str, Field(description="The conversation session.")],
+        namespace: Namespace = "",
+    ) -> dict[str, Any]:
+        """Ask for the session's summary: the pipeline's LLM condenses its short-term
+        memory into one summary (kept 24 hours), which assemble_context then shows
+        before the turns it does not cover. Returns at once with the queued job."""
+        try:
+            reply = await engram.summarize_session(session_id, namespace=namespace)
+        except EngramError as error:
+            raise _error(error) from None
+        return {  # numbers as numbers (proto JSON writes int64 as a string)
+            "job_id": reply.job_id,
+            "already_queued": reply.already_queued,
+            "turn_count": reply.turn_count,
+        }
 
     return server
 

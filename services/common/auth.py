@@ -46,7 +46,7 @@ from typing import Any
 from services.common import clock
 from services.common.config import AuthSettings, Config, RoleRateLimit
 from services.common.errors import PermissionDenied, RateLimited, Unauthenticated
-from services.common.validation import named_namespaces
+from services.common.validation import NAMESPACE_PATTERN, named_namespaces, pattern_covers
 
 log = logging.getLogger("engram.auth")
 
@@ -55,7 +55,7 @@ BEARER = "bearer "
 KEY_PREFIX = "engram_"
 _KEY = re.compile(r"engram_([0-9a-f]{16})_[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
-_PATTERN = re.compile(r"[A-Za-z0-9._:-]{0,128}\*?")
+_PATTERN = NAMESPACE_PATTERN
 ALL_NAMESPACES = "*"
 KEYS_FILE_NAME = "keys.json"
 SERVICE_NAME = "service"
@@ -82,7 +82,10 @@ _MAINTENANCE = "engram.maintenance.v1.MaintenanceService"
 # not listed here (the store's internal services) takes only the service key.
 PUBLIC_RPCS: dict[str, Role] = {
     **dict.fromkeys(_methods(_SEARCH, "Recall AssembleContext"), Role.READER),
-    **dict.fromkeys(_methods(_STORE, "GetMemory ListMemories ListMemoryHistory"), Role.READER),
+    **dict.fromkeys(
+        _methods(_STORE, "GetMemory ListMemories ListMemoryHistory ExplainMemory ListMemoryLinks"),
+        Role.READER,
+    ),
     **dict.fromkeys(
         _methods(_PIPELINE, "GetDocument ListDocumentChunks WatchDocument Extract GetStatus"),
         Role.READER,
@@ -90,7 +93,8 @@ PUBLIC_RPCS: dict[str, Role] = {
     **dict.fromkeys(
         _methods(
             _STORE,
-            "Remember ImportMemories ModifyMemories DeleteMemory ForgetMemories RecoverMemory",
+            "Remember ImportMemories ModifyMemories DeleteMemory ForgetMemories RecoverMemory "
+            "AppendTurn SummarizeSession",
         ),
         Role.WRITER,
     ),
@@ -123,10 +127,7 @@ class Principal:
     service: bool = False
 
     def covers(self, namespace: str) -> bool:
-        return any(
-            pattern == namespace or (pattern.endswith("*") and namespace.startswith(pattern[:-1]))
-            for pattern in self.namespaces
-        )
+        return any(pattern_covers(pattern, namespace) for pattern in self.namespaces)
 
 
 SERVICE = Principal(SERVICE_NAME, Role.ADMIN, (ALL_NAMESPACES,), service=True)

@@ -41,7 +41,7 @@ from pydantic_settings import (
 )
 
 from services.common.errors import InvalidArgument
-from services.common.validation import validate_namespace
+from services.common.validation import NAMESPACE_PATTERN, validate_namespace
 
 ENV_PREFIX = "ENGRAM_"
 ENV_DELIMITER = "__"
@@ -138,9 +138,21 @@ class ContextSettings(_Section):
     max_budget: int = Field(32000, ge=50, le=1_000_000)
     # pinned memories considered per namespace (most important first)
     pinned_limit: int = Field(50, ge=0, le=1000)
+    # the session's newest short-term memories considered (summary and turns)
+    session_limit: int = Field(100, ge=0, le=1000)
     # entities considered for the ENTITIES section, and relations shown per entity
     entity_limit: int = Field(20, ge=0, le=200)
     relations_per_entity: int = Field(5, ge=0, le=50)
+
+    @model_validator(mode="after")
+    def _defaults_within_the_cap(self) -> ContextSettings:
+        for name in ("simple_budget", "complex_budget"):
+            if getattr(self, name) > self.max_budget:
+                raise ValueError(
+                    f"search.context.{name} ({getattr(self, name)}) must not exceed "
+                    f"search.context.max_budget ({self.max_budget})"
+                )
+        return self
 
 
 PiiActionName = Literal["allow", "redact", "reject"]
@@ -179,6 +191,30 @@ class PiiSettings(_Section):
             except InvalidArgument as bad:
                 raise ValueError(f"namespace {name!r} {bad.description}") from None
         return namespaces
+
+
+class DedupSettings(_Section):
+    """`dedup.*`: near-duplicates after embedding (seed 004 §3; services/pipeline/near_dup.py).
+    Off by default: turning it on folds memories together, so a deployment
+    opts in once it has checked the thresholds on its own data."""
+
+    enabled: bool = False
+    # cosine at or above: merged without asking (the newer into the older)
+    merge_similarity: float = Field(0.98, ge=0.0, le=1.0)
+    # cosine at or above (and below merge_similarity): the LLM decides merge,
+    # replace or keep both, when memory.pipelineV2.enabled; kept otherwise
+    review_similarity: float = Field(0.70, ge=0.0, le=1.0)
+    # embedded memories waiting for their check; beyond it, checks are skipped
+    queue_size: int = Field(10000, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _review_below_merge(self) -> DedupSettings:
+        if self.review_similarity > self.merge_similarity:
+            raise ValueError(
+                f"dedup.review_similarity ({self.review_similarity}) must not exceed "
+                f"dedup.merge_similarity ({self.merge_similarity})"
+            )
+        return self
 
 
 class SearchSettings(_Section):
@@ -224,6 +260,31 @@ class RetentionSettings(_Section):
     dead_job_days: int = Field(30, ge=0, le=3650)
     batch_limit: int = Field(500, ge=1, le=100000)
     interval_ms: int = Field(21600000, ge=60000, le=604800000)
+
+
+class SessionsSettings(_Section):
+    """Conversation sessions, short-term memory and privacy (issue 16, seed 001)."""
+
+    # how long an AppendTurn turn lives unless its request says otherwise (seed 001: 12 h)
+    turn_ttl_ms: int = Field(43_200_000, ge=1000, le=31_622_400_000)
+    # how long a session summary lives (seed 001: 24 h)
+    summary_ttl_ms: int = Field(86_400_000, ge=1000, le=31_622_400_000)
+    # namespace pattern (exact or `prefix*`) -> privacy level; where several
+    # match, the strictest applies; a request may only tighten it
+    privacy: dict[str, Literal["none", "partial", "full"]] = Field(default_factory=dict)
+
+    @field_validator("privacy")
+    @classmethod
+    def _patterns(
+        cls, levels: dict[str, Literal["none", "partial", "full"]]
+    ) -> dict[str, Literal["none", "partial", "full"]]:
+        for pattern in levels:
+            if not pattern or not NAMESPACE_PATTERN.fullmatch(pattern):
+                raise ValueError(
+                    f"namespace pattern {pattern!r}: a namespace name ([A-Za-z0-9._:-]), "
+                    "optionally ending in *"
+                )
+        return levels
 
 
 class LlmProviderSettings(_Section):
@@ -455,9 +516,11 @@ class Config(BaseSettings):
 
     memory: MemorySettings = MemorySettings()
     pii: PiiSettings = PiiSettings()
+    dedup: DedupSettings = DedupSettings()
     search: SearchSettings = SearchSettings()
     storage: StorageSettings = StorageSettings()
     retention: RetentionSettings = RetentionSettings()
+    sessions: SessionsSettings = SessionsSettings()
     providers: ProvidersSettings = ProvidersSettings()
     server: ServerSettings = ServerSettings()
     clients: ClientsSettings = ClientsSettings()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from engram.common.v1 import memory_pb2
@@ -10,6 +12,23 @@ from services.common.errors import InvalidArgument, Violations
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import MemoryRecord
 from services.common.validation import check_timestamp
+
+# memories.temporal_class / Fact.temporal_class <-> engram.common.v1.TemporalClass
+TEMPORAL_CLASSES = {
+    "permanent": memory_pb2.TEMPORAL_CLASS_PERMANENT,
+    "long_term": memory_pb2.TEMPORAL_CLASS_LONG_TERM,
+    "short_term": memory_pb2.TEMPORAL_CLASS_SHORT_TERM,
+}
+_TEMPORAL_NAMES = {value: name for name, value in TEMPORAL_CLASSES.items()}
+
+
+def temporal_to_proto(name: str) -> memory_pb2.TemporalClass.ValueType:
+    return TEMPORAL_CLASSES.get(name, memory_pb2.TEMPORAL_CLASS_UNSPECIFIED)
+
+
+def temporal_from_proto(value: int) -> str:
+    """ "" for UNSPECIFIED and for values this version does not know."""
+    return _TEMPORAL_NAMES.get(value, "")  # type: ignore[call-overload]
 
 
 def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool, field: str) -> str | None:
@@ -60,10 +79,20 @@ def filter_from_proto(
         ),
         importance_min=message.importance_min if message.HasField("importance_min") else None,
         session_id=message.session_id,
+        categories=tuple(message.categories),
     )
     if bad is None:
         found.raise_if_any()
     return spec
+
+
+def with_as_of(
+    spec: MemoryFilterSpec, as_of: timestamp_pb2.Timestamp, present: bool, bad: Violations
+) -> MemoryFilterSpec:
+    """`spec` reading a request's `as_of` instant (services/common/memory_filter.py
+    live_sql), or now when the field is unset; out of range is recorded in `bad`."""
+    text = bad.check(None, text_from_timestamp, as_of, present, "as_of")
+    return spec if text is None else dataclasses.replace(spec, as_of=text)
 
 
 def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
@@ -90,4 +119,8 @@ def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
         last_access_time=timestamp_from_text(record.last_accessed),
         session_id=record.session_id,
         expire_time=timestamp_from_text(record.expire_at),
+        valid_from=timestamp_from_text(record.valid_from or record.event_time),
+        categories=record.categories,
+        temporal_class=temporal_to_proto(record.temporal_class),
+        valid_until=timestamp_from_text(record.valid_until),
     )

@@ -13,8 +13,18 @@ MAX_ENTITIES = 50  # entity triples per extraction
 MAX_ENTITY_CHARS = 200  # an entity name or a relationship
 
 
+# seed 004 §5-6: how long a fact stays true, and its semantic categories
+TEMPORAL_CLASSES = ("permanent", "long_term", "short_term")
+MAX_CATEGORIES = 8
+MAX_CATEGORY_CHARS = 64
+
+
 @dataclass(frozen=True)
 class Fact:
     content: str
     type: str
     confidence: float
+    importance: float | None = None  # None: the confidence stands in (seed 002)
+    temporal_class: str = ""  # one of TEMPORAL_CLASSES, or "" when the model did not say
+    valid_until: str | None = None  # clock text; short-term facts only
+    categories: tuple[str, ...] = ()

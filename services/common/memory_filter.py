@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from services.common.validation import check_session_id
 # A memory carries at most 32 tags (services.store.rules.MAX_TAGS), so a filter
 # needing more can never match; types are from a short fixed list.
 MAX_FILTER_TAGS = 32
+MAX_FILTER_CATEGORIES = 8  # a memory carries at most 8 (services/common/facts.py)
 MAX_FILTER_TYPES = 16
 
 # SQLite's clock in the stored fixed-width form (services/common/clock.py:
@@ -29,19 +31,50 @@ MAX_FILTER_TYPES = 16
 # the fraction to nine digits), so it compares with stored times as text.
 # SQLite reads 'now' once per statement: every row of one query sees one instant.
 NOW_SQL = "strftime('%Y-%m-%dT%H:%M:%f000000Z', 'now')"
+# The stored form (services/common/clock.py): the only text `live_sql` inlines.
+_STORED_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z")
 
 
-def live_sql(alias: str = "m", *, keep_plan: bool = False) -> str:
-    """The one rule for a memory any read may return: not soft-deleted and not
+def live_sql(alias: str = "m", *, keep_plan: bool = False, as_of: str | None = None) -> str:
+    """The one rule for a memory any read may return: not soft-deleted, not
     expired (an expired short-term memory is gone at once, though its row stays
-    until the retention sweep purges it). A predicate without parameters, so it
+    until the retention sweep purges it), and valid.
+
+    Valid, by default, means valid now: its validity was not closed before now
+    (`valid_until`, set when a newer version superseded it). A memory whose
+    `valid_from` lies ahead (an `event_time` in the future) is returned: what is
+    known now about the future is part of now.
+
+    With `as_of` (stored timestamp text), valid means valid at that instant as
+    known at that instant (bi-temporal, like a point-in-time query): recorded
+    by then (`created_at <= as_of`), its validity begun (`valid_from <= as_of`)
+    and not closed by then, where a close written after `as_of`
+    (`invalidated_at > as_of`) was not known yet. Deleted and expired memories
+    are never returned, whatever `as_of`: deleting is forgetting, not a change
+    of fact (superseding is).
+
+    A predicate without parameters (`as_of` is checked and inlined), so it
     slots into any query. `keep_plan` prefixes the columns with `+` so the
     planner keeps the query's own index (rowid lookups, FTS outer loops)."""
-    plus = "+" if keep_plan else ""
+    p = f"{'+' if keep_plan else ''}{alias}."
+    rule = present_sql(alias, keep_plan=keep_plan)
+    if as_of is None:
+        return f"{rule} AND ({p}valid_until IS NULL OR {p}valid_until > {NOW_SQL})"
+    if not _STORED_TIME.fullmatch(as_of):
+        raise ValueError(f"as_of is not a stored timestamp: {as_of[:40]!r}")
+    at = f"'{as_of}'"
     return (
-        f"{plus}{alias}.is_deleted = 0 AND "
-        f"({plus}{alias}.expire_at IS NULL OR {plus}{alias}.expire_at > {NOW_SQL})"
+        f"{rule} AND {p}created_at <= {at} AND {p}valid_from <= {at} AND "
+        f"({p}valid_until IS NULL OR {p}valid_until > {at} OR {p}invalidated_at > {at})"
     )
+
+
+def present_sql(alias: str = "m", *, keep_plan: bool = False) -> str:
+    """`live_sql` without validity: not soft-deleted and not expired, valid or
+    superseded. What ForgetMemories selects from: forgetting by a query or a
+    filter must reach a fact's earlier versions too."""
+    p = f"{'+' if keep_plan else ''}{alias}."
+    return f"{p}is_deleted = 0 AND ({p}expire_at IS NULL OR {p}expire_at > {NOW_SQL})"
 
 
 def not_expired_sql(alias: str = "m") -> str:
@@ -61,6 +94,10 @@ class MemoryFilterSpec:
     until: str | None = None
     importance_min: float | None = None
     session_id: str = ""
+    # Not a MemoryFilter field: the requests' `as_of` (stored text), carried
+    # here so every query built from the spec reads the same instant.
+    as_of: str | None = None
+    categories: tuple[str, ...] = ()
 
     def is_empty(self) -> bool:
         return not (
@@ -73,6 +110,8 @@ class MemoryFilterSpec:
             or self.until
             or self.importance_min is not None
             or self.session_id
+            or self.categories
+            or self.as_of
         )
 
     def fingerprint(self) -> str:
@@ -88,6 +127,8 @@ class MemoryFilterSpec:
                 self.until,
                 self.importance_min,
                 *([self.session_id] if self.session_id else []),
+                *([sorted(self.categories)] if self.categories else []),
+                *([{"as_of": self.as_of}] if self.as_of else []),
             ]
         )
         return hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -106,6 +147,8 @@ def check_filter(
         found.add(f"{field_name}.types", f"at most {MAX_FILTER_TYPES} types")
     if len(spec.tags) > MAX_FILTER_TAGS:
         found.add(f"{field_name}.tags", f"at most {MAX_FILTER_TAGS} tags")
+    if len(spec.categories) > MAX_FILTER_CATEGORIES:
+        found.add(f"{field_name}.categories", f"at most {MAX_FILTER_CATEGORIES} categories")
     for index, memory_type in enumerate(spec.types[:MAX_FILTER_TYPES]):
         if memory_type not in known_types:
             found.add(f"{field_name}.types[{index}]", f"unknown type {echo(memory_type)}")
@@ -127,6 +170,8 @@ def check_filter(
         until=spec.until,
         importance_min=spec.importance_min,
         session_id=spec.session_id,
+        categories=tuple(c.strip().lower() for c in spec.categories if c.strip()),
+        as_of=spec.as_of,
     )
 
 
@@ -140,6 +185,11 @@ def filter_sql(spec: MemoryFilterSpec, alias: str = "m") -> tuple[str, list[Any]
     for tag in spec.tags:
         clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE json_each.value = ?)")
         params.append(tag)
+    for category in spec.categories:
+        clauses.append(
+            f"EXISTS (SELECT 1 FROM json_each({alias}.categories) WHERE json_each.value = ?)"
+        )
+        params.append(category)
     if spec.who:
         clauses.append(f"{alias}.who = ?")
         params.append(spec.who)

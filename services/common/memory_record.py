@@ -16,7 +16,15 @@ MEMORY_TYPES = (
     "procedural",
     "semantic",
     "document_chunk",
+    "episodic",  # a conversation turn kept as short-term memory (AppendTurn)
+    "session_summary",  # a session's summary (SummarizeSession)
 )
+
+# Never folded into a near-duplicate (seed 004 §3): a document chunk belongs to
+# its document; session turns and summaries expire on their own schedule. So is
+# any memory with an expiry.
+NEVER_MERGED_TYPES = frozenset({"document_chunk", "episodic", "session_summary"})
+SESSION_SUMMARY_TYPE = "session_summary"  # SummarizeSession's memory (one per session)
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,17 @@ class MemoryRecord:
     last_accessed: str | None
     session_id: str = ""
     expire_at: str | None = None  # set: a short-term memory, gone from reads from then on
+    # Valid time: when the memory was true in the world. valid_from defaults to
+    # the event time (itself the creation time unless given); valid_until is
+    # its end, when known (a short-term fact's) or when a newer version
+    # superseded it (None: still valid).
+    valid_from: str | None = None
+    valid_until: str | None = None
+    # When a newer version superseded it (the transaction time of that close;
+    # column invalidated_at); None: not superseded.
+    superseded_at: str | None = None
+    categories: tuple[str, ...] = ()  # the extraction model's (pipeline memories)
+    temporal_class: str = ""  # permanent | long_term | short_term; "" not classified
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
@@ -69,4 +88,9 @@ class MemoryRecord:
             last_accessed=row["last_accessed"],
             session_id=row["session_id"] or "",
             expire_at=row["expire_at"],
+            valid_from=row["valid_from"],
+            categories=tuple(json.loads(row["categories"])),
+            temporal_class=row["temporal_class"],
+            valid_until=row["valid_until"],
+            superseded_at=row["invalidated_at"],
         )

@@ -10,6 +10,9 @@ from services.common.errors import InvalidArgument, Violations
 
 DEFAULT_NAMESPACE = "default"
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# A namespace pattern (API keys, per-namespace settings): an exact name, or
+# `prefix*` for every namespace starting with prefix (`*` alone: all).
+NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9._:-]{0,128}\*?")
 # Ids are UUIDs (36 characters); the cap keeps an id that is echoed in an error
 # or bound into a query small, whatever a client sends.
 MAX_ID_CHARS = 128
@@ -27,6 +30,11 @@ def validate_namespace(namespace: str, field: str = "namespace") -> str:
     if not _NAMESPACE.fullmatch(namespace):
         raise InvalidArgument(field, "must match [A-Za-z0-9._:-]{1,128}")
     return namespace
+
+
+def pattern_covers(pattern: str, namespace: str) -> bool:
+    """Whether a namespace pattern (see NAMESPACE_PATTERN) covers `namespace`."""
+    return pattern == namespace or (pattern.endswith("*") and namespace.startswith(pattern[:-1]))
 
 
 def named_namespaces(request: object) -> tuple[str, ...] | None:

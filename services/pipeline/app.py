@@ -11,7 +11,7 @@ import grpc
 
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.search.v1 import search_pb2_grpc
-from engram.store.internal.v1 import documents_pb2_grpc, job_queue_pb2_grpc
+from engram.store.internal.v1 import dedup_pb2_grpc, documents_pb2_grpc, job_queue_pb2_grpc
 from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
 from services.common.config import Config
@@ -27,8 +27,10 @@ from services.pipeline.embed_worker import EmbedWorker
 from services.pipeline.extract_worker import ExtractWorker, ExtractWorkerSettings
 from services.pipeline.extraction import Extractor
 from services.pipeline.leases import instance_name, worker_identities
+from services.pipeline.near_dup import DedupPolicy, NearDuplicates
 from services.pipeline.servicer import PipelineServicer
 from services.pipeline.status import MonitoredLlm, ProviderMonitor, provider_probe
+from services.pipeline.summarize_worker import SummarizeWorker, summarize_settings
 
 log = logging.getLogger("engram.pipeline")
 
@@ -72,9 +74,21 @@ async def start_pipeline(
     await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
     identities = worker_identities(
-        jobs, instance_name(config, listen_port), ("embed", "extract", "document")
+        jobs, instance_name(config, listen_port), ("embed", "extract", "document", "summarize")
     )
     provider = embedding_provider(config, background=config.workers.embed.priority == "background")
+    llm = llm_provider(config)
+    search_channel = service_channel(config, config.clients.search_address)
+    near_duplicates = (
+        NearDuplicates(
+            search_pb2_grpc.SearchServiceStub(search_channel),
+            dedup_pb2_grpc.DedupServiceStub(channel),
+            llm,
+            DedupPolicy.from_config(config),
+        )
+        if config.dedup.enabled
+        else None
+    )
     worker = EmbedWorker(
         jobs,
         provider,
@@ -82,9 +96,8 @@ async def start_pipeline(
         batch_size=config.providers.embedding.batch_size,
         poll_s=config.workers.embed.poll_ms / 1000,
         long_poll_s=config.workers.embed.long_poll_ms / 1000,
+        on_embedded=near_duplicates.submit if near_duplicates is not None else None,
     )
-    llm = llm_provider(config)
-    search_channel = service_channel(config, config.clients.search_address)
     extractor = Extractor(llm)
     decider = Decider(llm, search_pb2_grpc.SearchServiceStub(search_channel))
     extract_worker = ExtractWorker(
@@ -94,6 +107,9 @@ async def start_pipeline(
         provider,
         ExtractWorkerSettings.from_config(config),
         identities["extract"],
+    )
+    summarize_worker = SummarizeWorker(
+        jobs, llm, summarize_settings(config), identities["summarize"]
     )
     document_store = documents_pb2_grpc.DocumentStoreServiceStub(channel)
     document_worker = DocumentWorker.from_config(
@@ -109,7 +125,8 @@ async def start_pipeline(
     servicer = PipelineServicer(
         jobs,
         [worker.health, extract_worker.health],
-        [worker.status, extract_worker.status, document_worker.status],
+        [worker.status, extract_worker.status, document_worker.status, summarize_worker.status]
+        + ([near_duplicates.status] if near_duplicates is not None else []),
         extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
@@ -121,6 +138,9 @@ async def start_pipeline(
     )
     background = [asyncio.create_task(worker.run()), asyncio.create_task(extract_worker.run())]
     background.append(asyncio.create_task(document_worker.run()))
+    if near_duplicates is not None:
+        background.append(asyncio.create_task(near_duplicates.run()))
+    background.append(asyncio.create_task(summarize_worker.run()))
     background += [asyncio.create_task(m.run()) for m in (embed_monitor, llm_monitor)]
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
     return PipelineApp(

@@ -6,6 +6,7 @@ import grpc
 
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
+from services.common.convert import temporal_to_proto, timestamp_from_text
 from services.pipeline.extraction import Extractor
 
 
@@ -21,7 +22,15 @@ class ExtractRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
         result = await self.extraction.dry_run(request.namespace, request.content)
         return pb.ExtractResponse(
             facts=[
-                pb.ExtractedFact(content=f.content, type=f.type, confidence=f.confidence)
+                pb.ExtractedFact(
+                    content=f.content,
+                    type=f.type,
+                    confidence=f.confidence,
+                    importance=f.confidence if f.importance is None else f.importance,
+                    temporal_class=temporal_to_proto(f.temporal_class),
+                    valid_until=timestamp_from_text(f.valid_until),
+                    categories=f.categories,
+                )
                 for f in result.facts
             ],
             entities=[

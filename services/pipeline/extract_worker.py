@@ -6,25 +6,17 @@ A frozen store (`mutationsFrozen`) is a shadow pipeline (seed 000): it still
 hands out extract jobs and records their proposals without writing memories,
 so the worker runs as usual; the store decides the mode.
 
-What a failure means for the job:
-- the LLM refuses connections, search cannot give candidates, or the store
-  refuses the write (MUTATIONS_FROZEN: not expected from a store that leased
-  the job, kept as a safety net): nobody's job is at fault. The job is released
-  without using an attempt, the LLM is reported degraded (not for a refused
-  write), and the pool backs off (1 s doubling to 30 s, plus up to 0.5 s jitter).
-- a timeout, a 5xx, garbage, or an answer that is not the expected JSON: a
-  failed attempt (FailJobs: the store retries it later and makes it dead after
-  `workerMaxRetries`), and the pool backs off.
-- the lease is lost (reaped while the LLM was slow): the renewal notices and
-  stops the work, or the store answers LEASE_LOST; nothing is written.
-
-Leases are renewed every `leaseTimeoutMs / 3` while a job runs, so a slow LLM
-call does not get its job reaped and done twice.
+What a failure means for the job is the LLM job workers' one rule
+(services/pipeline/llm_job_worker.py); search not giving candidates counts
+like an unreachable LLM (released, not the job's fault, LLM not blamed), and
+a refused write (MUTATIONS_FROZEN: not expected from a store that leased the
+job, kept as a safety net) is released too. Leases are renewed every
+`leaseTimeoutMs / 3` while a job runs, so a slow LLM call does not get its
+job reaped and done twice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -33,18 +25,15 @@ import grpc
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
-from services.common import clock
-from services.common.backoff import backoff_s
 from services.common.config import Config
+from services.common.convert import temporal_to_proto, timestamp_from_text
 from services.common.providers.embedding import EmbeddingProvider
-from services.common.providers.errors import ProviderError, ProviderUnavailable
-from services.common.providers.llm import LlmUnreachable
+from services.common.providers.errors import ProviderError
 from services.common.remote_errors import error_reason
 from services.pipeline.decision import CandidatesUnavailable, Decider, Proposal
 from services.pipeline.extraction import ExtractionResult, Extractor
-from services.pipeline.leases import LeaseIdentity, LeaseLost, run_renewing
-from services.pipeline.llm_json import LlmOutputInvalid
-from services.pipeline.status import ProviderHealth, WorkerStatus
+from services.pipeline.leases import LeaseIdentity
+from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings, ReleaseJob
 
 log = logging.getLogger("engram.pipeline.extract")
 
@@ -57,13 +46,7 @@ _ACTIONS = {
 MAX_WARNINGS = 100  # CompleteExtractJob accepts at most this many
 
 
-@dataclass(frozen=True)
-class ExtractWorkerSettings:
-    enabled: bool
-    concurrency: int
-    poll_s: float
-    renew_every_s: float
-
+class ExtractWorkerSettings(LlmWorkerSettings):
     @classmethod
     def from_config(cls, config: Config) -> ExtractWorkerSettings:
         pipeline = config.memory.pipelineV2
@@ -83,11 +66,10 @@ class _Analysis:
     vectors: dict[str, list[float]]
 
 
-class _Release(Exception):
-    """Hand the job back unattempted (not the job's fault)."""
+class ExtractWorker(LlmJobWorker[_Analysis]):
+    job_type = job_pb2.JOB_TYPE_EXTRACT
+    release_errors = (ReleaseJob, CandidatesUnavailable)
 
-
-class ExtractWorker:
     def __init__(
         self,
         jobs: job_queue_pb2_grpc.JobQueueServiceAsyncStub,
@@ -97,85 +79,14 @@ class ExtractWorker:
         settings: ExtractWorkerSettings,
         identity: LeaseIdentity,
     ) -> None:
-        self._jobs = jobs
-        self._identity = identity
+        super().__init__("extract", jobs, extractor.llm, settings, identity)
         self._extractor = extractor
         self._decider = decider
         self._embedder = embedder
-        self._settings = settings
-        self._failures = 0
-        self._resume_at = 0.0
-        self._busy = 0
-        llm = extractor.llm
-        self.status = WorkerStatus("extract")
-        self.health = ProviderHealth("llm", llm.kind, llm.model)
-
-    # ---- the pool ----------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """`concurrency` lease loops sharing one backoff; stopped when disabled."""
-        if not self._settings.enabled:
-            self.status.state = "stopped"
-            return
-        await asyncio.gather(*(self._loop() for _ in range(self._settings.concurrency)))
-
-    async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            wait = self._resume_at - loop.time()
-            if wait > 0:
-                self.status.state = "backoff"
-                await asyncio.sleep(wait)
-                continue
-            try:
-                worked = await self.run_once()
-            except grpc.aio.AioRpcError as exc:
-                self._fail_round(f"store unreachable: {exc.code().name}: {exc.details()}")
-                worked = False
-            if not worked and self._resume_at <= loop.time():
-                if not self._busy:
-                    self.status.state = "idle"
-                await asyncio.sleep(self._settings.poll_s)
-
-    async def run_once(self) -> bool:
-        """Lease and process one job; False when none was due."""
-        leased = await self._identity.lease(job_pb2.JOB_TYPE_EXTRACT, 1)
-        if not leased:
-            return False
-        self._busy += 1
-        self.status.state = "busy"
-        try:
-            await self._process(leased[0])
-        finally:
-            self._busy -= 1
-        return True
 
     # ---- one job -----------------------------------------------------------------------
 
-    async def _process(self, job: jq.Job) -> None:
-        lease = jq.JobLease(job_id=job.id, lease_token=job.lease_token)
-        try:
-            analysis = await run_renewing(
-                self._jobs, lease, self._analyse(job), self._settings.renew_every_s
-            )
-        except LeaseLost:
-            self._lease_lost(job, "lease lost while the LLM ran; result discarded")
-            return
-        except (LlmUnreachable, CandidatesUnavailable) as exc:
-            await self._release(lease, str(exc), llm_down=isinstance(exc, LlmUnreachable))
-            return
-        except (ProviderError, LlmOutputInvalid) as exc:
-            await self._fail(lease, str(exc), llm_degraded=isinstance(exc, ProviderUnavailable))
-            return
-        except grpc.aio.AioRpcError:
-            raise  # the store is unreachable: the loop backs off, the lease expires
-        except Exception as exc:  # a bug must cost an attempt, not the job or the pool
-            log.exception("extract job crashed", extra={"job": job.id})
-            await self._fail(lease, f"internal error: {exc!r}")
-            return
-        await self._complete(job, lease, analysis)
-
-    async def _analyse(self, job: jq.Job) -> _Analysis:
+    async def work(self, job: jq.Job) -> _Analysis:
         extraction = await self._extractor.extract(job.content)
         decisions = await self._decider.decide(job.namespace, job.memory_id, extraction.facts)
         warnings = extraction.warnings + decisions.warnings
@@ -197,7 +108,7 @@ class ExtractWorker:
             return {}
         return dict(zip(texts, vectors, strict=True))
 
-    async def _complete(self, job: jq.Job, lease: jq.JobLease, analysis: _Analysis) -> None:
+    async def complete(self, job: jq.Job, lease: jq.JobLease, analysis: _Analysis) -> None:
         request = completion_request(
             lease, analysis, self._extractor.llm.model, self._embedder.model
         )
@@ -205,63 +116,18 @@ class ExtractWorker:
             response = await self._jobs.CompleteExtractJob(request)
         except grpc.aio.AioRpcError as exc:
             if error_reason(exc) == "MUTATIONS_FROZEN":
-                await self._release(lease, "mutations are frozen", llm_down=False)
+                await self.release(lease, "mutations are frozen", llm_down=False)
                 return
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                await self._fail(lease, f"store rejected the result: {exc.details()}")
+                await self.fail(lease, f"store rejected the result: {exc.details()}")
                 return
             raise
         if response.outcome != jq.LEASE_OUTCOME_OK:
-            self._lease_lost(job, "lease lost before completion; result discarded")
+            self.lease_lost(job, "lease lost before completion; result discarded")
             return
-        self.status.completed += 1
-        self.status.last_batch_at = clock.now_text()
-        self._failures = 0
-        self._mark_llm("available", "")
+        self.completed()
         if response.graph_error:
             log.warning("graph write failed", extra={"job": job.id, "error": response.graph_error})
-
-    # ---- outcomes ----------------------------------------------------------------------
-
-    async def _release(self, lease: jq.JobLease, error: str, *, llm_down: bool) -> None:
-        await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[lease]))
-        self.status.released += 1
-        if llm_down:
-            self._mark_llm("degraded", error)
-        self._fail_round(error)
-
-    async def _fail(self, lease: jq.JobLease, error: str, *, llm_degraded: bool = False) -> None:
-        response = await self._jobs.FailJobs(
-            jq.FailJobsRequest(failures=[jq.JobFailure(lease=lease, error=error)])
-        )
-        self.status.failed += 1
-        if llm_degraded:
-            self._mark_llm("degraded", error)
-        self._fail_round(error)
-        log.warning(
-            "extract job failed",
-            extra={"job": lease.job_id, "error": error, "dead": response.dead_count},
-        )
-
-    def _lease_lost(self, job: jq.Job, message: str) -> None:
-        self.status.last_error = message
-        log.warning(message, extra={"job": job.id})
-
-    def _mark_llm(self, state: str, error: str) -> None:
-        self.health.state = state
-        self.health.last_error = error
-        self.health.checked_at = clock.now_text()
-
-    def _fail_round(self, error: str) -> None:
-        """Every failure lengthens the shared backoff; a completion resets it."""
-        self._failures += 1
-        self.status.last_error = error
-        delay = backoff_s(self._failures)
-        self._resume_at = max(self._resume_at, asyncio.get_running_loop().time() + delay)
-        log.warning(
-            "extract worker backing off",
-            extra={"error": error, "failures": self._failures, "delay_s": round(delay, 3)},
-        )
 
 
 def completion_request(
@@ -273,7 +139,13 @@ def completion_request(
         jq.Proposal(
             action=_ACTIONS[p.action],
             fact=jq.ProposedFact(
-                content=p.fact.content, type=p.fact.type, confidence=p.fact.confidence
+                content=p.fact.content,
+                type=p.fact.type,
+                confidence=p.fact.confidence,
+                importance=p.fact.importance,
+                temporal_class=temporal_to_proto(p.fact.temporal_class),
+                valid_until=timestamp_from_text(p.fact.valid_until),
+                categories=p.fact.categories,
             ),
             target_id=p.target_id,
             confidence=p.confidence,

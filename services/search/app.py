@@ -73,6 +73,7 @@ def context_params(config: Config) -> ContextParams:
         complex_budget=settings.complex_budget,
         max_budget=settings.max_budget,
         pinned_limit=settings.pinned_limit,
+        session_limit=settings.session_limit,
         entity_limit=settings.entity_limit,
         relations_per_entity=settings.relations_per_entity,
     )

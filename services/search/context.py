@@ -10,29 +10,31 @@ appears twice: a memory shown by an earlier section is left out of later ones.
 
 The relevant memories come from Recall (services.search.recall): the FACTS section is
 Recall's ranking, and the rules and preferences among Recall's results join the
-pinned ones. Tokens are counted with a real tokenizer (services.search.tokens); the
-block's own count is checked after it is joined, so `token_count` is the block's
-exact count and never above the budget.
+pinned ones; this session's short-term memories fill SESSION. Every read runs in one
+snapshot. Tokens are counted with a real tokenizer (services.search.tokens), per line
+with its newline; no tokenizer joins text across a line break (Renderer), so the
+block's count is the sum of its lines' and never above the budget.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.common.db import ReadPool
+from services.common.db import ReadPool, Reads
 from services.common.errors import Violations
 from services.common.memory_filter import MemoryFilterSpec
-from services.common.memory_record import MemoryRecord
+from services.common.memory_record import SESSION_SUMMARY_TYPE, MemoryRecord
 from services.common.text import unspaced, words
 from services.search import context_queries as queries
 from services.search import graph_queries
 from services.search.graph_boost import MAX_ENTITY_HITS, query_tokens
 from services.search.recall import MAX_LIMIT, Recaller, check_recall_request
-from services.search.tokens import Tokenizer
+from services.search.tokens import Tokenizer, cached
 
 _NO_FILTER = MemoryFilterSpec()
 
@@ -64,6 +66,7 @@ HEADERS = {
 # carry no date. Every other memory line says when it was true or said.
 UNDATED_TYPES = frozenset({"rule", "preference"})
 STANDING_TYPES = UNDATED_TYPES  # relevant ones join the PINNED section
+SUMMARY_TYPE = SESSION_SUMMARY_TYPE
 
 # A query is complex (seed 003's 3000-token budget) when it is long, asks more than
 # one question, or names a reasoning cue; else simple (1000).
@@ -105,6 +108,7 @@ class ContextParams:
     complex_budget: int = 3000
     max_budget: int = 32000
     pinned_limit: int = 50
+    session_limit: int = 100
     entity_limit: int = 20
     relations_per_entity: int = 5
 
@@ -120,10 +124,17 @@ class EntityLine:
 
 @dataclass(frozen=True)
 class Line:
+    """A line of the block; its tokens (with its newline) are counted when first
+    needed, so candidates a full budget never reaches are never tokenized."""
+
     text: str
-    tokens: int
+    counter: Callable[[str], int] = field(repr=False, compare=False)
     memory: MemoryRecord | None = None
     entity: EntityLine | None = None
+
+    @functools.cached_property
+    def tokens(self) -> int:
+        return self.counter(self.text + "\n")
 
 
 @dataclass
@@ -163,14 +174,41 @@ class AssembledContext:
 
 def memory_line_text(memory: MemoryRecord, show_namespace: bool) -> str:
     """One memory as one line: `- [date] (namespace) content`; the date is the event
-    time (when it was true or said), left off standing rules and preferences."""
+    time (when it was true or said), left off standing rules and preferences. A
+    session's summary says up to when it summarises (its event time), a session turn
+    when and by whom it was said, to the minute."""
     parts = ["-"]
-    if memory.type not in UNDATED_TYPES and memory.event_time:
+    if memory.type == SUMMARY_TYPE:
+        parts.append(f"[summary to {_minute(memory.event_time)}]")
+    elif memory.expire_at is not None and memory.session_id:
+        parts.append(f"[{_minute(memory.event_time)}]")
+    elif memory.type not in UNDATED_TYPES and memory.event_time:
         parts.append(f"[{memory.event_time[:10]}]")
     if show_namespace:
         parts.append(f"({memory.namespace})")
+    if memory.type != SUMMARY_TYPE and memory.expire_at is not None and memory.who.strip():
+        parts.append(f"{_SPACE.sub(' ', memory.who).strip()}:")
     parts.append(_SPACE.sub(" ", memory.content).strip())
     return " ".join(parts)
+
+
+def _minute(stored: str) -> str:
+    """`YYYY-MM-DD HH:MM` (UTC) of stored timestamp text."""
+    return f"{stored[:10]} {stored[11:16]}"
+
+
+def session_memories(rows: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    """The SESSION section's candidates from the session's live short-term memories:
+    its newest summary first, then the turns the summary does not cover (created after
+    the newest turn it summarises, its event time), newest first, so that a small
+    share keeps the latest turns (the section shows them oldest first)."""
+    summaries = sorted(
+        (m for m in rows if m.type == SUMMARY_TYPE), key=lambda m: m.event_time, reverse=True
+    )
+    through = summaries[0].event_time if summaries else ""
+    turns = [m for m in rows if m.type != SUMMARY_TYPE and m.created_at > through]
+    turns.sort(key=lambda m: (m.created_at, m.id), reverse=True)
+    return [*summaries[:1], *turns]
 
 
 def entity_line_text(entity: EntityLine, show_namespace: bool) -> str:
@@ -181,19 +219,22 @@ def entity_line_text(entity: EntityLine, show_namespace: bool) -> str:
 
 
 class Renderer:
-    """Lines and their token counts with one tokenizer; each line is counted with the
-    newline that ends the line before it, so a block's count is the sum of its lines'
-    (checked against the joined block's own count, which is what is returned)."""
+    """Lines and their token counts with one tokenizer. Each line is counted with the
+    newline that ends it, and the block ends with one, so the block's count is the sum
+    of its lines': a line holds no newline, does not end in whitespace and starts with
+    `-` or `#`, so neither tokenizer joins text across a line break (cl100k_base's
+    pre-tokenizer splits there: a newline stays alone or ends the line's last
+    punctuation; WordPiece splits on whitespace). The property test in
+    tests/search/test_search_context.py checks the sum against the block's own count."""
 
     def __init__(self, tokenizer: Tokenizer, show_namespace: bool) -> None:
         self.tokenizer = tokenizer
         self.show_namespace = show_namespace
-        self._newline = tokenizer.count("\n")
 
     def line(
         self, text: str, memory: MemoryRecord | None = None, entity: EntityLine | None = None
     ) -> Line:
-        return Line(text, self.tokenizer.count(text) + self._newline, memory, entity)
+        return Line(text, self.tokenizer.count, memory, entity)
 
     def memory(self, memory: MemoryRecord) -> Line:
         return self.line(memory_line_text(memory, self.show_namespace), memory=memory)
@@ -207,7 +248,7 @@ class Renderer:
             if section.lines and section.header is not None:
                 texts.append(section.header.text)
                 texts.extend(line.text for line in section.lines)
-        return "\n".join(texts)
+        return "".join(f"{text}\n" for text in texts)
 
 
 def fill(section: Section, candidates: list[Line], allowance: int) -> int:
@@ -217,7 +258,10 @@ def fill(section: Section, candidates: list[Line], allowance: int) -> int:
     for another round."""
     used = 0
     kept: list[Line] = []
-    for line in candidates:
+    for index, line in enumerate(candidates):
+        if used >= allowance:  # every line takes a token at least: the rest wait
+            kept.extend(candidates[index:])
+            break
         cost = line.tokens
         if not section.lines and section.header is not None:
             cost += section.header.tokens
@@ -260,12 +304,14 @@ def candidates_for(
     entities: Sequence[EntityLine],
     renderer: Renderer,
 ) -> dict[SectionKind, list[Line]]:
-    """Each memory once, in the first section that wants it: this session's memories
-    in SESSION; pinned memories (those the query is about first), then the relevant
-    rules and preferences, in PINNED; the other relevant memories in FACTS, in
-    Recall's order."""
+    """Each memory once, in the first section that wants it: this session's short-term
+    memories in SESSION; pinned memories (those the query is about first), then the
+    relevant rules and preferences, in PINNED; the other relevant long-term memories
+    in FACTS, in Recall's order. Another session's short-term memories are left out:
+    they are that session's working context, not long-term knowledge."""
     relevant_ids = {m.id for m in relevant}
     seen = {m.id for m in session}
+    seen.update(m.id for m in relevant if m.expire_at is not None)
     chosen: dict[SectionKind, list[MemoryRecord]] = {kind: [] for kind, _ in SHARES}
     chosen[SectionKind.SESSION] = list(session)
     for memory in sorted(pinned, key=lambda m: m.id not in relevant_ids):  # stable
@@ -291,22 +337,22 @@ def layout(
     entities: Sequence[EntityLine],
     renderer: Renderer,
 ) -> tuple[list[Section], str, int]:
-    """The sections shown (in order, empty ones left out), the block, and its own token
+    """The sections shown (in order, empty ones left out), the block, and its token
     count (never above `budget`). Pure: every read happened before."""
     sections = [Section(kind, header=renderer.line(HEADERS[kind])) for kind, _ in SHARES]
     allocate(
         max(budget, 0), sections, candidates_for(pinned, relevant, session, entities, renderer)
     )
-    text = renderer.join(sections)
-    count = renderer.tokenizer.count(text) if text else 0
-    # should a tokenizer merge across a line break, so that the block counts more
-    # than its lines, the last lines go until it fits
-    while count > budget:
-        last = next(s for s in reversed(sections) if s.lines)
-        last.lines.pop()
-        text = renderer.join(sections)
-        count = renderer.tokenizer.count(text) if text else 0
-    return [s for s in sections if s.lines], text, count
+    for section in sections:  # the session reads in order: summary, then turns oldest first
+        if section.kind == SectionKind.SESSION:
+            section.lines.sort(
+                key=lambda line: (
+                    line.memory is None or line.memory.type != SUMMARY_TYPE,
+                    line.memory.created_at if line.memory else "",
+                )
+            )
+    shown = [s for s in sections if s.lines]
+    return shown, renderer.join(shown), sum(s.tokens for s in shown)
 
 
 class ContextAssembler:
@@ -321,7 +367,8 @@ class ContextAssembler:
     ) -> None:
         self._recaller = recaller
         self._reads = reads
-        self._tokenizer = tokenizer
+        # a memory's line recurs across an agent's turns: its count is kept
+        self._tokenizer = cached(tokenizer)
         self._params = params
 
     @property
@@ -341,27 +388,36 @@ class ContextAssembler:
         token_budget: int,
         session_id: str = "",
         *,
+        as_of: str | None = None,
         bad: Violations | None = None,
     ) -> AssembledContext:
         """`bad` holds what the caller already found wrong with the request; every
-        violation is raised together before any read."""
+        violation is raised together before any read. `as_of`: read what was
+        valid then (services/common/memory_filter.py live_sql), else now."""
         bad = bad if bad is not None else Violations()
         if not 0 <= token_budget <= self._params.max_budget:
             bad.add("token_budget", f"must be between 0 and {self._params.max_budget}")
         budget = self.budget_for(query, max(token_budget, 0))
         limit = recall_limit(budget)
         check_recall_request(query, limit, _NO_FILTER, bad)  # every violation, no read yet
-        pinned_task = asyncio.create_task(self._pinned(namespaces))
-        try:
-            outcome = await self._recaller.recall(namespaces, query, limit, _NO_FILTER)
-            pinned = await pinned_task
-        except BaseException:
-            pinned_task.cancel()
-            await asyncio.gather(pinned_task, return_exceptions=True)
-            raise
-        relevant = [hit.memory for hit in outcome.hits]
-        session: list[MemoryRecord] = []
-        entities = await self._entities(namespaces, query, [*session, *pinned, *relevant])
+        spec = MemoryFilterSpec(as_of=as_of)
+        # every read in one snapshot: the sections see one state of the database
+        async with self._reads.snapshot() as reads:
+            # the other reads run while Recall waits for the query's embedding
+            recall = asyncio.create_task(
+                self._recaller.recall(namespaces, query, limit, spec, snapshot=reads)
+            )
+            try:
+                standing = await self._standing(reads, namespaces, query, session_id, as_of)
+                outcome = await recall
+            except BaseException:
+                recall.cancel()  # the snapshot ends below: nothing may still read from it
+                await asyncio.gather(recall, return_exceptions=True)
+                raise
+            relevant = [hit.memory for hit in outcome.hits]
+            pinned = standing.pinned
+            session = session_memories(standing.session)
+            entities = await self._entities(reads, standing, [*session, *pinned, *relevant])
         renderer = Renderer(self._tokenizer, show_namespace=len(namespaces) > 1)
         sections, text, count = layout(budget, pinned, relevant, session, entities, renderer)
         return AssembledContext(
@@ -374,67 +430,97 @@ class ContextAssembler:
             warnings=tuple(outcome.warnings),
         )
 
-    async def _pinned(self, namespaces: Sequence[str]) -> list[MemoryRecord]:
-        limit = self._params.pinned_limit
-        if limit <= 0:
-            return []
-        async with self._reads.snapshot() as reads:
-            rows = [
-                row
-                for namespace in namespaces
-                for row in await reads.fetch_all(queries.pinned_memories(namespace, limit))
-            ]
-        records = [MemoryRecord.from_row(row) for row in rows]
-        return sorted(records, key=lambda m: (-m.importance, _descending(m.updated_at), m.id))
+    async def _standing(
+        self,
+        reads: Reads,
+        namespaces: Sequence[str],
+        query: str,
+        session_id: str,
+        as_of: str | None,
+    ) -> _Standing:
+        """Each namespace's pinned memories valid now (or at `as_of`), most important
+        first, the session's live short-term memories, and whether it has a knowledge
+        graph, with the entities the query names."""
+        standing = _Standing()
+        tokens = query_tokens(query)
+        for namespace in namespaces:
+            if session_id and self._params.session_limit > 0:
+                rows = await reads.fetch_all(
+                    queries.session_memories(
+                        namespace, session_id, self._params.session_limit, as_of
+                    )
+                )
+                standing.session.extend(MemoryRecord.from_row(row) for row in rows)
+            if self._params.pinned_limit > 0:
+                rows = await reads.fetch_all(
+                    queries.pinned_memories(namespace, self._params.pinned_limit, as_of)
+                )
+                standing.pinned.extend(MemoryRecord.from_row(row) for row in rows)
+            if self._params.entity_limit <= 0:
+                continue
+            if not (await reads.fetch_one(queries.has_entities(namespace)))[0]:
+                continue
+            standing.graphs.append(namespace)
+            if tokens:
+                matched = await reads.fetch_all(
+                    graph_queries.matching_entities(
+                        namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
+                    )
+                )
+                standing.query_entities[namespace] = [row[0] for row in matched]
+        standing.pinned.sort(key=lambda m: (-m.importance, _descending(m.updated_at), m.id))
+        return standing
 
     async def _entities(
-        self, namespaces: Sequence[str], query: str, shown: list[MemoryRecord]
+        self, reads: Reads, standing: _Standing, shown: list[MemoryRecord]
     ) -> list[EntityLine]:
         """The entities that the memories which may be shown name (most named first),
-        then those the query names, with their strongest relations; per namespace (the graph never
-        crosses namespaces)."""
+        then those the query names, with their strongest relations; per namespace (the
+        graph never crosses namespaces), and only where there is a graph."""
         limit = self._params.entity_limit
-        if limit <= 0:
-            return []
-        tokens = query_tokens(query)
         found: list[EntityLine] = []
-        async with self._reads.snapshot() as reads:
-            for namespace in namespaces:
-                ids = [m.id for m in shown if m.namespace == namespace]
-                rows = []
-                if ids:
-                    rows = await reads.fetch_all(queries.mentioned_entities(namespace, ids, limit))
-                named = {row[0]: (row[1], row[2]) for row in rows}
-                if tokens and len(named) < limit:
-                    matched = await reads.fetch_all(
-                        graph_queries.matching_entities(
-                            namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
-                        )
+        if not standing.graphs:
+            return found
+        for namespace in standing.graphs:
+            ids = [m.id for m in shown if m.namespace == namespace]
+            rows = []
+            if ids:
+                rows = await reads.fetch_all(queries.mentioned_entities(namespace, ids, limit))
+            named = {row[0]: (row[1], row[2]) for row in rows}
+            extra = [e for e in standing.query_entities.get(namespace, []) if e not in named]
+            extra = extra[: max(0, limit - len(named))]
+            if extra:
+                for row in await reads.fetch_all(queries.entities_by_id(namespace, extra)):
+                    named[row[0]] = (row[1], row[2])
+            if not named:
+                continue
+            relations: dict[str, list[str]] = {}
+            if self._params.relations_per_entity > 0:
+                for row in await reads.fetch_all(
+                    queries.entity_relations(
+                        namespace, list(named), self._params.relations_per_entity
                     )
-                    extra = [row[0] for row in matched if row[0] not in named]
-                    extra = extra[: limit - len(named)]
-                    if extra:
-                        for row in await reads.fetch_all(queries.entities_by_id(namespace, extra)):
-                            named[row[0]] = (row[1], row[2])
-                if not named:
-                    continue
-                relations: dict[str, list[str]] = {}
-                if self._params.relations_per_entity > 0:
-                    for row in await reads.fetch_all(
-                        queries.entity_relations(
-                            namespace, list(named), self._params.relations_per_entity
-                        )
-                    ):
-                        entity_id, relation, other, outgoing = row[0], row[1], row[2], row[3]
-                        text = f"{relation} {other}" if outgoing else f"{other} {relation} it"
-                        relations.setdefault(entity_id, []).append(text)
-                found.extend(
-                    EntityLine(
-                        entity_id, namespace, name, entity_type, tuple(relations.get(entity_id, ()))
-                    )
-                    for entity_id, (name, entity_type) in named.items()
+                ):
+                    entity_id, relation, other, outgoing = row[0], row[1], row[2], row[3]
+                    text = f"{relation} {other}" if outgoing else f"{other} {relation} it"
+                    relations.setdefault(entity_id, []).append(text)
+            found.extend(
+                EntityLine(
+                    entity_id, namespace, name, entity_type, tuple(relations.get(entity_id, ()))
                 )
+                for entity_id, (name, entity_type) in named.items()
+            )
         return found
+
+
+@dataclass
+class _Standing:
+    """What AssembleContext reads besides Recall (ContextAssembler._standing)."""
+
+    pinned: list[MemoryRecord] = field(default_factory=list)
+    session: list[MemoryRecord] = field(default_factory=list)  # the session's short-term
+    graphs: list[str] = field(default_factory=list)  # namespaces with any entity
+    query_entities: dict[str, list[str]] = field(default_factory=dict)  # the query names
 
 
 def recall_limit(budget: int) -> int:

@@ -17,14 +17,31 @@ def _marks(values: Sequence[Any]) -> str:
     return ", ".join("?" * len(values))
 
 
-def pinned_memories(namespace: str, limit: int) -> Query:
-    """Live pinned memories of the namespace, most important first, then newest."""
+def pinned_memories(namespace: str, limit: int, as_of: str | None = None) -> Query:
+    """Live pinned memories of the namespace (valid now, or at `as_of`), most
+    important first, then newest."""
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
-        f"WHERE m.namespace = ? AND {live_sql('m')} AND m.pinned = 1 "
+        f"WHERE m.namespace = ? AND {live_sql('m', as_of=as_of)} AND m.pinned = 1 "
         "ORDER BY m.importance DESC, m.updated_at DESC, m.id LIMIT ?",
         [namespace, limit],
     )
+
+
+def session_memories(namespace: str, session_id: str, limit: int, as_of: str | None) -> Query:
+    """The session's live short-term memories (turns and summaries; valid now, or at
+    `as_of`), newest first."""
+    return (
+        f"SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.session_id = ? "
+        f"AND {live_sql('m', as_of=as_of)} AND m.expire_at IS NOT NULL "
+        "ORDER BY m.created_at DESC, m.id DESC LIMIT ?",
+        [namespace, session_id, limit],
+    )
+
+
+def has_entities(namespace: str) -> Query:
+    """Whether the namespace has a knowledge graph at all (one index seek)."""
+    return ("SELECT EXISTS (SELECT 1 FROM entities WHERE namespace = ?)", [namespace])
 
 
 def mentioned_entities(namespace: str, memory_ids: Sequence[str], limit: int) -> Query:

@@ -59,6 +59,6 @@ def mentioning_memories(
         "SELECT DISTINCT m.rowid FROM memory_entity_mentions mm "
         "JOIN memories m ON m.id = mm.memory_id "
         f"WHERE mm.namespace = ? AND mm.entity_id IN ({_marks(entity_ids)}) "
-        f"AND m.namespace = ? AND {live_sql('m')}{clauses} LIMIT ?",
+        f"AND m.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses} LIMIT ?",
         [namespace, *entity_ids, namespace, *params, limit],
     )

@@ -19,7 +19,8 @@ MEMORY_COLUMNS = (
     "m.rowid AS rowid, m.id, m.namespace, m.content, m.content_hash, m.type, m.importance, "
     "m.tags, m.pinned, m.who, m.why, m.source_type, m.source_id, m.version, m.is_deleted, "
     "m.deleted_at, m.created_at, m.updated_at, m.event_time, m.access_count, m.last_accessed, "
-    "m.session_id, m.expire_at"
+    "m.session_id, m.expire_at, m.valid_from, m.valid_until, m.invalidated_at, m.categories, "
+    "m.temporal_class"
 )
 
 
@@ -37,7 +38,8 @@ def live_count(namespace: str | None, spec: MemoryFilterSpec) -> Query:
         return (f"SELECT count(*) FROM memories m WHERE {live_sql('m')}", [])
     clauses, params = filter_sql(spec, "m")
     return (
-        f"SELECT count(*) FROM memories m WHERE m.namespace = ? AND {live_sql('m')}{clauses}",
+        f"SELECT count(*) FROM memories m WHERE m.namespace = ? "
+        f"AND {live_sql('m', as_of=spec.as_of)}{clauses}",
         [namespace, *params],
     )
 
@@ -91,7 +93,8 @@ def _term_rows(namespace: str, spec: MemoryFilterSpec) -> tuple[str, list[Any]]:
     # doclist) instead of one FTS probe per namespace row.
     return (
         "FROM memories_fts f CROSS JOIN memories m ON m.rowid = f.rowid "
-        f"WHERE memories_fts MATCH ? AND m.namespace = ? AND {live_sql('m')}{clauses}",
+        "WHERE memories_fts MATCH ? AND m.namespace = ? "
+        f"AND {live_sql('m', as_of=spec.as_of)}{clauses}",
         [namespace, *params],
     )
 
@@ -147,7 +150,8 @@ def vector_candidates(
     return (
         f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v "
         "JOIN memories m ON m.rowid = v.memory_rowid "
-        f"WHERE v.namespace = ? AND {live_sql('m')}{clauses} ORDER BY d LIMIT ?",
+        f"WHERE v.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses} "
+        "ORDER BY d LIMIT ?",
         [query_bits_f32, namespace, *params, limit],
     )
 
@@ -162,12 +166,13 @@ def exact_vector_candidates(
         "FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid "
         "JOIN embeddings e ON e.namespace = m.namespace AND e.content_hash = m.content_hash "
         "AND e.model = ? "
-        f"WHERE v.namespace = ? AND {live_sql('m')}{clauses} ORDER BY d LIMIT ?",
+        f"WHERE v.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses} "
+        "ORDER BY d LIMIT ?",
         [query_f32, model, namespace, *params, limit],
     )
 
 
-def pool_rows(namespace: str, rowids: Sequence[int], model: str) -> Query:
+def pool_rows(namespace: str, rowids: Sequence[int], model: str, as_of: str | None = None) -> Query:
     """Pool members with what fusion needs: event time and the exact vector
     (NULL when not embedded); live memories of the namespace only."""
     marks = ", ".join("?" * len(rowids))
@@ -177,17 +182,19 @@ def pool_rows(namespace: str, rowids: Sequence[int], model: str) -> Query:
         "AND e.content_hash = m.content_hash AND e.model = ? "
         # `+` on the live rule's columns and the namespace keeps the planner on
         # the rowid lookups.
-        f"WHERE m.rowid IN ({marks}) AND {live_sql('m', keep_plan=True)} AND +m.namespace = ?",
+        f"WHERE m.rowid IN ({marks}) AND {live_sql('m', keep_plan=True, as_of=as_of)} "
+        "AND +m.namespace = ?",
         [model, *rowids, namespace],
     )
 
 
-def memories_by_rowid(namespace: str, rowids: Sequence[int]) -> Query:
-    """Live memories of the namespace among `rowids`."""
+def memories_by_rowid(namespace: str, rowids: Sequence[int], as_of: str | None = None) -> Query:
+    """Live memories of the namespace among `rowids` (valid now, or at `as_of`)."""
     marks = ", ".join("?" * len(rowids))
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
-        f"WHERE m.rowid IN ({marks}) AND {live_sql('m', keep_plan=True)} AND +m.namespace = ?",
+        f"WHERE m.rowid IN ({marks}) AND {live_sql('m', keep_plan=True, as_of=as_of)} "
+        "AND +m.namespace = ?",
         [*rowids, namespace],
     )
 

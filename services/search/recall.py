@@ -15,6 +15,7 @@ searched collection (namespace + filter).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import defaultdict
@@ -174,11 +175,13 @@ class Recaller:
         track_access: bool = True,
         min_score: float | None = None,
         bad: Violations | None = None,
+        snapshot: Reads | None = None,
     ) -> RecallOutcome:
         """`namespaces`: one, or several searched each on its own (its own statistics)
         in one read snapshot and merged by score. `bad` holds what the caller already
         found wrong with the request; `min_score` None means the configured
-        `search.min_score`."""
+        `search.min_score`. `snapshot`: the caller's read snapshot, when Recall is
+        one of several reads that must see the same database (AssembleContext)."""
         names = (namespaces,) if isinstance(namespaces, str) else tuple(namespaces)
         query, limit, spec, min_score = check_recall_request(query, limit, spec, bad, min_score)
         if min_score is None:
@@ -192,7 +195,9 @@ class Recaller:
         records: dict[int, MemoryRecord] = {}
         vectors_used = False
         try:
-            async with self._reads.snapshot() as reads:
+            async with (
+                contextlib.nullcontext(snapshot) if snapshot else self._reads.snapshot()
+            ) as reads:
                 # with a reranker, its whole head is picked before the cut to `limit`
                 # (seed 000 "Optional Reranking")
                 depth = max(limit, self._params.reranker_top_n) if self._reranker else limit
@@ -290,6 +295,7 @@ class Recaller:
             graph.rowids,
             keyword_rows,
             reads,
+            as_of=spec.as_of,
         )
         params = self._params.scoring
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
@@ -301,7 +307,7 @@ class Recaller:
         records = {
             row["rowid"]: MemoryRecord.from_row(row)
             for row in await reads.fetch_all(
-                queries.memories_by_rowid(namespace, [c.rowid for c in picked])
+                queries.memories_by_rowid(namespace, [c.rowid for c in picked], spec.as_of)
             )
         }
         return [c for c in picked if c.rowid in records], records, vectors_used
@@ -333,7 +339,7 @@ class Recaller:
             if not keyword.ranked:
                 return keyword, {}
             rowids = [r for r, _ in keyword.ranked]
-            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model))
+            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model, spec.as_of))
             return keyword, {row[0]: row for row in rows}
 
     async def _keyword_channel(
@@ -518,6 +524,8 @@ class Recaller:
         graph: frozenset[int] = frozenset(),
         fetched: dict[int, Any] | None = None,
         reads: Reads | None = None,
+        *,
+        as_of: str | None = None,
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
         what scoring needs (`fetched`: pool rows already read, by rowid; `reads`:
@@ -530,7 +538,7 @@ class Recaller:
         by_rowid = dict(fetched or {})
         missing = [r for r in wanted if r not in by_rowid]
         if missing:
-            for row in await reads.fetch_all(queries.pool_rows(namespace, missing, model)):
+            for row in await reads.fetch_all(queries.pool_rows(namespace, missing, model, as_of)):
                 by_rowid[row[0]] = row
         rows = [by_rowid[r] for r in wanted if r in by_rowid]
         cosine: dict[int, float] = {}

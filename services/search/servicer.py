@@ -5,9 +5,18 @@ from __future__ import annotations
 import grpc
 
 from engram.search.v1 import search_pb2, search_pb2_grpc
-from services.common.convert import filter_from_proto, memory_to_proto
+from services.common.convert import (
+    filter_from_proto,
+    memory_to_proto,
+    text_from_timestamp,
+    with_as_of,
+)
 from services.common.errors import Violations
-from services.common.validation import DEFAULT_NAMESPACE, validate_namespaces
+from services.common.validation import (
+    DEFAULT_NAMESPACE,
+    check_session_id,
+    validate_namespaces,
+)
 from services.search.context import AssembledContext, ContextAssembler
 from services.search.recall import Recaller
 
@@ -27,7 +36,12 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             ),
             request.query,
             request.limit,
-            filter_from_proto(request.filter, bad=bad),
+            with_as_of(
+                filter_from_proto(request.filter, bad=bad),
+                request.as_of,
+                request.HasField("as_of"),
+                bad,
+            ),
             track_access=not request.skip_access_tracking,
             min_score=request.min_score if request.HasField("min_score") else None,
             bad=bad,
@@ -56,7 +70,12 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             bad.check((DEFAULT_NAMESPACE,), validate_namespaces, request.namespaces),
             request.query,
             request.token_budget,
-            request.session_id,
+            bad.check("", check_session_id, request.session_id, "session_id")
+            if request.session_id
+            else "",
+            as_of=bad.check(
+                None, text_from_timestamp, request.as_of, request.HasField("as_of"), "as_of"
+            ),
             bad=bad,
         )
         return context_to_proto(assembled)

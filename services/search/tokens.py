@@ -74,6 +74,17 @@ class _MiniLM:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
 
+class _Cached:
+    def __init__(self, inner: Tokenizer, size: int) -> None:
+        self.name = inner.name
+        self.count = functools.lru_cache(maxsize=size)(inner.count)
+
+
+def cached(inner: Tokenizer, size: int = 65_536) -> Tokenizer:
+    """`inner` with the counts of the last `size` distinct texts kept."""
+    return _Cached(inner, size)
+
+
 @functools.cache
 def tokenizer(name: str) -> Tokenizer:
     """The tokenizer `search.context.tokenizer` names (loaded once per process)."""

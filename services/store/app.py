@@ -15,6 +15,8 @@ from engram.store.internal.v1 import (
     access_pb2_grpc,
     admin_pb2,
     admin_pb2_grpc,
+    dedup_pb2,
+    dedup_pb2_grpc,
     documents_pb2,
     documents_pb2_grpc,
     job_queue_pb2,
@@ -39,6 +41,8 @@ from services.common.suite import announce_suite
 from services.store.access_servicer import AccessServicer
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
+from services.store.dedup import DedupStore
+from services.store.dedup_servicer import DedupServicer
 from services.store.document_servicer import DocumentStoreServicer
 from services.store.documents import DocumentStore
 from services.store.extraction_writes import ExtractionWrites, write_policy
@@ -46,7 +50,9 @@ from services.store.job_servicer import JobQueueServicer
 from services.store.jobs import JobQueue, queue_counts_now
 from services.store.memories import MemoryStore
 from services.store.migrations import MigrationMismatch, apply_migrations
+from services.store.privacy import PrivacyPolicy
 from services.store.servicer import MemoryStoreServicer
+from services.store.sessions import Sessions
 from services.store.suite_sql import read_suite_id
 from services.store.writer import Writer
 
@@ -60,6 +66,7 @@ INTERNAL_SERVICE_NAMES = (
     documents_pb2.DESCRIPTOR.services_by_name["DocumentStoreService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["StoreAdminService"].full_name,
     access_pb2.DESCRIPTOR.services_by_name["AccessService"].full_name,
+    dedup_pb2.DESCRIPTOR.services_by_name["DedupService"].full_name,
 )
 REAPER_INTERVAL_S = 60.0
 
@@ -172,7 +179,15 @@ async def start_store(
         max_job_attempts=max_attempts,
         tombstone_days=config.retention.tombstone_days,
         extract_on_create=config.memory.pipelineV2.enabled,
+        privacy=PrivacyPolicy(config.sessions.privacy),
         pii=PiiGate(config.pii),
+    )
+    sessions = Sessions(
+        writer,
+        store,
+        turn_ttl_ms=config.sessions.turn_ttl_ms,
+        summary_ttl_ms=config.sessions.summary_ttl_ms,
+        max_job_attempts=max_attempts,
     )
     queue = JobQueue(
         writer,
@@ -197,19 +212,25 @@ async def start_store(
         log.info("embedding model changed; re-embedding queued", extra={"jobs": queued})
 
     def register_public(server: grpc.aio.Server) -> None:
-        store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(MemoryStoreServicer(store), server)
+        store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(
+            MemoryStoreServicer(store, sessions), server
+        )
 
     def register_internal(server: grpc.aio.Server) -> None:
         documents_pb2_grpc.add_DocumentStoreServiceServicer_to_server(
             DocumentStoreServicer(documents), server
         )
         job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(
-            JobQueueServicer(queue, ExtractionWrites(writer, write_policy(config))), server
+            JobQueueServicer(queue, ExtractionWrites(writer, write_policy(config)), sessions),
+            server,
         )
         admin_pb2_grpc.add_StoreAdminServiceServicer_to_server(
             StoreAdminServicer(store_admin(writer, reads, config)), server
         )
         access_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(store), server)
+        dedup_pb2_grpc.add_DedupServiceServicer_to_server(
+            DedupServicer(DedupStore(writer, max_job_attempts=max_attempts)), server
+        )
 
     started: list[RunningServer] = []
     try:

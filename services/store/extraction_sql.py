@@ -26,7 +26,7 @@ def insert_link(
     from_memory_id: str,
     to_memory_id: str,
     link_type: str,
-    job_id: str,
+    job_id: str | None,
     at: str,
 ) -> None:
     """Idempotent: the same link written twice stays one row."""

@@ -26,11 +26,19 @@ from typing import Any
 from services.common import clock
 from services.common.config import Config
 from services.common.errors import InvalidArgument
-from services.common.facts import FACT_TYPES, MAX_ENTITIES, MAX_ENTITY_CHARS, MAX_FACT_CHARS, Fact
+from services.common.facts import (
+    FACT_TYPES,
+    MAX_CATEGORIES,
+    MAX_CATEGORY_CHARS,
+    MAX_ENTITIES,
+    MAX_ENTITY_CHARS,
+    MAX_FACT_CHARS,
+    Fact,
+)
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
 from services.common.validation import validate_id, validate_ids
-from services.store import contradiction, mutations
+from services.store import contradiction, mutations, supersede
 from services.store import extraction_sql as sql
 from services.store import repository as repo
 from services.store.graph import Triple, write_graph
@@ -203,6 +211,14 @@ def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) 
     if len(proposal.fact.content) > MAX_FACT_CHARS:
         raise InvalidArgument(f"{field}.fact.content", f"at most {MAX_FACT_CHARS} characters")
     _check_unit(proposal.fact.confidence, f"{field}.fact.confidence")
+    if proposal.fact.importance is not None:
+        _check_unit(proposal.fact.importance, f"{field}.fact.importance")
+    if len(proposal.fact.categories) > MAX_CATEGORIES:
+        raise InvalidArgument(f"{field}.fact.categories", f"at most {MAX_CATEGORIES}")
+    if any(not c.strip() or len(c) > MAX_CATEGORY_CHARS for c in proposal.fact.categories):
+        raise InvalidArgument(
+            f"{field}.fact.categories", f"each 1 to {MAX_CATEGORY_CHARS} characters"
+        )
     _check_unit(proposal.confidence, f"{field}.confidence")
     if proposal.action in ("update", "delete") and not proposal.target_id:
         raise InvalidArgument(f"{field}.target_id", "required for UPDATE and DELETE")
@@ -334,60 +350,73 @@ class _JobWrite:
         gate = self._fact_gate(item)
         if gate:
             return ProposalResult("skipped", reason=gate)
-        content = item.content
-        assert self.source is not None
-        memory_type = memory_type_of(item.proposal.fact.type)
-        [created] = mutations.create(
-            self.conn,
-            [
-                mutations.new_memory(
-                    repo.MemoryRow(
-                        repo.new_id(),
-                        self.namespace,
-                        content.storage,
-                        content.normalized,
-                        content.content_hash,
-                        memory_type,
-                        # seed 002: a pipeline memory's importance is its fact's confidence
-                        item.proposal.fact.confidence,
-                        "[]",
-                        0,
-                        ACTOR,
-                        WHY,
-                        "",
-                        "",
-                        self.at,
-                        self.source.event_time,
-                        extraction_status="derived",
-                        extraction_model=self.request.extraction_model,
-                        source_memory_id=self.source.id,
-                    ),
-                    actor=ACTOR,
-                    reason=WHY,
-                    max_attempts=self.policy.max_job_attempts,
-                    metadata={
-                        "source_memory_id": self.source.id,
-                        "extraction_model": self.request.extraction_model,
-                        "job_id": self.request.job_id,
-                    },
-                    # A derived fact gets an embed job at most: never an extract job.
-                    extract=False,
-                    vector=item.vector,
-                )
-            ],
-        )
+        [created] = mutations.create(self.conn, [self._derived(item)])
         if created.deduplicated:
             return ProposalResult("deduped", created.memory_id, reason="duplicate")
+        self._link_to_source(created.memory_id)
+        return ProposalResult("created", created.memory_id)
+
+    def _derived(
+        self, item: _Checked, metadata: dict[str, Any] | None = None
+    ) -> mutations.NewMemory:
+        """A pipeline fact from the source: valid (and dated) from the source's
+        event time, when it was said."""
+        content = item.content
+        fact = item.proposal.fact
+        assert self.source is not None
+        return mutations.new_memory(
+            repo.MemoryRow(
+                repo.new_id(),
+                self.namespace,
+                content.storage,
+                content.normalized,
+                content.content_hash,
+                memory_type_of(item.proposal.fact.type),
+                # seed 004 §4: the model's importance; seed 002: else the confidence
+                fact.confidence if fact.importance is None else fact.importance,
+                "[]",
+                0,
+                ACTOR,
+                WHY,
+                "",
+                "",
+                self.at,
+                self.source.event_time,
+                extraction_status="derived",
+                extraction_model=self.request.extraction_model,
+                source_memory_id=self.source.id,
+                valid_from=self.source.event_time,
+                categories=json.dumps(
+                    list(dict.fromkeys(c.strip().lower() for c in fact.categories))
+                ),
+                temporal_class=fact.temporal_class,
+                valid_until=_short_term_end(fact, self.source.event_time),
+            ),
+            actor=ACTOR,
+            reason=WHY,
+            max_attempts=self.policy.max_job_attempts,
+            metadata={
+                "source_memory_id": self.source.id,
+                "extraction_model": self.request.extraction_model,
+                "job_id": self.request.job_id,
+                **(metadata or {}),
+            },
+            # A derived fact gets an embed job at most: never an extract job.
+            extract=False,
+            vector=item.vector,
+        )
+
+    def _link_to_source(self, memory_id: str) -> None:
+        assert self.source is not None
         sql.insert_link(
             self.conn,
             self.namespace,
-            created.memory_id,
+            memory_id,
             self.source.id,
             sql.DERIVED_FROM,
             self.request.job_id,
             self.at,
         )
-        return ProposalResult("created", created.memory_id)
 
     def _destructive_guard(self, item: _Checked, target: MemoryRecord | None) -> str:
         """The first guard an UPDATE or DELETE fails, or "" when it may be applied."""
@@ -405,6 +434,8 @@ class _JobWrite:
             return "target_not_found"
         if target.pinned:
             return "target_pinned"
+        if target.superseded_at is not None:
+            return "target_superseded"
         if proposal.action == "update":
             gate = self._fact_gate(item)
             if gate:
@@ -422,47 +453,41 @@ class _JobWrite:
     def _update(
         self, item: _Checked, target: MemoryRecord, review: bool
     ) -> tuple[ProposalResult, dict[str, Any]]:
-        """A new version of the target; the old content stays in its history."""
+        """A new memory replaces the target (services/store/supersede.py): the
+        target keeps its content and its validity closes when the new fact
+        starts (the source's event time)."""
         assert self.source is not None
         content = item.content
         if content.content_hash == target.content_hash:
             return ProposalResult("recorded", target.id, "unchanged", review), {}
-        other = repo.live_ids_by_hash(self.conn, self.namespace, [content.content_hash])
-        if other:
-            duplicate = other[content.content_hash]
+        valid_from = self.source.event_time
+        why, twin = supersede.refusal(self.conn, target, content.content_hash, valid_from)
+        if why == supersede.DUPLICATE:
             return ProposalResult("blocked", reason="duplicate", review_needed=review), {
-                "duplicate_memory_id": duplicate
+                "duplicate_memory_id": twin
             }
+        if why:
+            return ProposalResult("blocked", reason=why, review_needed=review), {}
         self.applied_destructive += 1
-        new_version = mutations.new_version(
+        done = supersede.supersede(
             self.conn,
             target,
-            content=content,
-            fields={},
+            self._derived(item, supersede.new_history_metadata(target, valid_from)),
             actor=ACTOR,
             reason=_clip(item.proposal.reason) or "pipeline-v2 update",
             at=self.at,
+            job_id=self.request.job_id,
             metadata={
-                "changes": {},
                 "source_memory_id": self.source.id,
                 "job_id": self.request.job_id,
                 "review_needed": review,
             },
-            max_attempts=self.policy.max_job_attempts,
-            vector=item.vector,
         )
-        sql.insert_link(
-            self.conn,
-            self.namespace,
-            self.source.id,
-            target.id,
-            sql.SUPERSEDES,
-            self.request.job_id,
-            self.at,
-        )
-        return ProposalResult("updated", target.id, review_needed=review), {
+        self._link_to_source(done.new_memory_id)
+        return ProposalResult("updated", done.new_memory_id, review_needed=review), {
+            "superseded_memory_id": target.id,
             "old_version": target.version,
-            "new_version": new_version,
+            "new_version": done.old_version,
         }
 
     def _delete(self, item: _Checked, target: MemoryRecord) -> None:
@@ -552,3 +577,12 @@ def write_policy(config: Config) -> WritePolicy:
         destructive_max_per_job=p.destructiveMaxPerJob,
         max_job_attempts=p.workerMaxRetries,
     )
+
+
+def _short_term_end(fact: Fact, valid_from: str) -> str | None:
+    """A short-term fact's end (seed 004 §5) as the memory's valid_until (issue
+    17's valid time: reads of now leave it out once passed); None for other
+    classes and for an end that is not after the fact's start."""
+    if fact.temporal_class != "short_term" or fact.valid_until is None:
+        return None
+    return fact.valid_until if fact.valid_until > valid_from else None

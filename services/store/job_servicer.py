@@ -7,7 +7,7 @@ import grpc
 from engram.store.internal.v1 import job_queue_pb2 as pb
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common import tracing
-from services.common.convert import timestamp_from_text
+from services.common.convert import temporal_from_proto, text_from_timestamp, timestamp_from_text
 from services.common.errors import InvalidArgument
 from services.common.validation import validate_namespace
 from services.store.extraction_writes import (
@@ -19,6 +19,7 @@ from services.store.extraction_writes import (
 from services.store.graph import Triple
 from services.store.job_enums import TYPE_NAMES, TYPE_VALUES, job_counts
 from services.store.jobs import EmbedResult, JobQueue, LeaseHolder
+from services.store.sessions import Sessions
 
 _ACTION_NAMES = {
     pb.PROPOSAL_ACTION_ADD: "add",
@@ -47,9 +48,10 @@ def _holder(message: pb.LeaseHolder) -> LeaseHolder:
 
 
 class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
-    def __init__(self, queue: JobQueue, extraction: ExtractionWrites) -> None:
+    def __init__(self, queue: JobQueue, extraction: ExtractionWrites, sessions: Sessions) -> None:
         self._queue = queue
         self._extraction = extraction
+        self._sessions = sessions
 
     async def LeaseJobs(
         self, request: pb.LeaseJobsRequest, context: grpc.aio.ServicerContext
@@ -80,6 +82,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                     content=j.content,
                     content_hash=j.content_hash,
                     document_id=j.document_id,
+                    session_id=j.session_id,
                 )
                 for j in jobs
             ]
@@ -114,7 +117,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                 proposals=tuple(
                     Proposal(
                         action=_ACTION_NAMES.get(p.action, ""),
-                        fact=Fact(p.fact.content, p.fact.type, p.fact.confidence),
+                        fact=fact_from_proto(p.fact),
                         target_id=p.target_id,
                         confidence=p.confidence,
                         reason=p.reason,
@@ -143,6 +146,19 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                 for r in outcome.results
             ],
             graph_error=outcome.graph_error,
+        )
+
+    async def CompleteSummarizeJob(
+        self, request: pb.CompleteSummarizeJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CompleteSummarizeJobResponse:
+        outcome = await self._sessions.complete_summary_job(
+            request.lease.job_id, request.lease.lease_token, request.summary, request.model
+        )
+        return pb.CompleteSummarizeJobResponse(
+            outcome=_outcomes([outcome.held])[0],
+            memory_id=outcome.memory_id,
+            superseded_by=outcome.superseded_by,
+            privacy_blocked=outcome.privacy_blocked,
         )
 
     async def FailJobs(
@@ -193,3 +209,19 @@ def _wait_seconds(request: pb.LeaseJobsRequest) -> float:
     if not -999_999_999 <= wait.nanos <= 999_999_999:
         raise InvalidArgument("wait", "nanos must be within ±999,999,999")
     return wait.seconds + wait.nanos / 1e9
+
+
+def fact_from_proto(fact: pb.ProposedFact) -> Fact:
+    """A proposal's fact; a bad `valid_until` is INVALID_ARGUMENT (the store's
+    checks in services/store/extraction_writes.py judge the rest)."""
+    return Fact(
+        fact.content,
+        fact.type,
+        fact.confidence,
+        importance=fact.importance if fact.HasField("importance") else None,
+        temporal_class=temporal_from_proto(fact.temporal_class),
+        valid_until=text_from_timestamp(
+            fact.valid_until, fact.HasField("valid_until"), "proposals.fact.valid_until"
+        ),
+        categories=tuple(fact.categories),
+    )

@@ -24,11 +24,11 @@ from services.common.errors import (
     InvalidArgument,
 )
 from services.common.vectors import normalized_f32
-from services.store import document_sql, mutations
+from services.store import document_sql, mutations, sessions
 from services.store import repository as repo
 from services.store.writer import Writer
 
-JOB_TYPES = ("embed", "extract", "document_ingest")
+JOB_TYPES = ("embed", "extract", "document_ingest", "summarize_session")
 MAX_BATCH = 500
 MAX_ERROR_CHARS = 2000
 MAX_WORKER_NAME_CHARS = 200
@@ -48,6 +48,7 @@ class LeasedJob:
     content: str
     content_hash: str
     document_id: str = ""
+    session_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,12 @@ class JobQueue:
                 if job_type == "document_ingest" and not row["has_document"]:
                     repo.complete_job(conn, row["id"], at, '{"skipped":"document deleted"}')
                     continue
+                session_id, content = "", row["content"] or ""
+                if job_type == "summarize_session":
+                    session_id, content = sessions.transcript(conn, row["id"], row["namespace"])
+                    if not content:
+                        repo.complete_job(conn, row["id"], at, '{"skipped":"no live turns"}')
+                        continue
                 token = uuid.uuid4().hex
                 repo.mark_leased(conn, row["id"], token, at, owner)
                 leased.append(
@@ -270,9 +277,10 @@ class JobQueue:
                         lease_token=token,
                         attempts=row["attempts"] + 1,
                         max_attempts=row["max_attempts"],
-                        content=row["content"] or "",
+                        content=content,
                         content_hash=row["content_hash"] or "",
                         document_id=row["document_id"] or "",
+                        session_id=session_id,
                     )
                 )
             return leased

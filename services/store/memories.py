@@ -30,7 +30,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
 from services.common.pii import PiiAction, PiiGate, PiiPolicy
 from services.common.validation import validate_id, validate_ids
-from services.store import mutations, rules
+from services.store import mutations, rules, supersede
 from services.store import repository as repo
 from services.store.admin_sql import purged_marker_query
 from services.store.page_tokens import (
@@ -38,6 +38,7 @@ from services.store.page_tokens import (
     decode_time_position,
     encode_page_token,
 )
+from services.store.privacy import PrivacyBlocked, PrivacyPolicy
 from services.store.rules import MemoryDraft
 from services.store.writer import Writer
 
@@ -79,16 +80,21 @@ class PatchSpec:
     who: str | None = None
     reason: str = ""
     if_version: int | None = None
+    supersede: bool = False  # a new memory replaces this one (services/store/supersede.py)
+    valid_from: str | None = None  # with supersede: when the new one starts (None: now)
 
 
 @dataclass(frozen=True)
 class PatchOutcome:
     id: str
-    status: str  # updated | unchanged | version_conflict | not_found | duplicate_content
+    # updated | unchanged | version_conflict | not_found | duplicate_content |
+    # already_superseded | starts_before_target
+    status: str
     current_version: int = 0
     new_version: int = 0
     content_changed: bool = False
     duplicate_memory_id: str = ""
+    new_memory_id: str = ""  # supersede: the memory that replaces this one
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,21 @@ class HistoryEntry:
     metadata: dict[str, Any]
     created_at: str
 
+    @classmethod
+    def from_row(cls, r: Any) -> HistoryEntry:
+        """From a row of repository.history_query."""
+        return cls(
+            id=r["id"],
+            memory_id=r["memory_id"],
+            event=r["event"],
+            old_content=r["old_content"],
+            new_content=r["new_content"],
+            actor=r["changed_by"],
+            reason=r["reason"],
+            metadata=json.loads(r["metadata"]),
+            created_at=r["created_at"],
+        )
+
 
 class MemoryStore:
     def __init__(
@@ -132,6 +153,7 @@ class MemoryStore:
         max_job_attempts: int = 3,
         tombstone_days: float = 30,
         extract_on_create: bool = False,
+        privacy: PrivacyPolicy | None = None,
         pii: PiiGate | None = None,
     ) -> None:
         """`extract_on_create`: `memory.pipelineV2.enabled`. A new memory gets an
@@ -143,7 +165,13 @@ class MemoryStore:
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
         self._extract = extract_on_create
+        self.privacy = privacy or PrivacyPolicy({})
         self._pii = pii or PiiGate(PiiSettings())
+
+    @property
+    def reads(self) -> ReadPool:
+        """The read pool, for read-only services over the same file (ExplainMemory)."""
+        return self._reads
 
     def pii_policy(self, namespace: str, requested: PiiAction | None) -> PiiPolicy:
         """The PII policy of a write to `namespace` (`requested`: the request's own)."""
@@ -151,8 +179,11 @@ class MemoryStore:
 
     # ---- remember / import -----------------------------------------------------
 
-    async def remember(self, draft: MemoryDraft) -> tuple[MemoryRecord, bool]:
-        """Raw-first: row, FTS, history and jobs commit together before we reply."""
+    async def remember(self, draft: MemoryDraft, privacy: str = "") -> tuple[MemoryRecord, bool]:
+        """Raw-first: row, FTS, history and jobs commit together before we reply.
+        `privacy`: the request's level (PRIVACY_BLOCKED when it, or the
+        namespace's, forbids the write)."""
+        self.privacy.check_write(draft.namespace, privacy, long_term=draft.ttl_nanos is None)
         [prepared] = prepare_drafts(
             [draft], clock.now_text(), self._max_attempts, extract=self._extract
         )
@@ -163,7 +194,9 @@ class MemoryStore:
     def start_import(self) -> ImportSession:
         """One ImportMemories stream (refused at once when mutations are frozen)."""
         self._writer.check_writable()
-        return ImportSession(self._writer, self._max_attempts, extract=self._extract)
+        return ImportSession(
+            self._writer, self._max_attempts, extract=self._extract, privacy=self.privacy
+        )
 
     async def import_drafts(
         self, items: Sequence[MemoryDraft | InvalidArgument]
@@ -209,6 +242,8 @@ class MemoryStore:
         bad = _collector(bad)
         spec = check_filter(spec, rules.MEMORY_TYPES, bad=bad)
         size = bad.check(DEFAULT_LIST_PAGE_SIZE, _page_size, page_size, DEFAULT_LIST_PAGE_SIZE)
+        if deleted and spec.as_of is not None:
+            bad.add("as_of", "not with deleted: tombstones are listed as of now")
         kind = "tombstones" if deleted else "memories"
         scope = f"{namespace}\x00{spec.fingerprint()}"
         after = bad.check(None, decode_time_position, page_token, kind, scope)
@@ -253,20 +288,7 @@ class MemoryStore:
             and await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id)) is None
         ):
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
-        entries = [
-            HistoryEntry(
-                id=r["id"],
-                memory_id=r["memory_id"],
-                event=r["event"],
-                old_content=r["old_content"],
-                new_content=r["new_content"],
-                actor=r["changed_by"],
-                reason=r["reason"],
-                metadata=json.loads(r["metadata"]),
-                created_at=r["created_at"],
-            )
-            for r in rows[:size]
-        ]
+        entries = [HistoryEntry.from_row(r) for r in rows[:size]]
         next_token = ""
         if len(rows) > size:
             next_token = encode_page_token("history", scope, [rows[size - 1]["seq"]])
@@ -306,6 +328,10 @@ class MemoryStore:
         if patch.if_version is not None and patch.if_version != version:
             return PatchOutcome(patch.id, "version_conflict", version, version)
         current = MemoryRecord.from_row(row)
+        # Raised inside the transaction: the whole request writes nothing.
+        self.privacy.check_write(namespace, "", long_term=current.expire_at is None)
+        if patch.supersede:
+            return self._supersede(conn, current, patch, actor, at)
         changes: dict[str, Any] = {}
         changed: dict[str, Any] = {}
         content_changed = patch.content is not None and patch.content.storage != current.content
@@ -351,6 +377,57 @@ class MemoryStore:
             max_attempts=self._max_attempts,
         )
         return PatchOutcome(patch.id, "updated", version, new_version, content_changed)
+
+    def _supersede(
+        self, conn: Any, current: MemoryRecord, patch: _CheckedPatch, actor: str, at: str
+    ) -> PatchOutcome:
+        """A new memory with the patch's content (and its other fields, the rest
+        copied from `current`) replaces `current`, which keeps its content and
+        gets its validity closed (services/store/supersede.py)."""
+        version = current.version
+        valid_from = patch.valid_from or at
+        why, twin = supersede.refusal(conn, current, patch.content.content_hash, valid_from)
+        if why == supersede.DUPLICATE:
+            return PatchOutcome(
+                patch.id, "duplicate_content", version, version, duplicate_memory_id=twin
+            )
+        if why:
+            status = "unchanged" if why == supersede.UNCHANGED else why
+            return PatchOutcome(patch.id, status, version, version)
+        pinned = current.pinned if patch.pinned is None else patch.pinned
+        importance = current.importance if patch.importance is None else patch.importance
+        content = patch.content
+        new = mutations.new_memory(
+            repo.MemoryRow(
+                repo.new_id(),
+                current.namespace,
+                content.storage,
+                content.normalized,
+                content.content_hash,
+                current.type if patch.type is None else patch.type,
+                rules.effective_importance(pinned, importance),
+                json.dumps(list(current.tags if patch.tags is None else patch.tags)),
+                int(pinned),
+                current.who if patch.who is None else patch.who,
+                current.why,
+                current.source_type,
+                "",
+                at,
+                valid_from,
+                session_id=current.session_id or None,
+                expire_at=current.expire_at,
+                valid_from=valid_from,
+            ),
+            actor=actor,
+            reason=patch.reason,
+            max_attempts=self._max_attempts,
+            metadata=supersede.new_history_metadata(current, valid_from),
+            extract=self._extract and current.expire_at is None,
+        )
+        done = supersede.supersede(conn, current, new, actor=actor, reason=patch.reason, at=at)
+        return PatchOutcome(
+            patch.id, "updated", version, done.old_version, new_memory_id=done.new_memory_id
+        )
 
     # ---- delete / forget / recover ----------------------------------------------
 
@@ -554,6 +631,8 @@ class _CheckedPatch:
     who: str | None
     reason: str
     if_version: int | None
+    supersede: bool = False
+    valid_from: str | None = None
 
 
 def _check_patches(
@@ -586,6 +665,10 @@ def _check_patches(
             )
         ):
             bad.add(field, "sets no field to change")
+        if patch.supersede and patch.content is None:
+            bad.add(f"{field}.content", "required with supersede: the new version's content")
+        if patch.valid_from is not None and not patch.supersede:
+            bad.add(f"{field}.valid_from", "only with supersede")
         checked.append(
             _CheckedPatch(
                 id=patch.id,
@@ -604,7 +687,7 @@ def _check_patches(
                 ),
                 tags=None
                 if patch.tags is None
-                else bad.check(None, rules.check_tags, patch.tags, f"{field}.tags"),
+                else bad.check(None, rules.check_tags, patch.tags, f"{field}.tags", pii=pii),
                 pinned=patch.pinned,
                 who=None
                 if patch.who is None
@@ -614,9 +697,12 @@ def _check_patches(
                     patch.who,
                     f"{field}.who",
                     rules.MAX_TEXT_FIELD_CHARS["who"],
+                    pii=pii,
                 ),
                 reason=reason,
                 if_version=patch.if_version,
+                supersede=patch.supersede,
+                valid_from=patch.valid_from,
             )
         )
     return checked
@@ -712,8 +798,11 @@ class ImportSession:
     reply) and the items of the chunk being filled. If the stream stops early,
     the whole chunks before that point are committed and the rest is dropped."""
 
-    def __init__(self, writer: Writer, max_attempts: int, *, extract: bool) -> None:
+    def __init__(
+        self, writer: Writer, max_attempts: int, *, extract: bool, privacy: PrivacyPolicy
+    ) -> None:
         self._writer = writer
+        self._privacy = privacy
         self._max_attempts = max_attempts
         self._extract = extract
         self._outcomes: list[ImportOutcome | None] = []
@@ -730,6 +819,11 @@ class ImportSession:
         index = len(self._outcomes)
         if index >= MAX_IMPORT_STREAM_ITEMS:
             raise InvalidArgument("items", f"at most {MAX_IMPORT_STREAM_ITEMS} items per stream")
+        if not isinstance(item, InvalidArgument):
+            try:  # the namespace's privacy level (an import item names none)
+                self._privacy.check_write(item.namespace, "", long_term=item.ttl_nanos is None)
+            except PrivacyBlocked as blocked:
+                item = InvalidArgument(f"items[{index}]", f"PRIVACY_BLOCKED: {blocked.message}")
         if isinstance(item, InvalidArgument):
             self._outcomes.append(ImportOutcome(index, "failed", error=item.message))
             return
@@ -871,4 +965,5 @@ def _new_record(draft: MemoryDraft, row: repo.MemoryRow) -> MemoryRecord:
         last_accessed=None,
         session_id=row.session_id or "",
         expire_at=row.expire_at,
+        valid_from=row.valid_from or row.event_time,
     )

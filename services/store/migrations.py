@@ -562,6 +562,54 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             WHERE pinned = 1 AND is_deleted = 0;
         """,
     ),
+    (
+        "bi_temporal_validity",
+        """
+        -- Issue 17: every memory has a valid time (valid_from, valid_until:
+        -- when it was true in the world) besides its transaction time
+        -- (created_at, updated_at, deleted_at). valid_from defaults to the
+        -- event time; valid_until stays NULL until a newer version supersedes
+        -- the memory, and invalidated_at records when that was written (the
+        -- transaction time of the close, for point-in-time reads).
+        ALTER TABLE memories ADD COLUMN invalidated_at TEXT;
+        UPDATE memories SET valid_from = event_time WHERE valid_from IS NULL;
+        -- Dedup is against open memories only: a superseded value (moved to
+        -- Lisbon, then Berlin) may become true again as a new memory.
+        DROP INDEX memories_live_hash;
+        CREATE UNIQUE INDEX memories_live_hash
+            ON memories(namespace, content_hash) WHERE is_deleted = 0 AND valid_until IS NULL;
+        -- Superseded memories by content (few): whether a stored vector is
+        -- still held by one (they stay searchable with as_of).
+        CREATE INDEX memories_closed_hash
+            ON memories(namespace, content_hash) WHERE valid_until IS NOT NULL;
+        """,
+    ),
+    (
+        "memory_categories_and_class",
+        """
+        -- Issue 18 (seed 004 §5-6): the extraction model's categories (a JSON
+        -- list, filtered like tags) and temporal class ('permanent',
+        -- 'long_term', 'short_term'; '' when not classified) of pipeline
+        -- memories. A short-term memory's end is the existing valid_until.
+        ALTER TABLE memories ADD COLUMN categories TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE memories ADD COLUMN temporal_class TEXT NOT NULL DEFAULT '';
+        """,
+    ),
+    (
+        "dedup_open_until_superseded",
+        """
+        -- Issue 17 with issue 18: a memory may carry a valid_until without
+        -- being superseded (a short-term fact's known end), so what leaves
+        -- the dedup index is being superseded (invalidated_at set), not
+        -- having an end: such a fact still deduplicates.
+        DROP INDEX memories_live_hash;
+        CREATE UNIQUE INDEX memories_live_hash
+            ON memories(namespace, content_hash) WHERE is_deleted = 0 AND invalidated_at IS NULL;
+        DROP INDEX memories_closed_hash;
+        CREATE INDEX memories_closed_hash
+            ON memories(namespace, content_hash) WHERE invalidated_at IS NOT NULL;
+        """,
+    ),
 )
 
 

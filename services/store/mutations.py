@@ -32,6 +32,7 @@ MODIFIED_EVENT = "modified"
 DELETED_EVENT = "deleted"
 RECOVERED_EVENT = "recovered"
 PURGED_EVENT = "purged"
+MERGED_EVENT = "merged"  # soft-deleted as a near-duplicate of another (services/store/dedup.py)
 # Who removes expired memories (the retention sweep, or a write that meets an
 # expired twin): the same actor as the rest of retention.
 RETENTION_ACTOR = "retention"
@@ -398,10 +399,11 @@ def soft_delete(
     reason: str,
     at: str,
     metadata: dict[str, Any] | None = None,
+    event: str = DELETED_EVENT,
 ) -> int:
     """Tombstone a live memory (it leaves FTS and the vector index by trigger;
     RecoverMemory brings it back within the tombstone window); a `deleted`
-    event. Returns the new version."""
+    event (or `event`: `merged` for a near-duplicate). Returns the new version."""
     version = current.version + 1
     repo.update_memory(
         conn, current.id, {"is_deleted": 1, "deleted_at": at, "version": version, "updated_at": at}
@@ -413,6 +415,7 @@ def soft_delete(
         reason=reason,
         at=at,
         metadata={"new_version": version, "hard": False, **(metadata or {})},
+        event=event,
     )
     return version
 
@@ -425,12 +428,13 @@ def record_deletion(
     reason: str,
     at: str,
     metadata: dict[str, Any],
+    event: str = DELETED_EVENT,
 ) -> None:
     """The `deleted` event of a soft delete or a forced (hard) forget."""
     record_event(
         conn,
         record,
-        DELETED_EVENT,
+        event,
         old_content=record.content,
         new_content=None,
         actor=actor,

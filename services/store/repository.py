@@ -15,12 +15,14 @@ from services.common.memory_filter import (
     filter_sql,
     live_sql,
     not_expired_sql,
+    present_sql,
 )
 
 MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
     "source_type, source_id, version, is_deleted, deleted_at, created_at, updated_at, "
-    "event_time, access_count, last_accessed, session_id, expire_at"
+    "event_time, access_count, last_accessed, session_id, expire_at, valid_from, valid_until, "
+    "invalidated_at, categories, temporal_class"
 )
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
@@ -40,6 +42,8 @@ _UPDATABLE = {
     "updated_at",
     "embedding_model",
     "expire_at",
+    "valid_until",
+    "invalidated_at",
 }
 
 Query = tuple[str, list[Any]]
@@ -79,7 +83,10 @@ def list_memories_query(
     namespace: str, spec: MemoryFilterSpec, after: tuple[str, str] | None, limit: int
 ) -> Query:
     clauses, params = filter_sql(spec, "m")
-    sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {live_sql('m')}{clauses}"
+    sql = (
+        f"SELECT {_M_COLUMNS} FROM memories m "
+        f"WHERE m.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses}"
+    )
     args: list[Any] = [namespace, *params]
     if after is not None:
         sql += " AND (m.created_at, m.id) < (?, ?)"
@@ -120,13 +127,16 @@ def forget_candidates_query(
     include_pinned: bool,
     limit: int,
 ) -> Query:
-    """Live memories selected for forgetting. With `term_matches` (one MATCH
+    """Memories selected for forgetting: live ones and superseded versions
+    (services/common/memory_filter.py present_sql). With `term_matches` (one MATCH
     expression per query term) a memory must match any of them, and those
     matching the most terms come first; then newest first. (Not BM25: FTS5's
     statistics span every namespace, so its order would let other tenants'
     data decide which of this namespace's memories make the cut.)"""
     clauses, params = filter_sql(spec, "m")
-    sql = f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {live_sql('m')}{clauses}"
+    sql = (
+        f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {present_sql('m')}{clauses}"
+    )
     args: list[Any] = [namespace, *params]
     if not include_pinned:
         sql += " AND m.pinned = 0"
@@ -172,8 +182,9 @@ class Twin(NamedTuple):
 
 
 def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str, Twin]:
-    """content_hash -> the not-deleted memory with that hash, expired or not
-    (an expired one still holds its place in the dedup index until purged)."""
+    """content_hash -> the not-deleted, not superseded memory with that hash,
+    expired or not (an expired one still holds its place in the dedup index
+    until purged; a superseded one holds none: its value may become true again)."""
     found: dict[str, Twin] = {}
     unique = list(dict.fromkeys(hashes))
     for start in range(0, len(unique), 500):
@@ -183,7 +194,7 @@ def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str,
             # index for longer IN lists: a scan of the whole namespace.
             f"SELECT content_hash, id, expire_at, NOT {not_expired_sql('memories')} "
             "FROM memories INDEXED BY memories_live_hash "
-            "WHERE namespace = ? AND is_deleted = 0 "
+            "WHERE namespace = ? AND is_deleted = 0 AND invalidated_at IS NULL "
             f"AND content_hash IN ({', '.join('?' * len(chunk))})",
             [namespace, *chunk],
         ).fetchall()
@@ -231,6 +242,10 @@ class MemoryRow(NamedTuple):
     source_memory_id: str | None = None
     session_id: str | None = None
     expire_at: str | None = None
+    valid_from: str | None = None  # None: the event time (services/common/memory_record.py)
+    categories: str = "[]"  # JSON list (pipeline memories, seed 004 §6)
+    temporal_class: str = ""  # permanent | long_term | short_term (seed 004 §5)
+    valid_until: str | None = None  # a short-term fact's end (issue 17's valid time)
 
 
 # Rows per multi-row INSERT (at most 21 parameters a row, far below SQLite's limit).
@@ -257,9 +272,20 @@ def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
         "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
         "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
         "updated_at, event_time, extraction_status, extraction_model, source_memory_id, "
-        "session_id, expire_at) VALUES ",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(*row[:14], row[13], *row[14:]) for row in rows],
+        "session_id, expire_at, valid_from, categories, temporal_class, valid_until) VALUES ",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                *row[:14],
+                row[13],
+                *row[14:20],
+                row.valid_from or row.event_time,
+                row.categories,
+                row.temporal_class,
+                row.valid_until,
+            )
+            for row in rows
+        ],
     )
 
 
@@ -382,8 +408,12 @@ def delete_unused_embeddings(conn: Any, namespace: str, hashes: Sequence[str]) -
         removed += conn.execute(
             "DELETE FROM embeddings WHERE namespace = ? "
             f"AND content_hash IN ({', '.join('?' * len(chunk))}) "
-            # Two probes, so each can use an index (the live-hash one is partial).
+            # Three probes, so each can use an index (the live-hash and the
+            # closed-hash ones are partial).
             "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.is_deleted = 0 "
+            "AND m.invalidated_at IS NULL "
+            "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash) "
+            "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.invalidated_at IS NOT NULL "
             "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash) "
             "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.is_deleted = 1 "
             "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash)",

@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2
 
-from engram.common.v1 import pii_policy_pb2
+from engram.common.v1 import pii_policy_pb2, privacy_pb2
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common import tracing
 from services.common.auth import acting
@@ -18,17 +18,20 @@ from services.common.convert import (
     nanos_from_duration,
     text_from_timestamp,
     timestamp_from_text,
+    with_as_of,
 )
 from services.common.errors import InvalidArgument, Violations
 from services.common.pii import PiiAction, PiiPolicy
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.store import rules
+from services.store.explain import explain, list_links
 from services.store.memories import (
     ForgetSelection,
     HistoryEntry,
     MemoryStore,
     PatchSpec,
 )
+from services.store.sessions import Sessions, Turn
 
 MAX_IMPORT_BATCH = 1000
 
@@ -37,12 +40,30 @@ _IMPORT_STATUS = {
     "deduplicated": store_pb2.IMPORT_STATUS_DEDUPLICATED,
     "failed": store_pb2.IMPORT_STATUS_FAILED,
 }
+PRIVACY_LEVELS = {
+    privacy_pb2.PRIVACY_LEVEL_UNSPECIFIED: "",
+    privacy_pb2.PRIVACY_LEVEL_NONE: "none",
+    privacy_pb2.PRIVACY_LEVEL_PARTIAL: "partial",
+    privacy_pb2.PRIVACY_LEVEL_FULL: "full",
+}
+_TURN_ROLES = {
+    store_pb2.TURN_ROLE_USER: "user",
+    store_pb2.TURN_ROLE_ASSISTANT: "assistant",
+    store_pb2.TURN_ROLE_SYSTEM: "system",
+    store_pb2.TURN_ROLE_TOOL: "tool",
+}
+_DIRECTIONS = {
+    store_pb2.LINK_DIRECTION_OUTGOING: "outgoing",
+    store_pb2.LINK_DIRECTION_INCOMING: "incoming",
+}
 _PATCH_STATUS = {
     "updated": store_pb2.PATCH_STATUS_UPDATED,
     "unchanged": store_pb2.PATCH_STATUS_UNCHANGED,
     "version_conflict": store_pb2.PATCH_STATUS_VERSION_CONFLICT,
     "not_found": store_pb2.PATCH_STATUS_NOT_FOUND,
     "duplicate_content": store_pb2.PATCH_STATUS_DUPLICATE_CONTENT,
+    "already_superseded": store_pb2.PATCH_STATUS_ALREADY_SUPERSEDED,
+    "starts_before_target": store_pb2.PATCH_STATUS_STARTS_BEFORE_TARGET,
 }
 
 
@@ -132,19 +153,27 @@ def _optional(message: Any, name: str) -> Any:
     return getattr(message, name) if message.HasField(name) else None
 
 
+def _privacy(bad: Violations, level: privacy_pb2.PrivacyLevel.ValueType) -> str:
+    if level not in PRIVACY_LEVELS:
+        bad.add("privacy", "unknown privacy level")
+    return PRIVACY_LEVELS.get(level, "")
+
+
 class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryStore, sessions: Sessions) -> None:
         self._store = store
+        self._sessions = sessions
 
     async def Remember(
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RememberResponse:
         bad = Violations()
+        privacy = _privacy(bad, request.privacy)
         namespace = namespace_of(bad, request.namespace)
         requested = bad.check(None, pii_action, request.pii_policy, "pii_policy")
         pii = self._store.pii_policy(namespace, requested)
         draft = _draft(namespace, request, pii, bad=bad)
-        record, deduplicated = await self._store.remember(draft)
+        record, deduplicated = await self._store.remember(draft, privacy)
         tracing.note_job_trace(record.id)  # its embed job's span links here
         return store_pb2.RememberResponse(memory=memory_to_proto(record), deduplicated=deduplicated)
 
@@ -215,7 +244,12 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         bad = Violations()
         records, next_token = await self._store.list_memories(
             namespace_of(bad, request.namespace),
-            filter_from_proto(request.filter, bad=bad),
+            with_as_of(
+                filter_from_proto(request.filter, bad=bad),
+                request.as_of,
+                request.HasField("as_of"),
+                bad,
+            ),
             request.page_size,
             request.page_token,
             deleted=request.deleted,
@@ -228,6 +262,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def ModifyMemories(
         self, request: store_pb2.ModifyMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ModifyMemoriesResponse:
+        bad = Violations()
         patches = [
             PatchSpec(
                 id=p.id,
@@ -239,10 +274,17 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                 who=_optional(p, "who"),
                 reason=p.reason,
                 if_version=_optional(p, "if_version"),
+                supersede=p.supersede,
+                valid_from=bad.check(
+                    None,
+                    text_from_timestamp,
+                    p.valid_from,
+                    p.HasField("valid_from"),
+                    f"patches[{i}].valid_from",
+                ),
             )
-            for p in request.patches
+            for i, p in enumerate(request.patches)
         ]
-        bad = Violations()
         namespace = namespace_of(bad, request.namespace)
         requested = bad.check(None, pii_action, request.pii_policy, "pii_policy")
         outcomes = await self._store.modify(
@@ -262,6 +304,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                     new_version=o.new_version,
                     content_changed=o.content_changed,
                     duplicate_memory_id=o.duplicate_memory_id,
+                    new_memory_id=o.new_memory_id,
                 )
                 for o in outcomes
             ]
@@ -346,4 +389,100 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         )
         return store_pb2.ListMemoryHistoryResponse(
             events=[_history_to_proto(e) for e in entries], next_page_token=next_token
+        )
+
+    async def AppendTurn(
+        self, request: store_pb2.AppendTurnRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.AppendTurnResponse:
+        bad = Violations()
+        turn = Turn(
+            namespace=namespace_of(bad, request.namespace),
+            session_id=request.session_id,
+            role=_TURN_ROLES.get(request.role, ""),
+            content=request.content,
+            who=request.who,
+            event_time=bad.check(
+                None,
+                text_from_timestamp,
+                request.event_time,
+                request.HasField("event_time"),
+                "event_time",
+            ),
+            source_id=request.source_id,
+            ttl_nanos=bad.check(
+                None, nanos_from_duration, request.ttl, request.HasField("ttl"), "ttl"
+            ),
+            privacy=_privacy(bad, request.privacy),
+            actor=acting(""),
+        )
+        outcome = await self._sessions.append_turn(turn, bad)
+        response = store_pb2.AppendTurnResponse(
+            captured=outcome.captured,
+            long_term_intent=outcome.long_term_intent,
+            promoted=outcome.promoted,
+            deduplicated=outcome.deduplicated,
+            notice=outcome.notice,
+        )
+        if outcome.record is not None:
+            response.memory.CopyFrom(memory_to_proto(outcome.record))
+        return response
+
+    async def SummarizeSession(
+        self, request: store_pb2.SummarizeSessionRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.SummarizeSessionResponse:
+        bad = Violations()
+        outcome = await self._sessions.summarize(
+            namespace_of(bad, request.namespace), request.session_id, bad
+        )
+        return store_pb2.SummarizeSessionResponse(
+            job_id=outcome.job_id,
+            already_queued=outcome.already_queued,
+            turn_count=outcome.turn_count,
+        )
+
+    async def ExplainMemory(
+        self, request: store_pb2.ExplainMemoryRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ExplainMemoryResponse:
+        bad = Violations()
+        found = await explain(
+            self._store.reads, namespace_of(bad, request.namespace), request.id, bad
+        )
+        memories = memory_to_proto
+        return store_pb2.ExplainMemoryResponse(
+            memory=memories(found.memory),
+            supersedes=[memories(r) for r in found.supersedes],
+            superseded_by=[memories(r) for r in found.superseded_by],
+            derived_from=[memories(r) for r in found.derived_from],
+            derivations=[memories(r) for r in found.derivations],
+            events=[_history_to_proto(e) for e in found.events],
+            events_truncated=found.events_truncated,
+        )
+
+    async def ListMemoryLinks(
+        self, request: store_pb2.ListMemoryLinksRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ListMemoryLinksResponse:
+        bad = Violations()
+        links, next_token = await list_links(
+            self._store.reads,
+            namespace_of(bad, request.namespace),
+            request.memory_id,
+            tuple(request.link_types),
+            _DIRECTIONS.get(request.direction, "both"),
+            request.page_size,
+            request.page_token,
+            bad,
+        )
+        return store_pb2.ListMemoryLinksResponse(
+            links=[
+                store_pb2.MemoryLink(
+                    id=link.id,
+                    link_type=link.link_type,
+                    from_memory_id=link.from_memory_id,
+                    to_memory_id=link.to_memory_id,
+                    create_time=timestamp_from_text(link.created_at),
+                    job_id=link.job_id,
+                )
+                for link in links
+            ],
+            next_page_token=next_token,
         )

@@ -15,14 +15,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from engram.common.v1 import job_pb2
-from engram.store.internal.v1 import access_pb2, admin_pb2, documents_pb2, job_queue_pb2
+from engram.store.internal.v1 import access_pb2, admin_pb2, dedup_pb2, documents_pb2, job_queue_pb2
 from engram.store.internal.v1 import job_queue_pb2_grpc as jq_grpc
 from engram.store.v1 import store_pb2 as pb
 from engram.store.v1 import store_pb2_grpc
 from grpc_helpers import error_of
 from store_helpers import rows
 
-INTERNAL_MODULES = (job_queue_pb2, documents_pb2, admin_pb2, access_pb2)
+INTERNAL_MODULES = (job_queue_pb2, documents_pb2, admin_pb2, access_pb2, dedup_pb2)
 UNAUTHENTICATED = (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")
 DENIED = (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED")
 

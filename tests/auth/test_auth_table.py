@@ -122,6 +122,16 @@ CALLS: dict[str, Call] = {
         metadata=md,
         timeout=TIMEOUT,
     ),
+    "/engram.store.v1.MemoryStoreService/ExplainMemory": lambda w, ns, md: w.store.ExplainMemory(
+        pb.ExplainMemoryRequest(namespace=ns, id=w.ids["get"]), metadata=md, timeout=TIMEOUT
+    ),
+    "/engram.store.v1.MemoryStoreService/ListMemoryLinks": lambda w, ns, md: (
+        w.store.ListMemoryLinks(
+            pb.ListMemoryLinksRequest(namespace=ns, memory_id=w.ids["get"]),
+            metadata=md,
+            timeout=TIMEOUT,
+        )
+    ),
     "/engram.store.v1.MemoryStoreService/ListMemoryHistory": lambda w, ns, md: (
         w.store.ListMemoryHistory(
             pb.ListMemoryHistoryRequest(namespace=ns, memory_id=w.ids["get"]),
@@ -129,6 +139,28 @@ CALLS: dict[str, Call] = {
             timeout=TIMEOUT,
         )
     ),
+    "/engram.store.v1.MemoryStoreService/AppendTurn": lambda w, ns, md: w.store.AppendTurn(
+        pb.AppendTurnRequest(
+            namespace=ns, session_id="table", role=pb.TURN_ROLE_USER, content="a table turn"
+        ),
+        metadata=md,
+        timeout=TIMEOUT,
+    ),
+    # (a turn first: a session without one has nothing to summarise)
+    "/engram.store.v1.MemoryStoreService/SummarizeSession": lambda w, ns, md: (
+        w.store.AppendTurn(
+            pb.AppendTurnRequest(
+                namespace=ns, session_id="summed", role=pb.TURN_ROLE_USER, content="to summarise"
+            ),
+            metadata=md,
+            timeout=TIMEOUT,
+        ),
+        w.store.SummarizeSession(
+            pb.SummarizeSessionRequest(namespace=ns, session_id="summed"),
+            metadata=md,
+            timeout=TIMEOUT,
+        ),
+    )[1],
     "/engram.search.v1.SearchService/Recall": lambda w, ns, md: w.search.Recall(
         spb.RecallRequest(namespace=ns, query="table"), metadata=md, timeout=TIMEOUT
     ),
@@ -211,6 +243,8 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "GetMemory",
         "ListMemories",
         "ListMemoryHistory",
+        "ExplainMemory",
+        "ListMemoryLinks",
         "GetDocument",
         "ListDocumentChunks",
         "WatchDocument",
@@ -224,6 +258,8 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "DeleteMemory",
         "ForgetMemories",
         "RecoverMemory",
+        "AppendTurn",
+        "SummarizeSession",
         "CreateDocument",
     }
     assert by_role[auth.Role.ADMIN] == {"GetDiagnostics", "RunMaintenance", "RunRetention"}

@@ -71,6 +71,18 @@ def test_remember_get_recall_list_history(suite: RunningSuite) -> None:
     assert "CREATED" in engram(suite, "history", memory["id"], *ns).stdout
 
 
+def test_remember_in_a_session_with_a_ttl_and_list_the_session(suite: RunningSuite) -> None:
+    ns = ("-n", "cli-sessions")
+    out = engram(suite, "remember", "short one", *ns, "--session", "s1", "--ttl", "15m", "--json")
+    memory = json.loads(out.stdout)["memory"]
+    assert memory["session_id"] == "s1" and memory["expire_time"]
+    engram(suite, "remember", "elsewhere", *ns)
+    listed = json_lines(engram(suite, "list", *ns, "--session", "s1", "--json").stdout)
+    assert [m["content"] for m in listed] == ["short one"]
+    bad = engram(suite, "remember", "x", *ns, "--ttl", "soon", check=False)
+    assert bad.returncode != 0 and "--ttl" in bad.stderr
+
+
 def test_errors_exit_1_with_reason_and_request_id(suite: RunningSuite) -> None:
     missing = engram(suite, "get", "no-such-id", "-n", "cli-errors", check=False)
     assert missing.returncode == 1

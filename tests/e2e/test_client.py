@@ -9,6 +9,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from engram.client import (
     InvalidArgument,
     MemoryPatch,
     NotFound,
+    PrivacyBlocked,
     RetryPolicy,
     Unavailable,
     VersionConflict,
@@ -76,6 +78,31 @@ def test_remember_get_recall_list_history_and_modify(engram: Engram) -> None:
         store_pb2.HISTORY_EVENT_TYPE_CREATED,
         store_pb2.HISTORY_EVENT_TYPE_MODIFIED,
     ]
+
+
+def test_supersede_explain_and_reads_as_of(engram: Engram) -> None:
+    """Issue 17 through the client: a changed fact supersedes the old one; now
+    reads the new value, as_of an earlier instant the old one."""
+    ns = NS + "-temporal"
+    lisbon = engram.remember("Dana lives in Lisbon", namespace=ns).memory
+    result = engram.supersede_memory(
+        lisbon.id, "Dana lives in Berlin", namespace=ns, reason="she moved"
+    )
+    assert result.status == store_pb2.PATCH_STATUS_UPDATED and result.new_memory_id
+    berlin = engram.get_memory(result.new_memory_id, namespace=ns)
+    assert engram.get_memory(lisbon.id, namespace=ns).valid_until == berlin.valid_from
+    assert [m.content for m in engram.list_memories(namespace=ns)] == ["Dana lives in Berlin"]
+    before = berlin.create_time.ToDatetime() - timedelta(microseconds=1)
+    assert [m.content for m in engram.list_memories(namespace=ns, as_of=before)] == [
+        "Dana lives in Lisbon"
+    ]
+    hits = engram.recall("where does Dana live", namespace=ns, as_of=before).results
+    assert [h.memory.content for h in hits] == ["Dana lives in Lisbon"]
+    explained = engram.explain_memory(berlin.id, namespace=ns)
+    assert [m.id for m in explained.supersedes] == [lisbon.id]
+    assert explained.events[0].event_type == store_pb2.HISTORY_EVENT_TYPE_CREATED
+    linked = list(engram.list_memory_links(lisbon.id, namespace=ns, page_size=1))
+    assert [(x.link_type, x.from_memory_id) for x in linked] == [("supersedes", berlin.id)]
 
 
 def test_errors_are_exceptions_by_meaning(engram: Engram) -> None:
@@ -169,6 +196,66 @@ def test_async_client(suite: RunningSuite) -> None:
             assert status.store_available
             report = await engram.get_diagnostics()
             assert 0.0 <= report.score <= 1.0
+
+    asyncio.run(main())
+
+
+def test_assemble_context_and_recall_across_namespaces(engram: Engram, suite: RunningSuite) -> None:
+    mine, team = NS + "-ctx-user", NS + "-ctx-team"
+    rule = engram.remember("Answer Dana in short bullet points", namespace=mine, pinned=True)
+    fact = engram.remember("Dana's team deploys on Mondays", namespace=team)
+    both = engram.recall("Dana deploys", namespaces=[mine, team]).results
+    assert {r.memory.namespace for r in both} == {mine, team}  # "Dana" is in both
+    assert fact.memory.id in {r.memory.id for r in both}
+    with pytest.raises(InvalidArgument):
+        engram.recall("Dana", namespace=mine, namespaces=[team])
+    context = engram.assemble_context("When does Dana deploy?", namespaces=[mine, team])
+    assert context.token_budget == 1000 and 0 < context.token_count <= 1000
+    shown = {m.id for s in context.sections for m in s.memories}
+    assert {rule.memory.id, fact.memory.id} <= shown
+    assert "Answer Dana in short bullet points" in context.context
+    single = engram.assemble_context("Dana", namespaces=team, token_budget=50)
+    assert single.token_count <= 50
+
+    async def main() -> None:
+        async with AsyncEngram(**suite.client_addresses()) as client:
+            reply = await client.assemble_context("Dana deploys", namespaces=[mine, team])
+            assert fact.memory.id in {m.id for s in reply.sections for m in s.memories}
+            hits = (await client.recall("deploys", namespaces=[mine, team])).results
+            assert fact.memory.id in {r.memory.id for r in hits}
+
+    asyncio.run(main())
+
+
+def test_sessions_turns_summaries_and_privacy(engram: Engram, suite: RunningSuite) -> None:
+    ns = NS + "-sessions"
+    turn = engram.append_turn("chat-9", "user", "My printer is offline", namespace=ns)
+    assert turn.captured and not turn.promoted
+    assert turn.memory.session_id == "chat-9" and turn.memory.HasField("expire_time")
+    kept = engram.append_turn("chat-9", "user", "Remember that my printer is an HP", namespace=ns)
+    assert kept.promoted and not kept.memory.HasField("expire_time")
+    short = engram.remember("printer toner is low", namespace=ns, session_id="chat-9", ttl=90)
+    assert short.memory.expire_time.seconds - short.memory.create_time.seconds == 90
+    in_session = {
+        m.id for m in engram.list_memories(namespace=ns, filter=memory_filter(session_id="chat-9"))
+    }
+    assert in_session == {turn.memory.id, kept.memory.id, short.memory.id}
+    queued = engram.summarize_session("chat-9", namespace=ns)
+    assert queued.job_id and queued.turn_count == 2
+    with pytest.raises(PrivacyBlocked) as blocked:
+        engram.remember("my address is 1 Main St", namespace=ns, privacy="partial")
+    assert isinstance(blocked.value, FailedPrecondition)
+    assert blocked.value.message.startswith("Your privacy setting is partial")
+    skipped = engram.append_turn("chat-9", "user", "hello", namespace=ns, privacy="full")
+    assert not skipped.captured and skipped.notice
+
+    async def main() -> None:
+        async with AsyncEngram(**suite.client_addresses()) as aio:
+            answer = await aio.append_turn(
+                "chat-10", "assistant", "Try restarting it", namespace=ns
+            )
+            assert answer.memory.who == "assistant"
+            assert (await aio.summarize_session("chat-10", namespace=ns)).turn_count == 1
 
     asyncio.run(main())
 

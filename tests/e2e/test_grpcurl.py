@@ -81,6 +81,10 @@ def test_list_of_the_service_shows_every_rpc(store: ProcessHandle) -> None:
             "ForgetMemories",
             "RecoverMemory",
             "ListMemoryHistory",
+            "AppendTurn",
+            "SummarizeSession",
+            "ExplainMemory",
+            "ListMemoryLinks",
         )
     }
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jsonschema
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -29,7 +30,19 @@ from e2e_helpers import (
     start_suite,
 )
 
-TOOLS = {"remember", "recall", "forget", "update_memory", "memory_history"}
+TOOLS = {
+    "remember",
+    "recall",
+    "forget",
+    "update_memory",
+    "memory_history",
+    "assemble_context",
+    "explain_memory",
+    "append_turn",
+    "summarize_session",
+}
+# The tools' definitions in the repo (scripts/gen_tools.py writes them from the server)
+TOOL_FILES = {p.stem: json.loads(p.read_text()) for p in (REPO_ROOT / "tools").glob("*.json")}
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +85,14 @@ async def stdio_session(
 async def call(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
     """A tool's structured result; fails the test on a tool error. The text content
     holds the same JSON, for hosts that show only text to the model."""
+    definition = TOOL_FILES[tool]
+    jsonschema.validate(arguments, definition["inputSchema"])  # the file describes the call
     result = await session.call_tool(tool, arguments)
     assert not result.is_error, _text(result)
     assert result.structured_content is not None
     assert json.loads(_text(result)) == result.structured_content
+    if "outputSchema" in definition:
+        jsonschema.validate(result.structured_content, definition["outputSchema"])
     return result.structured_content
 
 
@@ -108,6 +125,107 @@ def test_tools_are_listed_with_schemas_and_descriptions(suite: RunningSuite) -> 
             assert tools["forget"].annotations.destructive_hint is True
             assert tools["recall"].annotations is not None
             assert tools["recall"].annotations.read_only_hint is True
+
+    run(test)
+
+
+def test_the_tool_files_are_what_the_server_serves_and_valid_json_schema() -> None:
+    """tools/*.json come from one source (the MCP server's tools): regenerating them
+    changes nothing, and each schema is valid JSON Schema (2020-12)."""
+    done = subprocess.run(
+        [str(REPO_ROOT / ".venv" / "bin" / "python"), "scripts/gen_tools.py", "--check"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert set(TOOL_FILES) == TOOLS
+    for name, definition in TOOL_FILES.items():
+        assert definition["name"] == name
+        for key in ("inputSchema", "outputSchema"):
+            if key in definition:
+                jsonschema.Draft202012Validator.check_schema(definition[key])
+        assert definition["inputSchema"]["type"] == "object", name
+
+
+def test_assemble_context_explain_and_recall_across_namespaces(suite: RunningSuite) -> None:
+    async def test() -> None:
+        async with stdio_session(suite) as session:
+            rule = await call(
+                session,
+                "remember",
+                content="Always answer Bob in Spanish",
+                namespace="mcp-ctx-bob",
+                type="rule",
+                pinned=True,
+            )
+            team = await call(
+                session,
+                "remember",
+                content="The team ships the mobile release on Thursdays",
+                namespace="mcp-ctx-team",
+            )
+            both = await call(
+                session,
+                "recall",
+                query="mobile release Spanish",
+                namespaces=["mcp-ctx-bob", "mcp-ctx-team"],
+            )
+            assert {h["namespace"] for h in both["results"]} == {"mcp-ctx-bob", "mcp-ctx-team"}
+            context = await call(
+                session,
+                "assemble_context",
+                query="When does the mobile release ship?",
+                namespaces=["mcp-ctx-bob", "mcp-ctx-team"],
+                token_budget=300,
+            )
+            assert 0 < context["token_count"] <= context["token_budget"] == 300
+            assert [s["kind"] for s in context["sections"]] == ["PINNED", "FACTS"]
+            assert context["sections"][0]["memories"][0]["id"] == rule["memory"]["id"]
+            assert "Always answer Bob in Spanish" in context["context"]
+            assert "ships the mobile release on Thursdays" in context["context"]
+            explained = await call(
+                session, "explain_memory", id=team["memory"]["id"], namespace="mcp-ctx-team"
+            )
+            assert explained["memory"]["id"] == team["memory"]["id"]
+            turn = await call(
+                session,
+                "append_turn",
+                session_id="mcp-chat-1",
+                role="user",
+                content="I am on call for the mobile release this week",
+                namespace="mcp-ctx-team",
+                who="bob",
+            )
+            assert turn["captured"] and not turn["promoted"]
+            kept = await call(
+                session,
+                "append_turn",
+                session_id="mcp-chat-1",
+                role="user",
+                content="Remember that Bob's pager number is 555-0100",
+                namespace="mcp-ctx-team",
+            )
+            assert kept["promoted"] is True
+            summary = await call(
+                session, "summarize_session", session_id="mcp-chat-1", namespace="mcp-ctx-team"
+            )
+            assert summary["job_id"] and summary["turn_count"] == 1
+            with_session = await call(
+                session,
+                "assemble_context",
+                query="mobile release",
+                namespaces=["mcp-ctx-team"],
+                session_id="mcp-chat-1",
+            )
+            session_section = [s for s in with_session["sections"] if s["kind"] == "SESSION"]
+            assert session_section[0]["memories"][0]["id"] == turn["memory"]["id"]
+            refused = await session.call_tool(
+                "assemble_context", {"query": "x", "namespaces": ["a", "a"]}
+            )
+            assert refused.is_error and "INVALID_ARGUMENT" in _text(refused), _text(refused)
 
     run(test)
 

@@ -52,7 +52,7 @@ from e2e_helpers import (
     needs_grpcurl,
 )
 from http_fakes import Reply, ScriptedHttpServer
-from llm_fakes import LlmServer, fact, scripted
+from llm_fakes import LlmServer, fact, is_summary, scripted
 
 README = REPO_ROOT / "README.md"
 pytestmark = needs_grpcurl()
@@ -72,6 +72,7 @@ GUIDE_HTML = (
     "</body></html>"
 )
 EXTRACTED = ["Alice moved to Lisbon", "Alice prefers tea"]
+SUMMARY = json.dumps({"summary": "The user's build fails on the linker step; CI runs on Ubuntu."})
 COMMAND_TIMEOUT_S = 60
 
 # ```sh blocks that are not run here, and why (matched by their first line).
@@ -299,6 +300,12 @@ def _purge(out: Output, ids: dict[str, str]) -> None:
     assert [c["id"] for c in out.one["candidates"]] == [ids["<other id>"]]
 
 
+def _assembled(out: Any, ids: dict[str, str]) -> None:
+    assert "Alice prefers green tea" in out.one["context"]
+    assert 0 < out.one["token_count"] <= out.one["token_budget"] == 300
+    assert out.one["sections"][0]["memories"]
+
+
 def _recall_deploy(out: Output, ids: dict[str, str]) -> None:
     found = [r["memory"] for r in out.one["results"]]
     assert contents(found) == ["Deploys happen on Tuesdays"]
@@ -319,6 +326,18 @@ def _document(out: Output, ids: dict[str, str]) -> None:
 def _chunks(out: Output, ids: dict[str, str]) -> None:
     [chunk] = out.one["chunks"]
     assert "Deploys happen on Tuesdays" in json.dumps(chunk)
+
+
+def _short_turn(out: Output, ids: dict[str, str]) -> None:
+    memory = out.one["memory"]
+    assert out.one["captured"] is True and "promoted" not in out.one
+    assert (memory["session_id"], memory["type"]) == ("chat-42", "episodic")
+    assert memory["expire_time"]
+
+
+def _promoted_turn(out: Output, ids: dict[str, str]) -> None:
+    assert out.one["promoted"] is True and out.one["long_term_intent"] is True
+    assert "expire_time" not in out.one["memory"]
 
 
 CHECKS: list[tuple[Example, Check]] = [
@@ -385,6 +404,13 @@ CHECKS: list[tuple[Example, Check]] = [
         lambda out, ids: _equal(out.one["results"][0]["memory"]["id"], ids["<memory id>"]),
     ),
     (Example("Recall", "deploy day"), _recall_deploy),
+    (
+        Example("Recall", '"namespaces"'),
+        lambda out, ids: _equal(
+            {r["memory"]["namespace"] for r in out.one["results"]} <= {"team-a", "default"}, True
+        ),
+    ),
+    (Example("AssembleContext"), _assembled),
     (Example("GetStatus"), lambda out, ids: _equal(out.one.get("store_available"), True)),
     (Example("GetQueueStats"), lambda out, ids: _has(out.text, "live_memory_count")),
     (
@@ -403,6 +429,18 @@ CHECKS: list[tuple[Example, Check]] = [
         lambda out, ids: _equal(out.one["providers"].get("pipeline_reachable"), True),
     ),
     (Example("RunRetention"), lambda out, ids: _has(out.text, "steps")),
+    (Example("AppendTurn", '"ttl": "3s"'), _short_turn),
+    (Example("AppendTurn", "Remember that our CI"), _promoted_turn),
+    (
+        Example("SummarizeSession"),
+        lambda out, ids: _equal((bool(out.one["job_id"]), out.one["turn_count"]), (True, "1")),
+    ),
+    (
+        Example("ListMemories", '"session_id": "chat-42"'),
+        lambda out, ids: _equal(
+            contents(out.one["memories"]), ["Remember that our CI runs on Ubuntu 24.04"]
+        ),
+    ),
 ]
 
 
@@ -433,7 +471,10 @@ def _guide_page(_request: Any) -> Reply:
 def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     """The README's `engram up` line, on free ports, with a scripted LLM and web page."""
     root = tmp_path_factory.mktemp("readme")
-    llm = LlmServer(scripted(lambda memory: [fact(text) for text in EXTRACTED])).start()
+    extract = scripted(lambda memory: [fact(text) for text in EXTRACTED])
+    llm = LlmServer(
+        lambda prompt: SUMMARY if is_summary(prompt) else extract(prompt)  # SummarizeSession
+    ).start()
     pages = ScriptedHttpServer({("GET", "/guide.html"): _guide_page}).start()
     ports = {name: free_port() for name in (*SERVICES, "store_internal")}
     config = root / "engram.yaml"

@@ -9,10 +9,13 @@ from typing import Any
 
 import grpc
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from engram.common.v1 import job_pb2
 from engram.search.v1 import search_pb2 as spb
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
 from extract_write_helpers import link
 from grpc_helpers import error_of
 from recall_helpers import Stack
@@ -184,6 +187,61 @@ def test_context_entities_section_names_the_graph_entities_of_the_memories_shown
     assert "- Alice Smith" in response.context
 
 
+def _turn(stack: Stack, content: str, session_id: str, **fields: Any) -> Any:
+    return stack.store.AppendTurn(
+        store_pb2.AppendTurnRequest(
+            session_id=session_id, role=store_pb2.TURN_ROLE_USER, content=content, **fields
+        )
+    ).memory
+
+
+def test_context_session_section_summary_first_then_the_turns_it_does_not_cover(
+    recall_stack: Callable[..., Stack],
+) -> None:
+    """Seed 001: the summary is preferred over the raw turns it summarises; turns after
+    it follow, oldest first; another session's turns are not long-term knowledge."""
+    stack = recall_stack(KEYWORDS_ONLY)
+    early = _turn(stack, "I am planning a trip to Kyoto in April", "s1", who="ana")
+    stack.store.SummarizeSession(store_pb2.SummarizeSessionRequest(session_id="s1"))
+    [job] = stack.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_SUMMARIZE_SESSION, max_jobs=10)
+    ).jobs
+    stack.jobs.CompleteSummarizeJob(
+        jq.CompleteSummarizeJobRequest(
+            lease=jq.JobLease(job_id=job.id, lease_token=job.lease_token),
+            summary="Ana is planning an April trip to Kyoto.",
+            model="test-llm",
+        )
+    )
+    later = [
+        _turn(stack, "Which temples should I see?", "s1", who="ana"),
+        _turn(stack, "Also, I hate crowds", "s1", who="ana"),
+    ]
+    other = _turn(stack, "Kyoto trip for the other session", "s2")
+    fact = stack.remember("Ana's passport expires in May", type="fact")
+    response = assemble(stack, "Kyoto trip passport", session_id="s1")
+
+    session = section(response, SESSION)
+    assert session is not None
+    kinds = [m.type for m in session.memories]
+    assert kinds[0] == "session_summary"
+    assert [m.id for m in session.memories[1:]] == [m.id for m in later]
+    assert early.id not in {m.id for s in response.sections for m in s.memories}, "summarised"
+    assert other.id not in {m.id for s in response.sections for m in s.memories}
+    assert fact.id in [m.id for m in section(response, FACTS).memories]
+    text = response.context
+    assert text.index("## This session") > text.index("## Relevant memories")
+    assert "- [summary to " in text and "ana: Which temples should I see?" in text
+    assert text.index("Which temples") < text.index("I hate crowds")
+    # no session asked for: no session section, and its turns stay out of the facts
+    plain = assemble(stack, "Kyoto trip passport")
+    assert section(plain, SESSION) is None
+    assert all(not m.session_id for s in plain.sections for m in s.memories)
+    # a small budget keeps the newest turns
+    small = assemble(stack, "nothing matches this", session_id="s1", token_budget=25)
+    assert [m.content for m in section(small, SESSION).memories] == ["Also, I hate crowds"]
+
+
 def test_context_refuses_bad_requests_naming_every_bad_field(
     recall_stack: Callable[..., Stack],
 ) -> None:
@@ -198,6 +256,8 @@ def test_context_refuses_bad_requests_naming_every_bad_field(
             ["namespaces[1]", "query", "token_budget"],
         ),
         ({"query": "x", "namespaces": ["bad name"]}, ["namespaces[0]"]),
+        ({"query": "x", "session_id": "has space"}, ["session_id"]),
+        ({"query": "x", "session_id": "s" * 129}, ["session_id"]),
     ]
     for fields, bad_fields in cases:
         code, reason, names = error_of(
@@ -255,6 +315,22 @@ def _memory(i: int, content: str, kind: str, pinned: bool, namespace: str) -> Me
     )
 
 
+# contents whose ends could join a line break: punctuation, CR LF, Unicode line and
+# paragraph separators, NEL, tabs, trailing spaces, contractions, digits
+TRICKY = [
+    "ends with a full stop.",
+    "ends with marks?!",
+    "windows\r\nline\r\n",
+    "unicode\u2028separator\u2029",
+    "next line\x85",
+    "\ttabbed\t",
+    "trailing spaces   ",
+    "'s 've 're",
+    "12345678",
+    "...",
+    "## looks like a header",
+    "- looks like a line",
+]
 _text = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=200
 )
@@ -272,6 +348,16 @@ _memories = st.lists(
     session=_memories,
     entity_names=st.lists(_text, max_size=8),
     namespaces=st.sampled_from([("a",), ("a", "b")]),
+    tokenizer_name=st.sampled_from([CL100K, MINILM]),
+)
+@example(
+    budget=400,
+    pinned=[(c, "fact", False) for c in TRICKY],
+    relevant=[(c, "rule", False) for c in TRICKY],
+    session=[],
+    entity_names=TRICKY,
+    namespaces=("a",),
+    tokenizer_name=CL100K,
 )
 def test_the_block_never_exceeds_the_budget_and_shows_each_memory_once(
     budget: int,
@@ -280,7 +366,10 @@ def test_the_block_never_exceeds_the_budget_and_shows_each_memory_once(
     session: list[tuple[str, str, bool]],
     entity_names: list[str],
     namespaces: tuple[str, ...],
+    tokenizer_name: str,
 ) -> None:
+    """The block's count is the sum of its lines' (services.search.context.Renderer):
+    checked here against the tokenizer's count of the whole block."""
     counter = iter(range(10_000))
 
     def records(items: list[tuple[str, str, bool]]) -> list[MemoryRecord]:
@@ -297,7 +386,7 @@ def test_the_block_never_exceeds_the_budget_and_shows_each_memory_once(
         EntityLine(f"e{i}", namespaces[0], name, "person", (f"knows {name}",))
         for i, name in enumerate(entity_names)
     ]
-    count_tokens = tokenizer(CL100K)
+    count_tokens = tokenizer(tokenizer_name)
     renderer = Renderer(count_tokens, show_namespace=len(namespaces) > 1)
     sections, text, count = layout(
         budget, pinned_records, relevant_records, session_records, entities, renderer

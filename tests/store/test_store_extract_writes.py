@@ -6,12 +6,13 @@ CompleteExtractJob with the proposals a scripted LLM would have produced."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 import pytest
 
-from engram.common.v1 import job_pb2
+from engram.common.v1 import job_pb2, memory_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import (
@@ -35,7 +36,7 @@ from extract_write_helpers import (
     proposal,
 )
 from grpc_helpers import error_of
-from recall_helpers import DIM, MODEL, Stack, vec
+from recall_helpers import DIM, MODEL, Stack, timestamp, vec
 from store_helpers import rows
 
 P = "memory.pipelineV2."
@@ -457,9 +458,12 @@ def test_update_and_delete_are_blocked_unless_allowed(stack: Stack) -> None:
     assert [a["outcome"] for a in audit(stack, source)] == ["blocked", "blocked"]
 
 
-def test_update_makes_a_new_version_and_keeps_the_old_content_in_history(
+def test_update_supersedes_the_target_with_a_new_memory_instead_of_rewriting_it(
     rig: Callable[..., Stack],
 ) -> None:
+    """Issue 17: a pipeline UPDATE closes the old version's validity and writes
+    a new memory with a `supersedes` link to it (and `derived_from` its source);
+    the old content is not rewritten, so reads as of before the change find it."""
     stack = rig(allowUpdateDelete=True)
     target = stack.remember("Liam works at the bakery on Main Street")
     stack.embed_pending(lambda text: vec(0.4))
@@ -469,33 +473,74 @@ def test_update_makes_a_new_version_and_keeps_the_old_content_in_history(
         stack, job, [proposal(UPDATE, "Liam works at the library on Main Street", target=target)]
     )
     assert outcomes(response) == [(OUTCOME.Value("PROPOSAL_OUTCOME_UPDATED"), "")]
-    assert response.results[0].memory_id == target.id
-    current = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=target.id)).memory
-    assert (current.content, current.version) == ("Liam works at the library on Main Street", 2)
+    new_id = response.results[0].memory_id
+    assert new_id not in ("", target.id)
+    old = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=target.id)).memory
+    new = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=new_id)).memory
+    assert (old.content, old.version, old.deleted) == (target.content, 2, False)
+    assert new.content == "Liam works at the library on Main Street"
+    # the new fact is valid from when it was said; the old one until then
+    assert new.valid_from == source.event_time == old.valid_until
+    assert old.valid_from == target.event_time and not new.HasField("valid_until")
     history = stack.store.ListMemoryHistory(
         store_pb2.ListMemoryHistoryRequest(memory_id=target.id)
     ).events
     modified = history[-1]
     assert (modified.event_type, modified.old_content, modified.new_content, modified.actor) == (
         store_pb2.HISTORY_EVENT_TYPE_MODIFIED,
-        "Liam works at the bakery on Main Street",
-        "Liam works at the library on Main Street",
+        target.content,
+        target.content,
         "pipeline-v2",
     )
-    assert (modified.metadata["old_version"], modified.metadata["new_version"]) == (1, 2)
-    assert [
+    assert modified.metadata["superseded_by"] == new_id
+    created = stack.store.ListMemoryHistory(
+        store_pb2.ListMemoryHistoryRequest(memory_id=new_id)
+    ).events
+    assert [(e.event_type, e.metadata["supersedes"]) for e in created] == [
+        (store_pb2.HISTORY_EVENT_TYPE_CREATED, target.id)
+    ]
+    assert sorted(
         tuple(r)
         for r in rows(db(stack), "SELECT from_memory_id, to_memory_id, link_type FROM memory_links")
-    ] == [(source.id, target.id, "supersedes")]
-    # the old vector no longer describes it: out of the index, re-embed queued
-    assert ("embed", "pending") in jobs_of(stack, target.id)
+    ) == sorted([(new_id, target.id, "supersedes"), (new_id, source.id, "derived_from")])
+    # the old memory keeps its vector (it stays searchable as of earlier instants)
     indexed = rows(
         db(stack),
         "SELECT count(*) FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid WHERE m.id = ?",
         target.id,
     )[0][0]
-    assert indexed == 0
-    assert audit(stack, source)[0]["outcome"] == "updated"
+    assert indexed == 1
+    assert ("embed", "pending") in jobs_of(stack, new_id)
+    listed = [m.id for m in stack.store.ListMemories(store_pb2.ListMemoriesRequest()).memories]
+    assert new_id in listed and target.id not in listed
+    trail = audit(stack, source)[0]
+    assert (trail["outcome"], trail["memory_id"], trail["superseded_memory_id"]) == (
+        "updated",
+        new_id,
+        target.id,
+    )
+    # ExplainMemory: the new fact supersedes the target and derives from the source
+    explained = stack.store.ExplainMemory(store_pb2.ExplainMemoryRequest(id=new_id))
+    assert [m.id for m in explained.supersedes] == [target.id]
+    assert [m.id for m in explained.derived_from] == [source.id]
+    assert [m.id for m in explained.superseded_by] == []
+    by_source = stack.store.ExplainMemory(store_pb2.ExplainMemoryRequest(id=source.id))
+    assert [m.id for m in by_source.derivations] == [new_id]
+    assert [m.id for m in by_source.supersedes] == []
+    assert "updated" in [e.metadata["outcome"] for e in by_source.events if "outcome" in e.metadata]
+    written = stack.store.ListMemoryLinks(store_pb2.ListMemoryLinksRequest(memory_id=new_id))
+    assert sorted((x.link_type, x.to_memory_id) for x in written.links) == sorted(
+        [("supersedes", target.id), ("derived_from", source.id)]
+    )
+    assert all(x.job_id for x in written.links)  # the job that wrote them
+    # a superseded memory is history: the pipeline cannot update or delete it again
+    again = stack.remember("Liam left the library for the bakery on Main Street again")
+    response = complete(
+        stack,
+        extract_job(stack, again),
+        [proposal(UPDATE, "Liam works at the bakery on Main Street again", target=target)],
+    )
+    assert outcomes(response) == [(OUTCOME.Value("PROPOSAL_OUTCOME_BLOCKED"), "target_superseded")]
 
 
 def test_delete_is_a_recoverable_soft_delete(rig: Callable[..., Stack]) -> None:
@@ -645,3 +690,35 @@ def test_an_obedient_llm_cannot_delete_what_the_fact_does_not_contradict(
     )
     live = {m.id for m in stack.store.ListMemories(store_pb2.ListMemoriesRequest()).memories}
     assert {v.id for v in victims} <= live
+
+
+def test_a_fact_with_a_known_end_still_deduplicates_and_can_be_superseded(
+    stack: Stack,
+) -> None:
+    """A short-term fact carries its end as valid_until without being
+    superseded: it stays in the dedup index, and a supersede keeps the end
+    when that comes first."""
+    end = timestamp(datetime(2001, 6, 1, tzinfo=UTC))
+
+    def short_term(content: str) -> jq.Proposal:
+        p = proposal(ADD, content)
+        p.fact.temporal_class = memory_pb2.TEMPORAL_CLASS_SHORT_TERM
+        p.fact.valid_until.CopyFrom(end)
+        return p
+
+    source = stack.remember("Kim is on call this week and the next")
+    first = complete(stack, extract_job(stack, source), [short_term("Kim is on call")])
+    fact_id = first.results[0].memory_id
+    assert stack.store.GetMemory(store_pb2.GetMemoryRequest(id=fact_id)).memory.valid_until == end
+    again = stack.remember("Kim repeated that she is on call")
+    second = complete(stack, extract_job(stack, again), [short_term("Kim is on call")])
+    assert outcomes(second) == [(OUTCOME.Value("PROPOSAL_OUTCOME_DEDUPED"), "duplicate")]
+    assert second.results[0].memory_id == fact_id
+    [result] = stack.store.ModifyMemories(
+        store_pb2.ModifyMemoriesRequest(
+            patches=[store_pb2.MemoryPatch(id=fact_id, content="Kim is off call", supersede=True)],
+            reason="rota changed",
+        )
+    ).results
+    assert result.status == store_pb2.PATCH_STATUS_UPDATED
+    assert stack.store.GetMemory(store_pb2.GetMemoryRequest(id=fact_id)).memory.valid_until == end

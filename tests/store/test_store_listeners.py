@@ -16,6 +16,7 @@ from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import (
     access_pb2,
     admin_pb2,
+    dedup_pb2,
     documents_pb2,
     job_queue_pb2,
     job_queue_pb2_grpc,
@@ -31,6 +32,7 @@ INTERNAL_SERVICES = [
         (documents_pb2, "DocumentStoreService"),
         (admin_pb2, "StoreAdminService"),
         (access_pb2, "AccessService"),
+        (dedup_pb2, "DedupService"),
     )
 ]
 INTERNAL_METHODS = [

@@ -249,3 +249,83 @@ def test_documents_are_gated_at_creation_and_per_chunk(
     finally:
         channel.close()
     assert _leaks(db_path, logs) == set()
+
+
+def test_turns_and_session_summaries_follow_the_namespace_policy(
+    make_config: Callable[..., Any],
+    start_store_server: Any,
+    db_path: Path,
+    logs: pytest.LogCaptureFixture,
+) -> None:
+    server, stub = start_store_server(make_config(**{"pii.default_policy": {"email": "redact"}}))
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")
+    jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
+    try:
+        turn = stub.AppendTurn(
+            store_pb2.AppendTurnRequest(
+                session_id="s1", role=store_pb2.TURN_ROLE_USER, content="mail jane.doe@example.com"
+            )
+        )
+        assert turn.memory.content == "mail [EMAIL_1]"
+        stub.SummarizeSession(store_pb2.SummarizeSessionRequest(session_id="s1"))
+        [job] = jobs.LeaseJobs(
+            jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_SUMMARIZE_SESSION, max_jobs=1)
+        ).jobs
+        assert "jane.doe@example.com" not in job.content
+        done = jobs.CompleteSummarizeJob(
+            jq.CompleteSummarizeJobRequest(
+                lease=jq.JobLease(job_id=job.id, lease_token=job.lease_token),
+                summary="The user (jane.doe@example.com) asked for mail.",
+                model="test-llm",
+            )
+        )
+        summary = stub.GetMemory(store_pb2.GetMemoryRequest(id=done.memory_id)).memory
+        assert summary.content == "The user ([EMAIL_1]) asked for mail."
+    finally:
+        channel.close()
+    assert _leaks(db_path, logs) == set()
+
+
+def test_who_why_and_tags_pass_the_gate_like_the_content(
+    store: Any, db_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    """Free text a caller fills besides the content: a redacted who, why or tag keeps
+    its placeholder; rejection names each field; source ids are identifiers, kept."""
+    memory = remember(
+        store,
+        "the quarterly plan",
+        who="jane.doe@example.com",
+        why="asked by +44 20 7946 0958",
+        tags=["AKIAIOSFODNN7EXAMPLE", "planning"],
+        source_id="msg-17",
+        pii_policy=pii_pb.PII_POLICY_REDACT,
+    ).memory
+    assert (memory.who, memory.why) == ("[EMAIL_1]", "asked by [PHONE_1]")
+    assert list(memory.tags) == ["[secret_1]", "planning"]
+    assert memory.source_id == "msg-17"
+    before = table_counts(db_path)
+    code, reason, fields = error_of(
+        lambda: remember(
+            store,
+            "another plan",
+            who="jane.doe@example.com",
+            tags=["ok", "536-22-1234"],
+            pii_policy=pii_pb.PII_POLICY_REJECT,
+        )
+    )
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "PII_DETECTED")
+    assert sorted(fields) == ["tags[1]", "who"]
+    patch = store_pb2.MemoryPatch(
+        id=memory.id, who="jane.doe@example.com", tags=store_pb2.TagList(values=["536-22-1234"])
+    )
+    code, reason, fields = error_of(
+        lambda: store.ModifyMemories(
+            store_pb2.ModifyMemoriesRequest(
+                patches=[patch], reason="r", pii_policy=pii_pb.PII_POLICY_REJECT
+            )
+        )
+    )
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "PII_DETECTED")
+    assert sorted(fields) == ["patches[0].tags[0]", "patches[0].who"]
+    assert table_counts(db_path) == before
+    assert _leaks(db_path, logs) == set()

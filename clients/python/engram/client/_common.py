@@ -8,12 +8,20 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from engram.common.v1 import memory_pb2
+from engram.common.v1 import memory_pb2, privacy_pb2
+from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 
 TimeArg = dt.datetime | Timestamp | None
+# A ttl: a timedelta, a Duration, or seconds.
+DurationArg = dt.timedelta | Duration | float | int | None
+# A privacy level by name ("none", "partial", "full"; "" for the namespace's) or value.
+PrivacyArg = str | int
+# Who spoke a turn by name ("user", "assistant", "system", "tool") or TurnRole value.
+RoleArg = str | int
 # The store takes at most 1000 items per message and 25000 per stream.
 MAX_BATCH = 1000
 MAX_STREAM_ITEMS = 25_000
@@ -33,6 +41,59 @@ def timestamp(value: TimeArg) -> Timestamp | None:
     return result
 
 
+def duration(value: DurationArg) -> Duration | None:
+    """A timedelta, a Duration or seconds as a Duration (None stays None)."""
+    if value is None or isinstance(value, Duration):
+        return value
+    result = Duration()
+    if isinstance(value, dt.timedelta):
+        result.FromTimedelta(value)
+    else:
+        result.FromNanoseconds(round(value * 1_000_000_000))
+    return result
+
+
+def privacy_level(value: PrivacyArg) -> privacy_pb2.PrivacyLevel.ValueType:
+    """ "none" / "partial" / "full" ("" or unset: the namespace's level) as the enum."""
+    if isinstance(value, int):
+        return privacy_pb2.PrivacyLevel.ValueType(value)
+    if not value:
+        return privacy_pb2.PRIVACY_LEVEL_UNSPECIFIED
+    return privacy_pb2.PrivacyLevel.Value(f"PRIVACY_LEVEL_{value.upper()}")
+
+
+def turn_role(value: RoleArg) -> store_pb2.TurnRole.ValueType:
+    """ "user" / "assistant" / "system" / "tool" as the TurnRole enum."""
+    if isinstance(value, int):
+        return store_pb2.TurnRole.ValueType(value)
+    return store_pb2.TurnRole.Value(f"TURN_ROLE_{value.upper()}")
+
+
+def append_turn_request(
+    session_id: str,
+    role: RoleArg,
+    content: str,
+    *,
+    namespace: str,
+    who: str,
+    event_time: TimeArg,
+    source_id: str,
+    ttl: DurationArg,
+    privacy: PrivacyArg,
+) -> store_pb2.AppendTurnRequest:
+    return store_pb2.AppendTurnRequest(
+        namespace=namespace,
+        session_id=session_id,
+        role=turn_role(role),
+        content=content,
+        who=who,
+        event_time=timestamp(event_time),
+        source_id=source_id,
+        ttl=duration(ttl),
+        privacy=privacy_level(privacy),
+    )
+
+
 def memory_filter(
     *,
     types: Iterable[str] = (),
@@ -43,6 +104,7 @@ def memory_filter(
     since: TimeArg = None,
     until: TimeArg = None,
     importance_min: float | None = None,
+    session_id: str = "",
 ) -> memory_pb2.MemoryFilter:
     """A MemoryFilter from keyword arguments (datetimes welcome)."""
     return memory_pb2.MemoryFilter(
@@ -54,6 +116,49 @@ def memory_filter(
         since=timestamp(since),
         until=timestamp(until),
         importance_min=importance_min,
+        session_id=session_id,
+    )
+
+
+def recall_request(
+    query: str,
+    *,
+    namespace: str,
+    namespaces: Iterable[str],
+    limit: int,
+    filter: memory_pb2.MemoryFilter | None,
+    skip_access_tracking: bool,
+    as_of: TimeArg,
+) -> search_pb2.RecallRequest:
+    """`namespaces`: several read in one call (each result says which); the server
+    refuses `namespace` and `namespaces` together."""
+    return search_pb2.RecallRequest(
+        namespace=namespace,
+        namespaces=list(namespaces),
+        query=query,
+        limit=limit,
+        filter=filter,
+        skip_access_tracking=skip_access_tracking,
+        as_of=timestamp(as_of),
+    )
+
+
+def assemble_context_request(
+    query: str,
+    *,
+    namespaces: Iterable[str] | str,
+    session_id: str,
+    token_budget: int,
+    as_of: TimeArg,
+) -> search_pb2.AssembleContextRequest:
+    """A single namespace may be given as a string."""
+    names = [namespaces] if isinstance(namespaces, str) else list(namespaces)
+    return search_pb2.AssembleContextRequest(
+        namespaces=names,
+        query=query,
+        session_id=session_id,
+        token_budget=token_budget,
+        as_of=timestamp(as_of),
     )
 
 

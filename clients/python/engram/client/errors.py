@@ -69,6 +69,11 @@ class FailedPrecondition(EngramError):
     """The call is valid but the state forbids it (pinned, already deleted, confirm token...)."""
 
 
+class PrivacyBlocked(FailedPrecondition):
+    """The person's privacy level forbids the write (reason PRIVACY_BLOCKED);
+    `message` is a sentence an assistant can relay to them as it stands."""
+
+
 class AlreadyExists(EngramError):
     """The change would duplicate another memory's content."""
 
@@ -159,6 +164,8 @@ def error_from_status(
     cls = _BY_CODE.get(code, EngramError)
     if reason == "VERSION_CONFLICT":
         cls = VersionConflict
+    elif reason == "PRIVACY_BLOCKED":
+        cls = PrivacyBlocked
     return cls(
         details or code.name,
         code=code,

@@ -118,9 +118,15 @@ class Engram:
         source_type: str = "",
         source_id: str = "",
         event_time: c.TimeArg = None,
+        session_id: str = "",
+        ttl: c.DurationArg = None,
+        privacy: c.PrivacyArg = "",
         timeout: float | None = None,
     ) -> store_pb2.RememberResponse:
-        """Stores a memory (or finds the same content already stored: `deduplicated`)."""
+        """Stores a memory (or finds the same content already stored: `deduplicated`).
+        With `ttl` (a timedelta or seconds) it is short-term and expires; `privacy`
+        ("partial", "full") may refuse it (FailedPrecondition, reason PRIVACY_BLOCKED,
+        whose message can be relayed to the person)."""
         request = store_pb2.RememberRequest(
             namespace=namespace,
             content=content,
@@ -133,6 +139,9 @@ class Engram:
             source_type=source_type,
             source_id=source_id,
             event_time=c.timestamp(event_time),
+            session_id=session_id,
+            ttl=c.duration(ttl),
+            privacy=c.privacy_level(privacy),
         )
         return self._call(self._store.Remember, request, timeout)
 
@@ -151,15 +160,18 @@ class Engram:
         page_token: str = "",
         filter: memory_pb2.MemoryFilter | None = None,
         deleted: bool = False,
+        as_of: c.TimeArg = None,
         timeout: float | None = None,
     ) -> store_pb2.ListMemoriesResponse:
-        """One page of ListMemories, as the RPC returns it."""
+        """One page of ListMemories, as the RPC returns it; `as_of`: what was
+        valid at that instant (as known then) instead of now."""
         request = store_pb2.ListMemoriesRequest(
             namespace=namespace,
             page_size=page_size,
             page_token=page_token,
             filter=filter,
             deleted=deleted,
+            as_of=c.timestamp(as_of),
         )
         return self._call(self._store.ListMemories, request, timeout)
 
@@ -170,6 +182,7 @@ class Engram:
         page_size: int = 0,
         filter: memory_pb2.MemoryFilter | None = None,
         deleted: bool = False,
+        as_of: c.TimeArg = None,
         timeout: float | None = None,
     ) -> Iterator[memory_pb2.Memory]:
         """Every matching memory, newest first, fetched a page at a time (each page
@@ -182,6 +195,7 @@ class Engram:
                 page_token=token,
                 filter=filter,
                 deleted=deleted,
+                as_of=as_of,
                 timeout=timeout,
             )
             yield from page.memories
@@ -274,6 +288,69 @@ class Engram:
         )
         return self._call(self._store.RecoverMemory, request, timeout).memory
 
+    def supersede_memory(
+        self,
+        id: str,
+        content: str,
+        *,
+        reason: str,
+        namespace: str = "",
+        valid_from: c.TimeArg = None,
+        if_version: int | None = None,
+        actor: str = "",
+        timeout: float | None = None,
+    ) -> store_pb2.PatchResult:
+        """Records that a fact changed: a new memory with `content`, valid from
+        `valid_from` (default now), replaces memory `id`, whose validity closes
+        then (MemoryPatch.supersede). The result's `new_memory_id` is the new one."""
+        patch = store_pb2.MemoryPatch(
+            id=id,
+            content=content,
+            supersede=True,
+            valid_from=c.timestamp(valid_from),
+            if_version=if_version,
+        )
+        request = store_pb2.ModifyMemoriesRequest(
+            namespace=namespace, patches=[patch], reason=reason, actor=actor
+        )
+        return self._call(self._store.ModifyMemories, request, timeout).results[0]
+
+    def explain_memory(
+        self, id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.ExplainMemoryResponse:
+        """A memory's supersedes chain both ways, what it was derived from and
+        what from it, and its audit trail; `NotFound` if there is none."""
+        request = store_pb2.ExplainMemoryRequest(namespace=namespace, id=id)
+        return self._call(self._store.ExplainMemory, request, timeout)
+
+    def list_memory_links(
+        self,
+        memory_id: str,
+        *,
+        namespace: str = "",
+        link_types: Iterable[str] = (),
+        direction: store_pb2.LinkDirection.ValueType = store_pb2.LINK_DIRECTION_UNSPECIFIED,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> Iterator[store_pb2.MemoryLink]:
+        """Every link of a memory (`supersedes`, `derived_from`; both directions
+        unless `direction` says), oldest first, a page at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListMemoryLinksRequest(
+                namespace=namespace,
+                memory_id=memory_id,
+                link_types=list(link_types),
+                direction=direction,
+                page_size=page_size,
+                page_token=token,
+            )
+            page = self._call(self._store.ListMemoryLinks, request, timeout)
+            yield from page.links
+            token = page.next_page_token
+            if not token:
+                return
+
     def list_memory_history(
         self,
         memory_id: str,
@@ -293,6 +370,44 @@ class Engram:
             token = page.next_page_token
             if not token:
                 return
+
+    def append_turn(
+        self,
+        session_id: str,
+        role: c.RoleArg,
+        content: str,
+        *,
+        namespace: str = "",
+        who: str = "",
+        event_time: c.TimeArg = None,
+        source_id: str = "",
+        ttl: c.DurationArg = None,
+        privacy: c.PrivacyArg = "",
+        timeout: float | None = None,
+    ) -> store_pb2.AppendTurnResponse:
+        """Captures a conversation turn (`role`: "user", "assistant", "system" or
+        "tool") as short-term memory of the session; a user turn that asks to be
+        remembered is kept long-term (`promoted`). `notice` says when privacy
+        stopped a capture or a promotion."""
+        request = c.append_turn_request(
+            session_id,
+            role,
+            content,
+            namespace=namespace,
+            who=who,
+            event_time=event_time,
+            source_id=source_id,
+            ttl=ttl,
+            privacy=privacy,
+        )
+        return self._call(self._store.AppendTurn, request, timeout)
+
+    def summarize_session(
+        self, session_id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.SummarizeSessionResponse:
+        """Queues the pipeline's LLM to write the session's 24-hour summary."""
+        request = store_pb2.SummarizeSessionRequest(namespace=namespace, session_id=session_id)
+        return self._call(self._store.SummarizeSession, request, timeout)
 
     def import_memories(
         self,
@@ -351,20 +466,51 @@ class Engram:
         query: str,
         *,
         namespace: str = "",
+        namespaces: Iterable[str] = (),
         limit: int = 0,
         filter: memory_pb2.MemoryFilter | None = None,
         skip_access_tracking: bool = False,
+        as_of: c.TimeArg = None,
         timeout: float | None = None,
     ) -> search_pb2.RecallResponse:
-        """The memories most relevant to `query`, best first."""
-        request = search_pb2.RecallRequest(
+        """The memories most relevant to `query`, best first; `namespaces`: several
+        searched in one call instead of `namespace` (each result's memory says which;
+        the key must cover all); `as_of`: among what was valid at that instant (as
+        known then) instead of now."""
+        request = c.recall_request(
+            query,
             namespace=namespace,
-            query=query,
+            namespaces=namespaces,
             limit=limit,
             filter=filter,
             skip_access_tracking=skip_access_tracking,
+            as_of=as_of,
         )
         return self._call(self._search.Recall, request, timeout)
+
+    def assemble_context(
+        self,
+        query: str,
+        *,
+        namespaces: Iterable[str] | str = (),
+        session_id: str = "",
+        token_budget: int = 0,
+        as_of: c.TimeArg = None,
+        timeout: float | None = None,
+    ) -> search_pb2.AssembleContextResponse:
+        """The context block to put in front of a model for `query`, within
+        `token_budget` tokens (0: 1000 for a simple query, 3000 for a complex one):
+        pinned rules and preferences, relevant memories, the session's short-term
+        memory (with `session_id`) and the entities involved; `response.context` is
+        the text, `response.sections` the memories behind it."""
+        request = c.assemble_context_request(
+            query,
+            namespaces=namespaces,
+            session_id=session_id,
+            token_budget=token_budget,
+            as_of=as_of,
+        )
+        return self._call(self._search.AssembleContext, request, timeout)
 
     # ---- pipeline ---------------------------------------------------------------
 

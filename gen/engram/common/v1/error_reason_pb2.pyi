@@ -105,6 +105,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     (`auth.rate_limits.<role>`, a token bucket) is used up. A
     `google.rpc.RetryInfo` detail says how long to wait; nothing was written.
     """
+    ERROR_REASON_PRIVACY_BLOCKED: _ErrorReason.ValueType  # 25
+    """FAILED_PRECONDITION: the privacy level that applies (the request's
+    `privacy` or the namespace's `sessions.privacy`, the stricter) forbids
+    this write: PARTIAL forbids long-term memory, FULL forbids every write.
+    The message is a sentence an assistant can relay to the person as it
+    stands; nothing was written. ErrorInfo metadata `privacy_level` holds the
+    level (`PARTIAL` or `FULL`).
+    """
     ERROR_REASON_PII_DETECTED: _ErrorReason.ValueType  # 26
     """INVALID_ARGUMENT: the content holds personal data or a secret that the
     write's PII policy (`engram.common.v1.PiiPolicy`: the request's, else the
@@ -204,6 +212,14 @@ ERROR_REASON_RATE_LIMITED: ErrorReason.ValueType  # 24
 """RESOURCE_EXHAUSTED (auth.enabled): the key's per-role rate limit
 (`auth.rate_limits.<role>`, a token bucket) is used up. A
 `google.rpc.RetryInfo` detail says how long to wait; nothing was written.
+"""
+ERROR_REASON_PRIVACY_BLOCKED: ErrorReason.ValueType  # 25
+"""FAILED_PRECONDITION: the privacy level that applies (the request's
+`privacy` or the namespace's `sessions.privacy`, the stricter) forbids
+this write: PARTIAL forbids long-term memory, FULL forbids every write.
+The message is a sentence an assistant can relay to the person as it
+stands; nothing was written. ErrorInfo metadata `privacy_level` holds the
+level (`PARTIAL` or `FULL`).
 """
 ERROR_REASON_PII_DETECTED: ErrorReason.ValueType  # 26
 """INVALID_ARGUMENT: the content holds personal data or a secret that the

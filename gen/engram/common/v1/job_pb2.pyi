@@ -31,6 +31,10 @@ class _JobTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobType.Value
     """Run Pipeline V2 extraction and decisions on the memory."""
     JOB_TYPE_DOCUMENT_INGEST: _JobType.ValueType  # 3
     """Ingest a document into chunk memories."""
+    JOB_TYPE_SUMMARIZE_SESSION: _JobType.ValueType  # 4
+    """Summarise a conversation session's short-term memory into its
+    `session_summary` memory (MemoryStoreService.SummarizeSession).
+    """
 
 class JobType(_JobType, metaclass=_JobTypeEnumTypeWrapper):
     """What a background job does. Shared by the store's job queue, the
@@ -46,6 +50,10 @@ JOB_TYPE_EXTRACT: JobType.ValueType  # 2
 """Run Pipeline V2 extraction and decisions on the memory."""
 JOB_TYPE_DOCUMENT_INGEST: JobType.ValueType  # 3
 """Ingest a document into chunk memories."""
+JOB_TYPE_SUMMARIZE_SESSION: JobType.ValueType  # 4
+"""Summarise a conversation session's short-term memory into its
+`session_summary` memory (MemoryStoreService.SummarizeSession).
+"""
 Global___JobType: _TypeAlias = JobType  # noqa: Y015
 
 class _JobStatus:

@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,6 +19,42 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _TemporalClass:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TemporalClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TemporalClass.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TEMPORAL_CLASS_UNSPECIFIED: _TemporalClass.ValueType  # 0
+    """Not classified (not a pipeline memory, or the model did not say)."""
+    TEMPORAL_CLASS_PERMANENT: _TemporalClass.ValueType  # 1
+    """A durable fact, preference or rule ("prefers async standups")."""
+    TEMPORAL_CLASS_LONG_TERM: _TemporalClass.ValueType  # 2
+    """True for months or years, but not forever ("works at Acme")."""
+    TEMPORAL_CLASS_SHORT_TERM: _TemporalClass.ValueType  # 3
+    """Time-bound state ("meeting at 3pm tomorrow"). When the model could tell
+    the date it ends, the memory's `valid_until` is set to it: from then on
+    reads of what is valid now leave it out, and reads `as_of` an earlier
+    instant still find it.
+    """
+
+class TemporalClass(_TemporalClass, metaclass=_TemporalClassEnumTypeWrapper):
+    """How long a fact stays true (seed 004 §5)."""
+
+TEMPORAL_CLASS_UNSPECIFIED: TemporalClass.ValueType  # 0
+"""Not classified (not a pipeline memory, or the model did not say)."""
+TEMPORAL_CLASS_PERMANENT: TemporalClass.ValueType  # 1
+"""A durable fact, preference or rule ("prefers async standups")."""
+TEMPORAL_CLASS_LONG_TERM: TemporalClass.ValueType  # 2
+"""True for months or years, but not forever ("works at Acme")."""
+TEMPORAL_CLASS_SHORT_TERM: TemporalClass.ValueType  # 3
+"""Time-bound state ("meeting at 3pm tomorrow"). When the model could tell
+the date it ends, the memory's `valid_until` is set to it: from then on
+reads of what is valid now leave it out, and reads `as_of` an earlier
+instant still find it.
+"""
+Global___TemporalClass: _TypeAlias = TemporalClass  # noqa: Y015
 
 @_typing.final
 class Memory(_message.Message):
@@ -56,6 +93,10 @@ class Memory(_message.Message):
     LAST_ACCESS_TIME_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
+    TEMPORAL_CLASS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned identifier (UUID). Unique across all namespaces. Every
     request field that takes a memory id accepts at most 128 characters.
@@ -68,7 +109,9 @@ class Memory(_message.Message):
     """
     type: _builtins.str
     """Semantic role: one of fact, preference, decision, rule, learning, issue,
-    procedural, semantic, document_chunk.
+    procedural, semantic, document_chunk, episodic (a conversation turn kept
+    as short-term memory by AppendTurn), session_summary (a session's summary,
+    written by SummarizeSession's job).
     """
     importance: _builtins.float
     """Importance in [0, 1]. Pinned memories always have 1.0."""
@@ -97,6 +140,10 @@ class Memory(_message.Message):
     session_id: _builtins.str
     """The conversation session this memory belongs to (RememberRequest or
     AppendTurn `session_id`); empty when it belongs to none.
+    """
+    temporal_class: Global___TemporalClass.ValueType
+    """How long the fact stays true, as the extraction model judged it (seed 004
+    §5); UNSPECIFIED for memories the pipeline did not derive.
     """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -134,6 +181,36 @@ class Memory(_message.Message):
         memory (an expired twin never deduplicates).
         """
 
+    @_builtins.property
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """Valid time (issue 17), beside the transaction time of `create_time`,
+        `update_time` and `delete_time`: since when the memory is true in the
+        world. It is the memory's `event_time` (which defaults to `create_time`),
+        or for a memory that supersedes another (MemoryPatch.supersede, a
+        pipeline UPDATE) the `valid_from` it was given.
+        """
+
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """Until when the memory was true in the world (exclusive); unset while it
+        still is, as far as is known. Set on a SHORT_TERM pipeline memory to the
+        end date the extraction model gave (see TemporalClass), and when a newer
+        version supersedes the memory, to the newer one's `valid_from` (or the
+        known end, when that comes first). From then on reads of what is valid
+        now (the default of ListMemories, Recall and AssembleContext) leave it
+        out; it stays readable with GetMemory, ExplainMemory and reads `as_of`
+        an instant it was valid at. A memory with a known end still
+        deduplicates; a superseded one does not (its value may become true
+        again as a new memory).
+        """
+
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Semantic tags the extraction model gave a pipeline memory (seed 004 §6),
+        lower-case, at most 8; empty for memories the pipeline did not derive.
+        Filter on them with MemoryFilter.categories.
+        """
+
     def __init__(
         self,
         *,
@@ -159,10 +236,14 @@ class Memory(_message.Message):
         last_access_time: _timestamp_pb2.Timestamp | None = ...,
         session_id: _builtins.str = ...,
         expire_time: _timestamp_pb2.Timestamp | None = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
+        categories: _abc.Iterable[_builtins.str] | None = ...,
+        temporal_class: Global___TemporalClass.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "delete_time", b"delete_time", "event_time", b"event_time", "expire_time", b"expire_time", "last_access_time", b"last_access_time", "update_time", b"update_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "delete_time", b"delete_time", "event_time", b"event_time", "expire_time", b"expire_time", "last_access_time", b"last_access_time", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "expire_time", b"expire_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "type", b"type", "update_time", b"update_time", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "categories", b"categories", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "expire_time", b"expire_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "temporal_class", b"temporal_class", "type", b"type", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -186,6 +267,7 @@ class MemoryFilter(_message.Message):
     UNTIL_FIELD_NUMBER: _builtins.int
     IMPORTANCE_MIN_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
     who: _builtins.str
     """Only memories remembered by this `who`."""
     pinned: _builtins.bool
@@ -222,6 +304,12 @@ class MemoryFilter(_message.Message):
         earlier than `since`. Same range and precision as `since`.
         """
 
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only memories carrying every one of these categories (see
+        Memory.categories; compared lower-case); at most 8.
+        """
+
     def __init__(
         self,
         *,
@@ -234,10 +322,11 @@ class MemoryFilter(_message.Message):
         until: _timestamp_pb2.Timestamp | None = ...,
         importance_min: _builtins.float | None = ...,
         session_id: _builtins.str = ...,
+        categories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min", "_pinned", b"_pinned", "importance_min", b"importance_min", "pinned", b"pinned", "since", b"since", "until", b"until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min", "_pinned", b"_pinned", "importance_min", b"importance_min", "pinned", b"pinned", "session_id", b"session_id", "since", b"since", "source_type", b"source_type", "tags", b"tags", "types", b"types", "until", b"until", "who", b"who"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min", "_pinned", b"_pinned", "categories", b"categories", "importance_min", b"importance_min", "pinned", b"pinned", "session_id", b"session_id", "since", b"since", "source_type", b"source_type", "tags", b"tags", "types", b"types", "until", b"until", "who", b"who"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance_min: _TypeAlias = _typing.Literal["importance_min"]  # noqa: Y015
     _WhichOneofArgType__importance_min: _TypeAlias = _typing.Literal["_importance_min", b"_importance_min"]  # noqa: Y015

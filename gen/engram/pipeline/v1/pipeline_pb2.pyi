@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from engram.common.v1 import document_pb2 as _document_pb2
 from engram.common.v1 import job_pb2 as _job_pb2
+from engram.common.v1 import memory_pb2 as _memory_pb2
 from engram.common.v1 import provider_pb2 as _provider_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -92,22 +93,44 @@ class ExtractedFact(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     CONFIDENCE_FIELD_NUMBER: _builtins.int
+    IMPORTANCE_FIELD_NUMBER: _builtins.int
+    TEMPORAL_CLASS_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """The fact, at most 2000 characters."""
     type: _builtins.str
     """fact, preference, decision, procedural or semantic."""
     confidence: _builtins.float
     """The model's confidence in [0, 1]."""
+    importance: _builtins.float
+    """How important the fact is, in [0, 1]; the confidence when the model
+    gave none.
+    """
+    temporal_class: _memory_pb2.TemporalClass.ValueType
+    """How long it stays true."""
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """When a SHORT_TERM fact stops being true; unset when the model gave no date."""
+
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Semantic categories, lower-case, at most 8."""
+
     def __init__(
         self,
         *,
         content: _builtins.str = ...,
         type: _builtins.str = ...,
         confidence: _builtins.float = ...,
+        importance: _builtins.float = ...,
+        temporal_class: _memory_pb2.TemporalClass.ValueType = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
+        categories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["confidence", b"confidence", "content", b"content", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["categories", b"categories", "confidence", b"confidence", "content", b"content", "importance", b"importance", "temporal_class", b"temporal_class", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

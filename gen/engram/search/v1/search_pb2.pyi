@@ -7,6 +7,7 @@ from collections import abc as _abc
 from engram.common.v1 import memory_pb2 as _memory_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
@@ -63,6 +64,7 @@ class RecallRequest(_message.Message):
     SKIP_ACCESS_TRACKING_FIELD_NUMBER: _builtins.int
     MIN_SCORE_FIELD_NUMBER: _builtins.int
     NAMESPACES_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     query: _builtins.str
@@ -96,6 +98,19 @@ class RecallRequest(_message.Message):
         call fails with PERMISSION_DENIED and returns nothing.
         """
 
+    @_builtins.property
+    def as_of(self) -> _timestamp_pb2.Timestamp:
+        """Search what was valid at this instant, as known at this instant (a
+        point-in-time query over both times of engram.common.v1.Memory): a memory
+        is a candidate when it was stored by then (`create_time` <= as_of), its
+        validity had begun (`valid_from` <= as_of) and it was not superseded by
+        then (no `valid_until`, or `valid_until` > as_of, or the newer version
+        was stored after as_of). Unset: what is valid now (superseded memories
+        are left out). Deleted and expired memories are never returned, whatever
+        as_of: deleting forgets, superseding records a change. Same range as
+        Memory's Timestamps; INVALID_ARGUMENT otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -106,10 +121,11 @@ class RecallRequest(_message.Message):
         skip_access_tracking: _builtins.bool = ...,
         min_score: _builtins.float | None = ...,
         namespaces: _abc.Iterable[_builtins.str] | None = ...,
+        as_of: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "filter", b"filter", "min_score", b"min_score"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "as_of", b"as_of", "filter", b"filter", "min_score", b"min_score"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "filter", b"filter", "limit", b"limit", "min_score", b"min_score", "namespace", b"namespace", "namespaces", b"namespaces", "query", b"query", "skip_access_tracking", b"skip_access_tracking"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "as_of", b"as_of", "filter", b"filter", "limit", b"limit", "min_score", b"min_score", "namespace", b"namespace", "namespaces", b"namespaces", "query", b"query", "skip_access_tracking", b"skip_access_tracking"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_score: _TypeAlias = _typing.Literal["min_score"]  # noqa: Y015
     _WhichOneofArgType__min_score: _TypeAlias = _typing.Literal["_min_score", b"_min_score"]  # noqa: Y015
@@ -252,6 +268,7 @@ class AssembleContextRequest(_message.Message):
     QUERY_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The current question or turn; 1 to 2000 characters."""
     session_id: _builtins.str
@@ -273,6 +290,12 @@ class AssembleContextRequest(_message.Message):
         distinct; empty means "default". The key must cover every one.
         """
 
+    @_builtins.property
+    def as_of(self) -> _timestamp_pb2.Timestamp:
+        """Assemble what was valid at this instant, as known then (see
+        RecallRequest.as_of); unset means now. Every section reads that instant.
+        """
+
     def __init__(
         self,
         *,
@@ -280,10 +303,11 @@ class AssembleContextRequest(_message.Message):
         query: _builtins.str = ...,
         session_id: _builtins.str = ...,
         token_budget: _builtins.int = ...,
+        as_of: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces", "query", b"query", "session_id", b"session_id", "token_budget", b"token_budget"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "namespaces", b"namespaces", "query", b"query", "session_id", b"session_id", "token_budget", b"token_budget"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -72,19 +72,24 @@ class SearchServiceStub:
 
     1. PINNED: pinned memories (what the user asked to keep), most important
        first, and the rules and preferences among the relevant memories.
-    2. FACTS: the most relevant long-term memories, as Recall ranks them.
-    3. SESSION: this session's short-term memory (summary first), when
-       `session_id` is set.
+    2. FACTS: the most relevant long-term memories, as Recall ranks them
+       (short-term memories of any session are not long-term knowledge: left
+       out).
+    3. SESSION: when `session_id` is set, the session's live short-term
+       memory: its newest summary first, then the turns the summary does not
+       cover, oldest first (a small share keeps the newest).
     4. ENTITIES: the knowledge graph's entities that the memories shown (or
        the query) name, with their relations.
 
     No memory appears twice. Each memory line carries the date it was true or
-    said (its event time), except standing rules and preferences. Tokens are
+    said (its event time), except standing rules and preferences; session
+    turns carry the minute and the speaker, a summary the minute it runs to. Tokens are
     counted with the configured tokenizer (`search.context.tokenizer`), and
     `token_count` (the whole block's) never exceeds the budget.
 
     Errors: INVALID_ARGUMENT (as Recall for the query and namespaces; budget
-    outside 0..`search.context.max_budget`; bad session_id). PERMISSION_DENIED
+    outside 0..`search.context.max_budget`; session_id over 128 characters
+    or with whitespace or control characters). PERMISSION_DENIED
     when the key does not cover every namespace named.
     """
 
@@ -132,19 +137,24 @@ class SearchServiceAsyncStub(SearchServiceStub):
 
     1. PINNED: pinned memories (what the user asked to keep), most important
        first, and the rules and preferences among the relevant memories.
-    2. FACTS: the most relevant long-term memories, as Recall ranks them.
-    3. SESSION: this session's short-term memory (summary first), when
-       `session_id` is set.
+    2. FACTS: the most relevant long-term memories, as Recall ranks them
+       (short-term memories of any session are not long-term knowledge: left
+       out).
+    3. SESSION: when `session_id` is set, the session's live short-term
+       memory: its newest summary first, then the turns the summary does not
+       cover, oldest first (a small share keeps the newest).
     4. ENTITIES: the knowledge graph's entities that the memories shown (or
        the query) name, with their relations.
 
     No memory appears twice. Each memory line carries the date it was true or
-    said (its event time), except standing rules and preferences. Tokens are
+    said (its event time), except standing rules and preferences; session
+    turns carry the minute and the speaker, a summary the minute it runs to. Tokens are
     counted with the configured tokenizer (`search.context.tokenizer`), and
     `token_count` (the whole block's) never exceeds the budget.
 
     Errors: INVALID_ARGUMENT (as Recall for the query and namespaces; budget
-    outside 0..`search.context.max_budget`; bad session_id). PERMISSION_DENIED
+    outside 0..`search.context.max_budget`; session_id over 128 characters
+    or with whitespace or control characters). PERMISSION_DENIED
     when the key does not cover every namespace named.
     """
 
@@ -201,19 +211,24 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
 
         1. PINNED: pinned memories (what the user asked to keep), most important
            first, and the rules and preferences among the relevant memories.
-        2. FACTS: the most relevant long-term memories, as Recall ranks them.
-        3. SESSION: this session's short-term memory (summary first), when
-           `session_id` is set.
+        2. FACTS: the most relevant long-term memories, as Recall ranks them
+           (short-term memories of any session are not long-term knowledge: left
+           out).
+        3. SESSION: when `session_id` is set, the session's live short-term
+           memory: its newest summary first, then the turns the summary does not
+           cover, oldest first (a small share keeps the newest).
         4. ENTITIES: the knowledge graph's entities that the memories shown (or
            the query) name, with their relations.
 
         No memory appears twice. Each memory line carries the date it was true or
-        said (its event time), except standing rules and preferences. Tokens are
+        said (its event time), except standing rules and preferences; session
+        turns carry the minute and the speaker, a summary the minute it runs to. Tokens are
         counted with the configured tokenizer (`search.context.tokenizer`), and
         `token_count` (the whole block's) never exceeds the budget.
 
         Errors: INVALID_ARGUMENT (as Recall for the query and namespaces; budget
-        outside 0..`search.context.max_budget`; bad session_id). PERMISSION_DENIED
+        outside 0..`search.context.max_budget`; session_id over 128 characters
+        or with whitespace or control characters). PERMISSION_DENIED
         when the key does not cover every namespace named.
         """
 

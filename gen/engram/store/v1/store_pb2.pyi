@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from engram.common.v1 import memory_pb2 as _memory_pb2
 from engram.common.v1 import pii_policy_pb2 as _pii_policy_pb2
+from engram.common.v1 import privacy_pb2 as _privacy_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -79,6 +80,14 @@ class _PatchStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PatchStat
     """No active memory with that id in the namespace."""
     PATCH_STATUS_DUPLICATE_CONTENT: _PatchStatus.ValueType  # 5
     """The new content equals another active memory's; see `duplicate_memory_id`."""
+    PATCH_STATUS_ALREADY_SUPERSEDED: _PatchStatus.ValueType  # 6
+    """`supersede` on a memory that another already superseded; nothing was
+    written. ExplainMemory names the newer version.
+    """
+    PATCH_STATUS_STARTS_BEFORE_TARGET: _PatchStatus.ValueType  # 7
+    """`supersede` with a `valid_from` before the memory's own `valid_from`;
+    nothing was written.
+    """
 
 class PatchStatus(_PatchStatus, metaclass=_PatchStatusEnumTypeWrapper):
     """What happened to one patch."""
@@ -95,6 +104,14 @@ PATCH_STATUS_NOT_FOUND: PatchStatus.ValueType  # 4
 """No active memory with that id in the namespace."""
 PATCH_STATUS_DUPLICATE_CONTENT: PatchStatus.ValueType  # 5
 """The new content equals another active memory's; see `duplicate_memory_id`."""
+PATCH_STATUS_ALREADY_SUPERSEDED: PatchStatus.ValueType  # 6
+"""`supersede` on a memory that another already superseded; nothing was
+written. ExplainMemory names the newer version.
+"""
+PATCH_STATUS_STARTS_BEFORE_TARGET: PatchStatus.ValueType  # 7
+"""`supersede` with a `valid_from` before the memory's own `valid_from`;
+nothing was written.
+"""
 Global___PatchStatus: _TypeAlias = PatchStatus  # noqa: Y015
 
 class _ForgetMode:
@@ -146,6 +163,13 @@ class _HistoryEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Hist
     `retention.tombstone_days`; the memory can no longer be recovered
     (RecoverMemory answers RETENTION_EXPIRED).
     """
+    HISTORY_EVENT_TYPE_MERGED: _HistoryEventType.ValueType  # 7
+    """The memory was folded into a near-duplicate by the pipeline (seed 004
+    §3): it is soft-deleted; metadata `survivor_id` names the memory it was
+    merged into and `similarity` their cosine. The survivor's own `modified`
+    event (metadata `merged_from`) carries the united tags and importance.
+    RecoverMemory brings the merged memory back.
+    """
 
 class HistoryEventType(_HistoryEventType, metaclass=_HistoryEventTypeEnumTypeWrapper):
     """Kinds of history event."""
@@ -169,7 +193,78 @@ HISTORY_EVENT_TYPE_PURGED: HistoryEventType.ValueType  # 6
 `retention.tombstone_days`; the memory can no longer be recovered
 (RecoverMemory answers RETENTION_EXPIRED).
 """
+HISTORY_EVENT_TYPE_MERGED: HistoryEventType.ValueType  # 7
+"""The memory was folded into a near-duplicate by the pipeline (seed 004
+§3): it is soft-deleted; metadata `survivor_id` names the memory it was
+merged into and `similarity` their cosine. The survivor's own `modified`
+event (metadata `merged_from`) carries the united tags and importance.
+RecoverMemory brings the merged memory back.
+"""
 Global___HistoryEventType: _TypeAlias = HistoryEventType  # noqa: Y015
+
+class _TurnRole:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TurnRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TurnRole.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TURN_ROLE_UNSPECIFIED: _TurnRole.ValueType  # 0
+    """Never valid."""
+    TURN_ROLE_USER: _TurnRole.ValueType  # 1
+    """The person talking to the assistant (the only role the intent gate reads)."""
+    TURN_ROLE_ASSISTANT: _TurnRole.ValueType  # 2
+    """The assistant."""
+    TURN_ROLE_SYSTEM: _TurnRole.ValueType  # 3
+    """A system or harness message."""
+    TURN_ROLE_TOOL: _TurnRole.ValueType  # 4
+    """A tool's output."""
+
+class TurnRole(_TurnRole, metaclass=_TurnRoleEnumTypeWrapper):
+    """Who spoke a conversation turn."""
+
+TURN_ROLE_UNSPECIFIED: TurnRole.ValueType  # 0
+"""Never valid."""
+TURN_ROLE_USER: TurnRole.ValueType  # 1
+"""The person talking to the assistant (the only role the intent gate reads)."""
+TURN_ROLE_ASSISTANT: TurnRole.ValueType  # 2
+"""The assistant."""
+TURN_ROLE_SYSTEM: TurnRole.ValueType  # 3
+"""A system or harness message."""
+TURN_ROLE_TOOL: TurnRole.ValueType  # 4
+"""A tool's output."""
+Global___TurnRole: _TypeAlias = TurnRole  # noqa: Y015
+
+class _LinkDirection:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LinkDirectionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinkDirection.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LINK_DIRECTION_UNSPECIFIED: _LinkDirection.ValueType  # 0
+    """Both directions."""
+    LINK_DIRECTION_OUTGOING: _LinkDirection.ValueType  # 1
+    """Links from this memory to others (it supersedes them, it was derived
+    from them).
+    """
+    LINK_DIRECTION_INCOMING: _LinkDirection.ValueType  # 2
+    """Links from other memories to this one (they supersede it, they were
+    derived from it).
+    """
+
+class LinkDirection(_LinkDirection, metaclass=_LinkDirectionEnumTypeWrapper):
+    """Which of a memory's links ListMemoryLinks returns."""
+
+LINK_DIRECTION_UNSPECIFIED: LinkDirection.ValueType  # 0
+"""Both directions."""
+LINK_DIRECTION_OUTGOING: LinkDirection.ValueType  # 1
+"""Links from this memory to others (it supersedes them, it was derived
+from them).
+"""
+LINK_DIRECTION_INCOMING: LinkDirection.ValueType  # 2
+"""Links from other memories to this one (they supersede it, they were
+derived from it).
+"""
+Global___LinkDirection: _TypeAlias = LinkDirection  # noqa: Y015
 
 @_typing.final
 class RememberRequest(_message.Message):
@@ -190,6 +285,7 @@ class RememberRequest(_message.Message):
     EVENT_TIME_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     TTL_FIELD_NUMBER: _builtins.int
+    PRIVACY_FIELD_NUMBER: _builtins.int
     PII_POLICY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
@@ -200,7 +296,7 @@ class RememberRequest(_message.Message):
     """
     type: _builtins.str
     """One of fact, preference, decision, rule, learning, issue, procedural,
-    semantic, document_chunk. Empty means inferred from keywords in the
+    semantic, document_chunk, episodic, session_summary. Empty means inferred from keywords in the
     content (prefers/likes/wants: preference; decided/agreed/will use:
     decision; never/always/must: rule; learned/discovered: learning;
     bug/broken/problem: issue; otherwise fact).
@@ -221,6 +317,12 @@ class RememberRequest(_message.Message):
     """The conversation session this memory belongs to: 1 to 128 characters,
     without whitespace or control characters; empty for none. Filter on it
     with MemoryFilter.session_id.
+    """
+    privacy: _privacy_pb2.PrivacyLevel.ValueType
+    """The privacy level of the person this memory is about; the stricter of it
+    and the namespace's configured level applies. PARTIAL refuses a
+    long-term memory (no `ttl`), FULL refuses every memory, both with
+    FAILED_PRECONDITION / PRIVACY_BLOCKED and nothing written.
     """
     pii_policy: _pii_policy_pb2.PiiPolicy.ValueType
     """What to do with personal data and secrets found in `content` (see
@@ -267,11 +369,12 @@ class RememberRequest(_message.Message):
         event_time: _timestamp_pb2.Timestamp | None = ...,
         session_id: _builtins.str = ...,
         ttl: _duration_pb2.Duration | None = ...,
+        privacy: _privacy_pb2.PrivacyLevel.ValueType = ...,
         pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "privacy", b"privacy", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -555,6 +658,7 @@ class ListMemoriesRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     FILTER_FIELD_NUMBER: _builtins.int
     DELETED_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     page_size: _builtins.int
@@ -573,6 +677,14 @@ class ListMemoriesRequest(_message.Message):
     def filter(self) -> _memory_pb2.MemoryFilter:
         """Optional filters."""
 
+    @_builtins.property
+    def as_of(self) -> _timestamp_pb2.Timestamp:
+        """List what was valid at this instant, as known at this instant (see
+        engram.search.v1.RecallRequest.as_of for the exact rule); unset means
+        what is valid now, so superseded memories are left out. Not with
+        `deleted` (INVALID_ARGUMENT). The page token is bound to it.
+        """
+
     def __init__(
         self,
         *,
@@ -581,10 +693,11 @@ class ListMemoriesRequest(_message.Message):
         page_token: _builtins.str = ...,
         filter: _memory_pb2.MemoryFilter | None = ...,
         deleted: _builtins.bool = ...,
+        as_of: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "filter", b"filter"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "filter", b"filter", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "deleted", b"deleted", "filter", b"filter", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -633,6 +746,8 @@ class MemoryPatch(_message.Message):
     WHO_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     IF_VERSION_FIELD_NUMBER: _builtins.int
+    SUPERSEDE_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The memory id."""
     content: _builtins.str
@@ -649,9 +764,35 @@ class MemoryPatch(_message.Message):
     """Why this change is made; falls back to the request's `reason`."""
     if_version: _builtins.int
     """Apply only if the memory is at this version."""
+    supersede: _builtins.bool
+    """Supersede instead of modify (issue 17): the fact changed in the world
+    (moved from Lisbon to Berlin), so the memory is not rewritten. A new
+    memory is created with `content` (required) and the patch's other fields,
+    the rest copied from this one (type, importance, tags, pinned, who, why,
+    source_type, session and expiry); its `valid_from` and `event_time` are
+    the patch's `valid_from`. This memory keeps its content and gets its
+    `valid_until` set to that instant, a new version and a `modified` history
+    event whose metadata names `superseded_by`; the new one's `created` event
+    names what it `supersedes`, and a `supersedes` link goes from the new
+    memory to this one (ExplainMemory shows the chain). The result is UPDATED
+    with `new_memory_id`; `new_version` is this memory's version after the
+    close. Instead: UNCHANGED when the content is this memory's own;
+    DUPLICATE_CONTENT when another memory valid now holds it;
+    ALREADY_SUPERSEDED when this memory was superseded before (supersede the
+    newest version); STARTS_BEFORE_TARGET when `valid_from` is before this
+    memory's own `valid_from`. Reads of what is valid now return the new
+    memory only; reads `as_of` an earlier instant return this one.
+    """
     @_builtins.property
     def tags(self) -> Global___TagList:
         """New tags, replacing the old ones (an empty list clears them)."""
+
+    @_builtins.property
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """With `supersede` only: since when the new version is true in the world;
+        unset means now. May lie in the past (the change is recorded late) or
+        the future (it is known ahead); not before this memory's `valid_from`.
+        """
 
     def __init__(
         self,
@@ -665,10 +806,12 @@ class MemoryPatch(_message.Message):
         who: _builtins.str | None = ...,
         reason: _builtins.str = ...,
         if_version: _builtins.int | None = ...,
+        supersede: _builtins.bool = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "who", b"who"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "tags", b"tags", "type", b"type", "who", b"who"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "supersede", b"supersede", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__content: _TypeAlias = _typing.Literal["content"]  # noqa: Y015
     _WhichOneofArgType__content: _TypeAlias = _typing.Literal["_content", b"_content"]  # noqa: Y015
@@ -777,6 +920,7 @@ class PatchResult(_message.Message):
     NEW_VERSION_FIELD_NUMBER: _builtins.int
     CONTENT_CHANGED_FIELD_NUMBER: _builtins.int
     DUPLICATE_MEMORY_ID_FIELD_NUMBER: _builtins.int
+    NEW_MEMORY_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The memory id from the patch."""
     status: Global___PatchStatus.ValueType
@@ -789,6 +933,8 @@ class PatchResult(_message.Message):
     """True when the content changed (and embedding was re-queued)."""
     duplicate_memory_id: _builtins.str
     """For DUPLICATE_CONTENT, the memory that already has that content."""
+    new_memory_id: _builtins.str
+    """For an applied `supersede`: the new memory that replaces this one."""
     def __init__(
         self,
         *,
@@ -798,10 +944,11 @@ class PatchResult(_message.Message):
         new_version: _builtins.int = ...,
         content_changed: _builtins.bool = ...,
         duplicate_memory_id: _builtins.str = ...,
+        new_memory_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_changed", b"content_changed", "current_version", b"current_version", "duplicate_memory_id", b"duplicate_memory_id", "id", b"id", "new_version", b"new_version", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_changed", b"content_changed", "current_version", b"current_version", "duplicate_memory_id", b"duplicate_memory_id", "id", b"id", "new_memory_id", b"new_memory_id", "new_version", b"new_version", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1239,6 +1386,180 @@ class ListMemoryHistoryRequest(_message.Message):
 Global___ListMemoryHistoryRequest: _TypeAlias = ListMemoryHistoryRequest  # noqa: Y015
 
 @_typing.final
+class AppendTurnRequest(_message.Message):
+    """Request for AppendTurn."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    WHO_FIELD_NUMBER: _builtins.int
+    EVENT_TIME_FIELD_NUMBER: _builtins.int
+    SOURCE_ID_FIELD_NUMBER: _builtins.int
+    TTL_FIELD_NUMBER: _builtins.int
+    PRIVACY_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    session_id: _builtins.str
+    """The conversation session: 1 to 128 characters, without whitespace or
+    control characters.
+    """
+    role: Global___TurnRole.ValueType
+    """Who spoke."""
+    content: _builtins.str
+    """What was said, kept as said: normalised and limited like
+    RememberRequest.content, but a leading `critical:` or `[tags]:` is text,
+    not a prefix.
+    """
+    who: _builtins.str
+    """The speaker's name (a user id, an agent name); empty means the role's
+    name (`user`, `assistant`, `system`, `tool`).
+    """
+    source_id: _builtins.str
+    """The harness's own id of the turn (a message id), kept as source_id."""
+    privacy: _privacy_pb2.PrivacyLevel.ValueType
+    """The speaker's privacy level (see engram.common.v1.PrivacyLevel)."""
+    @_builtins.property
+    def event_time(self) -> _timestamp_pb2.Timestamp:
+        """When the turn was said; unset means now (see RememberRequest.event_time)."""
+
+    @_builtins.property
+    def ttl(self) -> _duration_pb2.Duration:
+        """How long the short-term memory lives; unset means
+        `sessions.turn_ttl_ms` (12 hours). Same bounds as RememberRequest.ttl.
+        Ignored when the turn is promoted to long-term memory.
+        """
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        role: Global___TurnRole.ValueType = ...,
+        content: _builtins.str = ...,
+        who: _builtins.str = ...,
+        event_time: _timestamp_pb2.Timestamp | None = ...,
+        source_id: _builtins.str = ...,
+        ttl: _duration_pb2.Duration | None = ...,
+        privacy: _privacy_pb2.PrivacyLevel.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event_time", b"event_time", "ttl", b"ttl"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "event_time", b"event_time", "namespace", b"namespace", "privacy", b"privacy", "role", b"role", "session_id", b"session_id", "source_id", b"source_id", "ttl", b"ttl", "who", b"who"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendTurnRequest: _TypeAlias = AppendTurnRequest  # noqa: Y015
+
+@_typing.final
+class AppendTurnResponse(_message.Message):
+    """Response for AppendTurn."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    CAPTURED_FIELD_NUMBER: _builtins.int
+    LONG_TERM_INTENT_FIELD_NUMBER: _builtins.int
+    PROMOTED_FIELD_NUMBER: _builtins.int
+    DEDUPLICATED_FIELD_NUMBER: _builtins.int
+    NOTICE_FIELD_NUMBER: _builtins.int
+    captured: _builtins.bool
+    """False when the privacy level is FULL: nothing was written."""
+    long_term_intent: _builtins.bool
+    """The intent gate matched: the turn asked to be remembered long-term."""
+    promoted: _builtins.bool
+    """The turn was kept as long-term memory (no expire_time)."""
+    deduplicated: _builtins.bool
+    """The content equalled a live memory of the namespace; nothing new was stored."""
+    notice: _builtins.str
+    """When the privacy level stopped a capture or a promotion: a sentence an
+    assistant can relay to the person as it stands. Empty otherwise.
+    """
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """The memory holding the turn (the existing one when `deduplicated`);
+        unset when nothing was captured.
+        """
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        captured: _builtins.bool = ...,
+        long_term_intent: _builtins.bool = ...,
+        promoted: _builtins.bool = ...,
+        deduplicated: _builtins.bool = ...,
+        notice: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["captured", b"captured", "deduplicated", b"deduplicated", "long_term_intent", b"long_term_intent", "memory", b"memory", "notice", b"notice", "promoted", b"promoted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendTurnResponse: _TypeAlias = AppendTurnResponse  # noqa: Y015
+
+@_typing.final
+class SummarizeSessionRequest(_message.Message):
+    """Request for SummarizeSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    session_id: _builtins.str
+    """The session to summarise (see AppendTurnRequest.session_id)."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SummarizeSessionRequest: _TypeAlias = SummarizeSessionRequest  # noqa: Y015
+
+@_typing.final
+class SummarizeSessionResponse(_message.Message):
+    """Response for SummarizeSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    ALREADY_QUEUED_FIELD_NUMBER: _builtins.int
+    TURN_COUNT_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    """The summarize_session job's id (its progress shows in the pipeline's
+    GetStatus and the store's job counts).
+    """
+    already_queued: _builtins.bool
+    """A job for the session was already pending: `job_id` is that job."""
+    turn_count: _builtins.int
+    """How many live short-term memories of the session there were when queued."""
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        already_queued: _builtins.bool = ...,
+        turn_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["already_queued", b"already_queued", "job_id", b"job_id", "turn_count", b"turn_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SummarizeSessionResponse: _TypeAlias = SummarizeSessionResponse  # noqa: Y015
+
+@_typing.final
 class ListMemoryHistoryResponse(_message.Message):
     """Response for ListMemoryHistory."""
 
@@ -1265,3 +1586,217 @@ class ListMemoryHistoryResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListMemoryHistoryResponse: _TypeAlias = ListMemoryHistoryResponse  # noqa: Y015
+
+@_typing.final
+class ExplainMemoryRequest(_message.Message):
+    """Request for ExplainMemory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    id: _builtins.str
+    """The memory id."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainMemoryRequest: _TypeAlias = ExplainMemoryRequest  # noqa: Y015
+
+@_typing.final
+class ExplainMemoryResponse(_message.Message):
+    """Response for ExplainMemory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    SUPERSEDES_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
+    DERIVED_FROM_FIELD_NUMBER: _builtins.int
+    DERIVATIONS_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    EVENTS_TRUNCATED_FIELD_NUMBER: _builtins.int
+    events_truncated: _builtins.bool
+    """True when it has more than 100 events."""
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """The memory itself (as GetMemory returns it)."""
+
+    @_builtins.property
+    def supersedes(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The versions it replaced, following `supersedes` links back: the one it
+        superseded first, then that one's predecessor, and so on (at most 100).
+        """
+
+    @_builtins.property
+    def superseded_by(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The versions that replaced it, following `supersedes` links forward: its
+        successor first, the newest version last (at most 100).
+        """
+
+    @_builtins.property
+    def derived_from(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The memories it was derived from (`derived_from` links: the
+        conversation memory a pipeline fact was extracted from).
+        """
+
+    @_builtins.property
+    def derivations(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """Memories derived from it (the facts the pipeline extracted from it), at
+        most 100, oldest first.
+        """
+
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___HistoryEvent]:
+        """Its audit trail, oldest first: the first 100 events (ListMemoryHistory
+        pages through all of them).
+        """
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        supersedes: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        superseded_by: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        derived_from: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        derivations: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        events: _abc.Iterable[Global___HistoryEvent] | None = ...,
+        events_truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["derivations", b"derivations", "derived_from", b"derived_from", "events", b"events", "events_truncated", b"events_truncated", "memory", b"memory", "superseded_by", b"superseded_by", "supersedes", b"supersedes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainMemoryResponse: _TypeAlias = ExplainMemoryResponse  # noqa: Y015
+
+@_typing.final
+class ListMemoryLinksRequest(_message.Message):
+    """Request for ListMemoryLinks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    LINK_TYPES_FIELD_NUMBER: _builtins.int
+    DIRECTION_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    memory_id: _builtins.str
+    """The memory id."""
+    direction: Global___LinkDirection.ValueType
+    """Outgoing, incoming, or both (unset)."""
+    page_size: _builtins.int
+    """Maximum links per page, 0 to 500; 0 means 100."""
+    page_token: _builtins.str
+    """`next_page_token` from a previous call with the same memory, types and
+    direction; empty for the first page.
+    """
+    @_builtins.property
+    def link_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Link types to list (any of): `supersedes`, `derived_from`; empty means
+        every type.
+        """
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        memory_id: _builtins.str = ...,
+        link_types: _abc.Iterable[_builtins.str] | None = ...,
+        direction: Global___LinkDirection.ValueType = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["direction", b"direction", "link_types", b"link_types", "memory_id", b"memory_id", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoryLinksRequest: _TypeAlias = ListMemoryLinksRequest  # noqa: Y015
+
+@_typing.final
+class MemoryLink(_message.Message):
+    """A typed, directed link between two memories of one namespace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    LINK_TYPE_FIELD_NUMBER: _builtins.int
+    FROM_MEMORY_ID_FIELD_NUMBER: _builtins.int
+    TO_MEMORY_ID_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Link id (UUID)."""
+    link_type: _builtins.str
+    """`supersedes` or `derived_from`."""
+    from_memory_id: _builtins.str
+    """The memory the link goes from (the newer version; the derived fact)."""
+    to_memory_id: _builtins.str
+    """The memory the link goes to (the version replaced; the source)."""
+    job_id: _builtins.str
+    """The pipeline job that wrote it; empty for a ModifyMemories supersede."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the link was written."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        link_type: _builtins.str = ...,
+        from_memory_id: _builtins.str = ...,
+        to_memory_id: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "from_memory_id", b"from_memory_id", "id", b"id", "job_id", b"job_id", "link_type", b"link_type", "to_memory_id", b"to_memory_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryLink: _TypeAlias = MemoryLink  # noqa: Y015
+
+@_typing.final
+class ListMemoryLinksResponse(_message.Message):
+    """Response for ListMemoryLinks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINKS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty when this is the last page."""
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryLink]:
+        """The page of links, oldest first."""
+
+    def __init__(
+        self,
+        *,
+        links: _abc.Iterable[Global___MemoryLink] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["links", b"links", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoryLinksResponse: _TypeAlias = ListMemoryLinksResponse  # noqa: Y015

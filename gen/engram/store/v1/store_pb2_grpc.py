@@ -98,6 +98,26 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryResponse.FromString,
                 _registered_method=True)
+        self.AppendTurn = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/AppendTurn',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.AppendTurnRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.AppendTurnResponse.FromString,
+                _registered_method=True)
+        self.SummarizeSession = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/SummarizeSession',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionResponse.FromString,
+                _registered_method=True)
+        self.ExplainMemory = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ExplainMemory',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryResponse.FromString,
+                _registered_method=True)
+        self.ListMemoryLinks = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ListMemoryLinks',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -128,13 +148,16 @@ class MemoryStoreServiceServicer:
         committed in one transaction before the reply; no embedding or LLM call
         happens on this path. Content equal (after normalisation) to an active
         memory in the same namespace returns that memory with `deduplicated` true
-        and writes nothing.
+        and writes nothing (except that the memory then lives at least as long as
+        this request asks: see `ttl`). With `ttl` the memory is short-term and
+        expires (Memory.expire_time); a short-term memory gets no `extract` job.
 
         Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
         [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
         bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
-        / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
-        (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+        / PII_DETECTED (the PII policy rejects a finding in the content);
+        INVALID_ARGUMENT (bad `session_id` or `ttl`); FAILED_PRECONDITION
+        (PRIVACY_BLOCKED: see `privacy`); UNAVAILABLE (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
         before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -167,6 +190,9 @@ class MemoryStoreServiceServicer:
         one).
         Sending the same items again is always safe: an item already committed
         comes back DEDUPLICATED with its memory id, and the rest are created once.
+        An item the namespace's privacy level forbids (`sessions.privacy`: a
+        long-term item at PARTIAL, any item at FULL) is FAILED, its `error`
+        starting with PRIVACY_BLOCKED.
 
         Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
         items, a stream over 25000 items: field `items`); UNAVAILABLE
@@ -178,7 +204,8 @@ class MemoryStoreServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetMemory(self, request, context):
-        """Returns one memory, including a soft-deleted one (with `deleted` true).
+        """Returns one memory, including a soft-deleted one (with `deleted` true). An
+        expired short-term memory is gone: NOT_FOUND.
 
         Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
         NOT_FOUND.
@@ -188,7 +215,8 @@ class MemoryStoreServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListMemories(self, request, context):
-        """Lists active memories in a namespace, newest first, with optional filters.
+        """Lists active memories in a namespace, newest first, with optional filters
+        (expired short-term memories are never listed).
         With `deleted`, lists instead the namespace's soft-deleted memories that
         can still be recovered (deleted within the tombstone retention window),
         most recently deleted first: the way to find a deleted memory without its
@@ -213,8 +241,10 @@ class MemoryStoreServiceServicer:
 
         Errors: INVALID_ARGUMENT (no patches, more than 200, a patch without an
         id or one over 128 characters, a patch with nothing to change, a missing
-        reason, or any invalid field value; nothing is written); UNAVAILABLE
-        (MUTATIONS_FROZEN).
+        reason, or any invalid field value; nothing is written);
+        FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy level is
+        FULL, or PARTIAL and a patch targets a long-term memory; nothing is
+        written); UNAVAILABLE (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -282,6 +312,92 @@ class MemoryStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendTurn(self, request, context):
+        """Captures one conversation turn as short-term memory of its session, in
+        one durable call (committed before the reply, like Remember). The turn
+        becomes a memory with the session's `session_id`, type `episodic`,
+        source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+        turn.tool), `who` the request's or else the role's name, and an
+        expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+        never extracted.
+
+        The explicit long-term intent gate (seed 001): a USER turn that asks to
+        be remembered ("remember that ...", "don't forget ...", "note that ...",
+        "commit this to memory", "for future reference", "覚えておいて",
+        "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+        kept as long-term memory instead: no expire_time, its type inferred from
+        its content as Remember does, extracted when the pipeline is on; it still
+        carries its session_id. `promoted` says so. Other turns, and turns of
+        other roles, stay short-term.
+
+        Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+        (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+        remembered is kept short-term only (`long_term_intent` true, `promoted`
+        false, `notice` a sentence to relay). Same content as a live memory of
+        the namespace returns that memory (`deduplicated`), which then lives at
+        least as long as this turn asks (see RememberRequest.ttl) and keeps its
+        own session_id (dedup is per namespace, as everywhere).
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+        role unspecified, content empty or over 64 KiB, who over 256 characters,
+        source_id over 512, bad ttl or event_time); UNAVAILABLE
+        (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SummarizeSession(self, request, context):
+        """Queues a summarize_session job (leased, retried and audited like every
+        job) whose worker, the pipeline's LLM, writes the session's summary: a
+        memory of type `session_summary` in the session, expiring after
+        `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+        summary (newer wins). The summary covers the session's live short-term
+        memories at the time the job is leased. A job already pending for the
+        session is returned instead of a second one (`already_queued`).
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+        malformed); NOT_FOUND (the session has no live short-term memory to
+        summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+        level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExplainMemory(self, request, context):
+        """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+        ways (the versions it replaced and the ones that replaced it, each with
+        its valid time), what it was derived from (a pipeline fact's source
+        memory) and what was derived from it, and its audit trail. Linked
+        memories that are gone for good (purged, expired) are left out; soft-
+        deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+        namespace); NOT_FOUND (no such memory in the namespace: a memory of
+        another namespace is not found either, and nothing of it is shown).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemoryLinks(self, request, context):
+        """Lists a memory's links to other memories of its namespace, both
+        directions by default, oldest first: `supersedes` (from a newer version
+        to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
+        `derived_from` (from a pipeline fact to the memory it was extracted
+        from). Links to memories that are gone for good (purged, expired) are
+        left out; links to soft-deleted ones are listed.
+
+        Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
+        unknown link type, page_size over 500 or negative, a malformed page
+        token or one issued for another request); NOT_FOUND (no such memory in
+        the namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -329,6 +445,26 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.ListMemoryHistory,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryResponse.SerializeToString,
+            ),
+            'AppendTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendTurn,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.AppendTurnRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.AppendTurnResponse.SerializeToString,
+            ),
+            'SummarizeSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.SummarizeSession,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionResponse.SerializeToString,
+            ),
+            'ExplainMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainMemory,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryResponse.SerializeToString,
+            ),
+            'ListMemoryLinks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemoryLinks,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -593,6 +729,114 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/ListMemoryHistory',
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/AppendTurn',
+            engram_dot_store_dot_v1_dot_store__pb2.AppendTurnRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.AppendTurnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SummarizeSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/SummarizeSession',
+            engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.SummarizeSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ExplainMemory',
+            engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ExplainMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemoryLinks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ListMemoryLinks',
+            engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
             options,
             channel_credentials,
             insecure,

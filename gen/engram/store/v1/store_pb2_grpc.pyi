@@ -58,13 +58,16 @@ class MemoryStoreServiceStub:
     committed in one transaction before the reply; no embedding or LLM call
     happens on this path. Content equal (after normalisation) to an active
     memory in the same namespace returns that memory with `deduplicated` true
-    and writes nothing.
+    and writes nothing (except that the memory then lives at least as long as
+    this request asks: see `ttl`). With `ttl` the memory is short-term and
+    expires (Memory.expire_time); a short-term memory gets no `extract` job.
 
     Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
     [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
     bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
-    / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
-    (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+    / PII_DETECTED (the PII policy rejects a finding in the content);
+    INVALID_ARGUMENT (bad `session_id` or `ttl`); FAILED_PRECONDITION
+    (PRIVACY_BLOCKED: see `privacy`); UNAVAILABLE (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
     before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
     """
     ImportMemories: _grpc.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]
@@ -93,6 +96,9 @@ class MemoryStoreServiceStub:
       one).
     Sending the same items again is always safe: an item already committed
     comes back DEDUPLICATED with its memory id, and the rest are created once.
+    An item the namespace's privacy level forbids (`sessions.privacy`: a
+    long-term item at PARTIAL, any item at FULL) is FAILED, its `error`
+    starting with PRIVACY_BLOCKED.
 
     Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
     items, a stream over 25000 items: field `items`); UNAVAILABLE
@@ -100,13 +106,15 @@ class MemoryStoreServiceStub:
     (STORAGE_FULL).
     """
     GetMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.GetMemoryRequest, _store_pb2.GetMemoryResponse]
-    """Returns one memory, including a soft-deleted one (with `deleted` true).
+    """Returns one memory, including a soft-deleted one (with `deleted` true). An
+    expired short-term memory is gone: NOT_FOUND.
 
     Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
     NOT_FOUND.
     """
     ListMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListMemoriesRequest, _store_pb2.ListMemoriesResponse]
-    """Lists active memories in a namespace, newest first, with optional filters.
+    """Lists active memories in a namespace, newest first, with optional filters
+    (expired short-term memories are never listed).
     With `deleted`, lists instead the namespace's soft-deleted memories that
     can still be recovered (deleted within the tombstone retention window),
     most recently deleted first: the way to find a deleted memory without its
@@ -127,8 +135,10 @@ class MemoryStoreServiceStub:
 
     Errors: INVALID_ARGUMENT (no patches, more than 200, a patch without an
     id or one over 128 characters, a patch with nothing to change, a missing
-    reason, or any invalid field value; nothing is written); UNAVAILABLE
-    (MUTATIONS_FROZEN).
+    reason, or any invalid field value; nothing is written);
+    FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy level is
+    FULL, or PARTIAL and a patch targets a long-term memory; nothing is
+    written); UNAVAILABLE (MUTATIONS_FROZEN).
     """
     DeleteMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.DeleteMemoryRequest, _store_pb2.DeleteMemoryResponse]
     """Soft-deletes one memory: it leaves search indexes and listings at once and
@@ -176,6 +186,76 @@ class MemoryStoreServiceStub:
     page_size over 500, bad page token); NOT_FOUND (no memory and no history
     with that id).
     """
+    AppendTurn: _grpc.UnaryUnaryMultiCallable[_store_pb2.AppendTurnRequest, _store_pb2.AppendTurnResponse]
+    """Captures one conversation turn as short-term memory of its session, in
+    one durable call (committed before the reply, like Remember). The turn
+    becomes a memory with the session's `session_id`, type `episodic`,
+    source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+    turn.tool), `who` the request's or else the role's name, and an
+    expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+    never extracted.
+
+    The explicit long-term intent gate (seed 001): a USER turn that asks to
+    be remembered ("remember that ...", "don't forget ...", "note that ...",
+    "commit this to memory", "for future reference", "覚えておいて",
+    "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+    kept as long-term memory instead: no expire_time, its type inferred from
+    its content as Remember does, extracted when the pipeline is on; it still
+    carries its session_id. `promoted` says so. Other turns, and turns of
+    other roles, stay short-term.
+
+    Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+    (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+    remembered is kept short-term only (`long_term_intent` true, `promoted`
+    false, `notice` a sentence to relay). Same content as a live memory of
+    the namespace returns that memory (`deduplicated`), which then lives at
+    least as long as this turn asks (see RememberRequest.ttl) and keeps its
+    own session_id (dedup is per namespace, as everywhere).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+    role unspecified, content empty or over 64 KiB, who over 256 characters,
+    source_id over 512, bad ttl or event_time); UNAVAILABLE
+    (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+    """
+    SummarizeSession: _grpc.UnaryUnaryMultiCallable[_store_pb2.SummarizeSessionRequest, _store_pb2.SummarizeSessionResponse]
+    """Queues a summarize_session job (leased, retried and audited like every
+    job) whose worker, the pipeline's LLM, writes the session's summary: a
+    memory of type `session_summary` in the session, expiring after
+    `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+    summary (newer wins). The summary covers the session's live short-term
+    memories at the time the job is leased. A job already pending for the
+    session is returned instead of a second one (`already_queued`).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the session has no live short-term memory to
+    summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+    level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+    """
+    ExplainMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.ExplainMemoryRequest, _store_pb2.ExplainMemoryResponse]
+    """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+    ways (the versions it replaced and the ones that replaced it, each with
+    its valid time), what it was derived from (a pipeline fact's source
+    memory) and what was derived from it, and its audit trail. Linked
+    memories that are gone for good (purged, expired) are left out; soft-
+    deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+    namespace); NOT_FOUND (no such memory in the namespace: a memory of
+    another namespace is not found either, and nothing of it is shown).
+    """
+    ListMemoryLinks: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListMemoryLinksRequest, _store_pb2.ListMemoryLinksResponse]
+    """Lists a memory's links to other memories of its namespace, both
+    directions by default, oldest first: `supersedes` (from a newer version
+    to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
+    `derived_from` (from a pipeline fact to the memory it was extracted
+    from). Links to memories that are gone for good (purged, expired) are
+    left out; links to soft-deleted ones are listed.
+
+    Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
+    unknown link type, page_size over 500 or negative, a malformed page
+    token or one issued for another request); NOT_FOUND (no such memory in
+    the namespace).
+    """
 
 @_typing.type_check_only
 class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
@@ -207,13 +287,16 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     committed in one transaction before the reply; no embedding or LLM call
     happens on this path. Content equal (after normalisation) to an active
     memory in the same namespace returns that memory with `deduplicated` true
-    and writes nothing.
+    and writes nothing (except that the memory then lives at least as long as
+    this request asks: see `ttl`). With `ttl` the memory is short-term and
+    expires (Memory.expire_time); a short-term memory gets no `extract` job.
 
     Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
     [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
     bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
-    / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
-    (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+    / PII_DETECTED (the PII policy rejects a finding in the content);
+    INVALID_ARGUMENT (bad `session_id` or `ttl`); FAILED_PRECONDITION
+    (PRIVACY_BLOCKED: see `privacy`); UNAVAILABLE (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
     before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
     """
     ImportMemories: _aio.StreamUnaryMultiCallable[_store_pb2.ImportMemoriesRequest, _store_pb2.ImportMemoriesResponse]  # type: ignore[assignment]
@@ -242,6 +325,9 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
       one).
     Sending the same items again is always safe: an item already committed
     comes back DEDUPLICATED with its memory id, and the rest are created once.
+    An item the namespace's privacy level forbids (`sessions.privacy`: a
+    long-term item at PARTIAL, any item at FULL) is FAILED, its `error`
+    starting with PRIVACY_BLOCKED.
 
     Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
     items, a stream over 25000 items: field `items`); UNAVAILABLE
@@ -249,13 +335,15 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     (STORAGE_FULL).
     """
     GetMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.GetMemoryRequest, _store_pb2.GetMemoryResponse]  # type: ignore[assignment]
-    """Returns one memory, including a soft-deleted one (with `deleted` true).
+    """Returns one memory, including a soft-deleted one (with `deleted` true). An
+    expired short-term memory is gone: NOT_FOUND.
 
     Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
     NOT_FOUND.
     """
     ListMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ListMemoriesRequest, _store_pb2.ListMemoriesResponse]  # type: ignore[assignment]
-    """Lists active memories in a namespace, newest first, with optional filters.
+    """Lists active memories in a namespace, newest first, with optional filters
+    (expired short-term memories are never listed).
     With `deleted`, lists instead the namespace's soft-deleted memories that
     can still be recovered (deleted within the tombstone retention window),
     most recently deleted first: the way to find a deleted memory without its
@@ -276,8 +364,10 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
 
     Errors: INVALID_ARGUMENT (no patches, more than 200, a patch without an
     id or one over 128 characters, a patch with nothing to change, a missing
-    reason, or any invalid field value; nothing is written); UNAVAILABLE
-    (MUTATIONS_FROZEN).
+    reason, or any invalid field value; nothing is written);
+    FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy level is
+    FULL, or PARTIAL and a patch targets a long-term memory; nothing is
+    written); UNAVAILABLE (MUTATIONS_FROZEN).
     """
     DeleteMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.DeleteMemoryRequest, _store_pb2.DeleteMemoryResponse]  # type: ignore[assignment]
     """Soft-deletes one memory: it leaves search indexes and listings at once and
@@ -325,6 +415,76 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     page_size over 500, bad page token); NOT_FOUND (no memory and no history
     with that id).
     """
+    AppendTurn: _aio.UnaryUnaryMultiCallable[_store_pb2.AppendTurnRequest, _store_pb2.AppendTurnResponse]  # type: ignore[assignment]
+    """Captures one conversation turn as short-term memory of its session, in
+    one durable call (committed before the reply, like Remember). The turn
+    becomes a memory with the session's `session_id`, type `episodic`,
+    source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+    turn.tool), `who` the request's or else the role's name, and an
+    expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+    never extracted.
+
+    The explicit long-term intent gate (seed 001): a USER turn that asks to
+    be remembered ("remember that ...", "don't forget ...", "note that ...",
+    "commit this to memory", "for future reference", "覚えておいて",
+    "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+    kept as long-term memory instead: no expire_time, its type inferred from
+    its content as Remember does, extracted when the pipeline is on; it still
+    carries its session_id. `promoted` says so. Other turns, and turns of
+    other roles, stay short-term.
+
+    Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+    (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+    remembered is kept short-term only (`long_term_intent` true, `promoted`
+    false, `notice` a sentence to relay). Same content as a live memory of
+    the namespace returns that memory (`deduplicated`), which then lives at
+    least as long as this turn asks (see RememberRequest.ttl) and keeps its
+    own session_id (dedup is per namespace, as everywhere).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+    role unspecified, content empty or over 64 KiB, who over 256 characters,
+    source_id over 512, bad ttl or event_time); UNAVAILABLE
+    (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+    """
+    SummarizeSession: _aio.UnaryUnaryMultiCallable[_store_pb2.SummarizeSessionRequest, _store_pb2.SummarizeSessionResponse]  # type: ignore[assignment]
+    """Queues a summarize_session job (leased, retried and audited like every
+    job) whose worker, the pipeline's LLM, writes the session's summary: a
+    memory of type `session_summary` in the session, expiring after
+    `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+    summary (newer wins). The summary covers the session's live short-term
+    memories at the time the job is leased. A job already pending for the
+    session is returned instead of a second one (`already_queued`).
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the session has no live short-term memory to
+    summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+    level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+    """
+    ExplainMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.ExplainMemoryRequest, _store_pb2.ExplainMemoryResponse]  # type: ignore[assignment]
+    """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+    ways (the versions it replaced and the ones that replaced it, each with
+    its valid time), what it was derived from (a pipeline fact's source
+    memory) and what was derived from it, and its audit trail. Linked
+    memories that are gone for good (purged, expired) are left out; soft-
+    deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+    Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+    namespace); NOT_FOUND (no such memory in the namespace: a memory of
+    another namespace is not found either, and nothing of it is shown).
+    """
+    ListMemoryLinks: _aio.UnaryUnaryMultiCallable[_store_pb2.ListMemoryLinksRequest, _store_pb2.ListMemoryLinksResponse]  # type: ignore[assignment]
+    """Lists a memory's links to other memories of its namespace, both
+    directions by default, oldest first: `supersedes` (from a newer version
+    to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
+    `derived_from` (from a pipeline fact to the memory it was extracted
+    from). Links to memories that are gone for good (purged, expired) are
+    left out; links to soft-deleted ones are listed.
+
+    Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
+    unknown link type, page_size over 500 or negative, a malformed page
+    token or one issued for another request); NOT_FOUND (no such memory in
+    the namespace).
+    """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
     """The store owns the memory database. It is the only process that writes it,
@@ -359,13 +519,16 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         committed in one transaction before the reply; no embedding or LLM call
         happens on this path. Content equal (after normalisation) to an active
         memory in the same namespace returns that memory with `deduplicated` true
-        and writes nothing.
+        and writes nothing (except that the memory then lives at least as long as
+        this request asks: see `ttl`). With `ttl` the memory is short-term and
+        expires (Memory.expire_time); a short-term memory gets no `extract` job.
 
         Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
         [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
         bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
-        / PII_DETECTED (the PII policy rejects a finding in the content); UNAVAILABLE
-        (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
+        / PII_DETECTED (the PII policy rejects a finding in the content);
+        INVALID_ARGUMENT (bad `session_id` or `ttl`); FAILED_PRECONDITION
+        (PRIVACY_BLOCKED: see `privacy`); UNAVAILABLE (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
         before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
         """
 
@@ -400,6 +563,9 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
           one).
         Sending the same items again is always safe: an item already committed
         comes back DEDUPLICATED with its memory id, and the rest are created once.
+        An item the namespace's privacy level forbids (`sessions.privacy`: a
+        long-term item at PARTIAL, any item at FULL) is FAILED, its `error`
+        starting with PRIVACY_BLOCKED.
 
         Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
         items, a stream over 25000 items: field `items`); UNAVAILABLE
@@ -413,7 +579,8 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _store_pb2.GetMemoryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_store_pb2.GetMemoryResponse, _abc.Awaitable[_store_pb2.GetMemoryResponse]]:
-        """Returns one memory, including a soft-deleted one (with `deleted` true).
+        """Returns one memory, including a soft-deleted one (with `deleted` true). An
+        expired short-term memory is gone: NOT_FOUND.
 
         Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
         NOT_FOUND.
@@ -425,7 +592,8 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _store_pb2.ListMemoriesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_store_pb2.ListMemoriesResponse, _abc.Awaitable[_store_pb2.ListMemoriesResponse]]:
-        """Lists active memories in a namespace, newest first, with optional filters.
+        """Lists active memories in a namespace, newest first, with optional filters
+        (expired short-term memories are never listed).
         With `deleted`, lists instead the namespace's soft-deleted memories that
         can still be recovered (deleted within the tombstone retention window),
         most recently deleted first: the way to find a deleted memory without its
@@ -452,8 +620,10 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT (no patches, more than 200, a patch without an
         id or one over 128 characters, a patch with nothing to change, a missing
-        reason, or any invalid field value; nothing is written); UNAVAILABLE
-        (MUTATIONS_FROZEN).
+        reason, or any invalid field value; nothing is written);
+        FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy level is
+        FULL, or PARTIAL and a patch targets a long-term memory; nothing is
+        written); UNAVAILABLE (MUTATIONS_FROZEN).
         """
 
     @_abc_1.abstractmethod
@@ -524,6 +694,100 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters,
         page_size over 500, bad page token); NOT_FOUND (no memory and no history
         with that id).
+        """
+
+    @_abc_1.abstractmethod
+    def AppendTurn(
+        self,
+        request: _store_pb2.AppendTurnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.AppendTurnResponse, _abc.Awaitable[_store_pb2.AppendTurnResponse]]:
+        """Captures one conversation turn as short-term memory of its session, in
+        one durable call (committed before the reply, like Remember). The turn
+        becomes a memory with the session's `session_id`, type `episodic`,
+        source_type `turn.<role>` (turn.user, turn.assistant, turn.system,
+        turn.tool), `who` the request's or else the role's name, and an
+        expire_time `ttl` (default `sessions.turn_ttl_ms`, 12 hours) later; it is
+        never extracted.
+
+        The explicit long-term intent gate (seed 001): a USER turn that asks to
+        be remembered ("remember that ...", "don't forget ...", "note that ...",
+        "commit this to memory", "for future reference", "覚えておいて",
+        "忘れないで" and their variants; NFKC, case-insensitive, whole words) is
+        kept as long-term memory instead: no expire_time, its type inferred from
+        its content as Remember does, extracted when the pipeline is on; it still
+        carries its session_id. `promoted` says so. Other turns, and turns of
+        other roles, stay short-term.
+
+        Privacy (see engram.common.v1.PrivacyLevel): at FULL nothing is written
+        (`captured` false, `notice` says why); at PARTIAL a turn that asks to be
+        remembered is kept short-term only (`long_term_intent` true, `promoted`
+        false, `notice` a sentence to relay). Same content as a live memory of
+        the namespace returns that memory (`deduplicated`), which then lives at
+        least as long as this turn asks (see RememberRequest.ttl) and keeps its
+        own session_id (dedup is per namespace, as everywhere).
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or malformed,
+        role unspecified, content empty or over 64 KiB, who over 256 characters,
+        source_id over 512, bad ttl or event_time); UNAVAILABLE
+        (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED (STORAGE_FULL).
+        """
+
+    @_abc_1.abstractmethod
+    def SummarizeSession(
+        self,
+        request: _store_pb2.SummarizeSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.SummarizeSessionResponse, _abc.Awaitable[_store_pb2.SummarizeSessionResponse]]:
+        """Queues a summarize_session job (leased, retried and audited like every
+        job) whose worker, the pipeline's LLM, writes the session's summary: a
+        memory of type `session_summary` in the session, expiring after
+        `sessions.summary_ttl_ms` (24 hours), replacing the session's previous
+        summary (newer wins). The summary covers the session's live short-term
+        memories at the time the job is leased. A job already pending for the
+        session is returned instead of a second one (`already_queued`).
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+        malformed); NOT_FOUND (the session has no live short-term memory to
+        summarise); FAILED_PRECONDITION (PRIVACY_BLOCKED: the namespace's privacy
+        level is FULL); UNAVAILABLE (MUTATIONS_FROZEN).
+        """
+
+    @_abc_1.abstractmethod
+    def ExplainMemory(
+        self,
+        request: _store_pb2.ExplainMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.ExplainMemoryResponse, _abc.Awaitable[_store_pb2.ExplainMemoryResponse]]:
+        """Explains one memory (seed 003 `explain_fact`): its supersedes chain both
+        ways (the versions it replaced and the ones that replaced it, each with
+        its valid time), what it was derived from (a pipeline fact's source
+        memory) and what was derived from it, and its audit trail. Linked
+        memories that are gone for good (purged, expired) are left out; soft-
+        deleted ones are shown with `deleted` true, as GetMemory shows them.
+
+        Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad
+        namespace); NOT_FOUND (no such memory in the namespace: a memory of
+        another namespace is not found either, and nothing of it is shown).
+        """
+
+    @_abc_1.abstractmethod
+    def ListMemoryLinks(
+        self,
+        request: _store_pb2.ListMemoryLinksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.ListMemoryLinksResponse, _abc.Awaitable[_store_pb2.ListMemoryLinksResponse]]:
+        """Lists a memory's links to other memories of its namespace, both
+        directions by default, oldest first: `supersedes` (from a newer version
+        to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
+        `derived_from` (from a pipeline fact to the memory it was extracted
+        from). Links to memories that are gone for good (purged, expired) are
+        left out; links to soft-deleted ones are listed.
+
+        Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
+        unknown link type, page_size over 500 or negative, a malformed page
+        token or one issued for another request); NOT_FOUND (no such memory in
+        the namespace).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

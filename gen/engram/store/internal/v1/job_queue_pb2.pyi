@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from engram.common.v1 import job_pb2 as _job_pb2
+from engram.common.v1 import memory_pb2 as _memory_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
@@ -146,6 +147,7 @@ class Job(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     CONTENT_HASH_FIELD_NUMBER: _builtins.int
     DOCUMENT_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Job id."""
     job_type: _job_pb2.JobType.ValueType
@@ -166,6 +168,12 @@ class Job(_message.Message):
     """The memory's content hash at lease time."""
     document_id: _builtins.str
     """The document the job is about (document_ingest jobs; memory_id is then empty)."""
+    session_id: _builtins.str
+    """The session a summarize_session job is about (memory_id is then empty,
+    and `content` holds the session's transcript at lease time: its live
+    short-term memories oldest first, one `[time] who: text` line each, at
+    most the newest 200).
+    """
     def __init__(
         self,
         *,
@@ -179,10 +187,11 @@ class Job(_message.Message):
         content: _builtins.str = ...,
         content_hash: _builtins.str = ...,
         document_id: _builtins.str = ...,
+        session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "content", b"content", "content_hash", b"content_hash", "document_id", b"document_id", "id", b"id", "job_type", b"job_type", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "memory_id", b"memory_id", "namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "content", b"content", "content_hash", b"content_hash", "document_id", b"document_id", "id", b"id", "job_type", b"job_type", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "memory_id", b"memory_id", "namespace", b"namespace", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -686,6 +695,10 @@ class ProposedFact(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     CONFIDENCE_FIELD_NUMBER: _builtins.int
+    IMPORTANCE_FIELD_NUMBER: _builtins.int
+    TEMPORAL_CLASS_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """The fact, at most 2000 characters."""
     type: _builtins.str
@@ -694,18 +707,40 @@ class ProposedFact(_message.Message):
     """
     confidence: _builtins.float
     """The extraction model's confidence in [0, 1]."""
+    importance: _builtins.float
+    """How important the fact is, in [0, 1] (seed 004 §4); unset: the confidence
+    stands in (seed 002).
+    """
+    temporal_class: _memory_pb2.TemporalClass.ValueType
+    """How long it stays true (seed 004 §5)."""
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """When a SHORT_TERM fact stops being true, if the memory says."""
+
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Semantic categories (seed 004 §6): lower-case, at most 8 of at most 64
+        characters each.
+        """
+
     def __init__(
         self,
         *,
         content: _builtins.str = ...,
         type: _builtins.str = ...,
         confidence: _builtins.float = ...,
+        importance: _builtins.float | None = ...,
+        temporal_class: _memory_pb2.TemporalClass.ValueType = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
+        categories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "importance", b"importance", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["confidence", b"confidence", "content", b"content", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "categories", b"categories", "confidence", b"confidence", "content", b"content", "importance", b"importance", "temporal_class", b"temporal_class", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
+    _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__importance) -> _WhichOneofReturnType__importance | None: ...
 
 Global___ProposedFact: _TypeAlias = ProposedFact  # noqa: Y015
 
@@ -866,7 +901,9 @@ class ProposalResult(_message.Message):
     outcome: Global___ProposalOutcome.ValueType
     """What happened."""
     memory_id: _builtins.str
-    """The memory created, deduplicated against, updated or deleted; empty
+    """The memory created, deduplicated against, or deleted; for UPDATED the new
+    memory that supersedes the target (the target keeps its content and gets
+    its validity closed; see engram.store.v1.MemoryPatch.supersede); empty
     otherwise.
     """
     reason: _builtins.str
@@ -875,6 +912,7 @@ class ProposalResult(_message.Message):
     destructive_mutations_disabled, low_decision_confidence, target_pinned,
     target_not_candidate, target_not_found, target_is_source,
     destructive_cap_reached, insufficient_overlap, no_contradiction,
+    target_superseded, starts_before_target,
     unchanged, no_change, shadow_mode, source_memory_deleted.
     """
     review_needed: _builtins.bool
@@ -928,6 +966,72 @@ class CompleteExtractJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompleteExtractJobResponse: _TypeAlias = CompleteExtractJobResponse  # noqa: Y015
+
+@_typing.final
+class CompleteSummarizeJobRequest(_message.Message):
+    """Request for CompleteSummarizeJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    summary: _builtins.str
+    """The summary text, at most 8000 characters."""
+    model: _builtins.str
+    """The LLM model that wrote it (recorded in the memory's history)."""
+    @_builtins.property
+    def lease(self) -> Global___JobLease:
+        """The summarize_session job's lease."""
+
+    def __init__(
+        self,
+        *,
+        lease: Global___JobLease | None = ...,
+        summary: _builtins.str = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "model", b"model", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteSummarizeJobRequest: _TypeAlias = CompleteSummarizeJobRequest  # noqa: Y015
+
+@_typing.final
+class CompleteSummarizeJobResponse(_message.Message):
+    """Response for CompleteSummarizeJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
+    PRIVACY_BLOCKED_FIELD_NUMBER: _builtins.int
+    outcome: Global___LeaseOutcome.ValueType
+    """OK, or LEASE_LOST (nothing was written)."""
+    memory_id: _builtins.str
+    """The stored summary memory's id; empty when superseded, blocked or lost."""
+    superseded_by: _builtins.str
+    """A newer summary of the session already exists: its id (nothing stored)."""
+    privacy_blocked: _builtins.bool
+    """The namespace's privacy level is FULL: nothing stored."""
+    def __init__(
+        self,
+        *,
+        outcome: Global___LeaseOutcome.ValueType = ...,
+        memory_id: _builtins.str = ...,
+        superseded_by: _builtins.str = ...,
+        privacy_blocked: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_id", b"memory_id", "outcome", b"outcome", "privacy_blocked", b"privacy_blocked", "superseded_by", b"superseded_by"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteSummarizeJobResponse: _TypeAlias = CompleteSummarizeJobResponse  # noqa: Y015
 
 @_typing.final
 class GetQueueStatsRequest(_message.Message):

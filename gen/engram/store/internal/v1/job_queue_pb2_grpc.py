@@ -90,6 +90,11 @@ class JobQueueServiceStub:
                 request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.FromString,
                 _registered_method=True)
+        self.CompleteSummarizeJob = channel.unary_unary(
+                '/engram.store.internal.v1.JobQueueService/CompleteSummarizeJob',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobResponse.FromString,
+                _registered_method=True)
         self.GetQueueStats = channel.unary_unary(
                 '/engram.store.internal.v1.JobQueueService/GetQueueStats',
                 request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.GetQueueStatsRequest.SerializeToString,
@@ -261,6 +266,28 @@ class JobQueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteSummarizeJob(self, request, context):
+        """Stores a summarize_session job's summary and completes the job in one
+        transaction, checking the lease inside it (when the lease is lost nothing
+        is written). The summary becomes the session's `session_summary` memory
+        (who `pipeline-summarizer`, source_type `session_summary`, source_id the
+        job id, event_time the newest turn it covers, expiring
+        `sessions.summary_ttl_ms` after it is stored, never extracted); the
+        session's previous summaries are soft-deleted (reason "replaced by a newer
+        summary"). Newer wins: when the session already has a summary covering
+        later turns than this job's transcript (a job leased later finished
+        first), nothing is stored, the job completes and `superseded_by` names
+        that summary. The privacy level of the namespace (`sessions.privacy`)
+        applies: FULL stores nothing (`privacy_blocked`).
+
+        Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
+        summarize_session job, empty `summary` or over 8000 characters, empty
+        `model`). Nothing is written on any error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetQueueStats(self, request, context):
         """Counts jobs per type and status, and reports the vector index's model.
 
@@ -312,6 +339,11 @@ def add_JobQueueServiceServicer_to_server(servicer, server):
                     servicer.CompleteExtractJob,
                     request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.FromString,
                     response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.SerializeToString,
+            ),
+            'CompleteSummarizeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteSummarizeJob,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobResponse.SerializeToString,
             ),
             'GetQueueStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetQueueStats,
@@ -551,6 +583,33 @@ class JobQueueService:
             '/engram.store.internal.v1.JobQueueService/CompleteExtractJob',
             engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobRequest.SerializeToString,
             engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteExtractJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteSummarizeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.internal.v1.JobQueueService/CompleteSummarizeJob',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -162,6 +162,24 @@ class JobQueueServiceStub:
     entity name or relationship empty or over 200 characters). Nothing is
     written on any error.
     """
+    CompleteSummarizeJob: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteSummarizeJobRequest, _job_queue_pb2.CompleteSummarizeJobResponse]
+    """Stores a summarize_session job's summary and completes the job in one
+    transaction, checking the lease inside it (when the lease is lost nothing
+    is written). The summary becomes the session's `session_summary` memory
+    (who `pipeline-summarizer`, source_type `session_summary`, source_id the
+    job id, event_time the newest turn it covers, expiring
+    `sessions.summary_ttl_ms` after it is stored, never extracted); the
+    session's previous summaries are soft-deleted (reason "replaced by a newer
+    summary"). Newer wins: when the session already has a summary covering
+    later turns than this job's transcript (a job leased later finished
+    first), nothing is stored, the job completes and `superseded_by` names
+    that summary. The privacy level of the namespace (`sessions.privacy`)
+    applies: FULL stores nothing (`privacy_blocked`).
+
+    Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
+    summarize_session job, empty `summary` or over 8000 characters, empty
+    `model`). Nothing is written on any error.
+    """
     GetQueueStats: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]
     """Counts jobs per type and status, and reports the vector index's model.
 
@@ -301,6 +319,24 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     vectors of different dimensions, a vector without `embedding_model`, an
     entity name or relationship empty or over 200 characters). Nothing is
     written on any error.
+    """
+    CompleteSummarizeJob: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteSummarizeJobRequest, _job_queue_pb2.CompleteSummarizeJobResponse]  # type: ignore[assignment]
+    """Stores a summarize_session job's summary and completes the job in one
+    transaction, checking the lease inside it (when the lease is lost nothing
+    is written). The summary becomes the session's `session_summary` memory
+    (who `pipeline-summarizer`, source_type `session_summary`, source_id the
+    job id, event_time the newest turn it covers, expiring
+    `sessions.summary_ttl_ms` after it is stored, never extracted); the
+    session's previous summaries are soft-deleted (reason "replaced by a newer
+    summary"). Newer wins: when the session already has a summary covering
+    later turns than this job's transcript (a job leased later finished
+    first), nothing is stored, the job completes and `superseded_by` names
+    that summary. The privacy level of the namespace (`sessions.privacy`)
+    applies: FULL stores nothing (`privacy_blocked`).
+
+    Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
+    summarize_session job, empty `summary` or over 8000 characters, empty
+    `model`). Nothing is written on any error.
     """
     GetQueueStats: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]  # type: ignore[assignment]
     """Counts jobs per type and status, and reports the vector index's model.
@@ -486,6 +522,30 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         vectors of different dimensions, a vector without `embedding_model`, an
         entity name or relationship empty or over 200 characters). Nothing is
         written on any error.
+        """
+
+    @_abc_1.abstractmethod
+    def CompleteSummarizeJob(
+        self,
+        request: _job_queue_pb2.CompleteSummarizeJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_queue_pb2.CompleteSummarizeJobResponse, _abc.Awaitable[_job_queue_pb2.CompleteSummarizeJobResponse]]:
+        """Stores a summarize_session job's summary and completes the job in one
+        transaction, checking the lease inside it (when the lease is lost nothing
+        is written). The summary becomes the session's `session_summary` memory
+        (who `pipeline-summarizer`, source_type `session_summary`, source_id the
+        job id, event_time the newest turn it covers, expiring
+        `sessions.summary_ttl_ms` after it is stored, never extracted); the
+        session's previous summaries are soft-deleted (reason "replaced by a newer
+        summary"). Newer wins: when the session already has a summary covering
+        later turns than this job's transcript (a job leased later finished
+        first), nothing is stored, the job completes and `superseded_by` names
+        that summary. The privacy level of the namespace (`sessions.privacy`)
+        applies: FULL stores nothing (`privacy_blocked`).
+
+        Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
+        summarize_session job, empty `summary` or over 8000 characters, empty
+        `model`). Nothing is written on any error.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,43 @@
+"""DedupService (internal): the pipeline's near-duplicate decisions."""
+
+from __future__ import annotations
+
+import grpc
+
+from engram.store.internal.v1 import dedup_pb2, dedup_pb2_grpc
+from services.common.convert import memory_to_proto
+from services.common.errors import Violations
+from services.store.dedup import DedupStore, NearDuplicateDecision
+from services.store.servicer import namespace_of
+
+_ACTIONS = {
+    dedup_pb2.NEAR_DUPLICATE_ACTION_MERGE: "merge",
+    dedup_pb2.NEAR_DUPLICATE_ACTION_KEEP_BOTH: "keep_both",
+}
+
+
+class DedupServicer(dedup_pb2_grpc.DedupServiceServicer):
+    def __init__(self, dedup: DedupStore) -> None:
+        self._dedup = dedup
+
+    async def ResolveNearDuplicate(
+        self, request: dedup_pb2.ResolveNearDuplicateRequest, context: grpc.aio.ServicerContext
+    ) -> dedup_pb2.ResolveNearDuplicateResponse:
+        bad = Violations()
+        survivor = await self._dedup.resolve(
+            NearDuplicateDecision(
+                namespace=namespace_of(bad, request.namespace),
+                survivor_id=request.survivor_id,
+                duplicate_id=request.duplicate_id,
+                action=_ACTIONS.get(request.action, ""),
+                similarity=request.similarity,
+                reason=request.reason,
+                decided_by=request.decided_by,
+            ),
+            bad,
+        )
+        if survivor is None:
+            return dedup_pb2.ResolveNearDuplicateResponse(applied=False)
+        return dedup_pb2.ResolveNearDuplicateResponse(
+            applied=True, survivor=memory_to_proto(survivor)
+        )

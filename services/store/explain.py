@@ -1,0 +1,113 @@
+"""ExplainMemory (seed 003 `explain_fact`): why a memory says what it says and
+what became of it. Its supersedes chain both ways, its derivation links and its
+audit trail, read in one snapshot so the parts agree. ListMemoryLinks: a
+memory's links themselves, a page at a time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.common.db import ReadPool
+from services.common.errors import NotFound, Violations, echo
+from services.common.memory_record import MemoryRecord
+from services.common.validation import validate_id
+from services.store import explain_sql as sql
+from services.store import repository as repo
+from services.store.memories import HistoryEntry
+from services.store.page_tokens import decode_time_position, encode_page_token
+
+MAX_EVENTS = 100
+
+
+@dataclass(frozen=True)
+class Explanation:
+    memory: MemoryRecord
+    supersedes: list[MemoryRecord]  # older versions, nearest first
+    superseded_by: list[MemoryRecord]  # newer versions, nearest first
+    derived_from: list[MemoryRecord]
+    derivations: list[MemoryRecord]
+    events: list[HistoryEntry]  # oldest first, at most MAX_EVENTS
+    events_truncated: bool
+
+
+async def explain(reads: ReadPool, namespace: str, memory_id: str, bad: Violations) -> Explanation:
+    """NOT_FOUND, naming nothing else, for a memory the namespace does not hold."""
+    bad.check("", validate_id, memory_id, "id")
+    bad.raise_if_any()
+    async with reads.snapshot() as snap:
+        row = await snap.fetch_one(repo.get_memory_query(namespace, memory_id))
+        if row is None:
+            raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
+        older = await snap.fetch_all(sql.older_versions(namespace, memory_id))
+        newer = await snap.fetch_all(sql.newer_versions(namespace, memory_id))
+        sources = await snap.fetch_all(sql.derived_from(namespace, memory_id))
+        derived = await snap.fetch_all(sql.derivations(namespace, memory_id))
+        events = await snap.fetch_all(repo.history_query(namespace, memory_id, 0, MAX_EVENTS + 1))
+    records = MemoryRecord.from_row
+    return Explanation(
+        memory=records(row),
+        supersedes=[records(r) for r in older],
+        superseded_by=[records(r) for r in newer],
+        derived_from=[records(r) for r in sources],
+        derivations=[records(r) for r in derived],
+        events=[HistoryEntry.from_row(r) for r in events[:MAX_EVENTS]],
+        events_truncated=len(events) > MAX_EVENTS,
+    )
+
+
+DEFAULT_LINK_PAGE = 100
+MAX_LINK_PAGE = 500
+
+
+@dataclass(frozen=True)
+class Link:
+    id: str
+    link_type: str
+    from_memory_id: str
+    to_memory_id: str
+    created_at: str
+    job_id: str
+
+
+async def list_links(
+    reads: ReadPool,
+    namespace: str,
+    memory_id: str,
+    link_types: tuple[str, ...],
+    direction: str,  # both | outgoing | incoming
+    page_size: int,
+    page_token: str,
+    bad: Violations,
+) -> tuple[list[Link], str]:
+    """One page of the memory's links, oldest first; NOT_FOUND for a memory the
+    namespace does not hold."""
+    bad.check("", validate_id, memory_id, "memory_id")
+    for index, link_type in enumerate(link_types):
+        if link_type not in sql.LINK_TYPES:
+            bad.add(f"link_types[{index}]", f"unknown link type {echo(link_type)}")
+    if not 0 <= page_size <= MAX_LINK_PAGE:
+        bad.add("page_size", f"must be between 0 and {MAX_LINK_PAGE}")
+    types = tuple(sorted(set(link_types))) or sql.LINK_TYPES
+    scope = "\x00".join([namespace, memory_id, direction, *types])
+    after = bad.check(None, decode_time_position, page_token, "links", scope)
+    bad.raise_if_any()
+    size = page_size or DEFAULT_LINK_PAGE
+    async with reads.snapshot() as snap:
+        if await snap.fetch_one(repo.get_memory_query(namespace, memory_id)) is None:
+            raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
+        rows = await snap.fetch_all(
+            sql.links_query(
+                namespace,
+                memory_id,
+                types,
+                direction != "incoming",
+                direction != "outgoing",
+                after,
+                size + 1,
+            )
+        )
+    links = [Link(r[0], r[1], r[2], r[3], r[4], r[5] or "") for r in rows[:size]]
+    token = ""
+    if len(rows) > size:
+        token = encode_page_token("links", scope, [links[-1].created_at, links[-1].id])
+    return links, token

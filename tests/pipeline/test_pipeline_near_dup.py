@@ -1,0 +1,176 @@
+"""Near-duplicates after embedding (seed 004 §3): a real store, search and pipeline,
+a scripted Ollama embedding server that gives each text a chosen vector (so the
+cosines are known), and a scripted LLM for the 0.70-0.98 band."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from engram.pipeline.v1 import pipeline_pb2 as pb
+from engram.store.v1 import store_pb2
+from http_fakes import VectorBook, ollama_server, unit_axis
+from llm_fakes import LlmServer, is_extraction
+from recall_helpers import Stack, fake_embedding_overrides, wait_for
+
+DIM = 8
+
+
+def pair(cosine: float, axis: int, other: int) -> tuple[list[float], list[float]]:
+    """Two unit vectors with this cosine, on two axes of their own."""
+    second = [0.0] * DIM
+    second[axis] = cosine
+    second[other] = math.sqrt(1 - cosine * cosine)
+    return unit_axis(DIM, axis), second
+
+
+SAME = ("User prefers dark mode", "The user prefers dark mode.")
+CLOSE = ("Client likes morning calls", "Client likes morning meetings")
+DIFFERENT = ("Postgres uses pgvector", "Postgres is a database")
+RICHER = ("Release is on Friday", "Release is on Friday at 5pm after QA sign-off")
+# on CLOSE's axes: never remembered in the same test as CLOSE
+SENTINEL = ("The office opens at nine", "The office opens at 9")
+
+
+def book() -> VectorBook:
+    vectors: dict[str, list[float]] = {}
+    for texts, cosine, axes in (
+        (SAME, 0.99, (0, 1)),
+        (CLOSE, 0.85, (2, 3)),
+        (DIFFERENT, 0.75, (4, 5)),
+        (RICHER, 0.90, (6, 7)),
+        (SENTINEL, 0.995, (2, 3)),
+    ):
+        first, second = pair(cosine, *axes)
+        vectors[texts[0]], vectors[texts[1]] = first, second
+    return VectorBook(vectors)
+
+
+def reviewer(prompt: str) -> str:
+    """Extraction finds nothing; the near-duplicate review answers by the pair."""
+    if is_extraction(prompt):
+        return json.dumps({"facts": [], "entities": []})
+    if "Client likes morning" in prompt:
+        return json.dumps({"action": "merge", "reason": "same preference"})
+    if "Release is on Friday" in prompt:
+        return json.dumps({"action": "replace", "reason": "the new one is more precise"})
+    return json.dumps({"action": "keep", "reason": "different facts"})
+
+
+@pytest.fixture
+def start(
+    recall_stack: Callable[..., Stack],
+    start_pipeline_server: Callable[..., Any],
+    http_servers: Callable[[Any], Any],
+) -> Callable[..., tuple[Stack, LlmServer]]:
+    def make(**overrides: Any) -> tuple[Stack, LlmServer]:
+        embedder = http_servers(ollama_server(book()))
+        llm = http_servers(LlmServer(reviewer))
+        settings = fake_embedding_overrides(
+            embedder.url,
+            **{
+                "dedup.enabled": True,
+                "providers.llm.base_url": llm.url,
+                "providers.llm.timeout_ms": 5000,
+                "memory.pipelineV2.workerPollMs": 100,
+                **overrides,
+            },
+        )
+        stack = recall_stack(settings)
+        stack.config = stack.config.with_overrides(
+            {"clients.search_address": f"127.0.0.1:{stack.search_thread.app.port}"}
+        )
+        stack.remembered = {}  # type: ignore[attr-defined]
+        return stack, llm
+
+    def run(stack: Stack) -> None:
+        stack.pipeline_thread, stack.pipeline = start_pipeline_server(stack.config)
+
+    make.run = run  # type: ignore[attr-defined]
+    return make
+
+
+def get(stack: Stack, memory_id: str) -> Any:
+    return stack.store.GetMemory(store_pb2.GetMemoryRequest(id=memory_id)).memory
+
+
+def events(stack: Stack, memory_id: str) -> list[Any]:
+    request = store_pb2.ListMemoryHistoryRequest(memory_id=memory_id)
+    return list(stack.store.ListMemoryHistory(request).events)
+
+
+def remember_all(stack: Stack, *texts: str, **fields: Any) -> dict[str, Any]:
+    return {text: stack.remember(text, **fields) for text in texts}
+
+
+def test_a_near_identical_memory_is_merged_into_the_older_one(start: Any) -> None:
+    stack, llm = start()
+    close = remember_all(stack, *CLOSE)
+    older = stack.remember(SAME[0], tags=["ui"], importance=0.3)
+    newer = stack.remember(SAME[1], tags=["prefs"], importance=0.9)
+    start.run(stack)
+    wait_for(lambda: get(stack, newer.id).deleted, what="the newer memory merged")
+    survivor = get(stack, older.id)
+    assert not survivor.deleted and survivor.content == SAME[0]
+    assert list(survivor.tags) == ["ui", "prefs"] and survivor.importance == pytest.approx(0.9)
+    merged = events(stack, newer.id)[-1]
+    assert merged.event_type == store_pb2.HISTORY_EVENT_TYPE_MERGED
+    assert merged.metadata["survivor_id"] == older.id
+    assert merged.metadata["similarity"] == pytest.approx(0.99, abs=1e-3)
+    assert merged.metadata["decided_by"] == "similarity"
+    # 0.85 with the pipeline's LLM off (memory.pipelineV2.enabled false): kept, nobody asked
+    assert not any(get(stack, m.id).deleted for m in close.values())
+    assert llm.prompts() == []
+    assert [r.memory.id for r in stack.recall(SAME[1]).results][:1] == [older.id]
+    status = stack.pipeline.GetStatus(pb.GetStatusRequest(), timeout=10)
+    [dedup] = [w for w in status.workers if w.name == "dedup"]
+    assert dedup.completed_count >= 2 and dedup.failed_count == 0
+
+
+def test_the_llm_decides_between_070_and_098(start: Any) -> None:
+    stack, llm = start(**{"memory.pipelineV2.enabled": True})
+    close = remember_all(stack, *CLOSE)
+    different = remember_all(stack, *DIFFERENT)
+    richer = remember_all(stack, *RICHER)
+    same = remember_all(stack, *SAME)
+    start.run(stack)
+    wait_for(lambda: get(stack, same[SAME[1]].id).deleted, what="the last pair checked")
+    # merge: the newer folded into the older
+    assert get(stack, close[CLOSE[1]].id).deleted and not get(stack, close[CLOSE[0]].id).deleted
+    merged = events(stack, close[CLOSE[1]].id)[-1]
+    assert (merged.metadata["decided_by"], merged.reason) == ("llm", "same preference")
+    # replace: the older folded into the newer, richer one
+    assert get(stack, richer[RICHER[0]].id).deleted
+    assert not get(stack, richer[RICHER[1]].id).deleted
+    # keep: both stay, the decision is in the newer one's history
+    assert not any(get(stack, m.id).deleted for m in different.values())
+    audit = events(stack, different[DIFFERENT[1]].id)[-1]
+    assert audit.event_type == store_pb2.HISTORY_EVENT_TYPE_NONE
+    assert audit.metadata["decision"] == "keep_both"
+    reviews = [p for p in llm.prompts() if "Two memories are very similar" in p]
+    assert len(reviews) == 3  # the 0.99 pair needed no model
+
+
+def test_shadow_mode_records_and_changes_nothing(start: Any) -> None:
+    stack, _ = start(**{"memory.pipelineV2.enabled": True, "memory.pipelineV2.shadowMode": True})
+    same = remember_all(stack, *SAME)
+    start.run(stack)
+    newer = same[SAME[1]].id
+    wait_for(lambda: len(events(stack, newer)) == 2, what="the decision recorded")
+    assert not get(stack, newer).deleted
+    assert events(stack, newer)[-1].reason.startswith("shadow mode, would merge")
+
+
+def test_memories_with_an_expiry_never_merge(start: Any) -> None:
+    stack, _ = start()
+    older = stack.remember(SAME[0])
+    newer = stack.remember(SAME[1], ttl={"seconds": 3600})  # short-term: never merged
+    sentinel = remember_all(stack, *SENTINEL)  # checked after the pair above
+    start.run(stack)
+    wait_for(lambda: get(stack, sentinel[SENTINEL[1]].id).deleted, what="the queue drained")
+    assert not get(stack, older.id).deleted and not get(stack, newer.id).deleted
+    assert len(events(stack, newer.id)) == 1  # not even a decision recorded

@@ -43,6 +43,7 @@ import grpc
 sys.path[:0] = [
     str(Path(__file__).resolve().parent.parent),
     str(Path(__file__).resolve().parent.parent / "gen"),
+    str(Path(__file__).resolve().parent.parent / "clients" / "python"),
 ]
 
 import latency_data as data  # noqa: E402
@@ -66,7 +67,7 @@ from services.store.migrations import apply_migrations  # noqa: E402
 from suite import running_suite  # noqa: E402
 
 WORK = Path("/tmp/engram-context")
-RESULTS = data.ROOT / "bench" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
 BUDGETS = (500, 1000, 3000)
 PINNED = 20
 TARGET_EXTRA_MS = 10.0

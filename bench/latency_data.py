@@ -44,16 +44,9 @@ from services.store.memories import MemoryStore
 from services.store.migrations import apply_migrations
 from services.store.rules import draft_memory
 from services.store.writer import Writer
+from suite import shared_dataset
 
-ROOT = Path(__file__).resolve().parent.parent
-LOCOMO = next(
-    (
-        base / "shared" / "datasets" / "locomo" / "generic"
-        for base in (ROOT.parent, ROOT.parent.parent)  # a checkout, or a worktree of one
-        if (base / "shared" / "datasets" / "locomo" / "generic").exists()
-    ),
-    ROOT.parent / "shared" / "datasets" / "locomo" / "generic",
-)
+LOCOMO = shared_dataset("locomo/generic")
 NAMESPACE = "latency"
 DIMENSIONS = 384
 REAL_VECTORS = 10_000  # memories embedded for real; later ones get derived vectors

@@ -46,16 +46,9 @@ sys.path[:0] = [
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2, job_queue_pb2_grpc  # noqa: E402
 from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
-from suite import ROOT, running_suite  # noqa: E402
+from suite import running_suite, shared_dataset  # noqa: E402
 
-DEFAULT_INPUT = next(
-    (
-        base / "shared" / "datasets" / "locomo" / "locomo10-dev.json"
-        for base in (ROOT.parent, ROOT.parent.parent)  # a checkout, or a worktree of one
-        if (base / "shared" / "datasets" / "locomo" / "locomo10-dev.json").exists()
-    ),
-    ROOT.parent / "shared" / "datasets" / "locomo" / "locomo10-dev.json",
-)
+DEFAULT_INPUT = shared_dataset("locomo/locomo10-dev.json")
 SWEEP = [round(0.05 * i, 2) for i in range(0, 15)]
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 METRICS = ("R@5", "R@10", "Hit@10", "MRR", "nDCG@10", "SessR@10")

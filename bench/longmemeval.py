@@ -48,16 +48,9 @@ from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2_grpc  # noqa: E402
 from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
 from locomo import merge, parse_setting, wait_embedded  # noqa: E402
-from suite import ROOT, running_suite  # noqa: E402
+from suite import running_suite, shared_dataset  # noqa: E402
 
-DEFAULT_INPUT = next(
-    (
-        base / "shared" / "datasets" / "longmemeval" / "longmemeval-s-dev.json.gz"
-        for base in (ROOT.parent, ROOT.parent.parent)  # a checkout, or a worktree of one
-        if (base / "shared" / "datasets" / "longmemeval" / "longmemeval-s-dev.json.gz").exists()
-    ),
-    ROOT.parent / "shared" / "datasets" / "longmemeval" / "longmemeval-s-dev.json.gz",
-)
+DEFAULT_INPUT = shared_dataset("longmemeval/longmemeval-s-dev.json.gz")
 RECALL_LIMIT = 50
 METRICS = ("turn R@5", "turn R@10", "nDCG@10", "any@5", "all@5", "all@10")
 

@@ -86,7 +86,7 @@ from services.search.text import keyword_terms  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
 from suite import free_port, wait_serving  # noqa: E402
 
-ROOT = data.ROOT
+ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path("/tmp/engram-latency")
 RESULTS = ROOT / "bench" / "results"
 NS = data.NAMESPACE

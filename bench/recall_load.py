@@ -54,8 +54,9 @@ from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2 as jq  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2_grpc  # noqa: E402
 from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
+from suite import shared_dataset  # noqa: E402
 
-LOCOMO = ROOT.parent / "shared" / "datasets" / "locomo" / "generic"
+LOCOMO = shared_dataset("locomo/generic")
 NAMESPACE = "load"
 LEADS = ("Remind me", "Quickly", "Tell me", "Briefly", "Exactly", "Honestly", "Again", "Please")
 STARTUP_S = 180.0

@@ -7,6 +7,8 @@ stdio (the default: an MCP host starts it as a subprocess) or streamable HTTP.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from google.protobuf.json_format import MessageToDict
@@ -76,10 +78,21 @@ def build_server(engram: AsyncEngram) -> MCPServer:
     server: MCPServer = MCPServer(
         name="engram", title="Engram memory", instructions=INSTRUCTIONS, version="0.1.0"
     )
+
+    def tool(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """`server.tool` with the docstring as the description, its indentation removed
+        (what a model reads, and tools/*.json holds)."""
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            description = inspect.cleandoc(function.__doc__ or "")
+            return server.tool(description=description, **options)(function)
+
+        return register
+
     # confirm_token -> the selection it was previewed with (insertion order: oldest first)
     pending: dict[str, dict[str, Any]] = {}
 
-    @server.tool(
+    @tool(
         annotations=ToolAnnotations(title="Remember", idempotent_hint=True),
     )
     async def remember(
@@ -129,7 +142,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             raise _error(error) from None
         return {"memory": _memory(reply.memory), "deduplicated": reply.deduplicated}
 
-    @server.tool(annotations=ToolAnnotations(title="Recall", read_only_hint=True))
+    @tool(annotations=ToolAnnotations(title="Recall", read_only_hint=True))
     async def recall(
         query: Annotated[
             str, Field(description="What to look for, in natural language or keywords.")
@@ -173,7 +186,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "warnings": list(reply.warnings),
         }
 
-    @server.tool(
+    @tool(
         annotations=ToolAnnotations(title="Forget", destructive_hint=True),
     )
     async def forget(
@@ -245,7 +258,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "deleted_ids": [c.id for c in done.candidates],
         }
 
-    @server.tool(annotations=ToolAnnotations(title="Update a memory"))
+    @tool(annotations=ToolAnnotations(title="Update a memory"))
     async def update_memory(
         id: Annotated[str, Field(description="The memory's id (from recall or remember).")],
         namespace: Namespace = "",
@@ -294,7 +307,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             raise _error(error) from None
         return {"result": result, "memory": _memory(memory)}
 
-    @server.tool(annotations=ToolAnnotations(title="Memory history", read_only_hint=True))
+    @tool(annotations=ToolAnnotations(title="Memory history", read_only_hint=True))
     async def memory_history(
         id: Annotated[str, Field(description="The memory's id.")],
         namespace: Namespace = "",
@@ -311,7 +324,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             event["event_type"] = event.get("event_type", "").removeprefix("HISTORY_EVENT_TYPE_")
         return {"events": events}
 
-    @server.tool(annotations=ToolAnnotations(title="Assemble context", read_only_hint=True))
+    @tool(annotations=ToolAnnotations(title="Assemble context", read_only_hint=True))
     async def assemble_context(
         query: Annotated[
             str, Field(description="The current question or turn, in natural language.")
@@ -365,7 +378,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "warnings": list(reply.warnings),
         }
 
-    @server.tool(annotations=ToolAnnotations(title="Explain a memory", read_only_hint=True))
+    @tool(annotations=ToolAnnotations(title="Explain a memory", read_only_hint=True))
     async def explain_memory(
         id: Annotated[str, Field(description="The memory's id.")],
         namespace: Namespace = "",
@@ -379,7 +392,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             raise _error(error) from None
         return _dict(reply)
 
-    @server.tool(annotations=ToolAnnotations(title="Capture a turn"))
+    @tool(annotations=ToolAnnotations(title="Capture a turn"))
     async def append_turn(
         session_id: Annotated[
             str, Field(description="The conversation session (e.g. a thread id).")
@@ -407,7 +420,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "memory": _memory(reply.memory) if reply.HasField("memory") else None,
         }
 
-    @server.tool(annotations=ToolAnnotations(title="Summarize the session"))
+    @tool(annotations=ToolAnnotations(title="Summarize the session"))
     async def summarize_session(
         session_id: Annotated[str, Field(description="The conversation session.")],
         namespace: Namespace = "",

@@ -2,17 +2,18 @@
 front of its model on a turn, within a token budget.
 
 Four sections share the budget in order: PINNED 40%, FACTS 25%, SESSION 25%,
-ENTITIES 10%. A section takes whole lines while they fit its allowance (its share
-plus what the sections before it left unused) and skips a line that does not fit for
-a shorter one after it; what the last section leaves goes round again to the first
-that has more to show. A section with nothing to show has no header. No memory
+ENTITIES 10%. A section takes its best lines while they fit its allowance (its share
+plus what the sections before it left unused); what the last section leaves goes round
+again, and what is still left then takes shorter lines that fit, in section order.
+A section with nothing to show has no header. No memory
 appears twice: a memory shown by an earlier section is left out of later ones.
 
 The relevant memories come from Recall (services.search.recall): the FACTS section is
 Recall's ranking, and the rules and preferences among Recall's results join the
-pinned ones. Tokens are counted with a real tokenizer (services.search.tokens); the
-block's own count is checked after it is joined, so `token_count` is the block's
-exact count and never above the budget.
+pinned ones; this session's short-term memories fill SESSION. Every read runs in one
+snapshot. Tokens are counted with a real tokenizer (services.search.tokens), per line
+with its newline; no tokenizer joins text across a line break (Renderer), so the
+block's count is the sum of its lines' and never above the budget.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.common.db import ReadPool
+from services.common.db import ReadPool, Reads
 from services.common.errors import Violations
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import SESSION_SUMMARY_TYPE, MemoryRecord
@@ -250,11 +251,11 @@ class Renderer:
         return "".join(f"{text}\n" for text in texts)
 
 
-def fill(section: Section, candidates: list[Line], allowance: int) -> int:
-    """Move the candidates that fit `allowance` (header included when the section is
-    still empty) into the section, in order, skipping one that does not fit for a
-    later, shorter one; returns the tokens used. Kept candidates stay in `candidates`
-    for another round."""
+def fill(section: Section, candidates: list[Line], allowance: int, *, skip: bool) -> int:
+    """Move candidates that fit `allowance` (header included when the section is still
+    empty) into the section, in order; returns the tokens used. Without `skip` it stops
+    at the first that does not fit (a section's best lines come first); with `skip` it
+    passes over such a line for later, shorter ones. The rest stay in `candidates`."""
     used = 0
     kept: list[Line] = []
     for index, line in enumerate(candidates):
@@ -267,8 +268,11 @@ def fill(section: Section, candidates: list[Line], allowance: int) -> int:
         if used + cost <= allowance:
             section.lines.append(line)
             used += cost
-        else:
+        elif skip:
             kept.append(line)
+        else:
+            kept.extend(candidates[index:])
+            break
     candidates[:] = kept
     return used
 
@@ -276,24 +280,26 @@ def fill(section: Section, candidates: list[Line], allowance: int) -> int:
 def allocate(
     budget: int, sections: Sequence[Section], candidates: dict[SectionKind, list[Line]]
 ) -> None:
-    """Fill the sections in order by their shares, the unused share flowing to the next;
-    then what is left goes round again, in order."""
+    """Fill the sections in order by their shares, best lines first, the unused share
+    flowing to the next; what the last leaves goes round again, in order; then what is
+    still left takes the shorter lines that fit, in section order."""
     carry = 0
     total = 0
     shares = dict(SHARES)
     for section in sections:
         allowance = int(budget * shares[section.kind]) + carry
         section.budget = allowance
-        used = fill(section, candidates[section.kind], allowance)
+        used = fill(section, candidates[section.kind], allowance, skip=False)
         total += used
         carry = allowance - used
-    for section in sections:  # the last section's leftover goes round to the first
-        left = budget - total
-        if left <= 0:
-            break
-        used = fill(section, candidates[section.kind], left)
-        section.budget += used
-        total += used
+    for skip in (False, True):  # the leftover goes round to the first, then fills gaps
+        for section in sections:
+            left = budget - total
+            if left <= 0:
+                return
+            used = fill(section, candidates[section.kind], left, skip=skip)
+            section.budget += used
+            total += used
 
 
 def candidates_for(
@@ -399,20 +405,24 @@ class ContextAssembler:
         budget = self.budget_for(query, max(token_budget, 0))
         limit = recall_limit(budget)
         check_recall_request(query, limit, _NO_FILTER, bad)  # every violation, no read yet
-        # what does not depend on Recall's answer is read while Recall runs
         spec = MemoryFilterSpec(as_of=as_of)
-        beside = asyncio.create_task(self._beside_recall(namespaces, query, session_id, as_of))
-        try:
-            outcome = await self._recaller.recall(namespaces, query, limit, spec)
-            standing = await beside
-        except BaseException:
-            beside.cancel()
-            await asyncio.gather(beside, return_exceptions=True)
-            raise
-        relevant = [hit.memory for hit in outcome.hits]
-        pinned = standing.pinned
-        session = session_memories(standing.session)
-        entities = await self._entities(standing, [*session, *pinned, *relevant])
+        # every read in one snapshot: the sections see one state of the database
+        async with self._reads.snapshot() as reads:
+            # the other reads run while Recall waits for the query's embedding
+            recall = asyncio.create_task(
+                self._recaller.recall(namespaces, query, limit, spec, snapshot=reads)
+            )
+            try:
+                standing = await self._standing(reads, namespaces, query, session_id, as_of)
+                outcome = await recall
+            except BaseException:
+                recall.cancel()  # the snapshot ends below: nothing may still read from it
+                await asyncio.gather(recall, return_exceptions=True)
+                raise
+            relevant = [hit.memory for hit in outcome.hits]
+            pinned = standing.pinned
+            session = session_memories(standing.session)
+            entities = await self._entities(reads, standing, [*session, *pinned, *relevant])
         renderer = Renderer(self._tokenizer, show_namespace=len(namespaces) > 1)
         sections, text, count = layout(budget, pinned, relevant, session, entities, renderer)
         return AssembledContext(
@@ -425,44 +435,50 @@ class ContextAssembler:
             warnings=tuple(outcome.warnings),
         )
 
-    async def _beside_recall(
-        self, namespaces: Sequence[str], query: str, session_id: str, as_of: str | None
+    async def _standing(
+        self,
+        reads: Reads,
+        namespaces: Sequence[str],
+        query: str,
+        session_id: str,
+        as_of: str | None,
     ) -> _Standing:
-        """One snapshot: each namespace's pinned memories valid now (or at `as_of`),
-        most important first, the session's live short-term memories, and whether it
-        has a knowledge graph, with the entities the query names."""
+        """Each namespace's pinned memories valid now (or at `as_of`), most important
+        first, the session's live short-term memories, and whether it has a knowledge
+        graph, with the entities the query names."""
         standing = _Standing()
         tokens = query_tokens(query)
-        async with self._reads.snapshot() as reads:
-            for namespace in namespaces:
-                if session_id and self._params.session_limit > 0:
-                    rows = await reads.fetch_all(
-                        queries.session_memories(
-                            namespace, session_id, self._params.session_limit, as_of
-                        )
+        for namespace in namespaces:
+            if session_id and self._params.session_limit > 0:
+                rows = await reads.fetch_all(
+                    queries.session_memories(
+                        namespace, session_id, self._params.session_limit, as_of
                     )
-                    standing.session.extend(MemoryRecord.from_row(row) for row in rows)
-                if self._params.pinned_limit > 0:
-                    rows = await reads.fetch_all(
-                        queries.pinned_memories(namespace, self._params.pinned_limit, as_of)
+                )
+                standing.session.extend(MemoryRecord.from_row(row) for row in rows)
+            if self._params.pinned_limit > 0:
+                rows = await reads.fetch_all(
+                    queries.pinned_memories(namespace, self._params.pinned_limit, as_of)
+                )
+                standing.pinned.extend(MemoryRecord.from_row(row) for row in rows)
+            if self._params.entity_limit <= 0:
+                continue
+            if not (await reads.fetch_one(queries.has_entities(namespace)))[0]:
+                continue
+            standing.graphs.append(namespace)
+            if tokens:
+                matched = await reads.fetch_all(
+                    graph_queries.matching_entities(
+                        namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
                     )
-                    standing.pinned.extend(MemoryRecord.from_row(row) for row in rows)
-                if self._params.entity_limit <= 0:
-                    continue
-                if not (await reads.fetch_one(queries.has_entities(namespace)))[0]:
-                    continue
-                standing.graphs.append(namespace)
-                if tokens:
-                    matched = await reads.fetch_all(
-                        graph_queries.matching_entities(
-                            namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
-                        )
-                    )
-                    standing.query_entities[namespace] = [row[0] for row in matched]
+                )
+                standing.query_entities[namespace] = [row[0] for row in matched]
         standing.pinned.sort(key=lambda m: (-m.importance, _descending(m.updated_at), m.id))
         return standing
 
-    async def _entities(self, standing: _Standing, shown: list[MemoryRecord]) -> list[EntityLine]:
+    async def _entities(
+        self, reads: Reads, standing: _Standing, shown: list[MemoryRecord]
+    ) -> list[EntityLine]:
         """The entities that the memories which may be shown name (most named first),
         then those the query names, with their strongest relations; per namespace (the
         graph never crosses namespaces), and only where there is a graph."""
@@ -470,42 +486,41 @@ class ContextAssembler:
         found: list[EntityLine] = []
         if not standing.graphs:
             return found
-        async with self._reads.snapshot() as reads:
-            for namespace in standing.graphs:
-                ids = [m.id for m in shown if m.namespace == namespace]
-                rows = []
-                if ids:
-                    rows = await reads.fetch_all(queries.mentioned_entities(namespace, ids, limit))
-                named = {row[0]: (row[1], row[2]) for row in rows}
-                extra = [e for e in standing.query_entities.get(namespace, []) if e not in named]
-                extra = extra[: max(0, limit - len(named))]
-                if extra:
-                    for row in await reads.fetch_all(queries.entities_by_id(namespace, extra)):
-                        named[row[0]] = (row[1], row[2])
-                if not named:
-                    continue
-                relations: dict[str, list[str]] = {}
-                if self._params.relations_per_entity > 0:
-                    for row in await reads.fetch_all(
-                        queries.entity_relations(
-                            namespace, list(named), self._params.relations_per_entity
-                        )
-                    ):
-                        entity_id, relation, other, outgoing = row[0], row[1], row[2], row[3]
-                        text = f"{relation} {other}" if outgoing else f"{other} {relation} it"
-                        relations.setdefault(entity_id, []).append(text)
-                found.extend(
-                    EntityLine(
-                        entity_id, namespace, name, entity_type, tuple(relations.get(entity_id, ()))
+        for namespace in standing.graphs:
+            ids = [m.id for m in shown if m.namespace == namespace]
+            rows = []
+            if ids:
+                rows = await reads.fetch_all(queries.mentioned_entities(namespace, ids, limit))
+            named = {row[0]: (row[1], row[2]) for row in rows}
+            extra = [e for e in standing.query_entities.get(namespace, []) if e not in named]
+            extra = extra[: max(0, limit - len(named))]
+            if extra:
+                for row in await reads.fetch_all(queries.entities_by_id(namespace, extra)):
+                    named[row[0]] = (row[1], row[2])
+            if not named:
+                continue
+            relations: dict[str, list[str]] = {}
+            if self._params.relations_per_entity > 0:
+                for row in await reads.fetch_all(
+                    queries.entity_relations(
+                        namespace, list(named), self._params.relations_per_entity
                     )
-                    for entity_id, (name, entity_type) in named.items()
+                ):
+                    entity_id, relation, other, outgoing = row[0], row[1], row[2], row[3]
+                    text = f"{relation} {other}" if outgoing else f"{other} {relation} it"
+                    relations.setdefault(entity_id, []).append(text)
+            found.extend(
+                EntityLine(
+                    entity_id, namespace, name, entity_type, tuple(relations.get(entity_id, ()))
                 )
+                for entity_id, (name, entity_type) in named.items()
+            )
         return found
 
 
 @dataclass
 class _Standing:
-    """What AssembleContext reads beside Recall (ContextAssembler._beside_recall)."""
+    """What AssembleContext reads besides Recall (ContextAssembler._standing)."""
 
     pinned: list[MemoryRecord] = field(default_factory=list)
     session: list[MemoryRecord] = field(default_factory=list)  # the session's short-term

@@ -15,6 +15,7 @@ searched collection (namespace + filter).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import defaultdict
@@ -174,11 +175,13 @@ class Recaller:
         track_access: bool = True,
         min_score: float | None = None,
         bad: Violations | None = None,
+        snapshot: Reads | None = None,
     ) -> RecallOutcome:
         """`namespaces`: one, or several searched each on its own (its own statistics)
         in one read snapshot and merged by score. `bad` holds what the caller already
         found wrong with the request; `min_score` None means the configured
-        `search.min_score`."""
+        `search.min_score`. `snapshot`: the caller's read snapshot, when Recall is
+        one of several reads that must see the same database (AssembleContext)."""
         names = (namespaces,) if isinstance(namespaces, str) else tuple(namespaces)
         query, limit, spec, min_score = check_recall_request(query, limit, spec, bad, min_score)
         if min_score is None:
@@ -192,7 +195,9 @@ class Recaller:
         records: dict[int, MemoryRecord] = {}
         vectors_used = False
         try:
-            async with self._reads.snapshot() as reads:
+            async with (
+                contextlib.nullcontext(snapshot) if snapshot else self._reads.snapshot()
+            ) as reads:
                 # with a reranker, its whole head is picked before the cut to `limit`
                 # (seed 000 "Optional Reranking")
                 depth = max(limit, self._params.reranker_top_n) if self._reranker else limit

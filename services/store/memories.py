@@ -687,7 +687,7 @@ def _check_patches(
                 ),
                 tags=None
                 if patch.tags is None
-                else bad.check(None, rules.check_tags, patch.tags, f"{field}.tags"),
+                else bad.check(None, rules.check_tags, patch.tags, f"{field}.tags", pii=pii),
                 pinned=patch.pinned,
                 who=None
                 if patch.who is None
@@ -697,6 +697,7 @@ def _check_patches(
                     patch.who,
                     f"{field}.who",
                     rules.MAX_TEXT_FIELD_CHARS["who"],
+                    pii=pii,
                 ),
                 reason=reason,
                 if_version=patch.if_version,

@@ -581,6 +581,19 @@ def due_jobs(
     return list(conn.execute(sql, params).fetchall())
 
 
+def due_job_query(job_type: str, namespaces: Sequence[str], now: str) -> Query:
+    """Whether a job of this type is due (for a long-polling lease to look
+    without taking the writer)."""
+    sql = (
+        "SELECT 1 FROM memory_jobs WHERE job_type = ? AND status = 'pending' AND available_at <= ?"
+    )
+    params: list[Any] = [job_type, now]
+    if namespaces:
+        sql += f" AND namespace IN ({', '.join('?' * len(namespaces))})"
+        params.extend(namespaces)
+    return (sql + " LIMIT 1", params)
+
+
 def mark_leased(
     conn: Any,
     job_id: str,

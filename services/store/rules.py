@@ -122,13 +122,20 @@ def check_importance(importance: float, field: str) -> float:
     return importance
 
 
-def check_tags(tags: Iterable[str], field: str) -> tuple[str, ...]:
+def check_tags(tags: Iterable[str], field: str, *, pii: PiiPolicy | None = None) -> tuple[str, ...]:
     """Trimmed, lower-cased, de-duplicated in first-seen order, within the limits
-    (every bad tag is named)."""
+    (every bad tag is named). With `pii`, each tag passes the PII gate first (before
+    lower-casing, which would hide a key's prefix)."""
     cleaned: dict[str, None] = {}
     bad = Violations()
     for index, tag in enumerate(tags):
-        value = unicodedata.normalize("NFC", tag).strip().lower()
+        value = unicodedata.normalize("NFC", tag)
+        if pii is not None:
+            with bad.collecting():
+                value = _gated(value, f"{field}[{index}]", pii)
+            if bad.names(f"{field}[{index}]"):
+                continue  # rejected: nothing more to say about it
+        value = value.strip().lower()
         if is_blank(value):
             bad.add(f"{field}[{index}]", "must not be empty")
         elif len(value) > MAX_TAG_CHARS:
@@ -141,11 +148,19 @@ def check_tags(tags: Iterable[str], field: str) -> tuple[str, ...]:
     return tuple(cleaned)
 
 
-def check_text(value: str, field: str, limit: int) -> str:
+def check_text(value: str, field: str, limit: int, *, pii: PiiPolicy | None = None) -> str:
+    """Trimmed and within `limit`; with `pii`, through the PII gate too (free text a
+    caller fills, such as who and why, may carry personal data like the content)."""
     value = value.strip()
+    if pii is not None and value:
+        value = _gated(value, field, pii)
     if len(value) > limit:
         raise InvalidArgument(field, f"must be at most {limit} characters")
     return value
+
+
+def _gated(value: str, field: str, pii: PiiPolicy) -> str:
+    return gate(value, pii, field).text
 
 
 def check_ttl(nanos: int, field: str) -> int:
@@ -203,7 +218,7 @@ def draft_memory(
     normalized = bad.check(
         whole, check_content, body, f"{field_prefix}content", whole if unchanged else None, pii=pii
     )
-    all_tags = bad.check((), check_tags, [*prefix_tags, *tags], f"{field_prefix}tags")
+    all_tags = bad.check((), check_tags, [*prefix_tags, *tags], f"{field_prefix}tags", pii=pii)
     chosen_type = (
         bad.check("fact", check_type, memory_type, f"{field_prefix}type")
         if memory_type
@@ -217,8 +232,17 @@ def draft_memory(
         )
     )
     is_pinned = pinned or critical
+    # who and why are free text and pass the PII gate; source_type and source_id are
+    # the caller's identifiers, stored as given
     texts = {
-        name: bad.check("", check_text, value, f"{field_prefix}{name}", MAX_TEXT_FIELD_CHARS[name])
+        name: bad.check(
+            "",
+            check_text,
+            value,
+            f"{field_prefix}{name}",
+            MAX_TEXT_FIELD_CHARS[name],
+            pii=pii if name in ("who", "why") else None,
+        )
         for name, value in (
             ("who", who),
             ("why", why),

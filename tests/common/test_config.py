@@ -43,6 +43,8 @@ def test_yaml_file_sets_values(tmp_path: Path) -> None:
         ("memory:\n  pipelineV2:\n    enabled: 1\n", "memory.pipelineV2.enabled"),
         ("memory:\n  pipelineV2:\n    leaseTimeoutMs: 1.5\n", "memory.pipelineV2.leaseTimeoutMs"),
         ("search:\n  alpha: high\n", "search.alpha"),
+        ("search:\n  context:\n    tokenizer: gpt9\n", "search.context.tokenizer"),
+        ("search:\n  context:\n    max_budget: 500\n", "search.context.simple_budget"),
         ("providers:\n  embedding:\n    kind: magic\n", "providers.embedding.kind"),
         ("memory:\n  pipelineV2:\n    workerPolMs: 500\n", "memory.pipelineV2.workerPolMs"),
         ("storage:\n  path: 5\n", "storage.path"),

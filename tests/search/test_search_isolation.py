@@ -45,12 +45,20 @@ MAX_WRITES = 4000
 RECALLERS = 2
 
 
-@pytest.mark.parametrize("namespaces", [("tenant-b",), ("tenant-b", "tenant-c")])
+@pytest.mark.parametrize(
+    ("namespaces", "rpc"),
+    [
+        (("tenant-b",), "Recall"),
+        (("tenant-b", "tenant-c"), "Recall"),
+        (("tenant-b", "tenant-c"), "AssembleContext"),
+    ],
+)
 def test_recall_never_returns_another_namespace_while_it_writes(
-    recall_stack: Callable[..., Stack], namespaces: tuple[str, ...]
+    recall_stack: Callable[..., Stack], namespaces: tuple[str, ...], rpc: str
 ) -> None:
-    """Also for a Recall over several namespaces (issue 16): tenant-c holds nothing,
-    so tenant-b still takes the whole-index path inside the multi-namespace read."""
+    """Also for a Recall over several namespaces, and AssembleContext's (issue 16):
+    tenant-c holds nothing, so tenant-b still takes the whole-index path inside the
+    multi-namespace read."""
     stack = recall_stack({"providers.embedding.kind": "none"})
     own = {
         stack.remember(f"apple pie recipe number {i}", namespace="tenant-b").id for i in range(3)
@@ -72,25 +80,31 @@ def test_recall_never_returns_another_namespace_while_it_writes(
     def recall(slot: int) -> None:
         while not stop.is_set() and recalls[slot] < MAX_RECALLS:
             try:
-                response = stack.search.Recall(
-                    search_pb2.RecallRequest(
-                        namespace="tenant-b" if len(namespaces) == 1 else "",
-                        namespaces=list(namespaces) if len(namespaces) > 1 else [],
-                        query="apple pie",
-                        limit=10,
-                    ),
-                    timeout=30,
-                )
+                if rpc == "AssembleContext":
+                    assembled = stack.search.AssembleContext(
+                        search_pb2.AssembleContextRequest(
+                            namespaces=list(namespaces), query="apple pie"
+                        ),
+                        timeout=30,
+                    )
+                    got = [m for section in assembled.sections for m in section.memories]
+                else:
+                    response = stack.search.Recall(
+                        search_pb2.RecallRequest(
+                            namespace="tenant-b" if len(namespaces) == 1 else "",
+                            namespaces=list(namespaces) if len(namespaces) > 1 else [],
+                            query="apple pie",
+                            limit=10,
+                        ),
+                        timeout=30,
+                    )
+                    got = [r.memory for r in response.results]
             except grpc.RpcError as error:
                 errors.append(f"{error.code()}: {error.details()}")
                 continue
             finally:
                 recalls[slot] += 1
-            foreign.extend(
-                r.memory.id
-                for r in response.results
-                if r.memory.namespace != "tenant-b" or r.memory.id not in own
-            )
+            foreign.extend(m.id for m in got if m.namespace != "tenant-b" or m.id not in own)
 
     threads = [threading.Thread(target=write_and_delete)]
     threads += [threading.Thread(target=recall, args=(slot,)) for slot in range(RECALLERS)]

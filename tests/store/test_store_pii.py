@@ -284,3 +284,48 @@ def test_turns_and_session_summaries_follow_the_namespace_policy(
     finally:
         channel.close()
     assert _leaks(db_path, logs) == set()
+
+
+def test_who_why_and_tags_pass_the_gate_like_the_content(
+    store: Any, db_path: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    """Free text a caller fills besides the content: a redacted who, why or tag keeps
+    its placeholder; rejection names each field; source ids are identifiers, kept."""
+    memory = remember(
+        store,
+        "the quarterly plan",
+        who="jane.doe@example.com",
+        why="asked by +44 20 7946 0958",
+        tags=["AKIAIOSFODNN7EXAMPLE", "planning"],
+        source_id="msg-17",
+        pii_policy=pii_pb.PII_POLICY_REDACT,
+    ).memory
+    assert (memory.who, memory.why) == ("[EMAIL_1]", "asked by [PHONE_1]")
+    assert list(memory.tags) == ["[secret_1]", "planning"]
+    assert memory.source_id == "msg-17"
+    before = table_counts(db_path)
+    code, reason, fields = error_of(
+        lambda: remember(
+            store,
+            "another plan",
+            who="jane.doe@example.com",
+            tags=["ok", "536-22-1234"],
+            pii_policy=pii_pb.PII_POLICY_REJECT,
+        )
+    )
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "PII_DETECTED")
+    assert sorted(fields) == ["tags[1]", "who"]
+    patch = store_pb2.MemoryPatch(
+        id=memory.id, who="jane.doe@example.com", tags=store_pb2.TagList(values=["536-22-1234"])
+    )
+    code, reason, fields = error_of(
+        lambda: store.ModifyMemories(
+            store_pb2.ModifyMemoriesRequest(
+                patches=[patch], reason="r", pii_policy=pii_pb.PII_POLICY_REJECT
+            )
+        )
+    )
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "PII_DETECTED")
+    assert sorted(fields) == ["patches[0].tags[0]", "patches[0].who"]
+    assert table_counts(db_path) == before
+    assert _leaks(db_path, logs) == set()

@@ -236,7 +236,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     ):
         environment.update(_suite_environment(config))
         for name in SERVICES[1:]:
+            if stopping:
+                break
             children[name] = subprocess.Popen([*base, name, *extra], env=environment)
+        if stopping:  # a signal while starting them missed the ones started after it
+            stop(signal.SIGTERM, None)
     exit_code = 0
     while True:
         for name, child in children.items():

@@ -118,13 +118,13 @@ def test_context_sections_pinned_first_facts_next_no_memory_twice(
 
     assert [s.kind for s in response.sections] == [PINNED, FACTS]
     pinned_ids = [m.id for m in section(response, PINNED).memories]
-    assert set(pinned_ids) == {answer_style.id, tea.id, pinned_fact.id}
+    assert set(pinned_ids) == {answer_style.id, pinned_fact.id}
     facts_ids = [m.id for m in section(response, FACTS).memories]
-    assert fact.id in facts_ids
+    assert fact.id in facts_ids and tea.id in facts_ids, "not pinned: ranked as Recall ranks it"
     every = [m.id for s in response.sections for m in s.memories]
     assert len(every) == len(set(every)), "no memory twice"
     text = response.context
-    assert text.index("## Pinned rules and preferences") < text.index("## Relevant memories")
+    assert text.index("## Pinned memories") < text.index("## Relevant memories")
     # a standing rule carries no date; a fact says when it was true
     assert "\n- Always answer in French\n" in f"\n{text}\n"
     assert "\n- [2001-03-01] Alice moved to Lisbon in March" in text

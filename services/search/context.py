@@ -243,8 +243,9 @@ class Renderer:
     def join(self, sections: Sequence[Section]) -> str:
         texts: list[str] = []
         for section in sections:
-            if section.lines and section.header is not None:
-                texts.append(section.header.text)
+            if section.lines:
+                if section.header is not None:
+                    texts.append(section.header.text)
                 texts.extend(line.text for line in section.lines)
         return "".join(f"{text}\n" for text in texts)
 
@@ -341,12 +342,20 @@ def layout(
     renderer: Renderer,
 ) -> tuple[list[Section], str, int]:
     """The sections shown (in order, empty ones left out), the block, and its token
-    count (never above `budget`). Pure: every read happened before."""
+    count (never above `budget`). Pure: every read happened before. A block of one
+    section goes without its header (it would only cost tokens): the section is laid
+    out again without one, so the tokens it frees can take another line."""
+    budget = max(budget, 0)
+    candidates = candidates_for(pinned, relevant, session, entities, renderer)
     sections = [Section(kind, header=renderer.line(HEADERS[kind])) for kind, _ in SHARES]
-    allocate(
-        max(budget, 0), sections, candidates_for(pinned, relevant, session, entities, renderer)
-    )
-    for section in sections:  # the session reads in order: summary, then turns oldest first
+    allocate(budget, sections, {kind: list(lines) for kind, lines in candidates.items()})
+    shown = [s for s in sections if s.lines]
+    if len(shown) == 1:
+        [alone] = shown
+        shown = [Section(alone.kind)]
+        only = {kind: candidates[kind] if kind == alone.kind else [] for kind, _ in SHARES}
+        allocate(budget, shown, only)
+    for section in shown:  # the session reads in order: summary, then turns oldest first
         if section.kind == SectionKind.SESSION:
             section.lines.sort(
                 key=lambda line: (
@@ -354,7 +363,6 @@ def layout(
                     line.memory.created_at if line.memory else "",
                 )
             )
-    shown = [s for s in sections if s.lines]
     return shown, renderer.join(shown), sum(s.tokens for s in shown)
 
 

@@ -1,5 +1,8 @@
 # One image for every Engram service; compose.yaml picks the service per container.
-#   docker build .                          the local embedding model included (CPU torch)
+#   docker build .                          the local embedding model included: int8 ONNX
+#       on onnxruntime, no torch
+#   docker build --build-arg MODEL=torch .  the same, plus CPU torch and the fp32 weights
+#       for providers.embedding.runtime: torch
 #   docker build --build-arg MODEL=slim .   no model and no torch: for the store,
 #       maintenance, and search/pipeline with providers.embedding.kind ollama, openai
 #       or none (README "A slim install")
@@ -18,13 +21,16 @@ COPY clients/python ./clients/python
 RUN set -e; \
     case "$MODEL" in \
       local) \
+        pip install --no-cache-dir ./clients/python ".[local,tracing]"; \
+        python -c 'import importlib.util as u, sys; sys.exit("torch in the default image" if u.find_spec("torch") else 0)';; \
+      torch) \
         pip install --no-cache-dir --index-url "$TORCH_INDEX" torch==2.13.0; \
         python -c 'import sys, torch; sys.exit("torch is a CUDA build" if torch.version.cuda else 0)'; \
-        pip install --no-cache-dir ./clients/python ".[local,tracing]";; \
+        pip install --no-cache-dir ./clients/python ".[local,local-torch,tracing]";; \
       slim) \
         pip install --no-cache-dir ./clients/python ".[tracing]"; \
         python -c 'import importlib.util as u, sys; sys.exit("torch in a slim image" if u.find_spec("torch") else 0)';; \
-      *) echo "MODEL must be local or slim, not $MODEL" >&2; exit 1;; \
+      *) echo "MODEL must be local, torch or slim, not $MODEL" >&2; exit 1;; \
     esac
 ENV ENGRAM_SERVER__HOST=0.0.0.0 \
     ENGRAM_STORAGE__PATH=/data/engram.db \

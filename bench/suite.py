@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import yaml
@@ -33,6 +34,7 @@ class Suite:
     pipeline: str
     data_dir: Path
     store_internal: str = ""  # the job queue's listener
+    metrics: dict[str, str] | None = None  # each service's Prometheus address
 
 
 def wait_serving(address: str, timeout_s: float = 120.0) -> None:
@@ -49,30 +51,42 @@ def wait_serving(address: str, timeout_s: float = 120.0) -> None:
     raise TimeoutError(f"{address} did not become SERVING")
 
 
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """`b` deep-merged into `a` (nested engram.yaml mappings)."""
+    for key, value in b.items():
+        a[key] = merge(a.get(key, {}), value) if isinstance(value, dict) else value
+    return a
+
+
 @contextmanager
 def running_suite(
-    settings: dict[str, object] | None = None, data_dir: Path | None = None
+    settings: dict[str, Any] | None = None, data_dir: Path | None = None, code: Path = ROOT
 ) -> Iterator[Suite]:
-    """`settings` are extra engram.yaml keys (nested mapping)."""
+    """`settings` are extra engram.yaml keys (nested mapping); `code` is the
+    checkout the services run from (an export of an older commit, for before/after)."""
     with tempfile.TemporaryDirectory(prefix="engram-bench-") as tmp:
         directory = data_dir or Path(tmp)
         ports = {name: free_port() for name in ("store", "store_internal", "search", "pipeline")}
-        config = {
-            "server": {"ports": ports},
-            "clients": {
-                "store_address": f"127.0.0.1:{ports['store']}",
-                "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
+        # free metrics ports too: the defaults (9091-9094) clash between suites
+        metrics = {name: free_port() for name in ("store", "search", "pipeline", "maintenance")}
+        config = merge(
+            {
+                "server": {"ports": ports, "metrics_ports": metrics},
+                "clients": {
+                    "store_address": f"127.0.0.1:{ports['store']}",
+                    "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
+                },
+                "storage": {"path": str(directory / "engram.db")},
             },
-            "storage": {"path": str(directory / "engram.db")},
-            **(settings or {}),
-        }
+            settings or {},
+        )
         config_path = Path(tmp) / "engram.yaml"
         config_path.write_text(yaml.safe_dump(config))
         # engram.client from this checkout too (an installed one may be another checkout's)
         env = dict(
             os.environ,
             PYTHONPATH=os.pathsep.join(
-                [str(ROOT), str(ROOT / "gen"), str(ROOT / "clients" / "python")]
+                [str(code), str(code / "gen"), str(code / "clients" / "python")]
             ),
         )
         processes = [
@@ -86,7 +100,7 @@ def running_suite(
                     "--config",
                     str(config_path),
                 ],
-                cwd=ROOT,
+                cwd=code,
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=open(Path(tmp) / f"{name}.log", "w"),  # noqa: SIM115
@@ -103,6 +117,7 @@ def running_suite(
                 addresses["pipeline"],
                 directory,
                 addresses["store_internal"],
+                {name: f"127.0.0.1:{port}" for name, port in metrics.items()},
             )
         finally:
             for process in processes:

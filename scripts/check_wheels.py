@@ -5,7 +5,8 @@
 For Linux x86-64, Linux arm64 and macOS arm64, asks pip to download (no dependencies,
 binary wheels only, into a temporary directory) every dependency in pyproject.toml's
 [project].dependencies plus the packages underneath them that need a native wheel
-(torch, tokenizers, safetensors, scipy, scikit-learn, hf-xet). Prints one line per platform; exit 1 if any fails.
+(onnxruntime and tokenizers for the default local model; torch, safetensors, scipy,
+scikit-learn, hf-xet for its torch runtime). Prints one line per platform; exit 1 if any fails.
 Needs the network. torch is checked on PyPI, where macOS wheels are CPU builds; the
 Linux CPU build comes from the index the Makefile's TORCH_INDEX names, not checked here.
 """
@@ -25,7 +26,15 @@ PLATFORMS = {
     "linux arm64": ("manylinux2014_aarch64", "manylinux_2_28_aarch64"),
     "macos arm64": ("macosx_11_0_arm64", "macosx_14_0_arm64"),
 }
-NATIVE_BELOW = ("torch==2.13.0", "tokenizers", "safetensors", "scipy", "scikit-learn", "hf-xet")
+NATIVE_BELOW = (
+    "onnxruntime",
+    "torch==2.13.0",
+    "tokenizers",
+    "safetensors",
+    "scipy",
+    "scikit-learn",
+    "hf-xet",
+)
 
 
 def requirements() -> list[str]:

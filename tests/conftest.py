@@ -109,11 +109,12 @@ def http_servers() -> Iterator[Callable[[Any], Any]]:
 
 @pytest.fixture(scope="session")
 def local_embedding() -> Any:
-    """One loaded all-MiniLM-L6-v2 for the whole session (loading takes seconds;
-    later LocalEmbedding instances in this process reuse the imported libraries)."""
-    from services.common.providers.embedding import LocalEmbedding
+    """One loaded all-MiniLM-L6-v2 on the default runtime for the whole session
+    (loading takes seconds; later instances in this process reuse the imported libraries)."""
+    from services.common.config import load_config
+    from services.common.providers.embedding import embedding_provider
 
-    provider = LocalEmbedding()
+    provider = embedding_provider(load_config(environ={}))
     asyncio.run(provider.warm_up())
     return provider
 

@@ -196,6 +196,9 @@ def _memory_table(memories: list[Memory], *, score: list[float] | None = None) -
     Console().print(table)
 
 
+_AS_OF_HELP = "RFC 3339: what was valid then, as known then (default: now)"
+
+
 @click.group()
 def cli() -> None:
     """Engram's client commands."""
@@ -220,13 +223,7 @@ def remember(**params: Any) -> None:
     """Remember CONTENT."""
     target = _target(params)
     ttl = _ttl_seconds(params["ttl"])
-    event_time = None
-    if params["event_time"]:
-        event_time = Timestamp()
-        try:
-            event_time.FromJsonString(params["event_time"])
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--event-time") from None
+    event_time = _timestamp(params["event_time"], "--event-time")
     with target.client() as engram:
         try:
             reply = engram.remember(
@@ -253,6 +250,18 @@ def remember(**params: Any) -> None:
     click.echo(f"{state}: {reply.memory.id}")
 
 
+def _timestamp(text: str | None, hint: str) -> Timestamp | None:
+    """An RFC 3339 option as a Timestamp (None when not given)."""
+    if not text:
+        return None
+    moment = Timestamp()
+    try:
+        moment.FromJsonString(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from None
+    return moment
+
+
 _TTL = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _TTL_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -271,14 +280,16 @@ def _ttl_seconds(text: str | None) -> float | None:
 @click.argument("query")
 @click.option("--namespace", "-n", default="")
 @click.option("--limit", type=int, default=0, help="1..100; 0 means the server's default")
+@click.option("--as-of", default=None, help=_AS_OF_HELP)
 @common_options
 def recall(**params: Any) -> None:
     """The memories most relevant to QUERY."""
     target = _target(params)
+    as_of = _timestamp(params["as_of"], "--as-of")
     with target.client() as engram:
         try:
             reply = engram.recall(
-                params["query"], namespace=params["namespace"], limit=params["limit"]
+                params["query"], namespace=params["namespace"], limit=params["limit"], as_of=as_of
             )
         except EngramError as error:
             _fail("recall", error)
@@ -319,10 +330,12 @@ def get(**params: Any) -> None:
 @click.option("--session", "session_id", default="", help="only this session's memories")
 @click.option("--deleted", is_flag=True, help="the recoverable soft-deleted memories instead")
 @click.option("--limit", type=int, default=50, show_default=True, help="0: every memory")
+@click.option("--as-of", default=None, help=_AS_OF_HELP)
 @common_options
 def list_(**params: Any) -> None:
     """Memories of a namespace, newest first."""
     target = _target(params)
+    as_of = _timestamp(params["as_of"], "--as-of")
     limit = params["limit"]
     with target.client() as engram:
         found = engram.list_memories(
@@ -332,6 +345,7 @@ def list_(**params: Any) -> None:
                 types=params["types"], tags=params["tags"], session_id=params["session_id"]
             ),
             deleted=params["deleted"],
+            as_of=as_of,
         )
         memories: list[Memory] = []
         try:
@@ -378,6 +392,76 @@ def history(**params: Any) -> None:
             _fail("history", error)
     if not target.json:
         Console().print(table)
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.argument("content")
+@click.option("--namespace", "-n", default="")
+@click.option("--reason", required=True, help="why the fact changed (recorded in history)")
+@click.option("--valid-from", default=None, help="RFC 3339: since when it is true (default: now)")
+@common_options
+def supersede(**params: Any) -> None:
+    """Record that MEMORY_ID's fact changed: CONTENT replaces it from now (or
+    --valid-from); the old memory stays, valid until then."""
+    target = _target(params)
+    valid_from = _timestamp(params["valid_from"], "--valid-from")
+    with target.client() as engram:
+        try:
+            result = engram.supersede_memory(
+                params["memory_id"],
+                params["content"],
+                namespace=params["namespace"],
+                reason=params["reason"],
+                valid_from=valid_from,
+            )
+        except EngramError as error:
+            _fail("supersede", error)
+    if target.json:
+        _emit_json(result)
+        return
+    status = _dict(result).get("status", "").removeprefix("PATCH_STATUS_")
+    if result.new_memory_id:
+        click.echo(f"superseded by: {result.new_memory_id}")
+    else:
+        click.echo(f"not superseded: {status.lower()}")
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
+@common_options
+def explain(**params: Any) -> None:
+    """MEMORY_ID's chain: the versions it replaced and that replaced it (with
+    their valid time), what it was derived from and what from it."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            found = engram.explain_memory(params["memory_id"], namespace=params["namespace"])
+        except EngramError as error:
+            _fail("explain", error)
+    if target.json:
+        _emit_json(found)
+        return
+    table = Table()
+    for name in ("relation", "id", "valid from", "valid until", "content"):
+        table.add_column(name, overflow="fold")
+    rows = [
+        *(("supersedes", m) for m in reversed(found.supersedes)),
+        ("this", found.memory),
+        *(("superseded by", m) for m in found.superseded_by),
+        *(("derived from", m) for m in found.derived_from),
+        *(("derivation", m) for m in found.derivations),
+    ]
+    for relation, memory in rows:
+        until = memory.valid_until.ToJsonString() if memory.HasField("valid_until") else ""
+        deleted = "(deleted) " if memory.deleted else ""
+        cells = (relation, memory.id, memory.valid_from.ToJsonString(), until)
+        table.add_row(*(Text(cell) for cell in (*cells, deleted + memory.content)))
+    Console().print(table)
+    more = " (more: engram history)" if found.events_truncated else ""
+    click.echo(f"{len(found.events)} history events{more}")
 
 
 @cli.command()

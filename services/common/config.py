@@ -302,7 +302,10 @@ class EmbeddingProviderSettings(_Section):
     model: str = LOCAL_EMBEDDING_MODEL
     timeout_ms: int = Field(30000, ge=100, le=600000)
     batch_size: int = Field(64, ge=1, le=500)
-    # torch intra-op threads of the local model, in each process that loads it
+    # the local model's runtime: "onnx" (int8, no torch) or "torch" (fp32,
+    # engram[local-torch]); the same model and name (services/common/providers/local_embedding.py)
+    runtime: Literal["onnx", "torch"] = "onnx"
+    # intra-op threads of the local model's runtime, in each process that loads it
     threads: int = Field(1, ge=1, le=64)
 
     @field_validator("model")
@@ -460,6 +463,9 @@ class AuthSettings(_Section):
 
 
 class EmbedWorkerSettings(_Section):
+    # how long one LeaseJobs waits for new work (a long poll: a Remember's embed
+    # job is picked up as soon as it commits); 0 polls every poll_ms instead
+    long_poll_ms: int = Field(5000, ge=0, le=60000)
     poll_ms: int = Field(250, ge=10, le=60000)
     # "background": the pipeline's local model runs only on CPU that nothing else
     # wants (Linux SCHED_IDLE), so Recall's query embedding never queues behind a

@@ -53,9 +53,13 @@ class MemoryRecord:
     expire_at: str | None = None  # set: a short-term memory, gone from reads from then on
     # Valid time: when the memory was true in the world. valid_from defaults to
     # the event time (itself the creation time unless given); valid_until is
-    # set when a newer version supersedes it (None: still valid).
+    # its end, when known (a short-term fact's) or when a newer version
+    # superseded it (None: still valid).
     valid_from: str | None = None
     valid_until: str | None = None
+    # When a newer version superseded it (the transaction time of that close;
+    # column invalidated_at); None: not superseded.
+    superseded_at: str | None = None
     categories: tuple[str, ...] = ()  # the extraction model's (pipeline memories)
     temporal_class: str = ""  # permanent | long_term | short_term; "" not classified
 
@@ -88,4 +92,5 @@ class MemoryRecord:
             categories=tuple(json.loads(row["categories"])),
             temporal_class=row["temporal_class"],
             valid_until=row["valid_until"],
+            superseded_at=row["invalidated_at"],
         )

@@ -80,6 +80,14 @@ EMBEDDING_ERRORS = Counter(
     "Embedding provider calls that failed, by provider kind and error class",
     ["kind", "error"],
 )
+EMBED_WORKER_SECONDS = Histogram(
+    "engram_embed_worker_stage_seconds",
+    "The pipeline's embedding worker, per batch and stage: lease (the LeaseJobs call, long "
+    "poll included), tokenise and model (the local model), complete (CompleteEmbedJobs), "
+    "and the time the model thread waited for a lease or a completion slot",
+    ["stage"],
+    buckets=_SECONDS,
+)
 LLM_SECONDS = Histogram(
     "engram_llm_request_duration_seconds",
     "LLM provider calls, by provider kind and outcome",

@@ -95,6 +95,7 @@ async def start_pipeline(
         identities["embed"],
         batch_size=config.providers.embedding.batch_size,
         poll_s=config.workers.embed.poll_ms / 1000,
+        long_poll_s=config.workers.embed.long_poll_ms / 1000,
         on_embedded=near_duplicates.submit if near_duplicates is not None else None,
     )
     extractor = Extractor(llm)

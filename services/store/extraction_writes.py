@@ -434,7 +434,7 @@ class _JobWrite:
             return "target_not_found"
         if target.pinned:
             return "target_pinned"
-        if target.valid_until is not None:
+        if target.superseded_at is not None:
             return "target_superseded"
         if proposal.action == "update":
             gate = self._fact_gate(item)

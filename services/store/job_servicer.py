@@ -8,6 +8,7 @@ from engram.store.internal.v1 import job_queue_pb2 as pb
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common import tracing
 from services.common.convert import temporal_from_proto, text_from_timestamp, timestamp_from_text
+from services.common.errors import InvalidArgument
 from services.common.validation import validate_namespace
 from services.store.extraction_writes import (
     ExtractCompletion,
@@ -63,6 +64,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             request.max_jobs,
             namespaces,
             _holder(request.holder) if request.HasField("holder") else None,
+            wait_s=_wait_seconds(request),
         )
         links = tracing.lease_metadata([j.memory_id for j in jobs if j.memory_id])
         if links:
@@ -197,6 +199,16 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             indexed_memory_count=stats.indexed_memories,
             live_memory_count=stats.live_memories,
         )
+
+
+def _wait_seconds(request: pb.LeaseJobsRequest) -> float:
+    """The long poll's wait; a Duration whose parts disagree in sign is invalid."""
+    wait = request.wait
+    if (wait.seconds < 0 < wait.nanos) or (wait.nanos < 0 < wait.seconds):
+        raise InvalidArgument("wait", "seconds and nanos must have the same sign")
+    if not -999_999_999 <= wait.nanos <= 999_999_999:
+        raise InvalidArgument("wait", "nanos must be within ±999,999,999")
+    return wait.seconds + wait.nanos / 1e9
 
 
 def fact_from_proto(fact: pb.ProposedFact) -> Fact:

@@ -7,6 +7,8 @@ transaction that completes the job.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ MAX_BATCH = 500
 MAX_ERROR_CHARS = 2000
 MAX_WORKER_NAME_CHARS = 200
 MAX_INSTANCE_ID_CHARS = 100
+MAX_LEASE_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,39 @@ class JobQueue:
         self._reads = reads
         self._lease_timeout_ms = lease_timeout_ms
         self._max_attempts = max_job_attempts
+        # long-polling leases wait on these; every writer commit settles them
+        self._commit_waiters: set[asyncio.Future[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+        writer.on_commit(self._committed)
+
+    # ---- long polls ------------------------------------------------------------------
+
+    def _committed(self) -> None:
+        """On the writer thread, after each group: wake the long polls."""
+        loop = self._loop
+        if loop is not None and self._commit_waiters:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(self._wake_waiters)
+
+    def _wake_waiters(self) -> None:
+        for future in self._commit_waiters:
+            if not future.done():
+                future.set_result(None)
+        self._commit_waiters.clear()
+
+    def _next_commit(self) -> asyncio.Future[None]:
+        """A future settled by the next commit (registered now, so a commit that
+        lands while the caller looks at the queue is not missed)."""
+        self._loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = self._loop.create_future()
+        self._commit_waiters.add(future)
+        return future
+
+    def stop_waiting(self) -> None:
+        """Shutdown: every long poll answers (empty) now, and new ones do not wait."""
+        self._closing = True
+        self._wake_waiters()
 
     # ---- index model -----------------------------------------------------------
 
@@ -161,8 +197,11 @@ class JobQueue:
         max_jobs: int,
         namespaces: Sequence[str],
         holder: LeaseHolder | None = None,
+        wait_s: float = 0.0,
     ) -> list[LeasedJob]:
         """`holder` None is an anonymous lease (only the stale-lease reaper frees it).
+        `wait_s` > 0: when nothing is due, wait that long for a commit that queues
+        a due job (a long poll) before answering empty.
 
         A frozen store still hands out `extract` jobs (they complete in shadow
         mode) and refuses the other types, whose results it could not take."""
@@ -170,9 +209,46 @@ class JobQueue:
             raise InvalidArgument("job_type", "must be a known job type")
         if not 1 <= max_jobs <= MAX_BATCH:
             raise InvalidArgument("max_jobs", f"must be between 1 and {MAX_BATCH}")
+        if not 0 <= wait_s <= MAX_LEASE_WAIT_S:
+            raise InvalidArgument("wait", f"must be between 0 and {MAX_LEASE_WAIT_S:g} s")
         if holder is not None:
             holder.check("holder")
         owner = None if holder is None else (holder.worker_name, holder.instance_id)
+        if wait_s <= 0 or self._closing:
+            return await self._lease_now(job_type, max_jobs, namespaces, owner)
+        deadline = asyncio.get_running_loop().time() + wait_s
+        woken = self._next_commit()
+        try:
+            while True:
+                jobs = await self._lease_now(job_type, max_jobs, namespaces, owner)
+                if jobs:
+                    return jobs
+                # Wait for a commit after which a job is due. Each wake-up costs
+                # one indexed read, never the writer (the lease's own commit wakes
+                # us too, and finds nothing).
+                while True:
+                    remaining = deadline - asyncio.get_running_loop().time()
+                    if remaining <= 0 or self._closing:
+                        return []
+                    try:
+                        await asyncio.wait_for(woken, remaining)
+                    except TimeoutError:
+                        return []
+                    woken = self._next_commit()
+                    due = repo.due_job_query(job_type, namespaces, clock.now_text())
+                    if await self._reads.fetch_one(due) is not None:
+                        break
+        finally:
+            woken.cancel()
+            self._commit_waiters.discard(woken)
+
+    async def _lease_now(
+        self,
+        job_type: str,
+        max_jobs: int,
+        namespaces: Sequence[str],
+        owner: tuple[str, str] | None,
+    ) -> list[LeasedJob]:
 
         def operation(conn: Any) -> list[LeasedJob]:
             at = clock.now_text()

@@ -595,6 +595,21 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         ALTER TABLE memories ADD COLUMN temporal_class TEXT NOT NULL DEFAULT '';
         """,
     ),
+    (
+        "dedup_open_until_superseded",
+        """
+        -- Issue 17 with issue 18: a memory may carry a valid_until without
+        -- being superseded (a short-term fact's known end), so what leaves
+        -- the dedup index is being superseded (invalidated_at set), not
+        -- having an end: such a fact still deduplicates.
+        DROP INDEX memories_live_hash;
+        CREATE UNIQUE INDEX memories_live_hash
+            ON memories(namespace, content_hash) WHERE is_deleted = 0 AND invalidated_at IS NULL;
+        DROP INDEX memories_closed_hash;
+        CREATE INDEX memories_closed_hash
+            ON memories(namespace, content_hash) WHERE invalidated_at IS NOT NULL;
+        """,
+    ),
 )
 
 

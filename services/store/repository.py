@@ -22,7 +22,7 @@ MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
     "source_type, source_id, version, is_deleted, deleted_at, created_at, updated_at, "
     "event_time, access_count, last_accessed, session_id, expire_at, valid_from, valid_until, "
-    "categories, temporal_class"
+    "invalidated_at, categories, temporal_class"
 )
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
@@ -194,7 +194,7 @@ def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str,
             # index for longer IN lists: a scan of the whole namespace.
             f"SELECT content_hash, id, expire_at, NOT {not_expired_sql('memories')} "
             "FROM memories INDEXED BY memories_live_hash "
-            "WHERE namespace = ? AND is_deleted = 0 AND valid_until IS NULL "
+            "WHERE namespace = ? AND is_deleted = 0 AND invalidated_at IS NULL "
             f"AND content_hash IN ({', '.join('?' * len(chunk))})",
             [namespace, *chunk],
         ).fetchall()
@@ -411,9 +411,9 @@ def delete_unused_embeddings(conn: Any, namespace: str, hashes: Sequence[str]) -
             # Three probes, so each can use an index (the live-hash and the
             # closed-hash ones are partial).
             "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.is_deleted = 0 "
-            "AND m.valid_until IS NULL "
+            "AND m.invalidated_at IS NULL "
             "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash) "
-            "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.valid_until IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.invalidated_at IS NOT NULL "
             "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash) "
             "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.is_deleted = 1 "
             "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash)",
@@ -579,6 +579,19 @@ def due_jobs(
     sql += " ORDER BY j.available_at, j.created_at LIMIT ?"
     params.append(limit)
     return list(conn.execute(sql, params).fetchall())
+
+
+def due_job_query(job_type: str, namespaces: Sequence[str], now: str) -> Query:
+    """Whether a job of this type is due (for a long-polling lease to look
+    without taking the writer)."""
+    sql = (
+        "SELECT 1 FROM memory_jobs WHERE job_type = ? AND status = 'pending' AND available_at <= ?"
+    )
+    params: list[Any] = [job_type, now]
+    if namespaces:
+        sql += f" AND namespace IN ({', '.join('?' * len(namespaces))})"
+        params.extend(namespaces)
+    return (sql + " LIMIT 1", params)
 
 
 def mark_leased(

@@ -4,8 +4,10 @@ rewriting it (issue 17, seed 003 "knowledge evolution").
 The one write rule behind a ModifyMemories patch with `supersede` and a
 pipeline UPDATE: the new version is a new memory whose validity starts at
 `valid_from`; the old one keeps its content and gets its validity closed at
-that same instant (`valid_until`, with `invalidated_at` the transaction time
-of the close, so point-in-time reads before it still see the old value); a
+that same instant (`valid_until`, unless a known end comes first, with
+`invalidated_at` the transaction time of the close, so point-in-time reads
+before it still see the old value, and a memory superseded once is not
+superseded again); a
 `supersedes` link goes from the new memory to the old one. Both get history:
 the new one its `created` event naming what it supersedes, the old one a
 `modified` event naming its successor. Never awaits, never calls out: it runs
@@ -38,7 +40,7 @@ class Superseded:
 def refusal(conn: Any, old: MemoryRecord, content_hash: str, valid_from: str) -> tuple[str, str]:
     """Why `old` cannot be superseded by a memory with this content valid from
     `valid_from` ("" when it can), and the open twin's id for DUPLICATE."""
-    if old.valid_until is not None:
+    if old.superseded_at is not None:
         return ALREADY_SUPERSEDED, ""
     if valid_from < (old.valid_from or old.event_time):
         return STARTS_BEFORE_TARGET, ""
@@ -66,18 +68,20 @@ def supersede(
     valid_from = new.row.valid_from
     assert valid_from is not None, "a superseding memory names when it starts"
     extra = dict(metadata or {})
+    until = min(old.valid_until or valid_from, valid_from)
     [created] = mutations.create(conn, [new])
     assert not created.deduplicated, "refusal() checks for an open twin first"
     version = mutations.new_version(
         conn,
         old,
         content=None,
-        fields={"valid_until": valid_from, "invalidated_at": at},
+        # a known end (a short-term fact's) that comes first stays
+        fields={"valid_until": until, "invalidated_at": at},
         actor=actor,
         reason=reason,
         at=at,
         metadata={
-            "changes": {"valid_until": valid_from},
+            "changes": {"valid_until": until},
             "superseded_by": created.memory_id,
             **extra,
         },

@@ -124,6 +124,7 @@ class Writer:
         self._commit_seconds = 0.0  # moving average of a group's commit time
         self._linger = 0.0
         self._storage_full = StorageFullStats()
+        self._commit_listeners: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._run, name="engram-writer", daemon=True)
         self._thread.start()
 
@@ -167,6 +168,12 @@ class Writer:
         if self._closed:
             raise WriterClosed("the store is shutting down")
 
+    def on_commit(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` on the writer thread after every group (committed or
+        not): a cheap hint that data may have changed, for long polls. It must be
+        quick and thread-safe (loop.call_soon_threadsafe)."""
+        self._commit_listeners.append(listener)
+
     @property
     def storage_full(self) -> StorageFullStats:
         return self._storage_full
@@ -209,6 +216,11 @@ class Writer:
             if group:
                 started = time.perf_counter()
                 self._commit_group(group)
+                for listener in self._commit_listeners:
+                    try:
+                        listener()
+                    except Exception:  # a hint must never stop the writer
+                        log.exception("commit listener failed")
                 elapsed = time.perf_counter() - started
                 WRITER_GROUP_SIZE.observe(len(group))
                 WRITER_COMMIT_SECONDS.observe(elapsed)

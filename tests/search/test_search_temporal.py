@@ -18,7 +18,7 @@ from google.protobuf import timestamp_pb2
 from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
-from recall_helpers import Stack, timestamp
+from recall_helpers import Stack, timestamp, vec
 
 QUERY = "where does Ana live"
 
@@ -171,3 +171,28 @@ def test_a_bad_as_of_is_invalid_argument_naming_it(stack: Stack) -> None:
             search_pb2.AssembleContextRequest(query="Ana", as_of=out_of_range)
         )
     ) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT", ["as_of"])
+
+
+def test_as_of_applies_inside_the_vector_channel_before_its_cut(
+    vector_stack: Callable[..., tuple[Stack, Any]],
+) -> None:
+    """Channels ten deep and twelve better vector matches recorded after the
+    as_of instant: Lisbon (found by its vector alone) still comes back as of
+    then, so the point-in-time rule is applied inside the channel; now, its
+    successor replaces it."""
+    stack, _ = vector_stack({"search.channel_depth": 10, "search.vector_candidates": 10})
+    vectors = {"Ana lives in Lisbon": vec(0.7), "Ana lives in Berlin": vec(0.6)}
+    lisbon = stack.remember("Ana lives in Lisbon")
+    for i in range(12):
+        stack.remember(f"decoy number {i}")
+        vectors[f"decoy number {i}"] = vec(0.99)
+    supersede(stack, lisbon.id, "Ana lives in Berlin")
+    stack.embed_pending(lambda text: vectors[text])
+
+    def zebra(as_of: timestamp_pb2.Timestamp | None = None) -> list[str]:
+        request = search_pb2.RecallRequest(query="zebra", limit=20, min_score=0)
+        if as_of is not None:
+            request.as_of.CopyFrom(as_of)
+        return [r.memory.id for r in stack.search.Recall(request, timeout=30).results]
+
+    assert zebra(lisbon.create_time) == [lisbon.id]

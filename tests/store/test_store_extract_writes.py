@@ -6,12 +6,13 @@ CompleteExtractJob with the proposals a scripted LLM would have produced."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 import pytest
 
-from engram.common.v1 import job_pb2
+from engram.common.v1 import job_pb2, memory_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import (
@@ -35,7 +36,7 @@ from extract_write_helpers import (
     proposal,
 )
 from grpc_helpers import error_of
-from recall_helpers import DIM, MODEL, Stack, vec
+from recall_helpers import DIM, MODEL, Stack, timestamp, vec
 from store_helpers import rows
 
 P = "memory.pipelineV2."
@@ -689,3 +690,35 @@ def test_an_obedient_llm_cannot_delete_what_the_fact_does_not_contradict(
     )
     live = {m.id for m in stack.store.ListMemories(store_pb2.ListMemoriesRequest()).memories}
     assert {v.id for v in victims} <= live
+
+
+def test_a_fact_with_a_known_end_still_deduplicates_and_can_be_superseded(
+    stack: Stack,
+) -> None:
+    """A short-term fact carries its end as valid_until without being
+    superseded: it stays in the dedup index, and a supersede keeps the end
+    when that comes first."""
+    end = timestamp(datetime(2001, 6, 1, tzinfo=UTC))
+
+    def short_term(content: str) -> jq.Proposal:
+        p = proposal(ADD, content)
+        p.fact.temporal_class = memory_pb2.TEMPORAL_CLASS_SHORT_TERM
+        p.fact.valid_until.CopyFrom(end)
+        return p
+
+    source = stack.remember("Kim is on call this week and the next")
+    first = complete(stack, extract_job(stack, source), [short_term("Kim is on call")])
+    fact_id = first.results[0].memory_id
+    assert stack.store.GetMemory(store_pb2.GetMemoryRequest(id=fact_id)).memory.valid_until == end
+    again = stack.remember("Kim repeated that she is on call")
+    second = complete(stack, extract_job(stack, again), [short_term("Kim is on call")])
+    assert outcomes(second) == [(OUTCOME.Value("PROPOSAL_OUTCOME_DEDUPED"), "duplicate")]
+    assert second.results[0].memory_id == fact_id
+    [result] = stack.store.ModifyMemories(
+        store_pb2.ModifyMemoriesRequest(
+            patches=[store_pb2.MemoryPatch(id=fact_id, content="Kim is off call", supersede=True)],
+            reason="rota changed",
+        )
+    ).results
+    assert result.status == store_pb2.PATCH_STATUS_UPDATED
+    assert stack.store.GetMemory(store_pb2.GetMemoryRequest(id=fact_id)).memory.valid_until == end

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
@@ -522,6 +523,69 @@ def test_a_store_with_embeddings_off_queues_nothing_new_on_restart(
     assert (stats.live_memory_count, stats.indexed_memory_count) == (1, 1)
 
 
+# ---- long-polling leases -----------------------------------------------------------------
+
+
+def _long_poll(stack: Stack, seconds: int, **kw: Any) -> Any:
+    """A LeaseJobs that waits up to `seconds`, started on a thread of its own."""
+    return stack.jobs.LeaseJobs.future(
+        jq.LeaseJobsRequest(job_type=EMBED, max_jobs=10, wait=Duration(seconds=seconds), **kw),
+        timeout=seconds + 30,
+    )
+
+
+def test_a_long_polling_lease_answers_with_a_job_remembered_while_it_waits(queue: Stack) -> None:
+    waiting = _long_poll(queue, 60)
+    wait_until_waiting(queue, waiting)
+    memory = queue.remember("arrives during the long poll")
+    jobs = waiting.result().jobs
+    assert [(j.memory_id, j.content) for j in jobs] == [(memory.id, "arrives during the long poll")]
+    assert count(queue.stats(), EMBED, LEASED) == 1
+
+
+def test_a_long_poll_for_other_namespaces_or_types_keeps_waiting(queue: Stack) -> None:
+    waiting = _long_poll(queue, 60, namespaces=["theirs"])
+    wait_until_waiting(queue, waiting)
+    queue.remember("mine", namespace="mine")
+    extract = lease(queue, EXTRACT)  # a commit that queues nothing for the poll
+    assert len(extract) == 1 and not waiting.done()
+    theirs = queue.remember("theirs", namespace="theirs")
+    assert [j.memory_id for j in waiting.result().jobs] == [theirs.id]
+    assert count(queue.stats(), EMBED, PENDING) == 1  # "mine" is still waiting
+
+
+def test_a_long_poll_with_nothing_to_do_answers_empty_when_its_wait_ends(queue: Stack) -> None:
+    response = queue.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=EMBED, max_jobs=10, wait=Duration(nanos=200_000_000))
+    )
+    assert list(response.jobs) == []
+
+
+def test_a_due_job_is_leased_at_once_even_when_a_wait_is_given(queue: Stack) -> None:
+    memory = queue.remember("already due")
+    jobs = _long_poll(queue, 60).result(timeout=30).jobs  # would time out if it waited
+    assert [j.memory_id for j in jobs] == [memory.id]
+
+
+def test_stopping_the_store_answers_its_long_polls(queue: Stack) -> None:
+    waiting = _long_poll(queue, 60)
+    wait_until_waiting(queue, waiting)
+    queue.store_thread.stop()
+    try:
+        assert list(waiting.result().jobs) == []
+    except grpc.RpcError as exc:  # the listener closed first; never the 90 s deadline
+        assert exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def wait_until_waiting(stack: Stack, call: Any) -> None:
+    """Give the long poll time to reach the store (two writes through the one
+    writer). A test passes the same if the poll arrives later: it then finds at
+    once what the test queued, or the store already stopped."""
+    stack.jobs.RenewLeases(jq.RenewLeasesRequest(leases=[]))
+    stack.jobs.RenewLeases(jq.RenewLeasesRequest(leases=[]))
+    assert not call.done()
+
+
 # ---- bad input ------------------------------------------------------------------------------
 
 
@@ -537,6 +601,9 @@ def test_a_store_with_embeddings_off_queues_nothing_new_on_restart(
             {"job_type": EMBED, "max_jobs": 10, "namespaces": ["ok", "bad namespace!"]},
             "namespaces[1]",
         ),
+        ({"job_type": EMBED, "max_jobs": 10, "wait": Duration(seconds=-1)}, "wait"),
+        ({"job_type": EMBED, "max_jobs": 10, "wait": Duration(seconds=61)}, "wait"),
+        ({"job_type": EMBED, "max_jobs": 10, "wait": Duration(seconds=1, nanos=-5)}, "wait"),
     ],
 )
 def test_bad_lease_requests_are_invalid_and_name_the_field(

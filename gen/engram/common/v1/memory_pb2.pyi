@@ -193,13 +193,15 @@ class Memory(_message.Message):
     @_builtins.property
     def valid_until(self) -> _timestamp_pb2.Timestamp:
         """Until when the memory was true in the world (exclusive); unset while it
-        still is. Set when a newer version supersedes it, to the newer one's
-        `valid_from`, and on a SHORT_TERM pipeline memory to the end date the
-        extraction model gave (see TemporalClass); the memory stays readable with GetMemory, ExplainMemory and
-        reads `as_of` an instant it was valid at, but reads of what is valid now
-        (the default of ListMemories, Recall and AssembleContext) leave it out.
-        A SHORT_TERM pipeline memory (temporal_class) may also carry the end the
-        extraction model gave it.
+        still is, as far as is known. Set on a SHORT_TERM pipeline memory to the
+        end date the extraction model gave (see TemporalClass), and when a newer
+        version supersedes the memory, to the newer one's `valid_from` (or the
+        known end, when that comes first). From then on reads of what is valid
+        now (the default of ListMemories, Recall and AssembleContext) leave it
+        out; it stays readable with GetMemory, ExplainMemory and reads `as_of`
+        an instant it was valid at. A memory with a known end still
+        deduplicates; a superseded one does not (its value may become true
+        again as a new memory).
         """
 
     @_builtins.property

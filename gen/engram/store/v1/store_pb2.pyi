@@ -81,9 +81,8 @@ class _PatchStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PatchStat
     PATCH_STATUS_DUPLICATE_CONTENT: _PatchStatus.ValueType  # 5
     """The new content equals another active memory's; see `duplicate_memory_id`."""
     PATCH_STATUS_ALREADY_SUPERSEDED: _PatchStatus.ValueType  # 6
-    """`supersede` on a memory that another already superseded (its
-    `valid_until` is set); nothing was written. ExplainMemory names the
-    newer version.
+    """`supersede` on a memory that another already superseded; nothing was
+    written. ExplainMemory names the newer version.
     """
     PATCH_STATUS_STARTS_BEFORE_TARGET: _PatchStatus.ValueType  # 7
     """`supersede` with a `valid_from` before the memory's own `valid_from`;
@@ -106,9 +105,8 @@ PATCH_STATUS_NOT_FOUND: PatchStatus.ValueType  # 4
 PATCH_STATUS_DUPLICATE_CONTENT: PatchStatus.ValueType  # 5
 """The new content equals another active memory's; see `duplicate_memory_id`."""
 PATCH_STATUS_ALREADY_SUPERSEDED: PatchStatus.ValueType  # 6
-"""`supersede` on a memory that another already superseded (its
-`valid_until` is set); nothing was written. ExplainMemory names the
-newer version.
+"""`supersede` on a memory that another already superseded; nothing was
+written. ExplainMemory names the newer version.
 """
 PATCH_STATUS_STARTS_BEFORE_TARGET: PatchStatus.ValueType  # 7
 """`supersede` with a `valid_from` before the memory's own `valid_from`;

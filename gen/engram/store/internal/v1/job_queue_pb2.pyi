@@ -7,6 +7,7 @@ from collections import abc as _abc
 from engram.common.v1 import job_pb2 as _job_pb2
 from engram.common.v1 import memory_pb2 as _memory_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -262,6 +263,7 @@ class LeaseJobsRequest(_message.Message):
     MAX_JOBS_FIELD_NUMBER: _builtins.int
     NAMESPACES_FIELD_NUMBER: _builtins.int
     HOLDER_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
     job_type: _job_pb2.JobType.ValueType
     """The type of job to lease."""
     max_jobs: _builtins.int
@@ -276,6 +278,13 @@ class LeaseJobsRequest(_message.Message):
         stale-lease reaper returns if its holder dies.
         """
 
+    @_builtins.property
+    def wait(self) -> _duration_pb2.Duration:
+        """When no job is due, wait up to this long (at most 60 s) for one before
+        answering empty; unset or zero answers at once. A worker that long-polls
+        picks up new work as soon as it is queued instead of on its next poll.
+        """
+
     def __init__(
         self,
         *,
@@ -283,10 +292,11 @@ class LeaseJobsRequest(_message.Message):
         max_jobs: _builtins.int = ...,
         namespaces: _abc.Iterable[_builtins.str] | None = ...,
         holder: Global___LeaseHolder | None = ...,
+        wait: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder", "wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder", "job_type", b"job_type", "max_jobs", b"max_jobs", "namespaces", b"namespaces"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holder", b"holder", "job_type", b"job_type", "max_jobs", b"max_jobs", "namespaces", b"namespaces", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -128,7 +128,12 @@ class JobQueueServiceServicer:
         ReleasePriorInstanceLeases). Embed jobs of memories that were deleted in
         the meantime are completed without being returned.
 
+        With `wait` set and no job due, the call is a long poll: it answers as
+        soon as a write commits a due job (within milliseconds of the Remember
+        that queued it), or empty when `wait` runs out or the store shuts down.
+
         Errors: INVALID_ARGUMENT (unspecified job type, max_jobs outside 1..500,
+        `wait` negative or longer than 60 s,
         a bad namespace in `namespaces`, a `holder` with an empty or over-long
         field); UNAVAILABLE (MUTATIONS_FROZEN: `mutationsFrozen` is on and the
         type is not `extract`: its result would be a write a frozen store refuses,

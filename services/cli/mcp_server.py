@@ -349,7 +349,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         ] = 0,
     ) -> dict[str, Any]:
         """The memory context to put in front of the model for this turn, within a token
-        budget: pinned rules and preferences, the most relevant memories, this session's
+        budget: pinned memories, the most relevant memories, this session's
         short-term memory and the entities involved, as one block (`context`) with the
         memories behind each section."""
         try:

@@ -9,8 +9,7 @@ A section with nothing to show has no header. No memory
 appears twice: a memory shown by an earlier section is left out of later ones.
 
 The relevant memories come from Recall (services.search.recall): the FACTS section is
-Recall's ranking, and the rules and preferences among Recall's results join the
-pinned ones; this session's short-term memories fill SESSION. Every read runs in one
+Recall's ranking (pinned memories it finds join PINNED); this session's short-term memories fill SESSION. Every read runs in one
 snapshot. Tokens are counted with a real tokenizer (services.search.tokens), per line
 with its newline; no tokenizer joins text across a line break (Renderer), so the
 block's count is the sum of its lines' and never above the budget.
@@ -57,7 +56,7 @@ SHARES: tuple[tuple[SectionKind, float], ...] = (
     (SectionKind.ENTITIES, 0.10),
 )
 HEADERS = {
-    SectionKind.PINNED: "## Pinned rules and preferences",
+    SectionKind.PINNED: "## Pinned memories",
     SectionKind.FACTS: "## Relevant memories",
     SectionKind.SESSION: "## This session",
     SectionKind.ENTITIES: "## Entities involved",
@@ -65,7 +64,6 @@ HEADERS = {
 # Standing instructions: true from when they were said until changed, so their lines
 # carry no date. Every other memory line says when it was true or said.
 UNDATED_TYPES = frozenset({"rule", "preference"})
-STANDING_TYPES = UNDATED_TYPES  # relevant ones join the PINNED section
 SUMMARY_TYPE = SESSION_SUMMARY_TYPE
 
 # A query is complex (seed 003's 3000-token budget) when it is long, asks more than
@@ -245,8 +243,9 @@ class Renderer:
     def join(self, sections: Sequence[Section]) -> str:
         texts: list[str] = []
         for section in sections:
-            if section.lines and section.header is not None:
-                texts.append(section.header.text)
+            if section.lines:
+                if section.header is not None:
+                    texts.append(section.header.text)
                 texts.extend(line.text for line in section.lines)
         return "".join(f"{text}\n" for text in texts)
 
@@ -310,9 +309,10 @@ def candidates_for(
     renderer: Renderer,
 ) -> dict[SectionKind, list[Line]]:
     """Each memory once, in the first section that wants it: this session's short-term
-    memories in SESSION; pinned memories (those the query is about first), then the
-    relevant rules and preferences, in PINNED; the other relevant long-term memories
-    in FACTS, in Recall's order. Another session's short-term memories are left out:
+    memories in SESSION; pinned memories (those the query is about first) in PINNED;
+    the other relevant long-term memories in FACTS, in Recall's order (a relevant rule
+    or preference that is not pinned ranks as Recall ranks it: put first, a type the
+    store guessed would push better-ranked memories out of a tight budget). Another session's short-term memories are left out:
     they are that session's working context, not long-term knowledge."""
     relevant_ids = {m.id for m in relevant}
     seen = {m.id for m in session}
@@ -327,8 +327,7 @@ def candidates_for(
         if memory.id in seen:
             continue
         seen.add(memory.id)
-        standing = memory.pinned or memory.type in STANDING_TYPES
-        chosen[SectionKind.PINNED if standing else SectionKind.FACTS].append(memory)
+        chosen[SectionKind.PINNED if memory.pinned else SectionKind.FACTS].append(memory)
     lines = {kind: [renderer.memory(m) for m in memories] for kind, memories in chosen.items()}
     lines[SectionKind.ENTITIES] = [renderer.entity(e) for e in entities]
     return lines
@@ -343,12 +342,20 @@ def layout(
     renderer: Renderer,
 ) -> tuple[list[Section], str, int]:
     """The sections shown (in order, empty ones left out), the block, and its token
-    count (never above `budget`). Pure: every read happened before."""
+    count (never above `budget`). Pure: every read happened before. A block of one
+    section goes without its header (it would only cost tokens): the section is laid
+    out again without one, so the tokens it frees can take another line."""
+    budget = max(budget, 0)
+    candidates = candidates_for(pinned, relevant, session, entities, renderer)
     sections = [Section(kind, header=renderer.line(HEADERS[kind])) for kind, _ in SHARES]
-    allocate(
-        max(budget, 0), sections, candidates_for(pinned, relevant, session, entities, renderer)
-    )
-    for section in sections:  # the session reads in order: summary, then turns oldest first
+    allocate(budget, sections, {kind: list(lines) for kind, lines in candidates.items()})
+    shown = [s for s in sections if s.lines]
+    if len(shown) == 1:
+        [alone] = shown
+        shown = [Section(alone.kind)]
+        only = {kind: candidates[kind] if kind == alone.kind else [] for kind, _ in SHARES}
+        allocate(budget, shown, only)
+    for section in shown:  # the session reads in order: summary, then turns oldest first
         if section.kind == SectionKind.SESSION:
             section.lines.sort(
                 key=lambda line: (
@@ -356,7 +363,6 @@ def layout(
                     line.memory.created_at if line.memory else "",
                 )
             )
-    shown = [s for s in sections if s.lines]
     return shown, renderer.join(shown), sum(s.tokens for s in shown)
 
 

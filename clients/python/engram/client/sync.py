@@ -500,7 +500,7 @@ class Engram:
     ) -> search_pb2.AssembleContextResponse:
         """The context block to put in front of a model for `query`, within
         `token_budget` tokens (0: 1000 for a simple query, 3000 for a complex one):
-        pinned rules and preferences, relevant memories, the session's short-term
+        pinned memories, relevant memories, the session's short-term
         memory (with `session_id`) and the entities involved; `response.context` is
         the text, `response.sections` the memories behind it."""
         request = c.assemble_context_request(

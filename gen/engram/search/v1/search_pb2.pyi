@@ -29,7 +29,7 @@ class _ContextSectionKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Co
     DESCRIPTOR: _descriptor.EnumDescriptor
     CONTEXT_SECTION_KIND_UNSPECIFIED: _ContextSectionKind.ValueType  # 0
     CONTEXT_SECTION_KIND_PINNED: _ContextSectionKind.ValueType  # 1
-    """Pinned memories, and the relevant rules and preferences."""
+    """Pinned memories."""
     CONTEXT_SECTION_KIND_FACTS: _ContextSectionKind.ValueType  # 2
     """The most relevant long-term memories."""
     CONTEXT_SECTION_KIND_SESSION: _ContextSectionKind.ValueType  # 3
@@ -42,7 +42,7 @@ class ContextSectionKind(_ContextSectionKind, metaclass=_ContextSectionKindEnumT
 
 CONTEXT_SECTION_KIND_UNSPECIFIED: ContextSectionKind.ValueType  # 0
 CONTEXT_SECTION_KIND_PINNED: ContextSectionKind.ValueType  # 1
-"""Pinned memories, and the relevant rules and preferences."""
+"""Pinned memories."""
 CONTEXT_SECTION_KIND_FACTS: ContextSectionKind.ValueType  # 2
 """The most relevant long-term memories."""
 CONTEXT_SECTION_KIND_SESSION: ContextSectionKind.ValueType  # 3

@@ -71,8 +71,9 @@ class SearchServiceStub:
     leaves unused flows to the next; what the last leaves goes round again,
     in order; then what is still left takes shorter lines that fit):
 
-    1. PINNED: pinned memories (what the user asked to keep), most important
-       first, and the rules and preferences among the relevant memories.
+    1. PINNED: pinned memories (what the user asked to keep: standing rules,
+       preferences, facts), those the query is about first, then the most
+       important.
     2. FACTS: the most relevant long-term memories, as Recall ranks them
        (short-term memories of any session are not long-term knowledge: left
        out).
@@ -137,8 +138,9 @@ class SearchServiceAsyncStub(SearchServiceStub):
     leaves unused flows to the next; what the last leaves goes round again,
     in order; then what is still left takes shorter lines that fit):
 
-    1. PINNED: pinned memories (what the user asked to keep), most important
-       first, and the rules and preferences among the relevant memories.
+    1. PINNED: pinned memories (what the user asked to keep: standing rules,
+       preferences, facts), those the query is about first, then the most
+       important.
     2. FACTS: the most relevant long-term memories, as Recall ranks them
        (short-term memories of any session are not long-term knowledge: left
        out).
@@ -212,8 +214,9 @@ class SearchServiceServicer(metaclass=_abc_1.ABCMeta):
         leaves unused flows to the next; what the last leaves goes round again,
         in order; then what is still left takes shorter lines that fit):
 
-        1. PINNED: pinned memories (what the user asked to keep), most important
-           first, and the rules and preferences among the relevant memories.
+        1. PINNED: pinned memories (what the user asked to keep: standing rules,
+           preferences, facts), those the query is about first, then the most
+           important.
         2. FACTS: the most relevant long-term memories, as Recall ranks them
            (short-term memories of any session are not long-term knowledge: left
            out).

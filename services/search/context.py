@@ -2,10 +2,10 @@
 front of its model on a turn, within a token budget.
 
 Four sections share the budget in order: PINNED 40%, FACTS 25%, SESSION 25%,
-ENTITIES 10%. A section takes whole lines while they fit its allowance (its share
-plus what the sections before it left unused) and skips a line that does not fit for
-a shorter one after it; what the last section leaves goes round again to the first
-that has more to show. A section with nothing to show has no header. No memory
+ENTITIES 10%. A section takes its best lines while they fit its allowance (its share
+plus what the sections before it left unused); what the last section leaves goes round
+again, and what is still left then takes shorter lines that fit, in section order.
+A section with nothing to show has no header. No memory
 appears twice: a memory shown by an earlier section is left out of later ones.
 
 The relevant memories come from Recall (services.search.recall): the FACTS section is
@@ -251,11 +251,11 @@ class Renderer:
         return "".join(f"{text}\n" for text in texts)
 
 
-def fill(section: Section, candidates: list[Line], allowance: int) -> int:
-    """Move the candidates that fit `allowance` (header included when the section is
-    still empty) into the section, in order, skipping one that does not fit for a
-    later, shorter one; returns the tokens used. Kept candidates stay in `candidates`
-    for another round."""
+def fill(section: Section, candidates: list[Line], allowance: int, *, skip: bool) -> int:
+    """Move candidates that fit `allowance` (header included when the section is still
+    empty) into the section, in order; returns the tokens used. Without `skip` it stops
+    at the first that does not fit (a section's best lines come first); with `skip` it
+    passes over such a line for later, shorter ones. The rest stay in `candidates`."""
     used = 0
     kept: list[Line] = []
     for index, line in enumerate(candidates):
@@ -268,8 +268,11 @@ def fill(section: Section, candidates: list[Line], allowance: int) -> int:
         if used + cost <= allowance:
             section.lines.append(line)
             used += cost
-        else:
+        elif skip:
             kept.append(line)
+        else:
+            kept.extend(candidates[index:])
+            break
     candidates[:] = kept
     return used
 
@@ -277,24 +280,26 @@ def fill(section: Section, candidates: list[Line], allowance: int) -> int:
 def allocate(
     budget: int, sections: Sequence[Section], candidates: dict[SectionKind, list[Line]]
 ) -> None:
-    """Fill the sections in order by their shares, the unused share flowing to the next;
-    then what is left goes round again, in order."""
+    """Fill the sections in order by their shares, best lines first, the unused share
+    flowing to the next; what the last leaves goes round again, in order; then what is
+    still left takes the shorter lines that fit, in section order."""
     carry = 0
     total = 0
     shares = dict(SHARES)
     for section in sections:
         allowance = int(budget * shares[section.kind]) + carry
         section.budget = allowance
-        used = fill(section, candidates[section.kind], allowance)
+        used = fill(section, candidates[section.kind], allowance, skip=False)
         total += used
         carry = allowance - used
-    for section in sections:  # the last section's leftover goes round to the first
-        left = budget - total
-        if left <= 0:
-            break
-        used = fill(section, candidates[section.kind], left)
-        section.budget += used
-        total += used
+    for skip in (False, True):  # the leftover goes round to the first, then fills gaps
+        for section in sections:
+            left = budget - total
+            if left <= 0:
+                return
+            used = fill(section, candidates[section.kind], left, skip=skip)
+            section.budget += used
+            total += used
 
 
 def candidates_for(

@@ -93,8 +93,9 @@ class SearchServiceServicer:
         """The context an agent should put in front of its model for this turn,
         within a token budget (seed 003 "Context injection"): one rendered block
         and the memories behind it, in four sections that share the budget 40 /
-        25 / 25 / 10 (share unused by a section flows to the next; what the last
-        leaves goes round again to the first that has more to show):
+        25 / 25 / 10 (a section shows its best lines while they fit; share it
+        leaves unused flows to the next; what the last leaves goes round again,
+        in order; then what is still left takes shorter lines that fit):
 
         1. PINNED: pinned memories (what the user asked to keep), most important
         first, and the rules and preferences among the relevant memories.

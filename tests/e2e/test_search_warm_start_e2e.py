@@ -98,7 +98,12 @@ def warm_start(
 
 
 def test_health_is_not_serving_until_the_model_is_warm(warm_start: WarmStart) -> None:
-    assert warm_start.statuses == [NOT_SERVING, SERVING], warm_start.search.log()[-3000:]
+    # The int8 model can be warm before the Watch connects, so the first status may
+    # already be SERVING; what must never happen is SERVING and then anything else,
+    # or a degraded first Recall (the model not yet loaded).
+    assert warm_start.statuses in ([NOT_SERVING, SERVING], [SERVING]), warm_start.search.log()[
+        -3000:
+    ]
     first = warm_start.first_recall
     assert not first.degraded, list(first.warnings)
     assert list(first.warnings) == []

@@ -365,3 +365,24 @@ def test_a_job_whose_turns_all_expired_completes_without_a_lease(st: AdminStore)
     assert st.scalar("SELECT result FROM memory_jobs WHERE job_type = 'summarize_session'") == (
         '{"skipped":"no live turns"}'
     )
+
+
+def test_a_session_is_scoped_to_its_namespace(st: AdminStore) -> None:
+    """The same session id in another namespace is another session: summarizing it there
+    finds nothing (NOT_FOUND, no job), and the error says nothing of the other tenant's."""
+    turn(st, "tenant a's private turn", namespace="tenant-a", session_id="shared")
+    before = st.snapshot()
+    code, _, _ = error_of(
+        lambda: st.store.SummarizeSession(
+            store_pb2.SummarizeSessionRequest(namespace="tenant-b", session_id="shared")
+        )
+    )
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert st.snapshot() == before
+    assert lease_summary_job(st) == []
+    listed = st.store.ListMemories(
+        store_pb2.ListMemoriesRequest(
+            namespace="tenant-b", filter=memory_pb2.MemoryFilter(session_id="shared")
+        )
+    )
+    assert list(listed.memories) == []

@@ -70,9 +70,6 @@ def derivations(namespace: str, memory_id: str) -> Query:
     )
 
 
-LINK_TYPES = (SUPERSEDES, DERIVED_FROM)
-
-
 def links_query(
     namespace: str,
     memory_id: str,
@@ -92,7 +89,8 @@ def links_query(
         ends.append("(l.to_memory_id = ? AND o.id = l.from_memory_id)")
     marks = ", ".join("?" * len(link_types))
     sql = (
-        "SELECT l.id, l.link_type, l.from_memory_id, l.to_memory_id, l.created_at, l.job_id "
+        "SELECT l.id, l.link_type, l.from_memory_id, l.to_memory_id, l.created_at, l.job_id, "
+        "l.weight, l.confidence, coalesce(l.valid_from, l.created_at), l.valid_until, l.evidence "
         "FROM memory_links l JOIN memories o ON o.namespace = l.namespace "
         f"AND ({' OR '.join(ends)}) "
         f"WHERE l.namespace = ? AND l.link_type IN ({marks}) AND {not_expired_sql('o')}"

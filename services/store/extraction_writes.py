@@ -353,7 +353,7 @@ class _JobWrite:
         [created] = mutations.create(self.conn, [self._derived(item)])
         if created.deduplicated:
             return ProposalResult("deduped", created.memory_id, reason="duplicate")
-        self._link_to_source(created.memory_id)
+        self._link_to_source(created.memory_id, item.proposal.fact.confidence)
         return ProposalResult("created", created.memory_id)
 
     def _derived(
@@ -406,7 +406,9 @@ class _JobWrite:
             vector=item.vector,
         )
 
-    def _link_to_source(self, memory_id: str) -> None:
+    def _link_to_source(self, memory_id: str, confidence: float) -> None:
+        """A `derived_from` link as sure as the fact, valid from when the
+        source was said; the source is its evidence."""
         assert self.source is not None
         sql.insert_link(
             self.conn,
@@ -416,6 +418,9 @@ class _JobWrite:
             sql.DERIVED_FROM,
             self.request.job_id,
             self.at,
+            valid_from=self.source.event_time,
+            confidence=confidence,
+            evidence=(self.source.id,),
         )
 
     def _destructive_guard(self, item: _Checked, target: MemoryRecord | None) -> str:
@@ -482,8 +487,9 @@ class _JobWrite:
                 "job_id": self.request.job_id,
                 "review_needed": review,
             },
+            evidence=(self.source.id,),
         )
-        self._link_to_source(done.new_memory_id)
+        self._link_to_source(done.new_memory_id, item.proposal.fact.confidence)
         return ProposalResult("updated", done.new_memory_id, review_needed=review), {
             "superseded_memory_id": target.id,
             "old_version": target.version,

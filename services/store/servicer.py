@@ -481,6 +481,11 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                     to_memory_id=link.to_memory_id,
                     create_time=timestamp_from_text(link.created_at),
                     job_id=link.job_id,
+                    weight=link.weight,
+                    confidence=link.confidence,
+                    valid_from=timestamp_from_text(link.valid_from),
+                    valid_until=timestamp_from_text(link.valid_until),
+                    evidence_memory_ids=link.evidence,
                 )
                 for link in links
             ],

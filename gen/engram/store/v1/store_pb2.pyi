@@ -1707,8 +1707,8 @@ class ListMemoryLinksRequest(_message.Message):
     """
     @_builtins.property
     def link_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Link types to list (any of): `supersedes`, `derived_from`; empty means
-        every type.
+        """Link types to list (any of): `supersedes`, `derived_from`, `temporal`,
+        `causal`, `entity`; empty means every type.
         """
 
     def __init__(
@@ -1741,19 +1741,61 @@ class MemoryLink(_message.Message):
     TO_MEMORY_ID_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     JOB_ID_FIELD_NUMBER: _builtins.int
+    WEIGHT_FIELD_NUMBER: _builtins.int
+    CONFIDENCE_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
+    EVIDENCE_MEMORY_IDS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Link id (UUID)."""
     link_type: _builtins.str
-    """`supersedes` or `derived_from`."""
+    """`supersedes`, `derived_from`, `temporal`, `causal` or `entity`."""
     from_memory_id: _builtins.str
-    """The memory the link goes from (the newer version; the derived fact)."""
+    """The memory the link goes from (the newer version; the derived fact; the
+    earlier memory of a session; the cause).
+    """
     to_memory_id: _builtins.str
-    """The memory the link goes to (the version replaced; the source)."""
+    """The memory the link goes to (the version replaced; the source; the next
+    memory of the session; the effect).
+    """
     job_id: _builtins.str
-    """The pipeline job that wrote it; empty for a ModifyMemories supersede."""
+    """The pipeline job that wrote it; empty for links written by a store rule
+    (a ModifyMemories supersede, a temporal link).
+    """
+    weight: _builtins.float
+    """How much the link counts when a graph is walked, 1.0 unless its writer
+    said otherwise.
+    """
+    confidence: _builtins.float
+    """How sure its writer was, in [0, 1]: 1.0 for a store rule (supersedes,
+    temporal), the fact's confidence for `derived_from`, the model's for an
+    inferred link.
+    """
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the link was written."""
+
+    @_builtins.property
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """When the relation started holding in the world: the newer version's
+        valid_from (supersedes), the source's event time (derived_from), the
+        later memory's event time (temporal).
+        """
+
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """When it stopped holding; unset while it holds. Links that record what
+        happened (supersedes, derived_from, temporal) never close; a relation
+        between facts (causal, entity) closes when either fact is superseded, at
+        the instant its validity closed. Deleting a memory does not close its
+        links (a delete is recoverable): its links are listed with it.
+        """
+
+    @_builtins.property
+    def evidence_memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The memories that justify the link: a derived fact's source, the
+        memory a pipeline UPDATE was extracted from; empty for a store rule.
+        """
 
     def __init__(
         self,
@@ -1764,10 +1806,15 @@ class MemoryLink(_message.Message):
         to_memory_id: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         job_id: _builtins.str = ...,
+        weight: _builtins.float = ...,
+        confidence: _builtins.float = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
+        evidence_memory_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "from_memory_id", b"from_memory_id", "id", b"id", "job_id", b"job_id", "link_type", b"link_type", "to_memory_id", b"to_memory_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confidence", b"confidence", "create_time", b"create_time", "evidence_memory_ids", b"evidence_memory_ids", "from_memory_id", b"from_memory_id", "id", b"id", "job_id", b"job_id", "link_type", b"link_type", "to_memory_id", b"to_memory_id", "valid_from", b"valid_from", "valid_until", b"valid_until", "weight", b"weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -245,11 +245,16 @@ class MemoryStoreServiceStub:
     """
     ListMemoryLinks: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListMemoryLinksRequest, _store_pb2.ListMemoryLinksResponse]
     """Lists a memory's links to other memories of its namespace, both
-    directions by default, oldest first: `supersedes` (from a newer version
-    to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
-    `derived_from` (from a pipeline fact to the memory it was extracted
-    from). Links to memories that are gone for good (purged, expired) are
-    left out; links to soft-deleted ones are listed.
+    directions by default, oldest first (seed 003 "edges"): `supersedes`
+    (from a newer version to the one it replaced: MemoryPatch.supersede, a
+    pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
+    was extracted from), `temporal` (from a session's memory to the next one
+    written in the same session: Remember, ImportMemories and AppendTurn
+    with a session_id), `causal` (from a cause to its effect) and `entity`
+    (between memories naming one entity). Each link has a weight, a
+    confidence, a validity interval and its evidence. Links to memories that
+    are gone for good (purged, expired) are left out; links to soft-deleted
+    ones are listed.
 
     Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
     unknown link type, page_size over 500 or negative, a malformed page
@@ -474,11 +479,16 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     """
     ListMemoryLinks: _aio.UnaryUnaryMultiCallable[_store_pb2.ListMemoryLinksRequest, _store_pb2.ListMemoryLinksResponse]  # type: ignore[assignment]
     """Lists a memory's links to other memories of its namespace, both
-    directions by default, oldest first: `supersedes` (from a newer version
-    to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
-    `derived_from` (from a pipeline fact to the memory it was extracted
-    from). Links to memories that are gone for good (purged, expired) are
-    left out; links to soft-deleted ones are listed.
+    directions by default, oldest first (seed 003 "edges"): `supersedes`
+    (from a newer version to the one it replaced: MemoryPatch.supersede, a
+    pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
+    was extracted from), `temporal` (from a session's memory to the next one
+    written in the same session: Remember, ImportMemories and AppendTurn
+    with a session_id), `causal` (from a cause to its effect) and `entity`
+    (between memories naming one entity). Each link has a weight, a
+    confidence, a validity interval and its evidence. Links to memories that
+    are gone for good (purged, expired) are left out; links to soft-deleted
+    ones are listed.
 
     Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
     unknown link type, page_size over 500 or negative, a malformed page
@@ -778,11 +788,16 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_store_pb2.ListMemoryLinksResponse, _abc.Awaitable[_store_pb2.ListMemoryLinksResponse]]:
         """Lists a memory's links to other memories of its namespace, both
-        directions by default, oldest first: `supersedes` (from a newer version
-        to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
-        `derived_from` (from a pipeline fact to the memory it was extracted
-        from). Links to memories that are gone for good (purged, expired) are
-        left out; links to soft-deleted ones are listed.
+        directions by default, oldest first (seed 003 "edges"): `supersedes`
+        (from a newer version to the one it replaced: MemoryPatch.supersede, a
+        pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
+        was extracted from), `temporal` (from a session's memory to the next one
+        written in the same session: Remember, ImportMemories and AppendTurn
+        with a session_id), `causal` (from a cause to its effect) and `entity`
+        (between memories naming one entity). Each link has a weight, a
+        confidence, a validity interval and its evidence. Links to memories that
+        are gone for good (purged, expired) are left out; links to soft-deleted
+        ones are listed.
 
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
         unknown link type, page_size over 500 or negative, a malformed page

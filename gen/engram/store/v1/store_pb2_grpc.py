@@ -118,6 +118,16 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
                 _registered_method=True)
+        self.GetEntity = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/GetEntity',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityResponse.FromString,
+                _registered_method=True)
+        self.ListEntities = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ListEntities',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -403,6 +413,37 @@ class MemoryStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetEntity(self, request, context):
+        """Reads one entity of the namespace's knowledge graph (seed 003
+        `get_entity_info`), found by id or by name: a name matches an entity's
+        canonical name or any of its aliases, case and spacing aside. Returns
+        the entity (type, aliases, mention count), its facts valid now (the live
+        memories that mention it, newest first, at most `max_facts`) and its
+        neighbours (the entities it has a relation with, either direction, with
+        the relation's type and strength, strongest first, at most
+        `max_neighbors`).
+
+        Errors: INVALID_ARGUMENT (neither or both of id and name, an id over 128
+        characters, a name over 200, max_facts or max_neighbors negative or over
+        100, bad namespace); NOT_FOUND (no such entity in the namespace: another
+        namespace's entity is not found either, and nothing of it is shown).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEntities(self, request, context):
+        """Lists the namespace's entities, most mentioned first (then by name),
+        filtered by a canonical-name prefix, a type and a minimum mention count.
+
+        Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
+        entity_type, min_mentions negative, page_size negative or over 500, a
+        malformed page token or one issued for other filters, bad namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -470,6 +511,16 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.ListMemoryLinks,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.SerializeToString,
+            ),
+            'GetEntity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEntity,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityResponse.SerializeToString,
+            ),
+            'ListEntities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEntities,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -842,6 +893,60 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/ListMemoryLinks',
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEntity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/GetEntity',
+            engram_dot_store_dot_v1_dot_store__pb2.GetEntityRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.GetEntityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEntities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ListEntities',
+            engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -639,9 +639,10 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
                AND m.source_memory_id <> ''),
             '[]')
             WHERE link_type = 'supersedes';
-        -- A memory's links by type both ways (ListMemoryLinks filters, graph walks).
-        CREATE INDEX memory_links_from_type ON memory_links(namespace, from_memory_id, link_type);
-        CREATE INDEX memory_links_to_type ON memory_links(namespace, to_memory_id, link_type);
+        -- No new index on memory_links: a memory's links are found by the
+        -- unique (from_memory_id, ...) index and memory_links_to, one
+        -- direction at a time (services/store/explain_sql.py links_query);
+        -- every index more is paid on the hot path's temporal links.
 
         -- Seed 003 "entities": an entity has a type from a closed set and
         -- aliases; a name resolves to the entity whose canonical name or

@@ -918,6 +918,7 @@ def prepare_drafts(
                 # A short-term memory is not distilled: facts derived from it
                 # would outlive the ttl it was given.
                 extract=extract and draft.ttl_nanos is None,
+                timeline=True,
             )
         )
     return prepared

@@ -4,7 +4,7 @@ every row read under the caller's namespace (a link never leads out of it)."""
 from __future__ import annotations
 
 from services.common.memory_filter import not_expired_sql
-from services.store.extraction_sql import DERIVED_FROM, SUPERSEDES
+from services.store.extraction_sql import CAUSAL, DERIVED_FROM, SUPERSEDES
 from services.store.repository import _M_COLUMNS, Query
 
 MAX_CHAIN = 100  # versions followed each way, and derivations listed
@@ -70,7 +70,7 @@ def derivations(namespace: str, memory_id: str) -> Query:
     )
 
 
-LINK_TYPES = (SUPERSEDES, DERIVED_FROM)
+LINK_TYPES = (SUPERSEDES, DERIVED_FROM, CAUSAL)
 
 
 def links_query(

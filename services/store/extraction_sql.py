@@ -9,6 +9,7 @@ from services.store import repository as repo
 
 DERIVED_FROM = "derived_from"
 SUPERSEDES = "supersedes"
+CAUSAL = "causal"  # from a cause to its effect (session consolidation)
 
 
 def set_extraction_state(conn: Any, memory_id: str, status: str, model: str | None) -> None:

@@ -118,6 +118,11 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
                 _registered_method=True)
+        self.GetSession = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/GetSession',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -386,13 +391,37 @@ class MemoryStoreServiceServicer:
         directions by default, oldest first: `supersedes` (from a newer version
         to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
         `derived_from` (from a pipeline fact to the memory it was extracted
-        from). Links to memories that are gone for good (purged, expired) are
+        from, or a consolidated fact to each session memory it was drawn from)
+        and `causal` (from a cause to its effect: session consolidation, see
+        GetSession). Links to memories that are gone for good (purged, expired) are
         left out; links to soft-deleted ones are listed.
 
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
         unknown link type, page_size over 500 or negative, a malformed page
         token or one issued for another request); NOT_FOUND (no such memory in
         the namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSession(self, request, context):
+        """Shows a conversation session's consolidation (issue 17, seed 003
+        "Session consolidation"). With `sessions.consolidate` on (by default
+        when `memory.pipelineV2.enabled`), the store tracks every session that
+        writes a memory (AppendTurn, Remember or an import with a session_id).
+        A session ends when a new session starts in its namespace or when it
+        has had no new memory for `sessions.consolidate_after_idle_ms`; ending
+        queues one consolidate_session job, whose worker (the pipeline's LLM)
+        turns the session's memories into semantic facts (memories with
+        `derived_from` links to their sources: see ExplainMemory), entities and
+        `causal` links between the session's memories (ListMemoryLinks). A
+        memory arriving for a consolidated session reopens it; its next
+        consolidation reads only the memories that came later.
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+        malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
+        memory while consolidation was on, or it belongs to another namespace).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -465,6 +494,11 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.ListMemoryLinks,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.SerializeToString,
+            ),
+            'GetSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSession,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -837,6 +871,33 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/ListMemoryLinks',
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/GetSession',
+            engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -248,13 +248,33 @@ class MemoryStoreServiceStub:
     directions by default, oldest first: `supersedes` (from a newer version
     to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
     `derived_from` (from a pipeline fact to the memory it was extracted
-    from). Links to memories that are gone for good (purged, expired) are
+    from, or a consolidated fact to each session memory it was drawn from)
+    and `causal` (from a cause to its effect: session consolidation, see
+    GetSession). Links to memories that are gone for good (purged, expired) are
     left out; links to soft-deleted ones are listed.
 
     Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
     unknown link type, page_size over 500 or negative, a malformed page
     token or one issued for another request); NOT_FOUND (no such memory in
     the namespace).
+    """
+    GetSession: _grpc.UnaryUnaryMultiCallable[_store_pb2.GetSessionRequest, _store_pb2.GetSessionResponse]
+    """Shows a conversation session's consolidation (issue 17, seed 003
+    "Session consolidation"). With `sessions.consolidate` on (by default
+    when `memory.pipelineV2.enabled`), the store tracks every session that
+    writes a memory (AppendTurn, Remember or an import with a session_id).
+    A session ends when a new session starts in its namespace or when it
+    has had no new memory for `sessions.consolidate_after_idle_ms`; ending
+    queues one consolidate_session job, whose worker (the pipeline's LLM)
+    turns the session's memories into semantic facts (memories with
+    `derived_from` links to their sources: see ExplainMemory), entities and
+    `causal` links between the session's memories (ListMemoryLinks). A
+    memory arriving for a consolidated session reopens it; its next
+    consolidation reads only the memories that came later.
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
+    memory while consolidation was on, or it belongs to another namespace).
     """
 
 @_typing.type_check_only
@@ -477,13 +497,33 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     directions by default, oldest first: `supersedes` (from a newer version
     to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
     `derived_from` (from a pipeline fact to the memory it was extracted
-    from). Links to memories that are gone for good (purged, expired) are
+    from, or a consolidated fact to each session memory it was drawn from)
+    and `causal` (from a cause to its effect: session consolidation, see
+    GetSession). Links to memories that are gone for good (purged, expired) are
     left out; links to soft-deleted ones are listed.
 
     Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
     unknown link type, page_size over 500 or negative, a malformed page
     token or one issued for another request); NOT_FOUND (no such memory in
     the namespace).
+    """
+    GetSession: _aio.UnaryUnaryMultiCallable[_store_pb2.GetSessionRequest, _store_pb2.GetSessionResponse]  # type: ignore[assignment]
+    """Shows a conversation session's consolidation (issue 17, seed 003
+    "Session consolidation"). With `sessions.consolidate` on (by default
+    when `memory.pipelineV2.enabled`), the store tracks every session that
+    writes a memory (AppendTurn, Remember or an import with a session_id).
+    A session ends when a new session starts in its namespace or when it
+    has had no new memory for `sessions.consolidate_after_idle_ms`; ending
+    queues one consolidate_session job, whose worker (the pipeline's LLM)
+    turns the session's memories into semantic facts (memories with
+    `derived_from` links to their sources: see ExplainMemory), entities and
+    `causal` links between the session's memories (ListMemoryLinks). A
+    memory arriving for a consolidated session reopens it; its next
+    consolidation reads only the memories that came later.
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
+    memory while consolidation was on, or it belongs to another namespace).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -781,13 +821,39 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         directions by default, oldest first: `supersedes` (from a newer version
         to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
         `derived_from` (from a pipeline fact to the memory it was extracted
-        from). Links to memories that are gone for good (purged, expired) are
+        from, or a consolidated fact to each session memory it was drawn from)
+        and `causal` (from a cause to its effect: session consolidation, see
+        GetSession). Links to memories that are gone for good (purged, expired) are
         left out; links to soft-deleted ones are listed.
 
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
         unknown link type, page_size over 500 or negative, a malformed page
         token or one issued for another request); NOT_FOUND (no such memory in
         the namespace).
+        """
+
+    @_abc_1.abstractmethod
+    def GetSession(
+        self,
+        request: _store_pb2.GetSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.GetSessionResponse, _abc.Awaitable[_store_pb2.GetSessionResponse]]:
+        """Shows a conversation session's consolidation (issue 17, seed 003
+        "Session consolidation"). With `sessions.consolidate` on (by default
+        when `memory.pipelineV2.enabled`), the store tracks every session that
+        writes a memory (AppendTurn, Remember or an import with a session_id).
+        A session ends when a new session starts in its namespace or when it
+        has had no new memory for `sessions.consolidate_after_idle_ms`; ending
+        queues one consolidate_session job, whose worker (the pipeline's LLM)
+        turns the session's memories into semantic facts (memories with
+        `derived_from` links to their sources: see ExplainMemory), entities and
+        `causal` links between the session's memories (ListMemoryLinks). A
+        memory arriving for a consolidated session reopens it; its next
+        consolidation reads only the memories that came later.
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+        malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
+        memory while consolidation was on, or it belongs to another namespace).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -23,7 +23,7 @@ from typing import Any
 from services.common import clock
 from services.common.db import ReadPool
 from services.common.errors import InvalidArgument, NotFound, Violations
-from services.common.facts import Fact
+from services.common.facts import MAX_CAUSAL_LINKS, MAX_FACT_SOURCES, MAX_SESSION_FACTS, Fact
 from services.common.validation import check_session_id, validate_id
 from services.store import extraction_sql, mutations, rules, session_lifecycle
 from services.store import repository as repo
@@ -45,10 +45,12 @@ WHY = "consolidated-fact"
 SOURCE_TYPE = "consolidation"  # seed 003's source_type of consolidated nodes
 CAUSAL = extraction_sql.CAUSAL
 CAUSAL_CONFIDENCE = 0.7  # seed 003: a causal edge's default confidence
-MEMORIES_PER_JOB = 200  # a job reads at most this many; the next job the rest
-MAX_FACTS = 50
-MAX_SOURCES = 200
-MAX_CAUSAL_LINKS = 200
+# A job reads at most this many memories, and this much text (at least one
+# memory); the next job reads the rest.
+MEMORIES_PER_JOB = 200
+MAX_JOB_CHARS = 24_000
+MAX_FACTS = MAX_SESSION_FACTS
+MAX_SOURCES = MAX_FACT_SOURCES
 MAX_WARNINGS = 100
 MAX_WARNING_CHARS = 500
 MAX_MODEL_CHARS = 256
@@ -105,6 +107,12 @@ def lease_content(conn: Any, job_id: str, namespace: str) -> tuple[str, str]:
     rows = sql.session_memories(conn, namespace, session_id, after, MEMORIES_PER_JOB)
     if not rows:
         return session_id, ""
+    budget = MAX_JOB_CHARS
+    for count, row in enumerate(rows):
+        budget -= len(row["content"])
+        if budget < 0 and count:
+            rows = rows[:count]
+            break
     payload["through"] = rows[-1]["created_at"]
     sql.set_job_payload(conn, job_id, payload)
     memories = [

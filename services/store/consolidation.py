@@ -266,6 +266,21 @@ class _JobWrite:
             repo.complete_job(conn, request.job_id, self.at, json.dumps({"skipped": level}))
             sql.mark_consolidated(conn, namespace, session_id, request.job_id, through, self.at)
             return ConsolidateOutcome(True, privacy_blocked=True)
+        if self.policy.shadow:  # shadow mode: what would be written, recorded only
+            shadow = {
+                "mode": "shadow",
+                "session_id": session_id,
+                "model": request.model,
+                "facts": [
+                    {"content": f.fact.content, "source_memory_ids": list(f.source_ids)}
+                    for f in request.facts
+                ],
+                "causal_links": [list(pair) for pair in request.causal],
+                "warnings": [w[:MAX_WARNING_CHARS] for w in request.warnings],
+            }
+            repo.complete_job(conn, request.job_id, self.at, json.dumps(shadow))
+            sql.mark_consolidated(conn, namespace, session_id, request.job_id, through, self.at)
+            return ConsolidateOutcome(True)
         wanted = [i for f in request.facts for i in f.source_ids]
         wanted += [i for pair in request.causal for i in pair]
         sources = sql.live_session_memories(conn, namespace, session_id, sorted(set(wanted)))

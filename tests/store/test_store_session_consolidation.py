@@ -317,3 +317,23 @@ def test_memories_that_arrive_while_the_job_runs_get_the_next_job(st: AdminStore
     [following] = lease(st)
     assert following.session_id == "s1"
     assert [m["id"] for m in json.loads(following.content)["memories"]] == [during]
+
+
+def test_shadow_mode_records_the_result_and_writes_nothing_else(
+    start: Callable[..., AdminStore],
+) -> None:
+    st = start(**{"memory.pipelineV2.shadowMode": True})
+    source = turn(st, "s1", "a turn in shadow mode")
+    turn(st, "s2", "next")
+    [job] = lease(st)
+    before = st.snapshot()
+    response = complete(st, job, facts=[fact("A shadow fact", source)])
+    assert response.outcome == jq.LEASE_OUTCOME_OK and not response.memory_ids
+    after = st.snapshot()
+    assert {t: rows for t, rows in after.items() if t != "memory_jobs"} == {
+        t: rows for t, rows in before.items() if t != "memory_jobs"
+    }
+    result = json.loads(st.scalar("SELECT result FROM memory_jobs WHERE id = ?", job.id))
+    assert result["mode"] == "shadow"
+    assert result["facts"] == [{"content": "A shadow fact", "source_memory_ids": [source]}]
+    assert session(st, "s1").state == S.SESSION_CONSOLIDATION_STATE_CONSOLIDATED

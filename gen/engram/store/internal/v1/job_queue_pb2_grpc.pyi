@@ -198,7 +198,9 @@ class JobQueueServiceStub:
     confidence gate (`minFactConfidenceForWrite`) and facts the namespace's
     PII policy rejects (REDACT redacts them). The namespace's privacy level
     (`sessions.privacy`) applies: PARTIAL or FULL writes nothing long-term
-    (`privacy_blocked`). The session is then marked consolidated
+    (`privacy_blocked`). In shadow mode (`shadowMode`) nothing but the job's
+    completion is written: its result records the facts and links that
+    would have been. The session is then marked consolidated
     (MemoryStoreService.GetSession shows it); when the session has more
     memories than the job read, the next job is queued at once.
 
@@ -387,7 +389,9 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     confidence gate (`minFactConfidenceForWrite`) and facts the namespace's
     PII policy rejects (REDACT redacts them). The namespace's privacy level
     (`sessions.privacy`) applies: PARTIAL or FULL writes nothing long-term
-    (`privacy_blocked`). The session is then marked consolidated
+    (`privacy_blocked`). In shadow mode (`shadowMode`) nothing but the job's
+    completion is written: its result records the facts and links that
+    would have been. The session is then marked consolidated
     (MemoryStoreService.GetSession shows it); when the session has more
     memories than the job read, the next job is queued at once.
 
@@ -633,7 +637,9 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         confidence gate (`minFactConfidenceForWrite`) and facts the namespace's
         PII policy rejects (REDACT redacts them). The namespace's privacy level
         (`sessions.privacy`) applies: PARTIAL or FULL writes nothing long-term
-        (`privacy_blocked`). The session is then marked consolidated
+        (`privacy_blocked`). In shadow mode (`shadowMode`) nothing but the job's
+        completion is written: its result records the facts and links that
+        would have been. The session is then marked consolidated
         (MemoryStoreService.GetSession shows it); when the session has more
         memories than the job read, the next job is queued at once.
 

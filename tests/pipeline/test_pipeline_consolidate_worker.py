@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from test_pipeline_summarize_worker import make_stack_with
 
+from engram.client import Engram, NotFound
 from engram.pipeline.v1 import pipeline_pb2 as ppb
 from engram.store.v1 import store_pb2 as S
 from http_fakes import Reply
@@ -246,3 +247,10 @@ def test_the_same_session_id_in_two_namespaces_is_consolidated_apart(
         "The user says: I moved to Lisbon last month"
     ]
     assert consolidated_facts(stack, "team-b") == []
+    # the Python client's view of the same
+    with Engram(f"127.0.0.1:{stack.store_thread.app.port}") as engram:
+        state = engram.get_session("chat", namespace="team-a")
+        assert state.state == S.SESSION_CONSOLIDATION_STATE_CONSOLIDATED
+        assert state.end_reason == "new_session"
+        with pytest.raises(NotFound):
+            engram.get_session("next", namespace="team-b")

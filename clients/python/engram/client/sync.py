@@ -333,7 +333,7 @@ class Engram:
         page_size: int = 0,
         timeout: float | None = None,
     ) -> Iterator[store_pb2.MemoryLink]:
-        """Every link of a memory (`supersedes`, `derived_from`; both directions
+        """Every link of a memory (`supersedes`, `derived_from`, `causal`; both directions
         unless `direction` says), oldest first, a page at a time."""
         token = ""
         while True:
@@ -408,6 +408,14 @@ class Engram:
         """Queues the pipeline's LLM to write the session's 24-hour summary."""
         request = store_pb2.SummarizeSessionRequest(namespace=namespace, session_id=session_id)
         return self._call(self._store.SummarizeSession, request, timeout)
+
+    def get_session(
+        self, session_id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.GetSessionResponse:
+        """Where the session's consolidation is (open, queued, consolidated,
+        failed); `NotFound` when the namespace tracks no such session."""
+        request = store_pb2.GetSessionRequest(namespace=namespace, session_id=session_id)
+        return self._call(self._store.GetSession, request, timeout)
 
     def import_memories(
         self,

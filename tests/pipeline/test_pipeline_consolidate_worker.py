@@ -24,6 +24,8 @@ from engram.store.v1 import store_pb2 as S
 from http_fakes import Reply
 from llm_fakes import LlmServer, is_consolidation, session_memories_of
 from recall_helpers import Stack, wait_for
+from services.common.clock import days_ago_text
+from services.common.db import open_read_write
 from store_helpers import rows
 
 CONSOLIDATION = {
@@ -254,3 +256,56 @@ def test_the_same_session_id_in_two_namespaces_is_consolidated_apart(
         assert state.end_reason == "new_session"
         with pytest.raises(NotFound):
             engram.get_session("next", namespace="team-b")
+
+
+def test_an_idle_session_is_consolidated(
+    make_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    llm = http_servers(LlmServer(consolidator))
+    stack = make_stack(llm, **{"sessions.consolidate_check_interval_ms": 100})
+    turn(stack, "chat-1", "I moved to Lisbon last month")
+    assert session(stack, "chat-1").state == S.SESSION_CONSOLIDATION_STATE_OPEN
+    # its last memory is now two hours old (the default idle time is 30 minutes)
+    age(stack, "chat-1", hours=2)
+    done = settled(stack, "chat-1")
+    assert (done.state, done.end_reason) == (S.SESSION_CONSOLIDATION_STATE_CONSOLIDATED, "idle")
+    assert [f.content for f in consolidated_facts(stack)] == [
+        "The user says: I moved to Lisbon last month"
+    ]
+
+
+def test_a_consolidated_session_is_not_consolidated_again(
+    make_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    llm = http_servers(LlmServer(consolidator))
+    stack = make_stack(llm, **{"sessions.consolidate_check_interval_ms": 100})
+    turn(stack, "chat-1", "I moved to Lisbon last month")
+    turn(stack, "chat-2", "Hi, new conversation")
+    settled(stack, "chat-1")
+    # more triggers: another session switch, and chat-1 idling past the idle time
+    turn(stack, "chat-3", "and another one")
+    settled(stack, "chat-2")
+    age(stack, "chat-1", hours=2)
+    age(stack, "chat-3", hours=2)
+    settled(stack, "chat-3")
+    texts = [[m["text"] for m in session_memories_of(p)] for p in llm.prompts()]
+    assert sorted(texts) == [
+        ["Hi, new conversation"],
+        ["I moved to Lisbon last month"],
+        ["and another one"],
+    ]
+    assert [r["status"] for r in consolidate_jobs(stack)] == ["completed"] * 3
+    assert len(consolidated_facts(stack)) == 3
+
+
+def age(stack: Stack, session_id: str, *, hours: float) -> None:
+    """Move the session's last-seen time into the past (a test cannot idle for
+    half an hour), as the store's own clock would have."""
+    conn = open_read_write(Path(stack.config.storage.path))
+    try:
+        conn.execute(
+            "UPDATE session_consolidations SET last_seen_at = ? WHERE session_id = ?",
+            (days_ago_text(hours / 24), session_id),
+        )
+    finally:
+        conn.close()

@@ -34,6 +34,7 @@ _UPDATABLE = {
     "type",
     "importance",
     "tags",
+    "categories",
     "pinned",
     "who",
     "version",

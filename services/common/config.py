@@ -204,8 +204,6 @@ class DedupSettings(_Section):
     # cosine at or above (and below merge_similarity): the LLM decides merge,
     # replace or keep both, when memory.pipelineV2.enabled; kept otherwise
     review_similarity: float = Field(0.70, ge=0.0, le=1.0)
-    # embedded memories waiting for their check; beyond it, checks are skipped
-    queue_size: int = Field(10000, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _review_below_merge(self) -> DedupSettings:

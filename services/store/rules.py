@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from services.common import clock
 from services.common.errors import InvalidArgument, Violations, echo
 from services.common.facts import MAX_CATEGORIES, MAX_CATEGORY_CHARS
-from services.common.importance import effective_importance
+from services.common.importance import DEFAULT_IMPORTANCE, effective_importance
 from services.common.memory_record import MEMORY_TYPES
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
 from services.common.pii import DEFAULT_POLICY, PiiPolicy, gate
@@ -19,7 +19,6 @@ from services.common.validation import check_session_id
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64
-DEFAULT_IMPORTANCE = 0.8
 MAX_TEXT_FIELD_CHARS = {"who": 256, "why": 1024, "source_type": 64, "source_id": 512}
 MAX_REASON_CHARS = 1024
 MAX_ACTOR_CHARS = 256

@@ -147,7 +147,24 @@ def _draft(
             None, nanos_from_duration, item.ttl, item.HasField("ttl"), f"{field_prefix}ttl"
         ),
         pii=pii,
+        categories=item.categories,
+        valid_from=_valid_time(item, "valid_from", field_prefix, bad),
+        valid_until=_valid_time(item, "valid_until", field_prefix, bad),
     )
+
+
+def _valid_time(item: Any, name: str, field_prefix: str, bad: Violations) -> str | None:
+    """An ImportItem's valid_from/valid_until (RememberRequest has neither)."""
+    if name not in item.DESCRIPTOR.fields_by_name:
+        return None
+    value: str | None = bad.check(
+        None,
+        text_from_timestamp,
+        getattr(item, name),
+        item.HasField(name),
+        f"{field_prefix}{name}",
+    )
+    return value
 
 
 def _optional(message: Any, name: str) -> Any:
@@ -271,6 +288,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                 type=_optional(p, "type"),
                 importance=_optional(p, "importance"),
                 tags=tuple(p.tags.values) if p.HasField("tags") else None,
+                categories=tuple(p.categories.values) if p.HasField("categories") else None,
                 pinned=_optional(p, "pinned"),
                 who=_optional(p, "who"),
                 reason=p.reason,

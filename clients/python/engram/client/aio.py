@@ -120,6 +120,7 @@ class AsyncEngram:
         session_id: str = "",
         ttl: c.DurationArg = None,
         privacy: c.PrivacyArg = "",
+        categories: Iterable[str] = (),
         timeout: float | None = None,
     ) -> store_pb2.RememberResponse:
         """Stores a memory (or finds the same content already stored: `deduplicated`).
@@ -141,6 +142,7 @@ class AsyncEngram:
             session_id=session_id,
             ttl=c.duration(ttl),
             privacy=c.privacy_level(privacy),
+            categories=list(categories),
         )
         return await self._call(self._store.Remember, request, timeout)
 

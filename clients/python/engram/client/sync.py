@@ -121,6 +121,7 @@ class Engram:
         session_id: str = "",
         ttl: c.DurationArg = None,
         privacy: c.PrivacyArg = "",
+        categories: Iterable[str] = (),
         timeout: float | None = None,
     ) -> store_pb2.RememberResponse:
         """Stores a memory (or finds the same content already stored: `deduplicated`).
@@ -142,6 +143,7 @@ class Engram:
             session_id=session_id,
             ttl=c.duration(ttl),
             privacy=c.privacy_level(privacy),
+            categories=list(categories),
         )
         return self._call(self._store.Remember, request, timeout)
 

@@ -287,6 +287,7 @@ class RememberRequest(_message.Message):
     TTL_FIELD_NUMBER: _builtins.int
     PRIVACY_FIELD_NUMBER: _builtins.int
     PII_POLICY_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     content: _builtins.str
@@ -353,6 +354,15 @@ class RememberRequest(_message.Message):
         shortens a memory's life.
         """
 
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Semantic categories (seed 004 §6; Memory.categories): at most 8 of at
+        most 64 characters, trimmed, lower-cased and de-duplicated like tags, and
+        through the PII gate like tags. Filter on them with
+        MemoryFilter.categories. A duplicate (`deduplicated`) keeps the existing
+        memory's categories.
+        """
+
     def __init__(
         self,
         *,
@@ -371,10 +381,11 @@ class RememberRequest(_message.Message):
         ttl: _duration_pb2.Duration | None = ...,
         privacy: _privacy_pb2.PrivacyLevel.ValueType = ...,
         pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
+        categories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "privacy", b"privacy", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "categories", b"categories", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "privacy", b"privacy", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -431,6 +442,9 @@ class ImportItem(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     TTL_FIELD_NUMBER: _builtins.int
     PII_POLICY_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """See RememberRequest.content."""
     type: _builtins.str
@@ -466,6 +480,27 @@ class ImportItem(_message.Message):
     def ttl(self) -> _duration_pb2.Duration:
         """See RememberRequest.ttl."""
 
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """See RememberRequest.categories."""
+
+    @_builtins.property
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """Since when the memory is true in the world (Memory.valid_from); unset
+        means `event_time`, itself the import time when unset. What `engram
+        export` writes, so a round trip keeps validity.
+        """
+
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """Until when it was true (exclusive; Memory.valid_until); unset means
+        still true. Must be after the item's valid_from (as defaulted above),
+        else the item fails. A memory whose end has passed is stored but left
+        out of reads of what is valid now (reads `as_of` an instant inside its
+        validity find it); like a short-term fact's known end, it still
+        deduplicates (it is not recorded as superseded).
+        """
+
     def __init__(
         self,
         *,
@@ -482,10 +517,13 @@ class ImportItem(_message.Message):
         session_id: _builtins.str = ...,
         ttl: _duration_pb2.Duration | None = ...,
         pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
+        categories: _abc.Iterable[_builtins.str] | None = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "categories", b"categories", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "valid_from", b"valid_from", "valid_until", b"valid_until", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -748,6 +786,7 @@ class MemoryPatch(_message.Message):
     IF_VERSION_FIELD_NUMBER: _builtins.int
     SUPERSEDE_FIELD_NUMBER: _builtins.int
     VALID_FROM_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The memory id."""
     content: _builtins.str
@@ -794,6 +833,12 @@ class MemoryPatch(_message.Message):
         the future (it is known ahead); not before this memory's `valid_from`.
         """
 
+    @_builtins.property
+    def categories(self) -> Global___CategoryList:
+        """New categories, replacing the old ones (an empty list clears them; same
+        limits and normalisation as RememberRequest.categories).
+        """
+
     def __init__(
         self,
         *,
@@ -808,10 +853,11 @@ class MemoryPatch(_message.Message):
         if_version: _builtins.int | None = ...,
         supersede: _builtins.bool = ...,
         valid_from: _timestamp_pb2.Timestamp | None = ...,
+        categories: Global___CategoryList | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "categories", b"categories", "content", b"content", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "supersede", b"supersede", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "categories", b"categories", "content", b"content", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "supersede", b"supersede", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__content: _TypeAlias = _typing.Literal["content"]  # noqa: Y015
     _WhichOneofArgType__content: _TypeAlias = _typing.Literal["_content", b"_content"]  # noqa: Y015
@@ -863,6 +909,32 @@ class TagList(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TagList: _TypeAlias = TagList  # noqa: Y015
+
+@_typing.final
+class CategoryList(_message.Message):
+    """A replacement category list; its presence distinguishes "clear" from
+    "unchanged".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The categories (same limits as RememberRequest.categories)."""
+
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CategoryList: _TypeAlias = CategoryList  # noqa: Y015
 
 @_typing.final
 class ModifyMemoriesRequest(_message.Message):

@@ -85,7 +85,8 @@ PUBLIC_RPCS: dict[str, Role] = {
     **dict.fromkeys(
         _methods(
             _STORE,
-            "GetMemory ListMemories ListMemoryHistory ExplainMemory ListMemoryLinks GetSession",
+            "GetMemory ListMemories ListMemoryHistory ExplainMemory ListMemoryLinks "
+            "GetEntity ListEntities GetSession",
         ),
         Role.READER,
     ),

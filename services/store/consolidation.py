@@ -295,8 +295,19 @@ class _JobWrite:
         causal = 0
         for cause, effect in request.causal:
             if cause in sources and effect in sources:
+                # seed 003: an inferred causal edge's confidence; it holds from
+                # when the effect happened, its two ends are its evidence
                 extraction_sql.insert_link(
-                    conn, namespace, cause, effect, CAUSAL, request.job_id, self.at
+                    conn,
+                    namespace,
+                    cause,
+                    effect,
+                    CAUSAL,
+                    request.job_id,
+                    self.at,
+                    valid_from=max(sources[cause]["event_time"], sources[effect]["event_time"]),
+                    confidence=CAUSAL_CONFIDENCE,
+                    evidence=(cause, effect),
                 )
                 causal += 1
             else:
@@ -375,7 +386,7 @@ class _JobWrite:
             extract=False,  # a consolidated fact is never extracted again
         )
         [created] = mutations.create(self.conn, [new])
-        for source in kept:
+        for source in kept:  # as sure as the fact, valid from when the source was said
             extraction_sql.insert_link(
                 self.conn,
                 namespace,
@@ -384,6 +395,9 @@ class _JobWrite:
                 extraction_sql.DERIVED_FROM,
                 self.request.job_id,
                 self.at,
+                valid_from=sources[source]["event_time"],
+                confidence=fact.confidence,
+                evidence=(source,),
             )
         if self.policy.graph_enabled and item.entities:
             write_graph(self.conn, namespace, created.memory_id, item.entities)

@@ -38,6 +38,7 @@ TOOLS = {
     "memory_history",
     "assemble_context",
     "explain_memory",
+    "get_entity",
     "append_turn",
     "summarize_session",
 }

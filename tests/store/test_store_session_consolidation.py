@@ -221,6 +221,16 @@ def test_the_result_is_written_and_visible_through_the_public_api(st: AdminStore
     assert [(link.from_memory_id, link.to_memory_id, link.job_id) for link in links] == [
         (job_turn, moved, job.id)
     ]
+    [causal] = links
+    assert causal.confidence == pytest.approx(0.7) and not causal.HasField("valid_until")
+    assert list(causal.evidence_memory_ids) == [job_turn, moved]
+    derived = st.store.ListMemoryLinks(
+        S.ListMemoryLinksRequest(memory_id=works, link_types=["derived_from"])
+    ).links
+    assert {(link.to_memory_id, round(link.confidence, 2)) for link in derived} == {
+        (job_turn, 0.9),
+        (moved, 0.9),
+    }
     done = session(st, "s1")
     assert done.state == S.SESSION_CONSOLIDATION_STATE_CONSOLIDATED
     assert done.consolidate_time.seconds > 0

@@ -28,7 +28,14 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common.config import Config, consolidation_enabled
 from services.common.convert import temporal_to_proto, timestamp_from_text
-from services.common.facts import MAX_CAUSAL_LINKS, MAX_FACT_SOURCES, MAX_SESSION_FACTS, Fact
+from services.common.facts import (
+    ENTITY_TYPES,
+    MAX_CAUSAL_LINKS,
+    MAX_FACT_SOURCES,
+    MAX_SESSION_FACTS,
+    Fact,
+    NamedEntity,
+)
 from services.common.providers.llm import LlmProvider
 from services.common.remote_errors import error_reason
 from services.pipeline.extract_worker import capped_warnings
@@ -38,6 +45,7 @@ from services.pipeline.extraction import (
     items_of,
     validate_entities,
     validate_fact,
+    validate_named_entities,
 )
 from services.pipeline.leases import LeaseIdentity
 from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings
@@ -56,6 +64,8 @@ Turn the session into durable knowledge:
   or the world, procedures, preferences, decisions). Skip greetings and chatter. Each fact
   cites the refs of the memories it comes from in "sources".
 - entities: for each fact, the relationship triples between named things it mentions.
+- named_entities: every named thing the facts mention, once, by its fullest name, with its
+  type (one of {entity_types}; thing when none fits) and the other names the session uses.
 - causal: cause-effect pairs between the session's memories: "cause" is the ref of the
   memory describing what happened first and led to what the "effect" memory describes.
   Only pairs the memories state or clearly imply.
@@ -65,9 +75,11 @@ Return ONLY a JSON object, with no text before or after it, of this shape:
    "confidence": 0.0, "importance": 0.0, "temporal": "permanent|long_term|short_term",
    "valid_until": "YYYY-MM-DD or null", "categories": ["..."], "sources": ["m1"],
    "entities": [{{"source": "...", "relationship": "...", "target": "...", "confidence": 0.0}}]}}],
+ "named_entities": [{{"name": "...", "type": "{entity_types}", "aliases": ["..."]}}],
  "causal": [{{"cause": "m1", "effect": "m2"}}]}}
 
-At most {max_facts} facts. If nothing is worth keeping, return {{"facts": [], "causal": []}}.
+At most {max_facts} facts. If nothing is worth keeping, return
+{{"facts": [], "named_entities": [], "causal": []}}.
 
 {memories}
 """
@@ -94,6 +106,7 @@ class Consolidation:
     facts: list[ConsolidatedFact] = field(default_factory=list)
     causal: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    named: list[NamedEntity] = field(default_factory=list)
 
 
 def session_memories(content: str) -> list[SessionMemory]:
@@ -108,7 +121,9 @@ def session_memories(content: str) -> list[SessionMemory]:
 def consolidation_prompt(memories: list[SessionMemory]) -> str:
     data = [{"ref": m.ref, "time": m.time, "who": m.who, "text": m.content} for m in memories]
     return _PROMPT.format(
-        max_facts=MAX_SESSION_FACTS, memories=data_block("session_memories", data)
+        max_facts=MAX_SESSION_FACTS,
+        entity_types="|".join(ENTITY_TYPES),
+        memories=data_block("session_memories", data),
     )
 
 
@@ -133,6 +148,7 @@ def parse_consolidation(answer: str, memories: list[SessionMemory]) -> Consolida
             {"entities": item.get("entities")}, warnings, prefix=f"{what}."
         )
         result.facts.append(ConsolidatedFact(fact, sources[:MAX_FACT_SOURCES], entities))
+    result.named = validate_named_entities(value, warnings)
     seen: set[tuple[str, str]] = set()
     for index, item in enumerate(items_of(value, "causal", MAX_CAUSAL_LINKS, warnings)):
         what = f"causal[{index}]"
@@ -264,4 +280,7 @@ def completion_request(
             for cause, effect in result.causal
         ],
         warnings=capped_warnings(result.warnings),
+        named_entities=[
+            jq.NamedEntity(name=n.name, entity_type=n.type, aliases=n.aliases) for n in result.named
+        ],
     )

@@ -23,7 +23,13 @@ from typing import Any
 from services.common import clock
 from services.common.db import ReadPool
 from services.common.errors import InvalidArgument, NotFound, Violations
-from services.common.facts import MAX_CAUSAL_LINKS, MAX_FACT_SOURCES, MAX_SESSION_FACTS, Fact
+from services.common.facts import (
+    MAX_CAUSAL_LINKS,
+    MAX_FACT_SOURCES,
+    MAX_SESSION_FACTS,
+    Fact,
+    NamedEntity,
+)
 from services.common.validation import check_session_id, validate_id
 from services.store import extraction_sql, mutations, rules, session_lifecycle
 from services.store import repository as repo
@@ -31,11 +37,12 @@ from services.store import session_sql as sql
 from services.store.extraction_writes import (
     WritePolicy,
     check_fact,
+    check_named,
     check_triples,
     fact_columns,
     memory_type_of,
 )
-from services.store.graph import Triple, write_graph
+from services.store.graph import Triple, names_in, write_graph
 from services.store.memories import MemoryStore
 from services.store.privacy import FULL, PARTIAL
 from services.store.writer import Writer
@@ -71,6 +78,7 @@ class ConsolidateCompletion:
     facts: tuple[SessionFact, ...] = ()
     causal: tuple[tuple[str, str], ...] = ()  # (cause memory id, effect memory id)
     warnings: tuple[str, ...] = ()
+    named: tuple[NamedEntity, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,6 +175,7 @@ def check_completion(request: ConsolidateCompletion) -> None:
         validate_id(effect, f"causal_links[{index}].effect_memory_id")
         if cause == effect:
             raise InvalidArgument(f"causal_links[{index}]", "a memory cannot cause itself")
+    check_named(request.named)
 
 
 class Consolidation:
@@ -399,6 +408,7 @@ class _JobWrite:
                 confidence=fact.confidence,
                 evidence=(source,),
             )
-        if self.policy.graph_enabled and item.entities:
-            write_graph(self.conn, namespace, created.memory_id, item.entities)
+        named = [n for n in self.request.named if names_in(content.storage, [n.name, *n.aliases])]
+        if self.policy.graph_enabled and (item.entities or named):
+            write_graph(self.conn, namespace, created.memory_id, item.entities, named)
         return created.memory_id, ""

@@ -203,7 +203,7 @@ def check_completion(request: ExtractCompletion) -> list[_Checked]:
     dimensions = {len(p.vector) for p in request.proposals if p.vector}
     if len(dimensions) > 1:
         raise InvalidArgument("proposals", "all vectors of one call must have the same dimensions")
-    _check_named(request.named)
+    check_named(request.named)
     check_triples(request.entities, "entities")
     return checked
 
@@ -236,7 +236,8 @@ def check_fact(fact: Fact, field: str) -> None:
         raise InvalidArgument(f"{field}.categories", f"each 1 to {MAX_CATEGORY_CHARS} characters")
 
 
-def _check_named(named: Sequence[NamedEntity]) -> None:
+def check_named(named: Sequence[NamedEntity]) -> None:
+    """Named entities as any completion hands them in (extraction, consolidation)."""
     if len(named) > MAX_NAMED_ENTITIES:
         raise InvalidArgument("named_entities", f"at most {MAX_NAMED_ENTITIES} entities")
     for index, entity in enumerate(named):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 
 from engram.store.internal.v1 import job_queue_pb2 as pb
@@ -141,10 +143,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                 ),
                 warnings=tuple(request.warnings),
                 embedding_model=request.embedding_model,
-                named=tuple(
-                    NamedEntity(n.name, n.entity_type or DEFAULT_ENTITY_TYPE, tuple(n.aliases))
-                    for n in request.named_entities
-                ),
+                named=named_entities(request.named_entities),
             )
         )
         return pb.CompleteExtractJobResponse(
@@ -195,6 +194,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                 ),
                 causal=tuple((c.cause_memory_id, c.effect_memory_id) for c in request.causal_links),
                 warnings=tuple(request.warnings),
+                named=named_entities(request.named_entities),
             )
         )
         return pb.CompleteConsolidateJobResponse(
@@ -268,4 +268,11 @@ def fact_from_proto(fact: pb.ProposedFact) -> Fact:
             fact.valid_until, fact.HasField("valid_until"), "proposals.fact.valid_until"
         ),
         categories=tuple(fact.categories),
+    )
+
+
+def named_entities(entities: Sequence[pb.NamedEntity]) -> tuple[NamedEntity, ...]:
+    return tuple(
+        NamedEntity(n.name, n.entity_type or DEFAULT_ENTITY_TYPE, tuple(n.aliases))
+        for n in entities
     )

@@ -78,6 +78,10 @@ def consolidated_facts(stack: Stack, namespace: str = "") -> list[Any]:
     return [m for m in listed if m.source_type == "consolidation"]
 
 
+def facts_by_id(facts: dict[str, Any]) -> dict[str, Any]:
+    return {f.id: f for f in facts.values()}
+
+
 def worker_status(stack: Stack) -> Any:
     status = stack.pipeline.GetStatus(ppb.GetStatusRequest(), timeout=10)
     [worker] = [w for w in status.workers if w.name == "consolidate"]
@@ -118,7 +122,11 @@ def consolidator(prompt: str) -> str | Reply:
             }
         )
         causal.append({"cause": refs[1], "effect": refs[0]})
-    return json.dumps({"facts": facts, "causal": causal})
+    named = [
+        {"name": "Lisbon", "type": "city", "aliases": ["Lisboa"]},
+        {"name": "Acme", "type": "company", "aliases": []},
+    ]
+    return json.dumps({"facts": facts, "named_entities": named, "causal": causal})
 
 
 @pytest.mark.parametrize("protocol", ["ollama", "openai"])
@@ -154,8 +162,15 @@ def test_a_new_session_consolidates_the_previous_one(
     assert (link.from_memory_id, link.to_memory_id) == (job, moved)
     recalled = stack.recall("Acme Lisbon job")
     assert both.id in [r.memory.id for r in recalled.results]
-    entities = rows(Path(stack.config.storage.path), "SELECT name FROM entities ORDER BY name")
-    assert [e[0] for e in entities] == ["Lisbon", "user"]
+    # the entities, typed and aliased, and the facts that name them (GetEntity)
+    lisbon = stack.store.GetEntity(S.GetEntityRequest(name="Lisboa"))
+    assert (lisbon.entity.name, lisbon.entity.entity_type) == ("Lisbon", "place")
+    assert list(lisbon.entity.aliases) == ["Lisboa"]
+    assert {f.id for f in lisbon.facts} == set(facts_by_id(facts))
+    acme = stack.store.GetEntity(S.GetEntityRequest(name="acme"))
+    assert acme.entity.entity_type == "organization"
+    assert [f.id for f in acme.facts] == [both.id]
+    assert "user" in [n.entity.name for n in lisbon.neighbors]
     [row] = consolidate_jobs(stack)
     assert (row["status"], row["attempts"]) == ("completed", 1)
     assert wait_for(lambda: worker_status(stack).completed_count == 1, what="worker status")

@@ -273,6 +273,9 @@ def test_bad_results_are_rejected_and_write_nothing(st: AdminStore) -> None:
         {"causal_links": [jq.CausalLink(cause_memory_id=source, effect_memory_id=source)]},
         {"causal_links": [jq.CausalLink(cause_memory_id=source)]},
         {"facts": [fact("f", source)] * 51},
+        {"named_entities": [jq.NamedEntity(name="")]},
+        {"named_entities": [jq.NamedEntity(name="Lisbon", entity_type="city")]},
+        {"named_entities": [jq.NamedEntity(name="Lisbon", aliases=["a"] * 11)]},
     ]
     for fields in bad:
         code, _, _ = error_of(lambda fields=fields: complete(st, job, **fields))

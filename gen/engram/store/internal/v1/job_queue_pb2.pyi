@@ -1155,6 +1155,7 @@ class CompleteConsolidateJobRequest(_message.Message):
     FACTS_FIELD_NUMBER: _builtins.int
     CAUSAL_LINKS_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
+    NAMED_ENTITIES_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The LLM model that consolidated (recorded with every fact)."""
     @_builtins.property
@@ -1175,6 +1176,13 @@ class CompleteConsolidateJobRequest(_message.Message):
         kept in the job's result).
         """
 
+    @_builtins.property
+    def named_entities(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedEntity]:
+        """The named things the session mentions, with their type and aliases (at
+        most 50); with `graphEnabled`, each is linked to the facts that name it
+        or one of its aliases.
+        """
+
     def __init__(
         self,
         *,
@@ -1183,10 +1191,11 @@ class CompleteConsolidateJobRequest(_message.Message):
         facts: _abc.Iterable[Global___ConsolidatedFact] | None = ...,
         causal_links: _abc.Iterable[Global___CausalLink] | None = ...,
         warnings: _abc.Iterable[_builtins.str] | None = ...,
+        named_entities: _abc.Iterable[Global___NamedEntity] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["causal_links", b"causal_links", "facts", b"facts", "lease", b"lease", "model", b"model", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["causal_links", b"causal_links", "facts", b"facts", "lease", b"lease", "model", b"model", "named_entities", b"named_entities", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -323,7 +323,9 @@ class JobQueueServiceServicer:
         characters, a confidence or importance outside [0, 1], a fact without
         sources or with more than 200, a malformed memory id, more than 50
         entity triples in a fact, an entity name or relationship empty or over
-        200 characters, a causal link from a memory to itself); UNAVAILABLE
+        200 characters, more than 50 named entities, a named entity without a
+        name, of an unknown type or with more than 10 aliases, a causal link
+        from a memory to itself); UNAVAILABLE
         (MUTATIONS_FROZEN). Nothing is written on any error.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -210,7 +210,9 @@ class JobQueueServiceStub:
     characters, a confidence or importance outside [0, 1], a fact without
     sources or with more than 200, a malformed memory id, more than 50
     entity triples in a fact, an entity name or relationship empty or over
-    200 characters, a causal link from a memory to itself); UNAVAILABLE
+    200 characters, more than 50 named entities, a named entity without a
+    name, of an unknown type or with more than 10 aliases, a causal link
+    from a memory to itself); UNAVAILABLE
     (MUTATIONS_FROZEN). Nothing is written on any error.
     """
     GetQueueStats: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]
@@ -401,7 +403,9 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     characters, a confidence or importance outside [0, 1], a fact without
     sources or with more than 200, a malformed memory id, more than 50
     entity triples in a fact, an entity name or relationship empty or over
-    200 characters, a causal link from a memory to itself); UNAVAILABLE
+    200 characters, more than 50 named entities, a named entity without a
+    name, of an unknown type or with more than 10 aliases, a causal link
+    from a memory to itself); UNAVAILABLE
     (MUTATIONS_FROZEN). Nothing is written on any error.
     """
     GetQueueStats: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]  # type: ignore[assignment]
@@ -649,7 +653,9 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         characters, a confidence or importance outside [0, 1], a fact without
         sources or with more than 200, a malformed memory id, more than 50
         entity triples in a fact, an entity name or relationship empty or over
-        200 characters, a causal link from a memory to itself); UNAVAILABLE
+        200 characters, more than 50 named entities, a named entity without a
+        name, of an unknown type or with more than 10 aliases, a causal link
+        from a memory to itself); UNAVAILABLE
         (MUTATIONS_FROZEN). Nothing is written on any error.
         """
 

@@ -20,7 +20,7 @@ MEMORY_COLUMNS = (
     "m.tags, m.pinned, m.who, m.why, m.source_type, m.source_id, m.version, m.is_deleted, "
     "m.deleted_at, m.created_at, m.updated_at, m.event_time, m.access_count, m.last_accessed, "
     "m.session_id, m.expire_at, m.valid_from, m.valid_until, m.invalidated_at, m.categories, "
-    "m.temporal_class"
+    "m.temporal_class, m.confidence, m.decay_rate"
 )
 
 

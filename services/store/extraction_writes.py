@@ -391,6 +391,7 @@ class _JobWrite:
                 ),
                 temporal_class=fact.temporal_class,
                 valid_until=_short_term_end(fact, self.source.event_time),
+                confidence=fact.confidence,  # seed 003: decays and is reinforced from here
             ),
             actor=ACTOR,
             reason=WHY,

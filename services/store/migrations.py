@@ -610,6 +610,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             ON memories(namespace, content_hash) WHERE invalidated_at IS NOT NULL;
         """,
     ),
+    (
+        "memory_decay",
+        """
+        -- Issue 17, seed 003 "Ebbinghaus decay": the stored part of a memory's
+        -- confidence (as of its last access; reinforcement raises it) and its
+        -- own decay rate (NULL: memory.decay_rate_default; 0: protected). The
+        -- decayed confidence is computed at read (services/common/forgetting.py).
+        ALTER TABLE memories ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0;
+        ALTER TABLE memories ADD COLUMN decay_rate REAL;
+        """,
+    ),
 )
 
 

@@ -132,6 +132,11 @@ CALLS: dict[str, Call] = {
             timeout=TIMEOUT,
         )
     ),
+    "/engram.store.v1.MemoryStoreService/ListWeakMemories": lambda w, ns, md: (
+        w.store.ListWeakMemories(
+            pb.ListWeakMemoriesRequest(namespace=ns), metadata=md, timeout=TIMEOUT
+        )
+    ),
     "/engram.store.v1.MemoryStoreService/ListMemoryHistory": lambda w, ns, md: (
         w.store.ListMemoryHistory(
             pb.ListMemoryHistoryRequest(namespace=ns, memory_id=w.ids["get"]),
@@ -245,6 +250,7 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "ListMemoryHistory",
         "ExplainMemory",
         "ListMemoryLinks",
+        "ListWeakMemories",
         "GetDocument",
         "ListDocumentChunks",
         "WatchDocument",

@@ -256,6 +256,19 @@ class MemoryStoreServiceStub:
     token or one issued for another request); NOT_FOUND (no such memory in
     the namespace).
     """
+    ListWeakMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListWeakMemoriesRequest, _store_pb2.ListWeakMemoriesResponse]
+    """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+    memories whose current confidence, decayed as Memory.confidence
+    describes, is below `memory.decay_threshold` (0.05), in the order they
+    were written, each with that current confidence. Pinned memories and
+    protected ones (decay_rate 0) are never weak. Writes nothing: weak
+    memories are soft-deleted only by the retention sweep with
+    `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+    RecoverMemory brings one back and restarts its decay clock).
+
+    Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+    page token or one issued for another namespace, bad namespace).
+    """
 
 @_typing.type_check_only
 class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
@@ -484,6 +497,19 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     unknown link type, page_size over 500 or negative, a malformed page
     token or one issued for another request); NOT_FOUND (no such memory in
     the namespace).
+    """
+    ListWeakMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ListWeakMemoriesRequest, _store_pb2.ListWeakMemoriesResponse]  # type: ignore[assignment]
+    """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+    memories whose current confidence, decayed as Memory.confidence
+    describes, is below `memory.decay_threshold` (0.05), in the order they
+    were written, each with that current confidence. Pinned memories and
+    protected ones (decay_rate 0) are never weak. Writes nothing: weak
+    memories are soft-deleted only by the retention sweep with
+    `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+    RecoverMemory brings one back and restarts its decay clock).
+
+    Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+    page token or one issued for another namespace, bad namespace).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -788,6 +814,25 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         unknown link type, page_size over 500 or negative, a malformed page
         token or one issued for another request); NOT_FOUND (no such memory in
         the namespace).
+        """
+
+    @_abc_1.abstractmethod
+    def ListWeakMemories(
+        self,
+        request: _store_pb2.ListWeakMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.ListWeakMemoriesResponse, _abc.Awaitable[_store_pb2.ListWeakMemoriesResponse]]:
+        """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+        memories whose current confidence, decayed as Memory.confidence
+        describes, is below `memory.decay_threshold` (0.05), in the order they
+        were written, each with that current confidence. Pinned memories and
+        protected ones (decay_rate 0) are never weak. Writes nothing: weak
+        memories are soft-deleted only by the retention sweep with
+        `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+        RecoverMemory brings one back and restarts its decay clock).
+
+        Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+        page token or one issued for another namespace, bad namespace).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

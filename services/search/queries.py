@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from services.common import forgetting
 from services.common.memory_filter import MemoryFilterSpec, filter_sql, live_sql
 
 Query = tuple[str, list[Any]]
@@ -199,11 +200,14 @@ def memories_by_rowid(namespace: str, rowids: Sequence[int], as_of: str | None =
     )
 
 
-def decay_inputs(namespace: str, rowids: Sequence[int]) -> Query:
-    """(rowid, importance, pinned, last_accessed, created_at) for decay ranking."""
+def decay_inputs(namespace: str, rowids: Sequence[int], default_rate: float, now: str) -> Query:
+    """rowid, importance, pinned, last_accessed, created_at and the seed 003
+    current confidence at `now` (services/common/forgetting.py) for decay ranking."""
     marks = ", ".join("?" * len(rowids))
+    current, params = forgetting.current_confidence_sql("m", default_rate, now)
     return (
-        "SELECT m.rowid, m.importance, m.pinned, m.last_accessed, m.created_at "
+        "SELECT m.rowid AS rowid, m.importance, m.pinned, m.last_accessed, m.created_at, "
+        f"{current} AS current_confidence "
         f"FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ?",
-        [*rowids, namespace],
+        [*params, *rowids, namespace],
     )

@@ -9,6 +9,7 @@ Ages and a stored confidence below 1 are written to the SQLite file directly
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ import grpc
 import pytest
 
 from admin_helpers import AdminStore
+from engram.client import AsyncEngram, Engram
 from engram.maintenance.v1 import maintenance_pb2 as mpb
 from engram.store.internal.v1 import access_pb2, access_pb2_grpc
 from engram.store.v1 import store_pb2
@@ -101,6 +103,24 @@ def test_weak_memories_are_those_decayed_below_the_threshold_in_the_namespace(
     assert get(st, protected).decay_rate == 0.0
     assert [w.memory.id for w in weak(st, "other").memories] == [elsewhere]
     assert fresh not in {w.memory.id for w in page.memories}
+
+
+def test_the_python_clients_list_every_weak_memory_page_by_page(
+    maintained: Callable[..., Any],
+) -> None:
+    st = maintained().st
+    ids = [st.remember(f"an errand nobody ran {n}") for n in range(3)]
+    st.age("memories", "created_at", 200, "1 = 1")
+    with Engram(f"127.0.0.1:{st.port}") as client:
+        found = list(client.list_weak_memories(page_size=2))
+    assert [w.memory.id for w in found] == ids
+    assert all(w.current_confidence < 0.05 for w in found)
+
+    async def listed() -> list[str]:
+        async with AsyncEngram(f"127.0.0.1:{st.port}") as client:
+            return [w.memory.id async for w in client.list_weak_memories(page_size=1)]
+
+    assert asyncio.run(listed()) == ids
 
 
 def test_a_faster_own_rate_makes_a_memory_weak_sooner(maintained: Callable[..., Any]) -> None:

@@ -211,8 +211,6 @@ class DedupSettings(_Section):
     # cosine at or above (and below merge_similarity): the LLM decides merge,
     # replace or keep both, when memory.pipelineV2.enabled; kept otherwise
     review_similarity: float = Field(0.70, ge=0.0, le=1.0)
-    # embedded memories waiting for their check; beyond it, checks are skipped
-    queue_size: int = Field(10000, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _review_below_merge(self) -> DedupSettings:
@@ -246,6 +244,10 @@ class SearchSettings(_Section):
     # confidence or seed 002's importance decay when it is on
     decay_ranking: bool = False
     decay_model: Literal["ebbinghaus", "importance"] = "ebbinghaus"
+    # seed 004 §4 (issue 18): importance as a ranking factor, each score times
+    # 1 + importance_weight x (importance - 0.8) (services/common/importance.py);
+    # 0 turns it off. LoCoMo dev in bench/README.md ("Importance as a ranking factor").
+    importance_weight: float = Field(0.0, ge=0.0, le=1.0)
     # seed 002 "Optional Reranking": another name for memory.pipelineV2.rerankerEnabled,
     # copied there at load time; read rerankerEnabled, never this
     reranking: bool | None = None

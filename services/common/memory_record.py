@@ -27,6 +27,11 @@ NEVER_MERGED_TYPES = frozenset({"document_chunk", "episodic", "session_summary"}
 SESSION_SUMMARY_TYPE = "session_summary"  # SummarizeSession's memory (one per session)
 
 
+def may_merge(memory_type: str, has_expiry: bool) -> bool:
+    """Whether a memory may be folded into (or absorb) a near-duplicate."""
+    return memory_type not in NEVER_MERGED_TYPES and not has_expiry
+
+
 @dataclass(frozen=True)
 class MemoryRecord:
     id: str

@@ -55,6 +55,7 @@ def recall_params(config: Config) -> RecallParams:
             episode_weight=config.search.episode_weight,
             neighbor_weight=config.search.neighbor_weight,
             diversity_penalty=config.search.diversity_penalty,
+            importance_weight=config.search.importance_weight,
         ),
         channel_depth=config.search.channel_depth,
         vector_candidates=config.search.vector_candidates,

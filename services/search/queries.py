@@ -200,6 +200,16 @@ def memories_by_rowid(namespace: str, rowids: Sequence[int], as_of: str | None =
     )
 
 
+def importance_by_rowid(namespace: str, rowids: Sequence[int]) -> Query:
+    """(rowid, importance) of these memories, for importance ranking."""
+    marks = ", ".join("?" * len(rowids))
+    return (
+        f"SELECT m.rowid, m.importance FROM memories m WHERE m.rowid IN ({marks}) "
+        "AND +m.namespace = ?",
+        [*rowids, namespace],
+    )
+
+
 def decay_inputs(namespace: str, rowids: Sequence[int], default_rate: float, now: str) -> Query:
     """rowid, importance, pinned, last_accessed, created_at and the seed 003
     current confidence at `now` (services/common/forgetting.py) for decay ranking."""

@@ -49,6 +49,7 @@ from services.search.scoring import (
     coverage_idf,
     fuse,
     select,
+    weigh_importance,
 )
 from services.search.text import keyword_terms, time_windows
 from services.search.vector_cache import VectorCache
@@ -301,6 +302,11 @@ class Recaller:
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
         windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
         boost(pool, params, windows)
+        if params.importance_weight and pool:
+            rows = await reads.fetch_all(
+                queries.importance_by_rowid(namespace, [c.rowid for c in pool])
+            )
+            weigh_importance(pool, {row[0]: row[1] for row in rows}, params.importance_weight)
         if self._params.decay is not None:
             await apply_decay(reads, namespace, pool, self._params.decay)
         picked = select(pool, limit, params.diversity_penalty, min_score, confidence)

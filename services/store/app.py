@@ -195,6 +195,7 @@ async def start_store(
         reads,
         lease_timeout_ms=config.memory.pipelineV2.leaseTimeoutMs,
         max_job_attempts=max_attempts,
+        near_duplicates=config.dedup.enabled,
     )
     documents = DocumentStore(
         writer,

@@ -27,13 +27,17 @@ from services.common import clock
 from services.common.config import Config
 from services.common.errors import InvalidArgument
 from services.common.facts import (
+    ENTITY_TYPES,
     FACT_TYPES,
+    MAX_ALIASES,
     MAX_CATEGORIES,
     MAX_CATEGORY_CHARS,
     MAX_ENTITIES,
     MAX_ENTITY_CHARS,
     MAX_FACT_CHARS,
+    MAX_NAMED_ENTITIES,
     Fact,
+    NamedEntity,
 )
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
@@ -100,6 +104,7 @@ class ExtractCompletion:
     entities: tuple[Triple, ...] = ()
     warnings: tuple[str, ...] = ()
     embedding_model: str = ""
+    named: tuple[NamedEntity, ...] = ()  # typed entities with aliases (seed 003)
 
 
 @dataclass(frozen=True)
@@ -143,9 +148,16 @@ class ExtractionWrites:
         )
         if not outcome.lease_held or not self._write_graph_now(outcome, request):
             return outcome
+        facts = [
+            (result.memory_id, proposal.fact.content)
+            for proposal, result in zip(request.proposals, outcome.results, strict=False)
+            if result.outcome in ("created", "updated", "deduped") and result.memory_id
+        ]
         try:
             await self._writer.submit(
-                lambda conn: write_graph(conn, namespace, memory_id, request.entities)
+                lambda conn: write_graph(
+                    conn, namespace, memory_id, request.entities, request.named, facts
+                )
             )
         except Exception as error:  # non-fatal by design: the facts are committed
             log.warning("graph write failed", extra={"job_id": request.job_id, "error": str(error)})
@@ -157,7 +169,7 @@ class ExtractionWrites:
         return (
             self._policy.graph_enabled
             and not self._policy.records_only
-            and bool(request.entities)
+            and bool(request.entities or request.named)
             and not any(r.reason == "source_memory_deleted" for r in outcome.results)
         )
 
@@ -193,6 +205,7 @@ def check_completion(request: ExtractCompletion) -> list[_Checked]:
     dimensions = {len(p.vector) for p in request.proposals if p.vector}
     if len(dimensions) > 1:
         raise InvalidArgument("proposals", "all vectors of one call must have the same dimensions")
+    _check_named(request.named)
     for index, triple in enumerate(request.entities):
         field = f"entities[{index}]"
         for name in ("source", "relationship", "target"):
@@ -203,6 +216,23 @@ def check_completion(request: ExtractCompletion) -> list[_Checked]:
                 raise InvalidArgument(f"{field}.{name}", f"at most {MAX_ENTITY_CHARS} characters")
         _check_unit(triple.confidence, f"{field}.confidence")
     return checked
+
+
+def _check_named(named: Sequence[NamedEntity]) -> None:
+    if len(named) > MAX_NAMED_ENTITIES:
+        raise InvalidArgument("named_entities", f"at most {MAX_NAMED_ENTITIES} entities")
+    for index, entity in enumerate(named):
+        field = f"named_entities[{index}]"
+        if not entity.name.strip():
+            raise InvalidArgument(f"{field}.name", "required")
+        if len(entity.name) > MAX_ENTITY_CHARS:
+            raise InvalidArgument(f"{field}.name", f"at most {MAX_ENTITY_CHARS} characters")
+        if entity.type not in ENTITY_TYPES:
+            raise InvalidArgument(f"{field}.entity_type", f"one of {', '.join(ENTITY_TYPES)}")
+        if len(entity.aliases) > MAX_ALIASES:
+            raise InvalidArgument(f"{field}.aliases", f"at most {MAX_ALIASES}")
+        if any(not a.strip() or len(a) > MAX_ENTITY_CHARS for a in entity.aliases):
+            raise InvalidArgument(f"{field}.aliases", f"each 1 to {MAX_ENTITY_CHARS} characters")
 
 
 def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) -> _Checked:
@@ -353,7 +383,7 @@ class _JobWrite:
         [created] = mutations.create(self.conn, [self._derived(item)])
         if created.deduplicated:
             return ProposalResult("deduped", created.memory_id, reason="duplicate")
-        self._link_to_source(created.memory_id)
+        self._link_to_source(created.memory_id, item.proposal.fact.confidence)
         return ProposalResult("created", created.memory_id)
 
     def _derived(
@@ -407,7 +437,9 @@ class _JobWrite:
             vector=item.vector,
         )
 
-    def _link_to_source(self, memory_id: str) -> None:
+    def _link_to_source(self, memory_id: str, confidence: float) -> None:
+        """A `derived_from` link as sure as the fact, valid from when the
+        source was said; the source is its evidence."""
         assert self.source is not None
         sql.insert_link(
             self.conn,
@@ -417,6 +449,9 @@ class _JobWrite:
             sql.DERIVED_FROM,
             self.request.job_id,
             self.at,
+            valid_from=self.source.event_time,
+            confidence=confidence,
+            evidence=(self.source.id,),
         )
 
     def _destructive_guard(self, item: _Checked, target: MemoryRecord | None) -> str:
@@ -483,8 +518,9 @@ class _JobWrite:
                 "job_id": self.request.job_id,
                 "review_needed": review,
             },
+            evidence=(self.source.id,),
         )
-        self._link_to_source(done.new_memory_id)
+        self._link_to_source(done.new_memory_id, item.proposal.fact.confidence)
         return ProposalResult("updated", done.new_memory_id, review_needed=review), {
             "superseded_memory_id": target.id,
             "old_version": target.version,

@@ -9,6 +9,7 @@ from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common import tracing
 from services.common.convert import temporal_from_proto, text_from_timestamp, timestamp_from_text
 from services.common.errors import InvalidArgument
+from services.common.facts import DEFAULT_ENTITY_TYPE, NamedEntity
 from services.common.validation import validate_namespace
 from services.store.extraction_writes import (
     ExtractCompletion,
@@ -132,6 +133,10 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                 ),
                 warnings=tuple(request.warnings),
                 embedding_model=request.embedding_model,
+                named=tuple(
+                    NamedEntity(n.name, n.entity_type or DEFAULT_ENTITY_TYPE, tuple(n.aliases))
+                    for n in request.named_entities
+                ),
             )
         )
         return pb.CompleteExtractJobResponse(

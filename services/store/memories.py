@@ -82,6 +82,7 @@ class PatchSpec:
     if_version: int | None = None
     supersede: bool = False  # a new memory replaces this one (services/store/supersede.py)
     valid_from: str | None = None  # with supersede: when the new one starts (None: now)
+    categories: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -355,6 +356,9 @@ class MemoryStore:
         if patch.tags is not None and patch.tags != current.tags:
             changes["tags"] = json.dumps(list(patch.tags))
             changed["tags"] = list(patch.tags)
+        if patch.categories is not None and patch.categories != current.categories:
+            changes["categories"] = json.dumps(list(patch.categories))
+            changed["categories"] = list(patch.categories)
         pinned = current.pinned if patch.pinned is None else patch.pinned
         importance = current.importance if patch.importance is None else patch.importance
         importance = rules.effective_importance(pinned, importance)
@@ -417,6 +421,9 @@ class MemoryStore:
                 session_id=current.session_id or None,
                 expire_at=current.expire_at,
                 valid_from=valid_from,
+                categories=json.dumps(
+                    list(current.categories if patch.categories is None else patch.categories)
+                ),
             ),
             actor=actor,
             reason=patch.reason,
@@ -641,6 +648,7 @@ class _CheckedPatch:
     if_version: int | None
     supersede: bool = False
     valid_from: str | None = None
+    categories: tuple[str, ...] | None = None
 
 
 def _check_patches(
@@ -670,6 +678,7 @@ def _check_patches(
                 patch.tags,
                 patch.pinned,
                 patch.who,
+                patch.categories,
             )
         ):
             bad.add(field, "sets no field to change")
@@ -711,6 +720,15 @@ def _check_patches(
                 if_version=patch.if_version,
                 supersede=patch.supersede,
                 valid_from=patch.valid_from,
+                categories=None
+                if patch.categories is None
+                else bad.check(
+                    None,
+                    rules.check_categories,
+                    patch.categories,
+                    f"{field}.categories",
+                    pii=pii,
+                ),
             )
         )
     return checked
@@ -919,6 +937,9 @@ def prepare_drafts(
                     expire_at=None
                     if draft.ttl_nanos is None
                     else clock.plus_nanos(at, draft.ttl_nanos),
+                    valid_from=draft.valid_from,
+                    categories=json.dumps(list(draft.categories)),
+                    valid_until=draft.valid_until,
                 ),
                 actor=draft.actor or draft.who or rules.DEFAULT_ACTOR,
                 reason=draft.why or "remember",
@@ -926,6 +947,7 @@ def prepare_drafts(
                 # A short-term memory is not distilled: facts derived from it
                 # would outlive the ttl it was given.
                 extract=extract and draft.ttl_nanos is None,
+                timeline=True,
             )
         )
     return prepared
@@ -974,4 +996,6 @@ def _new_record(draft: MemoryDraft, row: repo.MemoryRow) -> MemoryRecord:
         session_id=row.session_id or "",
         expire_at=row.expire_at,
         valid_from=row.valid_from or row.event_time,
+        valid_until=row.valid_until,
+        categories=tuple(draft.categories),
     )

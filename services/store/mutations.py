@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent
+from services.store import extraction_sql as link_sql
 from services.store import graph_sql
 from services.store import repository as repo
 
@@ -145,6 +146,9 @@ class NewMemory:
     target: VectorTarget
     extract_job: repo.JobRow | None  # None: never extracted (a derived fact, a chunk)
     vector: SuppliedVector | None = None
+    # On its session's timeline (Remember, Import, AppendTurn): it follows the
+    # session's previous memory by a `temporal` link (seed 003 "Hot path").
+    timeline: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +182,10 @@ def new_memory(
     metadata: dict[str, Any] | None = None,
     extract: bool = True,
     vector: SuppliedVector | None = None,
+    timeline: bool = False,
 ) -> NewMemory:
-    """`metadata`: more for the `created` event than its version and type."""
+    """`metadata`: more for the `created` event than its version and type;
+    `timeline`: see NewMemory.timeline."""
     at = row.created_at
     return NewMemory(
         row,
@@ -198,6 +204,7 @@ def new_memory(
         vector_target(row.id, row.namespace, row.content_hash, max_attempts, at),
         repo.job_row(row.namespace, row.id, "extract", max_attempts, at) if extract else None,
         vector,
+        timeline,
     )
 
 
@@ -257,7 +264,19 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
         results.append(Created(item.row.id, False))
     if not fresh:
         return results
+    follows = _timeline_links(conn, fresh)
     repo.insert_memory_rows(conn, [item.row for item in fresh])
+    for namespace, previous, item in follows:
+        link_sql.insert_link(
+            conn,
+            namespace,
+            previous,
+            item.row.id,
+            link_sql.TEMPORAL,
+            None,
+            item.row.created_at,
+            valid_from=item.row.valid_from or item.row.event_time,
+        )
     repo.insert_history(conn, [item.history for item in fresh])
     stored = {
         item.row.id
@@ -275,6 +294,27 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
     if stored:
         results = [Created(r.memory_id, r.deduplicated, r.memory_id in stored) for r in results]
     return results
+
+
+def _timeline_links(conn: Any, fresh: Sequence[NewMemory]) -> list[tuple[str, str, NewMemory]]:
+    """(namespace, previous memory id, item) for each new timeline memory of a
+    session: the first of a session in the batch follows the session's stored
+    tail (one indexed lookup, read before the batch's rows exist), each later
+    one the batch's item before it."""
+    tails: dict[tuple[str, str], str | None] = {}
+    follows: list[tuple[str, str, NewMemory]] = []
+    for item in fresh:
+        session = item.row.session_id
+        if not item.timeline or not session:
+            continue
+        key = (item.row.namespace, session)
+        if key not in tails:
+            tails[key] = link_sql.session_tail(conn, *key)
+        previous = tails[key]
+        if previous is not None:
+            follows.append((key[0], previous, item))
+        tails[key] = item.row.id
+    return follows
 
 
 def _extend_life(conn: Any, memory_id: str, item: NewMemory) -> None:

@@ -35,6 +35,7 @@ _UPDATABLE = {
     "type",
     "importance",
     "tags",
+    "categories",
     "pinned",
     "who",
     "version",
@@ -530,9 +531,11 @@ def embedding_dimensions(conn: Any, model: str) -> int | None:
 
 
 def memory_state(conn: Any, memory_id: str) -> Any:
-    """(namespace, content_hash, is_deleted) of a memory, None when it is gone."""
+    """(namespace, content_hash, is_deleted, type, expire_at) of a memory, None
+    when it is gone."""
     return conn.execute(
-        "SELECT namespace, content_hash, is_deleted FROM memories WHERE id = ?", (memory_id,)
+        "SELECT namespace, content_hash, is_deleted, type, expire_at FROM memories WHERE id = ?",
+        (memory_id,),
     ).fetchone()
 
 

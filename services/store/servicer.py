@@ -24,6 +24,7 @@ from services.common.errors import InvalidArgument, Violations
 from services.common.pii import PiiAction, PiiPolicy
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.store import rules
+from services.store.entities import EntityRecord, get_entity, list_entities
 from services.store.explain import explain, list_links
 from services.store.memories import (
     ForgetSelection,
@@ -147,7 +148,24 @@ def _draft(
             None, nanos_from_duration, item.ttl, item.HasField("ttl"), f"{field_prefix}ttl"
         ),
         pii=pii,
+        categories=item.categories,
+        valid_from=_valid_time(item, "valid_from", field_prefix, bad),
+        valid_until=_valid_time(item, "valid_until", field_prefix, bad),
     )
+
+
+def _valid_time(item: Any, name: str, field_prefix: str, bad: Violations) -> str | None:
+    """An ImportItem's valid_from/valid_until (RememberRequest has neither)."""
+    if name not in item.DESCRIPTOR.fields_by_name:
+        return None
+    value: str | None = bad.check(
+        None,
+        text_from_timestamp,
+        getattr(item, name),
+        item.HasField(name),
+        f"{field_prefix}{name}",
+    )
+    return value
 
 
 def _optional(message: Any, name: str) -> Any:
@@ -272,6 +290,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                 type=_optional(p, "type"),
                 importance=_optional(p, "importance"),
                 tags=tuple(p.tags.values) if p.HasField("tags") else None,
+                categories=tuple(p.categories.values) if p.HasField("categories") else None,
                 pinned=_optional(p, "pinned"),
                 who=_optional(p, "who"),
                 reason=p.reason,
@@ -483,10 +502,64 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                     to_memory_id=link.to_memory_id,
                     create_time=timestamp_from_text(link.created_at),
                     job_id=link.job_id,
+                    weight=link.weight,
+                    confidence=link.confidence,
+                    valid_from=timestamp_from_text(link.valid_from),
+                    valid_until=timestamp_from_text(link.valid_until),
+                    evidence_memory_ids=link.evidence,
                 )
                 for link in links
             ],
             next_page_token=next_token,
+        )
+
+    async def GetEntity(
+        self, request: store_pb2.GetEntityRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.GetEntityResponse:
+        bad = Violations()
+        found = await get_entity(
+            self._store.reads,
+            namespace_of(bad, request.namespace),
+            request.id,
+            request.name,
+            request.max_facts,
+            request.max_neighbors,
+            bad,
+        )
+        return store_pb2.GetEntityResponse(
+            entity=_entity_to_proto(found.entity),
+            facts=[memory_to_proto(r) for r in found.facts],
+            facts_truncated=found.facts_truncated,
+            neighbors=[
+                store_pb2.EntityNeighbor(
+                    entity=_entity_to_proto(n.entity),
+                    relation_type=n.relation_type,
+                    outgoing=n.outgoing,
+                    strength=n.strength,
+                    confidence=n.confidence,
+                    mentions=n.mentions,
+                )
+                for n in found.neighbors
+            ],
+            neighbors_truncated=found.neighbors_truncated,
+        )
+
+    async def ListEntities(
+        self, request: store_pb2.ListEntitiesRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ListEntitiesResponse:
+        bad = Violations()
+        entities, next_token = await list_entities(
+            self._store.reads,
+            namespace_of(bad, request.namespace),
+            request.name_prefix,
+            request.entity_type,
+            request.min_mentions,
+            request.page_size,
+            request.page_token,
+            bad,
+        )
+        return store_pb2.ListEntitiesResponse(
+            entities=[_entity_to_proto(e) for e in entities], next_page_token=next_token
         )
 
     async def ListWeakMemories(
@@ -506,3 +579,15 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             next_page_token=next_token,
             decay_threshold=self._weak.policy.threshold,
         )
+
+
+def _entity_to_proto(entity: EntityRecord) -> store_pb2.Entity:
+    return store_pb2.Entity(
+        id=entity.id,
+        name=entity.name,
+        entity_type=entity.entity_type,
+        aliases=entity.aliases,
+        mention_count=entity.mentions,
+        create_time=timestamp_from_text(entity.created_at),
+        update_time=timestamp_from_text(entity.updated_at),
+    )

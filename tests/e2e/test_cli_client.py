@@ -189,8 +189,13 @@ def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_pat
         "msg-9",
         "--event-time",
         "2026-01-02T03:04:05.123456789Z",
+        "--category",
+        "Tools",
     )
-    rows = "".join(json.dumps({"content": f"bulk fact {n}"}) + "\n" for n in range(700))  # > a page
+    # valid time rides along (a known end in the future keeps it listed now)
+    ending = {"content": "the offsite lasts", "valid_until": "2999-01-01T00:00:00Z"}
+    rows = "".join(json.dumps({"content": f"bulk fact {n}"}) + "\n" for n in range(699))  # > a page
+    rows += json.dumps(ending) + "\n"
     engram(suite, "import", "-", "-n", source_ns, stdin=rows)
     exported = engram(suite, "export", "-n", source_ns).stdout
     dump = tmp_path / "dump.jsonl"
@@ -208,6 +213,9 @@ def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_pat
         "source_type",
         "source_id",
         "event_time",
+        "categories",
+        "valid_from",
+        "valid_until",
     )
 
     def memories(ns: str) -> list[tuple[Any, ...]]:
@@ -221,6 +229,15 @@ def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_pat
         "bob",
         "editor",
     ]
+    assert bob["categories"] == ["tools"] and bob["valid_from"] == bob["event_time"]
+    assert (
+        json.loads(next(line for line in exported.splitlines() if "offsite" in line))["valid_until"]
+        == "2999-01-01T00:00:00Z"
+    )
+    listed = json_lines(
+        engram(suite, "list", "-n", copy_ns, "--category", "TOOLS", "--json").stdout
+    )
+    assert [m["content"] for m in listed] == ["Bob prefers vim"]
 
 
 def test_diagnostics(suite: RunningSuite) -> None:

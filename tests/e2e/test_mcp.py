@@ -40,6 +40,7 @@ TOOLS = {
     "memory_history",
     "assemble_context",
     "explain_memory",
+    "get_entity",
     "weak_memories",
     "append_turn",
     "summarize_session",

@@ -221,9 +221,9 @@ class Memory(_message.Message):
 
     @_builtins.property
     def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Semantic tags the extraction model gave a pipeline memory (seed 004 §6),
-        lower-case, at most 8; empty for memories the pipeline did not derive.
-        Filter on them with MemoryFilter.categories.
+        """Semantic tags (seed 004 §6), lower-case, at most 8: the extraction
+        model's for a pipeline memory, else what Remember, ImportMemories or
+        ModifyMemories gave. Filter on them with MemoryFilter.categories.
         """
 
     def __init__(

@@ -118,6 +118,16 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
                 _registered_method=True)
+        self.GetEntity = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/GetEntity',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityResponse.FromString,
+                _registered_method=True)
+        self.ListEntities = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ListEntities',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.FromString,
+                _registered_method=True)
         self.ListWeakMemories = channel.unary_unary(
                 '/engram.store.v1.MemoryStoreService/ListWeakMemories',
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.SerializeToString,
@@ -388,16 +398,52 @@ class MemoryStoreServiceServicer:
 
     def ListMemoryLinks(self, request, context):
         """Lists a memory's links to other memories of its namespace, both
-        directions by default, oldest first: `supersedes` (from a newer version
-        to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
-        `derived_from` (from a pipeline fact to the memory it was extracted
-        from). Links to memories that are gone for good (purged, expired) are
-        left out; links to soft-deleted ones are listed.
+        directions by default, oldest first (seed 003 "edges"): `supersedes`
+        (from a newer version to the one it replaced: MemoryPatch.supersede, a
+        pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
+        was extracted from), `temporal` (from a session's memory to the next one
+        written in the same session: Remember, ImportMemories and AppendTurn
+        with a session_id), `causal` (from a cause to its effect) and `entity`
+        (between memories naming one entity). Each link has a weight, a
+        confidence, a validity interval and its evidence. Links to memories that
+        are gone for good (purged, expired) are left out; links to soft-deleted
+        ones are listed.
 
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
         unknown link type, page_size over 500 or negative, a malformed page
         token or one issued for another request); NOT_FOUND (no such memory in
         the namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEntity(self, request, context):
+        """Reads one entity of the namespace's knowledge graph (seed 003
+        `get_entity_info`), found by id or by name: a name matches an entity's
+        canonical name or any of its aliases, case and spacing aside. Returns
+        the entity (type, aliases, mention count), its facts valid now (the live
+        memories that mention it, newest first, at most `max_facts`) and its
+        neighbours (the entities it has a relation with, either direction, with
+        the relation's type and strength, strongest first, at most
+        `max_neighbors`).
+
+        Errors: INVALID_ARGUMENT (neither or both of id and name, an id over 128
+        characters, a name over 200, max_facts or max_neighbors negative or over
+        100, bad namespace); NOT_FOUND (no such entity in the namespace: another
+        namespace's entity is not found either, and nothing of it is shown).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEntities(self, request, context):
+        """Lists the namespace's entities, most mentioned first (then by name),
+        filtered by a canonical-name prefix, a type and a minimum mention count.
+
+        Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
+        entity_type, min_mentions negative, page_size negative or over 500, a
+        malformed page token or one issued for other filters, bad namespace).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -487,6 +533,16 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.ListMemoryLinks,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.SerializeToString,
+            ),
+            'GetEntity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEntity,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityResponse.SerializeToString,
+            ),
+            'ListEntities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEntities,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.SerializeToString,
             ),
             'ListWeakMemories': grpc.unary_unary_rpc_method_handler(
                     servicer.ListWeakMemories,
@@ -864,6 +920,60 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/ListMemoryLinks',
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEntity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/GetEntity',
+            engram_dot_store_dot_v1_dot_store__pb2.GetEntityRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.GetEntityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEntities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ListEntities',
+            engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

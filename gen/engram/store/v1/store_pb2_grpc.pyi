@@ -245,16 +245,44 @@ class MemoryStoreServiceStub:
     """
     ListMemoryLinks: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListMemoryLinksRequest, _store_pb2.ListMemoryLinksResponse]
     """Lists a memory's links to other memories of its namespace, both
-    directions by default, oldest first: `supersedes` (from a newer version
-    to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
-    `derived_from` (from a pipeline fact to the memory it was extracted
-    from). Links to memories that are gone for good (purged, expired) are
-    left out; links to soft-deleted ones are listed.
+    directions by default, oldest first (seed 003 "edges"): `supersedes`
+    (from a newer version to the one it replaced: MemoryPatch.supersede, a
+    pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
+    was extracted from), `temporal` (from a session's memory to the next one
+    written in the same session: Remember, ImportMemories and AppendTurn
+    with a session_id), `causal` (from a cause to its effect) and `entity`
+    (between memories naming one entity). Each link has a weight, a
+    confidence, a validity interval and its evidence. Links to memories that
+    are gone for good (purged, expired) are left out; links to soft-deleted
+    ones are listed.
 
     Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
     unknown link type, page_size over 500 or negative, a malformed page
     token or one issued for another request); NOT_FOUND (no such memory in
     the namespace).
+    """
+    GetEntity: _grpc.UnaryUnaryMultiCallable[_store_pb2.GetEntityRequest, _store_pb2.GetEntityResponse]
+    """Reads one entity of the namespace's knowledge graph (seed 003
+    `get_entity_info`), found by id or by name: a name matches an entity's
+    canonical name or any of its aliases, case and spacing aside. Returns
+    the entity (type, aliases, mention count), its facts valid now (the live
+    memories that mention it, newest first, at most `max_facts`) and its
+    neighbours (the entities it has a relation with, either direction, with
+    the relation's type and strength, strongest first, at most
+    `max_neighbors`).
+
+    Errors: INVALID_ARGUMENT (neither or both of id and name, an id over 128
+    characters, a name over 200, max_facts or max_neighbors negative or over
+    100, bad namespace); NOT_FOUND (no such entity in the namespace: another
+    namespace's entity is not found either, and nothing of it is shown).
+    """
+    ListEntities: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListEntitiesRequest, _store_pb2.ListEntitiesResponse]
+    """Lists the namespace's entities, most mentioned first (then by name),
+    filtered by a canonical-name prefix, a type and a minimum mention count.
+
+    Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
+    entity_type, min_mentions negative, page_size negative or over 500, a
+    malformed page token or one issued for other filters, bad namespace).
     """
     ListWeakMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListWeakMemoriesRequest, _store_pb2.ListWeakMemoriesResponse]
     """Lists the namespace's weak memories (seed 003 "weak_facts"): live
@@ -487,16 +515,44 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     """
     ListMemoryLinks: _aio.UnaryUnaryMultiCallable[_store_pb2.ListMemoryLinksRequest, _store_pb2.ListMemoryLinksResponse]  # type: ignore[assignment]
     """Lists a memory's links to other memories of its namespace, both
-    directions by default, oldest first: `supersedes` (from a newer version
-    to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
-    `derived_from` (from a pipeline fact to the memory it was extracted
-    from). Links to memories that are gone for good (purged, expired) are
-    left out; links to soft-deleted ones are listed.
+    directions by default, oldest first (seed 003 "edges"): `supersedes`
+    (from a newer version to the one it replaced: MemoryPatch.supersede, a
+    pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
+    was extracted from), `temporal` (from a session's memory to the next one
+    written in the same session: Remember, ImportMemories and AppendTurn
+    with a session_id), `causal` (from a cause to its effect) and `entity`
+    (between memories naming one entity). Each link has a weight, a
+    confidence, a validity interval and its evidence. Links to memories that
+    are gone for good (purged, expired) are left out; links to soft-deleted
+    ones are listed.
 
     Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
     unknown link type, page_size over 500 or negative, a malformed page
     token or one issued for another request); NOT_FOUND (no such memory in
     the namespace).
+    """
+    GetEntity: _aio.UnaryUnaryMultiCallable[_store_pb2.GetEntityRequest, _store_pb2.GetEntityResponse]  # type: ignore[assignment]
+    """Reads one entity of the namespace's knowledge graph (seed 003
+    `get_entity_info`), found by id or by name: a name matches an entity's
+    canonical name or any of its aliases, case and spacing aside. Returns
+    the entity (type, aliases, mention count), its facts valid now (the live
+    memories that mention it, newest first, at most `max_facts`) and its
+    neighbours (the entities it has a relation with, either direction, with
+    the relation's type and strength, strongest first, at most
+    `max_neighbors`).
+
+    Errors: INVALID_ARGUMENT (neither or both of id and name, an id over 128
+    characters, a name over 200, max_facts or max_neighbors negative or over
+    100, bad namespace); NOT_FOUND (no such entity in the namespace: another
+    namespace's entity is not found either, and nothing of it is shown).
+    """
+    ListEntities: _aio.UnaryUnaryMultiCallable[_store_pb2.ListEntitiesRequest, _store_pb2.ListEntitiesResponse]  # type: ignore[assignment]
+    """Lists the namespace's entities, most mentioned first (then by name),
+    filtered by a canonical-name prefix, a type and a minimum mention count.
+
+    Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
+    entity_type, min_mentions negative, page_size negative or over 500, a
+    malformed page token or one issued for other filters, bad namespace).
     """
     ListWeakMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ListWeakMemoriesRequest, _store_pb2.ListWeakMemoriesResponse]  # type: ignore[assignment]
     """Lists the namespace's weak memories (seed 003 "weak_facts"): live
@@ -804,16 +860,56 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_store_pb2.ListMemoryLinksResponse, _abc.Awaitable[_store_pb2.ListMemoryLinksResponse]]:
         """Lists a memory's links to other memories of its namespace, both
-        directions by default, oldest first: `supersedes` (from a newer version
-        to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
-        `derived_from` (from a pipeline fact to the memory it was extracted
-        from). Links to memories that are gone for good (purged, expired) are
-        left out; links to soft-deleted ones are listed.
+        directions by default, oldest first (seed 003 "edges"): `supersedes`
+        (from a newer version to the one it replaced: MemoryPatch.supersede, a
+        pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
+        was extracted from), `temporal` (from a session's memory to the next one
+        written in the same session: Remember, ImportMemories and AppendTurn
+        with a session_id), `causal` (from a cause to its effect) and `entity`
+        (between memories naming one entity). Each link has a weight, a
+        confidence, a validity interval and its evidence. Links to memories that
+        are gone for good (purged, expired) are left out; links to soft-deleted
+        ones are listed.
 
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
         unknown link type, page_size over 500 or negative, a malformed page
         token or one issued for another request); NOT_FOUND (no such memory in
         the namespace).
+        """
+
+    @_abc_1.abstractmethod
+    def GetEntity(
+        self,
+        request: _store_pb2.GetEntityRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.GetEntityResponse, _abc.Awaitable[_store_pb2.GetEntityResponse]]:
+        """Reads one entity of the namespace's knowledge graph (seed 003
+        `get_entity_info`), found by id or by name: a name matches an entity's
+        canonical name or any of its aliases, case and spacing aside. Returns
+        the entity (type, aliases, mention count), its facts valid now (the live
+        memories that mention it, newest first, at most `max_facts`) and its
+        neighbours (the entities it has a relation with, either direction, with
+        the relation's type and strength, strongest first, at most
+        `max_neighbors`).
+
+        Errors: INVALID_ARGUMENT (neither or both of id and name, an id over 128
+        characters, a name over 200, max_facts or max_neighbors negative or over
+        100, bad namespace); NOT_FOUND (no such entity in the namespace: another
+        namespace's entity is not found either, and nothing of it is shown).
+        """
+
+    @_abc_1.abstractmethod
+    def ListEntities(
+        self,
+        request: _store_pb2.ListEntitiesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.ListEntitiesResponse, _abc.Awaitable[_store_pb2.ListEntitiesResponse]]:
+        """Lists the namespace's entities, most mentioned first (then by name),
+        filtered by a canonical-name prefix, a type and a minimum mention count.
+
+        Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
+        entity_type, min_mentions negative, page_size negative or over 500, a
+        malformed page token or one issued for other filters, bad namespace).
         """
 
     @_abc_1.abstractmethod

@@ -835,6 +835,42 @@ class EntityTriple(_message.Message):
 Global___EntityTriple: _TypeAlias = EntityTriple  # noqa: Y015
 
 @_typing.final
+class NamedEntity(_message.Message):
+    """An entity the extraction named (seed 003 "entities"), with its type and
+    the other names it goes by in the memory.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ENTITY_TYPE_FIELD_NUMBER: _builtins.int
+    ALIASES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Its name (at most 200 characters)."""
+    entity_type: _builtins.str
+    """person, place, organization, project, concept, tool, event or thing;
+    empty means thing.
+    """
+    @_builtins.property
+    def aliases(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Other names of it (at most 10, each at most 200 characters)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        entity_type: _builtins.str = ...,
+        aliases: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "entity_type", b"entity_type", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamedEntity: _TypeAlias = NamedEntity  # noqa: Y015
+
+@_typing.final
 class CompleteExtractJobRequest(_message.Message):
     """Request for CompleteExtractJob."""
 
@@ -846,6 +882,7 @@ class CompleteExtractJobRequest(_message.Message):
     ENTITIES_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
     EMBEDDING_MODEL_FIELD_NUMBER: _builtins.int
+    NAMED_ENTITIES_FIELD_NUMBER: _builtins.int
     extraction_model: _builtins.str
     """The model that extracted the facts (recorded on new memories and in the
     audit).
@@ -870,6 +907,13 @@ class CompleteExtractJobRequest(_message.Message):
     def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Extraction and decision warnings (stored in the job's result)."""
 
+    @_builtins.property
+    def named_entities(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedEntity]:
+        """At most 50 entities named in the job's memory, typed, with aliases: each
+        resolves to the namespace's entity of that name or alias (or a new one),
+        whose type and aliases it completes.
+        """
+
     def __init__(
         self,
         *,
@@ -879,10 +923,11 @@ class CompleteExtractJobRequest(_message.Message):
         entities: _abc.Iterable[Global___EntityTriple] | None = ...,
         warnings: _abc.Iterable[_builtins.str] | None = ...,
         embedding_model: _builtins.str = ...,
+        named_entities: _abc.Iterable[Global___NamedEntity] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_model", b"embedding_model", "entities", b"entities", "extraction_model", b"extraction_model", "lease", b"lease", "proposals", b"proposals", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_model", b"embedding_model", "entities", b"entities", "extraction_model", b"extraction_model", "lease", b"lease", "named_entities", b"named_entities", "proposals", b"proposals", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -122,6 +122,13 @@ class MemorySettings(_Section):
     pipelineV2: PipelineV2Settings = PipelineV2Settings()
     # seed 002 "Importance Decay"
     decay_rate: float = Field(0.95, ge=0.0, le=1.0)
+    # seed 003 "Ebbinghaus decay" (services/common/forgetting.py): memories whose
+    # current confidence is below decay_threshold are weak (ListWeakMemories,
+    # diagnostics); decay_rate_default is lambda for a memory without its own
+    # rate; decay_prune lets the retention sweep soft-delete weak memories
+    decay_threshold: float = Field(0.05, ge=0.0, le=1.0)
+    decay_rate_default: float = Field(0.1, ge=0.0, le=10.0)
+    decay_prune: bool = False
 
 
 class ContextSettings(_Section):
@@ -232,8 +239,11 @@ class SearchSettings(_Section):
     diversity_penalty: float = Field(0.03, ge=0.0, le=1.0)
     query_embedding_timeout_ms: int = Field(2000, ge=50, le=60000)
     access_flush_ms: int = Field(1000, ge=10, le=60000)
-    # seed 002 "Importance Decay" as a ranking factor (services/search/decay.py)
+    # decay as a ranking factor (services/search/decay.py): off by a measured
+    # decision (bench/README.md "Decay"); decay_model picks seed 003's Ebbinghaus
+    # confidence or seed 002's importance decay when it is on
     decay_ranking: bool = False
+    decay_model: Literal["ebbinghaus", "importance"] = "ebbinghaus"
     # seed 004 §4 (issue 18): importance as a ranking factor, each score times
     # 1 + importance_weight x (importance - 0.8) (services/common/importance.py);
     # 0 turns it off. LoCoMo dev in bench/README.md ("Importance as a ranking factor").

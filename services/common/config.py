@@ -284,6 +284,14 @@ class SessionsSettings(_Section):
     # namespace pattern (exact or `prefix*`) -> privacy level; where several
     # match, the strictest applies; a request may only tighten it
     privacy: dict[str, Literal["none", "partial", "full"]] = Field(default_factory=dict)
+    # Session consolidation (issue 17, seed 003): an ended session's memories
+    # become semantic facts, entities and causal links. "auto": on when
+    # memory.pipelineV2.enabled (like extraction); see consolidation_enabled.
+    consolidate: Literal["auto", "on", "off"] = "auto"
+    # a session with no new memory for this long has ended (checked by the store)
+    consolidate_after_idle_ms: int = Field(1_800_000, ge=1000, le=31_622_400_000)
+    # how often the store looks for idle sessions
+    consolidate_check_interval_ms: int = Field(60_000, ge=100, le=3_600_000)
 
     @field_validator("privacy")
     @classmethod
@@ -297,6 +305,12 @@ class SessionsSettings(_Section):
                     "optionally ending in *"
                 )
         return levels
+
+
+def consolidation_enabled(config: Config) -> bool:
+    """Whether sessions are consolidated: the store tracks and queues, the pipeline works."""
+    setting = config.sessions.consolidate
+    return setting == "on" or (setting == "auto" and config.memory.pipelineV2.enabled)
 
 
 class LlmProviderSettings(_Section):

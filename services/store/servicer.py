@@ -24,6 +24,7 @@ from services.common.errors import InvalidArgument, Violations
 from services.common.pii import PiiAction, PiiPolicy
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.store import rules
+from services.store.consolidation import Consolidation
 from services.store.entities import EntityRecord, get_entity, list_entities
 from services.store.explain import explain, list_links
 from services.store.memories import (
@@ -53,6 +54,12 @@ _TURN_ROLES = {
     store_pb2.TURN_ROLE_ASSISTANT: "assistant",
     store_pb2.TURN_ROLE_SYSTEM: "system",
     store_pb2.TURN_ROLE_TOOL: "tool",
+}
+_CONSOLIDATION_STATES = {
+    "open": store_pb2.SESSION_CONSOLIDATION_STATE_OPEN,
+    "queued": store_pb2.SESSION_CONSOLIDATION_STATE_QUEUED,
+    "consolidated": store_pb2.SESSION_CONSOLIDATION_STATE_CONSOLIDATED,
+    "failed": store_pb2.SESSION_CONSOLIDATION_STATE_FAILED,
 }
 _DIRECTIONS = {
     store_pb2.LINK_DIRECTION_OUTGOING: "outgoing",
@@ -179,9 +186,16 @@ def _privacy(bad: Violations, level: privacy_pb2.PrivacyLevel.ValueType) -> str:
 
 
 class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
-    def __init__(self, store: MemoryStore, sessions: Sessions, weak: WeakMemories) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        sessions: Sessions,
+        consolidation: Consolidation,
+        weak: WeakMemories,
+    ) -> None:
         self._store = store
         self._sessions = sessions
+        self._consolidation = consolidation
         self._weak = weak
 
     async def Remember(
@@ -459,6 +473,25 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             job_id=outcome.job_id,
             already_queued=outcome.already_queued,
             turn_count=outcome.turn_count,
+        )
+
+    async def GetSession(
+        self, request: store_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.GetSessionResponse:
+        bad = Violations()
+        found = await self._consolidation.session(
+            namespace_of(bad, request.namespace), request.session_id, bad
+        )
+        return store_pb2.GetSessionResponse(
+            session_id=found.session_id,
+            state=_CONSOLIDATION_STATES[found.state],
+            first_seen_time=timestamp_from_text(found.first_seen_at),
+            last_seen_time=timestamp_from_text(found.last_seen_at),
+            end_time=timestamp_from_text(found.ended_at),
+            end_reason=found.end_reason,
+            job_id=found.job_id,
+            consolidate_time=timestamp_from_text(found.consolidated_at),
+            error=found.error,
         )
 
     async def ExplainMemory(

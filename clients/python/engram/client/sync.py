@@ -480,6 +480,14 @@ class Engram:
         request = store_pb2.SummarizeSessionRequest(namespace=namespace, session_id=session_id)
         return self._call(self._store.SummarizeSession, request, timeout)
 
+    def get_session(
+        self, session_id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.GetSessionResponse:
+        """Where the session's consolidation is (open, queued, consolidated,
+        failed); `NotFound` when the namespace tracks no such session."""
+        request = store_pb2.GetSessionRequest(namespace=namespace, session_id=session_id)
+        return self._call(self._store.GetSession, request, timeout)
+
     def import_memories(
         self,
         items: Iterable[c.ImportItemArg],

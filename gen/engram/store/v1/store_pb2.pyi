@@ -266,6 +266,42 @@ derived from it).
 """
 Global___LinkDirection: _TypeAlias = LinkDirection  # noqa: Y015
 
+class _SessionConsolidationState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SessionConsolidationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SessionConsolidationState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SESSION_CONSOLIDATION_STATE_UNSPECIFIED: _SessionConsolidationState.ValueType  # 0
+    """Never sent."""
+    SESSION_CONSOLIDATION_STATE_OPEN: _SessionConsolidationState.ValueType  # 1
+    """The session has not ended."""
+    SESSION_CONSOLIDATION_STATE_QUEUED: _SessionConsolidationState.ValueType  # 2
+    """It ended; its consolidate_session job is pending or running."""
+    SESSION_CONSOLIDATION_STATE_CONSOLIDATED: _SessionConsolidationState.ValueType  # 3
+    """Its job completed (`consolidate_time`)."""
+    SESSION_CONSOLIDATION_STATE_FAILED: _SessionConsolidationState.ValueType  # 4
+    """Its job failed on every allowed attempt (`error`); a new memory of the
+    session reopens it.
+    """
+
+class SessionConsolidationState(_SessionConsolidationState, metaclass=_SessionConsolidationStateEnumTypeWrapper):
+    """Where a session is in its consolidation."""
+
+SESSION_CONSOLIDATION_STATE_UNSPECIFIED: SessionConsolidationState.ValueType  # 0
+"""Never sent."""
+SESSION_CONSOLIDATION_STATE_OPEN: SessionConsolidationState.ValueType  # 1
+"""The session has not ended."""
+SESSION_CONSOLIDATION_STATE_QUEUED: SessionConsolidationState.ValueType  # 2
+"""It ended; its consolidate_session job is pending or running."""
+SESSION_CONSOLIDATION_STATE_CONSOLIDATED: SessionConsolidationState.ValueType  # 3
+"""Its job completed (`consolidate_time`)."""
+SESSION_CONSOLIDATION_STATE_FAILED: SessionConsolidationState.ValueType  # 4
+"""Its job failed on every allowed attempt (`error`); a new memory of the
+session reopens it.
+"""
+Global___SessionConsolidationState: _TypeAlias = SessionConsolidationState  # noqa: Y015
+
 @_typing.final
 class RememberRequest(_message.Message):
     """Request for Remember."""
@@ -1891,6 +1927,98 @@ class MemoryLink(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MemoryLink: _TypeAlias = MemoryLink  # noqa: Y015
+
+@_typing.final
+class GetSessionRequest(_message.Message):
+    """Request for GetSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    session_id: _builtins.str
+    """The session (see AppendTurnRequest.session_id)."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSessionRequest: _TypeAlias = GetSessionRequest  # noqa: Y015
+
+@_typing.final
+class GetSessionResponse(_message.Message):
+    """Response for GetSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    FIRST_SEEN_TIME_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    END_REASON_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    CONSOLIDATE_TIME_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session id."""
+    state: Global___SessionConsolidationState.ValueType
+    """Where its consolidation is."""
+    end_reason: _builtins.str
+    """Why it ended: `new_session` (another session started in the namespace)
+    or `idle` (sessions.consolidate_after_idle_ms passed); empty while OPEN.
+    """
+    job_id: _builtins.str
+    """Its consolidate_session job (empty while OPEN)."""
+    error: _builtins.str
+    """The last error of a FAILED job."""
+    @_builtins.property
+    def first_seen_time(self) -> _timestamp_pb2.Timestamp:
+        """When its first memory was written."""
+
+    @_builtins.property
+    def last_seen_time(self) -> _timestamp_pb2.Timestamp:
+        """When its newest memory was written."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp:
+        """When it ended (unset while OPEN)."""
+
+    @_builtins.property
+    def consolidate_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was last consolidated (unset before its first consolidation; a
+        reopened session keeps it).
+        """
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        state: Global___SessionConsolidationState.ValueType = ...,
+        first_seen_time: _timestamp_pb2.Timestamp | None = ...,
+        last_seen_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+        end_reason: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        consolidate_time: _timestamp_pb2.Timestamp | None = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["consolidate_time", b"consolidate_time", "end_time", b"end_time", "first_seen_time", b"first_seen_time", "last_seen_time", b"last_seen_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consolidate_time", b"consolidate_time", "end_reason", b"end_reason", "end_time", b"end_time", "error", b"error", "first_seen_time", b"first_seen_time", "job_id", b"job_id", "last_seen_time", b"last_seen_time", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSessionResponse: _TypeAlias = GetSessionResponse  # noqa: Y015
 
 @_typing.final
 class ListMemoryLinksResponse(_message.Message):

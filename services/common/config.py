@@ -240,8 +240,8 @@ class SearchSettings(_Section):
     query_embedding_timeout_ms: int = Field(2000, ge=50, le=60000)
     access_flush_ms: int = Field(1000, ge=10, le=60000)
     # decay as a ranking factor (services/search/decay.py): off by a measured
-    # decision (bench/README.md "Decay"); decay_model picks seed 003's Ebbinghaus
-    # confidence or seed 002's importance decay when it is on
+    # decision (bench/README.md "Decay as a ranking factor"); decay_model picks
+    # seed 003's Ebbinghaus confidence or seed 002's importance decay when on
     decay_ranking: bool = False
     decay_model: Literal["ebbinghaus", "importance"] = "ebbinghaus"
     # seed 004 §4 (issue 18): importance as a ranking factor, each score times

@@ -1,5 +1,6 @@
 """The `engram` commands that talk to a running suite through engram.client:
-remember, recall, get, list, history, forget, import, export, diagnostics, and
+remember, recall, get, list, history, explain, links, entity get/list, forget,
+import, export, diagnostics, and
 mcp (the MCP server, services/cli/mcp_server.py).
 
 Each takes `--address` (the store; search, pipeline and maintenance on the same host
@@ -38,6 +39,7 @@ from engram.client import (
     Tls,
     memory_filter,
 )
+from engram.store.v1 import store_pb2
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ADDRESS = "127.0.0.1:50051"
@@ -409,6 +411,39 @@ def history(**params: Any) -> None:
 
 
 @cli.command()
+@click.option("--namespace", "-n", default="")
+@common_options
+def weak(**params: Any) -> None:
+    """The namespace's weak memories: decayed below memory.decay_threshold
+    (seed 003), with their current confidence, oldest written first."""
+    target = _target(params)
+    table = Table()
+    for name in ("confidence now", "id", "last access", "content"):
+        table.add_column(name, overflow="fold")
+    count = 0
+    with target.client() as engram:
+        try:
+            for found in engram.list_weak_memories(namespace=params["namespace"]):
+                count += 1
+                if target.json:
+                    _emit_json(found)
+                    continue
+                memory = found.memory
+                last = (
+                    memory.last_access_time.ToJsonString()
+                    if memory.HasField("last_access_time")
+                    else "never"
+                )
+                cells = (f"{found.current_confidence:.4f}", memory.id, last, memory.content)
+                table.add_row(*(Text(cell) for cell in cells))
+        except EngramError as error:
+            _fail("weak", error)
+    if not target.json:
+        Console().print(table)
+        click.echo(f"{count} weak memories")
+
+
+@cli.command()
 @click.argument("memory_id")
 @click.argument("content")
 @click.option("--namespace", "-n", default="")
@@ -476,6 +511,154 @@ def explain(**params: Any) -> None:
     Console().print(table)
     more = " (more: engram history)" if found.events_truncated else ""
     click.echo(f"{len(found.events)} history events{more}")
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
+@click.option(
+    "--type",
+    "link_types",
+    multiple=True,
+    help="supersedes, derived_from, temporal, causal, entity; repeatable",
+)
+@click.option(
+    "--direction",
+    type=click.Choice(["both", "outgoing", "incoming"]),
+    default="both",
+    show_default=True,
+)
+@common_options
+def links(**params: Any) -> None:
+    """MEMORY_ID's typed links to other memories, oldest first."""
+    target = _target(params)
+    direction = {
+        "outgoing": store_pb2.LINK_DIRECTION_OUTGOING,
+        "incoming": store_pb2.LINK_DIRECTION_INCOMING,
+    }.get(params["direction"], store_pb2.LINK_DIRECTION_UNSPECIFIED)
+    table = Table()
+    for name in ("type", "from", "to", "weight", "confidence", "valid from", "valid until"):
+        table.add_column(name, overflow="fold")
+    with target.client() as engram:
+        try:
+            for link in engram.list_memory_links(
+                params["memory_id"],
+                namespace=params["namespace"],
+                link_types=params["link_types"],
+                direction=direction,
+            ):
+                if target.json:
+                    _emit_json(link)
+                    continue
+                until = link.valid_until.ToJsonString() if link.HasField("valid_until") else ""
+                cells = (
+                    link.link_type,
+                    link.from_memory_id,
+                    link.to_memory_id,
+                    f"{link.weight:g}",
+                    f"{link.confidence:g}",
+                    link.valid_from.ToJsonString(),
+                    until,
+                )
+                table.add_row(*(Text(cell) for cell in cells))
+        except EngramError as error:
+            _fail("links", error)
+    if not target.json:
+        Console().print(table)
+
+
+@cli.group()
+def entity() -> None:
+    """The knowledge graph's entities: `entity get NAME`, `entity list`."""
+
+
+@entity.command(name="get")
+@click.argument("name", default="")
+@click.option("--id", "entity_id", default="", help="by id instead of NAME")
+@click.option("--namespace", "-n", default="")
+@click.option("--facts", "max_facts", type=int, default=0, help="0..100; 0 means 20")
+@click.option("--neighbors", "max_neighbors", type=int, default=0, help="0..100; 0 means 20")
+@common_options
+def entity_get(**params: Any) -> None:
+    """The entity named NAME (its canonical name or an alias): type, aliases,
+    mentions, its facts valid now and its neighbours."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            found = engram.get_entity(
+                params["entity_id"],
+                name=params["name"],
+                namespace=params["namespace"],
+                max_facts=params["max_facts"],
+                max_neighbors=params["max_neighbors"],
+            )
+        except EngramError as error:
+            _fail("entity get", error)
+    if target.json:
+        _emit_json(found)
+        return
+    e = found.entity
+    aliases = f" (also: {', '.join(e.aliases)})" if e.aliases else ""
+    click.echo(f"{e.name}{aliases}: {e.entity_type}, {e.mention_count} mentions, id {e.id}")
+    table = Table(title="facts valid now")
+    for name in ("id", "valid from", "content"):
+        table.add_column(name, overflow="fold")
+    for memory in found.facts:
+        table.add_row(
+            *(Text(c) for c in (memory.id, memory.valid_from.ToJsonString(), memory.content))
+        )
+    Console().print(table)
+    table = Table(title="neighbours")
+    for name in ("relation", "entity", "type", "strength", "mentions"):
+        table.add_column(name, overflow="fold")
+    for n in found.neighbors:
+        relation = n.relation_type if n.outgoing else f"<- {n.relation_type}"
+        cells = (relation, n.entity.name, n.entity.entity_type, f"{n.strength:g}", str(n.mentions))
+        table.add_row(*(Text(c) for c in cells))
+    Console().print(table)
+
+
+@entity.command(name="list")
+@click.option("--namespace", "-n", default="")
+@click.option("--prefix", "name_prefix", default="", help="names starting with this")
+@click.option("--type", "entity_type", default="", help="person, place, organization, ...")
+@click.option("--min-mentions", type=int, default=0)
+@click.option("--limit", type=int, default=50, show_default=True, help="0: every entity")
+@common_options
+def entity_list(**params: Any) -> None:
+    """Entities of a namespace, most mentioned first."""
+    target = _target(params)
+    table = Table()
+    for name in ("name", "type", "mentions", "aliases", "id"):
+        table.add_column(name, overflow="fold")
+    limit = params["limit"]
+    with target.client() as engram:
+        try:
+            found = engram.list_entities(
+                namespace=params["namespace"],
+                name_prefix=params["name_prefix"],
+                entity_type=params["entity_type"],
+                min_mentions=params["min_mentions"],
+                page_size=min(limit, 500) if limit else 0,
+            )
+            for count, e in enumerate(found, 1):
+                if target.json:
+                    _emit_json(e)
+                else:
+                    cells = (
+                        e.name,
+                        e.entity_type,
+                        str(e.mention_count),
+                        ", ".join(e.aliases),
+                        e.id,
+                    )
+                    table.add_row(*(Text(c) for c in cells))
+                if limit and count >= limit:
+                    break
+        except EngramError as error:
+            _fail("entity list", error)
+    if not target.json:
+        Console().print(table)
 
 
 @cli.command()

@@ -20,6 +20,7 @@ from services.common.providers.embedding import EmbeddingProvider, embedding_pro
 from services.common.providers.llm import LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.common.suite import verify_store
+from services.pipeline.consolidate_worker import ConsolidateWorker, consolidate_settings
 from services.pipeline.decision import Decider
 from services.pipeline.document_servicer import Documents
 from services.pipeline.document_worker import DocumentWorker
@@ -76,7 +77,7 @@ async def start_pipeline(
     identities = worker_identities(
         jobs,
         instance_name(config, listen_port),
-        ("embed", "extract", "document", "summarize", "dedup"),
+        ("embed", "extract", "document", "summarize", "dedup", "consolidate"),
     )
     provider = embedding_provider(config, background=config.workers.embed.priority == "background")
     llm = llm_provider(config)
@@ -112,6 +113,9 @@ async def start_pipeline(
     summarize_worker = SummarizeWorker(
         jobs, llm, summarize_settings(config), identities["summarize"]
     )
+    consolidate_worker = ConsolidateWorker(
+        jobs, llm, consolidate_settings(config), identities["consolidate"]
+    )
     document_store = documents_pb2_grpc.DocumentStoreServiceStub(channel)
     document_worker = DocumentWorker.from_config(
         config, jobs, document_store, provider, identities["document"]
@@ -126,7 +130,13 @@ async def start_pipeline(
     servicer = PipelineServicer(
         jobs,
         [worker.health, extract_worker.health],
-        [worker.status, extract_worker.status, document_worker.status, summarize_worker.status]
+        [
+            worker.status,
+            extract_worker.status,
+            document_worker.status,
+            summarize_worker.status,
+            consolidate_worker.status,
+        ]
         + ([near_duplicates.status] if config.dedup.enabled else []),
         extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
@@ -141,6 +151,7 @@ async def start_pipeline(
     background.append(asyncio.create_task(document_worker.run()))
     background.append(asyncio.create_task(near_duplicates.run()))  # stops at once when off
     background.append(asyncio.create_task(summarize_worker.run()))
+    background.append(asyncio.create_task(consolidate_worker.run()))
     background += [asyncio.create_task(m.run()) for m in (embed_monitor, llm_monitor)]
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
     return PipelineApp(

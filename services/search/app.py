@@ -28,6 +28,7 @@ from services.common.suite import verify_store
 from services.search import queries
 from services.search.access import AccessRecorder
 from services.search.context import ContextAssembler, ContextParams
+from services.search.decay import DecayRanking
 from services.search.embedder import QueryEmbedder
 from services.search.recall import Recaller, RecallParams
 from services.search.rerank import HttpReranker, Reranker
@@ -63,7 +64,15 @@ def recall_params(config: Config) -> RecallParams:
         graph_enabled=pipeline.graphEnabled,
         graph_boost_weight=pipeline.graphBoostWeight,
         graph_boost_timeout_s=pipeline.graphBoostTimeoutMs / 1000,
-        decay_rate=config.memory.decay_rate if config.search.decay_ranking else None,
+        decay=(
+            DecayRanking(
+                config.search.decay_model,
+                config.memory.decay_rate,
+                config.memory.decay_rate_default,
+            )
+            if config.search.decay_ranking
+            else None
+        ),
     )
 
 

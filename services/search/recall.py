@@ -36,7 +36,7 @@ from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import normalized_f32
 from services.search import queries
 from services.search.access import AccessRecorder
-from services.search.decay import apply_decay
+from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.rerank import Reranker, rerank_head
@@ -79,7 +79,7 @@ class RecallParams:
     graph_enabled: bool = False  # memory.pipelineV2.graphEnabled
     graph_boost_weight: float = 0.15
     graph_boost_timeout_s: float = 0.5
-    decay_rate: float | None = None  # memory.decay_rate when search.decay_ranking, else off
+    decay: DecayRanking | None = None  # set when search.decay_ranking, else off
 
 
 @dataclass(frozen=True)
@@ -307,8 +307,8 @@ class Recaller:
                 queries.importance_by_rowid(namespace, [c.rowid for c in pool])
             )
             weigh_importance(pool, {row[0]: row[1] for row in rows}, params.importance_weight)
-        if self._params.decay_rate is not None:
-            await apply_decay(reads, namespace, pool, self._params.decay_rate)
+        if self._params.decay is not None:
+            await apply_decay(reads, namespace, pool, self._params.decay)
         picked = select(pool, limit, params.diversity_penalty, min_score, confidence)
         records = {
             row["rowid"]: MemoryRecord.from_row(row)

@@ -25,11 +25,18 @@ from services.common.errors import (
 )
 from services.common.memory_record import may_merge
 from services.common.vectors import normalized_f32
-from services.store import document_sql, mutations, sessions
+from services.store import consolidation, document_sql, mutations, sessions
 from services.store import repository as repo
 from services.store.writer import Writer
 
-JOB_TYPES = ("embed", "extract", "document_ingest", "summarize_session", "near_duplicate")
+JOB_TYPES = (
+    "embed",
+    "extract",
+    "document_ingest",
+    "summarize_session",
+    "near_duplicate",
+    "consolidate_session",
+)
 # Jobs about a memory's current content: one whose memory is gone is finished, not leased.
 _MEMORY_CONTENT_JOBS = ("embed", "near_duplicate")
 MAX_BATCH = 500
@@ -273,6 +280,13 @@ class JobQueue:
                     session_id, content = sessions.transcript(conn, row["id"], row["namespace"])
                     if not content:
                         repo.complete_job(conn, row["id"], at, '{"skipped":"no live turns"}')
+                        continue
+                if job_type == "consolidate_session":
+                    session_id, content = consolidation.lease_content(
+                        conn, row["id"], row["namespace"]
+                    )
+                    if not content:
+                        consolidation.nothing_to_consolidate(conn, row["id"], row["namespace"], at)
                         continue
                 token = uuid.uuid4().hex
                 repo.mark_leased(conn, row["id"], token, at, owner)

@@ -156,16 +156,20 @@ class MemoryStore:
         extract_on_create: bool = False,
         privacy: PrivacyPolicy | None = None,
         pii: PiiGate | None = None,
+        consolidate_sessions: bool = False,
     ) -> None:
         """`extract_on_create`: `memory.pipelineV2.enabled`. A new memory gets an
         `extract` job only then: nothing would ever take it otherwise, and the
         queue would grow with every memory (StoreAdminService.BackfillExtraction
-        queues the memories remembered while it was off)."""
+        queues the memories remembered while it was off). `consolidate_sessions`
+        (services.common.config.consolidation_enabled): the sessions of new
+        memories are tracked, and consolidated when they end."""
         self._writer = writer
         self._reads = reads
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
         self._extract = extract_on_create
+        self._consolidate = consolidate_sessions
         self.privacy = privacy or PrivacyPolicy({})
         self._pii = pii or PiiGate(PiiSettings())
 
@@ -186,7 +190,11 @@ class MemoryStore:
         namespace's, forbids the write)."""
         self.privacy.check_write(draft.namespace, privacy, long_term=draft.ttl_nanos is None)
         [prepared] = prepare_drafts(
-            [draft], clock.now_text(), self._max_attempts, extract=self._extract
+            [draft],
+            clock.now_text(),
+            self._max_attempts,
+            extract=self._extract,
+            consolidate=self._consolidate,
         )
         # Concurrent Remembers in one writer group run as one batch: one statement
         # per table for all of them (dedup within the batch included).
@@ -196,7 +204,11 @@ class MemoryStore:
         """One ImportMemories stream (refused at once when mutations are frozen)."""
         self._writer.check_writable()
         return ImportSession(
-            self._writer, self._max_attempts, extract=self._extract, privacy=self.privacy
+            self._writer,
+            self._max_attempts,
+            extract=self._extract,
+            privacy=self.privacy,
+            consolidate=self._consolidate,
         )
 
     async def import_drafts(
@@ -574,7 +586,15 @@ class MemoryStore:
             repo.update_memory(
                 conn,
                 memory_id,
-                {"is_deleted": 0, "deleted_at": None, "version": new_version, "updated_at": at},
+                {
+                    "is_deleted": 0,
+                    "deleted_at": None,
+                    "version": new_version,
+                    "updated_at": at,
+                    # seed 003 decay: recovering is a use; the decay clock restarts, so a
+                    # memory pruned as weak is not pruned again by the next sweep
+                    "last_accessed": at,
+                },
             )
             mutations.index_or_enqueue(
                 conn,
@@ -817,9 +837,16 @@ class ImportSession:
     the whole chunks before that point are committed and the rest is dropped."""
 
     def __init__(
-        self, writer: Writer, max_attempts: int, *, extract: bool, privacy: PrivacyPolicy
+        self,
+        writer: Writer,
+        max_attempts: int,
+        *,
+        extract: bool,
+        privacy: PrivacyPolicy,
+        consolidate: bool = False,
     ) -> None:
         self._writer = writer
+        self._consolidate = consolidate
         self._privacy = privacy
         self._max_attempts = max_attempts
         self._extract = extract
@@ -877,6 +904,7 @@ class ImportSession:
             clock.now_text(),
             self._max_attempts,
             extract=self._extract,
+            consolidate=self._consolidate,
         )
         indexes = [index for index, _ in batch]
 
@@ -898,10 +926,16 @@ class ImportSession:
 
 
 def prepare_drafts(
-    drafts: Sequence[MemoryDraft], at: str, max_attempts: int, *, extract: bool
+    drafts: Sequence[MemoryDraft],
+    at: str,
+    max_attempts: int,
+    *,
+    extract: bool,
+    consolidate: bool = False,
 ) -> list[mutations.NewMemory]:
     """The rows of Remembered or imported drafts, built before the writer sees them;
-    `extract`: each gets an `extract` job (the pipeline is enabled)."""
+    `extract`: each gets an `extract` job (the pipeline is enabled); `consolidate`:
+    their sessions are tracked for consolidation."""
     new_id = repo.new_id
     new_memory = mutations.new_memory
     prepared: list[mutations.NewMemory] = []
@@ -939,6 +973,8 @@ def prepare_drafts(
                 # A short-term memory is not distilled: facts derived from it
                 # would outlive the ttl it was given.
                 extract=extract and draft.ttl_nanos is None,
+                timeline=True,
+                consolidate=consolidate,
             )
         )
     return prepared

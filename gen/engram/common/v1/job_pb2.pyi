@@ -42,6 +42,12 @@ class _JobTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobType.Value
     `dedup.enabled` is on, so a check pending when the pipeline stops is
     done after it restarts.
     """
+    JOB_TYPE_CONSOLIDATE_SESSION: _JobType.ValueType  # 6
+    """Consolidate an ended conversation session (seed 003 "Session
+    consolidation"): the pipeline's LLM turns the session's memories into
+    semantic facts (with `derived_from` links to their sources), entities
+    and `causal` links; queued by the store when the session ends.
+    """
 
 class JobType(_JobType, metaclass=_JobTypeEnumTypeWrapper):
     """What a background job does. Shared by the store's job queue, the
@@ -67,6 +73,12 @@ namespace and merge it into a near-duplicate (seed 004 §3). Queued by
 the store when an embed job's vector enters the index and
 `dedup.enabled` is on, so a check pending when the pipeline stops is
 done after it restarts.
+"""
+JOB_TYPE_CONSOLIDATE_SESSION: JobType.ValueType  # 6
+"""Consolidate an ended conversation session (seed 003 "Session
+consolidation"): the pipeline's LLM turns the session's memories into
+semantic facts (with `derived_from` links to their sources), entities
+and `causal` links; queued by the store when the session ends.
 """
 Global___JobType: _TypeAlias = JobType  # noqa: Y015
 

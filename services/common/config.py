@@ -202,10 +202,11 @@ class PiiSettings(_Section):
 
 class DedupSettings(_Section):
     """`dedup.*`: near-duplicates after embedding (seed 004 §3; services/pipeline/near_dup.py).
-    Off by default: turning it on folds memories together, so a deployment
-    opts in once it has checked the thresholds on its own data."""
+    On by default (issue 18; LoCoMo dev in bench/README.md, "Near-duplicate
+    merging"): a memory embedded at 0.98 or more to an older one is folded
+    into it."""
 
-    enabled: bool = False
+    enabled: bool = True
     # cosine at or above: merged without asking (the newer into the older)
     merge_similarity: float = Field(0.98, ge=0.0, le=1.0)
     # cosine at or above (and below merge_similarity): the LLM decides merge,

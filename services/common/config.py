@@ -236,6 +236,23 @@ class SearchSettings(_Section):
     access_flush_ms: int = Field(1000, ge=10, le=60000)
     # seed 002 "Importance Decay" as a ranking factor (services/search/decay.py)
     decay_ranking: bool = False
+    # seed 003 intent-aware retrieval (services/search/query_intent.py routes,
+    # services/search/recall.py applies them; weights measured in bench/README.md)
+    intent_routing: bool = True
+    intent_similarity_threshold: float = Field(0.45, ge=0.0, le=1.0)
+    # entity intent: memories mentioning an entity the query names (or a one-hop
+    # neighbour), and memories the named one remembered (`who`)
+    intent_entity_weight: float = Field(0.3, ge=0.0, le=1.0)
+    intent_speaker_weight: float = Field(0.05, ge=0.0, le=1.0)
+    # temporal intent: memories that state a time ("yesterday", "last May", a date)
+    intent_time_statement_weight: float = Field(0.05, ge=0.0, le=1.0)
+    # causal intent: memories `causal` links reach from the best matches, per hop
+    intent_causal_weight: float = Field(0.15, ge=0.0, le=1.0)
+    intent_causal_depth: int = Field(2, ge=1, le=4)
+    # search.fusion=rrf: each channel's weight (seed 003 "RRF merge")
+    rrf_weight_fts: float = Field(1.0, ge=0.0, le=10.0)
+    rrf_weight_vector: float = Field(1.0, ge=0.0, le=10.0)
+    rrf_weight_graph: float = Field(1.0, ge=0.0, le=10.0)
     # seed 002 "Optional Reranking": another name for memory.pipelineV2.rerankerEnabled,
     # copied there at load time; read rerankerEnabled, never this
     reranking: bool | None = None

@@ -62,3 +62,39 @@ def mentioning_memories(
         f"AND m.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses} LIMIT ?",
         [namespace, *entity_ids, namespace, *params, limit],
     )
+
+
+def linked_memories(
+    namespace: str, rowids: Sequence[int], link_types: Sequence[str], spec: MemoryFilterSpec
+) -> Query:
+    """(rowid reached, rowid it was reached from) over links of `link_types`, in
+    both directions, from the memories `rowids`; the memories reached pass the
+    filter (liveness is checked when their rows are read)."""
+    to_clauses, to_params = filter_sql(spec, "t")
+    from_clauses, from_params = filter_sql(spec, "f")
+    marks, types = _marks(rowids), _marks(link_types)
+    return (
+        "SELECT t.rowid, f.rowid FROM memories f "
+        "JOIN memory_links l ON l.from_memory_id = f.id "
+        "JOIN memories t ON t.id = l.to_memory_id "
+        f"WHERE f.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) "
+        f"AND t.namespace = ?{to_clauses} "
+        "UNION "
+        "SELECT f.rowid, t.rowid FROM memories t "
+        "JOIN memory_links l ON l.to_memory_id = t.id "
+        "JOIN memories f ON f.id = l.from_memory_id "
+        f"WHERE t.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) "
+        f"AND f.namespace = ?{from_clauses}",
+        [
+            *rowids,
+            namespace,
+            *link_types,
+            namespace,
+            *to_params,
+            *rowids,
+            namespace,
+            *link_types,
+            namespace,
+            *from_params,
+        ],
+    )

@@ -132,11 +132,23 @@ EXAMPLES: dict[Intent, tuple[str, ...]] = {
 }
 
 
-def rule_intent(query: str) -> Classified | None:
-    """The first rule the query matches, or None."""
+# Seed 003's `what` intent: what / which / where asked about someone or
+# something named (a capitalised word after the first), after the rules above
+# and a named time.
+_WHAT = re.compile(r"\b(what|which|where)\b", re.I)
+_NAME = re.compile(r"\s[A-Z][a-z]+")
+
+
+def rule_intent(query: str, names_time: bool = False) -> Classified | None:
+    """The first rule the query matches, or None. `names_time`: the query names
+    a date or a range (services.search.text.time_windows)."""
     for intent, reason, pattern in _RULES:
         if pattern.search(query):
             return Classified(intent, f"rule: {reason}")
+    if names_time:
+        return Classified(Intent.TEMPORAL, "rule: names a time")
+    if _WHAT.search(query) and _NAME.search(query):
+        return Classified(Intent.ENTITY, "rule: asks what about a named one")
     return None
 
 
@@ -194,11 +206,9 @@ class IntentClassifier:
         """Rules first (`names_time`: the query names a date or a range, a rule
         too, after the question words); then the nearest example's intent when
         close enough."""
-        ruled = rule_intent(query)
+        ruled = rule_intent(query, names_time)
         if ruled is not None:
             return ruled
-        if names_time:
-            return Classified(Intent.TEMPORAL, "rule: names a time")
         if vector is None or self._matrix is None:
             if self._matrix is None:
                 self.start()

@@ -381,10 +381,7 @@ class Recaller:
         if route.classified is None and route.asked is not Intent.UNSPECIFIED:
             route.classified = Classified(route.asked, "request")
         if route.classified is None:
-            ruled = rule_intent(query)
-            if ruled is None and names_time:
-                ruled = Classified(Intent.TEMPORAL, "rule: names a time")
-            route.classified = ruled
+            route.classified = rule_intent(query, names_time)
         return route.classified.intent if route.classified else None
 
     def _intent(

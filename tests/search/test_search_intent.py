@@ -26,6 +26,7 @@ KEYWORDS_ONLY = {
     "memory.pipelineV2.enabled": True,  # Remember queues the extract jobs `link` completes
 }
 GENERAL = search_pb2.QUERY_INTENT_GENERAL
+ENTITY = search_pb2.QUERY_INTENT_ENTITY
 
 
 def on_axis(cosine: float, axis: int) -> list[float]:
@@ -64,6 +65,8 @@ def stack(recall_stack: Callable[..., Stack]) -> Stack:
         ("Why did the launch slip?", search_pb2.QUERY_INTENT_CAUSAL, "rule: asks why"),
         ("What caused the outage?", search_pb2.QUERY_INTENT_CAUSAL, "rule: asks for a cause"),
         ("How do I rotate the keys?", search_pb2.QUERY_INTENT_PROCEDURAL, "rule: asks how to"),
+        ("What did Caroline research?", ENTITY, "rule: asks what about a named one"),
+        ("What did I research?", GENERAL, "default: no rule matched"),
         ("green tea", GENERAL, "default: no rule matched"),
     ],
 )

@@ -244,6 +244,8 @@ class SearchSettings(_Section):
     # neighbour), and memories the named one remembered (`who`)
     intent_entity_weight: float = Field(0.3, ge=0.0, le=1.0)
     intent_speaker_weight: float = Field(0.05, ge=0.0, le=1.0)
+    # the named speaker's lift for every intent, not the entity route alone
+    intent_speaker_any_intent: bool = False
     # temporal intent: memories that state a time ("yesterday", "last May", a date)
     intent_time_statement_weight: float = Field(0.05, ge=0.0, le=1.0)
     # causal intent: memories `causal` links reach from the best matches, per hop

@@ -71,6 +71,7 @@ def recall_params(config: Config) -> RecallParams:
         intent_similarity_threshold=config.search.intent_similarity_threshold,
         intent_entity_weight=config.search.intent_entity_weight,
         intent_speaker_weight=config.search.intent_speaker_weight,
+        intent_speaker_any_intent=config.search.intent_speaker_any_intent,
         intent_time_statement_weight=config.search.intent_time_statement_weight,
         intent_causal_weight=config.search.intent_causal_weight,
         intent_causal_depth=config.search.intent_causal_depth,

@@ -87,6 +87,7 @@ class RecallParams:
     intent_similarity_threshold: float = 0.45
     intent_entity_weight: float = 0.3
     intent_speaker_weight: float = 0.05
+    intent_speaker_any_intent: bool = False
     intent_time_statement_weight: float = 0.05
     intent_causal_weight: float = 0.15
     intent_causal_depth: int = 2
@@ -441,12 +442,13 @@ class Recaller:
     ) -> None:
         """The in-pool part of a route: memories a named speaker remembered
         (entity), memories that state a time (temporal)."""
-        if intent is Intent.ENTITY and self._params.intent_speaker_weight > 0:
+        speakers = intent is Intent.ENTITY or self._params.intent_speaker_any_intent
+        if speakers and intent is not Intent.GENERAL and self._params.intent_speaker_weight > 0:
             named = speakers_named(query, pool)
             for c in pool:
                 if c.who and c.who.lower() in named:
                     c.intent_boost += self._params.intent_speaker_weight
-        elif intent is Intent.TEMPORAL and self._params.intent_time_statement_weight > 0:
+        if intent is Intent.TEMPORAL and self._params.intent_time_statement_weight > 0:
             stating = await time_statements(reads, namespace, pool)
             for c in pool:
                 if c.rowid in stating:

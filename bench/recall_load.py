@@ -9,6 +9,10 @@ Phases, in one run against one suite:
   load   the 2,760 LoCoMo turns through ImportMemories, then wait until the
          pipeline has embedded every one (so Recall has a vector index).
   idle   `--idle-calls` Recalls, one at a time, nothing else running.
+  reads  `--recall-slots` Recalls always outstanding for `--seconds`, no writes:
+         the floor the mixed phase is held to. A closed loop of N callers on C
+         cores, each call needing S of CPU, waits about N/C x S per call, so
+         reads p99 / idle p99 is what the machine allows before any write runs.
   mixed  `--in-flight` calls always outstanding for `--seconds`: `--recall-slots`
          of them loop on Recall, the rest on Remember (each new memory queues an
          embed job, so the pipeline embeds in batches all through the phase).
@@ -177,6 +181,56 @@ def serving(address: str) -> bool:
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
+def service_pids(suite: Suite) -> dict[str, int]:
+    """The suite's service processes by name (Linux /proc; empty elsewhere)."""
+    pids: dict[str, int] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (entry / "cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if "serve" in argv and str(suite.process.pid) in argv:
+            pids[argv[argv.index("serve") + 1]] = int(entry.name)
+    return pids
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds so far of each process, and of this benchmark client."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    own = os.times()
+    out["client"] = own.user + own.system
+    return out
+
+
+@dataclass
+class CpuMeter:
+    """CPU each process used during a phase: where the machine's cores went."""
+
+    pids: dict[str, int]
+    started: dict[str, float] = field(default_factory=dict)
+    used: dict[str, float] = field(default_factory=dict)
+    wall: float = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self.started, self.wall = cpu_seconds(self.pids), time.perf_counter()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        ended = cpu_seconds(self.pids)
+        self.wall = time.perf_counter() - self.wall
+        self.used = {name: ended[name] - self.started[name] for name in ended}
+
+    def summary(self, recalls: int) -> dict[str, Any]:
+        return {
+            "cores_used": {name: round(s / self.wall, 2) for name, s in self.used.items()},
+            "search_cpu_ms_per_recall": round(1000 * self.used["search"] / recalls, 1),
+        }
+
+
 def stop_suite(suite: Suite) -> None:
     if suite.process.poll() is None:
         suite.process.send_signal(signal.SIGTERM)
@@ -297,7 +351,11 @@ async def idle_phase(suite: Suite, queries: Iterator[str], n: int) -> Calls:
 
 
 async def mixed_phase(
-    suite: Suite, queries: Iterator[str], texts: list[str], args: argparse.Namespace
+    suite: Suite,
+    queries: Iterator[str],
+    texts: list[str],
+    args: argparse.Namespace,
+    writers: int,
 ) -> Calls:
     calls = Calls()
     deadline = time.perf_counter() + args.seconds
@@ -323,7 +381,7 @@ async def mixed_phase(
                 await remember(store, content, calls)
 
         slots = [recall_loop() for _ in range(args.recall_slots)]
-        slots += [remember_loop() for _ in range(args.in_flight - args.recall_slots)]
+        slots += [remember_loop() for _ in range(writers)]
         await asyncio.gather(*slots)
     return calls
 
@@ -353,11 +411,17 @@ def main() -> int:
         suite = start_suite(args.code.resolve(), Path(tmp), args.set)
         try:
             load_s = load(suite, texts)
-            idle = asyncio.run(idle_phase(suite, queries, args.idle_calls))
+            pids = service_pids(suite)
+            with CpuMeter(pids) as idle_cpu:
+                idle = asyncio.run(idle_phase(suite, queries, args.idle_calls))
+            with CpuMeter(pids) as reads_cpu:
+                reads = asyncio.run(mixed_phase(suite, queries, texts, args, writers=0))
             with grpc.insecure_channel(suite.jobs_address) as channel:
                 jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
                 embedded_before, _ = embed_counts(jobs)
-                mixed = asyncio.run(mixed_phase(suite, queries, texts, args))
+                writers = args.in_flight - args.recall_slots
+                with CpuMeter(pids) as mixed_cpu:
+                    mixed = asyncio.run(mixed_phase(suite, queries, texts, args, writers))
                 embedded_after, waiting = embed_counts(jobs)
         finally:
             stop_suite(suite)
@@ -370,18 +434,32 @@ def main() -> int:
         "recall_slots": args.recall_slots,
         "remember_text": args.remember_text,
         "load_s": round(load_s, 1),
-        "idle": idle.summary(),
-        "mixed": mixed.summary(),
+        "cores": os.cpu_count(),
+        "idle": idle.summary() | idle_cpu.summary(len(idle.recall_ms) + 5),
+        "reads": reads.summary() | reads_cpu.summary(len(reads.recall_ms)),
+        "mixed": mixed.summary() | mixed_cpu.summary(len(mixed.recall_ms)),
         "mixed_embedded": embedded_after - embedded_before,
         "mixed_embed_backlog_at_end": waiting,
     }
     result["recall_p99_mixed_over_idle"] = round(
         result["mixed"]["recall_p99_ms"] / result["idle"]["recall_p99_ms"], 2
     )
-    i, m = result["idle"], result["mixed"]
+    result["recall_p99_reads_over_idle"] = round(
+        result["reads"]["recall_p99_ms"] / result["idle"]["recall_p99_ms"], 2
+    )
+    i, r, m = result["idle"], result["reads"], result["mixed"]
+    # A closed loop of N callers sharing C cores, each call needing S of CPU,
+    # cannot average below N x S / C: the reads phase's lower bound.
+    result["reads_mean_floor_ms"] = round(
+        args.recall_slots * i["search_cpu_ms_per_recall"] / (os.cpu_count() or 1), 1
+    )
     print(
         f"idle  Recall p50 {i['recall_p50_ms']} ms  p99 {i['recall_p99_ms']} ms  "
         f"degraded {i['degraded']}/{i['recalls']}"
+    )
+    print(
+        f"reads Recall p50 {r['recall_p50_ms']} ms  p99 {r['recall_p99_ms']} ms  "
+        f"degraded {r['degraded']}/{r['recalls']}  ({args.recall_slots} in flight, no writes)"
     )
     print(
         f"mixed Recall p50 {m['recall_p50_ms']} ms  p99 {m['recall_p99_ms']} ms  "
@@ -389,7 +467,16 @@ def main() -> int:
         f"Remember p50 {m.get('remember_p50_ms')} ms  p99 {m.get('remember_p99_ms')} ms"
     )
     print(
+        f"search CPU per Recall: idle {i['search_cpu_ms_per_recall']} ms, reads "
+        f"{r['search_cpu_ms_per_recall']} ms, mixed {m['search_cpu_ms_per_recall']} ms; "
+        f"reads mean >= {result['reads_mean_floor_ms']} ms on {os.cpu_count()} cores "
+        f"(measured {r['recall_mean_ms']} ms)"
+    )
+    for phase in ("idle", "reads", "mixed"):
+        print(f"{phase:5} cores used {result[phase]['cores_used']}")
+    print(
         f"mixed/idle Recall p99 {result['recall_p99_mixed_over_idle']}  "
+        f"reads/idle {result['recall_p99_reads_over_idle']}  "
         f"embedded during mixed {result['mixed_embedded']}  backlog {waiting}"
     )
     print(json.dumps(result))

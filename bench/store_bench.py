@@ -34,6 +34,15 @@ run, in alternating rounds at 1 and 32 in flight: `pii.default_policy: allow` (n
 detection; the baseline), the default policy (secrets redacted: every detector runs
 on every memory) and `redact` for every kind. Writes
 bench/results/store-pii-<timestamp>.json.
+
+    .venv/bin/python bench/store_bench.py --timeline --before-root DIR [--quick]
+
+measures what the temporal next-in-session link (issue 17) costs Remember: three
+stores in one run, in alternating rounds at 1 and 32 in flight, every request with
+a session id: the code checked out at DIR (the commit before the link; the
+baseline), this code with each caller's requests in one of 32 sessions, and this
+code with every request in one session. Writes
+bench/results/store-timeline-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -446,7 +455,9 @@ def engram_argv(*args: str) -> list[str]:
     return [str(Path(sys.executable).parent / "engram"), *args]
 
 
-def start_store(tmp: Path, name: str, config: Path | None = None) -> tuple[ServerProcess, int]:
+def start_store(
+    tmp: Path, name: str, config: Path | None = None, code_root: Path | None = None
+) -> tuple[ServerProcess, int]:
     port = free_port()
     data_dir = tmp / name
     data_dir.mkdir(exist_ok=True)
@@ -459,6 +470,8 @@ def start_store(tmp: Path, name: str, config: Path | None = None) -> tuple[Serve
         "ENGRAM_SERVER__PORTS__STORE_INTERNAL": str(free_port()),
         "ENGRAM_SERVER__METRICS_PORTS__STORE": str(free_port()),
     }
+    if code_root is not None:
+        env["PYTHONPATH"] = f"{code_root}{os.pathsep}{code_root / 'gen'}"
     return ServerProcess(f"store ({name})", argv, tmp / f"{name}.log", env), port
 
 
@@ -533,6 +546,8 @@ class SecuredStore:
     config: Path
     credentials: grpc.ChannelCredentials | None = None
     metadata: tuple[tuple[str, str], ...] = ()
+    code_root: Path | None = None  # run the store from this checkout (None: this one)
+    sessions: int = 0  # requests carry session ids, n % sessions (0: none)
 
 
 def api_key(config: Path, data_dir: Path) -> str:
@@ -584,6 +599,17 @@ def pii_variants(tmp: Path) -> list[SecuredStore]:
     ]
 
 
+def timeline_variants(tmp: Path, before_root: Path) -> list[SecuredStore]:
+    """The same Remembers, each with a session id, against the code before the
+    temporal link (the baseline) and this code (32 sessions; one session)."""
+    config = _config_file(tmp, "timeline", {})
+    return [
+        SecuredStore("before", config, code_root=before_root, sessions=32),
+        SecuredStore("after-32-sessions", config, sessions=32),
+        SecuredStore("after-1-session", config, sessions=1),
+    ]
+
+
 def security_variants(tmp: Path, auth: bool) -> list[SecuredStore]:
     """plain, tls and (with `auth`) auth+tls, each with its own config file. TLS uses
     the certificates `engram certs dev` makes; the client verifies the server with the
@@ -632,7 +658,7 @@ async def bench_security(
         async with contextlib.AsyncExitStack() as stack:
             targets = []
             for variant in variants:
-                server, port = start_store(tmp, variant.name, variant.config)
+                server, port = start_store(tmp, variant.name, variant.config, variant.code_root)
                 servers.append(server)
                 address = f"127.0.0.1:{port}"
                 channel = await stack.enter_async_context(
@@ -642,7 +668,11 @@ async def bench_security(
                 )
                 await wait_ready(server, channel, STORE_SERVICE)
                 targets.append(
-                    Target(variant.name, remember_call(channel, variant.metadata), server.proc.pid)
+                    Target(
+                        variant.name,
+                        remember_call(channel, variant.metadata, variant.sessions),
+                        server.proc.pid,
+                    )
                 )
             pin_client(client_cpus)
             return await compare_all(targets, warmup, rounds, round_seconds)
@@ -652,13 +682,17 @@ async def bench_security(
 
 
 def remember_call(
-    channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]
+    channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...], sessions: int = 0
 ) -> Callable[[int], Awaitable[None]]:
-    """Remember of distinct content; a deduplicated reply means repeated content: fail."""
+    """Remember of distinct content (in session n % `sessions` when given); a
+    deduplicated reply means repeated content: fail."""
     stub = store_pb2_grpc.MemoryStoreServiceStub(channel)
 
     async def remember(n: int) -> None:
-        reply = await stub.Remember(remember_request(n), metadata=metadata or None)
+        request = remember_request(n)
+        if sessions:
+            request.session_id = f"session-{n % sessions}"
+        reply = await stub.Remember(request, metadata=metadata or None)
         if reply.deduplicated:
             raise RuntimeError(f"Remember {n} was deduplicated: content repeated")
 
@@ -701,14 +735,17 @@ async def run_security(
     client_cpus = {int(c) for c in args.client_cpus.split(",")} if args.client_cpus else None
     stamp = datetime.now(UTC)
     tmp_root = Path(args.tmp_dir) if args.tmp_dir else Path(tempfile.gettempdir())
-    mode = "pii" if args.pii else "security"
+    mode = "pii" if args.pii else "timeline" if args.timeline else "security"
     tmp = Path(tempfile.mkdtemp(prefix=f"engram-bench-{mode}-", dir=tmp_root))
     info = machine_info(tmp)
     load_start = os.getloadavg()
     busy_start = cpu_busy_percent()
-    stores = pii_variants(tmp) if args.pii else security_variants(tmp, args.auth)
+    if args.timeline:
+        stores = timeline_variants(tmp, Path(args.before_root).resolve())
+    else:
+        stores = pii_variants(tmp) if args.pii else security_variants(tmp, args.auth)
     baseline = stores[0].name
-    target = PII_RATIO_TARGET if args.pii else SECURITY_RATIO_TARGET
+    target = PII_RATIO_TARGET if args.pii or args.timeline else SECURITY_RATIO_TARGET
     variants = ", ".join(store.name for store in stores)
     print(
         f"engram store {mode} bench  {stamp.isoformat(timespec='seconds')}  "
@@ -956,7 +993,7 @@ async def run(args: argparse.Namespace) -> int:
     round_seconds = (
         args.round_seconds if args.round_seconds is not None else (1.0 if quick else 2.0)
     )
-    if args.security or args.pii:
+    if args.security or args.pii or args.timeline:
         return await run_security(args, warmup, rounds, round_seconds)
     count = args.import_count if args.import_count is not None else (4000 if quick else 20000)
     all_cpus = os.sched_getaffinity(0)
@@ -1085,9 +1122,19 @@ def main() -> int:
         help="Remember with PII detection off vs the default policy vs redact-all",
     )
     parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="Remember with session ids: the code at --before-root vs this code",
+    )
+    parser.add_argument(
+        "--before-root", default=None, help="with --timeline: a checkout of the code before"
+    )
+    parser.add_argument(
         "--serve-echo", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS
     )
     args = parser.parse_args()
+    if args.timeline and not args.before_root:
+        parser.error("--timeline needs --before-root")
     if args.serve_echo is not None:
         asyncio.run(serve_echo(args.serve_echo))
         return 0

@@ -157,6 +157,7 @@ def counts(stack: Stack) -> dict[str, int]:
         "entities",
         "relations",
         "memory_entity_mentions",
+        "entity_aliases",
     )
     return {t: rows(db(stack), f"SELECT count(*) FROM {t}")[0][0] for t in tables}
 

@@ -1,5 +1,6 @@
 """The `engram` commands that talk to a running suite through engram.client:
-remember, recall, get, list, history, forget, import, export, diagnostics, and
+remember, recall, get, list, history, explain, links, entity get/list, forget,
+import, export, diagnostics, and
 mcp (the MCP server, services/cli/mcp_server.py).
 
 Each takes `--address` (the store; search, pipeline and maintenance on the same host
@@ -17,7 +18,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn, TypeVar
+from typing import IO, Any, Literal, NoReturn, TypeVar
 
 import click
 from google.protobuf.json_format import MessageToDict
@@ -38,6 +39,7 @@ from engram.client import (
     Tls,
     memory_filter,
 )
+from engram.store.v1 import store_pb2
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ADDRESS = "127.0.0.1:50051"
@@ -52,6 +54,14 @@ EXPORT_FIELDS = (
     "why",
     "source_type",
     "source_id",
+    "categories",
+)
+# Timestamps export writes (RFC 3339) and import reads back: valid time keeps a
+# memory's validity across a round trip.
+EXPORT_TIMES: tuple[Literal["event_time", "valid_from", "valid_until"], ...] = (
+    "event_time",
+    "valid_from",
+    "valid_until",
 )
 PLAIN_PROGRESS_EVERY_S = 2.0
 
@@ -210,6 +220,7 @@ def cli() -> None:
 @click.option("--type", "type_", default="", help="fact, preference, decision, rule, ...")
 @click.option("--importance", type=float, default=None)
 @click.option("--tag", "tags", multiple=True, help="repeatable")
+@click.option("--category", "categories", multiple=True, help="repeatable (at most 8)")
 @click.option("--pinned", is_flag=True)
 @click.option("--who", default="")
 @click.option("--why", default="")
@@ -240,6 +251,7 @@ def remember(**params: Any) -> None:
                 event_time=event_time,
                 session_id=params["session_id"],
                 ttl=ttl,
+                categories=params["categories"],
             )
         except EngramError as error:
             _fail("remember", error)
@@ -327,6 +339,7 @@ def get(**params: Any) -> None:
 @click.option("--namespace", "-n", default="")
 @click.option("--type", "types", multiple=True, help="repeatable")
 @click.option("--tag", "tags", multiple=True, help="repeatable; all must be present")
+@click.option("--category", "categories", multiple=True, help="repeatable; all must be present")
 @click.option("--session", "session_id", default="", help="only this session's memories")
 @click.option("--deleted", is_flag=True, help="the recoverable soft-deleted memories instead")
 @click.option("--limit", type=int, default=50, show_default=True, help="0: every memory")
@@ -342,7 +355,10 @@ def list_(**params: Any) -> None:
             namespace=params["namespace"],
             page_size=min(limit, 500) if limit > 0 else 500,
             filter=memory_filter(
-                types=params["types"], tags=params["tags"], session_id=params["session_id"]
+                types=params["types"],
+                tags=params["tags"],
+                session_id=params["session_id"],
+                categories=params["categories"],
             ),
             deleted=params["deleted"],
             as_of=as_of,
@@ -392,6 +408,39 @@ def history(**params: Any) -> None:
             _fail("history", error)
     if not target.json:
         Console().print(table)
+
+
+@cli.command()
+@click.option("--namespace", "-n", default="")
+@common_options
+def weak(**params: Any) -> None:
+    """The namespace's weak memories: decayed below memory.decay_threshold
+    (seed 003), with their current confidence, oldest written first."""
+    target = _target(params)
+    table = Table()
+    for name in ("confidence now", "id", "last access", "content"):
+        table.add_column(name, overflow="fold")
+    count = 0
+    with target.client() as engram:
+        try:
+            for found in engram.list_weak_memories(namespace=params["namespace"]):
+                count += 1
+                if target.json:
+                    _emit_json(found)
+                    continue
+                memory = found.memory
+                last = (
+                    memory.last_access_time.ToJsonString()
+                    if memory.HasField("last_access_time")
+                    else "never"
+                )
+                cells = (f"{found.current_confidence:.4f}", memory.id, last, memory.content)
+                table.add_row(*(Text(cell) for cell in cells))
+        except EngramError as error:
+            _fail("weak", error)
+    if not target.json:
+        Console().print(table)
+        click.echo(f"{count} weak memories")
 
 
 @cli.command()
@@ -465,6 +514,154 @@ def explain(**params: Any) -> None:
 
 
 @cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
+@click.option(
+    "--type",
+    "link_types",
+    multiple=True,
+    help="supersedes, derived_from, temporal, causal, entity; repeatable",
+)
+@click.option(
+    "--direction",
+    type=click.Choice(["both", "outgoing", "incoming"]),
+    default="both",
+    show_default=True,
+)
+@common_options
+def links(**params: Any) -> None:
+    """MEMORY_ID's typed links to other memories, oldest first."""
+    target = _target(params)
+    direction = {
+        "outgoing": store_pb2.LINK_DIRECTION_OUTGOING,
+        "incoming": store_pb2.LINK_DIRECTION_INCOMING,
+    }.get(params["direction"], store_pb2.LINK_DIRECTION_UNSPECIFIED)
+    table = Table()
+    for name in ("type", "from", "to", "weight", "confidence", "valid from", "valid until"):
+        table.add_column(name, overflow="fold")
+    with target.client() as engram:
+        try:
+            for link in engram.list_memory_links(
+                params["memory_id"],
+                namespace=params["namespace"],
+                link_types=params["link_types"],
+                direction=direction,
+            ):
+                if target.json:
+                    _emit_json(link)
+                    continue
+                until = link.valid_until.ToJsonString() if link.HasField("valid_until") else ""
+                cells = (
+                    link.link_type,
+                    link.from_memory_id,
+                    link.to_memory_id,
+                    f"{link.weight:g}",
+                    f"{link.confidence:g}",
+                    link.valid_from.ToJsonString(),
+                    until,
+                )
+                table.add_row(*(Text(cell) for cell in cells))
+        except EngramError as error:
+            _fail("links", error)
+    if not target.json:
+        Console().print(table)
+
+
+@cli.group()
+def entity() -> None:
+    """The knowledge graph's entities: `entity get NAME`, `entity list`."""
+
+
+@entity.command(name="get")
+@click.argument("name", default="")
+@click.option("--id", "entity_id", default="", help="by id instead of NAME")
+@click.option("--namespace", "-n", default="")
+@click.option("--facts", "max_facts", type=int, default=0, help="0..100; 0 means 20")
+@click.option("--neighbors", "max_neighbors", type=int, default=0, help="0..100; 0 means 20")
+@common_options
+def entity_get(**params: Any) -> None:
+    """The entity named NAME (its canonical name or an alias): type, aliases,
+    mentions, its facts valid now and its neighbours."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            found = engram.get_entity(
+                params["entity_id"],
+                name=params["name"],
+                namespace=params["namespace"],
+                max_facts=params["max_facts"],
+                max_neighbors=params["max_neighbors"],
+            )
+        except EngramError as error:
+            _fail("entity get", error)
+    if target.json:
+        _emit_json(found)
+        return
+    e = found.entity
+    aliases = f" (also: {', '.join(e.aliases)})" if e.aliases else ""
+    click.echo(f"{e.name}{aliases}: {e.entity_type}, {e.mention_count} mentions, id {e.id}")
+    table = Table(title="facts valid now")
+    for name in ("id", "valid from", "content"):
+        table.add_column(name, overflow="fold")
+    for memory in found.facts:
+        table.add_row(
+            *(Text(c) for c in (memory.id, memory.valid_from.ToJsonString(), memory.content))
+        )
+    Console().print(table)
+    table = Table(title="neighbours")
+    for name in ("relation", "entity", "type", "strength", "mentions"):
+        table.add_column(name, overflow="fold")
+    for n in found.neighbors:
+        relation = n.relation_type if n.outgoing else f"<- {n.relation_type}"
+        cells = (relation, n.entity.name, n.entity.entity_type, f"{n.strength:g}", str(n.mentions))
+        table.add_row(*(Text(c) for c in cells))
+    Console().print(table)
+
+
+@entity.command(name="list")
+@click.option("--namespace", "-n", default="")
+@click.option("--prefix", "name_prefix", default="", help="names starting with this")
+@click.option("--type", "entity_type", default="", help="person, place, organization, ...")
+@click.option("--min-mentions", type=int, default=0)
+@click.option("--limit", type=int, default=50, show_default=True, help="0: every entity")
+@common_options
+def entity_list(**params: Any) -> None:
+    """Entities of a namespace, most mentioned first."""
+    target = _target(params)
+    table = Table()
+    for name in ("name", "type", "mentions", "aliases", "id"):
+        table.add_column(name, overflow="fold")
+    limit = params["limit"]
+    with target.client() as engram:
+        try:
+            found = engram.list_entities(
+                namespace=params["namespace"],
+                name_prefix=params["name_prefix"],
+                entity_type=params["entity_type"],
+                min_mentions=params["min_mentions"],
+                page_size=min(limit, 500) if limit else 0,
+            )
+            for count, e in enumerate(found, 1):
+                if target.json:
+                    _emit_json(e)
+                else:
+                    cells = (
+                        e.name,
+                        e.entity_type,
+                        str(e.mention_count),
+                        ", ".join(e.aliases),
+                        e.id,
+                    )
+                    table.add_row(*(Text(c) for c in cells))
+                if limit and count >= limit:
+                    break
+        except EngramError as error:
+            _fail("entity list", error)
+    if not target.json:
+        Console().print(table)
+
+
+@cli.command()
 @click.option("--namespace", "-n", default="")
 @click.option("--id", "ids", multiple=True, help="repeatable")
 @click.option("--query", default="", help="keywords")
@@ -525,7 +722,7 @@ def forget(**params: Any) -> None:
 def _import_item(data: dict[str, Any]) -> ImportItem:
     """An ImportItem from one JSON line (export's format: ImportItem's field names)."""
     item = ImportItem()
-    event_time = data.pop("event_time", None)
+    times = {key: data.pop(key, None) for key in EXPORT_TIMES}
     for key, value in data.items():
         if key not in ImportItem.DESCRIPTOR.fields_by_name:
             raise ValueError(f"unknown field {key!r}")
@@ -533,8 +730,9 @@ def _import_item(data: dict[str, Any]) -> ImportItem:
             getattr(item, key).extend(value)
         else:
             setattr(item, key, value)
-    if event_time is not None:
-        item.event_time.FromJsonString(event_time)
+    for key, text in times.items():
+        if text is not None:
+            getattr(item, key).FromJsonString(text)
     return item
 
 
@@ -672,8 +870,9 @@ def export_record(memory: Memory) -> dict[str, Any]:
     data = _dict(memory)
     record = {key: data[key] for key in EXPORT_FIELDS if key in data}
     record["importance"] = memory.importance  # explicit even when 0
-    if memory.HasField("event_time"):
-        record["event_time"] = memory.event_time.ToJsonString()
+    for key in EXPORT_TIMES:
+        if memory.HasField(key):
+            record[key] = getattr(memory, key).ToJsonString()
     return record
 
 
@@ -683,7 +882,8 @@ def export_record(memory: Memory) -> dict[str, Any]:
 @common_options
 def export(**params: Any) -> None:
     """Every active memory of a namespace as JSON lines on stdout (what `import`
-    reads), streamed page by page."""
+    reads), streamed page by page, with its valid time. Superseded versions
+    are not active, so they and their supersedes links are not exported."""
     target = _target(params)
     with target.client() as engram:
         try:

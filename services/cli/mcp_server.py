@@ -35,7 +35,8 @@ memory to keep in mind (within a token budget); use `recall` to look something u
 answering anything that may depend on what the user said or decided earlier; use `remember` for durable facts, preferences, \
 decisions and rules worth keeping (one self-contained statement per memory, not a chat \
 transcript). Correct a memory with `update_memory` instead of remembering a contradiction. \
-`explain_memory` tells where a memory came from. In a conversation, `append_turn` keeps each \
+`explain_memory` tells where a memory came from; `get_entity` what is known now about a \
+person, place or project by name. In a conversation, `append_turn` keeps each \
 turn as the session's short-term memory and `summarize_session` condenses it. `forget` deletes in two steps: a preview, then a call with the preview's confirm_token. \
 Memories live in namespaces (one per user or project); omit `namespace` for the default."""
 
@@ -391,6 +392,49 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         except EngramError as error:
             raise _error(error) from None
         return _dict(reply)
+
+    @tool(annotations=ToolAnnotations(title="Look up an entity", read_only_hint=True))
+    async def get_entity(
+        name: Annotated[
+            str,
+            Field(description="The entity's name or one of its aliases, e.g. a person's name."),
+        ],
+        namespace: Namespace = "",
+        max_facts: Annotated[
+            int, Field(description="At most this many facts (1 to 100; 0 means 20).", ge=0, le=100)
+        ] = 0,
+    ) -> dict[str, Any]:
+        """What memory knows about a person, place, organization, project or thing:
+        its type and other names, the facts about it that are true now (newest first)
+        and the entities it is related to, with the relation and its strength."""
+        try:
+            reply = await engram.get_entity(name=name, namespace=namespace, max_facts=max_facts)
+        except EngramError as error:
+            raise _error(error) from None
+        return {
+            "entity": _dict(reply.entity),
+            "facts": [_memory(m) for m in reply.facts],
+            "facts_truncated": reply.facts_truncated,
+            "neighbors": [_dict(n) for n in reply.neighbors],
+        }
+
+    @tool(annotations=ToolAnnotations(title="Weak memories", read_only_hint=True))
+    async def weak_memories(namespace: Namespace = "") -> dict[str, Any]:
+        """Memories that are fading because nobody used them (seed 003): their
+        confidence, decayed since their last access, is below the threshold, so they
+        may need confirming (pin them) or may be wrong. Each with its current
+        confidence, oldest written first."""
+        try:
+            found = [
+                {
+                    "memory": _memory(weak.memory),
+                    "current_confidence": weak.current_confidence,
+                }
+                async for weak in engram.list_weak_memories(namespace=namespace)
+            ]
+        except EngramError as error:
+            raise _error(error) from None
+        return {"weak_memories": found}
 
     @tool(annotations=ToolAnnotations(title="Capture a turn"))
     async def append_turn(

@@ -83,7 +83,11 @@ _MAINTENANCE = "engram.maintenance.v1.MaintenanceService"
 PUBLIC_RPCS: dict[str, Role] = {
     **dict.fromkeys(_methods(_SEARCH, "Recall AssembleContext"), Role.READER),
     **dict.fromkeys(
-        _methods(_STORE, "GetMemory ListMemories ListMemoryHistory ExplainMemory ListMemoryLinks"),
+        _methods(
+            _STORE,
+            "GetMemory ListMemories ListMemoryHistory ExplainMemory ListMemoryLinks "
+            "GetEntity ListEntities GetSession ListWeakMemories",
+        ),
         Role.READER,
     ),
     **dict.fromkeys(

@@ -122,6 +122,13 @@ class MemorySettings(_Section):
     pipelineV2: PipelineV2Settings = PipelineV2Settings()
     # seed 002 "Importance Decay"
     decay_rate: float = Field(0.95, ge=0.0, le=1.0)
+    # seed 003 "Ebbinghaus decay" (services/common/forgetting.py): memories whose
+    # current confidence is below decay_threshold are weak (ListWeakMemories,
+    # diagnostics); decay_rate_default is lambda for a memory without its own
+    # rate; decay_prune lets the retention sweep soft-delete weak memories
+    decay_threshold: float = Field(0.05, ge=0.0, le=1.0)
+    decay_rate_default: float = Field(0.1, ge=0.0, le=10.0)
+    decay_prune: bool = False
 
 
 class ContextSettings(_Section):
@@ -204,8 +211,6 @@ class DedupSettings(_Section):
     # cosine at or above (and below merge_similarity): the LLM decides merge,
     # replace or keep both, when memory.pipelineV2.enabled; kept otherwise
     review_similarity: float = Field(0.70, ge=0.0, le=1.0)
-    # embedded memories waiting for their check; beyond it, checks are skipped
-    queue_size: int = Field(10000, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _review_below_merge(self) -> DedupSettings:
@@ -234,7 +239,9 @@ class SearchSettings(_Section):
     diversity_penalty: float = Field(0.03, ge=0.0, le=1.0)
     query_embedding_timeout_ms: int = Field(2000, ge=50, le=60000)
     access_flush_ms: int = Field(1000, ge=10, le=60000)
-    # seed 002 "Importance Decay" as a ranking factor (services/search/decay.py)
+    # decay as a ranking factor (services/search/decay.py): off by a measured
+    # decision (bench/README.md "Decay"); decay_model picks seed 003's Ebbinghaus
+    # confidence or seed 002's importance decay when it is on
     decay_ranking: bool = False
     # seed 003 intent-aware retrieval (services/search/query_intent.py routes,
     # services/search/recall.py applies them; weights measured in bench/README.md)
@@ -255,6 +262,11 @@ class SearchSettings(_Section):
     rrf_weight_fts: float = Field(1.0, ge=0.0, le=10.0)
     rrf_weight_vector: float = Field(1.0, ge=0.0, le=10.0)
     rrf_weight_graph: float = Field(1.0, ge=0.0, le=10.0)
+    decay_model: Literal["ebbinghaus", "importance"] = "ebbinghaus"
+    # seed 004 §4 (issue 18): importance as a ranking factor, each score times
+    # 1 + importance_weight x (importance - 0.8) (services/common/importance.py);
+    # 0 turns it off. LoCoMo dev in bench/README.md ("Importance as a ranking factor").
+    importance_weight: float = Field(0.0, ge=0.0, le=1.0)
     # seed 002 "Optional Reranking": another name for memory.pipelineV2.rerankerEnabled,
     # copied there at load time; read rerankerEnabled, never this
     reranking: bool | None = None
@@ -291,6 +303,14 @@ class SessionsSettings(_Section):
     # namespace pattern (exact or `prefix*`) -> privacy level; where several
     # match, the strictest applies; a request may only tighten it
     privacy: dict[str, Literal["none", "partial", "full"]] = Field(default_factory=dict)
+    # Session consolidation (issue 17, seed 003): an ended session's memories
+    # become semantic facts, entities and causal links. "auto": on when
+    # memory.pipelineV2.enabled (like extraction); see consolidation_enabled.
+    consolidate: Literal["auto", "on", "off"] = "auto"
+    # a session with no new memory for this long has ended (checked by the store)
+    consolidate_after_idle_ms: int = Field(1_800_000, ge=1000, le=31_622_400_000)
+    # how often the store looks for idle sessions
+    consolidate_check_interval_ms: int = Field(60_000, ge=100, le=3_600_000)
 
     @field_validator("privacy")
     @classmethod
@@ -304,6 +324,12 @@ class SessionsSettings(_Section):
                     "optionally ending in *"
                 )
         return levels
+
+
+def consolidation_enabled(config: Config) -> bool:
+    """Whether sessions are consolidated: the store tracks and queues, the pipeline works."""
+    setting = config.sessions.consolidate
+    return setting == "on" or (setting == "auto" and config.memory.pipelineV2.enabled)
 
 
 class LlmProviderSettings(_Section):

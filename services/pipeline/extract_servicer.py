@@ -44,4 +44,8 @@ class ExtractRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
             ],
             warnings=result.warnings,
             model=self.extraction.llm.model,
+            named_entities=[
+                pb.ExtractedNamedEntity(name=n.name, entity_type=n.type, aliases=n.aliases)
+                for n in result.named
+            ],
         )

@@ -170,6 +170,10 @@ def completion_request(
         ],
         warnings=capped_warnings(analysis.warnings),
         embedding_model=embedding_model if analysis.vectors else "",
+        named_entities=[
+            jq.NamedEntity(name=n.name, entity_type=n.type, aliases=n.aliases)
+            for n in analysis.extraction.named
+        ],
     )
 
 

@@ -19,14 +19,20 @@ from typing import Any
 from services.common import clock
 from services.common.errors import EngramError, ErrorKind, InvalidArgument
 from services.common.facts import (
+    DEFAULT_ENTITY_TYPE,
+    ENTITY_TYPES,
     FACT_TYPES,
+    MAX_ALIASES,
     MAX_CATEGORIES,
     MAX_CATEGORY_CHARS,
     MAX_ENTITIES,
     MAX_ENTITY_CHARS,
     MAX_FACT_CHARS,
+    MAX_NAMED_ENTITIES,
     TEMPORAL_CLASSES,
     Fact,
+    NamedEntity,
+    entity_type_of,
 )
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.llm import LlmProvider
@@ -53,6 +59,7 @@ class ExtractionResult:
     facts: list[Fact] = field(default_factory=list)
     entities: list[EntityTriple] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    named: list[NamedEntity] = field(default_factory=list)
 
 
 class LlmUnavailable(EngramError):
@@ -80,7 +87,8 @@ Return ONLY a JSON object, with no text before or after it, of this shape:
 {{"facts": [{{"content": "...", "type": "fact|preference|decision|procedural|semantic", "confidence": 0.0,
    "importance": 0.0, "temporal": "permanent|long_term|short_term", "valid_until": "YYYY-MM-DD or null",
    "categories": ["..."]}}],
- "entities": [{{"source": "...", "relationship": "...", "target": "...", "confidence": 0.0}}]}}
+ "entities": [{{"source": "...", "relationship": "...", "target": "...", "confidence": 0.0}}],
+ "named_entities": [{{"name": "...", "type": "{entity_types}", "aliases": ["..."]}}]}}
 
 Rules:
 - Each fact is one self-contained statement that is still useful weeks later.
@@ -99,8 +107,11 @@ Rules:
 - categories: 1 to 3 short lower-case snake_case tags for the topic, such as
   "project_management", "database", "personal".
 - entities are relationship triples between named things (people, projects, tools, places).
+- named_entities lists every named thing the memory mentions, once, by its fullest name,
+  with its type (one of {entity_types}; thing when none fits) and the other names the
+  memory uses for it (a first name, a nickname, an abbreviation), else [].
 - At most {max_facts} facts and {max_entities} entities. If nothing is worth keeping,
-  return {{"facts": [], "entities": []}}.
+  return {{"facts": [], "entities": [], "named_entities": []}}.
 
 Example 1
 <memory_data>
@@ -110,13 +121,15 @@ Example 1
    "importance": 0.6, "temporal": "permanent", "valid_until": null, "categories": ["preferences", "tooling"]}},
  {{"content": "Alice works at Acme Corp on the billing team", "type": "fact", "confidence": 0.9,
    "importance": 0.7, "temporal": "long_term", "valid_until": null, "categories": ["work", "team"]}}],
- "entities": [{{"source": "Alice", "relationship": "works_at", "target": "Acme Corp", "confidence": 0.9}}]}}
+ "entities": [{{"source": "Alice", "relationship": "works_at", "target": "Acme Corp", "confidence": 0.9}}],
+ "named_entities": [{{"name": "Alice", "type": "person", "aliases": []}},
+  {{"name": "Acme Corp", "type": "organization", "aliases": ["Acme"]}}]}}
 
 Example 2
 <memory_data>
 "ok, running the tests now, brb"
 </memory_data>
-{{"facts": [], "entities": []}}
+{{"facts": [], "entities": [], "named_entities": []}}
 
 Example 3
 <memory_data>
@@ -126,7 +139,8 @@ Example 3
    "importance": 0.8, "temporal": "long_term", "valid_until": null, "categories": ["deployment"]}},
  {{"content": "To restart the API, run make restart", "type": "procedural", "confidence": 0.8,
    "importance": 0.6, "temporal": "permanent", "valid_until": null, "categories": ["operations"]}}],
- "entities": [{{"source": "API", "relationship": "deployed_with", "target": "Docker Compose", "confidence": 0.8}}]}}
+ "entities": [{{"source": "API", "relationship": "deployed_with", "target": "Docker Compose", "confidence": 0.8}}],
+ "named_entities": [{{"name": "Docker Compose", "type": "tool", "aliases": []}}]}}
 
 Now the memory to extract from:
 {memory}
@@ -135,7 +149,10 @@ Now the memory to extract from:
 
 def extraction_prompt(content: str) -> str:
     return _EXTRACTION_PROMPT.format(
-        max_facts=MAX_FACTS, max_entities=MAX_ENTITIES, memory=data_block("memory_data", content)
+        max_facts=MAX_FACTS,
+        max_entities=MAX_ENTITIES,
+        entity_types="|".join(ENTITY_TYPES),
+        memory=data_block("memory_data", content),
     )
 
 
@@ -154,7 +171,8 @@ def _confidence(raw: Any, what: str, warnings: list[str]) -> float:
     return confidence_of(raw, what, DEFAULT_CONFIDENCE, warnings)
 
 
-def _items(answer: dict[str, Any], key: str, cap: int, warnings: list[str]) -> list[Any]:
+def items_of(answer: dict[str, Any], key: str, cap: int, warnings: list[str]) -> list[Any]:
+    """The model's list under `key`, at most `cap` items (a warning says what was cut)."""
     raw = answer.get(key, [])
     if raw is None:
         return []
@@ -168,33 +186,37 @@ def _items(answer: dict[str, Any], key: str, cap: int, warnings: list[str]) -> l
 
 def validate_facts(answer: dict[str, Any], warnings: list[str]) -> list[Fact]:
     facts: list[Fact] = []
-    for index, item in enumerate(_items(answer, "facts", MAX_FACTS, warnings)):
-        what = f"facts[{index}]"
-        if not isinstance(item, dict) or not isinstance(item.get("content"), str):
-            warnings.append(f"{what}: not an object with a content string; dropped")
-            continue
-        content = " ".join(item["content"].split())
-        if len(content) < MIN_FACT_CHARS:
-            warnings.append(f"{what}: shorter than {MIN_FACT_CHARS} characters; dropped")
-            continue
-        if len(content) > MAX_FACT_CHARS:
-            warnings.append(f"{what}: longer than {MAX_FACT_CHARS} characters; truncated")
-            content = content[:MAX_FACT_CHARS]
-        fact_type = item.get("type")
-        if fact_type not in FACT_TYPES:
-            warnings.append(f"{what}: unknown type {fact_type!r}; using 'fact'")
-            fact_type = "fact"
-        facts.append(
-            Fact(
-                content,
-                fact_type,
-                _confidence(item.get("confidence"), what, warnings),
-                importance=_importance(item.get("importance"), what, warnings),
-                **_temporal(item, what, warnings),
-                categories=_categories(item.get("categories"), what, warnings),
-            )
-        )
+    for index, item in enumerate(items_of(answer, "facts", MAX_FACTS, warnings)):
+        fact = validate_fact(item, f"facts[{index}]", warnings)
+        if fact is not None:
+            facts.append(fact)
     return facts
+
+
+def validate_fact(item: Any, what: str, warnings: list[str]) -> Fact | None:
+    """One fact of the model's answer (None, with a warning, when unusable)."""
+    if not isinstance(item, dict) or not isinstance(item.get("content"), str):
+        warnings.append(f"{what}: not an object with a content string; dropped")
+        return None
+    content = " ".join(item["content"].split())
+    if len(content) < MIN_FACT_CHARS:
+        warnings.append(f"{what}: shorter than {MIN_FACT_CHARS} characters; dropped")
+        return None
+    if len(content) > MAX_FACT_CHARS:
+        warnings.append(f"{what}: longer than {MAX_FACT_CHARS} characters; truncated")
+        content = content[:MAX_FACT_CHARS]
+    fact_type = item.get("type")
+    if fact_type not in FACT_TYPES:
+        warnings.append(f"{what}: unknown type {fact_type!r}; using 'fact'")
+        fact_type = "fact"
+    return Fact(
+        content,
+        fact_type,
+        _confidence(item.get("confidence"), what, warnings),
+        importance=_importance(item.get("importance"), what, warnings),
+        **_temporal(item, what, warnings),
+        categories=_categories(item.get("categories"), what, warnings),
+    )
 
 
 def _importance(raw: Any, what: str, warnings: list[str]) -> float | None:
@@ -274,10 +296,13 @@ def _text(item: Any, key: str) -> str:
     return " ".join(value.split()) if isinstance(value, str) else ""
 
 
-def validate_entities(answer: dict[str, Any], warnings: list[str]) -> list[EntityTriple]:
+def validate_entities(
+    answer: dict[str, Any], warnings: list[str], prefix: str = ""
+) -> list[EntityTriple]:
+    """`prefix`: where the list sits in the answer, for the warnings."""
     entities: list[EntityTriple] = []
-    for index, item in enumerate(_items(answer, "entities", MAX_ENTITIES, warnings)):
-        what = f"entities[{index}]"
+    for index, item in enumerate(items_of(answer, "entities", MAX_ENTITIES, warnings)):
+        what = f"{prefix}entities[{index}]"
         parts = [_text(item, key) for key in ("source", "relationship", "target")]
         if not all(parts):
             warnings.append(f"{what}: needs non-empty source, relationship and target; dropped")
@@ -290,17 +315,71 @@ def validate_entities(answer: dict[str, Any], warnings: list[str]) -> list[Entit
     return entities
 
 
+def validate_named_entities(answer: dict[str, Any], warnings: list[str]) -> list[NamedEntity]:
+    """Named entities with a known type (else DEFAULT_ENTITY_TYPE, with a
+    warning) and their aliases; one per name (a repeat's aliases merge)."""
+    found: dict[str, NamedEntity] = {}
+    raw_items = items_of(answer, "named_entities", MAX_NAMED_ENTITIES, warnings)
+    for index, item in enumerate(raw_items):
+        what = f"named_entities[{index}]"
+        name = _text(item, "name")
+        if not name:
+            warnings.append(f"{what}: needs a non-empty name; dropped")
+            continue
+        if len(name) > MAX_ENTITY_CHARS:
+            warnings.append(f"{what}: a name over {MAX_ENTITY_CHARS} characters; truncated")
+            name = name[:MAX_ENTITY_CHARS]
+        raw_type = item.get("type", item.get("entity_type"))
+        entity_type = entity_type_of(raw_type)
+        if entity_type is None:
+            if raw_type not in (None, ""):
+                warnings.append(f"{what}: unknown type {raw_type!r}; using {DEFAULT_ENTITY_TYPE!r}")
+            entity_type = DEFAULT_ENTITY_TYPE
+        aliases = _aliases(item.get("aliases"), name, what, warnings)
+        key = name.lower()
+        if key in found:
+            earlier = found[key]
+            merged = tuple(dict.fromkeys([*earlier.aliases, *aliases]))[:MAX_ALIASES]
+            found[key] = NamedEntity(earlier.name, earlier.type, merged)
+            continue
+        found[key] = NamedEntity(name, entity_type, aliases)
+    return list(found.values())
+
+
+def _aliases(raw: Any, name: str, what: str, warnings: list[str]) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        warnings.append(f"{what}: aliases is not a list; ignored")
+        return ()
+    kept: dict[str, str] = {}
+    for value in raw:
+        alias = " ".join(value.split()) if isinstance(value, str) else ""
+        if not alias:
+            warnings.append(f"{what}: an alias that is not a non-empty string; dropped")
+            continue
+        if len(alias) > MAX_ENTITY_CHARS:
+            warnings.append(f"{what}: an alias over {MAX_ENTITY_CHARS} characters; dropped")
+            continue
+        if alias.lower() != name.lower():
+            kept.setdefault(alias.lower(), alias)
+    if len(kept) > MAX_ALIASES:
+        warnings.append(f"{what}: {len(kept)} aliases; only the first {MAX_ALIASES} kept")
+    return tuple(kept.values())[:MAX_ALIASES]
+
+
 def parse_extraction(answer_text: str) -> ExtractionResult:
     """Validate the model's answer; raises LlmOutputInvalid only when there is no
     usable JSON object at all (partial results are otherwise always returned)."""
     answer, warnings = parse_object(answer_text)
-    if "facts" not in answer and "entities" not in answer:
+    if not {"facts", "entities", "named_entities"} & answer.keys():
         raise LlmOutputInvalid(
             f"the model's answer has neither facts nor entities: {answer_text[:200]!r}"
         )
     facts = validate_facts(answer, warnings)
     entities = validate_entities(answer, warnings)
-    return ExtractionResult(facts, entities, warnings)
+    named = validate_named_entities(answer, warnings)
+    return ExtractionResult(facts, entities, warnings, named)
 
 
 class Extractor:

@@ -28,6 +28,7 @@ from services.common.suite import verify_store
 from services.search import queries
 from services.search.access import AccessRecorder
 from services.search.context import ContextAssembler, ContextParams
+from services.search.decay import DecayRanking
 from services.search.embedder import QueryEmbedder
 from services.search.query_intent import IntentClassifier
 from services.search.recall import Recaller, RecallParams
@@ -58,6 +59,7 @@ def recall_params(config: Config) -> RecallParams:
             rrf_weight_fts=config.search.rrf_weight_fts,
             rrf_weight_vector=config.search.rrf_weight_vector,
             rrf_weight_graph=config.search.rrf_weight_graph,
+            importance_weight=config.search.importance_weight,
         ),
         channel_depth=config.search.channel_depth,
         vector_candidates=config.search.vector_candidates,
@@ -66,7 +68,6 @@ def recall_params(config: Config) -> RecallParams:
         graph_enabled=pipeline.graphEnabled,
         graph_boost_weight=pipeline.graphBoostWeight,
         graph_boost_timeout_s=pipeline.graphBoostTimeoutMs / 1000,
-        decay_rate=config.memory.decay_rate if config.search.decay_ranking else None,
         intent_routing=config.search.intent_routing,
         intent_similarity_threshold=config.search.intent_similarity_threshold,
         intent_entity_weight=config.search.intent_entity_weight,
@@ -75,6 +76,15 @@ def recall_params(config: Config) -> RecallParams:
         intent_time_statement_weight=config.search.intent_time_statement_weight,
         intent_causal_weight=config.search.intent_causal_weight,
         intent_causal_depth=config.search.intent_causal_depth,
+        decay=(
+            DecayRanking(
+                config.search.decay_model,
+                config.memory.decay_rate,
+                config.memory.decay_rate_default,
+            )
+            if config.search.decay_ranking
+            else None
+        ),
     )
 
 

@@ -37,7 +37,7 @@ from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import normalized_f32
 from services.search import queries
 from services.search.access import AccessRecorder
-from services.search.decay import apply_decay
+from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.query_intent import Classified, Intent, IntentClassifier, rule_intent
@@ -52,6 +52,7 @@ from services.search.scoring import (
     coverage_idf,
     fuse,
     select,
+    weigh_importance,
 )
 from services.search.text import keyword_terms, time_windows
 from services.search.vector_cache import VectorCache
@@ -81,7 +82,6 @@ class RecallParams:
     graph_enabled: bool = False  # memory.pipelineV2.graphEnabled
     graph_boost_weight: float = 0.15
     graph_boost_timeout_s: float = 0.5
-    decay_rate: float | None = None  # memory.decay_rate when search.decay_ranking, else off
     # seed 003 intent routing (services.search.routes)
     intent_routing: bool = True
     intent_similarity_threshold: float = 0.45
@@ -91,6 +91,7 @@ class RecallParams:
     intent_time_statement_weight: float = 0.05
     intent_causal_weight: float = 0.15
     intent_causal_depth: int = 2
+    decay: DecayRanking | None = None  # set when search.decay_ranking, else off
 
 
 @dataclass(frozen=True)
@@ -363,8 +364,13 @@ class Recaller:
         params = self._params.scoring
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
         boost(pool, params, windows)
-        if self._params.decay_rate is not None:
-            await apply_decay(reads, namespace, pool, self._params.decay_rate)
+        if params.importance_weight and pool:
+            rows = await reads.fetch_all(
+                queries.importance_by_rowid(namespace, [c.rowid for c in pool])
+            )
+            weigh_importance(pool, {row[0]: row[1] for row in rows}, params.importance_weight)
+        if self._params.decay is not None:
+            await apply_decay(reads, namespace, pool, self._params.decay)
         picked = select(pool, limit, params.diversity_penalty, min_score, confidence)
         records = {
             row["rowid"]: MemoryRecord.from_row(row)
@@ -420,8 +426,9 @@ class Recaller:
         if not seeds:
             return {}
         with timed(RECALL_CHANNEL_SECONDS, "causal"), tracing.span("recall.causal"):
+            at = spec.as_of or clock.now_text()
             reached = await causal_reach(
-                reads, namespace, seeds, spec, self._params.intent_causal_depth
+                reads, namespace, seeds, spec, self._params.intent_causal_depth, at
             )
         weight = self._params.intent_causal_weight
         return {rowid: weight / 2 ** (hop - 1) for rowid, hop in reached.items()}

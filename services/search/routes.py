@@ -80,9 +80,10 @@ async def causal_reach(
     seeds: Sequence[int],
     spec: MemoryFilterSpec,
     depth: int,
+    at: str,
 ) -> dict[int, int]:
-    """Rowids reached over causal links from `seeds` (not themselves), with
-    their hop count, nearest first."""
+    """Rowids reached over causal links valid at `at` from `seeds` (not
+    themselves), with their hop count, nearest first."""
     reached: dict[int, int] = {}
     seen = set(seeds)
     frontier = list(dict.fromkeys(seeds))
@@ -90,7 +91,7 @@ async def causal_reach(
         if not frontier or len(reached) >= MAX_REACHED:
             break
         rows = await reads.fetch_all(
-            graph_queries.linked_memories(namespace, frontier, CAUSAL_LINK_TYPES, spec)
+            graph_queries.linked_memories(namespace, frontier, CAUSAL_LINK_TYPES, spec, at)
         )
         frontier = []
         for row in sorted(rows):

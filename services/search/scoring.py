@@ -37,6 +37,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from services.common.importance import importance_factor
+
 # How fast the keyword strength saturates with the share of the query's IDF mass
 # the best match covers: at 3, a best match covering a third of it gets 0.76.
 KEYWORD_STRENGTH = 3.0
@@ -57,6 +59,7 @@ class ScoringParams:
     rrf_weight_fts: float = 1.0
     rrf_weight_vector: float = 1.0
     rrf_weight_graph: float = 1.0
+    importance_weight: float = 0.0  # 0: importance does not rank (weigh_importance)
 
 
 @dataclass
@@ -184,6 +187,18 @@ def boost(
         c.boosts["episode"] = episode
         c.boosts["neighbours"] = params.neighbor_weight * neighbours
         c.score += episode + params.neighbor_weight * neighbours
+
+
+def weigh_importance(
+    candidates: Sequence[Candidate], importance: dict[int, float], weight: float
+) -> None:
+    """Scale each score by its memory's importance (services/common/importance.py),
+    after the boosts and before the selection; recorded in `boosts["importance"]`."""
+    for c in candidates:
+        if c.rowid in importance:
+            factor = importance_factor(importance[c.rowid], weight)
+            c.score *= factor
+            c.boosts["importance"] = factor
 
 
 def select(

@@ -5,7 +5,10 @@ memory's links themselves, a page at a time."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from services.common.db import ReadPool
 from services.common.errors import NotFound, Violations, echo
@@ -13,6 +16,7 @@ from services.common.memory_record import MemoryRecord
 from services.common.validation import validate_id
 from services.store import explain_sql as sql
 from services.store import repository as repo
+from services.store.extraction_sql import LINK_TYPES
 from services.store.memories import HistoryEntry
 from services.store.page_tokens import decode_time_position, encode_page_token
 
@@ -67,6 +71,27 @@ class Link:
     to_memory_id: str
     created_at: str
     job_id: str
+    weight: float
+    confidence: float
+    valid_from: str
+    valid_until: str | None
+    evidence: tuple[str, ...]
+
+    @classmethod
+    def from_row(cls, r: Sequence[Any]) -> Link:
+        return cls(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5] or "",
+            r[6],
+            r[7],
+            r[8],
+            r[9],
+            tuple(json.loads(r[10] or "[]")),
+        )
 
 
 async def list_links(
@@ -83,11 +108,11 @@ async def list_links(
     namespace does not hold."""
     bad.check("", validate_id, memory_id, "memory_id")
     for index, link_type in enumerate(link_types):
-        if link_type not in sql.LINK_TYPES:
+        if link_type not in LINK_TYPES:
             bad.add(f"link_types[{index}]", f"unknown link type {echo(link_type)}")
     if not 0 <= page_size <= MAX_LINK_PAGE:
         bad.add("page_size", f"must be between 0 and {MAX_LINK_PAGE}")
-    types = tuple(sorted(set(link_types))) or sql.LINK_TYPES
+    types = tuple(sorted(set(link_types))) or LINK_TYPES
     scope = "\x00".join([namespace, memory_id, direction, *types])
     after = bad.check(None, decode_time_position, page_token, "links", scope)
     bad.raise_if_any()
@@ -106,7 +131,7 @@ async def list_links(
                 size + 1,
             )
         )
-    links = [Link(r[0], r[1], r[2], r[3], r[4], r[5] or "") for r in rows[:size]]
+    links = [Link.from_row(r) for r in rows[:size]]
     token = ""
     if len(rows) > size:
         token = encode_page_token("links", scope, [links[-1].created_at, links[-1].id])

@@ -70,9 +70,6 @@ def derivations(namespace: str, memory_id: str) -> Query:
     )
 
 
-LINK_TYPES = (SUPERSEDES, DERIVED_FROM)
-
-
 def links_query(
     namespace: str,
     memory_id: str,
@@ -84,23 +81,30 @@ def links_query(
 ) -> Query:
     """The memory's links (`outgoing`: from it; `incoming`: to it) of these
     types, oldest first, after the (created_at, id) a previous page ended at;
-    only links whose other end is still present in the namespace."""
-    ends = []
-    if outgoing:
-        ends.append("(l.from_memory_id = ? AND o.id = l.to_memory_id)")
-    if incoming:
-        ends.append("(l.to_memory_id = ? AND o.id = l.from_memory_id)")
+    only links whose other end is still present in the namespace. One SELECT
+    per direction, each on its own index (an OR of the two scans the
+    namespace's links)."""
     marks = ", ".join("?" * len(link_types))
-    sql = (
-        "SELECT l.id, l.link_type, l.from_memory_id, l.to_memory_id, l.created_at, l.job_id "
-        "FROM memory_links l JOIN memories o ON o.namespace = l.namespace "
-        f"AND ({' OR '.join(ends)}) "
-        f"WHERE l.namespace = ? AND l.link_type IN ({marks}) AND {not_expired_sql('o')}"
-    )
-    args: list[object] = [*([memory_id] * len(ends)), namespace, *link_types]
-    if after is not None:
-        sql += " AND (l.created_at, l.id) > (?, ?)"
-        args.extend(after)
-    sql += " ORDER BY l.created_at, l.id LIMIT ?"
+    parts: list[str] = []
+    args: list[object] = []
+    for wanted, this_end, other_end in (
+        (outgoing, "from_memory_id", "to_memory_id"),
+        (incoming, "to_memory_id", "from_memory_id"),
+    ):
+        if not wanted:
+            continue
+        part = (
+            "SELECT l.id AS id, l.link_type, l.from_memory_id, l.to_memory_id, "
+            "l.created_at AS created_at, l.job_id, l.weight, l.confidence, "
+            "coalesce(l.valid_from, l.created_at), l.valid_until, l.evidence "
+            f"FROM memory_links l JOIN memories o ON o.id = l.{other_end} "
+            f"AND o.namespace = l.namespace WHERE l.{this_end} = ? AND l.namespace = ? "
+            f"AND l.link_type IN ({marks}) AND {not_expired_sql('o')}"
+        )
+        args.extend([memory_id, namespace, *link_types])
+        if after is not None:
+            part += " AND (l.created_at, l.id) > (?, ?)"
+            args.extend(after)
+        parts.append(part)
     args.append(limit)
-    return sql, args
+    return " UNION ALL ".join(parts) + " ORDER BY created_at, id LIMIT ?", args

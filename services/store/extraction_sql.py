@@ -3,12 +3,26 @@ already have: extraction state on memories and links between memories."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from services.store import repository as repo
 
-DERIVED_FROM = "derived_from"
+# Link types (seed 003 "edges"). supersedes: a newer version to the one it
+# replaced; derived_from: a pipeline fact to its source; temporal: a session's
+# memory to the next one in the same session (written with the memory);
+# causal: a cause to its effect; entity: two memories naming one entity.
 SUPERSEDES = "supersedes"
+DERIVED_FROM = "derived_from"
+TEMPORAL = "temporal"
+CAUSAL = "causal"
+ENTITY = "entity"
+LINK_TYPES = (SUPERSEDES, DERIVED_FROM, TEMPORAL, CAUSAL, ENTITY)
+# Links that record what happened (a version, a source, an order) stay valid
+# when their ends stop being so; relations between facts (causal, entity)
+# close when either fact is superseded (services/store/supersede.py).
+RELATION_LINK_TYPES = (CAUSAL, ENTITY)
 
 
 def set_extraction_state(conn: Any, memory_id: str, status: str, model: str | None) -> None:
@@ -28,10 +42,61 @@ def insert_link(
     link_type: str,
     job_id: str | None,
     at: str,
+    *,
+    valid_from: str | None = None,
+    weight: float = 1.0,
+    confidence: float = 1.0,
+    evidence: Sequence[str] = (),
 ) -> None:
-    """Idempotent: the same link written twice stays one row."""
+    """Idempotent: the same link written twice stays one row. `valid_from`:
+    when the relation started holding (None: `at`); `evidence`: the memories
+    that justify it."""
     conn.execute(
         "INSERT OR IGNORE INTO memory_links (id, namespace, from_memory_id, to_memory_id, "
-        "link_type, job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (repo.new_id(), namespace, from_memory_id, to_memory_id, link_type, job_id, at),
+        "link_type, job_id, created_at, valid_from, weight, confidence, evidence) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            repo.new_id(),
+            namespace,
+            from_memory_id,
+            to_memory_id,
+            link_type,
+            job_id,
+            at,
+            valid_from or at,
+            weight,
+            confidence,
+            json.dumps(list(evidence)),
+        ),
     )
+
+
+def close_relation_links(conn: Any, namespace: str, memory_id: str, until: str) -> int:
+    """Causal and entity links of a memory whose validity closed at `until`
+    end then too (an earlier known end stays)."""
+    marks = ", ".join("?" * len(RELATION_LINK_TYPES))
+    return int(
+        conn.execute(
+            "UPDATE memory_links SET valid_until = ? WHERE namespace = ? "
+            "AND (from_memory_id = ? OR to_memory_id = ?) "
+            f"AND link_type IN ({marks}) AND (valid_until IS NULL OR valid_until > ?)",
+            (until, namespace, memory_id, memory_id, *RELATION_LINK_TYPES, until),
+        ).rowcount
+    )
+
+
+def session_tail(conn: Any, namespace: str, session_id: str) -> str | None:
+    """The session's last memory on its timeline (the one the next memory of
+    the session follows): the newest live memory of the session that is not a
+    summary, not a pipeline fact and not a superseding version, and has no
+    successor yet. Walks the memories_session index newest first; the first
+    row usually qualifies."""
+    row = conn.execute(
+        "SELECT m.id FROM memories m WHERE m.namespace = ? AND m.session_id = ? "
+        "AND m.is_deleted = 0 AND m.type <> 'session_summary' AND m.source_memory_id IS NULL "
+        "AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE l.namespace = m.namespace "
+        "AND l.from_memory_id = m.id AND l.link_type IN (?, ?)) "
+        "ORDER BY m.created_at DESC, m.id DESC LIMIT 1",
+        (namespace, session_id, TEMPORAL, SUPERSEDES),
+    ).fetchone()
+    return None if row is None else str(row[0])

@@ -27,13 +27,17 @@ from services.common import clock
 from services.common.config import Config
 from services.common.errors import InvalidArgument
 from services.common.facts import (
+    ENTITY_TYPES,
     FACT_TYPES,
+    MAX_ALIASES,
     MAX_CATEGORIES,
     MAX_CATEGORY_CHARS,
     MAX_ENTITIES,
     MAX_ENTITY_CHARS,
     MAX_FACT_CHARS,
+    MAX_NAMED_ENTITIES,
     Fact,
+    NamedEntity,
 )
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
@@ -100,6 +104,7 @@ class ExtractCompletion:
     entities: tuple[Triple, ...] = ()
     warnings: tuple[str, ...] = ()
     embedding_model: str = ""
+    named: tuple[NamedEntity, ...] = ()  # typed entities with aliases (seed 003)
 
 
 @dataclass(frozen=True)
@@ -143,9 +148,16 @@ class ExtractionWrites:
         )
         if not outcome.lease_held or not self._write_graph_now(outcome, request):
             return outcome
+        facts = [
+            (result.memory_id, proposal.fact.content)
+            for proposal, result in zip(request.proposals, outcome.results, strict=False)
+            if result.outcome in ("created", "updated", "deduped") and result.memory_id
+        ]
         try:
             await self._writer.submit(
-                lambda conn: write_graph(conn, namespace, memory_id, request.entities)
+                lambda conn: write_graph(
+                    conn, namespace, memory_id, request.entities, request.named, facts
+                )
             )
         except Exception as error:  # non-fatal by design: the facts are committed
             log.warning("graph write failed", extra={"job_id": request.job_id, "error": str(error)})
@@ -157,7 +169,7 @@ class ExtractionWrites:
         return (
             self._policy.graph_enabled
             and not self._policy.records_only
-            and bool(request.entities)
+            and bool(request.entities or request.named)
             and not any(r.reason == "source_memory_deleted" for r in outcome.results)
         )
 
@@ -183,8 +195,6 @@ def check_completion(request: ExtractCompletion) -> list[_Checked]:
         raise InvalidArgument("extraction_model", f"at most {MAX_MODEL_CHARS} characters")
     if len(request.proposals) > MAX_PROPOSALS:
         raise InvalidArgument("proposals", f"at most {MAX_PROPOSALS} proposals")
-    if len(request.entities) > MAX_ENTITIES:
-        raise InvalidArgument("entities", f"at most {MAX_ENTITIES} entity triples")
     if len(request.warnings) > MAX_WARNINGS:
         raise InvalidArgument("warnings", f"at most {MAX_WARNINGS} warnings")
     checked = [
@@ -193,32 +203,61 @@ def check_completion(request: ExtractCompletion) -> list[_Checked]:
     dimensions = {len(p.vector) for p in request.proposals if p.vector}
     if len(dimensions) > 1:
         raise InvalidArgument("proposals", "all vectors of one call must have the same dimensions")
-    for index, triple in enumerate(request.entities):
-        field = f"entities[{index}]"
+    check_named(request.named)
+    check_triples(request.entities, "entities")
+    return checked
+
+
+def check_triples(triples: Sequence[Triple], field: str) -> None:
+    """Entity triples as any completion hands them in (extraction, consolidation)."""
+    if len(triples) > MAX_ENTITIES:
+        raise InvalidArgument(field, f"at most {MAX_ENTITIES} entity triples")
+    for index, triple in enumerate(triples):
+        at = f"{field}[{index}]"
         for name in ("source", "relationship", "target"):
             value = getattr(triple, name)
             if not value.strip():
-                raise InvalidArgument(f"{field}.{name}", "required")
+                raise InvalidArgument(f"{at}.{name}", "required")
             if len(value) > MAX_ENTITY_CHARS:
-                raise InvalidArgument(f"{field}.{name}", f"at most {MAX_ENTITY_CHARS} characters")
-        _check_unit(triple.confidence, f"{field}.confidence")
-    return checked
+                raise InvalidArgument(f"{at}.{name}", f"at most {MAX_ENTITY_CHARS} characters")
+        _check_unit(triple.confidence, f"{at}.confidence")
+
+
+def check_fact(fact: Fact, field: str) -> None:
+    """A fact as any completion hands it in (extraction, consolidation)."""
+    if len(fact.content) > MAX_FACT_CHARS:
+        raise InvalidArgument(f"{field}.content", f"at most {MAX_FACT_CHARS} characters")
+    _check_unit(fact.confidence, f"{field}.confidence")
+    if fact.importance is not None:
+        _check_unit(fact.importance, f"{field}.importance")
+    if len(fact.categories) > MAX_CATEGORIES:
+        raise InvalidArgument(f"{field}.categories", f"at most {MAX_CATEGORIES}")
+    if any(not c.strip() or len(c) > MAX_CATEGORY_CHARS for c in fact.categories):
+        raise InvalidArgument(f"{field}.categories", f"each 1 to {MAX_CATEGORY_CHARS} characters")
+
+
+def check_named(named: Sequence[NamedEntity]) -> None:
+    """Named entities as any completion hands them in (extraction, consolidation)."""
+    if len(named) > MAX_NAMED_ENTITIES:
+        raise InvalidArgument("named_entities", f"at most {MAX_NAMED_ENTITIES} entities")
+    for index, entity in enumerate(named):
+        field = f"named_entities[{index}]"
+        if not entity.name.strip():
+            raise InvalidArgument(f"{field}.name", "required")
+        if len(entity.name) > MAX_ENTITY_CHARS:
+            raise InvalidArgument(f"{field}.name", f"at most {MAX_ENTITY_CHARS} characters")
+        if entity.type not in ENTITY_TYPES:
+            raise InvalidArgument(f"{field}.entity_type", f"one of {', '.join(ENTITY_TYPES)}")
+        if len(entity.aliases) > MAX_ALIASES:
+            raise InvalidArgument(f"{field}.aliases", f"at most {MAX_ALIASES}")
+        if any(not a.strip() or len(a) > MAX_ENTITY_CHARS for a in entity.aliases):
+            raise InvalidArgument(f"{field}.aliases", f"each 1 to {MAX_ENTITY_CHARS} characters")
 
 
 def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) -> _Checked:
     if proposal.action not in ACTIONS:
         raise InvalidArgument(f"{field}.action", "must be ADD, UPDATE, DELETE or NONE")
-    if len(proposal.fact.content) > MAX_FACT_CHARS:
-        raise InvalidArgument(f"{field}.fact.content", f"at most {MAX_FACT_CHARS} characters")
-    _check_unit(proposal.fact.confidence, f"{field}.fact.confidence")
-    if proposal.fact.importance is not None:
-        _check_unit(proposal.fact.importance, f"{field}.fact.importance")
-    if len(proposal.fact.categories) > MAX_CATEGORIES:
-        raise InvalidArgument(f"{field}.fact.categories", f"at most {MAX_CATEGORIES}")
-    if any(not c.strip() or len(c) > MAX_CATEGORY_CHARS for c in proposal.fact.categories):
-        raise InvalidArgument(
-            f"{field}.fact.categories", f"each 1 to {MAX_CATEGORY_CHARS} characters"
-        )
+    check_fact(proposal.fact, f"{field}.fact")
     _check_unit(proposal.confidence, f"{field}.confidence")
     if proposal.action in ("update", "delete") and not proposal.target_id:
         raise InvalidArgument(f"{field}.target_id", "required for UPDATE and DELETE")
@@ -353,7 +392,7 @@ class _JobWrite:
         [created] = mutations.create(self.conn, [self._derived(item)])
         if created.deduplicated:
             return ProposalResult("deduped", created.memory_id, reason="duplicate")
-        self._link_to_source(created.memory_id)
+        self._link_to_source(created.memory_id, item.proposal.fact.confidence)
         return ProposalResult("created", created.memory_id)
 
     def _derived(
@@ -386,11 +425,7 @@ class _JobWrite:
                 extraction_model=self.request.extraction_model,
                 source_memory_id=self.source.id,
                 valid_from=self.source.event_time,
-                categories=json.dumps(
-                    list(dict.fromkeys(c.strip().lower() for c in fact.categories))
-                ),
-                temporal_class=fact.temporal_class,
-                valid_until=_short_term_end(fact, self.source.event_time),
+                **fact_columns(fact, self.source.event_time),
             ),
             actor=ACTOR,
             reason=WHY,
@@ -406,7 +441,9 @@ class _JobWrite:
             vector=item.vector,
         )
 
-    def _link_to_source(self, memory_id: str) -> None:
+    def _link_to_source(self, memory_id: str, confidence: float) -> None:
+        """A `derived_from` link as sure as the fact, valid from when the
+        source was said; the source is its evidence."""
         assert self.source is not None
         sql.insert_link(
             self.conn,
@@ -416,6 +453,9 @@ class _JobWrite:
             sql.DERIVED_FROM,
             self.request.job_id,
             self.at,
+            valid_from=self.source.event_time,
+            confidence=confidence,
+            evidence=(self.source.id,),
         )
 
     def _destructive_guard(self, item: _Checked, target: MemoryRecord | None) -> str:
@@ -482,8 +522,9 @@ class _JobWrite:
                 "job_id": self.request.job_id,
                 "review_needed": review,
             },
+            evidence=(self.source.id,),
         )
-        self._link_to_source(done.new_memory_id)
+        self._link_to_source(done.new_memory_id, item.proposal.fact.confidence)
         return ProposalResult("updated", done.new_memory_id, review_needed=review), {
             "superseded_memory_id": target.id,
             "old_version": target.version,
@@ -577,6 +618,17 @@ def write_policy(config: Config) -> WritePolicy:
         destructive_max_per_job=p.destructiveMaxPerJob,
         max_job_attempts=p.workerMaxRetries,
     )
+
+
+def fact_columns(fact: Fact, valid_from: str) -> dict[str, Any]:
+    """A pipeline fact's categories, temporal class, end and confidence, as memory
+    columns."""
+    return {
+        "categories": json.dumps(list(dict.fromkeys(c.strip().lower() for c in fact.categories))),
+        "temporal_class": fact.temporal_class,
+        "valid_until": _short_term_end(fact, valid_from),
+        "confidence": fact.confidence,  # seed 003: decays and is reinforced from here
+    }
 
 
 def _short_term_end(fact: Fact, valid_from: str) -> str | None:

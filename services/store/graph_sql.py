@@ -9,19 +9,59 @@ from typing import Any
 from services.store import repository as repo
 
 
-def entity_id(conn: Any, namespace: str, name: str, canonical_name: str, at: str) -> str:
-    """The id of the namespace's entity with this canonical name, created
-    (with no mentions yet) when it does not exist."""
-    conn.execute(
-        "INSERT OR IGNORE INTO entities (id, namespace, name, canonical_name, mentions, "
-        "created_at, updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
-        (repo.new_id(), namespace, name, canonical_name, at, at),
-    )
+def find_entity(conn: Any, namespace: str, canonical: str) -> tuple[str, str] | None:
+    """(id, entity_type) of the namespace's entity whose canonical name, or
+    else whose alias, this is."""
     row = conn.execute(
-        "SELECT id FROM entities WHERE namespace = ? AND canonical_name = ?",
-        (namespace, canonical_name),
+        "SELECT id, entity_type FROM entities WHERE namespace = ? AND canonical_name = ?",
+        (namespace, canonical),
     ).fetchone()
-    return str(row[0])
+    if row is None:
+        row = conn.execute(
+            "SELECT e.id, e.entity_type FROM entity_aliases a JOIN entities e "
+            "ON e.id = a.entity_id WHERE a.namespace = ? AND a.canonical_alias = ?",
+            (namespace, canonical),
+        ).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]))
+
+
+def create_entity(
+    conn: Any, namespace: str, name: str, canonical: str, entity_type: str, at: str
+) -> str:
+    """A new entity with no mentions yet; its id."""
+    new = repo.new_id()
+    conn.execute(
+        "INSERT INTO entities (id, namespace, name, canonical_name, entity_type, mentions, "
+        "created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, ?, ?)",
+        (new, namespace, name, canonical, entity_type, at, at),
+    )
+    return new
+
+
+def set_entity_type(conn: Any, entity_id: str, entity_type: str, at: str) -> None:
+    conn.execute(
+        "UPDATE entities SET entity_type = ?, updated_at = ? WHERE id = ?",
+        (entity_type, at, entity_id),
+    )
+
+
+def add_alias(
+    conn: Any, namespace: str, entity_id: str, alias: str, canonical: str, at: str
+) -> bool:
+    """Give the entity this alias unless the name is taken in the namespace (an
+    entity's canonical name, or another alias): True when added."""
+    taken = conn.execute(
+        "SELECT 1 FROM entities WHERE namespace = ? AND canonical_name = ?",
+        (namespace, canonical),
+    ).fetchone()
+    if taken is not None:
+        return False
+    cursor = conn.execute(
+        "INSERT OR IGNORE INTO entity_aliases (namespace, canonical_alias, entity_id, alias, "
+        "created_at) VALUES (?, ?, ?, ?, ?)",
+        (namespace, canonical, entity_id, alias, at),
+    )
+    return int(cursor.rowcount) > 0
 
 
 def linked_entity_ids(conn: Any, namespace: str, memory_id: str) -> set[str]:
@@ -117,5 +157,6 @@ def delete_orphaned_entities(conn: Any, entity_ids: Sequence[str]) -> tuple[int,
             "DELETE FROM relations WHERE source_entity_id = ? OR target_entity_id = ?",
             (entity_id, entity_id),
         ).rowcount
+        conn.execute("DELETE FROM entity_aliases WHERE entity_id = ?", (entity_id,))
         entities += conn.execute("DELETE FROM entities WHERE id = ?", (entity_id,)).rowcount
     return entities, relations

@@ -610,6 +610,98 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             ON memories(namespace, content_hash) WHERE invalidated_at IS NOT NULL;
         """,
     ),
+    (
+        "typed_links_and_entity_aliases",
+        """
+        -- Issue 17, seed 003 "edges": every link between memories carries a
+        -- weight, a confidence, a validity interval and the memories that are
+        -- its evidence (a JSON list of ids). Backfill: weight and confidence
+        -- 1.0 (supersedes and derived_from were written by a rule, not
+        -- guessed); valid from when the link's newer end became valid (the
+        -- from memory's valid_from), the link's own write time when that
+        -- memory is gone; a derived fact's evidence is its source, a pipeline
+        -- UPDATE's is the memory it was extracted from, a ModifyMemories
+        -- supersede has none (the caller said so).
+        ALTER TABLE memory_links ADD COLUMN weight REAL NOT NULL DEFAULT 1.0;
+        ALTER TABLE memory_links ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0;
+        ALTER TABLE memory_links ADD COLUMN valid_from TEXT;
+        ALTER TABLE memory_links ADD COLUMN valid_until TEXT;
+        ALTER TABLE memory_links ADD COLUMN evidence TEXT NOT NULL DEFAULT '[]';
+        UPDATE memory_links SET valid_from = coalesce(
+            (SELECT coalesce(m.valid_from, m.event_time) FROM memories m
+             WHERE m.id = memory_links.from_memory_id),
+            created_at);
+        UPDATE memory_links SET evidence = json_array(to_memory_id)
+            WHERE link_type = 'derived_from';
+        UPDATE memory_links SET evidence = coalesce(
+            (SELECT json_array(m.source_memory_id) FROM memories m
+             WHERE m.id = memory_links.from_memory_id AND m.source_memory_id IS NOT NULL
+               AND m.source_memory_id <> ''),
+            '[]')
+            WHERE link_type = 'supersedes';
+        -- No new index on memory_links: a memory's links are found by the
+        -- unique (from_memory_id, ...) index and memory_links_to, one
+        -- direction at a time (services/store/explain_sql.py links_query);
+        -- every index more is paid on the hot path's temporal links.
+
+        -- Seed 003 "entities": an entity has a type from a closed set and
+        -- aliases; a name resolves to the entity whose canonical name or
+        -- alias it is, within the namespace (an alias names one entity).
+        -- Entities written before types were extracted are 'thing'.
+        UPDATE entities SET entity_type = 'thing' WHERE entity_type = 'unknown';
+        CREATE INDEX entities_type ON entities(namespace, entity_type, mentions DESC);
+        CREATE TABLE entity_aliases (
+            namespace       TEXT NOT NULL,
+            canonical_alias TEXT NOT NULL,
+            entity_id       TEXT NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+            alias           TEXT NOT NULL,
+            created_at      TEXT NOT NULL,
+            PRIMARY KEY (namespace, canonical_alias)
+        );
+        CREATE INDEX entity_aliases_entity ON entity_aliases(entity_id);
+        """,
+    ),
+    (
+        "session_consolidations",
+        """
+        -- Issue 17 / seed 003 `sessions_consolidations`: a session's
+        -- lifecycle for consolidation, per namespace (a session id is scoped
+        -- to its namespace). Registered when the first memory of the session
+        -- is written; ended (and its consolidate_session job queued, in the
+        -- same transaction) when a new session starts in the namespace or it
+        -- idles past sessions.consolidate_after_idle_ms; consolidated_at is
+        -- set by the job's completion. A memory arriving for a consolidated
+        -- session reopens it (ended_at, job_id cleared; consolidated_through
+        -- kept, so the next job reads only what came later).
+        CREATE TABLE session_consolidations (
+            namespace            TEXT NOT NULL,
+            session_id           TEXT NOT NULL,
+            first_seen_at        TEXT NOT NULL,
+            last_seen_at         TEXT NOT NULL,
+            ended_at             TEXT,
+            end_reason           TEXT,
+            job_id               TEXT,
+            consolidated_at      TEXT,
+            consolidated_through TEXT,
+            PRIMARY KEY (namespace, session_id)
+        );
+        CREATE INDEX session_consolidations_open
+            ON session_consolidations(namespace, last_seen_at) WHERE ended_at IS NULL;
+        CREATE INDEX session_consolidations_idle
+            ON session_consolidations(last_seen_at) WHERE ended_at IS NULL;
+        """,
+    ),
+    (
+        "memory_decay",
+        """
+        -- Issue 17, seed 003 "Ebbinghaus decay": the stored part of a memory's
+        -- confidence (as of its last access; reinforcement raises it) and its
+        -- own decay rate (NULL: memory.decay_rate_default; 0: protected). The
+        -- decayed confidence is computed at read (services/common/forgetting.py).
+        ALTER TABLE memories ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0;
+        ALTER TABLE memories ADD COLUMN decay_rate REAL;
+        """,
+    ),
 )
 
 

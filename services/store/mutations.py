@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent
-from services.store import graph_sql
+from services.store import extraction_sql as link_sql
+from services.store import graph_sql, session_lifecycle
 from services.store import repository as repo
 
 # ---- vectors ------------------------------------------------------------------------
@@ -145,6 +146,11 @@ class NewMemory:
     target: VectorTarget
     extract_job: repo.JobRow | None  # None: never extracted (a derived fact, a chunk)
     vector: SuppliedVector | None = None
+    # On its session's timeline (Remember, Import, AppendTurn): it follows the
+    # session's previous memory by a `temporal` link (seed 003 "Hot path").
+    timeline: bool = False
+    # its session takes part in consolidation (services/store/session_lifecycle.py)
+    consolidate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +184,12 @@ def new_memory(
     metadata: dict[str, Any] | None = None,
     extract: bool = True,
     vector: SuppliedVector | None = None,
+    timeline: bool = False,
+    consolidate: bool = False,
 ) -> NewMemory:
-    """`metadata`: more for the `created` event than its version and type."""
+    """`metadata`: more for the `created` event than its version and type;
+    `timeline`: see NewMemory.timeline; `consolidate`: a memory of a session
+    that is tracked for consolidation."""
     at = row.created_at
     return NewMemory(
         row,
@@ -198,6 +208,8 @@ def new_memory(
         vector_target(row.id, row.namespace, row.content_hash, max_attempts, at),
         repo.job_row(row.namespace, row.id, "extract", max_attempts, at) if extract else None,
         vector,
+        timeline,
+        consolidate and bool(row.session_id),
     )
 
 
@@ -219,7 +231,9 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
 
     One statement per table for the whole batch: rows (FTS by trigger),
     `created` events, jobs; a content the namespace embedded before is indexed
-    at once instead of getting an embed job."""
+    at once instead of getting an embed job. A fresh memory of a session
+    tracked for consolidation tells the session's lifecycle, in this
+    transaction (services/store/session_lifecycle.py)."""
     known: dict[tuple[str, str], repo.Twin | int] = {}  # a stored twin, or an index in `fresh`
     hashes: dict[str, list[str]] = {}
     for item in items:
@@ -257,7 +271,19 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
         results.append(Created(item.row.id, False))
     if not fresh:
         return results
+    follows = _timeline_links(conn, fresh)
     repo.insert_memory_rows(conn, [item.row for item in fresh])
+    for namespace, previous, item in follows:
+        link_sql.insert_link(
+            conn,
+            namespace,
+            previous,
+            item.row.id,
+            link_sql.TEMPORAL,
+            None,
+            item.row.created_at,
+            valid_from=item.row.valid_from or item.row.event_time,
+        )
     repo.insert_history(conn, [item.history for item in fresh])
     stored = {
         item.row.id
@@ -272,9 +298,38 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
         [item.target for item in fresh],
         [item.extract_job for item in fresh if item.extract_job is not None],
     )
+    tracked = [item for item in fresh if item.consolidate]
+    if tracked:
+        session_lifecycle.track(
+            conn,
+            [(item.row.namespace, item.row.session_id or "") for item in tracked],
+            tracked[0].row.created_at,
+            tracked[0].target.embed_job.max_attempts,
+        )
     if stored:
         results = [Created(r.memory_id, r.deduplicated, r.memory_id in stored) for r in results]
     return results
+
+
+def _timeline_links(conn: Any, fresh: Sequence[NewMemory]) -> list[tuple[str, str, NewMemory]]:
+    """(namespace, previous memory id, item) for each new timeline memory of a
+    session: the first of a session in the batch follows the session's stored
+    tail (one indexed lookup, read before the batch's rows exist), each later
+    one the batch's item before it."""
+    tails: dict[tuple[str, str], str | None] = {}
+    follows: list[tuple[str, str, NewMemory]] = []
+    for item in fresh:
+        session = item.row.session_id
+        if not item.timeline or not session:
+            continue
+        key = (item.row.namespace, session)
+        if key not in tails:
+            tails[key] = link_sql.session_tail(conn, *key)
+        previous = tails[key]
+        if previous is not None:
+            follows.append((key[0], previous, item))
+        tails[key] = item.row.id
+    return follows
 
 
 def _extend_life(conn: Any, memory_id: str, item: NewMemory) -> None:

@@ -6,7 +6,8 @@ listing, or holds a position no listing could have written (not the shape the
 listing asked for, or a value that is not a short string or a 64-bit integer:
 e.g. a forged 10**30, which SQLite cannot bind) is INVALID_ARGUMENT on
 `page_token`. Listings decode through the typed functions (`decode_int_position`,
-`decode_pair_position`, `decode_time_position`), so no listing checks a
+`decode_pair_position`, `decode_time_position`,
+`decode_ranked_position`), so no listing checks a
 position's shape itself.
 """
 
@@ -56,6 +57,21 @@ def decode_pair_position(token: str, kind: str, scope: str) -> tuple[str, str] |
     if len(position) != 2 or not all(isinstance(value, str) for value in position):
         raise _malformed()
     return str(position[0]), str(position[1])
+
+
+def decode_ranked_position(token: str, kind: str, scope: str) -> tuple[int, str, str] | None:
+    """None for the first page; else a rank (an integer), a name and an id after
+    which the next page starts (ListEntities: -mentions, canonical name, id)."""
+    position = _decode(token, kind, scope)
+    if position is None:
+        return None
+    if (
+        len(position) != 3
+        or not isinstance(position[0], int)
+        or not all(isinstance(value, str) for value in position[1:])
+    ):
+        raise _malformed()
+    return int(position[0]), str(position[1]), str(position[2])
 
 
 def decode_time_position(token: str, kind: str, scope: str) -> tuple[str, str] | None:

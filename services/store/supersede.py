@@ -16,6 +16,7 @@ inside the caller's writer operation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,9 +63,12 @@ def supersede(
     at: str,
     job_id: str | None = None,
     metadata: dict[str, Any] | None = None,
+    evidence: Sequence[str] = (),
 ) -> Superseded:
     """Create `new` (its row's `valid_from` is set, and `refusal` found nothing)
-    and close `old` at that instant. `metadata`: more for both events."""
+    and close `old` at that instant. `metadata`: more for both events;
+    `evidence`: the memories that justify the replacement (the `supersedes`
+    link's)."""
     valid_from = new.row.valid_from
     assert valid_from is not None, "a superseding memory names when it starts"
     extra = dict(metadata or {})
@@ -87,7 +91,20 @@ def supersede(
         },
         max_attempts=new.target.embed_job.max_attempts,
     )
-    links.insert_link(conn, old.namespace, created.memory_id, old.id, links.SUPERSEDES, job_id, at)
+    links.insert_link(
+        conn,
+        old.namespace,
+        created.memory_id,
+        old.id,
+        links.SUPERSEDES,
+        job_id,
+        at,
+        valid_from=valid_from,
+        evidence=evidence,
+    )
+    # The old version's relations to other facts end with it; its versions,
+    # sources and place in its session stay (services/store/extraction_sql.py).
+    links.close_relation_links(conn, old.namespace, old.id, until)
     return Superseded(created.memory_id, version)
 
 

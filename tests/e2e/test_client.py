@@ -105,6 +105,26 @@ def test_supersede_explain_and_reads_as_of(engram: Engram) -> None:
     assert [(x.link_type, x.from_memory_id) for x in linked] == [("supersedes", berlin.id)]
 
 
+def test_entity_reads_sync_and_async(engram: Engram, suite: RunningSuite) -> None:
+    """GetEntity and ListEntities through both clients: this suite runs no
+    extraction, so the graph is empty (tests/e2e/test_graph_readme.py fills one)."""
+    ns = NS + "-graph"
+    assert list(engram.list_entities(namespace=ns, entity_type="person")) == []
+    with pytest.raises(NotFound):
+        engram.get_entity(name="Ana", namespace=ns)
+    with pytest.raises(InvalidArgument) as invalid:
+        engram.get_entity(namespace=ns)
+    assert [v.field for v in invalid.value.field_violations] == ["id", "name"]
+
+    async def reads() -> None:
+        async with AsyncEngram(**suite.client_addresses()) as client:
+            assert [e async for e in client.list_entities(namespace=ns)] == []
+            with pytest.raises(NotFound):
+                await client.get_entity(name="Ana", namespace=ns)
+
+    asyncio.run(reads())
+
+
 def test_errors_are_exceptions_by_meaning(engram: Engram) -> None:
     ns = NS + "-errors"
     with pytest.raises(NotFound) as missing:

@@ -85,6 +85,8 @@ def test_list_of_the_service_shows_every_rpc(store: ProcessHandle) -> None:
             "SummarizeSession",
             "ExplainMemory",
             "ListMemoryLinks",
+            "GetEntity",
+            "ListEntities",
         )
     }
 

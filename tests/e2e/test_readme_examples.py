@@ -81,6 +81,8 @@ NOT_RUN = {
     "is the suite this test is part of (tests/deploy runs `engram up`)",
     "KEY=$(.venv/bin/engram keys create": "needs auth on: tests/e2e/test_auth_readme.py runs "
     "it against an auth-on store",
+    '.venv/bin/engram remember "Ana Silva': "needs the pipeline with graphEnabled and a model "
+    "that names entities; tests/e2e/test_graph_readme.py runs this block against one",
     ".venv/bin/engram certs dev": "the TLS section's suite needs certificates and TLS on every "
     "service; tests/tls/test_readme_tls.py runs this block against one",
 }

@@ -13,8 +13,11 @@ from typing import Any
 import grpc
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.search.v1 import search_pb2
-from extract_write_helpers import link
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
+from extract_write_helpers import complete, extract_job, link
 from grpc_helpers import error_of
 from http_fakes import VectorBook, ollama_server
 from recall_helpers import DIM, Stack, fake_embedding_overrides, timestamp, vec, wait_for
@@ -206,3 +209,74 @@ def test_similarity_to_the_examples_classifies_what_no_rule_places(
     assert near_nothing.intent == GENERAL
     assert near_nothing.intent_basis == "default: nearest examples (causal) at 0.30"
     assert max(axes.values()) < DIM
+
+
+def test_causal_route_follows_causal_links_the_consolidation_wrote(
+    recall_stack: Callable[..., Stack],
+) -> None:
+    """'Why did I move to Lisbon?': the cause ("I started at Acme Corp") shares
+    no word with the question; the session's consolidation (its job completed
+    through the store's job queue, as the pipeline's worker does) linked it to
+    the move as its cause, and the causal route reaches it from the move."""
+    stack = recall_stack({**KEYWORDS_ONLY, "sessions.consolidate": "on"})
+
+    def turn(session: str, content: str) -> str:
+        request = store_pb2.AppendTurnRequest(
+            session_id=session, role=store_pb2.TURN_ROLE_USER, content=content
+        )
+        return str(stack.store.AppendTurn(request).memory.id)
+
+    moved = turn("s1", "I moved to Lisbon in March")
+    cause = turn("s1", "I started at Acme Corp on Monday")
+    unrelated = turn("s1", "The weather was grey all week")
+    turn("s2", "a new session ends the first")
+    [job] = stack.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_CONSOLIDATE_SESSION, max_jobs=1)
+    ).jobs
+    done = stack.jobs.CompleteConsolidateJob(
+        jq.CompleteConsolidateJobRequest(
+            lease=jq.JobLease(job_id=job.id, lease_token=job.lease_token),
+            model="fake-llm",
+            causal_links=[jq.CausalLink(cause_memory_id=cause, effect_memory_id=moved)],
+        )
+    )
+    assert (done.outcome, done.causal_links) == (jq.LEASE_OUTCOME_OK, 1)
+
+    flat = ask(stack, "Why did I move to Lisbon?", intent=GENERAL)
+    assert [r.memory.id for r in flat.results] == [moved], "the flat recipe misses the cause"
+    routed = ask(stack, "Why did I move to Lisbon?")
+    assert (routed.intent, routed.intent_basis) == (
+        search_pb2.QUERY_INTENT_CAUSAL,
+        "rule: asks why",
+    )
+    boosts = {r.memory.id: r.intent_boost for r in routed.results}
+    assert boosts == {moved: 0.0, cause: pytest.approx(0.15)}
+    assert unrelated not in boosts
+
+
+def test_entity_route_resolves_an_alias(recall_stack: Callable[..., Stack]) -> None:
+    """'Who is Bobby?': no memory says Bobby; the extraction named Robert Jones
+    with the alias Bobby, and the entity route resolves it (so does the general
+    graph boost, which shares the lookup)."""
+    stack = recall_stack({**KEYWORDS_ONLY, "memory.pipelineV2.graphEnabled": True})
+    fixed = stack.remember("Robert Jones fixed the boiler")
+    stack.remember("The boiler is in the cellar")
+    response = complete(
+        stack,
+        extract_job(stack, fixed),
+        [],
+        entities=[jq.EntityTriple(source="Robert Jones", relationship="fixed", target="boiler")],
+        named_entities=[
+            jq.NamedEntity(name="Robert Jones", entity_type="person", aliases=["Bobby"])
+        ],
+    )
+    assert response.outcome == jq.LEASE_OUTCOME_OK and response.graph_error == ""
+    flat = ask(stack, "Who is Bobby?", intent=GENERAL)
+    assert [(r.memory.id, r.graph_boost, r.intent_boost) for r in flat.results] == [
+        (fixed.id, pytest.approx(0.15), 0.0)
+    ]
+    routed = ask(stack, "Who is Bobby?")
+    assert routed.intent == ENTITY
+    assert [(r.memory.id, r.graph_boost, r.intent_boost) for r in routed.results] == [
+        (fixed.id, pytest.approx(0.15), pytest.approx(0.3))
+    ]

@@ -89,9 +89,10 @@ def test_entities_relations_and_mentions_are_written_for_the_source_memory(stack
         ],
     )
     assert response.graph_error == ""
+    # the source names all three; the fact names Alice Smith and Acme Corp (issue 17)
     assert entities(stack) == {
-        ("default", "alice smith"): ("Alice Smith", 1),
-        ("default", "acme corp"): ("Acme Corp", 1),
+        ("default", "alice smith"): ("Alice Smith", 2),
+        ("default", "acme corp"): ("Acme Corp", 2),
         ("default", "berlin"): ("Berlin", 1),
     }
     assert relations(stack) == {
@@ -103,7 +104,11 @@ def test_entities_relations_and_mentions_are_written_for_the_source_memory(stack
         "acme corp": ("Acme Corp", pytest.approx(0.9)),
         "berlin": ("Berlin", pytest.approx(0.6)),
     }
-    assert mentions(stack, response.results[0].memory_id) == {}, "links point at the source"
+    # a fact is linked to the entities its text names (as a whole word), sure of it
+    assert mentions(stack, response.results[0].memory_id) == {
+        "alice smith": ("Alice  Smith", 1.0),
+        "acme corp": ("Acme Corp", 1.0),
+    }
 
 
 def test_a_second_memory_counts_mentions_and_averages_confidence(stack: Stack) -> None:

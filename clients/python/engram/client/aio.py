@@ -120,6 +120,7 @@ class AsyncEngram:
         session_id: str = "",
         ttl: c.DurationArg = None,
         privacy: c.PrivacyArg = "",
+        categories: Iterable[str] = (),
         timeout: float | None = None,
     ) -> store_pb2.RememberResponse:
         """Stores a memory (or finds the same content already stored: `deduplicated`).
@@ -141,6 +142,7 @@ class AsyncEngram:
             session_id=session_id,
             ttl=c.duration(ttl),
             privacy=c.privacy_level(privacy),
+            categories=list(categories),
         )
         return await self._call(self._store.Remember, request, timeout)
 
@@ -333,8 +335,9 @@ class AsyncEngram:
         page_size: int = 0,
         timeout: float | None = None,
     ) -> AsyncIterator[store_pb2.MemoryLink]:
-        """Every link of a memory (`supersedes`, `derived_from`; both directions
-        unless `direction` says), oldest first, a page at a time."""
+        """Every link of a memory (`supersedes`, `derived_from`, `temporal`,
+        `causal`, `entity`; both directions unless `direction` says), oldest
+        first, a page at a time."""
         token = ""
         while True:
             request = store_pb2.ListMemoryLinksRequest(
@@ -348,6 +351,76 @@ class AsyncEngram:
             page = await self._call(self._store.ListMemoryLinks, request, timeout)
             for link in page.links:
                 yield link
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def get_entity(
+        self,
+        id: str = "",
+        *,
+        name: str = "",
+        namespace: str = "",
+        max_facts: int = 0,
+        max_neighbors: int = 0,
+        timeout: float | None = None,
+    ) -> store_pb2.GetEntityResponse:
+        """An entity of the knowledge graph by `id` or by `name` (its canonical
+        name or an alias): its type, aliases and mention count, its facts valid
+        now and its neighbours with relation and strength; `NotFound` if the
+        namespace has none."""
+        request = store_pb2.GetEntityRequest(
+            namespace=namespace,
+            id=id,
+            name=name,
+            max_facts=max_facts,
+            max_neighbors=max_neighbors,
+        )
+        return await self._call(self._store.GetEntity, request, timeout)
+
+    async def list_entities(
+        self,
+        *,
+        namespace: str = "",
+        name_prefix: str = "",
+        entity_type: str = "",
+        min_mentions: int = 0,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[store_pb2.Entity]:
+        """Every entity of the namespace matching the filters, most mentioned
+        first, a page at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListEntitiesRequest(
+                namespace=namespace,
+                name_prefix=name_prefix,
+                entity_type=entity_type,
+                min_mentions=min_mentions,
+                page_size=page_size,
+                page_token=token,
+            )
+            page = await self._call(self._store.ListEntities, request, timeout)
+            for entity in page.entities:
+                yield entity
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def list_weak_memories(
+        self, *, namespace: str = "", page_size: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[store_pb2.WeakMemory]:
+        """Every weak memory of the namespace (current decayed confidence under
+        `memory.decay_threshold`) with that confidence, in written order, a page
+        at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListWeakMemoriesRequest(
+                namespace=namespace, page_size=page_size, page_token=token
+            )
+            page = await self._call(self._store.ListWeakMemories, request, timeout)
+            for weak in page.memories:
+                yield weak
             token = page.next_page_token
             if not token:
                 return
@@ -410,6 +483,14 @@ class AsyncEngram:
         """Queues the pipeline's LLM to write the session's 24-hour summary."""
         request = store_pb2.SummarizeSessionRequest(namespace=namespace, session_id=session_id)
         return await self._call(self._store.SummarizeSession, request, timeout)
+
+    async def get_session(
+        self, session_id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.GetSessionResponse:
+        """Where the session's consolidation is (open, queued, consolidated,
+        failed); `NotFound` when the namespace tracks no such session."""
+        request = store_pb2.GetSessionRequest(namespace=namespace, session_id=session_id)
+        return await self._call(self._store.GetSession, request, timeout)
 
     async def import_memories(
         self,

@@ -121,6 +121,7 @@ class Engram:
         session_id: str = "",
         ttl: c.DurationArg = None,
         privacy: c.PrivacyArg = "",
+        categories: Iterable[str] = (),
         timeout: float | None = None,
     ) -> store_pb2.RememberResponse:
         """Stores a memory (or finds the same content already stored: `deduplicated`).
@@ -142,6 +143,7 @@ class Engram:
             session_id=session_id,
             ttl=c.duration(ttl),
             privacy=c.privacy_level(privacy),
+            categories=list(categories),
         )
         return self._call(self._store.Remember, request, timeout)
 
@@ -333,8 +335,9 @@ class Engram:
         page_size: int = 0,
         timeout: float | None = None,
     ) -> Iterator[store_pb2.MemoryLink]:
-        """Every link of a memory (`supersedes`, `derived_from`; both directions
-        unless `direction` says), oldest first, a page at a time."""
+        """Every link of a memory (`supersedes`, `derived_from`, `temporal`,
+        `causal`, `entity`; both directions unless `direction` says), oldest
+        first, a page at a time."""
         token = ""
         while True:
             request = store_pb2.ListMemoryLinksRequest(
@@ -347,6 +350,74 @@ class Engram:
             )
             page = self._call(self._store.ListMemoryLinks, request, timeout)
             yield from page.links
+            token = page.next_page_token
+            if not token:
+                return
+
+    def get_entity(
+        self,
+        id: str = "",
+        *,
+        name: str = "",
+        namespace: str = "",
+        max_facts: int = 0,
+        max_neighbors: int = 0,
+        timeout: float | None = None,
+    ) -> store_pb2.GetEntityResponse:
+        """An entity of the knowledge graph by `id` or by `name` (its canonical
+        name or an alias): its type, aliases and mention count, its facts valid
+        now and its neighbours with relation and strength; `NotFound` if the
+        namespace has none."""
+        request = store_pb2.GetEntityRequest(
+            namespace=namespace,
+            id=id,
+            name=name,
+            max_facts=max_facts,
+            max_neighbors=max_neighbors,
+        )
+        return self._call(self._store.GetEntity, request, timeout)
+
+    def list_entities(
+        self,
+        *,
+        namespace: str = "",
+        name_prefix: str = "",
+        entity_type: str = "",
+        min_mentions: int = 0,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> Iterator[store_pb2.Entity]:
+        """Every entity of the namespace matching the filters, most mentioned
+        first, a page at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListEntitiesRequest(
+                namespace=namespace,
+                name_prefix=name_prefix,
+                entity_type=entity_type,
+                min_mentions=min_mentions,
+                page_size=page_size,
+                page_token=token,
+            )
+            page = self._call(self._store.ListEntities, request, timeout)
+            yield from page.entities
+            token = page.next_page_token
+            if not token:
+                return
+
+    def list_weak_memories(
+        self, *, namespace: str = "", page_size: int = 0, timeout: float | None = None
+    ) -> Iterator[store_pb2.WeakMemory]:
+        """Every weak memory of the namespace (current decayed confidence under
+        `memory.decay_threshold`) with that confidence, in written order, a page
+        at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListWeakMemoriesRequest(
+                namespace=namespace, page_size=page_size, page_token=token
+            )
+            page = self._call(self._store.ListWeakMemories, request, timeout)
+            yield from page.memories
             token = page.next_page_token
             if not token:
                 return
@@ -408,6 +479,14 @@ class Engram:
         """Queues the pipeline's LLM to write the session's 24-hour summary."""
         request = store_pb2.SummarizeSessionRequest(namespace=namespace, session_id=session_id)
         return self._call(self._store.SummarizeSession, request, timeout)
+
+    def get_session(
+        self, session_id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.GetSessionResponse:
+        """Where the session's consolidation is (open, queued, consolidated,
+        failed); `NotFound` when the namespace tracks no such session."""
+        request = store_pb2.GetSessionRequest(namespace=namespace, session_id=session_id)
+        return self._call(self._store.GetSession, request, timeout)
 
     def import_memories(
         self,

@@ -30,7 +30,7 @@ from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior_
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!engram/pipeline/v1/pipeline.proto\x12\x12\x65ngram.pipeline.v1\x1a\x1f\x65ngram/common/v1/document.proto\x1a\x1a\x65ngram/common/v1/job.proto\x1a\x1d\x65ngram/common/v1/memory.proto\x1a\x1f\x65ngram/common/v1/provider.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\x0e\x45xtractRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"\xd4\x01\n\rExtractedFact\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x12\n\nconfidence\x18\x03 \x01(\x01\x12\x12\n\nimportance\x18\x04 \x01(\x01\x12\x37\n\x0etemporal_class\x18\x05 \x01(\x0e\x32\x1f.engram.common.v1.TemporalClass\x12/\n\x0bvalid_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncategories\x18\x07 \x03(\t\"[\n\x0f\x45xtractedEntity\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x14\n\x0crelationship\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x12\n\nconfidence\x18\x04 \x01(\x01\"\x9b\x01\n\x0f\x45xtractResponse\x12\x30\n\x05\x66\x61\x63ts\x18\x01 \x03(\x0b\x32!.engram.pipeline.v1.ExtractedFact\x12\x35\n\x08\x65ntities\x18\x02 \x03(\x0b\x32#.engram.pipeline.v1.ExtractedEntity\x12\x10\n\x08warnings\x18\x03 \x03(\t\x12\r\n\x05model\x18\x04 \x01(\t\"\x83\x01\n\x15\x43reateDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03url\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05title\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x12\n\x04tags\x18\x05 \x03(\tB\x04\xe2\x41\x01\x01\"F\n\x16\x43reateDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"?\n\x12GetDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"C\n\x13GetDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\x82\x01\n\x19ListDocumentChunksRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0b\x64ocument_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"f\n\x1aListDocumentChunksResponse\x12/\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x1f.engram.common.v1.DocumentChunk\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"A\n\x14WatchDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"E\n\x15WatchDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\x12\n\x10GetStatusRequest\"\xaf\x01\n\x0eProviderStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12.\n\x05state\x18\x04 \x01(\x0e\x32\x1f.engram.common.v1.ProviderState\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12.\n\ncheck_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdc\x01\n\x0cWorkerStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x05state\x18\x02 \x01(\x0e\x32\x1f.engram.pipeline.v1.WorkerState\x12\x17\n\x0f\x63ompleted_count\x18\x03 \x01(\x03\x12\x14\n\x0c\x66\x61iled_count\x18\x04 \x01(\x03\x12\x16\n\x0ereleased_count\x18\x05 \x01(\x03\x12\x12\n\nlast_error\x18\x06 \x01(\t\x12\x33\n\x0flast_batch_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xaa\x02\n\x11GetStatusResponse\x12)\n\x05queue\x18\t \x03(\x0b\x32\x1a.engram.common.v1.JobCount\x12\x35\n\tproviders\x18\x02 \x03(\x0b\x32\".engram.pipeline.v1.ProviderStatus\x12\x31\n\x07workers\x18\x03 \x03(\x0b\x32 .engram.pipeline.v1.WorkerStatus\x12\x13\n\x0bindex_model\x18\x04 \x01(\t\x12\x1c\n\x14indexed_memory_count\x18\x05 \x01(\x03\x12\x19\n\x11live_memory_count\x18\x06 \x01(\x03\x12\x17\n\x0fstore_available\x18\x07 \x01(\x08\x12\x13\n\x0bstore_error\x18\x08 \x01(\tJ\x04\x08\x01\x10\x02*\x8d\x01\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11WORKER_STATE_IDLE\x10\x01\x12\x15\n\x11WORKER_STATE_BUSY\x10\x02\x12\x18\n\x14WORKER_STATE_BACKOFF\x10\x03\x12\x18\n\x14WORKER_STATE_STOPPED\x10\x04\x32\xe5\x04\n\x0fPipelineService\x12X\n\tGetStatus\x12$.engram.pipeline.v1.GetStatusRequest\x1a%.engram.pipeline.v1.GetStatusResponse\x12R\n\x07\x45xtract\x12\".engram.pipeline.v1.ExtractRequest\x1a#.engram.pipeline.v1.ExtractResponse\x12g\n\x0e\x43reateDocument\x12).engram.pipeline.v1.CreateDocumentRequest\x1a*.engram.pipeline.v1.CreateDocumentResponse\x12^\n\x0bGetDocument\x12&.engram.pipeline.v1.GetDocumentRequest\x1a\'.engram.pipeline.v1.GetDocumentResponse\x12s\n\x12ListDocumentChunks\x12-.engram.pipeline.v1.ListDocumentChunksRequest\x1a..engram.pipeline.v1.ListDocumentChunksResponse\x12\x66\n\rWatchDocument\x12(.engram.pipeline.v1.WatchDocumentRequest\x1a).engram.pipeline.v1.WatchDocumentResponse0\x01\x42\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!engram/pipeline/v1/pipeline.proto\x12\x12\x65ngram.pipeline.v1\x1a\x1f\x65ngram/common/v1/document.proto\x1a\x1a\x65ngram/common/v1/job.proto\x1a\x1d\x65ngram/common/v1/memory.proto\x1a\x1f\x65ngram/common/v1/provider.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"@\n\x0e\x45xtractRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"\xd4\x01\n\rExtractedFact\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x12\n\nconfidence\x18\x03 \x01(\x01\x12\x12\n\nimportance\x18\x04 \x01(\x01\x12\x37\n\x0etemporal_class\x18\x05 \x01(\x0e\x32\x1f.engram.common.v1.TemporalClass\x12/\n\x0bvalid_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncategories\x18\x07 \x03(\t\"[\n\x0f\x45xtractedEntity\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x14\n\x0crelationship\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x12\n\nconfidence\x18\x04 \x01(\x01\"\xdd\x01\n\x0f\x45xtractResponse\x12\x30\n\x05\x66\x61\x63ts\x18\x01 \x03(\x0b\x32!.engram.pipeline.v1.ExtractedFact\x12\x35\n\x08\x65ntities\x18\x02 \x03(\x0b\x32#.engram.pipeline.v1.ExtractedEntity\x12\x10\n\x08warnings\x18\x03 \x03(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12@\n\x0enamed_entities\x18\x05 \x03(\x0b\x32(.engram.pipeline.v1.ExtractedNamedEntity\"J\n\x14\x45xtractedNamedEntity\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x65ntity_type\x18\x02 \x01(\t\x12\x0f\n\x07\x61liases\x18\x03 \x03(\t\"\x83\x01\n\x15\x43reateDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x15\n\x07\x63ontent\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03url\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05title\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x12\n\x04tags\x18\x05 \x03(\tB\x04\xe2\x41\x01\x01\"F\n\x16\x43reateDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"?\n\x12GetDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"C\n\x13GetDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\x82\x01\n\x19ListDocumentChunksRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0b\x64ocument_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\tpage_size\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\"f\n\x1aListDocumentChunksResponse\x12/\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x1f.engram.common.v1.DocumentChunk\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"A\n\x14WatchDocumentRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x10\n\x02id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\"E\n\x15WatchDocumentResponse\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.engram.common.v1.Document\"\x12\n\x10GetStatusRequest\"\xaf\x01\n\x0eProviderStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12.\n\x05state\x18\x04 \x01(\x0e\x32\x1f.engram.common.v1.ProviderState\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12.\n\ncheck_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdc\x01\n\x0cWorkerStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x05state\x18\x02 \x01(\x0e\x32\x1f.engram.pipeline.v1.WorkerState\x12\x17\n\x0f\x63ompleted_count\x18\x03 \x01(\x03\x12\x14\n\x0c\x66\x61iled_count\x18\x04 \x01(\x03\x12\x16\n\x0ereleased_count\x18\x05 \x01(\x03\x12\x12\n\nlast_error\x18\x06 \x01(\t\x12\x33\n\x0flast_batch_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xaa\x02\n\x11GetStatusResponse\x12)\n\x05queue\x18\t \x03(\x0b\x32\x1a.engram.common.v1.JobCount\x12\x35\n\tproviders\x18\x02 \x03(\x0b\x32\".engram.pipeline.v1.ProviderStatus\x12\x31\n\x07workers\x18\x03 \x03(\x0b\x32 .engram.pipeline.v1.WorkerStatus\x12\x13\n\x0bindex_model\x18\x04 \x01(\t\x12\x1c\n\x14indexed_memory_count\x18\x05 \x01(\x03\x12\x19\n\x11live_memory_count\x18\x06 \x01(\x03\x12\x17\n\x0fstore_available\x18\x07 \x01(\x08\x12\x13\n\x0bstore_error\x18\x08 \x01(\tJ\x04\x08\x01\x10\x02*\x8d\x01\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11WORKER_STATE_IDLE\x10\x01\x12\x15\n\x11WORKER_STATE_BUSY\x10\x02\x12\x18\n\x14WORKER_STATE_BACKOFF\x10\x03\x12\x18\n\x14WORKER_STATE_STOPPED\x10\x04\x32\xe5\x04\n\x0fPipelineService\x12X\n\tGetStatus\x12$.engram.pipeline.v1.GetStatusRequest\x1a%.engram.pipeline.v1.GetStatusResponse\x12R\n\x07\x45xtract\x12\".engram.pipeline.v1.ExtractRequest\x1a#.engram.pipeline.v1.ExtractResponse\x12g\n\x0e\x43reateDocument\x12).engram.pipeline.v1.CreateDocumentRequest\x1a*.engram.pipeline.v1.CreateDocumentResponse\x12^\n\x0bGetDocument\x12&.engram.pipeline.v1.GetDocumentRequest\x1a\'.engram.pipeline.v1.GetDocumentResponse\x12s\n\x12ListDocumentChunks\x12-.engram.pipeline.v1.ListDocumentChunksRequest\x1a..engram.pipeline.v1.ListDocumentChunksResponse\x12\x66\n\rWatchDocument\x12(.engram.pipeline.v1.WatchDocumentRequest\x1a).engram.pipeline.v1.WatchDocumentResponse0\x01\x42\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -68,8 +68,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHDOCUMENTREQUEST'].fields_by_name['namespace']._serialized_options = b'\342A\001\001'
   _globals['_WATCHDOCUMENTREQUEST'].fields_by_name['id']._loaded_options = None
   _globals['_WATCHDOCUMENTREQUEST'].fields_by_name['id']._serialized_options = b'\342A\001\002'
-  _globals['_WORKERSTATE']._serialized_start=2218
-  _globals['_WORKERSTATE']._serialized_end=2359
+  _globals['_WORKERSTATE']._serialized_start=2360
+  _globals['_WORKERSTATE']._serialized_end=2501
   _globals['_EXTRACTREQUEST']._serialized_start=248
   _globals['_EXTRACTREQUEST']._serialized_end=312
   _globals['_EXTRACTEDFACT']._serialized_start=315
@@ -77,31 +77,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXTRACTEDENTITY']._serialized_start=529
   _globals['_EXTRACTEDENTITY']._serialized_end=620
   _globals['_EXTRACTRESPONSE']._serialized_start=623
-  _globals['_EXTRACTRESPONSE']._serialized_end=778
-  _globals['_CREATEDOCUMENTREQUEST']._serialized_start=781
-  _globals['_CREATEDOCUMENTREQUEST']._serialized_end=912
-  _globals['_CREATEDOCUMENTRESPONSE']._serialized_start=914
-  _globals['_CREATEDOCUMENTRESPONSE']._serialized_end=984
-  _globals['_GETDOCUMENTREQUEST']._serialized_start=986
-  _globals['_GETDOCUMENTREQUEST']._serialized_end=1049
-  _globals['_GETDOCUMENTRESPONSE']._serialized_start=1051
-  _globals['_GETDOCUMENTRESPONSE']._serialized_end=1118
-  _globals['_LISTDOCUMENTCHUNKSREQUEST']._serialized_start=1121
-  _globals['_LISTDOCUMENTCHUNKSREQUEST']._serialized_end=1251
-  _globals['_LISTDOCUMENTCHUNKSRESPONSE']._serialized_start=1253
-  _globals['_LISTDOCUMENTCHUNKSRESPONSE']._serialized_end=1355
-  _globals['_WATCHDOCUMENTREQUEST']._serialized_start=1357
-  _globals['_WATCHDOCUMENTREQUEST']._serialized_end=1422
-  _globals['_WATCHDOCUMENTRESPONSE']._serialized_start=1424
-  _globals['_WATCHDOCUMENTRESPONSE']._serialized_end=1493
-  _globals['_GETSTATUSREQUEST']._serialized_start=1495
-  _globals['_GETSTATUSREQUEST']._serialized_end=1513
-  _globals['_PROVIDERSTATUS']._serialized_start=1516
-  _globals['_PROVIDERSTATUS']._serialized_end=1691
-  _globals['_WORKERSTATUS']._serialized_start=1694
-  _globals['_WORKERSTATUS']._serialized_end=1914
-  _globals['_GETSTATUSRESPONSE']._serialized_start=1917
-  _globals['_GETSTATUSRESPONSE']._serialized_end=2215
-  _globals['_PIPELINESERVICE']._serialized_start=2362
-  _globals['_PIPELINESERVICE']._serialized_end=2975
+  _globals['_EXTRACTRESPONSE']._serialized_end=844
+  _globals['_EXTRACTEDNAMEDENTITY']._serialized_start=846
+  _globals['_EXTRACTEDNAMEDENTITY']._serialized_end=920
+  _globals['_CREATEDOCUMENTREQUEST']._serialized_start=923
+  _globals['_CREATEDOCUMENTREQUEST']._serialized_end=1054
+  _globals['_CREATEDOCUMENTRESPONSE']._serialized_start=1056
+  _globals['_CREATEDOCUMENTRESPONSE']._serialized_end=1126
+  _globals['_GETDOCUMENTREQUEST']._serialized_start=1128
+  _globals['_GETDOCUMENTREQUEST']._serialized_end=1191
+  _globals['_GETDOCUMENTRESPONSE']._serialized_start=1193
+  _globals['_GETDOCUMENTRESPONSE']._serialized_end=1260
+  _globals['_LISTDOCUMENTCHUNKSREQUEST']._serialized_start=1263
+  _globals['_LISTDOCUMENTCHUNKSREQUEST']._serialized_end=1393
+  _globals['_LISTDOCUMENTCHUNKSRESPONSE']._serialized_start=1395
+  _globals['_LISTDOCUMENTCHUNKSRESPONSE']._serialized_end=1497
+  _globals['_WATCHDOCUMENTREQUEST']._serialized_start=1499
+  _globals['_WATCHDOCUMENTREQUEST']._serialized_end=1564
+  _globals['_WATCHDOCUMENTRESPONSE']._serialized_start=1566
+  _globals['_WATCHDOCUMENTRESPONSE']._serialized_end=1635
+  _globals['_GETSTATUSREQUEST']._serialized_start=1637
+  _globals['_GETSTATUSREQUEST']._serialized_end=1655
+  _globals['_PROVIDERSTATUS']._serialized_start=1658
+  _globals['_PROVIDERSTATUS']._serialized_end=1833
+  _globals['_WORKERSTATUS']._serialized_start=1836
+  _globals['_WORKERSTATUS']._serialized_end=2056
+  _globals['_GETSTATUSRESPONSE']._serialized_start=2059
+  _globals['_GETSTATUSRESPONSE']._serialized_end=2357
+  _globals['_PIPELINESERVICE']._serialized_start=2504
+  _globals['_PIPELINESERVICE']._serialized_end=3117
 # @@protoc_insertion_point(module_scope)

@@ -180,6 +180,7 @@ class ExtractResponse(_message.Message):
     ENTITIES_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    NAMED_ENTITIES_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     """The model that answered."""
     @_builtins.property
@@ -194,6 +195,10 @@ class ExtractResponse(_message.Message):
     def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Validation warnings (dropped or coerced items, truncation, recovered JSON)."""
 
+    @_builtins.property
+    def named_entities(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractedNamedEntity]:
+        """At most 50 entities the memory names, with their type and aliases."""
+
     def __init__(
         self,
         *,
@@ -201,14 +206,49 @@ class ExtractResponse(_message.Message):
         entities: _abc.Iterable[Global___ExtractedEntity] | None = ...,
         warnings: _abc.Iterable[_builtins.str] | None = ...,
         model: _builtins.str = ...,
+        named_entities: _abc.Iterable[Global___ExtractedNamedEntity] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entities", b"entities", "facts", b"facts", "model", b"model", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entities", b"entities", "facts", b"facts", "model", b"model", "named_entities", b"named_entities", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExtractResponse: _TypeAlias = ExtractResponse  # noqa: Y015
+
+@_typing.final
+class ExtractedNamedEntity(_message.Message):
+    """An entity the extraction named (seed 003 "entities")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ENTITY_TYPE_FIELD_NUMBER: _builtins.int
+    ALIASES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Its name."""
+    entity_type: _builtins.str
+    """person, place, organization, project, concept, tool, event or thing
+    (an unknown word from the model becomes thing, with a warning).
+    """
+    @_builtins.property
+    def aliases(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Other names of it in the memory."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        entity_type: _builtins.str = ...,
+        aliases: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "entity_type", b"entity_type", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractedNamedEntity: _TypeAlias = ExtractedNamedEntity  # noqa: Y015
 
 @_typing.final
 class CreateDocumentRequest(_message.Message):

@@ -118,6 +118,26 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
                 _registered_method=True)
+        self.GetEntity = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/GetEntity',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityResponse.FromString,
+                _registered_method=True)
+        self.ListEntities = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ListEntities',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.FromString,
+                _registered_method=True)
+        self.GetSession = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/GetSession',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.FromString,
+                _registered_method=True)
+        self.ListWeakMemories = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ListWeakMemories',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -383,16 +403,93 @@ class MemoryStoreServiceServicer:
 
     def ListMemoryLinks(self, request, context):
         """Lists a memory's links to other memories of its namespace, both
-        directions by default, oldest first: `supersedes` (from a newer version
-        to the one it replaced: MemoryPatch.supersede, a pipeline UPDATE) and
-        `derived_from` (from a pipeline fact to the memory it was extracted
-        from). Links to memories that are gone for good (purged, expired) are
-        left out; links to soft-deleted ones are listed.
+        directions by default, oldest first (seed 003 "edges"): `supersedes`
+        (from a newer version to the one it replaced: MemoryPatch.supersede, a
+        pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
+        was extracted from, or a consolidated fact to each session memory it
+        was drawn from), `temporal` (from a session's memory to the next one
+        written in the same session: Remember, ImportMemories and AppendTurn
+        with a session_id), `causal` (from a cause to its effect: session
+        consolidation, see GetSession) and `entity` (between memories naming one
+        entity). Each link has a weight, a
+        confidence, a validity interval and its evidence. Links to memories that
+        are gone for good (purged, expired) are left out; links to soft-deleted
+        ones are listed.
 
         Errors: INVALID_ARGUMENT (empty memory_id or over 128 characters, an
         unknown link type, page_size over 500 or negative, a malformed page
         token or one issued for another request); NOT_FOUND (no such memory in
         the namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEntity(self, request, context):
+        """Reads one entity of the namespace's knowledge graph (seed 003
+        `get_entity_info`), found by id or by name: a name matches an entity's
+        canonical name or any of its aliases, case and spacing aside. Returns
+        the entity (type, aliases, mention count), its facts valid now (the live
+        memories that mention it, newest first, at most `max_facts`) and its
+        neighbours (the entities it has a relation with, either direction, with
+        the relation's type and strength, strongest first, at most
+        `max_neighbors`).
+
+        Errors: INVALID_ARGUMENT (neither or both of id and name, an id over 128
+        characters, a name over 200, max_facts or max_neighbors negative or over
+        100, bad namespace); NOT_FOUND (no such entity in the namespace: another
+        namespace's entity is not found either, and nothing of it is shown).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEntities(self, request, context):
+        """Lists the namespace's entities, most mentioned first (then by name),
+        filtered by a canonical-name prefix, a type and a minimum mention count.
+
+        Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
+        entity_type, min_mentions negative, page_size negative or over 500, a
+        malformed page token or one issued for other filters, bad namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSession(self, request, context):
+        """Shows a conversation session's consolidation (issue 17, seed 003
+        "Session consolidation"). With `sessions.consolidate` on (by default
+        when `memory.pipelineV2.enabled`), the store tracks every session that
+        writes a memory (AppendTurn, Remember or an import with a session_id).
+        A session ends when a new session starts in its namespace or when it
+        has had no new memory for `sessions.consolidate_after_idle_ms`; ending
+        queues one consolidate_session job, whose worker (the pipeline's LLM)
+        turns the session's memories into semantic facts (memories with
+        `derived_from` links to their sources: see ExplainMemory), entities and
+        `causal` links between the session's memories (ListMemoryLinks). A
+        memory arriving for a consolidated session reopens it; its next
+        consolidation reads only the memories that came later.
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+        malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
+        memory while consolidation was on, or it belongs to another namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWeakMemories(self, request, context):
+        """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+        memories whose current confidence, decayed as Memory.confidence
+        describes, is below `memory.decay_threshold` (0.05), in the order they
+        were written, each with that current confidence. Pinned memories and
+        protected ones (decay_rate 0) are never weak. Writes nothing: weak
+        memories are soft-deleted only by the retention sweep with
+        `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+        RecoverMemory brings one back and restarts its decay clock).
+
+        Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+        page token or one issued for another namespace, bad namespace).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -465,6 +562,26 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.ListMemoryLinks,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.SerializeToString,
+            ),
+            'GetEntity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEntity,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetEntityResponse.SerializeToString,
+            ),
+            'ListEntities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEntities,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.SerializeToString,
+            ),
+            'GetSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSession,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.SerializeToString,
+            ),
+            'ListWeakMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWeakMemories,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -837,6 +954,114 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/ListMemoryLinks',
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.ListMemoryLinksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEntity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/GetEntity',
+            engram_dot_store_dot_v1_dot_store__pb2.GetEntityRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.GetEntityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEntities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ListEntities',
+            engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/GetSession',
+            engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWeakMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ListWeakMemories',
+            engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -86,9 +86,9 @@ class RecallParams:
     intent_routing: bool = True
     intent_similarity_threshold: float = 0.45
     intent_entity_weight: float = 0.3
-    intent_speaker_weight: float = 0.05
-    intent_speaker_any_intent: bool = False
-    intent_time_statement_weight: float = 0.05
+    intent_speaker_weight: float = 0.3
+    intent_speaker_any_intent: bool = True
+    intent_time_statement_weight: float = 0.1
     intent_causal_weight: float = 0.15
     intent_causal_depth: int = 2
     decay: DecayRanking | None = None  # set when search.decay_ranking, else off

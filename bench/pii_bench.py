@@ -1,22 +1,33 @@
 """PII detection cost on one 4 KiB memory (issue 18: p50 under 1 ms).
 
-    .venv/bin/python bench/pii_bench.py [--runs N]
+    .venv/bin/python bench/pii_bench.py [--runs N] [--baseline REV]
 
 Times services.common.pii.gate on 4 KiB of realistic memory text, three ways:
 no personal data (the common case: every detector runs and finds nothing), the
 same text with one value of every kind in it (redacted), and a 4 KiB run of
 digits and separators (the worst case for the digit detectors). Reports p50,
 p99 and max in microseconds. Single-threaded and CPU-bound: runs in a few seconds.
+`--baseline REV` also times services/common/pii.py as it was at git revision REV,
+interleaved call by call with the current one (the same machine load for both),
+and prints each case's p50 ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from services.common.pii import DEFAULT_POLICY, PiiPolicy, gate
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SIZE = 4096
 P50_TARGET_US = 1000.0
@@ -55,9 +66,36 @@ def measure(text: str, policy: PiiPolicy, runs: int) -> dict[str, float]:
     }
 
 
+def baseline_module(revision: str) -> ModuleType:
+    """services/common/pii.py as it was at `revision`, loaded beside the current one."""
+    source = subprocess.check_output(
+        ["git", "show", f"{revision}:services/common/pii.py"], cwd=ROOT, text=True
+    )
+    spec = importlib.util.spec_from_loader("pii_baseline", loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["pii_baseline"] = module  # dataclasses look their module up
+    exec(compile(source, f"{revision}:services/common/pii.py", "exec"), module.__dict__)
+    return module
+
+
+def compare(
+    text: str, policies: tuple[Any, Any], gates: tuple[Callable[..., Any], ...], runs: int
+) -> tuple[float, float]:
+    """p50 wall time (us) of the baseline's gate and the current one, called in turn."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(runs):
+        for index in (0, 1):
+            started = time.perf_counter()
+            gates[index](text, policies[index], "content")
+            times[index].append((time.perf_counter() - started) * 1e6)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--baseline", help="a git revision to compare with, same run")
     args = parser.parse_args()
     cases = {
         "4 KiB prose, no PII (default policy)": (fill(_PROSE), DEFAULT_POLICY),
@@ -82,6 +120,14 @@ def main() -> int:
         )
     status = "MET" if worst < P50_TARGET_US else "NOT MET"
     print(f"worst p50 {worst:.0f} us (target < {P50_TARGET_US:.0f} us) {status}")
+    if args.baseline:
+        old = baseline_module(args.baseline)
+        print(f"\nsame run, interleaved: {args.baseline} vs this checkout")
+        print(f"{'case':<44}{'before p50':>12}{'after p50':>12}{'ratio':>8}")
+        for name, (text, policy) in cases.items():
+            old_policy = old.PiiPolicy(dict(policy.actions))
+            before, after = compare(text, (old_policy, policy), (old.gate, gate), args.runs)
+            print(f"{name:<44}{before:>12.0f}{after:>12.0f}{after / before:>8.2f}")
     return 0
 
 

@@ -75,6 +75,8 @@ def running_suite(
                 "clients": {
                     "store_address": f"127.0.0.1:{ports['store']}",
                     "store_internal_address": f"127.0.0.1:{ports['store_internal']}",
+                    # the pipeline's near-duplicate checks call Recall
+                    "search_address": f"127.0.0.1:{ports['search']}",
                 },
                 "storage": {"path": str(directory / "engram.db")},
             },

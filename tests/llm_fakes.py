@@ -25,7 +25,7 @@ Script = Callable[[str], Answer]
 
 _BLOCK = {
     tag: re.compile(rf"<{tag}>\n(.*?)\n</{tag}>", re.DOTALL)
-    for tag in ("memory_data", "fact", "candidate", "transcript")
+    for tag in ("memory_data", "fact", "candidate", "transcript", "session_memories")
 }
 
 
@@ -113,6 +113,16 @@ def transcript_of(prompt: str) -> str:
     """The session transcript a summary prompt carries (decoded from its JSON)."""
     match = _BLOCK["transcript"].search(prompt)
     return str(json.loads(match.group(1))) if match else ""
+
+
+def is_consolidation(prompt: str) -> bool:
+    return "<session_memories>" in prompt
+
+
+def session_memories_of(prompt: str) -> list[dict[str, str]]:
+    """The session memories a consolidation prompt carries: ref, time, who, text."""
+    match = _BLOCK["session_memories"].search(prompt)
+    return list(json.loads(match.group(1))) if match else []
 
 
 def is_extraction(prompt: str) -> bool:

@@ -18,7 +18,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn, TypeVar
+from typing import IO, Any, Literal, NoReturn, TypeVar
 
 import click
 from google.protobuf.json_format import MessageToDict
@@ -54,6 +54,14 @@ EXPORT_FIELDS = (
     "why",
     "source_type",
     "source_id",
+    "categories",
+)
+# Timestamps export writes (RFC 3339) and import reads back: valid time keeps a
+# memory's validity across a round trip.
+EXPORT_TIMES: tuple[Literal["event_time", "valid_from", "valid_until"], ...] = (
+    "event_time",
+    "valid_from",
+    "valid_until",
 )
 PLAIN_PROGRESS_EVERY_S = 2.0
 
@@ -212,6 +220,7 @@ def cli() -> None:
 @click.option("--type", "type_", default="", help="fact, preference, decision, rule, ...")
 @click.option("--importance", type=float, default=None)
 @click.option("--tag", "tags", multiple=True, help="repeatable")
+@click.option("--category", "categories", multiple=True, help="repeatable (at most 8)")
 @click.option("--pinned", is_flag=True)
 @click.option("--who", default="")
 @click.option("--why", default="")
@@ -242,6 +251,7 @@ def remember(**params: Any) -> None:
                 event_time=event_time,
                 session_id=params["session_id"],
                 ttl=ttl,
+                categories=params["categories"],
             )
         except EngramError as error:
             _fail("remember", error)
@@ -329,6 +339,7 @@ def get(**params: Any) -> None:
 @click.option("--namespace", "-n", default="")
 @click.option("--type", "types", multiple=True, help="repeatable")
 @click.option("--tag", "tags", multiple=True, help="repeatable; all must be present")
+@click.option("--category", "categories", multiple=True, help="repeatable; all must be present")
 @click.option("--session", "session_id", default="", help="only this session's memories")
 @click.option("--deleted", is_flag=True, help="the recoverable soft-deleted memories instead")
 @click.option("--limit", type=int, default=50, show_default=True, help="0: every memory")
@@ -344,7 +355,10 @@ def list_(**params: Any) -> None:
             namespace=params["namespace"],
             page_size=min(limit, 500) if limit > 0 else 500,
             filter=memory_filter(
-                types=params["types"], tags=params["tags"], session_id=params["session_id"]
+                types=params["types"],
+                tags=params["tags"],
+                session_id=params["session_id"],
+                categories=params["categories"],
             ),
             deleted=params["deleted"],
             as_of=as_of,
@@ -394,6 +408,39 @@ def history(**params: Any) -> None:
             _fail("history", error)
     if not target.json:
         Console().print(table)
+
+
+@cli.command()
+@click.option("--namespace", "-n", default="")
+@common_options
+def weak(**params: Any) -> None:
+    """The namespace's weak memories: decayed below memory.decay_threshold
+    (seed 003), with their current confidence, oldest written first."""
+    target = _target(params)
+    table = Table()
+    for name in ("confidence now", "id", "last access", "content"):
+        table.add_column(name, overflow="fold")
+    count = 0
+    with target.client() as engram:
+        try:
+            for found in engram.list_weak_memories(namespace=params["namespace"]):
+                count += 1
+                if target.json:
+                    _emit_json(found)
+                    continue
+                memory = found.memory
+                last = (
+                    memory.last_access_time.ToJsonString()
+                    if memory.HasField("last_access_time")
+                    else "never"
+                )
+                cells = (f"{found.current_confidence:.4f}", memory.id, last, memory.content)
+                table.add_row(*(Text(cell) for cell in cells))
+        except EngramError as error:
+            _fail("weak", error)
+    if not target.json:
+        Console().print(table)
+        click.echo(f"{count} weak memories")
 
 
 @cli.command()
@@ -675,7 +722,7 @@ def forget(**params: Any) -> None:
 def _import_item(data: dict[str, Any]) -> ImportItem:
     """An ImportItem from one JSON line (export's format: ImportItem's field names)."""
     item = ImportItem()
-    event_time = data.pop("event_time", None)
+    times = {key: data.pop(key, None) for key in EXPORT_TIMES}
     for key, value in data.items():
         if key not in ImportItem.DESCRIPTOR.fields_by_name:
             raise ValueError(f"unknown field {key!r}")
@@ -683,8 +730,9 @@ def _import_item(data: dict[str, Any]) -> ImportItem:
             getattr(item, key).extend(value)
         else:
             setattr(item, key, value)
-    if event_time is not None:
-        item.event_time.FromJsonString(event_time)
+    for key, text in times.items():
+        if text is not None:
+            getattr(item, key).FromJsonString(text)
     return item
 
 
@@ -822,8 +870,9 @@ def export_record(memory: Memory) -> dict[str, Any]:
     data = _dict(memory)
     record = {key: data[key] for key in EXPORT_FIELDS if key in data}
     record["importance"] = memory.importance  # explicit even when 0
-    if memory.HasField("event_time"):
-        record["event_time"] = memory.event_time.ToJsonString()
+    for key in EXPORT_TIMES:
+        if memory.HasField(key):
+            record[key] = getattr(memory, key).ToJsonString()
     return record
 
 
@@ -833,7 +882,8 @@ def export_record(memory: Memory) -> dict[str, Any]:
 @common_options
 def export(**params: Any) -> None:
     """Every active memory of a namespace as JSON lines on stdout (what `import`
-    reads), streamed page by page."""
+    reads), streamed page by page, with its valid time. Superseded versions
+    are not active, so they and their supersedes links are not exported."""
     target = _target(params)
     with target.client() as engram:
         try:

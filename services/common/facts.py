@@ -56,6 +56,11 @@ class NamedEntity:
     aliases: tuple[str, ...] = ()
 
 
+# Session consolidation (issue 17): per consolidate_session job
+MAX_SESSION_FACTS = 50
+MAX_FACT_SOURCES = 200  # session memories one consolidated fact is drawn from
+MAX_CAUSAL_LINKS = 200
+
 # seed 004 §5-6: how long a fact stays true, and its semantic categories
 TEMPORAL_CLASSES = ("permanent", "long_term", "short_term")
 MAX_CATEGORIES = 8

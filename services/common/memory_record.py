@@ -27,6 +27,11 @@ NEVER_MERGED_TYPES = frozenset({"document_chunk", "episodic", "session_summary"}
 SESSION_SUMMARY_TYPE = "session_summary"  # SummarizeSession's memory (one per session)
 
 
+def may_merge(memory_type: str, has_expiry: bool) -> bool:
+    """Whether a memory may be folded into (or absorb) a near-duplicate."""
+    return memory_type not in NEVER_MERGED_TYPES and not has_expiry
+
+
 @dataclass(frozen=True)
 class MemoryRecord:
     id: str
@@ -62,6 +67,10 @@ class MemoryRecord:
     superseded_at: str | None = None
     categories: tuple[str, ...] = ()  # the extraction model's (pipeline memories)
     temporal_class: str = ""  # permanent | long_term | short_term; "" not classified
+    # Ebbinghaus decay (services/common/forgetting.py): the stored confidence (as
+    # of the last access) and the memory's own rate (None: the configured default).
+    confidence: float = 1.0
+    decay_rate: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
@@ -93,4 +102,6 @@ class MemoryRecord:
             temporal_class=row["temporal_class"],
             valid_until=row["valid_until"],
             superseded_at=row["invalidated_at"],
+            confidence=row["confidence"],
+            decay_rate=row["decay_rate"],
         )

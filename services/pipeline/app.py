@@ -20,6 +20,7 @@ from services.common.providers.embedding import EmbeddingProvider, embedding_pro
 from services.common.providers.llm import LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.common.suite import verify_store
+from services.pipeline.consolidate_worker import ConsolidateWorker, consolidate_settings
 from services.pipeline.decision import Decider
 from services.pipeline.document_servicer import Documents
 from services.pipeline.document_worker import DocumentWorker
@@ -27,7 +28,7 @@ from services.pipeline.embed_worker import EmbedWorker
 from services.pipeline.extract_worker import ExtractWorker, ExtractWorkerSettings
 from services.pipeline.extraction import Extractor
 from services.pipeline.leases import instance_name, worker_identities
-from services.pipeline.near_dup import DedupPolicy, NearDuplicates
+from services.pipeline.near_dup import DedupPolicy, NearDuplicates, dedup_settings
 from services.pipeline.servicer import PipelineServicer
 from services.pipeline.status import MonitoredLlm, ProviderMonitor, provider_probe
 from services.pipeline.summarize_worker import SummarizeWorker, summarize_settings
@@ -74,20 +75,22 @@ async def start_pipeline(
     await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
     identities = worker_identities(
-        jobs, instance_name(config, listen_port), ("embed", "extract", "document", "summarize")
+        jobs,
+        instance_name(config, listen_port),
+        ("embed", "extract", "document", "summarize", "dedup", "consolidate"),
     )
     provider = embedding_provider(config, background=config.workers.embed.priority == "background")
     llm = llm_provider(config)
     search_channel = service_channel(config, config.clients.search_address)
-    near_duplicates = (
-        NearDuplicates(
-            search_pb2_grpc.SearchServiceStub(search_channel),
-            dedup_pb2_grpc.DedupServiceStub(channel),
-            llm,
-            DedupPolicy.from_config(config),
-        )
-        if config.dedup.enabled
-        else None
+    near_duplicates = NearDuplicates(
+        jobs,
+        search_pb2_grpc.SearchServiceStub(search_channel),
+        dedup_pb2_grpc.DedupServiceStub(channel),
+        llm,
+        provider,
+        DedupPolicy.from_config(config),
+        dedup_settings(config),
+        identities["dedup"],
     )
     worker = EmbedWorker(
         jobs,
@@ -96,7 +99,6 @@ async def start_pipeline(
         batch_size=config.providers.embedding.batch_size,
         poll_s=config.workers.embed.poll_ms / 1000,
         long_poll_s=config.workers.embed.long_poll_ms / 1000,
-        on_embedded=near_duplicates.submit if near_duplicates is not None else None,
     )
     extractor = Extractor(llm)
     decider = Decider(llm, search_pb2_grpc.SearchServiceStub(search_channel))
@@ -110,6 +112,9 @@ async def start_pipeline(
     )
     summarize_worker = SummarizeWorker(
         jobs, llm, summarize_settings(config), identities["summarize"]
+    )
+    consolidate_worker = ConsolidateWorker(
+        jobs, llm, consolidate_settings(config), identities["consolidate"]
     )
     document_store = documents_pb2_grpc.DocumentStoreServiceStub(channel)
     document_worker = DocumentWorker.from_config(
@@ -125,8 +130,14 @@ async def start_pipeline(
     servicer = PipelineServicer(
         jobs,
         [worker.health, extract_worker.health],
-        [worker.status, extract_worker.status, document_worker.status, summarize_worker.status]
-        + ([near_duplicates.status] if near_duplicates is not None else []),
+        [
+            worker.status,
+            extract_worker.status,
+            document_worker.status,
+            summarize_worker.status,
+            consolidate_worker.status,
+        ]
+        + ([near_duplicates.status] if config.dedup.enabled else []),
         extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
@@ -138,9 +149,9 @@ async def start_pipeline(
     )
     background = [asyncio.create_task(worker.run()), asyncio.create_task(extract_worker.run())]
     background.append(asyncio.create_task(document_worker.run()))
-    if near_duplicates is not None:
-        background.append(asyncio.create_task(near_duplicates.run()))
+    background.append(asyncio.create_task(near_duplicates.run()))  # stops at once when off
     background.append(asyncio.create_task(summarize_worker.run()))
+    background.append(asyncio.create_task(consolidate_worker.run()))
     background += [asyncio.create_task(m.run()) for m in (embed_monitor, llm_monitor)]
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
     return PipelineApp(

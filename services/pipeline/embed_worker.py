@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -58,11 +57,7 @@ class EmbedWorker:
         batch_size: int,
         poll_s: float,
         long_poll_s: float = 0.0,
-        on_embedded: Callable[[Sequence[jq.Job]], None] | None = None,
     ) -> None:
-        """`on_embedded`: told the jobs whose vectors the store took (the
-        near-duplicate check, services/pipeline/near_dup.py); it must not block."""
-        self._on_embedded = on_embedded
         self._jobs = jobs
         self._identity = identity
         self._provider = provider
@@ -265,9 +260,6 @@ class EmbedWorker:
         )
         EMBED_WORKER_SECONDS.labels("complete").observe(time.perf_counter() - started)
         done = sum(outcome == jq.LEASE_OUTCOME_OK for outcome in response.outcomes)
-        if self._on_embedded is not None:
-            ok = zip(jobs, response.outcomes, strict=True)
-            self._on_embedded([job for job, outcome in ok if outcome == jq.LEASE_OUTCOME_OK])
         self.status.completed += done
         self.status.last_batch_at = clock.now_text()
         self._failures = 0

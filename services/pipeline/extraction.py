@@ -171,7 +171,8 @@ def _confidence(raw: Any, what: str, warnings: list[str]) -> float:
     return confidence_of(raw, what, DEFAULT_CONFIDENCE, warnings)
 
 
-def _items(answer: dict[str, Any], key: str, cap: int, warnings: list[str]) -> list[Any]:
+def items_of(answer: dict[str, Any], key: str, cap: int, warnings: list[str]) -> list[Any]:
+    """The model's list under `key`, at most `cap` items (a warning says what was cut)."""
     raw = answer.get(key, [])
     if raw is None:
         return []
@@ -185,33 +186,37 @@ def _items(answer: dict[str, Any], key: str, cap: int, warnings: list[str]) -> l
 
 def validate_facts(answer: dict[str, Any], warnings: list[str]) -> list[Fact]:
     facts: list[Fact] = []
-    for index, item in enumerate(_items(answer, "facts", MAX_FACTS, warnings)):
-        what = f"facts[{index}]"
-        if not isinstance(item, dict) or not isinstance(item.get("content"), str):
-            warnings.append(f"{what}: not an object with a content string; dropped")
-            continue
-        content = " ".join(item["content"].split())
-        if len(content) < MIN_FACT_CHARS:
-            warnings.append(f"{what}: shorter than {MIN_FACT_CHARS} characters; dropped")
-            continue
-        if len(content) > MAX_FACT_CHARS:
-            warnings.append(f"{what}: longer than {MAX_FACT_CHARS} characters; truncated")
-            content = content[:MAX_FACT_CHARS]
-        fact_type = item.get("type")
-        if fact_type not in FACT_TYPES:
-            warnings.append(f"{what}: unknown type {fact_type!r}; using 'fact'")
-            fact_type = "fact"
-        facts.append(
-            Fact(
-                content,
-                fact_type,
-                _confidence(item.get("confidence"), what, warnings),
-                importance=_importance(item.get("importance"), what, warnings),
-                **_temporal(item, what, warnings),
-                categories=_categories(item.get("categories"), what, warnings),
-            )
-        )
+    for index, item in enumerate(items_of(answer, "facts", MAX_FACTS, warnings)):
+        fact = validate_fact(item, f"facts[{index}]", warnings)
+        if fact is not None:
+            facts.append(fact)
     return facts
+
+
+def validate_fact(item: Any, what: str, warnings: list[str]) -> Fact | None:
+    """One fact of the model's answer (None, with a warning, when unusable)."""
+    if not isinstance(item, dict) or not isinstance(item.get("content"), str):
+        warnings.append(f"{what}: not an object with a content string; dropped")
+        return None
+    content = " ".join(item["content"].split())
+    if len(content) < MIN_FACT_CHARS:
+        warnings.append(f"{what}: shorter than {MIN_FACT_CHARS} characters; dropped")
+        return None
+    if len(content) > MAX_FACT_CHARS:
+        warnings.append(f"{what}: longer than {MAX_FACT_CHARS} characters; truncated")
+        content = content[:MAX_FACT_CHARS]
+    fact_type = item.get("type")
+    if fact_type not in FACT_TYPES:
+        warnings.append(f"{what}: unknown type {fact_type!r}; using 'fact'")
+        fact_type = "fact"
+    return Fact(
+        content,
+        fact_type,
+        _confidence(item.get("confidence"), what, warnings),
+        importance=_importance(item.get("importance"), what, warnings),
+        **_temporal(item, what, warnings),
+        categories=_categories(item.get("categories"), what, warnings),
+    )
 
 
 def _importance(raw: Any, what: str, warnings: list[str]) -> float | None:
@@ -291,10 +296,13 @@ def _text(item: Any, key: str) -> str:
     return " ".join(value.split()) if isinstance(value, str) else ""
 
 
-def validate_entities(answer: dict[str, Any], warnings: list[str]) -> list[EntityTriple]:
+def validate_entities(
+    answer: dict[str, Any], warnings: list[str], prefix: str = ""
+) -> list[EntityTriple]:
+    """`prefix`: where the list sits in the answer, for the warnings."""
     entities: list[EntityTriple] = []
-    for index, item in enumerate(_items(answer, "entities", MAX_ENTITIES, warnings)):
-        what = f"entities[{index}]"
+    for index, item in enumerate(items_of(answer, "entities", MAX_ENTITIES, warnings)):
+        what = f"{prefix}entities[{index}]"
         parts = [_text(item, key) for key in ("source", "relationship", "target")]
         if not all(parts):
             warnings.append(f"{what}: needs non-empty source, relationship and target; dropped")
@@ -311,7 +319,7 @@ def validate_named_entities(answer: dict[str, Any], warnings: list[str]) -> list
     """Named entities with a known type (else DEFAULT_ENTITY_TYPE, with a
     warning) and their aliases; one per name (a repeat's aliases merge)."""
     found: dict[str, NamedEntity] = {}
-    raw_items = _items(answer, "named_entities", MAX_NAMED_ENTITIES, warnings)
+    raw_items = items_of(answer, "named_entities", MAX_NAMED_ENTITIES, warnings)
     for index, item in enumerate(raw_items):
         what = f"named_entities[{index}]"
         name = _text(item, "name")

@@ -24,7 +24,7 @@ from engram.store.internal.v1 import (
 )
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.auth import server_guard
-from services.common.config import Config
+from services.common.config import Config, consolidation_enabled
 from services.common.db import DatabaseError, ReadPool, open_read_write
 from services.common.errors import MutationsFrozen
 from services.common.listeners import listener
@@ -41,6 +41,7 @@ from services.common.suite import announce_suite
 from services.store.access_servicer import AccessServicer
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
+from services.store.consolidation import Consolidation
 from services.store.dedup import DedupStore
 from services.store.dedup_servicer import DedupServicer
 from services.store.document_servicer import DocumentStoreServicer
@@ -54,6 +55,7 @@ from services.store.privacy import PrivacyPolicy
 from services.store.servicer import MemoryStoreServicer
 from services.store.sessions import Sessions
 from services.store.suite_sql import read_suite_id
+from services.store.weak import DecayPolicy, WeakMemories
 from services.store.writer import Writer
 
 log = logging.getLogger("engram.store")
@@ -114,6 +116,22 @@ async def _reap_stale_leases(queue: JobQueue, interval_s: float) -> None:
                 log.info("stale leases released", extra={"released": released})
         except Exception:
             log.exception("stale-lease reaper failed")
+
+
+async def _end_idle_sessions(consolidation: Consolidation, config: Config) -> None:
+    """Issue 17: every `sessions.consolidate_check_interval_ms`, sessions idle for
+    `sessions.consolidate_after_idle_ms` end and get their consolidate_session job."""
+    settings = config.sessions
+    while True:
+        await asyncio.sleep(settings.consolidate_check_interval_ms / 1000)
+        try:
+            ended = await consolidation.end_idle(settings.consolidate_after_idle_ms)
+            if ended:
+                log.info("idle sessions ended for consolidation", extra={"sessions": ended})
+        except MutationsFrozen:
+            pass  # a frozen store ends them once it thaws
+        except Exception:
+            log.exception("idle-session check failed")
 
 
 def _open_database(config: Config) -> tuple[Any, list[str]]:
@@ -181,6 +199,7 @@ async def start_store(
         extract_on_create=config.memory.pipelineV2.enabled,
         privacy=PrivacyPolicy(config.sessions.privacy),
         pii=PiiGate(config.pii),
+        consolidate_sessions=consolidation_enabled(config),
     )
     sessions = Sessions(
         writer,
@@ -189,11 +208,13 @@ async def start_store(
         summary_ttl_ms=config.sessions.summary_ttl_ms,
         max_job_attempts=max_attempts,
     )
+    consolidation = Consolidation(writer, reads, store, write_policy(config))
     queue = JobQueue(
         writer,
         reads,
         lease_timeout_ms=config.memory.pipelineV2.leaseTimeoutMs,
         max_job_attempts=max_attempts,
+        near_duplicates=config.dedup.enabled,
     )
     documents = DocumentStore(
         writer,
@@ -213,7 +234,13 @@ async def start_store(
 
     def register_public(server: grpc.aio.Server) -> None:
         store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(
-            MemoryStoreServicer(store, sessions), server
+            MemoryStoreServicer(
+                store,
+                sessions,
+                consolidation,
+                WeakMemories(reads, DecayPolicy.from_config(config)),
+            ),
+            server,
         )
 
     def register_internal(server: grpc.aio.Server) -> None:
@@ -221,7 +248,9 @@ async def start_store(
             DocumentStoreServicer(documents), server
         )
         job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(
-            JobQueueServicer(queue, ExtractionWrites(writer, write_policy(config)), sessions),
+            JobQueueServicer(
+                queue, ExtractionWrites(writer, write_policy(config)), sessions, consolidation
+            ),
             server,
         )
         admin_pb2_grpc.add_StoreAdminServiceServicer_to_server(
@@ -251,7 +280,9 @@ async def start_store(
     server = ServerGroup(tuple(started))
     for running in started:  # the other services check their suite on either listener
         await announce_suite(running.health, suite_id)
-    reaper = asyncio.create_task(_reap_stale_leases(queue, REAPER_INTERVAL_S))
+    background = [asyncio.create_task(_reap_stale_leases(queue, REAPER_INTERVAL_S))]
+    if consolidation_enabled(config):
+        background.append(asyncio.create_task(_end_idle_sessions(consolidation, config)))
     queue_depth_source.set_source(
         functools.partial(queue_counts_now, str(path), config.storage.busy_timeout_ms)
     )
@@ -259,4 +290,4 @@ async def start_store(
         "store serving",
         extra={"port": server.port, "internal_port": server.servers[1].port, "path": str(path)},
     )
-    return StoreApp(server, writer, reads, queue, [reaper])
+    return StoreApp(server, writer, reads, queue, background)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from services.common import clock
-from services.common.errors import Violations
+from services.common.errors import InvalidArgument, Violations
 from services.common.importance import effective_importance
-from services.common.memory_record import NEVER_MERGED_TYPES, MemoryRecord
+from services.common.memory_record import MemoryRecord, may_merge
 from services.common.validation import validate_id
 from services.store import mutations, rules
 from services.store import repository as repo
@@ -26,6 +27,7 @@ from services.store.writer import Writer
 ACTIONS = ("merge", "keep_both")
 DEFAULT_REASON = "near duplicate"
 DEDUP_ACTOR = "pipeline-dedup"
+MAX_LEASES = 500
 
 
 @dataclass(frozen=True)
@@ -68,17 +70,26 @@ class DedupStore:
         self._max_attempts = max_job_attempts
 
     async def resolve(
-        self, decision: NearDuplicateDecision, bad: Violations | None = None
-    ) -> MemoryRecord | None:
-        """The survivor after the decision; None when a memory was gone (nothing written)."""
+        self,
+        decision: NearDuplicateDecision,
+        bad: Violations | None = None,
+        lease: tuple[str, str] | None = None,
+    ) -> MemoryRecord | LeaseLost | None:
+        """The survivor after the decision; None when a memory was gone (nothing
+        written). With `lease` (job id, token) the near_duplicate job completes in
+        the same transaction; LeaseLost (nothing written) when it is not held."""
         checked = _check(decision, bad if bad is not None else Violations())
 
-        def operation(conn: Any) -> MemoryRecord | None:
+        def operation(conn: Any) -> MemoryRecord | LeaseLost | None:
+            at = clock.now_text()
+            if lease is not None:
+                if not _held(conn, *lease):
+                    return LEASE_LOST
+                repo.complete_job(conn, lease[0], at)
             survivor = _live(conn, checked.namespace, checked.survivor_id)
             duplicate = _live(conn, checked.namespace, checked.duplicate_id)
             if survivor is None or duplicate is None:
                 return None
-            at = clock.now_text()
             details = {"similarity": round(checked.similarity, 6), "decided_by": checked.decided_by}
             if checked.action == "keep_both":
                 mutations.record_event(
@@ -120,14 +131,44 @@ class DedupStore:
 
         return await self._writer.submit(operation)
 
+    async def complete_checks(self, leases: Sequence[tuple[str, str]]) -> list[bool]:
+        """Finish near_duplicate jobs that found nothing to resolve; False per
+        lease not held (or not a near_duplicate job's)."""
+        if len(leases) > MAX_LEASES:
+            raise InvalidArgument("leases", f"at most {MAX_LEASES}")
+
+        def operation(conn: Any) -> list[bool]:
+            at = clock.now_text()
+            outcomes = []
+            for job_id, token in leases:
+                held = _held(conn, job_id, token)
+                if held:
+                    repo.complete_job(conn, job_id, at)
+                outcomes.append(held)
+            return outcomes
+
+        return await self._writer.submit(operation)
+
+
+class LeaseLost:
+    """The near_duplicate job's lease is not held: nothing was written."""
+
+
+LEASE_LOST = LeaseLost()
+
+
+def _held(conn: Any, job_id: str, token: str) -> bool:
+    job = repo.leased_job(conn, job_id, token)
+    return job is not None and job["job_type"] == "near_duplicate"
+
 
 def _live(conn: Any, namespace: str, memory_id: str) -> MemoryRecord | None:
-    """The memory when it is live and may be merged (memory_record.NEVER_MERGED_TYPES)."""
+    """The memory when it is live and may be merged (memory_record.may_merge)."""
     row = repo.fetch_one(conn, repo.get_memory_query(namespace, memory_id))
     if row is None or row["is_deleted"]:
         return None
     record = MemoryRecord.from_row(row)
-    if record.type in NEVER_MERGED_TYPES or record.expire_at is not None:
+    if not may_merge(record.type, record.expire_at is not None):
         return None
     return record
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import grpc
 
 from engram.store.internal.v1 import dedup_pb2, dedup_pb2_grpc
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from services.common.convert import memory_to_proto
 from services.common.errors import Violations
-from services.store.dedup import DedupStore, NearDuplicateDecision
+from services.store.dedup import DedupStore, LeaseLost, NearDuplicateDecision
 from services.store.servicer import namespace_of
 
 _ACTIONS = {
@@ -35,9 +36,26 @@ class DedupServicer(dedup_pb2_grpc.DedupServiceServicer):
                 decided_by=request.decided_by,
             ),
             bad,
+            (request.lease.job_id, request.lease.lease_token)
+            if request.HasField("lease")
+            else None,
         )
+        if isinstance(survivor, LeaseLost):
+            return dedup_pb2.ResolveNearDuplicateResponse(applied=False, lease_lost=True)
         if survivor is None:
             return dedup_pb2.ResolveNearDuplicateResponse(applied=False)
         return dedup_pb2.ResolveNearDuplicateResponse(
             applied=True, survivor=memory_to_proto(survivor)
+        )
+
+    async def CompleteNearDuplicateJobs(
+        self,
+        request: dedup_pb2.CompleteNearDuplicateJobsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> dedup_pb2.CompleteNearDuplicateJobsResponse:
+        held = await self._dedup.complete_checks(
+            [(lease.job_id, lease.lease_token) for lease in request.leases]
+        )
+        return dedup_pb2.CompleteNearDuplicateJobsResponse(
+            outcomes=[jq.LEASE_OUTCOME_OK if h else jq.LEASE_OUTCOME_LEASE_LOST for h in held]
         )

@@ -195,8 +195,6 @@ def check_completion(request: ExtractCompletion) -> list[_Checked]:
         raise InvalidArgument("extraction_model", f"at most {MAX_MODEL_CHARS} characters")
     if len(request.proposals) > MAX_PROPOSALS:
         raise InvalidArgument("proposals", f"at most {MAX_PROPOSALS} proposals")
-    if len(request.entities) > MAX_ENTITIES:
-        raise InvalidArgument("entities", f"at most {MAX_ENTITIES} entity triples")
     if len(request.warnings) > MAX_WARNINGS:
         raise InvalidArgument("warnings", f"at most {MAX_WARNINGS} warnings")
     checked = [
@@ -205,20 +203,41 @@ def check_completion(request: ExtractCompletion) -> list[_Checked]:
     dimensions = {len(p.vector) for p in request.proposals if p.vector}
     if len(dimensions) > 1:
         raise InvalidArgument("proposals", "all vectors of one call must have the same dimensions")
-    _check_named(request.named)
-    for index, triple in enumerate(request.entities):
-        field = f"entities[{index}]"
-        for name in ("source", "relationship", "target"):
-            value = getattr(triple, name)
-            if not value.strip():
-                raise InvalidArgument(f"{field}.{name}", "required")
-            if len(value) > MAX_ENTITY_CHARS:
-                raise InvalidArgument(f"{field}.{name}", f"at most {MAX_ENTITY_CHARS} characters")
-        _check_unit(triple.confidence, f"{field}.confidence")
+    check_named(request.named)
+    check_triples(request.entities, "entities")
     return checked
 
 
-def _check_named(named: Sequence[NamedEntity]) -> None:
+def check_triples(triples: Sequence[Triple], field: str) -> None:
+    """Entity triples as any completion hands them in (extraction, consolidation)."""
+    if len(triples) > MAX_ENTITIES:
+        raise InvalidArgument(field, f"at most {MAX_ENTITIES} entity triples")
+    for index, triple in enumerate(triples):
+        at = f"{field}[{index}]"
+        for name in ("source", "relationship", "target"):
+            value = getattr(triple, name)
+            if not value.strip():
+                raise InvalidArgument(f"{at}.{name}", "required")
+            if len(value) > MAX_ENTITY_CHARS:
+                raise InvalidArgument(f"{at}.{name}", f"at most {MAX_ENTITY_CHARS} characters")
+        _check_unit(triple.confidence, f"{at}.confidence")
+
+
+def check_fact(fact: Fact, field: str) -> None:
+    """A fact as any completion hands it in (extraction, consolidation)."""
+    if len(fact.content) > MAX_FACT_CHARS:
+        raise InvalidArgument(f"{field}.content", f"at most {MAX_FACT_CHARS} characters")
+    _check_unit(fact.confidence, f"{field}.confidence")
+    if fact.importance is not None:
+        _check_unit(fact.importance, f"{field}.importance")
+    if len(fact.categories) > MAX_CATEGORIES:
+        raise InvalidArgument(f"{field}.categories", f"at most {MAX_CATEGORIES}")
+    if any(not c.strip() or len(c) > MAX_CATEGORY_CHARS for c in fact.categories):
+        raise InvalidArgument(f"{field}.categories", f"each 1 to {MAX_CATEGORY_CHARS} characters")
+
+
+def check_named(named: Sequence[NamedEntity]) -> None:
+    """Named entities as any completion hands them in (extraction, consolidation)."""
     if len(named) > MAX_NAMED_ENTITIES:
         raise InvalidArgument("named_entities", f"at most {MAX_NAMED_ENTITIES} entities")
     for index, entity in enumerate(named):
@@ -238,17 +257,7 @@ def _check_named(named: Sequence[NamedEntity]) -> None:
 def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) -> _Checked:
     if proposal.action not in ACTIONS:
         raise InvalidArgument(f"{field}.action", "must be ADD, UPDATE, DELETE or NONE")
-    if len(proposal.fact.content) > MAX_FACT_CHARS:
-        raise InvalidArgument(f"{field}.fact.content", f"at most {MAX_FACT_CHARS} characters")
-    _check_unit(proposal.fact.confidence, f"{field}.fact.confidence")
-    if proposal.fact.importance is not None:
-        _check_unit(proposal.fact.importance, f"{field}.fact.importance")
-    if len(proposal.fact.categories) > MAX_CATEGORIES:
-        raise InvalidArgument(f"{field}.fact.categories", f"at most {MAX_CATEGORIES}")
-    if any(not c.strip() or len(c) > MAX_CATEGORY_CHARS for c in proposal.fact.categories):
-        raise InvalidArgument(
-            f"{field}.fact.categories", f"each 1 to {MAX_CATEGORY_CHARS} characters"
-        )
+    check_fact(proposal.fact, f"{field}.fact")
     _check_unit(proposal.confidence, f"{field}.confidence")
     if proposal.action in ("update", "delete") and not proposal.target_id:
         raise InvalidArgument(f"{field}.target_id", "required for UPDATE and DELETE")
@@ -416,11 +425,7 @@ class _JobWrite:
                 extraction_model=self.request.extraction_model,
                 source_memory_id=self.source.id,
                 valid_from=self.source.event_time,
-                categories=json.dumps(
-                    list(dict.fromkeys(c.strip().lower() for c in fact.categories))
-                ),
-                temporal_class=fact.temporal_class,
-                valid_until=_short_term_end(fact, self.source.event_time),
+                **fact_columns(fact, self.source.event_time),
             ),
             actor=ACTOR,
             reason=WHY,
@@ -613,6 +618,17 @@ def write_policy(config: Config) -> WritePolicy:
         destructive_max_per_job=p.destructiveMaxPerJob,
         max_job_attempts=p.workerMaxRetries,
     )
+
+
+def fact_columns(fact: Fact, valid_from: str) -> dict[str, Any]:
+    """A pipeline fact's categories, temporal class, end and confidence, as memory
+    columns."""
+    return {
+        "categories": json.dumps(list(dict.fromkeys(c.strip().lower() for c in fact.categories))),
+        "temporal_class": fact.temporal_class,
+        "valid_until": _short_term_end(fact, valid_from),
+        "confidence": fact.confidence,  # seed 003: decays and is reinforced from here
+    }
 
 
 def _short_term_end(fact: Fact, valid_from: str) -> str | None:

@@ -14,6 +14,8 @@ TYPE_NAMES = {
     job_pb2.JOB_TYPE_EXTRACT: "extract",
     job_pb2.JOB_TYPE_DOCUMENT_INGEST: "document_ingest",
     job_pb2.JOB_TYPE_SUMMARIZE_SESSION: "summarize_session",
+    job_pb2.JOB_TYPE_NEAR_DUPLICATE: "near_duplicate",
+    job_pb2.JOB_TYPE_CONSOLIDATE_SESSION: "consolidate_session",
 }
 TYPE_VALUES = {name: value for value, name in TYPE_NAMES.items()}
 STATUS_VALUES = {

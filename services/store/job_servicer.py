@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 
 from engram.store.internal.v1 import job_queue_pb2 as pb
@@ -11,6 +13,7 @@ from services.common.convert import temporal_from_proto, text_from_timestamp, ti
 from services.common.errors import InvalidArgument
 from services.common.facts import DEFAULT_ENTITY_TYPE, NamedEntity
 from services.common.validation import validate_namespace
+from services.store.consolidation import ConsolidateCompletion, Consolidation, SessionFact
 from services.store.extraction_writes import (
     ExtractCompletion,
     ExtractionWrites,
@@ -49,10 +52,17 @@ def _holder(message: pb.LeaseHolder) -> LeaseHolder:
 
 
 class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
-    def __init__(self, queue: JobQueue, extraction: ExtractionWrites, sessions: Sessions) -> None:
+    def __init__(
+        self,
+        queue: JobQueue,
+        extraction: ExtractionWrites,
+        sessions: Sessions,
+        consolidation: Consolidation,
+    ) -> None:
         self._queue = queue
         self._extraction = extraction
         self._sessions = sessions
+        self._consolidation = consolidation
 
     async def LeaseJobs(
         self, request: pb.LeaseJobsRequest, context: grpc.aio.ServicerContext
@@ -133,10 +143,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
                 ),
                 warnings=tuple(request.warnings),
                 embedding_model=request.embedding_model,
-                named=tuple(
-                    NamedEntity(n.name, n.entity_type or DEFAULT_ENTITY_TYPE, tuple(n.aliases))
-                    for n in request.named_entities
-                ),
+                named=named_entities(request.named_entities),
             )
         )
         return pb.CompleteExtractJobResponse(
@@ -163,6 +170,38 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             outcome=_outcomes([outcome.held])[0],
             memory_id=outcome.memory_id,
             superseded_by=outcome.superseded_by,
+            privacy_blocked=outcome.privacy_blocked,
+        )
+
+    async def CompleteConsolidateJob(
+        self, request: pb.CompleteConsolidateJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CompleteConsolidateJobResponse:
+        outcome = await self._consolidation.complete(
+            ConsolidateCompletion(
+                job_id=request.lease.job_id,
+                lease_token=request.lease.lease_token,
+                model=request.model,
+                facts=tuple(
+                    SessionFact(
+                        fact_from_proto(f.fact),
+                        tuple(f.source_memory_ids),
+                        tuple(
+                            Triple(e.source, e.relationship, e.target, e.confidence)
+                            for e in f.entities
+                        ),
+                    )
+                    for f in request.facts
+                ),
+                causal=tuple((c.cause_memory_id, c.effect_memory_id) for c in request.causal_links),
+                warnings=tuple(request.warnings),
+                named=named_entities(request.named_entities),
+            )
+        )
+        return pb.CompleteConsolidateJobResponse(
+            outcome=_outcomes([outcome.held])[0],
+            memory_ids=outcome.memory_ids,
+            skipped_facts=outcome.skipped,
+            causal_links=outcome.causal_links,
             privacy_blocked=outcome.privacy_blocked,
         )
 
@@ -229,4 +268,11 @@ def fact_from_proto(fact: pb.ProposedFact) -> Fact:
             fact.valid_until, fact.HasField("valid_until"), "proposals.fact.valid_until"
         ),
         categories=tuple(fact.categories),
+    )
+
+
+def named_entities(entities: Sequence[pb.NamedEntity]) -> tuple[NamedEntity, ...]:
+    return tuple(
+        NamedEntity(n.name, n.entity_type or DEFAULT_ENTITY_TYPE, tuple(n.aliases))
+        for n in entities
     )

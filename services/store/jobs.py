@@ -23,12 +23,22 @@ from services.common.errors import (
     FieldViolation,
     InvalidArgument,
 )
+from services.common.memory_record import may_merge
 from services.common.vectors import normalized_f32
-from services.store import document_sql, mutations, sessions
+from services.store import consolidation, document_sql, mutations, sessions
 from services.store import repository as repo
 from services.store.writer import Writer
 
-JOB_TYPES = ("embed", "extract", "document_ingest", "summarize_session")
+JOB_TYPES = (
+    "embed",
+    "extract",
+    "document_ingest",
+    "summarize_session",
+    "near_duplicate",
+    "consolidate_session",
+)
+# Jobs about a memory's current content: one whose memory is gone is finished, not leased.
+_MEMORY_CONTENT_JOBS = ("embed", "near_duplicate")
 MAX_BATCH = 500
 MAX_ERROR_CHARS = 2000
 MAX_WORKER_NAME_CHARS = 200
@@ -124,11 +134,14 @@ class JobQueue:
         *,
         lease_timeout_ms: int,
         max_job_attempts: int,
+        near_duplicates: bool = False,
     ) -> None:
+        """`near_duplicates`: an embedded memory gets a near_duplicate job (`dedup.enabled`)."""
         self._writer = writer
         self._reads = reads
         self._lease_timeout_ms = lease_timeout_ms
         self._max_attempts = max_job_attempts
+        self._near_duplicates = near_duplicates
         # long-polling leases wait on these; every writer commit settles them
         self._commit_waiters: set[asyncio.Future[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -254,7 +267,9 @@ class JobQueue:
             at = clock.now_text()
             leased: list[LeasedJob] = []
             for row in repo.due_jobs(conn, job_type, namespaces, at, max_jobs):
-                if job_type == "embed" and (row["content"] is None or row["is_deleted"]):
+                if job_type in _MEMORY_CONTENT_JOBS and (
+                    row["content"] is None or row["is_deleted"]
+                ):
                     repo.complete_job(conn, row["id"], at, '{"skipped":"memory deleted"}')
                     continue
                 if job_type == "document_ingest" and not row["has_document"]:
@@ -265,6 +280,13 @@ class JobQueue:
                     session_id, content = sessions.transcript(conn, row["id"], row["namespace"])
                     if not content:
                         repo.complete_job(conn, row["id"], at, '{"skipped":"no live turns"}')
+                        continue
+                if job_type == "consolidate_session":
+                    session_id, content = consolidation.lease_content(
+                        conn, row["id"], row["namespace"]
+                    )
+                    if not content:
+                        consolidation.nothing_to_consolidate(conn, row["id"], row["namespace"], at)
                         continue
                 token = uuid.uuid4().hex
                 repo.mark_leased(conn, row["id"], token, at, owner)
@@ -421,7 +443,7 @@ class JobQueue:
                     continue
                 # Indexed when the vector is for its content; else (the content
                 # changed while this job was leased) a new embed job.
-                mutations.index_or_enqueue(
+                indexed = mutations.index_or_enqueue(
                     conn,
                     [
                         mutations.vector_target(
@@ -433,6 +455,24 @@ class JobQueue:
                         )
                     ],
                 )
+                if (
+                    indexed
+                    and self._near_duplicates
+                    and may_merge(memory["type"], memory["expire_at"] is not None)
+                ):
+                    # in the queue, not the pipeline's memory: a restart loses no check
+                    repo.enqueue_jobs(
+                        conn,
+                        [
+                            repo.job_row(
+                                job["namespace"],
+                                job["memory_id"],
+                                "near_duplicate",
+                                self._max_attempts,
+                                at,
+                            )
+                        ],
+                    )
             return outcomes
 
         return await self._writer.submit(operation)

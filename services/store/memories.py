@@ -82,6 +82,7 @@ class PatchSpec:
     if_version: int | None = None
     supersede: bool = False  # a new memory replaces this one (services/store/supersede.py)
     valid_from: str | None = None  # with supersede: when the new one starts (None: now)
+    categories: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -155,16 +156,20 @@ class MemoryStore:
         extract_on_create: bool = False,
         privacy: PrivacyPolicy | None = None,
         pii: PiiGate | None = None,
+        consolidate_sessions: bool = False,
     ) -> None:
         """`extract_on_create`: `memory.pipelineV2.enabled`. A new memory gets an
         `extract` job only then: nothing would ever take it otherwise, and the
         queue would grow with every memory (StoreAdminService.BackfillExtraction
-        queues the memories remembered while it was off)."""
+        queues the memories remembered while it was off). `consolidate_sessions`
+        (services.common.config.consolidation_enabled): the sessions of new
+        memories are tracked, and consolidated when they end."""
         self._writer = writer
         self._reads = reads
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
         self._extract = extract_on_create
+        self._consolidate = consolidate_sessions
         self.privacy = privacy or PrivacyPolicy({})
         self._pii = pii or PiiGate(PiiSettings())
 
@@ -185,7 +190,11 @@ class MemoryStore:
         namespace's, forbids the write)."""
         self.privacy.check_write(draft.namespace, privacy, long_term=draft.ttl_nanos is None)
         [prepared] = prepare_drafts(
-            [draft], clock.now_text(), self._max_attempts, extract=self._extract
+            [draft],
+            clock.now_text(),
+            self._max_attempts,
+            extract=self._extract,
+            consolidate=self._consolidate,
         )
         # Concurrent Remembers in one writer group run as one batch: one statement
         # per table for all of them (dedup within the batch included).
@@ -195,7 +204,11 @@ class MemoryStore:
         """One ImportMemories stream (refused at once when mutations are frozen)."""
         self._writer.check_writable()
         return ImportSession(
-            self._writer, self._max_attempts, extract=self._extract, privacy=self.privacy
+            self._writer,
+            self._max_attempts,
+            extract=self._extract,
+            privacy=self.privacy,
+            consolidate=self._consolidate,
         )
 
     async def import_drafts(
@@ -355,6 +368,9 @@ class MemoryStore:
         if patch.tags is not None and patch.tags != current.tags:
             changes["tags"] = json.dumps(list(patch.tags))
             changed["tags"] = list(patch.tags)
+        if patch.categories is not None and patch.categories != current.categories:
+            changes["categories"] = json.dumps(list(patch.categories))
+            changed["categories"] = list(patch.categories)
         pinned = current.pinned if patch.pinned is None else patch.pinned
         importance = current.importance if patch.importance is None else patch.importance
         importance = rules.effective_importance(pinned, importance)
@@ -417,6 +433,9 @@ class MemoryStore:
                 session_id=current.session_id or None,
                 expire_at=current.expire_at,
                 valid_from=valid_from,
+                categories=json.dumps(
+                    list(current.categories if patch.categories is None else patch.categories)
+                ),
             ),
             actor=actor,
             reason=patch.reason,
@@ -567,7 +586,15 @@ class MemoryStore:
             repo.update_memory(
                 conn,
                 memory_id,
-                {"is_deleted": 0, "deleted_at": None, "version": new_version, "updated_at": at},
+                {
+                    "is_deleted": 0,
+                    "deleted_at": None,
+                    "version": new_version,
+                    "updated_at": at,
+                    # seed 003 decay: recovering is a use; the decay clock restarts, so a
+                    # memory pruned as weak is not pruned again by the next sweep
+                    "last_accessed": at,
+                },
             )
             mutations.index_or_enqueue(
                 conn,
@@ -633,6 +660,7 @@ class _CheckedPatch:
     if_version: int | None
     supersede: bool = False
     valid_from: str | None = None
+    categories: tuple[str, ...] | None = None
 
 
 def _check_patches(
@@ -662,6 +690,7 @@ def _check_patches(
                 patch.tags,
                 patch.pinned,
                 patch.who,
+                patch.categories,
             )
         ):
             bad.add(field, "sets no field to change")
@@ -703,6 +732,15 @@ def _check_patches(
                 if_version=patch.if_version,
                 supersede=patch.supersede,
                 valid_from=patch.valid_from,
+                categories=None
+                if patch.categories is None
+                else bad.check(
+                    None,
+                    rules.check_categories,
+                    patch.categories,
+                    f"{field}.categories",
+                    pii=pii,
+                ),
             )
         )
     return checked
@@ -799,9 +837,16 @@ class ImportSession:
     the whole chunks before that point are committed and the rest is dropped."""
 
     def __init__(
-        self, writer: Writer, max_attempts: int, *, extract: bool, privacy: PrivacyPolicy
+        self,
+        writer: Writer,
+        max_attempts: int,
+        *,
+        extract: bool,
+        privacy: PrivacyPolicy,
+        consolidate: bool = False,
     ) -> None:
         self._writer = writer
+        self._consolidate = consolidate
         self._privacy = privacy
         self._max_attempts = max_attempts
         self._extract = extract
@@ -859,6 +904,7 @@ class ImportSession:
             clock.now_text(),
             self._max_attempts,
             extract=self._extract,
+            consolidate=self._consolidate,
         )
         indexes = [index for index, _ in batch]
 
@@ -880,10 +926,16 @@ class ImportSession:
 
 
 def prepare_drafts(
-    drafts: Sequence[MemoryDraft], at: str, max_attempts: int, *, extract: bool
+    drafts: Sequence[MemoryDraft],
+    at: str,
+    max_attempts: int,
+    *,
+    extract: bool,
+    consolidate: bool = False,
 ) -> list[mutations.NewMemory]:
     """The rows of Remembered or imported drafts, built before the writer sees them;
-    `extract`: each gets an `extract` job (the pipeline is enabled)."""
+    `extract`: each gets an `extract` job (the pipeline is enabled); `consolidate`:
+    their sessions are tracked for consolidation."""
     new_id = repo.new_id
     new_memory = mutations.new_memory
     prepared: list[mutations.NewMemory] = []
@@ -911,6 +963,9 @@ def prepare_drafts(
                     expire_at=None
                     if draft.ttl_nanos is None
                     else clock.plus_nanos(at, draft.ttl_nanos),
+                    valid_from=draft.valid_from,
+                    categories=json.dumps(list(draft.categories)),
+                    valid_until=draft.valid_until,
                 ),
                 actor=draft.actor or draft.who or rules.DEFAULT_ACTOR,
                 reason=draft.why or "remember",
@@ -919,6 +974,7 @@ def prepare_drafts(
                 # would outlive the ttl it was given.
                 extract=extract and draft.ttl_nanos is None,
                 timeline=True,
+                consolidate=consolidate,
             )
         )
     return prepared
@@ -967,4 +1023,6 @@ def _new_record(draft: MemoryDraft, row: repo.MemoryRow) -> MemoryRecord:
         session_id=row.session_id or "",
         expire_at=row.expire_at,
         valid_from=row.valid_from or row.event_time,
+        valid_until=row.valid_until,
+        categories=tuple(draft.categories),
     )

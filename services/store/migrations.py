@@ -661,6 +661,47 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         CREATE INDEX entity_aliases_entity ON entity_aliases(entity_id);
         """,
     ),
+    (
+        "session_consolidations",
+        """
+        -- Issue 17 / seed 003 `sessions_consolidations`: a session's
+        -- lifecycle for consolidation, per namespace (a session id is scoped
+        -- to its namespace). Registered when the first memory of the session
+        -- is written; ended (and its consolidate_session job queued, in the
+        -- same transaction) when a new session starts in the namespace or it
+        -- idles past sessions.consolidate_after_idle_ms; consolidated_at is
+        -- set by the job's completion. A memory arriving for a consolidated
+        -- session reopens it (ended_at, job_id cleared; consolidated_through
+        -- kept, so the next job reads only what came later).
+        CREATE TABLE session_consolidations (
+            namespace            TEXT NOT NULL,
+            session_id           TEXT NOT NULL,
+            first_seen_at        TEXT NOT NULL,
+            last_seen_at         TEXT NOT NULL,
+            ended_at             TEXT,
+            end_reason           TEXT,
+            job_id               TEXT,
+            consolidated_at      TEXT,
+            consolidated_through TEXT,
+            PRIMARY KEY (namespace, session_id)
+        );
+        CREATE INDEX session_consolidations_open
+            ON session_consolidations(namespace, last_seen_at) WHERE ended_at IS NULL;
+        CREATE INDEX session_consolidations_idle
+            ON session_consolidations(last_seen_at) WHERE ended_at IS NULL;
+        """,
+    ),
+    (
+        "memory_decay",
+        """
+        -- Issue 17, seed 003 "Ebbinghaus decay": the stored part of a memory's
+        -- confidence (as of its last access; reinforcement raises it) and its
+        -- own decay rate (NULL: memory.decay_rate_default; 0: protected). The
+        -- decayed confidence is computed at read (services/common/forgetting.py).
+        ALTER TABLE memories ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0;
+        ALTER TABLE memories ADD COLUMN decay_rate REAL;
+        """,
+    ),
 )
 
 

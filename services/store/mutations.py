@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent
 from services.store import extraction_sql as link_sql
-from services.store import graph_sql
+from services.store import graph_sql, session_lifecycle
 from services.store import repository as repo
 
 # ---- vectors ------------------------------------------------------------------------
@@ -149,6 +149,8 @@ class NewMemory:
     # On its session's timeline (Remember, Import, AppendTurn): it follows the
     # session's previous memory by a `temporal` link (seed 003 "Hot path").
     timeline: bool = False
+    # its session takes part in consolidation (services/store/session_lifecycle.py)
+    consolidate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +185,11 @@ def new_memory(
     extract: bool = True,
     vector: SuppliedVector | None = None,
     timeline: bool = False,
+    consolidate: bool = False,
 ) -> NewMemory:
     """`metadata`: more for the `created` event than its version and type;
-    `timeline`: see NewMemory.timeline."""
+    `timeline`: see NewMemory.timeline; `consolidate`: a memory of a session
+    that is tracked for consolidation."""
     at = row.created_at
     return NewMemory(
         row,
@@ -205,6 +209,7 @@ def new_memory(
         repo.job_row(row.namespace, row.id, "extract", max_attempts, at) if extract else None,
         vector,
         timeline,
+        consolidate and bool(row.session_id),
     )
 
 
@@ -226,7 +231,9 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
 
     One statement per table for the whole batch: rows (FTS by trigger),
     `created` events, jobs; a content the namespace embedded before is indexed
-    at once instead of getting an embed job."""
+    at once instead of getting an embed job. A fresh memory of a session
+    tracked for consolidation tells the session's lifecycle, in this
+    transaction (services/store/session_lifecycle.py)."""
     known: dict[tuple[str, str], repo.Twin | int] = {}  # a stored twin, or an index in `fresh`
     hashes: dict[str, list[str]] = {}
     for item in items:
@@ -282,6 +289,14 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
         [item.target for item in fresh],
         [item.extract_job for item in fresh if item.extract_job is not None],
     )
+    tracked = [item for item in fresh if item.consolidate]
+    if tracked:
+        session_lifecycle.track(
+            conn,
+            [(item.row.namespace, item.row.session_id or "") for item in tracked],
+            tracked[0].row.created_at,
+            tracked[0].target.embed_job.max_attempts,
+        )
     if stored:
         results = [Created(r.memory_id, r.deduplicated, r.memory_id in stored) for r in results]
     return results

@@ -7,8 +7,10 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from services.common import clock
 from services.common.errors import InvalidArgument, Violations, echo
-from services.common.importance import effective_importance
+from services.common.facts import MAX_CATEGORIES, MAX_CATEGORY_CHARS
+from services.common.importance import DEFAULT_IMPORTANCE, effective_importance
 from services.common.memory_record import MEMORY_TYPES
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
 from services.common.pii import DEFAULT_POLICY, PiiPolicy, gate
@@ -17,7 +19,6 @@ from services.common.validation import check_session_id
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_TAGS = 32
 MAX_TAG_CHARS = 64
-DEFAULT_IMPORTANCE = 0.8
 MAX_TEXT_FIELD_CHARS = {"who": 256, "why": 1024, "source_type": 64, "source_id": 512}
 MAX_REASON_CHARS = 1024
 MAX_ACTOR_CHARS = 256
@@ -60,6 +61,9 @@ class MemoryDraft:
     actor: str = ""
     session_id: str = ""  # "" for none
     ttl_nanos: int | None = None  # None: long-term
+    categories: tuple[str, ...] = ()
+    valid_from: str | None = None  # None: the event time
+    valid_until: str | None = None  # None: still true
 
 
 def infer_type(content: str) -> str:
@@ -126,9 +130,27 @@ def check_tags(tags: Iterable[str], field: str, *, pii: PiiPolicy | None = None)
     """Trimmed, lower-cased, de-duplicated in first-seen order, within the limits
     (every bad tag is named). With `pii`, each tag passes the PII gate first (before
     lower-casing, which would hide a key's prefix)."""
+    return _check_labels(tags, field, MAX_TAGS, MAX_TAG_CHARS, "tags", pii)
+
+
+def check_categories(
+    categories: Iterable[str], field: str, *, pii: PiiPolicy | None = None
+) -> tuple[str, ...]:
+    """Categories (seed 004 §6) are labels like tags, with the extraction's limits."""
+    return _check_labels(categories, field, MAX_CATEGORIES, MAX_CATEGORY_CHARS, "categories", pii)
+
+
+def _check_labels(
+    labels: Iterable[str],
+    field: str,
+    max_count: int,
+    max_chars: int,
+    noun: str,
+    pii: PiiPolicy | None,
+) -> tuple[str, ...]:
     cleaned: dict[str, None] = {}
     bad = Violations()
-    for index, tag in enumerate(tags):
+    for index, tag in enumerate(labels):
         value = unicodedata.normalize("NFC", tag)
         if pii is not None:
             with bad.collecting():
@@ -138,12 +160,12 @@ def check_tags(tags: Iterable[str], field: str, *, pii: PiiPolicy | None = None)
         value = value.strip().lower()
         if is_blank(value):
             bad.add(f"{field}[{index}]", "must not be empty")
-        elif len(value) > MAX_TAG_CHARS:
-            bad.add(f"{field}[{index}]", f"must be at most {MAX_TAG_CHARS} characters")
+        elif len(value) > max_chars:
+            bad.add(f"{field}[{index}]", f"must be at most {max_chars} characters")
         else:
             cleaned.setdefault(value, None)
-    if len(cleaned) > MAX_TAGS:
-        bad.add(field, f"at most {MAX_TAGS} tags")
+    if len(cleaned) > max_count:
+        bad.add(field, f"at most {max_count} {noun}")
     bad.raise_if_any()
     return tuple(cleaned)
 
@@ -202,6 +224,9 @@ def draft_memory(
     ttl_nanos: int | None = None,
     prefixes: bool = True,
     pii: PiiPolicy = DEFAULT_POLICY,
+    categories: Iterable[str] = (),
+    valid_from: str | None = None,
+    valid_until: str | None = None,
 ) -> MemoryDraft:
     """Validate one Remember/Import input; field names in errors get `field_prefix`;
     `pii`: the write's PII policy (the namespace's or the request's); `prefixes`
@@ -219,6 +244,9 @@ def draft_memory(
         whole, check_content, body, f"{field_prefix}content", whole if unchanged else None, pii=pii
     )
     all_tags = bad.check((), check_tags, [*prefix_tags, *tags], f"{field_prefix}tags", pii=pii)
+    all_categories = bad.check(
+        (), check_categories, categories, f"{field_prefix}categories", pii=pii
+    )
     chosen_type = (
         bad.check("fact", check_type, memory_type, f"{field_prefix}type")
         if memory_type
@@ -254,6 +282,11 @@ def draft_memory(
         bad.check("", check_session_id, session_id, f"{field_prefix}session_id")
     if ttl_nanos is not None:
         bad.check(None, check_ttl, ttl_nanos, f"{field_prefix}ttl")
+    if valid_until is not None and valid_until <= (valid_from or event_time or clock.now_text()):
+        bad.add(
+            f"{field_prefix}valid_until",
+            "must be after valid_from (unset: event_time, itself now when unset)",
+        )
     bad.raise_if_any()
     return MemoryDraft(
         namespace=namespace,
@@ -266,5 +299,8 @@ def draft_memory(
         actor=actor,
         session_id=session_id,
         ttl_nanos=ttl_nanos,
+        categories=all_categories,
+        valid_from=valid_from,
+        valid_until=valid_until,
         **texts,
     )

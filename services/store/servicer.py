@@ -24,6 +24,7 @@ from services.common.errors import InvalidArgument, Violations
 from services.common.pii import PiiAction, PiiPolicy
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.store import rules
+from services.store.consolidation import Consolidation
 from services.store.entities import EntityRecord, get_entity, list_entities
 from services.store.explain import explain, list_links
 from services.store.memories import (
@@ -33,6 +34,7 @@ from services.store.memories import (
     PatchSpec,
 )
 from services.store.sessions import Sessions, Turn
+from services.store.weak import WeakMemories
 
 MAX_IMPORT_BATCH = 1000
 
@@ -52,6 +54,12 @@ _TURN_ROLES = {
     store_pb2.TURN_ROLE_ASSISTANT: "assistant",
     store_pb2.TURN_ROLE_SYSTEM: "system",
     store_pb2.TURN_ROLE_TOOL: "tool",
+}
+_CONSOLIDATION_STATES = {
+    "open": store_pb2.SESSION_CONSOLIDATION_STATE_OPEN,
+    "queued": store_pb2.SESSION_CONSOLIDATION_STATE_QUEUED,
+    "consolidated": store_pb2.SESSION_CONSOLIDATION_STATE_CONSOLIDATED,
+    "failed": store_pb2.SESSION_CONSOLIDATION_STATE_FAILED,
 }
 _DIRECTIONS = {
     store_pb2.LINK_DIRECTION_OUTGOING: "outgoing",
@@ -147,7 +155,24 @@ def _draft(
             None, nanos_from_duration, item.ttl, item.HasField("ttl"), f"{field_prefix}ttl"
         ),
         pii=pii,
+        categories=item.categories,
+        valid_from=_valid_time(item, "valid_from", field_prefix, bad),
+        valid_until=_valid_time(item, "valid_until", field_prefix, bad),
     )
+
+
+def _valid_time(item: Any, name: str, field_prefix: str, bad: Violations) -> str | None:
+    """An ImportItem's valid_from/valid_until (RememberRequest has neither)."""
+    if name not in item.DESCRIPTOR.fields_by_name:
+        return None
+    value: str | None = bad.check(
+        None,
+        text_from_timestamp,
+        getattr(item, name),
+        item.HasField(name),
+        f"{field_prefix}{name}",
+    )
+    return value
 
 
 def _optional(message: Any, name: str) -> Any:
@@ -161,9 +186,17 @@ def _privacy(bad: Violations, level: privacy_pb2.PrivacyLevel.ValueType) -> str:
 
 
 class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
-    def __init__(self, store: MemoryStore, sessions: Sessions) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        sessions: Sessions,
+        consolidation: Consolidation,
+        weak: WeakMemories,
+    ) -> None:
         self._store = store
         self._sessions = sessions
+        self._consolidation = consolidation
+        self._weak = weak
 
     async def Remember(
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
@@ -271,6 +304,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                 type=_optional(p, "type"),
                 importance=_optional(p, "importance"),
                 tags=tuple(p.tags.values) if p.HasField("tags") else None,
+                categories=tuple(p.categories.values) if p.HasField("categories") else None,
                 pinned=_optional(p, "pinned"),
                 who=_optional(p, "who"),
                 reason=p.reason,
@@ -441,6 +475,25 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             turn_count=outcome.turn_count,
         )
 
+    async def GetSession(
+        self, request: store_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.GetSessionResponse:
+        bad = Violations()
+        found = await self._consolidation.session(
+            namespace_of(bad, request.namespace), request.session_id, bad
+        )
+        return store_pb2.GetSessionResponse(
+            session_id=found.session_id,
+            state=_CONSOLIDATION_STATES[found.state],
+            first_seen_time=timestamp_from_text(found.first_seen_at),
+            last_seen_time=timestamp_from_text(found.last_seen_at),
+            end_time=timestamp_from_text(found.ended_at),
+            end_reason=found.end_reason,
+            job_id=found.job_id,
+            consolidate_time=timestamp_from_text(found.consolidated_at),
+            error=found.error,
+        )
+
     async def ExplainMemory(
         self, request: store_pb2.ExplainMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ExplainMemoryResponse:
@@ -540,6 +593,24 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         )
         return store_pb2.ListEntitiesResponse(
             entities=[_entity_to_proto(e) for e in entities], next_page_token=next_token
+        )
+
+    async def ListWeakMemories(
+        self, request: store_pb2.ListWeakMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ListWeakMemoriesResponse:
+        bad = Violations()
+        found, next_token = await self._weak.page(
+            namespace_of(bad, request.namespace), request.page_size, request.page_token, bad
+        )
+        return store_pb2.ListWeakMemoriesResponse(
+            memories=[
+                store_pb2.WeakMemory(
+                    memory=memory_to_proto(w.memory), current_confidence=w.current_confidence
+                )
+                for w in found
+            ],
+            next_page_token=next_token,
+            decay_threshold=self._weak.policy.threshold,
         )
 
 

@@ -87,3 +87,157 @@ def job_payload(conn: Any, job_id: str) -> dict[str, Any]:
 
 def set_job_payload(conn: Any, job_id: str, payload: dict[str, Any]) -> None:
     conn.execute("UPDATE memory_jobs SET payload = ? WHERE id = ?", (json.dumps(payload), job_id))
+
+
+# ---- consolidation (issue 17, seed 003 `sessions_consolidations`) ------------------------
+
+CONSOLIDATE_JOB = "consolidate_session"
+# The open job states: a session whose job is in one of them is not reopened.
+_OPEN_JOB = ("pending", "leased")
+
+
+def consolidation_row(conn: Any, namespace: str, session_id: str) -> Any:
+    return conn.execute(
+        "SELECT s.*, j.status AS job_status FROM session_consolidations s "
+        "LEFT JOIN memory_jobs j ON j.id = s.job_id "
+        "WHERE s.namespace = ? AND s.session_id = ?",
+        (namespace, session_id),
+    ).fetchone()
+
+
+def consolidation_query(namespace: str, session_id: str) -> tuple[str, list[Any]]:
+    """The session's lifecycle row with its job's status and error (a read)."""
+    return (
+        "SELECT s.*, j.status AS job_status, j.error AS job_error, j.attempts AS job_attempts "
+        "FROM session_consolidations s LEFT JOIN memory_jobs j ON j.id = s.job_id "
+        "WHERE s.namespace = ? AND s.session_id = ?",
+        [namespace, session_id],
+    )
+
+
+def job_is_open(row: Any) -> bool:
+    return row["job_status"] in _OPEN_JOB
+
+
+def register_session(conn: Any, namespace: str, session_id: str, at: str) -> None:
+    conn.execute(
+        "INSERT INTO session_consolidations (namespace, session_id, first_seen_at, "
+        "last_seen_at) VALUES (?, ?, ?, ?)",
+        (namespace, session_id, at, at),
+    )
+
+
+def touch_session(conn: Any, namespace: str, session_id: str, at: str, *, reopen: bool) -> None:
+    """A new memory of the session: seen now; `reopen` clears its end."""
+    reopened = ", ended_at = NULL, end_reason = NULL, job_id = NULL" if reopen else ""
+    conn.execute(
+        f"UPDATE session_consolidations SET last_seen_at = max(last_seen_at, ?){reopened} "
+        "WHERE namespace = ? AND session_id = ?",
+        (at, namespace, session_id),
+    )
+
+
+def other_open_sessions(conn: Any, namespace: str, session_id: str) -> list[str]:
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT session_id FROM session_consolidations WHERE namespace = ? "
+            "AND ended_at IS NULL AND session_id != ? ORDER BY first_seen_at",
+            (namespace, session_id),
+        )
+    ]
+
+
+def idle_sessions(conn: Any, seen_before: str, limit: int) -> list[tuple[str, str]]:
+    """(namespace, session id) of open sessions with no memory since `seen_before`."""
+    return [
+        (row[0], row[1])
+        for row in conn.execute(
+            "SELECT namespace, session_id FROM session_consolidations "
+            "WHERE ended_at IS NULL AND last_seen_at < ? ORDER BY last_seen_at LIMIT ?",
+            (seen_before, limit),
+        )
+    ]
+
+
+def end_session(
+    conn: Any, namespace: str, session_id: str, reason: str, job_id: str, at: str
+) -> None:
+    conn.execute(
+        "UPDATE session_consolidations SET ended_at = ?, end_reason = ?, job_id = ? "
+        "WHERE namespace = ? AND session_id = ?",
+        (at, reason, job_id, namespace, session_id),
+    )
+
+
+def enqueue_consolidate_job(
+    conn: Any, namespace: str, session_id: str, max_attempts: int, at: str
+) -> str:
+    job_id = repo.new_id()
+    conn.execute(
+        "INSERT INTO memory_jobs (id, namespace, job_type, payload, max_attempts, "
+        "available_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            job_id,
+            namespace,
+            CONSOLIDATE_JOB,
+            json.dumps({"session_id": session_id}),
+            max_attempts,
+            at,
+            at,
+            at,
+        ),
+    )
+    return job_id
+
+
+def session_memories(
+    conn: Any, namespace: str, session_id: str, after: str | None, limit: int
+) -> list[Any]:
+    """The session's live memories (short- and long-term, its summaries
+    excepted) created after `after`, oldest first, at most `limit`."""
+    return list(
+        conn.execute(
+            "SELECT m.id, m.content, m.who, m.type, m.created_at, m.event_time "
+            "FROM memories m WHERE m.namespace = ? AND m.session_id = ? "
+            f"AND {live_sql('m')} AND m.type != ? AND m.created_at > ? "
+            "ORDER BY m.created_at, m.id LIMIT ?",
+            (namespace, session_id, SUMMARY_TYPE, after or "", limit),
+        ).fetchall()
+    )
+
+
+def live_session_memories(
+    conn: Any, namespace: str, session_id: str, ids: list[str]
+) -> dict[str, Any]:
+    """Those of `ids` that are live memories of the session, by id."""
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    rows = conn.execute(
+        "SELECT m.id, m.event_time FROM memories m WHERE m.namespace = ? AND m.session_id = ? "
+        f"AND {live_sql('m')} AND m.id IN ({marks})",
+        (namespace, session_id, *ids),
+    ).fetchall()
+    return {row["id"]: row for row in rows}
+
+
+def mark_consolidated(
+    conn: Any, namespace: str, session_id: str, job_id: str, through: str | None, at: str
+) -> None:
+    """Done for this job's end; `through` (the newest memory it read) only moves forward."""
+    conn.execute(
+        "UPDATE session_consolidations SET consolidated_at = ?, "
+        "consolidated_through = max(coalesce(consolidated_through, ''), coalesce(?, '')) "
+        "WHERE namespace = ? AND session_id = ? AND job_id = ?",
+        (at, through, namespace, session_id, job_id),
+    )
+
+
+def requeue_session(conn: Any, namespace: str, session_id: str, job_id: str, next_job: str) -> None:
+    """The session's consolidation continues with `next_job` (if `job_id` was its job)."""
+    conn.execute(
+        "UPDATE session_consolidations SET job_id = ? "
+        "WHERE namespace = ? AND session_id = ? AND job_id = ?",
+        (next_job, namespace, session_id, job_id),
+    )

@@ -140,6 +140,11 @@ CALLS: dict[str, Call] = {
     "/engram.store.v1.MemoryStoreService/ListEntities": lambda w, ns, md: w.store.ListEntities(
         pb.ListEntitiesRequest(namespace=ns), metadata=md, timeout=TIMEOUT
     ),
+    "/engram.store.v1.MemoryStoreService/ListWeakMemories": lambda w, ns, md: (
+        w.store.ListWeakMemories(
+            pb.ListWeakMemoriesRequest(namespace=ns), metadata=md, timeout=TIMEOUT
+        )
+    ),
     "/engram.store.v1.MemoryStoreService/ListMemoryHistory": lambda w, ns, md: (
         w.store.ListMemoryHistory(
             pb.ListMemoryHistoryRequest(namespace=ns, memory_id=w.ids["get"]),
@@ -169,6 +174,11 @@ CALLS: dict[str, Call] = {
             timeout=TIMEOUT,
         ),
     )[1],
+    "/engram.store.v1.MemoryStoreService/GetSession": lambda w, ns, md: w.store.GetSession(
+        pb.GetSessionRequest(namespace=ns, session_id="table-session"),
+        metadata=md,
+        timeout=TIMEOUT,
+    ),
     "/engram.search.v1.SearchService/Recall": lambda w, ns, md: w.search.Recall(
         spb.RecallRequest(namespace=ns, query="table"), metadata=md, timeout=TIMEOUT
     ),
@@ -255,6 +265,8 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "ListMemoryLinks",
         "GetEntity",
         "ListEntities",
+        "GetSession",
+        "ListWeakMemories",
         "GetDocument",
         "ListDocumentChunks",
         "WatchDocument",
@@ -277,7 +289,10 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, llm: LlmServer) -> Iterator[World]:
-    suite = start_auth_suite(tmp_path_factory.mktemp("auth"), llm.url)
+    # session consolidation on: GetSession has a session to show
+    suite = start_auth_suite(
+        tmp_path_factory.mktemp("auth"), llm.url, {"sessions.consolidate": "on"}
+    )
     try:
         keys = {
             "reader": suite.key("reader", "team-a*", name="reader-a"),
@@ -302,6 +317,12 @@ def world(tmp_path_factory: pytest.TempPathFactory, llm: LlmServer) -> Iterator[
             w.ids[name] = w.store.Remember(
                 pb.RememberRequest(namespace=NS, content=f"table memory {name}"), metadata=admin
             ).memory.id
+        w.store.AppendTurn(
+            pb.AppendTurnRequest(
+                namespace=NS, session_id="table-session", role=pb.TURN_ROLE_USER, content="hi"
+            ),
+            metadata=admin,
+        )
         w.ids["elsewhere"] = w.store.Remember(
             pb.RememberRequest(namespace="team-c", content="a memory in team-c"), metadata=admin
         ).memory.id

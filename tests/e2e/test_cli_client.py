@@ -1,5 +1,5 @@
 """The CLI's client commands (`engram remember|recall|get|list|history|explain|
-supersede|forget|import|export|diagnostics`) as a user runs them, against a real `engram up` suite."""
+weak|supersede|forget|import|export|diagnostics`) as a user runs them, against a real `engram up` suite."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from e2e_helpers import REPO_ROOT, Launcher, RunningSuite, clean_env, engram_command, start_suite
+from services.common.clock import days_ago_text
+from services.common.db import open_read_write
 
 
 @pytest.fixture(scope="module")
@@ -187,8 +189,13 @@ def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_pat
         "msg-9",
         "--event-time",
         "2026-01-02T03:04:05.123456789Z",
+        "--category",
+        "Tools",
     )
-    rows = "".join(json.dumps({"content": f"bulk fact {n}"}) + "\n" for n in range(700))  # > a page
+    # valid time rides along (a known end in the future keeps it listed now)
+    ending = {"content": "the offsite lasts", "valid_until": "2999-01-01T00:00:00Z"}
+    rows = "".join(json.dumps({"content": f"bulk fact {n}"}) + "\n" for n in range(699))  # > a page
+    rows += json.dumps(ending) + "\n"
     engram(suite, "import", "-", "-n", source_ns, stdin=rows)
     exported = engram(suite, "export", "-n", source_ns).stdout
     dump = tmp_path / "dump.jsonl"
@@ -206,6 +213,9 @@ def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_pat
         "source_type",
         "source_id",
         "event_time",
+        "categories",
+        "valid_from",
+        "valid_until",
     )
 
     def memories(ns: str) -> list[tuple[Any, ...]]:
@@ -219,6 +229,15 @@ def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_pat
         "bob",
         "editor",
     ]
+    assert bob["categories"] == ["tools"] and bob["valid_from"] == bob["event_time"]
+    assert (
+        json.loads(next(line for line in exported.splitlines() if "offsite" in line))["valid_until"]
+        == "2999-01-01T00:00:00Z"
+    )
+    listed = json_lines(
+        engram(suite, "list", "-n", copy_ns, "--category", "TOOLS", "--json").stdout
+    )
+    assert [m["content"] for m in listed] == ["Bob prefers vim"]
 
 
 def test_diagnostics(suite: RunningSuite) -> None:
@@ -266,3 +285,23 @@ def _drain(fd: int, into: list[bytes]) -> None:
         if not chunk:
             return
         into.append(chunk)
+
+
+def test_weak_lists_memories_decayed_below_the_threshold(suite: RunningSuite) -> None:
+    """Seed 003: a memory written 200 days ago and never recalled has decayed to
+    e^(-0.1 * 200^0.8) ≈ 0.0015 (the age is written to the file: a test cannot wait)."""
+    ns = ("-n", "cli-weak")
+    old = json.loads(engram(suite, "remember", "an old parking spot", *ns, "--json").stdout)
+    engram(suite, "remember", "a new parking spot", *ns)
+    conn = open_read_write(suite.root / "data" / "engram.db")
+    try:
+        conn.execute(
+            "UPDATE memories SET created_at = ? WHERE id = ?",
+            (days_ago_text(200), old["memory"]["id"]),
+        )
+    finally:
+        conn.close()
+    listed = json_lines(engram(suite, "weak", *ns, "--json").stdout)
+    assert [w["memory"]["id"] for w in listed] == [old["memory"]["id"]]
+    assert listed[0]["current_confidence"] < 0.05
+    assert engram(suite, "weak", *ns).stdout.rstrip().endswith("1 weak memories")

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from engram.common.v1 import job_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from http_fakes import VectorBook, ollama_server, unit_axis
 from llm_fakes import LlmServer, is_extraction
@@ -174,3 +176,101 @@ def test_memories_with_an_expiry_never_merge(start: Any) -> None:
     wait_for(lambda: get(stack, sentinel[SENTINEL[1]].id).deleted, what="the queue drained")
     assert not get(stack, older.id).deleted and not get(stack, newer.id).deleted
     assert len(events(stack, newer.id)) == 1  # not even a decision recorded
+
+
+def test_another_who_above_098_is_not_merged_unasked(start: Any) -> None:
+    """Two speakers saying the same words are two memories: above 0.98 with
+    another `who`, the LLM decides when it is on; otherwise both stay."""
+    stack, llm = start()
+    older = stack.remember(SAME[0], who="alice")
+    newer = stack.remember(SAME[1], who="bob")
+    sentinel = remember_all(stack, *SENTINEL)  # same (empty) who: merged
+    start.run(stack)
+    wait_for(lambda: get(stack, sentinel[SENTINEL[1]].id).deleted, what="the sentinel merged")
+    wait_for(lambda: _pending_checks(stack) == 0, what="every check done")
+    assert not get(stack, older.id).deleted and not get(stack, newer.id).deleted
+    assert llm.prompts() == []
+
+
+def test_another_who_above_098_goes_to_the_llm_when_it_is_on(start: Any) -> None:
+    stack, llm = start(**{"memory.pipelineV2.enabled": True})
+    older = stack.remember(SAME[0], who="alice")
+    newer = stack.remember(SAME[1], who="bob")
+    start.run(stack)
+    wait_for(lambda: len(events(stack, newer.id)) == 2, what="the decision recorded")
+    audit = events(stack, newer.id)[-1]
+    assert (audit.metadata["decision"], audit.metadata["decided_by"]) == ("keep_both", "llm")
+    assert not get(stack, older.id).deleted and not get(stack, newer.id).deleted
+    assert len([p for p in llm.prompts() if "Two memories are very similar" in p]) == 1
+
+
+def _pending_checks(stack: Stack) -> int:
+    stats = stack.jobs.GetQueueStats(jq.GetQueueStatsRequest(), timeout=10)
+    return sum(
+        c.count
+        for c in stats.counts
+        if c.job_type == job_pb2.JOB_TYPE_NEAR_DUPLICATE and c.status == job_pb2.JOB_STATUS_PENDING
+    )
+
+
+def test_a_check_pending_when_the_pipeline_stops_is_done_after_it_restarts(
+    start: Any, start_pipeline_server: Callable[..., Any]
+) -> None:
+    """The queue of checks is the store's: a pipeline that embedded both memories
+    and stopped before checking them (here: one whose checker is off) leaves the
+    checks queued, and the next pipeline does them."""
+    stack, _ = start()
+    older = stack.remember(SAME[0])
+    newer = stack.remember(SAME[1])
+    short_term = stack.remember(SENTINEL[0], ttl={"seconds": 3600})  # never checked
+    embedder_only, _ = start_pipeline_server(stack.config.with_overrides({"dedup.enabled": False}))
+    wait_for(lambda: _pending_checks(stack) == 2, what="both checks queued")
+    embedder_only.stop()
+    assert not get(stack, newer.id).deleted and _pending_checks(stack) == 2
+    start.run(stack)
+    wait_for(lambda: get(stack, newer.id).deleted, what="the merge after the restart")
+    assert events(stack, newer.id)[-1].metadata["survivor_id"] == older.id
+    wait_for(lambda: _pending_checks(stack) == 0, what="the queue drained")
+    assert not get(stack, short_term.id).deleted
+    stats = stack.jobs.GetQueueStats(jq.GetQueueStatsRequest(), timeout=10)
+    done = {
+        (c.job_type, c.status): c.count
+        for c in stats.counts
+        if c.job_type == job_pb2.JOB_TYPE_NEAR_DUPLICATE
+    }
+    assert done == {(job_pb2.JOB_TYPE_NEAR_DUPLICATE, job_pb2.JOB_STATUS_COMPLETED): 2}
+
+
+LONG_PREFIX = "The migration plan, step by step. " * 60  # > 2,000 characters
+
+
+def test_long_memories_are_compared_on_their_whole_text(
+    recall_stack: Callable[..., Stack],
+    start_pipeline_server: Callable[..., Any],
+    http_servers: Callable[[Any], Any],
+) -> None:
+    """Recall sees a memory's first 2,000 characters: two long memories that share
+    them are compared on their whole texts' vectors, so a different ending keeps
+    both, and the same text with a different spacing is still merged."""
+    first, other_end = LONG_PREFIX + "Then we ship.", LONG_PREFIX + "Then we roll back."
+    same_again = LONG_PREFIX + "Then we ship it."  # the same, said a little differently
+    vectors = {
+        first: unit_axis(DIM, 0),
+        other_end: pair(0.5, 0, 1)[1],
+        same_again: pair(0.995, 0, 1)[1],
+    }
+    for query in (LONG_PREFIX[:2000], LONG_PREFIX[:2000].strip()):
+        vectors[query] = unit_axis(DIM, 0)  # what Recall embeds for any of them
+    embedder = http_servers(ollama_server(VectorBook(vectors)))
+    stack = recall_stack(fake_embedding_overrides(embedder.url, **{"dedup.enabled": True}))
+    stack.config = stack.config.with_overrides(
+        {"clients.search_address": f"127.0.0.1:{stack.search_thread.app.port}"}
+    )
+    kept = stack.remember(first)
+    different = stack.remember(other_end)
+    twin = stack.remember(same_again)
+    start_pipeline_server(stack.config)
+    wait_for(lambda: get(stack, twin.id).deleted, what="the long twin merged")
+    assert events(stack, twin.id)[-1].metadata["survivor_id"] == kept.id
+    wait_for(lambda: _pending_checks(stack) == 0, what="every check done")
+    assert not get(stack, different.id).deleted

@@ -16,12 +16,14 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from engram.common.v1 import job_pb2
+from engram.store.internal.v1 import dedup_pb2, dedup_pb2_grpc
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import DIM, MODEL, Stack, count, vec
 
 EMBED, EXTRACT = job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_TYPE_EXTRACT
+NEAR_DUPLICATE = job_pb2.JOB_TYPE_NEAR_DUPLICATE
 PENDING, LEASED, COMPLETED, DEAD = (
     job_pb2.JOB_STATUS_PENDING,
     job_pb2.JOB_STATUS_LEASED,
@@ -636,3 +638,52 @@ def test_oversized_batches_and_negative_timeouts_are_invalid(queue: Stack) -> No
     ]:
         code, _, fields = error_of(call)
         assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, [field])
+
+
+def test_near_duplicate_checks_are_queued_when_dedup_is_on_and_finish_under_their_lease(
+    recall_stack: Callable[..., Stack],
+) -> None:
+    """The store queues a check per embedded memory that may merge; deciding it
+    (ResolveNearDuplicate with the lease) completes the job in the same
+    transaction, and a lease that is not held writes nothing."""
+    stack = recall_stack({**BASE, "dedup.enabled": True}, search=False)
+    dedup = dedup_pb2_grpc.DedupServiceStub(stack.jobs_channel)
+    older = stack.remember("User prefers dark mode")
+    newer = stack.remember("The user prefers dark mode")
+    stack.remember("a passing thought", ttl={"seconds": 3600})  # has an expiry: never checked
+    assert lease(stack, NEAR_DUPLICATE) == []  # nothing before the vectors are in
+    assert complete(stack, lease(stack)) == [OK] * 3
+    checks = {j.memory_id: j for j in lease(stack, NEAR_DUPLICATE)}
+    assert set(checks) == {older.id, newer.id}
+
+    def resolve(lease: jq.JobLease) -> Any:
+        return dedup.ResolveNearDuplicate(
+            dedup_pb2.ResolveNearDuplicateRequest(
+                survivor_id=older.id,
+                duplicate_id=newer.id,
+                action=dedup_pb2.NEAR_DUPLICATE_ACTION_MERGE,
+                similarity=0.99,
+                lease=lease,
+            )
+        )
+
+    lost = resolve(held(checks[newer.id], "not-the-token"))
+    assert (lost.lease_lost, lost.applied) == (True, False)
+    get = store_pb2.GetMemoryRequest
+    assert not stack.store.GetMemory(get(id=newer.id)).memory.deleted
+    assert resolve(held(checks[newer.id])).applied
+    assert stack.store.GetMemory(get(id=newer.id)).memory.deleted
+    assert resolve(held(checks[newer.id])).lease_lost  # completed with the merge
+    done = dedup.CompleteNearDuplicateJobs(
+        dedup_pb2.CompleteNearDuplicateJobsRequest(
+            leases=[held(checks[older.id]), held(checks[newer.id])]
+        )
+    )
+    assert list(done.outcomes) == [OK, LOST]
+    embed = stack.remember("another thought")
+    [embed_job] = lease(stack)
+    other_type = dedup.CompleteNearDuplicateJobs(
+        dedup_pb2.CompleteNearDuplicateJobsRequest(leases=[held(embed_job)])
+    )
+    assert list(other_type.outcomes) == [LOST]  # an embed job is not finished this way
+    assert embed.id == embed_job.memory_id

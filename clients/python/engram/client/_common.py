@@ -105,6 +105,7 @@ def memory_filter(
     until: TimeArg = None,
     importance_min: float | None = None,
     session_id: str = "",
+    categories: Iterable[str] = (),
 ) -> memory_pb2.MemoryFilter:
     """A MemoryFilter from keyword arguments (datetimes welcome)."""
     return memory_pb2.MemoryFilter(
@@ -117,6 +118,7 @@ def memory_filter(
         until=timestamp(until),
         importance_min=importance_min,
         session_id=session_id,
+        categories=list(categories),
     )
 
 

@@ -120,6 +120,7 @@ class AsyncEngram:
         session_id: str = "",
         ttl: c.DurationArg = None,
         privacy: c.PrivacyArg = "",
+        categories: Iterable[str] = (),
         timeout: float | None = None,
     ) -> store_pb2.RememberResponse:
         """Stores a memory (or finds the same content already stored: `deduplicated`).
@@ -141,6 +142,7 @@ class AsyncEngram:
             session_id=session_id,
             ttl=c.duration(ttl),
             privacy=c.privacy_level(privacy),
+            categories=list(categories),
         )
         return await self._call(self._store.Remember, request, timeout)
 
@@ -405,6 +407,24 @@ class AsyncEngram:
             if not token:
                 return
 
+    async def list_weak_memories(
+        self, *, namespace: str = "", page_size: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[store_pb2.WeakMemory]:
+        """Every weak memory of the namespace (current decayed confidence under
+        `memory.decay_threshold`) with that confidence, in written order, a page
+        at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListWeakMemoriesRequest(
+                namespace=namespace, page_size=page_size, page_token=token
+            )
+            page = await self._call(self._store.ListWeakMemories, request, timeout)
+            for weak in page.memories:
+                yield weak
+            token = page.next_page_token
+            if not token:
+                return
+
     async def list_memory_history(
         self,
         memory_id: str,
@@ -463,6 +483,14 @@ class AsyncEngram:
         """Queues the pipeline's LLM to write the session's 24-hour summary."""
         request = store_pb2.SummarizeSessionRequest(namespace=namespace, session_id=session_id)
         return await self._call(self._store.SummarizeSession, request, timeout)
+
+    async def get_session(
+        self, session_id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.GetSessionResponse:
+        """Where the session's consolidation is (open, queued, consolidated,
+        failed); `NotFound` when the namespace tracks no such session."""
+        request = store_pb2.GetSessionRequest(namespace=namespace, session_id=session_id)
+        return await self._call(self._store.GetSession, request, timeout)
 
     async def import_memories(
         self,

@@ -121,6 +121,7 @@ class Engram:
         session_id: str = "",
         ttl: c.DurationArg = None,
         privacy: c.PrivacyArg = "",
+        categories: Iterable[str] = (),
         timeout: float | None = None,
     ) -> store_pb2.RememberResponse:
         """Stores a memory (or finds the same content already stored: `deduplicated`).
@@ -142,6 +143,7 @@ class Engram:
             session_id=session_id,
             ttl=c.duration(ttl),
             privacy=c.privacy_level(privacy),
+            categories=list(categories),
         )
         return self._call(self._store.Remember, request, timeout)
 
@@ -403,6 +405,23 @@ class Engram:
             if not token:
                 return
 
+    def list_weak_memories(
+        self, *, namespace: str = "", page_size: int = 0, timeout: float | None = None
+    ) -> Iterator[store_pb2.WeakMemory]:
+        """Every weak memory of the namespace (current decayed confidence under
+        `memory.decay_threshold`) with that confidence, in written order, a page
+        at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListWeakMemoriesRequest(
+                namespace=namespace, page_size=page_size, page_token=token
+            )
+            page = self._call(self._store.ListWeakMemories, request, timeout)
+            yield from page.memories
+            token = page.next_page_token
+            if not token:
+                return
+
     def list_memory_history(
         self,
         memory_id: str,
@@ -460,6 +479,14 @@ class Engram:
         """Queues the pipeline's LLM to write the session's 24-hour summary."""
         request = store_pb2.SummarizeSessionRequest(namespace=namespace, session_id=session_id)
         return self._call(self._store.SummarizeSession, request, timeout)
+
+    def get_session(
+        self, session_id: str, *, namespace: str = "", timeout: float | None = None
+    ) -> store_pb2.GetSessionResponse:
+        """Where the session's consolidation is (open, queued, consolidated,
+        failed); `NotFound` when the namespace tracks no such session."""
+        request = store_pb2.GetSessionRequest(namespace=namespace, session_id=session_id)
+        return self._call(self._store.GetSession, request, timeout)
 
     def import_memories(
         self,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x65ngram/common/v1/job.proto\x12\x10\x65ngram.common.v1\"s\n\x08JobCount\x12+\n\x08job_type\x18\x01 \x01(\x0e\x32\x19.engram.common.v1.JobType\x12+\n\x06status\x18\x02 \x01(\x0e\x32\x1b.engram.common.v1.JobStatus\x12\r\n\x05\x63ount\x18\x03 \x01(\x03*\x8b\x01\n\x07JobType\x12\x18\n\x14JOB_TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0eJOB_TYPE_EMBED\x10\x01\x12\x14\n\x10JOB_TYPE_EXTRACT\x10\x02\x12\x1c\n\x18JOB_TYPE_DOCUMENT_INGEST\x10\x03\x12\x1e\n\x1aJOB_TYPE_SUMMARIZE_SESSION\x10\x04*\x85\x01\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12JOB_STATUS_PENDING\x10\x01\x12\x15\n\x11JOB_STATUS_LEASED\x10\x02\x12\x18\n\x14JOB_STATUS_COMPLETED\x10\x03\x12\x13\n\x0fJOB_STATUS_DEAD\x10\x04\x42\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x65ngram/common/v1/job.proto\x12\x10\x65ngram.common.v1\"s\n\x08JobCount\x12+\n\x08job_type\x18\x01 \x01(\x0e\x32\x19.engram.common.v1.JobType\x12+\n\x06status\x18\x02 \x01(\x0e\x32\x1b.engram.common.v1.JobStatus\x12\r\n\x05\x63ount\x18\x03 \x01(\x03*\xca\x01\n\x07JobType\x12\x18\n\x14JOB_TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0eJOB_TYPE_EMBED\x10\x01\x12\x14\n\x10JOB_TYPE_EXTRACT\x10\x02\x12\x1c\n\x18JOB_TYPE_DOCUMENT_INGEST\x10\x03\x12\x1e\n\x1aJOB_TYPE_SUMMARIZE_SESSION\x10\x04\x12\x1b\n\x17JOB_TYPE_NEAR_DUPLICATE\x10\x05\x12 \n\x1cJOB_TYPE_CONSOLIDATE_SESSION\x10\x06*\x85\x01\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12JOB_STATUS_PENDING\x10\x01\x12\x15\n\x11JOB_STATUS_LEASED\x10\x02\x12\x18\n\x14JOB_STATUS_COMPLETED\x10\x03\x12\x13\n\x0fJOB_STATUS_DEAD\x10\x04\x42\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,9 +33,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'P\001'
   _globals['_JOBTYPE']._serialized_start=166
-  _globals['_JOBTYPE']._serialized_end=305
-  _globals['_JOBSTATUS']._serialized_start=308
-  _globals['_JOBSTATUS']._serialized_end=441
+  _globals['_JOBTYPE']._serialized_end=368
+  _globals['_JOBSTATUS']._serialized_start=371
+  _globals['_JOBSTATUS']._serialized_end=504
   _globals['_JOBCOUNT']._serialized_start=48
   _globals['_JOBCOUNT']._serialized_end=163
 # @@protoc_insertion_point(module_scope)

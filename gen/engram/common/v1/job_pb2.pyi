@@ -35,6 +35,19 @@ class _JobTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobType.Value
     """Summarise a conversation session's short-term memory into its
     `session_summary` memory (MemoryStoreService.SummarizeSession).
     """
+    JOB_TYPE_NEAR_DUPLICATE: _JobType.ValueType  # 5
+    """Compare a freshly embedded memory with the older memories of its
+    namespace and merge it into a near-duplicate (seed 004 §3). Queued by
+    the store when an embed job's vector enters the index and
+    `dedup.enabled` is on, so a check pending when the pipeline stops is
+    done after it restarts.
+    """
+    JOB_TYPE_CONSOLIDATE_SESSION: _JobType.ValueType  # 6
+    """Consolidate an ended conversation session (seed 003 "Session
+    consolidation"): the pipeline's LLM turns the session's memories into
+    semantic facts (with `derived_from` links to their sources), entities
+    and `causal` links; queued by the store when the session ends.
+    """
 
 class JobType(_JobType, metaclass=_JobTypeEnumTypeWrapper):
     """What a background job does. Shared by the store's job queue, the
@@ -53,6 +66,19 @@ JOB_TYPE_DOCUMENT_INGEST: JobType.ValueType  # 3
 JOB_TYPE_SUMMARIZE_SESSION: JobType.ValueType  # 4
 """Summarise a conversation session's short-term memory into its
 `session_summary` memory (MemoryStoreService.SummarizeSession).
+"""
+JOB_TYPE_NEAR_DUPLICATE: JobType.ValueType  # 5
+"""Compare a freshly embedded memory with the older memories of its
+namespace and merge it into a near-duplicate (seed 004 §3). Queued by
+the store when an embed job's vector enters the index and
+`dedup.enabled` is on, so a check pending when the pipeline stops is
+done after it restarts.
+"""
+JOB_TYPE_CONSOLIDATE_SESSION: JobType.ValueType  # 6
+"""Consolidate an ended conversation session (seed 003 "Session
+consolidation"): the pipeline's LLM turns the session's memories into
+semantic facts (with `derived_from` links to their sources), entities
+and `causal` links; queued by the store when the session ends.
 """
 Global___JobType: _TypeAlias = JobType  # noqa: Y015
 

@@ -266,6 +266,42 @@ derived from it).
 """
 Global___LinkDirection: _TypeAlias = LinkDirection  # noqa: Y015
 
+class _SessionConsolidationState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SessionConsolidationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SessionConsolidationState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SESSION_CONSOLIDATION_STATE_UNSPECIFIED: _SessionConsolidationState.ValueType  # 0
+    """Never sent."""
+    SESSION_CONSOLIDATION_STATE_OPEN: _SessionConsolidationState.ValueType  # 1
+    """The session has not ended."""
+    SESSION_CONSOLIDATION_STATE_QUEUED: _SessionConsolidationState.ValueType  # 2
+    """It ended; its consolidate_session job is pending or running."""
+    SESSION_CONSOLIDATION_STATE_CONSOLIDATED: _SessionConsolidationState.ValueType  # 3
+    """Its job completed (`consolidate_time`)."""
+    SESSION_CONSOLIDATION_STATE_FAILED: _SessionConsolidationState.ValueType  # 4
+    """Its job failed on every allowed attempt (`error`); a new memory of the
+    session reopens it.
+    """
+
+class SessionConsolidationState(_SessionConsolidationState, metaclass=_SessionConsolidationStateEnumTypeWrapper):
+    """Where a session is in its consolidation."""
+
+SESSION_CONSOLIDATION_STATE_UNSPECIFIED: SessionConsolidationState.ValueType  # 0
+"""Never sent."""
+SESSION_CONSOLIDATION_STATE_OPEN: SessionConsolidationState.ValueType  # 1
+"""The session has not ended."""
+SESSION_CONSOLIDATION_STATE_QUEUED: SessionConsolidationState.ValueType  # 2
+"""It ended; its consolidate_session job is pending or running."""
+SESSION_CONSOLIDATION_STATE_CONSOLIDATED: SessionConsolidationState.ValueType  # 3
+"""Its job completed (`consolidate_time`)."""
+SESSION_CONSOLIDATION_STATE_FAILED: SessionConsolidationState.ValueType  # 4
+"""Its job failed on every allowed attempt (`error`); a new memory of the
+session reopens it.
+"""
+Global___SessionConsolidationState: _TypeAlias = SessionConsolidationState  # noqa: Y015
+
 @_typing.final
 class RememberRequest(_message.Message):
     """Request for Remember."""
@@ -287,6 +323,7 @@ class RememberRequest(_message.Message):
     TTL_FIELD_NUMBER: _builtins.int
     PRIVACY_FIELD_NUMBER: _builtins.int
     PII_POLICY_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     content: _builtins.str
@@ -353,6 +390,15 @@ class RememberRequest(_message.Message):
         shortens a memory's life.
         """
 
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Semantic categories (seed 004 §6; Memory.categories): at most 8 of at
+        most 64 characters, trimmed, lower-cased and de-duplicated like tags, and
+        through the PII gate like tags. Filter on them with
+        MemoryFilter.categories. A duplicate (`deduplicated`) keeps the existing
+        memory's categories.
+        """
+
     def __init__(
         self,
         *,
@@ -371,10 +417,11 @@ class RememberRequest(_message.Message):
         ttl: _duration_pb2.Duration | None = ...,
         privacy: _privacy_pb2.PrivacyLevel.ValueType = ...,
         pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
+        categories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "privacy", b"privacy", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "categories", b"categories", "content", b"content", "event_time", b"event_time", "importance", b"importance", "namespace", b"namespace", "pii_policy", b"pii_policy", "pinned", b"pinned", "privacy", b"privacy", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -431,6 +478,9 @@ class ImportItem(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     TTL_FIELD_NUMBER: _builtins.int
     PII_POLICY_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
+    VALID_FROM_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """See RememberRequest.content."""
     type: _builtins.str
@@ -466,6 +516,27 @@ class ImportItem(_message.Message):
     def ttl(self) -> _duration_pb2.Duration:
         """See RememberRequest.ttl."""
 
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """See RememberRequest.categories."""
+
+    @_builtins.property
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """Since when the memory is true in the world (Memory.valid_from); unset
+        means `event_time`, itself the import time when unset. What `engram
+        export` writes, so a round trip keeps validity.
+        """
+
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """Until when it was true (exclusive; Memory.valid_until); unset means
+        still true. Must be after the item's valid_from (as defaulted above),
+        else the item fails. A memory whose end has passed is stored but left
+        out of reads of what is valid now (reads `as_of` an instant inside its
+        validity find it); like a short-term fact's known end, it still
+        deduplicates (it is not recorded as superseded).
+        """
+
     def __init__(
         self,
         *,
@@ -482,10 +553,13 @@ class ImportItem(_message.Message):
         session_id: _builtins.str = ...,
         ttl: _duration_pb2.Duration | None = ...,
         pii_policy: _pii_policy_pb2.PiiPolicy.ValueType = ...,
+        categories: _abc.Iterable[_builtins.str] | None = ...,
+        valid_from: _timestamp_pb2.Timestamp | None = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "categories", b"categories", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "valid_from", b"valid_from", "valid_until", b"valid_until", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -748,6 +822,7 @@ class MemoryPatch(_message.Message):
     IF_VERSION_FIELD_NUMBER: _builtins.int
     SUPERSEDE_FIELD_NUMBER: _builtins.int
     VALID_FROM_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The memory id."""
     content: _builtins.str
@@ -794,6 +869,12 @@ class MemoryPatch(_message.Message):
         the future (it is known ahead); not before this memory's `valid_from`.
         """
 
+    @_builtins.property
+    def categories(self) -> Global___CategoryList:
+        """New categories, replacing the old ones (an empty list clears them; same
+        limits and normalisation as RememberRequest.categories).
+        """
+
     def __init__(
         self,
         *,
@@ -808,10 +889,11 @@ class MemoryPatch(_message.Message):
         if_version: _builtins.int | None = ...,
         supersede: _builtins.bool = ...,
         valid_from: _timestamp_pb2.Timestamp | None = ...,
+        categories: Global___CategoryList | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "categories", b"categories", "content", b"content", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "content", b"content", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "supersede", b"supersede", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "categories", b"categories", "content", b"content", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "supersede", b"supersede", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__content: _TypeAlias = _typing.Literal["content"]  # noqa: Y015
     _WhichOneofArgType__content: _TypeAlias = _typing.Literal["_content", b"_content"]  # noqa: Y015
@@ -863,6 +945,32 @@ class TagList(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TagList: _TypeAlias = TagList  # noqa: Y015
+
+@_typing.final
+class CategoryList(_message.Message):
+    """A replacement category list; its presence distinguishes "clear" from
+    "unchanged".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The categories (same limits as RememberRequest.categories)."""
+
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CategoryList: _TypeAlias = CategoryList  # noqa: Y015
 
 @_typing.final
 class ModifyMemoriesRequest(_message.Message):
@@ -1821,6 +1929,98 @@ class MemoryLink(_message.Message):
 Global___MemoryLink: _TypeAlias = MemoryLink  # noqa: Y015
 
 @_typing.final
+class GetSessionRequest(_message.Message):
+    """Request for GetSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    session_id: _builtins.str
+    """The session (see AppendTurnRequest.session_id)."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSessionRequest: _TypeAlias = GetSessionRequest  # noqa: Y015
+
+@_typing.final
+class GetSessionResponse(_message.Message):
+    """Response for GetSession."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    FIRST_SEEN_TIME_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    END_REASON_FIELD_NUMBER: _builtins.int
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    CONSOLIDATE_TIME_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """The session id."""
+    state: Global___SessionConsolidationState.ValueType
+    """Where its consolidation is."""
+    end_reason: _builtins.str
+    """Why it ended: `new_session` (another session started in the namespace)
+    or `idle` (sessions.consolidate_after_idle_ms passed); empty while OPEN.
+    """
+    job_id: _builtins.str
+    """Its consolidate_session job (empty while OPEN)."""
+    error: _builtins.str
+    """The last error of a FAILED job."""
+    @_builtins.property
+    def first_seen_time(self) -> _timestamp_pb2.Timestamp:
+        """When its first memory was written."""
+
+    @_builtins.property
+    def last_seen_time(self) -> _timestamp_pb2.Timestamp:
+        """When its newest memory was written."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp:
+        """When it ended (unset while OPEN)."""
+
+    @_builtins.property
+    def consolidate_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was last consolidated (unset before its first consolidation; a
+        reopened session keeps it).
+        """
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        state: Global___SessionConsolidationState.ValueType = ...,
+        first_seen_time: _timestamp_pb2.Timestamp | None = ...,
+        last_seen_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+        end_reason: _builtins.str = ...,
+        job_id: _builtins.str = ...,
+        consolidate_time: _timestamp_pb2.Timestamp | None = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["consolidate_time", b"consolidate_time", "end_time", b"end_time", "first_seen_time", b"first_seen_time", "last_seen_time", b"last_seen_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consolidate_time", b"consolidate_time", "end_reason", b"end_reason", "end_time", b"end_time", "error", b"error", "first_seen_time", b"first_seen_time", "job_id", b"job_id", "last_seen_time", b"last_seen_time", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSessionResponse: _TypeAlias = GetSessionResponse  # noqa: Y015
+
+@_typing.final
 class ListMemoryLinksResponse(_message.Message):
     """Response for ListMemoryLinks."""
 
@@ -2110,3 +2310,95 @@ class ListEntitiesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListEntitiesResponse: _TypeAlias = ListEntitiesResponse  # noqa: Y015
+
+@_typing.final
+class ListWeakMemoriesRequest(_message.Message):
+    """Request for ListWeakMemories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    page_size: _builtins.int
+    """Maximum memories per page, 0 to 500; 0 means 50."""
+    page_token: _builtins.str
+    """`next_page_token` from a previous call with the same namespace; empty
+    for the first page.
+    """
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWeakMemoriesRequest: _TypeAlias = ListWeakMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class WeakMemory(_message.Message):
+    """A weak memory and how weak it is."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    CURRENT_CONFIDENCE_FIELD_NUMBER: _builtins.int
+    current_confidence: _builtins.float
+    """Its confidence now: Memory.confidence * exp(-decay_rate * d^0.8)."""
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """The memory."""
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        current_confidence: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_confidence", b"current_confidence", "memory", b"memory"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WeakMemory: _TypeAlias = WeakMemory  # noqa: Y015
+
+@_typing.final
+class ListWeakMemoriesResponse(_message.Message):
+    """Response for ListWeakMemories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    DECAY_THRESHOLD_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty when this is the last page."""
+    decay_threshold: _builtins.float
+    """The threshold they are under (`memory.decay_threshold`)."""
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeakMemory]:
+        """The page of weak memories, in the order they were written."""
+
+    def __init__(
+        self,
+        *,
+        memories: _abc.Iterable[Global___WeakMemory] | None = ...,
+        next_page_token: _builtins.str = ...,
+        decay_threshold: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decay_threshold", b"decay_threshold", "memories", b"memories", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWeakMemoriesResponse: _TypeAlias = ListWeakMemoriesResponse  # noqa: Y015

@@ -128,6 +128,16 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.FromString,
                 _registered_method=True)
+        self.GetSession = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/GetSession',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.FromString,
+                _registered_method=True)
+        self.ListWeakMemories = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ListWeakMemories',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -396,10 +406,12 @@ class MemoryStoreServiceServicer:
         directions by default, oldest first (seed 003 "edges"): `supersedes`
         (from a newer version to the one it replaced: MemoryPatch.supersede, a
         pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
-        was extracted from), `temporal` (from a session's memory to the next one
+        was extracted from, or a consolidated fact to each session memory it
+        was drawn from), `temporal` (from a session's memory to the next one
         written in the same session: Remember, ImportMemories and AppendTurn
-        with a session_id), `causal` (from a cause to its effect) and `entity`
-        (between memories naming one entity). Each link has a weight, a
+        with a session_id), `causal` (from a cause to its effect: session
+        consolidation, see GetSession) and `entity` (between memories naming one
+        entity). Each link has a weight, a
         confidence, a validity interval and its evidence. Links to memories that
         are gone for good (purged, expired) are left out; links to soft-deleted
         ones are listed.
@@ -439,6 +451,45 @@ class MemoryStoreServiceServicer:
         Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
         entity_type, min_mentions negative, page_size negative or over 500, a
         malformed page token or one issued for other filters, bad namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSession(self, request, context):
+        """Shows a conversation session's consolidation (issue 17, seed 003
+        "Session consolidation"). With `sessions.consolidate` on (by default
+        when `memory.pipelineV2.enabled`), the store tracks every session that
+        writes a memory (AppendTurn, Remember or an import with a session_id).
+        A session ends when a new session starts in its namespace or when it
+        has had no new memory for `sessions.consolidate_after_idle_ms`; ending
+        queues one consolidate_session job, whose worker (the pipeline's LLM)
+        turns the session's memories into semantic facts (memories with
+        `derived_from` links to their sources: see ExplainMemory), entities and
+        `causal` links between the session's memories (ListMemoryLinks). A
+        memory arriving for a consolidated session reopens it; its next
+        consolidation reads only the memories that came later.
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+        malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
+        memory while consolidation was on, or it belongs to another namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWeakMemories(self, request, context):
+        """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+        memories whose current confidence, decayed as Memory.confidence
+        describes, is below `memory.decay_threshold` (0.05), in the order they
+        were written, each with that current confidence. Pinned memories and
+        protected ones (decay_rate 0) are never weak. Writes nothing: weak
+        memories are soft-deleted only by the retention sweep with
+        `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+        RecoverMemory brings one back and restarts its decay clock).
+
+        Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+        page token or one issued for another namespace, bad namespace).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -521,6 +572,16 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.ListEntities,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.SerializeToString,
+            ),
+            'GetSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSession,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.SerializeToString,
+            ),
+            'ListWeakMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWeakMemories,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -947,6 +1008,60 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/ListEntities',
             engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.ListEntitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/GetSession',
+            engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWeakMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ListWeakMemories',
+            engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

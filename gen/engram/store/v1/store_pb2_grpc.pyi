@@ -248,10 +248,12 @@ class MemoryStoreServiceStub:
     directions by default, oldest first (seed 003 "edges"): `supersedes`
     (from a newer version to the one it replaced: MemoryPatch.supersede, a
     pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
-    was extracted from), `temporal` (from a session's memory to the next one
+    was extracted from, or a consolidated fact to each session memory it
+    was drawn from), `temporal` (from a session's memory to the next one
     written in the same session: Remember, ImportMemories and AppendTurn
-    with a session_id), `causal` (from a cause to its effect) and `entity`
-    (between memories naming one entity). Each link has a weight, a
+    with a session_id), `causal` (from a cause to its effect: session
+    consolidation, see GetSession) and `entity` (between memories naming one
+    entity). Each link has a weight, a
     confidence, a validity interval and its evidence. Links to memories that
     are gone for good (purged, expired) are left out; links to soft-deleted
     ones are listed.
@@ -283,6 +285,37 @@ class MemoryStoreServiceStub:
     Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
     entity_type, min_mentions negative, page_size negative or over 500, a
     malformed page token or one issued for other filters, bad namespace).
+    """
+    GetSession: _grpc.UnaryUnaryMultiCallable[_store_pb2.GetSessionRequest, _store_pb2.GetSessionResponse]
+    """Shows a conversation session's consolidation (issue 17, seed 003
+    "Session consolidation"). With `sessions.consolidate` on (by default
+    when `memory.pipelineV2.enabled`), the store tracks every session that
+    writes a memory (AppendTurn, Remember or an import with a session_id).
+    A session ends when a new session starts in its namespace or when it
+    has had no new memory for `sessions.consolidate_after_idle_ms`; ending
+    queues one consolidate_session job, whose worker (the pipeline's LLM)
+    turns the session's memories into semantic facts (memories with
+    `derived_from` links to their sources: see ExplainMemory), entities and
+    `causal` links between the session's memories (ListMemoryLinks). A
+    memory arriving for a consolidated session reopens it; its next
+    consolidation reads only the memories that came later.
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
+    memory while consolidation was on, or it belongs to another namespace).
+    """
+    ListWeakMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListWeakMemoriesRequest, _store_pb2.ListWeakMemoriesResponse]
+    """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+    memories whose current confidence, decayed as Memory.confidence
+    describes, is below `memory.decay_threshold` (0.05), in the order they
+    were written, each with that current confidence. Pinned memories and
+    protected ones (decay_rate 0) are never weak. Writes nothing: weak
+    memories are soft-deleted only by the retention sweep with
+    `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+    RecoverMemory brings one back and restarts its decay clock).
+
+    Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+    page token or one issued for another namespace, bad namespace).
     """
 
 @_typing.type_check_only
@@ -505,10 +538,12 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     directions by default, oldest first (seed 003 "edges"): `supersedes`
     (from a newer version to the one it replaced: MemoryPatch.supersede, a
     pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
-    was extracted from), `temporal` (from a session's memory to the next one
+    was extracted from, or a consolidated fact to each session memory it
+    was drawn from), `temporal` (from a session's memory to the next one
     written in the same session: Remember, ImportMemories and AppendTurn
-    with a session_id), `causal` (from a cause to its effect) and `entity`
-    (between memories naming one entity). Each link has a weight, a
+    with a session_id), `causal` (from a cause to its effect: session
+    consolidation, see GetSession) and `entity` (between memories naming one
+    entity). Each link has a weight, a
     confidence, a validity interval and its evidence. Links to memories that
     are gone for good (purged, expired) are left out; links to soft-deleted
     ones are listed.
@@ -540,6 +575,37 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
     entity_type, min_mentions negative, page_size negative or over 500, a
     malformed page token or one issued for other filters, bad namespace).
+    """
+    GetSession: _aio.UnaryUnaryMultiCallable[_store_pb2.GetSessionRequest, _store_pb2.GetSessionResponse]  # type: ignore[assignment]
+    """Shows a conversation session's consolidation (issue 17, seed 003
+    "Session consolidation"). With `sessions.consolidate` on (by default
+    when `memory.pipelineV2.enabled`), the store tracks every session that
+    writes a memory (AppendTurn, Remember or an import with a session_id).
+    A session ends when a new session starts in its namespace or when it
+    has had no new memory for `sessions.consolidate_after_idle_ms`; ending
+    queues one consolidate_session job, whose worker (the pipeline's LLM)
+    turns the session's memories into semantic facts (memories with
+    `derived_from` links to their sources: see ExplainMemory), entities and
+    `causal` links between the session's memories (ListMemoryLinks). A
+    memory arriving for a consolidated session reopens it; its next
+    consolidation reads only the memories that came later.
+
+    Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+    malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
+    memory while consolidation was on, or it belongs to another namespace).
+    """
+    ListWeakMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ListWeakMemoriesRequest, _store_pb2.ListWeakMemoriesResponse]  # type: ignore[assignment]
+    """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+    memories whose current confidence, decayed as Memory.confidence
+    describes, is below `memory.decay_threshold` (0.05), in the order they
+    were written, each with that current confidence. Pinned memories and
+    protected ones (decay_rate 0) are never weak. Writes nothing: weak
+    memories are soft-deleted only by the retention sweep with
+    `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+    RecoverMemory brings one back and restarts its decay clock).
+
+    Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+    page token or one issued for another namespace, bad namespace).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -837,10 +903,12 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         directions by default, oldest first (seed 003 "edges"): `supersedes`
         (from a newer version to the one it replaced: MemoryPatch.supersede, a
         pipeline UPDATE), `derived_from` (from a pipeline fact to the memory it
-        was extracted from), `temporal` (from a session's memory to the next one
+        was extracted from, or a consolidated fact to each session memory it
+        was drawn from), `temporal` (from a session's memory to the next one
         written in the same session: Remember, ImportMemories and AppendTurn
-        with a session_id), `causal` (from a cause to its effect) and `entity`
-        (between memories naming one entity). Each link has a weight, a
+        with a session_id), `causal` (from a cause to its effect: session
+        consolidation, see GetSession) and `entity` (between memories naming one
+        entity). Each link has a weight, a
         confidence, a validity interval and its evidence. Links to memories that
         are gone for good (purged, expired) are left out; links to soft-deleted
         ones are listed.
@@ -884,6 +952,49 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
         entity_type, min_mentions negative, page_size negative or over 500, a
         malformed page token or one issued for other filters, bad namespace).
+        """
+
+    @_abc_1.abstractmethod
+    def GetSession(
+        self,
+        request: _store_pb2.GetSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.GetSessionResponse, _abc.Awaitable[_store_pb2.GetSessionResponse]]:
+        """Shows a conversation session's consolidation (issue 17, seed 003
+        "Session consolidation"). With `sessions.consolidate` on (by default
+        when `memory.pipelineV2.enabled`), the store tracks every session that
+        writes a memory (AppendTurn, Remember or an import with a session_id).
+        A session ends when a new session starts in its namespace or when it
+        has had no new memory for `sessions.consolidate_after_idle_ms`; ending
+        queues one consolidate_session job, whose worker (the pipeline's LLM)
+        turns the session's memories into semantic facts (memories with
+        `derived_from` links to their sources: see ExplainMemory), entities and
+        `causal` links between the session's memories (ListMemoryLinks). A
+        memory arriving for a consolidated session reopens it; its next
+        consolidation reads only the memories that came later.
+
+        Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
+        malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
+        memory while consolidation was on, or it belongs to another namespace).
+        """
+
+    @_abc_1.abstractmethod
+    def ListWeakMemories(
+        self,
+        request: _store_pb2.ListWeakMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.ListWeakMemoriesResponse, _abc.Awaitable[_store_pb2.ListWeakMemoriesResponse]]:
+        """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+        memories whose current confidence, decayed as Memory.confidence
+        describes, is below `memory.decay_threshold` (0.05), in the order they
+        were written, each with that current confidence. Pinned memories and
+        protected ones (decay_rate 0) are never weak. Writes nothing: weak
+        memories are soft-deleted only by the retention sweep with
+        `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+        RecoverMemory brings one back and restarts its decay clock).
+
+        Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+        page token or one issued for another namespace, bad namespace).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -3,9 +3,12 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from engram.common.v1 import memory_pb2 as _memory_pb2
+from engram.store.internal.v1 import job_queue_pb2 as _job_queue_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -55,6 +58,7 @@ class ResolveNearDuplicateRequest(_message.Message):
     SIMILARITY_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     DECIDED_BY_FIELD_NUMBER: _builtins.int
+    LEASE_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary of both memories; empty means "default"."""
     survivor_id: _builtins.str
@@ -71,6 +75,13 @@ class ResolveNearDuplicateRequest(_message.Message):
     """
     decided_by: _builtins.str
     """Who decided ("similarity" for the threshold, "llm" for the model)."""
+    @_builtins.property
+    def lease(self) -> _job_queue_pb2.JobLease:
+        """The near_duplicate job this decision answers: completed in the same
+        transaction. When the lease is no longer held nothing at all is written
+        (`lease_lost`). Unset: no job is completed.
+        """
+
     def __init__(
         self,
         *,
@@ -81,10 +92,11 @@ class ResolveNearDuplicateRequest(_message.Message):
         similarity: _builtins.float = ...,
         reason: _builtins.str = ...,
         decided_by: _builtins.str = ...,
+        lease: _job_queue_pb2.JobLease | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "decided_by", b"decided_by", "duplicate_id", b"duplicate_id", "namespace", b"namespace", "reason", b"reason", "similarity", b"similarity", "survivor_id", b"survivor_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "decided_by", b"decided_by", "duplicate_id", b"duplicate_id", "lease", b"lease", "namespace", b"namespace", "reason", b"reason", "similarity", b"similarity", "survivor_id", b"survivor_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -98,8 +110,11 @@ class ResolveNearDuplicateResponse(_message.Message):
 
     APPLIED_FIELD_NUMBER: _builtins.int
     SURVIVOR_FIELD_NUMBER: _builtins.int
+    LEASE_LOST_FIELD_NUMBER: _builtins.int
     applied: _builtins.bool
     """False when a memory was gone and nothing was written."""
+    lease_lost: _builtins.bool
+    """True when `lease` was given and is no longer held: nothing was written."""
     @_builtins.property
     def survivor(self) -> _memory_pb2.Memory:
         """The survivor after the call (unchanged for KEEP_BOTH); unset when not applied."""
@@ -109,11 +124,60 @@ class ResolveNearDuplicateResponse(_message.Message):
         *,
         applied: _builtins.bool = ...,
         survivor: _memory_pb2.Memory | None = ...,
+        lease_lost: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["survivor", b"survivor"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "survivor", b"survivor"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "lease_lost", b"lease_lost", "survivor", b"survivor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResolveNearDuplicateResponse: _TypeAlias = ResolveNearDuplicateResponse  # noqa: Y015
+
+@_typing.final
+class CompleteNearDuplicateJobsRequest(_message.Message):
+    """Request for CompleteNearDuplicateJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def leases(self) -> _containers.RepeatedCompositeFieldContainer[_job_queue_pb2.JobLease]:
+        """The leases of the checked jobs (at most 500)."""
+
+    def __init__(
+        self,
+        *,
+        leases: _abc.Iterable[_job_queue_pb2.JobLease] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leases", b"leases"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteNearDuplicateJobsRequest: _TypeAlias = CompleteNearDuplicateJobsRequest  # noqa: Y015
+
+@_typing.final
+class CompleteNearDuplicateJobsResponse(_message.Message):
+    """Response for CompleteNearDuplicateJobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedScalarFieldContainer[_job_queue_pb2.LeaseOutcome.ValueType]:
+        """One outcome per lease, in request order."""
+
+    def __init__(
+        self,
+        *,
+        outcomes: _abc.Iterable[_job_queue_pb2.LeaseOutcome.ValueType] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcomes", b"outcomes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteNearDuplicateJobsResponse: _TypeAlias = CompleteNearDuplicateJobsResponse  # noqa: Y015

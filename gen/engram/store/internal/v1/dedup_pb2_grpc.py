@@ -43,6 +43,11 @@ class DedupServiceStub:
                 request_serializer=engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.ResolveNearDuplicateRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.ResolveNearDuplicateResponse.FromString,
                 _registered_method=True)
+        self.CompleteNearDuplicateJobs = channel.unary_unary(
+                '/engram.store.internal.v1.DedupService/CompleteNearDuplicateJobs',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.CompleteNearDuplicateJobsRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.CompleteNearDuplicateJobsResponse.FromString,
+                _registered_method=True)
 
 
 class DedupServiceServicer:
@@ -74,6 +79,19 @@ class DedupServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteNearDuplicateJobs(self, request, context):
+        """Completes near_duplicate jobs (JOB_TYPE_NEAR_DUPLICATE) whose check found
+        nothing to resolve (no older candidate, or none similar enough). A lease
+        that is not held, or a job of another type, is LEASE_LOST and nothing is
+        written for it.
+
+        Errors: INVALID_ARGUMENT (more than 500 leases); UNAVAILABLE
+        (MUTATIONS_FROZEN).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DedupServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -81,6 +99,11 @@ def add_DedupServiceServicer_to_server(servicer, server):
                     servicer.ResolveNearDuplicate,
                     request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.ResolveNearDuplicateRequest.FromString,
                     response_serializer=engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.ResolveNearDuplicateResponse.SerializeToString,
+            ),
+            'CompleteNearDuplicateJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteNearDuplicateJobs,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.CompleteNearDuplicateJobsRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.CompleteNearDuplicateJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -114,6 +137,33 @@ class DedupService:
             '/engram.store.internal.v1.DedupService/ResolveNearDuplicate',
             engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.ResolveNearDuplicateRequest.SerializeToString,
             engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.ResolveNearDuplicateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteNearDuplicateJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.internal.v1.DedupService/CompleteNearDuplicateJobs',
+            engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.CompleteNearDuplicateJobsRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_dedup__pb2.CompleteNearDuplicateJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

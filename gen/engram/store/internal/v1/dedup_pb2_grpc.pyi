@@ -55,6 +55,15 @@ class DedupServiceStub:
     unspecified action, similarity outside [0, 1], a reason over 1024
     characters); UNAVAILABLE (MUTATIONS_FROZEN).
     """
+    CompleteNearDuplicateJobs: _grpc.UnaryUnaryMultiCallable[_dedup_pb2.CompleteNearDuplicateJobsRequest, _dedup_pb2.CompleteNearDuplicateJobsResponse]
+    """Completes near_duplicate jobs (JOB_TYPE_NEAR_DUPLICATE) whose check found
+    nothing to resolve (no older candidate, or none similar enough). A lease
+    that is not held, or a job of another type, is LEASE_LOST and nothing is
+    written for it.
+
+    Errors: INVALID_ARGUMENT (more than 500 leases); UNAVAILABLE
+    (MUTATIONS_FROZEN).
+    """
 
 @_typing.type_check_only
 class DedupServiceAsyncStub(DedupServiceStub):
@@ -82,6 +91,15 @@ class DedupServiceAsyncStub(DedupServiceStub):
     Errors: INVALID_ARGUMENT (bad namespace or ids, the same id twice, an
     unspecified action, similarity outside [0, 1], a reason over 1024
     characters); UNAVAILABLE (MUTATIONS_FROZEN).
+    """
+    CompleteNearDuplicateJobs: _aio.UnaryUnaryMultiCallable[_dedup_pb2.CompleteNearDuplicateJobsRequest, _dedup_pb2.CompleteNearDuplicateJobsResponse]  # type: ignore[assignment]
+    """Completes near_duplicate jobs (JOB_TYPE_NEAR_DUPLICATE) whose check found
+    nothing to resolve (no older candidate, or none similar enough). A lease
+    that is not held, or a job of another type, is LEASE_LOST and nothing is
+    written for it.
+
+    Errors: INVALID_ARGUMENT (more than 500 leases); UNAVAILABLE
+    (MUTATIONS_FROZEN).
     """
 
 class DedupServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -113,6 +131,21 @@ class DedupServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (bad namespace or ids, the same id twice, an
         unspecified action, similarity outside [0, 1], a reason over 1024
         characters); UNAVAILABLE (MUTATIONS_FROZEN).
+        """
+
+    @_abc_1.abstractmethod
+    def CompleteNearDuplicateJobs(
+        self,
+        request: _dedup_pb2.CompleteNearDuplicateJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_dedup_pb2.CompleteNearDuplicateJobsResponse, _abc.Awaitable[_dedup_pb2.CompleteNearDuplicateJobsResponse]]:
+        """Completes near_duplicate jobs (JOB_TYPE_NEAR_DUPLICATE) whose check found
+        nothing to resolve (no older candidate, or none similar enough). A lease
+        that is not held, or a job of another type, is LEASE_LOST and nothing is
+        written for it.
+
+        Errors: INVALID_ARGUMENT (more than 500 leases); UNAVAILABLE
+        (MUTATIONS_FROZEN).
         """
 
 def add_DedupServiceServicer_to_server(servicer: DedupServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

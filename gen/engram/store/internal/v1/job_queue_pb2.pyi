@@ -172,7 +172,9 @@ class Job(_message.Message):
     """The session a summarize_session job is about (memory_id is then empty,
     and `content` holds the session's transcript at lease time: its live
     short-term memories oldest first, one `[time] who: text` line each, at
-    most the newest 200).
+    most the newest 200). For a consolidate_session job `content` is a JSON
+    object {"memories": [{"id", "time", "who", "type", "content"}]}: the
+    session's live memories not yet consolidated, oldest first, at most 200.
     """
     def __init__(
         self,
@@ -1077,6 +1079,171 @@ class CompleteSummarizeJobResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompleteSummarizeJobResponse: _TypeAlias = CompleteSummarizeJobResponse  # noqa: Y015
+
+@_typing.final
+class ConsolidatedFact(_message.Message):
+    """A semantic fact consolidated from a session's memories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FACT_FIELD_NUMBER: _builtins.int
+    SOURCE_MEMORY_IDS_FIELD_NUMBER: _builtins.int
+    ENTITIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def fact(self) -> Global___ProposedFact:
+        """The fact (content, type, confidence, importance, categories; temporal
+        class and valid_until as for extraction).
+        """
+
+    @_builtins.property
+    def source_memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The session memories it was drawn from (1 to 200 ids)."""
+
+    @_builtins.property
+    def entities(self) -> _containers.RepeatedCompositeFieldContainer[Global___EntityTriple]:
+        """Entity triples the fact mentions (at most 50)."""
+
+    def __init__(
+        self,
+        *,
+        fact: Global___ProposedFact | None = ...,
+        source_memory_ids: _abc.Iterable[_builtins.str] | None = ...,
+        entities: _abc.Iterable[Global___EntityTriple] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fact", b"fact"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entities", b"entities", "fact", b"fact", "source_memory_ids", b"source_memory_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsolidatedFact: _TypeAlias = ConsolidatedFact  # noqa: Y015
+
+@_typing.final
+class CausalLink(_message.Message):
+    """A cause-effect relation between two memories of the session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CAUSE_MEMORY_ID_FIELD_NUMBER: _builtins.int
+    EFFECT_MEMORY_ID_FIELD_NUMBER: _builtins.int
+    cause_memory_id: _builtins.str
+    """The memory that describes the cause."""
+    effect_memory_id: _builtins.str
+    """The memory that describes the effect."""
+    def __init__(
+        self,
+        *,
+        cause_memory_id: _builtins.str = ...,
+        effect_memory_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause_memory_id", b"cause_memory_id", "effect_memory_id", b"effect_memory_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CausalLink: _TypeAlias = CausalLink  # noqa: Y015
+
+@_typing.final
+class CompleteConsolidateJobRequest(_message.Message):
+    """Request for CompleteConsolidateJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    FACTS_FIELD_NUMBER: _builtins.int
+    CAUSAL_LINKS_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
+    NAMED_ENTITIES_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The LLM model that consolidated (recorded with every fact)."""
+    @_builtins.property
+    def lease(self) -> Global___JobLease:
+        """The consolidate_session job's lease."""
+
+    @_builtins.property
+    def facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsolidatedFact]:
+        """The facts, at most 50."""
+
+    @_builtins.property
+    def causal_links(self) -> _containers.RepeatedCompositeFieldContainer[Global___CausalLink]:
+        """Cause-effect links between the session's memories, at most 200."""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the worker dropped from the model's answer, and why (at most 100;
+        kept in the job's result).
+        """
+
+    @_builtins.property
+    def named_entities(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedEntity]:
+        """The named things the session mentions, with their type and aliases (at
+        most 50); with `graphEnabled`, each is linked to the facts that name it
+        or one of its aliases.
+        """
+
+    def __init__(
+        self,
+        *,
+        lease: Global___JobLease | None = ...,
+        model: _builtins.str = ...,
+        facts: _abc.Iterable[Global___ConsolidatedFact] | None = ...,
+        causal_links: _abc.Iterable[Global___CausalLink] | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
+        named_entities: _abc.Iterable[Global___NamedEntity] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["causal_links", b"causal_links", "facts", b"facts", "lease", b"lease", "model", b"model", "named_entities", b"named_entities", "warnings", b"warnings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteConsolidateJobRequest: _TypeAlias = CompleteConsolidateJobRequest  # noqa: Y015
+
+@_typing.final
+class CompleteConsolidateJobResponse(_message.Message):
+    """Response for CompleteConsolidateJob."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    MEMORY_IDS_FIELD_NUMBER: _builtins.int
+    SKIPPED_FACTS_FIELD_NUMBER: _builtins.int
+    CAUSAL_LINKS_FIELD_NUMBER: _builtins.int
+    PRIVACY_BLOCKED_FIELD_NUMBER: _builtins.int
+    outcome: Global___LeaseOutcome.ValueType
+    """OK, or LEASE_LOST (nothing was written)."""
+    skipped_facts: _builtins.int
+    """How many facts were skipped (no live source in the session, under the
+    confidence gate, rejected by the PII policy).
+    """
+    causal_links: _builtins.int
+    """How many causal links were written (new or already there)."""
+    privacy_blocked: _builtins.bool
+    """The namespace's privacy level forbids long-term writes: nothing stored."""
+    @_builtins.property
+    def memory_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The fact memories written or linked, in the order of the facts that
+        were kept (created and deduplicated ones).
+        """
+
+    def __init__(
+        self,
+        *,
+        outcome: Global___LeaseOutcome.ValueType = ...,
+        memory_ids: _abc.Iterable[_builtins.str] | None = ...,
+        skipped_facts: _builtins.int = ...,
+        causal_links: _builtins.int = ...,
+        privacy_blocked: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["causal_links", b"causal_links", "memory_ids", b"memory_ids", "outcome", b"outcome", "privacy_blocked", b"privacy_blocked", "skipped_facts", b"skipped_facts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteConsolidateJobResponse: _TypeAlias = CompleteConsolidateJobResponse  # noqa: Y015
 
 @_typing.final
 class GetQueueStatsRequest(_message.Message):

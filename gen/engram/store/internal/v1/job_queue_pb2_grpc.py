@@ -95,6 +95,11 @@ class JobQueueServiceStub:
                 request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobResponse.FromString,
                 _registered_method=True)
+        self.CompleteConsolidateJob = channel.unary_unary(
+                '/engram.store.internal.v1.JobQueueService/CompleteConsolidateJob',
+                request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteConsolidateJobRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteConsolidateJobResponse.FromString,
+                _registered_method=True)
         self.GetQueueStats = channel.unary_unary(
                 '/engram.store.internal.v1.JobQueueService/GetQueueStats',
                 request_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.GetQueueStatsRequest.SerializeToString,
@@ -288,6 +293,45 @@ class JobQueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteConsolidateJob(self, request, context):
+        """Applies a consolidate_session job's result (issue 17, seed 003 "Session
+        consolidation") and completes the job in one transaction, checking the
+        lease inside it (when the lease is lost nothing is written). Each fact
+        becomes a memory (who `pipeline-consolidator`, why `consolidated-fact`,
+        source_type `consolidation`, source_id the job id, dated and valid from
+        its newest source, never extracted, with an embed job) unless a live
+        memory of the namespace holds its content (then that memory is linked);
+        either way it gets a `derived_from` link to each of its sources, and,
+        with `memory.pipelineV2.graphEnabled`, its entity triples are linked to
+        it as extraction links them. Each causal link becomes a `causal` link
+        from the cause to the effect (confidence 0.7, seed 003). Only memories of
+        the job's session that are still live count as sources or link ends: a
+        fact left with none, and a link with an end outside the session, are
+        skipped (listed in the job's result), as are facts under the fact
+        confidence gate (`minFactConfidenceForWrite`) and facts the namespace's
+        PII policy rejects (REDACT redacts them). The namespace's privacy level
+        (`sessions.privacy`) applies: PARTIAL or FULL writes nothing long-term
+        (`privacy_blocked`). In shadow mode (`shadowMode`) nothing but the job's
+        completion is written: its result records the facts and links that
+        would have been. The session is then marked consolidated
+        (MemoryStoreService.GetSession shows it); when the session has more
+        memories than the job read, the next job is queued at once.
+
+        Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
+        consolidate_session job, empty `model`, more than 50 facts, 200 causal
+        links or 100 warnings, a fact with empty content or over 2000
+        characters, a confidence or importance outside [0, 1], a fact without
+        sources or with more than 200, a malformed memory id, more than 50
+        entity triples in a fact, an entity name or relationship empty or over
+        200 characters, more than 50 named entities, a named entity without a
+        name, of an unknown type or with more than 10 aliases, a causal link
+        from a memory to itself); UNAVAILABLE
+        (MUTATIONS_FROZEN). Nothing is written on any error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetQueueStats(self, request, context):
         """Counts jobs per type and status, and reports the vector index's model.
 
@@ -344,6 +388,11 @@ def add_JobQueueServiceServicer_to_server(servicer, server):
                     servicer.CompleteSummarizeJob,
                     request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobRequest.FromString,
                     response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobResponse.SerializeToString,
+            ),
+            'CompleteConsolidateJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteConsolidateJob,
+                    request_deserializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteConsolidateJobRequest.FromString,
+                    response_serializer=engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteConsolidateJobResponse.SerializeToString,
             ),
             'GetQueueStats': grpc.unary_unary_rpc_method_handler(
                     servicer.GetQueueStats,
@@ -610,6 +659,33 @@ class JobQueueService:
             '/engram.store.internal.v1.JobQueueService/CompleteSummarizeJob',
             engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobRequest.SerializeToString,
             engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteSummarizeJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteConsolidateJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.internal.v1.JobQueueService/CompleteConsolidateJob',
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteConsolidateJobRequest.SerializeToString,
+            engram_dot_store_dot_internal_dot_v1_dot_job__queue__pb2.CompleteConsolidateJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -180,6 +180,41 @@ class JobQueueServiceStub:
     summarize_session job, empty `summary` or over 8000 characters, empty
     `model`). Nothing is written on any error.
     """
+    CompleteConsolidateJob: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteConsolidateJobRequest, _job_queue_pb2.CompleteConsolidateJobResponse]
+    """Applies a consolidate_session job's result (issue 17, seed 003 "Session
+    consolidation") and completes the job in one transaction, checking the
+    lease inside it (when the lease is lost nothing is written). Each fact
+    becomes a memory (who `pipeline-consolidator`, why `consolidated-fact`,
+    source_type `consolidation`, source_id the job id, dated and valid from
+    its newest source, never extracted, with an embed job) unless a live
+    memory of the namespace holds its content (then that memory is linked);
+    either way it gets a `derived_from` link to each of its sources, and,
+    with `memory.pipelineV2.graphEnabled`, its entity triples are linked to
+    it as extraction links them. Each causal link becomes a `causal` link
+    from the cause to the effect (confidence 0.7, seed 003). Only memories of
+    the job's session that are still live count as sources or link ends: a
+    fact left with none, and a link with an end outside the session, are
+    skipped (listed in the job's result), as are facts under the fact
+    confidence gate (`minFactConfidenceForWrite`) and facts the namespace's
+    PII policy rejects (REDACT redacts them). The namespace's privacy level
+    (`sessions.privacy`) applies: PARTIAL or FULL writes nothing long-term
+    (`privacy_blocked`). In shadow mode (`shadowMode`) nothing but the job's
+    completion is written: its result records the facts and links that
+    would have been. The session is then marked consolidated
+    (MemoryStoreService.GetSession shows it); when the session has more
+    memories than the job read, the next job is queued at once.
+
+    Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
+    consolidate_session job, empty `model`, more than 50 facts, 200 causal
+    links or 100 warnings, a fact with empty content or over 2000
+    characters, a confidence or importance outside [0, 1], a fact without
+    sources or with more than 200, a malformed memory id, more than 50
+    entity triples in a fact, an entity name or relationship empty or over
+    200 characters, more than 50 named entities, a named entity without a
+    name, of an unknown type or with more than 10 aliases, a causal link
+    from a memory to itself); UNAVAILABLE
+    (MUTATIONS_FROZEN). Nothing is written on any error.
+    """
     GetQueueStats: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]
     """Counts jobs per type and status, and reports the vector index's model.
 
@@ -337,6 +372,41 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
     summarize_session job, empty `summary` or over 8000 characters, empty
     `model`). Nothing is written on any error.
+    """
+    CompleteConsolidateJob: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.CompleteConsolidateJobRequest, _job_queue_pb2.CompleteConsolidateJobResponse]  # type: ignore[assignment]
+    """Applies a consolidate_session job's result (issue 17, seed 003 "Session
+    consolidation") and completes the job in one transaction, checking the
+    lease inside it (when the lease is lost nothing is written). Each fact
+    becomes a memory (who `pipeline-consolidator`, why `consolidated-fact`,
+    source_type `consolidation`, source_id the job id, dated and valid from
+    its newest source, never extracted, with an embed job) unless a live
+    memory of the namespace holds its content (then that memory is linked);
+    either way it gets a `derived_from` link to each of its sources, and,
+    with `memory.pipelineV2.graphEnabled`, its entity triples are linked to
+    it as extraction links them. Each causal link becomes a `causal` link
+    from the cause to the effect (confidence 0.7, seed 003). Only memories of
+    the job's session that are still live count as sources or link ends: a
+    fact left with none, and a link with an end outside the session, are
+    skipped (listed in the job's result), as are facts under the fact
+    confidence gate (`minFactConfidenceForWrite`) and facts the namespace's
+    PII policy rejects (REDACT redacts them). The namespace's privacy level
+    (`sessions.privacy`) applies: PARTIAL or FULL writes nothing long-term
+    (`privacy_blocked`). In shadow mode (`shadowMode`) nothing but the job's
+    completion is written: its result records the facts and links that
+    would have been. The session is then marked consolidated
+    (MemoryStoreService.GetSession shows it); when the session has more
+    memories than the job read, the next job is queued at once.
+
+    Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
+    consolidate_session job, empty `model`, more than 50 facts, 200 causal
+    links or 100 warnings, a fact with empty content or over 2000
+    characters, a confidence or importance outside [0, 1], a fact without
+    sources or with more than 200, a malformed memory id, more than 50
+    entity triples in a fact, an entity name or relationship empty or over
+    200 characters, more than 50 named entities, a named entity without a
+    name, of an unknown type or with more than 10 aliases, a causal link
+    from a memory to itself); UNAVAILABLE
+    (MUTATIONS_FROZEN). Nothing is written on any error.
     """
     GetQueueStats: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.GetQueueStatsRequest, _job_queue_pb2.GetQueueStatsResponse]  # type: ignore[assignment]
     """Counts jobs per type and status, and reports the vector index's model.
@@ -546,6 +616,47 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
         summarize_session job, empty `summary` or over 8000 characters, empty
         `model`). Nothing is written on any error.
+        """
+
+    @_abc_1.abstractmethod
+    def CompleteConsolidateJob(
+        self,
+        request: _job_queue_pb2.CompleteConsolidateJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_queue_pb2.CompleteConsolidateJobResponse, _abc.Awaitable[_job_queue_pb2.CompleteConsolidateJobResponse]]:
+        """Applies a consolidate_session job's result (issue 17, seed 003 "Session
+        consolidation") and completes the job in one transaction, checking the
+        lease inside it (when the lease is lost nothing is written). Each fact
+        becomes a memory (who `pipeline-consolidator`, why `consolidated-fact`,
+        source_type `consolidation`, source_id the job id, dated and valid from
+        its newest source, never extracted, with an embed job) unless a live
+        memory of the namespace holds its content (then that memory is linked);
+        either way it gets a `derived_from` link to each of its sources, and,
+        with `memory.pipelineV2.graphEnabled`, its entity triples are linked to
+        it as extraction links them. Each causal link becomes a `causal` link
+        from the cause to the effect (confidence 0.7, seed 003). Only memories of
+        the job's session that are still live count as sources or link ends: a
+        fact left with none, and a link with an end outside the session, are
+        skipped (listed in the job's result), as are facts under the fact
+        confidence gate (`minFactConfidenceForWrite`) and facts the namespace's
+        PII policy rejects (REDACT redacts them). The namespace's privacy level
+        (`sessions.privacy`) applies: PARTIAL or FULL writes nothing long-term
+        (`privacy_blocked`). In shadow mode (`shadowMode`) nothing but the job's
+        completion is written: its result records the facts and links that
+        would have been. The session is then marked consolidated
+        (MemoryStoreService.GetSession shows it); when the session has more
+        memories than the job read, the next job is queued at once.
+
+        Errors: INVALID_ARGUMENT (missing lease, a lease of a job that is not a
+        consolidate_session job, empty `model`, more than 50 facts, 200 causal
+        links or 100 warnings, a fact with empty content or over 2000
+        characters, a confidence or importance outside [0, 1], a fact without
+        sources or with more than 200, a malformed memory id, more than 50
+        entity triples in a fact, an entity name or relationship empty or over
+        200 characters, more than 50 named entities, a named entity without a
+        name, of an unknown type or with more than 10 aliases, a causal link
+        from a memory to itself); UNAVAILABLE
+        (MUTATIONS_FROZEN). Nothing is written on any error.
         """
 
     @_abc_1.abstractmethod

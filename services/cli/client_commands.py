@@ -411,6 +411,39 @@ def history(**params: Any) -> None:
 
 
 @cli.command()
+@click.option("--namespace", "-n", default="")
+@common_options
+def weak(**params: Any) -> None:
+    """The namespace's weak memories: decayed below memory.decay_threshold
+    (seed 003), with their current confidence, oldest written first."""
+    target = _target(params)
+    table = Table()
+    for name in ("confidence now", "id", "last access", "content"):
+        table.add_column(name, overflow="fold")
+    count = 0
+    with target.client() as engram:
+        try:
+            for found in engram.list_weak_memories(namespace=params["namespace"]):
+                count += 1
+                if target.json:
+                    _emit_json(found)
+                    continue
+                memory = found.memory
+                last = (
+                    memory.last_access_time.ToJsonString()
+                    if memory.HasField("last_access_time")
+                    else "never"
+                )
+                cells = (f"{found.current_confidence:.4f}", memory.id, last, memory.content)
+                table.add_row(*(Text(cell) for cell in cells))
+        except EngramError as error:
+            _fail("weak", error)
+    if not target.json:
+        Console().print(table)
+        click.echo(f"{count} weak memories")
+
+
+@cli.command()
 @click.argument("memory_id")
 @click.argument("content")
 @click.option("--namespace", "-n", default="")

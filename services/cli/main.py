@@ -17,7 +17,7 @@ engram certs dev --out DIR [--host NAME]... [--force]
 
 A command that calls a service verifies it with clients.tls from the configuration
 (ca_file, and cert_file/key_file for mTLS); `health` also takes them as flags.
-engram remember|recall|get|list|history|explain|links|entity|supersede|forget|import|export|diagnostics ...
+engram remember|recall|get|list|history|explain|links|entity|weak|supersede|forget|import|export|diagnostics ...
                                                   talk to a running suite (services/cli/client_commands.py;
                                                   `engram COMMAND --help`)
 engram mcp [--http PORT] [--address HOST:PORT]    an MCP server (stdio, or streamable HTTP) with memory
@@ -477,7 +477,7 @@ def _default_config() -> str | None:
 SERVER_COMMANDS = frozenset({"up", "serve", "health", "backup", "restore", "keys", "certs"})
 CLIENT_HELP = (
     "client commands (a running suite): remember, recall, get, list, history, explain,"
-    " links, entity, supersede, forget, import, export, diagnostics; `engram COMMAND --help`"
+    " links, entity, weak, supersede, forget, import, export, diagnostics; `engram COMMAND --help`"
 )
 
 

@@ -418,6 +418,24 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "neighbors": [_dict(n) for n in reply.neighbors],
         }
 
+    @tool(annotations=ToolAnnotations(title="Weak memories", read_only_hint=True))
+    async def weak_memories(namespace: Namespace = "") -> dict[str, Any]:
+        """Memories that are fading because nobody used them (seed 003): their
+        confidence, decayed since their last access, is below the threshold, so they
+        may need confirming (pin them) or may be wrong. Each with its current
+        confidence, oldest written first."""
+        try:
+            found = [
+                {
+                    "memory": _memory(weak.memory),
+                    "current_confidence": weak.current_confidence,
+                }
+                async for weak in engram.list_weak_memories(namespace=namespace)
+            ]
+        except EngramError as error:
+            raise _error(error) from None
+        return {"weak_memories": found}
+
     @tool(annotations=ToolAnnotations(title="Capture a turn"))
     async def append_turn(
         session_id: Annotated[

@@ -86,7 +86,7 @@ PUBLIC_RPCS: dict[str, Role] = {
         _methods(
             _STORE,
             "GetMemory ListMemories ListMemoryHistory ExplainMemory ListMemoryLinks "
-            "GetEntity ListEntities GetSession",
+            "GetEntity ListEntities GetSession ListWeakMemories",
         ),
         Role.READER,
     ),

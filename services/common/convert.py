@@ -123,4 +123,6 @@ def memory_to_proto(record: MemoryRecord) -> memory_pb2.Memory:
         categories=record.categories,
         temporal_class=temporal_to_proto(record.temporal_class),
         valid_until=timestamp_from_text(record.valid_until),
+        confidence=record.confidence,
+        decay_rate=record.decay_rate,
     )

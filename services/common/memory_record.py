@@ -67,6 +67,10 @@ class MemoryRecord:
     superseded_at: str | None = None
     categories: tuple[str, ...] = ()  # the extraction model's (pipeline memories)
     temporal_class: str = ""  # permanent | long_term | short_term; "" not classified
+    # Ebbinghaus decay (services/common/forgetting.py): the stored confidence (as
+    # of the last access) and the memory's own rate (None: the configured default).
+    confidence: float = 1.0
+    decay_rate: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
@@ -98,4 +102,6 @@ class MemoryRecord:
             temporal_class=row["temporal_class"],
             valid_until=row["valid_until"],
             superseded_at=row["invalidated_at"],
+            confidence=row["confidence"],
+            decay_rate=row["decay_rate"],
         )

@@ -84,6 +84,7 @@ class StoreAdminClient:
             orphans=OrphanCounts(
                 **{f.name: getattr(d.orphans, f.name) for f in fields(OrphanCounts)}
             ),
+            weak_memories=d.weak_memories,
         )
 
     async def requeue_dead_jobs(self) -> int:

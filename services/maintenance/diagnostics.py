@@ -74,6 +74,7 @@ class StoreCounts:
     last_storage_full_time: datetime | None = None
     data_dir_free_bytes: int = 0
     orphans: OrphanCounts = OrphanCounts()
+    weak_memories: int = 0  # seed 003: under decay_threshold now (ListWeakMemories)
 
     @property
     def total_memories(self) -> int:

@@ -89,6 +89,7 @@ def report_to_proto(report: dx.Report) -> pb.GetDiagnosticsResponse:
             last_storage_full_time=_timestamp(c.last_storage_full_time),
             data_dir_free_bytes=c.data_dir_free_bytes,
             orphans=pb.OrphanCounts(**asdict(c.orphans)),
+            weak_memories=c.weak_memories,
         ),
         providers=pb.ProvidersHealth(
             pipeline_reachable=report.providers.reachable,

@@ -1,18 +1,28 @@
-"""Importance decay (seed 002 "Importance Decay") and its use as a ranking factor.
+"""Decay as a ranking factor (`search.decay_ranking`, off by default: bench/README.md
+"Decay as a ranking factor" has the measurement). With it on, recall multiplies
+each candidate's score by one of two factors (`search.decay_model`):
 
-importance(t) = base_importance × decay_rate ^ days_since_access
+- `ebbinghaus` (default; seed 003): the memory's current confidence,
+  confidence × e^(−λ·d^0.8) (services/common/forgetting.py, the one home of the
+  rule), computed in SQL where the candidates are read. A memory recall keeps
+  returning stays near its stored confidence; one nobody recalls fades.
+- `importance` (seed 002 "Importance Decay"): importance × rate^days, rate
+  `memory.decay_rate`, days since the last access (else since creation).
 
-Days are counted from the last access (recall records it, so an access resets
-the clock), falling back to creation for a memory never recalled. Pinned
-memories carry importance 1.0 and never decay. With `search.decay_ranking`
-on, recall multiplies each candidate's score by its effective importance, so
-a stale, unimportant memory ranks below an equally relevant fresh one.
+Both exempt pinned memories and count days from the last access, so an access
+(recall records it) resets the clock. Why Ebbinghaus is the one that ranks:
+seed 002's factor multiplies by `importance`, so with no access pattern at all
+(LoCoMo) it reorders by importance alone, which is not relevance; Ebbinghaus
+leaves a store where nothing has aged exactly as it was and only acts on age
+and use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from services.common import clock
 from services.common.db import Reads
@@ -21,6 +31,13 @@ from services.search import queries
 from services.search.scoring import Candidate
 
 SECONDS_PER_DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class DecayRanking:
+    model: Literal["ebbinghaus", "importance"] = "ebbinghaus"
+    importance_rate: float = 0.95  # memory.decay_rate (seed 002)
+    default_rate: float = 0.1  # memory.decay_rate_default (seed 003)
 
 
 def days_since(moment: str, now: datetime) -> float:
@@ -36,25 +53,40 @@ def decayed_importance(
     now: datetime,
     decay_rate: float,
 ) -> float:
+    """Seed 002: importance × rate^days since the last access (else creation)."""
     if pinned:
         return effective_importance(True, base)
     return base * decay_rate ** days_since(last_accessed or created_at, now)
 
 
 async def apply_decay(
-    reads: Reads, namespace: str, candidates: Sequence[Candidate], decay_rate: float
+    reads: Reads, namespace: str, candidates: Sequence[Candidate], ranking: DecayRanking
 ) -> None:
-    """Multiply each candidate's score by its effective importance (recorded in
+    """Multiply each candidate's score by its decay factor (recorded in
     `boosts["decay"]`); candidates not found in the namespace are left as they are."""
     if not candidates:
         return
     now = clock.now()
-    rows = await reads.fetch_all(queries.decay_inputs(namespace, [c.rowid for c in candidates]))
-    by_rowid = {row[0]: row for row in rows}
+    rows = await reads.fetch_all(
+        queries.decay_inputs(
+            namespace, [c.rowid for c in candidates], ranking.default_rate, clock.to_text(now)
+        )
+    )
+    by_rowid = {row["rowid"]: row for row in rows}
     for candidate in candidates:
         row = by_rowid.get(candidate.rowid)
         if row is None:
             continue
-        factor = decayed_importance(row[1], bool(row[2]), row[3], row[4], now, decay_rate)
+        if ranking.model == "ebbinghaus":
+            factor = float(row["current_confidence"])
+        else:
+            factor = decayed_importance(
+                row["importance"],
+                bool(row["pinned"]),
+                row["last_accessed"],
+                row["created_at"],
+                now,
+                ranking.importance_rate,
+            )
         candidate.score *= factor
         candidate.boosts["decay"] = factor

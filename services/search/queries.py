@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from services.common import forgetting
 from services.common.memory_filter import MemoryFilterSpec, filter_sql, live_sql
 
 Query = tuple[str, list[Any]]
@@ -20,7 +21,7 @@ MEMORY_COLUMNS = (
     "m.tags, m.pinned, m.who, m.why, m.source_type, m.source_id, m.version, m.is_deleted, "
     "m.deleted_at, m.created_at, m.updated_at, m.event_time, m.access_count, m.last_accessed, "
     "m.session_id, m.expire_at, m.valid_from, m.valid_until, m.invalidated_at, m.categories, "
-    "m.temporal_class"
+    "m.temporal_class, m.confidence, m.decay_rate"
 )
 
 
@@ -173,11 +174,12 @@ def exact_vector_candidates(
 
 
 def pool_rows(namespace: str, rowids: Sequence[int], model: str, as_of: str | None = None) -> Query:
-    """Pool members with what fusion needs: event time and the exact vector
-    (NULL when not embedded); live memories of the namespace only."""
+    """Pool members with what fusion needs: event time, the exact vector (NULL
+    when not embedded) and `who` (intent routing); live memories of the
+    namespace only."""
     marks = ", ".join("?" * len(rowids))
     return (
-        "SELECT m.rowid, m.event_time, e.vector "
+        "SELECT m.rowid, m.event_time, e.vector, m.who "
         "FROM memories m LEFT JOIN embeddings e ON e.namespace = m.namespace "
         "AND e.content_hash = m.content_hash AND e.model = ? "
         # `+` on the live rule's columns and the namespace keeps the planner on
@@ -209,11 +211,38 @@ def importance_by_rowid(namespace: str, rowids: Sequence[int]) -> Query:
     )
 
 
-def decay_inputs(namespace: str, rowids: Sequence[int]) -> Query:
-    """(rowid, importance, pinned, last_accessed, created_at) for decay ranking."""
+def contents(namespace: str, rowids: Sequence[int]) -> Query:
+    """(rowid, content) of the namespace's memories among `rowids`."""
     marks = ", ".join("?" * len(rowids))
     return (
-        "SELECT m.rowid, m.importance, m.pinned, m.last_accessed, m.created_at "
-        f"FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ?",
+        f"SELECT m.rowid, m.content FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ?",
         [*rowids, namespace],
+    )
+
+
+def in_time_windows(
+    namespace: str, windows: Sequence[tuple[str, str]], spec: MemoryFilterSpec, limit: int
+) -> Query:
+    """Rowids of live memories of the namespace, passing the filter, whose event
+    time falls in any of the half-open `windows`, latest first."""
+    clauses, params = filter_sql(spec, "m")
+    ranges = " OR ".join("(m.event_time >= ? AND m.event_time < ?)" for _ in windows)
+    return (
+        f"SELECT m.rowid FROM memories m WHERE m.namespace = ? "
+        f"AND {live_sql('m', as_of=spec.as_of)}{clauses} AND ({ranges}) "
+        "ORDER BY m.event_time DESC, m.rowid DESC LIMIT ?",
+        [namespace, *params, *(t for w in windows for t in w), limit],
+    )
+
+
+def decay_inputs(namespace: str, rowids: Sequence[int], default_rate: float, now: str) -> Query:
+    """rowid, importance, pinned, last_accessed, created_at and the seed 003
+    current confidence at `now` (services/common/forgetting.py) for decay ranking."""
+    marks = ", ".join("?" * len(rowids))
+    current, params = forgetting.current_confidence_sql("m", default_rate, now)
+    return (
+        "SELECT m.rowid AS rowid, m.importance, m.pinned, m.last_accessed, m.created_at, "
+        f"{current} AS current_confidence "
+        f"FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ?",
+        [*params, *rowids, namespace],
     )

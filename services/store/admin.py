@@ -22,6 +22,7 @@ from services.common.validation import validate_namespace
 from services.store import admin_sql as sql
 from services.store import graph_sql, mutations
 from services.store import repository as repo
+from services.store.weak import DecayPolicy, WeakMemories
 from services.store.writer import Writer
 
 T = TypeVar("T")
@@ -83,6 +84,7 @@ class StoreDiagnostics:
     last_storage_full_at: str | None = None
     data_dir_free_bytes: int = 0
     orphans: OrphanCounts = OrphanCounts()
+    weak_memories: int = 0  # seed 003: below decay_threshold now (services/store/weak.py)
 
     @property
     def total_memories(self) -> int:
@@ -107,8 +109,10 @@ class StoreAdmin:
         windows: RetentionWindows,
         database_path: Path | None = None,
         max_job_attempts: int = 3,
+        weak: WeakMemories | None = None,
     ) -> None:
         self._writer = writer
+        self._weak = weak or WeakMemories(reads, DecayPolicy())
         self._max_attempts = max_job_attempts
         self._database_path = database_path
         self._reads = reads
@@ -155,6 +159,7 @@ class StoreAdmin:
             last_storage_full_at=self._writer.storage_full.last_at,
             data_dir_free_bytes=self._free_bytes(),
             orphans=OrphanCounts(**{name: int(orphans[name]) for name in sql.ORPHAN_TABLES}),
+            weak_memories=await self._weak.count(),
         )
 
     def _free_bytes(self) -> int:
@@ -247,8 +252,11 @@ class StoreAdmin:
     # ---- retention ------------------------------------------------------------------
 
     async def sweep_retention(self) -> list[RetentionStep]:
-        """The seed's strict order; each step is its own transaction."""
+        """The seed's strict order; each step is its own transaction. Pruning weak
+        memories (seed 003, only with `memory.decay_prune`) comes first: its
+        tombstones then wait out the tombstone window like any other."""
         steps: list[tuple[str, Callable[[Any, str], RetentionStep]]] = [
+            *([("weak_memories", self._weak_memories)] if self._weak.policy.prune else []),
             ("expired_memories", self._expired_memories),
             ("graph_links", self._graph_links),
             ("embeddings", self._embeddings),
@@ -275,6 +283,9 @@ class StoreAdmin:
 
     def _cutoff(self, days: float, at: str) -> str:
         return clock.days_ago_text(days, clock.from_text(at))
+
+    def _weak_memories(self, conn: Any, at: str) -> RetentionStep:
+        return RetentionStep("weak_memories", self._weak.prune(conn, at, self._windows.batch_limit))
 
     def _expired_memories(self, conn: Any, at: str) -> RetentionStep:
         """Short-term memories past their expire_time (gone from reads since
@@ -386,4 +397,5 @@ def store_admin(writer: Writer, reads: ReadPool, config: Config) -> StoreAdmin:
         ),
         database_path=Path(config.storage.path),
         max_job_attempts=config.memory.pipelineV2.workerMaxRetries,
+        weak=WeakMemories(reads, DecayPolicy.from_config(config)),
     )

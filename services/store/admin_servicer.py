@@ -46,6 +46,7 @@ class StoreAdminServicer(admin_pb2_grpc.StoreAdminServiceServicer):
             last_storage_full_time=timestamp_from_text(d.last_storage_full_at),
             data_dir_free_bytes=d.data_dir_free_bytes,
             orphans=pb.OrphanCounts(**asdict(d.orphans)),
+            weak_memories=d.weak_memories,
         )
 
     async def RequeueDeadJobs(

@@ -55,6 +55,7 @@ from services.store.privacy import PrivacyPolicy
 from services.store.servicer import MemoryStoreServicer
 from services.store.sessions import Sessions
 from services.store.suite_sql import read_suite_id
+from services.store.weak import DecayPolicy, WeakMemories
 from services.store.writer import Writer
 
 log = logging.getLogger("engram.store")
@@ -233,7 +234,13 @@ async def start_store(
 
     def register_public(server: grpc.aio.Server) -> None:
         store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(
-            MemoryStoreServicer(store, sessions, consolidation), server
+            MemoryStoreServicer(
+                store,
+                sessions,
+                consolidation,
+                WeakMemories(reads, DecayPolicy.from_config(config)),
+            ),
+            server,
         )
 
     def register_internal(server: grpc.aio.Server) -> None:

@@ -621,11 +621,13 @@ def write_policy(config: Config) -> WritePolicy:
 
 
 def fact_columns(fact: Fact, valid_from: str) -> dict[str, Any]:
-    """A pipeline fact's categories, temporal class and end, as memory columns."""
+    """A pipeline fact's categories, temporal class, end and confidence, as memory
+    columns."""
     return {
         "categories": json.dumps(list(dict.fromkeys(c.strip().lower() for c in fact.categories))),
         "temporal_class": fact.temporal_class,
         "valid_until": _short_term_end(fact, valid_from),
+        "confidence": fact.confidence,  # seed 003: decays and is reinforced from here
     }
 
 

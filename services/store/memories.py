@@ -586,7 +586,15 @@ class MemoryStore:
             repo.update_memory(
                 conn,
                 memory_id,
-                {"is_deleted": 0, "deleted_at": None, "version": new_version, "updated_at": at},
+                {
+                    "is_deleted": 0,
+                    "deleted_at": None,
+                    "version": new_version,
+                    "updated_at": at,
+                    # seed 003 decay: recovering is a use; the decay clock restarts, so a
+                    # memory pruned as weak is not pruned again by the next sweep
+                    "last_accessed": at,
+                },
             )
             mutations.index_or_enqueue(
                 conn,

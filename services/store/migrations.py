@@ -691,6 +691,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             ON session_consolidations(last_seen_at) WHERE ended_at IS NULL;
         """,
     ),
+    (
+        "memory_decay",
+        """
+        -- Issue 17, seed 003 "Ebbinghaus decay": the stored part of a memory's
+        -- confidence (as of its last access; reinforcement raises it) and its
+        -- own decay rate (NULL: memory.decay_rate_default; 0: protected). The
+        -- decayed confidence is computed at read (services/common/forgetting.py).
+        ALTER TABLE memories ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0;
+        ALTER TABLE memories ADD COLUMN decay_rate REAL;
+        """,
+    ),
 )
 
 

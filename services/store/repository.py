@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from random import getrandbits
 from typing import Any, NamedTuple
 
+from services.common import forgetting
 from services.common.memory_filter import (
     NOW_SQL,
     MemoryFilterSpec,
@@ -22,7 +23,7 @@ MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
     "source_type, source_id, version, is_deleted, deleted_at, created_at, updated_at, "
     "event_time, access_count, last_accessed, session_id, expire_at, valid_from, valid_until, "
-    "invalidated_at, categories, temporal_class"
+    "invalidated_at, categories, temporal_class, confidence, decay_rate"
 )
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
@@ -45,6 +46,7 @@ _UPDATABLE = {
     "expire_at",
     "valid_until",
     "invalidated_at",
+    "last_accessed",
 }
 
 Query = tuple[str, list[Any]]
@@ -247,6 +249,7 @@ class MemoryRow(NamedTuple):
     categories: str = "[]"  # JSON list (pipeline memories, seed 004 §6)
     temporal_class: str = ""  # permanent | long_term | short_term (seed 004 §5)
     valid_until: str | None = None  # a short-term fact's end (issue 17's valid time)
+    confidence: float = 1.0  # seed 003: a pipeline fact's extraction confidence
 
 
 # Rows per multi-row INSERT (at most 21 parameters a row, far below SQLite's limit).
@@ -273,8 +276,9 @@ def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
         "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
         "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
         "updated_at, event_time, extraction_status, extraction_model, source_memory_id, "
-        "session_id, expire_at, valid_from, categories, temporal_class, valid_until) VALUES ",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "session_id, expire_at, valid_from, categories, temporal_class, valid_until, "
+        "confidence) VALUES ",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 *row[:14],
@@ -284,6 +288,7 @@ def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
                 row.categories,
                 row.temporal_class,
                 row.valid_until,
+                row.confidence,
             )
             for row in rows
         ],
@@ -701,9 +706,27 @@ def index_stats_query() -> Query:
 
 
 def record_access(conn: Any, namespace: str, counts: dict[str, int], at: str) -> int:
-    cursor = conn.executemany(
-        "UPDATE memories SET access_count = access_count + ?, last_accessed = ? "
-        "WHERE namespace = ? AND id = ? AND is_deleted = 0",
-        [(n, at, namespace, memory_id) for memory_id, n in counts.items()],
+    """Count `counts[id]` accesses per live memory and reinforce its stored
+    confidence once per access (services/common/forgetting.py), in the caller's
+    write transaction: read and update with nothing in between."""
+    ids = list(counts)
+    rows: list[Any] = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        rows += conn.execute(
+            "SELECT id, access_count, confidence FROM memories "
+            f"WHERE namespace = ? AND is_deleted = 0 AND id IN ({', '.join('?' * len(chunk))})",
+            [namespace, *chunk],
+        ).fetchall()
+    updates = []
+    for memory_id, count, confidence in rows:
+        for _ in range(counts[memory_id]):
+            count += 1
+            confidence = forgetting.reinforced(confidence, count)
+        updates.append((count, confidence, at, namespace, memory_id))
+    conn.executemany(
+        "UPDATE memories SET access_count = ?, confidence = ?, last_accessed = ? "
+        "WHERE namespace = ? AND id = ?",
+        updates,
     )
-    return int(cursor.rowcount)
+    return len(updates)

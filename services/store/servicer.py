@@ -34,6 +34,7 @@ from services.store.memories import (
     PatchSpec,
 )
 from services.store.sessions import Sessions, Turn
+from services.store.weak import WeakMemories
 
 MAX_IMPORT_BATCH = 1000
 
@@ -186,11 +187,16 @@ def _privacy(bad: Violations, level: privacy_pb2.PrivacyLevel.ValueType) -> str:
 
 class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     def __init__(
-        self, store: MemoryStore, sessions: Sessions, consolidation: Consolidation
+        self,
+        store: MemoryStore,
+        sessions: Sessions,
+        consolidation: Consolidation,
+        weak: WeakMemories,
     ) -> None:
         self._store = store
         self._sessions = sessions
         self._consolidation = consolidation
+        self._weak = weak
 
     async def Remember(
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
@@ -587,6 +593,24 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         )
         return store_pb2.ListEntitiesResponse(
             entities=[_entity_to_proto(e) for e in entities], next_page_token=next_token
+        )
+
+    async def ListWeakMemories(
+        self, request: store_pb2.ListWeakMemoriesRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.ListWeakMemoriesResponse:
+        bad = Violations()
+        found, next_token = await self._weak.page(
+            namespace_of(bad, request.namespace), request.page_size, request.page_token, bad
+        )
+        return store_pb2.ListWeakMemoriesResponse(
+            memories=[
+                store_pb2.WeakMemory(
+                    memory=memory_to_proto(w.memory), current_confidence=w.current_confidence
+                )
+                for w in found
+            ],
+            next_page_token=next_token,
+            decay_threshold=self._weak.policy.threshold,
         )
 
 

@@ -140,6 +140,11 @@ CALLS: dict[str, Call] = {
     "/engram.store.v1.MemoryStoreService/ListEntities": lambda w, ns, md: w.store.ListEntities(
         pb.ListEntitiesRequest(namespace=ns), metadata=md, timeout=TIMEOUT
     ),
+    "/engram.store.v1.MemoryStoreService/ListWeakMemories": lambda w, ns, md: (
+        w.store.ListWeakMemories(
+            pb.ListWeakMemoriesRequest(namespace=ns), metadata=md, timeout=TIMEOUT
+        )
+    ),
     "/engram.store.v1.MemoryStoreService/ListMemoryHistory": lambda w, ns, md: (
         w.store.ListMemoryHistory(
             pb.ListMemoryHistoryRequest(namespace=ns, memory_id=w.ids["get"]),
@@ -261,6 +266,7 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "GetEntity",
         "ListEntities",
         "GetSession",
+        "ListWeakMemories",
         "GetDocument",
         "ListDocumentChunks",
         "WatchDocument",

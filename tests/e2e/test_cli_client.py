@@ -1,5 +1,5 @@
 """The CLI's client commands (`engram remember|recall|get|list|history|explain|
-supersede|forget|import|export|diagnostics`) as a user runs them, against a real `engram up` suite."""
+weak|supersede|forget|import|export|diagnostics`) as a user runs them, against a real `engram up` suite."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from e2e_helpers import REPO_ROOT, Launcher, RunningSuite, clean_env, engram_command, start_suite
+from services.common.clock import days_ago_text
+from services.common.db import open_read_write
 
 
 @pytest.fixture(scope="module")
@@ -283,3 +285,23 @@ def _drain(fd: int, into: list[bytes]) -> None:
         if not chunk:
             return
         into.append(chunk)
+
+
+def test_weak_lists_memories_decayed_below_the_threshold(suite: RunningSuite) -> None:
+    """Seed 003: a memory written 200 days ago and never recalled has decayed to
+    e^(-0.1 * 200^0.8) ≈ 0.0015 (the age is written to the file: a test cannot wait)."""
+    ns = ("-n", "cli-weak")
+    old = json.loads(engram(suite, "remember", "an old parking spot", *ns, "--json").stdout)
+    engram(suite, "remember", "a new parking spot", *ns)
+    conn = open_read_write(suite.root / "data" / "engram.db")
+    try:
+        conn.execute(
+            "UPDATE memories SET created_at = ? WHERE id = ?",
+            (days_ago_text(200), old["memory"]["id"]),
+        )
+    finally:
+        conn.close()
+    listed = json_lines(engram(suite, "weak", *ns, "--json").stdout)
+    assert [w["memory"]["id"] for w in listed] == [old["memory"]["id"]]
+    assert listed[0]["current_confidence"] < 0.05
+    assert engram(suite, "weak", *ns).stdout.rstrip().endswith("1 weak memories")

@@ -29,6 +29,8 @@ from e2e_helpers import (
     free_port,
     start_suite,
 )
+from services.common.clock import days_ago_text
+from services.common.db import open_read_write
 
 TOOLS = {
     "remember",
@@ -39,6 +41,7 @@ TOOLS = {
     "assemble_context",
     "explain_memory",
     "get_entity",
+    "weak_memories",
     "append_turn",
     "summarize_session",
 }
@@ -229,6 +232,30 @@ def test_assemble_context_explain_and_recall_across_namespaces(suite: RunningSui
             assert refused.is_error and "INVALID_ARGUMENT" in _text(refused), _text(refused)
 
     run(test)
+
+
+def test_weak_memories_lists_what_faded(suite: RunningSuite) -> None:
+    """Seed 003's weak_facts: a memory written 200 days ago and never used is listed
+    with its decayed confidence (the age is written to the file: a test cannot wait)."""
+
+    async def test() -> None:
+        async with stdio_session(suite) as session:
+            old = await call(session, "remember", content="Old desk: 4B", namespace="mcp-weak")
+            await call(session, "remember", content="New desk: 7C", namespace="mcp-weak")
+            conn = open_read_write(suite.root / "data" / "engram.db")
+            try:
+                conn.execute(
+                    "UPDATE memories SET created_at = ? WHERE id = ?",
+                    (days_ago_text(200), old["memory"]["id"]),
+                )
+            finally:
+                conn.close()
+            found = await call(session, "weak_memories", namespace="mcp-weak")
+            [weak] = found["weak_memories"]
+            assert weak["memory"]["id"] == old["memory"]["id"]
+            assert weak["current_confidence"] < 0.05
+
+    anyio.run(test)
 
 
 def test_remember_recall_update_history_forget(suite: RunningSuite) -> None:

@@ -1,9 +1,13 @@
-"""Importance decay (seed 002): the formula, pinned memories, access resetting
-the clock, and recall ranking by it when `search.decay_ranking` is on.
+"""Decay as a ranking factor (`search.decay_ranking`): seed 002's importance
+decay formula, and recall ranking by either model (`search.decay_model`:
+seed 003's Ebbinghaus confidence, the default, or seed 002's importance):
+pinned memories exempt, an access resetting the clock, and a memory recall
+returned outranking an equally relevant one nobody recalled.
 
 Ages are written to the SQLite file directly (a test cannot wait 100 days).
 Access tracking's own flush is pushed out of the test's way (60 s) so that the
-only access a test sees is the RecordAccess call it makes itself.
+only access a test sees is the RecordAccess call it makes itself, except in
+the scenario where recall's own access recording is the point.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import pytest
 
 from engram.store.internal.v1 import access_pb2
 from engram.store.v1 import store_pb2
+from recall_helpers import wait_for
 from services.common import clock
 from services.common.db import open_read_write
 from services.search.decay import decayed_importance
@@ -80,20 +85,29 @@ def test_without_decay_ranking_relevance_alone_decides(
     assert order(stack) == [old, fresh]
 
 
+MODELS = ["ebbinghaus", "importance"]
+
+
+def on(model: str) -> dict[str, Any]:
+    return {**BASE, "search.decay_ranking": True, "search.decay_model": model}
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_decay_ranking_puts_a_stale_memory_below_a_fresh_one_until_it_is_accessed(
-    recall_stack: Callable[..., Any],
+    recall_stack: Callable[..., Any], model: str
 ) -> None:
-    stack = recall_stack({**BASE, "search.decay_ranking": True})
+    stack = recall_stack(on(model))
     old, fresh = two_zebras(stack)
     assert order(stack) == [fresh, old]
     stack.access.RecordAccess(access_pb2.RecordAccessRequest(memory_ids=[old]))
     assert order(stack) == [old, fresh]
 
 
-def test_decay_ranking_leaves_a_pinned_memory_at_full_importance(
-    recall_stack: Callable[..., Any],
+@pytest.mark.parametrize("model", MODELS)
+def test_decay_ranking_leaves_a_pinned_memory_undecayed(
+    recall_stack: Callable[..., Any], model: str
 ) -> None:
-    stack = recall_stack({**BASE, "search.decay_ranking": True})
+    stack = recall_stack(on(model))
     old, fresh = two_zebras(stack)
     stack.store.ModifyMemories(
         store_pb2.ModifyMemoriesRequest(
@@ -101,3 +115,50 @@ def test_decay_ranking_leaves_a_pinned_memory_at_full_importance(
         )
     )
     assert order(stack) == [old, fresh]
+
+
+def age_both(stack: Any, days: float, *memory_ids: str) -> None:
+    conn = open_read_write(stack.config.storage.path)
+    try:
+        for memory_id in memory_ids:
+            conn.execute(
+                "UPDATE memories SET created_at = ? WHERE id = ?",
+                (clock.days_ago_text(days), memory_id),
+            )
+    finally:
+        conn.close()
+
+
+def recalled_and_stale(stack: Any) -> tuple[str, str]:
+    """Two equally relevant memories for "zebra", written 30 days ago; `recalled`
+    (written second, so it loses a tie) was then returned by a Recall, whose
+    access recording reached the store; `stale` never was."""
+    stale = stack.remember("the zebra ate the apples").id
+    recalled = stack.remember("the zebra ate the pears").id
+    age_both(stack, 30, stale, recalled)
+    assert [hit.memory.id for hit in stack.recall("pears").results] == [recalled]
+
+    def accessed() -> bool:
+        memory = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=recalled)).memory
+        return memory.access_count == 1
+
+    wait_for(accessed, what="recall's access of the pears memory")
+    return recalled, stale
+
+
+def test_with_ebbinghaus_ranking_a_recalled_memory_outranks_an_equally_relevant_stale_one(
+    recall_stack: Callable[..., Any],
+) -> None:
+    stack = recall_stack({**on("ebbinghaus"), "search.access_flush_ms": 20})
+    recalled, stale = recalled_and_stale(stack)
+    assert order(stack) == [recalled, stale]
+
+
+def test_without_decay_ranking_the_same_two_tie_and_keep_written_order(
+    recall_stack: Callable[..., Any],
+) -> None:
+    stack = recall_stack({**BASE, "search.access_flush_ms": 20})
+    recalled, stale = recalled_and_stale(stack)
+    results = stack.recall("zebra").results
+    assert [hit.memory.id for hit in results] == [stale, recalled]
+    assert results[0].score == pytest.approx(results[1].score)

@@ -407,6 +407,24 @@ class AsyncEngram:
             if not token:
                 return
 
+    async def list_weak_memories(
+        self, *, namespace: str = "", page_size: int = 0, timeout: float | None = None
+    ) -> AsyncIterator[store_pb2.WeakMemory]:
+        """Every weak memory of the namespace (current decayed confidence under
+        `memory.decay_threshold`) with that confidence, in written order, a page
+        at a time."""
+        token = ""
+        while True:
+            request = store_pb2.ListWeakMemoriesRequest(
+                namespace=namespace, page_size=page_size, page_token=token
+            )
+            page = await self._call(self._store.ListWeakMemories, request, timeout)
+            for weak in page.memories:
+                yield weak
+            token = page.next_page_token
+            if not token:
+                return
+
     async def list_memory_history(
         self,
         memory_id: str,

@@ -13,10 +13,10 @@ import builtins as _builtins
 import sys
 import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import TypeAlias as _TypeAlias, Never as _Never
+if sys.version_info >= (3, 10):
+    from typing import TypeAlias as _TypeAlias
 else:
-    from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+    from typing_extensions import TypeAlias as _TypeAlias
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -97,6 +97,8 @@ class Memory(_message.Message):
     VALID_UNTIL_FIELD_NUMBER: _builtins.int
     CATEGORIES_FIELD_NUMBER: _builtins.int
     TEMPORAL_CLASS_FIELD_NUMBER: _builtins.int
+    CONFIDENCE_FIELD_NUMBER: _builtins.int
+    DECAY_RATE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned identifier (UUID). Unique across all namespaces. Every
     request field that takes a memory id accepts at most 128 characters.
@@ -144,6 +146,19 @@ class Memory(_message.Message):
     temporal_class: Global___TemporalClass.ValueType
     """How long the fact stays true, as the extraction model judged it (seed 004
     §5); UNSPECIFIED for memories the pipeline did not derive.
+    """
+    confidence: _builtins.float
+    """Seed 003 "Ebbinghaus decay": the memory's confidence as stored, as of its
+    last access (1.0 when written; each access adds 0.05 * ln(1 + n / 20), n
+    the access count, capped at 1.0). Its current confidence decays from
+    this: confidence * exp(-decay_rate * d^0.8), d the days since the last
+    access (since creation when never accessed); pinned memories do not
+    decay. That value is computed at read (ListWeakMemories returns it).
+    """
+    decay_rate: _builtins.float
+    """The memory's own decay rate (lambda above); unset when it follows the
+    configured `memory.decay_rate_default` (0.1). 0 means protected: its
+    confidence never decays.
     """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -240,12 +255,16 @@ class Memory(_message.Message):
         valid_until: _timestamp_pb2.Timestamp | None = ...,
         categories: _abc.Iterable[_builtins.str] | None = ...,
         temporal_class: Global___TemporalClass.ValueType = ...,
+        confidence: _builtins.float = ...,
+        decay_rate: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "delete_time", b"delete_time", "event_time", b"event_time", "expire_time", b"expire_time", "last_access_time", b"last_access_time", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_decay_rate", b"_decay_rate", "create_time", b"create_time", "decay_rate", b"decay_rate", "delete_time", b"delete_time", "event_time", b"event_time", "expire_time", b"expire_time", "last_access_time", b"last_access_time", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "categories", b"categories", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "expire_time", b"expire_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "temporal_class", b"temporal_class", "type", b"type", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_decay_rate", b"_decay_rate", "access_count", b"access_count", "categories", b"categories", "confidence", b"confidence", "content", b"content", "content_hash", b"content_hash", "create_time", b"create_time", "decay_rate", b"decay_rate", "delete_time", b"delete_time", "deleted", b"deleted", "event_time", b"event_time", "expire_time", b"expire_time", "id", b"id", "importance", b"importance", "last_access_time", b"last_access_time", "namespace", b"namespace", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "temporal_class", b"temporal_class", "type", b"type", "update_time", b"update_time", "valid_from", b"valid_from", "valid_until", b"valid_until", "version", b"version", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__decay_rate: _TypeAlias = _typing.Literal["decay_rate"]  # noqa: Y015
+    _WhichOneofArgType__decay_rate: _TypeAlias = _typing.Literal["_decay_rate", b"_decay_rate"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__decay_rate) -> _WhichOneofReturnType__decay_rate | None: ...
 
 Global___Memory: _TypeAlias = Memory  # noqa: Y015
 

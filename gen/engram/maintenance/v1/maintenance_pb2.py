@@ -27,7 +27,7 @@ from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior_
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'engram/maintenance/v1/maintenance.proto\x12\x15\x65ngram.maintenance.v1\x1a\x1f\x65ngram/common/v1/provider.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x17\n\x15GetDiagnosticsRequest\"=\n\x0eScoreComponent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x0e\n\x06weight\x18\x03 \x01(\x01\"r\n\x0bQueueHealth\x12\x12\n\ntotal_jobs\x18\x01 \x01(\x03\x12\x11\n\tdead_jobs\x18\x02 \x01(\x03\x12\x11\n\tdead_rate\x18\x03 \x01(\x01\x12\x13\n\x0bleased_jobs\x18\x04 \x01(\x03\x12\x14\n\x0cstale_leases\x18\x05 \x01(\x03\"\xd9\x01\n\x0bIndexHealth\x12\x17\n\x0f\x61\x63tive_memories\x18\x01 \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x02 \x01(\x03\x12\x13\n\x0b\x66ts_missing\x18\x03 \x01(\x03\x12\x14\n\x0c\x66ts_orphaned\x18\x04 \x01(\x03\x12\x13\n\x0bindex_model\x18\x05 \x01(\t\x12\x13\n\x0bvector_rows\x18\x06 \x01(\x03\x12\x19\n\x11\x65mbedded_memories\x18\x07 \x01(\x03\x12\x16\n\x0evector_missing\x18\x08 \x01(\x03\x12\x17\n\x0fvector_orphaned\x18\t \x01(\x03\"\xb2\x02\n\rStorageHealth\x12\x16\n\x0etotal_memories\x18\x01 \x01(\x03\x12\x12\n\ntombstones\x18\x02 \x01(\x03\x12\x17\n\x0ftombstone_ratio\x18\x03 \x01(\x01\x12\x1a\n\x12\x65xpired_tombstones\x18\x04 \x01(\x03\x12\x15\n\rdb_size_bytes\x18\x05 \x01(\x03\x12\x1a\n\x12storage_full_count\x18\x06 \x01(\x03\x12:\n\x16last_storage_full_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x64\x61ta_dir_free_bytes\x18\x08 \x01(\x03\x12\x34\n\x07orphans\x18\t \x01(\x0b\x32#.engram.maintenance.v1.OrphanCounts\"\xa1\x01\n\x0cOrphanCounts\x12\x14\n\x0cmemory_links\x18\x01 \x01(\x03\x12\x17\n\x0f\x65ntity_mentions\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntities\x18\x03 \x01(\x03\x12\x17\n\x0f\x64ocument_chunks\x18\x04 \x01(\x03\x12\x14\n\x0cvector_index\x18\x05 \x01(\x03\x12\x13\n\x0b\x66ts_entries\x18\x06 \x01(\x03\x12\x0c\n\x04jobs\x18\x07 \x01(\x03\"\x85\x01\n\x0eProviderHealth\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12.\n\x05state\x18\x06 \x01(\x0e\x32\x1f.engram.common.v1.ProviderState\x12\x12\n\nlast_error\x18\x05 \x01(\tJ\x04\x08\x04\x10\x05\"v\n\x0fProvidersHealth\x12\x1a\n\x12pipeline_reachable\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x38\n\tproviders\x18\x03 \x03(\x0b\x32%.engram.maintenance.v1.ProviderHealth\"Z\n\x0eRecommendation\x12\x38\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32(.engram.maintenance.v1.MaintenanceAction\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xae\x03\n\x16GetDiagnosticsResponse\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x32\n\x06health\x18\x02 \x01(\x0e\x32\".engram.maintenance.v1.HealthClass\x12\x39\n\ncomponents\x18\x03 \x03(\x0b\x32%.engram.maintenance.v1.ScoreComponent\x12\x31\n\x05queue\x18\x04 \x01(\x0b\x32\".engram.maintenance.v1.QueueHealth\x12\x31\n\x05index\x18\x05 \x01(\x0b\x32\".engram.maintenance.v1.IndexHealth\x12\x35\n\x07storage\x18\x06 \x01(\x0b\x32$.engram.maintenance.v1.StorageHealth\x12\x39\n\tproviders\x18\x07 \x01(\x0b\x32&.engram.maintenance.v1.ProvidersHealth\x12>\n\x0frecommendations\x18\x08 \x03(\x0b\x32%.engram.maintenance.v1.Recommendation\"S\n\x15RunMaintenanceRequest\x12:\n\x04mode\x18\x01 \x01(\x0e\x32&.engram.maintenance.v1.MaintenanceModeB\x04\xe2\x41\x01\x01\"\xe5\x01\n\x0c\x41\x63tionResult\x12\x38\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32(.engram.maintenance.v1.MaintenanceAction\x12\x33\n\x06status\x18\x02 \x01(\x0e\x32#.engram.maintenance.v1.ActionStatus\x12\x0f\n\x07\x63hanged\x18\x03 \x01(\x03\x12\x14\n\x0cscore_before\x18\x04 \x01(\x01\x12\x13\n\x0bscore_after\x18\x05 \x01(\x01\x12\x1a\n\x12non_improving_runs\x18\x06 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\"\xfa\x02\n\x16RunMaintenanceResponse\x12\x34\n\x04mode\x18\x01 \x01(\x0e\x32&.engram.maintenance.v1.MaintenanceMode\x12\x14\n\x0cscore_before\x18\x02 \x01(\x01\x12\x39\n\rhealth_before\x18\x03 \x01(\x0e\x32\".engram.maintenance.v1.HealthClass\x12>\n\x0frecommendations\x18\x04 \x03(\x0b\x32%.engram.maintenance.v1.Recommendation\x12\x34\n\x07\x61\x63tions\x18\x05 \x03(\x0b\x32#.engram.maintenance.v1.ActionResult\x12\x13\n\x0bscore_after\x18\x06 \x01(\x01\x12\x38\n\x0chealth_after\x18\x07 \x01(\x0e\x32\".engram.maintenance.v1.HealthClass\x12\x14\n\x0chealth_delta\x18\x08 \x01(\x01\"\x15\n\x13RunRetentionRequest\"c\n\rRetentionStep\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0f\n\x07removed\x18\x02 \x01(\x03\x12\x18\n\x10\x65ntities_removed\x18\x03 \x01(\x03\x12\x19\n\x11relations_removed\x18\x04 \x01(\x03\"K\n\x14RunRetentionResponse\x12\x33\n\x05steps\x18\x01 \x03(\x0b\x32$.engram.maintenance.v1.RetentionStep*|\n\x0bHealthClass\x12\x1c\n\x18HEALTH_CLASS_UNSPECIFIED\x10\x00\x12\x18\n\x14HEALTH_CLASS_HEALTHY\x10\x01\x12\x19\n\x15HEALTH_CLASS_DEGRADED\x10\x02\x12\x1a\n\x16HEALTH_CLASS_UNHEALTHY\x10\x03*\x80\x02\n\x11MaintenanceAction\x12\"\n\x1eMAINTENANCE_ACTION_UNSPECIFIED\x10\x00\x12(\n$MAINTENANCE_ACTION_REQUEUE_DEAD_JOBS\x10\x01\x12+\n\'MAINTENANCE_ACTION_RELEASE_STALE_LEASES\x10\x02\x12!\n\x1dMAINTENANCE_ACTION_REPAIR_FTS\x10\x03\x12%\n!MAINTENANCE_ACTION_REPAIR_VECTORS\x10\x04\x12&\n\"MAINTENANCE_ACTION_RETENTION_SWEEP\x10\x05*o\n\x0fMaintenanceMode\x12 \n\x1cMAINTENANCE_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18MAINTENANCE_MODE_OBSERVE\x10\x01\x12\x1c\n\x18MAINTENANCE_MODE_EXECUTE\x10\x02*\xbd\x01\n\x0c\x41\x63tionStatus\x12\x1d\n\x19\x41\x43TION_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41\x43TION_STATUS_EXECUTED\x10\x01\x12\x1a\n\x16\x41\x43TION_STATUS_COOLDOWN\x10\x02\x12\"\n\x1e\x41\x43TION_STATUS_BUDGET_EXHAUSTED\x10\x03\x12\x18\n\x14\x41\x43TION_STATUS_HALTED\x10\x04\x12\x18\n\x14\x41\x43TION_STATUS_FAILED\x10\x05\x32\xdb\x02\n\x12MaintenanceService\x12m\n\x0eGetDiagnostics\x12,.engram.maintenance.v1.GetDiagnosticsRequest\x1a-.engram.maintenance.v1.GetDiagnosticsResponse\x12m\n\x0eRunMaintenance\x12,.engram.maintenance.v1.RunMaintenanceRequest\x1a-.engram.maintenance.v1.RunMaintenanceResponse\x12g\n\x0cRunRetention\x12*.engram.maintenance.v1.RunRetentionRequest\x1a+.engram.maintenance.v1.RunRetentionResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'engram/maintenance/v1/maintenance.proto\x12\x15\x65ngram.maintenance.v1\x1a\x1f\x65ngram/common/v1/provider.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x17\n\x15GetDiagnosticsRequest\"=\n\x0eScoreComponent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x0e\n\x06weight\x18\x03 \x01(\x01\"r\n\x0bQueueHealth\x12\x12\n\ntotal_jobs\x18\x01 \x01(\x03\x12\x11\n\tdead_jobs\x18\x02 \x01(\x03\x12\x11\n\tdead_rate\x18\x03 \x01(\x01\x12\x13\n\x0bleased_jobs\x18\x04 \x01(\x03\x12\x14\n\x0cstale_leases\x18\x05 \x01(\x03\"\xd9\x01\n\x0bIndexHealth\x12\x17\n\x0f\x61\x63tive_memories\x18\x01 \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x02 \x01(\x03\x12\x13\n\x0b\x66ts_missing\x18\x03 \x01(\x03\x12\x14\n\x0c\x66ts_orphaned\x18\x04 \x01(\x03\x12\x13\n\x0bindex_model\x18\x05 \x01(\t\x12\x13\n\x0bvector_rows\x18\x06 \x01(\x03\x12\x19\n\x11\x65mbedded_memories\x18\x07 \x01(\x03\x12\x16\n\x0evector_missing\x18\x08 \x01(\x03\x12\x17\n\x0fvector_orphaned\x18\t \x01(\x03\"\xc9\x02\n\rStorageHealth\x12\x16\n\x0etotal_memories\x18\x01 \x01(\x03\x12\x12\n\ntombstones\x18\x02 \x01(\x03\x12\x17\n\x0ftombstone_ratio\x18\x03 \x01(\x01\x12\x1a\n\x12\x65xpired_tombstones\x18\x04 \x01(\x03\x12\x15\n\rdb_size_bytes\x18\x05 \x01(\x03\x12\x1a\n\x12storage_full_count\x18\x06 \x01(\x03\x12:\n\x16last_storage_full_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x64\x61ta_dir_free_bytes\x18\x08 \x01(\x03\x12\x34\n\x07orphans\x18\t \x01(\x0b\x32#.engram.maintenance.v1.OrphanCounts\x12\x15\n\rweak_memories\x18\n \x01(\x03\"\xa1\x01\n\x0cOrphanCounts\x12\x14\n\x0cmemory_links\x18\x01 \x01(\x03\x12\x17\n\x0f\x65ntity_mentions\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntities\x18\x03 \x01(\x03\x12\x17\n\x0f\x64ocument_chunks\x18\x04 \x01(\x03\x12\x14\n\x0cvector_index\x18\x05 \x01(\x03\x12\x13\n\x0b\x66ts_entries\x18\x06 \x01(\x03\x12\x0c\n\x04jobs\x18\x07 \x01(\x03\"\x85\x01\n\x0eProviderHealth\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12.\n\x05state\x18\x06 \x01(\x0e\x32\x1f.engram.common.v1.ProviderState\x12\x12\n\nlast_error\x18\x05 \x01(\tJ\x04\x08\x04\x10\x05\"v\n\x0fProvidersHealth\x12\x1a\n\x12pipeline_reachable\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x38\n\tproviders\x18\x03 \x03(\x0b\x32%.engram.maintenance.v1.ProviderHealth\"Z\n\x0eRecommendation\x12\x38\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32(.engram.maintenance.v1.MaintenanceAction\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xae\x03\n\x16GetDiagnosticsResponse\x12\r\n\x05score\x18\x01 \x01(\x01\x12\x32\n\x06health\x18\x02 \x01(\x0e\x32\".engram.maintenance.v1.HealthClass\x12\x39\n\ncomponents\x18\x03 \x03(\x0b\x32%.engram.maintenance.v1.ScoreComponent\x12\x31\n\x05queue\x18\x04 \x01(\x0b\x32\".engram.maintenance.v1.QueueHealth\x12\x31\n\x05index\x18\x05 \x01(\x0b\x32\".engram.maintenance.v1.IndexHealth\x12\x35\n\x07storage\x18\x06 \x01(\x0b\x32$.engram.maintenance.v1.StorageHealth\x12\x39\n\tproviders\x18\x07 \x01(\x0b\x32&.engram.maintenance.v1.ProvidersHealth\x12>\n\x0frecommendations\x18\x08 \x03(\x0b\x32%.engram.maintenance.v1.Recommendation\"S\n\x15RunMaintenanceRequest\x12:\n\x04mode\x18\x01 \x01(\x0e\x32&.engram.maintenance.v1.MaintenanceModeB\x04\xe2\x41\x01\x01\"\xe5\x01\n\x0c\x41\x63tionResult\x12\x38\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32(.engram.maintenance.v1.MaintenanceAction\x12\x33\n\x06status\x18\x02 \x01(\x0e\x32#.engram.maintenance.v1.ActionStatus\x12\x0f\n\x07\x63hanged\x18\x03 \x01(\x03\x12\x14\n\x0cscore_before\x18\x04 \x01(\x01\x12\x13\n\x0bscore_after\x18\x05 \x01(\x01\x12\x1a\n\x12non_improving_runs\x18\x06 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\"\xfa\x02\n\x16RunMaintenanceResponse\x12\x34\n\x04mode\x18\x01 \x01(\x0e\x32&.engram.maintenance.v1.MaintenanceMode\x12\x14\n\x0cscore_before\x18\x02 \x01(\x01\x12\x39\n\rhealth_before\x18\x03 \x01(\x0e\x32\".engram.maintenance.v1.HealthClass\x12>\n\x0frecommendations\x18\x04 \x03(\x0b\x32%.engram.maintenance.v1.Recommendation\x12\x34\n\x07\x61\x63tions\x18\x05 \x03(\x0b\x32#.engram.maintenance.v1.ActionResult\x12\x13\n\x0bscore_after\x18\x06 \x01(\x01\x12\x38\n\x0chealth_after\x18\x07 \x01(\x0e\x32\".engram.maintenance.v1.HealthClass\x12\x14\n\x0chealth_delta\x18\x08 \x01(\x01\"\x15\n\x13RunRetentionRequest\"c\n\rRetentionStep\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0f\n\x07removed\x18\x02 \x01(\x03\x12\x18\n\x10\x65ntities_removed\x18\x03 \x01(\x03\x12\x19\n\x11relations_removed\x18\x04 \x01(\x03\"K\n\x14RunRetentionResponse\x12\x33\n\x05steps\x18\x01 \x03(\x0b\x32$.engram.maintenance.v1.RetentionStep*|\n\x0bHealthClass\x12\x1c\n\x18HEALTH_CLASS_UNSPECIFIED\x10\x00\x12\x18\n\x14HEALTH_CLASS_HEALTHY\x10\x01\x12\x19\n\x15HEALTH_CLASS_DEGRADED\x10\x02\x12\x1a\n\x16HEALTH_CLASS_UNHEALTHY\x10\x03*\x80\x02\n\x11MaintenanceAction\x12\"\n\x1eMAINTENANCE_ACTION_UNSPECIFIED\x10\x00\x12(\n$MAINTENANCE_ACTION_REQUEUE_DEAD_JOBS\x10\x01\x12+\n\'MAINTENANCE_ACTION_RELEASE_STALE_LEASES\x10\x02\x12!\n\x1dMAINTENANCE_ACTION_REPAIR_FTS\x10\x03\x12%\n!MAINTENANCE_ACTION_REPAIR_VECTORS\x10\x04\x12&\n\"MAINTENANCE_ACTION_RETENTION_SWEEP\x10\x05*o\n\x0fMaintenanceMode\x12 \n\x1cMAINTENANCE_MODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18MAINTENANCE_MODE_OBSERVE\x10\x01\x12\x1c\n\x18MAINTENANCE_MODE_EXECUTE\x10\x02*\xbd\x01\n\x0c\x41\x63tionStatus\x12\x1d\n\x19\x41\x43TION_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41\x43TION_STATUS_EXECUTED\x10\x01\x12\x1a\n\x16\x41\x43TION_STATUS_COOLDOWN\x10\x02\x12\"\n\x1e\x41\x43TION_STATUS_BUDGET_EXHAUSTED\x10\x03\x12\x18\n\x14\x41\x43TION_STATUS_HALTED\x10\x04\x12\x18\n\x14\x41\x43TION_STATUS_FAILED\x10\x05\x32\xdb\x02\n\x12MaintenanceService\x12m\n\x0eGetDiagnostics\x12,.engram.maintenance.v1.GetDiagnosticsRequest\x1a-.engram.maintenance.v1.GetDiagnosticsResponse\x12m\n\x0eRunMaintenance\x12,.engram.maintenance.v1.RunMaintenanceRequest\x1a-.engram.maintenance.v1.RunMaintenanceResponse\x12g\n\x0cRunRetention\x12*.engram.maintenance.v1.RunRetentionRequest\x1a+.engram.maintenance.v1.RunRetentionResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,14 +37,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'P\001'
   _globals['_RUNMAINTENANCEREQUEST'].fields_by_name['mode']._loaded_options = None
   _globals['_RUNMAINTENANCEREQUEST'].fields_by_name['mode']._serialized_options = b'\342A\001\001'
-  _globals['_HEALTHCLASS']._serialized_start=2742
-  _globals['_HEALTHCLASS']._serialized_end=2866
-  _globals['_MAINTENANCEACTION']._serialized_start=2869
-  _globals['_MAINTENANCEACTION']._serialized_end=3125
-  _globals['_MAINTENANCEMODE']._serialized_start=3127
-  _globals['_MAINTENANCEMODE']._serialized_end=3238
-  _globals['_ACTIONSTATUS']._serialized_start=3241
-  _globals['_ACTIONSTATUS']._serialized_end=3430
+  _globals['_HEALTHCLASS']._serialized_start=2765
+  _globals['_HEALTHCLASS']._serialized_end=2889
+  _globals['_MAINTENANCEACTION']._serialized_start=2892
+  _globals['_MAINTENANCEACTION']._serialized_end=3148
+  _globals['_MAINTENANCEMODE']._serialized_start=3150
+  _globals['_MAINTENANCEMODE']._serialized_end=3261
+  _globals['_ACTIONSTATUS']._serialized_start=3264
+  _globals['_ACTIONSTATUS']._serialized_end=3453
   _globals['_GETDIAGNOSTICSREQUEST']._serialized_start=165
   _globals['_GETDIAGNOSTICSREQUEST']._serialized_end=188
   _globals['_SCORECOMPONENT']._serialized_start=190
@@ -54,29 +54,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INDEXHEALTH']._serialized_start=370
   _globals['_INDEXHEALTH']._serialized_end=587
   _globals['_STORAGEHEALTH']._serialized_start=590
-  _globals['_STORAGEHEALTH']._serialized_end=896
-  _globals['_ORPHANCOUNTS']._serialized_start=899
-  _globals['_ORPHANCOUNTS']._serialized_end=1060
-  _globals['_PROVIDERHEALTH']._serialized_start=1063
-  _globals['_PROVIDERHEALTH']._serialized_end=1196
-  _globals['_PROVIDERSHEALTH']._serialized_start=1198
-  _globals['_PROVIDERSHEALTH']._serialized_end=1316
-  _globals['_RECOMMENDATION']._serialized_start=1318
-  _globals['_RECOMMENDATION']._serialized_end=1408
-  _globals['_GETDIAGNOSTICSRESPONSE']._serialized_start=1411
-  _globals['_GETDIAGNOSTICSRESPONSE']._serialized_end=1841
-  _globals['_RUNMAINTENANCEREQUEST']._serialized_start=1843
-  _globals['_RUNMAINTENANCEREQUEST']._serialized_end=1926
-  _globals['_ACTIONRESULT']._serialized_start=1929
-  _globals['_ACTIONRESULT']._serialized_end=2158
-  _globals['_RUNMAINTENANCERESPONSE']._serialized_start=2161
-  _globals['_RUNMAINTENANCERESPONSE']._serialized_end=2539
-  _globals['_RUNRETENTIONREQUEST']._serialized_start=2541
-  _globals['_RUNRETENTIONREQUEST']._serialized_end=2562
-  _globals['_RETENTIONSTEP']._serialized_start=2564
-  _globals['_RETENTIONSTEP']._serialized_end=2663
-  _globals['_RUNRETENTIONRESPONSE']._serialized_start=2665
-  _globals['_RUNRETENTIONRESPONSE']._serialized_end=2740
-  _globals['_MAINTENANCESERVICE']._serialized_start=3433
-  _globals['_MAINTENANCESERVICE']._serialized_end=3780
+  _globals['_STORAGEHEALTH']._serialized_end=919
+  _globals['_ORPHANCOUNTS']._serialized_start=922
+  _globals['_ORPHANCOUNTS']._serialized_end=1083
+  _globals['_PROVIDERHEALTH']._serialized_start=1086
+  _globals['_PROVIDERHEALTH']._serialized_end=1219
+  _globals['_PROVIDERSHEALTH']._serialized_start=1221
+  _globals['_PROVIDERSHEALTH']._serialized_end=1339
+  _globals['_RECOMMENDATION']._serialized_start=1341
+  _globals['_RECOMMENDATION']._serialized_end=1431
+  _globals['_GETDIAGNOSTICSRESPONSE']._serialized_start=1434
+  _globals['_GETDIAGNOSTICSRESPONSE']._serialized_end=1864
+  _globals['_RUNMAINTENANCEREQUEST']._serialized_start=1866
+  _globals['_RUNMAINTENANCEREQUEST']._serialized_end=1949
+  _globals['_ACTIONRESULT']._serialized_start=1952
+  _globals['_ACTIONRESULT']._serialized_end=2181
+  _globals['_RUNMAINTENANCERESPONSE']._serialized_start=2184
+  _globals['_RUNMAINTENANCERESPONSE']._serialized_end=2562
+  _globals['_RUNRETENTIONREQUEST']._serialized_start=2564
+  _globals['_RUNRETENTIONREQUEST']._serialized_end=2585
+  _globals['_RETENTIONSTEP']._serialized_start=2587
+  _globals['_RETENTIONSTEP']._serialized_end=2686
+  _globals['_RUNRETENTIONRESPONSE']._serialized_start=2688
+  _globals['_RUNRETENTIONRESPONSE']._serialized_end=2763
+  _globals['_MAINTENANCESERVICE']._serialized_start=3456
+  _globals['_MAINTENANCESERVICE']._serialized_end=3803
 # @@protoc_insertion_point(module_scope)

@@ -313,6 +313,7 @@ class StorageHealth(_message.Message):
     LAST_STORAGE_FULL_TIME_FIELD_NUMBER: _builtins.int
     DATA_DIR_FREE_BYTES_FIELD_NUMBER: _builtins.int
     ORPHANS_FIELD_NUMBER: _builtins.int
+    WEAK_MEMORIES_FIELD_NUMBER: _builtins.int
     total_memories: _builtins.int
     """All memory rows."""
     tombstones: _builtins.int
@@ -329,6 +330,13 @@ class StorageHealth(_message.Message):
     """
     data_dir_free_bytes: _builtins.int
     """Free bytes on the filesystem that holds the database."""
+    weak_memories: _builtins.int
+    """Live memories whose current decayed confidence is below
+    `memory.decay_threshold` (seed 003), in every namespace; list them per
+    namespace with MemoryStoreService.ListWeakMemories. RunRetention
+    soft-deletes them only with `memory.decay_prune` on. Not part of the
+    score: fading is what unused memories are meant to do.
+    """
     @_builtins.property
     def last_storage_full_time(self) -> _timestamp_pb2.Timestamp:
         """When the last of them happened; unset if none has."""
@@ -351,10 +359,11 @@ class StorageHealth(_message.Message):
         last_storage_full_time: _timestamp_pb2.Timestamp | None = ...,
         data_dir_free_bytes: _builtins.int = ...,
         orphans: Global___OrphanCounts | None = ...,
+        weak_memories: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_storage_full_time", b"last_storage_full_time", "orphans", b"orphans"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "expired_tombstones", b"expired_tombstones", "last_storage_full_time", b"last_storage_full_time", "orphans", b"orphans", "storage_full_count", b"storage_full_count", "tombstone_ratio", b"tombstone_ratio", "tombstones", b"tombstones", "total_memories", b"total_memories"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "expired_tombstones", b"expired_tombstones", "last_storage_full_time", b"last_storage_full_time", "orphans", b"orphans", "storage_full_count", b"storage_full_count", "tombstone_ratio", b"tombstone_ratio", "tombstones", b"tombstones", "total_memories", b"total_memories", "weak_memories", b"weak_memories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -718,8 +727,9 @@ class RetentionStep(_message.Message):
     ENTITIES_REMOVED_FIELD_NUMBER: _builtins.int
     RELATIONS_REMOVED_FIELD_NUMBER: _builtins.int
     step: _builtins.str
-    """expired_memories, graph_links, embeddings, tombstones, history,
-    completed_jobs or dead_jobs.
+    """weak_memories (only with `memory.decay_prune`), expired_memories,
+    graph_links, embeddings, tombstones, history, completed_jobs or
+    dead_jobs.
     """
     removed: _builtins.int
     """Rows removed."""

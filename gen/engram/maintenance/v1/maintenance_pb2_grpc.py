@@ -114,7 +114,9 @@ class MaintenanceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RunRetention(self, request, context):
-        """One retention sweep (expired short-term memories, graph links,
+        """One retention sweep (with `memory.decay_prune` on, first weak memories:
+        soft-deleted with a `deleted` history event by actor `decay`, each
+        recoverable; then expired short-term memories, graph links,
         embeddings, tombstones, history,
         completed jobs, dead jobs; each step its own transaction, batch-limited;
         windows from `retention.*`).

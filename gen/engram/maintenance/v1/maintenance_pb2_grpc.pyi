@@ -68,7 +68,9 @@ class MaintenanceServiceStub:
     (MUTATIONS_FROZEN) is reported in its ActionResult, not as an error.
     """
     RunRetention: _grpc.UnaryUnaryMultiCallable[_maintenance_pb2.RunRetentionRequest, _maintenance_pb2.RunRetentionResponse]
-    """One retention sweep (expired short-term memories, graph links,
+    """One retention sweep (with `memory.decay_prune` on, first weak memories:
+    soft-deleted with a `deleted` history event by actor `decay`, each
+    recoverable; then expired short-term memories, graph links,
     embeddings, tombstones, history,
     completed jobs, dead jobs; each step its own transaction, batch-limited;
     windows from `retention.*`).
@@ -117,7 +119,9 @@ class MaintenanceServiceAsyncStub(MaintenanceServiceStub):
     (MUTATIONS_FROZEN) is reported in its ActionResult, not as an error.
     """
     RunRetention: _aio.UnaryUnaryMultiCallable[_maintenance_pb2.RunRetentionRequest, _maintenance_pb2.RunRetentionResponse]  # type: ignore[assignment]
-    """One retention sweep (expired short-term memories, graph links,
+    """One retention sweep (with `memory.decay_prune` on, first weak memories:
+    soft-deleted with a `deleted` history event by actor `decay`, each
+    recoverable; then expired short-term memories, graph links,
     embeddings, tombstones, history,
     completed jobs, dead jobs; each step its own transaction, batch-limited;
     windows from `retention.*`).
@@ -181,7 +185,9 @@ class MaintenanceServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _maintenance_pb2.RunRetentionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_maintenance_pb2.RunRetentionResponse, _abc.Awaitable[_maintenance_pb2.RunRetentionResponse]]:
-        """One retention sweep (expired short-term memories, graph links,
+        """One retention sweep (with `memory.decay_prune` on, first weak memories:
+        soft-deleted with a `deleted` history event by actor `decay`, each
+        recoverable; then expired short-term memories, graph links,
         embeddings, tombstones, history,
         completed jobs, dead jobs; each step its own transaction, batch-limited;
         windows from `retention.*`).

@@ -2310,3 +2310,95 @@ class ListEntitiesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListEntitiesResponse: _TypeAlias = ListEntitiesResponse  # noqa: Y015
+
+@_typing.final
+class ListWeakMemoriesRequest(_message.Message):
+    """Request for ListWeakMemories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Tenant boundary; empty means "default"."""
+    page_size: _builtins.int
+    """Maximum memories per page, 0 to 500; 0 means 50."""
+    page_token: _builtins.str
+    """`next_page_token` from a previous call with the same namespace; empty
+    for the first page.
+    """
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWeakMemoriesRequest: _TypeAlias = ListWeakMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class WeakMemory(_message.Message):
+    """A weak memory and how weak it is."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    CURRENT_CONFIDENCE_FIELD_NUMBER: _builtins.int
+    current_confidence: _builtins.float
+    """Its confidence now: Memory.confidence * exp(-decay_rate * d^0.8)."""
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """The memory."""
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        current_confidence: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_confidence", b"current_confidence", "memory", b"memory"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WeakMemory: _TypeAlias = WeakMemory  # noqa: Y015
+
+@_typing.final
+class ListWeakMemoriesResponse(_message.Message):
+    """Response for ListWeakMemories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    DECAY_THRESHOLD_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page; empty when this is the last page."""
+    decay_threshold: _builtins.float
+    """The threshold they are under (`memory.decay_threshold`)."""
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeakMemory]:
+        """The page of weak memories, in the order they were written."""
+
+    def __init__(
+        self,
+        *,
+        memories: _abc.Iterable[Global___WeakMemory] | None = ...,
+        next_page_token: _builtins.str = ...,
+        decay_threshold: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decay_threshold", b"decay_threshold", "memories", b"memories", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWeakMemoriesResponse: _TypeAlias = ListWeakMemoriesResponse  # noqa: Y015

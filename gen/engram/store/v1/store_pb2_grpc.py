@@ -133,6 +133,11 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.FromString,
                 _registered_method=True)
+        self.ListWeakMemories = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/ListWeakMemories',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -473,6 +478,23 @@ class MemoryStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListWeakMemories(self, request, context):
+        """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+        memories whose current confidence, decayed as Memory.confidence
+        describes, is below `memory.decay_threshold` (0.05), in the order they
+        were written, each with that current confidence. Pinned memories and
+        protected ones (decay_rate 0) are never weak. Writes nothing: weak
+        memories are soft-deleted only by the retention sweep with
+        `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+        RecoverMemory brings one back and restarts its decay clock).
+
+        Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+        page token or one issued for another namespace, bad namespace).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -555,6 +577,11 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.GetSession,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.SerializeToString,
+            ),
+            'ListWeakMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWeakMemories,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1008,6 +1035,33 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/GetSession',
             engram_dot_store_dot_v1_dot_store__pb2.GetSessionRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.GetSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWeakMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/ListWeakMemories',
+            engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -304,6 +304,19 @@ class MemoryStoreServiceStub:
     malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
     memory while consolidation was on, or it belongs to another namespace).
     """
+    ListWeakMemories: _grpc.UnaryUnaryMultiCallable[_store_pb2.ListWeakMemoriesRequest, _store_pb2.ListWeakMemoriesResponse]
+    """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+    memories whose current confidence, decayed as Memory.confidence
+    describes, is below `memory.decay_threshold` (0.05), in the order they
+    were written, each with that current confidence. Pinned memories and
+    protected ones (decay_rate 0) are never weak. Writes nothing: weak
+    memories are soft-deleted only by the retention sweep with
+    `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+    RecoverMemory brings one back and restarts its decay clock).
+
+    Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+    page token or one issued for another namespace, bad namespace).
+    """
 
 @_typing.type_check_only
 class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
@@ -580,6 +593,19 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
     malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
     memory while consolidation was on, or it belongs to another namespace).
+    """
+    ListWeakMemories: _aio.UnaryUnaryMultiCallable[_store_pb2.ListWeakMemoriesRequest, _store_pb2.ListWeakMemoriesResponse]  # type: ignore[assignment]
+    """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+    memories whose current confidence, decayed as Memory.confidence
+    describes, is below `memory.decay_threshold` (0.05), in the order they
+    were written, each with that current confidence. Pinned memories and
+    protected ones (decay_rate 0) are never weak. Writes nothing: weak
+    memories are soft-deleted only by the retention sweep with
+    `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+    RecoverMemory brings one back and restarts its decay clock).
+
+    Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+    page token or one issued for another namespace, bad namespace).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -950,6 +976,25 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
         malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
         memory while consolidation was on, or it belongs to another namespace).
+        """
+
+    @_abc_1.abstractmethod
+    def ListWeakMemories(
+        self,
+        request: _store_pb2.ListWeakMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.ListWeakMemoriesResponse, _abc.Awaitable[_store_pb2.ListWeakMemoriesResponse]]:
+        """Lists the namespace's weak memories (seed 003 "weak_facts"): live
+        memories whose current confidence, decayed as Memory.confidence
+        describes, is below `memory.decay_threshold` (0.05), in the order they
+        were written, each with that current confidence. Pinned memories and
+        protected ones (decay_rate 0) are never weak. Writes nothing: weak
+        memories are soft-deleted only by the retention sweep with
+        `memory.decay_prune` on (a `deleted` history event by actor `decay`;
+        RecoverMemory brings one back and restarts its decay clock).
+
+        Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
+        page token or one issued for another namespace, bad namespace).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

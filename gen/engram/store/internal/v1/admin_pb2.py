@@ -26,7 +26,7 @@ from engram.common.v1 import job_pb2 as engram_dot_common_dot_v1_dot_job__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$engram/store/internal/v1/admin.proto\x12\x18\x65ngram.store.internal.v1\x1a\x1a\x65ngram/common/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1c\n\x1aGetStoreDiagnosticsRequest\"\xa6\x05\n\x1bGetStoreDiagnosticsResponse\x12(\n\x04jobs\x18\x18 \x03(\x0b\x32\x1a.engram.common.v1.JobCount\x12\x12\n\ntotal_jobs\x18\x02 \x01(\x03\x12\x11\n\tdead_jobs\x18\x03 \x01(\x03\x12\x13\n\x0bleased_jobs\x18\x04 \x01(\x03\x12\x14\n\x0cstale_leases\x18\x05 \x01(\x03\x12\x18\n\x10lease_timeout_ms\x18\x06 \x01(\x03\x12\x17\n\x0f\x61\x63tive_memories\x18\x07 \x01(\x03\x12\x12\n\ntombstones\x18\x08 \x01(\x03\x12\x1a\n\x12\x65xpired_tombstones\x18\t \x01(\x03\x12\x16\n\x0etotal_memories\x18\n \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x0b \x01(\x03\x12\x13\n\x0b\x66ts_missing\x18\x0c \x01(\x03\x12\x14\n\x0c\x66ts_orphaned\x18\r \x01(\x03\x12\x13\n\x0bindex_model\x18\x0e \x01(\t\x12\x13\n\x0bvector_rows\x18\x0f \x01(\x03\x12\x19\n\x11\x65mbedded_memories\x18\x10 \x01(\x03\x12\x16\n\x0evector_missing\x18\x11 \x01(\x03\x12\x17\n\x0fvector_orphaned\x18\x12 \x01(\x03\x12\x15\n\rdb_size_bytes\x18\x13 \x01(\x03\x12\x12\n\naudit_rows\x18\x14 \x01(\x03\x12\x1a\n\x12storage_full_count\x18\x15 \x01(\x03\x12:\n\x16last_storage_full_time\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x64\x61ta_dir_free_bytes\x18\x17 \x01(\x03\x12\x37\n\x07orphans\x18\x19 \x01(\x0b\x32&.engram.store.internal.v1.OrphanCountsJ\x04\x08\x01\x10\x02\"\xa1\x01\n\x0cOrphanCounts\x12\x14\n\x0cmemory_links\x18\x01 \x01(\x03\x12\x17\n\x0f\x65ntity_mentions\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntities\x18\x03 \x01(\x03\x12\x17\n\x0f\x64ocument_chunks\x18\x04 \x01(\x03\x12\x14\n\x0cvector_index\x18\x05 \x01(\x03\x12\x13\n\x0b\x66ts_entries\x18\x06 \x01(\x03\x12\x0c\n\x04jobs\x18\x07 \x01(\x03\"\x18\n\x16RequeueDeadJobsRequest\"<\n\x17RequeueDeadJobsResponse\x12\x10\n\x08requeued\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\"\x1a\n\x18RepairStaleLeasesRequest\"-\n\x19RepairStaleLeasesResponse\x12\x10\n\x08released\x18\x01 \x01(\x03\"\x17\n\x15RepairFtsIndexRequest\"[\n\x16RepairFtsIndexResponse\x12\x16\n\x0emissing_before\x18\x01 \x01(\x03\x12\x17\n\x0forphaned_before\x18\x02 \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x03 \x01(\x03\"\x1a\n\x18RepairVectorIndexRequest\";\n\x19RepairVectorIndexResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x02 \x01(\x03\"\x17\n\x15SweepRetentionRequest\"i\n\x13RetentionStepResult\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0f\n\x07removed\x18\x02 \x01(\x03\x12\x18\n\x10\x65ntities_removed\x18\x03 \x01(\x03\x12\x19\n\x11relations_removed\x18\x04 \x01(\x03\"V\n\x16SweepRetentionResponse\x12<\n\x05steps\x18\x01 \x03(\x0b\x32-.engram.store.internal.v1.RetentionStepResult\".\n\x19\x42\x61\x63kfillExtractionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"?\n\x1a\x42\x61\x63kfillExtractionResponse\x12\x0e\n\x06queued\x18\x01 \x01(\x03\x12\x11\n\tremaining\x18\x02 \x01(\x03\x32\xf7\x06\n\x11StoreAdminService\x12\x82\x01\n\x13GetStoreDiagnostics\x12\x34.engram.store.internal.v1.GetStoreDiagnosticsRequest\x1a\x35.engram.store.internal.v1.GetStoreDiagnosticsResponse\x12v\n\x0fRequeueDeadJobs\x12\x30.engram.store.internal.v1.RequeueDeadJobsRequest\x1a\x31.engram.store.internal.v1.RequeueDeadJobsResponse\x12|\n\x11RepairStaleLeases\x12\x32.engram.store.internal.v1.RepairStaleLeasesRequest\x1a\x33.engram.store.internal.v1.RepairStaleLeasesResponse\x12s\n\x0eRepairFtsIndex\x12/.engram.store.internal.v1.RepairFtsIndexRequest\x1a\x30.engram.store.internal.v1.RepairFtsIndexResponse\x12|\n\x11RepairVectorIndex\x12\x32.engram.store.internal.v1.RepairVectorIndexRequest\x1a\x33.engram.store.internal.v1.RepairVectorIndexResponse\x12s\n\x0eSweepRetention\x12/.engram.store.internal.v1.SweepRetentionRequest\x1a\x30.engram.store.internal.v1.SweepRetentionResponse\x12\x7f\n\x12\x42\x61\x63kfillExtraction\x12\x33.engram.store.internal.v1.BackfillExtractionRequest\x1a\x34.engram.store.internal.v1.BackfillExtractionResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$engram/store/internal/v1/admin.proto\x12\x18\x65ngram.store.internal.v1\x1a\x1a\x65ngram/common/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x1c\n\x1aGetStoreDiagnosticsRequest\"\xbd\x05\n\x1bGetStoreDiagnosticsResponse\x12(\n\x04jobs\x18\x18 \x03(\x0b\x32\x1a.engram.common.v1.JobCount\x12\x12\n\ntotal_jobs\x18\x02 \x01(\x03\x12\x11\n\tdead_jobs\x18\x03 \x01(\x03\x12\x13\n\x0bleased_jobs\x18\x04 \x01(\x03\x12\x14\n\x0cstale_leases\x18\x05 \x01(\x03\x12\x18\n\x10lease_timeout_ms\x18\x06 \x01(\x03\x12\x17\n\x0f\x61\x63tive_memories\x18\x07 \x01(\x03\x12\x12\n\ntombstones\x18\x08 \x01(\x03\x12\x1a\n\x12\x65xpired_tombstones\x18\t \x01(\x03\x12\x16\n\x0etotal_memories\x18\n \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x0b \x01(\x03\x12\x13\n\x0b\x66ts_missing\x18\x0c \x01(\x03\x12\x14\n\x0c\x66ts_orphaned\x18\r \x01(\x03\x12\x13\n\x0bindex_model\x18\x0e \x01(\t\x12\x13\n\x0bvector_rows\x18\x0f \x01(\x03\x12\x19\n\x11\x65mbedded_memories\x18\x10 \x01(\x03\x12\x16\n\x0evector_missing\x18\x11 \x01(\x03\x12\x17\n\x0fvector_orphaned\x18\x12 \x01(\x03\x12\x15\n\rdb_size_bytes\x18\x13 \x01(\x03\x12\x12\n\naudit_rows\x18\x14 \x01(\x03\x12\x1a\n\x12storage_full_count\x18\x15 \x01(\x03\x12:\n\x16last_storage_full_time\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x64\x61ta_dir_free_bytes\x18\x17 \x01(\x03\x12\x37\n\x07orphans\x18\x19 \x01(\x0b\x32&.engram.store.internal.v1.OrphanCounts\x12\x15\n\rweak_memories\x18\x1a \x01(\x03J\x04\x08\x01\x10\x02\"\xa1\x01\n\x0cOrphanCounts\x12\x14\n\x0cmemory_links\x18\x01 \x01(\x03\x12\x17\n\x0f\x65ntity_mentions\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntities\x18\x03 \x01(\x03\x12\x17\n\x0f\x64ocument_chunks\x18\x04 \x01(\x03\x12\x14\n\x0cvector_index\x18\x05 \x01(\x03\x12\x13\n\x0b\x66ts_entries\x18\x06 \x01(\x03\x12\x0c\n\x04jobs\x18\x07 \x01(\x03\"\x18\n\x16RequeueDeadJobsRequest\"<\n\x17RequeueDeadJobsResponse\x12\x10\n\x08requeued\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\"\x1a\n\x18RepairStaleLeasesRequest\"-\n\x19RepairStaleLeasesResponse\x12\x10\n\x08released\x18\x01 \x01(\x03\"\x17\n\x15RepairFtsIndexRequest\"[\n\x16RepairFtsIndexResponse\x12\x16\n\x0emissing_before\x18\x01 \x01(\x03\x12\x17\n\x0forphaned_before\x18\x02 \x01(\x03\x12\x10\n\x08\x66ts_rows\x18\x03 \x01(\x03\"\x1a\n\x18RepairVectorIndexRequest\";\n\x19RepairVectorIndexResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x03\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x02 \x01(\x03\"\x17\n\x15SweepRetentionRequest\"i\n\x13RetentionStepResult\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0f\n\x07removed\x18\x02 \x01(\x03\x12\x18\n\x10\x65ntities_removed\x18\x03 \x01(\x03\x12\x19\n\x11relations_removed\x18\x04 \x01(\x03\"V\n\x16SweepRetentionResponse\x12<\n\x05steps\x18\x01 \x03(\x0b\x32-.engram.store.internal.v1.RetentionStepResult\".\n\x19\x42\x61\x63kfillExtractionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"?\n\x1a\x42\x61\x63kfillExtractionResponse\x12\x0e\n\x06queued\x18\x01 \x01(\x03\x12\x11\n\tremaining\x18\x02 \x01(\x03\x32\xf7\x06\n\x11StoreAdminService\x12\x82\x01\n\x13GetStoreDiagnostics\x12\x34.engram.store.internal.v1.GetStoreDiagnosticsRequest\x1a\x35.engram.store.internal.v1.GetStoreDiagnosticsResponse\x12v\n\x0fRequeueDeadJobs\x12\x30.engram.store.internal.v1.RequeueDeadJobsRequest\x1a\x31.engram.store.internal.v1.RequeueDeadJobsResponse\x12|\n\x11RepairStaleLeases\x12\x32.engram.store.internal.v1.RepairStaleLeasesRequest\x1a\x33.engram.store.internal.v1.RepairStaleLeasesResponse\x12s\n\x0eRepairFtsIndex\x12/.engram.store.internal.v1.RepairFtsIndexRequest\x1a\x30.engram.store.internal.v1.RepairFtsIndexResponse\x12|\n\x11RepairVectorIndex\x12\x32.engram.store.internal.v1.RepairVectorIndexRequest\x1a\x33.engram.store.internal.v1.RepairVectorIndexResponse\x12s\n\x0eSweepRetention\x12/.engram.store.internal.v1.SweepRetentionRequest\x1a\x30.engram.store.internal.v1.SweepRetentionResponse\x12\x7f\n\x12\x42\x61\x63kfillExtraction\x12\x33.engram.store.internal.v1.BackfillExtractionRequest\x1a\x34.engram.store.internal.v1.BackfillExtractionResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,35 +37,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETSTOREDIAGNOSTICSREQUEST']._serialized_start=127
   _globals['_GETSTOREDIAGNOSTICSREQUEST']._serialized_end=155
   _globals['_GETSTOREDIAGNOSTICSRESPONSE']._serialized_start=158
-  _globals['_GETSTOREDIAGNOSTICSRESPONSE']._serialized_end=836
-  _globals['_ORPHANCOUNTS']._serialized_start=839
-  _globals['_ORPHANCOUNTS']._serialized_end=1000
-  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_start=1002
-  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_end=1026
-  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_start=1028
-  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_end=1088
-  _globals['_REPAIRSTALELEASESREQUEST']._serialized_start=1090
-  _globals['_REPAIRSTALELEASESREQUEST']._serialized_end=1116
-  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_start=1118
-  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_end=1163
-  _globals['_REPAIRFTSINDEXREQUEST']._serialized_start=1165
-  _globals['_REPAIRFTSINDEXREQUEST']._serialized_end=1188
-  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_start=1190
-  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_end=1281
-  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_start=1283
-  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_end=1309
-  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_start=1311
-  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_end=1370
-  _globals['_SWEEPRETENTIONREQUEST']._serialized_start=1372
-  _globals['_SWEEPRETENTIONREQUEST']._serialized_end=1395
-  _globals['_RETENTIONSTEPRESULT']._serialized_start=1397
-  _globals['_RETENTIONSTEPRESULT']._serialized_end=1502
-  _globals['_SWEEPRETENTIONRESPONSE']._serialized_start=1504
-  _globals['_SWEEPRETENTIONRESPONSE']._serialized_end=1590
-  _globals['_BACKFILLEXTRACTIONREQUEST']._serialized_start=1592
-  _globals['_BACKFILLEXTRACTIONREQUEST']._serialized_end=1638
-  _globals['_BACKFILLEXTRACTIONRESPONSE']._serialized_start=1640
-  _globals['_BACKFILLEXTRACTIONRESPONSE']._serialized_end=1703
-  _globals['_STOREADMINSERVICE']._serialized_start=1706
-  _globals['_STOREADMINSERVICE']._serialized_end=2593
+  _globals['_GETSTOREDIAGNOSTICSRESPONSE']._serialized_end=859
+  _globals['_ORPHANCOUNTS']._serialized_start=862
+  _globals['_ORPHANCOUNTS']._serialized_end=1023
+  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_start=1025
+  _globals['_REQUEUEDEADJOBSREQUEST']._serialized_end=1049
+  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_start=1051
+  _globals['_REQUEUEDEADJOBSRESPONSE']._serialized_end=1111
+  _globals['_REPAIRSTALELEASESREQUEST']._serialized_start=1113
+  _globals['_REPAIRSTALELEASESREQUEST']._serialized_end=1139
+  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_start=1141
+  _globals['_REPAIRSTALELEASESRESPONSE']._serialized_end=1186
+  _globals['_REPAIRFTSINDEXREQUEST']._serialized_start=1188
+  _globals['_REPAIRFTSINDEXREQUEST']._serialized_end=1211
+  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_start=1213
+  _globals['_REPAIRFTSINDEXRESPONSE']._serialized_end=1304
+  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_start=1306
+  _globals['_REPAIRVECTORINDEXREQUEST']._serialized_end=1332
+  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_start=1334
+  _globals['_REPAIRVECTORINDEXRESPONSE']._serialized_end=1393
+  _globals['_SWEEPRETENTIONREQUEST']._serialized_start=1395
+  _globals['_SWEEPRETENTIONREQUEST']._serialized_end=1418
+  _globals['_RETENTIONSTEPRESULT']._serialized_start=1420
+  _globals['_RETENTIONSTEPRESULT']._serialized_end=1525
+  _globals['_SWEEPRETENTIONRESPONSE']._serialized_start=1527
+  _globals['_SWEEPRETENTIONRESPONSE']._serialized_end=1613
+  _globals['_BACKFILLEXTRACTIONREQUEST']._serialized_start=1615
+  _globals['_BACKFILLEXTRACTIONREQUEST']._serialized_end=1661
+  _globals['_BACKFILLEXTRACTIONRESPONSE']._serialized_start=1663
+  _globals['_BACKFILLEXTRACTIONRESPONSE']._serialized_end=1726
+  _globals['_STOREADMINSERVICE']._serialized_start=1729
+  _globals['_STOREADMINSERVICE']._serialized_end=2616
 # @@protoc_insertion_point(module_scope)

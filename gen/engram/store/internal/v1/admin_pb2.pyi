@@ -67,6 +67,7 @@ class GetStoreDiagnosticsResponse(_message.Message):
     LAST_STORAGE_FULL_TIME_FIELD_NUMBER: _builtins.int
     DATA_DIR_FREE_BYTES_FIELD_NUMBER: _builtins.int
     ORPHANS_FIELD_NUMBER: _builtins.int
+    WEAK_MEMORIES_FIELD_NUMBER: _builtins.int
     total_jobs: _builtins.int
     """All jobs, any status."""
     dead_jobs: _builtins.int
@@ -115,6 +116,11 @@ class GetStoreDiagnosticsResponse(_message.Message):
     """Free bytes on the filesystem that holds the database (what an
     unprivileged process may use).
     """
+    weak_memories: _builtins.int
+    """Live memories whose current decayed confidence is below
+    `memory.decay_threshold`, in every namespace (MemoryStoreService.
+    ListWeakMemories lists them per namespace).
+    """
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[_job_pb2.JobCount]:
         """Jobs per type and status (only non-zero pairs). Replaces field 1, which
@@ -159,10 +165,11 @@ class GetStoreDiagnosticsResponse(_message.Message):
         last_storage_full_time: _timestamp_pb2.Timestamp | None = ...,
         data_dir_free_bytes: _builtins.int = ...,
         orphans: Global___OrphanCounts | None = ...,
+        weak_memories: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_storage_full_time", b"last_storage_full_time", "orphans", b"orphans"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_memories", b"active_memories", "audit_rows", b"audit_rows", "data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "dead_jobs", b"dead_jobs", "embedded_memories", b"embedded_memories", "expired_tombstones", b"expired_tombstones", "fts_missing", b"fts_missing", "fts_orphaned", b"fts_orphaned", "fts_rows", b"fts_rows", "index_model", b"index_model", "jobs", b"jobs", "last_storage_full_time", b"last_storage_full_time", "lease_timeout_ms", b"lease_timeout_ms", "leased_jobs", b"leased_jobs", "orphans", b"orphans", "stale_leases", b"stale_leases", "storage_full_count", b"storage_full_count", "tombstones", b"tombstones", "total_jobs", b"total_jobs", "total_memories", b"total_memories", "vector_missing", b"vector_missing", "vector_orphaned", b"vector_orphaned", "vector_rows", b"vector_rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_memories", b"active_memories", "audit_rows", b"audit_rows", "data_dir_free_bytes", b"data_dir_free_bytes", "db_size_bytes", b"db_size_bytes", "dead_jobs", b"dead_jobs", "embedded_memories", b"embedded_memories", "expired_tombstones", b"expired_tombstones", "fts_missing", b"fts_missing", "fts_orphaned", b"fts_orphaned", "fts_rows", b"fts_rows", "index_model", b"index_model", "jobs", b"jobs", "last_storage_full_time", b"last_storage_full_time", "lease_timeout_ms", b"lease_timeout_ms", "leased_jobs", b"leased_jobs", "orphans", b"orphans", "stale_leases", b"stale_leases", "storage_full_count", b"storage_full_count", "tombstones", b"tombstones", "total_jobs", b"total_jobs", "total_memories", b"total_memories", "vector_missing", b"vector_missing", "vector_orphaned", b"vector_orphaned", "vector_rows", b"vector_rows", "weak_memories", b"weak_memories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -164,7 +164,10 @@ class StoreAdminServiceServicer:
         that RecoverMemory answers RETENTION_EXPIRED), history older than
         `retention.history_days`, completed jobs older than
         `retention.completed_job_days`, dead jobs older than
-        `retention.dead_job_days`.
+        `retention.dead_job_days`. With `memory.decay_prune` on, a first step
+        `weak_memories` soft-deletes weak memories (seed 003: current decayed
+        confidence below `memory.decay_threshold`) with a `deleted` history
+        event by actor `decay`; off (the default), they are only counted.
 
         Errors: UNAVAILABLE (MUTATIONS_FROZEN).
         """

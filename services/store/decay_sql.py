@@ -1,0 +1,59 @@
+"""SQL for weak memories (seed 003 "Ebbinghaus decay"): live memories whose
+current decayed confidence (services/common/forgetting.py) is under the
+threshold. Pinned and protected (decay rate 0) memories never are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.common import forgetting
+from services.common.memory_filter import live_sql
+from services.store.repository import MEMORY_COLUMNS, Query
+
+_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
+
+
+def _weak(default_rate: float, now: str, threshold: float) -> tuple[str, str, list[Any]]:
+    """(current-confidence expression, WHERE clause, parameters: the expression's,
+    then the clause's)."""
+    expr, params = forgetting.current_confidence_sql("m", default_rate, now)
+    where = f"{live_sql('m')} AND m.pinned = 0 AND coalesce(m.decay_rate, ?) > 0 AND {expr} < ?"
+    return expr, where, [*params, default_rate, *params, threshold]
+
+
+def weak_page_query(
+    namespace: str,
+    threshold: float,
+    default_rate: float,
+    now: str,
+    after_rowid: int | None,
+    limit: int,
+) -> Query:
+    """A namespace's weak memories in the order they were written, with their
+    current confidence (column `current_confidence`), after `after_rowid`."""
+    expr, where, params = _weak(default_rate, now, threshold)
+    return (
+        f"SELECT m.rowid AS rowid, {_COLUMNS}, {expr} AS current_confidence FROM memories m "
+        f"WHERE m.namespace = ? AND m.rowid > ? AND {where} ORDER BY m.rowid LIMIT ?",
+        [*params[:2], namespace, after_rowid or 0, *params[2:], limit],
+    )
+
+
+def weak_count_query(threshold: float, default_rate: float, now: str) -> Query:
+    """Weak memories across every namespace (diagnostics)."""
+    _, where, params = _weak(default_rate, now, threshold)
+    return f"SELECT count(*) FROM memories m WHERE {where}", params[2:]
+
+
+def weakest_batch(
+    conn: Any, threshold: float, default_rate: float, now: str, limit: int
+) -> list[Any]:
+    """Up to `limit` weak memories of any namespace, oldest written first, for pruning."""
+    expr, where, params = _weak(default_rate, now, threshold)
+    return list(
+        conn.execute(
+            f"SELECT {_COLUMNS}, {expr} AS current_confidence FROM memories m "
+            f"WHERE {where} ORDER BY m.rowid LIMIT ?",
+            [*params, limit],
+        ).fetchall()
+    )

@@ -118,18 +118,21 @@ def close_relation_links(conn: Any, namespace: str, memory_id: str, until: str) 
     )
 
 
-def session_tail(conn: Any, namespace: str, session_id: str) -> str | None:
-    """The session's last memory on its timeline (the one the next memory of
-    the session follows): the newest live memory of the session that is not a
-    summary, not a pipeline fact and not a superseding version, and has no
-    successor yet. Walks the memories_session index newest first; the first
-    row usually qualifies."""
-    row = conn.execute(
-        "SELECT m.id FROM memories m WHERE m.namespace = ? AND m.session_id = ? "
-        "AND m.is_deleted = 0 AND m.type <> 'session_summary' AND m.source_memory_id IS NULL "
-        "AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE l.namespace = m.namespace "
-        "AND l.from_memory_id = m.id AND l.link_type IN (?, ?)) "
-        "ORDER BY m.created_at DESC, m.id DESC LIMIT 1",
-        (namespace, session_id, TEMPORAL, SUPERSEDES),
-    ).fetchone()
-    return None if row is None else str(row[0])
+def session_tails(conn: Any, namespace: str, session_ids: Sequence[str]) -> dict[str, str]:
+    """Each session's last memory on its timeline (the one the session's next
+    memory follows), by session id; a session with none is left out. The
+    last on the timeline is the newest live memory of the session that is not
+    a summary, not a pipeline fact and not a superseding version, and has no
+    successor yet. One statement for the batch's sessions, each a walk of the
+    memories_session index newest first (the first row usually qualifies)."""
+    rows = conn.execute(
+        f"WITH s(session_id) AS (VALUES {', '.join(['(?)'] * len(session_ids))}) "
+        "SELECT s.session_id, (SELECT m.id FROM memories m WHERE m.namespace = ? "
+        "AND m.session_id = s.session_id AND m.is_deleted = 0 "
+        "AND m.type <> 'session_summary' AND m.source_memory_id IS NULL "
+        "AND NOT EXISTS (SELECT 1 FROM memory_links l WHERE l.from_memory_id = m.id "
+        "AND l.link_type IN (?, ?) AND l.namespace = m.namespace) "
+        "ORDER BY m.created_at DESC, m.id DESC LIMIT 1) FROM s",
+        (*session_ids, namespace, TEMPORAL, SUPERSEDES),
+    ).fetchall()
+    return {row[0]: row[1] for row in rows if row[1] is not None}

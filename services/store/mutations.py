@@ -305,17 +305,24 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
 def _timeline_links(conn: Any, fresh: Sequence[NewMemory]) -> list[link_sql.LinkRow]:
     """The `temporal` link of each new timeline memory of a session, from the
     memory before it: the first of a session in the batch follows the
-    session's stored tail (one indexed lookup, read before the batch's rows
-    exist), each later one the batch's item before it. Valid from the later
-    memory's event time."""
-    tails: dict[tuple[str, str], str | None] = {}
+    session's stored tail (read, for all the batch's sessions of a namespace
+    in one statement, before the batch's rows exist), each later one the
+    batch's item before it. Valid from the later memory's event time."""
+    timeline = [item.row for item in fresh if item.timeline and item.row.session_id]
+    if not timeline:
+        return []
+    sessions: dict[str, dict[str, None]] = {}
+    for row in timeline:
+        assert row.session_id is not None
+        sessions.setdefault(row.namespace, {})[row.session_id] = None
+    tails: dict[tuple[str, str], str] = {}
+    for namespace, of_namespace in sessions.items():
+        stored = link_sql.session_tails(conn, namespace, list(of_namespace))
+        tails.update({(namespace, session): tail for session, tail in stored.items()})
     links: list[link_sql.LinkRow] = []
-    for item in fresh:
-        row = item.row
-        if not item.timeline or not row.session_id:
-            continue
-        key = (row.namespace, row.session_id)
-        previous = tails[key] if key in tails else link_sql.session_tail(conn, *key)
+    for row in timeline:
+        key = (row.namespace, row.session_id or "")
+        previous = tails.get(key)
         if previous is not None:
             links.append(
                 link_sql.LinkRow(

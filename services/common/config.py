@@ -202,10 +202,11 @@ class PiiSettings(_Section):
 
 class DedupSettings(_Section):
     """`dedup.*`: near-duplicates after embedding (seed 004 §3; services/pipeline/near_dup.py).
-    Off by default: turning it on folds memories together, so a deployment
-    opts in once it has checked the thresholds on its own data."""
+    On by default (issue 18; LoCoMo dev in bench/README.md, "Near-duplicate
+    merging"): a memory embedded at 0.98 or more to an older one is folded
+    into it."""
 
-    enabled: bool = False
+    enabled: bool = True
     # cosine at or above: merged without asking (the newer into the older)
     merge_similarity: float = Field(0.98, ge=0.0, le=1.0)
     # cosine at or above (and below merge_similarity): the LLM decides merge,
@@ -243,6 +244,26 @@ class SearchSettings(_Section):
     # decision (bench/README.md "Decay as a ranking factor"); decay_model picks
     # seed 003's Ebbinghaus confidence or seed 002's importance decay when on
     decay_ranking: bool = False
+    # seed 003 intent-aware retrieval (services/search/query_intent.py routes,
+    # services/search/recall.py applies them; weights measured in bench/README.md)
+    intent_routing: bool = True
+    intent_similarity_threshold: float = Field(0.45, ge=0.0, le=1.0)
+    # entity intent: memories mentioning an entity the query names (or a one-hop
+    # neighbour), and memories the named one remembered (`who`)
+    intent_entity_weight: float = Field(0.3, ge=0.0, le=1.0)
+    intent_speaker_weight: float = Field(0.3, ge=0.0, le=1.0)
+    # the named speaker's lift on every routed intent (entity, temporal, causal,
+    # procedural), not the entity route alone (LoCoMo: R@10 0.741 vs 0.733)
+    intent_speaker_any_intent: bool = True
+    # temporal intent: memories that state a time ("yesterday", "last May", a date)
+    intent_time_statement_weight: float = Field(0.1, ge=0.0, le=1.0)
+    # causal intent: memories `causal` links reach from the best matches, per hop
+    intent_causal_weight: float = Field(0.15, ge=0.0, le=1.0)
+    intent_causal_depth: int = Field(2, ge=1, le=4)
+    # search.fusion=rrf: each channel's weight (seed 003 "RRF merge")
+    rrf_weight_fts: float = Field(1.0, ge=0.0, le=10.0)
+    rrf_weight_vector: float = Field(1.0, ge=0.0, le=10.0)
+    rrf_weight_graph: float = Field(1.0, ge=0.0, le=10.0)
     decay_model: Literal["ebbinghaus", "importance"] = "ebbinghaus"
     # seed 004 §4 (issue 18): importance as a ranking factor, each score times
     # 1 + importance_weight x (importance - 0.8) (services/common/importance.py);

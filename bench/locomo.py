@@ -15,8 +15,19 @@ something the conversation never says) are counted as well, for information.
 min_score values (the server keeps picks while their score is at least
 min_score, so the replay gives what each setting would have answered).
 
+Each question is asked at the time of its conversation's last session
+(`asked_at`, for the relative dates a question names), and each answer's
+intent (RecallResponse.intent) is tallied per category.
+
+--loco FILE [FILE ...] runs no suite: it reads `--rankings-out` files of
+several configurations (one each) and scores leave-one-conversation-out: for
+each conversation, the configuration with the best R@10 on the other ones is
+scored on it; the cross-validated figures per category are printed beside
+each configuration's full-dev ones.
+
     .venv/bin/python bench/locomo.py [--input FILE] [--rankings-out FILE] [--set search.fusion=rrf]
         [--negatives] [--sweep] [--data-dir DIR]
+    .venv/bin/python bench/locomo.py --loco RANKINGS.jsonl [RANKINGS.jsonl ...]
 """
 
 from __future__ import annotations
@@ -196,6 +207,68 @@ def mean_metrics(asked: list[Asked], min_score: float) -> dict[str, float]:
     return {m: sum(r[m] for r in rows) / len(rows) for m in METRICS}
 
 
+def asked_time(conversation: dict[str, Any]) -> datetime:
+    """When the questions are asked: at the conversation's last session."""
+    return max(when for _, _, when in turns(conversation))
+
+
+def per_conversation(
+    samples: list[dict[str, Any]], rankings: Path
+) -> dict[str, list[tuple[int, dict[str, float]]]]:
+    """namespace -> [(category, metrics)] for the questions a rankings file answers."""
+    ranked = {}
+    with open(rankings) as lines:
+        for line in lines:
+            row = json.loads(line)
+            ranked[row["query_id"]] = row["ranked"]
+    out: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
+    for sample in samples:
+        namespace = sample["sample_id"]
+        session_of = {t["dia_id"]: n for n, t, _ in turns(sample["conversation"])}
+        for index, qa in enumerate(sample["qa"]):
+            if qa["category"] not in CATEGORIES:
+                continue
+            evidence, _ = evidence_ids(qa.get("evidence", []), set(session_of))
+            key = f"{namespace}:q{index}"
+            if evidence and key in ranked:
+                out[namespace].append((qa["category"], score(ranked[key], evidence, session_of)))
+    return out
+
+
+def loco(samples: list[dict[str, Any]], files: list[Path]) -> int:
+    """Leave-one-conversation-out over the configurations `files` hold."""
+    runs = {f.stem: per_conversation(samples, f) for f in files}
+    conversations = sorted(next(iter(runs.values())))
+
+    def mean(rows: list[tuple[int, dict[str, float]]], category: int | None = None) -> float:
+        picked = [m["R@10"] for c, m in rows if category is None or c == category]
+        return sum(picked) / len(picked) if picked else 0.0
+
+    held_out: list[tuple[int, dict[str, float]]] = []
+    for conversation in conversations:
+        best = max(
+            runs,
+            key=lambda name: mean(
+                [
+                    row
+                    for other in conversations
+                    if other != conversation
+                    for row in runs[name][other]
+                ]
+            ),
+        )
+        print(f"held out {conversation}: picked {best}")
+        held_out.extend(runs[best][conversation])
+    names = [*runs, "leave-one-out"]
+    print(f"{'R@10':<16}" + "".join(f"{n[:14]:>16}" for n in names))
+    for category in [*CATEGORIES, None]:
+        label = f"{category} {CATEGORIES[category]}" if category else "overall"
+        cells = [mean([r for rows in runs[n].values() for r in rows], category) for n in runs]
+        cells.append(mean(held_out, category))
+        print(f"{label:<16}" + "".join(f"{c:>16.3f}" for c in cells))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -212,12 +285,17 @@ def main() -> int:
         "--sweep", action="store_true", help="ask with min_score 0 and replay a range of cuts"
     )
     parser.add_argument(
+        "--loco", type=Path, nargs="+", help="rankings files: leave-one-conversation-out, no suite"
+    )
+    parser.add_argument(
         "--data-dir",
         type=Path,
         help="keep the database here; a directory that already holds one is reused (no import)",
     )
     args = parser.parse_args()
     samples = json.loads(args.input.read_text())
+    if args.loco:
+        return loco(samples, args.loco)
     settings: dict[str, Any] = {}
     for item in args.set:
         merge(settings, parse_setting(item))
@@ -242,9 +320,13 @@ def main() -> int:
         ingest_s = time.monotonic() - started
         embed_s = wait_embedded(jobs)
 
+        asked_at = {s["sample_id"]: asked_time(s["conversation"]) for s in samples}
+        intents: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
         def ask(namespace: str, question: str) -> search_pb2.RecallResponse:
             nonlocal degraded
             request = search_pb2.RecallRequest(namespace=namespace, query=question, limit=10)
+            request.asked_at.FromDatetime(asked_at[namespace])
             if args.sweep:
                 request.min_score = 0.0
             t0 = time.perf_counter()
@@ -267,6 +349,9 @@ def main() -> int:
                 evidence, lost = evidence_ids(qa.get("evidence", []), set(session_of))
                 dropped += lost
                 response = ask(namespace, qa["question"])
+                intents[CATEGORIES[qa["category"]]][
+                    search_pb2.QueryIntent.Name(response.intent).removeprefix("QUERY_INTENT_")
+                ] += 1
                 ranked = [r.memory.source_id for r in response.results]
                 if rankings:
                     rankings.write(
@@ -312,6 +397,10 @@ def main() -> int:
         rows = groups[name]
         metrics = mean_metrics(rows, 0.0)
         print(f"{name:<14}{len(rows):>5}" + "".join(f"{metrics[m]:>10.3f}" for m in METRICS))
+    print(
+        "intents: "
+        + "; ".join(f"{c}: {dict(sorted(n.items()))}" for c, n in sorted(intents.items()))
+    )
     if args.negatives:
         summary = none_relevant(positives, negatives, 0.0)
         print(

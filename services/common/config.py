@@ -241,9 +241,29 @@ class SearchSettings(_Section):
     query_embedding_timeout_ms: int = Field(2000, ge=50, le=60000)
     access_flush_ms: int = Field(1000, ge=10, le=60000)
     # decay as a ranking factor (services/search/decay.py): off by a measured
-    # decision (bench/README.md "Decay"); decay_model picks seed 003's Ebbinghaus
-    # confidence or seed 002's importance decay when it is on
+    # decision (bench/README.md "Decay as a ranking factor"); decay_model picks
+    # seed 003's Ebbinghaus confidence or seed 002's importance decay when on
     decay_ranking: bool = False
+    # seed 003 intent-aware retrieval (services/search/query_intent.py routes,
+    # services/search/recall.py applies them; weights measured in bench/README.md)
+    intent_routing: bool = True
+    intent_similarity_threshold: float = Field(0.45, ge=0.0, le=1.0)
+    # entity intent: memories mentioning an entity the query names (or a one-hop
+    # neighbour), and memories the named one remembered (`who`)
+    intent_entity_weight: float = Field(0.3, ge=0.0, le=1.0)
+    intent_speaker_weight: float = Field(0.3, ge=0.0, le=1.0)
+    # the named speaker's lift on every routed intent (entity, temporal, causal,
+    # procedural), not the entity route alone (LoCoMo: R@10 0.741 vs 0.733)
+    intent_speaker_any_intent: bool = True
+    # temporal intent: memories that state a time ("yesterday", "last May", a date)
+    intent_time_statement_weight: float = Field(0.1, ge=0.0, le=1.0)
+    # causal intent: memories `causal` links reach from the best matches, per hop
+    intent_causal_weight: float = Field(0.15, ge=0.0, le=1.0)
+    intent_causal_depth: int = Field(2, ge=1, le=4)
+    # search.fusion=rrf: each channel's weight (seed 003 "RRF merge")
+    rrf_weight_fts: float = Field(1.0, ge=0.0, le=10.0)
+    rrf_weight_vector: float = Field(1.0, ge=0.0, le=10.0)
+    rrf_weight_graph: float = Field(1.0, ge=0.0, le=10.0)
     decay_model: Literal["ebbinghaus", "importance"] = "ebbinghaus"
     # seed 004 §4 (issue 18): importance as a ranking factor, each score times
     # 1 + importance_weight x (importance - 0.8) (services/common/importance.py);

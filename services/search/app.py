@@ -30,6 +30,7 @@ from services.search.access import AccessRecorder
 from services.search.context import ContextAssembler, ContextParams
 from services.search.decay import DecayRanking
 from services.search.embedder import QueryEmbedder
+from services.search.query_intent import IntentClassifier
 from services.search.recall import Recaller, RecallParams
 from services.search.rerank import HttpReranker, Reranker
 from services.search.scoring import ScoringParams
@@ -55,6 +56,9 @@ def recall_params(config: Config) -> RecallParams:
             episode_weight=config.search.episode_weight,
             neighbor_weight=config.search.neighbor_weight,
             diversity_penalty=config.search.diversity_penalty,
+            rrf_weight_fts=config.search.rrf_weight_fts,
+            rrf_weight_vector=config.search.rrf_weight_vector,
+            rrf_weight_graph=config.search.rrf_weight_graph,
             importance_weight=config.search.importance_weight,
         ),
         channel_depth=config.search.channel_depth,
@@ -64,6 +68,14 @@ def recall_params(config: Config) -> RecallParams:
         graph_enabled=pipeline.graphEnabled,
         graph_boost_weight=pipeline.graphBoostWeight,
         graph_boost_timeout_s=pipeline.graphBoostTimeoutMs / 1000,
+        intent_routing=config.search.intent_routing,
+        intent_similarity_threshold=config.search.intent_similarity_threshold,
+        intent_entity_weight=config.search.intent_entity_weight,
+        intent_speaker_weight=config.search.intent_speaker_weight,
+        intent_speaker_any_intent=config.search.intent_speaker_any_intent,
+        intent_time_statement_weight=config.search.intent_time_statement_weight,
+        intent_causal_weight=config.search.intent_causal_weight,
+        intent_causal_depth=config.search.intent_causal_depth,
         decay=(
             DecayRanking(
                 config.search.decay_model,
@@ -89,11 +101,14 @@ def context_params(config: Config) -> ContextParams:
     )
 
 
-async def warm_then_serve(provider: LocalEmbedding, server: RunningServer) -> None:
-    """Load and warm the in-process model, then health SERVING: the first Recall
-    a health-aware client sends finds a warm model, not a load that outlasts the
-    query-embedding timeout. A model that cannot load still ends in SERVING
-    (logged with its cause): keyword recall works without it."""
+async def warm_then_serve(
+    provider: LocalEmbedding, server: RunningServer, classifier: IntentClassifier | None = None
+) -> None:
+    """Load and warm the in-process model (and embed the intent examples with
+    it), then health SERVING: the first Recall a health-aware client sends
+    finds a warm model, not a load that outlasts the query-embedding timeout,
+    and is classified as every later one. A model that cannot load still ends
+    in SERVING (logged with its cause): keyword recall works without it."""
     started = time.monotonic()
     try:
         await provider.warm_up()
@@ -110,6 +125,8 @@ async def warm_then_serve(provider: LocalEmbedding, server: RunningServer) -> No
                 "load_ms": round((time.monotonic() - started) * 1000),
             },
         )
+        if classifier is not None:
+            await classifier.wait_ready()
     await server.serve()
 
 
@@ -215,11 +232,12 @@ async def start_search(
     access.start()
     background: list[asyncio.Task[Any]] = []
     if local is not None:
-        background.append(asyncio.create_task(warm_then_serve(local, server)))
+        background.append(asyncio.create_task(warm_then_serve(local, server, recaller.classifier)))
         log.info(
             "search listening; NOT_SERVING until the embedding model is loaded",
             extra={"port": server.port, "path": str(path), "model": local.model},
         )
     else:
+        recaller.classifier.start()  # the examples embed in the background
         log.info("search serving", extra={"port": server.port, "path": str(path)})
     return SearchApp(server, reads, access, channel, provider, reranker, vector_cache, background)

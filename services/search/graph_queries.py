@@ -24,15 +24,25 @@ def _marks(values: Sequence[Any]) -> str:
 def matching_entities(
     namespace: str, tokens: Sequence[str], unspaced: Sequence[str], limit: int
 ) -> Query:
-    """Entities whose canonical name contains any token, or stands inside any of
-    the `unspaced` tokens (several words run together: "東京に行きたい" holds
-    the entity "東京"), most mentioned first."""
-    tests = ["canonical_name LIKE ? ESCAPE '\\'" for _ in tokens]
-    tests += ["instr(?, canonical_name) > 0" for _ in unspaced]
+    """Entities whose canonical name or one of whose aliases contains any token,
+    or stands inside any of the `unspaced` tokens (several words run together:
+    "東京に行きたい" holds the entity "東京"), most mentioned first."""
+
+    def tests(column: str) -> str:
+        like = [f"{column} LIKE ? ESCAPE '\\'" for _ in tokens]
+        inside = [f"instr(?, {column}) > 0" for _ in unspaced]
+        return " OR ".join(like + inside)
+
+    values = [*(like_pattern(t) for t in tokens), *unspaced]
     return (
-        f"SELECT id FROM entities WHERE namespace = ? AND canonical_name <> '' "
-        f"AND ({' OR '.join(tests)}) ORDER BY mentions DESC, id LIMIT ?",
-        [namespace, *(like_pattern(t) for t in tokens), *unspaced, limit],
+        "SELECT id FROM ("
+        "SELECT id, mentions FROM entities WHERE namespace = ? AND canonical_name <> '' "
+        f"AND ({tests('canonical_name')}) "
+        "UNION SELECT e.id, e.mentions FROM entity_aliases a "
+        "JOIN entities e ON e.id = a.entity_id AND e.namespace = a.namespace "
+        f"WHERE a.namespace = ? AND a.canonical_alias <> '' AND ({tests('a.canonical_alias')})"
+        ") ORDER BY mentions DESC, id LIMIT ?",
+        [namespace, *values, namespace, *values, limit],
     )
 
 
@@ -61,4 +71,41 @@ def mentioning_memories(
         f"WHERE mm.namespace = ? AND mm.entity_id IN ({_marks(entity_ids)}) "
         f"AND m.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses} LIMIT ?",
         [namespace, *entity_ids, namespace, *params, limit],
+    )
+
+
+def linked_memories(
+    namespace: str,
+    rowids: Sequence[int],
+    link_types: Sequence[str],
+    spec: MemoryFilterSpec,
+    at: str,
+) -> Query:
+    """(rowid reached, rowid it was reached from) over links of `link_types` valid
+    at `at`, in both directions, from the memories `rowids`; the memories
+    reached pass the filter (liveness is checked when their rows are read)."""
+    to_clauses, to_params = filter_sql(spec, "t")
+    from_clauses, from_params = filter_sql(spec, "f")
+    marks, types = _marks(rowids), _marks(link_types)
+
+    def one_way(clause_params: list[Any]) -> list[Any]:
+        return [*rowids, namespace, *link_types, at, at, namespace, *clause_params]
+
+    valid = (
+        "AND (l.valid_from IS NULL OR l.valid_from <= ?) "
+        "AND (l.valid_until IS NULL OR l.valid_until > ?) "
+    )
+    return (
+        "SELECT t.rowid, f.rowid FROM memories f "
+        "JOIN memory_links l ON l.from_memory_id = f.id "
+        "JOIN memories t ON t.id = l.to_memory_id "
+        f"WHERE f.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
+        f"AND t.namespace = ?{to_clauses} "
+        "UNION "
+        "SELECT f.rowid, t.rowid FROM memories t "
+        "JOIN memory_links l ON l.to_memory_id = t.id "
+        "JOIN memories f ON f.id = l.from_memory_id "
+        f"WHERE t.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
+        f"AND f.namespace = ?{from_clauses}",
+        [*one_way(to_params), *one_way(from_params)],
     )

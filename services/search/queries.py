@@ -174,11 +174,12 @@ def exact_vector_candidates(
 
 
 def pool_rows(namespace: str, rowids: Sequence[int], model: str, as_of: str | None = None) -> Query:
-    """Pool members with what fusion needs: event time and the exact vector
-    (NULL when not embedded); live memories of the namespace only."""
+    """Pool members with what fusion needs: event time, the exact vector (NULL
+    when not embedded) and `who` (intent routing); live memories of the
+    namespace only."""
     marks = ", ".join("?" * len(rowids))
     return (
-        "SELECT m.rowid, m.event_time, e.vector "
+        "SELECT m.rowid, m.event_time, e.vector, m.who "
         "FROM memories m LEFT JOIN embeddings e ON e.namespace = m.namespace "
         "AND e.content_hash = m.content_hash AND e.model = ? "
         # `+` on the live rule's columns and the namespace keeps the planner on
@@ -207,6 +208,30 @@ def importance_by_rowid(namespace: str, rowids: Sequence[int]) -> Query:
         f"SELECT m.rowid, m.importance FROM memories m WHERE m.rowid IN ({marks}) "
         "AND +m.namespace = ?",
         [*rowids, namespace],
+    )
+
+
+def contents(namespace: str, rowids: Sequence[int]) -> Query:
+    """(rowid, content) of the namespace's memories among `rowids`."""
+    marks = ", ".join("?" * len(rowids))
+    return (
+        f"SELECT m.rowid, m.content FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ?",
+        [*rowids, namespace],
+    )
+
+
+def in_time_windows(
+    namespace: str, windows: Sequence[tuple[str, str]], spec: MemoryFilterSpec, limit: int
+) -> Query:
+    """Rowids of live memories of the namespace, passing the filter, whose event
+    time falls in any of the half-open `windows`, latest first."""
+    clauses, params = filter_sql(spec, "m")
+    ranges = " OR ".join("(m.event_time >= ? AND m.event_time < ?)" for _ in windows)
+    return (
+        f"SELECT m.rowid FROM memories m WHERE m.namespace = ? "
+        f"AND {live_sql('m', as_of=spec.as_of)}{clauses} AND ({ranges}) "
+        "ORDER BY m.event_time DESC, m.rowid DESC LIMIT ?",
+        [namespace, *params, *(t for w in windows for t in w), limit],
     )
 
 

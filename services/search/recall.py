@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
@@ -39,7 +40,9 @@ from services.search.access import AccessRecorder
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
+from services.search.query_intent import Classified, Intent, IntentClassifier, rule_intent
 from services.search.rerank import Reranker, rerank_head
+from services.search.routes import CAUSAL_SEEDS, causal_reach, speakers_named, time_statements
 from services.search.scoring import (
     Candidate,
     ScoringParams,
@@ -79,6 +82,15 @@ class RecallParams:
     graph_enabled: bool = False  # memory.pipelineV2.graphEnabled
     graph_boost_weight: float = 0.15
     graph_boost_timeout_s: float = 0.5
+    # seed 003 intent routing (services.search.routes)
+    intent_routing: bool = True
+    intent_similarity_threshold: float = 0.45
+    intent_entity_weight: float = 0.3
+    intent_speaker_weight: float = 0.3
+    intent_speaker_any_intent: bool = True
+    intent_time_statement_weight: float = 0.1
+    intent_causal_weight: float = 0.15
+    intent_causal_depth: int = 2
     decay: DecayRanking | None = None  # set when search.decay_ranking, else off
 
 
@@ -92,6 +104,7 @@ class RecallHit:
     vector_score: float
     rerank_rank: int
     graph_boost: float = 0.0  # added because the memory is linked to the query's entities
+    intent_boost: float = 0.0  # added by the query's intent route
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,19 @@ class RecallOutcome:
     hits: list[RecallHit]
     degraded: bool
     warnings: list[str]
+    intent: Classified = field(
+        default_factory=lambda: Classified(Intent.GENERAL, "default: no rule matched")
+    )
+
+
+@dataclass
+class _Route:
+    """One Recall's intent: given by the request, or classified once (the first
+    namespace searched) from the rules, then the query vector."""
+
+    asked: Intent
+    asked_at: datetime | None
+    classified: Classified | None = None
 
 
 def bm25_idf(collection_size: int, containing: int) -> float:
@@ -164,6 +190,10 @@ class Recaller:
         self._access = access
         self._vector_cache = vector_cache if params.vector_cache else None
         self._document_counts: dict[str, tuple[int, float]] = {}  # match -> (count, when)
+        self.classifier = IntentClassifier(
+            embedder.provider if params.intent_routing else None,
+            params.intent_similarity_threshold,
+        )
         self._index_size: tuple[int, float] = (0, float("-inf"))  # (live memories, when)
 
     async def recall(
@@ -177,17 +207,22 @@ class Recaller:
         min_score: float | None = None,
         bad: Violations | None = None,
         snapshot: Reads | None = None,
+        intent: Intent = Intent.UNSPECIFIED,
+        asked_at: datetime | None = None,
     ) -> RecallOutcome:
         """`namespaces`: one, or several searched each on its own (its own statistics)
         in one read snapshot and merged by score. `bad` holds what the caller already
         found wrong with the request; `min_score` None means the configured
         `search.min_score`. `snapshot`: the caller's read snapshot, when Recall is
-        one of several reads that must see the same database (AssembleContext)."""
+        one of several reads that must see the same database (AssembleContext).
+        `intent`: the caller's, or UNSPECIFIED to classify the query; `asked_at`:
+        the time of asking, for relative dates (None: now)."""
         names = (namespaces,) if isinstance(namespaces, str) else tuple(namespaces)
         query, limit, spec, min_score = check_recall_request(query, limit, spec, bad, min_score)
         if min_score is None:
             min_score = self._params.scoring.min_score
         warnings: list[str] = []
+        route = _Route(intent, asked_at if asked_at is not None else clock.now())
         # The query embedding starts first (the longest step); the keyword and
         # graph channels read while it runs, the vector cache's scan beside them
         # (SQLite, numpy and the model release the GIL).
@@ -204,7 +239,7 @@ class Recaller:
                 depth = max(limit, self._params.reranker_top_n) if self._reranker else limit
                 for namespace in names:  # one connection: its reads run in turn anyway
                     found, rows, used = await self._search(
-                        reads, namespace, query, depth, min_score, spec, embedding, warnings
+                        reads, namespace, query, depth, min_score, spec, embedding, warnings, route
                     )
                     picked.extend(found)
                     records.update(rows)  # rowids are unique across namespaces
@@ -229,6 +264,7 @@ class Recaller:
                 vector_score=clamped(c.cosine or 0.0),
                 rerank_rank=position + 1 if rerank_ranks else 0,
                 graph_boost=c.graph_boost,
+                intent_boost=c.intent_boost,
             )
             for position, c in enumerate(picked)
         ]
@@ -239,7 +275,8 @@ class Recaller:
             for namespace, memory_ids in by_namespace.items():
                 self._access.record(namespace, memory_ids)
         degraded = self._embedder.enabled and not vectors_used
-        return RecallOutcome(hits, degraded, warnings)
+        classified = route.classified or Classified(Intent.GENERAL, "default: no rule matched")
+        return RecallOutcome(hits, degraded, warnings, classified)
 
     async def _search(
         self,
@@ -251,11 +288,19 @@ class Recaller:
         spec: MemoryFilterSpec,
         embedding: asyncio.Task[list[float] | None],
         warnings: list[str],
+        route: _Route,
     ) -> tuple[list[Candidate], dict[int, MemoryRecord], bool]:
         """Every read of one Recall, on one snapshot: (picked candidates, their
         records by rowid, whether the vector channel ran)."""
         keyword_task: asyncio.Task[tuple[Keywords, dict[int, Any]]] | None = None
         graph_task: asyncio.Task[GraphBoost] | None = None
+        entity_task: asyncio.Task[GraphBoost] | None = None
+        windows = [
+            (clock.to_text(start), clock.to_text(end))
+            for start, end in time_windows(query, route.asked_at)
+        ]
+        # what the request or the rules already say; the vector decides the rest
+        early = self._early_intent(route, query, bool(windows))
         try:
             whole, index = await asyncio.gather(
                 reads.fetch_one(queries.namespace_is_whole_index(namespace)),
@@ -267,20 +312,36 @@ class Recaller:
                 self._keyword_with_rows(reads, namespace, query, spec, whole_index, index_model)
             )
             graph_task = asyncio.create_task(self._graph(reads, namespace, query, spec))
+            # with the graph boost on, its lookup is the entity route's too
+            by_graph = self._params.graph_enabled
+            if early is Intent.ENTITY and not by_graph:
+                entity_task = asyncio.create_task(self._entities(reads, namespace, query, spec))
             vector, candidates = await self._vector_channel(
                 reads, namespace, embedding, index_model, spec, whole_index, warnings
             )
+            intent = self._intent(route, query, vector, bool(windows))
+            if intent is Intent.ENTITY and entity_task is None and not by_graph:
+                entity_task = asyncio.create_task(self._entities(reads, namespace, query, spec))
             keyword, keyword_rows = await keyword_task
             graph = await graph_task
+            entities = await entity_task if entity_task is not None else None
+            if intent is Intent.ENTITY and by_graph:
+                entities = graph
             keyword_coverage = keyword.coverage
+            routed: dict[int, float] = {}
+            if entities is not None:
+                weight = self._params.intent_entity_weight
+                routed = {rowid: weight for rowid in sorted(entities.rowids)}
+            elif intent is Intent.CAUSAL:
+                routed = await self._causal(reads, namespace, keyword.ranked, candidates, spec)
+            elif intent is Intent.TEMPORAL and windows:
+                routed = await self._in_windows(reads, namespace, windows, spec)
         except BaseException:
-            for task in (keyword_task, graph_task):
-                if task is not None:
-                    task.cancel()
+            tasks = [t for t in (keyword_task, graph_task, entity_task) if t is not None]
+            for task in tasks:
+                task.cancel()
             # the snapshot ends after these, so none may still be reading
-            await asyncio.gather(
-                *(t for t in (keyword_task, graph_task) if t is not None), return_exceptions=True
-            )
+            await asyncio.gather(*tasks, return_exceptions=True)
             raise
         if graph.timed_out:
             warnings.append("graph boost timed out; partial graph results used")
@@ -297,10 +358,11 @@ class Recaller:
             keyword_rows,
             reads,
             as_of=spec.as_of,
+            routed=routed,
         )
+        await self._lift(reads, namespace, query, intent, pool)
         params = self._params.scoring
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
-        windows = [(clock.to_text(start), clock.to_text(end)) for start, end in time_windows(query)]
         boost(pool, params, windows)
         if params.importance_weight and pool:
             rows = await reads.fetch_all(
@@ -317,6 +379,87 @@ class Recaller:
             )
         }
         return [c for c in picked if c.rowid in records], records, vectors_used
+
+    def _early_intent(self, route: _Route, query: str, names_time: bool) -> Intent | None:
+        """The intent known before the query vector: the request's, a rule's, or
+        the one an earlier namespace of this Recall settled; None: not yet."""
+        if not self._params.intent_routing and route.asked is Intent.UNSPECIFIED:
+            return Intent.GENERAL
+        if route.classified is None and route.asked is not Intent.UNSPECIFIED:
+            route.classified = Classified(route.asked, "request")
+        if route.classified is None:
+            route.classified = rule_intent(query, names_time)
+        return route.classified.intent if route.classified else None
+
+    def _intent(
+        self, route: _Route, query: str, vector: list[float] | None, names_time: bool
+    ) -> Intent:
+        """The query's intent, settled once per Recall (the rules and the
+        example similarity, services.search.query_intent)."""
+        if route.classified is None:
+            if self._params.intent_routing:
+                route.classified = self.classifier.classify(query, vector, names_time)
+            else:
+                route.classified = Classified(Intent.GENERAL, "default: routing off")
+        return route.classified.intent
+
+    async def _entities(
+        self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec
+    ) -> GraphBoost:
+        """The entity route: memories mentioning the entities the query names."""
+        with timed(RECALL_CHANNEL_SECONDS, "entity"), tracing.span("recall.entity"):
+            return await graph_boost(
+                reads, namespace, query, spec, self._params.graph_boost_timeout_s
+            )
+
+    async def _causal(
+        self,
+        reads: Reads,
+        namespace: str,
+        keyword: list[tuple[int, float]],
+        vector_candidates: list[int],
+        spec: MemoryFilterSpec,
+    ) -> dict[int, float]:
+        """The causal route: what causal links reach from the best matches, the
+        lift halving per hop."""
+        seeds = [r for r, _ in keyword[:CAUSAL_SEEDS]] + vector_candidates[:CAUSAL_SEEDS]
+        if not seeds:
+            return {}
+        with timed(RECALL_CHANNEL_SECONDS, "causal"), tracing.span("recall.causal"):
+            at = spec.as_of or clock.now_text()
+            reached = await causal_reach(
+                reads, namespace, seeds, spec, self._params.intent_causal_depth, at
+            )
+        weight = self._params.intent_causal_weight
+        return {rowid: weight / 2 ** (hop - 1) for rowid, hop in reached.items()}
+
+    async def _in_windows(
+        self, reads: Reads, namespace: str, windows: list[tuple[str, str]], spec: MemoryFilterSpec
+    ) -> dict[int, float]:
+        """The temporal route's list: memories of the range the query names, latest
+        first (their lift is the time boost every memory in range gets)."""
+        with timed(RECALL_CHANNEL_SECONDS, "time_range"), tracing.span("recall.time_range"):
+            rows = await reads.fetch_all(
+                queries.in_time_windows(namespace, windows, spec, self._params.channel_depth)
+            )
+        return {row[0]: 0.0 for row in rows}
+
+    async def _lift(
+        self, reads: Reads, namespace: str, query: str, intent: Intent, pool: list[Candidate]
+    ) -> None:
+        """The in-pool part of a route: memories a named speaker remembered
+        (entity), memories that state a time (temporal)."""
+        speakers = intent is Intent.ENTITY or self._params.intent_speaker_any_intent
+        if speakers and intent is not Intent.GENERAL and self._params.intent_speaker_weight > 0:
+            named = speakers_named(query, pool)
+            for c in pool:
+                if c.who and c.who.lower() in named:
+                    c.intent_boost += self._params.intent_speaker_weight
+        if intent is Intent.TEMPORAL and self._params.intent_time_statement_weight > 0:
+            stating = await time_statements(reads, namespace, pool)
+            for c in pool:
+                if c.rowid in stating:
+                    c.intent_boost += self._params.intent_time_statement_weight
 
     async def _graph(
         self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec
@@ -532,13 +675,17 @@ class Recaller:
         reads: Reads | None = None,
         *,
         as_of: str | None = None,
+        routed: dict[int, float] | None = None,
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
         what scoring needs (`fetched`: pool rows already read, by rowid; `reads`:
         as for _vector_candidates). A proposed rowid that is not a live memory of
         the namespace has no row and leaves the pool here."""
         reads = reads or self._reads
-        wanted = list(dict.fromkeys([r for r, _ in keyword] + vector_candidates + sorted(graph)))
+        routed = routed or {}
+        wanted = list(
+            dict.fromkeys([r for r, _ in keyword] + vector_candidates + sorted(graph) + [*routed])
+        )
         if not wanted:
             return []
         by_rowid = dict(fetched or {})
@@ -568,6 +715,9 @@ class Recaller:
         weight = self._params.graph_boost_weight
         for rowid in graph:
             candidates.setdefault(rowid, Candidate(rowid)).graph_boost = weight
+        for rank, (rowid, lift) in enumerate(routed.items(), start=1):
+            candidate = candidates.setdefault(rowid, Candidate(rowid))
+            candidate.route_rank, candidate.intent_boost = rank, lift
         for rowid, candidate in list(candidates.items()):
             row = by_rowid.get(rowid)
             if row is None:  # not a live memory of the namespace
@@ -575,6 +725,7 @@ class Recaller:
                 continue
             candidate.cosine = cosine.get(rowid)
             candidate.event_time = row[1]
+            candidate.who = row[3] or ""
         await self._link_neighbours(reads, namespace, candidates)
         return list(candidates.values())
 

@@ -6,8 +6,9 @@ Every score is in [0, 1) and comparable across queries, so `min_score` can tell
 1. Fusion: the alpha blend `(1 - alpha) * keyword + alpha * cosine` (default),
    with the keyword score oriented so that a stronger BM25 match scores higher
    and scaled by the best match, and the cosine clamped to [0, 1]; or
-   reciprocal rank fusion; plus the graph boost for memories linked to the
-   query's entities. A memory without a vector scores its keyword score.
+   weighted reciprocal rank fusion (the intent route's list as the graph
+   channel); plus the graph boost for memories linked to the query's entities
+   and the intent route's lift (added in the blend). A memory without a vector scores its keyword score.
 2. Temporal intent: memories whose event time falls in a date the query names
    get `time_boost`.
 3. Episodes: memories of a namespace sharing an event time form an episode (a
@@ -53,6 +54,11 @@ class ScoringParams:
     episode_weight: float = 0.2
     neighbor_weight: float = 0.1
     diversity_penalty: float = 0.03
+    # search.fusion=rrf: channel weights (seed 003 "RRF merge"); the graph
+    # channel is the intent route's ranked list
+    rrf_weight_fts: float = 1.0
+    rrf_weight_vector: float = 1.0
+    rrf_weight_graph: float = 1.0
     importance_weight: float = 0.0  # 0: importance does not rank (weigh_importance)
 
 
@@ -69,6 +75,9 @@ class Candidate:
     prev_rowid: int | None = None
     next_rowid: int | None = None
     graph_boost: float = 0.0  # graphBoostWeight when linked to the query's entities
+    who: str = ""
+    route_rank: int = 0  # 1-based rank in the intent route's list (graph channel)
+    intent_boost: float = 0.0  # what the intent route adds (services/search/recall.py)
     fused: float = 0.0
     score: float = 0.0
     boosts: dict[str, float] = field(default_factory=dict)
@@ -89,11 +98,22 @@ def fuse(
         c.keyword = c.keyword_score / best if c.keyword_rank and best > 0 else 0.0
         c.keyword_shown = c.keyword * strength
     if params.fusion == "rrf":
-        # by the best possible (rank 1 in every channel that ran)
-        best_rrf = (2 if vectors_used else 1) / (params.rrf_k + 1)
+        # weighted; by the best possible (rank 1 in every channel that ran)
+        k = params.rrf_k
+        routed = any(c.route_rank for c in candidates)
+        weights = (
+            params.rrf_weight_fts
+            + (params.rrf_weight_vector if vectors_used else 0.0)
+            + (params.rrf_weight_graph if routed else 0.0)
+        )
+        best_rrf = (weights or 1.0) / (k + 1)
         for c in candidates:
-            ranks = (c.keyword_rank, c.vector_rank)
-            c.fused = sum(1.0 / (params.rrf_k + r) for r in ranks if r) / best_rrf
+            ranked = (
+                (params.rrf_weight_fts, c.keyword_rank),
+                (params.rrf_weight_vector, c.vector_rank),
+                (params.rrf_weight_graph, c.route_rank),
+            )
+            c.fused = sum(w / (k + r) for w, r in ranked if r) / best_rrf
     else:
         for c in candidates:
             if vectors_used and c.cosine is not None:
@@ -102,6 +122,8 @@ def fuse(
                 c.fused = c.keyword
     for c in candidates:  # seed 000 "Graph-Augmented Search": additive
         c.fused += c.graph_boost
+        if params.fusion != "rrf" or not c.route_rank:  # the route's lifts off its list
+            c.fused += c.intent_boost
     if not vectors_used:
         return strength
     return params.alpha + (1.0 - params.alpha) * strength

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from engram.search.v1 import search_pb2, search_pb2_grpc
+from services.common import clock
 from services.common.convert import (
     filter_from_proto,
     memory_to_proto,
@@ -18,7 +19,10 @@ from services.common.validation import (
     validate_namespaces,
 )
 from services.search.context import AssembledContext, ContextAssembler
+from services.search.query_intent import Intent
 from services.search.recall import Recaller
+
+_INTENTS = frozenset(int(i) for i in Intent)
 
 
 class SearchServicer(search_pb2_grpc.SearchServiceServicer):
@@ -30,6 +34,11 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
         self, request: search_pb2.RecallRequest, context: grpc.aio.ServicerContext
     ) -> search_pb2.RecallResponse:
         bad = Violations()
+        if request.intent not in search_pb2.QueryIntent.values():
+            bad.add("intent", "must be a QueryIntent value")
+        asked_at = bad.check(
+            None, text_from_timestamp, request.asked_at, request.HasField("asked_at"), "asked_at"
+        )
         outcome = await self._recaller.recall(
             bad.check(
                 (DEFAULT_NAMESPACE,), validate_namespaces, request.namespaces, request.namespace
@@ -45,6 +54,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             track_access=not request.skip_access_tracking,
             min_score=request.min_score if request.HasField("min_score") else None,
             bad=bad,
+            intent=Intent(request.intent) if request.intent in _INTENTS else Intent.UNSPECIFIED,
+            asked_at=clock.from_text(asked_at) if asked_at else None,
         )
         return search_pb2.RecallResponse(
             results=[
@@ -55,11 +66,14 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
                     vector=search_pb2.ChannelHit(rank=hit.vector_rank, score=hit.vector_score),
                     rerank_rank=hit.rerank_rank,
                     graph_boost=hit.graph_boost,
+                    intent_boost=hit.intent_boost,
                 )
                 for hit in outcome.hits
             ],
             degraded=outcome.degraded,
             warnings=outcome.warnings,
+            intent=int(outcome.intent.intent),  # type: ignore[arg-type]
+            intent_basis=outcome.intent.basis,
         )
 
     async def AssembleContext(

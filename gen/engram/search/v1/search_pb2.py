@@ -27,7 +27,7 @@ from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior_
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/search/v1/search.proto\x12\x10\x65ngram.search.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x02\n\rRecallRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x13\n\x05limit\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\"\n\x14skip_access_tracking\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x1c\n\tmin_score\x18\x06 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x18\n\nnamespaces\x18\x07 \x03(\tB\x04\xe2\x41\x01\x01\x12/\n\x05\x61s_of\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x42\x0c\n\n_min_score\")\n\nChannelHit\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05score\x18\x02 \x01(\x01\"\xce\x01\n\x0cRecallResult\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12-\n\x07keyword\x18\x03 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12,\n\x06vector\x18\x04 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12\x13\n\x0brerank_rank\x18\x05 \x01(\x05\x12\x13\n\x0bgraph_boost\x18\x06 \x01(\x01\"e\n\x0eRecallResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.engram.search.v1.RecallResult\x12\x10\n\x08\x64\x65graded\x18\x02 \x01(\x08\x12\x10\n\x08warnings\x18\x03 \x03(\t\"\xae\x01\n\x16\x41ssembleContextRequest\x12\x18\n\nnamespaces\x18\x01 \x03(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x18\n\nsession_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1a\n\x0ctoken_budget\x18\x04 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12/\n\x05\x61s_of\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\"d\n\rContextEntity\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x13\n\x0b\x65ntity_type\x18\x04 \x01(\t\x12\x11\n\trelations\x18\x05 \x03(\t\"\xce\x01\n\x0e\x43ontextSection\x12\x32\n\x04kind\x18\x01 \x01(\x0e\x32$.engram.search.v1.ContextSectionKind\x12*\n\x08memories\x18\x02 \x03(\x0b\x32\x18.engram.common.v1.Memory\x12\x31\n\x08\x65ntities\x18\x03 \x03(\x0b\x32\x1f.engram.search.v1.ContextEntity\x12\x13\n\x0btoken_count\x18\x04 \x01(\x05\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\"\xc0\x01\n\x17\x41ssembleContextResponse\x12\x0f\n\x07\x63ontext\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\x12\x14\n\x0ctoken_budget\x18\x03 \x01(\x05\x12\x32\n\x08sections\x18\x04 \x03(\x0b\x32 .engram.search.v1.ContextSection\x12\x11\n\ttokenizer\x18\x05 \x01(\t\x12\x10\n\x08\x64\x65graded\x18\x06 \x01(\x08\x12\x10\n\x08warnings\x18\x07 \x03(\t*\xc0\x01\n\x12\x43ontextSectionKind\x12$\n CONTEXT_SECTION_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x43ONTEXT_SECTION_KIND_PINNED\x10\x01\x12\x1e\n\x1a\x43ONTEXT_SECTION_KIND_FACTS\x10\x02\x12 \n\x1c\x43ONTEXT_SECTION_KIND_SESSION\x10\x03\x12!\n\x1d\x43ONTEXT_SECTION_KIND_ENTITIES\x10\x04\x32\xc4\x01\n\rSearchService\x12K\n\x06Recall\x12\x1f.engram.search.v1.RecallRequest\x1a .engram.search.v1.RecallResponse\x12\x66\n\x0f\x41ssembleContext\x12(.engram.search.v1.AssembleContextRequest\x1a).engram.search.v1.AssembleContextResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65ngram/search/v1/search.proto\x12\x10\x65ngram.search.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x03\n\rRecallRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x13\n\x05limit\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x34\n\x06\x66ilter\x18\x04 \x01(\x0b\x32\x1e.engram.common.v1.MemoryFilterB\x04\xe2\x41\x01\x01\x12\"\n\x14skip_access_tracking\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x1c\n\tmin_score\x18\x06 \x01(\x01\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12\x18\n\nnamespaces\x18\x07 \x03(\tB\x04\xe2\x41\x01\x01\x12/\n\x05\x61s_of\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x12\x33\n\x06intent\x18\n \x01(\x0e\x32\x1d.engram.search.v1.QueryIntentB\x04\xe2\x41\x01\x01\x12\x32\n\x08\x61sked_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\x42\x0c\n\n_min_score\")\n\nChannelHit\x12\x0c\n\x04rank\x18\x01 \x01(\x05\x12\r\n\x05score\x18\x02 \x01(\x01\"\xe4\x01\n\x0cRecallResult\x12(\n\x06memory\x18\x01 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\r\n\x05score\x18\x02 \x01(\x01\x12-\n\x07keyword\x18\x03 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12,\n\x06vector\x18\x04 \x01(\x0b\x32\x1c.engram.search.v1.ChannelHit\x12\x13\n\x0brerank_rank\x18\x05 \x01(\x05\x12\x13\n\x0bgraph_boost\x18\x06 \x01(\x01\x12\x14\n\x0cintent_boost\x18\x07 \x01(\x01\"\xaa\x01\n\x0eRecallResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.engram.search.v1.RecallResult\x12\x10\n\x08\x64\x65graded\x18\x02 \x01(\x08\x12\x10\n\x08warnings\x18\x03 \x03(\t\x12-\n\x06intent\x18\x04 \x01(\x0e\x32\x1d.engram.search.v1.QueryIntent\x12\x14\n\x0cintent_basis\x18\x05 \x01(\t\"\xae\x01\n\x16\x41ssembleContextRequest\x12\x18\n\nnamespaces\x18\x01 \x03(\tB\x04\xe2\x41\x01\x01\x12\x13\n\x05query\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x18\n\nsession_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1a\n\x0ctoken_budget\x18\x04 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12/\n\x05\x61s_of\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x01\"d\n\rContextEntity\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x13\n\x0b\x65ntity_type\x18\x04 \x01(\t\x12\x11\n\trelations\x18\x05 \x03(\t\"\xce\x01\n\x0e\x43ontextSection\x12\x32\n\x04kind\x18\x01 \x01(\x0e\x32$.engram.search.v1.ContextSectionKind\x12*\n\x08memories\x18\x02 \x03(\x0b\x32\x18.engram.common.v1.Memory\x12\x31\n\x08\x65ntities\x18\x03 \x03(\x0b\x32\x1f.engram.search.v1.ContextEntity\x12\x13\n\x0btoken_count\x18\x04 \x01(\x05\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\"\xc0\x01\n\x17\x41ssembleContextResponse\x12\x0f\n\x07\x63ontext\x18\x01 \x01(\t\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\x12\x14\n\x0ctoken_budget\x18\x03 \x01(\x05\x12\x32\n\x08sections\x18\x04 \x03(\x0b\x32 .engram.search.v1.ContextSection\x12\x11\n\ttokenizer\x18\x05 \x01(\t\x12\x10\n\x08\x64\x65graded\x18\x06 \x01(\x08\x12\x10\n\x08warnings\x18\x07 \x03(\t*\xaf\x01\n\x0bQueryIntent\x12\x1c\n\x18QUERY_INTENT_UNSPECIFIED\x10\x00\x12\x18\n\x14QUERY_INTENT_GENERAL\x10\x01\x12\x17\n\x13QUERY_INTENT_ENTITY\x10\x02\x12\x19\n\x15QUERY_INTENT_TEMPORAL\x10\x03\x12\x17\n\x13QUERY_INTENT_CAUSAL\x10\x04\x12\x1b\n\x17QUERY_INTENT_PROCEDURAL\x10\x05*\xc0\x01\n\x12\x43ontextSectionKind\x12$\n CONTEXT_SECTION_KIND_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x43ONTEXT_SECTION_KIND_PINNED\x10\x01\x12\x1e\n\x1a\x43ONTEXT_SECTION_KIND_FACTS\x10\x02\x12 \n\x1c\x43ONTEXT_SECTION_KIND_SESSION\x10\x03\x12!\n\x1d\x43ONTEXT_SECTION_KIND_ENTITIES\x10\x04\x32\xc4\x01\n\rSearchService\x12K\n\x06Recall\x12\x1f.engram.search.v1.RecallRequest\x1a .engram.search.v1.RecallResponse\x12\x66\n\x0f\x41ssembleContext\x12(.engram.search.v1.AssembleContextRequest\x1a).engram.search.v1.AssembleContextResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -51,6 +51,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RECALLREQUEST'].fields_by_name['namespaces']._serialized_options = b'\342A\001\001'
   _globals['_RECALLREQUEST'].fields_by_name['as_of']._loaded_options = None
   _globals['_RECALLREQUEST'].fields_by_name['as_of']._serialized_options = b'\342A\001\001'
+  _globals['_RECALLREQUEST'].fields_by_name['intent']._loaded_options = None
+  _globals['_RECALLREQUEST'].fields_by_name['intent']._serialized_options = b'\342A\001\001'
+  _globals['_RECALLREQUEST'].fields_by_name['asked_at']._loaded_options = None
+  _globals['_RECALLREQUEST'].fields_by_name['asked_at']._serialized_options = b'\342A\001\001'
   _globals['_ASSEMBLECONTEXTREQUEST'].fields_by_name['namespaces']._loaded_options = None
   _globals['_ASSEMBLECONTEXTREQUEST'].fields_by_name['namespaces']._serialized_options = b'\342A\001\001'
   _globals['_ASSEMBLECONTEXTREQUEST'].fields_by_name['query']._loaded_options = None
@@ -61,24 +65,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ASSEMBLECONTEXTREQUEST'].fields_by_name['token_budget']._serialized_options = b'\342A\001\001'
   _globals['_ASSEMBLECONTEXTREQUEST'].fields_by_name['as_of']._loaded_options = None
   _globals['_ASSEMBLECONTEXTREQUEST'].fields_by_name['as_of']._serialized_options = b'\342A\001\001'
-  _globals['_CONTEXTSECTIONKIND']._serialized_start=1481
-  _globals['_CONTEXTSECTIONKIND']._serialized_end=1673
+  _globals['_QUERYINTENT']._serialized_start=1678
+  _globals['_QUERYINTENT']._serialized_end=1853
+  _globals['_CONTEXTSECTIONKIND']._serialized_start=1856
+  _globals['_CONTEXTSECTIONKIND']._serialized_end=2048
   _globals['_RECALLREQUEST']._serialized_start=149
-  _globals['_RECALLREQUEST']._serialized_end=440
-  _globals['_CHANNELHIT']._serialized_start=442
-  _globals['_CHANNELHIT']._serialized_end=483
-  _globals['_RECALLRESULT']._serialized_start=486
-  _globals['_RECALLRESULT']._serialized_end=692
-  _globals['_RECALLRESPONSE']._serialized_start=694
-  _globals['_RECALLRESPONSE']._serialized_end=795
-  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_start=798
-  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_end=972
-  _globals['_CONTEXTENTITY']._serialized_start=974
-  _globals['_CONTEXTENTITY']._serialized_end=1074
-  _globals['_CONTEXTSECTION']._serialized_start=1077
-  _globals['_CONTEXTSECTION']._serialized_end=1283
-  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_start=1286
-  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=1478
-  _globals['_SEARCHSERVICE']._serialized_start=1676
-  _globals['_SEARCHSERVICE']._serialized_end=1872
+  _globals['_RECALLREQUEST']._serialized_end=545
+  _globals['_CHANNELHIT']._serialized_start=547
+  _globals['_CHANNELHIT']._serialized_end=588
+  _globals['_RECALLRESULT']._serialized_start=591
+  _globals['_RECALLRESULT']._serialized_end=819
+  _globals['_RECALLRESPONSE']._serialized_start=822
+  _globals['_RECALLRESPONSE']._serialized_end=992
+  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_start=995
+  _globals['_ASSEMBLECONTEXTREQUEST']._serialized_end=1169
+  _globals['_CONTEXTENTITY']._serialized_start=1171
+  _globals['_CONTEXTENTITY']._serialized_end=1271
+  _globals['_CONTEXTSECTION']._serialized_start=1274
+  _globals['_CONTEXTSECTION']._serialized_end=1480
+  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_start=1483
+  _globals['_ASSEMBLECONTEXTRESPONSE']._serialized_end=1675
+  _globals['_SEARCHSERVICE']._serialized_start=2051
+  _globals['_SEARCHSERVICE']._serialized_end=2247
 # @@protoc_insertion_point(module_scope)

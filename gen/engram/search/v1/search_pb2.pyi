@@ -21,6 +21,62 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _QueryIntent:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _QueryIntentEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_QueryIntent.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    QUERY_INTENT_UNSPECIFIED: _QueryIntent.ValueType  # 0
+    """Not given (requests): classify the query."""
+    QUERY_INTENT_GENERAL: _QueryIntent.ValueType  # 1
+    """No particular route: keywords and vectors only."""
+    QUERY_INTENT_ENTITY: _QueryIntent.ValueType  # 2
+    """Who or what someone or something is: the entities the query names are
+    resolved by name in the namespace's entity graph, and the memories that
+    mention them (or their one-hop neighbours), or that the named one
+    remembered (`who`), are lifted.
+    """
+    QUERY_INTENT_TEMPORAL: _QueryIntent.ValueType  # 3
+    """When: memories whose event time falls in the range the query names
+    (a date, "in May 2023", "last week", "yesterday" by `asked_at`) are lifted,
+    and so are those stating a time ("yesterday", "last Saturday", a date).
+    """
+    QUERY_INTENT_CAUSAL: _QueryIntent.ValueType  # 4
+    """Why: memories reached from the best matches over `causal` links
+    (breadth first, both directions, two hops) are lifted.
+    """
+    QUERY_INTENT_PROCEDURAL: _QueryIntent.ValueType  # 5
+    """How to: no graph route; keywords and vectors."""
+
+class QueryIntent(_QueryIntent, metaclass=_QueryIntentEnumTypeWrapper):
+    """What a Recall query asks for (seed 003 "Intent classification"), and so
+    how Recall routes it besides its keyword and vector channels.
+    """
+
+QUERY_INTENT_UNSPECIFIED: QueryIntent.ValueType  # 0
+"""Not given (requests): classify the query."""
+QUERY_INTENT_GENERAL: QueryIntent.ValueType  # 1
+"""No particular route: keywords and vectors only."""
+QUERY_INTENT_ENTITY: QueryIntent.ValueType  # 2
+"""Who or what someone or something is: the entities the query names are
+resolved by name in the namespace's entity graph, and the memories that
+mention them (or their one-hop neighbours), or that the named one
+remembered (`who`), are lifted.
+"""
+QUERY_INTENT_TEMPORAL: QueryIntent.ValueType  # 3
+"""When: memories whose event time falls in the range the query names
+(a date, "in May 2023", "last week", "yesterday" by `asked_at`) are lifted,
+and so are those stating a time ("yesterday", "last Saturday", a date).
+"""
+QUERY_INTENT_CAUSAL: QueryIntent.ValueType  # 4
+"""Why: memories reached from the best matches over `causal` links
+(breadth first, both directions, two hops) are lifted.
+"""
+QUERY_INTENT_PROCEDURAL: QueryIntent.ValueType  # 5
+"""How to: no graph route; keywords and vectors."""
+Global___QueryIntent: _TypeAlias = QueryIntent  # noqa: Y015
+
 class _ContextSectionKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -65,6 +121,8 @@ class RecallRequest(_message.Message):
     MIN_SCORE_FIELD_NUMBER: _builtins.int
     NAMESPACES_FIELD_NUMBER: _builtins.int
     AS_OF_FIELD_NUMBER: _builtins.int
+    INTENT_FIELD_NUMBER: _builtins.int
+    ASKED_AT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Tenant boundary; empty means "default"."""
     query: _builtins.str
@@ -82,6 +140,11 @@ class RecallRequest(_message.Message):
     the configuration (default 0.15: it keeps every relevant result on LoCoMo;
     0.45 answers "nothing relevant" to half the questions asked of another
     conversation at 99% precision: bench/README.md); 0 keeps every candidate.
+    """
+    intent: Global___QueryIntent.ValueType
+    """What the query asks for, when the caller knows better than the
+    classifier; UNSPECIFIED (the default): classified from the query (see
+    RecallResponse.intent).
     """
     @_builtins.property
     def filter(self) -> _memory_pb2.MemoryFilter:
@@ -111,6 +174,13 @@ class RecallRequest(_message.Message):
         Memory's Timestamps; INVALID_ARGUMENT otherwise.
         """
 
+    @_builtins.property
+    def asked_at(self) -> _timestamp_pb2.Timestamp:
+        """When the question is asked, for the relative dates it names ("yesterday",
+        "last week", "3 months ago", "in July"); unset: now. Same range as
+        Memory's Timestamps; INVALID_ARGUMENT otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -122,10 +192,12 @@ class RecallRequest(_message.Message):
         min_score: _builtins.float | None = ...,
         namespaces: _abc.Iterable[_builtins.str] | None = ...,
         as_of: _timestamp_pb2.Timestamp | None = ...,
+        intent: Global___QueryIntent.ValueType = ...,
+        asked_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "as_of", b"as_of", "filter", b"filter", "min_score", b"min_score"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "as_of", b"as_of", "asked_at", b"asked_at", "filter", b"filter", "min_score", b"min_score"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "as_of", b"as_of", "filter", b"filter", "limit", b"limit", "min_score", b"min_score", "namespace", b"namespace", "namespaces", b"namespaces", "query", b"query", "skip_access_tracking", b"skip_access_tracking"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_score", b"_min_score", "as_of", b"as_of", "asked_at", b"asked_at", "filter", b"filter", "intent", b"intent", "limit", b"limit", "min_score", b"min_score", "namespace", b"namespace", "namespaces", b"namespaces", "query", b"query", "skip_access_tracking", b"skip_access_tracking"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__min_score: _TypeAlias = _typing.Literal["min_score"]  # noqa: Y015
     _WhichOneofArgType__min_score: _TypeAlias = _typing.Literal["_min_score", b"_min_score"]  # noqa: Y015
@@ -178,6 +250,7 @@ class RecallResult(_message.Message):
     VECTOR_FIELD_NUMBER: _builtins.int
     RERANK_RANK_FIELD_NUMBER: _builtins.int
     GRAPH_BOOST_FIELD_NUMBER: _builtins.int
+    INTENT_BOOST_FIELD_NUMBER: _builtins.int
     score: _builtins.float
     """The final score in [0, 1), higher is better, and comparable across
     queries: tanh of the fused channel scores plus the time, episode and
@@ -191,6 +264,10 @@ class RecallResult(_message.Message):
     memory mentions an entity whose name contains a query word, or a
     neighbour of one (seed 000 "Graph-Augmented Search"); 0 otherwise, and
     always 0 unless `memory.pipelineV2.graphEnabled`.
+    """
+    intent_boost: _builtins.float
+    """What the query's intent route added before the squash (RecallResponse.intent):
+    the entity, time or causal lift; 0 when the route did not reach this memory.
     """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:
@@ -213,10 +290,11 @@ class RecallResult(_message.Message):
         vector: Global___ChannelHit | None = ...,
         rerank_rank: _builtins.int = ...,
         graph_boost: _builtins.float = ...,
+        intent_boost: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["keyword", b"keyword", "memory", b"memory", "vector", b"vector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["graph_boost", b"graph_boost", "keyword", b"keyword", "memory", b"memory", "rerank_rank", b"rerank_rank", "score", b"score", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["graph_boost", b"graph_boost", "intent_boost", b"intent_boost", "keyword", b"keyword", "memory", b"memory", "rerank_rank", b"rerank_rank", "score", b"score", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -231,9 +309,20 @@ class RecallResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _builtins.int
     DEGRADED_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
+    INTENT_FIELD_NUMBER: _builtins.int
+    INTENT_BASIS_FIELD_NUMBER: _builtins.int
     degraded: _builtins.bool
     """True when a channel that should have run could not (for example the
     embedding provider is down), so results come from fewer channels.
+    """
+    intent: Global___QueryIntent.ValueType
+    """What the query was taken to ask for: the request's `intent`, or the
+    classifier's answer (rules on the question's words first, then cosine
+    similarity to example questions at `search.intent.similarity_threshold`).
+    """
+    intent_basis: _builtins.str
+    """Why, for people: "rule: asks when", "similarity 0.62 to causal examples",
+    "request", "default: no rule matched".
     """
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecallResult]:
@@ -249,10 +338,12 @@ class RecallResponse(_message.Message):
         results: _abc.Iterable[Global___RecallResult] | None = ...,
         degraded: _builtins.bool = ...,
         warnings: _abc.Iterable[_builtins.str] | None = ...,
+        intent: Global___QueryIntent.ValueType = ...,
+        intent_basis: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "results", b"results", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "intent", b"intent", "intent_basis", b"intent_basis", "results", b"results", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

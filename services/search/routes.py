@@ -1,0 +1,102 @@
+"""Intent routes (seed 003 "Intent-based strategy routing"): what Recall reads
+or lifts besides its keyword and vector channels, by the query's intent
+(services.search.query_intent).
+
+- entity: the entities the query names, resolved by name in the entity graph
+  (services.search.graph_boost), lead to the memories mentioning them or their
+  one-hop neighbours; memories remembered by someone the query names (`who`)
+  are lifted too.
+- temporal: memories stating a time (a date, "yesterday", "last Saturday",
+  "two weeks ago") are lifted; the range the query names is a boost for every
+  intent (services.search.scoring, time_boost).
+- causal: breadth first over `causal` links, both directions, from the best
+  keyword and vector matches; each hop halves the lift.
+
+Every route is additive and bounded: a failure or an empty graph leaves the
+flat recipe's answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+
+from services.common.db import Reads
+from services.common.memory_filter import MemoryFilterSpec
+from services.common.text import words
+from services.search import graph_queries, queries
+from services.search.scoring import Candidate
+
+log = logging.getLogger("engram.search.routes")
+
+CAUSAL_LINK_TYPES = ("causal",)
+CAUSAL_SEEDS = 5  # best matches per channel the search starts from
+MAX_REACHED = 200
+TIME_STATEMENT_POOL = 100  # best fused candidates checked for a stated time
+
+_WEEKDAY = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_MONTH = r"(january|february|march|april|may|june|july|august|september|october|november|december)"
+_STATES_TIME = re.compile(
+    r"\b(yesterday|today|tonight|tomorrow|last night|this morning|recently|just now"
+    rf"|(last|this|next|past) ({_WEEKDAY}|week|weekend|month|year|summer|winter|spring|fall|autumn)"
+    r"|(a|an|one|two|three|four|five|six|seven|few|couple of|\d+) (days?|weeks?|months?|years?) ago"
+    rf"|on {_WEEKDAY}|in {_MONTH}|{_MONTH} \d{{1,2}}|\d{{1,2}} {_MONTH}"
+    r"|\d{4}-\d{2}-\d{2}|(19|20)\d\d)\b",
+    re.I,
+)
+
+
+def states_time(text: str) -> bool:
+    return _STATES_TIME.search(text) is not None
+
+
+def speakers_named(query: str, candidates: Iterable[Candidate]) -> set[str]:
+    """The `who` values (lower case) the query names as a word."""
+    named = {w.lower() for w in words(query)}
+    return {c.who.lower() for c in candidates if c.who and c.who.lower() in named}
+
+
+async def time_statements(
+    reads: Reads, namespace: str, candidates: Sequence[Candidate]
+) -> set[int]:
+    """Rowids of the best-ranked candidates (by their best channel rank) whose
+    content states a time."""
+    best = sorted(candidates, key=_best_rank)[:TIME_STATEMENT_POOL]
+    if not best:
+        return set()
+    rows = await reads.fetch_all(queries.contents(namespace, [c.rowid for c in best]))
+    return {row[0] for row in rows if states_time(row[1])}
+
+
+def _best_rank(c: Candidate) -> tuple[int, int]:
+    ranks = [r for r in (c.keyword_rank, c.vector_rank, c.route_rank) if r]
+    return (min(ranks) if ranks else 1 << 30, c.rowid)
+
+
+async def causal_reach(
+    reads: Reads,
+    namespace: str,
+    seeds: Sequence[int],
+    spec: MemoryFilterSpec,
+    depth: int,
+    at: str,
+) -> dict[int, int]:
+    """Rowids reached over causal links valid at `at` from `seeds` (not
+    themselves), with their hop count, nearest first."""
+    reached: dict[int, int] = {}
+    seen = set(seeds)
+    frontier = list(dict.fromkeys(seeds))
+    for hop in range(1, depth + 1):
+        if not frontier or len(reached) >= MAX_REACHED:
+            break
+        rows = await reads.fetch_all(
+            graph_queries.linked_memories(namespace, frontier, CAUSAL_LINK_TYPES, spec, at)
+        )
+        frontier = []
+        for row in sorted(rows):
+            if row[0] not in seen:
+                seen.add(row[0])
+                reached[row[0]] = hop
+                frontier.append(row[0])
+    return dict(list(reached.items())[:MAX_REACHED])

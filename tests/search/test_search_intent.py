@@ -1,0 +1,282 @@
+"""Intent-aware retrieval (issue 17, seed 003) through the public gRPC API:
+Recall says what it took the query to ask for (rules, then similarity to
+example questions by the query vector), a request may say it instead, and each
+route finds what the flat recipe (the same query with intent GENERAL) misses."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+
+from engram.common.v1 import job_pb2
+from engram.search.v1 import search_pb2
+from engram.store.internal.v1 import job_queue_pb2 as jq
+from engram.store.v1 import store_pb2
+from extract_write_helpers import complete, extract_job, link
+from grpc_helpers import error_of
+from http_fakes import VectorBook, ollama_server
+from recall_helpers import DIM, Stack, fake_embedding_overrides, timestamp, vec, wait_for
+from services.search.query_intent import EXAMPLES, Intent
+
+KEYWORDS_ONLY = {
+    "providers.embedding.kind": "none",
+    "search.min_score": 0.0,
+    "memory.pipelineV2.enabled": True,  # Remember queues the extract jobs `link` completes
+}
+GENERAL = search_pb2.QUERY_INTENT_GENERAL
+ENTITY = search_pb2.QUERY_INTENT_ENTITY
+
+
+def on_axis(cosine: float, axis: int) -> list[float]:
+    """A unit vector whose cosine with the unit vector on `axis` is `cosine`."""
+    vector = vec(math.sqrt(1.0 - cosine * cosine), axis)  # the rest on axis 0
+    return vector
+
+
+def ask(stack: Stack, query: str, **fields: Any) -> search_pb2.RecallResponse:
+    return stack.search.Recall(
+        search_pb2.RecallRequest(query=query, limit=10, min_score=0, **fields), timeout=30
+    )
+
+
+def contents(response: search_pb2.RecallResponse) -> list[str]:
+    return [r.memory.content for r in response.results]
+
+
+@pytest.fixture
+def stack(recall_stack: Callable[..., Stack]) -> Stack:
+    return recall_stack(KEYWORDS_ONLY)
+
+
+@pytest.mark.parametrize(
+    ("query", "intent", "basis"),
+    [
+        ("Who is Alice's sister?", search_pb2.QUERY_INTENT_ENTITY, "rule: asks who"),
+        (
+            "Tell me about the Acme project",
+            search_pb2.QUERY_INTENT_ENTITY,
+            "rule: asks about a named one",
+        ),
+        ("When did Bob move to Leeds?", search_pb2.QUERY_INTENT_TEMPORAL, "rule: asks when"),
+        ("what did I do last week", search_pb2.QUERY_INTENT_TEMPORAL, "rule: names a time"),
+        ("notes from 2023-05-08", search_pb2.QUERY_INTENT_TEMPORAL, "rule: names a time"),
+        ("Why did the launch slip?", search_pb2.QUERY_INTENT_CAUSAL, "rule: asks why"),
+        ("What caused the outage?", search_pb2.QUERY_INTENT_CAUSAL, "rule: asks for a cause"),
+        ("How do I rotate the keys?", search_pb2.QUERY_INTENT_PROCEDURAL, "rule: asks how to"),
+        ("What did Caroline research?", ENTITY, "rule: asks what about a named one"),
+        ("What did I research?", GENERAL, "default: no rule matched"),
+        ("green tea", GENERAL, "default: no rule matched"),
+    ],
+)
+def test_rules_classify_and_the_response_says_so(
+    stack: Stack, query: str, intent: int, basis: str
+) -> None:
+    stack.remember("Alice likes green tea")
+    response = ask(stack, query)
+    assert (response.intent, response.intent_basis) == (intent, basis)
+
+
+def test_the_request_may_name_the_intent(stack: Stack) -> None:
+    response = ask(stack, "green tea", intent=search_pb2.QUERY_INTENT_CAUSAL)
+    assert (response.intent, response.intent_basis) == (search_pb2.QUERY_INTENT_CAUSAL, "request")
+
+
+def test_a_bad_intent_or_asked_at_is_invalid_argument(stack: Stack) -> None:
+    request = search_pb2.RecallRequest(query="tea", intent=99)  # type: ignore[arg-type]
+    code, _, fields = error_of(lambda: stack.search.Recall(request, timeout=30))
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["intent"])
+    request = search_pb2.RecallRequest(query="", intent=99)  # type: ignore[arg-type]
+    request.asked_at.seconds = -(10**13)
+    code, _, fields = error_of(lambda: stack.search.Recall(request, timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert sorted(fields) == ["asked_at", "intent", "query"], "every bad field at once"
+
+
+def test_entity_route_finds_who_alices_sister_is_through_the_graph(
+    recall_stack: Callable[..., Stack],
+) -> None:
+    """Carol's own memory shares no word with the question: the entity graph
+    (Alice -sister-> Carol, written by the pipeline's extraction) reaches it.
+    The graph is written (graphEnabled) and its general boost is 0, so what
+    lifts Carol is the entity route alone; the score floor is the default."""
+    stack = recall_stack(
+        {
+            **KEYWORDS_ONLY,
+            "search.min_score": 0.15,
+            "memory.pipelineV2.graphEnabled": True,
+            "memory.pipelineV2.graphBoostWeight": 0.0,
+        }
+    )
+    mention = stack.remember("Alice Smith talked about her family at lunch")
+    carol = stack.remember("Carol runs a bakery in Leeds")
+    stack.remember("The sister project of Apollo was cancelled")
+    stack.remember("Leeds has a new tram line")
+    link(stack, mention, ("Alice Smith", "sister", "Carol"))
+    link(stack, carol, ("Carol", "owns", "Bakery"))
+
+    def recall(**fields: Any) -> search_pb2.RecallResponse:
+        request = search_pb2.RecallRequest(query="Who is Alice's sister?", **fields)
+        return stack.search.Recall(request, timeout=30)
+
+    flat = recall(intent=GENERAL)
+    assert carol.content not in contents(flat), "the flat recipe misses it"
+
+    routed = recall()
+    assert routed.intent == search_pb2.QUERY_INTENT_ENTITY
+    results = {r.memory.content: r for r in routed.results}
+    assert results[carol.content].intent_boost == pytest.approx(0.3)
+    assert results[carol.content].keyword.rank == 0, "brought in by the route alone"
+    assert results[mention.content].intent_boost == pytest.approx(0.3)
+    assert "Leeds has a new tram line" not in results
+
+
+def test_entity_route_lifts_what_the_named_speaker_said(stack: Stack) -> None:
+    """'What did Maria say about the trip?': Maria's own memories rank above
+    someone else's equally matching one."""
+    other = stack.remember("Tom: the trip to Oslo was long", who="Tom")
+    hers = stack.remember("Maria: the trip to Oslo was long", who="Maria")
+    flat = ask(stack, "Who planned the trip? Maria?", intent=GENERAL)
+    routed = ask(stack, "Who planned the trip? Maria?")
+    assert {r.memory.id: r.intent_boost for r in flat.results} == {other.id: 0.0, hers.id: 0.0}
+    assert routed.intent == search_pb2.QUERY_INTENT_ENTITY
+    assert routed.results[0].memory.id == hers.id
+    boosts = {r.memory.id: r.intent_boost for r in routed.results}
+    assert boosts[hers.id] > 0 and boosts[other.id] == 0.0
+
+
+def test_temporal_route_uses_the_range_the_question_names(stack: Stack) -> None:
+    """'What did I do last week?' asked on 10 June: no word of the question is
+    in a memory, so the flat recipe finds nothing; the route reads the week."""
+    asked = datetime(2024, 6, 10, 12, tzinfo=UTC)
+    stack.remember("I did the gardening", event_time=timestamp(asked - timedelta(days=60)))
+    recent = stack.remember("I did the tax return", event_time=timestamp(asked - timedelta(days=3)))
+    request = {"asked_at": timestamp(asked)}
+    routed = ask(stack, "what did I do last week", **request)
+    assert routed.intent == search_pb2.QUERY_INTENT_TEMPORAL
+    assert [r.memory.id for r in routed.results] == [recent.id], "the week's, by time alone"
+    flat = ask(stack, "what did I do last week", intent=GENERAL, **request)
+    assert list(flat.results) == [], "no word of the question is in either memory"
+    # two months later, "last week" names another week: nothing was done then
+    later = ask(stack, "what did I do last week", asked_at=timestamp(asked + timedelta(days=60)))
+    assert list(later.results) == []
+
+
+def test_temporal_route_lifts_memories_that_state_a_time(
+    recall_stack: Callable[..., Stack],
+) -> None:
+    """'When did Sam visit the museum?': the memory stating when ("yesterday")
+    beats a closer keyword match that does not (weight 0.2 here: the default
+    is the one measured on LoCoMo, bench/README.md)."""
+    stack = recall_stack({**KEYWORDS_ONLY, "search.intent_time_statement_weight": 0.2})
+    stating = stack.remember("Sam: I went to the museum yesterday")
+    plain = stack.remember("Sam talked about the museum shop")
+    flat = ask(stack, "When did Sam visit the museum?", intent=GENERAL)
+    assert flat.results[0].memory.id == plain.id
+    routed = ask(stack, "When did Sam visit the museum?")
+    assert routed.intent == search_pb2.QUERY_INTENT_TEMPORAL
+    boosts = {r.memory.id: r.intent_boost for r in routed.results}
+    assert routed.results[0].memory.id == stating.id
+    assert boosts == {stating.id: pytest.approx(0.2), plain.id: 0.0}
+
+
+def test_similarity_to_the_examples_classifies_what_no_rule_places(
+    recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    """With a query embedder (a scripted Ollama server), each intent's example
+    questions embed to an axis of their own; a query near the causal axis is
+    causal (0.90 >= 0.45), one at 0.30 from every axis is general."""
+    axes = {Intent.ENTITY: 1, Intent.TEMPORAL: 2, Intent.CAUSAL: 3, Intent.PROCEDURAL: 4}
+    book = VectorBook({t: on_axis(1.0, axes[i]) for i, texts in EXAMPLES.items() for t in texts})
+    book.vectors["what was behind the delay"] = on_axis(0.9, 3)
+    book.vectors["the delay"] = on_axis(0.3, 3)
+    server = http_servers(ollama_server(book))
+    stack = recall_stack(fake_embedding_overrides(server.url))
+    stack.remember("the delay was the supplier")
+
+    def classified() -> search_pb2.RecallResponse | None:
+        response = ask(stack, "what was behind the delay")
+        return response if response.intent_basis.startswith("similarity") else None
+
+    response = wait_for(classified, what="the intent examples embedded")
+    assert response.intent == search_pb2.QUERY_INTENT_CAUSAL
+    assert response.intent_basis == "similarity 0.90 to causal examples"
+    near_nothing = ask(stack, "the delay")
+    assert near_nothing.intent == GENERAL
+    assert near_nothing.intent_basis == "default: nearest examples (causal) at 0.30"
+    assert max(axes.values()) < DIM
+
+
+def test_causal_route_follows_causal_links_the_consolidation_wrote(
+    recall_stack: Callable[..., Stack],
+) -> None:
+    """'Why did I move to Lisbon?': the cause ("I started at Acme Corp") shares
+    no word with the question; the session's consolidation (its job completed
+    through the store's job queue, as the pipeline's worker does) linked it to
+    the move as its cause, and the causal route reaches it from the move."""
+    stack = recall_stack({**KEYWORDS_ONLY, "sessions.consolidate": "on"})
+
+    def turn(session: str, content: str) -> str:
+        request = store_pb2.AppendTurnRequest(
+            session_id=session, role=store_pb2.TURN_ROLE_USER, content=content
+        )
+        return str(stack.store.AppendTurn(request).memory.id)
+
+    moved = turn("s1", "I moved to Lisbon in March")
+    cause = turn("s1", "I started at Acme Corp on Monday")
+    unrelated = turn("s1", "The weather was grey all week")
+    turn("s2", "a new session ends the first")
+    [job] = stack.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_CONSOLIDATE_SESSION, max_jobs=1)
+    ).jobs
+    done = stack.jobs.CompleteConsolidateJob(
+        jq.CompleteConsolidateJobRequest(
+            lease=jq.JobLease(job_id=job.id, lease_token=job.lease_token),
+            model="fake-llm",
+            causal_links=[jq.CausalLink(cause_memory_id=cause, effect_memory_id=moved)],
+        )
+    )
+    assert (done.outcome, done.causal_links) == (jq.LEASE_OUTCOME_OK, 1)
+
+    flat = ask(stack, "Why did I move to Lisbon?", intent=GENERAL)
+    assert [r.memory.id for r in flat.results] == [moved], "the flat recipe misses the cause"
+    routed = ask(stack, "Why did I move to Lisbon?")
+    assert (routed.intent, routed.intent_basis) == (
+        search_pb2.QUERY_INTENT_CAUSAL,
+        "rule: asks why",
+    )
+    boosts = {r.memory.id: r.intent_boost for r in routed.results}
+    assert boosts == {moved: 0.0, cause: pytest.approx(0.15)}
+    assert unrelated not in boosts
+
+
+def test_entity_route_resolves_an_alias(recall_stack: Callable[..., Stack]) -> None:
+    """'Who is Bobby?': no memory says Bobby; the extraction named Robert Jones
+    with the alias Bobby, and the entity route resolves it (so does the general
+    graph boost, which shares the lookup)."""
+    stack = recall_stack({**KEYWORDS_ONLY, "memory.pipelineV2.graphEnabled": True})
+    fixed = stack.remember("Robert Jones fixed the boiler")
+    stack.remember("The boiler is in the cellar")
+    response = complete(
+        stack,
+        extract_job(stack, fixed),
+        [],
+        entities=[jq.EntityTriple(source="Robert Jones", relationship="fixed", target="boiler")],
+        named_entities=[
+            jq.NamedEntity(name="Robert Jones", entity_type="person", aliases=["Bobby"])
+        ],
+    )
+    assert response.outcome == jq.LEASE_OUTCOME_OK and response.graph_error == ""
+    flat = ask(stack, "Who is Bobby?", intent=GENERAL)
+    assert [(r.memory.id, r.graph_boost, r.intent_boost) for r in flat.results] == [
+        (fixed.id, pytest.approx(0.15), 0.0)
+    ]
+    routed = ask(stack, "Who is Bobby?")
+    assert routed.intent == ENTITY
+    assert [(r.memory.id, r.graph_boost, r.intent_boost) for r in routed.results] == [
+        (fixed.id, pytest.approx(0.15), pytest.approx(0.3))
+    ]

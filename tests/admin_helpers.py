@@ -122,6 +122,9 @@ def admin_store(
             "providers.embedding.kind": "ollama",
             "providers.embedding.model": MODEL,
             "memory.pipelineV2.enabled": True,  # so that Remember queues extract jobs
+            # the job counts these tests check are of embed and extract jobs: no
+            # near-duplicate checks queued as vectors come in
+            "dedup.enabled": False,
             **overrides,
         }
     )

@@ -202,10 +202,11 @@ class PiiSettings(_Section):
 
 class DedupSettings(_Section):
     """`dedup.*`: near-duplicates after embedding (seed 004 §3; services/pipeline/near_dup.py).
-    Off by default: turning it on folds memories together, so a deployment
-    opts in once it has checked the thresholds on its own data."""
+    On by default (issue 18; LoCoMo dev in bench/README.md, "Near-duplicate
+    merging"): a memory embedded at 0.98 or more to an older one is folded
+    into it."""
 
-    enabled: bool = False
+    enabled: bool = True
     # cosine at or above: merged without asking (the newer into the older)
     merge_similarity: float = Field(0.98, ge=0.0, le=1.0)
     # cosine at or above (and below merge_similarity): the LLM decides merge,
@@ -240,8 +241,8 @@ class SearchSettings(_Section):
     query_embedding_timeout_ms: int = Field(2000, ge=50, le=60000)
     access_flush_ms: int = Field(1000, ge=10, le=60000)
     # decay as a ranking factor (services/search/decay.py): off by a measured
-    # decision (bench/README.md "Decay"); decay_model picks seed 003's Ebbinghaus
-    # confidence or seed 002's importance decay when it is on
+    # decision (bench/README.md "Decay as a ranking factor"); decay_model picks
+    # seed 003's Ebbinghaus confidence or seed 002's importance decay when on
     decay_ranking: bool = False
     # seed 003 intent-aware retrieval (services/search/query_intent.py routes,
     # services/search/recall.py applies them; weights measured in bench/README.md)

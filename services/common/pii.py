@@ -101,12 +101,8 @@ _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w
 # alternation in PII_KINDS order (one pass over the text instead of five).
 _DIGIT_PATTERNS = {"iban": _IBAN, "card": _CARD, "ssn": _SSN, "ip": _IPV4, "phone": _PHONE}
 _DIGIT_SINGLE = {kind: re.compile(pattern) for kind, pattern in _DIGIT_PATTERNS.items()}
-# The leading lookahead names every character a match can start with (an IBAN's
-# letter, a digit, a phone's "+" or "("): `re` then skips the other positions
-# with a character-set scan instead of trying five alternatives at each, about
-# twice as fast on prose (bench/pii_bench.py --baseline). It matches nothing less.
 _DIGIT_ANY = re.compile(
-    r"(?=[+(\dA-Z])(?<!\w)(?:" + "|".join(f"(?P<{k}>{p})" for k, p in _DIGIT_PATTERNS.items()) + ")"
+    r"(?<!\w)(?:" + "|".join(f"(?P<{k}>{p})" for k, p in _DIGIT_PATTERNS.items()) + ")"
 )
 _VERSION_CONTEXT = re.compile(r"(?:\bv|version|release|build)\s*$", re.IGNORECASE)
 

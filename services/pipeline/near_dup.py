@@ -9,9 +9,10 @@ service's Recall is the vector search: its vector channel reports the exact
 cosine between the memory's text (first MAX_QUERY_CHARS characters: see below)
 and each candidate of the same namespace. The best other candidate decides:
 
-- cosine >= `dedup.merge_similarity` (0.98): merged at once;
-- cosine >= `dedup.review_similarity` (0.70): the LLM decides merge, replace or
-  keep both, when `memory.pipelineV2.enabled`; kept otherwise;
+- cosine >= `dedup.merge_similarity` (0.98) and the same `who`: merged at once;
+- cosine >= `dedup.review_similarity` (0.70), or above 0.98 with another
+  `who`: the LLM decides merge, replace or keep both, when
+  `memory.pipelineV2.enabled`; kept otherwise;
 - below: nothing.
 
 Only older memories are candidates (ids are UUIDv7: the smaller id is the older
@@ -235,7 +236,10 @@ class NearDuplicates(LlmJobWorker[Resolution | None]):
         best, score = max(scored, key=lambda pair: pair[1])
         similarity = min(1.0, max(0.0, score))
         older, newer = best.memory.id, item.memory_id
-        if similarity >= self._policy.merge_similarity:
+        # two people saying the same words are two memories ("Nate: Bye Joanna!",
+        # "Joanna: Bye Nate!" score 0.993): only the same `who` merges unasked
+        same_who = bool(own) and own[0].who == best.memory.who
+        if similarity >= self._policy.merge_similarity and same_who:
             return self._shadowed(
                 Resolution(
                     older,

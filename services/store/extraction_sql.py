@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from services.store import repository as repo
 
@@ -34,6 +34,42 @@ def set_extraction_state(conn: Any, memory_id: str, status: str, model: str | No
     )
 
 
+class LinkRow(NamedTuple):
+    """One memory_links row (evidence: the ids that justify the link)."""
+
+    namespace: str
+    from_memory_id: str
+    to_memory_id: str
+    link_type: str
+    job_id: str | None
+    created_at: str
+    valid_from: str
+    weight: float = 1.0
+    confidence: float = 1.0
+    evidence: Sequence[str] = ()
+
+
+def insert_links(conn: Any, rows: Sequence[LinkRow]) -> None:
+    """Idempotent: a link written twice stays one row. One statement per chunk
+    of rows (the hot path writes a batch's temporal links at once)."""
+    repo.insert_rows(
+        conn,
+        "INSERT OR IGNORE INTO memory_links (id, namespace, from_memory_id, to_memory_id, "
+        "link_type, job_id, created_at, valid_from, weight, confidence, evidence) VALUES ",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                repo.new_id(),
+                *row[:7],
+                row.weight,
+                row.confidence,
+                json.dumps(list(row.evidence)) if row.evidence else "[]",
+            )
+            for row in rows
+        ],
+    )
+
+
 def insert_link(
     conn: Any,
     namespace: str,
@@ -48,26 +84,23 @@ def insert_link(
     confidence: float = 1.0,
     evidence: Sequence[str] = (),
 ) -> None:
-    """Idempotent: the same link written twice stays one row. `valid_from`:
-    when the relation started holding (None: `at`); `evidence`: the memories
-    that justify it."""
-    conn.execute(
-        "INSERT OR IGNORE INTO memory_links (id, namespace, from_memory_id, to_memory_id, "
-        "link_type, job_id, created_at, valid_from, weight, confidence, evidence) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            repo.new_id(),
-            namespace,
-            from_memory_id,
-            to_memory_id,
-            link_type,
-            job_id,
-            at,
-            valid_from or at,
-            weight,
-            confidence,
-            json.dumps(list(evidence)),
-        ),
+    """One link; `valid_from`: when the relation started holding (None: `at`)."""
+    insert_links(
+        conn,
+        [
+            LinkRow(
+                namespace,
+                from_memory_id,
+                to_memory_id,
+                link_type,
+                job_id,
+                at,
+                valid_from or at,
+                weight,
+                confidence,
+                evidence,
+            )
+        ],
     )
 
 

@@ -273,17 +273,8 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
         return results
     follows = _timeline_links(conn, fresh)
     repo.insert_memory_rows(conn, [item.row for item in fresh])
-    for namespace, previous, item in follows:
-        link_sql.insert_link(
-            conn,
-            namespace,
-            previous,
-            item.row.id,
-            link_sql.TEMPORAL,
-            None,
-            item.row.created_at,
-            valid_from=item.row.valid_from or item.row.event_time,
-        )
+    if follows:
+        link_sql.insert_links(conn, follows)
     repo.insert_history(conn, [item.history for item in fresh])
     stored = {
         item.row.id
@@ -311,25 +302,34 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
     return results
 
 
-def _timeline_links(conn: Any, fresh: Sequence[NewMemory]) -> list[tuple[str, str, NewMemory]]:
-    """(namespace, previous memory id, item) for each new timeline memory of a
-    session: the first of a session in the batch follows the session's stored
-    tail (one indexed lookup, read before the batch's rows exist), each later
-    one the batch's item before it."""
+def _timeline_links(conn: Any, fresh: Sequence[NewMemory]) -> list[link_sql.LinkRow]:
+    """The `temporal` link of each new timeline memory of a session, from the
+    memory before it: the first of a session in the batch follows the
+    session's stored tail (one indexed lookup, read before the batch's rows
+    exist), each later one the batch's item before it. Valid from the later
+    memory's event time."""
     tails: dict[tuple[str, str], str | None] = {}
-    follows: list[tuple[str, str, NewMemory]] = []
+    links: list[link_sql.LinkRow] = []
     for item in fresh:
-        session = item.row.session_id
-        if not item.timeline or not session:
+        row = item.row
+        if not item.timeline or not row.session_id:
             continue
-        key = (item.row.namespace, session)
-        if key not in tails:
-            tails[key] = link_sql.session_tail(conn, *key)
-        previous = tails[key]
+        key = (row.namespace, row.session_id)
+        previous = tails[key] if key in tails else link_sql.session_tail(conn, *key)
         if previous is not None:
-            follows.append((key[0], previous, item))
-        tails[key] = item.row.id
-    return follows
+            links.append(
+                link_sql.LinkRow(
+                    row.namespace,
+                    previous,
+                    row.id,
+                    link_sql.TEMPORAL,
+                    None,
+                    row.created_at,
+                    row.valid_from or row.event_time,
+                )
+            )
+        tails[key] = row.id
+    return links
 
 
 def _extend_life(conn: Any, memory_id: str, item: NewMemory) -> None:

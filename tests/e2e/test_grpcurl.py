@@ -87,6 +87,7 @@ def test_list_of_the_service_shows_every_rpc(store: ProcessHandle) -> None:
             "ListMemoryLinks",
             "GetEntity",
             "ListEntities",
+            "GetSession",
         )
     }
 

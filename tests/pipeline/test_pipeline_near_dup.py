@@ -178,6 +178,32 @@ def test_memories_with_an_expiry_never_merge(start: Any) -> None:
     assert len(events(stack, newer.id)) == 1  # not even a decision recorded
 
 
+def test_another_who_above_098_is_not_merged_unasked(start: Any) -> None:
+    """Two speakers saying the same words are two memories: above 0.98 with
+    another `who`, the LLM decides when it is on; otherwise both stay."""
+    stack, llm = start()
+    older = stack.remember(SAME[0], who="alice")
+    newer = stack.remember(SAME[1], who="bob")
+    sentinel = remember_all(stack, *SENTINEL)  # same (empty) who: merged
+    start.run(stack)
+    wait_for(lambda: get(stack, sentinel[SENTINEL[1]].id).deleted, what="the sentinel merged")
+    wait_for(lambda: _pending_checks(stack) == 0, what="every check done")
+    assert not get(stack, older.id).deleted and not get(stack, newer.id).deleted
+    assert llm.prompts() == []
+
+
+def test_another_who_above_098_goes_to_the_llm_when_it_is_on(start: Any) -> None:
+    stack, llm = start(**{"memory.pipelineV2.enabled": True})
+    older = stack.remember(SAME[0], who="alice")
+    newer = stack.remember(SAME[1], who="bob")
+    start.run(stack)
+    wait_for(lambda: len(events(stack, newer.id)) == 2, what="the decision recorded")
+    audit = events(stack, newer.id)[-1]
+    assert (audit.metadata["decision"], audit.metadata["decided_by"]) == ("keep_both", "llm")
+    assert not get(stack, older.id).deleted and not get(stack, newer.id).deleted
+    assert len([p for p in llm.prompts() if "Two memories are very similar" in p]) == 1
+
+
 def _pending_checks(stack: Stack) -> int:
     stats = stack.jobs.GetQueueStats(jq.GetQueueStatsRequest(), timeout=10)
     return sum(

@@ -38,7 +38,10 @@ def test_status_shows_queue_depths_provider_and_worker(
     http_servers: Callable[[Any], Any],
 ) -> None:
     server = http_servers(ollama_server(VectorBook()))
-    stack = recall_stack(fake_embedding_overrides(server.url), search=False)
+    # dedup off: the depths below are the embed queue's alone
+    stack = recall_stack(
+        fake_embedding_overrides(server.url, **{"dedup.enabled": False}), search=False
+    )
     for text in ("first memory", "second memory", "third memory"):
         stack.remember(text)
     _, pipeline = start_pipeline_server(stack.config)

@@ -76,6 +76,7 @@ from services.common.config import load_config  # noqa: E402
 from services.common.db import ReadPool, open_read_only  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
 from services.common.providers.embedding import LOCAL_MODEL, LocalEmbedding, NoEmbedding  # noqa: E402
+from services.common.providers.local_embedding import local_embedding  # noqa: E402
 from services.common.vectors import normalized_f32  # noqa: E402
 from services.search import queries as search_sql  # noqa: E402
 from services.search import recall as recall_module  # noqa: E402
@@ -205,9 +206,9 @@ class StagedRecaller(Recaller):
         self.stages["vector first pass"].append((time.perf_counter() - t0) * 1000)
         return result
 
-    async def _pool(self, *args: Any) -> Any:
+    async def _pool(self, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
-        result = await super()._pool(*args)
+        result = await super()._pool(*args, **kwargs)
         self.stages["pool rows + rescore"].append((time.perf_counter() - t0) * 1000)
         return result
 
@@ -741,7 +742,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     CACHE.mkdir(parents=True, exist_ok=True)
     sizes = sorted(args.sizes)
     biggest = max(sizes)
-    provider = LocalEmbedding()
+    # the configured local runtime (LocalEmbedding is abstract since the int8 runtime)
+    provider = local_embedding(load_config().providers.embedding.runtime)
     await provider.warm_up()
     corpus = data.build_corpus(biggest)
     vecs = data.corpus_vectors(provider, corpus, CACHE, args.real_vectors)

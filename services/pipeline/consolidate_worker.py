@@ -27,7 +27,6 @@ from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common.config import Config, consolidation_enabled
-from services.common.convert import temporal_to_proto, timestamp_from_text
 from services.common.facts import (
     ENTITY_TYPES,
     MAX_CAUSAL_LINKS,
@@ -38,7 +37,12 @@ from services.common.facts import (
 )
 from services.common.providers.llm import LlmProvider
 from services.common.remote_errors import error_reason
-from services.pipeline.extract_worker import capped_warnings
+from services.pipeline.extract_worker import (
+    capped_warnings,
+    entity_triple,
+    named_entity,
+    proposed_fact,
+)
 from services.pipeline.extraction import (
     EntityTriple,
     data_block,
@@ -253,25 +257,9 @@ def completion_request(
         model=model,
         facts=[
             jq.ConsolidatedFact(
-                fact=jq.ProposedFact(
-                    content=f.fact.content,
-                    type=f.fact.type,
-                    confidence=f.fact.confidence,
-                    importance=f.fact.importance,
-                    temporal_class=temporal_to_proto(f.fact.temporal_class),
-                    valid_until=timestamp_from_text(f.fact.valid_until),
-                    categories=f.fact.categories,
-                ),
+                fact=proposed_fact(f.fact),
                 source_memory_ids=f.source_ids,
-                entities=[
-                    jq.EntityTriple(
-                        source=e.source,
-                        relationship=e.relationship,
-                        target=e.target,
-                        confidence=e.confidence,
-                    )
-                    for e in f.entities
-                ],
+                entities=[entity_triple(e) for e in f.entities],
             )
             for f in result.facts
         ],
@@ -280,7 +268,5 @@ def completion_request(
             for cause, effect in result.causal
         ],
         warnings=capped_warnings(result.warnings),
-        named_entities=[
-            jq.NamedEntity(name=n.name, entity_type=n.type, aliases=n.aliases) for n in result.named
-        ],
+        named_entities=[named_entity(n) for n in result.named],
     )

@@ -27,11 +27,12 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common.config import Config
 from services.common.convert import temporal_to_proto, timestamp_from_text
+from services.common.facts import Fact, NamedEntity
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError
 from services.common.remote_errors import error_reason
 from services.pipeline.decision import CandidatesUnavailable, Decider, Proposal
-from services.pipeline.extraction import ExtractionResult, Extractor
+from services.pipeline.extraction import EntityTriple, ExtractionResult, Extractor
 from services.pipeline.leases import LeaseIdentity
 from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings, ReleaseJob
 
@@ -138,15 +139,7 @@ def completion_request(
     proposals = [
         jq.Proposal(
             action=_ACTIONS[p.action],
-            fact=jq.ProposedFact(
-                content=p.fact.content,
-                type=p.fact.type,
-                confidence=p.fact.confidence,
-                importance=p.fact.importance,
-                temporal_class=temporal_to_proto(p.fact.temporal_class),
-                valid_until=timestamp_from_text(p.fact.valid_until),
-                categories=p.fact.categories,
-            ),
+            fact=proposed_fact(p.fact),
             target_id=p.target_id,
             confidence=p.confidence,
             reason=p.reason,
@@ -159,22 +152,38 @@ def completion_request(
         lease=lease,
         extraction_model=extraction_model,
         proposals=proposals,
-        entities=[
-            jq.EntityTriple(
-                source=e.source,
-                relationship=e.relationship,
-                target=e.target,
-                confidence=e.confidence,
-            )
-            for e in analysis.extraction.entities
-        ],
+        entities=[entity_triple(e) for e in analysis.extraction.entities],
         warnings=capped_warnings(analysis.warnings),
         embedding_model=embedding_model if analysis.vectors else "",
-        named_entities=[
-            jq.NamedEntity(name=n.name, entity_type=n.type, aliases=n.aliases)
-            for n in analysis.extraction.named
-        ],
+        named_entities=[named_entity(n) for n in analysis.extraction.named],
     )
+
+
+def proposed_fact(fact: Fact) -> jq.ProposedFact:
+    """A validated fact as the store's job-completion RPCs take it (extract and
+    consolidate alike)."""
+    return jq.ProposedFact(
+        content=fact.content,
+        type=fact.type,
+        confidence=fact.confidence,
+        importance=fact.importance,
+        temporal_class=temporal_to_proto(fact.temporal_class),
+        valid_until=timestamp_from_text(fact.valid_until),
+        categories=fact.categories,
+    )
+
+
+def entity_triple(triple: EntityTriple) -> jq.EntityTriple:
+    return jq.EntityTriple(
+        source=triple.source,
+        relationship=triple.relationship,
+        target=triple.target,
+        confidence=triple.confidence,
+    )
+
+
+def named_entity(named: NamedEntity) -> jq.NamedEntity:
+    return jq.NamedEntity(name=named.name, entity_type=named.type, aliases=named.aliases)
 
 
 def capped_warnings(warnings: list[str]) -> list[str]:

@@ -88,7 +88,7 @@ class RecallParams:
     intent_entity_weight: float = 0.3
     intent_speaker_weight: float = 0.3
     intent_speaker_any_intent: bool = True
-    intent_time_statement_weight: float = 0.1
+    intent_time_statement_weight: float = 0.15
     intent_causal_weight: float = 0.15
     intent_causal_depth: int = 2
     decay: DecayRanking | None = None  # set when search.decay_ranking, else off

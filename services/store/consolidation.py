@@ -238,13 +238,16 @@ def _session_id(value: str, field: str) -> str:
 
 
 def _state(row: Any) -> str:
+    """From the session's row and its job's status (a job the retention sweep
+    removed counts by whether it consolidated the session)."""
     if row["ended_at"] is None:
         return "open"
-    if row["job_status"] in ("pending", "leased"):
+    status = row["job_status"]
+    if status in ("pending", "leased"):
         return "queued"
-    if row["job_status"] == "dead":
-        return "failed"
-    return "consolidated"
+    if status == "completed" or (status is None and row["consolidated_at"] is not None):
+        return "consolidated"
+    return "failed"
 
 
 class _JobWrite:

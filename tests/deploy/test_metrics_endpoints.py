@@ -99,6 +99,9 @@ def suite(tmp_path: Path) -> Iterator[tuple[dict[str, int], dict[str, int]]]:
             {
                 "server": {"ports": ports, "metrics_ports": metrics},
                 "memory": {"pipelineV2": {"enabled": True}},
+                # the counts below are the test's own calls: no near-duplicate
+                # checks (each a Recall, each a job)
+                "dedup": {"enabled": False},
                 "providers": {
                     "embedding": {
                         "kind": "ollama",

@@ -88,6 +88,7 @@ def test_list_of_the_service_shows_every_rpc(store: ProcessHandle) -> None:
             "GetEntity",
             "ListEntities",
             "GetSession",
+            "ListWeakMemories",
         )
     }
 

@@ -33,6 +33,7 @@ from engram.store.v1 import store_pb2
 from extract_write_helpers import write_directly
 from http_fakes import VectorBook
 from recall_helpers import MODEL, QUERY_VECTOR, Stack, vec
+from services.common import clock
 from services.common.db import ReadPool, open_read_only, open_read_write
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.vectors import normalized_f32
@@ -161,7 +162,10 @@ def test_memory_rows_are_read_only_under_their_own_namespace(
     assert [r[0] for r in _read(path, queries.memories_by_rowid("tenant-b", both))] == [
         rowid[mine.id]
     ]
-    assert [r[0] for r in _read(path, queries.decay_inputs("tenant-b", both))] == [rowid[mine.id]]
+    now = clock.to_text(clock.now())
+    assert [r[0] for r in _read(path, queries.decay_inputs("tenant-b", both, 0.1, now))] == [
+        rowid[mine.id]
+    ]
     # the whole-index first pass (taken when one namespace holds every memory)
     query = normalized_f32(QUERY_VECTOR)
     assert query is not None

@@ -350,3 +350,15 @@ def test_shadow_mode_records_the_result_and_writes_nothing_else(
     assert result["mode"] == "shadow"
     assert result["facts"] == [{"content": "A shadow fact", "source_memory_ids": [source]}]
     assert session(st, "s1").state == S.SESSION_CONSOLIDATION_STATE_CONSOLIDATED
+
+
+def test_a_session_stays_consolidated_after_retention_removes_its_job(st: AdminStore) -> None:
+    turn(st, "s1", "a turn")
+    turn(st, "s2", "next")
+    [job] = lease(st)
+    complete(st, job)
+    # as the retention sweep does after retention.completed_job_days
+    st.execute("DELETE FROM memory_jobs WHERE id = ?", job.id)
+    assert session(st, "s1").state == S.SESSION_CONSOLIDATION_STATE_CONSOLIDATED
+    turn(st, "s1", "a late turn")  # and a late memory still reopens it
+    assert session(st, "s1").state == S.SESSION_CONSOLIDATION_STATE_OPEN

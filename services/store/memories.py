@@ -83,6 +83,7 @@ class PatchSpec:
     supersede: bool = False  # a new memory replaces this one (services/store/supersede.py)
     valid_from: str | None = None  # with supersede: when the new one starts (None: now)
     categories: tuple[str, ...] | None = None
+    decay_rate: float | None = None  # seed 003; 0 protects from decay
 
 
 @dataclass(frozen=True)
@@ -379,6 +380,8 @@ class MemoryStore:
             changed["pinned"] = pinned
         if importance != current.importance:
             changes["importance"] = changed["importance"] = importance
+        if patch.decay_rate is not None and patch.decay_rate != current.decay_rate:
+            changes["decay_rate"] = changed["decay_rate"] = patch.decay_rate
         if not changes and not content_changed:
             return PatchOutcome(patch.id, "unchanged", version, version)
         new_version = mutations.new_version(
@@ -436,6 +439,7 @@ class MemoryStore:
                 categories=json.dumps(
                     list(current.categories if patch.categories is None else patch.categories)
                 ),
+                decay_rate=current.decay_rate if patch.decay_rate is None else patch.decay_rate,
             ),
             actor=actor,
             reason=patch.reason,
@@ -661,6 +665,7 @@ class _CheckedPatch:
     supersede: bool = False
     valid_from: str | None = None
     categories: tuple[str, ...] | None = None
+    decay_rate: float | None = None
 
 
 def _check_patches(
@@ -691,6 +696,7 @@ def _check_patches(
                 patch.pinned,
                 patch.who,
                 patch.categories,
+                patch.decay_rate,
             )
         ):
             bad.add(field, "sets no field to change")
@@ -740,6 +746,11 @@ def _check_patches(
                     patch.categories,
                     f"{field}.categories",
                     pii=pii,
+                ),
+                decay_rate=None
+                if patch.decay_rate is None
+                else bad.check(
+                    None, rules.check_decay_rate, patch.decay_rate, f"{field}.decay_rate"
                 ),
             )
         )

@@ -47,6 +47,7 @@ _UPDATABLE = {
     "valid_until",
     "invalidated_at",
     "last_accessed",
+    "decay_rate",
 }
 
 Query = tuple[str, list[Any]]
@@ -250,9 +251,10 @@ class MemoryRow(NamedTuple):
     temporal_class: str = ""  # permanent | long_term | short_term (seed 004 §5)
     valid_until: str | None = None  # a short-term fact's end (issue 17's valid time)
     confidence: float = 1.0  # seed 003: a pipeline fact's extraction confidence
+    decay_rate: float | None = None  # seed 003: None follows memory.decay_rate_default
 
 
-# Rows per multi-row INSERT (at most 21 parameters a row, far below SQLite's limit).
+# Rows per multi-row INSERT (at most 28 parameters a row, far below SQLite's limit).
 INSERT_CHUNK_ROWS = 64
 
 
@@ -277,8 +279,8 @@ def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
         "importance, tags, pinned, who, why, source_type, source_id, version, created_at, "
         "updated_at, event_time, extraction_status, extraction_model, source_memory_id, "
         "session_id, expire_at, valid_from, categories, temporal_class, valid_until, "
-        "confidence) VALUES ",
-        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "confidence, decay_rate) VALUES ",
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 *row[:14],
@@ -289,6 +291,7 @@ def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
                 row.temporal_class,
                 row.valid_until,
                 row.confidence,
+                row.decay_rate,
             )
             for row in rows
         ],

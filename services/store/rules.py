@@ -120,6 +120,15 @@ def check_type(memory_type: str, field: str) -> str:
     return memory_type
 
 
+MAX_DECAY_RATE = 10.0  # the bound of memory.decay_rate_default too
+
+
+def check_decay_rate(rate: float, field: str) -> float:
+    if not 0.0 <= rate <= MAX_DECAY_RATE:  # also rejects NaN
+        raise InvalidArgument(field, f"must be between 0 and {MAX_DECAY_RATE:g} (0: never decays)")
+    return rate
+
+
 def check_importance(importance: float, field: str) -> float:
     if not 0.0 <= importance <= 1.0:  # also rejects NaN
         raise InvalidArgument(field, "must be between 0 and 1")

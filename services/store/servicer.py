@@ -305,6 +305,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                 importance=_optional(p, "importance"),
                 tags=tuple(p.tags.values) if p.HasField("tags") else None,
                 categories=tuple(p.categories.values) if p.HasField("categories") else None,
+                decay_rate=_optional(p, "decay_rate"),
                 pinned=_optional(p, "pinned"),
                 who=_optional(p, "who"),
                 reason=p.reason,

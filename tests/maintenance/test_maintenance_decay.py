@@ -232,3 +232,78 @@ def test_pruning_leaves_pinned_memories_however_old(maintained: Callable[..., An
     m.st.age("memories", "created_at", 1000, "id = ?", memory_id)
     m.maintenance.RunRetention(mpb.RunRetentionRequest())
     assert not get(m.st, memory_id).deleted
+
+
+def modify(st: AdminStore, *patches: store_pb2.MemoryPatch) -> store_pb2.ModifyMemoriesResponse:
+    return st.store.ModifyMemories(
+        store_pb2.ModifyMemoriesRequest(patches=list(patches), reason="decay test")
+    )
+
+
+def test_a_patch_sets_the_decay_rate_and_zero_protects_from_decay(
+    maintained: Callable[..., Any],
+) -> None:
+    """Seed 003's confirm_fact: decay_rate 0 keeps an old, never recalled memory
+    out of the weak list; a faster rate makes a younger one weak."""
+    st = maintained().st
+    confirmed = st.remember("the boiler service is due every october")
+    hurried = st.remember("the parcel locker code is 1187")
+    st.age("memories", "created_at", 100, "id = ?", confirmed)
+    st.age("memories", "created_at", 10, "id = ?", hurried)
+    assert [w.memory.id for w in weak(st).memories] == [confirmed]
+
+    modify(
+        st,
+        store_pb2.MemoryPatch(id=confirmed, decay_rate=0.0, reason="confirmed by the user"),
+        store_pb2.MemoryPatch(id=hurried, decay_rate=2.0),
+    )
+    assert get(st, confirmed).decay_rate == 0.0 and get(st, hurried).decay_rate == 2.0
+    listed = weak(st).memories
+    assert [w.memory.id for w in listed] == [hurried]
+    assert listed[0].current_confidence == pytest.approx(seed_confidence(10, rate=2.0), rel=1e-4)
+    history = store_pb2.ListMemoryHistoryRequest(memory_id=confirmed)
+    last = st.store.ListMemoryHistory(history).events[-1]
+    assert last.reason == "confirmed by the user"
+    assert last.metadata["changes"]["decay_rate"] == 0.0
+    again = modify(st, store_pb2.MemoryPatch(id=confirmed, decay_rate=0.0))
+    assert again.results[0].status == store_pb2.PATCH_STATUS_UNCHANGED
+
+
+@pytest.mark.parametrize("rate", [-0.1, 10.5, float("nan")])
+def test_a_decay_rate_out_of_range_is_invalid_and_writes_nothing(
+    maintained: Callable[..., Any], rate: float
+) -> None:
+    st = maintained().st
+    memory_id = st.remember("the bins go out on thursday night")
+    before = get(st, memory_id)
+    code, _, named = error_of(
+        lambda: modify(
+            st,
+            store_pb2.MemoryPatch(id=memory_id, type="fact"),
+            store_pb2.MemoryPatch(id=memory_id, decay_rate=rate),
+        )
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert named == ["patches[1].decay_rate"]
+    after = get(st, memory_id)
+    assert after.version == before.version and not after.HasField("decay_rate")
+
+
+def test_a_superseding_version_takes_the_patch_decay_rate_or_keeps_the_old_one(
+    maintained: Callable[..., Any],
+) -> None:
+    st = maintained().st
+    old = st.remember("the car is parked on level 2")
+    modify(st, store_pb2.MemoryPatch(id=old, decay_rate=0.0))
+    kept = modify(
+        st, store_pb2.MemoryPatch(id=old, content="the car is on level 3", supersede=True)
+    )
+    newer = kept.results[0].new_memory_id
+    assert get(st, newer).decay_rate == 0.0
+    faster = modify(
+        st,
+        store_pb2.MemoryPatch(
+            id=newer, content="the car is on level 4", supersede=True, decay_rate=0.5
+        ),
+    )
+    assert get(st, faster.results[0].new_memory_id).decay_rate == 0.5

@@ -823,6 +823,7 @@ class MemoryPatch(_message.Message):
     SUPERSEDE_FIELD_NUMBER: _builtins.int
     VALID_FROM_FIELD_NUMBER: _builtins.int
     CATEGORIES_FIELD_NUMBER: _builtins.int
+    DECAY_RATE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The memory id."""
     content: _builtins.str
@@ -858,6 +859,13 @@ class MemoryPatch(_message.Message):
     memory's own `valid_from`. Reads of what is valid now return the new
     memory only; reads `as_of` an earlier instant return this one.
     """
+    decay_rate: _builtins.float
+    """The memory's own decay rate (seed 003 "Ebbinghaus decay": lambda in
+    confidence * exp(-lambda * d^0.8)), 0 to 10; 0 protects it from decay
+    (seed 003's confirm_fact). Unset leaves it as it is; a memory that never
+    had one follows `memory.decay_rate_default`. With `supersede`, the new
+    version gets it.
+    """
     @_builtins.property
     def tags(self) -> Global___TagList:
         """New tags, replacing the old ones (an empty list clears them)."""
@@ -890,13 +898,16 @@ class MemoryPatch(_message.Message):
         supersede: _builtins.bool = ...,
         valid_from: _timestamp_pb2.Timestamp | None = ...,
         categories: Global___CategoryList | None = ...,
+        decay_rate: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "categories", b"categories", "content", b"content", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_decay_rate", b"_decay_rate", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "categories", b"categories", "content", b"content", "decay_rate", b"decay_rate", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "categories", b"categories", "content", b"content", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "supersede", b"supersede", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "_decay_rate", b"_decay_rate", "_if_version", b"_if_version", "_importance", b"_importance", "_pinned", b"_pinned", "_type", b"_type", "_who", b"_who", "categories", b"categories", "content", b"content", "decay_rate", b"decay_rate", "id", b"id", "if_version", b"if_version", "importance", b"importance", "pinned", b"pinned", "reason", b"reason", "supersede", b"supersede", "tags", b"tags", "type", b"type", "valid_from", b"valid_from", "who", b"who"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__content: _TypeAlias = _typing.Literal["content"]  # noqa: Y015
     _WhichOneofArgType__content: _TypeAlias = _typing.Literal["_content", b"_content"]  # noqa: Y015
+    _WhichOneofReturnType__decay_rate: _TypeAlias = _typing.Literal["decay_rate"]  # noqa: Y015
+    _WhichOneofArgType__decay_rate: _TypeAlias = _typing.Literal["_decay_rate", b"_decay_rate"]  # noqa: Y015
     _WhichOneofReturnType__if_version: _TypeAlias = _typing.Literal["if_version"]  # noqa: Y015
     _WhichOneofArgType__if_version: _TypeAlias = _typing.Literal["_if_version", b"_if_version"]  # noqa: Y015
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
@@ -909,6 +920,8 @@ class MemoryPatch(_message.Message):
     _WhichOneofArgType__who: _TypeAlias = _typing.Literal["_who", b"_who"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__content) -> _WhichOneofReturnType__content | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__decay_rate) -> _WhichOneofReturnType__decay_rate | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__if_version) -> _WhichOneofReturnType__if_version | None: ...
     @_typing.overload

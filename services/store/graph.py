@@ -18,6 +18,7 @@ from typing import Any
 from services.common import clock
 from services.common.facts import DEFAULT_ENTITY_TYPE, NamedEntity
 from services.common.normalize import normalize_content
+from services.store import extraction_sql as links
 from services.store import graph_sql as sql
 
 
@@ -121,6 +122,14 @@ def write_graph(
         if sql.link_mention(conn, namespace, memory, entity, name, confidence, at):
             sql.count_entity_mention(conn, entity, at)
             linked += 1
+            # seed 003's `entity` edge, as a chain: the memory that named the
+            # entity before this one -> this one (one link per new mention, not
+            # one per pair, so a much-mentioned entity costs nothing extra)
+            previous = sql.previous_mention(conn, entity, memory)
+            if previous is not None:
+                links.insert_link(
+                    conn, namespace, previous, memory, links.ENTITY, None, at, confidence=confidence
+                )
 
     for described in named:
         entity = resolver.resolve(described.name, described.type, described.aliases)

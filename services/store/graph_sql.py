@@ -92,6 +92,17 @@ def link_mention(
     return int(cursor.rowcount) > 0
 
 
+def previous_mention(conn: Any, entity_id: str, memory_id: str) -> str | None:
+    """The memory most recently linked to the entity before `memory_id` (the
+    entity index is ordered by rowid within an entity: one index step)."""
+    row = conn.execute(
+        "SELECT memory_id FROM memory_entity_mentions WHERE entity_id = ? AND memory_id != ? "
+        "ORDER BY rowid DESC LIMIT 1",
+        (entity_id, memory_id),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def count_entity_mention(conn: Any, entity_id: str, at: str) -> None:
     conn.execute(
         "UPDATE entities SET mentions = mentions + 1, updated_at = ? WHERE id = ?",

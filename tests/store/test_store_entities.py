@@ -259,3 +259,30 @@ def test_the_store_refuses_bad_named_entities_and_writes_nothing(stack: Stack) -
         code, _, violations = error_of(lambda b=bad: complete(stack, job, [], named_entities=[b]))
         assert (code, violations) == (grpc.StatusCode.INVALID_ARGUMENT, [field])
     assert counts(stack) == before
+
+
+def test_memories_naming_one_entity_are_chained_by_entity_links(stack: Stack) -> None:
+    """Seed 003's `entity` edge: each memory the pipeline links to an entity gets
+    a link from the memory that named it before (one chain, not every pair);
+    another entity, and another namespace's same name, start their own."""
+    first = stack.remember("Ana Silva joined the climbing club")
+    second = stack.remember("Ana Silva climbed at the quarry on Sunday")
+    third = stack.remember("Bruno fixed the club van")
+    elsewhere = stack.remember("Ana Silva is a customer", namespace="other")
+    extract(stack, first, [], [named("Ana Silva", "person")])
+    extract(stack, second, [], [named("Ana Silva", "person"), named("Ana Silva", "person")])
+    extract(stack, third, [], [named("Bruno", "person")])
+    extract(stack, elsewhere, [], [named("Ana Silva", "person")])
+
+    def entity_links(memory: Any, namespace: str = "") -> list[tuple[str, str, float]]:
+        reply = stack.store.ListMemoryLinks(
+            store_pb2.ListMemoryLinksRequest(
+                namespace=namespace, memory_id=memory.id, link_types=["entity"]
+            )
+        )
+        return [(link.from_memory_id, link.to_memory_id, link.confidence) for link in reply.links]
+
+    assert entity_links(first) == [(first.id, second.id, 1.0)]
+    assert entity_links(second) == [(first.id, second.id, 1.0)]
+    assert entity_links(third) == []
+    assert entity_links(elsewhere, "other") == []

@@ -326,7 +326,9 @@ def test_every_kind_of_orphan_is_counted_in_its_table(st: AdminStore) -> None:
     counts = reported(st)
     assert counts == in_file(st)
     assert counts == {
-        "memory_links": 1,  # the fact's derived_from link to the memory
+        # the fact's derived_from link to the memory, and the entity link from the
+        # memory to the fact (both name Alice and Bob: one link per pair and type)
+        "memory_links": 2,
         "entity_mentions": 2,  # Alice and Bob
         "entities": 1,
         "document_chunks": 1,

@@ -252,9 +252,10 @@ class MemoryStoreServiceStub:
     was drawn from), `temporal` (from a session's memory to the next one
     written in the same session: Remember, ImportMemories and AppendTurn
     with a session_id), `causal` (from a cause to its effect: session
-    consolidation, see GetSession) and `entity` (between memories naming one
-    entity). Each link has a weight, a
-    confidence, a validity interval and its evidence. Links to memories that
+    consolidation, see GetSession) and `entity` (from the memory that last
+    named an entity to the next one the pipeline links to it: one chain per
+    entity). Each link has a weight, a confidence, a validity interval and
+    its evidence. Links to memories that
     are gone for good (purged, expired) are left out; links to soft-deleted
     ones are listed.
 
@@ -542,9 +543,10 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     was drawn from), `temporal` (from a session's memory to the next one
     written in the same session: Remember, ImportMemories and AppendTurn
     with a session_id), `causal` (from a cause to its effect: session
-    consolidation, see GetSession) and `entity` (between memories naming one
-    entity). Each link has a weight, a
-    confidence, a validity interval and its evidence. Links to memories that
+    consolidation, see GetSession) and `entity` (from the memory that last
+    named an entity to the next one the pipeline links to it: one chain per
+    entity). Each link has a weight, a confidence, a validity interval and
+    its evidence. Links to memories that
     are gone for good (purged, expired) are left out; links to soft-deleted
     ones are listed.
 
@@ -907,9 +909,10 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         was drawn from), `temporal` (from a session's memory to the next one
         written in the same session: Remember, ImportMemories and AppendTurn
         with a session_id), `causal` (from a cause to its effect: session
-        consolidation, see GetSession) and `entity` (between memories naming one
-        entity). Each link has a weight, a
-        confidence, a validity interval and its evidence. Links to memories that
+        consolidation, see GetSession) and `entity` (from the memory that last
+        named an entity to the next one the pipeline links to it: one chain per
+        entity). Each link has a weight, a confidence, a validity interval and
+        its evidence. Links to memories that
         are gone for good (purged, expired) are left out; links to soft-deleted
         ones are listed.
 

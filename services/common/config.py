@@ -257,6 +257,10 @@ class SearchSettings(_Section):
     intent_speaker_any_intent: bool = True
     # temporal intent: memories that state a time ("yesterday", "last May", a date)
     intent_time_statement_weight: float = Field(0.15, ge=0.0, le=1.0)
+    # temporal intent, seed 003's "temporal chain traversal": the memories just
+    # before and after the best matches in their session (`temporal` links, both
+    # directions, one hop); LoCoMo imports carry no sessions, so it is not tuned there
+    intent_temporal_link_weight: float = Field(0.15, ge=0.0, le=1.0)
     # causal intent: memories `causal` links reach from the best matches, per hop
     intent_causal_weight: float = Field(0.15, ge=0.0, le=1.0)
     intent_causal_depth: int = Field(2, ge=1, le=4)

@@ -75,6 +75,7 @@ def recall_params(config: Config) -> RecallParams:
         intent_speaker_any_intent=config.search.intent_speaker_any_intent,
         intent_time_statement_weight=config.search.intent_time_statement_weight,
         intent_causal_weight=config.search.intent_causal_weight,
+        intent_temporal_link_weight=config.search.intent_temporal_link_weight,
         intent_causal_depth=config.search.intent_causal_depth,
         decay=(
             DecayRanking(

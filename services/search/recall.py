@@ -42,7 +42,14 @@ from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.query_intent import Classified, Intent, IntentClassifier, rule_intent
 from services.search.rerank import Reranker, rerank_head
-from services.search.routes import CAUSAL_SEEDS, causal_reach, speakers_named, time_statements
+from services.search.routes import (
+    CAUSAL_LINK_TYPES,
+    CAUSAL_SEEDS,
+    TEMPORAL_LINK_TYPES,
+    linked_reach,
+    speakers_named,
+    time_statements,
+)
 from services.search.scoring import (
     Candidate,
     ScoringParams,
@@ -90,6 +97,7 @@ class RecallParams:
     intent_speaker_any_intent: bool = True
     intent_time_statement_weight: float = 0.15
     intent_causal_weight: float = 0.15
+    intent_temporal_link_weight: float = 0.15
     intent_causal_depth: int = 2
     decay: DecayRanking | None = None  # set when search.decay_ranking, else off
 
@@ -334,8 +342,13 @@ class Recaller:
                 routed = {rowid: weight for rowid in sorted(entities.rowids)}
             elif intent is Intent.CAUSAL:
                 routed = await self._causal(reads, namespace, keyword.ranked, candidates, spec)
-            elif intent is Intent.TEMPORAL and windows:
-                routed = await self._in_windows(reads, namespace, windows, spec)
+            elif intent is Intent.TEMPORAL:
+                routed = await self._session_neighbours(
+                    reads, namespace, keyword.ranked, candidates, spec
+                )
+                if windows:
+                    in_range = await self._in_windows(reads, namespace, windows, spec)
+                    routed = in_range | routed  # a neighbour's lift wins over the range's 0
         except BaseException:
             tasks = [t for t in (keyword_task, graph_task, entity_task) if t is not None]
             for task in tasks:
@@ -422,15 +435,59 @@ class Recaller:
     ) -> dict[int, float]:
         """The causal route: what causal links reach from the best matches, the
         lift halving per hop."""
+        return await self._reach(
+            reads,
+            namespace,
+            keyword,
+            vector_candidates,
+            spec,
+            CAUSAL_LINK_TYPES,
+            self._params.intent_causal_depth,
+            self._params.intent_causal_weight,
+        )
+
+    async def _session_neighbours(
+        self,
+        reads: Reads,
+        namespace: str,
+        keyword: list[tuple[int, float]],
+        vector_candidates: list[int],
+        spec: MemoryFilterSpec,
+    ) -> dict[int, float]:
+        """The temporal route's chain (seed 003 "temporal chain traversal"): the
+        memories written just before and after the best matches in their session,
+        one `temporal` link away: what happened around the thing asked about."""
+        return await self._reach(
+            reads,
+            namespace,
+            keyword,
+            vector_candidates,
+            spec,
+            TEMPORAL_LINK_TYPES,
+            1,
+            self._params.intent_temporal_link_weight,
+        )
+
+    async def _reach(
+        self,
+        reads: Reads,
+        namespace: str,
+        keyword: list[tuple[int, float]],
+        vector_candidates: list[int],
+        spec: MemoryFilterSpec,
+        link_types: tuple[str, ...],
+        depth: int,
+        weight: float,
+    ) -> dict[int, float]:
+        """What links of `link_types` reach from the best keyword and vector
+        matches within `depth` hops, each lifted by `weight` halved per hop."""
         seeds = [r for r, _ in keyword[:CAUSAL_SEEDS]] + vector_candidates[:CAUSAL_SEEDS]
-        if not seeds:
+        if not seeds or weight <= 0:
             return {}
-        with timed(RECALL_CHANNEL_SECONDS, "causal"), tracing.span("recall.causal"):
+        channel = link_types[0]
+        with timed(RECALL_CHANNEL_SECONDS, channel), tracing.span(f"recall.{channel}"):
             at = spec.as_of or clock.now_text()
-            reached = await causal_reach(
-                reads, namespace, seeds, spec, self._params.intent_causal_depth, at
-            )
-        weight = self._params.intent_causal_weight
+            reached = await linked_reach(reads, namespace, seeds, link_types, spec, depth, at)
         return {rowid: weight / 2 ** (hop - 1) for rowid, hop in reached.items()}
 
     async def _in_windows(

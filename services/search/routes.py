@@ -7,8 +7,9 @@ or lifts besides its keyword and vector channels, by the query's intent
   one-hop neighbours; memories remembered by someone the query names (`who`)
   are lifted too.
 - temporal: memories stating a time (a date, "yesterday", "last Saturday",
-  "two weeks ago") are lifted; the range the query names is a boost for every
-  intent (services.search.scoring, time_boost).
+  "two weeks ago") are lifted, and so are the memories one `temporal` link
+  (previous or next in the session) from the best matches; the range the query
+  names is a boost for every intent (services.search.scoring, time_boost).
 - causal: breadth first over `causal` links, both directions, from the best
   keyword and vector matches; each hop halves the lift.
 
@@ -31,7 +32,8 @@ from services.search.scoring import Candidate
 log = logging.getLogger("engram.search.routes")
 
 CAUSAL_LINK_TYPES = ("causal",)
-CAUSAL_SEEDS = 5  # best matches per channel the search starts from
+TEMPORAL_LINK_TYPES = ("temporal",)
+CAUSAL_SEEDS = 5  # best matches per channel a link route starts from
 MAX_REACHED = 200
 TIME_STATEMENT_POOL = 100  # best fused candidates checked for a stated time
 
@@ -74,16 +76,17 @@ def _best_rank(c: Candidate) -> tuple[int, int]:
     return (min(ranks) if ranks else 1 << 30, c.rowid)
 
 
-async def causal_reach(
+async def linked_reach(
     reads: Reads,
     namespace: str,
     seeds: Sequence[int],
+    link_types: Sequence[str],
     spec: MemoryFilterSpec,
     depth: int,
     at: str,
 ) -> dict[int, int]:
-    """Rowids reached over causal links valid at `at` from `seeds` (not
-    themselves), with their hop count, nearest first."""
+    """Rowids reached over links of `link_types` valid at `at` from `seeds`
+    (not themselves), both directions, with their hop count, nearest first."""
     reached: dict[int, int] = {}
     seen = set(seeds)
     frontier = list(dict.fromkeys(seeds))
@@ -91,7 +94,7 @@ async def causal_reach(
         if not frontier or len(reached) >= MAX_REACHED:
             break
         rows = await reads.fetch_all(
-            graph_queries.linked_memories(namespace, frontier, CAUSAL_LINK_TYPES, spec, at)
+            graph_queries.linked_memories(namespace, frontier, link_types, spec, at)
         )
         frontier = []
         for row in sorted(rows):

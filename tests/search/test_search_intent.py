@@ -280,3 +280,29 @@ def test_entity_route_resolves_an_alias(recall_stack: Callable[..., Stack]) -> N
     assert [(r.memory.id, r.graph_boost, r.intent_boost) for r in routed.results] == [
         (fixed.id, pytest.approx(0.15), pytest.approx(0.3))
     ]
+
+
+def test_temporal_route_follows_the_session_to_the_memory_next_to_the_match(
+    stack: Stack,
+) -> None:
+    """'When did we book the flights?': the turn after the booking says when and
+    shares no word with the question; the `temporal` link the store wrote
+    between the two turns of the session brings it in. The next session's
+    turn, not linked to the match, stays out."""
+
+    def turn(session: str, content: str) -> str:
+        request = store_pb2.AppendTurnRequest(
+            session_id=session, role=store_pb2.TURN_ROLE_USER, content=content
+        )
+        return str(stack.store.AppendTurn(request).memory.id)
+
+    booked = turn("trip", "We booked the flights to Porto")
+    when = turn("trip", "That was two days after the conference ended")
+    later = turn("chores", "The washing machine is fixed")
+    flat = ask(stack, "When did we book the flights?", intent=GENERAL)
+    assert [r.memory.id for r in flat.results] == [booked], "the flat recipe misses the date"
+    routed = ask(stack, "When did we book the flights?")
+    assert routed.intent == search_pb2.QUERY_INTENT_TEMPORAL
+    boosts = {r.memory.id: r.intent_boost for r in routed.results}
+    assert boosts == {booked: 0.0, when: pytest.approx(0.15)}
+    assert later not in boosts

@@ -214,8 +214,8 @@ def high_entropy_token(token: str) -> bool:
     )
 
 
-def _ip_valid(text: str, match: re.Match[str]) -> bool:
-    value = match.group()
+def _ip_valid(text: str, value: str, start: int) -> bool:
+    """`value`: an IP address's match, at `start` in `text`."""
     if ":" in value:
         if sum(1 for group in value.split(":") if group) < 3:
             return False  # "a::b", "12:30:45"-like runs are not worth a false positive
@@ -224,7 +224,7 @@ def _ip_valid(text: str, match: re.Match[str]) -> bool:
         except ValueError:
             return False
         return True
-    if _VERSION_CONTEXT.search(text, max(0, match.start() - 12), match.start()):
+    if _VERSION_CONTEXT.search(text, max(0, start - 12), start):
         return False
     try:
         ipaddress.IPv4Address(value)
@@ -255,8 +255,7 @@ def _card_valid(value: str) -> bool:
     return luhn_valid(digits)
 
 
-def _digit_valid(kind: str, text: str, match: re.Match[str]) -> bool:
-    value = match.group()
+def _digit_valid(kind: str, text: str, value: str, start: int) -> bool:
     if kind == "iban":
         return iban_valid(value)
     if kind == "card":
@@ -264,7 +263,7 @@ def _digit_valid(kind: str, text: str, match: re.Match[str]) -> bool:
     if kind == "ssn":
         return ssn_valid(value)
     if kind == "ip":
-        return _ip_valid(text, match)
+        return _ip_valid(text, value, start)
     return _phone_valid(value)
 
 
@@ -292,7 +291,7 @@ _NON_IBAN_KINDS = tuple(kind for kind in _DIGIT_PATTERNS if kind != "iban")
 # one at C speed instead of trying each position (a value at offset 0 is tried
 # on its own).
 _NON_IBAN_AFTER = re.compile(
-    r"\W(?=[\d+(])(?:" + "|".join(f"(?:{_DIGIT_PATTERNS[k]})" for k in _NON_IBAN_KINDS) + ")"
+    r"\W(?=[\d+(])(?:" + "|".join(f"(?P<{k}>{_DIGIT_PATTERNS[k]})" for k in _NON_IBAN_KINDS) + ")"
 )
 _EMAIL_DOMAIN_RUN = re.compile(r"[A-Za-z0-9.-]*")  # the characters a domain has
 _EMAIL_LOCAL_MAX = 64
@@ -336,13 +335,17 @@ def _digit_at(
     and whose checksum or range check passes."""
     for kind in kinds:
         match = _DIGIT_SINGLE[kind].match(text, at, endpos)
-        if match is not None and _digit_valid(kind, text, match):
+        if match is not None and _digit_valid(kind, text, match.group(), at):
             return Finding(kind, match.start(), match.end())
     return None
 
 
 def _ipv6_finding(text: str, match: re.Match[str]) -> Finding | None:
-    return Finding("ip", match.start(), match.end()) if _ip_valid(text, match) else None
+    return (
+        Finding("ip", match.start(), match.end())
+        if _ip_valid(text, match.group(), match.start())
+        else None
+    )
 
 
 def _token_finding(text: str, start: int, end: int) -> Finding | None:
@@ -386,37 +389,39 @@ def _digit_kinds(text: str) -> list[Finding]:
     shape = _digit_shape(text)
     length = len(text)
     runs = _merged([(max(0, m.start() - 1), m.end() + 1) for m in _DIGIT_RUN_SHAPE.finditer(shape)])
-    ibans = [m.start() for m in _IBAN_START_SHAPE.finditer(shape)]
+    # IBAN starts as empty spans, tried before a run that starts after them
+    places = [(m.start(), -1) for m in _IBAN_START_SHAPE.finditer(shape)]
     out: list[Finding] = []
     cursor = 0  # where the last value ended: nothing starts inside it
-
-    def iban_before(limit: int) -> None:
-        nonlocal cursor
-        while ibans and ibans[0] < limit:
-            at = ibans.pop(0)
-            if at >= cursor and (hit := _digit_at(text, at, length, ("iban",))) is not None:
+    for start, end in sorted(places + runs) if places else runs:
+        hit: Finding | None
+        if end < 0:
+            if start >= cursor and (hit := _digit_at(text, start, length, ("iban",))):
                 out.append(hit)
                 cursor = hit.end
-
-    for start, end in runs:
-        iban_before(start)
+            continue
         # a value in the run ends by its end; the lookaheads read two characters on
         endpos = min(length, end + 2)
-        position = max(start, cursor)  # the first offset a value may start at
-        if position == 0 and (hit := _digit_at(text, 0, endpos, _NON_IBAN_KINDS)) is not None:
+        position = start if start > cursor else cursor  # where a value may start
+        if position == 0 and (hit := _digit_at(text, 0, endpos, _NON_IBAN_KINDS)):
             out.append(hit)
             position = cursor = hit.end
         while position < end:
-            match = _NON_IBAN_AFTER.search(text, max(0, position - 1), endpos)
+            match = _NON_IBAN_AFTER.search(text, position - 1 if position else 0, endpos)
             if match is None or match.start() + 1 >= end:
                 break
             at = match.start() + 1
-            if (hit := _digit_at(text, at, endpos, _NON_IBAN_KINDS)) is None:
+            kind = match.lastgroup or ""  # the first kind that matches here
+            if _digit_valid(kind, text, match.group(kind), at):
+                hit = Finding(kind, at, match.end())
+            else:  # the later kinds, as one pass would try them
+                later = _NON_IBAN_KINDS[_NON_IBAN_KINDS.index(kind) + 1 :]
+                hit = _digit_at(text, at, endpos, later)
+            if hit is None:
                 position = at + 1
             else:
                 out.append(hit)
                 position = cursor = hit.end
-    iban_before(length)
     return out
 
 

@@ -81,6 +81,7 @@ _PHONE = (
     r"|0\d{1,4}(?: \d{2,4}){2,4}"
     r")(?![\w.:/-]|\.\d| \d)"  # not a slice of a longer run of digit groups
 )
+_PHONE_SEPARATORS = str.maketrans("", "", "+ .-()")  # (deleted)
 _PHONE_MIN_DIGITS = 8
 _PHONE_MAX_DIGITS = 15  # E.164
 
@@ -147,20 +148,13 @@ class Finding(NamedTuple):  # a tuple: cheaper to make than a frozen dataclass
     end: int
 
 
-_NOT_DIGIT = re.compile(r"\D")
-
-
-def _digits(text: str) -> str:
-    return _NOT_DIGIT.sub("", text)
-
-
 _LUHN_DOUBLED = str.maketrans(string.digits, "0246813579")  # 2d, less 9 when over 9
 
 
 def luhn_valid(number: str) -> bool:
-    if number.isascii() and number.isdigit():
+    if number.isascii() and number.isdigit():  # digit sums as byte sums: C speed
         doubled = number[-2::-2].translate(_LUHN_DOUBLED)
-        return (sum(map(int, number[::-2])) + sum(map(int, doubled))) % 10 == 0
+        return (sum(number[::-2].encode()) + sum(doubled.encode()) - 48 * len(number)) % 10 == 0
     total = 0
     for index, ch in enumerate(reversed(number)):
         digit = ord(ch) - 48
@@ -235,7 +229,8 @@ def _ip_valid(text: str, value: str, start: int) -> bool:
 
 
 def _phone_valid(value: str) -> bool:
-    digits = len(_digits(value))
+    """`value`: a match of _PHONE (digits and "+ .-()")."""
+    digits = len(value.translate(_PHONE_SEPARATORS))
     return _PHONE_MIN_DIGITS <= digits <= _PHONE_MAX_DIGITS
 
 
@@ -287,12 +282,14 @@ _SHAPE = str.maketrans(string.digits + string.ascii_uppercase, "0" * 10 + "A" * 
 _DIGIT_RUN_SHAPE = re.compile(r"0[0 .()+-]{5,}0")
 _IBAN_START_SHAPE = re.compile("AA00")  # two capitals, two digits
 _NON_IBAN_KINDS = tuple(kind for kind in _DIGIT_PATTERNS if kind != "iban")
-# Where a digit kind but an IBAN starts: after a non-word character (every one's
-# lookbehind says so), and consuming that character lets `re` skip to the next
-# one at C speed instead of trying each position (a value at offset 0 is tried
-# on its own).
+# Where a digit kind but an IBAN starts: after a non-word character other than "."
+# (every one's lookbehind says so), and consuming that character lets `re` skip
+# to the next one at C speed instead of trying each position (a value at offset 0
+# is tried on its own).
 _NON_IBAN_AFTER = re.compile(
-    r"\W(?=[\d+(])(?:" + "|".join(f"(?P<{k}>{_DIGIT_PATTERNS[k]})" for k in _NON_IBAN_KINDS) + ")"
+    r"[^\w.](?=[\d+(])(?:"
+    + "|".join(f"(?P<{k}>{_DIGIT_PATTERNS[k]})" for k in _NON_IBAN_KINDS)
+    + ")"
 )
 _EMAIL_DOMAIN_RUN = re.compile(r"[A-Za-z0-9.-]*")  # the characters a domain has
 _EMAIL_LOCAL_MAX = 64
@@ -595,21 +592,21 @@ def gate(text: str, policy: PiiPolicy, field: str) -> Gated:
             FieldViolation(field, describe(kind, count)) for kind, count in rejected.items()
         )
         raise PiiDetected(first.field, first.description, *rest)
-    numbers: dict[tuple[str, str], int] = {}
-    per_kind: Counter[str] = Counter()
+    placeholders: dict[tuple[str, str], str] = {}
+    per_kind: dict[str, int] = {}
     parts: list[str] = []
     position = 0
-    for finding in findings:
-        value = text[finding.start : finding.end]
-        key = (finding.kind, value)
-        if key not in numbers:
-            per_kind[finding.kind] += 1
-            numbers[key] = per_kind[finding.kind]
-        parts.append(text[position : finding.start])
-        parts.append(f"[{_PLACEHOLDER_NAME[finding.kind]}_{numbers[key]}]")
-        position = finding.end
+    for kind, start, end in findings:
+        key = (kind, text[start:end])
+        placeholder = placeholders.get(key)
+        if placeholder is None:
+            number = per_kind[kind] = per_kind.get(kind, 0) + 1
+            placeholder = placeholders[key] = f"[{_PLACEHOLDER_NAME[kind]}_{number}]"
+        parts.append(text[position:start])
+        parts.append(placeholder)
+        position = end
     parts.append(text[position:])
-    return Gated("".join(parts), dict(per_kind))
+    return Gated("".join(parts), per_kind)
 
 
 _UNIFORM = {action: PiiPolicy.uniform(action) for action in PII_ACTIONS}

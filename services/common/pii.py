@@ -276,8 +276,9 @@ def _digit_valid(kind: str, text: str, value: str, start: int) -> bool:
 # - `str.find` finds "@", ":" and the labelled secrets' prefixes.
 _SHAPE = str.maketrans(string.digits + string.ascii_uppercase, "0" * 10 + "A" * 26)
 # A digit kind's value (an IBAN's aside) is made of digits and " .-()+" only and
-# has at least seven characters from its first digit to its last (1.2.3.4), so it
-# lies in a run this finds; a leading "+" or "(" or a closing ")" is one more
+# has at least seven characters from its first digit to its last (an IPv4 address
+# 1.2.3.4; a phone number has _PHONE_MIN_DIGITS digits, an SSN 9, a card 13), so
+# it lies in a run this finds; a leading "+" or "(" or a closing ")" is one more
 # character on either side.
 _DIGIT_RUN_SHAPE = re.compile(r"0[0 .()+-]{5,}0")
 _IBAN_START_SHAPE = re.compile("AA00")  # two capitals, two digits

@@ -297,6 +297,13 @@ _NON_IBAN_AFTER = re.compile(
     + "|".join(f"(?P<{k}>{_DIGIT_PATTERNS[k]})" for k in _NON_IBAN_KINDS)
     + ")"
 )
+# After kind K's match fails its check, the kinds after K in one anchored match
+_NON_IBAN_LATER = {
+    kind: re.compile(
+        "|".join(f"(?P<{k}>{_DIGIT_PATTERNS[k]})" for k in _NON_IBAN_KINDS[index + 1 :])
+    )
+    for index, kind in enumerate(_NON_IBAN_KINDS[:-1])
+}
 _EMAIL_DOMAIN_RUN = re.compile(r"[A-Za-z0-9.-]*")  # the characters a domain has
 _EMAIL_LOCAL_MAX = 64
 _IPV6_MAX_CHARS = 39  # eight groups of four and seven colons
@@ -423,11 +430,16 @@ def _digit_kinds(text: str) -> list[Finding]:
                 break
             at = match.start() + 1
             kind = match.lastgroup or ""  # the first kind that matches here
-            if _digit_valid(kind, text, match.group(kind), at):
-                hit = Finding(kind, at, match.end())
-            else:  # the later kinds, as one pass would try them
-                later = _NON_IBAN_KINDS[_NON_IBAN_KINDS.index(kind) + 1 :]
-                hit = _digit_at(text, at, endpos, later)
+            value = match.group(kind)
+            # when its check fails, the later kinds, as one pass would try them
+            while not _digit_valid(kind, text, value, at):
+                later = _NON_IBAN_LATER.get(kind)
+                match = later.match(text, at, endpos) if later else None
+                if match is None:
+                    break
+                kind = match.lastgroup or ""
+                value = match.group(kind)
+            hit = None if match is None else Finding(kind, at, at + len(value))
             if hit is None:
                 position = at + 1
             else:

@@ -568,6 +568,43 @@ def links(**params: Any) -> None:
 
 
 @cli.group()
+def session() -> None:
+    """A conversation session's consolidation: `session get SESSION_ID`."""
+
+
+@session.command(name="get")
+@click.argument("session_id")
+@click.option("--namespace", "-n", default="")
+@common_options
+def session_get(**params: Any) -> None:
+    """Where SESSION_ID's consolidation is (open, queued, consolidated, failed),
+    when it was first and last written to, why it ended and its job."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            found = engram.get_session(params["session_id"], namespace=params["namespace"])
+        except EngramError as error:
+            _fail("session get", error)
+    if target.json:
+        _emit_json(found)
+        return
+    fields = _dict(found)
+    state = fields.get("state", "").removeprefix("SESSION_CONSOLIDATION_STATE_").lower()
+    click.echo(f"session {found.session_id}: {state}")
+    for name in (
+        "first_seen_time",
+        "last_seen_time",
+        "end_time",
+        "end_reason",
+        "job_id",
+        "consolidate_time",
+        "error",
+    ):
+        if fields.get(name):
+            click.echo(f"  {name.replace('_', ' ')}: {fields[name]}")
+
+
+@cli.group()
 def entity() -> None:
     """The knowledge graph's entities: `entity get NAME`, `entity list`."""
 

@@ -52,7 +52,7 @@ from services.pipeline.extraction import (
     validate_named_entities,
 )
 from services.pipeline.leases import LeaseIdentity
-from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings
+from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings, single_loop_settings
 from services.pipeline.llm_json import LlmOutputInvalid, parse_object
 
 log = logging.getLogger("engram.pipeline.consolidate")
@@ -190,15 +190,8 @@ def _refs(raw: Any, ids: dict[str, str], what: str, warnings: list[str]) -> list
 
 
 def consolidate_settings(config: Config) -> LlmWorkerSettings:
-    """One lease loop (sessions end rarely next to memories being written); on
-    when consolidation is (sessions.consolidate)."""
-    pipeline = config.memory.pipelineV2
-    return LlmWorkerSettings(
-        enabled=consolidation_enabled(config),
-        concurrency=1,
-        poll_s=pipeline.workerPollMs / 1000,
-        renew_every_s=pipeline.leaseTimeoutMs / 3000,
-    )
+    """On when consolidation is (sessions.consolidate)."""
+    return single_loop_settings(config, enabled=consolidation_enabled(config))
 
 
 class ConsolidateWorker(LlmJobWorker[Consolidation]):

@@ -31,6 +31,7 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common import clock
 from services.common.backoff import backoff_s
+from services.common.config import Config
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.llm import LlmProvider, LlmUnreachable
 from services.pipeline.leases import LeaseIdentity, LeaseLost, run_renewing
@@ -46,6 +47,18 @@ class LlmWorkerSettings:
     concurrency: int
     poll_s: float
     renew_every_s: float
+
+
+def single_loop_settings(config: Config, enabled: bool) -> LlmWorkerSettings:
+    """One lease loop at Pipeline V2's poll and lease rhythm: for session jobs
+    (summaries, consolidations), rare next to extraction."""
+    pipeline = config.memory.pipelineV2
+    return LlmWorkerSettings(
+        enabled=enabled,
+        concurrency=1,
+        poll_s=pipeline.workerPollMs / 1000,
+        renew_every_s=pipeline.leaseTimeoutMs / 3000,
+    )
 
 
 class ReleaseJob(Exception):

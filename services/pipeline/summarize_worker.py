@@ -22,7 +22,7 @@ from services.common.providers.llm import LlmProvider
 from services.common.remote_errors import error_reason
 from services.pipeline.extraction import data_block
 from services.pipeline.leases import LeaseIdentity
-from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings
+from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings, single_loop_settings
 from services.pipeline.llm_json import LlmOutputInvalid, parse_object
 
 log = logging.getLogger("engram.pipeline.summarize")
@@ -66,15 +66,8 @@ def parse_summary(answer: str) -> str:
 
 
 def summarize_settings(config: Config) -> LlmWorkerSettings:
-    """One lease loop: summaries are rare next to extraction. Runs whether or
-    not Pipeline V2 extraction is enabled (SummarizeSession asks for it)."""
-    pipeline = config.memory.pipelineV2
-    return LlmWorkerSettings(
-        enabled=True,
-        concurrency=1,
-        poll_s=pipeline.workerPollMs / 1000,
-        renew_every_s=pipeline.leaseTimeoutMs / 3000,
-    )
+    """Runs whether or not Pipeline V2 extraction is enabled (SummarizeSession asks for it)."""
+    return single_loop_settings(config, enabled=True)
 
 
 class SummarizeWorker(LlmJobWorker[str]):

@@ -69,7 +69,9 @@ def mentioning_memories(
         "SELECT DISTINCT m.rowid FROM memory_entity_mentions mm "
         "JOIN memories m ON m.id = mm.memory_id "
         f"WHERE mm.namespace = ? AND mm.entity_id IN ({_marks(entity_ids)}) "
-        f"AND m.namespace = ? AND {spec.live_sql('m')}{clauses} LIMIT ?",
+        # `+`: the plan starts from the mentions of the entities, not from a
+        # scan of the namespace's memories
+        f"AND +m.namespace = ? AND {spec.live_sql('m', keep_plan=True)}{clauses} LIMIT ?",
         [namespace, *entity_ids, namespace, *params, limit],
     )
 
@@ -83,7 +85,9 @@ def linked_memories(
 ) -> Query:
     """(rowid reached, rowid it was reached from) over links of `link_types` valid
     at `at`, in both directions, from the memories `rowids`; the memories
-    reached pass the filter (liveness is checked when their rows are read)."""
+    reached pass the filter (liveness is checked when their rows are read).
+    The reached side's namespace is `+`-prefixed so the plan starts from the
+    rowids, not from a scan of the namespace (50 ms at 100k memories)."""
     to_clauses, to_params = filter_sql(spec, "t")
     from_clauses, from_params = filter_sql(spec, "f")
     marks, types = _marks(rowids), _marks(link_types)
@@ -100,12 +104,12 @@ def linked_memories(
         "JOIN memory_links l ON l.from_memory_id = f.id "
         "JOIN memories t ON t.id = l.to_memory_id "
         f"WHERE f.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
-        f"AND t.namespace = ?{to_clauses} "
+        f"AND +t.namespace = ?{to_clauses} "
         "UNION "
         "SELECT f.rowid, t.rowid FROM memories t "
         "JOIN memory_links l ON l.to_memory_id = t.id "
         "JOIN memories f ON f.id = l.from_memory_id "
         f"WHERE t.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
-        f"AND f.namespace = ?{from_clauses}",
+        f"AND +f.namespace = ?{from_clauses}",
         [*one_way(to_params), *one_way(from_params)],
     )

@@ -339,8 +339,13 @@ class _JobWrite:
         if sql.session_memories(conn, namespace, session_id, through, 1):
             # more than this job read (a long session, or memories that came
             # while it ran): the next job takes them
-            job_id = sql.enqueue_consolidate_job(
-                conn, namespace, session_id, self.policy.max_job_attempts, self.at
+            job_id = sql.enqueue_session_job(
+                conn,
+                sql.CONSOLIDATE_JOB,
+                namespace,
+                session_id,
+                self.policy.max_job_attempts,
+                self.at,
             )
             sql.requeue_session(conn, namespace, session_id, request.job_id, job_id)
         skipped_facts = sum(1 for s in skipped if "fact" in s)

@@ -42,11 +42,12 @@ def aliases(namespace: str, entity_ids: Sequence[str]) -> Query:
 
 
 def facts(namespace: str, entity_id: str, limit: int) -> Query:
-    """Live memories valid now that mention the entity, newest valid_from first."""
+    """Live memories valid now that mention the entity, newest valid_from first
+    (`+`: from the entity's mentions, not a scan of the namespace's memories)."""
     return (
         f"SELECT {_M_COLUMNS} FROM memory_entity_mentions mm JOIN memories m "
-        "ON m.id = mm.memory_id AND m.namespace = mm.namespace "
-        f"WHERE mm.namespace = ? AND mm.entity_id = ? AND {live_sql('m')} "
+        "ON m.id = mm.memory_id AND +m.namespace = mm.namespace "
+        f"WHERE mm.namespace = ? AND mm.entity_id = ? AND {live_sql('m', keep_plan=True)} "
         "ORDER BY m.valid_from DESC, m.id DESC LIMIT ?",
         [namespace, entity_id, limit],
     )

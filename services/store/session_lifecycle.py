@@ -44,7 +44,9 @@ def track(conn: Any, sessions: Iterable[tuple[str, str]], at: str, max_attempts:
 
 def end(conn: Any, namespace: str, session_id: str, reason: str, at: str, max_attempts: int) -> str:
     """End an open session: its consolidate_session job, queued now."""
-    job_id = sql.enqueue_consolidate_job(conn, namespace, session_id, max_attempts, at)
+    job_id = sql.enqueue_session_job(
+        conn, sql.CONSOLIDATE_JOB, namespace, session_id, max_attempts, at
+    )
     sql.end_session(conn, namespace, session_id, reason, job_id, at)
     return job_id
 

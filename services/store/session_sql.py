@@ -59,9 +59,10 @@ def pending_summarize_job(conn: Any, namespace: str, session_id: str) -> str | N
     return None if row is None else str(row[0])
 
 
-def enqueue_summarize_job(
-    conn: Any, namespace: str, session_id: str, max_attempts: int, at: str
+def enqueue_session_job(
+    conn: Any, job_type: str, namespace: str, session_id: str, max_attempts: int, at: str
 ) -> str:
+    """Queue a session job (SUMMARIZE_JOB or CONSOLIDATE_JOB): its payload names the session."""
     job_id = repo.new_id()
     conn.execute(
         "INSERT INTO memory_jobs (id, namespace, job_type, payload, max_attempts, "
@@ -69,7 +70,7 @@ def enqueue_summarize_job(
         (
             job_id,
             namespace,
-            SUMMARIZE_JOB,
+            job_type,
             json.dumps({"session_id": session_id}),
             max_attempts,
             at,
@@ -168,27 +169,6 @@ def end_session(
         "WHERE namespace = ? AND session_id = ?",
         (at, reason, job_id, namespace, session_id),
     )
-
-
-def enqueue_consolidate_job(
-    conn: Any, namespace: str, session_id: str, max_attempts: int, at: str
-) -> str:
-    job_id = repo.new_id()
-    conn.execute(
-        "INSERT INTO memory_jobs (id, namespace, job_type, payload, max_attempts, "
-        "available_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            job_id,
-            namespace,
-            CONSOLIDATE_JOB,
-            json.dumps({"session_id": session_id}),
-            max_attempts,
-            at,
-            at,
-            at,
-        ),
-    )
-    return job_id
 
 
 def session_memories(

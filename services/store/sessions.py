@@ -145,8 +145,8 @@ class Sessions:
             pending = sql.pending_summarize_job(conn, namespace, session_id)
             if pending is not None:
                 return SummarizeOutcome(pending, True, count)
-            job_id = sql.enqueue_summarize_job(
-                conn, namespace, session_id, self._max_attempts, clock.now_text()
+            job_id = sql.enqueue_session_job(
+                conn, sql.SUMMARIZE_JOB, namespace, session_id, self._max_attempts, clock.now_text()
             )
             return SummarizeOutcome(job_id, False, count)
 

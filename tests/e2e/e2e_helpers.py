@@ -356,15 +356,17 @@ class RunningSuite:
         }
 
 
-def start_suite(launcher: Launcher, root: Path) -> RunningSuite:
-    """`engram up` with every service on a free port; returns once all four serve."""
+def start_suite(launcher: Launcher, root: Path, extra_config: str = "") -> RunningSuite:
+    """`engram up` with every service on a free port; returns once all four serve.
+    `extra_config`: more top-level YAML for engram.yaml."""
     # the store's internal listener too: a fixed 50061 collides with any other suite
     ports = {name: free_port() for name in (*SUITE_SERVICES, "store_internal")}
     config = root / "engram.yaml"
     config.write_text(
         "server:\n  ports:\n"
         + "".join(f"    {name}: {port}\n" for name, port in ports.items())
-        + "providers:\n  embedding:\n    kind: none\n",
+        + "providers:\n  embedding:\n    kind: none\n"
+        + extra_config,
         encoding="utf-8",
     )
     up = launcher.spawn(

@@ -1,5 +1,5 @@
 """The CLI's client commands (`engram remember|recall|get|list|history|explain|
-weak|supersede|forget|import|export|diagnostics`) as a user runs them, against a real `engram up` suite."""
+weak|session|supersede|forget|import|export|diagnostics`) as a user runs them, against a real `engram up` suite."""
 
 from __future__ import annotations
 
@@ -305,3 +305,31 @@ def test_weak_lists_memories_decayed_below_the_threshold(suite: RunningSuite) ->
     assert [w["memory"]["id"] for w in listed] == [old["memory"]["id"]]
     assert listed[0]["current_confidence"] < 0.05
     assert engram(suite, "weak", *ns).stdout.rstrip().endswith("1 weak memories")
+
+
+def test_session_get_shows_where_consolidation_is(
+    module_launcher: Launcher, tmp_path: Path
+) -> None:
+    """With consolidation on, a session is tracked from its first memory (open) and
+    ends, its job queued, when another session starts in the namespace; a session
+    the namespace never saw is NOT_FOUND, as is one of another namespace."""
+    suite = start_suite(module_launcher, tmp_path, 'sessions:\n  consolidate: "on"\n')
+    ns = ("-n", "cli-sessions")
+    engram(suite, "remember", "we picked the blue tiles", *ns, "--session", "kitchen")
+    opened = json.loads(engram(suite, "session", "get", "kitchen", *ns, "--json").stdout)
+    assert opened["state"] == "SESSION_CONSOLIDATION_STATE_OPEN" and "end_time" not in opened
+    assert engram(suite, "session", "get", "kitchen", *ns).stdout.startswith(
+        "session kitchen: open"
+    )
+    engram(suite, "remember", "the garden needs a fence", *ns, "--session", "garden")
+    ended = json.loads(engram(suite, "session", "get", "kitchen", *ns, "--json").stdout)
+    assert ended["state"] in (
+        "SESSION_CONSOLIDATION_STATE_QUEUED",
+        "SESSION_CONSOLIDATION_STATE_FAILED",  # no LLM here: the job may have given up
+    ), ended
+    assert ended["end_reason"] == "new_session" and ended["job_id"]
+    text = engram(suite, "session", "get", "kitchen", *ns).stdout
+    assert "end reason: new_session" in text and ended["job_id"] in text
+    for args in (("nowhere", *ns), ("kitchen", "-n", "another")):
+        missing = engram(suite, "session", "get", *args, check=False)
+        assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr, missing.stderr

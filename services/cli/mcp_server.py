@@ -60,7 +60,7 @@ def _memory(memory: Memory) -> dict[str, Any]:
     """A memory as a tool returns it: the fields a model needs, not the bookkeeping;
     `version` a number, as update_memory's `if_version` takes it."""
     data = _dict(memory)
-    keep = ("id", "content", "type", "importance", "tags", "pinned", "who", "why")
+    keep = ("id", "content", "type", "importance", "tags", "categories", "pinned", "who", "why")
     shown = {key: data[key] for key in keep if key in data}
     shown["version"] = memory.version
     for key in ("create_time", "update_time", "event_time"):
@@ -124,6 +124,13 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         ] = False,
         who: Annotated[str, Field(description="Whom the memory is about.")] = "",
         why: Annotated[str, Field(description="Why it is worth remembering.")] = "",
+        categories: Annotated[
+            list[str] | None,
+            Field(
+                description='What the memory is about, e.g. ["health", "travel"]: at most 8, '
+                "stored lower-case; recall can filter on them."
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Store a memory for later recall. Remembering the same content again returns
         the existing memory (deduplicated: true) instead of a copy."""
@@ -138,6 +145,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
                 who=who,
                 why=why,
                 source_type="mcp",
+                categories=categories or (),
             )
         except EngramError as error:
             raise _error(error) from None
@@ -163,6 +171,9 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         tags: Annotated[
             list[str] | None, Field(description="Only memories with all of these tags.")
         ] = None,
+        categories: Annotated[
+            list[str] | None, Field(description="Only memories with all of these categories.")
+        ] = None,
     ) -> dict[str, Any]:
         """The stored memories most relevant to a query, best first, with a score each."""
         try:
@@ -171,7 +182,9 @@ def build_server(engram: AsyncEngram) -> MCPServer:
                 namespace=namespace,
                 namespaces=namespaces or (),
                 limit=limit,
-                filter=memory_filter(types=types or (), tags=tags or ()),
+                filter=memory_filter(
+                    types=types or (), tags=tags or (), categories=categories or ()
+                ),
             )
         except EngramError as error:
             raise _error(error) from None

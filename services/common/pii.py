@@ -18,11 +18,13 @@ import bisect
 import ipaddress
 import itertools
 import math
+import operator
 import re
+import string
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 from services.common.config import PiiActionName, PiiKindActions, PiiSettings
 from services.common.errors import FieldViolation, InvalidArgument
@@ -61,10 +63,15 @@ _DESCRIPTION = {
 
 # ---- detectors ------------------------------------------------------------------
 
-_EMAIL = re.compile(
-    r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
+_EMAIL_NOT_AFTER = r"\w.+%-"  # an address never follows these (it would be a slice)
+_EMAIL_BODY = (
+    r"[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
 )
+_EMAIL = re.compile(f"(?<![{_EMAIL_NOT_AFTER}])" + _EMAIL_BODY)
+# The same, one character early: `re` skips to that character at C speed
+# instead of trying every position (an address at offset 0 is tried on its own).
+_EMAIL_AFTER = re.compile(f"[^{_EMAIL_NOT_AFTER}]" + _EMAIL_BODY)
 
 # International: "+" and a country code, then 6-14 more digits in groups.
 # National: NANP "(555) 123-4567" / "555-123-4567" / "555.123.4567" with one
@@ -79,10 +86,12 @@ _PHONE = (
     r"|0\d{1,4}(?: \d{2,4}){2,4}"
     r")(?![\w.:/-]|\.\d| \d)"  # not a slice of a longer run of digit groups
 )
+_PHONE_SEPARATORS = str.maketrans("", "", "+ .-()")  # (deleted)
 _PHONE_MIN_DIGITS = 8
 _PHONE_MAX_DIGITS = 15  # E.164
 
-_CARD = r"(?<![\w.-])(?:\d[ -]?){12,18}\d(?![\w-]|\.\d)"
+# (the lookahead changes no match: it lets `re` give up early on shorter runs)
+_CARD = r"(?<![\w.-])(?=[\d -]{13})(?:\d[ -]?){12,18}\d(?![\w-]|\.\d)"
 _CARD_PREFIX = re.compile(r"^(?:4|5[1-5]|2[2-7]|3[47]|3[068]|6(?:011|5|4[4-9])|35|62)")
 
 _IBAN = r"(?<![\w-])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?![\w-])"
@@ -93,17 +102,18 @@ _IBAN_LENGTH = {
     "NO": 15, "PL": 28, "PT": 25, "SE": 24, "SK": 24, "TR": 26,
 }  # fmt: skip
 
+# ISO 13616's check: letters count as 10 (A) to 35 (Z)
+_IBAN_LETTER_NUMBERS = str.maketrans(
+    {letter: str(int(letter, 36)) for letter in string.ascii_letters}
+)
+
 _SSN = r"(?<![\w.-])(?:\d{3}-\d{2}-\d{4}|\d{3} \d{2} \d{4})(?![\w-]|\.\d)"
 
 _IPV4 = r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d)"
 _IPV6 = re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
-# The detectors of kinds made of digits, one pattern each, and all of them as one
-# alternation in PII_KINDS order (one pass over the text instead of five).
+# The detectors of kinds made of digits, in PII_KINDS order.
 _DIGIT_PATTERNS = {"iban": _IBAN, "card": _CARD, "ssn": _SSN, "ip": _IPV4, "phone": _PHONE}
 _DIGIT_SINGLE = {kind: re.compile(pattern) for kind, pattern in _DIGIT_PATTERNS.items()}
-_DIGIT_ANY = re.compile(
-    r"(?<!\w)(?:" + "|".join(f"(?P<{k}>{p})" for k, p in _DIGIT_PATTERNS.items()) + ")"
-)
 _VERSION_CONTEXT = re.compile(r"(?:\bv|version|release|build)\s*$", re.IGNORECASE)
 
 _SECRET = re.compile(
@@ -137,21 +147,19 @@ ENTROPY_RATIO = 0.84
 CLASS_SWITCH_MIN = 0.45
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(NamedTuple):  # a tuple: cheaper to make than a frozen dataclass
     kind: str
     start: int
     end: int
 
 
-_NOT_DIGIT = re.compile(r"\D")
-
-
-def _digits(text: str) -> str:
-    return _NOT_DIGIT.sub("", text)
+_LUHN_DOUBLED = str.maketrans(string.digits, "0246813579")  # 2d, less 9 when over 9
 
 
 def luhn_valid(number: str) -> bool:
+    if number.isascii() and number.isdigit():  # digit sums as byte sums: C speed
+        doubled = number[-2::-2].translate(_LUHN_DOUBLED)
+        return (sum(number[::-2].encode()) + sum(doubled.encode()) - 48 * len(number)) % 10 == 0
     total = 0
     for index, ch in enumerate(reversed(number)):
         digit = ord(ch) - 48
@@ -166,8 +174,7 @@ def iban_valid(candidate: str) -> bool:
     country = iban[:2]
     if not 15 <= len(iban) <= 34 or len(iban) != _IBAN_LENGTH.get(country, len(iban)):
         return False
-    rearranged = iban[4:] + iban[:4]
-    return int("".join(str(int(ch, 36)) for ch in rearranged)) % 97 == 1
+    return int((iban[4:] + iban[:4]).translate(_IBAN_LETTER_NUMBERS)) % 97 == 1
 
 
 def ssn_valid(value: str) -> bool:
@@ -207,8 +214,8 @@ def high_entropy_token(token: str) -> bool:
     )
 
 
-def _ip_valid(text: str, match: re.Match[str]) -> bool:
-    value = match.group()
+def _ip_valid(text: str, value: str, start: int) -> bool:
+    """`value`: an IP address's match, at `start` in `text`."""
     if ":" in value:
         if sum(1 for group in value.split(":") if group) < 3:
             return False  # "a::b", "12:30:45"-like runs are not worth a false positive
@@ -217,7 +224,7 @@ def _ip_valid(text: str, match: re.Match[str]) -> bool:
         except ValueError:
             return False
         return True
-    if _VERSION_CONTEXT.search(text, max(0, match.start() - 12), match.start()):
+    if _VERSION_CONTEXT.search(text, max(0, start - 12), start):
         return False
     try:
         ipaddress.IPv4Address(value)
@@ -227,19 +234,21 @@ def _ip_valid(text: str, match: re.Match[str]) -> bool:
 
 
 def _phone_valid(value: str) -> bool:
-    digits = len(_digits(value))
+    """`value`: a match of _PHONE (digits and "+ .-()")."""
+    digits = len(value.translate(_PHONE_SEPARATORS))
     return _PHONE_MIN_DIGITS <= digits <= _PHONE_MAX_DIGITS
 
 
 def _card_valid(value: str) -> bool:
-    digits = _digits(value)
+    """`value`: a match of _CARD (digits, each pair at most one " " or "-" apart)."""
+    spaced, dashed = " " in value, "-" in value
+    digits = value.replace(" ", "").replace("-", "") if spaced or dashed else value
     if not 13 <= len(digits) <= 19 or not _CARD_PREFIX.match(digits):
         return False
-    separators = {ch for ch in value if not ch.isdigit()}
-    if len(separators) > 1:
+    if spaced and dashed:
         return False
-    if separators:  # printed cards group 4-4-4-4(-3) or, Amex and Diners, 4-6-5 / 4-6-4
-        groups = [len(group) for group in re.split(r"[ -]", value)]
+    if spaced or dashed:  # printed cards group 4-4-4-4(-3) or, Amex and Diners, 4-6-5 / 4-6-4
+        groups = [len(group) for group in value.split(" " if spaced else "-")]
         if groups[:4] != [4, 4, 4, 4] and groups not in ([4, 6, 5], [4, 6, 4]):
             return False
         if len(groups) > 5 or (len(groups) == 5 and groups[4] != 3):
@@ -247,56 +256,7 @@ def _card_valid(value: str) -> bool:
     return luhn_valid(digits)
 
 
-# Speed (bench/pii_bench.py: 4 KiB under 1 ms p50): each detector's regular
-# expression runs only inside windows that a cheap scan found (Python's `re`
-# costs about 100 ns per character and pattern when a pattern starts with a
-# lookbehind, so nine full passes over 4 KiB would take several milliseconds):
-# runs of digits for the digit kinds, "@" for emails, "::" or seven hex groups
-# for IPv6, the literal prefixes for labelled secrets. Windows reach far enough
-# around their hint for the longest match (an IBAN's letters before its digits)
-# and a match must end before its window does, so a window never cuts one short.
-_DIGIT_RUN = re.compile(r"\d[\d .()/-]{5,}\d")
-# an IPv6 address has "::" or is a run of at least 15 hex digits and colons
-_IPV6_FULL_HINT = re.compile(r"[0-9A-Fa-f:]{15,}")
-# str.find per literal is C speed; one regex alternation of them is not
-_SECRET_PREFIXES = (
-    "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
-    "github_pat_", "xox", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "sk-", "AIza",
-    "glpat-", "eyJ", "-----BEGIN",
-)  # fmt: skip
-_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
-_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_=-")
-
-
-def _windows(
-    spans: list[tuple[int, int]], before: int, after: int, length: int
-) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for start, end in spans:
-        start, end = max(0, start - before), min(length, end + after)
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _matches(
-    pattern: re.Pattern[str], text: str, windows: list[tuple[int, int]]
-) -> list[re.Match[str]]:
-    """`pattern`'s matches inside the windows; one that runs into a window's end
-    (where the text goes on) is left out, as the window may have cut it."""
-    out: list[re.Match[str]] = []
-    length = len(text)
-    for start, end in windows:
-        for match in pattern.finditer(text, start, end):
-            if end == length or match.end() < end - 2:
-                out.append(match)
-    return out
-
-
-def _digit_valid(kind: str, text: str, match: re.Match[str]) -> bool:
-    value = match.group()
+def _digit_valid(kind: str, text: str, value: str, start: int) -> bool:
     if kind == "iban":
         return iban_valid(value)
     if kind == "card":
@@ -304,78 +264,283 @@ def _digit_valid(kind: str, text: str, match: re.Match[str]) -> bool:
     if kind == "ssn":
         return ssn_valid(value)
     if kind == "ip":
-        return _ip_valid(text, match)
+        return _ip_valid(text, value, start)
     return _phone_valid(value)
 
 
-def _digit_findings(text: str, start: int, end: int) -> list[Finding]:
-    """The digit kinds inside one window: the first alternative that matches at
-    a position is checked; when its checksum or range fails, the later kinds are
-    tried at the same position, then the search goes on one character later."""
+# ---- where the detectors run ---------------------------------------------------
+#
+# Speed (bench/pii_bench.py: 4 KiB under 1 ms p50). Python's `re` costs 30-300 ns
+# per character and pattern, so no detector's expression runs over the whole text.
+# Cheap passes find where a value could be, and each detector's expression runs
+# only there, with the same results as running it everywhere (tests/common/
+# test_pii.py checks that against `scan_everywhere` on generated texts):
+# - `str.translate` maps the text to a "shape" (digits to 0, capitals to A, token
+#   characters to x), in which a literal-prefixed expression finds digit runs,
+#   IBAN starts and long tokens several times faster than a character class can;
+# - `str.find` finds "@", ":" and the labelled secrets' prefixes.
+_SHAPE = str.maketrans(string.digits + string.ascii_uppercase, "0" * 10 + "A" * 26)
+# A digit kind's value (an IBAN's aside) is made of digits and " .-()+" only and
+# has at least seven characters from its first digit to its last (an IPv4 address
+# 1.2.3.4; a phone number has _PHONE_MIN_DIGITS digits, an SSN 9, a card 13), so
+# it lies in a run this finds; a leading "+" or "(" or a closing ")" is one more
+# character on either side.
+_DIGIT_RUN_SHAPE = re.compile(r"0[0 .()+-]{5,}0")
+_IBAN_START_SHAPE = re.compile("AA00")  # two capitals, two digits
+_NON_IBAN_KINDS = tuple(kind for kind in _DIGIT_PATTERNS if kind != "iban")
+# Where a digit kind but an IBAN starts: after a non-word character other than "."
+# (every one's lookbehind says so), and consuming that character lets `re` skip
+# to the next one at C speed instead of trying each position (a value at offset 0
+# is tried on its own).
+_NON_IBAN_AFTER = re.compile(
+    r"[^\w.](?=[\d+(])(?:"
+    + "|".join(f"(?P<{k}>{_DIGIT_PATTERNS[k]})" for k in _NON_IBAN_KINDS)
+    + ")"
+)
+# After kind K's match fails its check, the kinds after K in one anchored match
+_NON_IBAN_LATER = {
+    kind: re.compile(
+        "|".join(f"(?P<{k}>{_DIGIT_PATTERNS[k]})" for k in _NON_IBAN_KINDS[index + 1 :])
+    )
+    for index, kind in enumerate(_NON_IBAN_KINDS[:-1])
+}
+_EMAIL_DOMAIN_RUN = re.compile(r"[A-Za-z0-9.-]*")  # the characters a domain has
+_EMAIL_LOCAL_MAX = 64
+_IPV6_MAX_CHARS = 39  # eight groups of four and seven colons
+_IPV6_SEVEN_COLONS = 30  # at most this from an address's first colon to its seventh
+# str.find per literal is C speed; one regex alternation of them is not
+_SECRET_PREFIXES = (
+    "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+    "github_pat_", "xox", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "sk-", "AIza",
+    "glpat-", "eyJ", "-----BEGIN",
+)  # fmt: skip
+# the six that start with "A" in one pass (the lookahead finds overlapping ones)
+_SECRET_A_PREFIX = re.compile(
+    "A(?=" + "|".join(p[1:] for p in _SECRET_PREFIXES if p.startswith("A")) + ")"
+)
+_SECRET_FOUND_PREFIXES = tuple(p for p in _SECRET_PREFIXES if not p.startswith("A"))
+_SECRET_NO_UNDERSCORE = tuple(p for p in _SECRET_FOUND_PREFIXES if "_" not in p)
+_TOKEN_ALPHABET = string.ascii_letters + string.digits + "+/_-"
+_TOKEN_CHARS = frozenset(_TOKEN_ALPHABET + "=")
+_TOKEN_RUN = re.compile(f"[{re.escape(_TOKEN_ALPHABET)}]{{{ENTROPY_MIN_CHARS},}}={{0,2}}")
+_TOKEN_SHAPE = str.maketrans(_TOKEN_ALPHABET, "x" * len(_TOKEN_ALPHABET))
+_TOKEN_RUN_SHAPE = re.compile("x" * ENTROPY_MIN_CHARS + "x*={0,2}")  # _TOKEN_RUN, shaped
+
+
+def _digit_shape(text: str) -> str:
+    shape = text.translate(_SHAPE)
+    if not text.isascii():  # `\d` also matches other scripts' digits
+        others = {ord(ch): "0" for ch in set(text) if ch.isdecimal() and not ch.isascii()}
+        if others:
+            shape = shape.translate(others)
+    return shape
+
+
+# ---- what each detector finds where it runs --------------------------------------
+# (scan and scan_everywhere share these; they differ only in where they look)
+
+
+def _secret_at(text: str, at: int) -> Finding | None:
+    match = _SECRET.match(text, at)
+    return None if match is None else Finding("secret", match.start(), match.end())
+
+
+def _digit_at(
+    text: str, at: int, endpos: int, kinds: tuple[str, ...] = tuple(_DIGIT_PATTERNS)
+) -> Finding | None:
+    """The first of `kinds` (in PII_KINDS order) whose expression matches at `at`
+    and whose checksum or range check passes."""
+    for kind in kinds:
+        match = _DIGIT_SINGLE[kind].match(text, at, endpos)
+        if match is not None and _digit_valid(kind, text, match.group(), at):
+            return Finding(kind, match.start(), match.end())
+    return None
+
+
+def _ipv6_finding(text: str, match: re.Match[str]) -> Finding | None:
+    return (
+        Finding("ip", match.start(), match.end())
+        if _ip_valid(text, match.group(), match.start())
+        else None
+    )
+
+
+def _token_finding(text: str, start: int, end: int) -> Finding | None:
+    """A run of token characters that looks random. Runs are maximal: the character
+    after is never a token character; the one before is not either, unless a 24+
+    run was cut by its `=` padding."""
+    if start and text[start - 1] in _TOKEN_CHARS:
+        return None
+    return Finding("secret", start, end) if high_entropy_token(text[start:end]) else None
+
+
+# ---- scan: each detector where a cheap pass says a value could be -----------------
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _secrets(text: str) -> list[Finding]:
+    found = [f for m in _SECRET_A_PREFIX.finditer(text) if (f := _secret_at(text, m.start()))]
+    # most prose has no "_": then the prefixes that have one need no search
+    for prefix in _SECRET_FOUND_PREFIXES if "_" in text else _SECRET_NO_UNDERSCORE:
+        at = text.find(prefix)
+        while at >= 0:
+            if (finding := _secret_at(text, at)) is not None:
+                found.append(finding)
+            at = text.find(prefix, at + 1)
+    return found
+
+
+def _digit_kinds(text: str) -> list[Finding]:
+    """The digit kinds, left to right as one pass over the text would find them: at
+    each position the first kind that matches and checks out, then on from its end.
+    Only IBAN starts (letters) and digit runs (no letters) can hold a value, so
+    only they are tried, in text order."""
+    shape = _digit_shape(text)
+    length = len(text)
+    runs = _merged([(max(0, m.start() - 1), m.end() + 1) for m in _DIGIT_RUN_SHAPE.finditer(shape)])
+    # IBAN starts as empty spans, tried before a run that starts after them
+    places = [(m.start(), -1) for m in _IBAN_START_SHAPE.finditer(shape)]
     out: list[Finding] = []
-    whole = end == len(text)
-    position = start
-    while True:
-        match = _DIGIT_ANY.search(text, position, end)
-        if match is None:
-            return out
-        at = match.start()
-        hit: re.Match[str] | None = None
-        kind = match.lastgroup or ""
-        if _digit_valid(kind, text, match):
-            hit = match
-        else:
-            for other in list(_DIGIT_PATTERNS)[list(_DIGIT_PATTERNS).index(kind) + 1 :]:
-                candidate = _DIGIT_SINGLE[other].match(text, at, end)
-                if candidate is not None and _digit_valid(other, text, candidate):
-                    hit, kind = candidate, other
+    cursor = 0  # where the last value ended: nothing starts inside it
+    for start, end in sorted(places + runs) if places else runs:
+        hit: Finding | None
+        if end < 0:
+            if start >= cursor and (hit := _digit_at(text, start, length, ("iban",))):
+                out.append(hit)
+                cursor = hit.end
+            continue
+        # a value in the run ends by its end; the lookaheads read two characters on
+        endpos = min(length, end + 2)
+        position = start if start > cursor else cursor  # where a value may start
+        if position == 0 and (hit := _digit_at(text, 0, endpos, _NON_IBAN_KINDS)):
+            out.append(hit)
+            position = cursor = hit.end
+        while position < end:
+            match = _NON_IBAN_AFTER.search(text, position - 1 if position else 0, endpos)
+            if match is None or match.start() + 1 >= end:
+                break
+            at = match.start() + 1
+            kind = match.lastgroup or ""  # the first kind that matches here
+            value = match.group(kind)
+            # when its check fails, the later kinds, as one pass would try them
+            while not _digit_valid(kind, text, value, at):
+                later = _NON_IBAN_LATER.get(kind)
+                match = later.match(text, at, endpos) if later else None
+                if match is None:
                     break
-        if hit is not None and (whole or hit.end() < end - 2):
-            out.append(Finding(kind, hit.start(), hit.end()))
-            position = hit.end()
-        else:
-            position = at + 1
+                kind = match.lastgroup or ""
+                value = match.group(kind)
+            hit = None if match is None else Finding(kind, at, at + len(value))
+            if hit is None:
+                position = at + 1
+            else:
+                out.append(hit)
+                position = cursor = hit.end
+    return out
+
+
+def _emails(text: str) -> list[Finding]:
+    """What `_EMAIL.finditer` finds: each "@" left to right, the local part at most
+    64 characters before it, the domain as far as domain characters go."""
+    found: list[Finding] = []
+    cursor = 0
+    at = text.find("@")
+    while at >= 0:
+        if at >= cursor:
+            domain_end = _EMAIL_DOMAIN_RUN.match(text, at + 1).end()  # type: ignore[union-attr]
+            endpos = min(len(text), domain_end + 1)
+            start = max(cursor, at - _EMAIL_LOCAL_MAX)  # where the address may start
+            if start == 0 and (match := _EMAIL.match(text, 0, endpos)):
+                found.append(Finding("email", 0, match.end()))
+                cursor = match.end()
+            elif match := _EMAIL_AFTER.search(text, start - 1 if start else 0, endpos):
+                found.append(Finding("email", match.start() + 1, match.end()))
+                cursor = match.end()
+        at = text.find("@", at + 1)
+    return found
+
+
+def _ipv6(text: str) -> list[Finding]:
+    """What `_IPV6.finditer` finds and `_ip_valid` keeps: a valid address has "::"
+    or seven colons close together, and a match starts only where a run of hex
+    digits and colons does, so matching near those colons finds the same ones."""
+    colons = []
+    at = text.find(":")
+    while at >= 0:
+        colons.append(at)
+        at = text.find(":", at + 1)
+    hints = [a for a, b in itertools.pairwise(colons) if b == a + 1]
+    hints += [
+        colons[i] for i in range(len(colons) - 6) if colons[i + 6] - colons[i] <= _IPV6_SEVEN_COLONS
+    ]
+    if not hints:
+        return []
+    length = len(text)
+    reach = _IPV6_MAX_CHARS + 2
+    spans = _merged(sorted((max(0, h - reach), min(length, h + reach)) for h in hints))
+    found: dict[int, Finding] = {}
+    for start, end in spans:
+        for match in _IPV6.finditer(text, start, end):
+            # a match running into the window's end may be cut short; the ones
+            # that hold a hint end well before it
+            if (match.end() < end or end == length) and (f := _ipv6_finding(text, match)):
+                found[f.start] = f
+    return list(found.values())
+
+
+def _tokens(text: str) -> list[Finding]:
+    found = []
+    for match in _TOKEN_RUN_SHAPE.finditer(text.translate(_TOKEN_SHAPE)):
+        if (finding := _token_finding(text, match.start(), match.end())) is not None:
+            found.append(finding)
+    return found
 
 
 def scan(text: str) -> list[Finding]:
     """Every finding in `text`, non-overlapping, in text order (where two
     detectors claim the same characters, the earlier kind in PII_KINDS wins)."""
-    found: list[Finding] = []
-    length = len(text)
-    for prefix in _SECRET_PREFIXES:
-        at = text.find(prefix)
-        while at >= 0:
-            secret = _SECRET.match(text, at)
-            if secret is not None:
-                found.append(Finding("secret", secret.start(), secret.end()))
-            at = text.find(prefix, at + 1)
-    digits = _windows([m.span() for m in _DIGIT_RUN.finditer(text)], 12, 24, length)
-    for start, end in digits:
-        found.extend(_digit_findings(text, start, end))
+    found = _secrets(text) + _digit_kinds(text) + _tokens(text)
     if "@" in text:
-        ats = [(m.start(), m.end()) for m in re.finditer("@", text)]
-        for match in _matches(_EMAIL, text, _windows(ats, 66, 260, length)):
-            found.append(Finding("email", match.start(), match.end()))
-    if "::" in text or text.count(":") >= 7:
-        hints = [(m.start(), m.end()) for m in re.finditer("::", text)]
-        if text.count(":") >= 7:
-            hints += [m.span() for m in _IPV6_FULL_HINT.finditer(text)]
-        colons = _windows(sorted(hints), 40, 40, length)
-        for match in _matches(_IPV6, text, colons):
-            if _ip_valid(text, match):
-                found.append(Finding("ip", match.start(), match.end()))
-    for match in _TOKEN_RUN.finditer(text):
-        # maximal runs: the character after is never a token character; the one
-        # before is not either, unless a 24+ run was cut by its `=` padding
-        if match.start() and text[match.start() - 1] in _TOKEN_CHARS:
-            continue
-        if high_entropy_token(match.group()):
-            found.append(Finding("secret", match.start(), match.end()))
+        found += _emails(text)
+    if ":" in text:
+        found += _ipv6(text)
     return _without_overlaps(found)
+
+
+def scan_everywhere(text: str) -> list[Finding]:
+    """`scan` the slow, obvious way: every detector at every position. The
+    reference `scan` must agree with (tests), never used on the write path."""
+    found = [f for at in range(len(text)) if (f := _secret_at(text, at)) is not None]
+    cursor = 0
+    for at in range(len(text)):
+        if at >= cursor and (digit := _digit_at(text, at, len(text))) is not None:
+            found.append(digit)
+            cursor = digit.end
+    found += [Finding("email", m.start(), m.end()) for m in _EMAIL.finditer(text)]
+    found += [f for m in _IPV6.finditer(text) if (f := _ipv6_finding(text, m)) is not None]
+    found += [
+        f for m in _TOKEN_RUN.finditer(text) if (f := _token_finding(text, m.start(), m.end()))
+    ]
+    return _without_overlaps(found)
+
+
+_SPAN = operator.itemgetter(1, 2)  # a Finding's (start, end)
 
 
 def _without_overlaps(found: list[Finding]) -> list[Finding]:
     """Highest-ranked kind first, each kept unless it overlaps one kept before."""
+    in_order = sorted(found, key=_SPAN)
+    if all(a.end <= b.start for a, b in itertools.pairwise(in_order)):
+        return in_order  # the usual case: nothing to settle
     rank = {kind: index for index, kind in enumerate(PII_KINDS)}
     starts: list[int] = []  # the kept findings, ordered by start
     kept: list[Finding] = []
@@ -442,30 +607,31 @@ def gate(text: str, policy: PiiPolicy, field: str) -> Gated:
     value gets the same placeholder throughout `text`."""
     if not policy.inspects:
         return Gated(text, {})
-    findings = [f for f in scan(text) if policy.action(f.kind) != "allow"]
+    acted_on = {kind: policy.action(kind) for kind in PII_KINDS}
+    findings = [f for f in scan(text) if acted_on[f.kind] != "allow"]
     if not findings:
         return Gated(text, {})
-    rejected = Counter(f.kind for f in findings if policy.action(f.kind) == "reject")
+    rejected = Counter(f.kind for f in findings if acted_on[f.kind] == "reject")
     if rejected:
         first, *rest = (
             FieldViolation(field, describe(kind, count)) for kind, count in rejected.items()
         )
         raise PiiDetected(first.field, first.description, *rest)
-    numbers: dict[tuple[str, str], int] = {}
-    per_kind: Counter[str] = Counter()
+    placeholders: dict[tuple[str, str], str] = {}
+    per_kind: dict[str, int] = {}
     parts: list[str] = []
     position = 0
-    for finding in findings:
-        value = text[finding.start : finding.end]
-        key = (finding.kind, value)
-        if key not in numbers:
-            per_kind[finding.kind] += 1
-            numbers[key] = per_kind[finding.kind]
-        parts.append(text[position : finding.start])
-        parts.append(f"[{_PLACEHOLDER_NAME[finding.kind]}_{numbers[key]}]")
-        position = finding.end
+    for kind, start, end in findings:
+        key = (kind, text[start:end])
+        placeholder = placeholders.get(key)
+        if placeholder is None:
+            number = per_kind[kind] = per_kind.get(kind, 0) + 1
+            placeholder = placeholders[key] = f"[{_PLACEHOLDER_NAME[kind]}_{number}]"
+        parts.append(text[position:start])
+        parts.append(placeholder)
+        position = end
     parts.append(text[position:])
-    return Gated("".join(parts), dict(per_kind))
+    return Gated("".join(parts), per_kind)
 
 
 _UNIFORM = {action: PiiPolicy.uniform(action) for action in PII_ACTIONS}

@@ -333,6 +333,47 @@ def test_remember_recall_update_history_forget(suite: RunningSuite) -> None:
     run(test)
 
 
+def test_remember_takes_categories_and_recall_filters_on_them(suite: RunningSuite) -> None:
+    ns = "mcp-categories"
+
+    async def test() -> None:
+        async with stdio_session(suite) as session:
+            made = await call(
+                session,
+                "remember",
+                content="Bob is allergic to peanuts",
+                namespace=ns,
+                categories=[" Health ", "diet", "health"],
+            )
+            memory = made["memory"]
+            assert memory["categories"] == ["health", "diet"]
+            await call(
+                session, "remember", content="Bob drives a peanut-coloured van", namespace=ns
+            )
+
+            def ids(reply: dict[str, Any]) -> list[str]:
+                return [hit["memory"]["id"] for hit in reply["results"]]
+
+            both = await call(session, "recall", query="Bob peanut", namespace=ns)
+            assert memory["id"] in ids(both) and len(ids(both)) == 2
+            health = await call(
+                session, "recall", query="Bob peanut", namespace=ns, categories=["HEALTH"]
+            )
+            assert ids(health) == [memory["id"]]
+            assert health["results"][0]["memory"]["categories"] == ["health", "diet"]
+            none = await call(
+                session, "recall", query="Bob peanut", namespace=ns, categories=["health", "work"]
+            )
+            assert ids(none) == []
+            bad = await session.call_tool(
+                "remember",
+                {"content": "x", "namespace": ns, "categories": [f"c{n}" for n in range(9)]},
+            )
+            assert bad.is_error and "categories" in _text(bad), _text(bad)
+
+    run(test)
+
+
 def test_errors_reach_the_model_as_tool_errors(suite: RunningSuite) -> None:
     async def test() -> None:
         async with stdio_session(suite) as session:

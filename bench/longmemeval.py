@@ -84,6 +84,19 @@ def load(path: Path) -> list[dict[str, Any]]:
         return list(json.load(handle))
 
 
+def scored_questions(path: Path) -> list[dict[str, Any]]:
+    """The questions a run asks: abstention ones left out, the types interleaved
+    (round robin, each type in file order), so that any --offset/--limit slice,
+    and a partly filled vector cache, cover every type alike."""
+    by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for question in load(path):
+        if not question["question_id"].endswith("_abs"):
+            by_type[question["question_type"]].append(question)
+    queues = [by_type[name] for name in sorted(by_type)]
+    longest = max(map(len, queues), default=0)
+    return [queue[rank] for rank in range(longest) for queue in queues if rank < len(queue)]
+
+
 def session_time(text: str) -> datetime:
     """'2023/05/30 (Tue) 23:42' -> an aware datetime (the file gives no zone; UTC)."""
     day, _, clock = text.partition(" (")
@@ -295,8 +308,7 @@ def main() -> int:
     parser.add_argument("--score", type=Path, nargs="+", help="rankings files to score; no suite")
     parser.add_argument("--kfold", type=int, help="with --score: K-fold over questions")
     args = parser.parse_args()
-    questions = [q for q in load(args.input) if not q["question_id"].endswith("_abs")]
-    questions = questions[args.offset :]
+    questions = scored_questions(args.input)[args.offset :]
     if args.limit:
         questions = questions[: args.limit]
     if args.score:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,13 @@ NOW_SQL = "strftime('%Y-%m-%dT%H:%M:%f000000Z', 'now')"
 _STORED_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z")
 
 
-def live_sql(alias: str = "m", *, keep_plan: bool = False, as_of: str | None = None) -> str:
+def live_sql(
+    alias: str = "m",
+    *,
+    keep_plan: bool = False,
+    as_of: str | None = None,
+    valid_during: Sequence[tuple[str, str]] = (),
+) -> str:
     """The one rule for a memory any read may return: not soft-deleted, not
     expired (an expired short-term memory is gone at once, though its row stays
     until the retention sweep purges it), and valid.
@@ -53,20 +60,36 @@ def live_sql(alias: str = "m", *, keep_plan: bool = False, as_of: str | None = N
     are never returned, whatever `as_of`: deleting is forgetting, not a change
     of fact (superseding is).
 
-    A predicate without parameters (`as_of` is checked and inlined), so it
-    slots into any query. `keep_plan` prefixes the columns with `+` so the
-    planner keeps the query's own index (rowid lookups, FTS outer loops)."""
+    `valid_during` (half-open windows of stored timestamp text, without
+    `as_of`): valid now, or valid at some instant of one of the windows (a
+    question naming a past range asks what was true then: a fact superseded
+    since counts, one whose validity ended before the range or began after it
+    does not).
+
+    A predicate without parameters (`as_of` and the windows are checked and
+    inlined), so it slots into any query. `keep_plan` prefixes the columns with
+    `+` so the planner keeps the query's own index (rowid lookups, FTS outer
+    loops)."""
     p = f"{'+' if keep_plan else ''}{alias}."
     rule = present_sql(alias, keep_plan=keep_plan)
     if as_of is None:
-        return f"{rule} AND ({p}valid_until IS NULL OR {p}valid_until > {NOW_SQL})"
-    if not _STORED_TIME.fullmatch(as_of):
-        raise ValueError(f"as_of is not a stored timestamp: {as_of[:40]!r}")
-    at = f"'{as_of}'"
+        valid = [f"{p}valid_until IS NULL", f"{p}valid_until > {NOW_SQL}"]
+        for start, end in valid_during:
+            s, e = _inlined(start, "window start"), _inlined(end, "window end")
+            valid.append(f"({p}valid_until > {s} AND {p}valid_from < {e})")
+        return f"{rule} AND ({' OR '.join(valid)})"
+    at = _inlined(as_of, "as_of")
     return (
         f"{rule} AND {p}created_at <= {at} AND {p}valid_from <= {at} AND "
         f"({p}valid_until IS NULL OR {p}valid_until > {at} OR {p}invalidated_at > {at})"
     )
+
+
+def _inlined(stored: str, what: str) -> str:
+    """A stored timestamp as an SQL literal, checked (nothing else is inlined)."""
+    if not _STORED_TIME.fullmatch(stored):
+        raise ValueError(f"{what} is not a stored timestamp: {stored[:40]!r}")
+    return f"'{stored}'"
 
 
 def present_sql(alias: str = "m", *, keep_plan: bool = False) -> str:
@@ -98,6 +121,16 @@ class MemoryFilterSpec:
     # here so every query built from the spec reads the same instant.
     as_of: str | None = None
     categories: tuple[str, ...] = ()
+    # Not a MemoryFilter field either: the past ranges a Recall's question
+    # names (services/search/recall.py), read as `live_sql`'s `valid_during`.
+    # Not part of `is_empty`: a range widens what is valid, it filters nothing.
+    valid_during: tuple[tuple[str, str], ...] = ()
+
+    def live_sql(self, alias: str = "m", *, keep_plan: bool = False) -> str:
+        """`live_sql` at this spec's instant and ranges."""
+        return live_sql(
+            alias, keep_plan=keep_plan, as_of=self.as_of, valid_during=self.valid_during
+        )
 
     def is_empty(self) -> bool:
         return not (

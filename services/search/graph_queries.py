@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.memory_filter import MemoryFilterSpec, filter_sql, live_sql
+from services.common.memory_filter import MemoryFilterSpec, filter_sql
 
 Query = tuple[str, list[Any]]
 
@@ -69,7 +69,7 @@ def mentioning_memories(
         "SELECT DISTINCT m.rowid FROM memory_entity_mentions mm "
         "JOIN memories m ON m.id = mm.memory_id "
         f"WHERE mm.namespace = ? AND mm.entity_id IN ({_marks(entity_ids)}) "
-        f"AND m.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses} LIMIT ?",
+        f"AND m.namespace = ? AND {spec.live_sql('m')}{clauses} LIMIT ?",
         [namespace, *entity_ids, namespace, *params, limit],
     )
 

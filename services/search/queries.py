@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.common import forgetting
-from services.common.memory_filter import MemoryFilterSpec, filter_sql, live_sql
+from services.common.memory_filter import NOW_SQL, MemoryFilterSpec, filter_sql, live_sql
 
 Query = tuple[str, list[Any]]
+_NOW = MemoryFilterSpec()  # valid now, no filter
 
 MEMORY_COLUMNS = (
     "m.rowid AS rowid, m.id, m.namespace, m.content, m.content_hash, m.type, m.importance, "
@@ -39,8 +40,7 @@ def live_count(namespace: str | None, spec: MemoryFilterSpec) -> Query:
         return (f"SELECT count(*) FROM memories m WHERE {live_sql('m')}", [])
     clauses, params = filter_sql(spec, "m")
     return (
-        f"SELECT count(*) FROM memories m WHERE m.namespace = ? "
-        f"AND {live_sql('m', as_of=spec.as_of)}{clauses}",
+        f"SELECT count(*) FROM memories m WHERE m.namespace = ? AND {spec.live_sql('m')}{clauses}",
         [namespace, *params],
     )
 
@@ -95,7 +95,7 @@ def _term_rows(namespace: str, spec: MemoryFilterSpec) -> tuple[str, list[Any]]:
     return (
         "FROM memories_fts f CROSS JOIN memories m ON m.rowid = f.rowid "
         "WHERE memories_fts MATCH ? AND m.namespace = ? "
-        f"AND {live_sql('m', as_of=spec.as_of)}{clauses}",
+        f"AND {spec.live_sql('m')}{clauses}",
         [namespace, *params],
     )
 
@@ -151,7 +151,7 @@ def vector_candidates(
     return (
         f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v "
         "JOIN memories m ON m.rowid = v.memory_rowid "
-        f"WHERE v.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses} "
+        f"WHERE v.namespace = ? AND {spec.live_sql('m')}{clauses} "
         "ORDER BY d LIMIT ?",
         [query_bits_f32, namespace, *params, limit],
     )
@@ -167,13 +167,15 @@ def exact_vector_candidates(
         "FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid "
         "JOIN embeddings e ON e.namespace = m.namespace AND e.content_hash = m.content_hash "
         "AND e.model = ? "
-        f"WHERE v.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses} "
+        f"WHERE v.namespace = ? AND {spec.live_sql('m')}{clauses} "
         "ORDER BY d LIMIT ?",
         [query_f32, model, namespace, *params, limit],
     )
 
 
-def pool_rows(namespace: str, rowids: Sequence[int], model: str, as_of: str | None = None) -> Query:
+def pool_rows(
+    namespace: str, rowids: Sequence[int], model: str, spec: MemoryFilterSpec = _NOW
+) -> Query:
     """Pool members with what fusion needs: event time, the exact vector (NULL
     when not embedded) and `who` (intent routing); live memories of the
     namespace only."""
@@ -184,18 +186,21 @@ def pool_rows(namespace: str, rowids: Sequence[int], model: str, as_of: str | No
         "AND e.content_hash = m.content_hash AND e.model = ? "
         # `+` on the live rule's columns and the namespace keeps the planner on
         # the rowid lookups.
-        f"WHERE m.rowid IN ({marks}) AND {live_sql('m', keep_plan=True, as_of=as_of)} "
+        f"WHERE m.rowid IN ({marks}) AND {spec.live_sql('m', keep_plan=True)} "
         "AND +m.namespace = ?",
         [model, *rowids, namespace],
     )
 
 
-def memories_by_rowid(namespace: str, rowids: Sequence[int], as_of: str | None = None) -> Query:
-    """Live memories of the namespace among `rowids` (valid now, or at `as_of`)."""
+def memories_by_rowid(
+    namespace: str, rowids: Sequence[int], spec: MemoryFilterSpec = _NOW
+) -> Query:
+    """Live memories of the namespace among `rowids` (valid at the spec's
+    instant and ranges, services/common/memory_filter.py live_sql)."""
     marks = ", ".join("?" * len(rowids))
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
-        f"WHERE m.rowid IN ({marks}) AND {live_sql('m', keep_plan=True, as_of=as_of)} "
+        f"WHERE m.rowid IN ({marks}) AND {spec.live_sql('m', keep_plan=True)} "
         "AND +m.namespace = ?",
         [*rowids, namespace],
     )
@@ -229,9 +234,23 @@ def in_time_windows(
     ranges = " OR ".join("(m.event_time >= ? AND m.event_time < ?)" for _ in windows)
     return (
         f"SELECT m.rowid FROM memories m WHERE m.namespace = ? "
-        f"AND {live_sql('m', as_of=spec.as_of)}{clauses} AND ({ranges}) "
+        f"AND {spec.live_sql('m')}{clauses} AND ({ranges}) "
         "ORDER BY m.event_time DESC, m.rowid DESC LIMIT ?",
         [namespace, *params, *(t for w in windows for t in w), limit],
+    )
+
+
+def closed_valid_in_windows(namespace: str, spec: MemoryFilterSpec, limit: int) -> Query:
+    """(rowid, event_time) of the namespace's memories passing the filter that
+    are no longer valid but were during one of the spec's `valid_during`
+    ranges (the live rule's own widening), latest end first."""
+    clauses, params = filter_sql(spec, "m")
+    return (
+        "SELECT m.rowid, m.event_time FROM memories m WHERE m.namespace = ? "
+        f"AND m.valid_until IS NOT NULL AND m.valid_until <= {NOW_SQL} "
+        f"AND {spec.live_sql('m')}{clauses} "
+        "ORDER BY m.valid_until DESC, m.rowid DESC LIMIT ?",
+        [namespace, *params, limit],
     )
 
 

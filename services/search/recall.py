@@ -20,7 +20,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
@@ -309,6 +309,9 @@ class Recaller:
         ]
         # what the request or the rules already say; the vector decides the rest
         early = self._early_intent(route, query, bool(windows))
+        if windows and spec.as_of is None and early not in (None, Intent.GENERAL):
+            # a routed question naming a past range also reads what was true then
+            spec = replace(spec, valid_during=tuple(windows))
         try:
             whole, index = await asyncio.gather(
                 reads.fetch_one(queries.namespace_is_whole_index(namespace)),
@@ -370,7 +373,7 @@ class Recaller:
             graph.rowids,
             keyword_rows,
             reads,
-            as_of=spec.as_of,
+            spec=spec,
             routed=routed,
         )
         await self._lift(reads, namespace, query, intent, pool)
@@ -388,7 +391,7 @@ class Recaller:
         records = {
             row["rowid"]: MemoryRecord.from_row(row)
             for row in await reads.fetch_all(
-                queries.memories_by_rowid(namespace, [c.rowid for c in picked], spec.as_of)
+                queries.memories_by_rowid(namespace, [c.rowid for c in picked], spec)
             )
         }
         return [c for c in picked if c.rowid in records], records, vectors_used
@@ -494,12 +497,24 @@ class Recaller:
         self, reads: Reads, namespace: str, windows: list[tuple[str, str]], spec: MemoryFilterSpec
     ) -> dict[int, float]:
         """The temporal route's list: memories of the range the query names, latest
-        first (their lift is the time boost every memory in range gets)."""
+        first (their lift is the time boost every memory in range gets), then
+        facts no longer valid that were during the range (a superseded value, a
+        short-term fact since ended), lifted by the same boost when their event
+        time lies outside the range."""
+        depth = self._params.channel_depth
         with timed(RECALL_CHANNEL_SECONDS, "time_range"), tracing.span("recall.time_range"):
-            rows = await reads.fetch_all(
-                queries.in_time_windows(namespace, windows, spec, self._params.channel_depth)
+            rows = await reads.fetch_all(queries.in_time_windows(namespace, windows, spec, depth))
+            closed = (
+                await reads.fetch_all(queries.closed_valid_in_windows(namespace, spec, depth))
+                if spec.valid_during
+                else []
             )
-        return {row[0]: 0.0 for row in rows}
+        routed = {row[0]: 0.0 for row in rows}
+        time_boost = self._params.scoring.time_boost
+        for rowid, event_time in closed:
+            in_range = any(start <= event_time < end for start, end in windows)
+            routed.setdefault(rowid, 0.0 if in_range else time_boost)
+        return routed
 
     async def _lift(
         self, reads: Reads, namespace: str, query: str, intent: Intent, pool: list[Candidate]
@@ -545,7 +560,7 @@ class Recaller:
             if not keyword.ranked:
                 return keyword, {}
             rowids = [r for r, _ in keyword.ranked]
-            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model, spec.as_of))
+            rows = await reads.fetch_all(queries.pool_rows(namespace, rowids, model, spec))
             return keyword, {row[0]: row for row in rows}
 
     async def _keyword_channel(
@@ -731,7 +746,7 @@ class Recaller:
         fetched: dict[int, Any] | None = None,
         reads: Reads | None = None,
         *,
-        as_of: str | None = None,
+        spec: MemoryFilterSpec = _NO_FILTER,
         routed: dict[int, float] | None = None,
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
@@ -748,7 +763,7 @@ class Recaller:
         by_rowid = dict(fetched or {})
         missing = [r for r in wanted if r not in by_rowid]
         if missing:
-            for row in await reads.fetch_all(queries.pool_rows(namespace, missing, model, as_of)):
+            for row in await reads.fetch_all(queries.pool_rows(namespace, missing, model, spec)):
                 by_rowid[row[0]] = row
         rows = [by_rowid[r] for r in wanted if r in by_rowid]
         cosine: dict[int, float] = {}

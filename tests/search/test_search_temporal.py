@@ -196,3 +196,89 @@ def test_as_of_applies_inside_the_vector_channel_before_its_cut(
         return [r.memory.id for r in stack.search.Recall(request, timeout=30).results]
 
     assert zebra(lisbon.create_time) == [lisbon.id]
+
+
+def moved(stack: Stack, namespace: str = "default") -> dict[str, Any]:
+    """Ana in Lisbon from 2019-05, Berlin from 2020-09, Porto from 2022-03."""
+    lisbon = stack.remember(
+        "Ana lives in Lisbon",
+        namespace=namespace,
+        event_time=timestamp(datetime(2019, 5, 1, tzinfo=UTC)),
+    )
+    berlin_from = timestamp(datetime(2020, 9, 1, tzinfo=UTC))
+    if namespace != "default":
+        patch = store_pb2.MemoryPatch(
+            id=lisbon.id, content="Ana lives in Berlin", supersede=True, valid_from=berlin_from
+        )
+        request = store_pb2.ModifyMemoriesRequest(
+            namespace=namespace, patches=[patch], reason="moved"
+        )
+        berlin_id = stack.store.ModifyMemories(request).results[0].new_memory_id
+        assert berlin_id
+        return {"lisbon": lisbon.id, "berlin": berlin_id}
+    berlin_id = supersede(stack, lisbon.id, "Ana lives in Berlin", berlin_from).new_memory_id
+    porto_from = timestamp(datetime(2022, 3, 1, tzinfo=UTC))
+    porto_id = supersede(stack, berlin_id, "Ana lives in Porto", porto_from).new_memory_id
+    return {"lisbon": lisbon.id, "berlin": berlin_id, "porto": porto_id}
+
+
+def test_a_question_naming_a_past_range_reads_what_was_true_then(stack: Stack) -> None:
+    """'Where did Ana live in May 2021?': Berlin, superseded since, was the value
+    then; it ranks first (the range's time boost), though no word of the range
+    is in it and its event time (September 2020) lies before the range. Lisbon
+    had ended before the range and stays out; Porto is valid now and stays in.
+    Without a range, or with routing asked off (GENERAL), now alone."""
+    ids = moved(stack)
+    routed = stack.search.Recall(
+        search_pb2.RecallRequest(query="where did Ana live in May 2021", limit=10, min_score=0),
+        timeout=30,
+    )
+    assert routed.intent == search_pb2.QUERY_INTENT_TEMPORAL
+    order = [r.memory.id for r in routed.results]
+    assert order == [ids["berlin"], ids["porto"]], [r.memory.content for r in routed.results]
+    assert routed.results[0].intent_boost == pytest.approx(0.2)
+    assert routed.results[0].memory.HasField("valid_until")
+
+    in_2019 = stack.search.Recall(
+        search_pb2.RecallRequest(query="where did Ana live in 2019", limit=10, min_score=0),
+        timeout=30,
+    )
+    found_2019 = [r.memory.id for r in in_2019.results]
+    assert found_2019[0] == ids["lisbon"] and ids["berlin"] not in found_2019
+
+    assert recalled(stack) == ["Ana lives in Porto"]
+    flat = stack.search.Recall(
+        search_pb2.RecallRequest(
+            query="where did Ana live in May 2021",
+            limit=10,
+            min_score=0,
+            intent=search_pb2.QUERY_INTENT_GENERAL,
+        ),
+        timeout=30,
+    )
+    assert [r.memory.id for r in flat.results] == [ids["porto"]]
+
+
+def test_a_past_range_never_reads_another_namespace_or_a_deleted_fact(stack: Stack) -> None:
+    """The widening is of validity only: another namespace's superseded fact of
+    the range stays out, and a deleted one is forgotten whatever the range."""
+    other = moved(stack, namespace="other")
+    ids = moved(stack)
+    asked = search_pb2.RecallRequest(query="where did Ana live in May 2021", limit=10, min_score=0)
+    found = [r.memory.id for r in stack.search.Recall(asked, timeout=30).results]
+    assert ids["berlin"] in found and other["berlin"] not in found
+    stack.store.DeleteMemory(store_pb2.DeleteMemoryRequest(id=ids["berlin"], reason="wrong"))
+    found = [r.memory.id for r in stack.search.Recall(asked, timeout=30).results]
+    assert found == [ids["porto"]]
+
+
+def test_as_of_decides_over_a_range_the_question_names(stack: Stack) -> None:
+    """With `as_of`, the instant asked for is what is valid: the question's range
+    lifts but does not widen (as of a 2023 instant, Porto alone)."""
+    ids = moved(stack)
+    porto = get(stack, ids["porto"])
+    request = search_pb2.RecallRequest(
+        query="where did Ana live in May 2021", limit=10, min_score=0
+    )
+    request.as_of.CopyFrom(shifted(porto.create_time, 1))
+    assert [r.memory.id for r in stack.search.Recall(request, timeout=30).results] == [ids["porto"]]

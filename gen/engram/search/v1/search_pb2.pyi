@@ -40,7 +40,8 @@ class _QueryIntentEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_QueryInte
     QUERY_INTENT_TEMPORAL: _QueryIntent.ValueType  # 3
     """When: memories whose event time falls in the range the query names
     (a date, "in May 2023", "last week", "yesterday" by `asked_at`) are lifted,
-    and so are those stating a time ("yesterday", "last Saturday", a date).
+    as are facts no longer valid that were valid during the range, and
+    those stating a time ("yesterday", "last Saturday", a date).
     """
     QUERY_INTENT_CAUSAL: _QueryIntent.ValueType  # 4
     """Why: memories reached from the best matches over `causal` links
@@ -67,7 +68,8 @@ remembered (`who`), are lifted.
 QUERY_INTENT_TEMPORAL: QueryIntent.ValueType  # 3
 """When: memories whose event time falls in the range the query names
 (a date, "in May 2023", "last week", "yesterday" by `asked_at`) are lifted,
-and so are those stating a time ("yesterday", "last Saturday", a date).
+as are facts no longer valid that were valid during the range, and
+those stating a time ("yesterday", "last Saturday", a date).
 """
 QUERY_INTENT_CAUSAL: QueryIntent.ValueType  # 4
 """Why: memories reached from the best matches over `causal` links
@@ -169,7 +171,9 @@ class RecallRequest(_message.Message):
         validity had begun (`valid_from` <= as_of) and it was not superseded by
         then (no `valid_until`, or `valid_until` > as_of, or the newer version
         was stored after as_of). Unset: what is valid now (superseded memories
-        are left out). Deleted and expired memories are never returned, whatever
+        are left out), and, when the query names a past range and is routed
+        (any intent but GENERAL), also what was valid during that range ("where
+        did Ana live in May 2021" reads the value superseded since). Deleted and expired memories are never returned, whatever
         as_of: deleting forgets, superseding records a change. Same range as
         Memory's Timestamps; INVALID_ARGUMENT otherwise.
         """

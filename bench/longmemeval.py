@@ -70,7 +70,7 @@ from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2_grpc  # noqa: E402
 from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
 from locomo import merge, parse_setting, wait_embedded  # noqa: E402
-from services.common.normalize import normalize_content  # noqa: E402
+from services.common.normalize import is_blank, normalize_content  # noqa: E402
 from suite import running_suite, shared_dataset  # noqa: E402
 
 DEFAULT_INPUT = shared_dataset("longmemeval/longmemeval-s-dev.json.gz")
@@ -121,7 +121,7 @@ def haystack_texts(questions: list[dict[str, Any]]) -> Iterator[str]:
     """Every turn text a run imports, as the store keeps it (what the pipeline embeds)."""
     for question in questions:
         for _, turn, _ in turn_items(question):
-            if turn["content"].strip():
+            if not is_blank(turn["content"]):
                 yield normalize_content(turn["content"]).storage
 
 
@@ -132,7 +132,7 @@ def ingest(
     items: list[store_pb2.ImportItem] = []
     sources: list[str] = []
     for source_id, turn, when in turn_items(question):
-        if not turn["content"].strip():
+        if is_blank(turn["content"]):
             continue
         event_time = timestamp_pb2.Timestamp()
         event_time.FromDatetime(when)
@@ -265,7 +265,7 @@ def baselines(questions: list[dict[str, Any]], cache_path: Path, prefix: Path | 
     for question in questions:
         ids, texts = [], []
         for source_id, turn, _ in turn_items(question):
-            if turn["content"].strip():
+            if not is_blank(turn["content"]):
                 ids.append(source_id)
                 texts.append(normalize_content(turn["content"]).storage)
         vectors = np.stack(cache.vectors(texts))

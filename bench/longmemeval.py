@@ -15,17 +15,34 @@ answer), and the ranked source ids are scored:
 Abstention questions (ids ending in _abs) are excluded, as in the official
 print_retrieval_metrics.py. A turn whose text repeats an earlier turn of the
 same haystack is deduplicated by the store; its source id is ranked where the
-surviving memory is. Recall has no "time of asking" field yet, so the
-question_date is not used.
+surviving memory is. Each question is asked at its question_date (Recall's
+`asked_at`, for the relative dates a question names).
 
-    .venv/bin/python bench/longmemeval.py [--input FILE] [--limit N] [--rankings-out FILE]
-        [--set search.fusion=rrf]
+The suite's embeddings come from bench/embed_cache.py: the local MiniLM's own
+vectors, computed once per text and served over Ollama's HTTP protocol (misses
+are embedded on the spot by the same model); --live-model runs the model in the
+pipeline instead. --offset/--limit pick a slice of the questions (chunks of one
+run, concatenated, score like one run). --data-dir keeps the database (and the
+memory -> source ids map) for the next run with other --set values.
+
+--baselines runs no suite: BM25, dense (MiniLM) and RRF over each haystack's
+turns (bench/baselines.py), scored the same way. --score FILE [FILE ...] runs no
+suite either: it scores rankings files (one configuration each); with --kfold K
+it also picks, for each of K folds of the questions, the configuration with the
+best mean turn R@10 on the other folds and reports the held-out figures.
+
+    .venv/bin/python bench/longmemeval.py [--input FILE] [--offset N] [--limit N]
+        [--rankings-out FILE] [--set search.fusion=rrf] [--data-dir DIR] [--live-model]
+    .venv/bin/python bench/longmemeval.py --baselines [--rankings-out PREFIX]
+    .venv/bin/python bench/longmemeval.py --score RANKINGS.jsonl [...] [--kfold 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
+import hashlib
 import json
 import math
 import sys
@@ -37,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 from google.protobuf import timestamp_pb2
 
 sys.path[:0] = [
@@ -44,10 +62,15 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parent.parent / "gen"),
 ]
 
+import baselines as baseline  # noqa: E402
+from embed_cache import DEFAULT_PATH as CACHE_PATH  # noqa: E402
+from embed_cache import VectorCache, serving  # noqa: E402
+
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2_grpc  # noqa: E402
 from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
 from locomo import merge, parse_setting, wait_embedded  # noqa: E402
+from services.common.normalize import is_blank, normalize_content  # noqa: E402
 from suite import running_suite, shared_dataset  # noqa: E402
 
 DEFAULT_INPUT = shared_dataset("longmemeval/longmemeval-s-dev.json.gz")
@@ -59,6 +82,19 @@ def load(path: Path) -> list[dict[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as handle:
         return list(json.load(handle))
+
+
+def scored_questions(path: Path) -> list[dict[str, Any]]:
+    """The questions a run asks: abstention ones left out, the types interleaved
+    (round robin, each type in file order), so that any --offset/--limit slice,
+    and a partly filled vector cache, cover every type alike."""
+    by_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for question in load(path):
+        if not question["question_id"].endswith("_abs"):
+            by_type[question["question_type"]].append(question)
+    queues = [by_type[name] for name in sorted(by_type)]
+    longest = max(map(len, queues), default=0)
+    return [queue[rank] for rank in range(longest) for queue in queues if rank < len(queue)]
 
 
 def session_time(text: str) -> datetime:
@@ -81,6 +117,14 @@ def turn_items(question: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], 
             yield f"{session_id}:{index}", turn, when
 
 
+def haystack_texts(questions: list[dict[str, Any]]) -> Iterator[str]:
+    """Every turn text a run imports, as the store keeps it (what the pipeline embeds)."""
+    for question in questions:
+        for _, turn, _ in turn_items(question):
+            if not is_blank(turn["content"]):
+                yield normalize_content(turn["content"]).storage
+
+
 def ingest(
     store: store_pb2_grpc.MemoryStoreServiceStub, namespace: str, question: dict[str, Any]
 ) -> dict[str, list[str]]:
@@ -88,7 +132,7 @@ def ingest(
     items: list[store_pb2.ImportItem] = []
     sources: list[str] = []
     for source_id, turn, when in turn_items(question):
-        if not turn["content"].strip():
+        if is_blank(turn["content"]):
             continue
         event_time = timestamp_pb2.Timestamp()
         event_time.FromDatetime(when)
@@ -147,78 +191,213 @@ def score(ranked: list[str], question: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
+def rows_by_type(
+    questions: list[dict[str, Any]], ranked: dict[str, list[str]]
+) -> dict[str, list[dict[str, float]]]:
+    per_type: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for question in questions:
+        if question["question_id"] in ranked:
+            per_type[question["question_type"]].append(
+                score(ranked[question["question_id"]], question)
+            )
+    return per_type
+
+
+def mean(rows: list[dict[str, float]], metric: str) -> float | None:
+    values = [row[metric] for row in rows if metric in row]
+    return sum(values) / len(values) if values else None
+
+
+def print_table(per_type: dict[str, list[dict[str, float]]]) -> None:
+    print(f"{'question type':<28}{'n':>4}" + "".join(f"{m:>11}" for m in METRICS))
+    everything = [row for rows in per_type.values() for row in rows]
+    for name, rows in [*sorted(per_type.items()), ("overall", everything)]:
+        cells = [mean(rows, metric) for metric in METRICS]
+        print(
+            f"{name:<28}{len(rows):>4}"
+            + "".join(f"{c:>11.3f}" if c is not None else f"{'-':>11}" for c in cells)
+        )
+
+
+def read_rankings(path: Path) -> dict[str, list[str]]:
+    with open(path) as lines:
+        return {row["query_id"]: row["ranked"] for row in map(json.loads, lines)}
+
+
+def write_rankings(path: Path, ranked: dict[str, list[str]]) -> None:
+    with open(path, "w") as out:
+        for query_id, ids in ranked.items():
+            out.write(json.dumps({"query_id": query_id, "ranked": ids}) + "\n")
+
+
+def fold_of(question_id: str, folds: int) -> int:
+    """A question's fold: by a hash of its id (stable, independent of file order)."""
+    return int(hashlib.sha256(question_id.encode()).hexdigest(), 16) % folds
+
+
+def fitted(questions: list[dict[str, Any]], ranked: dict[str, list[str]]) -> float:
+    """What k-fold picks a configuration by: mean turn R@10."""
+    rows = [r for rows in rows_by_type(questions, ranked).values() for r in rows]
+    return mean(rows, "turn R@10") or 0.0
+
+
+def kfold(questions: list[dict[str, Any]], files: list[Path], folds: int) -> None:
+    """K-fold over questions: each fold is scored with the configuration whose mean
+    turn R@10 is best on the other folds."""
+    runs = {f.stem: read_rankings(f) for f in files}
+    held_out: dict[str, list[str]] = {}
+    for fold in range(folds):
+        inside = [q for q in questions if fold_of(q["question_id"], folds) != fold]
+
+        best = max(runs, key=lambda name, inside=inside: fitted(inside, runs[name]))
+        print(f"fold {fold}: picked {best}")
+        for q in questions:
+            if fold_of(q["question_id"], folds) == fold and q["question_id"] in runs[best]:
+                held_out[q["question_id"]] = runs[best][q["question_id"]]
+    print(f"\n{folds}-fold cross-validated (each fold scored with the configuration picked above)")
+    print_table(rows_by_type(questions, held_out))
+
+
+def baselines(questions: list[dict[str, Any]], cache_path: Path, prefix: Path | None) -> None:
+    cache = VectorCache(cache_path)
+    ranked: dict[str, dict[str, list[str]]] = {"bm25": {}, "dense": {}, "rrf": {}}
+    started = time.monotonic()
+    for question in questions:
+        ids, texts = [], []
+        for source_id, turn, _ in turn_items(question):
+            if not is_blank(turn["content"]):
+                ids.append(source_id)
+                texts.append(normalize_content(turn["content"]).storage)
+        vectors = np.stack(cache.vectors(texts))
+        [query_vector] = cache.vectors([question["question"]])
+        by_words = baseline.bm25(question["question"], texts)
+        by_meaning = baseline.dense(query_vector, vectors)
+        fused = baseline.rrf(by_words, by_meaning)
+        for name, order in (("bm25", by_words), ("dense", by_meaning), ("rrf", fused)):
+            ranked[name][question["question_id"]] = [ids[i] for i in order[:RECALL_LIMIT]]
+    print(
+        f"baselines over {len(questions)} questions in {time.monotonic() - started:.0f} s "
+        f"({cache.computed} texts embedded now, the rest from {cache_path})"
+    )
+    for name, rankings in ranked.items():
+        print(f"\n{name} (top {RECALL_LIMIT} turns)")
+        print_table(rows_by_type(questions, rankings))
+        if prefix:
+            write_rankings(prefix.with_suffix(f".{name}.jsonl"), rankings)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--input", type=Path, default=DEFAULT_INPUT, help=".json or .json.gz")
-    parser.add_argument("--limit", type=int, help="only the first N questions (quick iterations)")
+    parser.add_argument("--offset", type=int, default=0, help="skip the first N questions")
+    parser.add_argument("--limit", type=int, help="only N questions (quick iterations)")
     parser.add_argument("--rankings-out", type=Path)
     parser.add_argument(
         "--set", action="append", default=[], help="engram.yaml key=value, e.g. search.fusion=rrf"
     )
+    parser.add_argument("--vector-cache", type=Path, default=CACHE_PATH)
+    parser.add_argument(
+        "--live-model", action="store_true", help="the pipeline runs the model (no vector cache)"
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, help="keep the database here; one that holds it is reused"
+    )
+    parser.add_argument("--baselines", action="store_true", help="BM25, dense, RRF; no suite")
+    parser.add_argument("--score", type=Path, nargs="+", help="rankings files to score; no suite")
+    parser.add_argument("--kfold", type=int, help="with --score: K-fold over questions")
     args = parser.parse_args()
-    questions = [q for q in load(args.input) if not q["question_id"].endswith("_abs")]
+    questions = scored_questions(args.input)[args.offset :]
     if args.limit:
         questions = questions[: args.limit]
+    if args.score:
+        for path in args.score:
+            print(f"\n{path}")
+            print_table(rows_by_type(questions, read_rankings(path)))
+        if args.kfold:
+            kfold(questions, args.score, args.kfold)
+        return 0
+    if args.baselines:
+        baselines(questions, args.vector_cache, args.rankings_out)
+        return 0
     settings: dict[str, Any] = {}
     for item in args.set:
         merge(settings, parse_setting(item))
+    with contextlib.ExitStack() as stack:
+        cache = None
+        suite_settings = dict(settings)
+        if not args.live_model:
+            cache = VectorCache(args.vector_cache)
+            suite_settings = merge(stack.enter_context(serving(cache)), settings)
+        return run(args, questions, settings, suite_settings, cache)
 
-    per_type: dict[str, list[dict[str, float]]] = defaultdict(list)
+
+def run(
+    args: argparse.Namespace,
+    questions: list[dict[str, Any]],
+    settings: dict[str, Any],
+    suite_settings: dict[str, Any],
+    cache: VectorCache | None,
+) -> int:
     latencies: list[float] = []
     degraded = 0
-    with running_suite(settings) as suite:
+    saved = args.data_dir / "stands_for.json" if args.data_dir else None
+    reuse = saved is not None and saved.exists()
+    if args.data_dir is not None:
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+    ranked: dict[str, list[str]] = {}
+    with running_suite(suite_settings, data_dir=args.data_dir) as suite:
         store = store_pb2_grpc.MemoryStoreServiceStub(grpc.insecure_channel(suite.store))
         search = search_pb2_grpc.SearchServiceStub(grpc.insecure_channel(suite.search))
         jobs = job_queue_pb2_grpc.JobQueueServiceStub(grpc.insecure_channel(suite.store_internal))
         started = time.monotonic()
-        stands_for: dict[str, dict[str, list[str]]] = {}
+        stands_for: dict[str, dict[str, list[str]]] = (
+            json.loads(saved.read_text()) if saved is not None and reuse else {}
+        )
         for question in questions:
             namespace = f"lme-{question['question_id']}"
-            stands_for[namespace] = ingest(store, namespace, question)
+            if namespace not in stands_for:
+                stands_for[namespace] = ingest(store, namespace, question)
+        if saved is not None:
+            saved.write_text(json.dumps(stands_for))
         ingest_s = time.monotonic() - started
-        memories = sum(len(m) for m in stands_for.values())
+        memories = sum(len(stands_for[f"lme-{q['question_id']}"]) for q in questions)
         embed_s = wait_embedded(jobs, timeout_s=4 * 3600)
 
-        rankings = open(args.rankings_out, "w") if args.rankings_out else None  # noqa: SIM115
         for question in questions:
             namespace = f"lme-{question['question_id']}"
             request = search_pb2.RecallRequest(
                 namespace=namespace, query=question["question"], limit=RECALL_LIMIT, min_score=0.0
             )
+            request.asked_at.FromDatetime(session_time(question["question_date"]))
             t0 = time.perf_counter()
             response = search.Recall(request)
             latencies.append((time.perf_counter() - t0) * 1000)
             degraded += response.degraded
-            ranked = [s for r in response.results for s in stands_for[namespace][r.memory.id]]
-            if rankings:
-                rankings.write(
-                    json.dumps({"query_id": question["question_id"], "ranked": ranked}) + "\n"
-                )
-            per_type[question["question_type"]].append(score(ranked, question))
-        if rankings:
-            rankings.close()
+            ranked[question["question_id"]] = [
+                s for r in response.results for s in stands_for[namespace][r.memory.id]
+            ]
+    if args.rankings_out:
+        write_rankings(args.rankings_out, ranked)
 
     latencies.sort()
     print(f"input: {args.input}  settings: {settings or 'defaults'}")
     print(
-        f"questions: {len(questions)} (abstention excluded)  memories: {memories}  "
-        f"ingest {ingest_s:.1f} s  embedding wait {embed_s:.1f} s "
-        f"({memories / max(embed_s, 1e-9):.0f} memories/s)"
+        f"questions: {len(questions)} from #{args.offset} (abstention excluded)  "
+        f"memories: {memories}{' (database reused)' if reuse else ''}  ingest {ingest_s:.1f} s  "
+        f"embedding wait {embed_s:.1f} s"
+        + (
+            f" (vectors from {cache.path}; {cache.computed} texts embedded now)"
+            if cache
+            else " (the pipeline's local model)"
+        )
     )
     print(
         f"recall latency over gRPC: p50 {latencies[len(latencies) // 2]:.1f} ms  "
         f"p95 {latencies[int(len(latencies) * 0.95)]:.1f} ms  degraded answers: {degraded}"
     )
-    print(f"{'question type':<28}{'n':>4}" + "".join(f"{m:>11}" for m in METRICS))
-    everything = [row for rows in per_type.values() for row in rows]
-    for name, rows in [*sorted(per_type.items()), ("overall", everything)]:
-        cells = []
-        for metric in METRICS:
-            values = [row[metric] for row in rows if metric in row]
-            cells.append(f"{sum(values) / len(values):>11.3f}" if values else f"{'-':>11}")
-        print(f"{name:<28}{len(rows):>4}" + "".join(cells))
+    print_table(rows_by_type(questions, ranked))
     return 0
 
 

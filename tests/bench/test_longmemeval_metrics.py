@@ -73,3 +73,50 @@ def test_a_ranking_without_evidence_scores_zero(runner) -> None:  # type: ignore
         "all@5": 0.0,
         "all@10": 0.0,
     }
+
+
+def test_questions_interleave_the_types_and_leave_abstention_out(runner, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rows = [
+        {"question_id": "a1", "question_type": "a"},
+        {"question_id": "a2", "question_type": "a"},
+        {"question_id": "a3_abs", "question_type": "a"},
+        {"question_id": "b1", "question_type": "b"},
+    ]
+    path = tmp_path / "q.json"
+    path.write_text(__import__("json").dumps(rows))
+    assert [q["question_id"] for q in runner.scored_questions(path)] == ["a1", "b1", "a2"]
+
+
+def test_blank_turns_are_not_imported_nor_embedded(runner) -> None:  # type: ignore[no-untyped-def]
+    question = {
+        "haystack_session_ids": ["s1"],
+        "haystack_dates": ["2023/05/30 (Tue) 23:42"],
+        "haystack_sessions": [
+            [{"role": "user", "content": "  two\n spaces "}, {"role": "user", "content": "\u200b"}]
+        ],
+    }
+    assert list(runner.haystack_texts([question])) == ["two spaces"]  # as the store keeps it
+
+
+def test_folds_depend_on_the_question_id_alone(runner) -> None:  # type: ignore[no-untyped-def]
+    folds = [runner.fold_of(f"q{i}", 5) for i in range(200)]
+    assert folds == [runner.fold_of(f"q{i}", 5) for i in range(200)]
+    assert set(folds) == {0, 1, 2, 3, 4}
+
+
+def test_baselines_rank_by_words_meaning_and_both() -> None:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import baselines
+    finally:
+        sys.path.remove(str(BENCH))
+    import numpy as np
+
+    docs = ["the cat sat", "dogs bark loudly", "a cat and a dog", "nothing here"]
+    assert baselines.bm25("cat dog", docs)[0] == 2  # the only one with both words
+    assert baselines.bm25("cat", docs)[:2] in ([0, 2], [2, 0])
+    vectors = np.eye(4, dtype=np.float32)
+    assert baselines.dense(vectors[3], vectors)[0] == 3
+    # RRF: second and first beats first and third, which beats third and second
+    assert baselines.rrf([0, 1, 2], [1, 2, 0]) == [1, 0, 2]
+    assert baselines.rrf([0, 1], [1, 0]) == [0, 1]  # a tie: the lower index first

@@ -1,0 +1,199 @@
+"""The real local model's vectors, computed once and kept on disk, served to a
+benchmark suite over HTTP.
+
+Embedding dominates the quality benchmarks' cost (LongMemEval's 49k turns take
+about half an hour of MiniLM on this machine), and the vectors of a fixed text
+never change. So a benchmark can fill a cache (SQLite: sha256 of runtime, model
+and text -> float32 vector) with the very model the suite would run
+(services/common/providers/local_embedding.py, same runtime, same code), and
+point the suite at an HTTP server speaking Ollama's `/api/embed` that answers
+from it. A text the cache lacks (a question, a turn the store normalised) is
+embedded on the spot by the same model and kept. Nothing is approximated: every
+vector served is the one the local provider computes for that exact text.
+
+    .venv/bin/python bench/embed_cache.py fill [--budget-s 840] [--threads 2]
+        (LongMemEval's dev turns; run it again to go on where it stopped)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
+
+from services.common.config import LOCAL_EMBEDDING_MODEL  # noqa: E402
+from services.common.providers.local_embedding import local_embedding  # noqa: E402
+
+RUNTIME = "onnx"  # the local provider's default runtime
+DEFAULT_PATH = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    / "engram-bench"
+    / f"vectors-{LOCAL_EMBEDDING_MODEL}-{RUNTIME}.sqlite"
+)
+BATCH = 256  # the model groups each call's texts by length: bigger calls, less padding
+
+
+def key(text: str) -> bytes:
+    return hashlib.sha256(f"{LOCAL_EMBEDDING_MODEL}\0{RUNTIME}\0{text}".encode()).digest()
+
+
+class VectorCache:
+    """Text -> the local model's unit vector; misses are embedded and kept."""
+
+    def __init__(self, path: Path = DEFAULT_PATH, threads: int = 1) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, check_same_thread=False, timeout=60)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB)")
+        self._lock = threading.Lock()
+        self._model = local_embedding(RUNTIME, threads)
+        self.computed = 0
+        self.missed: list[str] = []  # the first texts embedded on the spot (diagnostics)
+
+    def cached(self, texts: Iterable[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        unique = list(dict.fromkeys(texts))
+        with self._lock:
+            for start in range(0, len(unique), 500):
+                chunk = unique[start : start + 500]
+                keys = {key(t): t for t in chunk}
+                rows = self._db.execute(
+                    f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(keys))})",
+                    list(keys),
+                ).fetchall()
+                for k, blob in rows:
+                    found[keys[k]] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def _compute(self, texts: list[str]) -> dict[str, np.ndarray]:
+        vectors = asyncio.run(self._model.embed(texts))
+        out = {t: np.asarray(v, dtype=np.float32) for t, v in zip(texts, vectors, strict=True)}
+        with self._lock:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO vectors VALUES (?, ?)",
+                [(key(t), v.tobytes()) for t, v in out.items()],
+            )
+            self._db.commit()
+        self.computed += len(texts)
+        self.missed.extend(texts[: max(0, 20 - len(self.missed))])
+        return out
+
+    def vectors(self, texts: list[str]) -> list[np.ndarray]:
+        """One vector per text, in order (misses computed now)."""
+        found = self.cached(texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        for start in range(0, len(missing), BATCH):
+            found.update(self._compute(missing[start : start + BATCH]))
+        return [found[t] for t in texts]
+
+    def fill(self, texts: Iterable[str], budget_s: float) -> tuple[int, int]:
+        """Embed the texts not cached yet, until `budget_s` is spent: (done, still missing)."""
+        unique = list(dict.fromkeys(texts))
+        have = self.cached(unique)
+        missing = [t for t in unique if t not in have]
+        started = time.monotonic()
+        done = 0
+        for start in range(0, len(missing), BATCH):
+            if time.monotonic() - started > budget_s:
+                break
+            done += len(self._compute(missing[start : start + BATCH]))
+        return done, len(missing) - done
+
+
+class _Handler(BaseHTTPRequestHandler):
+    cache: VectorCache
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        return None
+
+    def _send(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError):  # the caller gave up (its own timeout)
+            self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send({"models": [{"name": LOCAL_EMBEDDING_MODEL}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        vectors = self.cache.vectors(texts)
+        self._send({"model": body.get("model"), "embeddings": [v.tolist() for v in vectors]})
+
+
+@contextmanager
+def serving(cache: VectorCache) -> Iterator[dict[str, Any]]:
+    """An Ollama-compatible embeddings server answering from `cache`; yields the
+    engram.yaml settings that point a suite at it."""
+    handler = type("Handler", (_Handler,), {"cache": cache})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield {
+            "providers": {
+                "embedding": {
+                    "kind": "ollama",
+                    "base_url": f"http://127.0.0.1:{server.server_address[1]}",
+                    "model": LOCAL_EMBEDDING_MODEL,
+                }
+            }
+        }
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=["fill"])
+    parser.add_argument("--cache", type=Path, default=DEFAULT_PATH)
+    parser.add_argument("--budget-s", type=float, default=840.0, help="stop after this long")
+    parser.add_argument("--threads", type=int, default=2, help="the model's intra-op threads")
+    args = parser.parse_args()
+    from longmemeval import DEFAULT_INPUT, haystack_texts, scored_questions
+
+    cache = VectorCache(args.cache, args.threads)
+    questions = scored_questions(DEFAULT_INPUT)
+    started = time.monotonic()
+    done, missing = cache.fill(haystack_texts(questions), args.budget_s)
+    elapsed = time.monotonic() - started
+    ready = 0  # questions, in run order, whose whole haystack is cached
+    for question in questions:
+        texts = set(haystack_texts([question]))
+        if len(cache.cached(texts)) < len(texts):
+            break
+        ready += 1
+    print(
+        f"{args.cache}: embedded {done} texts in {elapsed:.0f} s "
+        f"({done / max(elapsed, 1e-9):.1f}/s); {missing} still missing; "
+        f"the first {ready} questions in run order are complete"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -420,10 +420,16 @@ class Recaller:
         return route.classified.intent
 
     async def _entities(
-        self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec
+        self,
+        reads: Reads,
+        namespace: str,
+        query: str,
+        spec: MemoryFilterSpec,
+        channel: str = "entity",
     ) -> GraphBoost:
-        """The entity route: memories mentioning the entities the query names."""
-        with timed(RECALL_CHANNEL_SECONDS, "entity"), tracing.span("recall.entity"):
+        """Memories mentioning the entities the query names: the entity route, and
+        the graph channel (`channel` names it in metrics and traces)."""
+        with timed(RECALL_CHANNEL_SECONDS, channel), tracing.span(f"recall.{channel}"):
             return await graph_boost(
                 reads, namespace, query, spec, self._params.graph_boost_timeout_s
             )
@@ -539,10 +545,7 @@ class Recaller:
         """The graph channel: memories linked to the query's entities (when enabled)."""
         if not self._params.graph_enabled:
             return GraphBoost(frozenset())
-        with timed(RECALL_CHANNEL_SECONDS, "graph"), tracing.span("recall.graph"):
-            return await graph_boost(
-                reads, namespace, query, spec, self._params.graph_boost_timeout_s
-            )
+        return await self._entities(reads, namespace, query, spec, "graph")
 
     async def _keyword_with_rows(
         self,

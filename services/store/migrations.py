@@ -11,7 +11,7 @@ migration appended at the end, with its line appended to the snapshot."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.common.clock import now_text
@@ -726,11 +726,13 @@ class MigrationMismatch(Exception):
     schema the code does not describe, so the store refuses."""
 
 
-def checksum(sql: str) -> str:
+def checksum(sql: str, statements: Callable[[str], list[str]] | None = None) -> str:
     """SHA-256 of a migration's statements with comment lines dropped and
     whitespace collapsed: rewording a comment or re-indenting keeps the
-    checksum; any change to what SQLite executes changes it."""
-    canonical = "\n".join(" ".join(statement.split()) for statement in _statements(sql))
+    checksum; any change to what SQLite executes changes it. `statements`
+    splits the script (SQLite's splitter by default; Postgres passes its own)."""
+    split = _statements if statements is None else statements
+    canonical = "\n".join(" ".join(statement.split()) for statement in split(sql))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -742,11 +744,7 @@ def apply_migrations(conn: Any, migrations: Sequence[tuple[str, str]] = MIGRATIO
     Raises MigrationMismatch, naming the migration, when a recorded one's name
     or checksum differs from the code's, or the database records more
     migrations than the code knows."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL,"
-        " checksum TEXT)"
-    )
+    conn.execute(SCHEMA_MIGRATIONS_TABLE)
     _record_legacy_checksums(conn)
     recorded = {
         version: (name, digest)
@@ -756,18 +754,12 @@ def apply_migrations(conn: Any, migrations: Sequence[tuple[str, str]] = MIGRATIO
     }
     _verify(recorded)
     applied: list[str] = []
-    for version, (name, sql) in enumerate(migrations, start=1):
-        if version in recorded:
-            continue
+    for version, name, sql in pending(migrations, recorded):
         conn.execute("BEGIN IMMEDIATE")
         try:
             for statement in _statements(sql):
                 conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_migrations(version, name, applied_at, checksum)"
-                " VALUES (?, ?, ?, ?)",
-                (version, name, now_text(), checksum(sql)),
-            )
+            conn.execute(RECORD_MIGRATION.replace("%s", "?"), record(version, name, checksum(sql)))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -847,23 +839,64 @@ def check_recorded_migrations(conn: Any) -> int:
 
 
 def _verify(recorded: dict[int, tuple[str, str | None]]) -> None:
+    verify_recorded(recorded, MIGRATIONS)
+
+
+# ---- the runner's rules, shared with services/store/pg_migrations.py ----------------
+
+# Both backends record migrations in the same table (this DDL is valid on each).
+SCHEMA_MIGRATIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL,"
+    " checksum TEXT)"
+)
+# With %s placeholders (psycopg's); the SQLite runner swaps in `?`.
+RECORD_MIGRATION = (
+    "INSERT INTO schema_migrations(version, name, applied_at, checksum) VALUES (%s, %s, %s, %s)"
+)
+
+
+def record(version: int, name: str, digest: str) -> tuple[int, str, str, str]:
+    """The schema_migrations row of a migration applied now."""
+    return (version, name, now_text(), digest)
+
+
+def pending(
+    migrations: Sequence[tuple[str, str]], recorded: dict[int, tuple[str, str | None]]
+) -> list[tuple[int, str, str]]:
+    """(version, name, sql) of each migration not yet recorded, in order."""
+    return [
+        (version, name, sql)
+        for version, (name, sql) in enumerate(migrations, start=1)
+        if version not in recorded
+    ]
+
+
+def verify_recorded(
+    recorded: dict[int, tuple[str, str | None]],
+    migrations: Sequence[tuple[str, str]],
+    digest_of: Callable[[str], str] = checksum,
+) -> None:
+    """The refuse-on-mismatch rule: every recorded migration must be the one
+    `migrations` ships at its version, under its name and with its checksum.
+    Raises MigrationMismatch naming the first that is not."""
     for version, (name, digest) in sorted(recorded.items()):
-        if version > len(MIGRATIONS):
+        if version > len(migrations):
             raise MigrationMismatch(
                 f"the database records migration {version} ({name}), which this version of"
-                f" Engram does not ship (it knows {len(MIGRATIONS)}): it was migrated by a"
+                f" Engram does not ship (it knows {len(migrations)}): it was migrated by a"
                 " newer Engram"
             )
-        expected_name, sql = MIGRATIONS[version - 1]
+        expected_name, sql = migrations[version - 1]
         if name != expected_name:
             raise MigrationMismatch(
                 f"migration {version} is recorded as {name!r} but this version of Engram"
                 f" ships {expected_name!r} at that position"
             )
-        if digest != checksum(sql):
+        if digest != digest_of(sql):
             raise MigrationMismatch(
                 f"migration {version} ({name}) was applied with different SQL (checksum"
-                f" {digest}) from what this version of Engram ships ({checksum(sql)}):"
+                f" {digest}) from what this version of Engram ships ({digest_of(sql)}):"
                 " a shipped migration was edited; restore it and append a new migration"
             )
 

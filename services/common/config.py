@@ -252,8 +252,10 @@ class SearchSettings(_Section):
     # neighbour), and memories the named one remembered (`who`)
     intent_entity_weight: float = Field(0.3, ge=0.0, le=1.0)
     intent_speaker_weight: float = Field(0.3, ge=0.0, le=1.0)
-    # the named speaker's lift on every routed intent (entity, temporal, causal,
-    # procedural), not the entity route alone (LoCoMo: R@10 0.741 vs 0.733 at time 0.1)
+    # the speaker's lift (named, or addressed by the question's grammatical person:
+    # services/search/routes.py speakers_named) on every intent, general included,
+    # not the entity route alone (bench/README.md "Speaker lift": R@10 on LoCoMo
+    # 0.742 -> 0.751 and LongMemEval-S 0.831 -> 0.895 against routed intents only)
     intent_speaker_any_intent: bool = True
     # temporal intent: memories that state a time ("yesterday", "last May", a date)
     intent_time_statement_weight: float = Field(0.15, ge=0.0, le=1.0)

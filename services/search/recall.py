@@ -525,10 +525,11 @@ class Recaller:
     async def _lift(
         self, reads: Reads, namespace: str, query: str, intent: Intent, pool: list[Candidate]
     ) -> None:
-        """The in-pool part of a route: memories a named speaker remembered
-        (entity), memories that state a time (temporal)."""
+        """The in-pool part of a route: memories of the speaker the query names or
+        addresses (every intent, general included, unless `intent_speaker_any_intent`
+        is off: entity only), memories that state a time (temporal)."""
         speakers = intent is Intent.ENTITY or self._params.intent_speaker_any_intent
-        if speakers and intent is not Intent.GENERAL and self._params.intent_speaker_weight > 0:
+        if speakers and self._params.intent_speaker_weight > 0:
             named = speakers_named(query, pool)
             for c in pool:
                 if c.who and c.who.lower() in named:

@@ -5,7 +5,8 @@ or lifts besides its keyword and vector channels, by the query's intent
 - entity: the entities the query names, resolved by name in the entity graph
   (services.search.graph_boost), lead to the memories mentioning them or their
   one-hop neighbours; memories remembered by someone the query names (`who`)
-  are lifted too.
+  are lifted too, and so are a conversation's turns by the speaker the query's
+  grammatical person addresses (`speakers_addressed`).
 - temporal: memories stating a time (a date, "yesterday", "last Saturday",
   "two weeks ago") are lifted, and so are the memories one `temporal` link
   (previous or next in the session) from the best matches; the range the query
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from services.common.db import Reads
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.text import words
+from services.common.turn_roles import ASSISTANT, USER
 from services.search import graph_queries, queries
 from services.search.scoring import Candidate
 
@@ -55,10 +57,44 @@ def states_time(text: str) -> bool:
     return _STATES_TIME.search(text) is not None
 
 
-def speakers_named(query: str, candidates: Iterable[Candidate]) -> set[str]:
-    """The `who` values (lower case) the query names as a word."""
-    named = {w.lower() for w in words(query)}
-    return {c.who.lower() for c in candidates if c.who and c.who.lower() in named}
+# "What did you recommend?" asks about the assistant's words; "Where did I go?"
+# about the user's own (a captured turn's `who` is its role unless named).
+_SPOKE = (
+    r"(say|tell|give|write|come up with|mention|suggest|recommend|list|explain|propose"
+    r"|provide|create|share|describe|name)"
+)
+_SPOKE_PAST = (
+    r"(said|told|gave|wrote|came up with|mentioned|suggested|recommended|listed|explained"
+    r"|proposed|provided|created|shared|described|named)"
+)
+# past tense, or "did you ...": "can you tell me" is a request, not a question about
+# what was said
+_ASKS_WHAT_YOU_SAID = re.compile(
+    rf"\byou\s+(\w+\s+)?{_SPOKE_PAST}\b|\bdid\s+you\s+(\w+\s+)?{_SPOKE}\b", re.I
+)
+_FIRST_PERSON = re.compile(r"\b(i|me|my|mine|myself|i'm|i've|i'd|i'll)\b", re.I)
+
+
+def speakers_addressed(query: str) -> set[str]:
+    """The conversation role the query's grammatical person points at: the
+    assistant for what "you" said, else the user for a question in the first person."""
+    if _ASKS_WHAT_YOU_SAID.search(query):
+        return {ASSISTANT}
+    if _FIRST_PERSON.search(query):
+        return {USER}
+    return set()
+
+
+def speakers_named(query: str, candidates: Sequence[Candidate]) -> set[str]:
+    """The `who` values (lower case) the query names as a word, and the role its
+    grammatical person addresses when the candidates hold turns of other speakers
+    too (a lift every candidate gets would only inflate the scores)."""
+    held = {c.who.lower() for c in candidates if c.who}
+    named = {w.lower() for w in words(query)} & held
+    addressed = speakers_addressed(query) & held
+    if addressed and held - addressed:
+        named |= addressed
+    return named
 
 
 async def time_statements(

@@ -10,7 +10,7 @@ from google.protobuf import struct_pb2
 
 from engram.common.v1 import pii_policy_pb2, privacy_pb2
 from engram.store.v1 import store_pb2, store_pb2_grpc
-from services.common import tracing
+from services.common import tracing, turn_roles
 from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
@@ -50,10 +50,10 @@ PRIVACY_LEVELS = {
     privacy_pb2.PRIVACY_LEVEL_FULL: "full",
 }
 _TURN_ROLES = {
-    store_pb2.TURN_ROLE_USER: "user",
-    store_pb2.TURN_ROLE_ASSISTANT: "assistant",
-    store_pb2.TURN_ROLE_SYSTEM: "system",
-    store_pb2.TURN_ROLE_TOOL: "tool",
+    store_pb2.TURN_ROLE_USER: turn_roles.USER,
+    store_pb2.TURN_ROLE_ASSISTANT: turn_roles.ASSISTANT,
+    store_pb2.TURN_ROLE_SYSTEM: turn_roles.SYSTEM,
+    store_pb2.TURN_ROLE_TOOL: turn_roles.TOOL,
 }
 _CONSOLIDATION_STATES = {
     "open": store_pb2.SESSION_CONSOLIDATION_STATE_OPEN,

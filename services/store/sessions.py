@@ -14,6 +14,7 @@ from services.common.errors import InvalidArgument, NotFound, Violations
 from services.common.intent import has_long_term_intent
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import normalize_content
+from services.common.turn_roles import ROLES, USER
 from services.common.validation import check_session_id
 from services.store import mutations, rules
 from services.store import repository as repo
@@ -24,7 +25,6 @@ from services.store.writer import Writer
 
 TURN_TYPE = "episodic"
 SUMMARY_TYPE = sql.SUMMARY_TYPE
-ROLES = ("user", "assistant", "system", "tool")
 SUMMARIZER = "pipeline-summarizer"
 # A summarize job reads at most this many of the session's newest turns.
 TRANSCRIPT_TURNS = 200
@@ -96,7 +96,7 @@ class Sessions:
             bad.add("session_id", "required")
         if turn.role not in ROLES:
             bad.add("role", "required: one of TURN_ROLE_USER, ASSISTANT, SYSTEM, TOOL")
-        intent = turn.role == "user" and has_long_term_intent(turn.content)
+        intent = turn.role == USER and has_long_term_intent(turn.content)
         level = self._store.privacy.level(turn.namespace, turn.privacy)
         promoted = intent and level not in (PARTIAL, FULL)
         draft = rules.draft_memory(

@@ -135,18 +135,79 @@ def test_entity_route_finds_who_alices_sister_is_through_the_graph(
     assert "Leeds has a new tram line" not in results
 
 
-def test_entity_route_lifts_what_the_named_speaker_said(stack: Stack) -> None:
+@pytest.mark.parametrize("any_intent", [True, False])
+def test_the_named_speaker_is_lifted_on_every_intent(
+    recall_stack: Callable[..., Stack], any_intent: bool
+) -> None:
     """'What did Maria say about the trip?': Maria's own memories rank above
-    someone else's equally matching one."""
+    someone else's equally matching one, whatever the intent, general included;
+    with `intent_speaker_any_intent` off, on the entity route alone."""
+    stack = recall_stack({**KEYWORDS_ONLY, "search.intent_speaker_any_intent": any_intent})
     other = stack.remember("Tom: the trip to Oslo was long", who="Tom")
     hers = stack.remember("Maria: the trip to Oslo was long", who="Maria")
-    flat = ask(stack, "Who planned the trip? Maria?", intent=GENERAL)
     routed = ask(stack, "Who planned the trip? Maria?")
-    assert {r.memory.id: r.intent_boost for r in flat.results} == {other.id: 0.0, hers.id: 0.0}
     assert routed.intent == search_pb2.QUERY_INTENT_ENTITY
     assert routed.results[0].memory.id == hers.id
     boosts = {r.memory.id: r.intent_boost for r in routed.results}
-    assert boosts[hers.id] > 0 and boosts[other.id] == 0.0
+    assert boosts[hers.id] == pytest.approx(0.3) and boosts[other.id] == 0.0
+    flat = ask(stack, "Who planned the trip? Maria?", intent=GENERAL)
+    flat_boosts = {r.memory.id: r.intent_boost for r in flat.results}
+    assert flat_boosts == {other.id: 0.0, hers.id: pytest.approx(0.3 if any_intent else 0.0)}
+
+
+@pytest.mark.parametrize(
+    ("query", "speaker"),
+    [
+        ("Which hotel in Porto did I book?", "user"),
+        ("my hotel in Porto", "user"),
+        ("Can you tell me which hotel in Porto I booked?", "user"),
+        ("Which hotel in Porto did you recommend?", "assistant"),
+        ("I forgot the hotel in Porto you suggested", "assistant"),
+    ],
+)
+def test_the_questions_grammatical_person_lifts_that_speakers_turns(
+    stack: Stack, query: str, speaker: str
+) -> None:
+    """A conversation's turns carry their role as `who` (AppendTurn): a question in
+    the first person asks about the user's own turns, one about what "you" said
+    about the assistant's; both match the query's words alike."""
+    turns = {
+        role: stack.store.AppendTurn(
+            store_pb2.AppendTurnRequest(
+                session_id="trip",
+                role=role_enum,
+                content=f"{role} turn: the hotel in Porto by the river",
+            ),
+            timeout=10,
+        ).memory
+        for role, role_enum in (
+            ("user", store_pb2.TURN_ROLE_USER),
+            ("assistant", store_pb2.TURN_ROLE_ASSISTANT),
+        )
+    }
+    for intent in (GENERAL, search_pb2.QUERY_INTENT_UNSPECIFIED):
+        results = ask(stack, query, intent=intent).results
+        assert results[0].memory.id == turns[speaker].id
+        boosts = {r.memory.who: r.intent_boost for r in results}
+        other = "assistant" if speaker == "user" else "user"
+        assert boosts == {speaker: pytest.approx(0.3), other: 0.0}
+
+
+def test_no_speaker_lift_when_every_candidate_is_the_addressed_one(stack: Stack) -> None:
+    """A lift every candidate gets would only inflate the scores: a first-person
+    question over the user's turns alone lifts none of them, and a question in
+    no grammatical person lifts no role."""
+    for content in ("the hotel in Porto by the river", "the hotel in Lisbon by the sea"):
+        stack.remember(content, who="user")
+    results = ask(stack, "Which hotel did I book?").results
+    assert len(results) == 2 and all(r.intent_boost == 0.0 for r in results)
+    stack.remember("the hotel in Faro by the beach", who="assistant")
+    assert all(r.intent_boost == 0.0 for r in ask(stack, "the hotel in Faro").results)
+    lifted = {
+        r.memory.content: r.intent_boost for r in ask(stack, "Which hotel did I book?").results
+    }
+    assert lifted["the hotel in Porto by the river"] == pytest.approx(0.3)
+    assert lifted["the hotel in Faro by the beach"] == 0.0
 
 
 def test_temporal_route_uses_the_range_the_question_names(stack: Stack) -> None:

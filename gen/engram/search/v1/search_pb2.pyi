@@ -30,7 +30,11 @@ class _QueryIntentEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_QueryInte
     QUERY_INTENT_UNSPECIFIED: _QueryIntent.ValueType  # 0
     """Not given (requests): classify the query."""
     QUERY_INTENT_GENERAL: _QueryIntent.ValueType  # 1
-    """No particular route: keywords and vectors only."""
+    """No particular route: keywords and vectors, with the lifts every intent
+    gets: the range the query names, and the memories of the speaker it names
+    (`who`) or addresses ("what did I ..." the user's turns, "what did you
+    recommend" the assistant's, when the candidates hold both).
+    """
     QUERY_INTENT_ENTITY: _QueryIntent.ValueType  # 2
     """Who or what someone or something is: the entities the query names are
     resolved by name in the namespace's entity graph, and the memories that
@@ -58,7 +62,11 @@ class QueryIntent(_QueryIntent, metaclass=_QueryIntentEnumTypeWrapper):
 QUERY_INTENT_UNSPECIFIED: QueryIntent.ValueType  # 0
 """Not given (requests): classify the query."""
 QUERY_INTENT_GENERAL: QueryIntent.ValueType  # 1
-"""No particular route: keywords and vectors only."""
+"""No particular route: keywords and vectors, with the lifts every intent
+gets: the range the query names, and the memories of the speaker it names
+(`who`) or addresses ("what did I ..." the user's turns, "what did you
+recommend" the assistant's, when the candidates hold both).
+"""
 QUERY_INTENT_ENTITY: QueryIntent.ValueType  # 2
 """Who or what someone or something is: the entities the query names are
 resolved by name in the namespace's entity graph, and the memories that
@@ -271,7 +279,7 @@ class RecallResult(_message.Message):
     """
     intent_boost: _builtins.float
     """What the query's intent route added before the squash (RecallResponse.intent):
-    the entity, time or causal lift; 0 when the route did not reach this memory.
+    the entity, speaker, time or causal lift; 0 when the route did not reach this memory.
     """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:

@@ -1,0 +1,228 @@
+"""services/store/pg_jobs.py on a real PostgreSQL: the job queue's semantics
+(lease tokens, fencing, the reaper, retries, burying), now with claimers that
+really run at once on separate connections."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from services.common.pg import open_read_write
+from services.store import pg_jobs
+from services.store.pg_migrations import apply_pg_migrations
+from services.store.repository import job_row
+
+T0 = "2026-01-01T00:00:00.000000000Z"
+T1 = "2026-01-01T00:00:01.000000000Z"
+T2 = "2026-01-01T00:00:02.000000000Z"
+T3 = "2026-01-01T00:00:03.000000000Z"
+
+
+@pytest.fixture
+def conn(pg_dsn: str) -> Any:
+    conn = open_read_write(pg_dsn)
+    apply_pg_migrations(conn)
+    yield conn
+    conn.close()
+
+
+def _enqueue(conn: Any, count: int, job_type: str = "embed", namespace: str = "ns") -> list[str]:
+    rows = [job_row(namespace, f"{namespace}-m{i}", job_type, 3, T0) for i in range(count)]
+    with conn.transaction():
+        pg_jobs.enqueue_jobs(conn, rows)
+    return [row.id for row in rows]
+
+
+def _job(conn: Any, job_id: str) -> Any:
+    row = conn.execute(
+        "SELECT status, lease_token, attempts, lease_worker, lease_instance, error, available_at"
+        " FROM memory_jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    conn.rollback()
+    return row
+
+
+def _if_held(conn: Any, job_id: str, token: str, action: Callable[[Any, str, str], None]) -> bool:
+    """jobs.py's _for_held_leases for one job: the action only under a held lease."""
+    with conn.transaction():
+        held = pg_jobs.leased_job(conn, job_id, token) is not None
+        if held:
+            action(conn, job_id, T2)
+        return held
+
+
+def test_a_claim_leases_due_jobs_oldest_first_with_a_token_and_its_holder(conn: Any) -> None:
+    ids = _enqueue(conn, 3)
+    claimed = pg_jobs.claim(conn, "embed", ["ns"], T1, 2, ("worker", "instance-1"))
+    assert [row["id"] for row, _ in claimed] == ids[:2]
+    for row, token in claimed:
+        job = _job(conn, row["id"])
+        assert (job["status"], job["lease_token"], job["attempts"]) == ("leased", token, 1)
+        assert (job["lease_worker"], job["lease_instance"]) == ("worker", "instance-1")
+    assert [row["id"] for row, _ in pg_jobs.claim(conn, "embed", ["ns"], T1, 5)] == ids[2:]
+    assert pg_jobs.claim(conn, "embed", ["ns"], T1, 5) == []
+
+
+def test_a_claim_takes_only_its_type_namespaces_and_due_jobs(conn: Any) -> None:
+    _enqueue(conn, 1, namespace="a")
+    (other,) = _enqueue(conn, 1, namespace="b")
+    _enqueue(conn, 1, job_type="extract", namespace="b")
+    assert pg_jobs.claim(conn, "embed", ["b"], "2025-01-01T00:00:00.000000000Z", 5) == []
+    assert [row["id"] for row, _ in pg_jobs.claim(conn, "embed", ["b"], T1, 5)] == [other]
+    assert len(pg_jobs.claim(conn, "embed", [], T1, 5)) == 1  # no namespaces: any
+
+
+def test_concurrent_claimers_never_get_the_same_job(pg_dsn: str, conn: Any) -> None:
+    """Eight claimers, each on its own connection, start together and claim in
+    small batches until the queue is empty: every job is leased exactly once."""
+    ids = _enqueue(conn, 300)
+    claimers = 8
+    start = threading.Barrier(claimers)
+    claimed: list[list[str]] = [[] for _ in range(claimers)]
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        own = open_read_write(pg_dsn)
+        try:
+            start.wait()
+            while batch := pg_jobs.claim(own, "embed", ["ns"], T1, 3, (f"w{index}", "i")):
+                claimed[index].extend(row["id"] for row, _ in batch)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(claimers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    every = [job_id for batch in claimed for job_id in batch]
+    assert len(every) == len(set(every)) == len(ids)
+    assert set(every) == set(ids)
+    counts = dict(((r[0], r[1]), r[2]) for r in conn.execute(*pg_jobs.queue_counts_query()))
+    assert counts == {("embed", "leased"): 300}
+
+
+def test_a_stale_token_is_fenced_out(conn: Any) -> None:
+    """The reaper takes back a lease its holder let lapse; the job is leased
+    again; the first holder's late completion changes nothing."""
+    (job_id,) = _enqueue(conn, 1)
+    [(_, stale)] = pg_jobs.claim(conn, "embed", ["ns"], T1, 1)
+    with conn.transaction():
+        assert pg_jobs.release_stale_leases(conn, T2, T2) == 1
+    [(_, fresh)] = pg_jobs.claim(conn, "embed", ["ns"], T2, 1)
+    assert not _if_held(conn, job_id, stale, pg_jobs.complete_job)
+    assert not _if_held(conn, job_id, stale, pg_jobs.release_job)
+    job = _job(conn, job_id)
+    assert (job["status"], job["lease_token"], job["attempts"]) == ("leased", fresh, 2)
+    assert _if_held(conn, job_id, fresh, pg_jobs.complete_job)
+    assert _job(conn, job_id)["status"] == "completed"
+    assert not _if_held(conn, job_id, fresh, pg_jobs.complete_job)  # once
+
+
+def test_the_reaper_waits_for_a_completion_in_flight_and_leaves_the_job_completed(
+    pg_dsn: str, conn: Any
+) -> None:
+    """leased_job locks the job: a reaper arriving between the token check and
+    the completion waits, then finds the job completed, not stale."""
+    (job_id,) = _enqueue(conn, 1)
+    [(_, token)] = pg_jobs.claim(conn, "embed", ["ns"], T1, 1)
+    reaper = open_read_write(pg_dsn)
+    reaper_pid = reaper.execute("SELECT pg_backend_pid()").fetchone()[0]
+    reaper.rollback()
+    released: list[int] = []
+    with conn.transaction():
+        assert pg_jobs.leased_job(conn, job_id, token) is not None
+
+        def reap() -> None:
+            with reaper.transaction():
+                released.append(pg_jobs.release_stale_leases(reaper, T3, T3))
+
+        thread = threading.Thread(target=reap)
+        thread.start()
+        _wait_until_blocked(pg_dsn, reaper_pid)
+        pg_jobs.complete_job(conn, job_id, T2)
+    thread.join()
+    reaper.close()
+    assert released == [0]
+    assert _job(conn, job_id)["status"] == "completed"
+
+
+def _wait_until_blocked(dsn: str, pid: int) -> None:
+    """Until `pid` waits on a lock (no time limit: the test's timeout is the bound)."""
+    with open_read_write(dsn) as watcher:
+        while True:
+            row = watcher.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()
+            watcher.rollback()
+            if row is not None and row[0] == "Lock":
+                return
+            watcher.execute("SELECT pg_sleep(0.01)")
+
+
+def test_a_failed_attempt_is_retried_later_and_a_last_one_is_buried(conn: Any) -> None:
+    (job_id,) = _enqueue(conn, 1)
+    [(_, token)] = pg_jobs.claim(conn, "embed", ["ns"], T1, 1)
+    with conn.transaction():
+        assert pg_jobs.leased_job(conn, job_id, token) is not None
+        pg_jobs.retry_job(conn, job_id, "boom", T3, T1)
+    job = _job(conn, job_id)
+    assert (job["status"], job["lease_token"], job["error"]) == ("pending", None, "boom")
+    assert pg_jobs.claim(conn, "embed", ["ns"], T2, 1) == []  # not before its retry time
+    [(_, token)] = pg_jobs.claim(conn, "embed", ["ns"], T3, 1)
+    with conn.transaction():
+        assert pg_jobs.leased_job(conn, job_id, token) is not None
+        pg_jobs.bury_job(conn, job_id, "boom again", T3)
+    job = _job(conn, job_id)
+    assert (job["status"], job["attempts"], job["error"]) == ("dead", 2, "boom again")
+    assert pg_jobs.claim(conn, "embed", ["ns"], "9999-01-01T00:00:00.000000000Z", 1) == []
+
+
+def test_a_release_returns_the_attempt_and_a_renewal_keeps_the_lease_fresh(conn: Any) -> None:
+    first, second = _enqueue(conn, 2)
+    claimed = dict((row["id"], token) for row, token in pg_jobs.claim(conn, "embed", ["ns"], T1, 2))
+    assert _if_held(conn, first, claimed[first], pg_jobs.release_job)
+    job = _job(conn, first)
+    assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 0, None)
+    assert _if_held(conn, second, claimed[second], pg_jobs.renew_lease)  # leased_at = T2
+    with conn.transaction():
+        assert pg_jobs.release_stale_leases(conn, T2, T3) == 0  # renewed: not stale
+    assert _job(conn, second)["status"] == "leased"
+
+
+def test_a_restarted_worker_takes_back_what_its_previous_instance_held(conn: Any) -> None:
+    ids = _enqueue(conn, 4)
+    old = pg_jobs.claim(conn, "embed", ["ns"], T1, 2, ("worker", "old"))
+    pg_jobs.claim(conn, "embed", ["ns"], T1, 1, ("worker", "new"))
+    pg_jobs.claim(conn, "embed", ["ns"], T1, 1, ("someone-else", "old"))
+    with conn.transaction():
+        assert pg_jobs.release_prior_instance_leases(conn, "worker", "new", T2) == 2
+    for row, token in old:
+        job = _job(conn, row["id"])
+        assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 0, None)
+        assert not _if_held(conn, row["id"], token, pg_jobs.complete_job)  # fenced
+    assert [_job(conn, i)["status"] for i in ids[2:]] == ["leased", "leased"]
+
+
+def test_an_open_job_absorbs_a_second_of_its_type_for_the_same_memory(conn: Any) -> None:
+    with conn.transaction():
+        pg_jobs.enqueue_jobs(conn, [job_row("ns", "m", "embed", 3, T0)])
+        pg_jobs.enqueue_jobs(
+            conn, [job_row("ns", "m", "embed", 3, T0), job_row("ns", "m", "extract", 3, T0)]
+        )
+    assert conn.execute("SELECT count(*) FROM memory_jobs").fetchone()[0] == 2
+    conn.rollback()
+    [(row, token)] = pg_jobs.claim(conn, "embed", ["ns"], T1, 1)
+    assert _if_held(conn, row["id"], token, pg_jobs.complete_job)
+    with conn.transaction():
+        pg_jobs.enqueue_jobs(conn, [job_row("ns", "m", "embed", 3, T2)])  # none open now
+    assert conn.execute("SELECT count(*) FROM memory_jobs").fetchone()[0] == 3
+    assert conn.execute(*pg_jobs.due_job_query("embed", ["ns"], T3)).fetchone() is not None
+    assert conn.execute(*pg_jobs.oldest_pending_query()).fetchone()[0] == T0

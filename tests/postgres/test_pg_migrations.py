@@ -54,6 +54,7 @@ SQLITE_ONLY_TRIGGERS = {
 POSTGRES_ONLY_COLUMNS = {
     ("memories", "rowid"),  # SQLite's implicit rowid, named
     ("memories", "content_tsv"),  # memories_fts's counterpart
+    ("memories", "content_tokens"),  # its length (memories_fts_docsize's counterpart)
     ("memory_vectors", "embedding"),  # a halfvec under HNSW, for SQLite's sign bits
 }
 SQLITE_ONLY_COLUMNS = {("memory_vectors", "bits")}

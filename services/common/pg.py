@@ -7,11 +7,15 @@ without the `postgres` extra never needs it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
+
+from services.common.memory_filter import NOW_SQL
 
 Connection = psycopg.Connection
 IntegrityError = psycopg.errors.IntegrityError
@@ -98,3 +102,132 @@ def grant_reader(conn: Any, role: str) -> None:
             ident
         )
     )
+
+
+# ---- the store's SQL on Postgres: sqlite3's connection API over psycopg ----------
+
+# NOW_SQL (services/common/memory_filter.py), the one SQLite function the shared
+# filter SQL holds, in the same stored form: milliseconds padded to nine digits,
+# one instant per statement as SQLite's 'now' is.
+PG_NOW_SQL = (
+    "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"000000Z\"')"
+)
+# The writer's statements that differ: SQLite's BEGIN IMMEDIATE takes the write
+# lock up front; a Postgres transaction locks rows as it writes them.
+_STATEMENTS = {"BEGIN IMMEDIATE": "BEGIN"}
+
+
+@functools.lru_cache(maxsize=2048)
+def translate(statement: str) -> str:
+    """sqlite3's SQL text as psycopg's: `?` becomes `%s`, `:name` becomes
+    `%(name)s`, a literal `%` becomes `%%`, NOW_SQL becomes PG_NOW_SQL; nothing
+    inside a string literal, a quoted identifier or a comment is a placeholder
+    (a `%` there is still doubled: psycopg scans the whole text). Cached: the
+    repository builds a few hundred distinct texts, each translated once."""
+    special = _STATEMENTS.get(" ".join(statement.split()).upper())
+    if special is not None:
+        return special
+    text = statement.replace(NOW_SQL, PG_NOW_SQL)
+    out: list[str] = []
+    i, n = 0, len(text)
+    positional = named = False
+    while i < n:
+        c = text[i]
+        if c in "'\"":  # a literal or quoted identifier; a doubled quote stays inside
+            end = i + 1
+            while end < n:
+                if text[end] == c:
+                    if end + 1 < n and text[end + 1] == c:
+                        end += 2
+                        continue
+                    break
+                end += 1
+            out.append(text[i : end + 1].replace("%", "%%"))
+            i = end + 1
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            out.append(text[i:end].replace("%", "%%"))
+            i = end
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            out.append(text[i:end].replace("%", "%%"))
+            i = end
+        elif c == "?":
+            if i + 1 < n and text[i + 1].isdigit():
+                raise ValueError(f"numbered parameters are not supported: {statement[:80]!r}")
+            positional = True
+            out.append("%s")
+            i += 1
+        elif (
+            c == ":"
+            and i + 1 < n
+            and (text[i + 1].isalpha() or text[i + 1] == "_")
+            and (i == 0 or text[i - 1] != ":")
+        ):
+            end = i + 1
+            while end < n and (text[end].isalnum() or text[end] == "_"):
+                end += 1
+            named = True
+            out.append(f"%({text[i + 1 : end]})s")
+            i = end
+        elif c == "%":
+            out.append("%%")
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    if positional and named:
+        raise ValueError(f"both ? and :name parameters in one statement: {statement[:80]!r}")
+    return "".join(out)
+
+
+class SqliteApi:
+    """A psycopg connection behind the part of sqlite3's connection API the
+    store's repository and writer use, so their SQL has one home for both
+    backends: `execute` and `executemany` take sqlite3's parameter styles and
+    return a cursor (fetchone, fetchall, rowcount, iteration; rows read by
+    position or name), and the writer's BEGIN IMMEDIATE / SAVEPOINT / RELEASE /
+    ROLLBACK TO / COMMIT run as they are written.
+
+    Like the store's SQLite connection (isolation_level=None), a statement
+    outside an explicit transaction commits on its own: the connection is put in
+    autocommit, and BEGIN (or `transaction()`) opens a transaction."""
+
+    dialect = "postgres"
+
+    def __init__(self, conn: Any) -> None:
+        conn.autocommit = True  # raises if a transaction is open: the caller ends it first
+        self.raw = conn
+
+    def execute(self, statement: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        return self.raw.execute(translate(statement), params)
+
+    def executemany(self, statement: str, params: Iterable[Sequence[Any] | dict[str, Any]]) -> Any:
+        cursor = self.raw.cursor()
+        cursor.executemany(translate(statement), params)
+        return cursor
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self.raw.info.transaction_status != TransactionStatus.IDLE)
+
+    def transaction(self) -> Any:
+        """psycopg's transaction block (BEGIN ... COMMIT, ROLLBACK on error)."""
+        return self.raw.transaction()
+
+    def commit(self) -> None:
+        self.raw.commit()
+
+    def rollback(self) -> None:
+        self.raw.rollback()
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> SqliteApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,5 +1,11 @@
 """All of the store's SQL. Write functions take the writer's connection; read
-queries are returned as (sql, params) so the async read pool can run them."""
+queries are returned as (sql, params) so the async read pool can run them.
+
+One home for both backends (issue 21): the SQL is written for SQLite and runs
+unchanged on PostgreSQL through services/common/pg.py's SqliteApi, which takes
+sqlite3's parameter styles. Where the dialects differ it is written in SQL both
+accept (ON CONFLICT DO NOTHING, IS DISTINCT FROM, CASE); where that cannot be,
+a function branches on `postgres(conn)`, the connection's own dialect."""
 
 from __future__ import annotations
 
@@ -51,6 +57,11 @@ _UPDATABLE = {
 }
 
 Query = tuple[str, list[Any]]
+
+
+def postgres(conn: Any) -> bool:
+    """Whether `conn` is a Postgres one (SqliteApi says so; sqlite3's says nothing)."""
+    return getattr(conn, "dialect", "sqlite") == "postgres"
 
 
 def new_id() -> str:
@@ -191,13 +202,15 @@ def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str,
     until purged; a superseded one holds none: its value may become true again)."""
     found: dict[str, Twin] = {}
     unique = list(dict.fromkeys(hashes))
+    # Without statistics SQLite's planner prefers the (namespace, is_deleted)
+    # index for longer IN lists: a scan of the whole namespace. Postgres has no
+    # INDEXED BY, and its statistics choose the hash index.
+    indexed_by = "" if postgres(conn) else "INDEXED BY memories_live_hash "
     for start in range(0, len(unique), 500):
         chunk = unique[start : start + 500]
         rows = conn.execute(
-            # Without statistics the planner prefers the (namespace, is_deleted)
-            # index for longer IN lists: a scan of the whole namespace.
             f"SELECT content_hash, id, expire_at, NOT {not_expired_sql('memories')} "
-            "FROM memories INDEXED BY memories_live_hash "
+            f"FROM memories {indexed_by}"
             "WHERE namespace = ? AND is_deleted = 0 AND invalidated_at IS NULL "
             f"AND content_hash IN ({', '.join('?' * len(chunk))})",
             [namespace, *chunk],
@@ -258,8 +271,10 @@ class MemoryRow(NamedTuple):
 INSERT_CHUNK_ROWS = 64
 
 
-def insert_rows(conn: Any, head: str, row_sql: str, rows: Iterable[Sequence[Any]]) -> None:
-    """`head` + `row_sql` repeated once per row: one statement per chunk of rows.
+def insert_rows(
+    conn: Any, head: str, row_sql: str, rows: Iterable[Sequence[Any]], tail: str = ""
+) -> None:
+    """`head` + `row_sql` repeated once per row + `tail`: one statement per chunk of rows.
 
     Not executemany: the writer thread has to take the GIL back from the event
     loop after every SQLite step, and executemany steps once per row; a multi-row
@@ -268,7 +283,8 @@ def insert_rows(conn: Any, head: str, row_sql: str, rows: Iterable[Sequence[Any]
     for start in range(0, len(rows), INSERT_CHUNK_ROWS):
         chunk = rows[start : start + INSERT_CHUNK_ROWS]
         conn.execute(
-            head + ", ".join([row_sql] * len(chunk)), [value for row in chunk for value in row]
+            head + ", ".join([row_sql] * len(chunk)) + tail,
+            [value for row in chunk for value in row],
         )
 
 
@@ -367,13 +383,15 @@ def job_row(namespace: str, memory_id: str, job_type: str, max_attempts: int, at
 
 
 def enqueue_jobs(conn: Any, rows: Iterable[JobRow]) -> None:
-    """Enqueue dedup: a memory's open job of the same type absorbs the new one."""
+    """Enqueue dedup: a memory's open job of the same type absorbs the new one
+    (memory_jobs_open, a partial unique index, is the conflict)."""
     insert_rows(
         conn,
-        "INSERT OR IGNORE INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
+        "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
         "available_at, created_at, updated_at) VALUES ",
         "(?, ?, ?, ?, ?, ?, ?, ?)",
         rows,
+        " ON CONFLICT DO NOTHING",
     )
 
 
@@ -559,11 +577,19 @@ def live_hashes_with_embedding(conn: Any, namespace: str, hashes: Sequence[str])
 
 def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
     """An embed job for every live memory without a vector of the index model."""
+    # 32 random hex digits: SQLite has no UUID function, Postgres no randomblob.
+    random_id = (
+        "replace(gen_random_uuid()::text, '-', '')"
+        if postgres(conn)
+        else "lower(hex(randomblob(16)))"
+    )
     cursor = conn.execute(
-        "INSERT OR IGNORE INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
+        "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
         "available_at, created_at, updated_at) "
-        "SELECT lower(hex(randomblob(16))), m.namespace, m.id, 'embed', ?, ?, ?, ? FROM memories m "
-        "WHERE m.is_deleted = 0 AND m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)",
+        f"SELECT {random_id}, m.namespace, m.id, 'embed', ?, ?, ?, ? FROM memories m "
+        "WHERE m.is_deleted = 0 AND m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors) "
+        # (the WHERE also settles SQLite's parse of ON CONFLICT after a SELECT)
+        "ON CONFLICT DO NOTHING",
         (max_attempts, at, at, at),
     )
     return int(cursor.rowcount)
@@ -575,6 +601,11 @@ def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
 def due_jobs(
     conn: Any, job_type: str, namespaces: Sequence[str], now: str, limit: int
 ) -> list[Any]:
+    """Up to `limit` due jobs, oldest first; mark them leased in the same
+    transaction. SQLite's one writer runs claims one at a time. On Postgres,
+    where claimers run at once on their own connections, the rows are locked
+    FOR UPDATE SKIP LOCKED: two transactions never return the same job and
+    neither waits for the other (services/store/pg_jobs.py's claim)."""
     sql = (
         "SELECT j.id, j.job_type, j.namespace, j.memory_id, j.document_id, j.attempts, "
         "j.max_attempts, m.content, m.content_hash, m.is_deleted, "
@@ -589,6 +620,8 @@ def due_jobs(
         params.extend(namespaces)
     sql += " ORDER BY j.available_at, j.created_at LIMIT ?"
     params.append(limit)
+    if postgres(conn):
+        sql += " FOR UPDATE OF j SKIP LOCKED"
     return list(conn.execute(sql, params).fetchall())
 
 
@@ -623,10 +656,15 @@ def mark_leased(
 
 
 def leased_job(conn: Any, job_id: str, token: str) -> Any:
-    """The job if it is leased with exactly this token, else None."""
+    """The job if it is leased with exactly this token, else None. On Postgres
+    the job stays locked until the transaction ends, so the caller's completion,
+    retry or release acts on the lease it checked: a reaper or a second
+    completion waits, then finds it changed (fencing; SQLite's one writer
+    serialises them anyway)."""
     return conn.execute(
         "SELECT id, job_type, namespace, memory_id, document_id, attempts, max_attempts "
-        "FROM memory_jobs WHERE id = ? AND status = 'leased' AND lease_token = ?",
+        "FROM memory_jobs WHERE id = ? AND status = 'leased' AND lease_token = ?"
+        + (" FOR UPDATE" if postgres(conn) else ""),
         (job_id, token),
     ).fetchone()
 
@@ -655,11 +693,15 @@ def bury_job(conn: Any, job_id: str, error: str, at: str) -> None:
     )
 
 
+# SQLite's two-argument max() is Postgres' greatest(); a CASE is both's.
+_ONE_ATTEMPT_LESS = "CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"
+
+
 def release_job(conn: Any, job_id: str, at: str) -> None:
     """Back to pending as if the attempt never happened."""
     conn.execute(
         "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
-        "attempts = max(attempts - 1, 0), updated_at = ? WHERE id = ?",
+        f"attempts = {_ONE_ATTEMPT_LESS}, updated_at = ? WHERE id = ?",
         (at, job_id),
     )
 
@@ -671,6 +713,8 @@ def renew_lease(conn: Any, job_id: str, at: str) -> None:
 
 
 def release_stale_leases(conn: Any, leased_before: str, at: str) -> int:
+    """The reaper. On Postgres a job whose holder is completing it (leased_job's
+    lock) is waited for, then seen completed and left alone."""
     cursor = conn.execute(
         "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
         "updated_at = ? WHERE status = 'leased' AND leased_at < ?",
@@ -683,8 +727,8 @@ def release_prior_instance_leases(conn: Any, worker: str, instance: str, at: str
     """Back to pending, unattempted, every job `worker` leased under another instance."""
     cursor = conn.execute(
         "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
-        "attempts = max(attempts - 1, 0), updated_at = ? "
-        "WHERE status = 'leased' AND lease_worker = ? AND lease_instance IS NOT ?",
+        f"attempts = {_ONE_ATTEMPT_LESS}, updated_at = ? "
+        "WHERE status = 'leased' AND lease_worker = ? AND lease_instance IS DISTINCT FROM ?",
         (at, worker, instance),
     )
     return int(cursor.rowcount)

@@ -1,6 +1,7 @@
-"""services/store/pg_jobs.py on a real PostgreSQL: the job queue's semantics
-(lease tokens, fencing, the reaper, retries, burying), now with claimers that
-really run at once on separate connections."""
+"""The repository's job queue on a real PostgreSQL (through SqliteApi), with
+services/store/repository.py's claim: the queue's semantics (lease tokens, fencing,
+the reaper, retries, burying), now with claimers that really run at once on
+separate connections."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from services.common.pg import open_read_write
-from services.store import pg_jobs
+from services.common.pg import SqliteApi, open_read_write
+from services.store import pg_jobs, repository
 from services.store.pg_migrations import apply_pg_migrations
 from services.store.repository import job_row
 
@@ -23,8 +24,9 @@ T3 = "2026-01-01T00:00:03.000000000Z"
 
 @pytest.fixture
 def conn(pg_dsn: str) -> Any:
-    conn = open_read_write(pg_dsn)
-    apply_pg_migrations(conn)
+    raw = open_read_write(pg_dsn)
+    apply_pg_migrations(raw)
+    conn = SqliteApi(raw)
     yield conn
     conn.close()
 
@@ -32,24 +34,23 @@ def conn(pg_dsn: str) -> Any:
 def _enqueue(conn: Any, count: int, job_type: str = "embed", namespace: str = "ns") -> list[str]:
     rows = [job_row(namespace, f"{namespace}-m{i}", job_type, 3, T0) for i in range(count)]
     with conn.transaction():
-        pg_jobs.enqueue_jobs(conn, rows)
+        repository.enqueue_jobs(conn, rows)
     return [row.id for row in rows]
 
 
 def _job(conn: Any, job_id: str) -> Any:
     row = conn.execute(
         "SELECT status, lease_token, attempts, lease_worker, lease_instance, error, available_at"
-        " FROM memory_jobs WHERE id = %s",
+        " FROM memory_jobs WHERE id = ?",
         (job_id,),
     ).fetchone()
-    conn.rollback()
     return row
 
 
 def _if_held(conn: Any, job_id: str, token: str, action: Callable[[Any, str, str], None]) -> bool:
     """jobs.py's _for_held_leases for one job: the action only under a held lease."""
     with conn.transaction():
-        held = pg_jobs.leased_job(conn, job_id, token) is not None
+        held = repository.leased_job(conn, job_id, token) is not None
         if held:
             action(conn, job_id, T2)
         return held
@@ -86,7 +87,7 @@ def test_concurrent_claimers_never_get_the_same_job(pg_dsn: str, conn: Any) -> N
     errors: list[BaseException] = []
 
     def run(index: int) -> None:
-        own = open_read_write(pg_dsn)
+        own = SqliteApi(open_read_write(pg_dsn))
         try:
             start.wait()
             while batch := pg_jobs.claim(own, "embed", ["ns"], T1, 3, (f"w{index}", "i")):
@@ -105,7 +106,7 @@ def test_concurrent_claimers_never_get_the_same_job(pg_dsn: str, conn: Any) -> N
     every = [job_id for batch in claimed for job_id in batch]
     assert len(every) == len(set(every)) == len(ids)
     assert set(every) == set(ids)
-    counts = dict(((r[0], r[1]), r[2]) for r in conn.execute(*pg_jobs.queue_counts_query()))
+    counts = dict(((r[0], r[1]), r[2]) for r in conn.execute(*repository.queue_counts_query()))
     assert counts == {("embed", "leased"): 300}
 
 
@@ -115,15 +116,15 @@ def test_a_stale_token_is_fenced_out(conn: Any) -> None:
     (job_id,) = _enqueue(conn, 1)
     [(_, stale)] = pg_jobs.claim(conn, "embed", ["ns"], T1, 1)
     with conn.transaction():
-        assert pg_jobs.release_stale_leases(conn, T2, T2) == 1
+        assert repository.release_stale_leases(conn, T2, T2) == 1
     [(_, fresh)] = pg_jobs.claim(conn, "embed", ["ns"], T2, 1)
-    assert not _if_held(conn, job_id, stale, pg_jobs.complete_job)
-    assert not _if_held(conn, job_id, stale, pg_jobs.release_job)
+    assert not _if_held(conn, job_id, stale, repository.complete_job)
+    assert not _if_held(conn, job_id, stale, repository.release_job)
     job = _job(conn, job_id)
     assert (job["status"], job["lease_token"], job["attempts"]) == ("leased", fresh, 2)
-    assert _if_held(conn, job_id, fresh, pg_jobs.complete_job)
+    assert _if_held(conn, job_id, fresh, repository.complete_job)
     assert _job(conn, job_id)["status"] == "completed"
-    assert not _if_held(conn, job_id, fresh, pg_jobs.complete_job)  # once
+    assert not _if_held(conn, job_id, fresh, repository.complete_job)  # once
 
 
 def test_the_reaper_waits_for_a_completion_in_flight_and_leaves_the_job_completed(
@@ -133,21 +134,20 @@ def test_the_reaper_waits_for_a_completion_in_flight_and_leaves_the_job_complete
     the completion waits, then finds the job completed, not stale."""
     (job_id,) = _enqueue(conn, 1)
     [(_, token)] = pg_jobs.claim(conn, "embed", ["ns"], T1, 1)
-    reaper = open_read_write(pg_dsn)
+    reaper = SqliteApi(open_read_write(pg_dsn))
     reaper_pid = reaper.execute("SELECT pg_backend_pid()").fetchone()[0]
-    reaper.rollback()
     released: list[int] = []
     with conn.transaction():
-        assert pg_jobs.leased_job(conn, job_id, token) is not None
+        assert repository.leased_job(conn, job_id, token) is not None
 
         def reap() -> None:
             with reaper.transaction():
-                released.append(pg_jobs.release_stale_leases(reaper, T3, T3))
+                released.append(repository.release_stale_leases(reaper, T3, T3))
 
         thread = threading.Thread(target=reap)
         thread.start()
         _wait_until_blocked(pg_dsn, reaper_pid)
-        pg_jobs.complete_job(conn, job_id, T2)
+        repository.complete_job(conn, job_id, T2)
     thread.join()
     reaper.close()
     assert released == [0]
@@ -171,15 +171,15 @@ def test_a_failed_attempt_is_retried_later_and_a_last_one_is_buried(conn: Any) -
     (job_id,) = _enqueue(conn, 1)
     [(_, token)] = pg_jobs.claim(conn, "embed", ["ns"], T1, 1)
     with conn.transaction():
-        assert pg_jobs.leased_job(conn, job_id, token) is not None
-        pg_jobs.retry_job(conn, job_id, "boom", T3, T1)
+        assert repository.leased_job(conn, job_id, token) is not None
+        repository.retry_job(conn, job_id, "boom", T3, T1)
     job = _job(conn, job_id)
     assert (job["status"], job["lease_token"], job["error"]) == ("pending", None, "boom")
     assert pg_jobs.claim(conn, "embed", ["ns"], T2, 1) == []  # not before its retry time
     [(_, token)] = pg_jobs.claim(conn, "embed", ["ns"], T3, 1)
     with conn.transaction():
-        assert pg_jobs.leased_job(conn, job_id, token) is not None
-        pg_jobs.bury_job(conn, job_id, "boom again", T3)
+        assert repository.leased_job(conn, job_id, token) is not None
+        repository.bury_job(conn, job_id, "boom again", T3)
     job = _job(conn, job_id)
     assert (job["status"], job["attempts"], job["error"]) == ("dead", 2, "boom again")
     assert pg_jobs.claim(conn, "embed", ["ns"], "9999-01-01T00:00:00.000000000Z", 1) == []
@@ -188,12 +188,12 @@ def test_a_failed_attempt_is_retried_later_and_a_last_one_is_buried(conn: Any) -
 def test_a_release_returns_the_attempt_and_a_renewal_keeps_the_lease_fresh(conn: Any) -> None:
     first, second = _enqueue(conn, 2)
     claimed = dict((row["id"], token) for row, token in pg_jobs.claim(conn, "embed", ["ns"], T1, 2))
-    assert _if_held(conn, first, claimed[first], pg_jobs.release_job)
+    assert _if_held(conn, first, claimed[first], repository.release_job)
     job = _job(conn, first)
     assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 0, None)
-    assert _if_held(conn, second, claimed[second], pg_jobs.renew_lease)  # leased_at = T2
+    assert _if_held(conn, second, claimed[second], repository.renew_lease)  # leased_at = T2
     with conn.transaction():
-        assert pg_jobs.release_stale_leases(conn, T2, T3) == 0  # renewed: not stale
+        assert repository.release_stale_leases(conn, T2, T3) == 0  # renewed: not stale
     assert _job(conn, second)["status"] == "leased"
 
 
@@ -203,45 +203,44 @@ def test_a_restarted_worker_takes_back_what_its_previous_instance_held(conn: Any
     pg_jobs.claim(conn, "embed", ["ns"], T1, 1, ("worker", "new"))
     pg_jobs.claim(conn, "embed", ["ns"], T1, 1, ("someone-else", "old"))
     with conn.transaction():
-        assert pg_jobs.release_prior_instance_leases(conn, "worker", "new", T2) == 2
+        assert repository.release_prior_instance_leases(conn, "worker", "new", T2) == 2
     for row, token in old:
         job = _job(conn, row["id"])
         assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 0, None)
-        assert not _if_held(conn, row["id"], token, pg_jobs.complete_job)  # fenced
+        assert not _if_held(conn, row["id"], token, repository.complete_job)  # fenced
     assert [_job(conn, i)["status"] for i in ids[2:]] == ["leased", "leased"]
 
 
 def test_an_open_job_absorbs_a_second_of_its_type_for_the_same_memory(conn: Any) -> None:
     with conn.transaction():
-        pg_jobs.enqueue_jobs(conn, [job_row("ns", "m", "embed", 3, T0)])
-        pg_jobs.enqueue_jobs(
+        repository.enqueue_jobs(conn, [job_row("ns", "m", "embed", 3, T0)])
+        repository.enqueue_jobs(
             conn, [job_row("ns", "m", "embed", 3, T0), job_row("ns", "m", "extract", 3, T0)]
         )
     assert conn.execute("SELECT count(*) FROM memory_jobs").fetchone()[0] == 2
-    conn.rollback()
     [(row, token)] = pg_jobs.claim(conn, "embed", ["ns"], T1, 1)
-    assert _if_held(conn, row["id"], token, pg_jobs.complete_job)
+    assert _if_held(conn, row["id"], token, repository.complete_job)
     with conn.transaction():
-        pg_jobs.enqueue_jobs(conn, [job_row("ns", "m", "embed", 3, T2)])  # none open now
+        repository.enqueue_jobs(conn, [job_row("ns", "m", "embed", 3, T2)])  # none open now
     assert conn.execute("SELECT count(*) FROM memory_jobs").fetchone()[0] == 3
-    assert conn.execute(*pg_jobs.due_job_query("embed", ["ns"], T3)).fetchone() is not None
-    assert conn.execute(*pg_jobs.oldest_pending_query()).fetchone()[0] == T0
+    assert conn.execute(*repository.due_job_query("embed", ["ns"], T3)).fetchone() is not None
+    assert conn.execute(*repository.oldest_pending_query()).fetchone()[0] == T0
 
 
 def test_a_due_job_carries_its_memorys_content_and_whether_its_document_exists(
     conn: Any,
 ) -> None:
     """What jobs.py's lease reads from the row to skip a gone memory's or
-    document's job, as repository.due_jobs gives it on SQLite."""
+    document's job (tests/postgres/test_pg_repository.py runs it on both)."""
     with conn.transaction():
         conn.execute(
             "INSERT INTO memories (id, namespace, content, normalized_content, content_hash,"
             " type, importance, created_at, updated_at, event_time, is_deleted)"
-            " VALUES ('live', 'ns', 'hello', 'hello', 'h1', 'fact', 0.5, %s, %s, %s, 0),"
-            " ('gone', 'ns', 'bye', 'bye', 'h2', 'fact', 0.5, %s, %s, %s, 1)",
+            " VALUES ('live', 'ns', 'hello', 'hello', 'h1', 'fact', 0.5, ?, ?, ?, 0),"
+            " ('gone', 'ns', 'bye', 'bye', 'h2', 'fact', 0.5, ?, ?, ?, 1)",
             [T0] * 6,
         )
-        pg_jobs.enqueue_jobs(
+        repository.enqueue_jobs(
             conn,
             [
                 job_row("ns", "live", "embed", 3, T0),
@@ -252,13 +251,13 @@ def test_a_due_job_carries_its_memorys_content_and_whether_its_document_exists(
         conn.execute(
             "INSERT INTO memory_jobs (id, namespace, document_id, job_type, available_at,"
             " created_at, updated_at) VALUES ('doc-job', 'ns', 'no-such-document',"
-            " 'document_ingest', %s, %s, %s)",
+            " 'document_ingest', ?, ?, ?)",
             [T0] * 3,
         )
     with conn.transaction():
-        rows = {r["memory_id"]: r for r in pg_jobs.due_jobs(conn, "embed", ["ns"], T1, 10)}
+        rows = {r["memory_id"]: r for r in repository.due_jobs(conn, "embed", ["ns"], T1, 10)}
         assert (rows["live"]["content"], rows["live"]["is_deleted"]) == ("hello", 0)
         assert (rows["gone"]["content"], rows["gone"]["is_deleted"]) == ("bye", 1)
         assert rows["purged"]["content"] is None
-        [document_job] = pg_jobs.due_jobs(conn, "document_ingest", ["ns"], T1, 10)
+        [document_job] = repository.due_jobs(conn, "document_ingest", ["ns"], T1, 10)
         assert document_job["has_document"] is False

@@ -1,0 +1,461 @@
+"""services/store/repository.py on both backends from one home: every test runs
+once on a migrated SQLite file and once on a migrated PostgreSQL database (through
+services/common/pg.py's SqliteApi), with the same assertions. First, SqliteApi's
+translation of sqlite3's SQL text into psycopg's."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.common import db, forgetting, pg
+from services.common.memory_filter import NOW_SQL, MemoryFilterSpec
+from services.store import repository as repo
+from services.store.migrations import apply_migrations
+from services.store.pg_migrations import apply_pg_migrations
+from services.store.writer import Writer
+
+T0 = "2026-01-01T00:00:00.000000000Z"
+T1 = "2026-01-01T00:00:01.000000000Z"
+T2 = "2026-01-01T00:00:02.000000000Z"
+T3 = "2026-01-01T00:00:03.000000000Z"
+PAST = "2000-01-01T00:00:00.000000000Z"
+FUTURE = "9999-01-01T00:00:00.000000000Z"
+STORED_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z")
+
+
+# ---- the translation ---------------------------------------------------------------
+
+
+def test_placeholders_become_psycopgs_and_a_literal_percent_is_doubled() -> None:
+    assert pg.translate("SELECT a FROM t WHERE a = ? AND b % 2 = ?") == (
+        "SELECT a FROM t WHERE a = %s AND b %% 2 = %s"
+    )
+    assert pg.translate("UPDATE t SET a = :a, b_2 = :b_2 WHERE id = :id") == (
+        "UPDATE t SET a = %(a)s, b_2 = %(b_2)s WHERE id = %(id)s"
+    )
+
+
+def test_nothing_inside_a_literal_an_identifier_or_a_comment_is_a_placeholder() -> None:
+    assert pg.translate("SELECT '? :x', 'it''s ?', \"odd?col\" FROM t WHERE a = ?") == (
+        "SELECT '? :x', 'it''s ?', \"odd?col\" FROM t WHERE a = %s"
+    )
+    assert pg.translate("SELECT 1 -- why? :because\nWHERE a = ? /* ? */") == (
+        "SELECT 1 -- why? :because\nWHERE a = %s /* ? */"
+    )
+    # psycopg scans the whole text for %, literals and comments included
+    assert pg.translate("SELECT '50%' -- 100%\n") == "SELECT '50%%' -- 100%%\n"
+
+
+def test_a_postgres_cast_is_not_a_named_parameter() -> None:
+    assert pg.translate("SELECT ?::text, a::int FROM t") == "SELECT %s::text, a::int FROM t"
+
+
+def test_mixed_or_numbered_parameters_are_refused() -> None:
+    with pytest.raises(ValueError, match="both"):
+        pg.translate("SELECT ? WHERE a = :a")
+    with pytest.raises(ValueError, match="numbered"):
+        pg.translate("SELECT ?1")
+
+
+def test_the_writers_begin_immediate_and_sqlites_clock_are_translated() -> None:
+    assert pg.translate("BEGIN IMMEDIATE") == "BEGIN"
+    assert pg.translate("begin  immediate") == "BEGIN"
+    for statement in ("COMMIT", "ROLLBACK", "SAVEPOINT op", "ROLLBACK TO op", "RELEASE op"):
+        assert pg.translate(statement) == statement  # Postgres takes them as written
+    translated = pg.translate(f"SELECT 1 WHERE expire_at > {NOW_SQL} AND a = ?")
+    assert "strftime" not in translated
+    assert translated.endswith("AND a = %s")
+
+
+def test_a_statement_text_is_translated_once() -> None:
+    text = "SELECT ? AS once_only_statement"
+    pg.translate(text)
+    hits = pg.translate.cache_info().hits
+    pg.translate(text)
+    assert pg.translate.cache_info().hits == hits + 1
+
+
+# ---- one repository, two backends -----------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """The store's read-write connection on a migrated database of each backend."""
+    if request.param == "sqlite":
+        lite = db.open_read_write(tmp_path / "store.db")
+        apply_migrations(lite)
+        yield lite
+        lite.close()
+        return
+    raw = pg.open_read_write(request.getfixturevalue("pg_dsn"))
+    apply_pg_migrations(raw)
+    with pg.SqliteApi(raw) as adapted:
+        yield adapted
+
+
+def test_the_connection_says_its_dialect(conn: Any) -> None:
+    assert repo.postgres(conn) == isinstance(conn, pg.SqliteApi)
+
+
+def test_literal_percent_signs_and_the_clock_read_alike(conn: Any) -> None:
+    assert conn.execute("SELECT '50%' || ?", ["!"]).fetchone()[0] == "50%!"
+    assert conn.execute("SELECT '50%'").fetchone()[0] == "50%"
+    now = conn.execute(f"SELECT {NOW_SQL}").fetchone()[0]
+    assert STORED_TIME.fullmatch(now) and now.endswith("000000Z")
+
+
+def _memory(memory_id: str, content: str, **overrides: Any) -> repo.MemoryRow:
+    fields: dict[str, Any] = {
+        "id": memory_id,
+        "namespace": "ns",
+        "content": content,
+        "normalized_content": content.lower(),
+        "content_hash": f"h-{content}",
+        "type": "fact",
+        "importance": 0.5,
+        "tags": '["a"]',
+        "pinned": 0,
+        "who": "user",
+        "why": "",
+        "source_type": "api",
+        "source_id": "",
+        "created_at": T0,
+        "event_time": T0,
+    }
+    fields.update(overrides)
+    return repo.MemoryRow(**fields)
+
+
+def _insert(conn: Any, *rows: repo.MemoryRow) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    repo.insert_memory_rows(conn, list(rows))
+    conn.execute("COMMIT")
+
+
+def test_memory_rows_insert_get_list_update_and_hard_delete(conn: Any) -> None:
+    _insert(
+        conn,
+        _memory("m1", "first", created_at=T0),
+        _memory("m2", "second", created_at=T1, pinned=1, type="preference"),
+        _memory("m3", "third", created_at=T2),
+    )
+    row = repo.fetch_one(conn, repo.get_memory_query("ns", "m2"))
+    assert (row["content"], row["pinned"], row["version"], row["type"]) == (
+        "second",
+        1,
+        1,
+        "preference",
+    )
+    assert (row["created_at"], row["updated_at"], row["tags"]) == (T1, T1, '["a"]')
+    assert repo.fetch_one(conn, repo.get_memory_query("other", "m2")) is None
+
+    everything = MemoryFilterSpec()
+    listed = repo.fetch_all(conn, repo.list_memories_query("ns", everything, None, 2))
+    assert [r["id"] for r in listed] == ["m3", "m2"]
+    after = (listed[-1]["created_at"], listed[-1]["id"])
+    assert [
+        r["id"] for r in repo.fetch_all(conn, repo.list_memories_query("ns", everything, after, 2))
+    ] == ["m1"]
+    pinned = MemoryFilterSpec(pinned=True, types=("preference",), since=T1)
+    assert [
+        r["id"] for r in repo.fetch_all(conn, repo.list_memories_query("ns", pinned, None, 9))
+    ] == ["m2"]
+
+    repo.update_memory(conn, "m1", {"content": "first, edited", "version": 2, "updated_at": T3})
+    row = repo.fetch_one(conn, repo.get_memory_query("ns", "m1"))
+    assert (row["content"], row["version"], row["updated_at"]) == ("first, edited", 2, T3)
+    with pytest.raises(ValueError, match="not updatable"):
+        repo.update_memory(conn, "m1", {"namespace": "elsewhere"})
+
+    repo.update_memory(conn, "m3", {"is_deleted": 1, "deleted_at": T3})
+    live = repo.fetch_all(conn, repo.list_memories_query("ns", everything, None, 9))
+    assert [r["id"] for r in live] == ["m2", "m1"]
+    tombstones = repo.fetch_all(conn, repo.list_tombstones_query("ns", everything, T2, None, 9))
+    assert [r["id"] for r in tombstones] == ["m3"]
+    assert repo.memory_state(conn, "m3")["is_deleted"] == 1
+
+    repo.enqueue_jobs(conn, [repo.job_row("ns", "m3", "embed", 3, T0)])
+    repo.hard_delete_memory(conn, "m3")
+    assert repo.fetch_one(conn, repo.get_memory_query("ns", "m3")) is None
+    assert repo.memory_state(conn, "m3") is None
+    assert conn.execute("SELECT count(*) FROM memory_jobs").fetchone()[0] == 0
+
+
+def test_an_expired_memory_is_gone_to_reads_by_the_databases_clock(conn: Any) -> None:
+    _insert(conn, _memory("old", "old", expire_at=PAST), _memory("new", "new", expire_at=FUTURE))
+    assert repo.fetch_one(conn, repo.get_memory_query("ns", "old")) is None
+    assert repo.fetch_one(conn, repo.get_memory_query("ns", "new")) is not None
+    listed = repo.fetch_all(conn, repo.list_memories_query("ns", MemoryFilterSpec(), None, 9))
+    assert [r["id"] for r in listed] == ["new"]
+    assert [r["id"] for r in repo.expired_memories(conn, 10)] == ["old"]
+
+
+def test_history_rows_page_by_sequence(conn: Any) -> None:
+    rows = [
+        repo.history_row(
+            memory_id="m",
+            namespace="ns",
+            event=event,
+            old_content=None,
+            new_content=f"v{i}",
+            actor="test",
+            reason="",
+            metadata={"i": i},
+            at=T0,
+        )
+        for i, event in enumerate(["add", "update", "update", "delete"])
+    ]
+    repo.insert_history(conn, rows)
+    first = repo.fetch_all(conn, repo.history_query("ns", "m", 0, 3))
+    assert [r["event"] for r in first] == ["add", "update", "update"]
+    assert first[0]["metadata"] == '{"i":0}'
+    rest = repo.fetch_all(conn, repo.history_query("ns", "m", first[-1]["seq"], 3))
+    assert [(r["id"], r["new_content"]) for r in rest] == [(rows[3].id, "v3")]
+    assert repo.fetch_all(conn, repo.history_query("other", "m", 0, 3)) == []
+
+
+def test_twins_and_live_ids_by_hash(conn: Any) -> None:
+    _insert(
+        conn,
+        _memory("live", "live"),
+        _memory("expired", "expired", expire_at=PAST),
+        _memory("deleted", "deleted"),
+        _memory("superseded", "superseded", valid_until=T1),
+        _memory("elsewhere", "live", namespace="other"),
+    )
+    repo.update_memory(conn, "deleted", {"is_deleted": 1, "deleted_at": T1})
+    repo.update_memory(conn, "superseded", {"invalidated_at": T1})
+    hashes = ["h-live", "h-expired", "h-deleted", "h-superseded", "h-none", "h-live"]
+    twins = repo.twins_by_hash(conn, "ns", hashes)
+    assert twins == {
+        "h-live": repo.Twin("live", None, False),
+        "h-expired": repo.Twin("expired", PAST, True),
+    }
+    assert repo.live_ids_by_hash(conn, "ns", hashes) == {"h-live": "live"}
+    assert repo.live_ids_by_hash(conn, "other", hashes) == {"h-live": "elsewhere"}
+
+
+def _job(conn: Any, job_id: str) -> Any:
+    return conn.execute(
+        "SELECT status, lease_token, attempts, lease_worker, lease_instance, error,"
+        " available_at, leased_at, completed_at, failed_at, result"
+        " FROM memory_jobs WHERE id = ?",
+        (job_id,),
+    ).fetchone()
+
+
+def _enqueue(conn: Any, *memory_ids: str, job_type: str = "embed", at: str = T0) -> list[str]:
+    rows = [repo.job_row("ns", memory_id, job_type, 3, at) for memory_id in memory_ids]
+    repo.enqueue_jobs(conn, rows)
+    return [row.id for row in rows]
+
+
+def test_jobs_enqueue_with_dedup_and_come_due_oldest_first(conn: Any) -> None:
+    _insert(conn, _memory("live", "hello"), _memory("gone", "bye"))
+    repo.update_memory(conn, "gone", {"is_deleted": 1, "deleted_at": T0})
+    first = _enqueue(conn, "live", "gone", "purged")
+    later = _enqueue(conn, "later", at=T1)
+    _enqueue(conn, "live")  # absorbed by the open job
+    _enqueue(conn, "live", job_type="extract")
+    conn.execute(
+        "INSERT INTO memory_jobs (id, namespace, document_id, job_type, available_at,"
+        " created_at, updated_at) VALUES ('doc-job', 'ns', 'no-such-document',"
+        " 'document_ingest', ?, ?, ?)",
+        [T0] * 3,
+    )
+    assert conn.execute("SELECT count(*) FROM memory_jobs").fetchone()[0] == 6
+
+    due = repo.due_jobs(conn, "embed", ["ns"], T0, 10)
+    assert [r["id"] for r in due] == first
+    by_memory = {r["memory_id"]: r for r in due}
+    assert (by_memory["live"]["content"], by_memory["live"]["is_deleted"]) == ("hello", 0)
+    assert (by_memory["gone"]["content"], by_memory["gone"]["is_deleted"]) == ("bye", 1)
+    assert by_memory["purged"]["content"] is None
+    assert [r["id"] for r in repo.due_jobs(conn, "embed", [], T1, 10)] == [*first, *later]
+    assert repo.due_jobs(conn, "embed", ["other"], T1, 10) == []
+    assert len(repo.due_jobs(conn, "embed", ["ns", "other"], T1, 2)) == 2
+    [document_job] = repo.due_jobs(conn, "document_ingest", ["ns"], T1, 10)
+    assert not document_job["has_document"]
+
+    assert repo.fetch_one(conn, repo.due_job_query("embed", ["ns"], T0)) is not None
+    assert repo.fetch_one(conn, repo.due_job_query("embed", ["ns"], PAST)) is None
+    assert repo.fetch_one(conn, repo.due_job_query("embed", ["other"], T1)) is None
+    counts = {(r[0], r[1]): r[2] for r in repo.fetch_all(conn, repo.queue_counts_query())}
+    assert counts == {
+        ("embed", "pending"): 4,
+        ("extract", "pending"): 1,
+        ("document_ingest", "pending"): 1,
+    }
+    assert repo.fetch_one(conn, repo.oldest_pending_query())[0] == T0
+
+
+def test_a_lease_is_held_by_its_token_until_completed(conn: Any) -> None:
+    (job_id,) = _enqueue(conn, "m")
+    repo.mark_leased(conn, job_id, "token-1", T1, ("worker", "instance"))
+    job = _job(conn, job_id)
+    assert (job["status"], job["lease_token"], job["attempts"], job["leased_at"]) == (
+        "leased",
+        "token-1",
+        1,
+        T1,
+    )
+    assert (job["lease_worker"], job["lease_instance"]) == ("worker", "instance")
+    held = repo.leased_job(conn, job_id, "token-1")
+    assert (held["id"], held["memory_id"], held["attempts"]) == (job_id, "m", 1)
+    assert repo.leased_job(conn, job_id, "token-2") is None
+    assert repo.due_jobs(conn, "embed", ["ns"], T3, 10) == []
+
+    repo.renew_lease(conn, job_id, T2)
+    assert _job(conn, job_id)["leased_at"] == T2
+    repo.complete_job(conn, job_id, T3, '{"ok":true}')
+    job = _job(conn, job_id)
+    assert (job["status"], job["lease_token"], job["completed_at"], job["result"]) == (
+        "completed",
+        None,
+        T3,
+        '{"ok":true}',
+    )
+    assert repo.leased_job(conn, job_id, "token-1") is None
+    _enqueue(conn, "m")  # the completed job no longer absorbs a new one
+    assert conn.execute("SELECT count(*) FROM memory_jobs").fetchone()[0] == 2
+
+
+def test_a_failed_attempt_is_retried_later_then_buried(conn: Any) -> None:
+    (job_id,) = _enqueue(conn, "m")
+    repo.mark_leased(conn, job_id, "t1", T1)
+    repo.retry_job(conn, job_id, "boom", T3, T1)
+    job = _job(conn, job_id)
+    assert (job["status"], job["lease_token"], job["leased_at"], job["error"]) == (
+        "pending",
+        None,
+        None,
+        "boom",
+    )
+    assert job["available_at"] == T3
+    assert repo.due_jobs(conn, "embed", ["ns"], T2, 10) == []
+    assert [r["id"] for r in repo.due_jobs(conn, "embed", ["ns"], T3, 10)] == [job_id]
+    repo.mark_leased(conn, job_id, "t2", T3)
+    repo.bury_job(conn, job_id, "boom again", T3)
+    job = _job(conn, job_id)
+    assert (job["status"], job["attempts"], job["error"], job["failed_at"]) == (
+        "dead",
+        2,
+        "boom again",
+        T3,
+    )
+    assert repo.due_jobs(conn, "embed", ["ns"], FUTURE, 10) == []
+
+
+def test_releases_and_the_reapers_return_leases(conn: Any) -> None:
+    released, stale, fresh, old, anonymous, new, foreign = _enqueue(
+        conn, "m1", "m2", "m3", "m4", "m5", "m6", "m7"
+    )
+    for job_id in (released, stale, fresh):
+        repo.mark_leased(conn, job_id, f"t-{job_id}", T1)
+    repo.release_job(conn, released, T2)
+    job = _job(conn, released)
+    assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 0, None)
+    repo.release_job(conn, released, T2)  # never below zero
+    assert _job(conn, released)["attempts"] == 0
+
+    repo.renew_lease(conn, fresh, T3)
+    assert repo.release_stale_leases(conn, T2, T3) == 1
+    job = _job(conn, stale)
+    assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 1, None)
+    assert _job(conn, fresh)["status"] == "leased"
+
+    repo.mark_leased(conn, old, "t-old", T1, ("worker", "old"))
+    repo.mark_leased(conn, anonymous, "t-anon", T1, ("worker", "x"))
+    conn.execute("UPDATE memory_jobs SET lease_instance = NULL WHERE id = ?", (anonymous,))
+    repo.mark_leased(conn, new, "t-new", T1, ("worker", "new"))
+    repo.mark_leased(conn, foreign, "t-foreign", T1, ("someone-else", "old"))
+    # a NULL instance is another instance too (IS DISTINCT FROM, not <>)
+    assert repo.release_prior_instance_leases(conn, "worker", "new", T2) == 2
+    for job_id in (old, anonymous):
+        job = _job(conn, job_id)
+        assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 0, None)
+    assert [_job(conn, j)["status"] for j in (new, foreign)] == ["leased", "leased"]
+
+
+def test_unembedded_live_memories_get_an_embed_job_once(conn: Any) -> None:
+    _insert(conn, _memory("a", "a"), _memory("b", "b"), _memory("c", "c"))
+    repo.update_memory(conn, "c", {"is_deleted": 1, "deleted_at": T1})
+    assert repo.requeue_unembedded(conn, 3, T1) == 2
+    assert repo.requeue_unembedded(conn, 3, T2) == 0  # the open jobs absorb the second
+    ids = [r[0] for r in conn.execute("SELECT id FROM memory_jobs ORDER BY memory_id")]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids) and len(set(ids)) == 2
+
+
+def test_embeddings_of_the_index_model_per_namespace(conn: Any) -> None:
+    assert repo.index_model(conn) is None
+    repo.set_index_model(conn, "model-a", 4, T0)
+    repo.set_index_model(conn, "model-b", 3, T1)
+    assert repo.index_model(conn) == ("model-b", 3)
+    _insert(conn, _memory("kept", "kept"), _memory("gone", "gone"))
+    vector = bytes(range(12))
+    for content_hash in ("h-kept", "h-gone", "h-orphan"):
+        repo.upsert_embedding(conn, "ns", content_hash, "model-b", vector, 3, T0)
+    repo.upsert_embedding(conn, "ns", "h-kept", "model-b", vector[::-1], 3, T1)  # replaced
+    assert (
+        conn.execute("SELECT vector FROM embeddings WHERE content_hash = 'h-kept'").fetchone()[0]
+        == vector[::-1]
+    )
+    assert repo.embedding_dimensions(conn, "model-b") == 3
+    assert repo.embedding_dimensions(conn, "model-a") is None
+    assert repo.live_hashes_with_embedding(conn, "ns", ["h-kept", "h-none"]) == {"h-kept"}
+    assert repo.live_hashes_with_embedding(conn, "other", ["h-kept"]) == set()
+    repo.hard_delete_memory(conn, "gone")
+    assert repo.delete_unused_embeddings(conn, "ns", ["h-kept", "h-gone", "h-orphan"]) == 2
+    stats = repo.fetch_one(conn, repo.index_stats_query())
+    assert (stats[0], stats[1], stats[2], stats[3]) == ("model-b", 3, 0, 1)
+
+
+def test_access_is_counted_and_reinforces_confidence_for_live_memories(conn: Any) -> None:
+    _insert(conn, _memory("a", "a", confidence=0.5), _memory("b", "b"), _memory("gone", "gone"))
+    repo.update_memory(conn, "gone", {"is_deleted": 1, "deleted_at": T1})
+    assert repo.record_access(conn, "ns", {"a": 2, "b": 1, "gone": 1, "missing": 1}, T2) == 2
+    rows = {
+        r["id"]: r
+        for r in conn.execute("SELECT id, access_count, confidence, last_accessed FROM memories")
+    }
+    expected = forgetting.reinforced(forgetting.reinforced(0.5, 1), 2)
+    assert (rows["a"]["access_count"], rows["a"]["last_accessed"]) == (2, T2)
+    assert rows["a"]["confidence"] == pytest.approx(expected)
+    assert rows["b"]["access_count"] == 1
+    assert (rows["gone"]["access_count"], rows["gone"]["last_accessed"]) == (0, None)
+
+
+def test_the_writer_runs_its_group_transaction_on_either_connection(conn: Any) -> None:
+    """The writer's BEGIN IMMEDIATE, savepoints, ROLLBACK TO and COMMIT as
+    written: in one group, a failing operation rolls back only itself."""
+
+    def insert(memory_id: str, content: str) -> Any:
+        def run(c: Any) -> str:
+            repo.insert_memory_rows(c, [_memory(memory_id, content)])
+            return memory_id
+
+        return run
+
+    async def group() -> list[Any]:
+        writer = Writer(conn)
+        try:
+            results = await asyncio.gather(
+                writer.submit(insert("a", "a")),
+                writer.submit(insert("dup", "a")),  # the live-hash dedup index refuses it
+                writer.submit(insert("b", "b")),
+                return_exceptions=True,
+            )
+            ids = [r[0] for r in conn.execute("SELECT id FROM memories ORDER BY id")]
+            return [*results, ids, conn.in_transaction]
+        finally:
+            writer.close()  # closes the connection too (the fixture's close is a no-op)
+
+    first, duplicate, second, ids, in_transaction = asyncio.run(group())
+    assert (first, second, ids, in_transaction) == ("a", "b", ["a", "b"], False)
+    assert isinstance(duplicate, db.IntegrityError | pg.IntegrityError)

@@ -1,6 +1,9 @@
 """PostgreSQL connections (issue 21's backend; not selectable yet), opened the same
 way everywhere, like services/common/db.py's SQLite ones.
 
+SqliteApi puts a psycopg connection behind the part of sqlite3's connection API
+the store uses, so services/store/repository.py's SQL is written once for both.
+
 psycopg 3 is only imported here and by the Postgres modules, so an install
 without the `postgres` extra never needs it.
 """

@@ -459,3 +459,42 @@ def test_the_writer_runs_its_group_transaction_on_either_connection(conn: Any) -
     first, duplicate, second, ids, in_transaction = asyncio.run(group())
     assert (first, second, ids, in_transaction) == ("a", "b", ["a", "b"], False)
     assert isinstance(duplicate, db.IntegrityError | pg.IntegrityError)
+
+
+def test_forget_candidates_by_id_and_filter_without_terms(conn: Any) -> None:
+    """Without query terms (FTS5's MATCH has no Postgres form here: pg_text's)."""
+    _insert(
+        conn,
+        _memory("a", "a", created_at=T0),
+        _memory("b", "b", created_at=T1, pinned=1),
+        _memory("c", "c", created_at=T2, valid_until=T2),  # superseded: still a candidate
+        _memory("d", "d", created_at=T3, expire_at=PAST),  # expired: gone
+    )
+    spec = MemoryFilterSpec()
+    query = repo.forget_candidates_query("ns", [], [], spec, False, 10)
+    assert [r["id"] for r in repo.fetch_all(conn, query)] == ["c", "a"]
+    query = repo.forget_candidates_query("ns", ["a", "b"], [], spec, True, 10)
+    assert [r["id"] for r in repo.fetch_all(conn, query)] == ["b", "a"]
+
+
+def test_a_memorys_links_and_chunk_rows_are_deleted_with_it(conn: Any) -> None:
+    _insert(conn, _memory("a", "a"), _memory("b", "b"), _memory("c", "c"))
+    for link_id, source, target in (("l1", "a", "b"), ("l2", "c", "a"), ("l3", "b", "c")):
+        conn.execute(
+            "INSERT INTO memory_links (id, namespace, from_memory_id, to_memory_id, link_type,"
+            " created_at) VALUES (?, 'ns', ?, ?, 'related', ?)",
+            (link_id, source, target, T0),
+        )
+    conn.execute(
+        "INSERT INTO documents (id, namespace, source_type, created_at, updated_at)"
+        " VALUES ('doc', 'ns', 'text', ?, ?)",
+        (T0, T0),
+    )
+    conn.executemany(
+        "INSERT INTO document_memories (document_id, memory_id, chunk_index) VALUES ('doc', ?, ?)",
+        [("a", 0), ("b", 1)],
+    )
+    repo.delete_links(conn, "a")
+    repo.delete_chunk_rows(conn, "a")
+    assert [r[0] for r in conn.execute("SELECT id FROM memory_links")] == ["l3"]
+    assert [r[0] for r in conn.execute("SELECT memory_id FROM document_memories")] == ["b"]

@@ -10,7 +10,8 @@ What differs from SQLite, and why:
   no bytea-to-vector cast, and decoding floats in SQL costs ~0.8 ms a vector
   (measured: 2,000 vectors in 1.7 s), so `_index_embedded` reads the bytes,
   converts them with numpy and writes pgvector's binary halfvec form: one
-  round trip per 2,000 rows instead of SQLite's single INSERT ... SELECT.
+  pass over the rows, written back 2,000 at a time, instead of SQLite's single
+  INSERT ... SELECT.
 - `set_index_model` also sizes the halfvec column and (re)builds its HNSW index
   when the dimensions change (pg_migrations.fix_vector_dimensions): pgvector
   indexes only a column of fixed dimensions.
@@ -115,27 +116,21 @@ def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
     """Put live memories matching `where` (over alias m) that have an embedding
     of the index model in their namespace into the vector index; returns how
     many rows were written."""
-    rowids = [
-        row[0]
-        for row in conn.execute(
-            "SELECT m.rowid FROM memories m JOIN vector_index vi ON vi.id = 1 "
-            f"JOIN embeddings e ON {EMBEDDING_OF_MEMORY} "
-            f"WHERE m.is_deleted = 0 AND ({where}) ORDER BY m.rowid",
+    written = 0
+    # One pass over the rows (a server-side cursor), written back in chunks.
+    with conn.cursor(name="engram_index_embedded") as rows, conn.cursor() as writes:
+        writes.adapters.register_dumper(Halfvec, _HalfvecDumper)
+        rows.execute(
+            "SELECT m.rowid, m.namespace, e.vector FROM memories m "
+            f"JOIN vector_index vi ON vi.id = 1 JOIN embeddings e ON {EMBEDDING_OF_MEMORY} "
+            f"WHERE m.is_deleted = 0 AND ({where})",
             list(params),
         )
-    ]
-    written = 0
-    with conn.cursor() as cursor:
-        cursor.adapters.register_dumper(Halfvec, _HalfvecDumper)
-        for start in range(0, len(rowids), _CHUNK):
-            rows = cursor.execute(
-                "SELECT m.rowid, m.namespace, e.vector FROM memories m "
-                f"JOIN vector_index vi ON vi.id = 1 JOIN embeddings e ON {EMBEDDING_OF_MEMORY} "
-                "WHERE m.rowid = ANY(%s)",
-                (rowids[start : start + _CHUNK],),
-            ).fetchall()
-            cursor.executemany(_UPSERT_VECTOR, [(r[0], r[1], Halfvec.from_f32(r[2])) for r in rows])
-            written += len(rows)
+        while chunk := rows.fetchmany(_CHUNK):
+            writes.executemany(
+                _UPSERT_VECTOR, [(r[0], r[1], Halfvec.from_f32(r[2])) for r in chunk]
+            )
+            written += len(chunk)
     return written
 
 

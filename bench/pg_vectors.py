@@ -282,7 +282,7 @@ async def measure(args: argparse.Namespace, dsn: str, sqlite_path: Path) -> dict
         "channel depth": depth,
         "sqlite first pass": params.vector_candidates,
         "vector cache first load ms": cache_load_ms,
-        "filter": f"who = {speaker!r} ({filtered.mean():.1%} of the memories)",
+        "filter used": f"who = {speaker!r} ({filtered.mean():.1%} of the memories)",
         "load_before": load_average(),
     }
     for label, spec, keep in (

@@ -1,0 +1,137 @@
+"""The vector channel's query on PostgreSQL (issue 21; not selectable yet): the
+namespace's nearest memories by cosine distance, with the namespace and the
+memory filter applied inside the HNSW scan, in the shape of the SQLite
+channel's rows (services/search/queries.py vector_candidates: (memory_rowid,
+distance), nearest first).
+
+The filter is the one filter builder's SQL (services/common/memory_filter.py),
+rewritten where SQLite's dialect does not run on Postgres, and only there
+(`pg_live_sql`, `pg_filter_sql`):
+- the clock: SQLite's `strftime(... 'now')` becomes the statement's timestamp in
+  the same stored form (nine fraction digits: microseconds and three zeros,
+  where SQLite gives milliseconds and six); both read the clock once a statement;
+- tags and categories: SQLite's `json_each(m.tags)` becomes
+  `json_array_elements_text(m.tags::json) AS json_each(value)`, so the rest of
+  the clause (`json_each.value = ?`) is unchanged;
+- placeholders: `?` becomes `%s`.
+The rest (the live rule, validity, `as_of`, every other filter field) is the
+same text.
+
+The scan: pgvector's iterative scan (`hnsw.iterative_scan = relaxed_order`) keeps
+walking the graph until LIMIT rows pass the namespace and the filter (or
+`hnsw.max_scan_tuples` is reached), so a filter never cuts the top k short
+the way a filter after a plain HNSW top-k would. relaxed_order can return rows
+slightly out of order, so the rows are re-sorted after the scan (pgvector's
+advice). When the scan still comes back short (a namespace or filter too rare
+for max_scan_tuples to reach LIMIT rows), the channel runs the exact query over
+the namespace's rows instead: the top k is complete, never silently truncated.
+
+ef_search (the candidate list of one scan iteration) is EF_SEARCH, chosen in
+bench/pg_vectors.py (bench/README.md "Vectors on Postgres"): at 100k memories
+the channel's top 10 agrees with the exact float32 top 10 as often as the
+SQLite channel's does, at the lowest latency that does so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from services.common.memory_filter import NOW_SQL, MemoryFilterSpec, filter_sql
+
+Query = tuple[str, list[Any]]
+EF_SEARCH = 100
+PG_NOW_SQL = (
+    "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"000Z\"')"
+)
+
+
+def pg_live_sql(spec: MemoryFilterSpec, alias: str = "m") -> str:
+    """The spec's live rule (memory_filter.live_sql) on Postgres: the clock differs."""
+    return spec.live_sql(alias).replace(NOW_SQL, PG_NOW_SQL)
+
+
+def pg_filter_sql(spec: MemoryFilterSpec, alias: str = "m") -> tuple[str, list[Any]]:
+    """memory_filter.filter_sql on Postgres: JSON arrays and placeholders differ."""
+    clauses, params = filter_sql(spec, alias)
+    for column in ("tags", "categories"):
+        clauses = clauses.replace(
+            f"json_each({alias}.{column})",
+            f"json_array_elements_text({alias}.{column}::json) AS json_each(value)",
+        )
+    return clauses.replace("?", "%s"), params
+
+
+def halfvec_text(query_f32: bytes) -> str:
+    """A float32 vector in pgvector's text form."""
+    values = np.frombuffer(query_f32, dtype="<f4")
+    return "[" + ",".join(repr(float(x)) for x in values) + "]"
+
+
+def scan_settings(ef_search: int = EF_SEARCH) -> Query:
+    """The HNSW scan's settings for the rest of the transaction (SET LOCAL)."""
+    return (
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+        "set_config('hnsw.ef_search', %s, true)",
+        [str(int(ef_search))],
+    )
+
+
+def _nearest_sql(
+    query_f32: bytes, namespace: str, spec: MemoryFilterSpec, limit: int, *, exact: bool
+) -> Query:
+    clauses, params = pg_filter_sql(spec, "m")
+    # The query vector is a parameter in ORDER BY itself (the index scan needs
+    # it there); `+ 0` hides the distance from the HNSW index, so the exact
+    # query sorts the namespace's rows (found by memory_vectors_namespace).
+    distance = "v.embedding <=> %s::halfvec"
+    order = f"({distance}) + 0" if exact else distance
+    vector = halfvec_text(query_f32)
+    return (
+        "WITH nearest AS MATERIALIZED ("
+        f"SELECT v.memory_rowid, {distance} AS d "
+        "FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid "
+        f"WHERE v.namespace = %s AND m.namespace = %s AND {pg_live_sql(spec, 'm')}{clauses} "
+        f"ORDER BY {order} LIMIT %s) "
+        "SELECT memory_rowid, d FROM nearest ORDER BY d, memory_rowid",
+        [vector, namespace, namespace, *params, vector, limit],
+    )
+
+
+def vector_candidates(
+    query_f32: bytes, namespace: str, spec: MemoryFilterSpec, limit: int
+) -> Query:
+    """The HNSW scan: (memory_rowid, cosine distance) of the namespace's live
+    memories passing the filter, nearest first, at most `limit`. Run after
+    `scan_settings` in the same transaction."""
+    return _nearest_sql(query_f32, namespace, spec, limit, exact=False)
+
+
+def exact_vector_candidates(
+    query_f32: bytes, namespace: str, spec: MemoryFilterSpec, limit: int
+) -> Query:
+    """The same rows by an exact scan of the namespace: the reference, and the
+    fallback when the HNSW scan comes back short."""
+    return _nearest_sql(query_f32, namespace, spec, limit, exact=True)
+
+
+def nearest(
+    conn: Any,
+    query_f32: bytes,
+    namespace: str,
+    spec: MemoryFilterSpec,
+    limit: int,
+    ef_search: int = EF_SEARCH,
+) -> list[Any]:
+    """The vector channel on a read connection, in the caller's transaction:
+    the HNSW scan, or the exact query when the scan finds fewer than `limit`
+    rows and the namespace may hold more."""
+    conn.execute(*scan_settings(ef_search))
+    rows: Sequence[Any] = conn.execute(
+        *vector_candidates(query_f32, namespace, spec, limit)
+    ).fetchall()
+    if len(rows) < limit:
+        rows = conn.execute(*exact_vector_candidates(query_f32, namespace, spec, limit)).fetchall()
+    return list(rows)

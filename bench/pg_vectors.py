@@ -71,7 +71,7 @@ from services.common.config import load_config  # noqa: E402
 from services.common.db import ReadPool  # noqa: E402
 from services.common.db import open_read_only as open_sqlite_ro  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
-from services.common.pg import open_read_only, open_read_write  # noqa: E402
+from services.common.pg import SqliteApi, open_read_only, open_read_write  # noqa: E402
 from services.common.providers.embedding import LOCAL_MODEL, NoEmbedding  # noqa: E402
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
 from services.common.vectors import normalized_f32  # noqa: E402
@@ -81,6 +81,7 @@ from services.search.embedder import QueryEmbedder  # noqa: E402
 from services.search.recall import Recaller  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
 from services.store import pg_vectors as pg_store  # noqa: E402
+from services.store import repository  # noqa: E402
 from services.store.pg_migrations import apply_pg_migrations  # noqa: E402
 
 CACHE = Path("/tmp/engram-latency")
@@ -131,11 +132,12 @@ def load_postgres(sqlite_path: Path, dsn: str, row_by_row: bool) -> dict[str, An
     functions: rows first, then the HNSW index over them (and, `row_by_row`,
     once more with the index present, as a model change fills it)."""
     source = open_sqlite_ro(sqlite_path)
-    conn = open_read_write(dsn)
-    apply_pg_migrations(conn)
+    raw = open_read_write(dsn)
+    apply_pg_migrations(raw)
+    conn = SqliteApi(raw)  # the store's connection, autocommit outside its transactions
     timings: dict[str, Any] = {}
     t0 = time.perf_counter()
-    with conn.transaction(), conn.cursor() as cursor:
+    with conn.transaction(), raw.cursor() as cursor:
         with cursor.copy(f"COPY memories ({COPIED_COLUMNS}) FROM STDIN") as copy:
             for row in source.execute(f"SELECT {COPIED_COLUMNS} FROM memories"):
                 copy.write_row(tuple(row))
@@ -169,12 +171,11 @@ def load_postgres(sqlite_path: Path, dsn: str, row_by_row: bool) -> dict[str, An
     if row_by_row:
         t0 = time.perf_counter()
         with conn.transaction():  # a model change's path: the index exists, rows go in one by one
-            pg_store.clear_vector_index(conn)
+            repository.clear_vector_index(conn)
             pg_store.index_all_embedded(conn)
         timings["clear + index_all_embedded s (HNSW present: inserts row by row)"] = (
             time.perf_counter() - t0
         )
-    conn.autocommit = True
     conn.execute("VACUUM ANALYZE memories")
     conn.execute("VACUUM ANALYZE memory_vectors")
     sizes = conn.execute(

@@ -1,7 +1,9 @@
 """The vector index's SQL on PostgreSQL (issue 21; not selectable yet): the
-counterparts of services/store/repository.py's vector functions, under the same
-names and with the same meaning, on a psycopg connection from
-services/common/pg.py (`%s` placeholders; the caller's transaction).
+repository's vector functions whose SQL cannot be shared, under the same names
+and with the same meaning, on the store's connection (services/common/pg.py
+SqliteApi; the caller's transaction). The others (index_model,
+clear_vector_index, upsert_embedding, embedding_dimensions,
+delete_unused_embeddings) run from services/store/repository.py on both backends.
 
 What differs from SQLite, and why:
 - The index row holds the memory's vector as a halfvec (pgvector) under the one
@@ -27,8 +29,10 @@ import numpy as np
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
+from services.common.pg import translate
+from services.store import repository
 from services.store.pg_migrations import fix_vector_dimensions
-from services.store.repository import EMBEDDING_OF_MEMORY, index_model_query
+from services.store.repository import EMBEDDING_OF_MEMORY
 
 _CHUNK = 2_000  # vectors converted and written per round trip
 _UPSERT_VECTOR = (
@@ -57,11 +61,6 @@ class _HalfvecDumper(Dumper):
         return bytes(obj)
 
 
-def index_model(conn: Any) -> tuple[str, int | None] | None:
-    row = conn.execute(index_model_query()[0]).fetchone()
-    return None if row is None else (row[0], row[1])
-
-
 def _column_dimensions(conn: Any) -> int | None:
     """The halfvec column's fixed dimensions, None while unsized."""
     row = conn.execute(
@@ -75,41 +74,9 @@ def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> N
     """As SQLite's, and the column sized (its HNSW index rebuilt) when the
     dimensions change. A change of size comes after the index was cleared (a
     model change) or while it is empty (the first vector sets the size)."""
-    conn.execute(
-        "INSERT INTO vector_index(id, model, dimensions, updated_at) VALUES (1, %s, %s, %s) "
-        "ON CONFLICT (id) DO UPDATE SET model = excluded.model, "
-        "dimensions = excluded.dimensions, updated_at = excluded.updated_at",
-        (model, dimensions, at),
-    )
+    repository.set_index_model(conn, model, dimensions, at)
     if _column_dimensions(conn) != dimensions:
         fix_vector_dimensions(conn, dimensions)
-
-
-def clear_vector_index(conn: Any) -> None:
-    # DELETE, not TRUNCATE: readers keep their snapshot instead of waiting on
-    # TRUNCATE's exclusive lock until the store commits.
-    conn.execute("DELETE FROM memory_vectors")
-
-
-def upsert_embedding(
-    conn: Any,
-    namespace: str,
-    content_hash: str,
-    model: str,
-    vector: bytes,
-    dimensions: int,
-    at: str,
-) -> None:
-    """Store a namespace's vector for a content: it serves that namespace alone,
-    so no other namespace can overwrite it or learn from its presence."""
-    conn.execute(
-        "INSERT INTO embeddings(namespace, content_hash, model, dimensions, vector, created_at) "
-        "VALUES (%s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT (namespace, content_hash, model) DO UPDATE SET "
-        "dimensions = excluded.dimensions, vector = excluded.vector, "
-        "created_at = excluded.created_at",
-        (namespace, content_hash, model, dimensions, vector, at),
-    )
 
 
 def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
@@ -118,12 +85,15 @@ def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
     many rows were written."""
     written = 0
     # One pass over the rows (a server-side cursor), written back in chunks.
-    with conn.cursor(name="engram_index_embedded") as rows, conn.cursor() as writes:
+    raw = conn.raw  # psycopg's own cursors: a server-side one, and binary halfvec parameters
+    with raw.cursor(name="engram_index_embedded") as rows, raw.cursor() as writes:
         writes.adapters.register_dumper(Halfvec, _HalfvecDumper)
         rows.execute(
-            "SELECT m.rowid, m.namespace, e.vector FROM memories m "
-            f"JOIN vector_index vi ON vi.id = 1 JOIN embeddings e ON {EMBEDDING_OF_MEMORY} "
-            f"WHERE m.is_deleted = 0 AND ({where})",
+            translate(
+                "SELECT m.rowid, m.namespace, e.vector FROM memories m "
+                f"JOIN vector_index vi ON vi.id = 1 JOIN embeddings e ON {EMBEDDING_OF_MEMORY} "
+                f"WHERE m.is_deleted = 0 AND ({where})"
+            ),
             list(params),
         )
         while chunk := rows.fetchmany(_CHUNK):
@@ -140,10 +110,10 @@ def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
     written = 0
     for start in range(0, len(memory_ids), 500):
         chunk = list(memory_ids[start : start + 500])
-        written += _index_embedded(conn, "m.id = ANY(%s)", [chunk])
+        written += _index_embedded(conn, "m.id = ANY(?)", [chunk])
         conn.execute(
             "UPDATE memories SET embedding_model = (SELECT model FROM vector_index WHERE id = 1) "
-            "WHERE id = ANY(%s) AND rowid IN (SELECT memory_rowid FROM memory_vectors)",
+            "WHERE id = ANY(?) AND rowid IN (SELECT memory_rowid FROM memory_vectors)",
             (chunk,),
         )
     return written
@@ -159,33 +129,3 @@ def index_missing_vectors(conn: Any) -> int:
     return _index_embedded(
         conn, "NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_rowid = m.rowid)", []
     )
-
-
-def embedding_dimensions(conn: Any, model: str) -> int | None:
-    """The dimensions of some stored vector of `model`, None when there is none."""
-    row = conn.execute(
-        "SELECT dimensions FROM embeddings WHERE model = %s LIMIT 1", (model,)
-    ).fetchone()
-    return None if row is None else int(row[0])
-
-
-def delete_unused_embeddings(conn: Any, namespace: str, hashes: Sequence[str]) -> int:
-    """The namespace's vectors of these contents that no memory of the namespace,
-    live or tombstoned, holds any more (a tombstone keeps its vector for recovery)."""
-    removed = 0
-    unique = list(dict.fromkeys(hashes))
-    for start in range(0, len(unique), 500):
-        removed += conn.execute(
-            "DELETE FROM embeddings WHERE namespace = %s AND content_hash = ANY(%s) "
-            # Three probes, as on SQLite, so each can use an index (the
-            # live-hash and the closed-hash ones are partial).
-            "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.is_deleted = 0 "
-            "AND m.invalidated_at IS NULL "
-            "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash) "
-            "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.invalidated_at IS NOT NULL "
-            "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash) "
-            "AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.is_deleted = 1 "
-            "AND m.namespace = embeddings.namespace AND m.content_hash = embeddings.content_hash)",
-            (namespace, unique[start : start + 500]),
-        ).rowcount
-    return int(removed)

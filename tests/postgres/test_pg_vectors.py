@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from services.common.memory_filter import MemoryFilterSpec
-from services.common.pg import open_read_only, open_read_write
+from services.common.pg import SqliteApi, open_read_only, open_read_write
 from services.search import pg_vectors as channel
 from services.store import pg_vectors as store
+from services.store import repository
 from services.store.pg_migrations import apply_pg_migrations
 
 AT = "2026-01-01T00:00:00.000000000Z"
@@ -28,11 +29,12 @@ NOW = MemoryFilterSpec()
 
 @pytest.fixture
 def conn(pg_dsn: str, needs_pgvector: None) -> Iterator[Any]:
-    """The store's connection to a migrated database."""
+    """The store's connection to a migrated database (SqliteApi: the store's own)."""
     connection = open_read_write(pg_dsn)
     apply_pg_migrations(connection)
-    yield connection
-    connection.close()
+    api = SqliteApi(connection)
+    yield api
+    api.close()
 
 
 @pytest.fixture
@@ -69,7 +71,7 @@ def _memory(
         **columns,
     }
     names = ", ".join(values)
-    marks = ", ".join(["%s"] * len(values))
+    marks = ", ".join(["?"] * len(values))
     row = conn.execute(
         f"INSERT INTO memories ({names}) VALUES ({marks}) RETURNING rowid", list(values.values())
     ).fetchone()
@@ -77,7 +79,7 @@ def _memory(
 
 
 def _embed(conn: Any, namespace: str, content_hash: str, vector: np.ndarray) -> None:
-    store.upsert_embedding(
+    repository.upsert_embedding(
         conn, namespace, content_hash, MODEL, vector.astype(np.float32).tobytes(), len(vector), AT
     )
 
@@ -95,15 +97,15 @@ def _hnsw_oid(conn: Any) -> Any:
 
 
 def test_setting_the_model_sizes_the_column_and_builds_the_index_once(conn: Any) -> None:
-    assert store.index_model(conn) is None
+    assert repository.index_model(conn) is None
     with conn.transaction():
         store.set_index_model(conn, MODEL, None, AT)
-    assert store.index_model(conn) == (MODEL, None)
+    assert repository.index_model(conn) == (MODEL, None)
     assert _hnsw_oid(conn) is None  # unsized: nothing to index yet
     with conn.transaction():
         store.set_index_model(conn, MODEL, 4, AT)
     built = _hnsw_oid(conn)
-    assert built is not None and store.index_model(conn) == (MODEL, 4)
+    assert built is not None and repository.index_model(conn) == (MODEL, 4)
     with conn.transaction():
         store.set_index_model(conn, MODEL, 4, AT)  # same size: the index stays
     assert _hnsw_oid(conn) == built
@@ -120,7 +122,7 @@ def test_indexing_takes_live_memories_with_their_own_namespaces_vector_of_the_mo
         _memory(conn, "c", content_hash="same", is_deleted=1)  # a tombstone
         _memory(conn, "d", namespace="other", content_hash="same")  # ns's vector is not its
         _embed(conn, "ns", "same", vector)
-        store.upsert_embedding(conn, "ns", "h-b", "another-model", vector.tobytes(), 4, AT)
+        repository.upsert_embedding(conn, "ns", "h-b", "another-model", vector.tobytes(), 4, AT)
         written = store.index_memories(conn, ["a", "b", "c", "d"])
     assert written == 1
     assert _indexed(conn) == {embedded: ("ns", pytest.approx([0.6, 0.8, 0.0, 0.0], abs=1e-3))}
@@ -154,19 +156,19 @@ def test_missing_vectors_are_filled_and_a_model_change_refills_the_whole_index(
     assert set(_indexed(conn)) == set(rowids)
     with conn.transaction():  # as adopt_index_model does on a model change
         for m in ("a", "b"):
-            store.upsert_embedding(
+            repository.upsert_embedding(
                 conn, "ns", f"h-{m}", "new", np.ones(3, np.float32).tobytes(), 3, AT
             )
-        store.clear_vector_index(conn)
-        store.set_index_model(conn, "new", store.embedding_dimensions(conn, "new"), AT)
+        repository.clear_vector_index(conn)
+        store.set_index_model(conn, "new", repository.embedding_dimensions(conn, "new"), AT)
         assert store.index_all_embedded(conn) == 2
-    assert store.index_model(conn) == ("new", 3)
+    assert repository.index_model(conn) == ("new", 3)
     assert {rowid: len(v) for rowid, (_, v) in _indexed(conn).items()} == {
         rowids[0]: 3,
         rowids[1]: 3,
     }
     assert _hnsw_oid(conn) is not None
-    assert store.embedding_dimensions(conn, "absent") is None
+    assert repository.embedding_dimensions(conn, "absent") is None
 
 
 def test_unused_vectors_go_and_a_tombstones_vector_stays_for_recovery(conn: Any) -> None:
@@ -177,7 +179,7 @@ def test_unused_vectors_go_and_a_tombstones_vector_stays_for_recovery(conn: Any)
         _memory(conn, "elsewhere", namespace="other", content_hash="orphan")
         for content_hash in ("live", "tomb", "closed", "orphan"):
             _embed(conn, "ns", content_hash, np.array([1.0, 0.0]))
-        removed = store.delete_unused_embeddings(
+        removed = repository.delete_unused_embeddings(
             conn, "ns", ["live", "tomb", "closed", "orphan", "orphan"]
         )
     assert removed == 1  # the namespace holds no memory of "orphan": the other's is no reason
@@ -311,13 +313,13 @@ def test_deleted_expired_and_superseded_memories_never_come_back(conn: Any, read
     valid_until = [None, None, PAST, None] + [None] * (n - 4)
     rowids = _load(conn, vectors, ["ns"] * n, expire_at=expire, valid_until=valid_until)
     with conn.transaction():
-        conn.execute("UPDATE memories SET is_deleted = 1, deleted_at = %s WHERE id = 'm3'", (AT,))
+        conn.execute("UPDATE memories SET is_deleted = 1, deleted_at = ? WHERE id = 'm3'", (AT,))
     top = [r[0] for r in _top(reader, query, "ns", NOW, 5)]
     assert rowids[1] == top[0]  # expires in the future: still here
     assert not {rowids[0], rowids[2], rowids[3]} & set(top)
     # as of a time before it was superseded, the superseded memory was valid
     before = MemoryFilterSpec(as_of="2019-06-01T00:00:00.000000000Z")
-    conn.execute("UPDATE memories SET valid_from = %s", ("2018-01-01T00:00:00.000000000Z",))
+    conn.execute("UPDATE memories SET valid_from = ?", ("2018-01-01T00:00:00.000000000Z",))
     conn.execute("UPDATE memories SET created_at = valid_from")
     conn.commit()
     assert rowids[2] in [r[0] for r in _top(reader, query, "ns", before, 5)]

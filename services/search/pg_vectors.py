@@ -40,12 +40,10 @@ from typing import Any
 import numpy as np
 
 from services.common.memory_filter import NOW_SQL, MemoryFilterSpec, filter_sql
+from services.common.pg import PG_NOW_SQL
 
 Query = tuple[str, list[Any]]
 EF_SEARCH = 100
-PG_NOW_SQL = (
-    "to_char(statement_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"000Z\"')"
-)
 
 
 def pg_live_sql(spec: MemoryFilterSpec, alias: str = "m") -> str:

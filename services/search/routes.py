@@ -4,8 +4,10 @@ or lifts besides its keyword and vector channels, by the query's intent
 
 - entity: the entities the query names, resolved by name in the entity graph
   (services.search.graph_boost), lead to the memories mentioning them or their
-  one-hop neighbours; memories remembered by someone the query names (`who`)
-  are lifted too, and so are a conversation's turns by the speaker the query's
+  one-hop neighbours.
+- every intent, general included (`search.intent_speaker_any_intent`; off:
+  entity only): memories remembered by someone the query names (`who`) are
+  lifted, and so are a conversation's turns by the speaker the query's
   grammatical person addresses (`speakers_addressed`).
 - temporal: memories stating a time (a date, "yesterday", "last Saturday",
   "two weeks ago") are lifted, and so are the memories one `temporal` link

@@ -208,20 +208,31 @@ def check_filter(
     )
 
 
-def filter_sql(spec: MemoryFilterSpec, alias: str = "m") -> tuple[str, list[Any]]:
-    """`AND ...` clauses (possibly empty) and their parameters, for table `alias`."""
+def _json_array_holds(column: str, dialect: str) -> str:
+    """A clause: the JSON array of strings in `column` holds the parameter."""
+    if dialect == "postgres":  # no json_each; TEXT columns cast to json
+        return (
+            f"EXISTS (SELECT 1 FROM json_array_elements_text({column}::json) AS element(value)"
+            " WHERE element.value = ?)"
+        )
+    return f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = ?)"
+
+
+def filter_sql(
+    spec: MemoryFilterSpec, alias: str = "m", dialect: str = "sqlite"
+) -> tuple[str, list[Any]]:
+    """`AND ...` clauses (possibly empty) and their parameters (`?`), for table
+    `alias`; `dialect` "postgres" for the Postgres backend (issue 21)."""
     clauses: list[str] = []
     params: list[Any] = []
     if spec.types:
         clauses.append(f"{alias}.type IN ({', '.join('?' * len(spec.types))})")
         params.extend(spec.types)
     for tag in spec.tags:
-        clauses.append(f"EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE json_each.value = ?)")
+        clauses.append(_json_array_holds(f"{alias}.tags", dialect))
         params.append(tag)
     for category in spec.categories:
-        clauses.append(
-            f"EXISTS (SELECT 1 FROM json_each({alias}.categories) WHERE json_each.value = ?)"
-        )
+        clauses.append(_json_array_holds(f"{alias}.categories", dialect))
         params.append(category)
     if spec.who:
         clauses.append(f"{alias}.who = ?")

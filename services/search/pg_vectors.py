@@ -4,18 +4,12 @@ memory filter applied inside the HNSW scan, in the shape of the SQLite
 channel's rows (services/search/queries.py vector_candidates: (memory_rowid,
 distance), nearest first).
 
-The filter is the one filter builder's SQL (services/common/memory_filter.py),
-rewritten where SQLite's dialect does not run on Postgres, and only there
-(`pg_live_sql`, `pg_filter_sql`):
-- the clock: SQLite's `strftime(... 'now')` becomes the statement's timestamp in
-  the same stored form (nine fraction digits: microseconds and three zeros,
-  where SQLite gives milliseconds and six); both read the clock once a statement;
-- tags and categories: SQLite's `json_each(m.tags)` becomes
-  `json_array_elements_text(m.tags::json) AS json_each(value)`, so the rest of
-  the clause (`json_each.value = ?`) is unchanged;
-- placeholders: `?` becomes `%s`.
-The rest (the live rule, validity, `as_of`, every other filter field) is the
-same text.
+The filter is the one filter builder's SQL (services/common/memory_filter.py:
+live_sql, and filter_sql with dialect "postgres" for the tags and categories
+arrays), through services/common/pg.py's translate: the clock becomes the
+statement's timestamp in SQLite's stored form (pg.PG_NOW_SQL) and `?` becomes
+psycopg's placeholder (`pg_live_sql`, `pg_filter_sql`). The rest (the live rule,
+validity, `as_of`, every other filter field) is the same text.
 
 The scan: pgvector's iterative scan (`hnsw.iterative_scan = relaxed_order`) keeps
 walking the graph until LIMIT rows pass the namespace and the filter (or
@@ -39,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from services.common.memory_filter import NOW_SQL, MemoryFilterSpec, filter_sql
-from services.common.pg import PG_NOW_SQL
+from services.common.memory_filter import MemoryFilterSpec, filter_sql
+from services.common.pg import translate
 
 Query = tuple[str, list[Any]]
 EF_SEARCH = 100
@@ -48,18 +42,13 @@ EF_SEARCH = 100
 
 def pg_live_sql(spec: MemoryFilterSpec, alias: str = "m") -> str:
     """The spec's live rule (memory_filter.live_sql) on Postgres: the clock differs."""
-    return spec.live_sql(alias).replace(NOW_SQL, PG_NOW_SQL)
+    return translate(spec.live_sql(alias))
 
 
 def pg_filter_sql(spec: MemoryFilterSpec, alias: str = "m") -> tuple[str, list[Any]]:
-    """memory_filter.filter_sql on Postgres: JSON arrays and placeholders differ."""
-    clauses, params = filter_sql(spec, alias)
-    for column in ("tags", "categories"):
-        clauses = clauses.replace(
-            f"json_each({alias}.{column})",
-            f"json_array_elements_text({alias}.{column}::json) AS json_each(value)",
-        )
-    return clauses.replace("?", "%s"), params
+    """memory_filter.filter_sql on Postgres, with psycopg's placeholders."""
+    clauses, params = filter_sql(spec, alias, dialect="postgres")
+    return translate(clauses), params
 
 
 def halfvec_text(query_f32: bytes) -> str:

@@ -95,9 +95,14 @@ def get_memory_query(namespace: str, memory_id: str) -> Query:
 
 
 def list_memories_query(
-    namespace: str, spec: MemoryFilterSpec, after: tuple[str, str] | None, limit: int
+    namespace: str,
+    spec: MemoryFilterSpec,
+    after: tuple[str, str] | None,
+    limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
-    clauses, params = filter_sql(spec, "m")
+    clauses, params = filter_sql(spec, "m", dialect)
     sql = (
         f"SELECT {_M_COLUMNS} FROM memories m "
         f"WHERE m.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses}"
@@ -117,10 +122,12 @@ def list_tombstones_query(
     deleted_since: str,
     after: tuple[str, str] | None,
     limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """Soft-deleted memories deleted at or after `deleted_since`, most recently
     deleted first; `after` is the (deleted_at, id) the previous page ended at."""
-    clauses, params = filter_sql(spec, "m")
+    clauses, params = filter_sql(spec, "m", dialect)
     sql = (
         f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 1 "
         f"AND m.deleted_at >= ? AND {not_expired_sql('m')}{clauses}"
@@ -141,14 +148,20 @@ def forget_candidates_query(
     spec: MemoryFilterSpec,
     include_pinned: bool,
     limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """Memories selected for forgetting: live ones and superseded versions
     (services/common/memory_filter.py present_sql). With `term_matches` (one MATCH
     expression per query term) a memory must match any of them, and those
     matching the most terms come first; then newest first. (Not BM25: FTS5's
     statistics span every namespace, so its order would let other tenants'
-    data decide which of this namespace's memories make the cut.)"""
-    clauses, params = filter_sql(spec, "m")
+    data decide which of this namespace's memories make the cut.)
+
+    On Postgres a term (services/common/fts.py `quoted`, an FTS5 phrase) is
+    matched as the phrase of its words in content_tsv: phraseto_tsquery reads
+    the quotes as punctuation, so the same strings serve both backends."""
+    clauses, params = filter_sql(spec, "m", dialect)
     sql = (
         f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {present_sql('m')}{clauses}"
     )
@@ -159,7 +172,13 @@ def forget_candidates_query(
         sql += f" AND m.id IN ({', '.join('?' * len(ids))})"
         args.extend(ids)
     order = "m.created_at DESC, m.id DESC"
-    if term_matches:
+    if term_matches and dialect == "postgres":
+        match = "m.content_tsv @@ phraseto_tsquery('engram_english'::regconfig, ?)"
+        sql += f" AND ({' OR '.join([match] * len(term_matches))})"
+        args.extend(term_matches)
+        order = f"({' + '.join([f'({match})::int'] * len(term_matches))}) DESC, {order}"
+        args.extend(term_matches)
+    elif term_matches:
         in_fts = "m.rowid IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)"
         sql += f" AND {in_fts}"
         args.append(" OR ".join(term_matches))

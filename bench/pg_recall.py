@@ -62,9 +62,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import latency_data as data  # noqa: E402
-from pg_server import create_database, postgres_server, storage_settings  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
+from pg_server import create_database, postgres_server, storage_settings  # noqa: E402
 from suite import free_port, wait_serving  # noqa: E402
 
 CACHE = Path("/tmp/engram-latency")

@@ -1,6 +1,7 @@
 """Helpers for store-admin and maintenance tests: a store with its admin, job
-queue and memory stubs, direct writes to the SQLite file for states the API
-cannot reach (a corrupted index, an old timestamp), and table snapshots."""
+queue and memory stubs, direct writes to the test's database (SQLite or
+Postgres: tests/backend_db.py) for states the API cannot reach (a corrupted
+index, an old timestamp), and table snapshots."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from typing import Any
 
 import grpc
 
+import backend_db
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import admin_pb2_grpc, job_queue_pb2_grpc
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.clock import days_ago_text
-from services.common.db import open_read_only, open_read_write
 
 MODEL = "fake-embed"
 DIM = 8
@@ -82,19 +83,16 @@ class AdminStore:
         return len(jobs)
 
     def execute(self, sql: str, *params: Any) -> int:
-        """Write to the file directly, as a crash or a bug could have."""
-        conn = open_read_write(self.db)
-        try:
-            return int(conn.execute(sql, params).rowcount)
-        finally:
-            conn.close()
+        """Write to the database directly, as a crash or a bug could have."""
+        return backend_db.execute(self.db, sql, *params)
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        conn = open_read_only(self.db)
-        try:
-            return [tuple(r) for r in conn.execute(sql, params).fetchall()]
-        finally:
-            conn.close()
+        return [tuple(r) for r in backend_db.rows(self.db, sql, *params)]
+
+    @property
+    def dialect(self) -> str:
+        """ "sqlite" or "postgres": the backend this store runs on."""
+        return backend_db.dialect(self.db)
 
     def scalar(self, sql: str, *params: Any) -> Any:
         return self.rows(sql, *params)[0][0]
@@ -103,7 +101,7 @@ class AdminStore:
         """Every row of every table a repair could touch, plus the FTS index's own
         entries (docsize), so 'changed nothing else' is an equality check."""
         tables = {t: sorted(self.rows(f"SELECT * FROM {t}"), key=repr) for t in TABLES}
-        tables["fts_index"] = sorted(self.rows("SELECT id, sz FROM memories_fts_docsize"))
+        tables["fts_index"] = sorted(self.rows(backend_db.FTS_ENTRIES[self.dialect]))
         return tables
 
     def rowid(self, memory_id: str) -> int:

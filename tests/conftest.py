@@ -1,7 +1,16 @@
-"""Shared fixtures: a real store gRPC server on port 0 over a fresh SQLite file.
+"""Shared fixtures: a real store gRPC server on port 0 over a fresh database.
 
 The server runs in its own event loop on a background thread, so tests use the
 ordinary synchronous gRPC client exactly as a user would.
+
+The database is a SQLite file unless the test's `storage_backend` is
+"postgres" (tests/store, tests/search, tests/pipeline and tests/maintenance run
+every such test on both: their conftest.py parametrises it; ids end in
+`[sqlite]` / `[postgres]`): then it is a fresh database on the session's real
+PostgreSQL (tests/pg_server.py), named by the same `storage.path` for the test
+helpers (tests/backend_db.py). `@pytest.mark.sqlite_only("why")` skips a test's
+Postgres half: only for a test about SQLite itself (its file, WAL, FTS5,
+sqlite-vec), never for one that merely fails on Postgres.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ import grpc
 import pytest
 from server_thread import ServerThread  # re-exported: tests reach it as conftest's
 
+import backend_db
+import pg_server
 from engram.store.v1 import store_pb2_grpc
 from services.common.config import Config, load_config
 from services.store.app import start_store
@@ -40,22 +51,102 @@ def metrics_endpoints_off() -> Iterator[None]:
             os.environ[name] = value
 
 
+# ---- the backend: a SQLite file, or a database on the session's PostgreSQL ---------
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`sqlite_only(reason)` skips the test's `[postgres]` id, with the reason."""
+    for item in items:
+        marker = item.get_closest_marker("sqlite_only")
+        callspec = getattr(item, "callspec", None)
+        if marker is None or callspec is None:
+            continue
+        if callspec.params.get("storage_backend") == "postgres":
+            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
+            item.add_marker(pytest.mark.skip(reason=f"about SQLite itself: {reason}"))
+
+
+@pytest.fixture(scope="session")
+def storage_backend() -> str:
+    """The backend of this test's database: SQLite unless the directory's
+    conftest.py parametrises it (backend_db.both_backends)."""
+    return "sqlite"
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
+    """The maintenance DSN of the session's server (database `postgres`), and
+    whether it is the bundled one (ours to crash-probe, see pgvector_problem)."""
+    yield from pg_server.serve(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def pgvector_problem(postgres_server: tuple[str, bool]) -> str | None:
+    """None when pgvector's distances and HNSW run on this server; else why not
+    (probed once, before the first test database: pg_dsn depends on it)."""
+    return pg_server.probe_pgvector(postgres_server)
+
+
 @pytest.fixture
-def make_config(tmp_path: Path) -> Callable[..., Config]:
+def needs_pgvector(pgvector_problem: str | None) -> None:
+    """Skip a test that computes vector distances or writes an HNSW index where
+    the server's pgvector cannot (even under ENGRAM_STRICT_TESTS: the package's
+    build, not the setup, is at fault, and the probe says so in the reason)."""
+    if pgvector_problem is not None:
+        pytest.skip(pgvector_problem)
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: tuple[str, bool], pgvector_problem: str | None) -> Iterator[str]:
+    """A DSN for a database of this test's own, dropped afterwards."""
+    server, _ = postgres_server
+    dsn = pg_server.create_database(server)
+    try:
+        yield dsn
+    finally:
+        pg_server.drop_database(server, dsn)
+
+
+def storage_overrides(path: str | Path) -> dict[str, Any]:
+    """The configuration keys that put a store on the test database at `path`."""
+    dsn = backend_db.dsn_of(path)
+    if dsn is None:
+        return {"storage.path": str(path)}
+    return {"storage.path": str(path), "storage.kind": "postgres", "storage.postgres.dsn": dsn}
+
+
+@pytest.fixture
+def db_path(tmp_path: Path, storage_backend: str, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """This test's database, by its `storage.path` (on Postgres a fresh database
+    registered under it: tests/backend_db.py)."""
+    path = tmp_path / "engram.db"
+    if storage_backend != "postgres":
+        yield path
+        return
+    backend_db.register(path, request.getfixturevalue("pg_dsn"))
+    try:
+        yield path
+    finally:
+        backend_db.forget(path)
+
+
+@pytest.fixture
+def make_config(db_path: Path) -> Callable[..., Config]:
+    """Configurations over this test's database (the same one on every call)."""
+
     def make(**overrides: Any) -> Config:
-        return load_config(
-            environ={}, overrides={"storage.path": str(tmp_path / "engram.db"), **overrides}
-        )
+        return load_config(environ={}, overrides={**storage_overrides(db_path), **overrides})
 
     return make
 
 
 @pytest.fixture
-def start_store_server() -> Iterator[
-    Callable[[Config], tuple[ServerThread, store_pb2_grpc.MemoryStoreServiceStub]]
-]:
+def start_store_server(
+    db_path: Path,
+) -> Iterator[Callable[[Config], tuple[ServerThread, store_pb2_grpc.MemoryStoreServiceStub]]]:
     """Start stores on demand (public port and, unless given, internal port free ones);
-    each is stopped at teardown (or earlier by `.stop()`)."""
+    each is stopped at teardown (or earlier by `.stop()`), before the test's
+    database goes (hence `db_path`)."""
     started: list[tuple[ServerThread, grpc.Channel]] = []
 
     def start(
@@ -82,11 +173,6 @@ def store(
     """A stub connected to a fresh store with default configuration."""
     _, stub = start_store_server(make_config())
     return stub
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "engram.db"
 
 
 # ---- recall (issue 3): search, pipeline, scripted providers -----------------------------
@@ -243,16 +329,29 @@ def recall_stack(make_config: Callable[..., Config]) -> Iterator[Callable[..., A
 @pytest.fixture(scope="module")
 def module_recall_stack(
     tmp_path_factory: pytest.TempPathFactory,
+    storage_backend: str,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Callable[..., Any]]:
-    """Like `recall_stack`, but lives for the whole module (one file per call)."""
+    """Like `recall_stack`, but lives for the whole module (one database per call)."""
     starter = _StackStarter()
+    databases: list[tuple[Path, str]] = []
+    server = ""
+    if storage_backend == "postgres":
+        server = request.getfixturevalue("postgres_server")[0]
+        request.getfixturevalue("pgvector_problem")  # probed before any test database
 
     def build(
         overrides: dict[str, Any] | None = None, *, search: bool = True, pipeline: bool = False
     ) -> Any:
         path = tmp_path_factory.mktemp("recall") / "engram.db"
-        config = load_config(environ={}, overrides={"storage.path": str(path), **(overrides or {})})
+        if server:
+            databases.append((path, pg_server.create_database(server)))
+            backend_db.register(*databases[-1])
+        config = load_config(environ={}, overrides={**storage_overrides(path), **(overrides or {})})
         return starter.build(config, search=search, pipeline=pipeline)
 
     yield build
     starter.close()
+    for path, dsn in databases:
+        backend_db.forget(path)
+        pg_server.drop_database(server, dsn)

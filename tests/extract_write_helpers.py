@@ -4,14 +4,15 @@ build proposals tersely, and read what the store wrote (read-only)."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
+import backend_db
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from recall_helpers import MODEL, Stack
-from services.common.db import open_read_write
 from store_helpers import rows
 
 ADD, UPDATE, DELETE, NONE = (
@@ -171,26 +172,20 @@ def job_states(stack: Stack) -> list[tuple[str, str, int]]:
 
 def requeue_extract(stack: Stack, memory: Any) -> None:
     """Queue another extract job for a memory, as a repair pass re-queueing it would
-    (the test writes the row into the real file; the store picks it up)."""
-    conn = open_read_write(db(stack))
-    try:
-        conn.execute(
-            "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
-            "available_at, created_at, updated_at) VALUES (lower(hex(randomblob(16))), ?, ?, "
-            "'extract', 3, '0', '0', '0')",
-            (memory.namespace, memory.id),
-        )
-    finally:
-        conn.close()
+    (the test writes the row into the real database; the store picks it up)."""
+    backend_db.execute(
+        db(stack),
+        "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
+        "available_at, created_at, updated_at) VALUES (?, ?, ?, 'extract', 3, '0', '0', '0')",
+        uuid.uuid4().hex,
+        memory.namespace,
+        memory.id,
+    )
 
 
 def write_directly(stack: Stack, statement: str) -> None:
-    """Run one statement on the real file, outside the store (to inject a failure)."""
-    conn = open_read_write(db(stack))
-    try:
-        conn.execute(statement)
-    finally:
-        conn.close()
+    """Run one statement on the real database, outside the store (to inject a failure)."""
+    backend_db.execute(db(stack), statement)
 
 
 def link(stack: Stack, memory: Any, *triples: tuple[str, str, str]) -> None:

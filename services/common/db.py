@@ -13,10 +13,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import sqlean as sqlite3
 import sqlite_vec
+
+if TYPE_CHECKING:
+    from services.common.config import StorageSettings
 
 Connection = sqlite3.Connection
 Row = sqlite3.Row
@@ -78,7 +81,13 @@ class ReadPool:
     each other (counts and the rows they count, a check and the queries it allows).
     `size` connections open up front; more open when every one is checked out (up to
     `max_size`), since a snapshot may be held while its caller awaits something else.
+
+    `dialect` names the SQL the database speaks: every pool takes sqlite3-style
+    SQL (services/common/pg.py's PgReadPool translates it), and a query builder
+    whose SQL must differ asks the pool which one to build.
     """
+
+    dialect = "sqlite"
 
     def __init__(
         self, path: str | Path, size: int = 4, busy_timeout_ms: int = 5000, max_size: int = 32
@@ -162,6 +171,8 @@ class ReadPool:
 class ReadSnapshot:
     """A ReadPool connection inside one read transaction (see ReadPool.snapshot)."""
 
+    dialect = "sqlite"
+
     def __init__(self, conn: Any) -> None:
         self._conn = conn
 
@@ -171,3 +182,25 @@ class ReadSnapshot:
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any:
         rows = await self.fetch_all(query)
         return rows[0] if rows else None
+
+
+async def open_read_pool(
+    storage: StorageSettings, *, service: Literal["store", "search"]
+) -> ReadPool:
+    """The configured backend's read pool, open: the one place that picks it.
+    On PostgreSQL the store reads with its own role (storage.postgres.dsn) and
+    search with the read-only one (reader_dsn), each session read-only."""
+    if storage.kind == "sqlite":
+        pool = ReadPool(storage.path, busy_timeout_ms=storage.busy_timeout_ms)
+    else:
+        from services.common.pg import PgReadPool  # the `postgres` extra, only when used
+
+        settings = storage.postgres
+        pool = PgReadPool(
+            settings.dsn if service == "store" else storage.reader_dsn,
+            size=settings.pool_size,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            application_name=f"engram-{service}-reads",
+        )
+    await pool.open()
+    return pool

@@ -42,14 +42,22 @@ def reinforced(confidence: float, access_count: int) -> float:
     return min(MAX_CONFIDENCE, confidence + boost)
 
 
-def current_confidence_sql(alias: str, default_rate: float, now: str) -> tuple[str, list[Any]]:
+def current_confidence_sql(
+    alias: str, default_rate: float, now: str, *, dialect: str = "sqlite"
+) -> tuple[str, list[Any]]:
     """SQL for a memory's current (decayed) confidence at `now` (stored time
-    text), and its parameters. SQLite's julianday reads the stored form; a
-    last access in the future counts as now (d never negative)."""
+    text), and its parameters. Only the day count differs by backend: SQLite's
+    julianday reads the stored form, Postgres's timestamptz does (to the
+    microsecond; the ninth-digit nanoseconds are far below a day's resolution).
+    A last access in the future counts as now (d never negative)."""
     m = alias
+    last = f"coalesce({m}.last_accessed, {m}.created_at)"
+    if dialect == "postgres":
+        days = f"greatest(0.0, date_part('epoch', ?::timestamptz - {last}::timestamptz) / 86400.0)"
+    else:
+        days = f"max(0.0, julianday(?) - julianday({last}))"
     return (
-        f"(CASE WHEN {m}.pinned THEN {m}.confidence ELSE {m}.confidence * exp("
-        f"-coalesce({m}.decay_rate, ?) * pow(max(0.0, julianday(?) - "
-        f"julianday(coalesce({m}.last_accessed, {m}.created_at))), {DECAY_EXPONENT})) END)",
+        f"(CASE WHEN {m}.pinned <> 0 THEN {m}.confidence ELSE {m}.confidence * exp("
+        f"-coalesce({m}.decay_rate, ?) * pow({days}, {DECAY_EXPONENT})) END)",
         [default_rate, now],
     )

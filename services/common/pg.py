@@ -1,8 +1,9 @@
-"""PostgreSQL connections (issue 21's backend; not selectable yet), opened the same
-way everywhere, like services/common/db.py's SQLite ones.
+"""PostgreSQL connections (issue 21's backend, `storage.kind: postgres`), opened
+the same way everywhere, like services/common/db.py's SQLite ones.
 
 SqliteApi puts a psycopg connection behind the part of sqlite3's connection API
-the store uses, so services/store/repository.py's SQL is written once for both.
+the store uses, so services/store/repository.py's SQL is written once for both;
+PgReadPool is db.ReadPool's Postgres twin, taking the same sqlite3-style SQL.
 
 psycopg 3 is only imported here and by the Postgres modules, so an install
 without the `postgres` extra never needs it.
@@ -10,14 +11,20 @@ without the `postgres` extra never needs it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.adapt import AdaptersMap, Loader
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
+from psycopg_pool import AsyncConnectionPool
 
+from services.common import db
 from services.common.memory_filter import NOW_SQL
 
 Connection = psycopg.Connection
@@ -45,14 +52,36 @@ def row_factory(cursor: Any) -> Callable[[Sequence[Any]], Row]:
     return lambda values: row_type(values)
 
 
+class _NumericLoader(Loader):
+    """`numeric` as SQLite returns the same values: an int when whole, else a
+    float. The schema has no numeric column; numeric comes from sum() over
+    integers (and the like), which SQLite answers with an int, not a Decimal."""
+
+    def load(self, data: Any) -> int | float:
+        text = bytes(data)
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+
+
+# Every Engram connection's adapters: psycopg's, numeric as above.
+ADAPTERS = AdaptersMap(psycopg.adapters)
+ADAPTERS.register_loader("numeric", _NumericLoader)
+
+
+def _options(settings: dict[str, str]) -> str:
+    return " ".join(f"-c {name}={value}" for name, value in settings.items())
+
+
 def _connect(dsn: str, application_name: str, options: dict[str, str]) -> Any:
-    settings = " ".join(f"-c {name}={value}" for name, value in options.items())
     return psycopg.connect(
         dsn,
         autocommit=False,
         row_factory=row_factory,
+        context=ADAPTERS,
         application_name=application_name,
-        options=settings,
+        options=_options(options),
     )
 
 
@@ -71,6 +100,14 @@ def open_read_write(
     )
 
 
+def _read_only_options(statement_timeout_ms: int) -> dict[str, str]:
+    return {
+        "default_transaction_read_only": "on",
+        "statement_timeout": str(int(statement_timeout_ms)),
+        "TimeZone": "UTC",
+    }
+
+
 def open_read_only(
     dsn: str, *, statement_timeout_ms: int = 0, application_name: str = "engram-search"
 ) -> Any:
@@ -82,15 +119,21 @@ def open_read_only(
     no SQL it runs can write (issue 21: "search reads through its own read-only
     role"). Both, because the guard also protects a deployment that reuses the
     store's role."""
-    return _connect(
-        dsn,
-        application_name,
-        {
-            "default_transaction_read_only": "on",
-            "statement_timeout": str(int(statement_timeout_ms)),
-            "TimeZone": "UTC",
-        },
-    )
+    return _connect(dsn, application_name, _read_only_options(statement_timeout_ms))
+
+
+def describe(dsn: str) -> str:
+    """user@host:port/dbname of a DSN, for messages: never its password."""
+    params = conninfo_to_dict(dsn)
+    user = f"{params['user']}@" if params.get("user") else ""
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"{user}{params.get('host') or 'localhost'}{port}/{params.get('dbname') or ''}"
+
+
+def dsn_user(dsn: str) -> str | None:
+    """The role a DSN names, None when it names none (libpq's default applies)."""
+    user = conninfo_to_dict(dsn).get("user")
+    return str(user) if user else None
 
 
 def grant_reader(conn: Any, role: str) -> None:
@@ -213,6 +256,11 @@ class SqliteApi:
         return cursor
 
     @property
+    def broken(self) -> bool:
+        """The server is gone (psycopg saw the connection die): reopen, do not reuse."""
+        return bool(self.raw.broken or self.raw.closed)
+
+    @property
     def in_transaction(self) -> bool:
         return bool(self.raw.info.transaction_status != TransactionStatus.IDLE)
 
@@ -234,3 +282,88 @@ class SqliteApi:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# ---- reads: db.ReadPool's interface over Postgres ------------------------------------
+
+
+class PgReadPool(db.ReadPool):
+    """db.ReadPool on PostgreSQL: the same calls (fetch_all, fetch_one,
+    snapshot), the same sqlite3-style SQL (translated here), rows read by
+    position or name. A subclass so every reader typed `ReadPool` takes it;
+    it shares none of the SQLite pool's workings.
+
+    psycopg's own async connections (psycopg_pool), not threads: a query waits
+    on its socket in the event loop, with no thread hand-off or GIL contention
+    per fetch. Connections are read-only sessions (open_read_only's settings)
+    in autocommit, so a plain fetch is one statement, one snapshot of its own;
+    `snapshot()` is one REPEATABLE READ READ ONLY transaction. `size` open up
+    front, up to 4x under load; the pool replaces a connection the server
+    dropped (a fetch on it fails once, with psycopg.OperationalError)."""
+
+    dialect = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        size: int = 4,
+        *,
+        max_size: int | None = None,
+        statement_timeout_ms: int = 0,
+        application_name: str = "engram-reads",
+    ) -> None:
+        self._pool = AsyncConnectionPool(
+            dsn,
+            min_size=size,
+            max_size=max_size or 4 * size,
+            open=False,
+            name=application_name,
+            kwargs={
+                "autocommit": True,
+                "row_factory": row_factory,
+                "context": ADAPTERS,
+                "application_name": application_name,
+                "options": _options(_read_only_options(statement_timeout_ms)),
+            },
+        )
+
+    async def open(self) -> None:
+        await self._pool.open(wait=True)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]:
+        async with self._pool.connection() as conn:
+            return await _fetch_all(conn, query)
+
+    async def fetch_one(self, query: tuple[str, list[Any]]) -> Any:
+        rows = await self.fetch_all(query)
+        return rows[0] if rows else None
+
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[db.ReadSnapshot]:
+        """Reads that all see the database as of the first of them."""
+        async with self._pool.connection() as conn:
+            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield PgReadSnapshot(conn)
+            finally:
+                # shielded: a cancelled caller still ends the transaction (and
+                # should the rollback itself fail, the pool discards the connection)
+                with contextlib.suppress(psycopg.Error):
+                    await asyncio.shield(conn.rollback())
+
+
+async def _fetch_all(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
+    cursor = await conn.execute(translate(query[0]), query[1])
+    return list(await cursor.fetchall()) if cursor.description is not None else []
+
+
+class PgReadSnapshot(db.ReadSnapshot):
+    """A PgReadPool connection inside one read transaction (PgReadPool.snapshot)."""
+
+    dialect = "postgres"
+
+    async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]:
+        return await _fetch_all(self._conn, query)

@@ -129,8 +129,11 @@ class StoreAdmin:
             (row[0], row[1]): int(row[2])
             for row in await self._reads.fetch_all(sql.job_counts_query())
         }
-        row = await self._reads.fetch_one(sql.diagnostics_query(stale_before, expired_before))
-        orphans = await self._reads.fetch_one(sql.orphans_query())
+        dialect: str = getattr(self._reads, "dialect", "sqlite")
+        row = await self._reads.fetch_one(
+            sql.diagnostics_query(stale_before, expired_before, dialect=dialect)
+        )
+        orphans = await self._reads.fetch_one(sql.orphans_query(dialect=dialect))
 
         def by_status(status: str) -> int:
             return sum(n for (_, s), n in jobs.items() if s == status)

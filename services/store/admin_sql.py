@@ -4,6 +4,11 @@ Write functions take the writer's connection; read queries are returned as
 (sql, params) for the read pool. A memory "has a vector" when `embeddings`
 holds a vector of the index model for its namespace and current content hash;
 that is the set the vector index must hold, among live memories.
+
+On Postgres the text index is a generated column of the memory row
+(`content_tsv`, pg_migrations), set exactly when the memory is live: it can be
+neither missing nor orphaned, and there is nothing to rebuild. Its counts are
+still read from the rows, so diagnostics report what is there.
 """
 
 from __future__ import annotations
@@ -31,6 +36,28 @@ _FTS_ORPHANED = (
     "SELECT count(*) FROM memories_fts_docsize d WHERE NOT EXISTS "
     "(SELECT 1 FROM memories m WHERE m.rowid = d.id AND m.is_deleted = 0)"
 )
+_FTS_ROWS = "SELECT count(*) FROM memories_fts_docsize"
+_DB_SIZE = "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
+# Postgres: the same three counts over the generated column.
+_PG_FTS_MISSING = "SELECT count(*) FROM memories m WHERE m.is_deleted = 0 AND m.content_tsv IS NULL"
+_PG_FTS_ORPHANED = (
+    "SELECT count(*) FROM memories m WHERE m.is_deleted <> 0 AND m.content_tsv IS NOT NULL"
+)
+_PG_FTS_ROWS = "SELECT count(*) FROM memories WHERE content_tsv IS NOT NULL"
+_PG_DB_SIZE = "SELECT pg_database_size(current_database())"
+
+
+def _fts_sql(dialect: str) -> tuple[str, str, str]:
+    """(missing, orphaned, rows) counts of the text index on this backend."""
+    if dialect == "postgres":
+        return _PG_FTS_MISSING, _PG_FTS_ORPHANED, _PG_FTS_ROWS
+    return _FTS_MISSING, _FTS_ORPHANED, _FTS_ROWS
+
+
+def _dialect(conn: Any) -> str:
+    return "postgres" if repo.postgres(conn) else "sqlite"
+
+
 _EXPIRED = "m.is_deleted = 1 AND m.deleted_at < :cutoff"
 # An embedding (alias e) some memory of its namespace, other than an expired
 # tombstone, may still need.
@@ -47,8 +74,10 @@ def job_counts_query() -> Query:
     return repo.queue_counts_query()
 
 
-def diagnostics_query(stale_before: str, expired_before: str) -> Query:
+def diagnostics_query(stale_before: str, expired_before: str, *, dialect: str = "sqlite") -> Query:
     """Every scalar count in one statement, so they come from one snapshot."""
+    fts_missing, fts_orphaned, fts_rows = _fts_sql(dialect)
+    db_size = _PG_DB_SIZE if dialect == "postgres" else _DB_SIZE
     return (
         "SELECT "
         "(SELECT count(*) FROM memory_jobs WHERE status = 'leased' AND leased_at < ?) "
@@ -57,18 +86,17 @@ def diagnostics_query(stale_before: str, expired_before: str) -> Query:
         "(SELECT count(*) FROM memories WHERE is_deleted = 1) AS tombstones, "
         "(SELECT count(*) FROM memories m WHERE m.is_deleted = 1 AND m.deleted_at < ?) "
         "  AS expired_tombstones, "
-        "(SELECT count(*) FROM memories_fts_docsize) AS fts_rows, "
-        f"({_FTS_MISSING}) AS fts_missing, "
-        f"({_FTS_ORPHANED}) AS fts_orphaned, "
+        f"({fts_rows}) AS fts_rows, "
+        f"({fts_missing}) AS fts_missing, "
+        f"({fts_orphaned}) AS fts_orphaned, "
         "(SELECT model FROM vector_index WHERE id = 1) AS index_model, "
         "(SELECT count(*) FROM memory_vectors) AS vector_rows, "
-        f"(SELECT count(*) FROM ({_EMBEDDED_LIVE})) AS embedded_memories, "
+        f"(SELECT count(*) FROM ({_EMBEDDED_LIVE}) x) AS embedded_memories, "
         f"(SELECT count(*) FROM ({_EMBEDDED_LIVE}) x WHERE x.rowid NOT IN "
         "  (SELECT memory_rowid FROM memory_vectors)) AS vector_missing, "
         "(SELECT count(*) FROM memory_vectors v WHERE v.memory_rowid NOT IN "
         f"  ({_EMBEDDED_LIVE})) AS vector_orphaned, "
-        "(SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()) "
-        "  AS db_size_bytes, "
+        f"({db_size}) AS db_size_bytes, "
         "(SELECT count(*) FROM maintenance_audit) AS audit_rows",
         [stale_before, expired_before],
     )
@@ -90,8 +118,15 @@ ORPHAN_TABLES = (
 )
 
 
-def orphans_query() -> Query:
+def orphans_query(*, dialect: str = "sqlite") -> Query:
     """Every orphan count in one statement (one snapshot), named as ORPHAN_TABLES."""
+    fts_entries = (
+        # the text index is a column of the memory row: it cannot outlive it
+        "0"
+        if dialect == "postgres"
+        else "SELECT count(*) FROM memories_fts_docsize f "
+        "WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.rowid = f.id)"
+    )
     return (
         "SELECT "
         "(SELECT count(*) FROM memory_links l "
@@ -110,8 +145,7 @@ def orphans_query() -> Query:
         "(SELECT count(*) FROM memory_vectors v "
         "  WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.rowid = v.memory_rowid)) "
         "  AS vector_index, "
-        "(SELECT count(*) FROM memories_fts_docsize f "
-        "  WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.rowid = f.id)) AS fts_entries, "
+        f"({fts_entries}) AS fts_entries, "
         "(SELECT count(*) FROM memory_jobs j WHERE j.memory_id IS NOT NULL "
         "  AND NOT EXISTS (SELECT 1 FROM memories m WHERE m.id = j.memory_id)) AS jobs",
         [],
@@ -120,8 +154,9 @@ def orphans_query() -> Query:
 
 def fts_mismatch(conn: Any) -> tuple[int, int]:
     """(live memories missing from the FTS index, FTS entries without a live memory)."""
-    missing = conn.execute(_FTS_MISSING).fetchone()[0]
-    orphaned = conn.execute(_FTS_ORPHANED).fetchone()[0]
+    missing_sql, orphaned_sql, _ = _fts_sql(_dialect(conn))
+    missing = conn.execute(missing_sql).fetchone()[0]
+    orphaned = conn.execute(orphaned_sql).fetchone()[0]
     return int(missing), int(orphaned)
 
 
@@ -145,11 +180,16 @@ def dead_job_ids(conn: Any, limit: int) -> list[str]:
 
 def requeue_dead_job(conn: Any, job_id: str, at: str) -> bool:
     """Dead → pending with fresh attempts; False (left dead) when an open job of
-    the same type for the same memory or document exists (OR IGNORE)."""
+    the same type for the same memory or document exists (the twin the open-job
+    unique indexes would refuse; checked in the statement, so one text serves
+    both backends: Postgres has no UPDATE OR IGNORE)."""
     cursor = conn.execute(
-        "UPDATE OR IGNORE memory_jobs SET status = 'pending', attempts = 0, "
+        "UPDATE memory_jobs SET status = 'pending', attempts = 0, "
         "lease_token = NULL, leased_at = NULL, failed_at = NULL, available_at = ?, "
-        "updated_at = ? WHERE id = ? AND status = 'dead'",
+        "updated_at = ? WHERE id = ? AND status = 'dead' AND NOT EXISTS ("
+        "SELECT 1 FROM memory_jobs o WHERE o.job_type = memory_jobs.job_type "
+        "AND o.status IN ('pending', 'leased') AND (o.memory_id = memory_jobs.memory_id "
+        "OR o.document_id = memory_jobs.document_id))",
         (at, at, job_id),
     )
     return bool(cursor.rowcount)
@@ -184,7 +224,11 @@ def count_never_extracted(conn: Any, namespace: str) -> int:
 
 def rebuild_fts(conn: Any) -> int:
     """Empty the index and refill it from live memories only: the built-in
-    'rebuild' would also index tombstoned rows of the content table."""
+    'rebuild' would also index tombstoned rows of the content table. On
+    Postgres there is nothing to refill (the index is a generated column):
+    the count of indexed memories, as SQLite's refill reports."""
+    if repo.postgres(conn):
+        return int(conn.execute(_PG_FTS_ROWS).fetchone()[0])
     conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('delete-all')")
     cursor = conn.execute(
         "INSERT INTO memories_fts(rowid, content) SELECT rowid, content FROM memories "

@@ -8,15 +8,17 @@ from typing import Any
 
 from services.common import forgetting
 from services.common.memory_filter import live_sql
-from services.store.repository import MEMORY_COLUMNS, Query
+from services.store.repository import MEMORY_COLUMNS, Query, postgres
 
 _COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
 
 
-def _weak(default_rate: float, now: str, threshold: float) -> tuple[str, str, list[Any]]:
+def _weak(
+    default_rate: float, now: str, threshold: float, dialect: str
+) -> tuple[str, str, list[Any]]:
     """(current-confidence expression, WHERE clause, parameters: the expression's,
     then the clause's)."""
-    expr, params = forgetting.current_confidence_sql("m", default_rate, now)
+    expr, params = forgetting.current_confidence_sql("m", default_rate, now, dialect=dialect)
     where = f"{live_sql('m')} AND m.pinned = 0 AND coalesce(m.decay_rate, ?) > 0 AND {expr} < ?"
     return expr, where, [*params, default_rate, *params, threshold]
 
@@ -28,10 +30,12 @@ def weak_page_query(
     now: str,
     after_rowid: int | None,
     limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """A namespace's weak memories in the order they were written, with their
     current confidence (column `current_confidence`), after `after_rowid`."""
-    expr, where, params = _weak(default_rate, now, threshold)
+    expr, where, params = _weak(default_rate, now, threshold, dialect)
     return (
         f"SELECT m.rowid AS rowid, {_COLUMNS}, {expr} AS current_confidence FROM memories m "
         f"WHERE m.namespace = ? AND m.rowid > ? AND {where} ORDER BY m.rowid LIMIT ?",
@@ -39,9 +43,11 @@ def weak_page_query(
     )
 
 
-def weak_count_query(threshold: float, default_rate: float, now: str) -> Query:
+def weak_count_query(
+    threshold: float, default_rate: float, now: str, *, dialect: str = "sqlite"
+) -> Query:
     """Weak memories across every namespace (diagnostics)."""
-    _, where, params = _weak(default_rate, now, threshold)
+    _, where, params = _weak(default_rate, now, threshold, dialect)
     return f"SELECT count(*) FROM memories m WHERE {where}", params[2:]
 
 
@@ -49,7 +55,9 @@ def weakest_batch(
     conn: Any, threshold: float, default_rate: float, now: str, limit: int
 ) -> list[Any]:
     """Up to `limit` weak memories of any namespace, oldest written first, for pruning."""
-    expr, where, params = _weak(default_rate, now, threshold)
+    expr, where, params = _weak(
+        default_rate, now, threshold, "postgres" if postgres(conn) else "sqlite"
+    )
     return list(
         conn.execute(
             f"SELECT {_COLUMNS}, {expr} AS current_confidence FROM memories m "

@@ -1,5 +1,6 @@
 """The documents' SQL (seed 000 "Document Ingest"). Write functions take the
-writer's connection; read queries are returned as (sql, params) for the read pool."""
+writer's connection; read queries are returned as (sql, params) for the read pool.
+Every statement is one text for SQLite and Postgres."""
 
 from __future__ import annotations
 
@@ -146,8 +147,9 @@ def link_chunk(conn: Any, document_id: str, memory_id: str, chunk_index: int, at
     """Record the chunk (a retry that finds different text at an index replaces
     the link) and recount the document's chunks."""
     conn.execute(
-        "INSERT OR REPLACE INTO document_memories (document_id, memory_id, chunk_index) "
-        "VALUES (?, ?, ?)",
+        "INSERT INTO document_memories (document_id, memory_id, chunk_index) "
+        "VALUES (?, ?, ?) ON CONFLICT (document_id, chunk_index) "
+        "DO UPDATE SET memory_id = excluded.memory_id",
         (document_id, memory_id, chunk_index),
     )
     conn.execute(

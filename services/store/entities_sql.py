@@ -1,6 +1,7 @@
 """SQL for reading the knowledge graph's entities (GetEntity, ListEntities).
 Every statement is scoped to one namespace: an entity of another namespace is
-never found, and nothing of it is read."""
+never found, and nothing of it is read. One text for SQLite and Postgres (the
+read pool translates it), except SQLite's `+` planner hints in `facts`."""
 
 from __future__ import annotations
 
@@ -41,13 +42,16 @@ def aliases(namespace: str, entity_ids: Sequence[str]) -> Query:
     )
 
 
-def facts(namespace: str, entity_id: str, limit: int) -> Query:
+def facts(namespace: str, entity_id: str, limit: int, *, dialect: str = "sqlite") -> Query:
     """Live memories valid now that mention the entity, newest valid_from first
-    (`+`: from the entity's mentions, not a scan of the namespace's memories)."""
+    (`+`, on SQLite: from the entity's mentions, not a scan of the namespace's
+    memories; Postgres has no such hint, and no unary + on text)."""
+    hint = "+" if dialect == "sqlite" else ""
+    live = live_sql("m", keep_plan=dialect == "sqlite")
     return (
         f"SELECT {_M_COLUMNS} FROM memory_entity_mentions mm JOIN memories m "
-        "ON m.id = mm.memory_id AND +m.namespace = mm.namespace "
-        f"WHERE mm.namespace = ? AND mm.entity_id = ? AND {live_sql('m', keep_plan=True)} "
+        f"ON m.id = mm.memory_id AND {hint}m.namespace = mm.namespace "
+        f"WHERE mm.namespace = ? AND mm.entity_id = ? AND {live} "
         "ORDER BY m.valid_from DESC, m.id DESC LIMIT ?",
         [namespace, entity_id, limit],
     )

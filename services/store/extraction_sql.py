@@ -54,7 +54,7 @@ def insert_links(conn: Any, rows: Sequence[LinkRow]) -> None:
     of rows (the hot path writes a batch's temporal links at once)."""
     repo.insert_rows(
         conn,
-        "INSERT OR IGNORE INTO memory_links (id, namespace, from_memory_id, to_memory_id, "
+        "INSERT INTO memory_links (id, namespace, from_memory_id, to_memory_id, "
         "link_type, job_id, created_at, valid_from, weight, confidence, evidence) VALUES ",
         "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
@@ -67,6 +67,7 @@ def insert_links(conn: Any, rows: Sequence[LinkRow]) -> None:
             )
             for row in rows
         ],
+        " ON CONFLICT DO NOTHING",
     )
 
 

@@ -1,5 +1,9 @@
 """SQL for the knowledge graph's writes (seed 000 "Knowledge Graph"). Every
-statement is scoped to one namespace: the graph never crosses namespaces."""
+statement is scoped to one namespace: the graph never crosses namespaces.
+Every statement is one text for SQLite and Postgres (the writer's connection
+on either: services/common/pg.py's SqliteApi translates the placeholders);
+the mention and alias tables' `rowid` is SQLite's implicit one and an
+identity column on Postgres (services/store/pg_migrations.py)."""
 
 from __future__ import annotations
 
@@ -57,8 +61,8 @@ def add_alias(
     if taken is not None:
         return False
     cursor = conn.execute(
-        "INSERT OR IGNORE INTO entity_aliases (namespace, canonical_alias, entity_id, alias, "
-        "created_at) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO entity_aliases (namespace, canonical_alias, entity_id, alias, "
+        "created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (namespace, canonical, entity_id, alias, at),
     )
     return int(cursor.rowcount) > 0
@@ -82,11 +86,12 @@ def link_mention(
     confidence: float,
     at: str,
 ) -> bool:
-    """Link a memory to an entity; True when the link is new (INSERT OR IGNORE
-    keeps re-processing idempotent)."""
+    """Link a memory to an entity; True when the link is new (ON CONFLICT DO
+    NOTHING keeps re-processing idempotent)."""
     cursor = conn.execute(
-        "INSERT OR IGNORE INTO memory_entity_mentions (memory_id, entity_id, namespace, "
-        "mention_text, confidence, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO memory_entity_mentions (memory_id, entity_id, namespace, "
+        "mention_text, confidence, created_at) VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT DO NOTHING",
         (memory_id, entity_id, namespace, mention_text, confidence, at),
     )
     return int(cursor.rowcount) > 0
@@ -94,7 +99,8 @@ def link_mention(
 
 def previous_mention(conn: Any, entity_id: str, memory_id: str) -> str | None:
     """The memory most recently linked to the entity before `memory_id` (the
-    entity index is ordered by rowid within an entity: one index step)."""
+    entity index is ordered by rowid within an entity: one index step, on
+    Postgres too, whose index names the column)."""
     row = conn.execute(
         "SELECT memory_id FROM memory_entity_mentions WHERE entity_id = ? AND memory_id != ? "
         "ORDER BY rowid DESC LIMIT 1",
@@ -147,7 +153,8 @@ def delete_mention(conn: Any, memory_id: str, entity_id: str, at: str) -> None:
         (memory_id, entity_id),
     )
     conn.execute(
-        "UPDATE entities SET mentions = max(mentions - 1, 0), updated_at = ? WHERE id = ?",
+        "UPDATE entities SET mentions = CASE WHEN mentions > 1 THEN mentions - 1 ELSE 0 END, "
+        "updated_at = ? WHERE id = ?",
         (at, entity_id),
     )
 

@@ -167,6 +167,8 @@ class MemoryStore:
         memories are tracked, and consolidated when they end."""
         self._writer = writer
         self._reads = reads
+        # the SQL the database speaks: reads and the writer are on the same one
+        self._dialect: str = getattr(reads, "dialect", "sqlite")
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
         self._extract = extract_on_create
@@ -264,10 +266,17 @@ class MemoryStore:
         bad.raise_if_any()
         if deleted:
             query = repo.list_tombstones_query(
-                namespace, spec, clock.days_ago_text(self._tombstone_days), after, size + 1
+                namespace,
+                spec,
+                clock.days_ago_text(self._tombstone_days),
+                after,
+                size + 1,
+                dialect=self._dialect,
             )
         else:
-            query = repo.list_memories_query(namespace, spec, after, size + 1)
+            query = repo.list_memories_query(
+                namespace, spec, after, size + 1, dialect=self._dialect
+            )
         rows = await self._reads.fetch_all(query)
         records = [MemoryRecord.from_row(r) for r in rows[:size]]
         next_token = ""
@@ -501,7 +510,7 @@ class MemoryStore:
         if execute:
             reason = bad.check("", rules.check_reason, reason, "reason")
         actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        query = _check_selection(namespace, selection, bad)
+        query = _check_selection(namespace, selection, bad, self._dialect)
         bad.raise_if_any()
         limit = selection.limit or MAX_FORGET
 
@@ -757,7 +766,9 @@ def _check_patches(
     return checked
 
 
-def _check_selection(namespace: str, selection: ForgetSelection, bad: Violations) -> repo.Query:
+def _check_selection(
+    namespace: str, selection: ForgetSelection, bad: Violations, dialect: str
+) -> repo.Query:
     """The candidates' query; its bad fields go to `bad` (the caller raises)."""
     if len(selection.ids) > MAX_FORGET:
         bad.add("ids", f"at most {MAX_FORGET} ids")
@@ -780,7 +791,13 @@ def _check_selection(namespace: str, selection: ForgetSelection, bad: Violations
     limit = selection.limit if 0 < selection.limit <= MAX_FORGET else MAX_FORGET
     # One more than the limit, to tell the caller that more memories match.
     return repo.forget_candidates_query(
-        namespace, selection.ids, term_matches, spec, selection.include_pinned, limit + 1
+        namespace,
+        selection.ids,
+        term_matches,
+        spec,
+        selection.include_pinned,
+        limit + 1,
+        dialect=dialect,
     )
 
 

@@ -237,7 +237,10 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
             UNIQUE (source_entity_id, target_entity_id, relation_type)
         );
         CREATE INDEX relations_target ON relations(target_entity_id);
+        -- rowid: SQLite's implicit one, named (as memories.rowid): the order
+        -- mentions were linked in (services/store/graph_sql.py previous_mention)
         CREATE TABLE memory_entity_mentions (
+            rowid        BIGINT GENERATED ALWAYS AS IDENTITY,
             memory_id    TEXT NOT NULL,
             entity_id    TEXT NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
             namespace    TEXT NOT NULL,
@@ -246,7 +249,7 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
             created_at   TEXT NOT NULL,
             PRIMARY KEY (memory_id, entity_id)
         );
-        CREATE INDEX memory_entity_mentions_entity ON memory_entity_mentions(entity_id);
+        CREATE INDEX memory_entity_mentions_entity ON memory_entity_mentions(entity_id, rowid);
 
         CREATE TABLE memory_links (
             id             TEXT PRIMARY KEY,
@@ -412,7 +415,9 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
         ALTER TABLE memory_links ADD COLUMN valid_until TEXT;
         ALTER TABLE memory_links ADD COLUMN evidence TEXT NOT NULL DEFAULT '[]';
         CREATE INDEX entities_type ON entities(namespace, entity_type, mentions DESC);
+        -- rowid: SQLite's implicit one, named (aliases are listed in the order added)
         CREATE TABLE entity_aliases (
+            rowid           BIGINT GENERATED ALWAYS AS IDENTITY,
             namespace       TEXT NOT NULL,
             canonical_alias TEXT NOT NULL,
             entity_id       TEXT NOT NULL REFERENCES entities(id) ON DELETE CASCADE,

@@ -95,9 +95,14 @@ def get_memory_query(namespace: str, memory_id: str) -> Query:
 
 
 def list_memories_query(
-    namespace: str, spec: MemoryFilterSpec, after: tuple[str, str] | None, limit: int
+    namespace: str,
+    spec: MemoryFilterSpec,
+    after: tuple[str, str] | None,
+    limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
-    clauses, params = filter_sql(spec, "m")
+    clauses, params = filter_sql(spec, "m", dialect)
     sql = (
         f"SELECT {_M_COLUMNS} FROM memories m "
         f"WHERE m.namespace = ? AND {live_sql('m', as_of=spec.as_of)}{clauses}"
@@ -117,10 +122,12 @@ def list_tombstones_query(
     deleted_since: str,
     after: tuple[str, str] | None,
     limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """Soft-deleted memories deleted at or after `deleted_since`, most recently
     deleted first; `after` is the (deleted_at, id) the previous page ended at."""
-    clauses, params = filter_sql(spec, "m")
+    clauses, params = filter_sql(spec, "m", dialect)
     sql = (
         f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 1 "
         f"AND m.deleted_at >= ? AND {not_expired_sql('m')}{clauses}"
@@ -141,14 +148,20 @@ def forget_candidates_query(
     spec: MemoryFilterSpec,
     include_pinned: bool,
     limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """Memories selected for forgetting: live ones and superseded versions
     (services/common/memory_filter.py present_sql). With `term_matches` (one MATCH
     expression per query term) a memory must match any of them, and those
     matching the most terms come first; then newest first. (Not BM25: FTS5's
     statistics span every namespace, so its order would let other tenants'
-    data decide which of this namespace's memories make the cut.)"""
-    clauses, params = filter_sql(spec, "m")
+    data decide which of this namespace's memories make the cut.)
+
+    On Postgres a term (services/common/fts.py `quoted`, an FTS5 phrase) is
+    matched as the phrase of its words in content_tsv: phraseto_tsquery reads
+    the quotes as punctuation, so the same strings serve both backends."""
+    clauses, params = filter_sql(spec, "m", dialect)
     sql = (
         f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {present_sql('m')}{clauses}"
     )
@@ -159,7 +172,13 @@ def forget_candidates_query(
         sql += f" AND m.id IN ({', '.join('?' * len(ids))})"
         args.extend(ids)
     order = "m.created_at DESC, m.id DESC"
-    if term_matches:
+    if term_matches and dialect == "postgres":
+        match = "m.content_tsv @@ phraseto_tsquery('engram_english'::regconfig, ?)"
+        sql += f" AND ({' OR '.join([match] * len(term_matches))})"
+        args.extend(term_matches)
+        order = f"({' + '.join([f'({match})::int'] * len(term_matches))}) DESC, {order}"
+        args.extend(term_matches)
+    elif term_matches:
         in_fts = "m.rowid IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)"
         sql += f" AND {in_fts}"
         args.append(" OR ".join(term_matches))
@@ -461,7 +480,24 @@ def index_model(conn: Any) -> tuple[str, int | None] | None:
     return None if row is None else (row[0], row[1])
 
 
+def _pg_vectors() -> Any:
+    """services/store/pg_vectors.py, the vector index's Postgres SQL (imported
+    when first needed: it imports this module, and psycopg)."""
+    from services.store import pg_vectors
+
+    return pg_vectors
+
+
 def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
+    """Record the index's model (on Postgres also size its vector column)."""
+    if postgres(conn):
+        _pg_vectors().set_index_model(conn, model, dimensions, at)
+        return
+    record_index_model(conn, model, dimensions, at)
+
+
+def record_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
+    """The vector_index row, on both backends."""
     conn.execute(
         "INSERT INTO vector_index(id, model, dimensions, updated_at) VALUES (1, ?, ?, ?) "
         "ON CONFLICT(id) DO UPDATE SET model = excluded.model, dimensions = excluded.dimensions, "
@@ -519,6 +555,8 @@ def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
 def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
     """Index these memories (those with a vector of the index model) and record
     the model on them; returns how many index rows were written."""
+    if postgres(conn):
+        return int(_pg_vectors().index_memories(conn, memory_ids))
     written = 0
     for start in range(0, len(memory_ids), 500):
         chunk = list(memory_ids[start : start + 500])
@@ -535,11 +573,15 @@ def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
 
 def index_all_embedded(conn: Any) -> int:
     """Every live memory with a vector of the index model (after a model change)."""
+    if postgres(conn):
+        return int(_pg_vectors().index_all_embedded(conn))
     return _index_embedded(conn, "1", [])
 
 
 def index_missing_vectors(conn: Any) -> int:
     """Live memories with a vector of the index model that the index lacks."""
+    if postgres(conn):
+        return int(_pg_vectors().index_missing_vectors(conn))
     return _index_embedded(conn, "m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)", [])
 
 

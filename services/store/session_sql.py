@@ -1,5 +1,6 @@
 """The SQL of conversation sessions: transcripts, summaries and summarize jobs.
-Write functions take the writer's connection; reads are (sql, params)."""
+Write functions take the writer's connection; reads are (sql, params). One
+text for SQLite and Postgres, except where a job's JSON payload is read."""
 
 from __future__ import annotations
 
@@ -50,10 +51,17 @@ def summaries(conn: Any, namespace: str, session_id: str) -> list[Any]:
     )
 
 
+def _payload_session_id(conn: Any) -> str:
+    """The session id in a job's JSON payload (TEXT on both backends)."""
+    if repo.postgres(conn):
+        return "(payload::jsonb ->> 'session_id')"
+    return "json_extract(payload, '$.session_id')"
+
+
 def pending_summarize_job(conn: Any, namespace: str, session_id: str) -> str | None:
     row = conn.execute(
         "SELECT id FROM memory_jobs WHERE job_type = ? AND status = 'pending' "
-        "AND namespace = ? AND json_extract(payload, '$.session_id') = ? LIMIT 1",
+        f"AND namespace = ? AND {_payload_session_id(conn)} = ? LIMIT 1",
         (SUMMARIZE_JOB, namespace, session_id),
     ).fetchone()
     return None if row is None else str(row[0])
@@ -132,9 +140,10 @@ def touch_session(conn: Any, namespace: str, session_id: str, at: str, *, reopen
     """A new memory of the session: seen now; `reopen` clears its end."""
     reopened = ", ended_at = NULL, end_reason = NULL, job_id = NULL" if reopen else ""
     conn.execute(
-        f"UPDATE session_consolidations SET last_seen_at = max(last_seen_at, ?){reopened} "
+        "UPDATE session_consolidations SET last_seen_at = "
+        f"CASE WHEN last_seen_at > ? THEN last_seen_at ELSE ? END{reopened} "
         "WHERE namespace = ? AND session_id = ?",
-        (at, namespace, session_id),
+        (at, at, namespace, session_id),
     )
 
 
@@ -208,9 +217,10 @@ def mark_consolidated(
     """Done for this job's end; `through` (the newest memory it read) only moves forward."""
     conn.execute(
         "UPDATE session_consolidations SET consolidated_at = ?, "
-        "consolidated_through = max(coalesce(consolidated_through, ''), coalesce(?, '')) "
+        "consolidated_through = CASE WHEN coalesce(consolidated_through, '') >= "
+        "coalesce(?, '') THEN coalesce(consolidated_through, '') ELSE ? END "
         "WHERE namespace = ? AND session_id = ? AND job_id = ?",
-        (at, through, namespace, session_id, job_id),
+        (at, through, through, namespace, session_id, job_id),
     )
 
 

@@ -43,6 +43,7 @@ class WeakMemory:
 class WeakMemories:
     def __init__(self, reads: Reads, policy: DecayPolicy) -> None:
         self._reads = reads
+        self._dialect: str = getattr(reads, "dialect", "sqlite")
         self.policy = policy
 
     async def page(
@@ -55,7 +56,13 @@ class WeakMemories:
         p = self.policy
         rows = await self._reads.fetch_all(
             decay_sql.weak_page_query(
-                namespace, p.threshold, p.default_rate, clock.now_text(), after, size + 1
+                namespace,
+                p.threshold,
+                p.default_rate,
+                clock.now_text(),
+                after,
+                size + 1,
+                dialect=self._dialect,
             )
         )
         found = [WeakMemory(MemoryRecord.from_row(r), r["current_confidence"]) for r in rows]
@@ -68,7 +75,9 @@ class WeakMemories:
     async def count(self) -> int:
         p = self.policy
         row = await self._reads.fetch_one(
-            decay_sql.weak_count_query(p.threshold, p.default_rate, clock.now_text())
+            decay_sql.weak_count_query(
+                p.threshold, p.default_rate, clock.now_text(), dialect=self._dialect
+            )
         )
         return int(row[0])
 

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from admin_helpers import AdminStore, admin_store
+from backend_db import storage_backend  # noqa: F401  (a fixture: both backends)
 from engram.maintenance.v1 import maintenance_pb2_grpc
 from recall_helpers import wait_for
 from services.maintenance.app import MaintenanceApp, start_maintenance

@@ -53,6 +53,8 @@ SQLITE_ONLY_TRIGGERS = {
 # What Postgres has and SQLite has not, on purpose.
 POSTGRES_ONLY_COLUMNS = {
     ("memories", "rowid"),  # SQLite's implicit rowid, named
+    ("memory_entity_mentions", "rowid"),  # the same: the order mentions were linked in
+    ("entity_aliases", "rowid"),  # the same: the order aliases were added in
     ("memories", "content_tsv"),  # memories_fts's counterpart
     ("memories", "content_tokens"),  # its length (memories_fts_docsize's counterpart)
     ("memory_vectors", "embedding"),  # a halfvec under HNSW, for SQLite's sign bits

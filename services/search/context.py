@@ -378,7 +378,7 @@ class ContextAssembler:
     ) -> None:
         self._recaller = recaller
         self._reads = reads
-        self._dialect: str = getattr(reads, "dialect", "sqlite")  # the pool's SQL dialect
+        self._dialect = reads.dialect  # the pool's SQL dialect
         # a memory's line recurs across an agent's turns: its count is kept
         self._tokenizer = cached(tokenizer)
         self._params = params

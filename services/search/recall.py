@@ -203,7 +203,7 @@ class Recaller:
     ) -> None:
         self._reads = reads
         # "sqlite" or "postgres": which channels run, and the query builders' SQL
-        self._dialect: str = getattr(reads, "dialect", "sqlite")
+        self._dialect = reads.dialect
         self._embedder = embedder
         self._params = params
         self._reranker = reranker

@@ -84,6 +84,13 @@ def execute(location: str | Path, sql: str, *params: Any) -> int:
 
 # ---- SQL that cannot be the same text on both backends --------------------------
 
+# For tests that write FTS5's external index apart from its memories: on
+# Postgres the index is a generated column of the memory's row, so no such
+# state can exist.
+FTS5_ONLY = pytest.mark.sqlite_only(
+    "FTS5's external index edited apart from memories; on Postgres it is a generated column"
+)
+
 # Rows in the full-text index: FTS5's table on SQLite; live memories' tsvector on
 # Postgres (services/store/pg_migrations.py: content_tsv is NULL for tombstones).
 FTS_COUNT = {
@@ -102,6 +109,27 @@ FTS_ENTRIES = {
     "sqlite": "SELECT id, sz FROM memories_fts_docsize",
     "postgres": "SELECT rowid, content_tokens FROM memories WHERE content_tokens IS NOT NULL",
 }
+
+
+# Entries of the index whose memory is gone (none can exist on Postgres: the
+# entry is a column of the memory's row).
+FTS_ORPHANS = {
+    "sqlite": "SELECT count(*) FROM memories_fts_docsize WHERE id NOT IN (SELECT rowid FROM memories)",
+    "postgres": "SELECT 0",
+}
+# The index's stored form, for "nothing rewrote it" checks.
+FTS_STORAGE = {
+    "sqlite": "SELECT id, block FROM memories_fts_data ORDER BY id",
+    "postgres": "SELECT rowid, content_tsv::text FROM memories ORDER BY rowid",
+}
+# The database's size in bytes, as StoreAdmin's diagnostics report it.
+DB_SIZE = {
+    "sqlite": "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+    "postgres": "SELECT pg_database_size(current_database())",
+}
+# Insertion order of a table without a key that says it (maintenance_audit):
+# SQLite's rowid; Postgres has no rowid there, and its times are written by one clock.
+INSERTION_ORDER = {"sqlite": "rowid", "postgres": "created_at, id"}
 
 
 def fts_count(location: str | Path) -> int:

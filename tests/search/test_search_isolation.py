@@ -28,13 +28,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import backend_db
 from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 from extract_write_helpers import write_directly
 from http_fakes import VectorBook
 from recall_helpers import MODEL, QUERY_VECTOR, Stack, vec
 from services.common import clock
-from services.common.db import ReadPool, open_read_only, open_read_write
+from services.common.db import ReadPool, open_read_write
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.vectors import normalized_f32
 from services.search import queries
@@ -128,19 +129,11 @@ def test_recall_never_returns_another_namespace_while_it_writes(
 
 
 def _rowids(path: Path) -> dict[str, int]:
-    conn = open_read_only(path)
-    try:
-        return {row[0]: row[1] for row in conn.execute("SELECT id, rowid FROM memories")}
-    finally:
-        conn.close()
+    return {row[0]: row[1] for row in backend_db.rows(path, "SELECT id, rowid FROM memories")}
 
 
 def _read(path: Path, query: queries.Query) -> list[Any]:
-    conn = open_read_only(path)
-    try:
-        return list(conn.execute(*query).fetchall())
-    finally:
-        conn.close()
+    return backend_db.rows(path, query[0], *query[1])
 
 
 def test_memory_rows_are_read_only_under_their_own_namespace(

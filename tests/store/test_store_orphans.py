@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
+import backend_db
 from admin_helpers import DIM, MODEL, AdminStore, admin_store
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import admin_pb2 as pb
@@ -81,9 +82,7 @@ def in_file(st: AdminStore) -> dict[str, int]:
             "SELECT count(*) FROM memory_vectors "
             "WHERE memory_rowid NOT IN (SELECT rowid FROM memories)"
         ),
-        "fts_entries": st.scalar(
-            "SELECT count(*) FROM memories_fts_docsize WHERE id NOT IN (SELECT rowid FROM memories)"
-        ),
+        "fts_entries": st.scalar(backend_db.FTS_ORPHANS[st.dialect]),
         "jobs": st.scalar(
             f"SELECT count(*) FROM memory_jobs WHERE memory_id IS NOT NULL AND memory_id {gone}"
         ),

@@ -74,10 +74,10 @@ def storage_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
+def postgres_server() -> Iterator[tuple[str, bool]]:
     """The maintenance DSN of the session's server (database `postgres`), and
     whether it is the bundled one (ours to crash-probe, see pgvector_problem)."""
-    yield from pg_server.serve(tmp_path_factory)
+    yield from pg_server.serve()
 
 
 @pytest.fixture(scope="session")

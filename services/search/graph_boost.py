@@ -43,8 +43,15 @@ def query_tokens(query: str) -> list[str]:
 
 
 async def graph_boost(
-    reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec, timeout_s: float
+    reads: Reads,
+    namespace: str,
+    query: str,
+    spec: MemoryFilterSpec,
+    timeout_s: float,
+    *,
+    dialect: str = "sqlite",
 ) -> GraphBoost:
+    """The memories the query's entities lead to (`dialect`: the read pool's)."""
     deadline = time.monotonic() + timeout_s
     try:
         tokens = query_tokens(query)
@@ -54,7 +61,11 @@ async def graph_boost(
             row[0]
             for row in await reads.fetch_all(
                 queries.matching_entities(
-                    namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
+                    namespace,
+                    tokens,
+                    [t for t in tokens if unspaced(t)],
+                    MAX_ENTITY_HITS,
+                    dialect=dialect,
                 )
             )
         ]
@@ -71,7 +82,9 @@ async def graph_boost(
         if time.monotonic() > deadline:
             return GraphBoost(frozenset(), timed_out=True)
         rows = await reads.fetch_all(
-            queries.mentioning_memories(namespace, seeds + neighbours, spec, MAX_MEMORIES)
+            queries.mentioning_memories(
+                namespace, seeds + neighbours, spec, MAX_MEMORIES, dialect=dialect
+            )
         )
         return GraphBoost(frozenset(row[0] for row in rows), timed_out=time.monotonic() > deadline)
     except Exception:

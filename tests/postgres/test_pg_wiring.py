@@ -4,35 +4,41 @@ RPCs through real gRPC servers on a real PostgreSQL database."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+import backend_db
 from engram.store.v1 import store_pb2
+from services.cli import main as cli
 from services.common.config import Config, ConfigError, load_config
+from services.common.server import StartupError
+from services.store.app import start_store
+from services.store.pg_migrations import PG_MIGRATIONS
 from store_helpers import remember
 
 
+@pytest.fixture(scope="module")
+def storage_backend() -> str:
+    """Every test here on Postgres: make_config, db_path and the stacks of
+    tests/conftest.py put the store on this test's own database."""
+    return "postgres"
+
+
 @pytest.fixture
-def pg_config(tmp_path: Path, pg_dsn: str) -> Callable[..., Config]:
-    """A store configuration on this test's PostgreSQL database."""
-
-    def make(**overrides: Any) -> Config:
-        return load_config(
-            environ={},
-            overrides={
-                "storage.path": str(tmp_path / "unused.db"),
-                "storage.kind": "postgres",
-                "storage.postgres.dsn": pg_dsn,
-                **overrides,
-            },
-        )
-
-    return make
+def dsn(db_path: Path) -> str:
+    """The test's database (the one make_config's storage.postgres.dsn names)."""
+    found = backend_db.dsn_of(db_path)
+    assert found is not None
+    return found
 
 
 # ---- configuration ---------------------------------------------------------------------
@@ -72,9 +78,9 @@ def test_the_environment_selects_postgres_and_the_reader_defaults_to_the_store()
 
 
 def test_the_store_serves_remember_get_and_list(
-    pg_config: Callable[..., Config], start_store_server: Any, pg_dsn: str
+    make_config: Callable[..., Config], start_store_server: Any, dsn: str
 ) -> None:
-    server, stub = start_store_server(pg_config())
+    server, stub = start_store_server(make_config())
     first = remember(stub, "Kafka retention is seven days").memory
     second = remember(stub, "The build uses Bazel.", importance=0.4).memory
     again = remember(stub, "  kafka RETENTION is seven days!! ")
@@ -84,10 +90,121 @@ def test_the_store_serves_remember_get_and_list(
     listed = stub.ListMemories(store_pb2.ListMemoriesRequest(page_size=10)).memories
     assert [m.id for m in listed] == [second.id, first.id]
     assert server.app.reads.dialect == "postgres"
-    with psycopg.connect(pg_dsn) as conn:
+    with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 2
         jobs = conn.execute("SELECT job_type, status FROM memory_jobs").fetchall()
     assert sorted(jobs) == [("embed", "pending"), ("embed", "pending")]
     with pytest.raises(grpc.RpcError) as missing:
         stub.GetMemory(store_pb2.GetMemoryRequest(id="00000000-0000-7000-8000-000000000000"))
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_restart_finds_the_data_and_checks_the_migrations(
+    make_config: Callable[..., Config], start_store_server: Any, dsn: str
+) -> None:
+    config = make_config()
+    first, stub = start_store_server(config)
+    kept = remember(stub, "Kafka retention is seven days").memory
+    first.stop()
+    _, stub = start_store_server(config)  # the same database: nothing to apply
+    assert stub.GetMemory(store_pb2.GetMemoryRequest(id=kept.id)).memory == kept
+    with psycopg.connect(dsn) as conn:
+        recorded = conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+        assert recorded == len(PG_MIGRATIONS)
+        conn.execute("UPDATE schema_migrations SET checksum = 'edited' WHERE version = 3")
+    with pytest.raises(StartupError, match=r"refusing to start on the database .*/engram_test_"):
+        asyncio.run(start_store(config, host="127.0.0.1", port=0, internal_port=0))
+
+
+def test_a_database_that_does_not_answer_is_a_startup_error_without_the_password(
+    make_config: Callable[..., Config], tmp_path: Path
+) -> None:
+    nowhere = f"host={tmp_path} port=1 dbname=engram user=engram password=hunter2"
+    config = make_config(**{"storage.postgres.dsn": nowhere})
+    with pytest.raises(StartupError, match=r"cannot open the PostgreSQL database engram@") as bad:
+        asyncio.run(start_store(config, host="127.0.0.1", port=0, internal_port=0))
+    assert "hunter2" not in str(bad.value)
+
+
+def test_a_frozen_store_on_postgres_refuses_writes_and_serves_reads(
+    make_config: Callable[..., Config], start_store_server: Any
+) -> None:
+    config = make_config()
+    running, stub = start_store_server(config)
+    kept = remember(stub, "The build uses Bazel.").memory
+    running.stop()
+    _, frozen = start_store_server(
+        config.with_overrides({"memory.pipelineV2.mutationsFrozen": True})
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        remember(frozen, "Something new")
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert frozen.GetMemory(store_pb2.GetMemoryRequest(id=kept.id)).memory == kept
+
+
+# ---- search on Postgres, through its own read-only role -----------------------------------
+
+
+@pytest.fixture
+def reader_role(dsn: str) -> Iterator[str]:
+    """A login role of this test's own (the cluster's roles are shared)."""
+    role = f"engram_search_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    yield role
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def _as(dsn: str, role: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params["user"] = role
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+def test_search_reads_through_its_role_which_the_store_granted_select_only(
+    make_config: Callable[..., Config], recall_stack: Callable[..., Any], dsn: str, reader_role: str
+) -> None:
+    reader = _as(dsn, reader_role)
+    stack = recall_stack(
+        {"storage.postgres.reader_dsn": reader, "providers.embedding.kind": "none"}
+    )
+    remember(stack.store, "Kafka retention is seven days")
+    app = stack.search_thread.app
+    assert app.reads.dialect == "postgres" and app.vector_cache is None
+    counted = asyncio.run_coroutine_threadsafe(
+        app.reads.fetch_one(
+            ("SELECT count(*) AS n FROM memories WHERE namespace = ?", ["default"])
+        ),
+        stack.search_thread.loop,
+    ).result(30)
+    assert counted["n"] == 1
+    with psycopg.connect(reader, autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")  # the guard off: the role holds
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM memories")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 1
+
+
+# ---- backup and restore: PostgreSQL's own tools ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "tool"), [(["backup", "--to"], "pg_dump"), (["restore", "--from"], "pg_restore")]
+)
+def test_backup_and_restore_refuse_a_postgres_store_and_name_its_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], tool: str
+) -> None:
+    config = tmp_path / "engram.yaml"
+    config.write_text(
+        "storage:\n  kind: postgres\n  postgres:\n    dsn: postgresql://engram@db.invalid/engram\n"
+    )
+    dump = tmp_path / "engram.dump"
+    dump.write_bytes(b"")  # restore's source exists: the refusal is about the backend
+    assert cli.main([*command[:1], command[1], str(dump), "--config", str(config)]) == 1
+    said = capsys.readouterr().err
+    assert f"storage.kind is postgres: engram {command[0]} copies SQLite files" in said
+    assert tool in said
+    assert dump.read_bytes() == b""

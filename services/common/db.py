@@ -184,6 +184,23 @@ class ReadSnapshot:
         return rows[0] if rows else None
 
 
+def connect_read_only(storage: StorageSettings, *, application_name: str = "engram-cli") -> Any:
+    """One read-only connection with sqlite3's API on the configured backend
+    (pg.SqliteApi on PostgreSQL, through the store's role): for a one-off read
+    off the event loop (the CLI, the metrics scrape). The caller closes it."""
+    if storage.kind == "sqlite":
+        return open_read_only(storage.path, busy_timeout_ms=storage.busy_timeout_ms)
+    from services.common import pg
+
+    return pg.SqliteApi(
+        pg.open_read_only(
+            storage.postgres.dsn,
+            statement_timeout_ms=storage.postgres.statement_timeout_ms,
+            application_name=application_name,
+        )
+    )
+
+
 async def open_read_pool(
     storage: StorageSettings, *, service: Literal["store", "search"]
 ) -> ReadPool:

@@ -29,7 +29,13 @@ from engram.store.internal.v1 import (
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.auth import server_guard
 from services.common.config import Config, consolidation_enabled
-from services.common.db import DatabaseError, ReadPool, open_read_pool, open_read_write
+from services.common.db import (
+    DatabaseError,
+    ReadPool,
+    connect_read_only,
+    open_read_pool,
+    open_read_write,
+)
 from services.common.errors import MutationsFrozen
 from services.common.listeners import listener
 from services.common.metrics import queue_depth_source
@@ -222,17 +228,11 @@ def _reconnect_postgres(config: Config) -> Any:
 def _pg_queue_counts_now(config: Config) -> dict[tuple[str, str], int]:
     """queue_counts_now on PostgreSQL: its own read-only connection, for the
     metrics scrape's thread."""
-    from services.common import pg
     from services.store import repository as repo
 
-    conn = pg.open_read_only(
-        config.storage.postgres.dsn,
-        statement_timeout_ms=config.storage.postgres.statement_timeout_ms,
-        application_name="engram-store-metrics",
-    )
+    conn = connect_read_only(config.storage, application_name="engram-store-metrics")
     try:
-        sql, params = repo.queue_counts_query()
-        return {(row[0], row[1]): row[2] for row in conn.execute(pg.translate(sql), params)}
+        return {(row[0], row[1]): row[2] for row in conn.execute(*repo.queue_counts_query())}
     finally:
         conn.close()
 

@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import backend_db
 from engram.store.v1 import store_pb2
+from services.cli import main as cli
 from services.common.config import Config, ConfigError, load_config
 from services.common.server import StartupError
 from services.store.app import start_store
@@ -185,3 +186,25 @@ def test_search_reads_through_its_role_which_the_store_granted_select_only(
             conn.execute("DELETE FROM memories")
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 1
+
+
+# ---- backup and restore: PostgreSQL's own tools ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "tool"), [(["backup", "--to"], "pg_dump"), (["restore", "--from"], "pg_restore")]
+)
+def test_backup_and_restore_refuse_a_postgres_store_and_name_its_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], tool: str
+) -> None:
+    config = tmp_path / "engram.yaml"
+    config.write_text(
+        "storage:\n  kind: postgres\n  postgres:\n    dsn: postgresql://engram@db.invalid/engram\n"
+    )
+    dump = tmp_path / "engram.dump"
+    dump.write_bytes(b"")  # restore's source exists: the refusal is about the backend
+    assert cli.main([*command[:1], command[1], str(dump), "--config", str(config)]) == 1
+    said = capsys.readouterr().err
+    assert f"storage.kind is postgres: engram {command[0]} copies SQLite files" in said
+    assert tool in said
+    assert dump.read_bytes() == b""

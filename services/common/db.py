@@ -69,6 +69,8 @@ class Reads(Protocol):
 
     async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]: ...
 
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]: ...
+
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any: ...
 
 
@@ -139,6 +141,12 @@ class ReadPool:
         rows = await self.fetch_all(query)
         return rows[0] if rows else None
 
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]:
+        """fetch_all for a read allowed to fail without failing the reads
+        around it (an optional channel). A plain fetch is a statement of its
+        own: nothing else to protect."""
+        return await self.fetch_all(query)
+
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[ReadSnapshot]:
         """Reads that all see the database as of the first of them (one read
@@ -182,6 +190,11 @@ class ReadSnapshot:
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any:
         rows = await self.fetch_all(query)
         return rows[0] if rows else None
+
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]:
+        """ReadPool.fetch_all_isolated: a failed SQLite statement leaves its
+        transaction as it was (PgReadSnapshot's differs)."""
+        return await self.fetch_all(query)
 
 
 def connect_read_only(storage: StorageSettings, *, application_name: str = "engram-cli") -> Any:

@@ -424,5 +424,25 @@ class PgReadSnapshot(db.ReadSnapshot):
 
     dialect = "postgres"
 
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        self._turn = asyncio.Lock()  # fetch_all_isolated's savepoint holds the connection
+
     async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]:
-        return await _fetch_all(self._conn, query)
+        async with self._turn:
+            return await _fetch_all(self._conn, query)
+
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]:
+        """A read whose failure (a statement timeout, a missing table) leaves the
+        snapshot usable: Postgres aborts the whole transaction on a failed
+        statement, so this one runs inside a savepoint, rolled back to when it
+        fails, with no other read of the snapshot in between."""
+        async with self._turn:
+            await self._conn.execute("SAVEPOINT isolated_read")
+            try:
+                rows = await _fetch_all(self._conn, query)
+            except psycopg.Error:
+                await self._conn.execute("ROLLBACK TO SAVEPOINT isolated_read")
+                raise
+            await self._conn.execute("RELEASE SAVEPOINT isolated_read")
+            return rows

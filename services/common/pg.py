@@ -345,6 +345,8 @@ class PgReadPool(db.ReadPool):
             conn = await _connect_async(
                 self._dsn, self._application_name, self._statement_timeout_ms
             )
+        except psycopg.OperationalError as exc:
+            raise db.StorageUnavailable() from exc
         finally:
             self._opening -= 1
         self._connections.append(conn)
@@ -380,7 +382,7 @@ class PgReadPool(db.ReadPool):
         """Reads that all see the database as of the first of them."""
         conn = await self._checkout()
         try:
-            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            await _fetch_all(conn, ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", []))
             yield PgReadSnapshot(conn)
         finally:
             # shielded: a cancelled caller still ends the transaction before the
@@ -414,9 +416,19 @@ async def fetch_once(
         await conn.close()
 
 
+_LOST = "the database connection was lost during this read; retry"
+
+
 async def _fetch_all(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
-    cursor = await conn.execute(translate(query[0]), query[1])
-    return list(await cursor.fetchall()) if cursor.description is not None else []
+    """The rows of one sqlite3-style query; a connection lost on the way is
+    StorageUnavailable (UNAVAILABLE: retry), not a crash."""
+    try:
+        cursor = await conn.execute(translate(query[0]), query[1])
+        return list(await cursor.fetchall()) if cursor.description is not None else []
+    except psycopg.OperationalError as exc:
+        if conn.broken:
+            raise db.StorageUnavailable(_LOST) from exc
+        raise
 
 
 class PgReadSnapshot(db.ReadSnapshot):

@@ -2,6 +2,7 @@
 latency p50/p95 at 100k memories, and throughput with 1 and 2 search replicas
 against one database.
 
+    flock /tmp/engram-bench.lock .venv/bin/python bench/pg_recall.py --load-only
     flock /tmp/engram-bench.lock .venv/bin/python bench/pg_recall.py
         [--size 100000] [--queries 100] [--in-flight 16] [--rounds 3]
         [--round-seconds 10] [--json-out FILE]
@@ -12,7 +13,10 @@ the first 10k, derived ones after; build it with `bench/recall_latency.py --size
 <size>`). Its memories and embeddings are copied into a fresh Postgres 18.6 +
 pgvector 0.8.1 database (bench/pg_server.py), migrated by pg_migrations, and the
 vector index is filled by the store's own functions, the HNSW index built over
-the rows (bench/pg_vectors.py's load_postgres).
+the rows (bench/pg_vectors.py's load_postgres). The loaded server's data directory is
+kept (/tmp/engram-latency/pg-<size>/, `--pg-cache`; delete it to reload): loading
+takes 2-4 minutes here, which would not leave the measurement its share of the
+10-minute benchmark window.
 
 Four `engram serve search` processes run at once, with the local MiniLM: two
 over the SQLite file (read-only, as compose's search does) and two with
@@ -64,7 +68,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import latency_data as data  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
-from pg_server import create_database, postgres_server, storage_settings  # noqa: E402
+from pg_server import create_database, database_dsn, postgres_server, storage_settings  # noqa: E402
 from suite import free_port, wait_serving  # noqa: E402
 
 CACHE = Path("/tmp/engram-latency")
@@ -256,10 +260,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--round-seconds", type=float, default=10.0)
     parser.add_argument("--shared-buffers", default="1GB")
+    parser.add_argument("--pg-cache", type=Path, default=None, help="kept data directory")
+    parser.add_argument(
+        "--load-only",
+        action="store_true",
+        help="load the kept database and stop (a run of its own)",
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a timeout still cleans up
     from pg_vectors import load_postgres  # after sys.path: it imports recall_latency
+    from psycopg.conninfo import conninfo_to_dict
 
     real = min(data.REAL_VECTORS, args.size)
     sqlite_path = CACHE / f"recall-{args.size}-r{real}.db"
@@ -279,13 +290,27 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="pg-recall-") as tmp_dir:
         tmp = Path(tmp_dir)
         try:
-            with postgres_server(tmp, args.shared_buffers) as server:
-                dsn = create_database(server)
-                print("loading Postgres ...", flush=True)
-                t0 = time.perf_counter()
-                results["load"] = load_postgres(sqlite_path, dsn, False)
-                results["load"]["total s"] = time.perf_counter() - t0
+            cache = args.pg_cache or CACHE / f"pg-{args.size}"
+            loaded = cache / "loaded.json"
+            fresh = not loaded.exists()
+            if fresh and cache.exists():  # a load that did not finish
+                subprocess.run(["rm", "-rf", str(cache)], check=True)
+            cache.mkdir(parents=True, exist_ok=True)
+            with postgres_server(tmp, args.shared_buffers, pgdata=cache / "pgdata") as server:
+                if fresh:
+                    dsn = create_database(server, "engram_recall")
+                    print("loading Postgres ...", flush=True)
+                    t0 = time.perf_counter()
+                    load = load_postgres(sqlite_path, dsn, False)
+                    load["total s"] = time.perf_counter() - t0
+                    load["database"] = conninfo_to_dict(dsn)["dbname"]
+                    loaded.write_text(json.dumps(load, indent=1))
+                results["load"] = json.loads(loaded.read_text())
+                results["load"]["reused"] = not fresh
+                dsn = database_dsn(server, results["load"]["database"])
                 print(json.dumps(results["load"], indent=1), flush=True)
+                if args.load_only:
+                    return 0
                 sqlite_storage = {"path": str(sqlite_path)}
                 for backend, storage in (
                     ("sqlite", sqlite_storage),

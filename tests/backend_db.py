@@ -82,6 +82,51 @@ def execute(location: str | Path, sql: str, *params: Any) -> int:
         return int(conn.execute(sql, params).rowcount)
 
 
+def stored_bytes(location: str | Path) -> bytes:
+    """Everything the database holds, for "this value is stored nowhere" checks:
+    the SQLite file and its WAL byte for byte; on Postgres every row of every
+    table as text (what a dump of the database would hold)."""
+    if dsn_of(location) is None:
+        path = Path(location)
+        files = (path, path.with_name(path.name + "-wal"))
+        return b"".join(f.read_bytes() for f in files if f.exists())
+    with connect(location) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+            )
+        ]
+        return "\n".join(
+            str(r[0])
+            for table in tables
+            for r in conn.execute(f'SELECT t::text FROM "{table}" t').fetchall()
+        ).encode()
+
+
+def refuse_inserts(location: str | Path, table: str, message: str) -> None:
+    """Make every INSERT into `table` fail with `message`: a real database
+    failure, injected into the database the store writes."""
+    if dsn_of(location) is None:
+        execute(
+            location,
+            f"CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} "
+            f"BEGIN SELECT RAISE(ABORT, '{message}'); END",
+        )
+        return
+    execute(
+        location,
+        f"CREATE FUNCTION refuse_{table}() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN RAISE EXCEPTION '{message}'; END $$",
+    )
+    execute(
+        location,
+        f"CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} "
+        f"FOR EACH ROW EXECUTE FUNCTION refuse_{table}()",
+    )
+
+
 # ---- SQL that cannot be the same text on both backends --------------------------
 
 # For tests that write FTS5's external index apart from its memories: on

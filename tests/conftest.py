@@ -74,10 +74,10 @@ def storage_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
+def postgres_server() -> Iterator[tuple[str, bool]]:
     """The maintenance DSN of the session's server (database `postgres`), and
     whether it is the bundled one (ours to crash-probe, see pgvector_problem)."""
-    yield from pg_server.serve(tmp_path_factory)
+    yield from pg_server.serve()
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +107,13 @@ def pg_dsn(postgres_server: tuple[str, bool], pgvector_problem: str | None) -> I
         pg_server.drop_database(server, dsn)
 
 
+@pytest.fixture(scope="session")
+def pg_template(postgres_server: tuple[str, bool], pgvector_problem: str | None) -> str:
+    """A migrated, empty database that every suite test's database is copied from
+    (migrating each one would cost more than the test)."""
+    return pg_server.migrated_template(postgres_server[0])
+
+
 def storage_overrides(path: str | Path) -> dict[str, Any]:
     """The configuration keys that put a store on the test database at `path`."""
     dsn = backend_db.dsn_of(path)
@@ -123,11 +130,14 @@ def db_path(tmp_path: Path, storage_backend: str, request: pytest.FixtureRequest
     if storage_backend != "postgres":
         yield path
         return
-    backend_db.register(path, request.getfixturevalue("pg_dsn"))
+    server = request.getfixturevalue("postgres_server")[0]
+    dsn = pg_server.create_database(server, template=request.getfixturevalue("pg_template"))
+    backend_db.register(path, dsn)
     try:
         yield path
     finally:
         backend_db.forget(path)
+        pg_server.drop_database(server, dsn)
 
 
 @pytest.fixture
@@ -335,17 +345,17 @@ def module_recall_stack(
     """Like `recall_stack`, but lives for the whole module (one database per call)."""
     starter = _StackStarter()
     databases: list[tuple[Path, str]] = []
-    server = ""
+    server = template = ""
     if storage_backend == "postgres":
         server = request.getfixturevalue("postgres_server")[0]
-        request.getfixturevalue("pgvector_problem")  # probed before any test database
+        template = request.getfixturevalue("pg_template")
 
     def build(
         overrides: dict[str, Any] | None = None, *, search: bool = True, pipeline: bool = False
     ) -> Any:
         path = tmp_path_factory.mktemp("recall") / "engram.db"
         if server:
-            databases.append((path, pg_server.create_database(server)))
+            databases.append((path, pg_server.create_database(server, template=template)))
             backend_db.register(*databases[-1])
         config = load_config(environ={}, overrides={**storage_overrides(path), **(overrides or {})})
         return starter.build(config, search=search, pipeline=pipeline)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.common.memory_filter import MemoryFilterSpec, filter_sql, plan_guard
+from services.search.queries import marks
 
 Query = tuple[str, list[Any]]
 
@@ -18,10 +19,6 @@ def like_pattern(token: str) -> str:
     """`%token%` with LIKE's wildcards and the escape character escaped."""
     escaped = token.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
-
-
-def _marks(values: Sequence[Any]) -> str:
-    return ", ".join("?" * len(values))
 
 
 def matching_entities(
@@ -58,13 +55,13 @@ def matching_entities(
 
 def neighbour_entities(namespace: str, entity_ids: Sequence[str], limit: int) -> Query:
     """Entities one relation away from any of `entity_ids`, in either direction."""
-    marks = _marks(entity_ids)
+    listed = marks(entity_ids)
     return (
         "SELECT id FROM ("
-        f"SELECT target_entity_id AS id FROM relations WHERE namespace = ? AND source_entity_id IN ({marks}) "
+        f"SELECT target_entity_id AS id FROM relations WHERE namespace = ? AND source_entity_id IN ({listed}) "
         "UNION "
-        f"SELECT source_entity_id FROM relations WHERE namespace = ? AND target_entity_id IN ({marks})"
-        f") WHERE id NOT IN ({marks}) LIMIT ?",
+        f"SELECT source_entity_id FROM relations WHERE namespace = ? AND target_entity_id IN ({listed})"
+        f") WHERE id NOT IN ({listed}) LIMIT ?",
         [namespace, *entity_ids, namespace, *entity_ids, *entity_ids, limit],
     )
 
@@ -84,7 +81,7 @@ def mentioning_memories(
     return (
         "SELECT DISTINCT m.rowid FROM memory_entity_mentions mm "
         "JOIN memories m ON m.id = mm.memory_id "
-        f"WHERE mm.namespace = ? AND mm.entity_id IN ({_marks(entity_ids)}) "
+        f"WHERE mm.namespace = ? AND mm.entity_id IN ({marks(entity_ids)}) "
         # `+`: the plan starts from the mentions of the entities, not from a
         # scan of the namespace's memories
         f"AND {guard}m.namespace = ? AND {spec.live_sql('m', keep_plan=bool(guard))}{clauses} "
@@ -109,7 +106,7 @@ def linked_memories(
     rowids, not from a scan of the namespace (50 ms at 100k memories)."""
     to_clauses, to_params = filter_sql(spec, "t", dialect)
     from_clauses, from_params = filter_sql(spec, "f", dialect)
-    marks, types, guard = _marks(rowids), _marks(link_types), plan_guard(dialect)
+    listed, types, guard = marks(rowids), marks(link_types), plan_guard(dialect)
 
     def one_way(clause_params: list[Any]) -> list[Any]:
         return [*rowids, namespace, *link_types, at, at, namespace, *clause_params]
@@ -122,13 +119,13 @@ def linked_memories(
         "SELECT t.rowid, f.rowid FROM memories f "
         "JOIN memory_links l ON l.from_memory_id = f.id "
         "JOIN memories t ON t.id = l.to_memory_id "
-        f"WHERE f.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
+        f"WHERE f.rowid IN ({listed}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
         f"AND {guard}t.namespace = ?{to_clauses} "
         "UNION "
         "SELECT f.rowid, t.rowid FROM memories t "
         "JOIN memory_links l ON l.to_memory_id = t.id "
         "JOIN memories f ON f.id = l.from_memory_id "
-        f"WHERE t.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
+        f"WHERE t.rowid IN ({listed}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
         f"AND {guard}f.namespace = ?{from_clauses}",
         [*one_way(to_params), *one_way(from_params)],
     )

@@ -37,6 +37,13 @@ MEMORY_COLUMNS = (
 )
 
 
+def marks(values: Sequence[Any]) -> str:
+    """An IN list's placeholders, one per value; `NULL` for no values: an empty
+    IN list is SQLite's extension, which Postgres refuses, and `IN (NULL)`
+    matches nothing on both."""
+    return ", ".join("?" * len(values)) or "NULL"
+
+
 def schema_version() -> Query:
     return ("SELECT coalesce(max(version), 0) FROM schema_migrations", [])
 
@@ -196,14 +203,14 @@ def pool_rows(
     """Pool members with what fusion needs: event time, the exact vector (NULL
     when not embedded) and `who` (intent routing); live memories of the
     namespace only."""
-    marks, guard = ", ".join("?" * len(rowids)), plan_guard(dialect)
+    listed, guard = marks(rowids), plan_guard(dialect)
     return (
         "SELECT m.rowid, m.event_time, e.vector, m.who "
         "FROM memories m LEFT JOIN embeddings e ON e.namespace = m.namespace "
         "AND e.content_hash = m.content_hash AND e.model = ? "
         # `+` on the live rule's columns and the namespace keeps the planner on
         # the rowid lookups.
-        f"WHERE m.rowid IN ({marks}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
+        f"WHERE m.rowid IN ({listed}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
         f"AND {guard}m.namespace = ?",
         [model, *rowids, namespace],
     )
@@ -218,10 +225,10 @@ def memories_by_rowid(
 ) -> Query:
     """Live memories of the namespace among `rowids` (valid at the spec's
     instant and ranges, services/common/memory_filter.py live_sql)."""
-    marks, guard = ", ".join("?" * len(rowids)), plan_guard(dialect)
+    listed, guard = marks(rowids), plan_guard(dialect)
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
-        f"WHERE m.rowid IN ({marks}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
+        f"WHERE m.rowid IN ({listed}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
         f"AND {guard}m.namespace = ?",
         [*rowids, namespace],
     )
@@ -229,9 +236,9 @@ def memories_by_rowid(
 
 def importance_by_rowid(namespace: str, rowids: Sequence[int], *, dialect: str = "sqlite") -> Query:
     """(rowid, importance) of these memories, for importance ranking."""
-    marks = ", ".join("?" * len(rowids))
+    listed = marks(rowids)
     return (
-        f"SELECT m.rowid, m.importance FROM memories m WHERE m.rowid IN ({marks}) "
+        f"SELECT m.rowid, m.importance FROM memories m WHERE m.rowid IN ({listed}) "
         f"AND {plan_guard(dialect)}m.namespace = ?",
         [*rowids, namespace],
     )
@@ -239,9 +246,9 @@ def importance_by_rowid(namespace: str, rowids: Sequence[int], *, dialect: str =
 
 def contents(namespace: str, rowids: Sequence[int], *, dialect: str = "sqlite") -> Query:
     """(rowid, content) of the namespace's memories among `rowids`."""
-    marks = ", ".join("?" * len(rowids))
+    listed = marks(rowids)
     return (
-        f"SELECT m.rowid, m.content FROM memories m WHERE m.rowid IN ({marks}) "
+        f"SELECT m.rowid, m.content FROM memories m WHERE m.rowid IN ({listed}) "
         f"AND {plan_guard(dialect)}m.namespace = ?",
         [*rowids, namespace],
     )
@@ -293,11 +300,11 @@ def decay_inputs(
 ) -> Query:
     """rowid, importance, pinned, last_accessed, created_at and the seed 003
     current confidence at `now` (services/common/forgetting.py) for decay ranking."""
-    marks = ", ".join("?" * len(rowids))
+    listed = marks(rowids)
     current, params = forgetting.current_confidence_sql("m", default_rate, now, dialect=dialect)
     return (
         "SELECT m.rowid AS rowid, m.importance, m.pinned, m.last_accessed, m.created_at, "
         f"{current} AS current_confidence "
-        f"FROM memories m WHERE m.rowid IN ({marks}) AND {plan_guard(dialect)}m.namespace = ?",
+        f"FROM memories m WHERE m.rowid IN ({listed}) AND {plan_guard(dialect)}m.namespace = ?",
         [*params, *rowids, namespace],
     )

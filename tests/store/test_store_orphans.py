@@ -314,8 +314,11 @@ def test_every_kind_of_orphan_is_counted_in_its_table(st: AdminStore) -> None:
         )
     )
     st.remember("Alice met Bob in Paris", namespace="other")  # its jobs
-    st.execute("DROP TRIGGER memories_ad")  # as an old bug could have: no FTS cleanup
-    st.execute("DROP TRIGGER memory_vectors_purge")
+    sqlite = st.dialect == "sqlite"
+    if sqlite:  # as an old bug could have: no FTS or vector index cleanup (on Postgres
+        # both go with the row: a generated column, a cascading foreign key)
+        st.execute("DROP TRIGGER memories_ad")
+        st.execute("DROP TRIGGER memory_vectors_purge")
     st.execute("DELETE FROM memories WHERE id = ?", memory_id)
     st.execute("DELETE FROM memories WHERE namespace = 'other'")
     st.execute(
@@ -331,8 +334,8 @@ def test_every_kind_of_orphan_is_counted_in_its_table(st: AdminStore) -> None:
         "entity_mentions": 2,  # Alice and Bob
         "entities": 1,
         "document_chunks": 1,
-        "vector_index": 1,
-        "fts_entries": 2,  # the memory's and the other namespace's
+        "vector_index": 1 if sqlite else 0,
+        "fts_entries": 2 if sqlite else 0,  # the memory's and the other namespace's
         "jobs": 4,  # the memory's completed embed and extract jobs, the other's pending
     }
     assert not gone(st, fact_id)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import sqlean as sqlite3
 import sqlite_vec
 
+from services.common.errors import EngramError, ErrorKind
+
 if TYPE_CHECKING:
     from services.common.config import StorageSettings
 
@@ -27,6 +29,18 @@ IntegrityError = sqlite3.IntegrityError
 OperationalError = sqlite3.OperationalError
 DatabaseError = sqlite3.DatabaseError
 complete_statement = sqlite3.complete_statement
+
+
+class StorageUnavailable(EngramError):
+    """The database cannot be reached now (PostgreSQL: the connection was lost
+    or cannot be opened), so the call failed without effect and may be retried.
+    A SQLite file is never unreachable this way."""
+
+    kind = ErrorKind.UNAVAILABLE
+    reason = "STORAGE_UNAVAILABLE"
+
+    def __init__(self, message: str = "the database cannot be reached; retry") -> None:
+        super().__init__(message)
 
 
 def _prepare(conn: Any, busy_timeout_ms: int) -> None:
@@ -68,6 +82,8 @@ class Reads(Protocol):
     """What a reader needs: the pool itself, or one of its snapshots."""
 
     async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]: ...
+
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]: ...
 
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any: ...
 
@@ -139,6 +155,12 @@ class ReadPool:
         rows = await self.fetch_all(query)
         return rows[0] if rows else None
 
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]:
+        """fetch_all for a read allowed to fail without failing the reads
+        around it (an optional channel). A plain fetch is a statement of its
+        own: nothing else to protect."""
+        return await self.fetch_all(query)
+
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[ReadSnapshot]:
         """Reads that all see the database as of the first of them (one read
@@ -182,6 +204,11 @@ class ReadSnapshot:
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any:
         rows = await self.fetch_all(query)
         return rows[0] if rows else None
+
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]:
+        """ReadPool.fetch_all_isolated: a failed SQLite statement leaves its
+        transaction as it was (PgReadSnapshot's differs)."""
+        return await self.fetch_all(query)
 
 
 def connect_read_only(storage: StorageSettings, *, application_name: str = "engram-cli") -> Any:

@@ -22,7 +22,6 @@ from psycopg import sql
 from psycopg.adapt import AdaptersMap, Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
-from psycopg_pool import AsyncConnectionPool
 
 from services.common import db
 from services.common.memory_filter import NOW_SQL
@@ -47,9 +46,14 @@ class Row(tuple[Any, ...]):
 
 
 def row_factory(cursor: Any) -> Callable[[Sequence[Any]], Row]:
-    names = [column.name for column in cursor.description or ()]
-    row_type = type("Row", (Row,), {"_index": {name: i for i, name in enumerate(names)}})
-    return lambda values: row_type(values)
+    return _row_type(tuple(column.name for column in cursor.description or ()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_type(names: tuple[str, ...]) -> type[Row]:
+    """One Row class per result shape (a class per query would cost more than
+    a small query does)."""
+    return type("Row", (Row,), {"_index": {name: i for i, name in enumerate(names)}})
 
 
 class _NumericLoader(Loader):
@@ -293,13 +297,18 @@ class PgReadPool(db.ReadPool):
     position or name. A subclass so every reader typed `ReadPool` takes it;
     it shares none of the SQLite pool's workings.
 
-    psycopg's own async connections (psycopg_pool), not threads: a query waits
-    on its socket in the event loop, with no thread hand-off or GIL contention
-    per fetch. Connections are read-only sessions (open_read_only's settings)
-    in autocommit, so a plain fetch is one statement, one snapshot of its own;
+    psycopg's async connections, each used by one caller at a time, handed out
+    from a queue as db.ReadPool hands out SQLite's: a query waits on its socket
+    in the event loop, no thread hand-off. Measured against sync connections
+    in threads and against psycopg_pool's AsyncConnectionPool, whose checkout
+    and return cost more than the query (bench/README.md, "The Postgres read
+    pool"). Connections are read-only sessions (open_read_only's settings) in
+    autocommit, so a plain fetch is one statement, one snapshot of its own;
     `snapshot()` is one REPEATABLE READ READ ONLY transaction. `size` open up
-    front, up to 4x under load; the pool replaces a connection the server
-    dropped (a fetch on it fails once, with psycopg.OperationalError)."""
+    front, more when all are checked out (up to `max_size`, default 4x). A
+    connection the server dropped, or one a cancelled caller left mid-query,
+    is closed instead of reused (its caller got the error); a new one opens
+    on demand, so the pool outlives a server restart."""
 
     dialect = "postgres"
 
@@ -312,30 +321,57 @@ class PgReadPool(db.ReadPool):
         statement_timeout_ms: int = 0,
         application_name: str = "engram-reads",
     ) -> None:
-        self._pool = AsyncConnectionPool(
-            dsn,
-            min_size=size,
-            max_size=max_size or 4 * size,
-            open=False,
-            name=application_name,
-            kwargs={
-                "autocommit": True,
-                "row_factory": row_factory,
-                "context": ADAPTERS,
-                "application_name": application_name,
-                "options": _options(_read_only_options(statement_timeout_ms)),
-            },
-        )
+        self._dsn = dsn
+        self._size = size
+        self._max_size = max(size, max_size or 4 * size)
+        self._statement_timeout_ms = statement_timeout_ms
+        self._application_name = application_name
+        self._connections: list[Any] = []
+        self._opening = 0
+        self._idle: asyncio.Queue[Any] = asyncio.Queue()
 
     async def open(self) -> None:
-        await self._pool.open(wait=True)
+        for _ in range(self._size):
+            self._idle.put_nowait(await self._connect())
 
     async def close(self) -> None:
-        await self._pool.close()
+        for conn in self._connections:
+            await conn.close()
+        self._connections.clear()
+
+    async def _connect(self) -> Any:
+        self._opening += 1  # counted before the await: concurrent callers see it
+        try:
+            conn = await _connect_async(
+                self._dsn, self._application_name, self._statement_timeout_ms
+            )
+        except psycopg.OperationalError as exc:
+            raise db.StorageUnavailable() from exc
+        finally:
+            self._opening -= 1
+        self._connections.append(conn)
+        return conn
+
+    async def _checkout(self) -> Any:
+        if self._idle.empty() and len(self._connections) + self._opening < self._max_size:
+            return await self._connect()
+        return await self._idle.get()
+
+    async def _checkin(self, conn: Any) -> None:
+        """Back to the queue when idle; else (lost, or left mid-statement) closed."""
+        if not conn.broken and conn.info.transaction_status == TransactionStatus.IDLE:
+            self._idle.put_nowait(conn)
+            return
+        self._connections.remove(conn)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(conn.close())
 
     async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]:
-        async with self._pool.connection() as conn:
+        conn = await self._checkout()
+        try:
             return await _fetch_all(conn, query)
+        finally:
+            await self._checkin(conn)
 
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any:
         rows = await self.fetch_all(query)
@@ -344,15 +380,28 @@ class PgReadPool(db.ReadPool):
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[db.ReadSnapshot]:
         """Reads that all see the database as of the first of them."""
-        async with self._pool.connection() as conn:
-            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            try:
-                yield PgReadSnapshot(conn)
-            finally:
-                # shielded: a cancelled caller still ends the transaction (and
-                # should the rollback itself fail, the pool discards the connection)
-                with contextlib.suppress(psycopg.Error):
-                    await asyncio.shield(conn.rollback())
+        conn = await self._checkout()
+        try:
+            await _fetch_all(conn, ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", []))
+            yield PgReadSnapshot(conn)
+        finally:
+            # shielded: a cancelled caller still ends the transaction before the
+            # connection is reused (if the rollback fails, _checkin closes it)
+            with contextlib.suppress(psycopg.Error):
+                await asyncio.shield(conn.rollback())
+            await self._checkin(conn)
+
+
+async def _connect_async(dsn: str, application_name: str, statement_timeout_ms: int) -> Any:
+    """A read-only session in autocommit (open_read_only's, asynchronous)."""
+    return await psycopg.AsyncConnection.connect(
+        dsn,
+        autocommit=True,
+        row_factory=row_factory,
+        context=ADAPTERS,
+        application_name=application_name,
+        options=_options(_read_only_options(statement_timeout_ms)),
+    )
 
 
 async def fetch_once(
@@ -360,23 +409,26 @@ async def fetch_once(
 ) -> list[Any]:
     """One sqlite3-style query on a read-only connection of its own, closed
     after: a probe before any pool exists (search waiting for the schema)."""
-    conn = await psycopg.AsyncConnection.connect(
-        dsn,
-        autocommit=True,
-        row_factory=row_factory,
-        context=ADAPTERS,
-        application_name=application_name,
-        options=_options(_read_only_options(0)),
-    )
+    conn = await _connect_async(dsn, application_name, 0)
     try:
         return await _fetch_all(conn, query)
     finally:
         await conn.close()
 
 
+_LOST = "the database connection was lost during this read; retry"
+
+
 async def _fetch_all(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
-    cursor = await conn.execute(translate(query[0]), query[1])
-    return list(await cursor.fetchall()) if cursor.description is not None else []
+    """The rows of one sqlite3-style query; a connection lost on the way is
+    StorageUnavailable (UNAVAILABLE: retry), not a crash."""
+    try:
+        cursor = await conn.execute(translate(query[0]), query[1])
+        return list(await cursor.fetchall()) if cursor.description is not None else []
+    except psycopg.OperationalError as exc:
+        if conn.broken:
+            raise db.StorageUnavailable(_LOST) from exc
+        raise
 
 
 class PgReadSnapshot(db.ReadSnapshot):
@@ -384,5 +436,25 @@ class PgReadSnapshot(db.ReadSnapshot):
 
     dialect = "postgres"
 
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn)
+        self._turn = asyncio.Lock()  # fetch_all_isolated's savepoint holds the connection
+
     async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]:
-        return await _fetch_all(self._conn, query)
+        async with self._turn:
+            return await _fetch_all(self._conn, query)
+
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]:
+        """A read whose failure (a statement timeout, a missing table) leaves the
+        snapshot usable: Postgres aborts the whole transaction on a failed
+        statement, so this one runs inside a savepoint, rolled back to when it
+        fails, with no other read of the snapshot in between."""
+        async with self._turn:
+            await self._conn.execute("SAVEPOINT isolated_read")
+            try:
+                rows = await _fetch_all(self._conn, query)
+            except psycopg.Error:
+                await self._conn.execute("ROLLBACK TO SAVEPOINT isolated_read")
+                raise
+            await self._conn.execute("RELEASE SAVEPOINT isolated_read")
+            return rows

@@ -51,7 +51,9 @@ async def graph_boost(
     *,
     dialect: str = "sqlite",
 ) -> GraphBoost:
-    """The memories the query's entities lead to (`dialect`: the read pool's)."""
+    """The memories the query's entities lead to (`dialect`: the read pool's).
+    Its reads are isolated (Reads.fetch_all_isolated): one that fails fails the
+    boost, never the snapshot the Recall's other reads share."""
     deadline = time.monotonic() + timeout_s
     try:
         tokens = query_tokens(query)
@@ -59,7 +61,7 @@ async def graph_boost(
             return GraphBoost(frozenset())
         seeds = [
             row[0]
-            for row in await reads.fetch_all(
+            for row in await reads.fetch_all_isolated(
                 queries.matching_entities(
                     namespace,
                     tokens,
@@ -75,13 +77,13 @@ async def graph_boost(
             return GraphBoost(frozenset(), timed_out=True)
         neighbours = [
             row[0]
-            for row in await reads.fetch_all(
+            for row in await reads.fetch_all_isolated(
                 queries.neighbour_entities(namespace, seeds, MAX_NEIGHBOURS)
             )
         ]
         if time.monotonic() > deadline:
             return GraphBoost(frozenset(), timed_out=True)
-        rows = await reads.fetch_all(
+        rows = await reads.fetch_all_isolated(
             queries.mentioning_memories(
                 namespace, seeds + neighbours, spec, MAX_MEMORIES, dialect=dialect
             )

@@ -7,6 +7,7 @@ keyword channel (pg_text) is checked against the rows it must rank."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -318,3 +319,45 @@ def test_a_term_is_matched_as_fts5_matches_a_quoted_term(pg_conn: Any) -> None:
     # stemmed as content_tsv is: "runs" finds "running"
     rows = _run(pg_conn, pg_text.bm25_top(["runs"], "ns", 10))
     assert _ids(rowids, [r[0] for r in rows]) == ["run"]
+
+
+def test_a_failed_isolated_read_leaves_the_snapshot_usable(pg_conn: Any, pg_dsn: str) -> None:
+    """Postgres aborts a transaction on a failed statement: the graph boost's
+    reads (fetch_all_isolated) fail alone, and the Recall's other reads in the
+    same snapshot still run and still see the snapshot's data."""
+    _corpus(pg_conn)
+
+    async def run() -> tuple[int, int, int]:
+        reads = pg.PgReadPool(pg_dsn, size=1)
+        await reads.open()
+        try:
+            async with reads.snapshot() as snapshot:
+                before = (await snapshot.fetch_one(queries.live_count(None, NOW)))[0]
+                await asyncio.to_thread(_insert, pg_conn, _memory("late", "written meanwhile"))
+                with pytest.raises(pg.psycopg.errors.UndefinedTable):
+                    await snapshot.fetch_all_isolated(("SELECT * FROM no_such_table", []))
+                after = (await snapshot.fetch_one(queries.live_count(None, NOW)))[0]
+            fresh = (await reads.fetch_one(queries.live_count(None, NOW)))[0]
+            return before, after, fresh
+        finally:
+            await reads.close()
+
+    assert asyncio.run(run()) == (6, 6, 7)
+
+
+def test_bm25_with_the_collections_statistics_given_ranks_as_when_it_counts_them(
+    pg_conn: Any,
+) -> None:
+    _corpus(pg_conn)
+    counted = _run(pg_conn, pg_text.bm25_top(["lake", "cold"], "ns", 10))
+    size, average = counted[0][3], counted[0][5]
+    assert size == 5 and average > 0  # a, b, c, g, h
+    given = _run(pg_conn, pg_text.bm25_top(["lake", "cold"], "ns", 10, statistics=(size, average)))
+    assert [(r[0], list(r[2]), r[3], list(r[4])) for r in given] == [
+        (r[0], list(r[2]), r[3], list(r[4])) for r in counted
+    ]
+    assert [r[1] for r in given] == pytest.approx([r[1] for r in counted])
+    # statistics of another collection change the scores, not which memories match
+    other = _run(pg_conn, pg_text.bm25_top(["lake", "cold"], "ns", 10, statistics=(1000, average)))
+    assert {r[0] for r in other} == {r[0] for r in counted}
+    assert [r[1] for r in other] != pytest.approx([r[1] for r in counted])

@@ -208,3 +208,23 @@ def test_backup_and_restore_refuse_a_postgres_store_and_name_its_tools(
     assert f"storage.kind is postgres: engram {command[0]} copies SQLite files" in said
     assert tool in said
     assert dump.read_bytes() == b""
+
+
+def test_a_lost_database_connection_is_unavailable_once_then_the_store_reconnects(
+    make_config: Callable[..., Config], start_store_server: Any, dsn: str
+) -> None:
+    _, stub = start_store_server(make_config())
+    kept = remember(stub, "Kafka retention is seven days").memory
+    with psycopg.connect(dsn, autocommit=True) as admin:  # a restart, a failover, a cut
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'engram-store'"
+        ).fetchall()
+    assert ended == [(True,)]
+    with pytest.raises(grpc.RpcError) as lost:
+        remember(stub, "The build uses Bazel.")
+    assert lost.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "lost its database connection" in (lost.value.details() or "")
+    again = remember(stub, "The build uses Bazel.").memory  # the retry, on a new connection
+    listed = stub.ListMemories(store_pb2.ListMemoriesRequest(page_size=10)).memories
+    assert [m.id for m in listed] == [again.id, kept.id]

@@ -107,7 +107,9 @@ def _boost(storage: Any, namespace: str, query: str, timeout_s: float) -> Any:
     async def run() -> Any:
         reads = await open_read_pool(storage, service="search")
         try:
-            return await graph_boost(reads, namespace, query, MemoryFilterSpec(), timeout_s)
+            return await graph_boost(
+                reads, namespace, query, MemoryFilterSpec(), timeout_s, dialect=reads.dialect
+            )
         finally:
             await reads.close()
 

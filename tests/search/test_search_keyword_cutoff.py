@@ -14,6 +14,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from recall_helpers import Stack
 from services.common.db import open_read_pool
 from services.common.memory_filter import MemoryFilterSpec
@@ -23,6 +25,10 @@ from services.search.recall import Recaller, RecallHit, RecallParams
 from services.search.scoring import ScoringParams
 
 NS = "only"  # the one namespace: the collection is the whole index
+pytestmark = pytest.mark.sqlite_only(
+    "the cutoff is FTS5's whole-index channel's; Postgres's keyword channel scores every"
+    " match in one query (services/search/pg_text.py)"
+)
 
 
 def keyword_hits(stack: Stack, query: str, budget: int) -> dict[str, RecallHit]:

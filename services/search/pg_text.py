@@ -10,9 +10,10 @@ term's document frequency, and each matching memory's term frequencies and
 length (memories.content_tokens, FTS5's docsize). That is FTS5's formula (k1
 1.2, b 0.75, IDF ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6) with the
 collection as FTS5's index, which is what the SQLite channel rescales FTS5's
-whole-index IDF to. Costs grow with the namespace (every live row's length is
-read for the average: a per-namespace statistics table is the next step at
-scale); bench/pg_bm25.py measures it.
+whole-index IDF to. The collection's size and average length cost a pass over
+its rows; a caller may pass them instead (`statistics`: Recall keeps a large
+unfiltered namespace's for a few minutes, as it keeps FTS5's whole-index counts
+on SQLite). bench/pg_bm25.py measures the query.
 
 A term is a word of services/common/fts.py's keyword_terms (the one home of the
 query's parsing), matched as FTS5 matches a quoted term: the phrase of its
@@ -51,24 +52,36 @@ def _collection(namespace_mark: str, spec: MemoryFilterSpec) -> tuple[str, list[
 
 
 def bm25_top(
-    terms: Sequence[str], namespace: str, limit: int, spec: MemoryFilterSpec = _NOW
+    terms: Sequence[str],
+    namespace: str,
+    limit: int,
+    spec: MemoryFilterSpec = _NOW,
+    statistics: tuple[int, float] | None = None,
 ) -> Query:
     """The collection's memories holding any of `terms`, best first by BM25 (ties
     by rowid), at most `limit`: rows of (rowid, score, the 1-based positions in
     `terms` of the terms the memory holds, the collection's size, each term's
-    document frequency in the collection, in `terms` order). The last two are
-    the same on every row (none when nothing matches)."""
+    document frequency in the collection, in `terms` order, the collection's
+    average length). The last three are the same on every row (none when
+    nothing matches). `statistics`: the collection's (size, average length),
+    when the caller has them; else they are counted here."""
     where, params = _collection("?", spec)
+    if statistics is None:
+        collection = (
+            "SELECT count(*)::float8 AS n, avg(m.content_tokens)::float8 AS avgdl "
+            f"FROM memories m WHERE {where}"
+        )
+        collection_params: list[Any] = [namespace, *params]
+    else:
+        collection = "SELECT ?::float8 AS n, ?::float8 AS avgdl"
+        collection_params = [float(statistics[0]), float(statistics[1])]
     sql = f"""
         WITH terms AS MATERIALIZED ({_TERMS}),
         wanted AS MATERIALIZED (
             SELECT string_agg('(' || q::text || ')', ' | ')::tsquery AS q
             FROM terms WHERE numnode(q) > 0
         ),
-        collection AS MATERIALIZED (
-            SELECT count(*)::float8 AS n, avg(m.content_tokens)::float8 AS avgdl
-            FROM memories m WHERE {where}
-        ),
+        collection AS MATERIALIZED ({collection}),
         matched AS MATERIALIZED (
             SELECT m.rowid, m.content_tsv, m.content_tokens::float8 AS dl
             FROM memories m CROSS JOIN wanted w WHERE m.content_tsv @@ w.q AND {where}
@@ -88,11 +101,11 @@ def bm25_top(
             sum(greatest(ln((c.n - h.df + 0.5) / (h.df + 0.5)), 1e-6) * h.tf * ({K1} + 1)
                 / (h.tf + {K1} * (1 - {B} + {B} * h.dl / nullif(c.avgdl, 0)))) AS score,
             array_agg(h.i ORDER BY h.i) AS held,
-            c.n::bigint AS n, f.dfs
+            c.n::bigint AS n, f.dfs, c.avgdl
         FROM hits h CROSS JOIN collection c CROSS JOIN frequencies f
-        GROUP BY h.rowid, c.n, f.dfs ORDER BY score DESC, h.rowid LIMIT ?
+        GROUP BY h.rowid, c.n, c.avgdl, f.dfs ORDER BY score DESC, h.rowid LIMIT ?
     """
-    return (sql, [list(terms), namespace, *params, namespace, *params, limit])
+    return (sql, [list(terms), *collection_params, namespace, *params, limit])
 
 
 def ts_rank_top(

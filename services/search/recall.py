@@ -218,6 +218,8 @@ class Recaller:
             params.intent_similarity_threshold,
         )
         self._index_size: tuple[int, float] = (0, float("-inf"))  # (live memories, when)
+        # Postgres: namespace -> (live memories, average length, when) of its keyword collection
+        self._collections: dict[str, tuple[int, float, float]] = {}
 
     async def recall(
         self,
@@ -661,16 +663,39 @@ class Recaller:
         terms = list(dict.fromkeys(keyword_terms(query)))
         if not terms:
             return Keywords([])
+        known = self._collection_statistics(namespace, spec)
         rows = await reads.fetch_all(
-            pg_text.bm25_top(terms, namespace, self._params.channel_depth, spec)
+            pg_text.bm25_top(terms, namespace, self._params.channel_depth, spec, known)
         )
         if not rows:
             return Keywords([])
         size, frequencies = int(rows[0][3]), rows[0][4]
+        if known is None and spec == _NO_FILTER:
+            if len(self._collections) > _DOCUMENT_COUNT_ENTRIES:
+                self._collections.clear()
+            self._collections[namespace] = (size, float(rows[0][5]), time.monotonic())
         weights = {t: coverage_idf(size, int(n)) for t, n in zip(terms, frequencies, strict=True)}
         held = {terms[int(i) - 1] for i in rows[0][2]}
         ranked = [(row[0], float(row[1])) for row in rows]
         return Keywords(ranked, coverage(weights, held))
+
+    def _collection_statistics(
+        self, namespace: str, spec: MemoryFilterSpec
+    ) -> tuple[int, float] | None:
+        """A large unfiltered namespace's (live memories, average length) as
+        counted by a Recall at most a few minutes ago, as FTS5's whole-index
+        counts are kept on SQLite (_index_statistics): counting them costs a pass
+        over the namespace, and a few minutes move them by a hair. None: count
+        them in the query (a filter, a small or unknown namespace, or too old)."""
+        known = self._collections.get(namespace)
+        if (
+            spec != _NO_FILTER
+            or known is None
+            or known[0] < _FRESH_COUNTS_BELOW
+            or time.monotonic() - known[2] > _DOCUMENT_COUNT_TTL_S
+        ):
+            return None
+        return known[0], known[1]
 
     async def _coverage(
         self, reads: Reads, weights: dict[str, float], ranked: list[tuple[int, float]]

@@ -116,13 +116,13 @@ def _terminate(dsn: str, application_name: str) -> int:
     return len(rows)
 
 
-def test_a_dropped_connection_fails_its_fetch_once_and_is_replaced(dsn: str) -> None:
+def test_a_dropped_connection_fails_its_fetch_unavailable_once_and_is_replaced(dsn: str) -> None:
     async def main() -> int:
         reads = pg.PgReadPool(dsn, size=1, max_size=1, application_name="engram-pool-test")
         await reads.open()
         try:
             assert await asyncio.to_thread(_terminate, dsn, "engram-pool-test") == 1
-            with pytest.raises(psycopg.OperationalError):
+            with pytest.raises(db.StorageUnavailable, match="connection was lost"):
                 await reads.fetch_all(("SELECT count(*) FROM t", []))
             return int((await reads.fetch_one(("SELECT count(*) FROM t", [])))[0])
         finally:

@@ -32,6 +32,7 @@ from services.common.config import Config, consolidation_enabled
 from services.common.db import (
     DatabaseError,
     ReadPool,
+    StorageUnavailable,
     connect_read_only,
     open_read_pool,
     open_read_write,
@@ -282,6 +283,9 @@ async def start_store(
     )
     try:
         reads = await open_read_pool(config.storage, service="store")
+    except StorageUnavailable as exc:  # the database went away since the writer connected
+        writer.close()
+        raise StartupError(f"cannot open read connections to {database}: {exc}") from exc
     except BaseException:
         writer.close()
         raise

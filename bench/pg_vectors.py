@@ -71,7 +71,12 @@ from services.common.config import load_config  # noqa: E402
 from services.common.db import ReadPool  # noqa: E402
 from services.common.db import open_read_only as open_sqlite_ro  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
-from services.common.pg import SqliteApi, open_read_only, open_read_write  # noqa: E402
+from services.common.pg import (  # noqa: E402
+    SqliteApi,
+    open_read_only,
+    open_read_write,
+    translate,
+)
 from services.common.providers.embedding import LOCAL_MODEL, NoEmbedding  # noqa: E402
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
 from services.common.vectors import normalized_f32  # noqa: E402
@@ -331,9 +336,12 @@ async def measure(args: argparse.Namespace, dsn: str, sqlite_path: Path) -> dict
                 "recall@10 (scan order)": float(np.mean(r)),
                 "recall@10 (rescored)": float(np.mean(rr)),
             }
-        reader.execute(*pg_channel.scan_settings(args.ef_default))
+        settings, setting_params = pg_channel.scan_settings(args.ef_default)
+        reader.execute(translate(settings), setting_params)  # the channel's SQL is sqlite3-style
         sql, sql_params = pg_channel.vector_candidates(blobs[20], NS, spec, depth)  # type: ignore[arg-type]
-        plan = reader.execute("EXPLAIN (ANALYZE, COSTS OFF) " + sql, sql_params).fetchall()
+        plan = reader.execute(
+            translate("EXPLAIN (ANALYZE, COSTS OFF) " + sql), sql_params
+        ).fetchall()
         reader.rollback()
         block["plan (first timed question)"] = [r[0] for r in plan]
         result[label] = block

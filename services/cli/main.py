@@ -286,11 +286,11 @@ def _service_key(config: Config) -> dict[str, str]:
 def _suite_environment(config: Config) -> dict[str, str]:
     """clients.suite_id for the services `up` starts: the id in the store's database,
     so each of them refuses a store that is not this suite's (services/common/suite.py)."""
-    from services.common.db import open_read_only
+    from services.common.db import connect_read_only
     from services.store.suite_sql import read_suite_id
 
     try:
-        conn = open_read_only(config.storage.path)
+        conn = connect_read_only(config.storage)
         try:
             suite_id = read_suite_id(conn)
         finally:
@@ -385,10 +385,12 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 def cmd_backup(args: argparse.Namespace) -> int:
     """A consistent copy of the live database; the store keeps serving (services/store/backup.py)."""
-    from services.store.backup import BackupError, backup
+    from services.store.backup import BackupError, backup, refuse_postgres
 
-    database = _load(args).storage.path
+    storage = _load(args).storage
+    database = storage.path
     try:
+        refuse_postgres(storage, "backup")
         size = backup(database, args.to, force=args.force)
     except (BackupError, OSError) as exc:
         print(f"engram backup: {exc}", file=sys.stderr)
@@ -399,10 +401,12 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     """Replace a stopped store's database with a checked backup (services/store/backup.py)."""
-    from services.store.backup import BackupError, restore
+    from services.store.backup import BackupError, refuse_postgres, restore
 
-    database = _load(args).storage.path
+    storage = _load(args).storage
+    database = storage.path
     try:
+        refuse_postgres(storage, "restore")
         migrations = restore(args.source, database, force=args.force)
     except (BackupError, OSError) as exc:
         print(f"engram restore: {exc}", file=sys.stderr)

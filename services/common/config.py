@@ -281,13 +281,67 @@ class SearchSettings(_Section):
     context: ContextSettings = ContextSettings()
 
 
-class StorageSettings(_Section):
-    """The SQLite file; only the store opens it read-write."""
+class PostgresSettings(_Section):
+    """`storage.postgres.*`: the database when `storage.kind` is postgres (issue 21)."""
 
+    # the store's role (it owns the tables: migrations, every write); a libpq
+    # connection string or URI (https://www.postgresql.org/docs/current/libpq-connect.html)
+    dsn: str = ""
+    # the search service's role: SELECT only (the store grants it on start when its
+    # user differs from dsn's); "" = dsn's role, read-only by session setting only
+    reader_dsn: str = ""
+    # read connections each service opens up front (more open under load, up to 4x)
+    pool_size: int = Field(4, ge=1, le=256)
+    # a read running longer is cancelled (the call fails); 0 = no limit. Reads
+    # only: the store's writes (migrations, an index rebuilt after a model change)
+    # may rightly run long, and its single writer would only be held up, not freed
+    statement_timeout_ms: int = Field(0, ge=0, le=3_600_000)
+
+
+class StorageSettings(_Section):
+    """Where memories live: a SQLite file (`path`; only the store opens it
+    read-write) or a PostgreSQL database (`postgres.*`)."""
+
+    kind: Literal["sqlite", "postgres"] = "sqlite"
     path: str = "./data/engram.db"
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     busy_timeout_ms: int = Field(5000, ge=0, le=600000)
     max_group_commit: int = Field(512, ge=1, le=10000)
+    postgres: PostgresSettings = PostgresSettings()
+
+    @model_validator(mode="after")
+    def _postgres_needs_a_dsn(self) -> StorageSettings:
+        """kind postgres: a dsn that parses, and the driver installed (a typo or a
+        missing extra stops every service at start, not at its first query)."""
+        if self.kind != "postgres":
+            return self
+        if not self.postgres.dsn.strip():
+            raise ValueError(
+                "storage.postgres.dsn: required when storage.kind is postgres "
+                "(e.g. postgresql://engram@db.example/engram)"
+            )
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+        except ImportError:
+            raise ValueError(
+                "storage.kind postgres needs the PostgreSQL driver: pip install 'engram[postgres]'"
+            ) from None
+        for key in ("dsn", "reader_dsn"):
+            value = getattr(self.postgres, key)
+            if not value:
+                continue
+            try:
+                conninfo_to_dict(value)
+            except Exception as exc:  # psycopg.ProgrammingError; the text holds no secret
+                raise ValueError(
+                    f"storage.postgres.{key}: not a connection string: {str(exc).strip()}"
+                ) from None
+        return self
+
+    @property
+    def reader_dsn(self) -> str:
+        """The search service's connection string: reader_dsn, else the store's."""
+        return self.postgres.reader_dsn or self.postgres.dsn
 
 
 class RetentionSettings(_Section):

@@ -13,10 +13,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import sqlean as sqlite3
 import sqlite_vec
+
+from services.common.errors import EngramError, ErrorKind
+
+if TYPE_CHECKING:
+    from services.common.config import StorageSettings
 
 Connection = sqlite3.Connection
 Row = sqlite3.Row
@@ -24,6 +29,18 @@ IntegrityError = sqlite3.IntegrityError
 OperationalError = sqlite3.OperationalError
 DatabaseError = sqlite3.DatabaseError
 complete_statement = sqlite3.complete_statement
+
+
+class StorageUnavailable(EngramError):
+    """The database cannot be reached now (PostgreSQL: the connection was lost
+    or cannot be opened), so the call failed without effect and may be retried.
+    A SQLite file is never unreachable this way."""
+
+    kind = ErrorKind.UNAVAILABLE
+    reason = "STORAGE_UNAVAILABLE"
+
+    def __init__(self, message: str = "the database cannot be reached; retry") -> None:
+        super().__init__(message)
 
 
 def _prepare(conn: Any, busy_timeout_ms: int) -> None:
@@ -66,6 +83,8 @@ class Reads(Protocol):
 
     async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]: ...
 
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]: ...
+
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any: ...
 
 
@@ -78,7 +97,13 @@ class ReadPool:
     each other (counts and the rows they count, a check and the queries it allows).
     `size` connections open up front; more open when every one is checked out (up to
     `max_size`), since a snapshot may be held while its caller awaits something else.
+
+    `dialect` names the SQL the database speaks: every pool takes sqlite3-style
+    SQL (services/common/pg.py's PgReadPool translates it), and a query builder
+    whose SQL must differ asks the pool which one to build.
     """
+
+    dialect = "sqlite"
 
     def __init__(
         self, path: str | Path, size: int = 4, busy_timeout_ms: int = 5000, max_size: int = 32
@@ -130,6 +155,12 @@ class ReadPool:
         rows = await self.fetch_all(query)
         return rows[0] if rows else None
 
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]:
+        """fetch_all for a read allowed to fail without failing the reads
+        around it (an optional channel). A plain fetch is a statement of its
+        own: nothing else to protect."""
+        return await self.fetch_all(query)
+
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[ReadSnapshot]:
         """Reads that all see the database as of the first of them (one read
@@ -162,6 +193,8 @@ class ReadPool:
 class ReadSnapshot:
     """A ReadPool connection inside one read transaction (see ReadPool.snapshot)."""
 
+    dialect = "sqlite"
+
     def __init__(self, conn: Any) -> None:
         self._conn = conn
 
@@ -171,3 +204,47 @@ class ReadSnapshot:
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any:
         rows = await self.fetch_all(query)
         return rows[0] if rows else None
+
+    async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]:
+        """ReadPool.fetch_all_isolated: a failed SQLite statement leaves its
+        transaction as it was (PgReadSnapshot's differs)."""
+        return await self.fetch_all(query)
+
+
+def connect_read_only(storage: StorageSettings, *, application_name: str = "engram-cli") -> Any:
+    """One read-only connection with sqlite3's API on the configured backend
+    (pg.SqliteApi on PostgreSQL, through the store's role): for a one-off read
+    off the event loop (the CLI, the metrics scrape). The caller closes it."""
+    if storage.kind == "sqlite":
+        return open_read_only(storage.path, busy_timeout_ms=storage.busy_timeout_ms)
+    from services.common import pg
+
+    return pg.SqliteApi(
+        pg.open_read_only(
+            storage.postgres.dsn,
+            statement_timeout_ms=storage.postgres.statement_timeout_ms,
+            application_name=application_name,
+        )
+    )
+
+
+async def open_read_pool(
+    storage: StorageSettings, *, service: Literal["store", "search"]
+) -> ReadPool:
+    """The configured backend's read pool, open: the one place that picks it.
+    On PostgreSQL the store reads with its own role (storage.postgres.dsn) and
+    search with the read-only one (reader_dsn), each session read-only."""
+    if storage.kind == "sqlite":
+        pool = ReadPool(storage.path, busy_timeout_ms=storage.busy_timeout_ms)
+    else:
+        from services.common.pg import PgReadPool  # the `postgres` extra, only when used
+
+        settings = storage.postgres
+        pool = PgReadPool(
+            settings.dsn if service == "store" else storage.reader_dsn,
+            size=settings.pool_size,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            application_name=f"engram-{service}-reads",
+        )
+    await pool.open()
+    return pool

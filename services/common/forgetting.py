@@ -56,8 +56,11 @@ def current_confidence_sql(
         days = f"greatest(0.0, date_part('epoch', ?::timestamptz - {last}::timestamptz) / 86400.0)"
     else:
         days = f"max(0.0, julianday(?) - julianday({last}))"
+    exponent = f"-coalesce({m}.decay_rate, ?) * pow({days}, {DECAY_EXPONENT})"
+    if dialect == "postgres":  # its exp() raises on underflow, where SQLite's gives 0
+        exponent = f"greatest({exponent}, -700.0)"
     return (
         f"(CASE WHEN {m}.pinned <> 0 THEN {m}.confidence ELSE {m}.confidence * exp("
-        f"-coalesce({m}.decay_rate, ?) * pow({days}, {DECAY_EXPONENT})) END)",
+        f"{exponent}) END)",
         [default_rate, now],
     )

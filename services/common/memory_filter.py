@@ -92,6 +92,13 @@ def _inlined(stored: str, what: str) -> str:
     return f"'{stored}'"
 
 
+def plan_guard(dialect: str = "sqlite") -> str:
+    """What `keep_plan` prefixes a column with: SQLite's unary `+`, which keeps
+    that column's index out of the plan. Postgres has no unary `+` on text and
+    costs the rowid lookups first without a hint, so there it is nothing."""
+    return "" if dialect == "postgres" else "+"
+
+
 def present_sql(alias: str = "m", *, keep_plan: bool = False) -> str:
     """`live_sql` without validity: not soft-deleted and not expired, valid or
     superseded. What ForgetMemories selects from: forgetting by a query or a

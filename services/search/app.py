@@ -1,4 +1,5 @@
-"""Assemble and run the search service (read-only over the store's database)."""
+"""Assemble and run the search service (read-only over the store's database:
+the SQLite file, or the PostgreSQL database through its read-only role)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.internal.v1 import access_pb2_grpc
 from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
-from services.common.config import Config
-from services.common.db import ReadPool, open_read_only
+from services.common.config import Config, StorageSettings
+from services.common.db import ReadPool, open_read_only, open_read_pool
 from services.common.listeners import listener
 from services.common.providers.embedding import (
     EmbeddingProvider,
@@ -131,8 +132,13 @@ async def warm_then_serve(
     await server.serve()
 
 
-async def wait_for_schema(path: str | Path, version: int, poll_s: float = 0.2) -> None:
-    """The store creates and migrates the file; wait for it rather than racing it."""
+async def wait_for_schema(storage: StorageSettings, version: int, poll_s: float = 0.2) -> None:
+    """The store creates and migrates the database; wait for it rather than
+    racing it: the SQLite file, or the PostgreSQL database as search's role sees it."""
+    if storage.kind == "postgres":
+        await _wait_for_pg_schema(storage, version, poll_s)
+        return
+    path = storage.path
     announced = False
     while True:
         if Path(path).exists():
@@ -150,6 +156,32 @@ async def wait_for_schema(path: str | Path, version: int, poll_s: float = 0.2) -
         await asyncio.sleep(poll_s)
 
 
+async def _wait_for_pg_schema(storage: StorageSettings, version: int, poll_s: float) -> None:
+    """Until the reader role sees the store's migrations (connected, the table
+    there, SELECT granted); each new reason for waiting is logged once."""
+    from services.common import pg
+
+    reason = None
+    while True:
+        try:
+            rows = await pg.fetch_once(
+                storage.reader_dsn, queries.schema_version(), application_name="engram-search"
+            )
+            found = int(rows[0][0])
+            now = None if found >= version else f"schema version {found}, waiting for {version}"
+        except Exception as exc:  # not up yet, no migrations yet, not granted yet
+            now = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if now is None:
+            return
+        if now != reason:
+            log.info(
+                "waiting for the store to migrate the database",
+                extra={"database": pg.describe(storage.reader_dsn), "reason": now},
+            )
+            reason = now
+        await asyncio.sleep(poll_s)
+
+
 @dataclass
 class SearchApp:
     server: RunningServer
@@ -158,7 +190,7 @@ class SearchApp:
     channel: grpc.aio.Channel
     provider: EmbeddingProvider
     reranker: Reranker | None
-    vector_cache: VectorCache
+    vector_cache: VectorCache | None  # SQLite's; on Postgres the HNSW index is the first pass
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @property
@@ -171,7 +203,8 @@ class SearchApp:
         await self.access.stop()
         await self.channel.close(None)
         await self.reads.close()
-        await self.vector_cache.close()
+        if self.vector_cache is not None:
+            await self.vector_cache.close()
         await self.provider.close()
         if self.reranker is not None:
             await self.reranker.close()
@@ -191,9 +224,13 @@ async def start_search(
     channel = service_channel(config, config.clients.store_internal_address)
     await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
     path = config.storage.path
-    await wait_for_schema(path, REQUIRED_SCHEMA_VERSION)
-    reads = ReadPool(path, busy_timeout_ms=config.storage.busy_timeout_ms)
-    await reads.open()
+    postgres = config.storage.kind == "postgres"
+    await wait_for_schema(config.storage, REQUIRED_SCHEMA_VERSION)
+    reads = await open_read_pool(config.storage, service="search")
+    if postgres:
+        from services.common import pg
+
+        path = pg.describe(config.storage.reader_dsn)  # for the log
     provider = embedding_provider(config)
     embedder = QueryEmbedder(provider, timeout_s=config.search.query_embedding_timeout_ms / 1000)
     access = AccessRecorder(
@@ -207,7 +244,9 @@ async def start_search(
             config.memory.pipelineV2.rerankerModel,
             config.memory.pipelineV2.rerankerTimeoutMs,
         )
-    vector_cache = VectorCache(path, busy_timeout_ms=config.storage.busy_timeout_ms)
+    vector_cache = (
+        None if postgres else VectorCache(path, busy_timeout_ms=config.storage.busy_timeout_ms)
+    )
     recaller = Recaller(
         reads,
         embedder,

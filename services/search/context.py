@@ -378,6 +378,7 @@ class ContextAssembler:
     ) -> None:
         self._recaller = recaller
         self._reads = reads
+        self._dialect = reads.dialect  # the pool's SQL dialect
         # a memory's line recurs across an agent's turns: its count is kept
         self._tokenizer = cached(tokenizer)
         self._params = params
@@ -475,7 +476,11 @@ class ContextAssembler:
             if tokens:
                 matched = await reads.fetch_all(
                     graph_queries.matching_entities(
-                        namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
+                        namespace,
+                        tokens,
+                        [t for t in tokens if unspaced(t)],
+                        MAX_ENTITY_HITS,
+                        dialect=self._dialect,
                     )
                 )
                 standing.query_entities[namespace] = [row[0] for row in matched]

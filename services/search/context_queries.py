@@ -8,13 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.common.memory_filter import live_sql
-from services.search.queries import MEMORY_COLUMNS
+from services.search.queries import MEMORY_COLUMNS, marks
 
 Query = tuple[str, list[Any]]
-
-
-def _marks(values: Sequence[Any]) -> str:
-    return ", ".join("?" * len(values))
 
 
 def pinned_memories(namespace: str, limit: int, as_of: str | None = None) -> Query:
@@ -50,7 +46,7 @@ def mentioned_entities(namespace: str, memory_ids: Sequence[str], limit: int) ->
     return (
         "SELECT e.id, e.name, e.entity_type, count(*) AS shown FROM memory_entity_mentions mm "
         "JOIN entities e ON e.id = mm.entity_id AND e.namespace = mm.namespace "
-        f"WHERE mm.namespace = ? AND mm.memory_id IN ({_marks(memory_ids)}) "
+        f"WHERE mm.namespace = ? AND mm.memory_id IN ({marks(memory_ids)}) "
         "GROUP BY e.id ORDER BY shown DESC, e.mentions DESC, e.id LIMIT ?",
         [namespace, *memory_ids, limit],
     )
@@ -60,7 +56,7 @@ def entities_by_id(namespace: str, entity_ids: Sequence[str]) -> Query:
     """(id, name, entity_type) of the namespace's entities among `entity_ids`."""
     return (
         "SELECT id, name, entity_type FROM entities "
-        f"WHERE namespace = ? AND id IN ({_marks(entity_ids)})",
+        f"WHERE namespace = ? AND id IN ({marks(entity_ids)})",
         [namespace, *entity_ids],
     )
 
@@ -68,17 +64,17 @@ def entities_by_id(namespace: str, entity_ids: Sequence[str]) -> Query:
 def entity_relations(namespace: str, entity_ids: Sequence[str], limit: int) -> Query:
     """(entity id, relation type, other entity's name, outgoing) for the relations
     of `entity_ids`, strongest first, at most `limit` per entity."""
-    marks = _marks(entity_ids)
+    listed = marks(entity_ids)
     return (
         "SELECT entity_id, relation_type, other, outgoing FROM ("
         "SELECT r.entity_id, r.relation_type, o.name AS other, r.outgoing, "
         "row_number() OVER (PARTITION BY r.entity_id "
         "ORDER BY r.strength DESC, r.mentions DESC, o.name) AS n FROM ("
         "SELECT source_entity_id AS entity_id, target_entity_id AS other_id, relation_type, "
-        f"strength, mentions, 1 AS outgoing FROM relations WHERE namespace = ? AND source_entity_id IN ({marks}) "
+        f"strength, mentions, 1 AS outgoing FROM relations WHERE namespace = ? AND source_entity_id IN ({listed}) "
         "UNION ALL "
         "SELECT target_entity_id, source_entity_id, relation_type, strength, mentions, 0 "
-        f"FROM relations WHERE namespace = ? AND target_entity_id IN ({marks})"
+        f"FROM relations WHERE namespace = ? AND target_entity_id IN ({listed})"
         ") r JOIN entities o ON o.id = r.other_id AND o.namespace = ?"
         ") WHERE n <= ? ORDER BY entity_id, n",
         [namespace, *entity_ids, namespace, *entity_ids, namespace, limit],

@@ -60,7 +60,12 @@ def decayed_importance(
 
 
 async def apply_decay(
-    reads: Reads, namespace: str, candidates: Sequence[Candidate], ranking: DecayRanking
+    reads: Reads,
+    namespace: str,
+    candidates: Sequence[Candidate],
+    ranking: DecayRanking,
+    *,
+    dialect: str = "sqlite",
 ) -> None:
     """Multiply each candidate's score by its decay factor (recorded in
     `boosts["decay"]`); candidates not found in the namespace are left as they are."""
@@ -69,7 +74,11 @@ async def apply_decay(
     now = clock.now()
     rows = await reads.fetch_all(
         queries.decay_inputs(
-            namespace, [c.rowid for c in candidates], ranking.default_rate, clock.to_text(now)
+            namespace,
+            [c.rowid for c in candidates],
+            ranking.default_rate,
+            clock.to_text(now),
+            dialect=dialect,
         )
     )
     by_rowid = {row["rowid"]: row for row in rows}

@@ -43,8 +43,17 @@ def query_tokens(query: str) -> list[str]:
 
 
 async def graph_boost(
-    reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec, timeout_s: float
+    reads: Reads,
+    namespace: str,
+    query: str,
+    spec: MemoryFilterSpec,
+    timeout_s: float,
+    *,
+    dialect: str = "sqlite",
 ) -> GraphBoost:
+    """The memories the query's entities lead to (`dialect`: the read pool's).
+    Its reads are isolated (Reads.fetch_all_isolated): one that fails fails the
+    boost, never the snapshot the Recall's other reads share."""
     deadline = time.monotonic() + timeout_s
     try:
         tokens = query_tokens(query)
@@ -52,9 +61,13 @@ async def graph_boost(
             return GraphBoost(frozenset())
         seeds = [
             row[0]
-            for row in await reads.fetch_all(
+            for row in await reads.fetch_all_isolated(
                 queries.matching_entities(
-                    namespace, tokens, [t for t in tokens if unspaced(t)], MAX_ENTITY_HITS
+                    namespace,
+                    tokens,
+                    [t for t in tokens if unspaced(t)],
+                    MAX_ENTITY_HITS,
+                    dialect=dialect,
                 )
             )
         ]
@@ -64,14 +77,16 @@ async def graph_boost(
             return GraphBoost(frozenset(), timed_out=True)
         neighbours = [
             row[0]
-            for row in await reads.fetch_all(
+            for row in await reads.fetch_all_isolated(
                 queries.neighbour_entities(namespace, seeds, MAX_NEIGHBOURS)
             )
         ]
         if time.monotonic() > deadline:
             return GraphBoost(frozenset(), timed_out=True)
-        rows = await reads.fetch_all(
-            queries.mentioning_memories(namespace, seeds + neighbours, spec, MAX_MEMORIES)
+        rows = await reads.fetch_all_isolated(
+            queries.mentioning_memories(
+                namespace, seeds + neighbours, spec, MAX_MEMORIES, dialect=dialect
+            )
         )
         return GraphBoost(frozenset(row[0] for row in rows), timed_out=time.monotonic() > deadline)
     except Exception:

@@ -1,12 +1,16 @@
 """SQL for the graph boost (seed 000 "Graph-Augmented Search"), as (sql, params)
-for the read pool. Every query is confined to one namespace."""
+for the read pool. Every query is confined to one namespace. `dialect` (the
+read pool's) where the SQL differs on PostgreSQL: SQLite's `instr` is
+`strpos` there, and the `+` plan guards and the filter's JSON arrays
+(services/common/memory_filter.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.memory_filter import MemoryFilterSpec, filter_sql
+from services.common.memory_filter import MemoryFilterSpec, filter_sql, plan_guard
+from services.search.queries import marks
 
 Query = tuple[str, list[Any]]
 
@@ -17,20 +21,23 @@ def like_pattern(token: str) -> str:
     return f"%{escaped}%"
 
 
-def _marks(values: Sequence[Any]) -> str:
-    return ", ".join("?" * len(values))
-
-
 def matching_entities(
-    namespace: str, tokens: Sequence[str], unspaced: Sequence[str], limit: int
+    namespace: str,
+    tokens: Sequence[str],
+    unspaced: Sequence[str],
+    limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """Entities whose canonical name or one of whose aliases contains any token,
     or stands inside any of the `unspaced` tokens (several words run together:
     "東京に行きたい" holds the entity "東京"), most mentioned first."""
 
+    position = "strpos" if dialect == "postgres" else "instr"
+
     def tests(column: str) -> str:
         like = [f"{column} LIKE ? ESCAPE '\\'" for _ in tokens]
-        inside = [f"instr(?, {column}) > 0" for _ in unspaced]
+        inside = [f"{position}(?, {column}) > 0" for _ in unspaced]
         return " OR ".join(like + inside)
 
     values = [*(like_pattern(t) for t in tokens), *unspaced]
@@ -48,30 +55,37 @@ def matching_entities(
 
 def neighbour_entities(namespace: str, entity_ids: Sequence[str], limit: int) -> Query:
     """Entities one relation away from any of `entity_ids`, in either direction."""
-    marks = _marks(entity_ids)
+    listed = marks(entity_ids)
     return (
         "SELECT id FROM ("
-        f"SELECT target_entity_id AS id FROM relations WHERE namespace = ? AND source_entity_id IN ({marks}) "
+        f"SELECT target_entity_id AS id FROM relations WHERE namespace = ? AND source_entity_id IN ({listed}) "
         "UNION "
-        f"SELECT source_entity_id FROM relations WHERE namespace = ? AND target_entity_id IN ({marks})"
-        f") WHERE id NOT IN ({marks}) LIMIT ?",
+        f"SELECT source_entity_id FROM relations WHERE namespace = ? AND target_entity_id IN ({listed})"
+        f") WHERE id NOT IN ({listed}) LIMIT ?",
         [namespace, *entity_ids, namespace, *entity_ids, *entity_ids, limit],
     )
 
 
 def mentioning_memories(
-    namespace: str, entity_ids: Sequence[str], spec: MemoryFilterSpec, limit: int
+    namespace: str,
+    entity_ids: Sequence[str],
+    spec: MemoryFilterSpec,
+    limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """Rowids of live memories of the namespace, passing the filter, that mention
     any of `entity_ids`."""
-    clauses, params = filter_sql(spec, "m")
+    clauses, params = filter_sql(spec, "m", dialect)
+    guard = plan_guard(dialect)
     return (
         "SELECT DISTINCT m.rowid FROM memory_entity_mentions mm "
         "JOIN memories m ON m.id = mm.memory_id "
-        f"WHERE mm.namespace = ? AND mm.entity_id IN ({_marks(entity_ids)}) "
+        f"WHERE mm.namespace = ? AND mm.entity_id IN ({marks(entity_ids)}) "
         # `+`: the plan starts from the mentions of the entities, not from a
         # scan of the namespace's memories
-        f"AND +m.namespace = ? AND {spec.live_sql('m', keep_plan=True)}{clauses} LIMIT ?",
+        f"AND {guard}m.namespace = ? AND {spec.live_sql('m', keep_plan=bool(guard))}{clauses} "
+        "LIMIT ?",
         [namespace, *entity_ids, namespace, *params, limit],
     )
 
@@ -82,15 +96,17 @@ def linked_memories(
     link_types: Sequence[str],
     spec: MemoryFilterSpec,
     at: str,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """(rowid reached, rowid it was reached from) over links of `link_types` valid
     at `at`, in both directions, from the memories `rowids`; the memories
     reached pass the filter (liveness is checked when their rows are read).
     The reached side's namespace is `+`-prefixed so the plan starts from the
     rowids, not from a scan of the namespace (50 ms at 100k memories)."""
-    to_clauses, to_params = filter_sql(spec, "t")
-    from_clauses, from_params = filter_sql(spec, "f")
-    marks, types = _marks(rowids), _marks(link_types)
+    to_clauses, to_params = filter_sql(spec, "t", dialect)
+    from_clauses, from_params = filter_sql(spec, "f", dialect)
+    listed, types, guard = marks(rowids), marks(link_types), plan_guard(dialect)
 
     def one_way(clause_params: list[Any]) -> list[Any]:
         return [*rowids, namespace, *link_types, at, at, namespace, *clause_params]
@@ -103,13 +119,13 @@ def linked_memories(
         "SELECT t.rowid, f.rowid FROM memories f "
         "JOIN memory_links l ON l.from_memory_id = f.id "
         "JOIN memories t ON t.id = l.to_memory_id "
-        f"WHERE f.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
-        f"AND +t.namespace = ?{to_clauses} "
+        f"WHERE f.rowid IN ({listed}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
+        f"AND {guard}t.namespace = ?{to_clauses} "
         "UNION "
         "SELECT f.rowid, t.rowid FROM memories t "
         "JOIN memory_links l ON l.to_memory_id = t.id "
         "JOIN memories f ON f.id = l.from_memory_id "
-        f"WHERE t.rowid IN ({marks}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
-        f"AND +f.namespace = ?{from_clauses}",
+        f"WHERE t.rowid IN ({listed}) AND l.namespace = ? AND l.link_type IN ({types}) {valid}"
+        f"AND {guard}f.namespace = ?{from_clauses}",
         [*one_way(to_params), *one_way(from_params)],
     )

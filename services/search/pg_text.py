@@ -1,18 +1,26 @@
-"""The keyword channel's query on PostgreSQL (issue 21; not selectable yet):
-BM25 over a namespace's live memories, in the same shape as the FTS5 channel's
-queries (services/search/queries.py: rows of (rowid, score), best first).
+"""The keyword channel's query on PostgreSQL (issue 21): BM25 over the
+searched collection (a namespace's live memories passing the filter), in the
+shape of the FTS5 channel's rows (services/search/queries.py: (rowid, score),
+best first), with what the channel's coverage needs in the same round trip.
 
 `ts_rank` is not BM25 (no IDF, no document-length normalisation against the
 collection), and Postgres keeps no term statistics, so they are computed in the
-query from the namespace's own rows: the collection size and average length,
-each query term's document frequency, and each matching memory's term
-frequencies and length (memories.content_tokens, FTS5's docsize). That is FTS5's formula (k1 1.2, b 0.75, IDF
-ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6) with the namespace as the
-collection, which is what the SQLite channel rescales FTS5's whole-index IDF to.
-Costs grow with the namespace (every live row's length is read for the average:
-a per-namespace statistics table is the next step at scale); bench/pg_bm25.py
-measures it. A term is a word of services/common/fts.py's
-keyword_terms, stemmed by the same configuration that indexes content_tsv.
+query from the collection's own rows: its size and average length, each query
+term's document frequency, and each matching memory's term frequencies and
+length (memories.content_tokens, FTS5's docsize). That is FTS5's formula (k1
+1.2, b 0.75, IDF ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6) with the
+collection as FTS5's index, which is what the SQLite channel rescales FTS5's
+whole-index IDF to. The collection's size and average length cost a pass over
+its rows; a caller may pass them instead (`statistics`: Recall keeps a large
+unfiltered namespace's for a few minutes, as it keeps FTS5's whole-index counts
+on SQLite). bench/pg_bm25.py measures the query.
+
+A term is a word of services/common/fts.py's keyword_terms (the one home of the
+query's parsing), matched as FTS5 matches a quoted term: the phrase of its
+lexemes (`phraseto_tsquery`), stemmed by the configuration that indexes
+content_tsv. Each term is scored on its own, as FTS5 scores each phrase of an
+OR query. The SQL is sqlite3-style (`?`): the read pool translates it
+(services/common/pg.py translate), the live rule's clock included.
 """
 
 from __future__ import annotations
@@ -20,52 +28,100 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from services.common.memory_filter import MemoryFilterSpec, filter_sql
+
 Query = tuple[str, list[Any]]
 K1 = 1.2
 B = 0.75
-# The terms' lexemes (stemmed as content_tsv is) and the tsquery matching any of them.
-_WANTED = """
-    SELECT array_agg(lexeme) AS lexemes,
-        string_agg(quote_literal(lexeme), ' | ')::tsquery AS q
-    FROM (
-        SELECT DISTINCT lexeme FROM unnest(%s::text[]) AS t(term),
-            unnest(tsvector_to_array(to_tsvector('engram_english'::regconfig, t.term))) AS lexeme
-    ) terms
+_NOW = MemoryFilterSpec()
+# Each term: its position, the phrase query FTS5's quoted term means, and its lexemes.
+_TERMS = """
+    SELECT t.i, phraseto_tsquery('engram_english'::regconfig, t.term) AS q,
+        tsvector_to_array(to_tsvector('engram_english'::regconfig, t.term)) AS lexemes
+    FROM unnest(?::text[]) WITH ORDINALITY AS t(term, i)
 """
 
 
-def bm25_top(terms: Sequence[str], namespace: str, limit: int) -> Query:
-    """(rowid, BM25) of the namespace's live memories holding any of `terms`,
-    best first (ties by rowid), at most `limit`."""
+def _collection(namespace_mark: str, spec: MemoryFilterSpec) -> tuple[str, list[Any]]:
+    clauses, params = filter_sql(spec, "m", "postgres")
+    return (
+        f"m.namespace = {namespace_mark} AND m.content_tsv IS NOT NULL "
+        f"AND {spec.live_sql('m')}{clauses}",
+        params,
+    )
+
+
+def bm25_top(
+    terms: Sequence[str],
+    namespace: str,
+    limit: int,
+    spec: MemoryFilterSpec = _NOW,
+    statistics: tuple[int, float] | None = None,
+) -> Query:
+    """The collection's memories holding any of `terms`, best first by BM25 (ties
+    by rowid), at most `limit`: rows of (rowid, score, the 1-based positions in
+    `terms` of the terms the memory holds, the collection's size, each term's
+    document frequency in the collection, in `terms` order, the collection's
+    average length). The last three are the same on every row (none when
+    nothing matches). `statistics`: the collection's (size, average length),
+    when the caller has them; else they are counted here."""
+    where, params = _collection("?", spec)
+    if statistics is None:
+        collection = (
+            "SELECT count(*)::float8 AS n, avg(m.content_tokens)::float8 AS avgdl "
+            f"FROM memories m WHERE {where}"
+        )
+        collection_params: list[Any] = [namespace, *params]
+    else:
+        collection = "SELECT ?::float8 AS n, ?::float8 AS avgdl"
+        collection_params = [float(statistics[0]), float(statistics[1])]
     sql = f"""
-        WITH wanted AS MATERIALIZED ({_WANTED}),
-        collection AS MATERIALIZED (
-            SELECT count(*)::float8 AS n, avg(m.content_tokens)::float8 AS avgdl
-            FROM memories m WHERE m.namespace = %s AND m.content_tsv IS NOT NULL
+        WITH terms AS MATERIALIZED ({_TERMS}),
+        wanted AS MATERIALIZED (
+            SELECT string_agg('(' || q::text || ')', ' | ')::tsquery AS q
+            FROM terms WHERE numnode(q) > 0
         ),
-        hits AS (
-            SELECT m.rowid, cardinality(u.positions)::float8 AS tf,
-                m.content_tokens::float8 AS dl,
-                count(*) OVER (PARTITION BY u.lexeme)::float8 AS df
-            FROM memories m CROSS JOIN wanted w CROSS JOIN LATERAL unnest(m.content_tsv) u
-            WHERE m.namespace = %s AND m.content_tsv @@ w.q AND u.lexeme = ANY(w.lexemes)
+        collection AS MATERIALIZED ({collection}),
+        matched AS MATERIALIZED (
+            SELECT m.rowid, m.content_tsv, m.content_tokens::float8 AS dl
+            FROM memories m CROSS JOIN wanted w WHERE m.content_tsv @@ w.q AND {where}
+        ),
+        hits AS MATERIALIZED (
+            SELECT h.rowid, h.dl, t.i,
+                (SELECT min(cardinality(u.positions)) FROM unnest(h.content_tsv) u
+                    WHERE u.lexeme = ANY(t.lexemes))::float8 AS tf,
+                count(*) OVER (PARTITION BY t.i)::float8 AS df
+            FROM matched h JOIN terms t ON h.content_tsv @@ t.q
+        ),
+        frequencies AS MATERIALIZED (
+            SELECT array_agg(coalesce(d.df, 0)::bigint ORDER BY t.i) AS dfs
+            FROM terms t LEFT JOIN (SELECT DISTINCT i, df FROM hits) d ON d.i = t.i
         )
         SELECT h.rowid,
             sum(greatest(ln((c.n - h.df + 0.5) / (h.df + 0.5)), 1e-6) * h.tf * ({K1} + 1)
-                / (h.tf + {K1} * (1 - {B} + {B} * h.dl / nullif(c.avgdl, 0)))) AS score
-        FROM hits h CROSS JOIN collection c
-        GROUP BY h.rowid ORDER BY score DESC, h.rowid LIMIT %s
+                / (h.tf + {K1} * (1 - {B} + {B} * h.dl / nullif(c.avgdl, 0)))) AS score,
+            array_agg(h.i ORDER BY h.i) AS held,
+            c.n::bigint AS n, f.dfs, c.avgdl
+        FROM hits h CROSS JOIN collection c CROSS JOIN frequencies f
+        GROUP BY h.rowid, c.n, c.avgdl, f.dfs ORDER BY score DESC, h.rowid LIMIT ?
     """
-    return (sql, [list(terms), namespace, namespace, limit])
+    return (sql, [list(terms), *collection_params, namespace, *params, limit])
 
 
-def ts_rank_top(terms: Sequence[str], namespace: str, limit: int) -> Query:
+def ts_rank_top(
+    terms: Sequence[str], namespace: str, limit: int, spec: MemoryFilterSpec = _NOW
+) -> Query:
     """(rowid, ts_rank) over the same memories and terms: the baseline BM25 replaces."""
+    where, params = _collection("?", spec)
     sql = f"""
-        WITH wanted AS ({_WANTED})
+        WITH terms AS ({_TERMS}),
+        wanted AS (
+            SELECT string_agg('(' || q::text || ')', ' | ')::tsquery AS q
+            FROM terms WHERE numnode(q) > 0
+        )
         SELECT m.rowid, ts_rank(m.content_tsv, w.q) AS score
         FROM memories m CROSS JOIN wanted w
-        WHERE m.namespace = %s AND m.content_tsv @@ w.q
-        ORDER BY score DESC, m.rowid LIMIT %s
+        WHERE m.content_tsv @@ w.q AND {where}
+        ORDER BY score DESC, m.rowid LIMIT ?
     """
-    return (sql, [list(terms), namespace, limit])
+    return (sql, [list(terms), namespace, *params, limit])

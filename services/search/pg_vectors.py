@@ -1,4 +1,4 @@
-"""The vector channel's query on PostgreSQL (issue 21; not selectable yet): the
+"""The vector channel's query on PostgreSQL (issue 21): the
 namespace's nearest memories by cosine distance, with the namespace and the
 memory filter applied inside the HNSW scan, in the shape of the SQLite
 channel's rows (services/search/queries.py vector_candidates: (memory_rowid,
@@ -6,10 +6,10 @@ distance), nearest first).
 
 The filter is the one filter builder's SQL (services/common/memory_filter.py:
 live_sql, and filter_sql with dialect "postgres" for the tags and categories
-arrays), through services/common/pg.py's translate: the clock becomes the
-statement's timestamp in SQLite's stored form (pg.PG_NOW_SQL) and `?` becomes
-psycopg's placeholder (`pg_live_sql`, `pg_filter_sql`). The rest (the live rule,
-validity, `as_of`, every other filter field) is the same text.
+arrays). The queries are sqlite3-style (`?`, SQLite's clock) like every other
+query of the search service: the read pool translates them
+(services/common/pg.py translate: the clock becomes the statement's timestamp
+in SQLite's stored form), and `nearest` does so for a bare psycopg connection.
 
 The scan: pgvector's iterative scan (`hnsw.iterative_scan = relaxed_order`) keeps
 walking the graph until LIMIT rows pass the namespace and the filter (or
@@ -40,17 +40,6 @@ Query = tuple[str, list[Any]]
 EF_SEARCH = 100
 
 
-def pg_live_sql(spec: MemoryFilterSpec, alias: str = "m") -> str:
-    """The spec's live rule (memory_filter.live_sql) on Postgres: the clock differs."""
-    return translate(spec.live_sql(alias))
-
-
-def pg_filter_sql(spec: MemoryFilterSpec, alias: str = "m") -> tuple[str, list[Any]]:
-    """memory_filter.filter_sql on Postgres, with psycopg's placeholders."""
-    clauses, params = filter_sql(spec, alias, dialect="postgres")
-    return translate(clauses), params
-
-
 def halfvec_text(query_f32: bytes) -> str:
     """A float32 vector in pgvector's text form."""
     values = np.frombuffer(query_f32, dtype="<f4")
@@ -61,7 +50,7 @@ def scan_settings(ef_search: int = EF_SEARCH) -> Query:
     """The HNSW scan's settings for the rest of the transaction (SET LOCAL)."""
     return (
         "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-        "set_config('hnsw.ef_search', %s, true)",
+        "set_config('hnsw.ef_search', ?, true)",
         [str(int(ef_search))],
     )
 
@@ -69,19 +58,19 @@ def scan_settings(ef_search: int = EF_SEARCH) -> Query:
 def _nearest_sql(
     query_f32: bytes, namespace: str, spec: MemoryFilterSpec, limit: int, *, exact: bool
 ) -> Query:
-    clauses, params = pg_filter_sql(spec, "m")
+    clauses, params = filter_sql(spec, "m", dialect="postgres")
     # The query vector is a parameter in ORDER BY itself (the index scan needs
     # it there); `+ 0` hides the distance from the HNSW index, so the exact
     # query sorts the namespace's rows (found by memory_vectors_namespace).
-    distance = "v.embedding <=> %s::halfvec"
+    distance = "v.embedding <=> ?::halfvec"
     order = f"({distance}) + 0" if exact else distance
     vector = halfvec_text(query_f32)
     return (
         "WITH nearest AS MATERIALIZED ("
         f"SELECT v.memory_rowid, {distance} AS d "
         "FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid "
-        f"WHERE v.namespace = %s AND m.namespace = %s AND {pg_live_sql(spec, 'm')}{clauses} "
-        f"ORDER BY {order} LIMIT %s) "
+        f"WHERE v.namespace = ? AND m.namespace = ? AND {spec.live_sql('m')}{clauses} "
+        f"ORDER BY {order} LIMIT ?) "
         "SELECT memory_rowid, d FROM nearest ORDER BY d, memory_rowid",
         [vector, namespace, namespace, *params, vector, limit],
     )
@@ -112,13 +101,16 @@ def nearest(
     limit: int,
     ef_search: int = EF_SEARCH,
 ) -> list[Any]:
-    """The vector channel on a read connection, in the caller's transaction:
-    the HNSW scan, or the exact query when the scan finds fewer than `limit`
-    rows and the namespace may hold more."""
-    conn.execute(*scan_settings(ef_search))
-    rows: Sequence[Any] = conn.execute(
-        *vector_candidates(query_f32, namespace, spec, limit)
-    ).fetchall()
+    """The vector channel on a psycopg read connection, in the caller's
+    transaction: the HNSW scan, or the exact query when the scan finds fewer
+    than `limit` rows and the namespace may hold more. (Recall runs the same
+    queries through its read snapshot: services/search/recall.py.)"""
+
+    def run(query: Query) -> Sequence[Any]:
+        return conn.execute(translate(query[0]), query[1]).fetchall()
+
+    run(scan_settings(ef_search))
+    rows = run(vector_candidates(query_f32, namespace, spec, limit))
     if len(rows) < limit:
-        rows = conn.execute(*exact_vector_candidates(query_f32, namespace, spec, limit)).fetchall()
+        rows = run(exact_vector_candidates(query_f32, namespace, spec, limit))
     return list(rows)

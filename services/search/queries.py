@@ -4,7 +4,12 @@ filter builder and are applied inside every channel, before its LIMIT.
 Every query that reads memory rows names the caller's namespace, even for rowids
 a namespace-confined query proposed: a rowid is only a proposal (the whole-index
 keyword query and the vector cache do not check the namespace) until its row is
-read under the namespace."""
+read under the namespace.
+
+Builders whose SQL differs on PostgreSQL (issue 21) take `dialect` (the read
+pool's): the `+` plan guards (memory_filter.plan_guard), the filter's JSON
+arrays, the decay clock; the keyword and vector channels there are
+services/search/pg_text.py and pg_vectors.py."""
 
 from __future__ import annotations
 
@@ -12,7 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.common import forgetting
-from services.common.memory_filter import NOW_SQL, MemoryFilterSpec, filter_sql, live_sql
+from services.common.memory_filter import (
+    NOW_SQL,
+    MemoryFilterSpec,
+    filter_sql,
+    live_sql,
+    plan_guard,
+)
 
 Query = tuple[str, list[Any]]
 _NOW = MemoryFilterSpec()  # valid now, no filter
@@ -26,6 +37,13 @@ MEMORY_COLUMNS = (
 )
 
 
+def marks(values: Sequence[Any]) -> str:
+    """An IN list's placeholders, one per value; `NULL` for no values: an empty
+    IN list is SQLite's extension, which Postgres refuses, and `IN (NULL)`
+    matches nothing on both."""
+    return ", ".join("?" * len(values)) or "NULL"
+
+
 def schema_version() -> Query:
     return ("SELECT coalesce(max(version), 0) FROM schema_migrations", [])
 
@@ -34,11 +52,11 @@ def index_model() -> Query:
     return ("SELECT model, dimensions FROM vector_index WHERE id = 1", [])
 
 
-def live_count(namespace: str | None, spec: MemoryFilterSpec) -> Query:
+def live_count(namespace: str | None, spec: MemoryFilterSpec, *, dialect: str = "sqlite") -> Query:
     """Size of the collection a query searches (all live memories when namespace is None)."""
     if namespace is None:
         return (f"SELECT count(*) FROM memories m WHERE {live_sql('m')}", [])
-    clauses, params = filter_sql(spec, "m")
+    clauses, params = filter_sql(spec, "m", dialect)
     return (
         f"SELECT count(*) FROM memories m WHERE m.namespace = ? AND {spec.live_sql('m')}{clauses}",
         [namespace, *params],
@@ -46,7 +64,8 @@ def live_count(namespace: str | None, spec: MemoryFilterSpec) -> Query:
 
 
 def namespace_is_whole_index(namespace: str) -> Query:
-    """True when every live memory is in this namespace (index seeks, not counts)."""
+    """True when every live memory is in this namespace (index seeks, not counts).
+    SQLite's channels only: what lets them use FTS5's whole-index statistics."""
     other = "SELECT 1 FROM memories m WHERE m.namespace {op} ? AND " + live_sql("m", keep_plan=True)
     return (
         f"SELECT NOT EXISTS ({other.format(op='<')}) AND NOT EXISTS ({other.format(op='>')})",
@@ -174,63 +193,78 @@ def exact_vector_candidates(
 
 
 def pool_rows(
-    namespace: str, rowids: Sequence[int], model: str, spec: MemoryFilterSpec = _NOW
+    namespace: str,
+    rowids: Sequence[int],
+    model: str,
+    spec: MemoryFilterSpec = _NOW,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """Pool members with what fusion needs: event time, the exact vector (NULL
     when not embedded) and `who` (intent routing); live memories of the
     namespace only."""
-    marks = ", ".join("?" * len(rowids))
+    listed, guard = marks(rowids), plan_guard(dialect)
     return (
         "SELECT m.rowid, m.event_time, e.vector, m.who "
         "FROM memories m LEFT JOIN embeddings e ON e.namespace = m.namespace "
         "AND e.content_hash = m.content_hash AND e.model = ? "
         # `+` on the live rule's columns and the namespace keeps the planner on
         # the rowid lookups.
-        f"WHERE m.rowid IN ({marks}) AND {spec.live_sql('m', keep_plan=True)} "
-        "AND +m.namespace = ?",
+        f"WHERE m.rowid IN ({listed}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
+        f"AND {guard}m.namespace = ?",
         [model, *rowids, namespace],
     )
 
 
 def memories_by_rowid(
-    namespace: str, rowids: Sequence[int], spec: MemoryFilterSpec = _NOW
+    namespace: str,
+    rowids: Sequence[int],
+    spec: MemoryFilterSpec = _NOW,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """Live memories of the namespace among `rowids` (valid at the spec's
     instant and ranges, services/common/memory_filter.py live_sql)."""
-    marks = ", ".join("?" * len(rowids))
+    listed, guard = marks(rowids), plan_guard(dialect)
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
-        f"WHERE m.rowid IN ({marks}) AND {spec.live_sql('m', keep_plan=True)} "
-        "AND +m.namespace = ?",
+        f"WHERE m.rowid IN ({listed}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
+        f"AND {guard}m.namespace = ?",
         [*rowids, namespace],
     )
 
 
-def importance_by_rowid(namespace: str, rowids: Sequence[int]) -> Query:
+def importance_by_rowid(namespace: str, rowids: Sequence[int], *, dialect: str = "sqlite") -> Query:
     """(rowid, importance) of these memories, for importance ranking."""
-    marks = ", ".join("?" * len(rowids))
+    listed = marks(rowids)
     return (
-        f"SELECT m.rowid, m.importance FROM memories m WHERE m.rowid IN ({marks}) "
-        "AND +m.namespace = ?",
+        f"SELECT m.rowid, m.importance FROM memories m WHERE m.rowid IN ({listed}) "
+        f"AND {plan_guard(dialect)}m.namespace = ?",
         [*rowids, namespace],
     )
 
 
-def contents(namespace: str, rowids: Sequence[int]) -> Query:
+def contents(namespace: str, rowids: Sequence[int], *, dialect: str = "sqlite") -> Query:
     """(rowid, content) of the namespace's memories among `rowids`."""
-    marks = ", ".join("?" * len(rowids))
+    listed = marks(rowids)
     return (
-        f"SELECT m.rowid, m.content FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ?",
+        f"SELECT m.rowid, m.content FROM memories m WHERE m.rowid IN ({listed}) "
+        f"AND {plan_guard(dialect)}m.namespace = ?",
         [*rowids, namespace],
     )
 
 
 def in_time_windows(
-    namespace: str, windows: Sequence[tuple[str, str]], spec: MemoryFilterSpec, limit: int
+    namespace: str,
+    windows: Sequence[tuple[str, str]],
+    spec: MemoryFilterSpec,
+    limit: int,
+    *,
+    dialect: str = "sqlite",
 ) -> Query:
     """Rowids of live memories of the namespace, passing the filter, whose event
     time falls in any of the half-open `windows`, latest first."""
-    clauses, params = filter_sql(spec, "m")
+    clauses, params = filter_sql(spec, "m", dialect)
     ranges = " OR ".join("(m.event_time >= ? AND m.event_time < ?)" for _ in windows)
     return (
         f"SELECT m.rowid FROM memories m WHERE m.namespace = ? "
@@ -240,11 +274,13 @@ def in_time_windows(
     )
 
 
-def closed_valid_in_windows(namespace: str, spec: MemoryFilterSpec, limit: int) -> Query:
+def closed_valid_in_windows(
+    namespace: str, spec: MemoryFilterSpec, limit: int, *, dialect: str = "sqlite"
+) -> Query:
     """(rowid, event_time) of the namespace's memories passing the filter that
     are no longer valid but were during one of the spec's `valid_during`
     ranges (the live rule's own widening), latest end first."""
-    clauses, params = filter_sql(spec, "m")
+    clauses, params = filter_sql(spec, "m", dialect)
     return (
         "SELECT m.rowid, m.event_time FROM memories m WHERE m.namespace = ? "
         f"AND m.valid_until IS NOT NULL AND m.valid_until <= {NOW_SQL} "
@@ -254,14 +290,21 @@ def closed_valid_in_windows(namespace: str, spec: MemoryFilterSpec, limit: int) 
     )
 
 
-def decay_inputs(namespace: str, rowids: Sequence[int], default_rate: float, now: str) -> Query:
+def decay_inputs(
+    namespace: str,
+    rowids: Sequence[int],
+    default_rate: float,
+    now: str,
+    *,
+    dialect: str = "sqlite",
+) -> Query:
     """rowid, importance, pinned, last_accessed, created_at and the seed 003
     current confidence at `now` (services/common/forgetting.py) for decay ranking."""
-    marks = ", ".join("?" * len(rowids))
-    current, params = forgetting.current_confidence_sql("m", default_rate, now)
+    listed = marks(rowids)
+    current, params = forgetting.current_confidence_sql("m", default_rate, now, dialect=dialect)
     return (
         "SELECT m.rowid AS rowid, m.importance, m.pinned, m.last_accessed, m.created_at, "
         f"{current} AS current_confidence "
-        f"FROM memories m WHERE m.rowid IN ({marks}) AND +m.namespace = ?",
+        f"FROM memories m WHERE m.rowid IN ({listed}) AND {plan_guard(dialect)}m.namespace = ?",
         [*params, *rowids, namespace],
     )

@@ -100,14 +100,16 @@ def speakers_named(query: str, candidates: Sequence[Candidate]) -> set[str]:
 
 
 async def time_statements(
-    reads: Reads, namespace: str, candidates: Sequence[Candidate]
+    reads: Reads, namespace: str, candidates: Sequence[Candidate], *, dialect: str = "sqlite"
 ) -> set[int]:
     """Rowids of the best-ranked candidates (by their best channel rank) whose
     content states a time."""
     best = sorted(candidates, key=_best_rank)[:TIME_STATEMENT_POOL]
     if not best:
         return set()
-    rows = await reads.fetch_all(queries.contents(namespace, [c.rowid for c in best]))
+    rows = await reads.fetch_all(
+        queries.contents(namespace, [c.rowid for c in best], dialect=dialect)
+    )
     return {row[0] for row in rows if states_time(row[1])}
 
 
@@ -124,6 +126,8 @@ async def linked_reach(
     spec: MemoryFilterSpec,
     depth: int,
     at: str,
+    *,
+    dialect: str = "sqlite",
 ) -> dict[int, int]:
     """Rowids reached over links of `link_types` valid at `at` from `seeds`
     (not themselves), both directions, with their hop count, nearest first."""
@@ -134,7 +138,9 @@ async def linked_reach(
         if not frontier or len(reached) >= MAX_REACHED:
             break
         rows = await reads.fetch_all(
-            graph_queries.linked_memories(namespace, frontier, link_types, spec, at)
+            graph_queries.linked_memories(
+                namespace, frontier, link_types, spec, at, dialect=dialect
+            )
         )
         frontier = []
         for row in sorted(rows):

@@ -129,7 +129,7 @@ class StoreAdmin:
             (row[0], row[1]): int(row[2])
             for row in await self._reads.fetch_all(sql.job_counts_query())
         }
-        dialect: str = getattr(self._reads, "dialect", "sqlite")
+        dialect = self._reads.dialect
         row = await self._reads.fetch_one(
             sql.diagnostics_query(stale_before, expired_before, dialect=dialect)
         )
@@ -398,7 +398,8 @@ def store_admin(writer: Writer, reads: ReadPool, config: Config) -> StoreAdmin:
             dead_job_days=config.retention.dead_job_days,
             batch_limit=config.retention.batch_limit,
         ),
-        database_path=Path(config.storage.path),
+        # a Postgres server's disk is not the store's to read: free space unknown (0)
+        database_path=Path(config.storage.path) if config.storage.kind == "sqlite" else None,
         max_job_attempts=config.memory.pipelineV2.workerMaxRetries,
         weak=WeakMemories(reads, DecayPolicy.from_config(config)),
     )

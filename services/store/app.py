@@ -1,4 +1,8 @@
-"""Assemble and run the store: database, writer, read pool, reaper, gRPC server."""
+"""Assemble and run the store: database, writer, read pool, reaper, gRPC server.
+
+The database is a SQLite file or a PostgreSQL database (`storage.kind`); the
+writer, the read pool and everything above them take either (the repository's
+SQL runs on both through services/common/pg.py's SqliteApi)."""
 
 from __future__ import annotations
 
@@ -25,7 +29,13 @@ from engram.store.internal.v1 import (
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.auth import server_guard
 from services.common.config import Config, consolidation_enabled
-from services.common.db import DatabaseError, ReadPool, open_read_write
+from services.common.db import (
+    DatabaseError,
+    ReadPool,
+    connect_read_only,
+    open_read_pool,
+    open_read_write,
+)
 from services.common.errors import MutationsFrozen
 from services.common.listeners import listener
 from services.common.metrics import queue_depth_source
@@ -135,6 +145,13 @@ async def _end_idle_sessions(consolidation: Consolidation, config: Config) -> No
 
 
 def _open_database(config: Config) -> tuple[Any, list[str]]:
+    """The read-write connection, migrated (on the configured backend)."""
+    if config.storage.kind == "postgres":
+        return _open_postgres(config)
+    return _open_sqlite(config)
+
+
+def _open_sqlite(config: Config) -> tuple[Any, list[str]]:
     """The read-write connection, migrated; a directory or file the store cannot
     write (read-only, missing and not creatable, not a directory, disk full)
     is a StartupError naming the path and the cause."""
@@ -158,6 +175,75 @@ def _open_database(config: Config) -> tuple[Any, list[str]]:
         raise StartupError(f"refusing to start on the database {path}: {exc}") from exc
 
 
+def _open_postgres(config: Config) -> tuple[Any, list[str]]:
+    """The read-write connection (SqliteApi over psycopg), migrated, and the
+    search role granted SELECT when it is not the store's. A server that does
+    not answer, a role refused, a database whose migrations differ from the
+    code's, or a reader role that does not exist is a StartupError naming the
+    database (never the password)."""
+    import psycopg
+
+    from services.common import pg
+    from services.store.pg_migrations import apply_pg_migrations
+
+    settings = config.storage.postgres
+    where = pg.describe(settings.dsn)
+    raw = None
+    try:
+        raw = _connect_postgres(config)
+        applied = apply_pg_migrations(raw)
+        reader = pg.dsn_user(config.storage.reader_dsn)
+        with raw.transaction():
+            own = raw.execute("SELECT current_user").fetchone()[0]
+            if reader is not None and reader != own:
+                pg.grant_reader(raw, reader)
+        return pg.SqliteApi(raw), applied
+    except psycopg.Error as exc:
+        if raw is not None:
+            raw.close()
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StartupError(f"cannot open the PostgreSQL database {where}: {cause}") from exc
+    except MigrationMismatch as exc:
+        if raw is not None:
+            raw.close()
+        raise StartupError(f"refusing to start on the database {where}: {exc}") from exc
+
+
+def _connect_postgres(config: Config) -> Any:
+    """The writer's connection: no statement timeout (storage.postgres says why)."""
+    from services.common import pg
+
+    return pg.open_read_write(config.storage.postgres.dsn)
+
+
+def _reconnect_postgres(config: Config) -> Any:
+    """The writer's replacement for a lost connection (services/store/writer.py)."""
+    from services.common import pg
+
+    return pg.SqliteApi(_connect_postgres(config))
+
+
+def _pg_queue_counts_now(config: Config) -> dict[tuple[str, str], int]:
+    """queue_counts_now on PostgreSQL: its own read-only connection, for the
+    metrics scrape's thread."""
+    from services.store import repository as repo
+
+    conn = connect_read_only(config.storage, application_name="engram-store-metrics")
+    try:
+        return {(row[0], row[1]): row[2] for row in conn.execute(*repo.queue_counts_query())}
+    finally:
+        conn.close()
+
+
+def _database_name(config: Config) -> str:
+    """The database for the log: the file, or the Postgres server and database."""
+    if config.storage.kind == "postgres":
+        from services.common import pg
+
+        return pg.describe(config.storage.postgres.dsn)
+    return str(config.storage.path)
+
+
 async def start_store(
     config: Config,
     *,
@@ -179,17 +265,26 @@ async def start_store(
     public_guard = server_guard(config, public.host)
     internal_guard = server_guard(config, internal.host, internal=True)
     path = config.storage.path
+    database = _database_name(config)
     connection, applied = _open_database(config)
     if applied:
-        log.info("migrations applied", extra={"migrations": applied, "path": str(path)})
+        log.info("migrations applied", extra={"migrations": applied, "path": database})
     suite_id = read_suite_id(connection)
     writer = Writer(
         connection,
         max_group=config.storage.max_group_commit,
         mutations_frozen=config.memory.pipelineV2.mutationsFrozen,
+        reconnect=(
+            functools.partial(_reconnect_postgres, config)
+            if config.storage.kind == "postgres"
+            else None
+        ),
     )
-    reads = ReadPool(path, busy_timeout_ms=config.storage.busy_timeout_ms)
-    await reads.open()
+    try:
+        reads = await open_read_pool(config.storage, service="store")
+    except BaseException:
+        writer.close()
+        raise
     max_attempts = config.memory.pipelineV2.workerMaxRetries
     store = MemoryStore(
         writer,
@@ -284,10 +379,12 @@ async def start_store(
     if consolidation_enabled(config):
         background.append(asyncio.create_task(_end_idle_sessions(consolidation, config)))
     queue_depth_source.set_source(
-        functools.partial(queue_counts_now, str(path), config.storage.busy_timeout_ms)
+        functools.partial(_pg_queue_counts_now, config)
+        if config.storage.kind == "postgres"
+        else functools.partial(queue_counts_now, str(path), config.storage.busy_timeout_ms)
     )
     log.info(
         "store serving",
-        extra={"port": server.port, "internal_port": server.servers[1].port, "path": str(path)},
+        extra={"port": server.port, "internal_port": server.servers[1].port, "path": database},
     )
     return StoreApp(server, writer, reads, queue, background)

@@ -29,11 +29,15 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import sqlean
 
 from services.common.db import DatabaseError, OperationalError, open_read_only, open_read_write
 from services.store.migrations import MigrationMismatch, check_recorded_migrations
+
+if TYPE_CHECKING:
+    from services.common.config import StorageSettings
 
 # Files SQLite keeps beside a database, by suffix.
 SIDECARS = ("-wal", "-shm", "-journal")
@@ -43,6 +47,26 @@ SHOWN_PROBLEMS = 3
 
 class BackupError(Exception):
     """Backup or restore refused or failed; the message is one line for the operator."""
+
+
+def refuse_postgres(storage: StorageSettings, command: Literal["backup", "restore"]) -> None:
+    """Backup and restore copy SQLite's file. A PostgreSQL database is backed up
+    and restored with PostgreSQL's own tools, which take a consistent snapshot
+    while the store keeps writing and know its roles, extensions and indexes."""
+    if storage.kind != "postgres":
+        return
+    if command == "backup":
+        how = (
+            "use pg_dump, e.g. `pg_dump --format=custom --file=engram.dump "
+            '"$DSN"` (a consistent snapshot; the store keeps serving)'
+        )
+    else:
+        how = (
+            "stop the store, then use pg_restore into an empty database, e.g. "
+            '`pg_restore --no-owner --dbname="$DSN" engram.dump`, and start the store '
+            "on it (it checks the recorded migrations and applies newer ones)"
+        )
+    raise BackupError(f"storage.kind is postgres: engram {command} copies SQLite files; {how}")
 
 
 def backup(database: str | Path, target: str | Path, *, force: bool = False) -> int:

@@ -168,7 +168,7 @@ class MemoryStore:
         self._writer = writer
         self._reads = reads
         # the SQL the database speaks: reads and the writer are on the same one
-        self._dialect: str = getattr(reads, "dialect", "sqlite")
+        self._dialect = reads.dialect
         self._max_attempts = max_job_attempts
         self._tombstone_days = tombstone_days
         self._extract = extract_on_create

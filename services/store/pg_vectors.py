@@ -1,7 +1,8 @@
-"""The vector index's SQL on PostgreSQL (issue 21; not selectable yet): the
-repository's vector functions whose SQL cannot be shared, under the same names
-and with the same meaning, on the store's connection (services/common/pg.py
-SqliteApi; the caller's transaction). The others (index_model,
+"""The vector index's SQL on PostgreSQL (issue 21): the repository's vector
+functions whose SQL cannot be shared, under the same names and with the same
+meaning, on the store's connection (services/common/pg.py SqliteApi; the
+caller's transaction). services/store/repository.py's functions of these names
+call them when the connection is a Postgres one, so callers never pick. The others (index_model,
 clear_vector_index, upsert_embedding, embedding_dimensions,
 delete_unused_embeddings) run from services/store/repository.py on both backends.
 
@@ -74,7 +75,7 @@ def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> N
     """As SQLite's, and the column sized (its HNSW index rebuilt) when the
     dimensions change. A change of size comes after the index was cleared (a
     model change) or while it is empty (the first vector sets the size)."""
-    repository.set_index_model(conn, model, dimensions, at)
+    repository.record_index_model(conn, model, dimensions, at)
     if _column_dimensions(conn) != dimensions:
         fix_vector_dimensions(conn, dimensions)
 

@@ -480,7 +480,24 @@ def index_model(conn: Any) -> tuple[str, int | None] | None:
     return None if row is None else (row[0], row[1])
 
 
+def _pg_vectors() -> Any:
+    """services/store/pg_vectors.py, the vector index's Postgres SQL (imported
+    when first needed: it imports this module, and psycopg)."""
+    from services.store import pg_vectors
+
+    return pg_vectors
+
+
 def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
+    """Record the index's model (on Postgres also size its vector column)."""
+    if postgres(conn):
+        _pg_vectors().set_index_model(conn, model, dimensions, at)
+        return
+    record_index_model(conn, model, dimensions, at)
+
+
+def record_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
+    """The vector_index row, on both backends."""
     conn.execute(
         "INSERT INTO vector_index(id, model, dimensions, updated_at) VALUES (1, ?, ?, ?) "
         "ON CONFLICT(id) DO UPDATE SET model = excluded.model, dimensions = excluded.dimensions, "
@@ -538,6 +555,8 @@ def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
 def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
     """Index these memories (those with a vector of the index model) and record
     the model on them; returns how many index rows were written."""
+    if postgres(conn):
+        return int(_pg_vectors().index_memories(conn, memory_ids))
     written = 0
     for start in range(0, len(memory_ids), 500):
         chunk = list(memory_ids[start : start + 500])
@@ -554,11 +573,15 @@ def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
 
 def index_all_embedded(conn: Any) -> int:
     """Every live memory with a vector of the index model (after a model change)."""
+    if postgres(conn):
+        return int(_pg_vectors().index_all_embedded(conn))
     return _index_embedded(conn, "1", [])
 
 
 def index_missing_vectors(conn: Any) -> int:
     """Live memories with a vector of the index model that the index lacks."""
+    if postgres(conn):
+        return int(_pg_vectors().index_missing_vectors(conn))
     return _index_embedded(conn, "m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)", [])
 
 

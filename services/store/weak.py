@@ -11,7 +11,7 @@ from typing import Any
 
 from services.common import clock
 from services.common.config import Config
-from services.common.db import Reads
+from services.common.db import ReadPool
 from services.common.errors import Violations
 from services.common.memory_record import MemoryRecord
 from services.store import decay_sql, mutations
@@ -41,9 +41,8 @@ class WeakMemory:
 
 
 class WeakMemories:
-    def __init__(self, reads: Reads, policy: DecayPolicy) -> None:
+    def __init__(self, reads: ReadPool, policy: DecayPolicy) -> None:
         self._reads = reads
-        self._dialect: str = getattr(reads, "dialect", "sqlite")
         self.policy = policy
 
     async def page(
@@ -62,7 +61,7 @@ class WeakMemories:
                 clock.now_text(),
                 after,
                 size + 1,
-                dialect=self._dialect,
+                dialect=self._reads.dialect,
             )
         )
         found = [WeakMemory(MemoryRecord.from_row(r), r["current_confidence"]) for r in rows]
@@ -76,7 +75,7 @@ class WeakMemories:
         p = self.policy
         row = await self._reads.fetch_one(
             decay_sql.weak_count_query(
-                p.threshold, p.default_rate, clock.now_text(), dialect=self._dialect
+                p.threshold, p.default_rate, clock.now_text(), dialect=self._reads.dialect
             )
         )
         return int(row[0])

@@ -13,11 +13,21 @@ back the whole transaction, which holds only it), and operations submitted with
 bare when the whole group is retryable: if one of them fails, the transaction
 is rolled back, that operation gets its error and the rest are run again.
 
-A full disk (SQLite's SQLITE_FULL, "database or disk is full") fails the whole
-group with StorageFull (RESOURCE_EXHAUSTED / STORAGE_FULL): nothing of it was
-committed and nobody is acknowledged. The writer counts these refusals for the
-diagnostics and takes writes again as soon as there is room; the database is
-left as it was before the group.
+A full disk (SQLite's SQLITE_FULL, "database or disk is full"; PostgreSQL's
+SQLSTATE 53100 disk_full) fails the whole group with StorageFull
+(RESOURCE_EXHAUSTED / STORAGE_FULL): nothing of it was committed and nobody is
+acknowledged. The writer counts these refusals for the diagnostics and takes
+writes again as soon as there is room; the database is left as it was before
+the group.
+
+On PostgreSQL the connection can be lost (a server restart, a failover, a
+network cut). The group in flight fails with StorageUnavailable (UNAVAILABLE /
+STORAGE_UNAVAILABLE): nobody is acknowledged, and a retry is safe (a loss
+during COMMIT may have committed it: Remember's dedup by content makes the
+retry a no-op then). The writer does not stop: before its next group it opens
+a new connection (`reconnect`), and while that fails each group fails the same
+way, so the store comes back by itself when the database does. SQLite's
+connection is a file and is never lost.
 
 Mutations frozen (`memory.pipelineV2.mutationsFrozen`) is checked here and
 nowhere else: every write of the store goes through this writer, and every
@@ -46,6 +56,7 @@ concurrency instead of dying under it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -55,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from services.common import clock
+from services.common.db import StorageUnavailable
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
 from services.common.metrics import WRITER_COMMIT_SECONDS, WRITER_GROUP_SIZE
 
@@ -99,9 +111,18 @@ class StorageFull(EngramError):
         super().__init__("the store's disk is full (database or disk is full); nothing was written")
 
 
+PG_DISK_FULL = "53100"  # SQLSTATE disk_full
+
+
 def is_storage_full(error: BaseException) -> bool:
+    """SQLite's SQLITE_FULL or PostgreSQL's disk_full, by the error's own code."""
+    if getattr(error, "sqlstate", None) == PG_DISK_FULL:
+        return True
     code = getattr(error, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF == SQLITE_FULL
+
+
+LOST_CONNECTION = "the store lost its database connection; this write was not acknowledged, retry"
 
 
 @dataclass(frozen=True)
@@ -112,11 +133,23 @@ class StorageFullStats:
     last_at: str | None = None  # clock text of the last refusal
 
 
+def connection_lost(conn: Any) -> bool:
+    """Whether the server dropped `conn` (SqliteApi.broken; SQLite never does)."""
+    return bool(getattr(conn, "broken", False))
+
+
 class Writer:
     def __init__(
-        self, connection: Any, *, max_group: int = 512, mutations_frozen: bool = False
+        self,
+        connection: Any,
+        *,
+        max_group: int = 512,
+        mutations_frozen: bool = False,
+        reconnect: Callable[[], Any] | None = None,
     ) -> None:
+        """`reconnect` opens a replacement for a lost connection (PostgreSQL)."""
         self._conn = connection
+        self._reconnect = reconnect
         self._max_group = max_group
         self._frozen = mutations_frozen
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -230,6 +263,9 @@ class Writer:
                 self._linger = min(self._commit_seconds * LINGER_SHARE, MAX_LINGER_SECONDS)
 
     def _commit_group(self, group: list[_Pending]) -> None:
+        if connection_lost(self._conn) and not self._reconnected():
+            self._deliver(group, [(None, StorageUnavailable(LOST_CONNECTION))] * len(group))
+            return
         units = _units(group)
         if len(group) == 1 or all(p.retryable for p in group):
             self._commit_bare(units)
@@ -245,6 +281,7 @@ class Writer:
             results: list[Any] = []
             failed: int | None = None
             error: BaseException | None = None
+            whole: BaseException | None = None
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 for index, unit in enumerate(units):
@@ -254,17 +291,16 @@ class Writer:
                 conn.execute("COMMIT")
             except BaseException as exc:
                 error = exc
-                if failed is None and not is_storage_full(exc):
+                whole = self._group_error(exc)
+                if failed is None and whole is None:
                     log.exception("write transaction failed; nothing in this group was committed")
                 _rollback(conn)
             everyone = [p for unit in units for p in unit]
             if error is None:
                 self._deliver(everyone, [(result, None) for result in results])
                 return
-            if is_storage_full(error):  # not this unit's fault: the whole group fails
-                self._deliver(
-                    everyone, [(None, self._refused_for_full_disk(error))] * len(everyone)
-                )
+            if whole is not None:  # not this unit's fault: the whole group fails
+                self._deliver(everyone, [(None, whole)] * len(everyone))
                 return
             if failed is None:  # BEGIN or COMMIT failed: the whole group fails
                 self._deliver(everyone, [(None, error)] * len(everyone))
@@ -289,7 +325,7 @@ class Writer:
                 try:
                     results = _in_savepoint(conn, unit)
                 except BaseException as exc:
-                    if is_storage_full(exc):
+                    if is_storage_full(exc) or connection_lost(conn):
                         raise
                     if len(unit) == 1:
                         settled.append(unit[0])
@@ -300,7 +336,7 @@ class Writer:
                         try:
                             outcomes.append((_in_savepoint(conn, [pending])[0], None))
                         except BaseException as item_exc:
-                            if is_storage_full(item_exc):
+                            if is_storage_full(item_exc) or connection_lost(conn):
                                 raise
                             outcomes.append((None, item_exc))
                     continue
@@ -308,15 +344,43 @@ class Writer:
                 outcomes.extend((result, None) for result in results)
             conn.execute("COMMIT")
         except BaseException as exc:
-            error: BaseException = exc
-            if is_storage_full(exc):
-                error = self._refused_for_full_disk(exc)
-            else:
+            whole = self._group_error(exc)
+            if whole is None:
                 log.exception("write transaction failed; nothing in this group was committed")
+            error: BaseException = exc if whole is None else whole
             _rollback(conn)
             settled = [p for unit in units for p in unit]
             outcomes = [(None, error)] * len(settled)
         return settled, outcomes
+
+    def _reconnected(self) -> bool:
+        """Replace the lost connection; False (logged) when that fails too."""
+        if self._reconnect is None:
+            log.error("database connection lost and no way to reopen it")
+            return False
+        try:
+            fresh = self._reconnect()
+        except Exception as exc:
+            log.error("database connection lost; reconnecting failed", extra={"error": str(exc)})
+            return False
+        old, self._conn = self._conn, fresh
+        with contextlib.suppress(Exception):  # already gone
+            old.close()
+        log.warning("database connection lost; reconnected")
+        return True
+
+    def _group_error(self, error: BaseException) -> BaseException | None:
+        """What the whole group fails with when `error` is not one operation's
+        fault (a full disk, a lost connection); None when it may be."""
+        if is_storage_full(error):
+            return self._refused_for_full_disk(error)
+        if connection_lost(self._conn):
+            log.error(
+                "database connection lost: nothing in this group was acknowledged",
+                extra={"error": str(error)},
+            )
+            return StorageUnavailable(LOST_CONNECTION)
+        return None
 
     def _refused_for_full_disk(self, error: BaseException) -> StorageFull:
         """Count the refusal (for diagnostics) and say it once in the log."""
@@ -341,8 +405,9 @@ class Writer:
 
 
 def _rollback(conn: Any) -> None:
-    """Undo what is left of a failed transaction (SQLite may already have)."""
-    if not conn.in_transaction:
+    """Undo what is left of a failed transaction (SQLite may already have; a
+    lost connection took it with it)."""
+    if connection_lost(conn) or not conn.in_transaction:
         return
     try:
         conn.execute("ROLLBACK")

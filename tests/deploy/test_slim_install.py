@@ -193,7 +193,8 @@ def test_every_service_runs_where_the_model_runtime_cannot_be_imported(tmp_path:
 def test_the_dockerfile_builds_the_model_without_torch_torch_on_request_or_a_slim_image() -> None:
     """`MODEL=local` (default): `.[local]` (int8 ONNX) and a check that no torch came
     with it; `MODEL=torch`: torch from the CPU index alone, then `.[local,local-torch]`;
-    `MODEL=slim`: `.[tracing]` and a check that no torch came with it."""
+    `MODEL=slim`: `.[tracing]` and a check that no torch came with it. Every one
+    has the `postgres` extra (compose's `postgres` profile)."""
     text = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^ARG MODEL=local$", text, re.M)
     local = text.split("local)", 1)[1].split(";;", 1)[0]
@@ -201,8 +202,8 @@ def test_the_dockerfile_builds_the_model_without_torch_torch_on_request_or_a_sli
     slim = text.split("slim)", 1)[1].split(";;", 1)[0]
     assert 'find_spec("torch")' in local and "TORCH_INDEX" not in local
     assert '--index-url "$TORCH_INDEX" torch==' in torch and "torch.version.cuda" in torch
-    assert ".[local,local-torch,tracing]" in torch
+    assert ".[local,local-torch,tracing,postgres]" in torch
     # the client distribution (clients/python) goes in beside the server in every image
-    assert 'pip install --no-cache-dir ./clients/python ".[local,tracing]"' in local
-    assert 'pip install --no-cache-dir ./clients/python ".[tracing]";' in slim
+    assert 'pip install --no-cache-dir ./clients/python ".[local,tracing,postgres]"' in local
+    assert 'pip install --no-cache-dir ./clients/python ".[tracing,postgres]";' in slim
     assert 'find_spec("torch")' in slim

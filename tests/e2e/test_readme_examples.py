@@ -85,6 +85,8 @@ NOT_RUN = {
     "that names entities; tests/e2e/test_graph_readme.py runs this block against one",
     ".venv/bin/engram certs dev": "the TLS section's suite needs certificates and TLS on every "
     "service; tests/tls/test_readme_tls.py runs this block against one",
+    "export ENGRAM_SERVICE_KEY=": "compose's postgres profile needs Docker; "
+    "tests/deploy/test_compose_postgres.py checks each line against `docker-compose config`",
 }
 
 # ---- reading the README -------------------------------------------------------------

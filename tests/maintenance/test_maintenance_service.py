@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from admin_helpers import AdminStore
+from backend_db import FTS5_ONLY
 from engram.common.v1 import job_pb2, provider_pb2
 from engram.maintenance.v1 import maintenance_pb2 as pb
 from engram.store.v1 import store_pb2
@@ -45,6 +46,7 @@ def diagnostics(m: Maintained) -> pb.GetDiagnosticsResponse:
     return m.maintenance.GetDiagnostics(pb.GetDiagnosticsRequest())
 
 
+@FTS5_ONLY  # corrupt_fts
 def test_report_components_and_weights_match_the_store_state(maintained: Build) -> None:
     m = maintained()
     ids = [m.st.remember(f"note {word} for the report") for word in ("one", "two", "three", "four")]
@@ -98,6 +100,7 @@ def test_provider_health_comes_from_the_pipeline(maintained: Build) -> None:
     assert {c.name: c.score for c in report.components}["providers"] == pytest.approx(expected)
 
 
+@FTS5_ONLY  # corrupt_fts
 def test_observe_recommends_and_writes_nothing(maintained: Build) -> None:
     m = maintained()
     memory = m.st.remember("observe mode must not write")
@@ -113,6 +116,7 @@ def test_observe_recommends_and_writes_nothing(maintained: Build) -> None:
     assert m.st.scalar("SELECT count(*) FROM maintenance_audit") == audited
 
 
+@FTS5_ONLY  # corrupt_fts
 def test_the_configured_mode_applies_when_the_request_names_none(maintained: Build) -> None:
     m = maintained()
     memory = m.st.remember("default mode is observe")
@@ -121,6 +125,7 @@ def test_the_configured_mode_applies_when_the_request_names_none(maintained: Bui
     assert result.mode == OBSERVE and list(result.actions) == []
 
 
+@FTS5_ONLY  # corrupt_fts
 def test_execute_repairs_and_reports_the_health_delta(maintained: Build) -> None:
     m = maintained()
     memory = m.st.remember("execute mode repairs the index")
@@ -138,6 +143,7 @@ def test_execute_repairs_and_reports_the_health_delta(maintained: Build) -> None
     assert list(run(m).recommendations) == []
 
 
+@FTS5_ONLY  # corrupt_fts
 def test_cooldown_skips_a_repeat_within_the_window(maintained: Build) -> None:
     m = maintained()  # repairFtsCooldownMs defaults to 5 minutes
     memory = m.st.remember("cooldown applies to repeats")
@@ -149,6 +155,7 @@ def test_cooldown_skips_a_repeat_within_the_window(maintained: Build) -> None:
     assert m.st.snapshot() == snapshot
 
 
+@FTS5_ONLY  # corrupt_fts
 def test_hourly_budget_skips_once_used(maintained: Build) -> None:
     m = maintained(
         **{
@@ -163,6 +170,7 @@ def test_hourly_budget_skips_once_used(maintained: Build) -> None:
     assert run(m).actions[0].status == pb.ACTION_STATUS_BUDGET_EXHAUSTED
 
 
+@FTS5_ONLY  # corrupt_fts
 def test_an_action_that_does_not_help_halts_after_three_runs_until_health_is_good(
     maintained: Build,
 ) -> None:
@@ -221,6 +229,7 @@ def test_run_retention_sweeps_in_order_and_recovery_then_fails(maintained: Build
     )
 
 
+@FTS5_ONLY  # corrupt_fts
 def test_a_frozen_store_refuses_retention_and_repairs(maintained: Build) -> None:
     m = maintained(**{"memory.pipelineV2.mutationsFrozen": True})
     assert error_of(lambda: m.maintenance.RunRetention(pb.RunRetentionRequest()))[:2] == (

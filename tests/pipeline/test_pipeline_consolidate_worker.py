@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from test_pipeline_summarize_worker import make_stack_with
 
+import backend_db
 from engram.client import Engram, NotFound
 from engram.pipeline.v1 import pipeline_pb2 as ppb
 from engram.store.v1 import store_pb2 as S
@@ -25,7 +26,6 @@ from http_fakes import Reply
 from llm_fakes import LlmServer, is_consolidation, session_memories_of
 from recall_helpers import Stack, wait_for
 from services.common.clock import days_ago_text
-from services.common.db import open_read_write
 from store_helpers import rows
 
 CONSOLIDATION = {
@@ -316,11 +316,9 @@ def test_a_consolidated_session_is_not_consolidated_again(
 def age(stack: Stack, session_id: str, *, hours: float) -> None:
     """Move the session's last-seen time into the past (a test cannot idle for
     half an hour), as the store's own clock would have."""
-    conn = open_read_write(Path(stack.config.storage.path))
-    try:
-        conn.execute(
-            "UPDATE session_consolidations SET last_seen_at = ? WHERE session_id = ?",
-            (days_ago_text(hours / 24), session_id),
-        )
-    finally:
-        conn.close()
+    backend_db.execute(
+        stack.config.storage.path,
+        "UPDATE session_consolidations SET last_seen_at = ? WHERE session_id = ?",
+        days_ago_text(hours / 24),
+        session_id,
+    )

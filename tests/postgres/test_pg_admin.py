@@ -392,6 +392,14 @@ def test_current_confidence_and_weak_memories_agree_across_backends(conn: Any) -
     assert [r["id"] for r in batch] == ["old", "elsewhere"]
     assert batch[0]["current_confidence"] == pytest.approx(got["old"], rel=1e-12)
 
+    # a rate and an age whose exponent underflows: 0 on both (Postgres's exp() would raise)
+    _insert(conn, _memory("ancient", "ancient", created_at=OLD, namespace="far"))
+    repo.update_memory(conn, "ancient", {"decay_rate": 1000.0})
+    [row] = repo.fetch_all(
+        conn, decay_sql.weak_page_query("far", 0.5, 0.1, now, None, 10, dialect=_dialect(conn))
+    )
+    assert row["current_confidence"] == pytest.approx(0.0, abs=1e-300)
+
 
 # ---- explain ----------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import pytest
 
 from services.common.db import open_read_write as open_sqlite
 from services.common.fts import any_of, quoted
-from services.common.pg import open_read_write
+from services.common.pg import open_read_write, translate
 from services.search import pg_text, queries
 from services.store.migrations import apply_migrations
 from services.store.pg_migrations import apply_pg_migrations
@@ -53,8 +53,10 @@ def pg(pg_dsn: str) -> Any:
 
 def _pg_top(conn: Any, query: tuple[str, list[Any]]) -> list[tuple[str, float]]:
     rows = conn.execute(
-        f"SELECT m.id, t.score FROM ({query[0]}) t JOIN memories m ON m.rowid = t.rowid"
-        " ORDER BY t.score DESC, m.id",
+        translate(
+            f"SELECT m.id, t.score FROM ({query[0]}) t JOIN memories m ON m.rowid = t.rowid"
+            " ORDER BY t.score DESC, m.id"
+        ),
         query[1],
     ).fetchall()
     conn.rollback()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from services.common.memory_filter import MemoryFilterSpec
-from services.common.pg import SqliteApi, open_read_only, open_read_write
+from services.common.pg import SqliteApi, open_read_only, open_read_write, translate
 from services.search import pg_vectors as channel
 from services.store import pg_vectors as store
 from services.store import repository
@@ -236,19 +236,22 @@ def test_the_hnsw_top_k_is_the_exact_top_k_of_the_namespace(conn: Any, reader: A
         found += len(set(got) & set(expected))
         exact = [
             r[0]
-            for r in reader.execute(
-                *channel.exact_vector_candidates(query.tobytes(), "ns1", NOW, 10)
-            ).fetchall()
+            for r in _run(reader, channel.exact_vector_candidates(query.tobytes(), "ns1", NOW, 10))
         ]
         reader.rollback()
         assert len(set(exact) & set(expected)) >= 9  # halfvec rounding may swap a near-tie
     assert found / (10 * len(queries)) >= 0.95
 
 
+def _run(reader: Any, query: tuple[str, list[Any]]) -> list[Any]:
+    """A channel query (sqlite3-style, as the read pool takes it) on a bare reader."""
+    return reader.execute(translate(query[0]), query[1]).fetchall()  # type: ignore[no-any-return]
+
+
 def _plan(reader: Any, query: np.ndarray, spec: MemoryFilterSpec) -> str:
-    reader.execute(*channel.scan_settings())
+    _run(reader, channel.scan_settings())
     sql, params = channel.vector_candidates(query.tobytes(), "ns1", spec, 10)
-    plan = "\n".join(r[0] for r in reader.execute("EXPLAIN " + sql, params))
+    plan = "\n".join(r[0] for r in _run(reader, ("EXPLAIN " + sql, params)))
     reader.rollback()
     return plan
 
@@ -370,4 +373,3 @@ def test_every_filter_field_runs_on_postgres(conn: Any, reader: Any) -> None:
         session_id="s",
     )
     assert [r[0] for r in _top(reader, vectors[0], "ns", spec, 10)] == [rowids[0]]
-    assert channel.pg_filter_sql(MemoryFilterSpec(tags=("a",)))[0].count("%s") == 1

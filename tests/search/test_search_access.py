@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+import backend_db
 from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 from recall_helpers import Stack, ids, wait_for
@@ -13,8 +14,11 @@ from store_helpers import rows
 
 
 def fts_fingerprint(stack: Stack) -> str:
-    """A digest of the FTS5 index's own storage: any rewrite of an entry changes it."""
-    data = rows(stack.config.storage.path, "SELECT id, block FROM memories_fts_data ORDER BY id")
+    """A digest of the full-text index's own storage: any rewrite of an entry
+    changes it (FTS5's blocks; on Postgres, where the index is a generated
+    column of the row, the indexed tsvectors)."""
+    path = stack.config.storage.path
+    data = rows(path, backend_db.FTS_STORAGE[backend_db.dialect(path)])
     return hashlib.sha256(repr([tuple(r) for r in data]).encode()).hexdigest()
 
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
+import backend_db
 from engram.store.internal.v1 import access_pb2
 from engram.store.v1 import store_pb2
 from recall_helpers import wait_for
 from services.common import clock
-from services.common.db import open_read_write
 from services.search.decay import decayed_importance
 
 NOW = clock.from_text("2026-06-01T00:00:00.000000Z")
@@ -55,14 +55,7 @@ def test_a_timestamp_in_the_future_does_not_raise_importance() -> None:
 
 
 def age_created(stack: Any, memory_id: str, days: float) -> None:
-    conn = open_read_write(stack.config.storage.path)
-    try:
-        conn.execute(
-            "UPDATE memories SET created_at = ? WHERE id = ?",
-            (clock.days_ago_text(days), memory_id),
-        )
-    finally:
-        conn.close()
+    age_both(stack, days, memory_id)
 
 
 def order(stack: Any) -> list[str]:
@@ -118,15 +111,13 @@ def test_decay_ranking_leaves_a_pinned_memory_undecayed(
 
 
 def age_both(stack: Any, days: float, *memory_ids: str) -> None:
-    conn = open_read_write(stack.config.storage.path)
-    try:
-        for memory_id in memory_ids:
-            conn.execute(
-                "UPDATE memories SET created_at = ? WHERE id = ?",
-                (clock.days_ago_text(days), memory_id),
-            )
-    finally:
-        conn.close()
+    for memory_id in memory_ids:
+        backend_db.execute(
+            stack.config.storage.path,
+            "UPDATE memories SET created_at = ? WHERE id = ?",
+            clock.days_ago_text(days),
+            memory_id,
+        )
 
 
 def recalled_and_stale(stack: Any) -> tuple[str, str]:

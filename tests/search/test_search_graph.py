@@ -16,7 +16,7 @@ import pytest
 from engram.store.v1 import store_pb2
 from extract_write_helpers import link, write_directly
 from recall_helpers import Stack, ids
-from services.common.db import ReadPool
+from services.common.db import open_read_pool
 from services.common.memory_filter import MemoryFilterSpec
 from services.search.graph_boost import graph_boost, query_tokens
 from store_helpers import rows
@@ -103,12 +103,13 @@ def test_a_broken_graph_never_fails_recall(recall_stack: Callable[..., Stack]) -
     assert list(response.warnings) == ["graph boost failed; results without it"]
 
 
-def _boost(path: Path, namespace: str, query: str, timeout_s: float) -> Any:
+def _boost(storage: Any, namespace: str, query: str, timeout_s: float) -> Any:
     async def run() -> Any:
-        reads = ReadPool(path, busy_timeout_ms=5000)
-        await reads.open()
+        reads = await open_read_pool(storage, service="search")
         try:
-            return await graph_boost(reads, namespace, query, MemoryFilterSpec(), timeout_s)
+            return await graph_boost(
+                reads, namespace, query, MemoryFilterSpec(), timeout_s, dialect=reads.dialect
+            )
         finally:
             await reads.close()
 
@@ -122,12 +123,13 @@ def test_the_lookup_returns_what_it_has_when_the_deadline_has_passed(
     m = people(stack)
     path = Path(stack.config.storage.path)
     rowid = {r[0]: r[1] for r in rows(path, "SELECT id, rowid FROM memories")}
-    in_time = _boost(path, "default", "alice", timeout_s=30.0)
+    storage = stack.config.storage
+    in_time = _boost(storage, "default", "alice", timeout_s=30.0)
     assert in_time.rowids == {rowid[m["alice"].id], rowid[m["bob"].id]}
     assert not in_time.timed_out
-    late = _boost(path, "default", "alice", timeout_s=-1.0)  # a deadline already passed
+    late = _boost(storage, "default", "alice", timeout_s=-1.0)  # a deadline already passed
     assert (late.rowids, late.timed_out, late.failed) == (frozenset(), True, False)
-    nothing = _boost(path, "default", "zebra", timeout_s=-1.0)  # no entity: no work to cut
+    nothing = _boost(storage, "default", "zebra", timeout_s=-1.0)  # no entity: no work to cut
     assert (nothing.rowids, nothing.timed_out) == (frozenset(), False)
 
 

@@ -28,16 +28,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import backend_db
 from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 from extract_write_helpers import write_directly
 from http_fakes import VectorBook
 from recall_helpers import MODEL, QUERY_VECTOR, Stack, vec
 from services.common import clock
-from services.common.db import ReadPool, open_read_only, open_read_write
+from services.common.db import ReadPool, open_read_write
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.vectors import normalized_f32
-from services.search import queries
+from services.search import pg_vectors, queries
 from services.search.recall import bm25_idf
 
 RACE_SECONDS = 5.0
@@ -128,19 +129,11 @@ def test_recall_never_returns_another_namespace_while_it_writes(
 
 
 def _rowids(path: Path) -> dict[str, int]:
-    conn = open_read_only(path)
-    try:
-        return {row[0]: row[1] for row in conn.execute("SELECT id, rowid FROM memories")}
-    finally:
-        conn.close()
+    return {row[0]: row[1] for row in backend_db.rows(path, "SELECT id, rowid FROM memories")}
 
 
 def _read(path: Path, query: queries.Query) -> list[Any]:
-    conn = open_read_only(path)
-    try:
-        return list(conn.execute(*query).fetchall())
-    finally:
-        conn.close()
+    return backend_db.rows(path, query[0], *query[1])
 
 
 def test_memory_rows_are_read_only_under_their_own_namespace(
@@ -156,20 +149,23 @@ def test_memory_rows_are_read_only_under_their_own_namespace(
     rowid = _rowids(path)
     both = [rowid[theirs.id], rowid[mine.id]]
 
-    assert [r[0] for r in _read(path, queries.pool_rows("tenant-b", both, MODEL))] == [
-        rowid[mine.id]
-    ]
-    assert [r[0] for r in _read(path, queries.memories_by_rowid("tenant-b", both))] == [
-        rowid[mine.id]
-    ]
+    dialect = backend_db.dialect(path)
+    pool = queries.pool_rows("tenant-b", both, MODEL, dialect=dialect)
+    assert [r[0] for r in _read(path, pool)] == [rowid[mine.id]]
+    memories = queries.memories_by_rowid("tenant-b", both, dialect=dialect)
+    assert [r[0] for r in _read(path, memories)] == [rowid[mine.id]]
     now = clock.to_text(clock.now())
-    assert [r[0] for r in _read(path, queries.decay_inputs("tenant-b", both, 0.1, now))] == [
-        rowid[mine.id]
-    ]
-    # the whole-index first pass (taken when one namespace holds every memory)
+    decay = queries.decay_inputs("tenant-b", both, 0.1, now, dialect=dialect)
+    assert [r[0] for r in _read(path, decay)] == [rowid[mine.id]]
+    # the first pass: SQLite's whole-index one (taken when one namespace holds
+    # every memory), Postgres's HNSW scan
     query = normalized_f32(QUERY_VECTOR)
     assert query is not None
-    first_pass = queries.vector_candidates(query, "tenant-b", MemoryFilterSpec(), 10, True)
+    first_pass = (
+        pg_vectors.vector_candidates(query, "tenant-b", MemoryFilterSpec(), 10)
+        if dialect == "postgres"
+        else queries.vector_candidates(query, "tenant-b", MemoryFilterSpec(), 10, True)
+    )
     assert [r[0] for r in _read(path, first_pass)] == [rowid[mine.id]]
 
 

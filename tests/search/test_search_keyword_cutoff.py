@@ -14,8 +14,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from recall_helpers import Stack
-from services.common.db import ReadPool
+from services.common.db import open_read_pool
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.providers.embedding import NoEmbedding
 from services.search.embedder import QueryEmbedder
@@ -23,12 +25,15 @@ from services.search.recall import Recaller, RecallHit, RecallParams
 from services.search.scoring import ScoringParams
 
 NS = "only"  # the one namespace: the collection is the whole index
+pytestmark = pytest.mark.sqlite_only(
+    "the cutoff is FTS5's whole-index channel's; Postgres's keyword channel scores every"
+    " match in one query (services/search/pg_text.py)"
+)
 
 
 def keyword_hits(stack: Stack, query: str, budget: int) -> dict[str, RecallHit]:
     async def run() -> dict[str, RecallHit]:
-        reads = ReadPool(stack.config.storage.path)
-        await reads.open()
+        reads = await open_read_pool(stack.config.storage, service="search")
         try:
             params = RecallParams(
                 scoring=ScoringParams(min_score=0.0, episode_weight=0.0, neighbor_weight=0.0),

@@ -18,6 +18,10 @@ from services.common.memory_filter import MemoryFilterSpec
 from services.search import graph_queries, queries
 from services.store import entities_sql
 
+pytestmark = pytest.mark.sqlite_only(
+    "SQLite's EXPLAIN QUERY PLAN (Postgres plans: tests/postgres/test_pg_vectors.py, test_pg_text.py)"
+)
+
 AT = "2026-01-01T00:00:00.000000000Z"
 MAY = ("2023-05-01T00:00:00.000000000Z", "2023-06-01T00:00:00.000000000Z")
 FILTERED = MemoryFilterSpec(who="ana", types=("fact",))

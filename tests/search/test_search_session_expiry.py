@@ -1,7 +1,7 @@
 """Recall and the store's live rule (issue 16): an expired short-term memory is
 gone from every channel at once, and MemoryFilter.session_id narrows Recall
 inside each channel. Expiry is reached by moving `expire_at` into the past in
-the file (tests cannot wait for hours)."""
+the database (tests cannot wait for hours)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,20 @@ from collections.abc import Callable
 
 from google.protobuf import duration_pb2
 
+import backend_db
 from recall_helpers import Stack, ids
 from services.common.clock import days_ago_text
-from services.common.db import open_read_write
 
 HOUR = duration_pb2.Duration(seconds=3600)
 
 
 def expire_now(stack: Stack, memory_id: str) -> None:
-    conn = open_read_write(stack.config.storage.path)
-    try:
-        conn.execute(
-            "UPDATE memories SET expire_at = ? WHERE id = ?", (days_ago_text(1 / 86400), memory_id)
-        )
-    finally:
-        conn.close()
+    backend_db.execute(
+        stack.config.storage.path,
+        "UPDATE memories SET expire_at = ? WHERE id = ?",
+        days_ago_text(1 / 86400),
+        memory_id,
+    )
 
 
 def test_an_expired_memory_leaves_recall_at_once_and_a_live_twin_session_stays(

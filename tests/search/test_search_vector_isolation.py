@@ -290,6 +290,7 @@ def _shared_vector_database(path: Path) -> dict[str, bytes]:
     return {text: blob for text, blob in vectors.items() if blob is not None}
 
 
+@pytest.mark.sqlite_only("an old SQLite file's migration; Postgres starts at the newest schema")
 def test_the_migration_gives_each_namespace_its_copy_of_a_shared_vector(
     tmp_path: Path, vector_stack: Callable[..., tuple[Stack, VectorBook]]
 ) -> None:

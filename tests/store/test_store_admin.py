@@ -13,7 +13,9 @@ from typing import Any
 import grpc
 import pytest
 
+import backend_db
 from admin_helpers import DIM, MODEL, AdminStore, admin_store
+from backend_db import FTS5_ONLY
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import admin_pb2 as pb
 from engram.store.internal.v1 import job_queue_pb2 as jq
@@ -45,7 +47,7 @@ def lease_extract(st: AdminStore, n: int = 10) -> list[jq.Job]:
 
 
 def audit_actions(st: AdminStore) -> list[str]:
-    return [r[0] for r in st.rows("SELECT action FROM maintenance_audit ORDER BY rowid")]
+    return st.audit_actions()
 
 
 # ---- diagnostics ----------------------------------------------------------------------
@@ -64,12 +66,11 @@ def test_diagnostics_of_a_consistent_store(st: AdminStore) -> None:
         (job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_STATUS_COMPLETED): 3,
         (job_pb2.JOB_TYPE_EXTRACT, job_pb2.JOB_STATUS_PENDING): 3,
     }
-    assert d.db_size_bytes == st.scalar(
-        "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
-    )
+    assert d.db_size_bytes == st.scalar(backend_db.DB_SIZE[st.dialect])
     assert d.db_size_bytes > 0
 
 
+@FTS5_ONLY
 def test_a_tombstone_is_not_an_fts_mismatch_but_missing_and_stray_entries_are(
     st: AdminStore,
 ) -> None:
@@ -95,11 +96,7 @@ def test_vector_index_mismatches_are_counted_both_ways(st: AdminStore) -> None:
     st.execute("DELETE FROM memory_vectors WHERE memory_rowid = ?", st.rowid(a))
     d = diag(st)
     assert (d.vector_rows, d.embedded_memories, d.vector_missing, d.vector_orphaned) == (1, 2, 1, 0)
-    st.execute(
-        "INSERT INTO memory_vectors(memory_rowid, namespace, bits) VALUES (?, 'default', ?)",
-        st.rowid(c),
-        b"\x00" * (DIM // 8),
-    )
+    st.index_stray_vector(st.rowid(c), b"\x00" * (DIM // 8))
     d = diag(st)
     assert (d.vector_rows, d.vector_missing, d.vector_orphaned) == (2, 1, 1)
 
@@ -180,6 +177,7 @@ def test_release_stale_leases_releases_only_stale_ones(st: AdminStore) -> None:
     assert diag(st).stale_leases == 0
 
 
+@FTS5_ONLY
 def test_fts_repair_rebuilds_live_entries_only_and_nothing_else(st: AdminStore) -> None:
     a, b, c = three_memories(st)
     consistent = st.snapshot()
@@ -215,11 +213,7 @@ def test_vector_repair_removes_strays_and_adds_missing_rows_only(st: AdminStore)
     a, _, c = three_memories(st)
     consistent = st.snapshot()
     st.execute("DELETE FROM memory_vectors WHERE memory_rowid = ?", st.rowid(a))
-    st.execute(
-        "INSERT INTO memory_vectors(memory_rowid, namespace, bits) VALUES (?, 'default', ?)",
-        st.rowid(c),
-        b"\x00",
-    )
+    st.index_stray_vector(st.rowid(c), b"\x00")
     response = st.admin.RepairVectorIndex(pb.RepairVectorIndexRequest())
     assert (response.removed, response.added) == (1, 1)
     assert st.snapshot() == consistent

@@ -121,7 +121,7 @@ def test_sweep_purges_an_expired_tombstone_with_its_graph_links_and_vector(
         "SELECT event, changed_by FROM memory_history WHERE memory_id = ? ORDER BY seq DESC LIMIT 1",
         old,
     ) == [("purged", "retention")]
-    actions = [r[0] for r in st.rows("SELECT action FROM maintenance_audit ORDER BY rowid")]
+    actions = st.audit_actions()
     assert actions == [
         f"retention:{name}"
         for name in [

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
+import backend_db
 from engram.common.v1 import job_pb2, memory_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
@@ -121,9 +122,10 @@ def test_add_creates_a_linked_pipeline_memory_with_audit_and_completes_the_job(
         assert [(e.event_type, e.actor) for e in history] == [
             (store_pb2.HISTORY_EVENT_TYPE_CREATED, "pipeline-v2")
         ]
+    order = backend_db.INSERTION_ORDER[backend_db.dialect(db(stack))]
     links = rows(
         db(stack),
-        "SELECT from_memory_id, to_memory_id, link_type, job_id FROM memory_links ORDER BY rowid",
+        f"SELECT from_memory_id, to_memory_id, link_type, job_id FROM memory_links ORDER BY {order}",
     )
     assert [tuple(r) for r in links] == [(m.id, source.id, "derived_from", job.id) for m in created]
     status, result = job_result(stack, job)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import backend_db
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import (
@@ -23,7 +24,6 @@ from extract_write_helpers import (
     job_result,
     proposal,
     requeue_extract,
-    write_directly,
 )
 from recall_helpers import Stack
 from store_helpers import rows
@@ -172,11 +172,7 @@ def test_a_failing_graph_write_is_reported_and_the_facts_stay(stack: Stack) -> N
     source = stack.remember("Dave founded Globex in Springfield")
     job = extract_job(stack, source)
     # A real database failure, injected into the file the store writes.
-    write_directly(
-        stack,
-        "CREATE TRIGGER refuse_entities BEFORE INSERT ON entities "
-        "BEGIN SELECT RAISE(ABORT, 'entities are refused'); END",
-    )
+    backend_db.refuse_inserts(db(stack), "entities", "entities are refused")
     response = complete(
         stack,
         job,

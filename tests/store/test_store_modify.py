@@ -1,7 +1,7 @@
 from pathlib import Path
 
+import backend_db
 from engram.store.v1 import store_pb2
-from services.common.db import open_read_write
 from store_helpers import fts_ids, remember, rows, table_counts
 
 P = store_pb2.MemoryPatch
@@ -16,9 +16,9 @@ def _modify(store, *patches, reason="fix", **kwargs):
 
 def _complete_jobs(db_path: Path) -> None:
     """Act as the pipeline would: finish every open job."""
-    conn = open_read_write(db_path)
-    conn.execute("UPDATE memory_jobs SET status = 'completed' WHERE status = 'pending'")
-    conn.close()
+    backend_db.execute(
+        db_path, "UPDATE memory_jobs SET status = 'completed' WHERE status = 'pending'"
+    )
 
 
 def test_content_change_renormalises_bumps_version_and_requeues_embedding(

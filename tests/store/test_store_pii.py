@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
+import backend_db
 from engram.common.v1 import job_pb2
 from engram.common.v1 import pii_policy_pb2 as pii_pb
 from engram.store.internal.v1 import documents_pb2 as dpb
@@ -43,12 +44,9 @@ REDACTED = (
 
 
 def _leaks(db_path: Path, caplog: pytest.LogCaptureFixture) -> set[str]:
-    """The original values found anywhere in the database file, its WAL or the logs."""
-    stored = b"".join(
-        path.read_bytes()
-        for path in (db_path, db_path.with_name(db_path.name + "-wal"))
-        if path.exists()
-    )
+    """The original values found anywhere in the database (its file and WAL, or
+    every row of a Postgres database) or the logs."""
+    stored = backend_db.stored_bytes(db_path)
     logged = "\n".join(repr(record.__dict__) for record in caplog.records)
     leaked = {v for v in VALUES if v.encode() in stored or v.replace(" ", "").encode() in stored}
     return leaked | {v for v in VALUES if v in logged}

@@ -10,7 +10,6 @@ every test writes into its own namespace.
 from __future__ import annotations
 
 import base64
-import sqlite3
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +21,7 @@ from google.protobuf import timestamp_pb2
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import backend_db
 from engram.common.v1 import memory_pb2
 from engram.search.v1 import search_pb2
 from engram.store.internal.v1 import access_pb2
@@ -578,13 +578,11 @@ def test_a_row_with_an_unpadded_year_from_an_older_release_is_readable(
     stack = recall_stack({"providers.embedding.kind": "none"}, search=False)
     memory = remember(stack, "legacy", "remembered by an older release")
     stack.store_thread.stop()
-    conn = sqlite3.connect(db_path)
-    with conn:
-        conn.execute(
-            "UPDATE memories SET event_time = '1-01-01T00:00:00.000000Z' WHERE id = ?",
-            (memory.id,),
-        )
-    conn.close()
+    backend_db.execute(
+        db_path,
+        "UPDATE memories SET event_time = '1-01-01T00:00:00.000000Z' WHERE id = ?",
+        memory.id,
+    )
     stack = recall_stack({"providers.embedding.kind": "none"}, search=True)
     listed = stack.store.ListMemories(store_pb2.ListMemoriesRequest(namespace="legacy")).memories
     assert [m.event_time for m in listed] == [ts(MIN_SECONDS)]

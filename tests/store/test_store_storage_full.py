@@ -23,6 +23,9 @@ from recall_helpers import wait_for
 from services.maintenance.app import start_maintenance
 from store_helpers import rows, scalar
 
+pytestmark = pytest.mark.sqlite_only(
+    "a tmpfs filling under the SQLite file; Postgres's disk-full mapping is tests/postgres's"
+)
 DISK_BYTES = 8 * 1024 * 1024
 # Distinct contents near the 64 KiB limit: each commit needs fresh pages.
 BIG = 60 * 1024

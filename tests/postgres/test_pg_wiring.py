@@ -1,0 +1,230 @@
+"""The store and search on PostgreSQL (`storage.kind: postgres`): configuration,
+start-up through start_store (migrations, the reader role, restart), and the core
+RPCs through real gRPC servers on a real PostgreSQL database."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import backend_db
+from engram.store.v1 import store_pb2
+from services.cli import main as cli
+from services.common.config import Config, ConfigError, load_config
+from services.common.server import StartupError
+from services.store.app import start_store
+from services.store.pg_migrations import PG_MIGRATIONS
+from store_helpers import remember
+
+
+@pytest.fixture(scope="module")
+def storage_backend() -> str:
+    """Every test here on Postgres: make_config, db_path and the stacks of
+    tests/conftest.py put the store on this test's own database."""
+    return "postgres"
+
+
+@pytest.fixture
+def dsn(db_path: Path) -> str:
+    """The test's database (the one make_config's storage.postgres.dsn names)."""
+    found = backend_db.dsn_of(db_path)
+    assert found is not None
+    return found
+
+
+# ---- configuration ---------------------------------------------------------------------
+
+
+def test_postgres_needs_a_dsn_that_parses() -> None:
+    with pytest.raises(ConfigError, match=r"storage\.postgres\.dsn: required"):
+        load_config(environ={}, overrides={"storage.kind": "postgres"})
+    with pytest.raises(ConfigError, match=r"storage\.postgres\.reader_dsn: not a connection"):
+        load_config(
+            environ={},
+            overrides={
+                "storage.kind": "postgres",
+                "storage.postgres.dsn": "host=db dbname=engram",
+                "storage.postgres.reader_dsn": "nonsense",
+            },
+        )
+    with pytest.raises(ConfigError, match=r"storage\.kind"):
+        load_config(environ={}, overrides={"storage.kind": "mysql"})
+
+
+def test_the_environment_selects_postgres_and_the_reader_defaults_to_the_store() -> None:
+    config = load_config(
+        environ={
+            "ENGRAM_STORAGE__KIND": "postgres",
+            "ENGRAM_STORAGE__POSTGRES__DSN": "postgresql://engram@db/engram",
+            "ENGRAM_STORAGE__POSTGRES__POOL_SIZE": "8",
+        }
+    )
+    assert config.storage.kind == "postgres"
+    assert config.storage.postgres.pool_size == 8
+    assert config.storage.reader_dsn == "postgresql://engram@db/engram"
+    assert load_config(environ={}).storage.kind == "sqlite"
+
+
+# ---- the store on Postgres -------------------------------------------------------------
+
+
+def test_the_store_serves_remember_get_and_list(
+    make_config: Callable[..., Config], start_store_server: Any, dsn: str
+) -> None:
+    server, stub = start_store_server(make_config())
+    first = remember(stub, "Kafka retention is seven days").memory
+    second = remember(stub, "The build uses Bazel.", importance=0.4).memory
+    again = remember(stub, "  kafka RETENTION is seven days!! ")
+    assert again.deduplicated and again.memory.id == first.id
+    got = stub.GetMemory(store_pb2.GetMemoryRequest(id=first.id)).memory
+    assert got == first
+    listed = stub.ListMemories(store_pb2.ListMemoriesRequest(page_size=10)).memories
+    assert [m.id for m in listed] == [second.id, first.id]
+    assert server.app.reads.dialect == "postgres"
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 2
+        jobs = conn.execute("SELECT job_type, status FROM memory_jobs").fetchall()
+    assert sorted(jobs) == [("embed", "pending"), ("embed", "pending")]
+    with pytest.raises(grpc.RpcError) as missing:
+        stub.GetMemory(store_pb2.GetMemoryRequest(id="00000000-0000-7000-8000-000000000000"))
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_restart_finds_the_data_and_checks_the_migrations(
+    make_config: Callable[..., Config], start_store_server: Any, dsn: str
+) -> None:
+    config = make_config()
+    first, stub = start_store_server(config)
+    kept = remember(stub, "Kafka retention is seven days").memory
+    first.stop()
+    _, stub = start_store_server(config)  # the same database: nothing to apply
+    assert stub.GetMemory(store_pb2.GetMemoryRequest(id=kept.id)).memory == kept
+    with psycopg.connect(dsn) as conn:
+        recorded = conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+        assert recorded == len(PG_MIGRATIONS)
+        conn.execute("UPDATE schema_migrations SET checksum = 'edited' WHERE version = 3")
+    with pytest.raises(StartupError, match=r"refusing to start on the database .*/engram_test_"):
+        asyncio.run(start_store(config, host="127.0.0.1", port=0, internal_port=0))
+
+
+def test_a_database_that_does_not_answer_is_a_startup_error_without_the_password(
+    make_config: Callable[..., Config], tmp_path: Path
+) -> None:
+    nowhere = f"host={tmp_path} port=1 dbname=engram user=engram password=hunter2"
+    config = make_config(**{"storage.postgres.dsn": nowhere})
+    with pytest.raises(StartupError, match=r"cannot open the PostgreSQL database engram@") as bad:
+        asyncio.run(start_store(config, host="127.0.0.1", port=0, internal_port=0))
+    assert "hunter2" not in str(bad.value)
+
+
+def test_a_frozen_store_on_postgres_refuses_writes_and_serves_reads(
+    make_config: Callable[..., Config], start_store_server: Any
+) -> None:
+    config = make_config()
+    running, stub = start_store_server(config)
+    kept = remember(stub, "The build uses Bazel.").memory
+    running.stop()
+    _, frozen = start_store_server(
+        config.with_overrides({"memory.pipelineV2.mutationsFrozen": True})
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        remember(frozen, "Something new")
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert frozen.GetMemory(store_pb2.GetMemoryRequest(id=kept.id)).memory == kept
+
+
+# ---- search on Postgres, through its own read-only role -----------------------------------
+
+
+@pytest.fixture
+def reader_role(dsn: str) -> Iterator[str]:
+    """A login role of this test's own (the cluster's roles are shared)."""
+    role = f"engram_search_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    yield role
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def _as(dsn: str, role: str) -> str:
+    params = conninfo_to_dict(dsn)
+    params["user"] = role
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v is not None})
+
+
+def test_search_reads_through_its_role_which_the_store_granted_select_only(
+    make_config: Callable[..., Config], recall_stack: Callable[..., Any], dsn: str, reader_role: str
+) -> None:
+    reader = _as(dsn, reader_role)
+    stack = recall_stack(
+        {"storage.postgres.reader_dsn": reader, "providers.embedding.kind": "none"}
+    )
+    remember(stack.store, "Kafka retention is seven days")
+    app = stack.search_thread.app
+    assert app.reads.dialect == "postgres" and app.vector_cache is None
+    counted = asyncio.run_coroutine_threadsafe(
+        app.reads.fetch_one(
+            ("SELECT count(*) AS n FROM memories WHERE namespace = ?", ["default"])
+        ),
+        stack.search_thread.loop,
+    ).result(30)
+    assert counted["n"] == 1
+    with psycopg.connect(reader, autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")  # the guard off: the role holds
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM memories")
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 1
+
+
+# ---- backup and restore: PostgreSQL's own tools ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "tool"), [(["backup", "--to"], "pg_dump"), (["restore", "--from"], "pg_restore")]
+)
+def test_backup_and_restore_refuse_a_postgres_store_and_name_its_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], tool: str
+) -> None:
+    config = tmp_path / "engram.yaml"
+    config.write_text(
+        "storage:\n  kind: postgres\n  postgres:\n    dsn: postgresql://engram@db.invalid/engram\n"
+    )
+    dump = tmp_path / "engram.dump"
+    dump.write_bytes(b"")  # restore's source exists: the refusal is about the backend
+    assert cli.main([*command[:1], command[1], str(dump), "--config", str(config)]) == 1
+    said = capsys.readouterr().err
+    assert f"storage.kind is postgres: engram {command[0]} copies SQLite files" in said
+    assert tool in said
+    assert dump.read_bytes() == b""
+
+
+def test_a_lost_database_connection_is_unavailable_once_then_the_store_reconnects(
+    make_config: Callable[..., Config], start_store_server: Any, dsn: str
+) -> None:
+    _, stub = start_store_server(make_config())
+    kept = remember(stub, "Kafka retention is seven days").memory
+    with psycopg.connect(dsn, autocommit=True) as admin:  # a restart, a failover, a cut
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'engram-store'"
+        ).fetchall()
+    assert ended == [(True,)]
+    with pytest.raises(grpc.RpcError) as lost:
+        remember(stub, "The build uses Bazel.")
+    assert lost.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "lost its database connection" in (lost.value.details() or "")
+    again = remember(stub, "The build uses Bazel.").memory  # the retry, on a new connection
+    listed = stub.ListMemories(store_pb2.ListMemoriesRequest(page_size=10)).memories
+    assert [m.id for m in listed] == [again.id, kept.id]

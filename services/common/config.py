@@ -292,7 +292,9 @@ class PostgresSettings(_Section):
     reader_dsn: str = ""
     # read connections each service opens up front (more open under load, up to 4x)
     pool_size: int = Field(4, ge=1, le=256)
-    # a statement running longer is cancelled (the call fails); 0 = no limit
+    # a read running longer is cancelled (the call fails); 0 = no limit. Reads
+    # only: the store's writes (migrations, an index rebuilt after a model change)
+    # may rightly run long, and its single writer would only be held up, not freed
     statement_timeout_ms: int = Field(0, ge=0, le=3_600_000)
 
 

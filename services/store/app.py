@@ -210,12 +210,10 @@ def _open_postgres(config: Config) -> tuple[Any, list[str]]:
 
 
 def _connect_postgres(config: Config) -> Any:
+    """The writer's connection: no statement timeout (storage.postgres says why)."""
     from services.common import pg
 
-    return pg.open_read_write(
-        config.storage.postgres.dsn,
-        statement_timeout_ms=config.storage.postgres.statement_timeout_ms,
-    )
+    return pg.open_read_write(config.storage.postgres.dsn)
 
 
 def _reconnect_postgres(config: Config) -> Any:

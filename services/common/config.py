@@ -287,8 +287,9 @@ class PostgresSettings(_Section):
     # the store's role (it owns the tables: migrations, every write); a libpq
     # connection string or URI (https://www.postgresql.org/docs/current/libpq-connect.html)
     dsn: str = ""
-    # the search service's role: SELECT only (the store grants it on start when its
-    # user differs from dsn's); "" = dsn's role, read-only by session setting only
+    # the search service's role: SELECT only (the store grants it on start when
+    # reader_dsn names a user other than the store's); "" = dsn's role, read-only
+    # by session setting only
     reader_dsn: str = ""
     # read connections each service opens up front (more open under load, up to 4x)
     pool_size: int = Field(4, ge=1, le=256)

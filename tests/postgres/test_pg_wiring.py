@@ -20,6 +20,7 @@ import backend_db
 from engram.store.v1 import store_pb2
 from services.cli import main as cli
 from services.common.config import Config, ConfigError, load_config
+from services.common.metrics import queue_depth_source
 from services.common.server import StartupError
 from services.store.app import start_store
 from services.store.pg_migrations import PG_MIGRATIONS
@@ -228,3 +229,18 @@ def test_a_lost_database_connection_is_unavailable_once_then_the_store_reconnect
     again = remember(stub, "The build uses Bazel.").memory  # the retry, on a new connection
     listed = stub.ListMemories(store_pb2.ListMemoriesRequest(page_size=10)).memories
     assert [m.id for m in listed] == [again.id, kept.id]
+
+
+def test_the_queue_metrics_and_engram_ups_suite_id_read_postgres(
+    make_config: Callable[..., Config], start_store_server: Any, dsn: str
+) -> None:
+    config = make_config()
+    _, stub = start_store_server(config)
+    remember(stub, "Kafka retention is seven days")
+    (family,) = queue_depth_source.collect()
+    assert [(s.labels, s.value) for s in family.samples] == [
+        ({"type": "embed", "state": "pending"}, 1.0)
+    ]
+    with psycopg.connect(dsn) as conn:
+        suite_id = conn.execute("SELECT id FROM suite").fetchone()[0]
+    assert cli._suite_environment(config) == {"ENGRAM_CLIENTS__SUITE_ID": suite_id}

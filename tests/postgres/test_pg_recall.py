@@ -88,3 +88,35 @@ def test_a_large_namespaces_statistics_are_kept_a_filtered_collection_is_counted
     assert again == pytest.approx(first)  # the kept statistics: 10,003 memories
     assert fresh != pytest.approx(first)  # counted afresh: 20,003
     assert filtered == pytest.approx(fresh)  # a filter's collection is always counted
+
+
+def test_a_large_namespace_scores_common_terms_only_beside_a_rare_one(
+    conn: Any, pg_dsn: str
+) -> None:
+    """The common-terms cutoff (keyword_postings_budget), as on SQLite's
+    whole-index channel: once the namespace is known to be large, a memory
+    holding only the common term is no longer scored; one holding the rare term
+    keeps its full score."""
+    _insert(conn, "rare", "a frozen lake and a zebra")
+    _insert(conn, "common-1", "a zebra")
+    _insert(conn, "common-2", "another zebra")
+    _fill(conn, "a", 10_000)
+    params = RecallParams(scoring=ScoringParams(min_score=0.0), keyword_postings_budget=1)
+
+    async def run() -> list[dict[str, float]]:
+        reads = pg.PgReadPool(pg_dsn, size=1)
+        await reads.open()
+        try:
+            recaller = Recaller(reads, QueryEmbedder(NoEmbedding()), params)
+            answers = []
+            for _ in range(2):  # the first counts the namespace, the second knows it
+                outcome = await recaller.recall("ns", "lake zebra", 10, MemoryFilterSpec())
+                answers.append({h.memory.id: h.keyword_score for h in outcome.hits})
+            return answers
+        finally:
+            await reads.close()
+
+    counted, cut = asyncio.run(run())
+    assert set(counted) == {"rare", "common-1", "common-2"}
+    assert set(cut) == {"rare"}
+    assert cut["rare"] == pytest.approx(counted["rare"])

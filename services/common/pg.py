@@ -302,9 +302,10 @@ class PgReadPool(db.ReadPool):
     Sync psycopg connections, each used by one caller at a time, handed out
     from a queue as db.ReadPool hands out SQLite's, the query run on the
     pool's threads (libpq waits for the server with the GIL released).
-    Measured against psycopg's async connections (with its psycopg_pool or a
-    queue like this one): 2-9x the reads per second on a loaded 2-core machine
-    (bench/README.md, "The Postgres read pool"). Connections are read-only
+    Measured against psycopg's async connections, from a queue like this one
+    or from psycopg_pool: threads read as fast or faster in every run (point
+    reads 1.1-5x; psycopg_pool's checkout is the slowest at 16 callers), on
+    a loaded 2-core machine (bench/README.md, "The Postgres read pool"). Connections are read-only
     sessions (open_read_only's settings) in autocommit, so a plain fetch is
     one statement, one snapshot of its own; `snapshot()` is one REPEATABLE
     READ READ ONLY transaction. `size` open up front, more when all are

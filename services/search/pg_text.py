@@ -139,6 +139,27 @@ def bm25_top(
     )
 
 
+def holds_at_least(namespace: str, count: int) -> Query:
+    """Whether the namespace holds at least `count` memories not deleted (a
+    probe that reads at most `count` index entries: a size class, not a count)."""
+    return (
+        "SELECT count(*) >= ? FROM (SELECT 1 FROM memories m "
+        "WHERE m.namespace = ? AND m.is_deleted = 0 LIMIT ?) AS s",
+        [count, namespace, count],
+    )
+
+
+def collection_statistics(namespace: str, spec: MemoryFilterSpec = _NOW) -> Query:
+    """(live memories, their average length in tokens) of the collection: what
+    bm25_top counts itself unless given them."""
+    where, params = _collection("?", spec)
+    return (
+        "SELECT count(*), coalesce(avg(m.content_tokens), 0)::float8 "
+        f"FROM memories m WHERE {where}",
+        [namespace, *params],
+    )
+
+
 def term_frequencies(terms: Sequence[str], namespace: str, spec: MemoryFilterSpec = _NOW) -> Query:
     """(1-based position in `terms`, how many memories of the collection hold
     the term), in `terms` order: what decides which terms are common."""

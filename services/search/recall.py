@@ -684,7 +684,7 @@ class Recaller:
         terms = list(dict.fromkeys(keyword_terms(query)))
         if not terms:
             return Keywords([])
-        known = self._collection_statistics(namespace, spec)
+        known = await self._collection_statistics(reads, namespace, spec)
         frequencies: list[int] | None = None
         required: list[int] | None = None
         if known is not None:  # a large namespace: the common-terms cutoff, as on SQLite
@@ -701,10 +701,6 @@ class Recaller:
         if not rows:
             return Keywords([])
         size, frequencies = int(rows[0][3]), rows[0][4]
-        if known is None and spec == _NO_FILTER:
-            if len(self._collections) > _DOCUMENT_COUNT_ENTRIES:
-                self._collections.clear()
-            self._collections[namespace] = (size, float(rows[0][5]), time.monotonic())
         weights = {t: coverage_idf(size, int(n)) for t, n in zip(terms, frequencies, strict=True)}
         held = {terms[int(i) - 1] for i in rows[0][2]}
         ranked = [(row[0], float(row[1])) for row in rows]
@@ -729,23 +725,37 @@ class Recaller:
                 self._term_counts[(namespace, missing[row[0] - 1])] = (int(row[1]), now)
         return {t: self._term_counts[(namespace, t)][0] for t in terms}
 
-    def _collection_statistics(
-        self, namespace: str, spec: MemoryFilterSpec
+    async def _collection_statistics(
+        self, reads: Reads, namespace: str, spec: MemoryFilterSpec
     ) -> tuple[int, float] | None:
-        """A large unfiltered namespace's (live memories, average length) as
-        counted by a Recall at most a few minutes ago, as FTS5's whole-index
-        counts are kept on SQLite (_index_statistics): counting them costs a pass
-        over the namespace, and a few minutes move them by a hair. None: count
-        them in the query (a filter, a small or unknown namespace, or too old)."""
-        known = self._collections.get(namespace)
-        if (
-            spec != _NO_FILTER
-            or known is None
-            or known[0] < _FRESH_COUNTS_BELOW
-            or time.monotonic() - known[2] > _DOCUMENT_COUNT_TTL_S
-        ):
+        """A large (10k+) unfiltered namespace's (live memories, average length),
+        counted at most a few minutes ago, as FTS5's whole-index counts are kept
+        on SQLite (_index_statistics): counting them costs a pass over the
+        namespace, and a few minutes move them by a hair. Whether a namespace
+        is large is probed (at most 10k index entries read) when it is unknown
+        or its size class is older than that. None: the query counts them
+        itself (a filter, or a small namespace, where that is cheap)."""
+        if spec != _NO_FILTER:
             return None
-        return known[0], known[1]
+        now = time.monotonic()
+        known = self._collections.get(namespace)
+        if known is None or now - known[2] > _DOCUMENT_COUNT_TTL_S:
+            if known is None or known[0] < _FRESH_COUNTS_BELOW:
+                probe = pg_text.holds_at_least(namespace, _FRESH_COUNTS_BELOW)
+                if not (await reads.fetch_one(probe))[0]:
+                    self._remember_collection(namespace, 0, 0.0, now)
+                    return None
+            row = await reads.fetch_one(pg_text.collection_statistics(namespace))
+            known = self._remember_collection(namespace, int(row[0]), float(row[1]), now)
+        return (known[0], known[1]) if known[0] >= _FRESH_COUNTS_BELOW else None
+
+    def _remember_collection(
+        self, namespace: str, size: int, average: float, when: float
+    ) -> tuple[int, float, float]:
+        if len(self._collections) > _DOCUMENT_COUNT_ENTRIES:
+            self._collections.clear()
+        self._collections[namespace] = (size, average, when)
+        return self._collections[namespace]
 
     async def _coverage(
         self, reads: Reads, weights: dict[str, float], ranked: list[tuple[int, float]]

@@ -2,8 +2,9 @@
 latency p50/p95 at 100k memories, and throughput with 1 and 2 search replicas
 against one database.
 
+    flock /tmp/engram-bench.lock .venv/bin/python bench/pg_recall.py --load-only
     flock /tmp/engram-bench.lock .venv/bin/python bench/pg_recall.py
-        [--size 100000] [--queries 100] [--in-flight 16] [--rounds 3]
+        [--size 100000] [--queries 100] [--throughput-queries 30] [--in-flight 16] [--rounds 3]
         [--round-seconds 10] [--json-out FILE]
 
 Data: bench/recall_latency.py's file (/tmp/engram-latency/recall-<size>-r10000.db:
@@ -12,7 +13,10 @@ the first 10k, derived ones after; build it with `bench/recall_latency.py --size
 <size>`). Its memories and embeddings are copied into a fresh Postgres 18.6 +
 pgvector 0.8.1 database (bench/pg_server.py), migrated by pg_migrations, and the
 vector index is filled by the store's own functions, the HNSW index built over
-the rows (bench/pg_vectors.py's load_postgres).
+the rows (bench/pg_vectors.py's load_postgres). The loaded server's data directory is
+kept (/tmp/engram-latency/pg-<size>/, `--pg-cache`; delete it to reload): loading
+takes 2-4 minutes here, which would not leave the measurement its share of the
+10-minute benchmark window.
 
 Four `engram serve search` processes run at once, with the local MiniLM: two
 over the SQLite file (read-only, as compose's search does) and two with
@@ -64,7 +68,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import latency_data as data  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
-from pg_server import create_database, postgres_server, storage_settings  # noqa: E402
+from pg_server import create_database, database_dsn, postgres_server, storage_settings  # noqa: E402
 from suite import free_port, wait_serving  # noqa: E402
 
 CACHE = Path("/tmp/engram-latency")
@@ -246,6 +250,54 @@ def throughput(
     }
 
 
+def time_channels(dsn: str, texts: list[str]) -> dict[str, Any]:
+    """Where a Postgres Recall's time goes: the keyword channel's one query
+    (pg_text.bm25_top) and the vector channel (pg_vectors.nearest), each timed
+    alone on a read-only connection for the same questions, at the channel depth
+    Recall uses; and EXPLAIN ANALYZE of the first question's keyword query."""
+    from services.common.config import load_config
+    from services.common.fts import keyword_terms
+    from services.common.memory_filter import MemoryFilterSpec
+    from services.common.pg import open_read_only, translate
+    from services.common.providers.local_embedding import local_embedding
+    from services.common.vectors import normalized_f32
+    from services.search import pg_text, pg_vectors
+
+    depth = load_config(environ={}).search.channel_depth
+    spec = MemoryFilterSpec()
+    provider = local_embedding(load_config(environ={}).providers.embedding.runtime)
+    vectors = asyncio.run(provider.embed(texts))
+    conn = open_read_only(dsn)
+    keyword_ms, vector_ms, matched = [], [], []
+    plan: list[str] = []
+    for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+        sql, params = pg_text.bm25_top(keyword_terms(text), NS, depth, spec)
+        if i == 0:
+            plan = [
+                row[0]
+                for row in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + translate(sql), params)
+            ]
+            conn.rollback()
+        t0 = time.perf_counter()
+        rows = conn.execute(translate(sql), params).fetchall()
+        keyword_ms.append((time.perf_counter() - t0) * 1000)
+        conn.rollback()
+        matched.append(len(rows))
+        t0 = time.perf_counter()
+        query_f32 = normalized_f32(vector)
+        assert query_f32 is not None
+        pg_vectors.nearest(conn, query_f32, NS, spec, depth)
+        vector_ms.append((time.perf_counter() - t0) * 1000)
+        conn.rollback()
+    conn.close()
+    return {
+        "depth": depth,
+        "keyword bm25_top": summary(keyword_ms),
+        "vector nearest": summary(vector_ms),
+        "keyword plan (first question)": plan,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -253,13 +305,24 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument("--throughput-queries", type=int, default=30, help="the loop's questions")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--round-seconds", type=float, default=10.0)
     parser.add_argument("--shared-buffers", default="1GB")
+    parser.add_argument("--pg-cache", type=Path, default=None, help="kept data directory")
+    parser.add_argument(
+        "--load-only",
+        action="store_true",
+        help="load the kept database and stop (a run of its own)",
+    )
+    parser.add_argument(
+        "--channels", action="store_true", help="only time the two channels' SQL on Postgres"
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a timeout still cleans up
     from pg_vectors import load_postgres  # after sys.path: it imports recall_latency
+    from psycopg.conninfo import conninfo_to_dict
 
     real = min(data.REAL_VECTORS, args.size)
     sqlite_path = CACHE / f"recall-{args.size}-r{real}.db"
@@ -275,17 +338,38 @@ def main() -> int:
         "load_average_start": list(os.getloadavg()),
         "sqlite": str(sqlite_path),
     }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = args.json_out or RESULTS / f"pg_recall-{time.strftime('%Y%m%dT%H%M%S')}.json"
     searches: list[Search] = []
     with tempfile.TemporaryDirectory(prefix="pg-recall-") as tmp_dir:
         tmp = Path(tmp_dir)
         try:
-            with postgres_server(tmp, args.shared_buffers) as server:
-                dsn = create_database(server)
-                print("loading Postgres ...", flush=True)
-                t0 = time.perf_counter()
-                results["load"] = load_postgres(sqlite_path, dsn, False)
-                results["load"]["total s"] = time.perf_counter() - t0
+            cache = args.pg_cache or CACHE / f"pg-{args.size}"
+            loaded = cache / "loaded.json"
+            fresh = not loaded.exists()
+            if fresh and cache.exists():  # a load that did not finish
+                subprocess.run(["rm", "-rf", str(cache)], check=True)
+            cache.mkdir(parents=True, exist_ok=True)
+            with postgres_server(tmp, args.shared_buffers, pgdata=cache / "pgdata") as server:
+                if fresh:
+                    dsn = create_database(server, "engram_recall")
+                    print("loading Postgres ...", flush=True)
+                    t0 = time.perf_counter()
+                    load = load_postgres(sqlite_path, dsn, False)
+                    load["total s"] = time.perf_counter() - t0
+                    load["database"] = conninfo_to_dict(dsn)["dbname"]
+                    loaded.write_text(json.dumps(load, indent=1))
+                results["load"] = json.loads(loaded.read_text())
+                results["load"]["reused"] = not fresh
+                dsn = database_dsn(server, results["load"]["database"])
                 print(json.dumps(results["load"], indent=1), flush=True)
+                if args.load_only:
+                    return 0
+                if args.channels:
+                    results["channels"] = time_channels(dsn, texts)
+                    print(json.dumps(results["channels"], indent=1), flush=True)
+                    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+                    return 0
                 sqlite_storage = {"path": str(sqlite_path)}
                 for backend, storage in (
                     ("sqlite", sqlite_storage),
@@ -305,8 +389,11 @@ def main() -> int:
                 results["latency"], results["agreement"] = latency(
                     {"sqlite": stubs["sqlite-1"], "postgres": stubs["postgres-1"]}, texts
                 )
+                report_latency(results)
+                out.write_text(json.dumps(results, indent=2, default=str) + "\n")  # so far
+                loop_texts = texts[: args.throughput_queries]
                 for name in ("sqlite-2", "postgres-2"):  # every vector cached everywhere
-                    for text in texts:
+                    for text in loop_texts:
                         call(stubs[name], text)
                 for channel in channels.values():
                     channel.close()
@@ -315,26 +402,28 @@ def main() -> int:
                     backend: [s.address for s in searches if s.name.startswith(backend)]
                     for backend in ("sqlite", "postgres")
                 }
-                results["throughput"] = throughput(replicas, texts, args)
+                results["throughput"] = throughput(replicas, loop_texts, args)
         finally:
             for search in searches:
                 search.stop()
     results["load_average_end"] = list(os.getloadavg())
     report(results)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = args.json_out or RESULTS / f"pg_recall-{time.strftime('%Y%m%dT%H%M%S')}.json"
     out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"results: {out}")
     return 0
 
 
-def report(results: dict[str, Any]) -> None:
+def report_latency(results: dict[str, Any]) -> None:
     print(f"\nRecall through gRPC, {results['sqlite']} (ms)")
     print(f"{'pass':<16}{'backend':<10}{'n':>5}{'p50':>9}{'p95':>9}")
     for label, by_backend in results["latency"].items():
         for backend, s in by_backend.items():
             print(f"{label:<16}{backend:<10}{s['n']:>5}{s['p50']:>9.1f}{s['p95']:>9.1f}")
     print(f"top-10 overlap sqlite vs postgres: {results['agreement']['mean_top10_overlap']:.3f}")
+
+
+def report(results: dict[str, Any]) -> None:
+    report_latency(results)
     print(f"\n{'throughput':<14}{'Recalls/s':>10}{'p50 ms':>9}{'p95 ms':>9}  rounds")
     for name, t in results["throughput"].items():
         rounds = " ".join(f"{x:.1f}" for x in t["rounds"])

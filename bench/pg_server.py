@@ -26,8 +26,12 @@ DSN_ENV = "ENGRAM_TEST_POSTGRES_DSN"
 
 
 @contextlib.contextmanager
-def postgres_server(workdir: Path, shared_buffers: str = "1GB") -> Iterator[str]:
-    """A running server's maintenance DSN (database `postgres`), for the block."""
+def postgres_server(
+    workdir: Path, shared_buffers: str = "1GB", pgdata: Path | None = None
+) -> Iterator[str]:
+    """A running server's maintenance DSN (database `postgres`), for the block.
+    `pgdata`: a data directory kept after the block (a loaded database reused by
+    the next run); by default one in `workdir`, which the caller deletes."""
     configured = os.environ.get(DSN_ENV)
     if configured:
         yield configured
@@ -37,7 +41,7 @@ def postgres_server(workdir: Path, shared_buffers: str = "1GB") -> Iterator[str]
     with warnings.catch_warnings():  # platformdirs: no XDG_RUNTIME_DIR, /tmp it is
         warnings.simplefilter("ignore")
         import pgserver
-    pgdata = workdir / "pgdata"
+    pgdata = pgdata or workdir / "pgdata"
     server = pgserver.get_server(pgdata, cleanup_mode=None)
     user = "pgserver" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
     try:
@@ -55,11 +59,17 @@ def create_database(server_dsn: str, prefix: str = "engram_bench") -> str:
     """A new empty database on the server; its DSN."""
     import psycopg
     from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return database_dsn(server_dsn, name)
+
+
+def database_dsn(server_dsn: str, name: str) -> str:
+    """The DSN of database `name` on the server."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
     params = {k: str(v) for k, v in conninfo_to_dict(server_dsn).items() if v is not None}
     return make_conninfo(**{**params, "dbname": name})
 

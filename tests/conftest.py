@@ -69,7 +69,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def storage_backend() -> str:
     """The backend of this test's database: SQLite unless the directory's
-    conftest.py parametrises it (backend_db.both_backends)."""
+    conftest.py imports backend_db.storage_backend, which runs both)."""
     return "sqlite"
 
 

@@ -287,12 +287,15 @@ class PostgresSettings(_Section):
     # the store's role (it owns the tables: migrations, every write); a libpq
     # connection string or URI (https://www.postgresql.org/docs/current/libpq-connect.html)
     dsn: str = ""
-    # the search service's role: SELECT only (the store grants it on start when its
-    # user differs from dsn's); "" = dsn's role, read-only by session setting only
+    # the search service's role: SELECT only (the store grants it on start when
+    # reader_dsn names a user other than the store's); "" = dsn's role, read-only
+    # by session setting only
     reader_dsn: str = ""
     # read connections each service opens up front (more open under load, up to 4x)
     pool_size: int = Field(4, ge=1, le=256)
-    # a statement running longer is cancelled (the call fails); 0 = no limit
+    # a read running longer is cancelled (the call fails); 0 = no limit. Reads
+    # only: the store's writes (migrations, an index rebuilt after a model change)
+    # may rightly run long, and its single writer would only be held up, not freed
     statement_timeout_ms: int = Field(0, ge=0, le=3_600_000)
 
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import sqlean as sqlite3
 import sqlite_vec
 
+from services.common.errors import EngramError, ErrorKind
+
 if TYPE_CHECKING:
     from services.common.config import StorageSettings
 
@@ -27,6 +29,18 @@ IntegrityError = sqlite3.IntegrityError
 OperationalError = sqlite3.OperationalError
 DatabaseError = sqlite3.DatabaseError
 complete_statement = sqlite3.complete_statement
+
+
+class StorageUnavailable(EngramError):
+    """The database cannot be reached now (PostgreSQL: the connection was lost
+    or cannot be opened), so the call failed without effect and may be retried.
+    A SQLite file is never unreachable this way."""
+
+    kind = ErrorKind.UNAVAILABLE
+    reason = "STORAGE_UNAVAILABLE"
+
+    def __init__(self, message: str = "the database cannot be reached; retry") -> None:
+        super().__init__(message)
 
 
 def _prepare(conn: Any, busy_timeout_ms: int) -> None:

@@ -11,6 +11,8 @@ in a string, a truncated message, groups nested past the parser's limit) would
 fail in grpc's own deserialiser, before any handler runs, as INTERNAL. The
 wrapped deserialiser hands the failure to the handler instead, which answers
 INVALID_ARGUMENT with reason MALFORMED_REQUEST, like every other bad request.
+A string field holding U+0000 (which PostgreSQL's text cannot store) is refused
+there too, as INVALID_ARGUMENT naming every such field, on every backend.
 
 With a Guard (auth on, services/common/auth.py) every call is admitted from its
 metadata before the handler runs, and every request message is checked against
@@ -35,9 +37,10 @@ from grpc_status import rpc_status
 
 from services.common import tracing
 from services.common.auth import Guard, MethodGuard, Principal, principal_var
-from services.common.errors import EngramError, ErrorKind, MalformedRequest
+from services.common.errors import EngramError, ErrorKind, InvalidArgument, MalformedRequest
 from services.common.logs import request_id_var
 from services.common.metrics import rpc_done
+from services.common.validation import reject_nul
 
 log = logging.getLogger("engram.rpc")
 
@@ -200,15 +203,23 @@ def _tolerant(deserializer: Any) -> Any:
 
     def deserialize(data: bytes) -> Any:
         try:
-            return deserializer(data)
+            message = deserializer(data)
         except Exception as exc:  # DecodeError, or the parser's recursion limit
             return _Undecodable(exc)
+        if b"\x00" in data:  # U+0000 in a string is a 0 byte; most requests have none
+            try:
+                reject_nul(message)
+            except InvalidArgument as exc:
+                return _Undecodable(exc)
+        return message
 
     return deserialize
 
 
 def _decoded(request: Any) -> Any:
     if isinstance(request, _Undecodable):
+        if isinstance(request.error, InvalidArgument):
+            raise request.error
         raise MalformedRequest(str(request.error)) from request.error
     return request
 

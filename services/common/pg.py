@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -22,7 +24,6 @@ from psycopg import sql
 from psycopg.adapt import AdaptersMap, Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
-from psycopg_pool import AsyncConnectionPool
 
 from services.common import db
 from services.common.memory_filter import NOW_SQL
@@ -47,9 +48,14 @@ class Row(tuple[Any, ...]):
 
 
 def row_factory(cursor: Any) -> Callable[[Sequence[Any]], Row]:
-    names = [column.name for column in cursor.description or ()]
-    row_type = type("Row", (Row,), {"_index": {name: i for i, name in enumerate(names)}})
-    return lambda values: row_type(values)
+    return _row_type(tuple(column.name for column in cursor.description or ()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_type(names: tuple[str, ...]) -> type[Row]:
+    """One Row class per result shape (a class per query would cost more than
+    a small query does)."""
+    return type("Row", (Row,), {"_index": {name: i for i, name in enumerate(names)}})
 
 
 class _NumericLoader(Loader):
@@ -293,13 +299,21 @@ class PgReadPool(db.ReadPool):
     position or name. A subclass so every reader typed `ReadPool` takes it;
     it shares none of the SQLite pool's workings.
 
-    psycopg's own async connections (psycopg_pool), not threads: a query waits
-    on its socket in the event loop, with no thread hand-off or GIL contention
-    per fetch. Connections are read-only sessions (open_read_only's settings)
-    in autocommit, so a plain fetch is one statement, one snapshot of its own;
-    `snapshot()` is one REPEATABLE READ READ ONLY transaction. `size` open up
-    front, up to 4x under load; the pool replaces a connection the server
-    dropped (a fetch on it fails once, with psycopg.OperationalError)."""
+    Sync psycopg connections, each used by one caller at a time, handed out
+    from a queue as db.ReadPool hands out SQLite's, the query run on the
+    pool's threads (libpq waits for the server with the GIL released).
+    Measured against psycopg's async connections, from a queue like this one
+    or from psycopg_pool: threads read as fast or faster in every run (point
+    reads 1.1-5x; psycopg_pool's checkout is the slowest at 16 callers), on
+    a loaded 2-core machine (bench/README.md, "The Postgres read pool"). Connections are read-only
+    sessions (open_read_only's settings) in autocommit, so a plain fetch is
+    one statement, one snapshot of its own; `snapshot()` is one REPEATABLE
+    READ READ ONLY transaction. `size` open up front, more when all are
+    checked out (up to `max_size`, default 4x). A cancelled caller's query is
+    cancelled on the server too, and its connection comes back only when the
+    thread is done with it; a connection the server dropped is closed instead
+    of reused (its caller got StorageUnavailable) and a new one opens on
+    demand, so the pool outlives a server restart."""
 
     dialect = "postgres"
 
@@ -312,30 +326,70 @@ class PgReadPool(db.ReadPool):
         statement_timeout_ms: int = 0,
         application_name: str = "engram-reads",
     ) -> None:
-        self._pool = AsyncConnectionPool(
-            dsn,
-            min_size=size,
-            max_size=max_size or 4 * size,
-            open=False,
-            name=application_name,
-            kwargs={
-                "autocommit": True,
-                "row_factory": row_factory,
-                "context": ADAPTERS,
-                "application_name": application_name,
-                "options": _options(_read_only_options(statement_timeout_ms)),
-            },
-        )
+        self._dsn = dsn
+        self._size = size
+        self._max_size = max(size, max_size or 4 * size)
+        self._statement_timeout_ms = statement_timeout_ms
+        self._application_name = application_name
+        self._connections: list[Any] = []
+        self._opening = 0
+        self._idle: asyncio.Queue[Any] = asyncio.Queue()
+        # one thread per connection at most: a connection runs one query at a time
+        self._threads = ThreadPoolExecutor(self._max_size, thread_name_prefix="engram-pg-reads")
 
     async def open(self) -> None:
-        await self._pool.open(wait=True)
+        for _ in range(self._size):
+            self._idle.put_nowait(await self._connect())
 
     async def close(self) -> None:
-        await self._pool.close()
+        for conn in self._connections:
+            conn.close()
+        self._connections.clear()
+        self._threads.shutdown(wait=False)
+
+    async def _connect(self) -> Any:
+        self._opening += 1  # counted before the await: concurrent callers see it
+        try:
+            conn = await asyncio.get_running_loop().run_in_executor(
+                self._threads,
+                functools.partial(
+                    _open_reader, self._dsn, self._application_name, self._statement_timeout_ms
+                ),
+            )
+        except psycopg.OperationalError as exc:
+            raise db.StorageUnavailable() from exc
+        finally:
+            self._opening -= 1
+        self._connections.append(conn)
+        return conn
+
+    async def _checkout(self) -> Any:
+        if self._idle.empty() and len(self._connections) + self._opening < self._max_size:
+            return await self._connect()
+        return await self._idle.get()
+
+    def _checkin(self, conn: Any) -> None:
+        """Back to the queue when idle; else (lost, or left in a transaction) closed."""
+        if not conn.broken and conn.info.transaction_status == TransactionStatus.IDLE:
+            self._idle.put_nowait(conn)
+            return
+        self._connections.remove(conn)
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    def _checkin_when_done(self, conn: Any, work: asyncio.Future[Any]) -> None:
+        if work.done():
+            self._checkin(conn)
+        else:  # a cancelled caller's query still runs: the connection is not free yet
+            work.add_done_callback(lambda _: self._checkin(conn))
 
     async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]:
-        async with self._pool.connection() as conn:
-            return await _fetch_all(conn, query)
+        conn = await self._checkout()
+        future = asyncio.get_running_loop().run_in_executor(self._threads, _fetch_sync, conn, query)
+        try:
+            return list(await _awaited(conn, future))
+        finally:
+            self._checkin_when_done(conn, future)
 
     async def fetch_one(self, query: tuple[str, list[Any]]) -> Any:
         rows = await self.fetch_all(query)
@@ -344,15 +398,81 @@ class PgReadPool(db.ReadPool):
     @contextlib.asynccontextmanager
     async def snapshot(self) -> AsyncIterator[db.ReadSnapshot]:
         """Reads that all see the database as of the first of them."""
-        async with self._pool.connection() as conn:
-            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn = await self._checkout()
+        snapshot = PgReadSnapshot(conn, self._threads)
+        try:
+            await snapshot.run(_fetch_sync, ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", []))
+            yield snapshot
+        finally:
+            # after any straggling query of a cancelled caller (psycopg runs one
+            # statement at a time per connection), even if this caller is
+            # cancelled meanwhile: the connection is reused only once it ended
+            ended = asyncio.get_running_loop().run_in_executor(self._threads, _rollback_sync, conn)
             try:
-                yield PgReadSnapshot(conn)
+                await asyncio.shield(ended)
             finally:
-                # shielded: a cancelled caller still ends the transaction (and
-                # should the rollback itself fail, the pool discards the connection)
-                with contextlib.suppress(psycopg.Error):
-                    await asyncio.shield(conn.rollback())
+                self._checkin_when_done(conn, ended)
+
+
+def _open_reader(dsn: str, application_name: str, statement_timeout_ms: int) -> Any:
+    """A read-only session (open_read_only's) in autocommit."""
+    conn = open_read_only(
+        dsn, statement_timeout_ms=statement_timeout_ms, application_name=application_name
+    )
+    conn.autocommit = True
+    return conn
+
+
+async def _awaited(conn: Any, work: asyncio.Future[Any]) -> Any:
+    """`work`'s result (a query on `conn` in a pool thread). A cancelled caller
+    stops waiting at once, and the query is cancelled on the server too, so
+    the thread, and the connection, are soon free."""
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        if not work.done():
+            threading.Thread(target=_cancel_quietly, args=(conn,), daemon=True).start()
+        raise
+
+
+def _cancel_quietly(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # the query ended meanwhile, or the server is gone
+        conn.cancel_safe(timeout=5)
+
+
+_LOST = "the database connection was lost during this read; retry"
+
+
+def _fetch_sync(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
+    """The rows of one sqlite3-style query; a connection lost on the way is
+    StorageUnavailable (UNAVAILABLE: retry), not a crash."""
+    try:
+        cursor = conn.execute(translate(query[0]), query[1])
+        return list(cursor.fetchall()) if cursor.description is not None else []
+    except psycopg.OperationalError as exc:
+        if conn.broken:
+            raise db.StorageUnavailable(_LOST) from exc
+        raise
+
+
+def _fetch_isolated_sync(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
+    """_fetch_sync inside a savepoint, rolled back to when the query fails."""
+    conn.execute("SAVEPOINT isolated_read")
+    try:
+        rows = _fetch_sync(conn, query)
+    except psycopg.Error:
+        if not conn.broken:
+            conn.execute("ROLLBACK TO SAVEPOINT isolated_read")
+        raise
+    conn.execute("RELEASE SAVEPOINT isolated_read")
+    return rows
+
+
+def _rollback_sync(conn: Any) -> None:
+    """End a snapshot's transaction; a failure leaves it to _checkin (closed)."""
+    with contextlib.suppress(psycopg.Error):
+        if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+            conn.execute("ROLLBACK")
 
 
 async def fetch_once(
@@ -360,23 +480,12 @@ async def fetch_once(
 ) -> list[Any]:
     """One sqlite3-style query on a read-only connection of its own, closed
     after: a probe before any pool exists (search waiting for the schema)."""
-    conn = await psycopg.AsyncConnection.connect(
-        dsn,
-        autocommit=True,
-        row_factory=row_factory,
-        context=ADAPTERS,
-        application_name=application_name,
-        options=_options(_read_only_options(0)),
-    )
-    try:
-        return await _fetch_all(conn, query)
-    finally:
-        await conn.close()
 
+    def probe() -> list[Any]:
+        with _open_reader(dsn, application_name, 0) as conn:
+            return _fetch_sync(conn, query)
 
-async def _fetch_all(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
-    cursor = await conn.execute(translate(query[0]), query[1])
-    return list(await cursor.fetchall()) if cursor.description is not None else []
+    return await asyncio.to_thread(probe)
 
 
 class PgReadSnapshot(db.ReadSnapshot):
@@ -384,25 +493,26 @@ class PgReadSnapshot(db.ReadSnapshot):
 
     dialect = "postgres"
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, threads: ThreadPoolExecutor) -> None:
         super().__init__(conn)
-        self._turn = asyncio.Lock()  # fetch_all_isolated's savepoint holds the connection
+        self._threads = threads
+        self._turn = asyncio.Lock()  # one statement of the snapshot at a time
+
+    async def run(self, work: Callable[..., Any], *args: Any) -> Any:
+        """`work(conn, *args)` on a pool thread, after the snapshot's previous
+        statement (see _awaited for a cancelled caller)."""
+        async with self._turn:
+            future = asyncio.get_running_loop().run_in_executor(
+                self._threads, work, self._conn, *args
+            )
+            return await _awaited(self._conn, future)
 
     async def fetch_all(self, query: tuple[str, list[Any]]) -> list[Any]:
-        async with self._turn:
-            return await _fetch_all(self._conn, query)
+        return list(await self.run(_fetch_sync, query))
 
     async def fetch_all_isolated(self, query: tuple[str, list[Any]]) -> list[Any]:
         """A read whose failure (a statement timeout, a missing table) leaves the
         snapshot usable: Postgres aborts the whole transaction on a failed
         statement, so this one runs inside a savepoint, rolled back to when it
         fails, with no other read of the snapshot in between."""
-        async with self._turn:
-            await self._conn.execute("SAVEPOINT isolated_read")
-            try:
-                rows = await _fetch_all(self._conn, query)
-            except psycopg.Error:
-                await self._conn.execute("ROLLBACK TO SAVEPOINT isolated_read")
-                raise
-            await self._conn.execute("RELEASE SAVEPOINT isolated_read")
-            return rows
+        return list(await self.run(_fetch_isolated_sync, query))

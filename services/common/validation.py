@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
 from services.common import clock
 from services.common.errors import InvalidArgument, Violations
 
@@ -115,3 +118,47 @@ def check_timestamp(seconds: int, nanos: int, field: str) -> None:
         raise InvalidArgument(
             field, "must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999999Z"
         )
+
+
+NUL_DESCRIPTION = "must not contain the NUL character (U+0000)"
+
+
+def nul_fields(message: Message, prefix: str = "") -> list[str]:
+    """Every string field of `message` (nested, repeated and map fields too) that holds
+    U+0000, by path (`items[0].content`, `metadata["k"]`). PostgreSQL's text type
+    cannot store NUL, so one rule for both backends refuses it in every request."""
+    found: list[str] = []
+    for field, value in message.ListFields():
+        path = f"{prefix}{field.name}"
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            key_field, value_field = field.message_type.fields
+            for key, item in value.items():
+                entry = f"{path}[{key!r}]"
+                if key_field.type == FieldDescriptor.TYPE_STRING and "\x00" in key:
+                    found.append(f"{path} key {key!r}")
+                if value_field.type == FieldDescriptor.TYPE_MESSAGE:
+                    found.extend(nul_fields(item, f"{entry}."))
+                elif value_field.type == FieldDescriptor.TYPE_STRING and "\x00" in item:
+                    found.append(entry)
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            if field.is_repeated:
+                for index, item in enumerate(value):
+                    found.extend(nul_fields(item, f"{path}[{index}]."))
+            else:
+                found.extend(nul_fields(value, f"{path}."))
+        elif field.type == FieldDescriptor.TYPE_STRING:
+            if field.is_repeated:
+                found.extend(f"{path}[{i}]" for i, text in enumerate(value) if "\x00" in text)
+            elif "\x00" in value:
+                found.append(path)
+    return found
+
+
+def reject_nul(message: Message) -> None:
+    """INVALID_ARGUMENT naming every string field that holds U+0000 (see nul_fields)."""
+    fields = nul_fields(message)
+    if fields:
+        bad = Violations()
+        for field in fields:
+            bad.add(field, NUL_DESCRIPTION)
+        bad.raise_if_any()

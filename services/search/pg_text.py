@@ -10,9 +10,10 @@ term's document frequency, and each matching memory's term frequencies and
 length (memories.content_tokens, FTS5's docsize). That is FTS5's formula (k1
 1.2, b 0.75, IDF ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6) with the
 collection as FTS5's index, which is what the SQLite channel rescales FTS5's
-whole-index IDF to. Costs grow with the namespace (every live row's length is
-read for the average: a per-namespace statistics table is the next step at
-scale); bench/pg_bm25.py measures it.
+whole-index IDF to. The collection's size and average length cost a pass over
+its rows; a caller may pass them instead (`statistics`: Recall keeps a large
+unfiltered namespace's for a few minutes, as it keeps FTS5's whole-index counts
+on SQLite). bench/pg_bm25.py measures the query.
 
 A term is a word of services/common/fts.py's keyword_terms (the one home of the
 query's parsing), matched as FTS5 matches a quoted term: the phrase of its
@@ -51,48 +52,124 @@ def _collection(namespace_mark: str, spec: MemoryFilterSpec) -> tuple[str, list[
 
 
 def bm25_top(
-    terms: Sequence[str], namespace: str, limit: int, spec: MemoryFilterSpec = _NOW
+    terms: Sequence[str],
+    namespace: str,
+    limit: int,
+    spec: MemoryFilterSpec = _NOW,
+    statistics: tuple[int, float] | None = None,
+    frequencies: Sequence[int] | None = None,
+    required: Sequence[int] | None = None,
 ) -> Query:
     """The collection's memories holding any of `terms`, best first by BM25 (ties
     by rowid), at most `limit`: rows of (rowid, score, the 1-based positions in
     `terms` of the terms the memory holds, the collection's size, each term's
-    document frequency in the collection, in `terms` order). The last two are
-    the same on every row (none when nothing matches)."""
+    document frequency in the collection, in `terms` order, the collection's
+    average length). The last three are the same on every row (none when
+    nothing matches). `statistics`: the collection's (size, average length), and
+    `frequencies`: each term's document frequency, when the caller has them;
+    else they are counted here. `required` (1-based positions in `terms`, with
+    `frequencies`): only memories holding one of these terms are scored (every
+    term counting in their score), the common-terms cutoff Recall applies on
+    both backends."""
     where, params = _collection("?", spec)
+    if statistics is None:
+        collection = (
+            "SELECT count(*)::float8 AS n, avg(m.content_tokens)::float8 AS avgdl "
+            f"FROM memories m WHERE {where}"
+        )
+        collection_params: list[Any] = [namespace, *params]
+    else:
+        collection = "SELECT ?::float8 AS n, ?::float8 AS avgdl"
+        collection_params = [float(statistics[0]), float(statistics[1])]
+    if frequencies is None:
+        df = "SELECT i, count(*)::float8 AS df FROM hits GROUP BY i"
+        df_params: list[Any] = []
+    else:
+        df = "SELECT i, df::float8 AS df FROM unnest(?::bigint[]) WITH ORDINALITY AS f(df, i)"
+        df_params = [list(frequencies)]
+    scored = "" if required is None else "AND i = ANY(?::bigint[]) "
+    scored_params = [] if required is None else [list(required)]
     sql = f"""
         WITH terms AS MATERIALIZED ({_TERMS}),
         wanted AS MATERIALIZED (
-            SELECT string_agg('(' || q::text || ')', ' | ')::tsquery AS q
-            FROM terms WHERE numnode(q) > 0
+            SELECT string_agg('(' || q::text || ')', ' | ')::tsquery AS q,
+                ARRAY(SELECT DISTINCT l FROM terms, unnest(terms.lexemes) AS l) AS lexemes
+            FROM terms WHERE numnode(q) > 0 {scored}
         ),
-        collection AS MATERIALIZED (
-            SELECT count(*)::float8 AS n, avg(m.content_tokens)::float8 AS avgdl
-            FROM memories m WHERE {where}
-        ),
+        collection AS MATERIALIZED ({collection}),
         matched AS MATERIALIZED (
             SELECT m.rowid, m.content_tsv, m.content_tokens::float8 AS dl
             FROM memories m CROSS JOIN wanted w WHERE m.content_tsv @@ w.q AND {where}
         ),
-        hits AS MATERIALIZED (
-            SELECT h.rowid, h.dl, t.i,
-                (SELECT min(cardinality(u.positions)) FROM unnest(h.content_tsv) u
-                    WHERE u.lexeme = ANY(t.lexemes))::float8 AS tf,
-                count(*) OVER (PARTITION BY t.i)::float8 AS df
-            FROM matched h JOIN terms t ON h.content_tsv @@ t.q
+        occurrences AS MATERIALIZED (
+            SELECT h.rowid, h.dl, u.lexeme, cardinality(u.positions) AS n
+            FROM matched h CROSS JOIN LATERAL unnest(h.content_tsv) AS u
+            WHERE u.lexeme = ANY(ARRAY(SELECT DISTINCT l FROM terms, unnest(terms.lexemes) AS l))
         ),
+        hits AS MATERIALIZED (
+            SELECT o.rowid, min(o.dl) AS dl, t.i, min(o.n)::float8 AS tf
+            FROM occurrences o JOIN terms t ON o.lexeme = ANY(t.lexemes)
+            GROUP BY o.rowid, t.i, cardinality(t.lexemes)
+            HAVING count(*) = cardinality(t.lexemes)
+        ),
+        df AS MATERIALIZED ({df}),
         frequencies AS MATERIALIZED (
             SELECT array_agg(coalesce(d.df, 0)::bigint ORDER BY t.i) AS dfs
-            FROM terms t LEFT JOIN (SELECT DISTINCT i, df FROM hits) d ON d.i = t.i
+            FROM terms t LEFT JOIN df d ON d.i = t.i
         )
         SELECT h.rowid,
-            sum(greatest(ln((c.n - h.df + 0.5) / (h.df + 0.5)), 1e-6) * h.tf * ({K1} + 1)
+            sum(greatest(ln((c.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) * h.tf * ({K1} + 1)
                 / (h.tf + {K1} * (1 - {B} + {B} * h.dl / nullif(c.avgdl, 0)))) AS score,
             array_agg(h.i ORDER BY h.i) AS held,
-            c.n::bigint AS n, f.dfs
-        FROM hits h CROSS JOIN collection c CROSS JOIN frequencies f
-        GROUP BY h.rowid, c.n, f.dfs ORDER BY score DESC, h.rowid LIMIT ?
+            c.n::bigint AS n, f.dfs, c.avgdl
+        FROM hits h JOIN df d ON d.i = h.i CROSS JOIN collection c CROSS JOIN frequencies f
+        GROUP BY h.rowid, c.n, c.avgdl, f.dfs ORDER BY score DESC, h.rowid LIMIT ?
     """
-    return (sql, [list(terms), namespace, *params, namespace, *params, limit])
+    return (
+        sql,
+        [
+            list(terms),
+            *scored_params,
+            *collection_params,
+            namespace,
+            *params,
+            *df_params,
+            limit,
+        ],
+    )
+
+
+def holds_at_least(namespace: str, count: int) -> Query:
+    """Whether the namespace holds at least `count` memories not deleted (a
+    probe that reads at most `count` index entries: a size class, not a count)."""
+    return (
+        "SELECT count(*) >= ? FROM (SELECT 1 FROM memories m "
+        "WHERE m.namespace = ? AND m.is_deleted = 0 LIMIT ?) AS s",
+        [count, namespace, count],
+    )
+
+
+def collection_statistics(namespace: str, spec: MemoryFilterSpec = _NOW) -> Query:
+    """(live memories, their average length in tokens) of the collection: what
+    bm25_top counts itself unless given them."""
+    where, params = _collection("?", spec)
+    return (
+        "SELECT count(*), coalesce(avg(m.content_tokens), 0)::float8 "
+        f"FROM memories m WHERE {where}",
+        [namespace, *params],
+    )
+
+
+def term_frequencies(terms: Sequence[str], namespace: str, spec: MemoryFilterSpec = _NOW) -> Query:
+    """(1-based position in `terms`, how many memories of the collection hold
+    the term), in `terms` order: what decides which terms are common."""
+    where, params = _collection("?", spec)
+    sql = f"""
+        WITH terms AS MATERIALIZED ({_TERMS})
+        SELECT t.i, (SELECT count(*) FROM memories m WHERE m.content_tsv @@ t.q AND {where})
+        FROM terms t ORDER BY t.i
+    """
+    return (sql, [list(terms), namespace, *params])
 
 
 def ts_rank_top(

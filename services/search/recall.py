@@ -154,6 +154,25 @@ class _Route:
     classified: Classified | None = None
 
 
+def rare_terms(terms: list[str], counts: dict[str, int], budget: int) -> list[str] | None:
+    """The common-terms cutoff (RecallParams.keyword_postings_budget), on both
+    backends: the rarest terms whose documents fit the budget together, when
+    the others are then left over (common) and a rare one matches anything;
+    None: every matching document is scored."""
+    if budget <= 0 or len(terms) < 2:
+        return None
+    rare: list[str] = []
+    total = 0
+    for term in sorted(terms, key=lambda t: counts[t]):
+        if rare and total + counts[term] > budget:
+            break
+        rare.append(term)
+        total += counts[term]
+    if len(rare) == len(terms) or not any(counts[t] for t in rare):
+        return None
+    return rare
+
+
 def bm25_idf(collection_size: int, containing: int) -> float:
     """FTS5's IDF, including its floor for terms in more than half the documents.
     Total: counts out of range (negative, or more containing documents than the
@@ -218,6 +237,10 @@ class Recaller:
             params.intent_similarity_threshold,
         )
         self._index_size: tuple[int, float] = (0, float("-inf"))  # (live memories, when)
+        # Postgres: namespace -> (live memories, average length, when) of its keyword collection
+        self._collections: dict[str, tuple[int, float, float]] = {}
+        # Postgres: (namespace, term) -> (documents holding it, when)
+        self._term_counts: dict[tuple[str, str], tuple[int, float]] = {}
 
     async def recall(
         self,
@@ -661,8 +684,19 @@ class Recaller:
         terms = list(dict.fromkeys(keyword_terms(query)))
         if not terms:
             return Keywords([])
+        known = await self._collection_statistics(reads, namespace, spec)
+        frequencies: list[int] | None = None
+        required: list[int] | None = None
+        if known is not None:  # a large namespace: the common-terms cutoff, as on SQLite
+            counts = await self._pg_term_counts(reads, namespace, terms)
+            frequencies = [counts[t] for t in terms]
+            rare = rare_terms(terms, counts, self._params.keyword_postings_budget)
+            if rare is not None:
+                required = [terms.index(t) + 1 for t in rare]
         rows = await reads.fetch_all(
-            pg_text.bm25_top(terms, namespace, self._params.channel_depth, spec)
+            pg_text.bm25_top(
+                terms, namespace, self._params.channel_depth, spec, known, frequencies, required
+            )
         )
         if not rows:
             return Keywords([])
@@ -671,6 +705,57 @@ class Recaller:
         held = {terms[int(i) - 1] for i in rows[0][2]}
         ranked = [(row[0], float(row[1])) for row in rows]
         return Keywords(ranked, coverage(weights, held))
+
+    async def _pg_term_counts(
+        self, reads: Reads, namespace: str, terms: list[str]
+    ) -> dict[str, int]:
+        """Documents per term in a large unfiltered namespace (Postgres), kept
+        for the same few minutes as its size (_collection_statistics)."""
+        now = time.monotonic()
+        missing = [
+            t
+            for t in terms
+            if (namespace, t) not in self._term_counts
+            or now - self._term_counts[(namespace, t)][1] > _DOCUMENT_COUNT_TTL_S
+        ]
+        if missing:
+            if len(self._term_counts) > _DOCUMENT_COUNT_ENTRIES:
+                self._term_counts.clear()
+            for row in await reads.fetch_all(pg_text.term_frequencies(missing, namespace)):
+                self._term_counts[(namespace, missing[row[0] - 1])] = (int(row[1]), now)
+        return {t: self._term_counts[(namespace, t)][0] for t in terms}
+
+    async def _collection_statistics(
+        self, reads: Reads, namespace: str, spec: MemoryFilterSpec
+    ) -> tuple[int, float] | None:
+        """A large (10k+) unfiltered namespace's (live memories, average length),
+        counted at most a few minutes ago, as FTS5's whole-index counts are kept
+        on SQLite (_index_statistics): counting them costs a pass over the
+        namespace, and a few minutes move them by a hair. Whether a namespace
+        is large is probed (at most 10k index entries read) when it is unknown
+        or its size class is older than that. None: the query counts them
+        itself (a filter, or a small namespace, where that is cheap)."""
+        if spec != _NO_FILTER:
+            return None
+        now = time.monotonic()
+        known = self._collections.get(namespace)
+        if known is None or now - known[2] > _DOCUMENT_COUNT_TTL_S:
+            if known is None or known[0] < _FRESH_COUNTS_BELOW:
+                probe = pg_text.holds_at_least(namespace, _FRESH_COUNTS_BELOW)
+                if not (await reads.fetch_one(probe))[0]:
+                    self._remember_collection(namespace, 0, 0.0, now)
+                    return None
+            row = await reads.fetch_one(pg_text.collection_statistics(namespace))
+            known = self._remember_collection(namespace, int(row[0]), float(row[1]), now)
+        return (known[0], known[1]) if known[0] >= _FRESH_COUNTS_BELOW else None
+
+    def _remember_collection(
+        self, namespace: str, size: int, average: float, when: float
+    ) -> tuple[int, float, float]:
+        if len(self._collections) > _DOCUMENT_COUNT_ENTRIES:
+            self._collections.clear()
+        self._collections[namespace] = (size, average, when)
+        return self._collections[namespace]
 
     async def _coverage(
         self, reads: Reads, weights: dict[str, float], ranked: list[tuple[int, float]]
@@ -691,31 +776,21 @@ class Recaller:
         when it also matches a common one. Documents matching common terms only,
         which carry the least IDF, are left out. Costs follow the rare terms'
         documents instead of every posting of every term."""
-        budget = self._params.keyword_postings_budget
-        if budget > 0 and len(matches) > 1:
-            rare: list[str] = []
-            total = 0
-            for match in sorted(matches, key=lambda m: counts[m]):
-                if rare and total + counts[match] > budget:
-                    break
-                rare.append(match)
-                total += counts[match]
+        rare = rare_terms(matches, counts, self._params.keyword_postings_budget)
+        if rare is not None:
             common = [m for m in matches if m not in rare]
-            if common and any(counts[m] for m in rare):
-                rare_only, with_common = await asyncio.gather(
-                    reads.fetch_all(queries.whole_index_keyword_top(any_of(rare), depth)),
-                    reads.fetch_all(
-                        queries.whole_index_keyword_top(
-                            all_of([any_of(rare), any_of(common)]), depth
-                        )
-                    ),
-                )
-                # the AND query's score is the full one (every term's part); a
-                # rare-only score stands where the document has no common term
-                scores = {row[0]: row[1] for row in rare_only}
-                scores.update((row[0], row[1]) for row in with_common)
-                ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-                return ranked[:depth]
+            rare_only, with_common = await asyncio.gather(
+                reads.fetch_all(queries.whole_index_keyword_top(any_of(rare), depth)),
+                reads.fetch_all(
+                    queries.whole_index_keyword_top(all_of([any_of(rare), any_of(common)]), depth)
+                ),
+            )
+            # the AND query's score is the full one (every term's part); a
+            # rare-only score stands where the document has no common term
+            scores = {row[0]: row[1] for row in rare_only}
+            scores.update((row[0], row[1]) for row in with_common)
+            ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+            return ranked[:depth]
         rows = await reads.fetch_all(queries.whole_index_keyword_top(any_of(matches), depth))
         return [(row[0], row[1]) for row in rows]
 

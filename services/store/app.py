@@ -32,6 +32,7 @@ from services.common.config import Config, consolidation_enabled
 from services.common.db import (
     DatabaseError,
     ReadPool,
+    StorageUnavailable,
     connect_read_only,
     open_read_pool,
     open_read_write,
@@ -210,12 +211,10 @@ def _open_postgres(config: Config) -> tuple[Any, list[str]]:
 
 
 def _connect_postgres(config: Config) -> Any:
+    """The writer's connection: no statement timeout (storage.postgres says why)."""
     from services.common import pg
 
-    return pg.open_read_write(
-        config.storage.postgres.dsn,
-        statement_timeout_ms=config.storage.postgres.statement_timeout_ms,
-    )
+    return pg.open_read_write(config.storage.postgres.dsn)
 
 
 def _reconnect_postgres(config: Config) -> Any:
@@ -284,6 +283,9 @@ async def start_store(
     )
     try:
         reads = await open_read_pool(config.storage, service="store")
+    except StorageUnavailable as exc:  # the database went away since the writer connected
+        writer.close()
+        raise StartupError(f"cannot open read connections to {database}: {exc}") from exc
     except BaseException:
         writer.close()
         raise

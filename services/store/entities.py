@@ -57,11 +57,6 @@ class EntityInfo:
     neighbors_truncated: bool
 
 
-def _dialect(reads: ReadPool) -> str:
-    """The read pool's SQL dialect ("sqlite" for a pool that does not say)."""
-    return str(getattr(reads, "dialect", "sqlite"))
-
-
 def _count(bad: Violations, value: int, field: str) -> int:
     if not 0 <= value <= MAX_ITEMS:
         bad.add(field, f"must be between 0 and {MAX_ITEMS}")
@@ -106,7 +101,7 @@ async def get_entity(
             raise NotFound(f"{what} not found in namespace {namespace}")
         found_id = row[0]
         fact_rows = await snap.fetch_all(
-            sql.facts(namespace, found_id, facts_limit + 1, dialect=_dialect(reads))
+            sql.facts(namespace, found_id, facts_limit + 1, dialect=reads.dialect)
         )
         neighbor_rows = await snap.fetch_all(
             sql.neighbors(namespace, found_id, neighbors_limit + 1)

@@ -34,7 +34,8 @@ def entity_by_name(namespace: str, canonical: str) -> Query:
 
 def aliases(namespace: str, entity_ids: Sequence[str]) -> Query:
     """(entity_id, alias) of these entities, each entity's in the order first seen."""
-    marks = ", ".join("?" * len(entity_ids))
+    # none: IN (NULL) matches nothing (Postgres has no empty IN list)
+    marks = ", ".join("?" * len(entity_ids)) or "NULL"
     return (
         "SELECT entity_id, alias FROM entity_aliases "
         f"WHERE namespace = ? AND entity_id IN ({marks}) ORDER BY entity_id, created_at, rowid",

@@ -126,6 +126,8 @@ def session_tails(conn: Any, namespace: str, session_ids: Sequence[str]) -> dict
     a summary, not a pipeline fact and not a superseding version, and has no
     successor yet. One statement for the batch's sessions, each a walk of the
     memories_session index newest first (the first row usually qualifies)."""
+    if not session_ids:
+        return {}
     rows = conn.execute(
         f"WITH s(session_id) AS (VALUES {', '.join(['(?)'] * len(session_ids))}) "
         "SELECT s.session_id, (SELECT m.id FROM memories m WHERE m.namespace = ? "

@@ -126,24 +126,6 @@ def queue_counts_now(path: str, busy_timeout_ms: int) -> dict[tuple[str, str], i
         conn.close()
 
 
-def queue_counts_now_postgres(
-    dsn: str, statement_timeout_ms: int = 0
-) -> dict[tuple[str, str], int]:
-    """`queue_counts_now` on a Postgres store: the same query on a read-only
-    connection of its own (the metrics scrape's thread; no SQLite file is
-    opened when storage.kind is postgres). `dsn`: the store's or the reader's."""
-    from services.common import pg  # psycopg only with the postgres extra
-
-    conn = pg.open_read_only(
-        dsn, statement_timeout_ms=statement_timeout_ms, application_name="engram-store-metrics"
-    )
-    try:
-        sql, params = repo.queue_counts_query()
-        return {(row[0], row[1]): row[2] for row in conn.execute(pg.translate(sql), params)}
-    finally:
-        conn.close()
-
-
 class JobQueue:
     def __init__(
         self,

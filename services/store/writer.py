@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from services.common import clock
+from services.common.db import StorageUnavailable
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
 from services.common.metrics import WRITER_COMMIT_SECONDS, WRITER_GROUP_SIZE
 
@@ -121,14 +122,7 @@ def is_storage_full(error: BaseException) -> bool:
     return isinstance(code, int) and code & 0xFF == SQLITE_FULL
 
 
-class StorageUnavailable(EngramError):
-    kind = ErrorKind.UNAVAILABLE
-    reason = "STORAGE_UNAVAILABLE"
-
-    def __init__(self) -> None:
-        super().__init__(
-            "the store lost its database connection; this write was not acknowledged, retry"
-        )
+LOST_CONNECTION = "the store lost its database connection; this write was not acknowledged, retry"
 
 
 @dataclass(frozen=True)
@@ -270,7 +264,7 @@ class Writer:
 
     def _commit_group(self, group: list[_Pending]) -> None:
         if connection_lost(self._conn) and not self._reconnected():
-            self._deliver(group, [(None, StorageUnavailable())] * len(group))
+            self._deliver(group, [(None, StorageUnavailable(LOST_CONNECTION))] * len(group))
             return
         units = _units(group)
         if len(group) == 1 or all(p.retryable for p in group):
@@ -385,7 +379,7 @@ class Writer:
                 "database connection lost: nothing in this group was acknowledged",
                 extra={"error": str(error)},
             )
-            return StorageUnavailable()
+            return StorageUnavailable(LOST_CONNECTION)
         return None
 
     def _refused_for_full_disk(self, error: BaseException) -> StorageFull:

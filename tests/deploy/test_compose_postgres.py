@@ -69,13 +69,11 @@ def test_postgres_is_pgvector_on_18_with_a_volume_a_health_check_and_no_publishe
     assert postgres["environment"]["POSTGRES_DB"] == "engram"
 
 
-def _dsn(dsn: str) -> dict[str, str]:
-    """A key=value connection string's parts (compose writes them in that form)."""
-    return dict(part.split("=", 1) for part in dsn.split())
+def _dsn_user(dsn: str) -> str | None:
+    """The role as the store reads it (pg.dsn_user: libpq's parser)."""
+    from services.common.pg import dsn_user
 
-
-def _dsn_user(dsn: str) -> str:
-    return _dsn(dsn)["user"]
+    return dsn_user(dsn)
 
 
 def test_the_store_writes_as_the_owner_and_search_reads_as_the_reader_role() -> None:
@@ -85,7 +83,9 @@ def test_the_store_writes_as_the_owner_and_search_reads_as_the_reader_role() -> 
     config = container_config(store)
     assert config.storage.kind == "postgres"
     assert _dsn_user(config.storage.postgres.dsn) == owner
-    assert _dsn(config.storage.postgres.dsn)["host"] == "postgres"
+    from psycopg.conninfo import conninfo_to_dict
+
+    assert conninfo_to_dict(config.storage.postgres.dsn)["host"] == "postgres"
     assert store["environment"]["PGPASSWORD"] == "${ENGRAM_POSTGRES_PASSWORD:-}"
     assert store["depends_on"]["postgres"]["condition"] == "service_healthy"
     # the memories live in PostgreSQL: nothing mounts the SQLite volume

@@ -1,23 +1,16 @@
-"""Documents' SQL (services/store/document_sql.py) and the job queue's
-metrics read (services/store/jobs.py) on both backends: a migrated SQLite file
-and a migrated PostgreSQL database, the same assertions (the `conn` fixture is
-test_pg_graph.py's)."""
+"""Documents' SQL (services/store/document_sql.py) on both backends: a
+migrated SQLite file and a migrated PostgreSQL database, the same assertions
+(the `conn` fixture is test_pg_graph.py's)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
 import test_pg_graph
 from test_pg_graph import T0, T1, T2, T3, insert, memory
 
-from services.common import db, pg
 from services.store import document_sql as sql
 from services.store import repository as repo
-from services.store.jobs import queue_counts_now, queue_counts_now_postgres
-from services.store.migrations import apply_migrations
-from services.store.pg_migrations import apply_pg_migrations
 
 conn = test_pg_graph.conn  # the backend-parametrised store connection
 
@@ -106,29 +99,3 @@ def test_chunks_are_linked_replaced_by_index_and_listed_live(conn: Any) -> None:
     assert [(c[0], c[1]) for c in chunks] == [(0, "c0"), (1, "c1b")]
     assert [c[1] for c in repo.fetch_all(conn, sql.list_chunks_query("ns", "d", 0, 9))] == ["c1b"]
     assert repo.fetch_all(conn, sql.list_chunks_query("other", "d", -1, 9)) == []
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_the_metrics_scrape_counts_jobs_on_a_connection_of_its_own(
-    backend: str, request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
-    """The scrape opens a read-only connection to the store's database (never a
-    SQLite file when the store is on Postgres)."""
-    if backend == "sqlite":
-        writer = db.open_read_write(tmp_path / "store.db")
-        apply_migrations(writer)
-        count = lambda: queue_counts_now(str(tmp_path / "store.db"), 1000)  # noqa: E731
-    else:
-        dsn = request.getfixturevalue("pg_dsn")
-        raw = pg.open_read_write(dsn)
-        apply_pg_migrations(raw)
-        writer = pg.SqliteApi(raw)
-        count = lambda: queue_counts_now_postgres(dsn, 1000)  # noqa: E731
-    try:
-        assert count() == {}
-        _document(writer, "d")
-        repo.enqueue_jobs(writer, [repo.job_row("ns", "m", "embed", 3, T0)])
-        repo.enqueue_jobs(writer, [repo.job_row("ns", "n", "embed", 3, T0)])
-        assert count() == {("document_ingest", "pending"): 1, ("embed", "pending"): 2}
-    finally:
-        writer.close()

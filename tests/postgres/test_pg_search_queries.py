@@ -343,3 +343,21 @@ def test_a_failed_isolated_read_leaves_the_snapshot_usable(pg_conn: Any, pg_dsn:
             await reads.close()
 
     assert asyncio.run(run()) == (6, 6, 7)
+
+
+def test_bm25_with_the_collections_statistics_given_ranks_as_when_it_counts_them(
+    pg_conn: Any,
+) -> None:
+    _corpus(pg_conn)
+    counted = _run(pg_conn, pg_text.bm25_top(["lake", "cold"], "ns", 10))
+    size, average = counted[0][3], counted[0][5]
+    assert size == 5 and average > 0  # a, b, c, g, h
+    given = _run(pg_conn, pg_text.bm25_top(["lake", "cold"], "ns", 10, statistics=(size, average)))
+    assert [(r[0], list(r[2]), r[3], list(r[4])) for r in given] == [
+        (r[0], list(r[2]), r[3], list(r[4])) for r in counted
+    ]
+    assert [r[1] for r in given] == pytest.approx([r[1] for r in counted])
+    # statistics of another collection change the scores, not which memories match
+    other = _run(pg_conn, pg_text.bm25_top(["lake", "cold"], "ns", 10, statistics=(1000, average)))
+    assert {r[0] for r in other} == {r[0] for r in counted}
+    assert [r[1] for r in other] != pytest.approx([r[1] for r in counted])

@@ -19,10 +19,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 import backend_db
 from engram.store.v1 import store_pb2
 from services.cli import main as cli
+from services.common import pg
 from services.common.config import Config, ConfigError, load_config
+from services.common.metrics import queue_depth_source
 from services.common.server import StartupError
+from services.search.app import REQUIRED_SCHEMA_VERSION, wait_for_schema
 from services.store.app import start_store
-from services.store.pg_migrations import PG_MIGRATIONS
+from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
 from store_helpers import remember
 
 
@@ -208,3 +211,85 @@ def test_backup_and_restore_refuse_a_postgres_store_and_name_its_tools(
     assert f"storage.kind is postgres: engram {command[0]} copies SQLite files" in said
     assert tool in said
     assert dump.read_bytes() == b""
+
+
+def test_a_lost_database_connection_is_unavailable_once_then_the_store_reconnects(
+    make_config: Callable[..., Config], start_store_server: Any, dsn: str
+) -> None:
+    _, stub = start_store_server(make_config())
+    kept = remember(stub, "Kafka retention is seven days").memory
+    with psycopg.connect(dsn, autocommit=True) as admin:  # a restart, a failover, a cut
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = 'engram-store'"
+        ).fetchall()
+    assert ended == [(True,)]
+    with pytest.raises(grpc.RpcError) as lost:
+        remember(stub, "The build uses Bazel.")
+    assert lost.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "lost its database connection" in (lost.value.details() or "")
+    again = remember(stub, "The build uses Bazel.").memory  # the retry, on a new connection
+    listed = stub.ListMemories(store_pb2.ListMemoriesRequest(page_size=10)).memories
+    assert [m.id for m in listed] == [again.id, kept.id]
+
+
+def test_the_queue_metrics_and_engram_ups_suite_id_read_postgres(
+    make_config: Callable[..., Config], start_store_server: Any, dsn: str
+) -> None:
+    config = make_config()
+    _, stub = start_store_server(config)
+    remember(stub, "Kafka retention is seven days")
+    (family,) = queue_depth_source.collect()
+    assert [(s.labels, s.value) for s in family.samples] == [
+        ({"type": "embed", "state": "pending"}, 1.0)
+    ]
+    with psycopg.connect(dsn) as conn:
+        suite_id = conn.execute("SELECT id FROM suite").fetchone()[0]
+    assert cli._suite_environment(config) == {"ENGRAM_CLIENTS__SUITE_ID": suite_id}
+
+
+def test_search_waits_until_its_role_can_read_the_migrated_schema(
+    make_config: Callable[..., Config], dsn: str, reader_role: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Search may start first: it waits while the schema is missing, then while
+    its role has no SELECT, and goes on once the store has granted it."""
+    storage = make_config(**{"storage.postgres.reader_dsn": _as(dsn, reader_role)}).storage
+    caplog.set_level("INFO", logger="engram.search")
+
+    def reasons() -> list[str]:
+        return [getattr(r, "reason", "") for r in caplog.records if hasattr(r, "reason")]
+
+    async def until(condition: Callable[[], bool]) -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(
+            wait_for_schema(storage, REQUIRED_SCHEMA_VERSION, poll_s=0.01)
+        )
+        await until(lambda: any("schema_migrations" in r for r in reasons()))
+        raw = pg.open_read_write(dsn)
+        await asyncio.to_thread(apply_pg_migrations, raw)  # the store, without the grant yet
+        await until(lambda: any("permission denied" in r for r in reasons()))
+        assert not waiting.done()
+        with raw.transaction():
+            pg.grant_reader(raw, reader_role)
+        raw.close()
+        await asyncio.wait_for(waiting, 60)
+
+    asyncio.run(main())
+
+
+def test_the_read_pool_carries_the_statement_timeout_and_the_writer_none(
+    make_config: Callable[..., Config], start_store_server: Any
+) -> None:
+    server, _ = start_store_server(make_config(**{"storage.postgres.statement_timeout_ms": 1500}))
+
+    def on_the_store(coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, server.loop).result(30)
+
+    read = on_the_store(server.app.reads.fetch_one(("SHOW statement_timeout", [])))
+    written = on_the_store(
+        server.app.writer.submit(lambda conn: conn.execute("SHOW statement_timeout").fetchone())
+    )
+    assert (read[0], written[0]) == ("1500ms", "0")

@@ -26,8 +26,8 @@ from services.search.scoring import ScoringParams
 
 NS = "only"  # the one namespace: the collection is the whole index
 pytestmark = pytest.mark.sqlite_only(
-    "the cutoff is FTS5's whole-index channel's; Postgres's keyword channel scores every"
-    " match in one query (services/search/pg_text.py)"
+    "the cutoff of FTS5's whole-index channel; Postgres's channel applies it from 10k"
+    " memories on (tests/postgres/test_pg_recall.py), this namespace is far smaller"
 )
 
 

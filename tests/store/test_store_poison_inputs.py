@@ -591,3 +591,68 @@ def test_a_row_with_an_unpadded_year_from_an_older_release_is_readable(
     stack.store.DeleteMemory(
         store_pb2.DeleteMemoryRequest(namespace="legacy", id=memory.id, reason="cleanup")
     )
+
+
+# ---- the NUL character ----------------------------------------------------------------
+
+
+def test_a_nul_character_in_any_text_field_is_invalid_and_writes_nothing(
+    stack: Stack, db: Path
+) -> None:
+    """Was: stored on SQLite, INTERNAL on Postgres (its text type cannot hold U+0000).
+    Now one rule on both backends: every field holding it is named, nothing written."""
+    ns = fresh()
+    real = remember(stack, ns, "a memory to patch").id
+    before = table_counts(db)
+    assert invalid_fields(
+        lambda: remember(stack, ns, "a \x00 b", who="x\x00", tags=["fine", "t\x00"])
+    ) == ["content", "tags[1]", "who"]
+    # A good batch, then one holding a NUL: the import stops, nothing is written.
+    with pytest.raises(grpc.RpcError) as caught:
+        stack.store.ImportMemories(
+            iter(
+                [
+                    store_pb2.ImportMemoriesRequest(
+                        namespace=ns, items=[store_pb2.ImportItem(content="good words")]
+                    ),
+                    store_pb2.ImportMemoriesRequest(
+                        namespace=ns,
+                        items=[
+                            store_pb2.ImportItem(content="fine"),
+                            store_pb2.ImportItem(content="bad", why="because\x00"),
+                        ],
+                    ),
+                ]
+            )
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert invalid_fields(
+        lambda: stack.store.ModifyMemories(
+            store_pb2.ModifyMemoriesRequest(
+                namespace=ns,
+                reason="r",
+                patches=[
+                    store_pb2.MemoryPatch(
+                        id=real, content="new\x00", tags=store_pb2.TagList(values=["\x00"])
+                    )
+                ],
+            )
+        )
+    ) == ["patches[0].content", "patches[0].tags.values[0]"]
+    assert invalid_fields(
+        lambda: stack.store.AppendTurn(
+            store_pb2.AppendTurnRequest(
+                namespace=ns,
+                session_id="s-1",
+                role=store_pb2.TURN_ROLE_USER,
+                content="said \x00 this",
+            )
+        )
+    ) == ["content"]
+    assert invalid_fields(
+        lambda: stack.search.Recall(search_pb2.RecallRequest(namespace=ns, query="a\x00b"))
+    ) == ["query"]
+    assert table_counts(db) == before
+    assert [
+        m.id for m in stack.store.ListMemories(store_pb2.ListMemoriesRequest(namespace=ns)).memories
+    ] == [real]

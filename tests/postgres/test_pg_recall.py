@@ -1,0 +1,119 @@
+"""Recall's Postgres keyword channel through a real read pool: a large
+unfiltered namespace's collection statistics are counted once and kept for a
+few minutes (as FTS5's whole-index counts are on SQLite), a filtered Recall
+always counts its own collection."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from services.common import pg
+from services.common.memory_filter import MemoryFilterSpec
+from services.common.providers.embedding import NoEmbedding
+from services.search.embedder import QueryEmbedder
+from services.search.recall import Recaller, RecallParams
+from services.search.scoring import ScoringParams
+from services.store.pg_migrations import apply_pg_migrations
+
+AT = "2026-01-01T00:00:00.000000000Z"
+FILLER = (
+    "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type,"
+    " importance, created_at, updated_at, event_time)"
+    " SELECT 'f' || ? || '-' || i, 'ns', 'filler words number ' || i, 'filler', 'h' || ? || i,"
+    " 'fact', 0.5, ?, ?, ? FROM generate_series(1, ?) AS i"
+)
+
+
+@pytest.fixture
+def conn(pg_dsn: str) -> Iterator[Any]:
+    raw = pg.open_read_write(pg_dsn)
+    apply_pg_migrations(raw)
+    with pg.SqliteApi(raw) as adapted:
+        yield adapted
+
+
+def _fill(conn: Any, batch: str, count: int) -> None:
+    conn.execute(FILLER, [batch, batch, AT, AT, AT, count])
+
+
+def _insert(conn: Any, memory_id: str, content: str) -> None:
+    conn.execute(
+        "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type,"
+        " importance, created_at, updated_at, event_time)"
+        " VALUES (?, 'ns', ?, ?, ?, 'fact', 0.5, ?, ?, ?)",
+        [memory_id, content, content, f"h-{memory_id}", AT, AT, AT],
+    )
+
+
+def test_a_large_namespaces_statistics_are_kept_a_filtered_collection_is_counted(
+    conn: Any, pg_dsn: str
+) -> None:
+    """Two terms of different frequencies: the lesser match's score relative to
+    the best one follows the collection's size (through each term's IDF)."""
+    _insert(conn, "rare", "a frozen lake")
+    _insert(conn, "common-1", "a zebra")
+    _insert(conn, "common-2", "another zebra")
+    _fill(conn, "a", 10_000)
+    params = RecallParams(scoring=ScoringParams(min_score=0.0))
+    everything = MemoryFilterSpec()
+    facts = MemoryFilterSpec(types=("fact",))  # the same memories, as a filter
+
+    async def run() -> list[float]:
+        reads = pg.PgReadPool(pg_dsn, size=1)
+        await reads.open()
+        try:
+            kept = Recaller(reads, QueryEmbedder(NoEmbedding()), params)
+
+            async def relative(recaller: Recaller, spec: MemoryFilterSpec) -> float:
+                outcome = await recaller.recall("ns", "lake zebra", 10, spec)
+                scores = {h.memory.id: h.keyword_score for h in outcome.hits}
+                return scores["common-1"] / scores["rare"]
+
+            first = await relative(kept, everything)
+            await asyncio.to_thread(_fill, conn, "b", 10_000)  # the namespace doubles
+            again = await relative(kept, everything)
+            fresh = await relative(
+                Recaller(reads, QueryEmbedder(NoEmbedding()), params), everything
+            )
+            filtered = await relative(kept, facts)
+            return [first, again, fresh, filtered]
+        finally:
+            await reads.close()
+
+    first, again, fresh, filtered = asyncio.run(run())
+    assert again == pytest.approx(first)  # the kept statistics: 10,003 memories
+    assert fresh != pytest.approx(first)  # counted afresh: 20,003
+    assert filtered == pytest.approx(fresh)  # a filter's collection is always counted
+
+
+def test_a_large_namespace_scores_common_terms_only_beside_a_rare_one(
+    conn: Any, pg_dsn: str
+) -> None:
+    """The common-terms cutoff (keyword_postings_budget), as on SQLite's
+    whole-index channel: in a namespace probed as large, a memory holding only
+    the common term is not scored; one holding the rare term is, common term
+    included. Budget 0 scores every match."""
+    _insert(conn, "rare", "a frozen lake and a zebra")
+    _insert(conn, "common-1", "a zebra")
+    _insert(conn, "common-2", "another zebra")
+    _fill(conn, "a", 10_000)
+
+    async def run(budget: int) -> dict[str, float]:
+        reads = pg.PgReadPool(pg_dsn, size=1)
+        await reads.open()
+        try:
+            params = RecallParams(
+                scoring=ScoringParams(min_score=0.0), keyword_postings_budget=budget
+            )
+            recaller = Recaller(reads, QueryEmbedder(NoEmbedding()), params)
+            outcome = await recaller.recall("ns", "lake zebra", 10, MemoryFilterSpec())
+            return {h.memory.id: h.keyword_score for h in outcome.hits}
+        finally:
+            await reads.close()
+
+    assert set(asyncio.run(run(1))) == {"rare"}
+    assert set(asyncio.run(run(0))) == {"rare", "common-1", "common-2"}

@@ -315,6 +315,9 @@ def main() -> int:
         action="store_true",
         help="load the kept database and stop (a run of its own)",
     )
+    parser.add_argument(
+        "--channels", action="store_true", help="only time the two channels' SQL on Postgres"
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a timeout still cleans up

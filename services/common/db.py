@@ -240,6 +240,7 @@ def connect_read_only(storage: StorageSettings, *, application_name: str = "engr
             storage.postgres.dsn,
             statement_timeout_ms=storage.postgres.statement_timeout_ms,
             application_name=application_name,
+            connect_timeout_s=storage.postgres.connect_timeout_s,
         )
     )
 
@@ -261,6 +262,7 @@ async def open_read_pool(
             size=settings.pool_size,
             statement_timeout_ms=settings.statement_timeout_ms,
             application_name=f"engram-{service}-reads",
+            connect_timeout_s=settings.connect_timeout_s,
         )
     await pool.open()
     return pool

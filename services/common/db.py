@@ -43,6 +43,22 @@ class StorageUnavailable(EngramError):
         super().__init__(message)
 
 
+class StorageTimedOut(EngramError):
+    """A read the database cancelled (PostgreSQL: storage.postgres.statement_timeout_ms
+    ran out, or a cancel from outside), so the call read nothing and may be retried
+    or narrowed. SQLite reads have no such limit."""
+
+    kind = ErrorKind.DEADLINE_EXCEEDED
+    reason = "STATEMENT_TIMEOUT"
+
+    def __init__(
+        self,
+        message: str = "the database cancelled this read: it ran past "
+        "storage.postgres.statement_timeout_ms",
+    ) -> None:
+        super().__init__(message)
+
+
 def _prepare(conn: Any, busy_timeout_ms: int) -> None:
     conn.row_factory = sqlite3.Row
     conn.enable_load_extension(True)

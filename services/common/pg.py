@@ -443,12 +443,21 @@ def _cancel_quietly(conn: Any) -> None:
 _LOST = "the database connection was lost during this read; retry"
 
 
+_CANCELLED = (
+    "the database cancelled this read ({}): storage.postgres.statement_timeout_ms "
+    "limits every read; retry, narrow the read, or raise the limit"
+)
+
+
 def _fetch_sync(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
     """The rows of one sqlite3-style query; a connection lost on the way is
-    StorageUnavailable (UNAVAILABLE: retry), not a crash."""
+    StorageUnavailable (UNAVAILABLE: retry), a read the server cancelled
+    (statement_timeout) StorageTimedOut (DEADLINE_EXCEEDED), not a crash."""
     try:
         cursor = conn.execute(translate(query[0]), query[1])
         return list(cursor.fetchall()) if cursor.description is not None else []
+    except psycopg.errors.QueryCanceled as exc:  # statement_timeout, or a cancel
+        raise db.StorageTimedOut(_CANCELLED.format(exc.diag.message_primary or exc)) from exc
     except psycopg.OperationalError as exc:
         if conn.broken:
             raise db.StorageUnavailable(_LOST) from exc
@@ -460,7 +469,7 @@ def _fetch_isolated_sync(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
     conn.execute("SAVEPOINT isolated_read")
     try:
         rows = _fetch_sync(conn, query)
-    except psycopg.Error:
+    except (psycopg.Error, db.StorageTimedOut):
         if not conn.broken:
             conn.execute("ROLLBACK TO SAVEPOINT isolated_read")
         raise

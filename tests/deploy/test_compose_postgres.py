@@ -114,6 +114,19 @@ def test_the_store_writes_as_the_owner_and_search_reads_as_the_reader_role() -> 
             assert "PGPASSWORD" not in environment, name
 
 
+def test_auth_is_on_and_only_the_store_writes_the_keys() -> None:
+    """As in the default profile: the services bind 0.0.0.0, so auth is on, with the
+    same keys volume (read-write for the store, which `keys create` runs in)."""
+    profile = profile_services()
+    for names in PG_SERVICES.values():
+        for name in names:
+            assert container_config(profile[name]).auth.enabled, name
+            keys = [v for v in profile[name]["volumes"] if v.startswith("engram-keys:")]
+            assert keys == (
+                ["engram-keys:/keys"] if name == "pg-store" else ["engram-keys:/keys:ro"]
+            )
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_each_address_a_pg_service_reads_names_the_pg_service_on_its_port(service: str) -> None:
     """As test_compose_addresses, inside the profile: every client address names a

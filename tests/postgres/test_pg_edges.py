@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,10 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
+from psycopg import sql
 
 import backend_db
+import pg_server
 from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
@@ -98,3 +101,68 @@ def test_a_server_that_does_not_answer_fails_every_connect_after_connect_timeout
 
     with pytest.raises(StorageUnavailable):
         asyncio.run(pool())
+
+
+# ---- text orders by code point, whatever the database's collation -----------------------
+
+
+@pytest.fixture
+def language_ordered_dsn(
+    postgres_server: tuple[str, bool], pgvector_problem: str | None, dsn: str
+) -> Iterator[tuple[str, bool]]:
+    """A database whose default collation is ICU's en-US (a managed server's usual
+    default is a language collation: é sorts beside e, not after z), and True; on a
+    server built without ICU (the bundled one), the test's own database and False."""
+    server, _ = postgres_server
+    name = f"engram_icu_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        try:
+            admin.execute(
+                sql.SQL(
+                    "CREATE DATABASE {} TEMPLATE template0 ENCODING 'UTF8' "
+                    "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+                ).format(sql.Identifier(name))
+            )
+        except psycopg.errors.FeatureNotSupported:  # "ICU is not supported in this build"
+            yield dsn, False
+            return
+    icu = pg_server.with_database(server, name)
+    yield icu, True
+    pg_server.drop_database(server, icu)
+
+
+def test_every_text_column_orders_by_code_point_like_sqlite(
+    make_config: Callable[..., Config],
+    start_store_server: Any,
+    language_ordered_dsn: tuple[str, bool],
+) -> None:
+    """ListEntities' order and its prefix range (prefix .. prefix + U+10FFFF) are
+    SQLite's BINARY order whatever the database's default collation: every text
+    column is COLLATE "C" (services/store/pg_migrations.py)."""
+    database, language_ordered = language_ordered_dsn
+    _, stub = start_store_server(make_config(**{"storage.postgres.dsn": database}))
+    with psycopg.connect(database) as conn:
+        # the database's own order, which the columns' must not follow
+        assert conn.execute("SELECT 'é' < 'f'").fetchone()[0] == language_ordered
+        loose = conn.execute(
+            "SELECT table_name, column_name, collation_name FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND data_type = 'text' "
+            "AND collation_name IS DISTINCT FROM 'C' "
+            "AND table_name <> 'schema_migrations'"  # migrations.py's, shared; never ordered
+        ).fetchall()
+        for number, canonical in enumerate(["f", "é", "e", "éclair", "ez"]):
+            conn.execute(
+                "INSERT INTO entities (id, namespace, name, canonical_name, entity_type, "
+                "mentions, created_at, updated_at) VALUES (%s, 'default', %s, %s, 'thing', 1, "
+                "'2026-01-01T00:00:00.000000000Z', '2026-01-01T00:00:00.000000000Z')",
+                (f"entity-{number}", canonical, canonical),
+            )
+    assert loose == []
+
+    def names(prefix: str) -> list[str]:
+        listed = stub.ListEntities(store_pb2.ListEntitiesRequest(name_prefix=prefix))
+        return [e.name for e in listed.entities]
+
+    assert names("") == ["e", "ez", "f", "é", "éclair"]  # Python's (code point) order
+    assert names("e") == ["e", "ez"]
+    assert names("é") == ["é", "éclair"]

@@ -297,6 +297,11 @@ class PostgresSettings(_Section):
     # only: the store's writes (migrations, an index rebuilt after a model change)
     # may rightly run long, and its single writer would only be held up, not freed
     statement_timeout_ms: int = Field(0, ge=0, le=3_600_000)
+    # every connection (the writer's, its reconnects, the read pools', search's
+    # schema probe) fails after this long when the server does not answer, instead
+    # of waiting out TCP's retries (minutes); per host the DSN lists, and it
+    # overrides a connect_timeout written in the DSN (libpq counts whole seconds, 2 at least)
+    connect_timeout_s: int = Field(5, ge=2, le=600)
 
 
 class StorageSettings(_Section):

@@ -43,6 +43,22 @@ class StorageUnavailable(EngramError):
         super().__init__(message)
 
 
+class StorageTimedOut(EngramError):
+    """A read the database cancelled (PostgreSQL: storage.postgres.statement_timeout_ms
+    ran out, or a cancel from outside), so the call read nothing and may be retried
+    or narrowed. SQLite reads have no such limit."""
+
+    kind = ErrorKind.DEADLINE_EXCEEDED
+    reason = "STATEMENT_TIMEOUT"
+
+    def __init__(
+        self,
+        message: str = "the database cancelled this read: it ran past "
+        "storage.postgres.statement_timeout_ms",
+    ) -> None:
+        super().__init__(message)
+
+
 def _prepare(conn: Any, busy_timeout_ms: int) -> None:
     conn.row_factory = sqlite3.Row
     conn.enable_load_extension(True)
@@ -224,6 +240,7 @@ def connect_read_only(storage: StorageSettings, *, application_name: str = "engr
             storage.postgres.dsn,
             statement_timeout_ms=storage.postgres.statement_timeout_ms,
             application_name=application_name,
+            connect_timeout_s=storage.postgres.connect_timeout_s,
         )
     )
 
@@ -245,6 +262,7 @@ async def open_read_pool(
             size=settings.pool_size,
             statement_timeout_ms=settings.statement_timeout_ms,
             application_name=f"engram-{service}-reads",
+            connect_timeout_s=settings.connect_timeout_s,
         )
     await pool.open()
     return pool

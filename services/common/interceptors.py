@@ -57,6 +57,7 @@ _CODES: dict[ErrorKind, tuple[grpc.StatusCode, int]] = {
         code_pb2.FAILED_PRECONDITION,
     ),
     ErrorKind.UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, code_pb2.UNAVAILABLE),
+    ErrorKind.DEADLINE_EXCEEDED: (grpc.StatusCode.DEADLINE_EXCEEDED, code_pb2.DEADLINE_EXCEEDED),
     ErrorKind.RESOURCE_EXHAUSTED: (
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         code_pb2.RESOURCE_EXHAUSTED,

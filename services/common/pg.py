@@ -80,7 +80,16 @@ def _options(settings: dict[str, str]) -> str:
     return " ".join(f"-c {name}={value}" for name, value in settings.items())
 
 
-def _connect(dsn: str, application_name: str, options: dict[str, str]) -> Any:
+# storage.postgres.connect_timeout_s's default: libpq waits for an unreachable
+# host as long as the kernel's TCP retries (minutes) without one.
+DEFAULT_CONNECT_TIMEOUT_S = 5
+
+
+def _connect(
+    dsn: str, application_name: str, options: dict[str, str], connect_timeout_s: int
+) -> Any:
+    """A connection, or psycopg.OperationalError within connect_timeout_s (per host
+    the DSN lists; it overrides a connect_timeout written in the DSN)."""
     return psycopg.connect(
         dsn,
         autocommit=False,
@@ -88,11 +97,16 @@ def _connect(dsn: str, application_name: str, options: dict[str, str]) -> Any:
         context=ADAPTERS,
         application_name=application_name,
         options=_options(options),
+        connect_timeout=connect_timeout_s,
     )
 
 
 def open_read_write(
-    dsn: str, *, statement_timeout_ms: int = 0, application_name: str = "engram-store"
+    dsn: str,
+    *,
+    statement_timeout_ms: int = 0,
+    application_name: str = "engram-store",
+    connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
 ) -> Any:
     """The store's read-write connection. Autocommit is off: every write runs in
     an explicit transaction (`with conn.transaction():`), committed before the
@@ -103,6 +117,7 @@ def open_read_write(
         dsn,
         application_name,
         {"statement_timeout": str(int(statement_timeout_ms)), "TimeZone": "UTC"},
+        connect_timeout_s,
     )
 
 
@@ -115,7 +130,11 @@ def _read_only_options(statement_timeout_ms: int) -> dict[str, str]:
 
 
 def open_read_only(
-    dsn: str, *, statement_timeout_ms: int = 0, application_name: str = "engram-search"
+    dsn: str,
+    *,
+    statement_timeout_ms: int = 0,
+    application_name: str = "engram-search",
+    connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
 ) -> Any:
     """A reader: every transaction it opens is read-only
     (`default_transaction_read_only`), so a write by mistake fails as SQLite's
@@ -125,7 +144,9 @@ def open_read_only(
     no SQL it runs can write (issue 21: "search reads through its own read-only
     role"). Both, because the guard also protects a deployment that reuses the
     store's role."""
-    return _connect(dsn, application_name, _read_only_options(statement_timeout_ms))
+    return _connect(
+        dsn, application_name, _read_only_options(statement_timeout_ms), connect_timeout_s
+    )
 
 
 def describe(dsn: str) -> str:
@@ -325,12 +346,14 @@ class PgReadPool(db.ReadPool):
         max_size: int | None = None,
         statement_timeout_ms: int = 0,
         application_name: str = "engram-reads",
+        connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
         self._dsn = dsn
         self._size = size
         self._max_size = max(size, max_size or 4 * size)
         self._statement_timeout_ms = statement_timeout_ms
         self._application_name = application_name
+        self._connect_timeout_s = connect_timeout_s
         self._connections: list[Any] = []
         self._opening = 0
         self._idle: asyncio.Queue[Any] = asyncio.Queue()
@@ -353,7 +376,11 @@ class PgReadPool(db.ReadPool):
             conn = await asyncio.get_running_loop().run_in_executor(
                 self._threads,
                 functools.partial(
-                    _open_reader, self._dsn, self._application_name, self._statement_timeout_ms
+                    _open_reader,
+                    self._dsn,
+                    self._application_name,
+                    self._statement_timeout_ms,
+                    self._connect_timeout_s,
                 ),
             )
         except psycopg.OperationalError as exc:
@@ -414,10 +441,15 @@ class PgReadPool(db.ReadPool):
                 self._checkin_when_done(conn, ended)
 
 
-def _open_reader(dsn: str, application_name: str, statement_timeout_ms: int) -> Any:
+def _open_reader(
+    dsn: str, application_name: str, statement_timeout_ms: int, connect_timeout_s: int
+) -> Any:
     """A read-only session (open_read_only's) in autocommit."""
     conn = open_read_only(
-        dsn, statement_timeout_ms=statement_timeout_ms, application_name=application_name
+        dsn,
+        statement_timeout_ms=statement_timeout_ms,
+        application_name=application_name,
+        connect_timeout_s=connect_timeout_s,
     )
     conn.autocommit = True
     return conn
@@ -443,12 +475,21 @@ def _cancel_quietly(conn: Any) -> None:
 _LOST = "the database connection was lost during this read; retry"
 
 
+_CANCELLED = (
+    "the database cancelled this read ({}): storage.postgres.statement_timeout_ms "
+    "limits every read; retry, narrow the read, or raise the limit"
+)
+
+
 def _fetch_sync(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
     """The rows of one sqlite3-style query; a connection lost on the way is
-    StorageUnavailable (UNAVAILABLE: retry), not a crash."""
+    StorageUnavailable (UNAVAILABLE: retry), a read the server cancelled
+    (statement_timeout) StorageTimedOut (DEADLINE_EXCEEDED), not a crash."""
     try:
         cursor = conn.execute(translate(query[0]), query[1])
         return list(cursor.fetchall()) if cursor.description is not None else []
+    except psycopg.errors.QueryCanceled as exc:  # statement_timeout, or a cancel
+        raise db.StorageTimedOut(_CANCELLED.format(exc.diag.message_primary or exc)) from exc
     except psycopg.OperationalError as exc:
         if conn.broken:
             raise db.StorageUnavailable(_LOST) from exc
@@ -460,7 +501,7 @@ def _fetch_isolated_sync(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
     conn.execute("SAVEPOINT isolated_read")
     try:
         rows = _fetch_sync(conn, query)
-    except psycopg.Error:
+    except (psycopg.Error, db.StorageTimedOut):
         if not conn.broken:
             conn.execute("ROLLBACK TO SAVEPOINT isolated_read")
         raise
@@ -476,13 +517,17 @@ def _rollback_sync(conn: Any) -> None:
 
 
 async def fetch_once(
-    dsn: str, query: tuple[str, list[Any]], *, application_name: str = "engram-probe"
+    dsn: str,
+    query: tuple[str, list[Any]],
+    *,
+    application_name: str = "engram-probe",
+    connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
 ) -> list[Any]:
     """One sqlite3-style query on a read-only connection of its own, closed
     after: a probe before any pool exists (search waiting for the schema)."""
 
     def probe() -> list[Any]:
-        with _open_reader(dsn, application_name, 0) as conn:
+        with _open_reader(dsn, application_name, 0, connect_timeout_s) as conn:
             return _fetch_sync(conn, query)
 
     return await asyncio.to_thread(probe)

@@ -165,7 +165,10 @@ async def _wait_for_pg_schema(storage: StorageSettings, version: int, poll_s: fl
     while True:
         try:
             rows = await pg.fetch_once(
-                storage.reader_dsn, queries.schema_version(), application_name="engram-search"
+                storage.reader_dsn,
+                queries.schema_version(),
+                application_name="engram-search",
+                connect_timeout_s=storage.postgres.connect_timeout_s,
             )
             found = int(rows[0][0])
             now = None if found >= version else f"schema version {found}, waiting for {version}"

@@ -214,7 +214,8 @@ def _connect_postgres(config: Config) -> Any:
     """The writer's connection: no statement timeout (storage.postgres says why)."""
     from services.common import pg
 
-    return pg.open_read_write(config.storage.postgres.dsn)
+    settings = config.storage.postgres
+    return pg.open_read_write(settings.dsn, connect_timeout_s=settings.connect_timeout_s)
 
 
 def _reconnect_postgres(config: Config) -> Any:

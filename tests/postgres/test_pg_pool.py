@@ -185,3 +185,34 @@ def test_open_read_pool_picks_the_configured_backend(pg_dsn: str, tmp_path: Path
         return seen
 
     assert asyncio.run(main()) == [("sqlite", 0), ("postgres", 0)]
+
+
+def test_a_read_past_the_statement_timeout_is_storage_timed_out_and_the_pool_goes_on(
+    dsn: str,
+) -> None:
+    """The server cancels the read (statement_timeout): DEADLINE_EXCEEDED with its
+    reason, not INTERNAL; the connection and a snapshot stay usable. The read is
+    held by a lock, so it can only end by the timeout."""
+
+    async def main() -> tuple[Any, ...]:
+        reads = pg.PgReadPool(dsn, size=1, statement_timeout_ms=50)
+        await reads.open()
+        try:
+            with psycopg.connect(dsn) as locker:
+                locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+                with pytest.raises(db.StorageTimedOut) as plain:
+                    await reads.fetch_all(("SELECT k FROM t", []))
+                async with reads.snapshot() as snap:
+                    with pytest.raises(db.StorageTimedOut):
+                        await snap.fetch_all_isolated(("SELECT k FROM t", []))
+                    in_snapshot = await snap.fetch_one(("SELECT 1 + 1", []))
+                locker.rollback()
+            after = await reads.fetch_all(("SELECT k FROM t ORDER BY k", []))
+            return plain.value, in_snapshot[0], [r[0] for r in after]
+        finally:
+            await reads.close()
+
+    error, in_snapshot, after = asyncio.run(main())
+    assert (error.kind.name, error.reason) == ("DEADLINE_EXCEEDED", "STATEMENT_TIMEOUT")
+    assert "statement timeout" in error.message
+    assert (in_snapshot, after) == (2, ["a", "b"])

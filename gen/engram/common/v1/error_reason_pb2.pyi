@@ -122,6 +122,18 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     when every violation of the request is such a finding (otherwise the
     reason is INVALID_ARGUMENT and the violations include them).
     """
+    ERROR_REASON_STORAGE_UNAVAILABLE: _ErrorReason.ValueType  # 27
+    """UNAVAILABLE (storage.kind postgres): the store's or search's PostgreSQL
+    database cannot be reached, or the connection was lost during the call;
+    nothing of the call was written or acknowledged. Retry: the services
+    reconnect by themselves.
+    """
+    ERROR_REASON_STATEMENT_TIMEOUT: _ErrorReason.ValueType  # 28
+    """DEADLINE_EXCEEDED (storage.kind postgres): the database cancelled a read
+    that ran past `storage.postgres.statement_timeout_ms`; nothing was
+    written. Retry, narrow the read (a smaller page, a filter), or raise the
+    limit.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -229,5 +241,17 @@ the field (`content`, `items[i].content`, `patches[i].content`), the kind
 and how often it occurs, never the value; nothing was written. Sent only
 when every violation of the request is such a finding (otherwise the
 reason is INVALID_ARGUMENT and the violations include them).
+"""
+ERROR_REASON_STORAGE_UNAVAILABLE: ErrorReason.ValueType  # 27
+"""UNAVAILABLE (storage.kind postgres): the store's or search's PostgreSQL
+database cannot be reached, or the connection was lost during the call;
+nothing of the call was written or acknowledged. Retry: the services
+reconnect by themselves.
+"""
+ERROR_REASON_STATEMENT_TIMEOUT: ErrorReason.ValueType  # 28
+"""DEADLINE_EXCEEDED (storage.kind postgres): the database cancelled a read
+that ran past `storage.postgres.statement_timeout_ms`; nothing was
+written. Retry, narrow the read (a smaller page, a filter), or raise the
+limit.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

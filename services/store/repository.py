@@ -625,11 +625,18 @@ def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
         if postgres(conn)
         else "lower(hex(randomblob(16)))"
     )
+    # Postgres runs NOT IN over a list past work_mem as a subplan re-scanned per row
+    # (bench/README "Store diagnostics at 1M"); SQLite's NOT IN is the faster there.
+    unindexed = (
+        "NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_rowid = m.rowid)"
+        if postgres(conn)
+        else "m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)"
+    )
     cursor = conn.execute(
         "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
         "available_at, created_at, updated_at) "
         f"SELECT {random_id}, m.namespace, m.id, 'embed', ?, ?, ?, ? FROM memories m "
-        "WHERE m.is_deleted = 0 AND m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors) "
+        f"WHERE m.is_deleted = 0 AND {unindexed} "
         # (the WHERE also settles SQLite's parse of ON CONFLICT after a SELECT)
         "ON CONFLICT DO NOTHING",
         (max_attempts, at, at, at),

@@ -9,6 +9,7 @@ the provider is down and the job is handed back; ProviderUnavailable (timeout,
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -99,6 +100,26 @@ def test_openai_chat_completion_asks_for_a_json_object_with_the_bearer_key(
     assert request.json["response_format"] == {"type": "json_object"}
     assert request.json["stream"] is False
     assert request.headers["Authorization"] == "Bearer sekrit"
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_an_answer_never_carries_a_nul_raw_or_json_escaped(protocol: str, llm_server: Any) -> None:
+    """The store refuses U+0000 in every text field, so a model emitting one would
+    fail its job on every retry; an escaped backslash before `u0000` is kept."""
+    answers = {
+        "raw": "a\x00b",
+        "escaped": '{"fact": "a\\u0000b"}',
+        "kept": '{"path": "C:\\\\u0000"}',
+        "both": '{"fact": "x\\\\\\u0000y\x00"}',
+    }
+    server = llm_server(lambda prompt: answers[prompt], protocol=protocol)
+    got = call(provider(protocol, server.url), *answers)
+    assert got == ["ab", '{"fact": "ab"}', '{"path": "C:\\\\u0000"}', '{"fact": "x\\\\y"}']
+    assert [json.loads(text) for text in got[1:]] == [
+        {"fact": "ab"},
+        {"path": "C:\\u0000"},
+        {"fact": "x\\y"},
+    ]
 
 
 def test_no_api_key_sends_no_authorization_header(llm_server: Any) -> None:

@@ -16,6 +16,7 @@ so the pipeline never fans out unboundedly however many workers it runs.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,6 +39,18 @@ class LlmUnreachable(ProviderUnavailable):
 
 # every provider's generate(): latency and errors by kind (services/common/metrics.py)
 _measured = measured_call(LLM_SECONDS, LLM_ERRORS)
+
+# U+0000 raw, or as a JSON escape not itself escaped (an even run of backslashes before it).
+_NUL = re.compile(r"\x00|(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def without_nul(answer: str) -> str:
+    """The answer with every U+0000 dropped, raw or JSON-escaped: the store refuses
+    it in any text field (PostgreSQL cannot hold it), and a model that emits one
+    must not make its job fail on every retry."""
+    if "\x00" not in answer and "u0000" not in answer:
+        return answer
+    return _NUL.sub(lambda m: m.group(1) or "", answer)
 
 
 class LlmProvider(Protocol):
@@ -130,7 +143,7 @@ class OllamaLlm(_HttpLlm):
         text = answer.get("response") if isinstance(answer, dict) else None
         if not isinstance(text, str):
             raise ProviderError(f"ollama answer has no response text: {str(answer)[:200]!r}")
-        return text
+        return without_nul(text)
 
 
 class OpenAILlm(_HttpLlm):
@@ -155,7 +168,7 @@ class OpenAILlm(_HttpLlm):
             text = None
         if not isinstance(text, str):
             raise ProviderError(f"openai answer has no message content: {str(answer)[:200]!r}")
-        return text
+        return without_nul(text)
 
 
 def llm_provider(config: Config) -> LlmProvider:

@@ -8,66 +8,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_rows import T0, T1, T2, T3, dialect, memory
 
-from services.common import db, forgetting, pg
+from services.common import forgetting
 from services.store import admin_sql, decay_sql, explain_sql, suite_sql
 from services.store import repository as repo
 from services.store.extraction_sql import DERIVED_FROM, SUPERSEDES
-from services.store.migrations import apply_migrations
-from services.store.pg_migrations import apply_pg_migrations
 
-T0 = "2026-01-01T00:00:00.000000000Z"
-T1 = "2026-01-01T00:00:01.000000000Z"
-T2 = "2026-01-01T00:00:02.000000000Z"
-T3 = "2026-01-01T00:00:03.000000000Z"
 OLD = "2025-01-01T00:00:00.000000000Z"
 CUTOFF = "2025-06-01T00:00:00.000000000Z"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """The store's read-write connection on a migrated database of each backend."""
-    if request.param == "sqlite":
-        lite = db.open_read_write(tmp_path / "store.db")
-        apply_migrations(lite)
-        yield lite
-        lite.close()
-        return
-    raw = pg.open_read_write(request.getfixturevalue("pg_dsn"))
-    apply_pg_migrations(raw)
-    with pg.SqliteApi(raw) as adapted:
-        yield adapted
-
-
-def _dialect(conn: Any) -> str:
-    return "postgres" if repo.postgres(conn) else "sqlite"
-
-
-def _memory(memory_id: str, content: str, **overrides: Any) -> repo.MemoryRow:
-    fields: dict[str, Any] = {
-        "id": memory_id,
-        "namespace": "ns",
-        "content": content,
-        "normalized_content": content.lower(),
-        "content_hash": f"h-{content}",
-        "type": "fact",
-        "importance": 0.5,
-        "tags": "[]",
-        "pinned": 0,
-        "who": "user",
-        "why": "",
-        "source_type": "api",
-        "source_id": "",
-        "created_at": T0,
-        "event_time": T0,
-    }
-    fields.update(overrides)
-    return repo.MemoryRow(**fields)
 
 
 def _insert(conn: Any, *rows: repo.MemoryRow) -> None:
@@ -103,10 +55,10 @@ def _job(conn: Any, memory_id: str, job_type: str, status: str, at: str = T0) ->
 def test_diagnostics_count_the_same_on_both_backends(conn: Any) -> None:
     _insert(
         conn,
-        _memory("live1", "one"),
-        _memory("live2", "two"),
-        _memory("gone", "gone"),
-        _memory("long_gone", "long gone"),
+        memory("live1", "one"),
+        memory("live2", "two"),
+        memory("gone", "gone"),
+        memory("long_gone", "long gone"),
     )
     _tombstone(conn, "gone", T1)
     _tombstone(conn, "long_gone", OLD)
@@ -114,7 +66,7 @@ def test_diagnostics_count_the_same_on_both_backends(conn: Any) -> None:
     _job(conn, "live2", "extract", "leased", T2)
     admin_sql.insert_audit(conn, "test", {"a": 1}, T0)
 
-    row = repo.fetch_one(conn, admin_sql.diagnostics_query(T1, CUTOFF, dialect=_dialect(conn)))
+    row = repo.fetch_one(conn, admin_sql.diagnostics_query(T1, CUTOFF, dialect=dialect(conn)))
     assert {
         name: row[name]
         for name in (
@@ -155,7 +107,7 @@ def test_diagnostics_count_the_same_on_both_backends(conn: Any) -> None:
 
 
 def test_orphans_are_rows_pointing_at_a_memory_that_is_gone(conn: Any) -> None:
-    _insert(conn, _memory("m1", "one"), _memory("m2", "two"))
+    _insert(conn, memory("m1", "one"), memory("m2", "two"))
     conn.execute(
         "INSERT INTO memory_links(id, namespace, from_memory_id, to_memory_id, link_type, "
         "created_at) VALUES ('l1', 'ns', 'm1', 'm2', 'supersedes', ?), "
@@ -175,7 +127,7 @@ def test_orphans_are_rows_pointing_at_a_memory_that_is_gone(conn: Any) -> None:
     )
     _job(conn, "m1", "extract", "pending")
     _job(conn, "nobody", "extract", "pending")
-    row = repo.fetch_one(conn, admin_sql.orphans_query(dialect=_dialect(conn)))
+    row = repo.fetch_one(conn, admin_sql.orphans_query(dialect=dialect(conn)))
     assert {name: row[name] for name in admin_sql.ORPHAN_TABLES} == {
         "memory_links": 1,
         "entity_mentions": 1,
@@ -191,7 +143,7 @@ def test_orphans_are_rows_pointing_at_a_memory_that_is_gone(conn: Any) -> None:
 
 
 def test_a_dead_job_is_requeued_unless_an_open_twin_exists(conn: Any) -> None:
-    _insert(conn, _memory("m1", "one"), _memory("m2", "two"))
+    _insert(conn, memory("m1", "one"), memory("m2", "two"))
     alone = _job(conn, "m1", "extract", "dead", OLD)
     twinned = _job(conn, "m2", "extract", "dead", T0)
     _job(conn, "m2", "extract", "pending")
@@ -214,13 +166,13 @@ def test_a_dead_job_is_requeued_unless_an_open_twin_exists(conn: Any) -> None:
 def test_memories_never_queued_for_extraction(conn: Any) -> None:
     _insert(
         conn,
-        _memory("a", "a", created_at=T0),
-        _memory("b", "b", created_at=T1),
-        _memory("c", "c", created_at=T2, namespace="other"),
-        _memory("queued", "queued"),
-        _memory("chunk", "chunk", type="document_chunk"),
-        _memory("done", "done", extraction_status="completed"),
-        _memory("gone", "gone"),
+        memory("a", "a", created_at=T0),
+        memory("b", "b", created_at=T1),
+        memory("c", "c", created_at=T2, namespace="other"),
+        memory("queued", "queued"),
+        memory("chunk", "chunk", type="document_chunk"),
+        memory("done", "done", extraction_status="completed"),
+        memory("gone", "gone"),
     )
     _tombstone(conn, "gone", T1)
     _job(conn, "queued", "extract", "dead")
@@ -231,7 +183,7 @@ def test_memories_never_queued_for_extraction(conn: Any) -> None:
 
 
 def test_vector_repairs_with_nothing_indexed(conn: Any) -> None:
-    _insert(conn, _memory("m1", "one"))
+    _insert(conn, memory("m1", "one"))
     assert admin_sql.remove_unbacked_vectors(conn) == 0
 
 
@@ -241,16 +193,16 @@ def test_vector_repairs_with_nothing_indexed(conn: Any) -> None:
 def test_retention_steps_remove_only_what_is_past_its_window(conn: Any) -> None:
     _insert(
         conn,
-        _memory("expired", "shared"),
-        _memory("expired_alone", "alone"),
-        _memory("recent", "recent"),
-        _memory("live", "shared", namespace="other"),
+        memory("expired", "shared"),
+        memory("expired_alone", "alone"),
+        memory("recent", "recent"),
+        memory("live", "shared", namespace="other"),
     )
     _tombstone(conn, "expired", OLD)
     _tombstone(conn, "expired_alone", OLD)
     _tombstone(conn, "recent", T1)
     # another live memory of namespace ns shares "expired"'s content: its vector stays
-    _insert(conn, _memory("twin", "shared"))
+    _insert(conn, memory("twin", "shared"))
     for namespace, content in (("ns", "shared"), ("ns", "alone"), ("ns", "recent")):
         repo.upsert_embedding(conn, namespace, f"h-{content}", "model", b"\0" * 8, 2, T0)
     conn.execute(
@@ -321,7 +273,7 @@ def test_old_history_and_jobs_go_in_batches_oldest_first(conn: Any) -> None:
     )
     assert repo.fetch_one(conn, admin_sql.purged_marker_query("ns", "p"))[0] == T1
 
-    _insert(conn, *(_memory(f"j{i}", f"j{i}") for i in range(4)))
+    _insert(conn, *(memory(f"j{i}", f"j{i}") for i in range(4)))
     _job(conn, "j0", "extract", "completed", OLD)
     _job(conn, "j1", "extract", "completed", T0)
     _job(conn, "j2", "extract", "dead", OLD)
@@ -345,13 +297,13 @@ def test_current_confidence_and_weak_memories_agree_across_backends(conn: Any) -
     now = "2026-03-01T12:00:00.500000000Z"
     _insert(
         conn,
-        _memory("fresh", "fresh", created_at="2026-03-01T00:00:00.000000000Z"),
-        _memory("old", "old", created_at="2025-03-01T00:00:00.000000000Z"),
-        _memory("pinned", "pinned", created_at=OLD, pinned=1),
-        _memory("protected", "protected", created_at=OLD),
-        _memory("accessed", "accessed", created_at=OLD),
-        _memory("future", "future", created_at="2027-01-01T00:00:00.000000000Z"),
-        _memory("elsewhere", "elsewhere", created_at=OLD, namespace="other"),
+        memory("fresh", "fresh", created_at="2026-03-01T00:00:00.000000000Z"),
+        memory("old", "old", created_at="2025-03-01T00:00:00.000000000Z"),
+        memory("pinned", "pinned", created_at=OLD, pinned=1),
+        memory("protected", "protected", created_at=OLD),
+        memory("accessed", "accessed", created_at=OLD),
+        memory("future", "future", created_at="2027-01-01T00:00:00.000000000Z"),
+        memory("elsewhere", "elsewhere", created_at=OLD, namespace="other"),
     )
     repo.update_memory(conn, "protected", {"decay_rate": 0.0})
     conn.execute(
@@ -359,7 +311,7 @@ def test_current_confidence_and_weak_memories_agree_across_backends(conn: Any) -
         ("2026-02-28T12:00:00.500000000Z",),
     )
     rows = repo.fetch_all(
-        conn, decay_sql.weak_page_query("ns", 2.0, 0.1, now, None, 10, dialect=_dialect(conn))
+        conn, decay_sql.weak_page_query("ns", 2.0, 0.1, now, None, 10, dialect=dialect(conn))
     )
     got = {r["id"]: r["current_confidence"] for r in rows}
     assert list(got) == ["fresh", "old", "accessed", "future"]  # written order; 2.0 > all
@@ -369,23 +321,23 @@ def test_current_confidence_and_weak_memories_agree_across_backends(conn: Any) -
     assert got["future"] == pytest.approx(1.0)  # never negative days
 
     page = repo.fetch_all(
-        conn, decay_sql.weak_page_query("ns", 2.0, 0.1, now, None, 2, dialect=_dialect(conn))
+        conn, decay_sql.weak_page_query("ns", 2.0, 0.1, now, None, 2, dialect=dialect(conn))
     )
     after = repo.fetch_all(
         conn,
         decay_sql.weak_page_query(
-            "ns", 2.0, 0.1, now, page[-1]["rowid"], 10, dialect=_dialect(conn)
+            "ns", 2.0, 0.1, now, page[-1]["rowid"], 10, dialect=dialect(conn)
         ),
     )
     assert [r["id"] for r in page + after] == list(got)
 
     threshold = 0.5  # the year-old memory has decayed below it, nothing else has
     weak = repo.fetch_all(
-        conn, decay_sql.weak_page_query("ns", threshold, 0.1, now, None, 10, dialect=_dialect(conn))
+        conn, decay_sql.weak_page_query("ns", threshold, 0.1, now, None, 10, dialect=dialect(conn))
     )
     assert [r["id"] for r in weak] == ["old"]
     count = repo.fetch_one(
-        conn, decay_sql.weak_count_query(threshold, 0.1, now, dialect=_dialect(conn))
+        conn, decay_sql.weak_count_query(threshold, 0.1, now, dialect=dialect(conn))
     )
     assert count[0] == 2  # and the other namespace's
     batch = decay_sql.weakest_batch(conn, threshold, 0.1, now, 10)
@@ -393,10 +345,10 @@ def test_current_confidence_and_weak_memories_agree_across_backends(conn: Any) -
     assert batch[0]["current_confidence"] == pytest.approx(got["old"], rel=1e-12)
 
     # a rate and an age whose exponent underflows: 0 on both (Postgres's exp() would raise)
-    _insert(conn, _memory("ancient", "ancient", created_at=OLD, namespace="far"))
+    _insert(conn, memory("ancient", "ancient", created_at=OLD, namespace="far"))
     repo.update_memory(conn, "ancient", {"decay_rate": 1000.0})
     [row] = repo.fetch_all(
-        conn, decay_sql.weak_page_query("far", 0.5, 0.1, now, None, 10, dialect=_dialect(conn))
+        conn, decay_sql.weak_page_query("far", 0.5, 0.1, now, None, 10, dialect=dialect(conn))
     )
     assert row["current_confidence"] == pytest.approx(0.0, abs=1e-300)
 
@@ -416,11 +368,11 @@ def test_version_chains_derivations_and_links(conn: Any) -> None:
     _insert(
         conn,
         *(
-            _memory(f"v{i}", f"v{i}", created_at=f"2026-01-01T00:00:0{i}.000000000Z")
+            memory(f"v{i}", f"v{i}", created_at=f"2026-01-01T00:00:0{i}.000000000Z")
             for i in range(4)
         ),
-        _memory("fact", "fact", created_at=T1),
-        _memory("expired", "expired", expire_at="2000-01-01T00:00:00.000000000Z"),
+        memory("fact", "fact", created_at=T1),
+        memory("expired", "expired", expire_at="2000-01-01T00:00:00.000000000Z"),
     )
     for newer, older in (("v1", "v0"), ("v2", "v1"), ("v3", "v2")):
         _link(conn, newer, older, SUPERSEDES)

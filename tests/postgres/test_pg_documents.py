@@ -1,18 +1,15 @@
 """Documents' SQL (services/store/document_sql.py) on both backends: a
 migrated SQLite file and a migrated PostgreSQL database, the same assertions
-(the `conn` fixture is test_pg_graph.py's)."""
+(the `conn` fixture is tests/postgres/conftest.py's)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import test_pg_graph
-from test_pg_graph import T0, T1, T2, T3, insert, memory
+from pg_rows import T0, T1, T2, T3, insert, memory
 
 from services.store import document_sql as sql
 from services.store import repository as repo
-
-conn = test_pg_graph.conn  # the backend-parametrised store connection
 
 
 def _document(conn: Any, document_id: str, namespace: str = "ns") -> str:

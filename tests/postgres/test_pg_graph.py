@@ -2,76 +2,19 @@
 entities_sql.py) and the links between memories (extraction_sql.py) on both
 backends from one home: every test runs once on a migrated SQLite file and
 once on a migrated PostgreSQL database (through services/common/pg.py's
-SqliteApi), with the same assertions. The `conn` fixture is the other
-tests/postgres/test_pg_{sessions,documents}*.py files' too."""
+SqliteApi), with the same assertions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
+from pg_rows import PAST, T0, T1, T2, T3, dialect, insert, memory
 
-from services.common import db, pg
 from services.common.facts import NamedEntity
 from services.store import entities_sql, graph_sql
 from services.store import extraction_sql as links
 from services.store import repository as repo
 from services.store.graph import Triple, write_graph
-from services.store.migrations import apply_migrations
-from services.store.pg_migrations import apply_pg_migrations
-
-T0 = "2026-01-01T00:00:00.000000000Z"
-T1 = "2026-01-01T00:00:01.000000000Z"
-T2 = "2026-01-01T00:00:02.000000000Z"
-T3 = "2026-01-01T00:00:03.000000000Z"
-PAST = "2000-01-01T00:00:00.000000000Z"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """The store's read-write connection on a migrated database of each backend."""
-    if request.param == "sqlite":
-        lite = db.open_read_write(tmp_path / "store.db")
-        apply_migrations(lite)
-        yield lite
-        lite.close()
-        return
-    raw = pg.open_read_write(request.getfixturevalue("pg_dsn"))
-    apply_pg_migrations(raw)
-    with pg.SqliteApi(raw) as adapted:
-        yield adapted
-
-
-def dialect(conn: Any) -> str:
-    return "postgres" if repo.postgres(conn) else "sqlite"
-
-
-def memory(memory_id: str, content: str, namespace: str = "ns", **overrides: Any) -> Any:
-    fields: dict[str, Any] = {
-        "id": memory_id,
-        "namespace": namespace,
-        "content": content,
-        "normalized_content": content.lower(),
-        "content_hash": f"h-{content}",
-        "type": "fact",
-        "importance": 0.5,
-        "tags": "[]",
-        "pinned": 0,
-        "who": "user",
-        "why": "",
-        "source_type": "api",
-        "source_id": "",
-        "created_at": T0,
-        "event_time": T0,
-    }
-    fields.update(overrides)
-    return repo.MemoryRow(**fields)
-
-
-def insert(conn: Any, *rows: Any) -> None:
-    repo.insert_memory_rows(conn, list(rows))
 
 
 def _entity(conn: Any, name: str, namespace: str = "ns") -> Any:

@@ -6,38 +6,13 @@ migrated PostgreSQL database (pattern: test_pg_repository.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
+from pg_rows import T0, dialect
 
-from services.common import db, pg
 from services.common.fts import keyword_terms, quoted
 from services.common.memory_filter import MemoryFilterSpec
 from services.store import repository as repo
-from services.store.migrations import apply_migrations
-from services.store.pg_migrations import apply_pg_migrations
-
-T0 = "2026-01-01T00:00:00.000000000Z"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "sqlite":
-        lite = db.open_read_write(tmp_path / "store.db")
-        apply_migrations(lite)
-        yield lite
-        lite.close()
-        return
-    raw = pg.open_read_write(request.getfixturevalue("pg_dsn"))
-    apply_pg_migrations(raw)
-    with pg.SqliteApi(raw) as adapted:
-        yield adapted
-
-
-def _dialect(conn: Any) -> str:
-    return "postgres" if repo.postgres(conn) else "sqlite"
 
 
 def _insert(conn: Any, memory_id: str, content: str, at: str, **overrides: Any) -> None:
@@ -74,7 +49,7 @@ def test_listing_filters_on_tags_and_categories(conn: Any) -> None:
     repo.update_memory(conn, "d", {"is_deleted": 1, "deleted_at": _at(5)})
 
     def listed(spec: MemoryFilterSpec) -> list[str]:
-        query = repo.list_memories_query("ns", spec, None, 10, dialect=_dialect(conn))
+        query = repo.list_memories_query("ns", spec, None, 10, dialect=dialect(conn))
         return [r["id"] for r in repo.fetch_all(conn, query)]
 
     assert listed(MemoryFilterSpec(tags=("work",))) == ["b", "a"]
@@ -82,7 +57,7 @@ def test_listing_filters_on_tags_and_categories(conn: Any) -> None:
     assert listed(MemoryFilterSpec(categories=("plan",))) == ["c", "a"]
     assert listed(MemoryFilterSpec(tags=("nothing",))) == []
     tombstones = repo.list_tombstones_query(
-        "ns", MemoryFilterSpec(tags=("work",)), T0, None, 10, dialect=_dialect(conn)
+        "ns", MemoryFilterSpec(tags=("work",)), T0, None, 10, dialect=dialect(conn)
     )
     assert [r["id"] for r in repo.fetch_all(conn, tombstones)] == ["d"]
 
@@ -96,7 +71,7 @@ def _candidates(conn: Any, query: str, **kwargs: Any) -> list[str]:
         kwargs.get("spec", MemoryFilterSpec()),
         kwargs.get("include_pinned", False),
         10,
-        dialect=_dialect(conn),
+        dialect=dialect(conn),
     )
     return [r["id"] for r in repo.fetch_all(conn, sql)]
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +14,6 @@ import pytest
 from services.common import db, forgetting, pg
 from services.common.memory_filter import NOW_SQL, MemoryFilterSpec
 from services.store import repository as repo
-from services.store.migrations import apply_migrations
-from services.store.pg_migrations import apply_pg_migrations
 from services.store.writer import Writer
 
 T0 = "2026-01-01T00:00:00.000000000Z"
@@ -82,21 +78,6 @@ def test_a_statement_text_is_translated_once() -> None:
 
 
 # ---- one repository, two backends -----------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """The store's read-write connection on a migrated database of each backend."""
-    if request.param == "sqlite":
-        lite = db.open_read_write(tmp_path / "store.db")
-        apply_migrations(lite)
-        yield lite
-        lite.close()
-        return
-    raw = pg.open_read_write(request.getfixturevalue("pg_dsn"))
-    apply_pg_migrations(raw)
-    with pg.SqliteApi(raw) as adapted:
-        yield adapted
 
 
 def test_the_connection_says_its_dialect(conn: Any) -> None:

@@ -10,16 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_rows import dialect as dialect_of
+from pg_rows import memory
 
-from services.common import db, pg
+from services.common import pg
 from services.common.memory_filter import MemoryFilterSpec
 from services.search import context_queries, graph_queries, pg_text, queries
 from services.store import repository as repo
-from services.store.migrations import apply_migrations
 from services.store.pg_migrations import apply_pg_migrations
 
 T0 = "2026-01-01T00:00:00.000000000Z"
@@ -29,47 +29,6 @@ PAST = "2000-01-01T00:00:00.000000000Z"
 FUTURE = "2999-01-01T00:00:00.000000000Z"
 E_END = "2026-01-01T06:00:00.000000000Z"  # when memory "e" stopped being valid
 NOW = MemoryFilterSpec()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """The store's connection to a migrated database of each backend."""
-    if request.param == "sqlite":
-        lite = db.open_read_write(tmp_path / "store.db")
-        apply_migrations(lite)
-        yield lite
-        lite.close()
-        return
-    raw = pg.open_read_write(request.getfixturevalue("pg_dsn"))
-    apply_pg_migrations(raw)
-    with pg.SqliteApi(raw) as adapted:
-        yield adapted
-
-
-def _dialect(conn: Any) -> str:
-    return "postgres" if repo.postgres(conn) else "sqlite"
-
-
-def _memory(memory_id: str, content: str, **overrides: Any) -> repo.MemoryRow:
-    fields: dict[str, Any] = {
-        "id": memory_id,
-        "namespace": "ns",
-        "content": content,
-        "normalized_content": content.lower(),
-        "content_hash": f"h-{memory_id}",
-        "type": "fact",
-        "importance": 0.5,
-        "tags": "[]",
-        "pinned": 0,
-        "who": "user",
-        "why": "",
-        "source_type": "api",
-        "source_id": "",
-        "created_at": T0,
-        "event_time": T0,
-    }
-    fields.update(overrides)
-    return repo.MemoryRow(**fields)
 
 
 def _insert(conn: Any, *rows: repo.MemoryRow) -> dict[str, int]:
@@ -92,14 +51,14 @@ def _ids(rowids: dict[str, int], found: Any) -> list[str]:
 def _corpus(conn: Any) -> dict[str, int]:
     return _insert(
         conn,
-        _memory("a", "Caroline went to the support group", tags='["x", "y"]', importance=0.9),
-        _memory("b", "Melanie painted a sunrise over the lake", created_at=T1, event_time=T1),
-        _memory("c", "deleted memory about the lake"),
-        _memory("d", "expired memory about the lake", expire_at=PAST),
-        _memory("e", "superseded memory about the lake", valid_until=E_END),
-        _memory("f", "a lake in another namespace", namespace="other"),
-        _memory("g", "pinned rule: the lake is cold", pinned=1, importance=0.8, tags='["y"]'),
-        _memory(
+        memory("a", "Caroline went to the support group", tags='["x", "y"]', importance=0.9),
+        memory("b", "Melanie painted a sunrise over the lake", created_at=T1, event_time=T1),
+        memory("c", "deleted memory about the lake"),
+        memory("d", "expired memory about the lake", expire_at=PAST),
+        memory("e", "superseded memory about the lake", valid_until=E_END),
+        memory("f", "a lake in another namespace", namespace="other"),
+        memory("g", "pinned rule: the lake is cold", pinned=1, importance=0.8, tags='["y"]'),
+        memory(
             "h",
             "session turn about yesterday",
             session_id="s1",
@@ -119,7 +78,7 @@ def _delete(conn: Any, memory_id: str) -> None:
 def test_rows_by_rowid_are_the_namespaces_live_memories_only(conn: Any) -> None:
     rowids = _corpus(conn)
     _delete(conn, "c")
-    dialect = _dialect(conn)
+    dialect = dialect_of(conn)
     every = list(rowids.values())
     live = ["a", "b", "g", "h"]
     memories = _run(conn, queries.memories_by_rowid("ns", every, dialect=dialect))
@@ -146,7 +105,7 @@ def test_rows_by_rowid_are_the_namespaces_live_memories_only(conn: Any) -> None:
 
 def test_counts_windows_and_neighbours_agree(conn: Any) -> None:
     rowids = _corpus(conn)
-    dialect = _dialect(conn)
+    dialect = dialect_of(conn)
     assert _run(conn, queries.live_count("ns", NOW, dialect=dialect))[0][0] == 5  # a b c g h
     assert _run(conn, queries.live_count(None, NOW))[0][0] == 6
     tagged = MemoryFilterSpec(tags=("y",))
@@ -167,13 +126,13 @@ def test_counts_windows_and_neighbours_agree(conn: Any) -> None:
 def test_decay_inputs_read_the_confidence_at_the_instant(conn: Any) -> None:
     rowids = _insert(
         conn,
-        _memory("fresh", "fresh"),
-        _memory("pinned", "pinned", pinned=1, created_at=PAST),
-        _memory("old", "old", created_at=PAST, decay_rate=0.5),
+        memory("fresh", "fresh"),
+        memory("pinned", "pinned", pinned=1, created_at=PAST),
+        memory("old", "old", created_at=PAST, decay_rate=0.5),
     )
     rows = _run(
         conn,
-        queries.decay_inputs("ns", list(rowids.values()), 0.1, T0, dialect=_dialect(conn)),
+        queries.decay_inputs("ns", list(rowids.values()), 0.1, T0, dialect=dialect_of(conn)),
     )
     confidence = {r["rowid"]: float(r["current_confidence"]) for r in rows}
     assert confidence[rowids["fresh"]] == pytest.approx(1.0)
@@ -229,7 +188,7 @@ def _graph(conn: Any) -> dict[str, int]:
 
 def test_the_graph_queries_agree(conn: Any) -> None:
     rowids = _graph(conn)
-    dialect = _dialect(conn)
+    dialect = dialect_of(conn)
     matched = _run(
         conn, graph_queries.matching_entities("ns", ["carol", "mel"], [], 10, dialect=dialect)
     )
@@ -313,8 +272,8 @@ def test_bm25_ranks_the_live_filtered_collection_with_its_statistics(pg_conn: An
 def test_a_term_is_matched_as_fts5_matches_a_quoted_term(pg_conn: Any) -> None:
     rowids = _insert(
         pg_conn,
-        _memory("run", "she was running fast"),
-        _memory("ran", "a runner ran"),
+        memory("run", "she was running fast"),
+        memory("ran", "a runner ran"),
     )
     # stemmed as content_tsv is: "runs" finds "running"
     rows = _run(pg_conn, pg_text.bm25_top(["runs"], "ns", 10))
@@ -333,7 +292,7 @@ def test_a_failed_isolated_read_leaves_the_snapshot_usable(pg_conn: Any, pg_dsn:
         try:
             async with reads.snapshot() as snapshot:
                 before = (await snapshot.fetch_one(queries.live_count(None, NOW)))[0]
-                await asyncio.to_thread(_insert, pg_conn, _memory("late", "written meanwhile"))
+                await asyncio.to_thread(_insert, pg_conn, memory("late", "written meanwhile"))
                 with pytest.raises(pg.psycopg.errors.UndefinedTable):
                     await snapshot.fetch_all_isolated(("SELECT * FROM no_such_table", []))
                 after = (await snapshot.fetch_one(queries.live_count(None, NOW)))[0]

@@ -1,21 +1,18 @@
 """Conversation sessions' SQL (services/store/session_sql.py), their lifecycle
 (session_lifecycle.py) and the summarize job's transcript (sessions.py) on both
 backends: a migrated SQLite file and a migrated PostgreSQL database, the same
-assertions (the `conn` fixture is test_pg_graph.py's)."""
+assertions (the `conn` fixture is tests/postgres/conftest.py's)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import test_pg_graph
-from test_pg_graph import T0, T1, T2, T3, insert, memory
+from pg_rows import T0, T1, T2, T3, insert, memory
 
 from services.store import repository as repo
 from services.store import session_lifecycle as lifecycle
 from services.store import session_sql as sql
 from services.store.sessions import transcript
-
-conn = test_pg_graph.conn  # the backend-parametrised store connection
 
 FUTURE = "9999-01-01T00:00:00.000000000Z"
 

@@ -390,11 +390,6 @@ class PgReadPool(db.ReadPool):
         self._connections.append(conn)
         return conn
 
-    async def _checkout(self) -> Any:
-        if self._idle.empty() and len(self._connections) + self._opening < self._max_size:
-            return await self._connect()
-        return await self._idle.get()
-
     def _checkin(self, conn: Any) -> None:
         """Back to the queue when idle; else (lost, or left in a transaction) closed."""
         if not conn.broken and conn.info.transaction_status == TransactionStatus.IDLE:

@@ -1,5 +1,5 @@
 """SIGKILL the store on PostgreSQL in the middle of a storm of concurrent
-Remember calls (tests/e2e/test_crash_durability.py's method, on the other backend).
+Remember calls (tests/e2e/crash_helpers.py's method, test_crash_durability.py's on SQLite).
 
 The store is a real process (`engram serve store`) with `storage.kind=postgres`
 on a fresh database of the session's real PostgreSQL, which it migrates as it
@@ -12,24 +12,12 @@ off (no history or jobs without their memory, no memory without them).
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 from typing import Any
 
-import grpc
-from test_crash_durability import (
-    KILL_AFTER_ACKS,
-    NAMESPACE,
-    PIPELINE_ON,
-    THREADS,
-    TOKEN,
-    Storm,
-    writer_thread,
-)
+from crash_helpers import NAMESPACE, PIPELINE_ON, TOKEN, storm_kill_and_restart
 
 from e2e_helpers import Launcher
-from engram.store.v1 import store_pb2
 
 
 def test_sigkill_on_postgres_during_concurrent_remembers_loses_no_acknowledged_memory(
@@ -40,75 +28,7 @@ def test_sigkill_on_postgres_during_concurrent_remembers_loses_no_acknowledged_m
         "ENGRAM_STORAGE__KIND": "postgres",
         "ENGRAM_STORAGE__POSTGRES__DSN": pg_dsn,
     }
-    store = launcher.start_store(data_dir, env=env)
-    stub = store.stub()
-    storm = Storm()
-    threads = [
-        threading.Thread(target=writer_thread, args=(stub, storm, n), daemon=True)
-        for n in range(THREADS)
-    ]
-    for thread in threads:
-        thread.start()
-
-    assert storm.enough.wait(timeout=120), f"only {len(storm.acked)} acks; log:\n{store.log()}"
-    with storm.lock:
-        # Snapshot under the lock, then kill: any ack recorded after this point
-        # was also produced by the server before it died.
-        in_flight_at_kill = storm.in_flight
-        storm.killed.set()
-        store.signal(signal.SIGKILL)
-    assert store.wait_exit() == -signal.SIGKILL
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(t.is_alive() for t in threads)
-    store.close_channels()
-
-    assert storm.errors == []
-    assert len(storm.acked) >= KILL_AFTER_ACKS
-    assert storm.sent >= 200
-    assert in_flight_at_kill > 0, "the kill must land while Remember calls are in flight"
-
-    # Restart on the same database: every acknowledged memory is there.
-    restarted = launcher.start_store(data_dir, env=env)
-    stub = restarted.stub()
-    missing: list[str] = []
-    for memory_id, content in storm.acked.items():
-        try:
-            got = stub.GetMemory(
-                store_pb2.GetMemoryRequest(namespace=NAMESPACE, id=memory_id), timeout=10
-            )
-        except grpc.RpcError as exc:
-            missing.append(f"{memory_id}: {exc.code()}")
-            continue
-        assert got.memory.content == content
-        assert got.memory.deleted is False
-        assert got.memory.version == 1
-    assert missing == [], f"{len(missing)} acknowledged memories lost after SIGKILL"
-
-    listed_ids: set[str] = set()
-    token = ""
-    while True:
-        page = stub.ListMemories(
-            store_pb2.ListMemoriesRequest(namespace=NAMESPACE, page_size=500, page_token=token),
-            timeout=10,
-        )
-        listed_ids.update(m.id for m in page.memories)
-        token = page.next_page_token
-        if not token:
-            break
-    assert set(storm.acked) <= listed_ids
-    # Anything beyond the acknowledged set was in flight at the kill (committed,
-    # but the reply never arrived) and can only come from calls we actually sent.
-    assert len(listed_ids) <= storm.sent
-
-    # Still writable after recovery, and dedup still sees pre-crash rows.
-    some_id, some_content = next(iter(storm.acked.items()))
-    again = stub.Remember(
-        store_pb2.RememberRequest(namespace=NAMESPACE, content=some_content), timeout=10
-    )
-    assert again.deduplicated and again.memory.id == some_id
-    assert restarted.stop() == 0
-
+    listed_ids = storm_kill_and_restart(launcher, data_dir, env)
     check_database(pg_dsn, listed_ids)
 
 

@@ -6,6 +6,7 @@ because the store, search, pipeline and maintenance suites run on it too."""
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,3 +40,28 @@ def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     apply_pg_migrations(raw)
     with pg.SqliteApi(raw) as adapted:
         yield adapted
+
+
+@pytest.fixture
+def dsn(db_path: Path) -> str:
+    """The test's database (the one make_config's storage.postgres.dsn names)."""
+    import backend_db
+
+    found = backend_db.dsn_of(db_path)
+    assert found is not None
+    return found
+
+
+@pytest.fixture
+def reader_role(dsn: str) -> Iterator[str]:
+    """A login role of this test's own (the cluster's roles are shared)."""
+    import psycopg
+    from psycopg import sql
+
+    role = f"engram_reader_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    yield role
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

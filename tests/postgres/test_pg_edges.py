@@ -8,7 +8,6 @@ import asyncio
 import socket
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,7 +16,6 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-import backend_db
 import pg_server
 from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
@@ -33,13 +31,6 @@ from store_helpers import remember
 def storage_backend() -> str:
     """Every test here on Postgres (make_config puts the store on this test's database)."""
     return "postgres"
-
-
-@pytest.fixture
-def dsn(db_path: Path) -> str:
-    found = backend_db.dsn_of(db_path)
-    assert found is not None
-    return found
 
 
 # ---- a read the server cancels ---------------------------------------------------------
@@ -170,18 +161,6 @@ def test_every_text_column_orders_by_code_point_like_sqlite(
 
 
 # ---- the reader role's grant -----------------------------------------------------------
-
-
-@pytest.fixture
-def reader_role(dsn: str) -> Iterator[str]:
-    """A login role of this test's own (the cluster's roles are shared)."""
-    role = f"engram_reader_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    yield role
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def _without_user(dsn: str) -> str:

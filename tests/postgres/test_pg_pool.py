@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pg_cluster import terminate
 
 from services.common import db, pg
 from services.common.config import load_config
@@ -106,22 +107,12 @@ def test_the_pool_grows_while_every_connection_is_held(dsn: str) -> None:
     assert asyncio.run(main()) == 2
 
 
-def _terminate(dsn: str, application_name: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = %s",
-            (application_name,),
-        ).fetchall()
-    return len(rows)
-
-
 def test_a_dropped_connection_fails_its_fetch_unavailable_once_and_is_replaced(dsn: str) -> None:
     async def main() -> int:
         reads = pg.PgReadPool(dsn, size=1, max_size=1, application_name="engram-pool-test")
         await reads.open()
         try:
-            assert await asyncio.to_thread(_terminate, dsn, "engram-pool-test") == 1
+            assert await asyncio.to_thread(terminate, dsn, "engram-pool-test") == [True]
             with pytest.raises(db.StorageUnavailable, match="connection was lost"):
                 await reads.fetch_all(("SELECT count(*) FROM t", []))
             return int((await reads.fetch_one(("SELECT count(*) FROM t", [])))[0])

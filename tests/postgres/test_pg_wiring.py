@@ -5,18 +5,16 @@ RPCs through real gRPC servers on a real PostgreSQL database."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 import psycopg
 import pytest
-from psycopg import sql
+from pg_cluster import terminate
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-import backend_db
 from engram.store.v1 import store_pb2
 from services.cli import main as cli
 from services.common import pg
@@ -34,14 +32,6 @@ def storage_backend() -> str:
     """Every test here on Postgres: make_config, db_path and the stacks of
     tests/conftest.py put the store on this test's own database."""
     return "postgres"
-
-
-@pytest.fixture
-def dsn(db_path: Path) -> str:
-    """The test's database (the one make_config's storage.postgres.dsn names)."""
-    found = backend_db.dsn_of(db_path)
-    assert found is not None
-    return found
 
 
 # ---- configuration ---------------------------------------------------------------------
@@ -148,18 +138,6 @@ def test_a_frozen_store_on_postgres_refuses_writes_and_serves_reads(
 # ---- search on Postgres, through its own read-only role -----------------------------------
 
 
-@pytest.fixture
-def reader_role(dsn: str) -> Iterator[str]:
-    """A login role of this test's own (the cluster's roles are shared)."""
-    role = f"engram_search_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    yield role
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
-
-
 def _as(dsn: str, role: str) -> str:
     params = conninfo_to_dict(dsn)
     params["user"] = role
@@ -218,12 +196,7 @@ def test_a_lost_database_connection_is_unavailable_once_then_the_store_reconnect
 ) -> None:
     _, stub = start_store_server(make_config())
     kept = remember(stub, "Kafka retention is seven days").memory
-    with psycopg.connect(dsn, autocommit=True) as admin:  # a restart, a failover, a cut
-        ended = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = 'engram-store'"
-        ).fetchall()
-    assert ended == [(True,)]
+    assert terminate(dsn, "engram-store") == [True]  # a restart, a failover, a cut
     with pytest.raises(grpc.RpcError) as lost:
         remember(stub, "The build uses Bazel.")
     assert lost.value.code() == grpc.StatusCode.UNAVAILABLE

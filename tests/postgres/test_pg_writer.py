@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pg_cluster import terminate
 
 from services.common import pg
 from services.store.writer import StorageFull, StorageUnavailable, Writer, is_storage_full
@@ -143,21 +144,12 @@ def test_the_disk_full_sqlstate_is_storage_full_and_others_are_not(pg_dsn: str) 
     assert not is_storage_full(other.value)
 
 
-def _terminate_writer_backend(dsn: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        ended = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name = 'engram-store'"
-        ).fetchall()
-    assert ended == [(True,)]
-
-
 def test_a_lost_connection_fails_its_group_and_the_next_reconnects(
     make_writer: Callable[..., Writer], pg_dsn: str
 ) -> None:
     writer = make_writer()
     asyncio.run(writer.submit(_insert(1)))
-    _terminate_writer_backend(pg_dsn)  # a server restart, a failover, a cut
+    assert terminate(pg_dsn, "engram-store") == [True]  # a server restart, a failover, a cut
 
     with pytest.raises(StorageUnavailable):
         asyncio.run(writer.submit(_insert(2)))
@@ -170,7 +162,7 @@ def test_without_a_way_to_reconnect_every_write_fails_unavailable(pg_dsn: str) -
         conn.execute("CREATE TABLE t (v INTEGER UNIQUE, xact BIGINT NOT NULL)")
     writer = Writer(_connect(pg_dsn))
     try:
-        _terminate_writer_backend(pg_dsn)
+        assert terminate(pg_dsn, "engram-store") == [True]
         for v in (2, 3):
             with pytest.raises(StorageUnavailable):
                 asyncio.run(writer.submit(_insert(v)))

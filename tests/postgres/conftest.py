@@ -65,3 +65,15 @@ def reader_role(dsn: str) -> Iterator[str]:
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
         admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def pg_conn(pg_dsn: str) -> Iterator[Any]:
+    """The store's read-write connection on a migrated PostgreSQL database only."""
+    from services.common import pg
+    from services.store.pg_migrations import apply_pg_migrations
+
+    raw = pg.open_read_write(pg_dsn)
+    apply_pg_migrations(raw)
+    with pg.SqliteApi(raw) as adapted:
+        yield adapted

@@ -6,7 +6,6 @@ always counts its own collection."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from services.common.providers.embedding import NoEmbedding
 from services.search.embedder import QueryEmbedder
 from services.search.recall import Recaller, RecallParams
 from services.search.scoring import ScoringParams
-from services.store.pg_migrations import apply_pg_migrations
 
 AT = "2026-01-01T00:00:00.000000000Z"
 FILLER = (
@@ -28,20 +26,12 @@ FILLER = (
 )
 
 
-@pytest.fixture
-def conn(pg_dsn: str) -> Iterator[Any]:
-    raw = pg.open_read_write(pg_dsn)
-    apply_pg_migrations(raw)
-    with pg.SqliteApi(raw) as adapted:
-        yield adapted
+def _fill(pg_conn: Any, batch: str, count: int) -> None:
+    pg_conn.execute(FILLER, [batch, batch, AT, AT, AT, count])
 
 
-def _fill(conn: Any, batch: str, count: int) -> None:
-    conn.execute(FILLER, [batch, batch, AT, AT, AT, count])
-
-
-def _insert(conn: Any, memory_id: str, content: str) -> None:
-    conn.execute(
+def _insert(pg_conn: Any, memory_id: str, content: str) -> None:
+    pg_conn.execute(
         "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type,"
         " importance, created_at, updated_at, event_time)"
         " VALUES (?, 'ns', ?, ?, ?, 'fact', 0.5, ?, ?, ?)",
@@ -50,14 +40,14 @@ def _insert(conn: Any, memory_id: str, content: str) -> None:
 
 
 def test_a_large_namespaces_statistics_are_kept_a_filtered_collection_is_counted(
-    conn: Any, pg_dsn: str
+    pg_conn: Any, pg_dsn: str
 ) -> None:
     """Two terms of different frequencies: the lesser match's score relative to
     the best one follows the collection's size (through each term's IDF)."""
-    _insert(conn, "rare", "a frozen lake")
-    _insert(conn, "common-1", "a zebra")
-    _insert(conn, "common-2", "another zebra")
-    _fill(conn, "a", 10_000)
+    _insert(pg_conn, "rare", "a frozen lake")
+    _insert(pg_conn, "common-1", "a zebra")
+    _insert(pg_conn, "common-2", "another zebra")
+    _fill(pg_conn, "a", 10_000)
     params = RecallParams(scoring=ScoringParams(min_score=0.0))
     everything = MemoryFilterSpec()
     facts = MemoryFilterSpec(types=("fact",))  # the same memories, as a filter
@@ -74,7 +64,7 @@ def test_a_large_namespaces_statistics_are_kept_a_filtered_collection_is_counted
                 return scores["common-1"] / scores["rare"]
 
             first = await relative(kept, everything)
-            await asyncio.to_thread(_fill, conn, "b", 10_000)  # the namespace doubles
+            await asyncio.to_thread(_fill, pg_conn, "b", 10_000)  # the namespace doubles
             again = await relative(kept, everything)
             fresh = await relative(
                 Recaller(reads, QueryEmbedder(NoEmbedding()), params), everything
@@ -91,16 +81,16 @@ def test_a_large_namespaces_statistics_are_kept_a_filtered_collection_is_counted
 
 
 def test_a_large_namespace_scores_common_terms_only_beside_a_rare_one(
-    conn: Any, pg_dsn: str
+    pg_conn: Any, pg_dsn: str
 ) -> None:
     """The common-terms cutoff (keyword_postings_budget), as on SQLite's
     whole-index channel: in a namespace probed as large, a memory holding only
     the common term is not scored; one holding the rare term is, common term
     included. Budget 0 scores every match."""
-    _insert(conn, "rare", "a frozen lake and a zebra")
-    _insert(conn, "common-1", "a zebra")
-    _insert(conn, "common-2", "another zebra")
-    _fill(conn, "a", 10_000)
+    _insert(pg_conn, "rare", "a frozen lake and a zebra")
+    _insert(pg_conn, "common-1", "a zebra")
+    _insert(pg_conn, "common-2", "another zebra")
+    _fill(pg_conn, "a", 10_000)
 
     async def run(budget: int) -> dict[str, float]:
         reads = pg.PgReadPool(pg_dsn, size=1)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from services.common import pg
 from services.common.memory_filter import MemoryFilterSpec
 from services.search import context_queries, graph_queries, pg_text, queries
 from services.store import repository as repo
-from services.store.pg_migrations import apply_pg_migrations
 
 T0 = "2026-01-01T00:00:00.000000000Z"
 T1 = "2026-01-02T00:00:00.000000000Z"
@@ -239,14 +237,6 @@ def test_the_context_queries_agree(conn: Any) -> None:
 
 
 # ---- Postgres's keyword channel ---------------------------------------------------
-
-
-@pytest.fixture
-def pg_conn(pg_dsn: str) -> Iterator[Any]:
-    raw = pg.open_read_write(pg_dsn)
-    apply_pg_migrations(raw)
-    with pg.SqliteApi(raw) as adapted:
-        yield adapted
 
 
 def test_bm25_ranks_the_live_filtered_collection_with_its_statistics(pg_conn: Any) -> None:

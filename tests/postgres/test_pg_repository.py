@@ -10,17 +10,13 @@ import re
 from typing import Any
 
 import pytest
+from pg_rows import PAST, T0, T1, T2, T3, memory
 
 from services.common import db, forgetting, pg
 from services.common.memory_filter import NOW_SQL, MemoryFilterSpec
 from services.store import repository as repo
 from services.store.writer import Writer
 
-T0 = "2026-01-01T00:00:00.000000000Z"
-T1 = "2026-01-01T00:00:01.000000000Z"
-T2 = "2026-01-01T00:00:02.000000000Z"
-T3 = "2026-01-01T00:00:03.000000000Z"
-PAST = "2000-01-01T00:00:00.000000000Z"
 FUTURE = "9999-01-01T00:00:00.000000000Z"
 STORED_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z")
 
@@ -92,25 +88,8 @@ def test_literal_percent_signs_and_the_clock_read_alike(conn: Any) -> None:
 
 
 def _memory(memory_id: str, content: str, **overrides: Any) -> repo.MemoryRow:
-    fields: dict[str, Any] = {
-        "id": memory_id,
-        "namespace": "ns",
-        "content": content,
-        "normalized_content": content.lower(),
-        "content_hash": f"h-{content}",
-        "type": "fact",
-        "importance": 0.5,
-        "tags": '["a"]',
-        "pinned": 0,
-        "who": "user",
-        "why": "",
-        "source_type": "api",
-        "source_id": "",
-        "created_at": T0,
-        "event_time": T0,
-    }
-    fields.update(overrides)
-    return repo.MemoryRow(**fields)
+    """pg_rows.memory tagged "a" unless told otherwise."""
+    return memory(memory_id, content, **{"tags": '["a"]', **overrides})
 
 
 def _insert(conn: Any, *rows: repo.MemoryRow) -> None:

@@ -73,16 +73,19 @@ def writer_thread(stub: store_pb2_grpc.MemoryStoreServiceStub, storm: Storm, thr
 PIPELINE_ON = {"ENGRAM_MEMORY__PIPELINEV2__ENABLED": "true"}
 
 
-def storm_kill_and_restart(launcher: Launcher, data_dir: Path, env: dict[str, str]) -> set[str]:
-    """Run the storm, SIGKILL the store mid-storm, restart it with the same `env`, check
-    every acknowledged memory through the API, stop it; the ids it lists after the
-    restart (the acknowledged ones and any committed but unanswered)."""
+def storm_kill_and_restart(
+    launcher: Launcher, data_dir: Path, env: dict[str, str], *, concurrency: int = THREADS
+) -> set[str]:
+    """Run the storm (`concurrency` Remember calls in flight), SIGKILL the store
+    mid-storm, restart it with the same `env`, check every acknowledged memory
+    through the API, stop it; the ids it lists after the restart (the acknowledged
+    ones and any committed but unanswered)."""
     store = launcher.start_store(data_dir, env=env)
     stub = store.stub()
     storm = Storm()
     threads = [
         threading.Thread(target=writer_thread, args=(stub, storm, n), daemon=True)
-        for n in range(THREADS)
+        for n in range(concurrency)
     ]
     for thread in threads:
         thread.start()

@@ -1,4 +1,4 @@
-"""SIGKILL the store on PostgreSQL in the middle of a storm of concurrent
+"""SIGKILL the store on PostgreSQL in the middle of a storm of 200 concurrent
 Remember calls (tests/e2e/crash_helpers.py's method, test_crash_durability.py's on SQLite).
 
 The store is a real process (`engram serve store`) with `storage.kind=postgres`
@@ -28,7 +28,8 @@ def test_sigkill_on_postgres_during_concurrent_remembers_loses_no_acknowledged_m
         "ENGRAM_STORAGE__KIND": "postgres",
         "ENGRAM_STORAGE__POSTGRES__DSN": pg_dsn,
     }
-    listed_ids = storm_kill_and_restart(launcher, data_dir, env)
+    # issue 21: the kill lands under 200 concurrent Remembers
+    listed_ids = storm_kill_and_restart(launcher, data_dir, env, concurrency=200)
     check_database(pg_dsn, listed_ids)
 
 

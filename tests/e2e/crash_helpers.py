@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from e2e_helpers import Launcher
+from e2e_helpers import Launcher, listed_ids
 from engram.store.v1 import store_pb2, store_pb2_grpc
 
 THREADS = 32
@@ -69,6 +69,16 @@ def writer_thread(stub: store_pb2_grpc.MemoryStoreServiceStub, storm: Storm, thr
             if len(storm.acked) >= KILL_AFTER_ACKS:
                 storm.enough.set()
 
+
+# Per memory of the storm: its created events, embed jobs and extract jobs; a
+# committed Remember has exactly (1, 1, 1). sqlite3's `?` (pg.translate for Postgres).
+PER_MEMORY_ROWS = (
+    "SELECT m.id, "
+    " (SELECT count(*) FROM memory_history h WHERE h.memory_id = m.id AND h.event = 'created'),"
+    " (SELECT count(*) FROM memory_jobs j WHERE j.memory_id = m.id AND j.job_type = 'embed'),"
+    " (SELECT count(*) FROM memory_jobs j WHERE j.memory_id = m.id AND j.job_type = 'extract')"
+    " FROM memories m WHERE m.namespace = ?"
+)
 
 PIPELINE_ON = {"ENGRAM_MEMORY__PIPELINEV2__ENABLED": "true"}
 
@@ -125,21 +135,11 @@ def storm_kill_and_restart(
         assert got.memory.version == 1
     assert missing == [], f"{len(missing)} acknowledged memories lost after SIGKILL"
 
-    listed_ids: set[str] = set()
-    token = ""
-    while True:
-        page = stub.ListMemories(
-            store_pb2.ListMemoriesRequest(namespace=NAMESPACE, page_size=500, page_token=token),
-            timeout=10,
-        )
-        listed_ids.update(m.id for m in page.memories)
-        token = page.next_page_token
-        if not token:
-            break
-    assert set(storm.acked) <= listed_ids
+    listed = listed_ids(stub, NAMESPACE)
+    assert set(storm.acked) <= listed
     # Anything beyond the acknowledged set was in flight at the kill (committed,
     # but the reply never arrived) and can only come from calls we actually sent.
-    assert len(listed_ids) <= storm.sent
+    assert len(listed) <= storm.sent
 
     # Still writable after recovery, and dedup still sees pre-crash rows.
     some_id, some_content = next(iter(storm.acked.items()))
@@ -149,4 +149,4 @@ def storm_kill_and_restart(
     assert again.deduplicated and again.memory.id == some_id
     assert restarted.stop() == 0
 
-    return listed_ids
+    return listed

@@ -25,12 +25,27 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from engram.store.v1 import store_pb2_grpc
+from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.cli.main import SERVICES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
 EXIT_TIMEOUT_S = 30.0
+
+
+def listed_ids(stub: store_pb2_grpc.MemoryStoreServiceStub, namespace: str) -> set[str]:
+    """Every live memory id ListMemories pages through in `namespace`."""
+    ids: set[str] = set()
+    token = ""
+    while True:
+        page = stub.ListMemories(
+            store_pb2.ListMemoriesRequest(namespace=namespace, page_size=500, page_token=token),
+            timeout=10,
+        )
+        ids.update(memory.id for memory in page.memories)
+        token = page.next_page_token
+        if not token:
+            return ids
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from e2e_helpers import REPO_ROOT, Launcher, clean_env, engram_command
+from e2e_helpers import REPO_ROOT, Launcher, clean_env, engram_command, listed_ids
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.db import open_read_write
 from services.store.migrations import MIGRATIONS, apply_migrations
@@ -120,17 +120,7 @@ def test_backup_under_write_load_restores_every_memory_acknowledged_before_it(
             continue
         assert got.memory.content == content
     assert missing == []
-    listed: set[str] = set()
-    token = ""
-    while True:
-        page = stub.ListMemories(
-            store_pb2.ListMemoriesRequest(namespace=NAMESPACE, page_size=500, page_token=token),
-            timeout=10,
-        )
-        listed.update(memory.id for memory in page.memories)
-        token = page.next_page_token
-        if not token:
-            break
+    listed = listed_ids(stub, NAMESPACE)
     assert set(before) <= listed
     # The restored store takes writes again.
     stub.Remember(store_pb2.RememberRequest(namespace=NAMESPACE, content="after restore"))

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crash_helpers import NAMESPACE, PIPELINE_ON, TOKEN, storm_kill_and_restart
+from crash_helpers import (
+    NAMESPACE,
+    PER_MEMORY_ROWS,
+    PIPELINE_ON,
+    TOKEN,
+    storm_kill_and_restart,
+)
 
 from e2e_helpers import Launcher
 from services.common.db import open_read_only, open_read_write
@@ -67,14 +73,7 @@ def check_database(db_path: Path, live_ids: set[str]) -> None:
         assert unfindable == []
 
         # Exactly one created event and one embed and extract job per memory.
-        per_memory = conn.execute(
-            "SELECT m.id, "
-            " (SELECT count(*) FROM memory_history h WHERE h.memory_id = m.id AND h.event = 'created'),"
-            " (SELECT count(*) FROM memory_jobs j WHERE j.memory_id = m.id AND j.job_type = 'embed'),"
-            " (SELECT count(*) FROM memory_jobs j WHERE j.memory_id = m.id AND j.job_type = 'extract')"
-            " FROM memories m WHERE m.namespace = ?",
-            (NAMESPACE,),
-        ).fetchall()
+        per_memory = conn.execute(PER_MEMORY_ROWS, (NAMESPACE,)).fetchall()
         assert [tuple(r)[1:] for r in per_memory if tuple(r)[1:] != (1, 1, 1)] == []
     finally:
         conn.close()

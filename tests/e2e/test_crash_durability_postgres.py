@@ -15,7 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from crash_helpers import NAMESPACE, PIPELINE_ON, TOKEN, storm_kill_and_restart
+from crash_helpers import (
+    NAMESPACE,
+    PER_MEMORY_ROWS,
+    PIPELINE_ON,
+    TOKEN,
+    storm_kill_and_restart,
+)
 
 from e2e_helpers import Launcher
 
@@ -38,6 +44,8 @@ def check_database(dsn: str, live_ids: set[str]) -> None:
     text index entry of every live memory finds it and only it, and each
     memory's transaction left all of its rows or none."""
     import psycopg
+
+    from services.common import pg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
@@ -63,14 +71,7 @@ def check_database(dsn: str, live_ids: set[str]) -> None:
         assert unfindable == []
 
         # Exactly one created event and one embed and extract job per memory ...
-        per_memory = conn.execute(
-            "SELECT m.id, "
-            " (SELECT count(*) FROM memory_history h WHERE h.memory_id = m.id AND h.event = 'created'),"
-            " (SELECT count(*) FROM memory_jobs j WHERE j.memory_id = m.id AND j.job_type = 'embed'),"
-            " (SELECT count(*) FROM memory_jobs j WHERE j.memory_id = m.id AND j.job_type = 'extract')"
-            " FROM memories m WHERE m.namespace = %s",
-            (NAMESPACE,),
-        ).fetchall()
+        per_memory = conn.execute(pg.translate(PER_MEMORY_ROWS), (NAMESPACE,)).fetchall()
         assert [tuple(r)[1:] for r in per_memory if tuple(r)[1:] != (1, 1, 1)] == []
         # ... and nothing of a Remember the kill cut off: no history or job rows
         # whose memory was never committed.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pg_rows import T0, dialect
+from pg_rows import T0, dialect, insert, memory
 
 from services.common.fts import keyword_terms, quoted
 from services.common.memory_filter import MemoryFilterSpec
@@ -16,25 +16,8 @@ from services.store import repository as repo
 
 
 def _insert(conn: Any, memory_id: str, content: str, at: str, **overrides: Any) -> None:
-    fields: dict[str, Any] = {
-        "id": memory_id,
-        "namespace": "ns",
-        "content": content,
-        "normalized_content": content.lower(),
-        "content_hash": f"h-{memory_id}",
-        "type": "fact",
-        "importance": 0.5,
-        "tags": "[]",
-        "pinned": 0,
-        "who": "user",
-        "why": "",
-        "source_type": "api",
-        "source_id": "",
-        "created_at": at,
-        "event_time": at,
-    }
-    fields.update(overrides)
-    repo.insert_memory_rows(conn, [repo.MemoryRow(**fields)])
+    fields = {"content_hash": f"h-{memory_id}", "created_at": at, "event_time": at, **overrides}
+    insert(conn, memory(memory_id, content, **fields))
 
 
 def _at(second: int) -> str:

@@ -234,6 +234,9 @@ class SearchSettings(_Section):
     rrf_k: int = Field(60, ge=1, le=1000)
     channel_depth: int = Field(100, ge=10, le=1000)
     vector_candidates: int = Field(400, ge=0, le=10000)
+    # a candidate's cosine is the best of its whole vector's and its sentences'
+    # (issue 19, bench/README.md "Sentence vectors")
+    sentence_vectors: bool = True
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)
@@ -586,6 +589,9 @@ class EmbedWorkerSettings(_Section):
     # wants (Linux SCHED_IDLE), so Recall's query embedding never queues behind a
     # batch (bench/README.md, "Recall under load"); "normal" shares CPU equally.
     priority: Literal["background", "normal"] = "background"
+    # embed each memory's sentences too, for Recall's rescoring (issue 19;
+    # bench/README.md "Sentence vectors")
+    sentence_vectors: bool = True
 
 
 class ExtractWorkerSettings(_Section):

@@ -233,3 +233,30 @@ def unspaced(word: str) -> bool:
     """Whether `word` holds a character of a script written without spaces, so
     that it may be several words run together."""
     return any(lo <= ord(ch) <= hi for ch in word for lo, hi in _UNSPACED)
+
+
+# A sentence ends at . ! or ? followed by space, or at a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# Fragments shorter than this many words join the sentence before them ("Yes.",
+# "e.g. this", list markers): alone they match too many questions.
+MIN_SENTENCE_WORDS = 5
+# At most this many sentences of one text get vectors (the rest ride on the
+# whole text's vector): bounds a long document chunk's embedding cost.
+MAX_SENTENCES = 256
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences a memory's part vectors are made of (issue 19): the text
+    split at sentence ends and line breaks, short fragments joined to the one
+    before. A single sentence is returned as is; callers embed parts only when
+    there are two or more. The one splitter of the pipeline and the benches."""
+    out: list[str] = []
+    for piece in _SENTENCE_END.split(text):
+        piece = piece.strip()
+        if not piece:
+            continue
+        if out and len(piece.split()) < MIN_SENTENCE_WORDS:
+            out[-1] += " " + piece
+        else:
+            out.append(piece)
+    return out[:MAX_SENTENCES]

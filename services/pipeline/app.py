@@ -99,6 +99,7 @@ async def start_pipeline(
         batch_size=config.providers.embedding.batch_size,
         poll_s=config.workers.embed.poll_ms / 1000,
         long_poll_s=config.workers.embed.long_poll_ms / 1000,
+        sentence_vectors=config.workers.embed.sentence_vectors,
     )
     extractor = Extractor(llm)
     decider = Decider(llm, search_pb2_grpc.SearchServiceStub(search_channel))

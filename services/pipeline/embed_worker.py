@@ -14,6 +14,12 @@ using an attempt and the worker backs off (seed 000 backoff: 1 s doubling to
 30 s plus up to 0.5 s jitter), so nothing is lost and the status says degraded.
 A provider that rejects an input fails that job, which retries with backoff and
 goes dead after its attempts.
+
+Each content of two or more sentences (services/common/text.py sentences) is
+embedded with its sentences, in the same provider calls, and the sentences'
+vectors go to the store in the same result as the whole one (Recall rescores
+its candidates by the best of them, issue 19). `sentence_vectors` False sends
+the whole vectors alone.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -34,6 +41,7 @@ from services.common.backoff import backoff_s
 from services.common.metrics import EMBED_WORKER_SECONDS
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError, ProviderUnavailable
+from services.common.text import sentences
 from services.pipeline.leases import LeaseIdentity
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
@@ -45,6 +53,19 @@ COMPLETIONS_IN_FLIGHT = 2
 # beyond the long poll's wait: time for the lease itself (the channel's default
 # lease deadline applies when the worker does not long-poll)
 LEASE_MARGIN_S = 5.0
+# Texts per provider call when sentences join a batch: a batch of long turns
+# holds thousands of sentences, and one request of them all could outlast the
+# provider's timeout.
+TEXTS_PER_CALL = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """One job's vectors: the whole content's, and its sentences' (none for a
+    single sentence)."""
+
+    vector: list[float]
+    parts: list[list[float]]
 
 
 class EmbedWorker:
@@ -57,6 +78,7 @@ class EmbedWorker:
         batch_size: int,
         poll_s: float,
         long_poll_s: float = 0.0,
+        sentence_vectors: bool = True,
     ) -> None:
         self._jobs = jobs
         self._identity = identity
@@ -64,6 +86,7 @@ class EmbedWorker:
         self._batch_size = batch_size
         self._poll_s = poll_s
         self._long_poll_s = long_poll_s
+        self._sentence_vectors = sentence_vectors
         self._failures = 0
         self._waiting = False  # for work, with no batch in hand
         self._completing: set[asyncio.Task[None]] = set()
@@ -180,7 +203,7 @@ class EmbedWorker:
 
     async def _embed_batch(self, jobs: list[jq.Job]) -> bool:
         try:
-            vectors = await self._embed([job.content for job in jobs])
+            vectors = await self._embed_with_parts([job.content for job in jobs])
         except ProviderUnavailable as exc:
             await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[_lease(j) for j in jobs]))
             self.status.released += len(jobs)
@@ -213,7 +236,26 @@ class EmbedWorker:
             EMBED_WORKER_SECONDS.labels("model").observe(time.perf_counter() - started)
         return vectors
 
-    async def _complete_soon(self, jobs: list[jq.Job], vectors: list[list[float]]) -> None:
+    async def _embed_with_parts(self, contents: list[str]) -> list[Embedded]:
+        """Every content's vector and its sentences' vectors, embedded together
+        (calls of at most TEXTS_PER_CALL texts when sentences are added)."""
+        split = [
+            (s if len(s := sentences(c)) > 1 else []) if self._sentence_vectors else []
+            for c in contents
+        ]
+        texts = list(contents) + [s for parts in split for s in parts]
+        if len(texts) == len(contents):
+            return [Embedded(v, []) for v in await self._embed(texts)]
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), TEXTS_PER_CALL):
+            vectors.extend(await self._embed(texts[start : start + TEXTS_PER_CALL]))
+        out, at = [], len(contents)
+        for i, parts in enumerate(split):
+            out.append(Embedded(vectors[i], vectors[at : at + len(parts)]))
+            at += len(parts)
+        return out
+
+    async def _complete_soon(self, jobs: list[jq.Job], vectors: list[Embedded]) -> None:
         """Hand the vectors to the store in the background (the model goes on with
         the next batch), with at most COMPLETIONS_IN_FLIGHT calls in flight."""
         waited = time.perf_counter()
@@ -223,7 +265,7 @@ class EmbedWorker:
         self._completing.add(task)
         task.add_done_callback(self._completing.discard)
 
-    async def _complete_in_background(self, jobs: list[jq.Job], vectors: list[list[float]]) -> None:
+    async def _complete_in_background(self, jobs: list[jq.Job], vectors: list[Embedded]) -> None:
         try:
             await self._complete(jobs, vectors)
         except grpc.aio.AioRpcError as exc:  # the leases lapse and the jobs come back
@@ -236,7 +278,7 @@ class EmbedWorker:
 
     async def _embed_alone(self, job: jq.Job) -> None:
         try:
-            [vector] = await self._embed([job.content])
+            [vector] = await self._embed_with_parts([job.content])
         except ProviderUnavailable as exc:
             await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[_lease(job)]))
             self.status.released += 1
@@ -247,14 +289,19 @@ class EmbedWorker:
             return
         await self._complete_soon([job], [vector])
 
-    async def _complete(self, jobs: list[jq.Job], vectors: list[list[float]]) -> None:
+    async def _complete(self, jobs: list[jq.Job], vectors: list[Embedded]) -> None:
         started = time.perf_counter()
         response = await self._jobs.CompleteEmbedJobs(
             jq.CompleteEmbedJobsRequest(
                 model=self._provider.model,
                 results=[
-                    jq.EmbedResult(lease=_lease(job), content_hash=job.content_hash, vector=vector)
-                    for job, vector in zip(jobs, vectors, strict=True)
+                    jq.EmbedResult(
+                        lease=_lease(job),
+                        content_hash=job.content_hash,
+                        vector=embedded.vector,
+                        parts=[x for part in embedded.parts for x in part],
+                    )
+                    for job, embedded in zip(jobs, vectors, strict=True)
                 ],
             )
         )

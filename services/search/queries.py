@@ -199,13 +199,15 @@ def pool_rows(
     spec: MemoryFilterSpec = _NOW,
     *,
     dialect: str = "sqlite",
+    parts: bool = True,
 ) -> Query:
     """Pool members with what fusion needs: event time, the exact vector (NULL
-    when not embedded) and `who` (intent routing); live memories of the
-    namespace only."""
+    when not embedded), `who` (intent routing) and the sentence vectors
+    (services/common/vectors.py normalized_parts_f16; NULL for one sentence, or
+    not read when `parts` is False); live memories of the namespace only."""
     listed, guard = marks(rowids), plan_guard(dialect)
     return (
-        "SELECT m.rowid, m.event_time, e.vector, m.who "
+        f"SELECT m.rowid, m.event_time, e.vector, m.who, {'e.parts' if parts else 'NULL'} "
         "FROM memories m LEFT JOIN embeddings e ON e.namespace = m.namespace "
         "AND e.content_hash = m.content_hash AND e.model = ? "
         # `+` on the live rule's columns and the namespace keeps the planner on

@@ -36,6 +36,7 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from services.common import clock, tracing
 from services.common.db import ReadPool, Reads
@@ -44,7 +45,7 @@ from services.common.fts import MAX_QUERY_CHARS, all_of, any_of, quoted
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
-from services.common.vectors import normalized_f32
+from services.common.vectors import PARTS_DTYPE, normalized_f32
 from services.search import pg_text, pg_vectors, queries
 from services.search.access import AccessRecorder
 from services.search.decay import DecayRanking, apply_decay
@@ -90,6 +91,8 @@ class RecallParams:
     channel_depth: int = 100  # results kept from each channel
     vector_candidates: int = 400  # Hamming first-pass size; 0 = exact float32 scan
     vector_cache: bool = True  # unfiltered first pass in memory (services.search.vector_cache)
+    # the pool's cosine is max(whole vector, best sentence vector) (issue 19)
+    sentence_vectors: bool = True
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -931,7 +934,14 @@ class Recaller:
         by_rowid = dict(fetched or {})
         missing = [r for r in wanted if r not in by_rowid]
         if missing:
-            pool_query = queries.pool_rows(namespace, missing, model, spec, dialect=self._dialect)
+            pool_query = queries.pool_rows(
+                namespace,
+                missing,
+                model,
+                spec,
+                dialect=self._dialect,
+                parts=self._params.sentence_vectors,
+            )
             for row in await reads.fetch_all(pool_query):
                 by_rowid[row[0]] = row
         rows = [by_rowid[r] for r in wanted if r in by_rowid]
@@ -944,6 +954,8 @@ class Recaller:
                 query = np.frombuffer(_query_f32(vector), dtype=np.float32)
                 for row, value in zip(embedded, (matrix @ query).tolist(), strict=True):
                     cosine[row[0]] = float(value)
+                if self._params.sentence_vectors:
+                    cosine.update(_best_parts(embedded, query, cosine))
         depth = self._params.channel_depth
         vector_top = sorted(
             (r for r in vector_candidates if r in cosine), key=lambda r: -cosine[r]
@@ -1013,6 +1025,29 @@ class Recaller:
         if head is None:
             return None
         return head + list(range(len(head), len(picked)))
+
+
+def _best_parts(
+    rows: Sequence[Any], query: npt.NDArray[np.float32], cosine: dict[int, float]
+) -> dict[int, float]:
+    """rowid -> max(whole cosine, best sentence cosine) for the pool rows that
+    hold sentence vectors (row[4], float16, each of the whole vector's
+    dimensions): a turn whose one answering sentence is lost in its whole
+    vector still meets the question (issue 19). One product over all parts."""
+    with_parts = [row for row in rows if row[4]]
+    if not with_parts:
+        return {}
+    dims = len(query)
+    blobs = [bytes(row[4]) for row in with_parts]
+    counts = np.array([len(b) // (2 * dims) for b in blobs])
+    parts = np.frombuffer(b"".join(blobs), dtype=PARTS_DTYPE).reshape(-1, dims)
+    scores = parts.astype(np.float32) @ query
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    best = np.maximum.reduceat(scores, starts).tolist()
+    return {
+        row[0]: max(cosine[row[0]], float(value))
+        for row, value in zip(with_parts, best, strict=True)
+    }
 
 
 def _query_f32(vector: Sequence[float]) -> bytes:

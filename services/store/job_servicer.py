@@ -111,7 +111,13 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
         held = await self._queue.complete_embeds(
             request.model,
             [
-                EmbedResult(r.lease.job_id, r.lease.lease_token, r.content_hash, list(r.vector))
+                EmbedResult(
+                    r.lease.job_id,
+                    r.lease.lease_token,
+                    r.content_hash,
+                    list(r.vector),
+                    list(r.parts),
+                )
                 for r in request.results
             ],
         )

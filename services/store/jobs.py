@@ -24,7 +24,7 @@ from services.common.errors import (
     InvalidArgument,
 )
 from services.common.memory_record import may_merge
-from services.common.vectors import normalized_f32
+from services.common.vectors import normalized_f32, normalized_parts_f16
 from services.store import consolidation, document_sql, mutations, sessions
 from services.store import repository as repo
 from services.store.writer import Writer
@@ -90,6 +90,8 @@ class EmbedResult:
     lease_token: str
     content_hash: str
     vector: Sequence[float]
+    # its sentences' vectors, concatenated (empty: a single sentence)
+    parts: Sequence[float] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,13 @@ def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
     if blob is None:
         raise InvalidArgument(field, "must be a non-empty, finite, non-zero vector")
     return blob
+
+
+def normalized_parts(flat: Sequence[float], dimensions: int, field: str) -> bytes | None:
+    try:
+        return normalized_parts_f16(flat, dimensions)
+    except ValueError as exc:
+        raise InvalidArgument(field, str(exc)) from None
 
 
 def _check_batch(size: int, field: str) -> None:
@@ -401,7 +410,9 @@ class JobQueue:
             (
                 r,
                 mutations.SuppliedVector(
-                    model, normalized_vector_bytes(r.vector, f"results[{i}].vector")
+                    model,
+                    normalized_vector_bytes(r.vector, f"results[{i}].vector"),
+                    normalized_parts(r.parts, len(r.vector), f"results[{i}].parts"),
                 ),
             )
             for i, r in enumerate(results)

@@ -716,6 +716,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             ON memories(namespace, valid_until) WHERE valid_until IS NOT NULL;
         """,
     ),
+    (
+        "embedding_parts",
+        """
+        -- Issue 19: a content's sentence vectors beside its whole vector, in
+        -- the same row (so every delete or replace of the vector takes them
+        -- too): L2-normalised little-endian float16, one vector after another,
+        -- each of the row's dimensions; NULL for a single sentence. Recall
+        -- rescores its candidates by the best of the whole and the parts.
+        ALTER TABLE embeddings ADD COLUMN parts BLOB;
+        """,
+    ),
 )
 
 

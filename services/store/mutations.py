@@ -42,10 +42,13 @@ EXPIRED_REASON = "short-term memory expired"
 
 @dataclass(frozen=True, slots=True)
 class SuppliedVector:
-    """A vector that arrived with a write: normalised float32 bytes and its model."""
+    """A vector that arrived with a write: normalised float32 bytes and its
+    model; `parts`, its content's sentence vectors (services/common/vectors.py
+    normalized_parts_f16), when the embed job sent them."""
 
     model: str
     blob: bytes
+    parts: bytes | None = None
 
     @property
     def dimensions(self) -> int:
@@ -97,7 +100,14 @@ def store_vector(
     if current[1] is None:  # the first vector the index accepts sets its size
         repo.set_index_model(conn, vector.model, vector.dimensions, at)
     repo.upsert_embedding(
-        conn, namespace, content_hash, vector.model, vector.blob, vector.dimensions, at
+        conn,
+        namespace,
+        content_hash,
+        vector.model,
+        vector.blob,
+        vector.dimensions,
+        at,
+        parts=vector.parts,
     )
     return True
 

@@ -469,6 +469,15 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
             ON memories(namespace, valid_until) WHERE valid_until IS NOT NULL;
         """,
     ),
+    (
+        "embedding_parts",
+        """
+        -- migrations.py's: float16 bytes, not a halfvec, since Recall reads
+        -- the parts of its candidates into numpy and never asks SQL for a
+        -- distance to them.
+        ALTER TABLE embeddings ADD COLUMN parts BYTEA;
+        """,
+    ),
 )
 
 

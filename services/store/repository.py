@@ -518,16 +518,24 @@ def upsert_embedding(
     vector: bytes,
     dimensions: int,
     at: str,
+    *,
+    parts: bytes | None = None,
 ) -> None:
     """Store a namespace's vector for a content: it serves that namespace alone,
-    so no other namespace can overwrite it or learn from its presence."""
+    so no other namespace can overwrite it or learn from its presence. `parts`
+    (the content's sentence vectors, issue 19) live in the same row, so every
+    path that drops or replaces the vector drops or replaces them; a vector
+    supplied without parts keeps the parts already stored for the same content
+    and model (they still describe it), unless its dimensions changed."""
     conn.execute(
-        "INSERT INTO embeddings(namespace, content_hash, model, dimensions, vector, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?) "
+        "INSERT INTO embeddings(namespace, content_hash, model, dimensions, vector, created_at, "
+        "parts) VALUES (?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT(namespace, content_hash, model) DO UPDATE SET "
+        "parts = CASE WHEN excluded.parts IS NOT NULL THEN excluded.parts "
+        "WHEN embeddings.dimensions = excluded.dimensions THEN embeddings.parts END, "
         "dimensions = excluded.dimensions, vector = excluded.vector, "
         "created_at = excluded.created_at",
-        (namespace, content_hash, model, dimensions, vector, at),
+        (namespace, content_hash, model, dimensions, vector, at, parts),
     )
 
 

@@ -385,6 +385,7 @@ class EmbedResult(_message.Message):
     LEASE_FIELD_NUMBER: _builtins.int
     CONTENT_HASH_FIELD_NUMBER: _builtins.int
     VECTOR_FIELD_NUMBER: _builtins.int
+    PARTS_FIELD_NUMBER: _builtins.int
     content_hash: _builtins.str
     """The content hash that was embedded (from the leased Job)."""
     @_builtins.property
@@ -397,16 +398,25 @@ class EmbedResult(_message.Message):
         multiple of 8 (the index keeps one sign bit per dimension).
         """
 
+    @_builtins.property
+    def parts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The vectors of the content's sentences (services/common/text.py
+        sentences), concatenated in order, each of the vector's dimensions; empty
+        when the content is a single sentence. Recall rescores its candidates by
+        the best of the whole vector and these. Normalised by the store too.
+        """
+
     def __init__(
         self,
         *,
         lease: Global___JobLease | None = ...,
         content_hash: _builtins.str = ...,
         vector: _abc.Iterable[_builtins.float] | None = ...,
+        parts: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_hash", b"content_hash", "lease", b"lease", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_hash", b"content_hash", "lease", b"lease", "parts", b"parts", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -13,6 +13,8 @@ vector served is the one the local provider computes for that exact text.
 
     .venv/bin/python bench/embed_cache.py fill [--budget-s 840] [--threads 2]
         (LongMemEval's dev turns; run it again to go on where it stopped)
+    .venv/bin/python bench/embed_cache.py parts --db DIR/engram.db
+        (sentence vectors for a kept database embedded without them, see `add_parts`)
 """
 
 from __future__ import annotations
@@ -165,11 +167,61 @@ def serving(cache: VectorCache) -> Iterator[dict[str, Any]]:
         server.server_close()
 
 
+def add_parts(cache: VectorCache, db: Path, compute: bool = False) -> tuple[int, int, int]:
+    """Write the sentence vectors (issue 19) of every stored embedding of a kept
+    SQLite database (migrated to the current schema first) exactly as the embed
+    worker would send them: the memory's stored content split by
+    services/common/text.py `sentences`, each sentence's cached vector, stored by
+    services/common/vectors.py `normalized_parts_f16`. So a database imported
+    before sentence vectors existed serves them without a second import. Texts
+    the cache lacks are embedded now with `compute`, else their contents keep
+    no parts (counted).
+    Returns (rows given parts, sentences, rows skipped for a cache miss)."""
+    from services.common.db import open_read_write
+    from services.common.text import sentences
+    from services.common.vectors import normalized_parts_f16
+    from services.store.migrations import apply_migrations
+
+    conn = open_read_write(db)
+    apply_migrations(conn)
+    rows = conn.execute(
+        "SELECT e.id, e.dimensions, (SELECT m.content FROM memories m WHERE "
+        "m.namespace = e.namespace AND m.content_hash = e.content_hash LIMIT 1) "
+        "FROM embeddings e WHERE e.parts IS NULL"
+    ).fetchall()
+    given = total = skipped = 0
+    for start in range(0, len(rows), 2000):
+        chunk = [(r[0], r[1], sentences(r[2])) for r in rows[start : start + 2000] if r[2]]
+        chunk = [c for c in chunk if len(c[2]) > 1]
+        texts = [s for c in chunk for s in c[2]]
+        found = (
+            dict(zip(texts, cache.vectors(texts), strict=True)) if compute else cache.cached(texts)
+        )
+        updates = []
+        for row_id, dimensions, split in chunk:
+            if any(s not in found for s in split):
+                skipped += 1
+                continue
+            flat = np.concatenate([found[s] for s in split])
+            updates.append((normalized_parts_f16(flat, dimensions), row_id))
+            total += len(split)
+        conn.execute("BEGIN")
+        conn.executemany("UPDATE embeddings SET parts = ? WHERE id = ?", updates)
+        conn.execute("COMMIT")
+        given += len(updates)
+    conn.close()
+    return given, total, skipped
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["fill"])
+    parser.add_argument("command", choices=["fill", "parts"])
+    parser.add_argument("--db", type=Path, help="parts: the kept database")
+    parser.add_argument(
+        "--compute-missing", action="store_true", help="parts: embed sentences the cache lacks"
+    )
     parser.add_argument("--cache", type=Path, default=DEFAULT_PATH)
     parser.add_argument("--budget-s", type=float, default=840.0, help="stop after this long")
     parser.add_argument("--threads", type=int, default=2, help="the model's intra-op threads")
@@ -177,6 +229,14 @@ def main() -> int:
     from longmemeval import DEFAULT_INPUT, haystack_texts, scored_questions
 
     cache = VectorCache(args.cache, args.threads)
+    if args.command == "parts":
+        started = time.monotonic()
+        given, total, skipped = add_parts(cache, args.db, args.compute_missing)
+        print(
+            f"{args.db}: {given} embeddings given {total} sentence vectors in "
+            f"{time.monotonic() - started:.0f} s; {skipped} left without (a sentence not cached)"
+        )
+        return 0
     questions = scored_questions(DEFAULT_INPUT)
     started = time.monotonic()
     done, missing = cache.fill(haystack_texts(questions), args.budget_s)

@@ -29,7 +29,7 @@ def normalized_parts_f16(flat: Sequence[float], dimensions: int) -> bytes | None
     little-endian float16 (half the bytes Recall reads per candidate; a cosine
     off by ~1e-3 does not reorder a ranking). None for no parts; ValueError when
     `flat` is not whole vectors or one of them is zero or non-finite."""
-    if not flat:
+    if len(flat) == 0:
         return None
     if dimensions <= 0 or len(flat) % dimensions:
         raise ValueError(f"{len(flat)} values are not whole vectors of {dimensions}")

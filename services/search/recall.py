@@ -91,8 +91,8 @@ class RecallParams:
     channel_depth: int = 100  # results kept from each channel
     vector_candidates: int = 400  # Hamming first-pass size; 0 = exact float32 scan
     vector_cache: bool = True  # unfiltered first pass in memory (services.search.vector_cache)
-    # the pool's cosine is max(whole vector, best sentence vector) (issue 19)
-    sentence_vectors: bool = True
+    # the pool's cosine: whole + w x (max(whole, best sentence) - whole) (issue 19)
+    sentence_weight: float = 1.0
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -940,7 +940,7 @@ class Recaller:
                 model,
                 spec,
                 dialect=self._dialect,
-                parts=self._params.sentence_vectors,
+                parts=self._params.sentence_weight > 0,
             )
             for row in await reads.fetch_all(pool_query):
                 by_rowid[row[0]] = row
@@ -954,8 +954,10 @@ class Recaller:
                 query = np.frombuffer(_query_f32(vector), dtype=np.float32)
                 for row, value in zip(embedded, (matrix @ query).tolist(), strict=True):
                     cosine[row[0]] = float(value)
-                if self._params.sentence_vectors:
-                    cosine.update(_best_parts(embedded, query, cosine))
+                if self._params.sentence_weight > 0:
+                    cosine.update(
+                        _best_parts(embedded, query, cosine, self._params.sentence_weight)
+                    )
         depth = self._params.channel_depth
         vector_top = sorted(
             (r for r in vector_candidates if r in cosine), key=lambda r: -cosine[r]
@@ -1028,12 +1030,13 @@ class Recaller:
 
 
 def _best_parts(
-    rows: Sequence[Any], query: npt.NDArray[np.float32], cosine: dict[int, float]
+    rows: Sequence[Any], query: npt.NDArray[np.float32], cosine: dict[int, float], weight: float
 ) -> dict[int, float]:
-    """rowid -> max(whole cosine, best sentence cosine) for the pool rows that
-    hold sentence vectors (row[4], float16, each of the whole vector's
-    dimensions): a turn whose one answering sentence is lost in its whole
-    vector still meets the question (issue 19). One product over all parts."""
+    """rowid -> whole cosine + weight x (max(whole, best sentence cosine) - whole)
+    for the pool rows that hold sentence vectors (row[4], float16, each of the
+    whole vector's dimensions): a turn whose one answering sentence is lost in
+    its whole vector still meets the question (issue 19). One product over all
+    parts."""
     with_parts = [row for row in rows if row[4]]
     if not with_parts:
         return {}
@@ -1045,7 +1048,7 @@ def _best_parts(
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     best = np.maximum.reduceat(scores, starts).tolist()
     return {
-        row[0]: max(cosine[row[0]], float(value))
+        row[0]: cosine[row[0]] + weight * max(0.0, float(value) - cosine[row[0]])
         for row, value in zip(with_parts, best, strict=True)
     }
 

@@ -118,7 +118,7 @@ def test_a_buried_sentence_lifts_its_long_turn_only_with_sentence_vectors(
 def test_search_can_leave_stored_sentence_vectors_unread(
     stack_of: Callable[..., Stack],
 ) -> None:
-    stack = stack_of({"search.sentence_vectors": False})
+    stack = stack_of({"search.sentence_weight": 0.0})
     long_turn = stack.remember(LONG_TURN)
     near = stack.remember(NEAR)
     complete_embeds(stack, book())

@@ -2,8 +2,8 @@
 same Recall without them and next to recall_latency.py's raw-SQL floor, in one run
 on one database.
 
-    PYTHONPATH=.:gen .venv/bin/python bench/sentence_latency.py [--queries 200]
-        [--dir /tmp/engram-sentence-latency]
+    PYTHONPATH=.:gen .venv/bin/python bench/sentence_latency.py [--queries 200] [--weights 0,1.0]
+        [--dir /tmp/engram-sentence-latency] [--prepare-only]
 
 The database is a copy of bench/recall_latency.py's cached 100k file (build it
 with that script first), migrated to the current schema, with the sentence
@@ -12,9 +12,9 @@ vectors of every synthetic memory of two or more sentences written into
 embeds every distinct sentence), stored as the embed worker's would be
 (services/common/vectors.py normalized_parts_f16). The shared cache is never
 migrated (other checkouts read it). Each pass is recall_latency.measure_size
-(cached vector and with embedding, each interleaved with the floor), with
-`search.sentence_weight` 0 (no sentence vectors read) and then the default; the
-passes alternate twice so drift in the machine's load hits both alike.
+(cached vector and with embedding, each interleaved with the floor) under one
+`search.sentence_weight` (0: no sentence vectors read), in the order `--weights`
+gives (0,1.0,0,1.0 alternates, so drift in the machine's load hits both alike).
 """
 
 from __future__ import annotations
@@ -100,6 +100,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     target = args.dir / source.name
     results: dict[str, Any] = {"command": " ".join(sys.argv), "started": time.strftime("%FT%T")}
     results["parts"] = with_parts(source, target, corpus, vecs.sentences)
+    print(json.dumps(results["parts"]), flush=True)
+    if args.prepare_only:
+        return results
     all_questions = [q for q in data.load_queries() if q["question"].strip()]
     picked = random.Random(3).sample(all_questions, args.queries + 20)
     warm, questions = picked[:20], picked[20:]
@@ -107,7 +110,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     passes: list[dict[str, Any]] = []
     lock = data.PageCacheLock([target])
     try:
-        for weight in ("0", "1.0", "0", "1.0"):
+        for weight in args.weights.split(","):
             os.environ[ENV] = weight
             print(f"measuring sentence_weight {weight} ...", flush=True)
             entry = await recall_latency.measure_size(
@@ -115,6 +118,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             )
             entry.pop("quantisation", None)
             passes.append({"sentence_weight": weight, **entry})
+            print(summary_line(passes[-1]), flush=True)
     finally:
         lock.release()
         os.environ.pop(ENV, None)
@@ -122,25 +126,34 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def summary_line(p: dict[str, Any]) -> str:
+    cached, embedded = p["cached vector"], p["with embedding"]
+    return (
+        f"sentence_weight {p['sentence_weight']}: cached p50 {cached['recall']['p50']:.1f} ms "
+        f"(floor {cached['floor']['p50']:.1f}), p95 {cached['recall']['p95']:.1f}; "
+        f"with embedding p50 {embedded['recall']['p50']:.1f} ms "
+        f"(floor {embedded['floor']['p50']:.1f}); hybrid R@10 {p['hybrid_evidence_R@10']:.3f}; "
+        f"load {p['load_before']} -> {p['load_after']}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument(
+        "--weights", default="0,1.0", help="search.sentence_weight of each pass, in order"
+    )
+    parser.add_argument("--prepare-only", action="store_true", help="build the database only")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/engram-sentence-latency"))
     parser.add_argument(
         "--out", type=Path, default=recall_latency.RESULTS / "sentence_latency.json"
     )
     args = parser.parse_args()
     results = asyncio.run(main_async(args))
+    if args.prepare_only:
+        return 0
     for p in results["passes"]:
-        cached, embedded = p["cached vector"], p["with embedding"]
-        print(
-            f"sentence_weight {p['sentence_weight']}: cached p50 {cached['recall']['p50']:.1f} ms "
-            f"(floor {cached['floor']['p50']:.1f}), p95 {cached['recall']['p95']:.1f}; "
-            f"with embedding p50 {embedded['recall']['p50']:.1f} ms "
-            f"(floor {embedded['floor']['p50']:.1f}); hybrid R@10 {p['hybrid_evidence_R@10']:.3f}; "
-            f"load {p['load_before']} -> {p['load_after']}"
-        )
-    print(json.dumps(results["parts"]))
+        print(summary_line(p))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, default=str))
     print(f"results: {args.out}")

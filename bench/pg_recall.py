@@ -68,12 +68,21 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import latency_data as data  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
-from pg_server import create_database, database_dsn, postgres_server, storage_settings  # noqa: E402
+from pg_server import (  # noqa: E402
+    create_database,
+    database_dsn,
+    drop_database,
+    postgres_server,
+    storage_settings,
+)
 from suite import free_port, wait_serving  # noqa: E402
 
 CACHE = Path("/tmp/engram-latency")
 RESULTS = ROOT / "bench" / "results"
 NS = data.NAMESPACE
+# A 1M load writes several GB of WAL: checkpoints by size every 1 GB (the
+# default) would rewrite the same pages over and over. Durability is unchanged.
+LOAD_SETTINGS = {"max_wal_size": "8GB"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -298,6 +307,27 @@ def time_channels(dsn: str, texts: list[str]) -> dict[str, Any]:
     }
 
 
+def migrate_kept(dsn: str) -> dict[str, Any]:
+    """Apply pending migrations to the kept database (a backfill over 1M rows
+    takes minutes: run `--load-only` for it, outside the benchmark lock)."""
+    from services.common.pg import open_read_write
+    from services.store.pg_migrations import apply_pg_migrations
+
+    conn = open_read_write(dsn)
+    t0 = time.perf_counter()
+    try:
+        applied = apply_pg_migrations(conn)
+        if applied:
+            conn.execute("ANALYZE")
+            conn.commit()
+    finally:
+        conn.close()
+    seconds = time.perf_counter() - t0
+    if applied:
+        print(f"migrations applied to the kept database in {seconds:.0f} s: {applied}", flush=True)
+    return {"applied": applied, "seconds": seconds}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -308,7 +338,13 @@ def main() -> int:
     parser.add_argument("--throughput-queries", type=int, default=30, help="the loop's questions")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--round-seconds", type=float, default=10.0)
-    parser.add_argument("--shared-buffers", default="1GB")
+    parser.add_argument("--shared-buffers", default=None, help="default 1GB, 4GB from 1M memories")
+    parser.add_argument(
+        "--parallel-workers",
+        type=int,
+        default=1,
+        help="the HNSW build's max_parallel_maintenance_workers (2 cores here: leader + 1)",
+    )
     parser.add_argument("--pg-cache", type=Path, default=None, help="kept data directory")
     parser.add_argument(
         "--load-only",
@@ -321,8 +357,10 @@ def main() -> int:
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a timeout still cleans up
-    from pg_vectors import load_postgres  # after sys.path: it imports recall_latency
+    from pg_vectors import load_postgres, maintenance_work_mem  # after sys.path
     from psycopg.conninfo import conninfo_to_dict
+
+    from services.store.migrations import MigrationMismatch
 
     real = min(data.REAL_VECTORS, args.size)
     sqlite_path = CACHE / f"recall-{args.size}-r{real}.db"
@@ -350,14 +388,35 @@ def main() -> int:
             if fresh and cache.exists():  # a load that did not finish
                 subprocess.run(["rm", "-rf", str(cache)], check=True)
             cache.mkdir(parents=True, exist_ok=True)
-            with postgres_server(tmp, args.shared_buffers, pgdata=cache / "pgdata") as server:
+            shared_buffers = args.shared_buffers or ("4GB" if args.size >= 1_000_000 else "1GB")
+            results["shared_buffers"] = shared_buffers
+            with postgres_server(
+                tmp, shared_buffers, pgdata=cache / "pgdata", settings=LOAD_SETTINGS
+            ) as server:
+                if not fresh:  # a kept database gets the migrations added since its load
+                    kept = database_dsn(server, json.loads(loaded.read_text())["database"])
+                    try:
+                        results["migrated"] = migrate_kept(kept)
+                    except MigrationMismatch as error:  # made by an earlier checkout: reload
+                        print(f"the kept database is stale, reloading: {error}", flush=True)
+                        drop_database(server, json.loads(loaded.read_text())["database"])
+                        loaded.unlink()
+                        fresh = True
                 if fresh:
                     dsn = create_database(server, "engram_recall")
                     print("loading Postgres ...", flush=True)
                     t0 = time.perf_counter()
-                    load = load_postgres(sqlite_path, dsn, False)
+                    load = load_postgres(
+                        sqlite_path,
+                        dsn,
+                        False,
+                        maintenance_work_mem(args.size),
+                        args.parallel_workers,
+                        progress=True,
+                    )
                     load["total s"] = time.perf_counter() - t0
                     load["database"] = conninfo_to_dict(dsn)["dbname"]
+                    load["load_average_end"] = list(os.getloadavg())
                     loaded.write_text(json.dumps(load, indent=1))
                 results["load"] = json.loads(loaded.read_text())
                 results["load"]["reused"] = not fresh

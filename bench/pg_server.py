@@ -27,11 +27,15 @@ DSN_ENV = "ENGRAM_TEST_POSTGRES_DSN"
 
 @contextlib.contextmanager
 def postgres_server(
-    workdir: Path, shared_buffers: str = "1GB", pgdata: Path | None = None
+    workdir: Path,
+    shared_buffers: str = "1GB",
+    pgdata: Path | None = None,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """A running server's maintenance DSN (database `postgres`), for the block.
     `pgdata`: a data directory kept after the block (a loaded database reused by
-    the next run); by default one in `workdir`, which the caller deletes."""
+    the next run); by default one in `workdir`, which the caller deletes.
+    `settings`: more server parameters (ALTER SYSTEM, before the restart)."""
     configured = os.environ.get(DSN_ENV)
     if configured:
         yield configured
@@ -48,6 +52,8 @@ def postgres_server(
         with psycopg.connect(server.get_uri(), autocommit=True) as admin:
             admin.execute(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'")
             admin.execute("ALTER SYSTEM SET max_connections = 200")
+            for name, value in (settings or {}).items():
+                admin.execute(f"ALTER SYSTEM SET {name} = '{value}'")
         pgserver.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=pgdata, user=user)
         yield server.get_uri()
     finally:
@@ -64,6 +70,15 @@ def create_database(server_dsn: str, prefix: str = "engram_bench") -> str:
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return database_dsn(server_dsn, name)
+
+
+def drop_database(server_dsn: str, name: str) -> None:
+    """Drop database `name` (a kept one that is stale)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
 
 
 def database_dsn(server_dsn: str, name: str) -> str:

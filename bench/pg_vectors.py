@@ -132,20 +132,83 @@ def database(dsn: str) -> str:
     return make_conninfo(**{**params, "dbname": name})
 
 
-def load_postgres(sqlite_path: Path, dsn: str, row_by_row: bool) -> dict[str, Any]:
+def maintenance_work_mem(size: int) -> str:
+    """Enough for the HNSW graph of `size` 384-d halfvecs to stay in memory while
+    it is built (about 1.1-1.4 KB an element with m = 16; 3 KB allowed): when it
+    does not fit pgvector says so in a notice and the build crawls on disk."""
+    return f"{max(1024, size * 3 // 1024)}MB"
+
+
+class IndexProgress:
+    """Prints pg_stat_progress_create_index every `every` seconds from a
+    connection of its own while an index is built (a 1M build takes minutes)."""
+
+    def __init__(self, dsn: str, every: float = 30.0) -> None:
+        import threading
+
+        self._dsn, self._every = dsn, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn = open_read_write(self._dsn)
+        conn.autocommit = True
+        started = time.perf_counter()
+        try:
+            while not self._stop.wait(self._every):
+                for phase, done, total, blocks, blocks_total in conn.execute(
+                    "SELECT phase, tuples_done, tuples_total, blocks_done, blocks_total "
+                    "FROM pg_stat_progress_create_index"
+                ).fetchall():
+                    print(
+                        f"  {time.perf_counter() - started:.0f} s: {phase}, tuples "
+                        f"{done}/{total}, blocks {blocks}/{blocks_total}",
+                        flush=True,
+                    )
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def load_postgres(
+    sqlite_path: Path,
+    dsn: str,
+    row_by_row: bool,
+    work_mem: str = MAINTENANCE_WORK_MEM,
+    parallel_workers: int | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Copy the memories and embeddings, then fill the index with the store's
     functions: rows first, then the HNSW index over them (and, `row_by_row`,
-    once more with the index present, as a model change fills it)."""
+    once more with the index present, as a model change fills it). `work_mem` is
+    the build's maintenance_work_mem, `parallel_workers` its
+    max_parallel_maintenance_workers (None: the server's); `progress` prints
+    the copy's rows and the build's phases as they go. Server notices (pgvector's
+    "graph no longer fits") are printed and kept under "notices"."""
     source = open_sqlite_ro(sqlite_path)
     raw = open_read_write(dsn)
+    notices: list[str] = []
+
+    def notice(diagnostic: Any) -> None:
+        notices.append(str(diagnostic.message_primary))
+        print(f"  postgres {diagnostic.severity}: {diagnostic.message_primary}", flush=True)
+
+    raw.add_notice_handler(notice)
     apply_pg_migrations(raw)
     conn = SqliteApi(raw)  # the store's connection, autocommit outside its transactions
     timings: dict[str, Any] = {}
     t0 = time.perf_counter()
     with conn.transaction(), raw.cursor() as cursor:
         with cursor.copy(f"COPY memories ({COPIED_COLUMNS}) FROM STDIN") as copy:
-            for row in source.execute(f"SELECT {COPIED_COLUMNS} FROM memories"):
+            for n, row in enumerate(source.execute(f"SELECT {COPIED_COLUMNS} FROM memories"), 1):
                 copy.write_row(tuple(row))
+                if progress and n % 100_000 == 0:
+                    print(f"  memories: {n} rows, {time.perf_counter() - t0:.0f} s", flush=True)
+        timings["copy memories s"] = time.perf_counter() - t0
         cursor.execute(
             "SELECT setval(pg_get_serial_sequence('memories', 'rowid'), max(rowid)) FROM memories"
         )
@@ -159,6 +222,8 @@ def load_postgres(sqlite_path: Path, dsn: str, row_by_row: bool) -> dict[str, An
             ):
                 copy.write_row(tuple(row))
     timings["copy memories + embeddings s"] = time.perf_counter() - t0
+    if progress:
+        print(f"  copied in {timings['copy memories + embeddings s']:.0f} s", flush=True)
     source.close()
     at = clock.now_text()
     t0 = time.perf_counter()
@@ -166,13 +231,24 @@ def load_postgres(sqlite_path: Path, dsn: str, row_by_row: bool) -> dict[str, An
         pg_store.set_index_model(conn, LOCAL_MODEL, None, at)
         timings["indexed rows"] = pg_store.index_all_embedded(conn)
     timings["index_all_embedded s (no HNSW index yet)"] = time.perf_counter() - t0
+    if progress:
+        print(f"  vector rows in {timings['index_all_embedded s (no HNSW index yet)']:.0f} s")
     t0 = time.perf_counter()
-    with conn.transaction():  # the size: the column is typed and HNSW built over the rows
-        conn.execute(f"SET LOCAL maintenance_work_mem = '{MAINTENANCE_WORK_MEM}'")
-        pg_store.set_index_model(conn, LOCAL_MODEL, data.DIMENSIONS, at)
-    timings[f"set_index_model s (HNSW built over the rows, {MAINTENANCE_WORK_MEM})"] = (
-        time.perf_counter() - t0
-    )
+    watcher = IndexProgress(dsn) if progress else None
+    try:
+        with conn.transaction():  # the size: the column is typed and HNSW built over the rows
+            conn.execute(f"SET LOCAL maintenance_work_mem = '{work_mem}'")
+            if parallel_workers is not None:
+                conn.execute(
+                    f"SET LOCAL max_parallel_maintenance_workers = {int(parallel_workers)}"
+                )
+            pg_store.set_index_model(conn, LOCAL_MODEL, data.DIMENSIONS, at)
+    finally:
+        if watcher:
+            watcher.stop()
+    workers = "server default" if parallel_workers is None else parallel_workers
+    timings[f"set_index_model s (HNSW built over the rows, {work_mem})"] = time.perf_counter() - t0
+    timings["hnsw build"] = {"maintenance_work_mem": work_mem, "parallel workers": workers}
     if row_by_row:
         t0 = time.perf_counter()
         with conn.transaction():  # a model change's path: the index exists, rows go in one by one
@@ -181,13 +257,18 @@ def load_postgres(sqlite_path: Path, dsn: str, row_by_row: bool) -> dict[str, An
         timings["clear + index_all_embedded s (HNSW present: inserts row by row)"] = (
             time.perf_counter() - t0
         )
+    t0 = time.perf_counter()
     conn.execute("VACUUM ANALYZE memories")
     conn.execute("VACUUM ANALYZE memory_vectors")
+    timings["vacuum analyze s"] = time.perf_counter() - t0
     sizes = conn.execute(
-        "SELECT pg_relation_size('memory_vectors'), pg_relation_size('memory_vectors_hnsw')"
+        "SELECT pg_relation_size('memory_vectors'), pg_relation_size('memory_vectors_hnsw'), "
+        "pg_total_relation_size('memories'), pg_database_size(current_database())"
     ).fetchone()
     timings["memory_vectors MiB"] = sizes[0] / 2**20
     timings["memory_vectors_hnsw MiB"] = sizes[1] / 2**20
+    timings["memories with indexes MiB"] = sizes[2] / 2**20
+    timings["database MiB"] = sizes[3] / 2**20
     try:  # into shared_buffers, as the SQLite file is locked in the page cache
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
         conn.execute("SELECT pg_prewarm('memory_vectors'), pg_prewarm('memory_vectors_hnsw')")
@@ -195,6 +276,7 @@ def load_postgres(sqlite_path: Path, dsn: str, row_by_row: bool) -> dict[str, An
         timings["prewarmed"] = True
     except Exception as error:  # the warm-up queries warm it instead
         timings["prewarmed"] = f"no: {error}"
+    timings["notices"] = notices
     conn.close()
     return timings
 

@@ -4,7 +4,7 @@ alone at 1M; and the accuracy of the binary-quantised vector first pass.
 
     PYTHONPATH=.:gen .venv/bin/python bench/recall_latency.py [--rebuild]
         [--sizes 10000,100000] [--queries 300] [--grpc-queries 100]
-        [--million 1000000 | --million 0] [--breakdown] [--profile]
+        [--million 1000000 | --million 0] [--breakdown] [--profile] [--build-only]
 
 What is timed
   recall, cached vector: Recaller.recall(namespace, question, 10) in-process
@@ -779,6 +779,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             seconds = await data.build_memory_db(path, corpus, vecs.memories, size, description)
             print(f"  built in {seconds:.0f} s", flush=True)
         data.migrate(path)
+        if args.build_only:
+            continue
         lock = data.PageCacheLock([path] if args.lock_files else [])
         try:
             print(f"measuring {size} memories ...", flush=True)
@@ -791,6 +793,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             lock.release()
         results["sizes"].append(entry)
+    if args.build_only:
+        return results
     if args.million:
         path = CACHE / f"vectors-{args.million}.db"
         # fixed whatever --real-vectors is: the first 10k memory vectors (all real) + sentences
@@ -849,6 +853,11 @@ def main() -> int:
     parser.add_argument("--profile-queries", type=int, default=100)
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached databases")
     parser.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build (or reuse) the --sizes files and stop: no measurement, no --million file",
+    )
+    parser.add_argument(
         "--real-vectors",
         type=int,
         default=data.REAL_VECTORS,
@@ -863,6 +872,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "recall_latency.json")
     args = parser.parse_args()
     results = asyncio.run(run(args))
+    if args.build_only:
+        return 0
     print()
     print_table(results["table"])
     print_details(results)

@@ -26,8 +26,23 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-# The names a client may use to reach a service: on this machine, and inside compose.
-SERVICE_HOSTS = ("localhost", "127.0.0.1", "::1", "store", "search", "pipeline", "maintenance")
+# The names a client may use to reach a service: on this machine, and inside compose
+# (its default services and its `postgres` profile's).
+SERVICE_HOSTS = (
+    "localhost",
+    "127.0.0.1",
+    "::1",
+    "store",
+    "search",
+    "pipeline",
+    "maintenance",
+    "pg-store",
+    "pg-search-1",
+    "pg-search-2",
+    "pg-pipeline-1",
+    "pg-pipeline-2",
+    "pg-maintenance",
+)
 VALID_DAYS = 825  # the longest validity macOS and browsers accept for a server certificate
 FILES = ("ca.pem", "ca-key.pem", "server.pem", "server-key.pem", "client.pem", "client-key.pem")
 

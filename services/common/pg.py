@@ -197,13 +197,33 @@ def translate(statement: str) -> str:
     inside a string literal, a quoted identifier or a comment is a placeholder
     (a `%` there is still doubled: psycopg scans the whole text). Cached: the
     repository builds a few hundred distinct texts, each translated once."""
+    text = _translated(statement, raw=False)
+    assert text is not None  # only a raw translation can be None
+    return text
+
+
+@functools.lru_cache(maxsize=2048)
+def translate_raw(statement: str) -> str | None:
+    """sqlite3's SQL text with `?` as Postgres's own `$1, $2...` (NOW_SQL as in
+    translate, `%` left alone), for psycopg's RawCursor; None when the text has
+    no `?` (or `:name` ones). Why: psycopg re-parses every query longer than
+    4096 characters or with more than 50 parameters on every execute (its
+    cache skips them), and the writer's multi-row INSERTs (repository.insert_rows)
+    are exactly those: the parse cost more than the server's work (bench/README.md,
+    "Remember and ImportMemories"). A raw query is sent as it is."""
+    return _translated(statement, raw=True)
+
+
+def _translated(statement: str, *, raw: bool) -> str | None:
     special = _STATEMENTS.get(" ".join(statement.split()).upper())
     if special is not None:
-        return special
+        return None if raw else special
+    percent = "%" if raw else "%%"
     text = statement.replace(NOW_SQL, PG_NOW_SQL)
     out: list[str] = []
     i, n = 0, len(text)
-    positional = named = False
+    positional = 0
+    named = False
     while i < n:
         c = text[i]
         if c in "'\"":  # a literal or quoted identifier; a doubled quote stays inside
@@ -215,23 +235,23 @@ def translate(statement: str) -> str:
                         continue
                     break
                 end += 1
-            out.append(text[i : end + 1].replace("%", "%%"))
+            out.append(text[i : end + 1].replace("%", percent))
             i = end + 1
         elif text.startswith("--", i):
             end = text.find("\n", i)
             end = n if end < 0 else end
-            out.append(text[i:end].replace("%", "%%"))
+            out.append(text[i:end].replace("%", percent))
             i = end
         elif text.startswith("/*", i):
             end = text.find("*/", i + 2)
             end = n if end < 0 else end + 2
-            out.append(text[i:end].replace("%", "%%"))
+            out.append(text[i:end].replace("%", percent))
             i = end
         elif c == "?":
             if i + 1 < n and text[i + 1].isdigit():
                 raise ValueError(f"numbered parameters are not supported: {statement[:80]!r}")
-            positional = True
-            out.append("%s")
+            positional += 1
+            out.append(f"${positional}" if raw else "%s")
             i += 1
         elif (
             c == ":"
@@ -246,14 +266,26 @@ def translate(statement: str) -> str:
             out.append(f"%({text[i + 1 : end]})s")
             i = end
         elif c == "%":
-            out.append("%%")
+            out.append(percent)
             i += 1
         else:
             out.append(c)
             i += 1
     if positional and named:
         raise ValueError(f"both ? and :name parameters in one statement: {statement[:80]!r}")
+    if raw and not positional:
+        return None
     return "".join(out)
+
+
+def execute(conn: Any, statement: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+    """One sqlite3-style statement on a psycopg connection: its cursor. With `?`
+    parameters it goes as Postgres's $n through a RawCursor (translate_raw says
+    why); `:name` ones and none through psycopg's own conversion."""
+    raw = translate_raw(statement)
+    if raw is not None:
+        return psycopg.RawCursor(conn).execute(raw, params)
+    return conn.execute(translate(statement), params)
 
 
 class SqliteApi:
@@ -275,9 +307,14 @@ class SqliteApi:
         self.raw = conn
 
     def execute(self, statement: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        return self.raw.execute(translate(statement), params)
+        return execute(self.raw, statement, params)
 
     def executemany(self, statement: str, params: Iterable[Sequence[Any] | dict[str, Any]]) -> Any:
+        raw = translate_raw(statement)
+        if raw is not None:
+            cursor: Any = psycopg.RawCursor(self.raw)
+            cursor.executemany(raw, params)
+            return cursor
         cursor = self.raw.cursor()
         cursor.executemany(translate(statement), params)
         return cursor
@@ -481,7 +518,7 @@ def _fetch_sync(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
     StorageUnavailable (UNAVAILABLE: retry), a read the server cancelled
     (statement_timeout) StorageTimedOut (DEADLINE_EXCEEDED), not a crash."""
     try:
-        cursor = conn.execute(translate(query[0]), query[1])
+        cursor = execute(conn, query[0], query[1])
         return list(cursor.fetchall()) if cursor.description is not None else []
     except psycopg.errors.QueryCanceled as exc:  # statement_timeout, or a cancel
         raise db.StorageTimedOut(_CANCELLED.format(exc.diag.message_primary or exc)) from exc

@@ -4,16 +4,18 @@ shape of the FTS5 channel's rows (services/search/queries.py: (rowid, score),
 best first), with what the channel's coverage needs in the same round trip.
 
 `ts_rank` is not BM25 (no IDF, no document-length normalisation against the
-collection), and Postgres keeps no term statistics, so they are computed in the
-query from the collection's own rows: its size and average length, each query
-term's document frequency, and each matching memory's term frequencies and
-length (memories.content_tokens, FTS5's docsize). That is FTS5's formula (k1
-1.2, b 0.75, IDF ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6) with the
-collection as FTS5's index, which is what the SQLite channel rescales FTS5's
-whole-index IDF to. The collection's size and average length cost a pass over
-its rows; a caller may pass them instead (`statistics`: Recall keeps a large
-unfiltered namespace's for a few minutes, as it keeps FTS5's whole-index counts
-on SQLite). bench/pg_bm25.py measures the query.
+collection), so BM25 is computed here: FTS5's formula (k1 1.2, b 0.75, IDF
+ln((N - n + 0.5) / (n + 0.5)) floored at 1e-6) over each matching memory's term
+frequencies and length (memories.content_tokens, FTS5's docsize), with the
+collection's size, average length and each term's document frequency. An
+unfiltered namespace's come from the tables the store keeps exact by trigger
+(pg_migrations.py `keyword_term_statistics`: one indexed read,
+`kept_statistics`); like FTS5's, they count every memory the text index holds
+(not deleted), where the query's live rule also drops expired and superseded
+memories by the clock, so until the retention sweep purges them those weigh in
+the IDF and average length as they do in FTS5's on SQLite. A filtered
+collection's are counted from its own rows in the query (a pass over them).
+bench/pg_bm25.py measures the query.
 
 A term is a word of services/common/fts.py's keyword_terms (the one home of the
 query's parsing), matched as FTS5 matches a quoted term: the phrase of its
@@ -66,8 +68,8 @@ def bm25_top(
     document frequency in the collection, in `terms` order, the collection's
     average length). The last three are the same on every row (none when
     nothing matches). `statistics`: the collection's (size, average length), and
-    `frequencies`: each term's document frequency, when the caller has them;
-    else they are counted here. `required` (1-based positions in `terms`, with
+    `frequencies`: each term's document frequency, when the caller has them
+    (kept_statistics); else they are counted here. `required` (1-based positions in `terms`, with
     `frequencies`): only memories holding one of these terms are scored (every
     term counting in their score), the common-terms cutoff Recall applies on
     both backends."""
@@ -98,32 +100,42 @@ def bm25_top(
         ),
         collection AS MATERIALIZED ({collection}),
         matched AS MATERIALIZED (
-            SELECT m.rowid, m.content_tsv, m.content_tokens::float8 AS dl
-            FROM memories m CROSS JOIN wanted w WHERE m.content_tsv @@ w.q AND {where}
+            SELECT m.rowid, m.content_tokens::float8 AS dl,
+                ts_filter(setweight(m.content_tsv, 'A', every.lexemes), '{{a}}') AS held
+            FROM memories m CROSS JOIN wanted w
+                CROSS JOIN (SELECT ARRAY(
+                    SELECT DISTINCT l FROM terms, unnest(terms.lexemes) AS l) AS lexemes) every
+            WHERE m.content_tsv @@ w.q AND {where}
         ),
         occurrences AS MATERIALIZED (
             SELECT h.rowid, h.dl, u.lexeme, cardinality(u.positions) AS n
-            FROM matched h CROSS JOIN LATERAL unnest(h.content_tsv) AS u
-            WHERE u.lexeme = ANY(ARRAY(SELECT DISTINCT l FROM terms, unnest(terms.lexemes) AS l))
+            FROM matched h CROSS JOIN LATERAL unnest(h.held) AS u
+        ),
+        term_lexemes AS MATERIALIZED (
+            SELECT t.i, l.lexeme, cardinality(t.lexemes) AS size
+            FROM terms t CROSS JOIN LATERAL unnest(t.lexemes) AS l(lexeme)
         ),
         hits AS MATERIALIZED (
             SELECT o.rowid, min(o.dl) AS dl, t.i, min(o.n)::float8 AS tf
-            FROM occurrences o JOIN terms t ON o.lexeme = ANY(t.lexemes)
-            GROUP BY o.rowid, t.i, cardinality(t.lexemes)
-            HAVING count(*) = cardinality(t.lexemes)
+            FROM occurrences o JOIN term_lexemes t ON t.lexeme = o.lexeme
+            GROUP BY o.rowid, t.i, t.size HAVING count(*) = t.size
         ),
         df AS MATERIALIZED ({df}),
         frequencies AS MATERIALIZED (
             SELECT array_agg(coalesce(d.df, 0)::bigint ORDER BY t.i) AS dfs
             FROM terms t LEFT JOIN df d ON d.i = t.i
+        ),
+        top AS MATERIALIZED (
+            SELECT h.rowid,
+                sum(greatest(ln((c.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) * h.tf * ({K1} + 1)
+                    / (h.tf + {K1} * (1 - {B} + {B} * h.dl / nullif(c.avgdl, 0)))) AS score,
+                array_agg(h.i ORDER BY h.i) AS held
+            FROM hits h JOIN df d ON d.i = h.i CROSS JOIN collection c
+            GROUP BY h.rowid ORDER BY score DESC, h.rowid LIMIT ?
         )
-        SELECT h.rowid,
-            sum(greatest(ln((c.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) * h.tf * ({K1} + 1)
-                / (h.tf + {K1} * (1 - {B} + {B} * h.dl / nullif(c.avgdl, 0)))) AS score,
-            array_agg(h.i ORDER BY h.i) AS held,
-            c.n::bigint AS n, f.dfs, c.avgdl
-        FROM hits h JOIN df d ON d.i = h.i CROSS JOIN collection c CROSS JOIN frequencies f
-        GROUP BY h.rowid, c.n, c.avgdl, f.dfs ORDER BY score DESC, h.rowid LIMIT ?
+        SELECT s.rowid, s.score, s.held, c.n::bigint AS n, f.dfs, c.avgdl
+        FROM top s CROSS JOIN collection c CROSS JOIN frequencies f
+        ORDER BY s.score DESC, s.rowid
     """
     return (
         sql,
@@ -139,37 +151,29 @@ def bm25_top(
     )
 
 
-def holds_at_least(namespace: str, count: int) -> Query:
-    """Whether the namespace holds at least `count` memories not deleted (a
-    probe that reads at most `count` index entries: a size class, not a count)."""
-    return (
-        "SELECT count(*) >= ? FROM (SELECT 1 FROM memories m "
-        "WHERE m.namespace = ? AND m.is_deleted = 0 LIMIT ?) AS s",
-        [count, namespace, count],
-    )
-
-
-def collection_statistics(namespace: str, spec: MemoryFilterSpec = _NOW) -> Query:
-    """(live memories, their average length in tokens) of the collection: what
-    bm25_top counts itself unless given them."""
-    where, params = _collection("?", spec)
-    return (
-        "SELECT count(*), coalesce(avg(m.content_tokens), 0)::float8 "
-        f"FROM memories m WHERE {where}",
-        [namespace, *params],
-    )
-
-
-def term_frequencies(terms: Sequence[str], namespace: str, spec: MemoryFilterSpec = _NOW) -> Query:
-    """(1-based position in `terms`, how many memories of the collection hold
-    the term), in `terms` order: what decides which terms are common."""
-    where, params = _collection("?", spec)
+def kept_statistics(terms: Sequence[str], namespace: str) -> Query:
+    """One row: (memories the namespace's text index holds, their average length,
+    each term's document frequency in `terms` order), from the kept tables. A
+    term of one lexeme is its lexeme's row; a term of several (a phrase, rare:
+    keyword_terms splits at punctuation) is counted over the namespace's
+    indexed memories, the tables' rule; a term of none matches nothing."""
     sql = f"""
         WITH terms AS MATERIALIZED ({_TERMS})
-        SELECT t.i, (SELECT count(*) FROM memories m WHERE m.content_tsv @@ t.q AND {where})
-        FROM terms t ORDER BY t.i
+        SELECT coalesce(max(s.documents), 0),
+            coalesce(max(s.tokens)::float8 / nullif(max(s.documents), 0), 0),
+            ARRAY(
+                SELECT CASE
+                    WHEN numnode(t.q) = 0 THEN 0
+                    WHEN numnode(t.q) = 1 THEN coalesce((
+                        SELECT k.documents FROM namespace_terms k
+                        WHERE k.namespace = ? AND k.lexeme = t.lexemes[1]), 0)
+                    ELSE (SELECT count(*) FROM memories m
+                        WHERE m.namespace = ? AND m.content_tsv @@ t.q)
+                END
+                FROM terms t ORDER BY t.i)
+        FROM namespace_text_totals s WHERE s.namespace = ?
     """
-    return (sql, [list(terms), namespace, *params])
+    return (sql, [list(terms), namespace, namespace, namespace])
 
 
 def ts_rank_top(

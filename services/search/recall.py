@@ -240,10 +240,6 @@ class Recaller:
             params.intent_similarity_threshold,
         )
         self._index_size: tuple[int, float] = (0, float("-inf"))  # (live memories, when)
-        # Postgres: namespace -> (live memories, average length, when) of its keyword collection
-        self._collections: dict[str, tuple[int, float, float]] = {}
-        # Postgres: (namespace, term) -> (documents holding it, when)
-        self._term_counts: dict[tuple[str, str], tuple[int, float]] = {}
 
     async def recall(
         self,
@@ -683,16 +679,22 @@ class Recaller:
     ) -> Keywords:
         """The keyword channel on Postgres: BM25 over the searched collection in
         one query (services/search/pg_text.py), which also returns the
-        statistics and the best match's terms the coverage needs."""
+        statistics and the best match's terms the coverage needs. An unfiltered
+        namespace's statistics are the store's kept ones (one indexed read, exact
+        at the snapshot), with the common-terms cutoff as on SQLite's whole
+        index; a filtered collection's are counted by the query itself."""
         terms = list(dict.fromkeys(keyword_terms(query)))
         if not terms:
             return Keywords([])
-        known = await self._collection_statistics(reads, namespace, spec)
+        known: tuple[int, float] | None = None
         frequencies: list[int] | None = None
         required: list[int] | None = None
-        if known is not None:  # a large namespace: the common-terms cutoff, as on SQLite
-            counts = await self._pg_term_counts(reads, namespace, terms)
-            frequencies = [counts[t] for t in terms]
+        if spec == _NO_FILTER:
+            size, average, kept = await reads.fetch_one(pg_text.kept_statistics(terms, namespace))
+            if not size:
+                return Keywords([])
+            known, frequencies = (int(size), float(average)), [int(n) for n in kept]
+            counts = dict(zip(terms, frequencies, strict=True))
             rare = rare_terms(terms, counts, self._params.keyword_postings_budget)
             if rare is not None:
                 required = [terms.index(t) + 1 for t in rare]
@@ -708,57 +710,6 @@ class Recaller:
         held = {terms[int(i) - 1] for i in rows[0][2]}
         ranked = [(row[0], float(row[1])) for row in rows]
         return Keywords(ranked, coverage(weights, held))
-
-    async def _pg_term_counts(
-        self, reads: Reads, namespace: str, terms: list[str]
-    ) -> dict[str, int]:
-        """Documents per term in a large unfiltered namespace (Postgres), kept
-        for the same few minutes as its size (_collection_statistics)."""
-        now = time.monotonic()
-        missing = [
-            t
-            for t in terms
-            if (namespace, t) not in self._term_counts
-            or now - self._term_counts[(namespace, t)][1] > _DOCUMENT_COUNT_TTL_S
-        ]
-        if missing:
-            if len(self._term_counts) > _DOCUMENT_COUNT_ENTRIES:
-                self._term_counts.clear()
-            for row in await reads.fetch_all(pg_text.term_frequencies(missing, namespace)):
-                self._term_counts[(namespace, missing[row[0] - 1])] = (int(row[1]), now)
-        return {t: self._term_counts[(namespace, t)][0] for t in terms}
-
-    async def _collection_statistics(
-        self, reads: Reads, namespace: str, spec: MemoryFilterSpec
-    ) -> tuple[int, float] | None:
-        """A large (10k+) unfiltered namespace's (live memories, average length),
-        counted at most a few minutes ago, as FTS5's whole-index counts are kept
-        on SQLite (_index_statistics): counting them costs a pass over the
-        namespace, and a few minutes move them by a hair. Whether a namespace
-        is large is probed (at most 10k index entries read) when it is unknown
-        or its size class is older than that. None: the query counts them
-        itself (a filter, or a small namespace, where that is cheap)."""
-        if spec != _NO_FILTER:
-            return None
-        now = time.monotonic()
-        known = self._collections.get(namespace)
-        if known is None or now - known[2] > _DOCUMENT_COUNT_TTL_S:
-            if known is None or known[0] < _FRESH_COUNTS_BELOW:
-                probe = pg_text.holds_at_least(namespace, _FRESH_COUNTS_BELOW)
-                if not (await reads.fetch_one(probe))[0]:
-                    self._remember_collection(namespace, 0, 0.0, now)
-                    return None
-            row = await reads.fetch_one(pg_text.collection_statistics(namespace))
-            known = self._remember_collection(namespace, int(row[0]), float(row[1]), now)
-        return (known[0], known[1]) if known[0] >= _FRESH_COUNTS_BELOW else None
-
-    def _remember_collection(
-        self, namespace: str, size: int, average: float, when: float
-    ) -> tuple[int, float, float]:
-        if len(self._collections) > _DOCUMENT_COUNT_ENTRIES:
-            self._collections.clear()
-        self._collections[namespace] = (size, average, when)
-        return self._collections[namespace]
 
     async def _coverage(
         self, reads: Reads, weights: dict[str, float], ranked: list[tuple[int, float]]

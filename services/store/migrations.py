@@ -717,6 +717,20 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         """,
     ),
     (
+        "keyword_term_statistics",
+        """
+        -- Nothing on SQLite: FTS5 keeps its own term statistics (the Postgres
+        -- step of this name keeps per-namespace ones in tables of its own).
+        """,
+    ),
+    (
+        "keyword_statistics_set_based_triggers",
+        """
+        -- Nothing on SQLite: the Postgres step of this name rewrites the triggers
+        -- of keyword_term_statistics, which has nothing here either.
+        """,
+    ),
+    (
         "embedding_parts",
         """
         -- Issue 19: a content's sentence vectors beside its whole vector, in

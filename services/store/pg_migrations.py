@@ -470,6 +470,208 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
         """,
     ),
     (
+        "keyword_term_statistics",
+        """
+        -- Issue 21: BM25's per-namespace statistics, kept instead of counted at
+        -- Recall (services/search/pg_text.py): for each namespace, how many
+        -- memories content_tsv indexes and their tokens, and per lexeme how many
+        -- of them hold it. They count what the GIN index holds (FTS5's index on
+        -- SQLite: every memory not deleted, expired or superseded ones
+        -- included until purged), not the live rule, which follows the clock.
+        -- Kept exact by triggers on memories: every write of a memory's text,
+        -- namespace or deletion (insert, import, update, soft delete, restore,
+        -- purge) goes through one of them, in the write's own transaction; no
+        -- store code has to remember them. Statement-level, so a multi-row
+        -- INSERT (a Remember group, an import batch) or a mass delete updates
+        -- each lexeme once, and an UPDATE that changes no text (access counts)
+        -- costs an anti-join of its own rows. A lexeme's row goes when its
+        -- count reaches 0, a namespace's when it holds no memory.
+        CREATE TABLE namespace_text_totals (
+            namespace TEXT COLLATE "C" PRIMARY KEY,
+            documents BIGINT NOT NULL,
+            tokens    BIGINT NOT NULL
+        );
+        CREATE TABLE namespace_terms (
+            namespace TEXT COLLATE "C" NOT NULL,
+            lexeme    TEXT COLLATE "C" NOT NULL,
+            documents BIGINT NOT NULL,
+            PRIMARY KEY (namespace, lexeme)
+        );
+        CREATE TYPE engram_text_change AS (namespace TEXT, tsv tsvector, tokens BIGINT, sign INTEGER);
+        CREATE FUNCTION engram_count_text(changes engram_text_change[]) RETURNS void
+            LANGUAGE plpgsql AS $$
+        BEGIN
+            IF cardinality(changes) = 0 THEN
+                RETURN;
+            END IF;
+            INSERT INTO namespace_text_totals AS t (namespace, documents, tokens)
+                SELECT c.namespace, sum(c.sign), sum(c.sign * c.tokens)
+                FROM unnest(changes) c GROUP BY c.namespace
+                ON CONFLICT (namespace) DO UPDATE
+                SET documents = t.documents + excluded.documents, tokens = t.tokens + excluded.tokens;
+            DELETE FROM namespace_text_totals t
+                WHERE t.documents = 0 AND t.namespace IN (
+                    SELECT c.namespace FROM unnest(changes) c WHERE c.sign < 0);
+            INSERT INTO namespace_terms AS t (namespace, lexeme, documents)
+                SELECT c.namespace, u.lexeme, sum(c.sign)
+                FROM unnest(changes) c CROSS JOIN LATERAL unnest(c.tsv) u
+                GROUP BY c.namespace, u.lexeme HAVING sum(c.sign) <> 0
+                ORDER BY 1, 2
+                ON CONFLICT (namespace, lexeme) DO UPDATE SET documents = t.documents + excluded.documents;
+            DELETE FROM namespace_terms t USING (
+                    SELECT DISTINCT c.namespace, u.lexeme
+                    FROM unnest(changes) c CROSS JOIN LATERAL unnest(c.tsv) u WHERE c.sign < 0
+                ) gone
+                WHERE t.namespace = gone.namespace AND t.lexeme = gone.lexeme AND t.documents = 0;
+        END $$;
+        CREATE FUNCTION engram_text_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM engram_count_text(ARRAY(
+                SELECT (n.namespace, n.content_tsv, n.content_tokens, 1)::engram_text_change
+                FROM new_rows n WHERE n.content_tsv IS NOT NULL));
+            RETURN NULL;
+        END $$;
+        CREATE FUNCTION engram_text_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM engram_count_text(ARRAY(
+                SELECT (o.namespace, o.content_tsv, o.content_tokens, -1)::engram_text_change
+                FROM old_rows o WHERE o.content_tsv IS NOT NULL));
+            RETURN NULL;
+        END $$;
+        CREATE FUNCTION engram_text_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM engram_count_text(ARRAY(
+                SELECT (o.namespace, o.content_tsv, o.content_tokens, -1)::engram_text_change
+                FROM old_rows o WHERE o.content_tsv IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM new_rows n WHERE n.rowid = o.rowid
+                        AND n.namespace = o.namespace AND n.content_tsv = o.content_tsv)
+                UNION ALL
+                SELECT (n.namespace, n.content_tsv, n.content_tokens, 1)::engram_text_change
+                FROM new_rows n WHERE n.content_tsv IS NOT NULL AND NOT EXISTS (
+                    SELECT 1 FROM old_rows o WHERE o.rowid = n.rowid
+                        AND o.namespace = n.namespace AND o.content_tsv = n.content_tsv)));
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER memories_text_inserted AFTER INSERT ON memories
+            REFERENCING NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION engram_text_inserted();
+        CREATE TRIGGER memories_text_deleted AFTER DELETE ON memories
+            REFERENCING OLD TABLE AS old_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION engram_text_deleted();
+        CREATE TRIGGER memories_text_updated AFTER UPDATE ON memories
+            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+            FOR EACH STATEMENT EXECUTE FUNCTION engram_text_updated();
+        -- the memories written before this step
+        INSERT INTO namespace_text_totals (namespace, documents, tokens)
+            SELECT m.namespace, count(*), sum(m.content_tokens)
+            FROM memories m WHERE m.content_tsv IS NOT NULL GROUP BY m.namespace;
+        INSERT INTO namespace_terms (namespace, lexeme, documents)
+            SELECT m.namespace, u.lexeme, count(*)
+            FROM memories m CROSS JOIN LATERAL unnest(m.content_tsv) u
+            WHERE m.content_tsv IS NOT NULL GROUP BY m.namespace, u.lexeme;
+        """,
+    ),
+    (
+        "keyword_statistics_set_based_triggers",
+        """
+        -- The previous step's triggers gathered a statement's rows into one array
+        -- before counting them: a COPY or a mass update of millions of rows would
+        -- build an array of all their tsvectors (slow, and capped at 1 GB). Here
+        -- each trigger counts straight from its transition tables, in the same
+        -- transaction, with the same results.
+        CREATE OR REPLACE FUNCTION engram_text_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO namespace_text_totals AS t (namespace, documents, tokens)
+                SELECT n.namespace, count(*), sum(n.content_tokens)
+                FROM new_rows n WHERE n.content_tsv IS NOT NULL GROUP BY n.namespace
+                ON CONFLICT (namespace) DO UPDATE
+                SET documents = t.documents + excluded.documents, tokens = t.tokens + excluded.tokens;
+            INSERT INTO namespace_terms AS t (namespace, lexeme, documents)
+                SELECT n.namespace, u.lexeme, count(*)
+                FROM new_rows n CROSS JOIN LATERAL unnest(n.content_tsv) u
+                WHERE n.content_tsv IS NOT NULL GROUP BY n.namespace, u.lexeme ORDER BY 1, 2
+                ON CONFLICT (namespace, lexeme) DO UPDATE SET documents = t.documents + excluded.documents;
+            RETURN NULL;
+        END $$;
+        CREATE OR REPLACE FUNCTION engram_text_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE namespace_text_totals t SET documents = t.documents - o.documents,
+                    tokens = t.tokens - o.tokens
+                FROM (SELECT namespace, count(*) AS documents, sum(content_tokens) AS tokens
+                    FROM old_rows WHERE content_tsv IS NOT NULL GROUP BY namespace) o
+                WHERE t.namespace = o.namespace;
+            DELETE FROM namespace_text_totals t WHERE t.documents = 0
+                AND t.namespace IN (SELECT namespace FROM old_rows WHERE content_tsv IS NOT NULL);
+            UPDATE namespace_terms t SET documents = t.documents - o.documents
+                FROM (SELECT r.namespace, u.lexeme, count(*) AS documents
+                    FROM old_rows r CROSS JOIN LATERAL unnest(r.content_tsv) u
+                    WHERE r.content_tsv IS NOT NULL GROUP BY r.namespace, u.lexeme) o
+                WHERE t.namespace = o.namespace AND t.lexeme = o.lexeme;
+            DELETE FROM namespace_terms t USING (
+                    SELECT DISTINCT r.namespace, u.lexeme
+                    FROM old_rows r CROSS JOIN LATERAL unnest(r.content_tsv) u
+                    WHERE r.content_tsv IS NOT NULL
+                ) gone
+                WHERE t.namespace = gone.namespace AND t.lexeme = gone.lexeme AND t.documents = 0;
+            RETURN NULL;
+        END $$;
+        CREATE OR REPLACE FUNCTION engram_text_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            -- the rows whose namespace or text changed, the old versions out and the
+            -- new in (`changes`, written out in each statement: no array, no temp
+            -- table); an UPDATE of other columns (access counts) stops at the check
+            IF NOT EXISTS (SELECT o.namespace, o.content_tsv AS tsv, o.content_tokens AS tokens, -1 AS sign
+                    FROM old_rows o WHERE o.content_tsv IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM new_rows n WHERE n.rowid = o.rowid
+                            AND n.namespace = o.namespace AND n.content_tsv = o.content_tsv)
+                    UNION ALL
+                    SELECT n.namespace, n.content_tsv, n.content_tokens, 1
+                    FROM new_rows n WHERE n.content_tsv IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM old_rows o WHERE o.rowid = n.rowid
+                            AND o.namespace = n.namespace AND o.content_tsv = n.content_tsv)) THEN
+                RETURN NULL;
+            END IF;
+            INSERT INTO namespace_text_totals AS t (namespace, documents, tokens)
+                SELECT c.namespace, sum(c.sign), sum(c.sign * c.tokens)
+                FROM (SELECT o.namespace, o.content_tsv AS tsv, o.content_tokens AS tokens, -1 AS sign
+                    FROM old_rows o WHERE o.content_tsv IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM new_rows n WHERE n.rowid = o.rowid
+                            AND n.namespace = o.namespace AND n.content_tsv = o.content_tsv)
+                    UNION ALL
+                    SELECT n.namespace, n.content_tsv, n.content_tokens, 1
+                    FROM new_rows n WHERE n.content_tsv IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM old_rows o WHERE o.rowid = n.rowid
+                            AND o.namespace = n.namespace AND o.content_tsv = n.content_tsv)) c GROUP BY c.namespace
+                ON CONFLICT (namespace) DO UPDATE
+                SET documents = t.documents + excluded.documents, tokens = t.tokens + excluded.tokens;
+            DELETE FROM namespace_text_totals t WHERE t.documents = 0
+                AND t.namespace IN (SELECT namespace FROM old_rows);
+            INSERT INTO namespace_terms AS t (namespace, lexeme, documents)
+                SELECT c.namespace, u.lexeme, sum(c.sign)
+                FROM (SELECT o.namespace, o.content_tsv AS tsv, o.content_tokens AS tokens, -1 AS sign
+                    FROM old_rows o WHERE o.content_tsv IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM new_rows n WHERE n.rowid = o.rowid
+                            AND n.namespace = o.namespace AND n.content_tsv = o.content_tsv)
+                    UNION ALL
+                    SELECT n.namespace, n.content_tsv, n.content_tokens, 1
+                    FROM new_rows n WHERE n.content_tsv IS NOT NULL AND NOT EXISTS (
+                        SELECT 1 FROM old_rows o WHERE o.rowid = n.rowid
+                            AND o.namespace = n.namespace AND o.content_tsv = n.content_tsv)) c CROSS JOIN LATERAL unnest(c.tsv) u
+                GROUP BY c.namespace, u.lexeme HAVING sum(c.sign) <> 0 ORDER BY 1, 2
+                ON CONFLICT (namespace, lexeme) DO UPDATE SET documents = t.documents + excluded.documents;
+            DELETE FROM namespace_terms t USING (
+                    SELECT DISTINCT r.namespace, u.lexeme
+                    FROM old_rows r CROSS JOIN LATERAL unnest(r.content_tsv) u
+                    WHERE r.content_tsv IS NOT NULL
+                ) gone
+                WHERE t.namespace = gone.namespace AND t.lexeme = gone.lexeme AND t.documents = 0;
+            RETURN NULL;
+        END $$;
+        DROP FUNCTION engram_count_text(engram_text_change[]);
+        DROP TYPE engram_text_change;
+        """,
+    ),
+    (
         "embedding_parts",
         """
         -- migrations.py's: float16 bytes, not a halfvec, since Recall reads

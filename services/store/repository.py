@@ -223,8 +223,16 @@ def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str,
     unique = list(dict.fromkeys(hashes))
     # Without statistics SQLite's planner prefers the (namespace, is_deleted)
     # index for longer IN lists: a scan of the whole namespace. Postgres has no
-    # INDEXED BY, and its statistics choose the hash index.
+    # INDEXED BY, and its custom plans choose the hash index; but once psycopg
+    # prepares the statement (run five times) Postgres may switch to a generic
+    # plan, which scans the namespace: 30-50 times slower at 8,000 memories
+    # while an import grows them (bench/README.md, "Remember and
+    # ImportMemories"). So this transaction plans the lookup for its own hashes
+    # (one hash is an equality on the index's columns: any plan takes it).
+    pg_custom = postgres(conn) and len(unique) > 1
     indexed_by = "" if postgres(conn) else "INDEXED BY memories_live_hash "
+    if pg_custom:
+        conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
     for start in range(0, len(unique), 500):
         chunk = unique[start : start + 500]
         rows = conn.execute(
@@ -235,6 +243,8 @@ def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str,
             [namespace, *chunk],
         ).fetchall()
         found.update({row[0]: Twin(row[1], row[2], bool(row[3])) for row in rows})
+    if pg_custom:  # the server's setting again, for the rest of the transaction
+        conn.execute("SET LOCAL plan_cache_mode TO DEFAULT")
     return found
 
 

@@ -73,6 +73,22 @@ def test_a_statement_text_is_translated_once() -> None:
     assert pg.translate.cache_info().hits == hits + 1
 
 
+def test_raw_translation_numbers_the_placeholders_and_leaves_percent_alone() -> None:
+    assert pg.translate_raw("SELECT a FROM t WHERE a = ? AND b % 2 = ? AND c IN (?, ?)") == (
+        "SELECT a FROM t WHERE a = $1 AND b % 2 = $2 AND c IN ($3, $4)"
+    )
+    assert pg.translate_raw("SELECT '? 50%', \"odd?col\" FROM t WHERE a = ? /* ? */ -- ?") == (
+        "SELECT '? 50%', \"odd?col\" FROM t WHERE a = $1 /* ? */ -- ?"
+    )
+    assert "strftime" not in (pg.translate_raw(f"SELECT {NOW_SQL} WHERE a = ?") or "strftime")
+
+
+def test_statements_without_question_marks_are_not_raw() -> None:
+    """psycopg's own conversion takes them: named parameters, none, the writer's BEGIN."""
+    for statement in ("UPDATE t SET a = :a WHERE id = :id", "SELECT 1", "BEGIN IMMEDIATE"):
+        assert pg.translate_raw(statement) is None
+
+
 # ---- one repository, two backends -----------------------------------------------------
 
 
@@ -85,6 +101,17 @@ def test_literal_percent_signs_and_the_clock_read_alike(conn: Any) -> None:
     assert conn.execute("SELECT '50%'").fetchone()[0] == "50%"
     now = conn.execute(f"SELECT {NOW_SQL}").fetchone()[0]
     assert STORED_TIME.fullmatch(now) and now.endswith("000000Z")
+
+
+def test_a_statement_of_many_parameters_reads_back_each_in_its_place(conn: Any) -> None:
+    """Past psycopg's cached sizes (50 parameters, 4,096 characters): the raw path."""
+    values = [f"v{n}%" for n in range(300)]
+    statement = "SELECT '50%', " + ", ".join(f"? AS c{n}" for n in range(300))
+    assert list(conn.execute(statement, values).fetchone()) == ["50%", *values]
+    conn.execute("CREATE TABLE many (a TEXT, b INTEGER)")
+    conn.executemany("INSERT INTO many (a, b) VALUES (?, ?)", [("x%", 1), ("y", 2)])
+    named = conn.execute("SELECT a FROM many WHERE b = :b", {"b": 1}).fetchall()
+    assert [tuple(r) for r in named] == [("x%",)]
 
 
 def _memory(memory_id: str, content: str, **overrides: Any) -> repo.MemoryRow:
@@ -214,6 +241,28 @@ def _enqueue(conn: Any, *memory_ids: str, job_type: str = "embed", at: str = T0)
     rows = [repo.job_row("ns", memory_id, job_type, 3, at) for memory_id in memory_ids]
     repo.enqueue_jobs(conn, rows)
     return [row.id for row in rows]
+
+
+def test_the_dedup_lookup_is_planned_for_its_own_hashes_as_an_import_runs_it(
+    pg_conn: Any,
+) -> None:
+    """psycopg prepares a statement run five times, and Postgres may then reuse a
+    generic plan: for the lookup's IN list, while an import grows the namespace
+    (each chunk's hashes looked up, then its rows written), one that scans it."""
+    for chunk in range(12):
+        numbers = range(chunk * 500, (chunk + 1) * 500)
+        pg_conn.execute("BEGIN IMMEDIATE")
+        assert repo.twins_by_hash(pg_conn, "ns", [f"h-m{n}" for n in numbers]) == {}
+        # the rest of the transaction runs under the server's setting
+        assert pg_conn.execute("SHOW plan_cache_mode").fetchone()[0] == "auto"
+        repo.insert_memory_rows(pg_conn, [memory(f"m{n}", f"m{n}") for n in numbers])
+        pg_conn.execute("COMMIT")
+    plans = pg_conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+        "WHERE statement LIKE '%content_hash IN%'"
+    ).fetchall()
+    # prepared (psycopg's prepare_threshold), then planned afresh on every run
+    assert [(generic, custom > 0) for generic, custom in plans] == [(0, True)]
 
 
 def test_jobs_enqueue_with_dedup_and_come_due_oldest_first(conn: Any) -> None:

@@ -93,3 +93,19 @@ def test_ts_rank_finds_the_same_memories_in_its_own_order(pg: Any) -> None:
     bm25 = {i for i, _ in _pg_top(pg, pg_text.bm25_top(["lake", "painted"], "ns", 10))}
     ts_rank = {i for i, _ in _pg_top(pg, pg_text.ts_rank_top(["lake", "painted"], "ns", 10))}
     assert bm25 == ts_rank == {"ns-1", "ns-5", "ns-6"}
+
+
+@pytest.mark.parametrize("terms", [["lake"], ["melanie", "race", "lake"], ["support", "nowhere"]])
+def test_the_kept_statistics_give_the_scores_the_query_counts(pg: Any, terms: list[str]) -> None:
+    """Every memory live: the store's kept statistics are the collection's, so
+    BM25 given them scores as BM25 counting them itself (one formula)."""
+    sql, params = pg_text.kept_statistics(terms, "ns")
+    size, average, frequencies = pg.execute(translate(sql), params).fetchone()
+    pg.rollback()
+    assert size == len(CORPUS)
+    counted = _pg_top(pg, pg_text.bm25_top(terms, "ns", 10))
+    kept = _pg_top(
+        pg, pg_text.bm25_top(terms, "ns", 10, statistics=(size, average), frequencies=frequencies)
+    )
+    assert [i for i, _ in kept] == [i for i, _ in counted]
+    assert [s for _, s in kept] == pytest.approx([s for _, s in counted], rel=1e-12)

@@ -1,11 +1,12 @@
-"""The common-terms cutoff of the whole-index keyword channel
-(RecallParams.keyword_postings_budget): when the query's terms match more
+"""The common-terms cutoff of the unfiltered keyword channel
+(RecallParams.keyword_postings_budget; SQLite's whole-index channel, Postgres's
+from the store's kept statistics): when the query's terms match more
 documents than the budget, the frequent terms are scored only where a rarer
 term matched. A document matching a rare term keeps its exact BM25 (its common
 terms included); documents matching common terms only are left out; under the
 budget nothing changes.
 
-A real store writes the file; recall runs in-process over it (keywords only).
+A real store writes the database; recall runs in-process over it (keywords only).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from recall_helpers import Stack
 from services.common.db import open_read_pool
@@ -25,10 +24,6 @@ from services.search.recall import Recaller, RecallHit, RecallParams
 from services.search.scoring import ScoringParams
 
 NS = "only"  # the one namespace: the collection is the whole index
-pytestmark = pytest.mark.sqlite_only(
-    "the cutoff of FTS5's whole-index channel; Postgres's channel applies it from 10k"
-    " memories on (tests/postgres/test_pg_recall.py), this namespace is far smaller"
-)
 
 
 def keyword_hits(stack: Stack, query: str, budget: int) -> dict[str, RecallHit]:

@@ -222,3 +222,89 @@ def test_a_stream_over_the_item_cap_is_rejected_after_its_committed_chunks(
     )
     # The items before the cap are whole chunks, all committed before the reply.
     assert scalar(db_path, "SELECT count(*) FROM memories") == 1 + MAX_IMPORT_STREAM_ITEMS
+
+
+# ---- a chunk of many rows: each value in its own row (the multi-row INSERTs) ---------
+
+
+def _varied(n: int) -> store_pb2.ImportItem:
+    """Item n, every written field its own (a value landing in another row or
+    column shows); n % 50 == 7 is invalid (importance out of range)."""
+    return Item(
+        content=f"imported fact {n}: 100% of it",
+        tags=[f"t{n}"],
+        who=f"agent-{n}",
+        why=f"because {n}",
+        source_type="import-test",
+        source_id=f"src-{n}",
+        importance=7 if n % 50 == 7 else (n % 10) / 10,
+    )
+
+
+def test_a_chunk_of_many_items_with_duplicates_and_bad_ones_lands_item_by_item(
+    store, db_path: Path
+) -> None:
+    count = 300  # several of the repository's multi-row INSERTs per chunk
+    items = [_varied(n) for n in range(count)]
+    items[150] = Item(content=items[3].content)  # a duplicate of an earlier item, mid-chunk
+    first = store.ImportMemories(
+        _stream(("bulk", items[:100]), ("bulk", items[100:200]), ("bulk", items[200:]))
+    )
+    bad = {n for n in range(count) if n % 50 == 7}
+    assert [r.index for r in first.results] == list(range(count))
+    for r in first.results:
+        expected = (
+            store_pb2.IMPORT_STATUS_FAILED
+            if r.index in bad
+            else store_pb2.IMPORT_STATUS_DEDUPLICATED
+            if r.index == 150
+            else store_pb2.IMPORT_STATUS_CREATED
+        )
+        assert r.status == expected, r.index
+    assert "importance" in first.results[7].error
+    assert first.results[150].memory_id == first.results[3].memory_id
+    created = [r for r in first.results if r.status == store_pb2.IMPORT_STATUS_CREATED]
+    assert first.created_count == len(created) == count - len(bad) - 1
+    for r in created:
+        memory = store.GetMemory(
+            store_pb2.GetMemoryRequest(namespace="bulk", id=r.memory_id)
+        ).memory
+        n = r.index
+        assert (
+            memory.content,
+            list(memory.tags),
+            memory.who,
+            memory.why,
+            memory.source_id,
+            memory.importance,
+        ) == (
+            f"imported fact {n}: 100% of it",
+            [f"t{n}"],
+            f"agent-{n}",
+            f"because {n}",
+            f"src-{n}",
+            pytest.approx((n % 10) / 10),
+        ), n
+    stored = {
+        row[0]: (row[1], row[2])
+        for row in rows(
+            db_path,
+            "SELECT m.id, count(DISTINCT h.id), count(DISTINCT j.id) FROM memories m "
+            "JOIN memory_history h ON h.memory_id = m.id AND h.event = 'created' "
+            "JOIN memory_jobs j ON j.memory_id = m.id AND j.job_type = 'embed' "
+            "WHERE m.namespace = 'bulk' GROUP BY m.id",
+        )
+    }
+    assert stored == {r.memory_id: (1, 1) for r in created}
+    # the same stream again: every valid item deduplicated to the same memory, nothing written
+    before = table_counts(db_path)
+    again = store.ImportMemories(
+        _stream(("bulk", items[:100]), ("bulk", items[100:200]), ("bulk", items[200:]))
+    )
+    assert (again.created_count, again.deduplicated_count, again.failed_count) == (
+        0,
+        count - len(bad),
+        len(bad),
+    )
+    assert [r.memory_id for r in again.results] == [r.memory_id for r in first.results]
+    assert table_counts(db_path) == before

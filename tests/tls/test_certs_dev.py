@@ -34,6 +34,8 @@ def test_certificates_chain_to_the_ca_and_name_every_service(tmp_path: Path) -> 
     names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert set(names.get_values_for_type(x509.DNSName)) == {
         "localhost", "store", "search", "pipeline", "maintenance", "engram.internal",
+        "pg-store", "pg-search-1", "pg-search-2", "pg-pipeline-1", "pg-pipeline-2",
+        "pg-maintenance",
     }  # fmt: skip
     assert set(names.get_values_for_type(x509.IPAddress)) == {
         ipaddress.ip_address("127.0.0.1"),

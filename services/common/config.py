@@ -238,6 +238,7 @@ class SearchSettings(_Section):
     # to the best of its sentences' when that is higher (issue 19; bench/README.md
     # "Sentence vectors"); 0 reads no sentence vectors
     sentence_weight: float = Field(1.0, ge=0.0, le=1.0)
+    sentence_mode: Literal["max", "minmax", "count", "margin"] = "max"
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)

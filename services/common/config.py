@@ -234,11 +234,11 @@ class SearchSettings(_Section):
     rrf_k: int = Field(60, ge=1, le=1000)
     channel_depth: int = Field(100, ge=10, le=1000)
     vector_candidates: int = Field(400, ge=0, le=10000)
-    # a candidate's cosine moves this share of the way from its whole vector's
-    # to the best of its sentences' when that is higher (issue 19; bench/README.md
+    # a candidate's cosine moves this share of the way to the best of its
+    # sentences' less what that many sentences reach by chance, when that is
+    # higher (issue 19; services/search/recall.py _best_parts; bench/README.md
     # "Sentence vectors"); 0 reads no sentence vectors
     sentence_weight: float = Field(1.0, ge=0.0, le=1.0)
-    sentence_mode: Literal["max", "minmax", "count", "margin"] = "max"
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)

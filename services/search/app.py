@@ -65,7 +65,6 @@ def recall_params(config: Config) -> RecallParams:
         channel_depth=config.search.channel_depth,
         vector_candidates=config.search.vector_candidates,
         sentence_weight=config.search.sentence_weight,
-        sentence_mode=config.search.sentence_mode,
         reranker_top_n=pipeline.rerankerTopN,
         reranker_timeout_s=pipeline.rerankerTimeoutMs / 1000,
         graph_enabled=pipeline.graphEnabled,

@@ -91,13 +91,9 @@ class RecallParams:
     channel_depth: int = 100  # results kept from each channel
     vector_candidates: int = 400  # Hamming first-pass size; 0 = exact float32 scan
     vector_cache: bool = True  # unfiltered first pass in memory (services.search.vector_cache)
-    # the pool's cosine: whole + w x (max(whole, best sentence) - whole) (issue 19)
+    # the pool's cosine: whole + w x max(0, best sentence - sd x sqrt(2 ln n) - whole)
+    # (issue 19; _best_parts)
     sentence_weight: float = 1.0
-    # how the best sentence enters: "max" (above), "minmax" (both cosines
-    # min-max scaled within the pool, blended, mapped back onto the whole's
-    # range), "count" (the best less the maximum expected of that many
-    # sentences, sd x sqrt(2 ln n)), "margin" (the gain less the pool's sd)
-    sentence_mode: str = "max"
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -912,13 +908,7 @@ class Recaller:
                     cosine[row[0]] = float(value)
                 if self._params.sentence_weight > 0:
                     cosine.update(
-                        _best_parts(
-                            embedded,
-                            query,
-                            cosine,
-                            self._params.sentence_weight,
-                            self._params.sentence_mode,
-                        )
+                        _best_parts(embedded, query, cosine, self._params.sentence_weight)
                     )
         depth = self._params.channel_depth
         vector_top = sorted(
@@ -992,17 +982,17 @@ class Recaller:
 
 
 def _best_parts(
-    rows: Sequence[Any],
-    query: npt.NDArray[np.float32],
-    cosine: dict[int, float],
-    weight: float,
-    mode: str = "max",
+    rows: Sequence[Any], query: npt.NDArray[np.float32], cosine: dict[int, float], weight: float
 ) -> dict[int, float]:
-    """rowid -> the pool cosine with its best sentence's evidence (RecallParams
-    sentence_mode) for the pool rows that hold sentence vectors (row[4],
-    float16, each of the whole vector's dimensions): a turn whose one answering
-    sentence is lost in its whole vector still meets the question (issue 19).
-    One product over all parts."""
+    """rowid -> whole cosine + weight x max(0, best sentence cosine - sd x
+    sqrt(2 ln n) - whole) for the pool rows that hold sentence vectors (row[4],
+    float16, each of the whole vector's dimensions), n its sentences, sd the
+    spread of every sentence cosine in the pool: a turn whose one answering
+    sentence is lost in its whole vector still meets the question (issue 19),
+    while a long turn gains nothing for the maximum that many sentences reach by
+    chance (about sd x sqrt(2 ln n) above their mean). The plain maximum and
+    min-max scaling within the pool gained nothing once cross-validated
+    (bench/README.md, "Sentence vectors through Recall"). One product over all parts."""
     with_parts = [row for row in rows if row[4]]
     if not with_parts:
         return {}
@@ -1012,31 +1002,11 @@ def _best_parts(
     parts = np.frombuffer(b"".join(blobs), dtype=PARTS_DTYPE).reshape(-1, dims)
     scores = parts.astype(np.float32) @ query
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    best = np.maximum.reduceat(scores, starts)
-    whole = np.array([cosine[row[0]] for row in with_parts])
-    if mode == "count":
-        best = best - float(scores.std()) * np.sqrt(2.0 * np.log(counts))
-    elif mode == "margin":
-        best = best - float(np.std(list(cosine.values())))
-    elif mode == "minmax":
-        every = np.array(list(cosine.values()))
-        lifted = dict(
-            zip((row[0] for row in with_parts), np.maximum(whole, best).tolist(), strict=True)
-        )
-        top = np.array([lifted.get(r, c) for r, c in cosine.items()])
-        w_lo, w_span = float(every.min()), float(every.max() - every.min())
-        t_lo, t_span = float(top.min()), float(top.max() - top.min())
-        if w_span <= 0 or t_span <= 0:
-            return {}
-        return {
-            rowid: w_lo
-            + w_span * ((1 - weight) * (c - w_lo) / w_span + weight * (t - t_lo) / t_span)
-            for (rowid, c), t in zip(cosine.items(), top.tolist(), strict=True)
-        }
-    gain = np.maximum(0.0, best - whole)
+    chance = float(scores.std()) * np.sqrt(2.0 * np.log(counts))
+    best = (np.maximum.reduceat(scores, starts) - chance).tolist()
     return {
-        row[0]: cosine[row[0]] + weight * float(g)
-        for row, g in zip(with_parts, gain.tolist(), strict=True)
+        row[0]: cosine[row[0]] + weight * max(0.0, value - cosine[row[0]])
+        for row, value in zip(with_parts, best, strict=True)
     }
 
 

@@ -1,6 +1,7 @@
 """Sentence vectors beside whole-memory vectors (issue 19): the pipeline embeds a
 memory's sentences with it, the store keeps them with its vector, and Recall
-rescores its candidates by max(whole cosine, best sentence cosine), so a turn
+rescores its candidates by the best sentence cosine less what that many
+sentences reach by chance (services/search/recall.py _best_parts), so a turn
 whose one answering sentence is buried among others still meets the question.
 
 Every vector is chosen by the test (a scripted Ollama server answers the
@@ -9,6 +10,7 @@ pipeline and the query embedder alike); "zebra" embeds to QUERY_VECTOR.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -25,14 +27,19 @@ from store_helpers import scalar
 
 # A long turn about gardening with one sentence that answers the question.
 BURIED = "The sister moved to Lisbon last spring and loves it there."
-LONG_TURN = (
-    "We spent the whole afternoon talking about the garden and the weather. "
-    f"{BURIED} "
-    "Then we went back to the tomatoes, the roses and the broken fence."
-)
+GARDEN = "We spent the whole afternoon talking about the garden and the weather."
+FENCE = "Then we went back to the tomatoes, the roses and the broken fence."
+LONG_TURN = f"{GARDEN} {BURIED} {FENCE}"
 # A one-sentence memory that is closer to the question than the long turn as a whole.
 NEAR = "A short note about summer travel plans for the family"
-WHOLE_COSINE, BURIED_COSINE, NEAR_COSINE = 0.3, 0.95, 0.6
+WHOLE_COSINE, BURIED_COSINE, OTHER_COSINE, NEAR_COSINE = 0.3, 0.95, 0.3, 0.45
+# The long turn's lifted cosine: its best sentence less the maximum three
+# sentences reach by chance, sd x sqrt(2 ln 3), sd over every sentence cosine
+# in the pool (the long turn's three are the only ones).
+_PARTS = (OTHER_COSINE, BURIED_COSINE, OTHER_COSINE)
+_MEAN = sum(_PARTS) / 3
+_SD = math.sqrt(sum((c - _MEAN) ** 2 for c in _PARTS) / 3)
+LIFTED_COSINE = BURIED_COSINE - _SD * math.sqrt(2 * math.log(3))
 
 
 def book() -> VectorBook:
@@ -41,6 +48,8 @@ def book() -> VectorBook:
             "zebra": QUERY_VECTOR,
             LONG_TURN: vec(WHOLE_COSINE, axis=2),
             BURIED: vec(BURIED_COSINE, axis=3),
+            GARDEN: vec(OTHER_COSINE, axis=5),
+            FENCE: vec(OTHER_COSINE, axis=6),
             NEAR: vec(NEAR_COSINE, axis=4),
         }
     )
@@ -109,7 +118,7 @@ def test_a_buried_sentence_lifts_its_long_turn_only_with_sentence_vectors(
     assert not response.degraded, list(response.warnings)
     if sentence_vectors:
         assert ids(response) == [long_turn.id, near.id]
-        assert response.results[0].vector.score == pytest.approx(BURIED_COSINE, abs=2e-3)
+        assert response.results[0].vector.score == pytest.approx(LIFTED_COSINE, abs=3e-3)
     else:
         assert ids(response) == [near.id, long_turn.id]
         assert response.results[1].vector.score == pytest.approx(WHOLE_COSINE, abs=1e-4)

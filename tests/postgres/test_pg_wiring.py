@@ -161,6 +161,10 @@ def test_search_reads_through_its_role_which_the_store_granted_select_only(
         stack.search_thread.loop,
     ).result(30)
     assert counted["n"] == 1
+    # the keyword channel reads the store's kept statistics through this role too
+    assert [h.memory.content for h in stack.recall("kafka retention").results] == [
+        "Kafka retention is seven days"
+    ]
     with psycopg.connect(reader, autocommit=True) as conn:
         conn.execute("SET default_transaction_read_only = off")  # the guard off: the role holds
         with pytest.raises(psycopg.errors.InsufficientPrivilege):

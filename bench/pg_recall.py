@@ -1,5 +1,5 @@
 """Recall on PostgreSQL next to SQLite (issue 21), through the gRPC API, one run:
-latency p50/p95 at 100k memories, and throughput with 1 and 2 search replicas
+latency p50/p95 at 100k memories (1M with `--size 1000000`), and throughput with 1 and 2 search replicas
 against one database.
 
     flock /tmp/engram-bench.lock .venv/bin/python bench/pg_recall.py --load-only
@@ -9,14 +9,16 @@ against one database.
 
 Data: bench/recall_latency.py's file (/tmp/engram-latency/recall-<size>-r10000.db:
 one namespace of LoCoMo turns and recombinations of them, real MiniLM vectors for
-the first 10k, derived ones after; build it with `bench/recall_latency.py --sizes
+the first 10k, derived ones after; build it with `bench/recall_latency.py --build-only --million 0 --sizes
 <size>`). Its memories and embeddings are copied into a fresh Postgres 18.6 +
 pgvector 0.8.1 database (bench/pg_server.py), migrated by pg_migrations, and the
 vector index is filled by the store's own functions, the HNSW index built over
 the rows (bench/pg_vectors.py's load_postgres). The loaded server's data directory is
 kept (/tmp/engram-latency/pg-<size>/, `--pg-cache`; delete it to reload): loading
-takes 2-4 minutes here, which would not leave the measurement its share of the
-10-minute benchmark window.
+takes 2-4 minutes here at 100k and 22 at 1M (run `--load-only` at `nice -n 10`
+without the benchmark lock: a load is not a measurement). A kept database gets
+the migrations added since (their backfills run then: again a `--load-only`
+run); one made by a checkout whose migrations differ is dropped and reloaded.
 
 Four `engram serve search` processes run at once, with the local MiniLM: two
 over the SQLite file (read-only, as compose's search does) and two with

@@ -1,7 +1,8 @@
-"""Recall's Postgres keyword channel through a real read pool: an unfiltered
-namespace's statistics are the store's kept ones (exact after every write, so
-a Recall follows the namespace at once), equal to what a filtered Recall over
-the same memories counts itself; the common-terms cutoff works from them."""
+"""Recall's Postgres keyword channel through a real read pool: the statistics
+are the namespace's, kept by the store (exact after every write, so a Recall
+follows the namespace at once), equal to a count over its memories, filtered
+Recalls included (a filter narrows what is scored, not the IDF); the
+common-terms cutoff works from them, with or without a filter."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from services.common import pg
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.providers.embedding import NoEmbedding
+from services.search import pg_text
 from services.search.embedder import QueryEmbedder
 from services.search.recall import Recaller, RecallParams
 from services.search.scoring import ScoringParams
@@ -71,7 +73,20 @@ def test_the_kept_statistics_follow_the_namespace_and_equal_a_count(
 
     first, again, filtered = asyncio.run(run())
     assert again != pytest.approx(first)  # followed at once: 203 memories, not 103
-    assert again == pytest.approx(filtered, rel=1e-12)  # kept = counted
+    assert again == pytest.approx(filtered, rel=1e-12)  # the filter keeps the IDF
+
+
+def test_the_kept_statistics_equal_a_count_over_the_namespace(pg_conn: Any, pg_dsn: str) -> None:
+    """What the kept tables say is what counting the namespace's memories says
+    (pg_text.bm25_top computes both ways)."""
+    _insert(pg_conn, "rare", "a frozen lake")
+    _insert(pg_conn, "common-1", "a zebra")
+    _fill(pg_conn, "a", 50)
+    terms = ["lake", "zebra", "filler", "absent"]
+    size, average, kept = pg_conn.execute(*pg_text.kept_statistics(terms, "ns")).fetchone()
+    counted = pg_conn.execute(*pg_text.bm25_top(terms, "ns", 100)).fetchone()
+    assert (int(size), list(kept)) == (int(counted[3]), list(counted[4]))
+    assert float(average) == pytest.approx(float(counted[5]), rel=1e-12)
 
 
 def test_an_unfiltered_recall_scores_common_terms_only_beside_a_rare_one(
@@ -99,4 +114,33 @@ def test_an_unfiltered_recall_scores_common_terms_only_beside_a_rare_one(
             await reads.close()
 
     assert set(asyncio.run(run(1))) == {"rare"}
+    assert set(asyncio.run(run(0))) == {"rare", "common-1", "common-2"}
+
+
+def test_a_filtered_recall_scores_only_its_memories_with_the_cutoff(
+    pg_conn: Any, pg_dsn: str
+) -> None:
+    """A filter narrows the scored memories and keeps the cutoff (a time window
+    over a large namespace once scored every match: seconds at 1M)."""
+    _insert(pg_conn, "rare", "a frozen lake and a zebra")
+    _insert(pg_conn, "common-1", "a zebra")
+    _insert(pg_conn, "common-2", "another zebra")
+    _insert(pg_conn, "rare-other", "a frozen lake")
+    pg_conn.execute("UPDATE memories SET type = 'preference' WHERE id = 'rare-other'")
+    facts = MemoryFilterSpec(types=("fact",))
+
+    async def run(budget: int) -> dict[str, float]:
+        reads = pg.PgReadPool(pg_dsn, size=1)
+        await reads.open()
+        try:
+            params = RecallParams(
+                scoring=ScoringParams(min_score=0.0), keyword_postings_budget=budget
+            )
+            recaller = Recaller(reads, QueryEmbedder(NoEmbedding()), params)
+            outcome = await recaller.recall("ns", "lake zebra", 10, facts)
+            return {h.memory.id: h.keyword_score for h in outcome.hits}
+        finally:
+            await reads.close()
+
+    assert set(asyncio.run(run(2))) == {"rare"}
     assert set(asyncio.run(run(0))) == {"rare", "common-1", "common-2"}

@@ -41,6 +41,25 @@ def _insert(pg_conn: Any, memory_id: str, content: str) -> None:
     )
 
 
+def _found(pg_dsn: str, budget: int, spec: MemoryFilterSpec) -> set[str]:
+    """The ids a keyword Recall of "lake zebra" returns with this postings budget."""
+
+    async def run() -> set[str]:
+        reads = pg.PgReadPool(pg_dsn, size=1)
+        await reads.open()
+        try:
+            params = RecallParams(
+                scoring=ScoringParams(min_score=0.0), keyword_postings_budget=budget
+            )
+            recaller = Recaller(reads, QueryEmbedder(NoEmbedding()), params)
+            outcome = await recaller.recall("ns", "lake zebra", 10, spec)
+            return {h.memory.id for h in outcome.hits}
+        finally:
+            await reads.close()
+
+    return asyncio.run(run())
+
+
 def test_the_kept_statistics_follow_the_namespace_and_equal_a_count(
     pg_conn: Any, pg_dsn: str
 ) -> None:
@@ -100,21 +119,8 @@ def test_an_unfiltered_recall_scores_common_terms_only_beside_a_rare_one(
     _insert(pg_conn, "common-1", "a zebra")
     _insert(pg_conn, "common-2", "another zebra")
 
-    async def run(budget: int) -> dict[str, float]:
-        reads = pg.PgReadPool(pg_dsn, size=1)
-        await reads.open()
-        try:
-            params = RecallParams(
-                scoring=ScoringParams(min_score=0.0), keyword_postings_budget=budget
-            )
-            recaller = Recaller(reads, QueryEmbedder(NoEmbedding()), params)
-            outcome = await recaller.recall("ns", "lake zebra", 10, MemoryFilterSpec())
-            return {h.memory.id: h.keyword_score for h in outcome.hits}
-        finally:
-            await reads.close()
-
-    assert set(asyncio.run(run(1))) == {"rare"}
-    assert set(asyncio.run(run(0))) == {"rare", "common-1", "common-2"}
+    assert _found(pg_dsn, 1, MemoryFilterSpec()) == {"rare"}
+    assert _found(pg_dsn, 0, MemoryFilterSpec()) == {"rare", "common-1", "common-2"}
 
 
 def test_a_filtered_recall_scores_only_its_memories_with_the_cutoff(
@@ -129,18 +135,5 @@ def test_a_filtered_recall_scores_only_its_memories_with_the_cutoff(
     pg_conn.execute("UPDATE memories SET type = 'preference' WHERE id = 'rare-other'")
     facts = MemoryFilterSpec(types=("fact",))
 
-    async def run(budget: int) -> dict[str, float]:
-        reads = pg.PgReadPool(pg_dsn, size=1)
-        await reads.open()
-        try:
-            params = RecallParams(
-                scoring=ScoringParams(min_score=0.0), keyword_postings_budget=budget
-            )
-            recaller = Recaller(reads, QueryEmbedder(NoEmbedding()), params)
-            outcome = await recaller.recall("ns", "lake zebra", 10, facts)
-            return {h.memory.id: h.keyword_score for h in outcome.hits}
-        finally:
-            await reads.close()
-
-    assert set(asyncio.run(run(2))) == {"rare"}
-    assert set(asyncio.run(run(0))) == {"rare", "common-1", "common-2"}
+    assert _found(pg_dsn, 2, facts) == {"rare"}
+    assert _found(pg_dsn, 0, facts) == {"rare", "common-1", "common-2"}

@@ -24,6 +24,7 @@ from services.common.errors import (
     InvalidArgument,
 )
 from services.common.memory_record import may_merge
+from services.common.text import MAX_SENTENCES
 from services.common.vectors import normalized_f32, normalized_parts_f16
 from services.store import consolidation, document_sql, mutations, sessions
 from services.store import repository as repo
@@ -114,6 +115,8 @@ def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
 
 
 def normalized_parts(flat: Sequence[float], dimensions: int, field: str) -> bytes | None:
+    if dimensions > 0 and len(flat) > MAX_SENTENCES * dimensions:
+        raise InvalidArgument(field, f"at most {MAX_SENTENCES} sentence vectors")
     try:
         return normalized_parts_f16(flat, dimensions)
     except ValueError as exc:

@@ -191,14 +191,22 @@ def test_sentence_vectors_serve_their_own_namespace_only(
     assert ids(stack.recall("zebra", namespace="b")) == [near_b.id, in_b.id]
 
 
-def test_parts_that_are_not_whole_vectors_are_refused(stack_of: Callable[..., Stack]) -> None:
+@pytest.mark.parametrize(
+    "bad_parts",
+    [[*vec(0.5), 1.0, 2.0], vec(0.5) * 257],
+    ids=["not-whole-vectors", "over-256-sentences"],
+)
+def test_bad_parts_are_refused_and_nothing_is_written(
+    stack_of: Callable[..., Stack], bad_parts: list[float]
+) -> None:
     stack = stack_of()
     stack.remember(LONG_TURN)
     [job] = stack.jobs.LeaseJobs(
         jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=10)
     ).jobs
-    with pytest.raises(grpc.RpcError) as raised:
-        stack.jobs.CompleteEmbedJobs(
+
+    def complete(parts: list[float]) -> jq.CompleteEmbedJobsResponse:
+        return stack.jobs.CompleteEmbedJobs(
             jq.CompleteEmbedJobsRequest(
                 model=MODEL,
                 results=[
@@ -206,10 +214,15 @@ def test_parts_that_are_not_whole_vectors_are_refused(stack_of: Callable[..., St
                         lease=jq.JobLease(job_id=job.id, lease_token=job.lease_token),
                         content_hash=job.content_hash,
                         vector=vec(0.5),
-                        parts=[*vec(0.5), 1.0, 2.0],
+                        parts=parts,
                     )
                 ],
             )
         )
+
+    with pytest.raises(grpc.RpcError) as raised:
+        complete(bad_parts)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "results[0].parts" in (raised.value.details() or "")
+    # nothing was written: the job is still leased to us and completes now
+    assert list(complete(vec(0.5) * 2).outcomes) == [jq.LEASE_OUTCOME_OK]

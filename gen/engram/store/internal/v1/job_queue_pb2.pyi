@@ -402,8 +402,9 @@ class EmbedResult(_message.Message):
     def parts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """The vectors of the content's sentences (services/common/text.py
         sentences), concatenated in order, each of the vector's dimensions; empty
-        when the content is a single sentence. Recall rescores its candidates by
-        the best of the whole vector and these. Normalised by the store too.
+        when the content is a single sentence; at most 256 vectors
+        (INVALID_ARGUMENT beyond). Recall rescores its candidates by the best of
+        the whole vector and these. Normalised by the store too.
         """
 
     def __init__(

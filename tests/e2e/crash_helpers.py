@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 
-from e2e_helpers import Launcher, listed_ids
+from e2e_helpers import Launcher, listed_ids, lost_memories
 from engram.store.v1 import store_pb2, store_pb2_grpc
 
 THREADS = 32
@@ -121,18 +121,7 @@ def storm_kill_and_restart(
     # Restart on the same data: every acknowledged memory is there.
     restarted = launcher.start_store(data_dir, env=env)
     stub = restarted.stub()
-    missing: list[str] = []
-    for memory_id, content in storm.acked.items():
-        try:
-            got = stub.GetMemory(
-                store_pb2.GetMemoryRequest(namespace=NAMESPACE, id=memory_id), timeout=10
-            )
-        except grpc.RpcError as exc:
-            missing.append(f"{memory_id}: {exc.code()}")
-            continue
-        assert got.memory.content == content
-        assert got.memory.deleted is False
-        assert got.memory.version == 1
+    missing = lost_memories(stub, NAMESPACE, storm.acked)
     assert missing == [], f"{len(missing)} acknowledged memories lost after SIGKILL"
 
     listed = listed_ids(stub, NAMESPACE)

@@ -33,6 +33,26 @@ READY_TIMEOUT_S = 30.0
 EXIT_TIMEOUT_S = 30.0
 
 
+def lost_memories(
+    stub: store_pb2_grpc.MemoryStoreServiceStub, namespace: str, expected: dict[str, str]
+) -> list[str]:
+    """The ids of `expected` (id -> content) GetMemory does not find, each with
+    its status code; every one it finds must hold its content, live, at version 1."""
+    missing: list[str] = []
+    for memory_id, content in expected.items():
+        try:
+            got = stub.GetMemory(
+                store_pb2.GetMemoryRequest(namespace=namespace, id=memory_id), timeout=10
+            )
+        except grpc.RpcError as exc:
+            missing.append(f"{memory_id}: {exc.code()}")
+            continue
+        assert got.memory.content == content
+        assert got.memory.deleted is False
+        assert got.memory.version == 1
+    return missing
+
+
 def listed_ids(stub: store_pb2_grpc.MemoryStoreServiceStub, namespace: str) -> set[str]:
     """Every live memory id ListMemories pages through in `namespace`."""
     ids: set[str] = set()

@@ -14,7 +14,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from e2e_helpers import REPO_ROOT, Launcher, clean_env, engram_command, listed_ids
+from e2e_helpers import (
+    REPO_ROOT,
+    Launcher,
+    clean_env,
+    engram_command,
+    listed_ids,
+    lost_memories,
+)
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.db import open_read_write
 from services.store.migrations import MIGRATIONS, apply_migrations
@@ -109,17 +116,7 @@ def test_backup_under_write_load_restores_every_memory_acknowledged_before_it(
     assert sorted(path.name for path in restored_dir.iterdir()) == ["engram.db"]
 
     stub = launcher.start_store(restored_dir).stub()
-    missing = []
-    for memory_id, content in before.items():
-        try:
-            got = stub.GetMemory(
-                store_pb2.GetMemoryRequest(namespace=NAMESPACE, id=memory_id), timeout=10
-            )
-        except grpc.RpcError as exc:
-            missing.append(f"{memory_id}: {exc.code()}")
-            continue
-        assert got.memory.content == content
-    assert missing == []
+    assert lost_memories(stub, NAMESPACE, before) == []
     listed = listed_ids(stub, NAMESPACE)
     assert set(before) <= listed
     # The restored store takes writes again.

@@ -27,6 +27,7 @@ from e2e_helpers import (
     ProcessHandle,
     engram_command,
     free_port,
+    listed_ids,
     port_is_free,
     rpc_error_details,
 )
@@ -75,20 +76,6 @@ def burst_writer(stub: store_pb2_grpc.MemoryStoreServiceStub, burst: Burst, thre
             burst.acked[response.memory.id] = content
             if len(burst.acked) >= burst.target:
                 burst.enough.set()
-
-
-def list_ids(stub: store_pb2_grpc.MemoryStoreServiceStub, namespace: str = "") -> set[str]:
-    ids: set[str] = set()
-    token = ""
-    while True:
-        page = stub.ListMemories(
-            store_pb2.ListMemoriesRequest(namespace=namespace, page_size=500, page_token=token),
-            timeout=10,
-        )
-        ids.update(m.id for m in page.memories)
-        token = page.next_page_token
-        if not token:
-            return ids
 
 
 # A call that reaches a server which has begun shutting down is refused by gRPC
@@ -168,7 +155,7 @@ def test_sigterm_during_remember_burst_exits_zero_and_keeps_every_acknowledged_w
         assert got.memory.content == content
     # ...and nothing else was written, except possibly a call whose commit
     # raced the shutdown and whose answer the client never received.
-    stored = list_ids(stub)
+    stored = listed_ids(stub, "")
     assert set(burst.acked) <= stored
     for memory_id in stored - set(burst.acked):
         got = stub.GetMemory(store_pb2.GetMemoryRequest(id=memory_id), timeout=10)

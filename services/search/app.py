@@ -69,7 +69,6 @@ def recall_params(config: Config) -> RecallParams:
         expansion_docs=config.search.expansion_docs,
         expansion_weight=config.search.expansion_weight,
         expansion_vector_weight=config.search.expansion_vector_weight,
-        expansion_vector_cosine=config.search.expansion_vector_cosine,
         reranker_top_n=pipeline.rerankerTopN,
         reranker_timeout_s=pipeline.rerankerTimeoutMs / 1000,
         graph_enabled=pipeline.graphEnabled,

@@ -12,11 +12,13 @@ lead to the rest:
   first score plus `weight` x the expansion's, both scaled by their best
   (the interpolated query model of RM3, BM25 being a sum over terms);
 - a moved query vector (Rocchio): q + b x the mean of the best hits' vectors,
-  scanned by the vector channel again for candidates the first scan missed.
+  scanned by the vector channel again for candidates the first scan missed,
+  the pool's cosine taken to it.
 
 Pure functions; services/search/recall.py runs the channels. Both are off by
-default (search.expansion_terms 0, search.expansion_vector_weight 0): measured
-in bench/README.md "Recall quality: LongMemEval (issue 19)".
+default (search.expansion_terms 0, search.expansion_vector_weight 0): small
+gains that do not hold across both benchmarks once cross-validated, at up to
+2.6 times the Recall's time (bench/README.md "Second-hop expansion").
 """
 
 from __future__ import annotations

@@ -99,7 +99,6 @@ class RecallParams:
     expansion_docs: int = 5
     expansion_weight: float = 0.3
     expansion_vector_weight: float = 0.0
-    expansion_vector_cosine: str = "original"  # or "moved": the pool's cosine
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -479,9 +478,13 @@ class Recaller:
         if params.expansion_terms and top and keyword_terms(query):
             texts = await expansion.contents(reads, self._dialect, namespace, top)
             model_terms = expansion.shortlist(texts, query)
-            size, counts = await expansion.collection_counts(
-                reads, self._dialect, namespace, list(model_terms), spec
-            )
+            if whole_index:  # the keyword channel's cached whole-index counts
+                size, by_match = await self._index_statistics(reads, list(map(quoted, model_terms)))
+                counts = {t: by_match[quoted(t)] for t in model_terms}
+            else:
+                size, counts = await expansion.collection_counts(
+                    reads, self._dialect, namespace, list(model_terms), spec
+                )
             held = expansion.holding(texts, list(model_terms))
             terms = expansion.pick_terms(model_terms, counts, size, held, params.expansion_terms)
             if terms:
@@ -497,8 +500,9 @@ class Recaller:
             moved = expansion.moved_vector(first.vector, blobs, params.expansion_vector_weight)
             more = await self._vector_candidates(namespace, moved, model, spec, whole_index, reads)
             proposals = list(dict.fromkeys([*first.candidates, *more]))
-            if params.expansion_vector_cosine == "moved":
-                vector = moved
+            # the pool's cosine is the moved query's: ranked by the original one, the
+            # new candidates fall below the channel's cut (the rankings did not move)
+            vector = moved
         if ranked is first.keyword.ranked and proposals is first.candidates:
             return None
         pool = await self._pool(

@@ -12,7 +12,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from recall_helpers import Stack, ids
+from http_fakes import VectorBook
+from recall_helpers import Stack, ids, vec
 from services.search import expansion
 from services.search.scoring import Candidate
 
@@ -37,12 +38,17 @@ def keywords_only(recall_stack: Callable[..., Stack]) -> Callable[..., Stack]:
     return build
 
 
+@pytest.mark.parametrize("neighbour", [False, True], ids=["whole-index", "beside-another"])
 @pytest.mark.parametrize("terms", [0, 4], ids=["off", "on"])
 def test_a_memory_sharing_no_word_with_the_question_is_found_only_with_expansion(
-    keywords_only: Callable[..., Stack], terms: int
+    keywords_only: Callable[..., Stack], terms: int, neighbour: bool
 ) -> None:
+    """The namespace alone in the index (SQLite's whole-index statistics) or
+    beside another one (the namespace's own counts)."""
     stack = keywords_only(expansion_terms=terms, expansion_docs=1, min_score=0.0)
     ns = f"hop-{uuid.uuid4().hex[:8]}"
+    if neighbour:
+        stack.remember("A Yamaha guitar for sale, barely played.", namespace=f"{ns}-other")
     named = stack.remember(NAMED, namespace=ns)
     restrung = stack.remember(RESTRUNG, namespace=ns)
     for text in UNRELATED:
@@ -54,6 +60,35 @@ def test_a_memory_sharing_no_word_with_the_question_is_found_only_with_expansion
         assert found == [named.id, restrung.id]
     else:
         assert found == [named.id]
+
+
+# The moved query (Rocchio): the best hit leans the query toward axis 1, where a
+# memory far from the question itself lies; a shallow exact vector channel
+# (10 nearest) holds only the hit and decoys unless the second scan runs.
+HIT, FAR, DECOYS = vec(0.9, axis=1), vec(0.1, axis=1), 12
+SHALLOW_EXACT = {"search.channel_depth": 10, "search.vector_candidates": 0}
+
+
+@pytest.mark.parametrize("weight", [0.0, 2.0], ids=["off", "on"])
+def test_the_moved_query_vector_brings_a_memory_the_first_scan_missed(
+    vector_stack: Callable[..., tuple[Stack, VectorBook]], weight: float
+) -> None:
+    overrides = {"search.expansion_vector_weight": weight, "search.expansion_docs": 1}
+    stack, _ = vector_stack({**SHALLOW_EXACT, **overrides})
+    hit = stack.remember("the best match")
+    far = stack.remember("a memory the question alone misses")
+    vectors = {"the best match": HIT, "a memory the question alone misses": FAR}
+    for i in range(DECOYS):  # cosine 0.35 with the query, nothing in common with the hit
+        vectors[f"decoy {i}"] = vec(0.35, axis=2 + i % 6)
+        stack.remember(f"decoy {i}")
+    stack.embed_pending(lambda text: vectors[text])
+
+    found = ids(stack.recall("zebra", limit=20))
+    assert found[0] == hit.id
+    if weight:
+        assert found[1] == far.id
+    else:
+        assert far.id not in found
 
 
 # ---- the pure functions ------------------------------------------------------------

@@ -46,7 +46,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
-from services.search import expansion, pg_text, pg_vectors, queries
+from services.search import episodes, expansion, pg_text, pg_vectors, queries
 from services.search.access import AccessRecorder
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
@@ -99,6 +99,11 @@ class RecallParams:
     expansion_docs: int = 5
     expansion_weight: float = 0.3
     expansion_vector_weight: float = 0.0
+    # episode centroids (services.search.episodes); weight 0 = off
+    episode_centroid_weight: float = 0.0
+    episode_centroid_episodes: int = 20
+    episode_centroid_add: int = 0
+    episode_centroid_top: int = 0  # > 0: the mean of the best k members' cosines
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -430,6 +435,24 @@ class Recaller:
         params = self._params.scoring
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
         boost(pool, params, windows)
+        if self._params.episode_centroid_weight and vector is not None:
+            lifts, added = await episodes.centroids(
+                reads,
+                self._dialect,
+                namespace,
+                spec,
+                index_model,
+                vector,
+                pool,
+                self._params.episode_centroid_episodes,
+                self._params.episode_centroid_add,
+                self._params.episode_centroid_top,
+            )
+            if added:
+                pool = [*pool, *added]
+                confidence = fuse(pool, params, vectors_used, keyword_coverage)
+                boost(pool, params, windows)
+            episodes.lift(pool, lifts, self._params.episode_centroid_weight)
         if self._params.expansion_terms or self._params.expansion_vector_weight:
             hop = _FirstPass(keyword, candidates, vector, graph.rowids, keyword_rows, routed)
             pool, confidence = await self._second_hop(

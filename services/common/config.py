@@ -252,14 +252,9 @@ class SearchSettings(_Section):
     # episode centroids (issue 19; services/search/episodes.py), off by default:
     # the pool's best `episode_centroid_episodes` episodes lift their members by
     # `episode_centroid_weight` x the cosine of the episode's mean vector with the
-    # query, and add their best `episode_centroid_add` unseen members each
-    # (bench/README.md "Episode centroids")
+    # query (bench/README.md "Episode centroids")
     episode_centroid_weight: float = Field(0.0, ge=0.0, le=2.0)
     episode_centroid_episodes: int = Field(20, ge=1, le=100)
-    episode_centroid_add: int = Field(0, ge=0, le=10)
-    # > 0: an episode's score is the mean of its best k members' own cosines
-    # instead of its mean vector's cosine
-    episode_centroid_top: int = Field(0, ge=0, le=20)
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)

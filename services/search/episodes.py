@@ -5,11 +5,12 @@ session) is otherwise judged only by the pool members the turn channels found
 (scoring.boost's episode term). Here the pool's best episodes are also judged
 as a whole: the normalised mean of ALL their members' vectors (the centroid),
 its cosine with the query lifting each pool member of the episode by
-`weight` x that cosine (clamped to [0, 1]); and the best members of those
-episodes by their own cosine that no channel returned can join the pool.
+`weight` x that cosine (clamped to [0, 1]).
 
-Off by default (search.episode_centroid_weight 0): measured in bench/README.md
-("Episode centroids").
+Off by default (search.episode_centroid_weight 0): it gains LoCoMo R@10 but
+costs LongMemEval all@5 (bench/README.md "Episode centroids"; adding the top
+episodes' unseen members and scoring an episode by its best members' cosines
+were measured there too and not kept).
 """
 
 from __future__ import annotations
@@ -34,15 +35,11 @@ def top_episodes(pool: Sequence[Candidate], count: int) -> list[str]:
     return sorted(best, key=lambda e: (-best[e], e))[:count]
 
 
-def centroid_cosines(
-    rows: Sequence[Any], query: Sequence[float], top_members: int = 0
-) -> tuple[dict[str, float], dict[int, tuple[str, float]]]:
+def centroid_cosines(rows: Sequence[Any], query: Sequence[float]) -> dict[str, float]:
     """From (rowid, event_time, float32 vector) rows: episode -> the cosine of its
-    members' normalised mean vector with the query (or, `top_members` k > 0, the
-    mean of its best k members' own cosines: a long episode's mean vector is
-    mostly about something else), and rowid -> (episode, its own cosine)."""
+    members' normalised mean vector with the query."""
     if not rows:
-        return {}, {}
+        return {}
     q = np.asarray(query, dtype=np.float32)
     q = q / (float(np.linalg.norm(q)) or 1.0)
     matrix = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float32)
@@ -50,34 +47,12 @@ def centroid_cosines(
     members: dict[str, list[int]] = defaultdict(list)
     for index, row in enumerate(rows):
         members[row[1]].append(index)
-    own = (matrix @ q).tolist()
     centroids: dict[str, float] = {}
     for episode, indices in members.items():
-        if top_members > 0:
-            best = sorted((own[i] for i in indices), reverse=True)[:top_members]
-            centroids[episode] = sum(best) / len(best)
-            continue
         mean = matrix[indices].mean(axis=0)
         norm = float(np.linalg.norm(mean))
         centroids[episode] = float(mean @ q) / norm if norm > 0 else 0.0
-    return centroids, {row[0]: (row[1], float(own[i])) for i, row in enumerate(rows)}
-
-
-def unseen_members(
-    members: dict[int, tuple[str, float]], pool: Sequence[Candidate], per_episode: int
-) -> list[Candidate]:
-    """Each episode's best `per_episode` members by their own cosine that are not
-    in the pool, as candidates no channel returned."""
-    present = {c.rowid for c in pool}
-    by_episode: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for rowid, (episode, cosine) in members.items():
-        if rowid not in present:
-            by_episode[episode].append((cosine, rowid))
-    added: list[Candidate] = []
-    for episode, ranked in sorted(by_episode.items()):
-        for cosine, rowid in sorted(ranked, key=lambda t: (-t[0], t[1]))[:per_episode]:
-            added.append(Candidate(rowid, cosine=cosine, event_time=episode))
-    return added
+    return centroids
 
 
 def lift(pool: Sequence[Candidate], centroids: dict[str, float], weight: float) -> None:
@@ -99,17 +74,13 @@ async def centroids(
     query: Sequence[float],
     pool: Sequence[Candidate],
     episodes: int,
-    per_episode: int,
-    top_members: int = 0,
-) -> tuple[dict[str, float], list[Candidate]]:
-    """(episode -> centroid cosine, unseen members to add) for the pool's best
-    `episodes` episodes: one read of their members' vectors."""
+) -> dict[str, float]:
+    """Episode -> centroid cosine for the pool's best `episodes` episodes: one
+    read of their members' vectors."""
     chosen = top_episodes(pool, episodes)
     if not chosen:
-        return {}, []
+        return {}
     rows = await reads.fetch_all(
         queries.episode_vectors(namespace, chosen, model, spec, dialect=dialect)
     )
-    cosines, members = centroid_cosines(rows, query, top_members)
-    added = unseen_members(members, pool, per_episode) if per_episode > 0 else []
-    return cosines, added
+    return centroid_cosines(rows, query)

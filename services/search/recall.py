@@ -102,8 +102,6 @@ class RecallParams:
     # episode centroids (services.search.episodes); weight 0 = off
     episode_centroid_weight: float = 0.0
     episode_centroid_episodes: int = 20
-    episode_centroid_add: int = 0
-    episode_centroid_top: int = 0  # > 0: the mean of the best k members' cosines
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -435,8 +433,13 @@ class Recaller:
         params = self._params.scoring
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
         boost(pool, params, windows)
+        if self._params.expansion_terms or self._params.expansion_vector_weight:
+            hop = _FirstPass(keyword, candidates, vector, graph.rowids, keyword_rows, routed)
+            pool, confidence = await self._second_hop(
+                reads, namespace, query, spec, whole_index, index_model, intent, windows, hop, pool
+            ) or (pool, confidence)
         if self._params.episode_centroid_weight and vector is not None:
-            lifts, added = await episodes.centroids(
+            lifts = await episodes.centroids(
                 reads,
                 self._dialect,
                 namespace,
@@ -445,19 +448,8 @@ class Recaller:
                 vector,
                 pool,
                 self._params.episode_centroid_episodes,
-                self._params.episode_centroid_add,
-                self._params.episode_centroid_top,
             )
-            if added:
-                pool = [*pool, *added]
-                confidence = fuse(pool, params, vectors_used, keyword_coverage)
-                boost(pool, params, windows)
             episodes.lift(pool, lifts, self._params.episode_centroid_weight)
-        if self._params.expansion_terms or self._params.expansion_vector_weight:
-            hop = _FirstPass(keyword, candidates, vector, graph.rowids, keyword_rows, routed)
-            pool, confidence = await self._second_hop(
-                reads, namespace, query, spec, whole_index, index_model, intent, windows, hop, pool
-            ) or (pool, confidence)
         if params.importance_weight and pool:
             rows = await reads.fetch_all(
                 queries.importance_by_rowid(

@@ -52,30 +52,6 @@ def test_an_episode_whose_turns_match_weakly_but_whose_centroid_matches_ranks_fi
     assert sorted(found[:3]) == sorted(first)
 
 
-# A shallow exact vector channel (10 nearest): the strong turn of episode A and
-# decoys, each its own episode; A's weak turn is below the cut.
-SHALLOW_EXACT = {"search.channel_depth": 10, "search.vector_candidates": 0}
-
-
-@pytest.mark.parametrize("add", [0, 1], ids=["off", "on"])
-def test_the_best_unseen_turn_of_a_top_episode_joins_the_pool(
-    vector_stack: Callable[..., tuple[Stack, VectorBook]], add: int
-) -> None:
-    overrides = {"search.episode_centroid_weight": 0.5, "search.episode_centroid_add": add}
-    stack, _ = vector_stack({**SHALLOW_EXACT, **overrides})
-    vectors = {"the strong turn": vec(0.9, axis=1), "its weak turn": vec(0.2, axis=2)}
-    strong = stack.remember("the strong turn", event_time=EPISODE_A)
-    weak = stack.remember("its weak turn", event_time=EPISODE_A)
-    for i in range(12):
-        vectors[f"decoy {i}"] = vec(0.35, axis=3 + i % 5)
-        stack.remember(f"decoy {i}")
-    stack.embed_pending(lambda text: vectors[text])
-
-    found = ids(stack.recall("zebra", limit=20))
-    assert found[0] == strong.id
-    assert (weak.id in found) == bool(add)
-
-
 # ---- the pure functions ------------------------------------------------------------
 
 
@@ -84,13 +60,12 @@ def rows(*members: tuple[int, str, list[float]]) -> list[tuple[int, str, bytes]]
 
 
 def test_centroid_cosines_are_of_the_normalised_mean_vector() -> None:
-    centroids, members = episodes.centroid_cosines(
+    centroids = episodes.centroid_cosines(
         rows((1, "a", [0.6, 0.8, 0.0]), (2, "a", [0.6, -0.8, 0.0]), (3, "b", [0.0, 0.0, 1.0])),
         [2.0, 0.0, 0.0],
     )
     assert centroids == pytest.approx({"a": 1.0, "b": 0.0})
-    assert members == {1: ("a", pytest.approx(0.6)), 2: ("a", pytest.approx(0.6)), 3: ("b", 0.0)}
-    assert episodes.centroid_cosines([], [1.0]) == ({}, {})
+    assert episodes.centroid_cosines([], [1.0]) == {}
 
 
 def test_top_episodes_rank_by_their_best_member() -> None:
@@ -105,12 +80,6 @@ def test_top_episodes_rank_by_their_best_member() -> None:
     assert episodes.top_episodes(pool, 1) == ["a"]
 
 
-def test_unseen_members_are_each_episodes_best_outside_the_pool() -> None:
-    members = {1: ("a", 0.9), 2: ("a", 0.5), 3: ("a", 0.7), 4: ("b", 0.1)}
-    added = episodes.unseen_members(members, [Candidate(1, event_time="a")], 1)
-    assert [(c.rowid, c.event_time, c.cosine) for c in added] == [(3, "a", 0.7), (4, "b", 0.1)]
-
-
 def test_lift_adds_the_weighted_clamped_centroid_cosine() -> None:
     pool = [
         Candidate(1, event_time="a"),
@@ -120,12 +89,3 @@ def test_lift_adds_the_weighted_clamped_centroid_cosine() -> None:
     episodes.lift(pool, {"a": 0.5, "b": -0.3}, 0.4)
     assert [c.score for c in pool] == pytest.approx([0.2, 0.0, 0.0])
     assert "centroid" not in pool[2].boosts
-
-
-def test_top_members_score_an_episode_by_its_best_turns_not_its_mean_vector() -> None:
-    centroids, _ = episodes.centroid_cosines(
-        rows((1, "a", [0.6, 0.8, 0.0]), (2, "a", [0.0, 0.0, 1.0]), (3, "a", [0.8, 0.6, 0.0])),
-        [1.0, 0.0, 0.0],
-        top_members=2,
-    )
-    assert centroids == pytest.approx({"a": 0.7})

@@ -255,6 +255,9 @@ class SearchSettings(_Section):
     # query (bench/README.md "Episode centroids")
     episode_centroid_weight: float = Field(0.0, ge=0.0, le=2.0)
     episode_centroid_episodes: int = Field(20, ge=1, le=100)
+    # each memory lifted by w x tanh(the sum of its episode's pool members'
+    # scaled keyword scores) (services/search/episodes.py keyword_mass); 0 = off
+    episode_keyword_weight: float = Field(0.0, ge=0.0, le=2.0)
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)

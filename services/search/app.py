@@ -71,6 +71,7 @@ def recall_params(config: Config) -> RecallParams:
         expansion_vector_weight=config.search.expansion_vector_weight,
         episode_centroid_weight=config.search.episode_centroid_weight,
         episode_centroid_episodes=config.search.episode_centroid_episodes,
+        episode_keyword_weight=config.search.episode_keyword_weight,
         reranker_top_n=pipeline.rerankerTopN,
         reranker_timeout_s=pipeline.rerankerTimeoutMs / 1000,
         graph_enabled=pipeline.graphEnabled,

@@ -15,6 +15,7 @@ were measured there too and not kept).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -55,14 +56,26 @@ def centroid_cosines(rows: Sequence[Any], query: Sequence[float]) -> dict[str, f
     return centroids
 
 
-def lift(pool: Sequence[Candidate], centroids: dict[str, float], weight: float) -> None:
-    """Add `weight` x the clamped centroid cosine to each member's score (after
-    scoring.boost, which sets the score afresh); recorded in boosts["centroid"]."""
+def lift(
+    pool: Sequence[Candidate], by_episode: dict[str, float], weight: float, name: str = "centroid"
+) -> None:
+    """Add `weight` x the episode's clamped value to each member's score (after
+    scoring.boost, which sets the score afresh); recorded in boosts[name]."""
     for c in pool:
-        if c.event_time in centroids:
-            value = weight * clamped(centroids[c.event_time])
+        if c.event_time in by_episode:
+            value = weight * clamped(by_episode[c.event_time])
             c.score += value
-            c.boosts["centroid"] = value
+            c.boosts[name] = value
+
+
+def keyword_mass(pool: Sequence[Candidate]) -> dict[str, float]:
+    """Episode -> tanh of the sum of its pool members' scaled keyword scores: an
+    episode whose several turns each match some of the query's words (a cheap
+    stand-in for BM25 over the episode's text, which FTS5 does not index)."""
+    total: dict[str, float] = defaultdict(float)
+    for c in pool:
+        total[c.event_time] += c.keyword
+    return {episode: math.tanh(value) for episode, value in total.items() if value > 0}
 
 
 async def centroids(

@@ -102,6 +102,7 @@ class RecallParams:
     # episode centroids (services.search.episodes); weight 0 = off
     episode_centroid_weight: float = 0.0
     episode_centroid_episodes: int = 20
+    episode_keyword_weight: float = 0.0  # episodes.keyword_mass; 0 = off
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -450,6 +451,9 @@ class Recaller:
                 self._params.episode_centroid_episodes,
             )
             episodes.lift(pool, lifts, self._params.episode_centroid_weight)
+        if self._params.episode_keyword_weight:
+            mass = episodes.keyword_mass(pool)
+            episodes.lift(pool, mass, self._params.episode_keyword_weight, "episode_keywords")
         if params.importance_weight and pool:
             rows = await reads.fetch_all(
                 queries.importance_by_rowid(

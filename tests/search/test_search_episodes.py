@@ -8,6 +8,7 @@ Recall on both backends, and the pure functions below.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -52,6 +53,34 @@ def test_an_episode_whose_turns_match_weakly_but_whose_centroid_matches_ranks_fi
     assert sorted(found[:3]) == sorted(first)
 
 
+# Episode A: four turns that each mention the word among others; episode B: one
+# turn that is the word alone (the best single keyword match). The keyword mass
+# of an episode is the sum of its members' scaled keyword scores.
+SEVERAL = [f"the lighthouse trip, day {day}, with rain and wind and gulls" for day in range(4)]
+ALONE = "lighthouse"
+
+
+@pytest.mark.parametrize("weight", [0.0, 2.0], ids=["off", "on"])
+def test_an_episode_whose_several_turns_match_outranks_one_better_turn_with_keyword_mass(
+    recall_stack: Callable[..., Stack], weight: float
+) -> None:
+    stack = recall_stack(
+        {
+            "providers.embedding.kind": "none",
+            "search.min_score": 0.0,
+            "search.diversity_penalty": 0.0,
+            "search.episode_keyword_weight": weight,
+        }
+    )
+    several = [stack.remember(text, event_time=EPISODE_A).id for text in SEVERAL]
+    alone = stack.remember(ALONE, event_time=EPISODE_B).id
+    stack.remember("an unrelated note about bread")
+
+    found = ids(stack.recall("lighthouse"))
+    assert sorted(found) == sorted([*several, alone])
+    assert (found[0] in several) == bool(weight)
+
+
 # ---- the pure functions ------------------------------------------------------------
 
 
@@ -78,6 +107,15 @@ def test_top_episodes_rank_by_their_best_member() -> None:
         c.score = score
     assert episodes.top_episodes(pool, 2) == ["a", "b"]
     assert episodes.top_episodes(pool, 1) == ["a"]
+
+
+def test_keyword_mass_sums_an_episodes_scaled_keyword_scores() -> None:
+    pool = [
+        Candidate(1, event_time="a", keyword=0.5),
+        Candidate(2, event_time="a", keyword=0.25),
+        Candidate(3, event_time="b"),
+    ]
+    assert episodes.keyword_mass(pool) == pytest.approx({"a": math.tanh(0.75)})
 
 
 def test_lift_adds_the_weighted_clamped_centroid_cosine() -> None:

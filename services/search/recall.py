@@ -46,7 +46,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
-from services.search import expansion, pg_text, pg_vectors, queries
+from services.search import decompose, expansion, pg_text, pg_vectors, queries
 from services.search.access import AccessRecorder
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
@@ -118,6 +118,11 @@ class RecallParams:
     intent_causal_weight: float = 0.15
     intent_temporal_link_weight: float = 0.15
     intent_causal_depth: int = 2
+    # question decomposition (issue 19; services.search.decompose): each part's
+    # keyword and vector matches join the pool; 0 = off, no split
+    decompose_weight: float = 0.0
+    decompose_depth: int = 20  # each part's matches added from each channel
+    decompose_rules: str = "all"  # decompose.RULE_SETS
     decay: DecayRanking | None = None  # set when search.decay_ranking, else off
 
 
@@ -358,6 +363,13 @@ class Recaller:
         keyword_task: asyncio.Task[tuple[Keywords, dict[int, Any]]] | None = None
         graph_task: asyncio.Task[GraphBoost] | None = None
         entity_task: asyncio.Task[GraphBoost] | None = None
+        split = (
+            decompose.parts(query, self._params.decompose_rules)
+            if self._params.decompose_weight > 0
+            else []
+        )
+        part_embeddings = [asyncio.create_task(self._embedder.embed(p)) for p in split]
+        part_vectors: list[list[float]] = []
         windows = [
             (clock.to_text(start), clock.to_text(end))
             for start, end in time_windows(query, route.asked_at)
@@ -384,6 +396,18 @@ class Recaller:
             if intent is Intent.ENTITY and entity_task is None and not by_graph:
                 entity_task = asyncio.create_task(self._entities(reads, namespace, query, spec))
             keyword, keyword_rows = await keyword_task
+            if split:  # a question about several things: each part's matches join
+                keyword, candidates, part_vectors = await self._parts(
+                    reads,
+                    namespace,
+                    split,
+                    part_embeddings,
+                    keyword,
+                    candidates,
+                    vector,
+                    spec,
+                    whole_index,
+                )
             graph = await graph_task
             entities = await entity_task if entity_task is not None else None
             if intent is Intent.ENTITY and by_graph:
@@ -403,7 +427,8 @@ class Recaller:
                     in_range = await self._in_windows(reads, namespace, windows, spec)
                     routed = in_range | routed  # a neighbour's lift wins over the range's 0
         except BaseException:
-            tasks = [t for t in (keyword_task, graph_task, entity_task) if t is not None]
+            tasks: list[asyncio.Task[Any]] = [*part_embeddings]
+            tasks += [t for t in (keyword_task, graph_task, entity_task) if t is not None]
             for task in tasks:
                 task.cancel()
             # the snapshot ends after these, so none may still be reading
@@ -425,6 +450,7 @@ class Recaller:
             reads,
             spec=spec,
             routed=routed,
+            part_vectors=part_vectors,
         )
         await self._lift(reads, namespace, query, intent, pool)
         params = self._params.scoring
@@ -454,6 +480,41 @@ class Recaller:
             )
         }
         return [c for c in picked if c.rowid in records], records, vectors_used
+
+    async def _parts(
+        self,
+        reads: Reads,
+        namespace: str,
+        split: list[str],
+        embeddings: list[asyncio.Task[list[float] | None]],
+        keyword: Keywords,
+        candidates: list[int],
+        vector: list[float] | None,
+        spec: MemoryFilterSpec,
+        whole_index: bool,
+    ) -> tuple[Keywords, list[int], list[list[float]]]:
+        """The question's parts searched by the same channels (no SQL of their
+        own): the keyword list and vector proposals with each part's best added
+        (services.search.decompose), and the parts' vectors for the pool's cosine.
+        The whole query's coverage stays the query's confidence."""
+        with timed(RECALL_CHANNEL_SECONDS, "parts"), tracing.span("recall.parts"):
+            part_keywords = await asyncio.gather(
+                *(self._keyword_channel(reads, namespace, p, spec, whole_index) for p in split)
+            )
+            vectors = [v for v in await asyncio.gather(*embeddings) if v is not None]
+            if vector is None:  # the vector channel did not run: nor do the parts'
+                vectors = []
+            model = self._embedder.provider.model
+            part_candidates = [
+                await self._vector_candidates(namespace, v, model, spec, whole_index, reads)
+                for v in vectors
+            ]
+        depth, weight = self._params.decompose_depth, self._params.decompose_weight
+        ranked = decompose.merged_keyword(
+            keyword.ranked, [k.ranked for k in part_keywords], weight, depth
+        )
+        merged = decompose.merged_candidates(candidates, part_candidates, depth)
+        return Keywords(ranked, keyword.coverage), merged, vectors
 
     async def _second_hop(
         self,
@@ -960,6 +1021,7 @@ class Recaller:
         *,
         spec: MemoryFilterSpec = _NO_FILTER,
         routed: dict[int, float] | None = None,
+        part_vectors: Sequence[list[float]] = (),
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
         what scoring needs (`fetched`: pool rows already read, by rowid; `reads`:
@@ -998,6 +1060,15 @@ class Recaller:
                 if self._params.sentence_weight > 0:
                     cosine.update(
                         _best_parts(embedded, query, cosine, self._params.sentence_weight)
+                    )
+                if part_vectors:
+                    queries_f32 = [
+                        np.frombuffer(_query_f32(v), dtype=np.float32) for v in part_vectors
+                    ]
+                    rowids = [row[0] for row in embedded]
+                    weight = self._params.decompose_weight
+                    cosine.update(
+                        decompose.part_cosines(cosine, rowids, matrix, queries_f32, weight)
                     )
         depth = self._params.channel_depth
         vector_top = sorted(

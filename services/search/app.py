@@ -65,6 +65,10 @@ def recall_params(config: Config) -> RecallParams:
         channel_depth=config.search.channel_depth,
         vector_candidates=config.search.vector_candidates,
         sentence_weight=config.search.sentence_weight,
+        expansion_terms=config.search.expansion_terms,
+        expansion_docs=config.search.expansion_docs,
+        expansion_weight=config.search.expansion_weight,
+        expansion_vector_weight=config.search.expansion_vector_weight,
         reranker_top_n=pipeline.rerankerTopN,
         reranker_timeout_s=pipeline.rerankerTimeoutMs / 1000,
         graph_enabled=pipeline.graphEnabled,
@@ -79,6 +83,9 @@ def recall_params(config: Config) -> RecallParams:
         intent_causal_weight=config.search.intent_causal_weight,
         intent_temporal_link_weight=config.search.intent_temporal_link_weight,
         intent_causal_depth=config.search.intent_causal_depth,
+        decompose_weight=config.search.decompose_weight,
+        decompose_depth=config.search.decompose_depth,
+        decompose_rules=config.search.decompose_rules,
         decay=(
             DecayRanking(
                 config.search.decay_model,

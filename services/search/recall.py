@@ -49,7 +49,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
-from services.search import pg_text, pg_vectors, queries
+from services.search import decompose, expansion, pg_text, pg_vectors, queries
 from services.search.access import AccessRecorder
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
@@ -97,6 +97,11 @@ class RecallParams:
     # the pool's cosine: whole + w x max(0, best sentence - sd x sqrt(2 ln n) - whole)
     # (issue 19; _best_parts)
     sentence_weight: float = 1.0
+    # second-hop expansion (services.search.expansion; Recaller._second_hop); 0 = off
+    expansion_terms: int = 0
+    expansion_docs: int = 5
+    expansion_weight: float = 0.3
+    expansion_vector_weight: float = 0.0
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -116,6 +121,11 @@ class RecallParams:
     intent_causal_weight: float = 0.15
     intent_temporal_link_weight: float = 0.15
     intent_causal_depth: int = 2
+    # question decomposition (issue 19; services.search.decompose): each part's
+    # keyword and vector matches join the pool; 0 = off, no split
+    decompose_weight: float = 0.0
+    decompose_depth: int = 20  # each part's matches added from each channel
+    decompose_rules: str = "all"  # decompose.RULE_SETS
     decay: DecayRanking | None = None  # set when search.decay_ranking, else off
 
 
@@ -149,6 +159,18 @@ class RecallOutcome:
     intent: Classified = field(
         default_factory=lambda: Classified(Intent.GENERAL, "default: no rule matched")
     )
+
+
+@dataclass(frozen=True)
+class _FirstPass:
+    """What the first pass's channels returned, for the second hop to add to."""
+
+    keyword: Keywords
+    candidates: list[int]
+    vector: list[float] | None
+    graph: frozenset[int]
+    keyword_rows: dict[int, Any]
+    routed: dict[int, float]
 
 
 @dataclass
@@ -345,6 +367,13 @@ class Recaller:
         graph_task: asyncio.Task[GraphBoost] | None = None
         entity_task: asyncio.Task[GraphBoost] | None = None
         rows_task: asyncio.Task[dict[int, Any]] | None = None
+        split = (
+            decompose.parts(query, self._params.decompose_rules)
+            if self._params.decompose_weight > 0
+            else []
+        )
+        part_embeddings = [asyncio.create_task(self._embedder.embed(p)) for p in split]
+        part_vectors: list[list[float]] = []
         windows = [
             (clock.to_text(start), clock.to_text(end))
             for start, end in time_windows(query, route.asked_at)
@@ -377,6 +406,18 @@ class Recaller:
             keyword, keyword_rows = await keyword_task
             if rows_task is not None:
                 keyword_rows = keyword_rows | await rows_task
+            if split:  # a question about several things: each part's matches join
+                keyword, candidates, part_vectors = await self._parts(
+                    reads,
+                    namespace,
+                    split,
+                    part_embeddings,
+                    keyword,
+                    candidates,
+                    vector,
+                    spec,
+                    whole_index,
+                )
             graph = await graph_task
             entities = await entity_task if entity_task is not None else None
             if intent is Intent.ENTITY and by_graph:
@@ -396,7 +437,10 @@ class Recaller:
                     in_range = await self._in_windows(reads, namespace, windows, spec)
                     routed = in_range | routed  # a neighbour's lift wins over the range's 0
         except BaseException:
-            tasks = [t for t in (keyword_task, graph_task, entity_task, rows_task) if t is not None]
+            tasks: list[asyncio.Task[Any]] = [*part_embeddings]
+            tasks += [
+                t for t in (keyword_task, graph_task, entity_task, rows_task) if t is not None
+            ]
             for task in tasks:
                 task.cancel()
             # the snapshot ends after these, so none may still be reading
@@ -418,11 +462,17 @@ class Recaller:
             reads,
             spec=spec,
             routed=routed,
+            part_vectors=part_vectors,
         )
         await self._lift(reads, namespace, query, intent, pool)
         params = self._params.scoring
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
         boost(pool, params, windows)
+        if self._params.expansion_terms or self._params.expansion_vector_weight:
+            hop = _FirstPass(keyword, candidates, vector, graph.rowids, keyword_rows, routed)
+            pool, confidence = await self._second_hop(
+                reads, namespace, query, spec, whole_index, index_model, intent, windows, hop, pool
+            ) or (pool, confidence)
         if params.importance_weight and pool:
             rows = await reads.fetch_all(
                 queries.importance_by_rowid(
@@ -442,6 +492,109 @@ class Recaller:
             )
         }
         return [c for c in picked if c.rowid in records], records, vectors_used
+
+    async def _parts(
+        self,
+        reads: Reads,
+        namespace: str,
+        split: list[str],
+        embeddings: list[asyncio.Task[list[float] | None]],
+        keyword: Keywords,
+        candidates: list[int],
+        vector: list[float] | None,
+        spec: MemoryFilterSpec,
+        whole_index: bool,
+    ) -> tuple[Keywords, list[int], list[list[float]]]:
+        """The question's parts searched by the same channels (no SQL of their
+        own): the keyword list and vector proposals with each part's best added
+        (services.search.decompose), and the parts' vectors for the pool's cosine.
+        The whole query's coverage stays the query's confidence."""
+        with timed(RECALL_CHANNEL_SECONDS, "parts"), tracing.span("recall.parts"):
+            part_keywords = await asyncio.gather(
+                *(self._keyword_channel(reads, namespace, p, spec, whole_index) for p in split)
+            )
+            vectors = [v for v in await asyncio.gather(*embeddings) if v is not None]
+            if vector is None:  # the vector channel did not run: nor do the parts'
+                vectors = []
+            model = self._embedder.provider.model
+            part_candidates = [
+                await self._vector_candidates(namespace, v, model, spec, whole_index, reads)
+                for v in vectors
+            ]
+        depth, weight = self._params.decompose_depth, self._params.decompose_weight
+        ranked = decompose.merged_keyword(
+            keyword.ranked, [k.ranked for k in part_keywords], weight, depth
+        )
+        merged = decompose.merged_candidates(candidates, part_candidates, depth)
+        return Keywords(ranked, keyword.coverage), merged, vectors
+
+    async def _second_hop(
+        self,
+        reads: Reads,
+        namespace: str,
+        query: str,
+        spec: MemoryFilterSpec,
+        whole_index: bool,
+        model: str,
+        intent: Intent,
+        windows: list[tuple[str, str]],
+        first: _FirstPass,
+        pool: list[Candidate],
+    ) -> tuple[list[Candidate], float] | None:
+        """The pool again with what the first pass's best hits lead to
+        (services.search.expansion): the keyword channel over their most
+        distinctive terms, the vector channel with the query moved toward them;
+        (pool, confidence), or None when neither found anything to add."""
+        params = self._params
+        top = expansion.feedback_rowids(pool, params.expansion_docs)
+        ranked, proposals, vector = first.keyword.ranked, first.candidates, first.vector
+        if params.expansion_terms and top and keyword_terms(query):
+            texts = await expansion.contents(reads, self._dialect, namespace, top)
+            model_terms = expansion.shortlist(texts, query)
+            if whole_index:  # the keyword channel's cached whole-index counts
+                size, by_match = await self._index_statistics(reads, list(map(quoted, model_terms)))
+                counts = {t: by_match[quoted(t)] for t in model_terms}
+            else:
+                size, counts = await expansion.collection_counts(
+                    reads, self._dialect, namespace, list(model_terms), spec
+                )
+            held = expansion.holding(texts, list(model_terms))
+            terms = expansion.pick_terms(model_terms, counts, size, held, params.expansion_terms)
+            if terms:
+                extra = await self._keyword_channel(
+                    reads, namespace, " ".join(terms), spec, whole_index
+                )
+                ranked = expansion.merge_keywords(ranked, extra.ranked, params.expansion_weight)
+        if params.expansion_vector_weight and first.vector is not None and top:
+            rows = await reads.fetch_all(
+                queries.pool_rows(namespace, top, model, spec, dialect=self._dialect, parts=False)
+            )
+            blobs = [bytes(row[2]) for row in rows if row[2] is not None]
+            moved = expansion.moved_vector(first.vector, blobs, params.expansion_vector_weight)
+            more = await self._vector_candidates(namespace, moved, model, spec, whole_index, reads)
+            proposals = list(dict.fromkeys([*first.candidates, *more]))
+            # the pool's cosine is the moved query's: ranked by the original one, the
+            # new candidates fall below the channel's cut (the rankings did not move)
+            vector = moved
+        if ranked is first.keyword.ranked and proposals is first.candidates:
+            return None
+        pool = await self._pool(
+            namespace,
+            ranked,
+            proposals,
+            vector,
+            model,
+            first.graph,
+            first.keyword_rows,
+            reads,
+            spec=spec,
+            routed=first.routed,
+        )
+        await self._lift(reads, namespace, query, intent, pool)
+        vectors_used = first.vector is not None
+        confidence = fuse(pool, params.scoring, vectors_used, first.keyword.coverage)
+        boost(pool, params.scoring, windows)
+        return pool, confidence
 
     async def _index_facts(
         self, reads: Reads, namespace: str, spec: MemoryFilterSpec
@@ -893,6 +1046,7 @@ class Recaller:
         *,
         spec: MemoryFilterSpec = _NO_FILTER,
         routed: dict[int, float] | None = None,
+        part_vectors: Sequence[list[float]] = (),
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
         what scoring needs (`fetched`: pool rows already read, by rowid; `reads`:
@@ -922,6 +1076,15 @@ class Recaller:
                 if self._params.sentence_weight > 0:
                     cosine.update(
                         _best_parts(embedded, query, cosine, self._params.sentence_weight)
+                    )
+                if part_vectors:
+                    queries_f32 = [
+                        np.frombuffer(_query_f32(v), dtype=np.float32) for v in part_vectors
+                    ]
+                    rowids = [row[0] for row in embedded]
+                    weight = self._params.decompose_weight
+                    cosine.update(
+                        decompose.part_cosines(cosine, rowids, matrix, queries_f32, weight)
                     )
         depth = self._params.channel_depth
         vector_top = sorted(

@@ -86,6 +86,9 @@ def recall_params(config: Config) -> RecallParams:
         intent_causal_weight=config.search.intent_causal_weight,
         intent_temporal_link_weight=config.search.intent_temporal_link_weight,
         intent_causal_depth=config.search.intent_causal_depth,
+        decompose_weight=config.search.decompose_weight,
+        decompose_depth=config.search.decompose_depth,
+        decompose_rules=config.search.decompose_rules,
         decay=(
             DecayRanking(
                 config.search.decay_model,

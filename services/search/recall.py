@@ -6,7 +6,10 @@ before any cut. All of one Recall's reads run in one read snapshot
 (ReadPool.snapshot): the check that the namespace holds every live memory (which
 lets the keyword query skip the namespace join) and the counts behind each IDF
 stay true for every later read. Each memory row is still read under the namespace
-(services.search.queries), whatever channel proposed its rowid. Keyword scores use BM25 with the namespace's own statistics:
+(services.search.queries), whatever channel proposed its rowid; two reads that
+only propose rowids run beside the snapshot: the vector cache's first pass and,
+on SQLite's whole index, the rare-terms FTS5 query when the pool has an idle
+connection (Recaller._beside). Keyword scores use BM25 with the namespace's own statistics:
 FTS5 computes IDF over the whole index, which would let other tenants' data
 shape this tenant's ranking, so each term's IDF is recomputed over the
 searched collection (namespace + filter).
@@ -46,7 +49,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
-from services.search import episodes, expansion, pg_text, pg_vectors, queries
+from services.search import decompose, episodes, expansion, pg_text, pg_vectors, queries
 from services.search.access import AccessRecorder
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
@@ -122,6 +125,11 @@ class RecallParams:
     intent_causal_weight: float = 0.15
     intent_temporal_link_weight: float = 0.15
     intent_causal_depth: int = 2
+    # question decomposition (issue 19; services.search.decompose): each part's
+    # keyword and vector matches join the pool; 0 = off, no split
+    decompose_weight: float = 0.0
+    decompose_depth: int = 20  # each part's matches added from each channel
+    decompose_rules: str = "all"  # decompose.RULE_SETS
     decay: DecayRanking | None = None  # set when search.decay_ranking, else off
 
 
@@ -362,6 +370,14 @@ class Recaller:
         keyword_task: asyncio.Task[tuple[Keywords, dict[int, Any]]] | None = None
         graph_task: asyncio.Task[GraphBoost] | None = None
         entity_task: asyncio.Task[GraphBoost] | None = None
+        rows_task: asyncio.Task[dict[int, Any]] | None = None
+        split = (
+            decompose.parts(query, self._params.decompose_rules)
+            if self._params.decompose_weight > 0
+            else []
+        )
+        part_embeddings = [asyncio.create_task(self._embedder.embed(p)) for p in split]
+        part_vectors: list[list[float]] = []
         windows = [
             (clock.to_text(start), clock.to_text(end))
             for start, end in time_windows(query, route.asked_at)
@@ -384,10 +400,28 @@ class Recaller:
             vector, candidates = await self._vector_channel(
                 reads, namespace, embedding, index_model, spec, whole_index, warnings
             )
+            if candidates:  # their pool rows, read while the keyword channel runs
+                rows_task = asyncio.create_task(
+                    self._pool_rows(reads, namespace, candidates, index_model, spec)
+                )
             intent = self._intent(route, query, vector, bool(windows))
             if intent is Intent.ENTITY and entity_task is None and not by_graph:
                 entity_task = asyncio.create_task(self._entities(reads, namespace, query, spec))
             keyword, keyword_rows = await keyword_task
+            if rows_task is not None:
+                keyword_rows = keyword_rows | await rows_task
+            if split:  # a question about several things: each part's matches join
+                keyword, candidates, part_vectors = await self._parts(
+                    reads,
+                    namespace,
+                    split,
+                    part_embeddings,
+                    keyword,
+                    candidates,
+                    vector,
+                    spec,
+                    whole_index,
+                )
             graph = await graph_task
             entities = await entity_task if entity_task is not None else None
             if intent is Intent.ENTITY and by_graph:
@@ -407,7 +441,10 @@ class Recaller:
                     in_range = await self._in_windows(reads, namespace, windows, spec)
                     routed = in_range | routed  # a neighbour's lift wins over the range's 0
         except BaseException:
-            tasks = [t for t in (keyword_task, graph_task, entity_task) if t is not None]
+            tasks: list[asyncio.Task[Any]] = [*part_embeddings]
+            tasks += [
+                t for t in (keyword_task, graph_task, entity_task, rows_task) if t is not None
+            ]
             for task in tasks:
                 task.cancel()
             # the snapshot ends after these, so none may still be reading
@@ -429,6 +466,7 @@ class Recaller:
             reads,
             spec=spec,
             routed=routed,
+            part_vectors=part_vectors,
         )
         await self._lift(reads, namespace, query, intent, pool)
         params = self._params.scoring
@@ -473,6 +511,41 @@ class Recaller:
             )
         }
         return [c for c in picked if c.rowid in records], records, vectors_used
+
+    async def _parts(
+        self,
+        reads: Reads,
+        namespace: str,
+        split: list[str],
+        embeddings: list[asyncio.Task[list[float] | None]],
+        keyword: Keywords,
+        candidates: list[int],
+        vector: list[float] | None,
+        spec: MemoryFilterSpec,
+        whole_index: bool,
+    ) -> tuple[Keywords, list[int], list[list[float]]]:
+        """The question's parts searched by the same channels (no SQL of their
+        own): the keyword list and vector proposals with each part's best added
+        (services.search.decompose), and the parts' vectors for the pool's cosine.
+        The whole query's coverage stays the query's confidence."""
+        with timed(RECALL_CHANNEL_SECONDS, "parts"), tracing.span("recall.parts"):
+            part_keywords = await asyncio.gather(
+                *(self._keyword_channel(reads, namespace, p, spec, whole_index) for p in split)
+            )
+            vectors = [v for v in await asyncio.gather(*embeddings) if v is not None]
+            if vector is None:  # the vector channel did not run: nor do the parts'
+                vectors = []
+            model = self._embedder.provider.model
+            part_candidates = [
+                await self._vector_candidates(namespace, v, model, spec, whole_index, reads)
+                for v in vectors
+            ]
+        depth, weight = self._params.decompose_depth, self._params.decompose_weight
+        ranked = decompose.merged_keyword(
+            keyword.ranked, [k.ranked for k in part_keywords], weight, depth
+        )
+        merged = decompose.merged_candidates(candidates, part_candidates, depth)
+        return Keywords(ranked, keyword.coverage), merged, vectors
 
     async def _second_hop(
         self,
@@ -843,7 +916,7 @@ class Recaller:
         if rare is not None:
             common = [m for m in matches if m not in rare]
             rare_only, with_common = await asyncio.gather(
-                reads.fetch_all(queries.whole_index_keyword_top(any_of(rare), depth)),
+                self._beside(reads, queries.whole_index_keyword_top(any_of(rare), depth)),
                 reads.fetch_all(
                     queries.whole_index_keyword_top(all_of([any_of(rare), any_of(common)]), depth)
                 ),
@@ -856,6 +929,19 @@ class Recaller:
             return ranked[:depth]
         rows = await reads.fetch_all(queries.whole_index_keyword_top(any_of(matches), depth))
         return [(row[0], row[1]) for row in rows]
+
+    async def _beside(self, reads: Reads, query: queries.Query) -> list[Any]:
+        """A whole-index FTS5 query run on another connection of SQLite's pool
+        when one is idle (its own snapshot, on its own thread: beside the
+        snapshot's reads, half the keyword channel's time at 100k), else in the
+        snapshot. Its rowids are proposals like the vector cache's, read under
+        the namespace in the snapshot (_pool); a write landing between the two
+        snapshots moves its BM25 statistics by a hair, as the cached counts do."""
+        if self._dialect == "sqlite":
+            rows = await self._reads.fetch_all_spare(query)
+            if rows is not None:
+                return rows
+        return await reads.fetch_all(query)
 
     async def _index_statistics(
         self, reads: Reads, matches: list[str]
@@ -979,6 +1065,7 @@ class Recaller:
         *,
         spec: MemoryFilterSpec = _NO_FILTER,
         routed: dict[int, float] | None = None,
+        part_vectors: Sequence[list[float]] = (),
     ) -> list[Candidate]:
         """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
         what scoring needs (`fetched`: pool rows already read, by rowid; `reads`:
@@ -994,16 +1081,7 @@ class Recaller:
         by_rowid = dict(fetched or {})
         missing = [r for r in wanted if r not in by_rowid]
         if missing:
-            pool_query = queries.pool_rows(
-                namespace,
-                missing,
-                model,
-                spec,
-                dialect=self._dialect,
-                parts=self._params.sentence_weight > 0,
-            )
-            for row in await reads.fetch_all(pool_query):
-                by_rowid[row[0]] = row
+            by_rowid.update(await self._pool_rows(reads, namespace, missing, model, spec))
         rows = [by_rowid[r] for r in wanted if r in by_rowid]
         cosine: dict[int, float] = {}
         if vector is not None:
@@ -1017,6 +1095,15 @@ class Recaller:
                 if self._params.sentence_weight > 0:
                     cosine.update(
                         _best_parts(embedded, query, cosine, self._params.sentence_weight)
+                    )
+                if part_vectors:
+                    queries_f32 = [
+                        np.frombuffer(_query_f32(v), dtype=np.float32) for v in part_vectors
+                    ]
+                    rowids = [row[0] for row in embedded]
+                    weight = self._params.decompose_weight
+                    cosine.update(
+                        decompose.part_cosines(cosine, rowids, matrix, queries_f32, weight)
                     )
         depth = self._params.channel_depth
         vector_top = sorted(
@@ -1043,6 +1130,21 @@ class Recaller:
             candidate.who = row[3] or ""
         await self._link_neighbours(reads, namespace, candidates)
         return list(candidates.values())
+
+    async def _pool_rows(
+        self, reads: Reads, namespace: str, rowids: list[int], model: str, spec: MemoryFilterSpec
+    ) -> dict[int, Any]:
+        """Pool rows (queries.pool_rows) of the live memories of the namespace
+        among `rowids`, by rowid."""
+        query = queries.pool_rows(
+            namespace,
+            rowids,
+            model,
+            spec,
+            dialect=self._dialect,
+            parts=self._params.sentence_weight > 0,
+        )
+        return {row[0]: row for row in await reads.fetch_all(query)}
 
     async def _link_neighbours(
         self, reads: Reads, namespace: str, candidates: dict[int, Candidate]

@@ -5,12 +5,14 @@ session) is otherwise judged only by the pool members the turn channels found
 (scoring.boost's episode term). Here the pool's best episodes are also judged
 as a whole: the normalised mean of ALL their members' vectors (the centroid),
 its cosine with the query lifting each pool member of the episode by
-`weight` x that cosine (clamped to [0, 1]).
+`weight` x that cosine (clamped to [0, 1]). And by their keyword mass: the
+sum of their pool members' scaled keyword scores.
 
-Off by default (search.episode_centroid_weight 0): it gains LoCoMo R@10 but
-costs LongMemEval all@5 (bench/README.md "Episode centroids"; adding the top
-episodes' unseen members and scoring an episode by its best members' cosines
-were measured there too and not kept).
+Both off by default (search.episode_centroid_weight, episode_keyword_weight 0):
+each gains LoCoMo R@10 but costs LongMemEval all@5 or R@5, the keyword mass
+LoCoMo's session R@10 too (bench/README.md "Episode centroids and episode
+keyword mass"; adding the top episodes' unseen members and scoring an episode
+by its best members' cosines were measured there and not kept).
 """
 
 from __future__ import annotations

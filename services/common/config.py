@@ -249,6 +249,15 @@ class SearchSettings(_Section):
     expansion_docs: int = Field(5, ge=1, le=50)
     expansion_weight: float = Field(0.3, ge=0.0, le=2.0)
     expansion_vector_weight: float = Field(0.0, ge=0.0, le=4.0)
+    # episode centroids (issue 19; services/search/episodes.py), off by default:
+    # the pool's best `episode_centroid_episodes` episodes lift their members by
+    # `episode_centroid_weight` x the cosine of the episode's mean vector with the
+    # query (bench/README.md "Episode centroids")
+    episode_centroid_weight: float = Field(0.0, ge=0.0, le=2.0)
+    episode_centroid_episodes: int = Field(20, ge=1, le=100)
+    # each memory lifted by w x tanh(the sum of its episode's pool members'
+    # scaled keyword scores) (services/search/episodes.py keyword_mass); 0 = off
+    episode_keyword_weight: float = Field(0.0, ge=0.0, le=2.0)
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)

@@ -49,7 +49,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
-from services.search import decompose, expansion, pg_text, pg_vectors, queries
+from services.search import decompose, episodes, expansion, pg_text, pg_vectors, queries
 from services.search.access import AccessRecorder
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
@@ -102,6 +102,10 @@ class RecallParams:
     expansion_docs: int = 5
     expansion_weight: float = 0.3
     expansion_vector_weight: float = 0.0
+    # episode centroids (services.search.episodes); weight 0 = off
+    episode_centroid_weight: float = 0.0
+    episode_centroid_episodes: int = 20
+    episode_keyword_weight: float = 0.0  # episodes.keyword_mass; 0 = off
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -473,6 +477,21 @@ class Recaller:
             pool, confidence = await self._second_hop(
                 reads, namespace, query, spec, whole_index, index_model, intent, windows, hop, pool
             ) or (pool, confidence)
+        if self._params.episode_centroid_weight and vector is not None:
+            lifts = await episodes.centroids(
+                reads,
+                self._dialect,
+                namespace,
+                spec,
+                index_model,
+                vector,
+                pool,
+                self._params.episode_centroid_episodes,
+            )
+            episodes.lift(pool, lifts, self._params.episode_centroid_weight)
+        if self._params.episode_keyword_weight:
+            mass = episodes.keyword_mass(pool)
+            episodes.lift(pool, mass, self._params.episode_keyword_weight, "episode_keywords")
         if params.importance_weight and pool:
             rows = await reads.fetch_all(
                 queries.importance_by_rowid(

@@ -239,25 +239,6 @@ class SearchSettings(_Section):
     # higher (issue 19; services/search/recall.py _best_parts; bench/README.md
     # "Sentence vectors"); 0 reads no sentence vectors
     sentence_weight: float = Field(1.0, ge=0.0, le=1.0)
-    # second-hop expansion (issue 19; services/search/expansion.py), off by
-    # default: `expansion_terms` terms most distinctive of the first pass's best
-    # `expansion_docs` hits run through the keyword channel again, their score
-    # weighted by `expansion_weight`; `expansion_vector_weight` b scans the
-    # vector channel again with q + b x the hits' mean vector, the pool's cosine
-    # taken to that moved query (bench/README.md "Second-hop expansion")
-    expansion_terms: int = Field(0, ge=0, le=32)
-    expansion_docs: int = Field(5, ge=1, le=50)
-    expansion_weight: float = Field(0.3, ge=0.0, le=2.0)
-    expansion_vector_weight: float = Field(0.0, ge=0.0, le=4.0)
-    # episode centroids (issue 19; services/search/episodes.py), off by default:
-    # the pool's best `episode_centroid_episodes` episodes lift their members by
-    # `episode_centroid_weight` x the cosine of the episode's mean vector with the
-    # query (bench/README.md "Episode centroids")
-    episode_centroid_weight: float = Field(0.0, ge=0.0, le=2.0)
-    episode_centroid_episodes: int = Field(20, ge=1, le=100)
-    # each memory lifted by w x tanh(the sum of its episode's pool members'
-    # scaled keyword scores) (services/search/episodes.py keyword_mass); 0 = off
-    episode_keyword_weight: float = Field(0.0, ge=0.0, le=2.0)
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)

@@ -310,25 +310,3 @@ def decay_inputs(
         f"FROM memories m WHERE m.rowid IN ({listed}) AND {plan_guard(dialect)}m.namespace = ?",
         [*params, *rowids, namespace],
     )
-
-
-def episode_vectors(
-    namespace: str,
-    event_times: Sequence[str],
-    model: str,
-    spec: MemoryFilterSpec = _NOW,
-    *,
-    dialect: str = "sqlite",
-) -> Query:
-    """(rowid, event_time, vector) of every live memory of the namespace passing
-    the filter in these episodes (event times) with a `model` vector: the
-    episode centroids and their unseen members (services/search/episodes.py)."""
-    clauses, params = filter_sql(spec, "m", dialect)
-    return (
-        "SELECT m.rowid, m.event_time, e.vector FROM memories m "
-        "JOIN embeddings e ON e.namespace = m.namespace "
-        "AND e.content_hash = m.content_hash AND e.model = ? "
-        f"WHERE m.namespace = ? AND m.event_time IN ({marks(event_times)}) "
-        f"AND {spec.live_sql('m')}{clauses}",
-        [model, namespace, *event_times, *params],
-    )

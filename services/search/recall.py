@@ -49,7 +49,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
-from services.search import decompose, episodes, expansion, pg_text, pg_vectors, queries
+from services.search import decompose, pg_text, pg_vectors, queries
 from services.search.access import AccessRecorder
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
@@ -97,15 +97,6 @@ class RecallParams:
     # the pool's cosine: whole + w x max(0, best sentence - sd x sqrt(2 ln n) - whole)
     # (issue 19; _best_parts)
     sentence_weight: float = 1.0
-    # second-hop expansion (services.search.expansion; Recaller._second_hop); 0 = off
-    expansion_terms: int = 0
-    expansion_docs: int = 5
-    expansion_weight: float = 0.3
-    expansion_vector_weight: float = 0.0
-    # episode centroids (services.search.episodes); weight 0 = off
-    episode_centroid_weight: float = 0.0
-    episode_centroid_episodes: int = 20
-    episode_keyword_weight: float = 0.0  # episodes.keyword_mass; 0 = off
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -163,18 +154,6 @@ class RecallOutcome:
     intent: Classified = field(
         default_factory=lambda: Classified(Intent.GENERAL, "default: no rule matched")
     )
-
-
-@dataclass(frozen=True)
-class _FirstPass:
-    """What the first pass's channels returned, for the second hop to add to."""
-
-    keyword: Keywords
-    candidates: list[int]
-    vector: list[float] | None
-    graph: frozenset[int]
-    keyword_rows: dict[int, Any]
-    routed: dict[int, float]
 
 
 @dataclass
@@ -472,26 +451,6 @@ class Recaller:
         params = self._params.scoring
         confidence = fuse(pool, params, vectors_used, keyword_coverage)
         boost(pool, params, windows)
-        if self._params.expansion_terms or self._params.expansion_vector_weight:
-            hop = _FirstPass(keyword, candidates, vector, graph.rowids, keyword_rows, routed)
-            pool, confidence = await self._second_hop(
-                reads, namespace, query, spec, whole_index, index_model, intent, windows, hop, pool
-            ) or (pool, confidence)
-        if self._params.episode_centroid_weight and vector is not None:
-            lifts = await episodes.centroids(
-                reads,
-                self._dialect,
-                namespace,
-                spec,
-                index_model,
-                vector,
-                pool,
-                self._params.episode_centroid_episodes,
-            )
-            episodes.lift(pool, lifts, self._params.episode_centroid_weight)
-        if self._params.episode_keyword_weight:
-            mass = episodes.keyword_mass(pool)
-            episodes.lift(pool, mass, self._params.episode_keyword_weight, "episode_keywords")
         if params.importance_weight and pool:
             rows = await reads.fetch_all(
                 queries.importance_by_rowid(
@@ -546,74 +505,6 @@ class Recaller:
         )
         merged = decompose.merged_candidates(candidates, part_candidates, depth)
         return Keywords(ranked, keyword.coverage), merged, vectors
-
-    async def _second_hop(
-        self,
-        reads: Reads,
-        namespace: str,
-        query: str,
-        spec: MemoryFilterSpec,
-        whole_index: bool,
-        model: str,
-        intent: Intent,
-        windows: list[tuple[str, str]],
-        first: _FirstPass,
-        pool: list[Candidate],
-    ) -> tuple[list[Candidate], float] | None:
-        """The pool again with what the first pass's best hits lead to
-        (services.search.expansion): the keyword channel over their most
-        distinctive terms, the vector channel with the query moved toward them;
-        (pool, confidence), or None when neither found anything to add."""
-        params = self._params
-        top = expansion.feedback_rowids(pool, params.expansion_docs)
-        ranked, proposals, vector = first.keyword.ranked, first.candidates, first.vector
-        if params.expansion_terms and top and keyword_terms(query):
-            texts = await expansion.contents(reads, self._dialect, namespace, top)
-            model_terms = expansion.shortlist(texts, query)
-            if whole_index:  # the keyword channel's cached whole-index counts
-                size, by_match = await self._index_statistics(reads, list(map(quoted, model_terms)))
-                counts = {t: by_match[quoted(t)] for t in model_terms}
-            else:
-                size, counts = await expansion.collection_counts(
-                    reads, self._dialect, namespace, list(model_terms), spec
-                )
-            held = expansion.holding(texts, list(model_terms))
-            terms = expansion.pick_terms(model_terms, counts, size, held, params.expansion_terms)
-            if terms:
-                extra = await self._keyword_channel(
-                    reads, namespace, " ".join(terms), spec, whole_index
-                )
-                ranked = expansion.merge_keywords(ranked, extra.ranked, params.expansion_weight)
-        if params.expansion_vector_weight and first.vector is not None and top:
-            rows = await reads.fetch_all(
-                queries.pool_rows(namespace, top, model, spec, dialect=self._dialect, parts=False)
-            )
-            blobs = [bytes(row[2]) for row in rows if row[2] is not None]
-            moved = expansion.moved_vector(first.vector, blobs, params.expansion_vector_weight)
-            more = await self._vector_candidates(namespace, moved, model, spec, whole_index, reads)
-            proposals = list(dict.fromkeys([*first.candidates, *more]))
-            # the pool's cosine is the moved query's: ranked by the original one, the
-            # new candidates fall below the channel's cut (the rankings did not move)
-            vector = moved
-        if ranked is first.keyword.ranked and proposals is first.candidates:
-            return None
-        pool = await self._pool(
-            namespace,
-            ranked,
-            proposals,
-            vector,
-            model,
-            first.graph,
-            first.keyword_rows,
-            reads,
-            spec=spec,
-            routed=first.routed,
-        )
-        await self._lift(reads, namespace, query, intent, pool)
-        vectors_used = first.vector is not None
-        confidence = fuse(pool, params.scoring, vectors_used, first.keyword.coverage)
-        boost(pool, params.scoring, windows)
-        return pool, confidence
 
     async def _index_facts(
         self, reads: Reads, namespace: str, spec: MemoryFilterSpec

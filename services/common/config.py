@@ -271,6 +271,14 @@ class SearchSettings(_Section):
     # causal intent: memories `causal` links reach from the best matches, per hop
     intent_causal_weight: float = Field(0.15, ge=0.0, le=1.0)
     intent_causal_depth: int = Field(2, ge=1, le=4)
+    # the alpha blend per query (services/search/scoring.py vector_scores,
+    # query_alpha; bench/README.md "Fusion normalisation"): the cosine's per-query
+    # normalisation ("none": raw), scaled back to the best raw cosine or not; the
+    # alpha moved by the query's keyword strength; a share of keyword + vector RRF
+    cosine_normalisation: Literal["none", "best", "pool_minmax", "top_minmax", "pool_z"] = "none"
+    cosine_keep_best: bool = False
+    alpha_strength: float = Field(0.0, ge=-1.0, le=1.0)
+    rrf_blend: float = Field(0.0, ge=0.0, le=1.0)
     # search.fusion=rrf: each channel's weight (seed 003 "RRF merge")
     rrf_weight_fts: float = Field(1.0, ge=0.0, le=10.0)
     rrf_weight_vector: float = Field(1.0, ge=0.0, le=10.0)

@@ -60,6 +60,11 @@ class ScoringParams:
     rrf_weight_vector: float = 1.0
     rrf_weight_graph: float = 1.0
     importance_weight: float = 0.0  # 0: importance does not rank (weigh_importance)
+    # the alpha blend's cosine, per query (vector_scores): "none" = raw, clamped
+    cosine_normalisation: str = "none"  # none | best | pool_minmax | top_minmax | pool_z
+    cosine_keep_best: bool = False  # normalised cosines scaled back to the best raw one
+    alpha_strength: float = 0.0  # alpha - this x (keyword strength - 0.5) (query_alpha)
+    rrf_blend: float = 0.0  # share of the keyword + vector RRF in the alpha blend
 
 
 @dataclass
@@ -115,18 +120,81 @@ def fuse(
             )
             c.fused = sum(w / (k + r) for w, r in ranked if r) / best_rrf
     else:
-        for c in candidates:
+        alpha = query_alpha(params, strength)
+        vector = vector_scores(candidates, params) if vectors_used else [0.0] * len(candidates)
+        for c, v in zip(candidates, vector, strict=True):
             if vectors_used and c.cosine is not None:
-                c.fused = (1.0 - params.alpha) * c.keyword + params.alpha * clamped(c.cosine)
+                c.fused = (1.0 - alpha) * c.keyword + alpha * v
             else:  # no vector for this memory (or no vector channel): keywords alone
                 c.fused = c.keyword
+        if params.rrf_blend > 0:
+            share, k = params.rrf_blend, params.rrf_k
+            w_fts = params.rrf_weight_fts
+            w_vec = params.rrf_weight_vector if vectors_used else 0.0
+            best_rrf = (w_fts + w_vec or 1.0) / (k + 1)
+            for c in candidates:
+                rrf = (w_fts / (k + c.keyword_rank) if c.keyword_rank else 0.0) + (
+                    w_vec / (k + c.vector_rank) if c.vector_rank else 0.0
+                )
+                c.fused = (1.0 - share) * c.fused + share * rrf / best_rrf
     for c in candidates:  # seed 000 "Graph-Augmented Search": additive
         c.fused += c.graph_boost
         if params.fusion != "rrf" or not c.route_rank:  # the route's lifts off its list
             c.fused += c.intent_boost
     if not vectors_used:
         return strength
-    return params.alpha + (1.0 - params.alpha) * strength
+    alpha = query_alpha(params, strength) if params.fusion != "rrf" else params.alpha
+    return alpha + (1.0 - alpha) * strength
+
+
+def query_alpha(params: ScoringParams, strength: float) -> float:
+    """The vector channel's weight for this query: a query whose rare words the
+    best keyword match holds (strength above one half) leans on keywords."""
+    if not params.alpha_strength:
+        return params.alpha
+    return min(max(params.alpha - params.alpha_strength * (strength - 0.5), 0.0), 1.0)
+
+
+def vector_scores(candidates: Sequence[Candidate], params: ScoringParams) -> list[float]:
+    """Each candidate's cosine as the blend's vector score, in [0, 1] (0 without
+    a vector). MiniLM's cosines sit in a narrow band that moves per query, so the
+    raw cosine's real weight against the keyword score (scaled by the best match)
+    moves too; the normalisations put the pool's cosines on a per-query scale:
+    relative to the best (`best`), min-max between the pool's lowest or the
+    vector channel's last (`pool_minmax`, `top_minmax`) and the best, or the
+    normal CDF of the cosine's z-score in the pool (`pool_z`). With
+    `cosine_keep_best` the result is scaled by the best raw cosine, so the top
+    keeps its raw score and min_score its meaning."""
+    raw = [clamped(c.cosine) if c.cosine is not None else 0.0 for c in candidates]
+    mode = params.cosine_normalisation
+    present = [clamped(c.cosine) for c in candidates if c.cosine is not None]
+    if mode == "none" or not present:
+        return raw
+    top = max(present)
+    if mode == "pool_z":
+        mean = sum(present) / len(present)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in present) / len(present))
+        cdf = [
+            0.5 * (1.0 + math.erf((x - mean) / (sd * math.sqrt(2.0)))) if sd else 1.0 for x in raw
+        ]
+        peak = max(cdf[i] for i, c in enumerate(candidates) if c.cosine is not None)
+        normed = [x / peak for x in cdf]
+    else:
+        if mode == "best":
+            low = 0.0
+        elif mode == "top_minmax":
+            ranked = [
+                clamped(c.cosine) for c in candidates if c.vector_rank and c.cosine is not None
+            ]
+            low = min(ranked, default=min(present))
+        else:  # pool_minmax
+            low = min(present)
+        span = top - low
+        normed = [min(max((x - low) / span, 0.0), 1.0) if span > 0 else 1.0 for x in raw]
+    scale = top if params.cosine_keep_best else 1.0
+    return [
+        scale * x if c.cosine is not None else 0.0 for c, x in zip(candidates, normed, strict=True)
+    ]
 
 
 def keyword_strength(coverage: float) -> float:

@@ -279,6 +279,7 @@ class SearchSettings(_Section):
     cosine_keep_best: bool = False
     alpha_strength: float = Field(0.0, ge=-1.0, le=1.0)
     rrf_blend: float = Field(0.0, ge=0.0, le=1.0)
+    keyword_normalisation: Literal["best", "pool_z"] = "best"
     # search.fusion=rrf: each channel's weight (seed 003 "RRF merge")
     rrf_weight_fts: float = Field(1.0, ge=0.0, le=10.0)
     rrf_weight_vector: float = Field(1.0, ge=0.0, le=10.0)

@@ -65,6 +65,7 @@ def recall_params(config: Config) -> RecallParams:
             cosine_keep_best=config.search.cosine_keep_best,
             alpha_strength=config.search.alpha_strength,
             rrf_blend=config.search.rrf_blend,
+            keyword_normalisation=config.search.keyword_normalisation,
         ),
         channel_depth=config.search.channel_depth,
         vector_candidates=config.search.vector_candidates,

@@ -65,6 +65,7 @@ class ScoringParams:
     cosine_keep_best: bool = False  # normalised cosines scaled back to the best raw one
     alpha_strength: float = 0.0  # alpha - this x (keyword strength - 0.5) (query_alpha)
     rrf_blend: float = 0.0  # share of the keyword + vector RRF in the alpha blend
+    keyword_normalisation: str = "best"  # best | pool_z (z_scaled)
 
 
 @dataclass
@@ -101,6 +102,9 @@ def fuse(
     strength = keyword_strength(keyword_coverage)
     for c in candidates:
         c.keyword = c.keyword_score / best if c.keyword_rank and best > 0 else 0.0
+    if params.keyword_normalisation == "pool_z":
+        z_scaled(candidates)
+    for c in candidates:
         c.keyword_shown = c.keyword * strength
     if params.fusion == "rrf":
         # weighted; by the best possible (rank 1 in every channel that ran)
@@ -145,6 +149,25 @@ def fuse(
         return strength
     alpha = query_alpha(params, strength) if params.fusion != "rrf" else params.alpha
     return alpha + (1.0 - alpha) * strength
+
+
+def z_scaled(candidates: Sequence[Candidate]) -> None:
+    """`keyword` as the normal CDF of the BM25 score's z-score among the keyword
+    hits, over the best hit's (search.keyword_normalisation=pool_z)."""
+    hits = [c for c in candidates if c.keyword_rank]
+    if len(hits) < 2:
+        return
+    mean = sum(c.keyword_score for c in hits) / len(hits)
+    sd = math.sqrt(sum((c.keyword_score - mean) ** 2 for c in hits) / len(hits))
+    if sd <= 0:
+        return
+    cdf = {
+        c.rowid: 0.5 * (1.0 + math.erf((c.keyword_score - mean) / (sd * math.sqrt(2.0))))
+        for c in hits
+    }
+    peak = max(cdf.values())
+    for c in hits:
+        c.keyword = cdf[c.rowid] / peak
 
 
 def query_alpha(params: ScoringParams, strength: float) -> float:

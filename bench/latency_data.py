@@ -186,9 +186,9 @@ def embed_cached(
     if path.exists():
         return np.load(path)
     print(f"  embedding {len(texts)} {name} with the local MiniLM ...", flush=True)
-    encoder = provider._load()  # the provider's own model and settings
-    vectors = encoder.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
-    vectors = np.asarray(vectors, dtype=np.float32)
+    # the provider's own encoder (either runtime), in batches
+    batches = [provider._encode(texts[i : i + 64]) for i in range(0, len(texts), 64)]
+    vectors = _unit(np.asarray([v for batch in batches for v in batch], dtype=np.float32))
     np.save(path, vectors)
     return vectors
 

@@ -385,6 +385,7 @@ class Recaller:
         )
         part_embeddings = [asyncio.create_task(self._embedder.embed(p)) for p in split]
         part_vectors: list[list[float]] = []
+        part_scans: asyncio.Task[tuple[list[list[float]], list[list[int]]]] | None = None
         windows = [
             (clock.to_text(start), clock.to_text(end))
             for start, end in time_windows(query, route.asked_at)
@@ -407,6 +408,12 @@ class Recaller:
             vector, candidates = await self._vector_channel(
                 reads, namespace, embedding, index_model, spec, whole_index, warnings
             )
+            if split:  # the parts' vector proposals, beside the keyword channel
+                part_scans = asyncio.create_task(
+                    self._part_candidates(
+                        reads, namespace, part_embeddings, vector is not None, spec, whole_index
+                    )
+                )
             if candidates:  # their pool rows, read while the keyword channel runs
                 rows_task = asyncio.create_task(
                     self._pool_rows(reads, namespace, candidates, index_model, spec)
@@ -422,10 +429,9 @@ class Recaller:
                     reads,
                     namespace,
                     split,
-                    part_embeddings,
+                    part_scans,
                     keyword,
                     candidates,
-                    vector,
                     spec,
                     whole_index,
                 )
@@ -450,7 +456,9 @@ class Recaller:
         except BaseException:
             tasks: list[asyncio.Task[Any]] = [*part_embeddings]
             tasks += [
-                t for t in (keyword_task, graph_task, entity_task, rows_task) if t is not None
+                t
+                for t in (keyword_task, graph_task, entity_task, rows_task, part_scans)
+                if t is not None
             ]
             for task in tasks:
                 task.cancel()
@@ -504,10 +512,9 @@ class Recaller:
         reads: Reads,
         namespace: str,
         split: list[str],
-        embeddings: list[asyncio.Task[list[float] | None]],
+        part_scans: asyncio.Task[tuple[list[list[float]], list[list[int]]]] | None,
         keyword: Keywords,
         candidates: list[int],
-        vector: list[float] | None,
         spec: MemoryFilterSpec,
         whole_index: bool,
     ) -> tuple[Keywords, list[int], list[list[float]]]:
@@ -516,7 +523,9 @@ class Recaller:
         (services.search.decompose), and the parts' vectors for the pool's cosine.
         The parts' keyword channels use the statistics the question's read
         (TermStatistics: only a term the question lacks is counted) and skip
-        the coverage: the whole query's stays the query's confidence."""
+        the coverage: the whole query's stays the query's confidence.
+        `part_scans`: the parts' vectors and vector proposals, started beside the
+        question's keyword channel (_part_candidates)."""
         with timed(RECALL_CHANNEL_SECONDS, "parts"), tracing.span("recall.parts"):
             known = keyword.statistics
             part_keywords = await asyncio.gather(
@@ -527,20 +536,33 @@ class Recaller:
                     for p in split
                 )
             )
-            vectors = [v for v in await asyncio.gather(*embeddings) if v is not None]
-            if vector is None:  # the vector channel did not run: nor do the parts'
-                vectors = []
-            model = self._embedder.provider.model
-            part_candidates = [
-                await self._vector_candidates(namespace, v, model, spec, whole_index, reads)
-                for v in vectors
-            ]
+            vectors, part_candidates = await part_scans if part_scans else ([], [])
         depth, weight = self._params.decompose_depth, self._params.decompose_weight
         ranked = decompose.merged_keyword(
             keyword.ranked, [k.ranked for k in part_keywords], weight, depth
         )
         merged = decompose.merged_candidates(candidates, part_candidates, depth)
         return Keywords(ranked, keyword.coverage), merged, vectors
+
+    async def _part_candidates(
+        self,
+        reads: Reads,
+        namespace: str,
+        embeddings: list[asyncio.Task[list[float] | None]],
+        scan: bool,
+        spec: MemoryFilterSpec,
+        whole_index: bool,
+    ) -> tuple[list[list[float]], list[list[int]]]:
+        """(the parts' vectors, each one's vector proposals), scanned in turn;
+        none without `scan` (the vector channel did not run: nor do the parts')."""
+        vectors = [v for v in await asyncio.gather(*embeddings) if v is not None]
+        if not scan:
+            return [], []
+        model = self._embedder.provider.model
+        return vectors, [
+            await self._vector_candidates(namespace, v, model, spec, whole_index, reads)
+            for v in vectors
+        ]
 
     async def _index_facts(
         self, reads: Reads, namespace: str, spec: MemoryFilterSpec

@@ -214,6 +214,14 @@ class StagedRecaller(Recaller):
         return result
 
 
+async def cpu_timed(recaller: Recaller, query: str, cpu_ms: list[float]) -> float:
+    """timed_recall's milliseconds, with the process's CPU milliseconds appended to `cpu_ms`."""
+    cpu = time.process_time()
+    ms, _ = await timed_recall(recaller, query)
+    cpu_ms.append((time.process_time() - cpu) * 1000)
+    return ms
+
+
 async def timed_recall(recaller: Recaller, query: str) -> tuple[float, Any]:
     t0 = time.perf_counter()
     outcome = await recaller.recall(NS, query, 10, NO_FILTER)
@@ -288,6 +296,9 @@ async def measure_size(
     recall_ms: list[float] = []
     floor_ms: list[float] = []
     compared_ms: list[float] = []
+    # the process's CPU time (every thread) per call: what the work costs, apart from the load
+    recall_cpu: list[float] = []
+    compared_cpu: list[float] = []
     hybrid_r10: list[float] = []
     for i, q in enumerate(questions):
         text = q["question"]
@@ -300,11 +311,13 @@ async def measure_size(
         if i % 2:
             floor_ms.append(run_floor())
         if compared is not None and i % 2:
-            compared_ms.append((await timed_recall(compared, text))[0])
+            compared_ms.append(await cpu_timed(compared, text, compared_cpu))
+        cpu = time.process_time()
         ms, outcome = await timed_recall(recaller, text)
+        recall_cpu.append((time.process_time() - cpu) * 1000)
         recall_ms.append(ms)
         if compared is not None and not i % 2:
-            compared_ms.append((await timed_recall(compared, text))[0])
+            compared_ms.append(await cpu_timed(compared, text, compared_cpu))
         if not i % 2:
             floor_ms.append(run_floor())
         evidence = [rowid_of[e] for e in q.get("evidence_ids", []) if e in rowid_of]
@@ -315,6 +328,7 @@ async def measure_size(
         "recall": summary(recall_ms),
         "floor": summary(floor_ms),
         "decompose_weight": params.decompose_weight,
+        "recall process CPU": summary(recall_cpu),
     }
     # the questions services.search.decompose splits (at the configured rules), alone
     split = [i for i, text in enumerate(texts) if decompose.parts(text, params.decompose_rules)]
@@ -322,13 +336,20 @@ async def measure_size(
         result["cached vector"]["questions split"] = {
             "recall": summary([recall_ms[i] for i in split]),
             "floor": summary([floor_ms[i] for i in split]),
+            "recall process CPU": summary([recall_cpu[i] for i in split]),
         }
     if compared is not None:
         weight = f"decompose_weight {args.compare_decompose:g}"
-        result["cached vector"][weight] = {"recall": summary(compared_ms)}
+        result["cached vector"][weight] = {
+            "recall": summary(compared_ms),
+            "recall process CPU": summary(compared_cpu),
+        }
         if split:
             result["cached vector"][weight]["questions split"] = summary(
                 [compared_ms[i] for i in split]
+            )
+            result["cached vector"][weight]["questions split, process CPU"] = summary(
+                [compared_cpu[i] for i in split]
             )
     result["hybrid_evidence_R@10"] = sum(hybrid_r10) / len(hybrid_r10) if hybrid_r10 else None
 
@@ -741,13 +762,19 @@ def print_details(results: dict[str, Any]) -> None:
             print(
                 f"  questions decomposition splits (n {split['recall']['n']}), cached vector at "
                 f"decompose_weight {cached['decompose_weight']:g}: p50 {split['recall']['p50']:.1f} "
-                f"p95 {split['recall']['p95']:.1f} ms, floor p50 {split['floor']['p50']:.1f} ms"
+                f"p95 {split['recall']['p95']:.1f} ms, floor p50 {split['floor']['p50']:.1f} ms; "
+                f"process CPU p50 {split['recall process CPU']['p50']:.1f} ms (all questions "
+                f"{cached['recall process CPU']['p50']:.1f})"
             )
         for key, block in cached.items():
             if key.startswith("decompose_weight "):
                 line = f"  {key} (alternating): p50 {block['recall']['p50']:.1f} p95 {block['recall']['p95']:.1f} ms"
+                line += f", process CPU p50 {block['recall process CPU']['p50']:.1f} ms"
                 if "questions split" in block:
-                    line += f"; questions split p50 {block['questions split']['p50']:.1f} ms"
+                    line += (
+                        f"; questions split p50 {block['questions split']['p50']:.1f} ms, "
+                        f"process CPU p50 {block['questions split, process CPU']['p50']:.1f} ms"
+                    )
                 print(line)
         quant = entry["quantisation"]
         print(

@@ -100,11 +100,14 @@ def main() -> int:
     questions = scored_questions(DEFAULT_INPUT)
     split = [q for q in questions if parts(q["question"])]
     whole = [q for q in questions if not parts(q["question"])][: len(split)]
-    measured = measure(tuple(args.data_dirs), args.weight, split + whole, args.repeats)
-    n = len(split) * args.repeats
-    results: dict[str, Any] = {}
+    asked = split + whole
+    measured = measure(tuple(args.data_dirs), args.weight, asked, args.repeats)
+    results: dict[str, Any] = {"command": " ".join(sys.argv)}
     for value, times in measured.items():
-        for name, chosen in (("split", times[:n]), ("not split", times[n:])):
+        # each round asks every question in `asked` order: the split ones first
+        split_times = [t for k, t in enumerate(times) if k % len(asked) < len(split)]
+        whole_times = [t for k, t in enumerate(times) if k % len(asked) >= len(split)]
+        for name, chosen in (("split", split_times), ("not split", whole_times)):
             results[f"weight {value} {name}"] = summary(chosen)
             print(f"weight {value} {name}: {results[f'weight {value} {name}']}", flush=True)
     if args.out:

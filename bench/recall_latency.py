@@ -78,6 +78,7 @@ from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
 from services.common.providers.embedding import LOCAL_MODEL, LocalEmbedding, NoEmbedding  # noqa: E402
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
 from services.common.vectors import normalized_f32  # noqa: E402
+from services.search import decompose  # noqa: E402
 from services.search import queries as search_sql  # noqa: E402
 from services.search import recall as recall_module  # noqa: E402
 from services.search.app import recall_params  # noqa: E402
@@ -194,9 +195,9 @@ class StagedRecaller(Recaller):
         super().__init__(*args, **kwargs)
         self.stages: dict[str, list[float]] = defaultdict(list)
 
-    async def _keyword_channel(self, *args: Any) -> Any:
+    async def _keyword_channel(self, *args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
-        result = await super()._keyword_channel(*args)
+        result = await super()._keyword_channel(*args, **kwargs)
         self.stages["keyword channel"].append((time.perf_counter() - t0) * 1000)
         return result
 
@@ -211,6 +212,14 @@ class StagedRecaller(Recaller):
         result = await super()._pool(*args, **kwargs)
         self.stages["pool rows + rescore"].append((time.perf_counter() - t0) * 1000)
         return result
+
+
+async def cpu_timed(recaller: Recaller, query: str, cpu_ms: list[float]) -> float:
+    """timed_recall's milliseconds, with the process's CPU milliseconds appended to `cpu_ms`."""
+    cpu = time.process_time()
+    ms, _ = await timed_recall(recaller, query)
+    cpu_ms.append((time.process_time() - cpu) * 1000)
+    return ms
 
 
 async def timed_recall(recaller: Recaller, query: str) -> tuple[float, Any]:
@@ -275,9 +284,21 @@ async def measure_size(
         await timed_recall(embedding_recaller, w["question"])
         await provider.embed([w["question"]])
 
+    # the other decomposition weight, timed beside recall in the same loop (--compare-decompose)
+    compared: Recaller | None = None
+    if args.compare_decompose is not None:
+        other = dataclasses.replace(params, decompose_weight=args.compare_decompose)
+        compared = Recaller(reads, cached, other, vector_cache=vector_cache)
+        for q in [*(w["question"] for w in warm), *texts]:
+            await timed_recall(compared, q)
+
     # cached vector: recall and floor interleaved per query (alternating order)
     recall_ms: list[float] = []
     floor_ms: list[float] = []
+    compared_ms: list[float] = []
+    # the process's CPU time (every thread) per call: what the work costs, apart from the load
+    recall_cpu: list[float] = []
+    compared_cpu: list[float] = []
     hybrid_r10: list[float] = []
     for i, q in enumerate(questions):
         text = q["question"]
@@ -289,15 +310,47 @@ async def measure_size(
 
         if i % 2:
             floor_ms.append(run_floor())
+        if compared is not None and i % 2:
+            compared_ms.append(await cpu_timed(compared, text, compared_cpu))
+        cpu = time.process_time()
         ms, outcome = await timed_recall(recaller, text)
+        recall_cpu.append((time.process_time() - cpu) * 1000)
         recall_ms.append(ms)
+        if compared is not None and not i % 2:
+            compared_ms.append(await cpu_timed(compared, text, compared_cpu))
         if not i % 2:
             floor_ms.append(run_floor())
         evidence = [rowid_of[e] for e in q.get("evidence_ids", []) if e in rowid_of]
         if evidence:
             ranked = [rowid_of.get(h.memory.source_id, -1) for h in outcome.hits]
             hybrid_r10.append(evidence_recall(ranked, evidence))
-    result["cached vector"] = {"recall": summary(recall_ms), "floor": summary(floor_ms)}
+    result["cached vector"] = {
+        "recall": summary(recall_ms),
+        "floor": summary(floor_ms),
+        "decompose_weight": params.decompose_weight,
+        "recall process CPU": summary(recall_cpu),
+    }
+    # the questions services.search.decompose splits (at the configured rules), alone
+    split = [i for i, text in enumerate(texts) if decompose.parts(text, params.decompose_rules)]
+    if split:
+        result["cached vector"]["questions split"] = {
+            "recall": summary([recall_ms[i] for i in split]),
+            "floor": summary([floor_ms[i] for i in split]),
+            "recall process CPU": summary([recall_cpu[i] for i in split]),
+        }
+    if compared is not None:
+        weight = f"decompose_weight {args.compare_decompose:g}"
+        result["cached vector"][weight] = {
+            "recall": summary(compared_ms),
+            "recall process CPU": summary(compared_cpu),
+        }
+        if split:
+            result["cached vector"][weight]["questions split"] = summary(
+                [compared_ms[i] for i in split]
+            )
+            result["cached vector"][weight]["questions split, process CPU"] = summary(
+                [compared_cpu[i] for i in split]
+            )
     result["hybrid_evidence_R@10"] = sum(hybrid_r10) / len(hybrid_r10) if hybrid_r10 else None
 
     # with embedding: every query embedded inside the timed call (recall and floor)
@@ -703,6 +756,26 @@ def print_details(results: dict[str, Any]) -> None:
             f"p95 {embed['p95']:.1f} ms; load {entry['load_before']} -> {entry['load_after']}; "
             f"file {entry['db_bytes'] / 2**20:.0f} MiB; page cache locked {entry['page_cache_locked']}"
         )
+        cached = entry["cached vector"]
+        if "questions split" in cached:
+            split = cached["questions split"]
+            print(
+                f"  questions decomposition splits (n {split['recall']['n']}), cached vector at "
+                f"decompose_weight {cached['decompose_weight']:g}: p50 {split['recall']['p50']:.1f} "
+                f"p95 {split['recall']['p95']:.1f} ms, floor p50 {split['floor']['p50']:.1f} ms; "
+                f"process CPU p50 {split['recall process CPU']['p50']:.1f} ms (all questions "
+                f"{cached['recall process CPU']['p50']:.1f})"
+            )
+        for key, block in cached.items():
+            if key.startswith("decompose_weight "):
+                line = f"  {key} (alternating): p50 {block['recall']['p50']:.1f} p95 {block['recall']['p95']:.1f} ms"
+                line += f", process CPU p50 {block['recall process CPU']['p50']:.1f} ms"
+                if "questions split" in block:
+                    line += (
+                        f"; questions split p50 {block['questions split']['p50']:.1f} ms, "
+                        f"process CPU p50 {block['questions split, process CPU']['p50']:.1f} ms"
+                    )
+                print(line)
         quant = entry["quantisation"]
         print(
             f"  exact float32 vector scan (vector_candidates=0): p50 {quant['exact_scan_ms']['p50']:.1f} ms, "
@@ -849,6 +922,12 @@ def main() -> int:
         help="first-pass sizes compared with the exact scan",
     )
     parser.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--compare-decompose",
+        type=float,
+        help="also time recall (cached vector) at this search.decompose_weight, alternating with "
+        "the configured one query by query",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the event-loop thread")
     parser.add_argument("--profile-queries", type=int, default=100)
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached databases")

@@ -138,12 +138,40 @@ class RecallHit:
 
 
 @dataclass(frozen=True)
+class TermStatistics:
+    """What a keyword channel read for its IDF, for the question's parts
+    (services.search.decompose) to search with instead of reading it again:
+    their terms are nearly always the question's, and all of it is read in
+    the same snapshot. `size`: the searched collection's live memories (the
+    index's on SQLite's whole-index path, the namespace text index's on
+    Postgres); `index_size`: the whole index's (SQLite's namespace path
+    re-weights FTS5's IDF by it; else `size`); `average`: the collection's
+    average length (Postgres's BM25; else 0); `terms`: per term (SQLite's
+    FTS5 MATCH string, Postgres's term) its documents in the collection and
+    in the index (the same count twice where the path has one)."""
+
+    size: int
+    index_size: int
+    average: float = 0.0
+    terms: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def missing(self, terms: Sequence[str]) -> list[str]:
+        """The terms not counted here, in order."""
+        return [t for t in terms if t not in self.terms]
+
+    def with_terms(self, counted: dict[str, tuple[int, int]]) -> TermStatistics:
+        return replace(self, terms=self.terms | counted)
+
+
+@dataclass(frozen=True)
 class Keywords:
-    """The keyword channel's answer: (rowid, BM25) best first, and the share of
-    the query's IDF mass the best match holds (services.search.scoring.coverage)."""
+    """The keyword channel's answer: (rowid, BM25) best first, the share of
+    the query's IDF mass the best match holds (services.search.scoring.coverage),
+    and the statistics it read (none when the query had no term)."""
 
     ranked: list[tuple[int, float]]
     coverage: float = 0.0
+    statistics: TermStatistics | None = None
 
 
 @dataclass(frozen=True)
@@ -357,6 +385,7 @@ class Recaller:
         )
         part_embeddings = [asyncio.create_task(self._embedder.embed(p)) for p in split]
         part_vectors: list[list[float]] = []
+        part_scans: asyncio.Task[tuple[list[list[float]], list[list[int]]]] | None = None
         windows = [
             (clock.to_text(start), clock.to_text(end))
             for start, end in time_windows(query, route.asked_at)
@@ -379,6 +408,12 @@ class Recaller:
             vector, candidates = await self._vector_channel(
                 reads, namespace, embedding, index_model, spec, whole_index, warnings
             )
+            if split:  # the parts' vector proposals, beside the keyword channel
+                part_scans = asyncio.create_task(
+                    self._part_candidates(
+                        reads, namespace, part_embeddings, vector is not None, spec, whole_index
+                    )
+                )
             if candidates:  # their pool rows, read while the keyword channel runs
                 rows_task = asyncio.create_task(
                     self._pool_rows(reads, namespace, candidates, index_model, spec)
@@ -394,10 +429,9 @@ class Recaller:
                     reads,
                     namespace,
                     split,
-                    part_embeddings,
+                    part_scans,
                     keyword,
                     candidates,
-                    vector,
                     spec,
                     whole_index,
                 )
@@ -422,7 +456,9 @@ class Recaller:
         except BaseException:
             tasks: list[asyncio.Task[Any]] = [*part_embeddings]
             tasks += [
-                t for t in (keyword_task, graph_task, entity_task, rows_task) if t is not None
+                t
+                for t in (keyword_task, graph_task, entity_task, rows_task, part_scans)
+                if t is not None
             ]
             for task in tasks:
                 task.cancel()
@@ -476,35 +512,57 @@ class Recaller:
         reads: Reads,
         namespace: str,
         split: list[str],
-        embeddings: list[asyncio.Task[list[float] | None]],
+        part_scans: asyncio.Task[tuple[list[list[float]], list[list[int]]]] | None,
         keyword: Keywords,
         candidates: list[int],
-        vector: list[float] | None,
         spec: MemoryFilterSpec,
         whole_index: bool,
     ) -> tuple[Keywords, list[int], list[list[float]]]:
         """The question's parts searched by the same channels (no SQL of their
         own): the keyword list and vector proposals with each part's best added
         (services.search.decompose), and the parts' vectors for the pool's cosine.
-        The whole query's coverage stays the query's confidence."""
+        The parts' keyword channels use the statistics the question's read
+        (TermStatistics: only a term the question lacks is counted) and skip
+        the coverage: the whole query's stays the query's confidence.
+        `part_scans`: the parts' vectors and vector proposals, started beside the
+        question's keyword channel (_part_candidates)."""
         with timed(RECALL_CHANNEL_SECONDS, "parts"), tracing.span("recall.parts"):
+            known = keyword.statistics
             part_keywords = await asyncio.gather(
-                *(self._keyword_channel(reads, namespace, p, spec, whole_index) for p in split)
+                *(
+                    self._keyword_channel(
+                        reads, namespace, p, spec, whole_index, known, with_coverage=False
+                    )
+                    for p in split
+                )
             )
-            vectors = [v for v in await asyncio.gather(*embeddings) if v is not None]
-            if vector is None:  # the vector channel did not run: nor do the parts'
-                vectors = []
-            model = self._embedder.provider.model
-            part_candidates = [
-                await self._vector_candidates(namespace, v, model, spec, whole_index, reads)
-                for v in vectors
-            ]
+            vectors, part_candidates = await part_scans if part_scans else ([], [])
         depth, weight = self._params.decompose_depth, self._params.decompose_weight
         ranked = decompose.merged_keyword(
             keyword.ranked, [k.ranked for k in part_keywords], weight, depth
         )
         merged = decompose.merged_candidates(candidates, part_candidates, depth)
         return Keywords(ranked, keyword.coverage), merged, vectors
+
+    async def _part_candidates(
+        self,
+        reads: Reads,
+        namespace: str,
+        embeddings: list[asyncio.Task[list[float] | None]],
+        scan: bool,
+        spec: MemoryFilterSpec,
+        whole_index: bool,
+    ) -> tuple[list[list[float]], list[list[int]]]:
+        """(the parts' vectors, each one's vector proposals), scanned in turn;
+        none without `scan` (the vector channel did not run: nor do the parts')."""
+        vectors = [v for v in await asyncio.gather(*embeddings) if v is not None]
+        if not scan:
+            return [], []
+        model = self._embedder.provider.model
+        return vectors, [
+            await self._vector_candidates(namespace, v, model, spec, whole_index, reads)
+            for v in vectors
+        ]
 
     async def _index_facts(
         self, reads: Reads, namespace: str, spec: MemoryFilterSpec
@@ -707,49 +765,93 @@ class Recaller:
             return keyword, {row[0]: row for row in rows}
 
     async def _keyword_channel(
-        self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec, whole_index: bool
+        self,
+        reads: Reads,
+        namespace: str,
+        query: str,
+        spec: MemoryFilterSpec,
+        whole_index: bool,
+        known: TermStatistics | None = None,
+        *,
+        with_coverage: bool = True,
     ) -> Keywords:
         """(rowid, score) best first, BM25 with the searched collection's IDF, and
-        the share of the query's IDF mass in that collection the best match holds."""
+        the share of the query's IDF mass in that collection the best match holds
+        (0 without `with_coverage`). `known`: statistics another query read in
+        this snapshot over the same collection (a question's, for its parts):
+        only what they lack is read."""
         if self._dialect == "postgres":
-            return await self._pg_keyword_channel(reads, namespace, query, spec)
+            return await self._pg_keyword_channel(reads, namespace, query, spec, known)
         matches = list(dict.fromkeys(quoted(term) for term in keyword_terms(query)))
         if not matches:
             return Keywords([])
         depth = self._params.channel_depth
         if whole_index:  # the collection is the whole index: FTS5's IDF is ours
-            size, counts = await self._index_statistics(reads, matches)
-            weights = {m: coverage_idf(size, counts[m]) for m in matches}
+            statistics = await self._index_statistics(reads, matches, known)
+            counts = {m: statistics.terms[m][0] for m in matches}
             ranked = await self._whole_index_keyword(reads, matches, counts, depth)
-            return Keywords(ranked, await self._coverage(reads, weights, ranked))
-        collection, everything = await asyncio.gather(
-            reads.fetch_one(queries.live_count(namespace, spec)),
-            reads.fetch_one(queries.live_count(None, _NO_FILTER)),
-        )
-        collection_size, index_size = collection[0], everything[0]
-        in_collection = await asyncio.gather(
-            *(reads.fetch_one(queries.term_collection_count(m, namespace, spec)) for m in matches)
-        )
-        in_index = await asyncio.gather(
-            *(reads.fetch_one(queries.term_document_count(m)) for m in matches)
-        )
+            if not with_coverage:
+                return Keywords(ranked, statistics=statistics)
+            weights = {m: coverage_idf(statistics.size, counts[m]) for m in matches}
+            return Keywords(ranked, await self._coverage(reads, weights, ranked), statistics)
+        statistics = await self._collection_statistics(reads, namespace, spec, matches, known)
+        collection_size, index_size = statistics.size, statistics.index_size
+        in_collection = {m: statistics.terms[m][0] for m in matches}
         weighted = [
-            (match, bm25_idf(collection_size, local[0]) / bm25_idf(index_size, overall[0]))
-            for match, local, overall in zip(matches, in_collection, in_index, strict=True)
-            if local[0]
+            (m, bm25_idf(collection_size, local) / bm25_idf(index_size, overall))
+            for m in matches
+            for local, overall in [statistics.terms[m]]
+            if local
         ]
         if not weighted:
-            return Keywords([])
+            return Keywords([], statistics=statistics)
         rows = await reads.fetch_all(queries.weighted_keyword_top(weighted, namespace, spec, depth))
         ranked = [(row[0], row[1]) for row in rows]
-        weights = {
-            m: coverage_idf(collection_size, local[0])
-            for m, local in zip(matches, in_collection, strict=True)
-        }
-        return Keywords(ranked, await self._coverage(reads, weights, ranked))
+        if not with_coverage:
+            return Keywords(ranked, statistics=statistics)
+        weights = {m: coverage_idf(collection_size, in_collection[m]) for m in matches}
+        return Keywords(ranked, await self._coverage(reads, weights, ranked), statistics)
+
+    async def _collection_statistics(
+        self,
+        reads: Reads,
+        namespace: str,
+        spec: MemoryFilterSpec,
+        matches: list[str],
+        known: TermStatistics | None,
+    ) -> TermStatistics:
+        """SQLite's namespace path: the collection's and the index's live
+        memories, and each term's documents in both, reading only what `known`
+        lacks."""
+        if known is None:
+            collection, everything = await asyncio.gather(
+                reads.fetch_one(queries.live_count(namespace, spec)),
+                reads.fetch_one(queries.live_count(None, _NO_FILTER)),
+            )
+            known = TermStatistics(int(collection[0]), int(everything[0]))
+        missing = known.missing(matches)
+        if not missing:
+            return known
+        in_collection = await asyncio.gather(
+            *(reads.fetch_one(queries.term_collection_count(m, namespace, spec)) for m in missing)
+        )
+        in_index = await asyncio.gather(
+            *(reads.fetch_one(queries.term_document_count(m)) for m in missing)
+        )
+        return known.with_terms(
+            {
+                m: (int(local[0]), int(overall[0]))
+                for m, local, overall in zip(missing, in_collection, in_index, strict=True)
+            }
+        )
 
     async def _pg_keyword_channel(
-        self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec
+        self,
+        reads: Reads,
+        namespace: str,
+        query: str,
+        spec: MemoryFilterSpec,
+        known: TermStatistics | None = None,
     ) -> Keywords:
         """The keyword channel on Postgres: BM25 in one query
         (services/search/pg_text.py), which also returns the statistics and the
@@ -764,25 +866,41 @@ class Recaller:
         terms = list(dict.fromkeys(keyword_terms(query)))
         if not terms:
             return Keywords([])
-        size, average, kept = await reads.fetch_one(pg_text.kept_statistics(terms, namespace))
-        if not size:
-            return Keywords([])
-        known, frequencies = (int(size), float(average)), [int(n) for n in kept]
+        statistics = known  # (a question's, when this is one of its parts)
+        missing = terms if statistics is None else statistics.missing(terms)
+        if missing:
+            size, average, kept = await reads.fetch_one(pg_text.kept_statistics(missing, namespace))
+            read = {t: (int(n), int(n)) for t, n in zip(missing, kept, strict=True)}
+            statistics = (
+                TermStatistics(int(size), int(size), float(average), read)
+                if statistics is None
+                else statistics.with_terms(read)
+            )
+        if statistics is None or not statistics.size:
+            return Keywords([], statistics=statistics)
+        frequencies = [statistics.terms[t][0] for t in terms]
         counts = dict(zip(terms, frequencies, strict=True))
         rare = rare_terms(terms, counts, self._params.keyword_postings_budget)
         required = None if rare is None else [terms.index(t) + 1 for t in rare]
+        collection = (statistics.size, statistics.average)
         rows = await reads.fetch_all(
             pg_text.bm25_top(
-                terms, namespace, self._params.channel_depth, spec, known, frequencies, required
+                terms,
+                namespace,
+                self._params.channel_depth,
+                spec,
+                collection,
+                frequencies,
+                required,
             )
         )
         if not rows:
-            return Keywords([])
+            return Keywords([], statistics=statistics)
         size, frequencies = int(rows[0][3]), rows[0][4]
         weights = {t: coverage_idf(size, int(n)) for t, n in zip(terms, frequencies, strict=True)}
         held = {terms[int(i) - 1] for i in rows[0][2]}
         ranked = [(row[0], float(row[1])) for row in rows]
-        return Keywords(ranked, coverage(weights, held))
+        return Keywords(ranked, coverage(weights, held), statistics)
 
     async def _coverage(
         self, reads: Reads, weights: dict[str, float], ranked: list[tuple[int, float]]
@@ -835,34 +953,45 @@ class Recaller:
         return await reads.fetch_all(query)
 
     async def _index_statistics(
-        self, reads: Reads, matches: list[str]
-    ) -> tuple[int, dict[str, int]]:
+        self, reads: Reads, matches: list[str], known: TermStatistics | None = None
+    ) -> TermStatistics:
         """(live memories, documents per term) across the index, for the IDF. On a
         large index both are cached for a few minutes: they decide which terms count
         as common and scale the keyword share, where a count a few minutes old
-        moves an IDF by a hair. A small index is counted afresh every time."""
+        moves an IDF by a hair. A small index is counted afresh every Recall:
+        once, when `known` (read in this snapshot) has them."""
+        if known is not None and not known.missing(matches):
+            return known
         now = time.monotonic()
         size, when = self._index_size
-        if size < _FRESH_COUNTS_BELOW or now - when > _DOCUMENT_COUNT_TTL_S:
+        if known is not None:
+            size = known.size
+        elif size < _FRESH_COUNTS_BELOW or now - when > _DOCUMENT_COUNT_TTL_S:
             size = int((await reads.fetch_one(queries.live_count(None, _NO_FILTER)))[0])
             self._index_size = (size, now)
         fresh = size < _FRESH_COUNTS_BELOW
-        missing = [
-            m
-            for m in matches
-            if fresh
-            or m not in self._document_counts
-            or now - self._document_counts[m][1] > _DOCUMENT_COUNT_TTL_S
-        ]
+        counted = known.terms if known is not None else {}
+        wanted = [m for m in matches if m not in counted]
+        counts: dict[str, int] = {}
+        if not fresh:
+            for m in wanted:
+                entry = self._document_counts.get(m)
+                if entry is not None and now - entry[1] <= _DOCUMENT_COUNT_TTL_S:
+                    counts[m] = entry[0]
+        missing = [m for m in wanted if m not in counts]
         if missing:
-            if len(self._document_counts) > _DOCUMENT_COUNT_ENTRIES:
-                self._document_counts.clear()
             rows = await asyncio.gather(
                 *(reads.fetch_one(queries.term_document_count(m)) for m in missing)
             )
+            if len(self._document_counts) > _DOCUMENT_COUNT_ENTRIES:
+                self._document_counts.clear()
             for match, row in zip(missing, rows, strict=True):
-                self._document_counts[match] = (int(row[0]), now)
-        return size, {m: self._document_counts[m][0] for m in matches}
+                counts[match] = int(row[0])
+                self._document_counts[match] = (counts[match], now)
+        read = {m: (counts[m], counts[m]) for m in wanted}
+        if known is not None:
+            return known.with_terms(read)
+        return TermStatistics(size, size, terms=read)
 
     async def _vector_channel(
         self,

@@ -11,6 +11,10 @@ from engram.common.v1 import job_pb2, provider_pb2
 from engram.pipeline.v1 import pipeline_pb2
 from recall_helpers import Stack, count, wait_for
 
+# the first query loads the model: on a loaded machine that takes longer than
+# the default 2 s, which would make the answer degraded rather than wrong
+PATIENT = {"search.query_embedding_timeout_ms": 30000}
+
 MEMORIES = {
     "dog": "Alice adopted a golden retriever puppy last spring",
     "budget": "The quarterly budget meeting moved to Thursday",
@@ -23,7 +27,7 @@ MEMORIES = {
 def test_recall_finds_a_memory_by_meaning_with_no_shared_keyword(
     local_embedding: Any, recall_stack: Callable[..., Stack]
 ) -> None:
-    stack = recall_stack({"workers.embed.poll_ms": 50}, pipeline=True)
+    stack = recall_stack({"workers.embed.poll_ms": 50, **PATIENT}, pipeline=True)
     ids = {key: stack.remember(text).id for key, text in MEMORIES.items()}
     wait_for(
         lambda: stack.stats().indexed_memory_count == len(MEMORIES),
@@ -71,7 +75,7 @@ def test_vectors_stored_by_the_torch_runtime_are_found_by_int8_queries_without_r
     for thread in (before.pipeline_thread, before.search_thread, before.store_thread):
         thread.stop()
 
-    after = recall_stack({"providers.embedding.runtime": "onnx"})
+    after = recall_stack({"providers.embedding.runtime": "onnx", **PATIENT})
     stats = after.stats()
     assert (stats.index_model, stats.indexed_memory_count) == ("all-MiniLM-L6-v2", len(MEMORIES))
     assert count(stats, job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_STATUS_PENDING) == 0

@@ -278,13 +278,22 @@ def add_context(
         texts = list(contexts.values())
         found = dict(zip(texts, cache.vectors(texts), strict=True))
         rows = conn.execute(
-            "SELECT e.id, e.dimensions, e.parts, m.content FROM embeddings e JOIN memories m "
+            "SELECT e.id, e.dimensions, e.parts, m.content, e.vector FROM embeddings e "
+            "JOIN memories m "
             "ON m.namespace = e.namespace AND m.content_hash = e.content_hash "
             "AND m.is_deleted = 0 WHERE e.namespace = ?",
             (namespace,),
         ).fetchall()
         updates = []
-        for row_id, dimensions, parts, content in rows:
+        for row_id, dimensions, parts, content, vector in rows:
+            if content not in contexts and keep_parts and parts:
+                # ctxvec-read's context_weight reads the last part as the context
+                # vector: a turn without one gets its own vector (no lift)
+                own = np.frombuffer(bytes(vector), dtype=np.float32)
+                updates.append(
+                    (bytes(parts) + (normalized_parts_f16(own, dimensions) or b""), row_id)
+                )
+                continue
             if content not in contexts:
                 left += 1
                 continue

@@ -239,6 +239,9 @@ class SearchSettings(_Section):
     # higher (issue 19; services/search/recall.py _best_parts; bench/README.md
     # "Sentence vectors"); 0 reads no sentence vectors
     sentence_weight: float = Field(1.0, ge=0.0, le=1.0)
+    # experiment (branch ctxvec-read): each row's LAST part is its context
+    # vector, lifted uncorrected by this weight; 0 = every part a sentence
+    context_weight: float = Field(0.0, ge=0.0, le=1.0)
     time_boost: float = Field(0.2, ge=0.0, le=1.0)
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)

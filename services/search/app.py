@@ -65,6 +65,7 @@ def recall_params(config: Config) -> RecallParams:
         channel_depth=config.search.channel_depth,
         vector_candidates=config.search.vector_candidates,
         sentence_weight=config.search.sentence_weight,
+        context_weight=config.search.context_weight,
         reranker_top_n=pipeline.rerankerTopN,
         reranker_timeout_s=pipeline.rerankerTimeoutMs / 1000,
         graph_enabled=pipeline.graphEnabled,

@@ -97,6 +97,7 @@ class RecallParams:
     # the pool's cosine: whole + w x max(0, best sentence - sd x sqrt(2 ln n) - whole)
     # (issue 19; _best_parts)
     sentence_weight: float = 1.0
+    context_weight: float = 0.0  # experiment: the last part is a context vector
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
@@ -985,7 +986,13 @@ class Recaller:
                     cosine[row[0]] = float(value)
                 if self._params.sentence_weight > 0:
                     cosine.update(
-                        _best_parts(embedded, query, cosine, self._params.sentence_weight)
+                        _best_parts(
+                            embedded,
+                            query,
+                            cosine,
+                            self._params.sentence_weight,
+                            self._params.context_weight,
+                        )
                     )
                 if part_vectors:
                     queries_f32 = [
@@ -1083,7 +1090,11 @@ class Recaller:
 
 
 def _best_parts(
-    rows: Sequence[Any], query: npt.NDArray[np.float32], cosine: dict[int, float], weight: float
+    rows: Sequence[Any],
+    query: npt.NDArray[np.float32],
+    cosine: dict[int, float],
+    weight: float,
+    context_weight: float = 0.0,
 ) -> dict[int, float]:
     """rowid -> whole cosine + weight x max(0, best sentence cosine - sd x
     sqrt(2 ln n) - whole) for the pool rows that hold sentence vectors (row[4],
@@ -1103,6 +1114,22 @@ def _best_parts(
     parts = np.frombuffer(b"".join(blobs), dtype=PARTS_DTYPE).reshape(-1, dims)
     scores = parts.astype(np.float32) @ query
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    if context_weight > 0:  # experiment: the last part of each row is its context vector
+        ends = starts + counts - 1
+        context = scores[ends].tolist()
+        out = {}
+        sentence = np.ones(len(scores), dtype=bool)
+        sentence[ends] = False
+        spread = float(scores[sentence].std()) if sentence.any() else 0.0
+        for i, row in enumerate(with_parts):
+            whole = cosine[row[0]]
+            lift = context_weight * max(0.0, context[i] - whole)
+            n = int(counts[i]) - 1
+            if n > 1:
+                best = float(scores[starts[i] : ends[i]].max()) - spread * np.sqrt(2.0 * np.log(n))
+                lift = max(lift, weight * max(0.0, best - whole))
+            out[row[0]] = whole + lift
+        return out
     chance = float(scores.std()) * np.sqrt(2.0 * np.log(counts))
     best = (np.maximum.reduceat(scores, starts) - chance).tolist()
     return {

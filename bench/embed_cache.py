@@ -15,6 +15,9 @@ vector served is the one the local provider computes for that exact text.
         (LongMemEval's dev turns; run it again to go on where it stopped)
     .venv/bin/python bench/embed_cache.py parts --db DIR/engram.db
         (sentence vectors for a kept database embedded without them, see `add_parts`)
+    .venv/bin/python bench/embed_cache.py context --db DIR/engram.db [--next] [--keep-parts]
+        [--questions N]
+        (an experiment: each turn's context vector as its part, see `add_context`)
 """
 
 from __future__ import annotations
@@ -213,12 +216,107 @@ def add_parts(cache: VectorCache, db: Path, compute: bool = False) -> tuple[int,
     return given, total, skipped
 
 
+def _turn_key(source_id: str) -> tuple[str, int] | None:
+    """(session, turn index) of a benchmark turn's source id: LoCoMo's dia_id
+    "D3:12", LongMemEval's "<session id>:<turn index>"; None for another id."""
+    session, _, index = source_id.rpartition(":")
+    return (session, int(index)) if session and index.isdigit() else None
+
+
+def context_texts(turns: list[tuple[str, str]], following: bool) -> dict[str, str]:
+    """content -> its context text, for the (source id, content) turns of one
+    namespace: the turn FIRST (MiniLM's 256-token truncation cuts the context,
+    never the turn), then the nearest earlier turn of its session, and with
+    `following` the nearest later one. A turn with no neighbour gets none."""
+    sessions: dict[str, list[tuple[int, str]]] = {}
+    for source_id, content in turns:
+        turn = _turn_key(source_id)
+        if turn is not None:
+            sessions.setdefault(turn[0], []).append((turn[1], content))
+    out: dict[str, str] = {}
+    for items in sessions.values():
+        items.sort()
+        for i, (_, content) in enumerate(items):
+            around = [items[i - 1][1]] if i > 0 else []
+            if following and i + 1 < len(items):
+                around.append(items[i + 1][1])
+            if around:
+                out.setdefault(content, "\n".join([content, *around]))
+    return out
+
+
+def add_context(
+    cache: VectorCache,
+    db: Path,
+    following: bool = False,
+    keep_parts: bool = False,
+    namespaces: set[str] | None = None,
+) -> tuple[int, int]:
+    """Contextual retrieval without an LLM (issue 19, an experiment): give each
+    benchmark turn of a kept database (LoCoMo, LongMemEval: source ids
+    `_turn_key` reads) the vector of its `context_texts` as a part, so Recall's
+    pool cosine (services/search/recall.py `_best_parts`) can meet a turn that
+    means little alone ("Yes! the kids loved it") through the turn it answers.
+    The part replaces the row's sentence vectors, or with `keep_parts` follows
+    them. Context texts the cache lacks are embedded now. Only `namespaces`
+    when given. Returns (rows given a context part, rows left as they were)."""
+    from services.common.db import open_read_write
+    from services.common.vectors import normalized_parts_f16
+    from services.store.migrations import apply_migrations
+
+    conn = open_read_write(db)
+    apply_migrations(conn)
+    by_namespace: dict[str, list[tuple[str, str]]] = {}
+    for namespace, source_id, content in conn.execute(
+        "SELECT namespace, source_id, content FROM memories WHERE is_deleted = 0"
+    ):
+        if namespaces is None or namespace in namespaces:
+            by_namespace.setdefault(namespace, []).append((source_id, content))
+    given = left = 0
+    for namespace, turns in sorted(by_namespace.items()):
+        contexts = context_texts(turns, following)
+        texts = list(contexts.values())
+        found = dict(zip(texts, cache.vectors(texts), strict=True))
+        rows = conn.execute(
+            "SELECT e.id, e.dimensions, e.parts, m.content FROM embeddings e JOIN memories m "
+            "ON m.namespace = e.namespace AND m.content_hash = e.content_hash "
+            "AND m.is_deleted = 0 WHERE e.namespace = ?",
+            (namespace,),
+        ).fetchall()
+        updates = []
+        for row_id, dimensions, parts, content in rows:
+            if content not in contexts:
+                left += 1
+                continue
+            blob = normalized_parts_f16(found[contexts[content]], dimensions) or b""
+            updates.append(((bytes(parts) if keep_parts and parts else b"") + blob, row_id))
+        conn.execute("BEGIN")
+        conn.executemany("UPDATE embeddings SET parts = ? WHERE id = ?", updates)
+        if not keep_parts:  # a turn without context keeps no sentence parts either
+            ids = {u[1] for u in updates}
+            conn.executemany(
+                "UPDATE embeddings SET parts = NULL WHERE id = ?",
+                [(r[0],) for r in rows if r[0] not in ids],
+            )
+        conn.execute("COMMIT")
+        given += len(updates)
+    conn.close()
+    return given, left
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["fill", "parts"])
-    parser.add_argument("--db", type=Path, help="parts: the kept database")
+    parser.add_argument("command", choices=["fill", "parts", "context"])
+    parser.add_argument("--db", type=Path, help="parts, context: the kept database")
+    parser.add_argument("--next", action="store_true", help="context: the next turn's too")
+    parser.add_argument(
+        "--keep-parts", action="store_true", help="context: after the sentence vectors"
+    )
+    parser.add_argument(
+        "--questions", type=int, help="context: LongMemEval's first N questions' namespaces only"
+    )
     parser.add_argument(
         "--compute-missing", action="store_true", help="parts: embed sentences the cache lacks"
     )
@@ -235,6 +333,18 @@ def main() -> int:
         print(
             f"{args.db}: {given} embeddings given {total} sentence vectors in "
             f"{time.monotonic() - started:.0f} s; {skipped} left without (a sentence not cached)"
+        )
+        return 0
+    if args.command == "context":
+        started = time.monotonic()
+        wanted = None
+        if args.questions:
+            picked = scored_questions(DEFAULT_INPUT)[: args.questions]
+            wanted = {f"lme-{q['question_id']}" for q in picked}
+        given, left = add_context(cache, args.db, args.next, args.keep_parts, wanted)
+        print(
+            f"{args.db}: {given} embeddings given a context vector in "
+            f"{time.monotonic() - started:.0f} s ({cache.computed} embedded now); {left} without"
         )
         return 0
     questions = scored_questions(DEFAULT_INPUT)

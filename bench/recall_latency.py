@@ -5,6 +5,7 @@ alone at 1M; and the accuracy of the binary-quantised vector first pass.
     PYTHONPATH=.:gen .venv/bin/python bench/recall_latency.py [--rebuild]
         [--sizes 10000,100000] [--queries 300] [--grpc-queries 100]
         [--million 1000000 | --million 0] [--breakdown] [--profile] [--build-only]
+        [--compare-decompose W]
 
 What is timed
   recall, cached vector: Recaller.recall(namespace, question, 10) in-process
@@ -14,6 +15,10 @@ What is timed
     (the in-memory VectorCache, as the search service runs it; loaded in the
     warm-up), pool + exact rescore, fusion, boosts, selection and the final row
     fetch. No access tracking, no reranker.
+    Also reported: the questions services.search.decompose splits, alone, and
+    the process's CPU time per Recall (every thread); --compare-decompose W times
+    a second Recaller at search.decompose_weight W, alternating with the
+    configured one query by query.
   recall, with embedding: the same with a QueryEmbedder whose cache is off, so
     each query is embedded by the local MiniLM inside the timed call.
   floor: one read-only connection, no Python scoring: one FTS5 OR query over

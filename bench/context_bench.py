@@ -47,6 +47,7 @@ sys.path[:0] = [
 ]
 
 import latency_data as data  # noqa: E402
+import provenance  # noqa: E402
 from recall_latency import CACHE, NO_FILTER, NS, load_average, summary  # noqa: E402
 
 import locomo  # noqa: E402
@@ -335,7 +336,7 @@ def main() -> int:
         print_quality(result)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        args.out.write_text(json.dumps(provenance.stamped(result), indent=2) + "\n")
     return 0
 
 

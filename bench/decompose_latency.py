@@ -29,6 +29,7 @@ import grpc
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
+import provenance  # noqa: E402
 from embed_cache import DEFAULT_PATH as CACHE_PATH  # noqa: E402
 from embed_cache import VectorCache, serving  # noqa: E402
 from longmemeval import DEFAULT_INPUT, RECALL_LIMIT, scored_questions, session_time  # noqa: E402
@@ -111,7 +112,7 @@ def main() -> int:
             results[f"weight {value} {name}"] = summary(chosen)
             print(f"weight {value} {name}: {results[f'weight {value} {name}']}", flush=True)
     if args.out:
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        args.out.write_text(json.dumps(provenance.stamped(results), indent=2) + "\n")
     return 0
 
 

@@ -43,6 +43,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen"), str(ROOT / "bench")]
 
+import provenance  # noqa: E402
 from pipeline_bench import memory_text  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
@@ -374,7 +375,7 @@ def main() -> int:
     RESULTS_DIR.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.json_out or RESULTS_DIR / f"embed-{stamp}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.write_text(json.dumps(provenance.stamped(result), indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 

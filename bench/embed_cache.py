@@ -11,6 +11,12 @@ from it. A text the cache lacks (a question, a turn the store normalised) is
 embedded on the spot by the same model and kept. Nothing is approximated: every
 vector served is the one the local provider computes for that exact text.
 
+The key names the model and runtime but not their versions: the cache file keeps
+the runtime record (bench/provenance.py) of every install that wrote vectors to it
+(table `runtimes`), and filling or serving under another embedding runtime
+(onnxruntime, tokenizers, the model file, ...) prints a warning naming both, as
+the vectors of two runtimes may then be mixed.
+
     .venv/bin/python bench/embed_cache.py fill [--budget-s 840] [--threads 2]
         (LongMemEval's dev turns; run it again to go on where it stopped)
     .venv/bin/python bench/embed_cache.py parts --db DIR/engram.db
@@ -42,6 +48,8 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 
+import provenance  # noqa: E402
+
 from services.common.config import LOCAL_EMBEDDING_MODEL  # noqa: E402
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
 
@@ -67,10 +75,87 @@ class VectorCache:
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=60)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB)")
+        # one row per embedding runtime (bench/provenance.py EMBEDDING_KEYS) that wrote vectors
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS runtimes (first_write TEXT NOT NULL, record TEXT NOT NULL)"
+        )
+        self._db.commit()
         self._lock = threading.Lock()
         self._model = local_embedding(RUNTIME, threads)
+        self.runtime = provenance.embedding_runtime(provenance.record())
+        self._runtime_recorded = False
         self.computed = 0
         self.missed: list[str] = []  # the first texts embedded on the spot (diagnostics)
+
+    def recorded_runtimes(self) -> list[dict[str, Any]]:
+        """The embedding runtimes that wrote this file's vectors, first write first."""
+        rows = self._db.execute("SELECT record FROM runtimes ORDER BY rowid").fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def runtime_warning(self) -> str | None:
+        """Why this file's vectors may not all be the current runtime's, or None:
+        another runtime wrote some, or vectors were written before runtimes were
+        recorded."""
+        others = [r for r in self.recorded_runtimes() if r != self.runtime]
+        if others:
+            return (
+                f"WARNING: {self.path} holds vectors of another embedding runtime; filling or "
+                f"serving it now mixes vectors of two runtimes. "
+                + " | ".join(f"recorded: {json.dumps(r)}" for r in others)
+                + f" | current: {json.dumps(self.runtime)} | differs: "
+                + " / ".join(provenance.differences(r, self.runtime) for r in others)
+            )
+        if (
+            not self.recorded_runtimes()
+            and self._db.execute("SELECT 1 FROM vectors LIMIT 1").fetchone()
+        ):
+            return (
+                f"note: {self.path} holds vectors written before the cache recorded its runtime; "
+                f"the current one will be recorded on the first write: {json.dumps(self.runtime)}"
+            )
+        return None
+
+    def warn_runtime(self) -> None:
+        """Print `runtime_warning` (on stderr), if any."""
+        message = self.runtime_warning()
+        if message:
+            print(message, file=sys.stderr, flush=True)
+
+    def _record_runtime(self) -> None:
+        """Before this process's first write: add the current runtime to `runtimes`
+        unless it is there, saying so when the file already held vectors (the
+        caller holds the lock)."""
+        if self._runtime_recorded:
+            return
+        recorded = self.recorded_runtimes()
+        if self.runtime not in recorded:
+            unrecorded = (
+                not recorded and self._db.execute("SELECT 1 FROM vectors LIMIT 1").fetchone()
+            )
+            self._db.execute(
+                "INSERT INTO runtimes VALUES (?, ?)",
+                (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), json.dumps(self.runtime)),
+            )
+            self._db.commit()
+            if recorded:
+                print(
+                    f"WARNING: {self.path}: writing vectors of another embedding runtime than "
+                    f"the recorded one(s); this file now mixes vectors of two runtimes. "
+                    + " | ".join(
+                        f"recorded: {provenance.differences(r, self.runtime)}" for r in recorded
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
+            elif unrecorded:
+                print(
+                    f"{self.path}: recorded the current runtime as this file's, on its first "
+                    f"write since runtimes are recorded; its earlier vectors' runtime is not "
+                    f"known ({provenance.summary()})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        self._runtime_recorded = True
 
     def cached(self, texts: Iterable[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
@@ -91,6 +176,7 @@ class VectorCache:
         vectors = asyncio.run(self._model.embed(texts))
         out = {t: np.asarray(v, dtype=np.float32) for t, v in zip(texts, vectors, strict=True)}
         with self._lock:
+            self._record_runtime()
             self._db.executemany(
                 "INSERT OR REPLACE INTO vectors VALUES (?, ?)",
                 [(key(t), v.tobytes()) for t, v in out.items()],
@@ -151,6 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
 def serving(cache: VectorCache) -> Iterator[dict[str, Any]]:
     """An Ollama-compatible embeddings server answering from `cache`; yields the
     engram.yaml settings that point a suite at it."""
+    cache.warn_runtime()
     handler = type("Handler", (_Handler,), {"cache": cache})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -327,6 +414,8 @@ def main() -> int:
     from longmemeval import DEFAULT_INPUT, haystack_texts, scored_questions
 
     cache = VectorCache(args.cache, args.threads)
+    print(provenance.summary(), flush=True)
+    cache.warn_runtime()
     if args.command == "parts":
         started = time.monotonic()
         given, total, skipped = add_parts(cache, args.db, args.compute_missing)

@@ -43,6 +43,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import latency_data as data  # noqa: E402
+import provenance  # noqa: E402
 from recall_latency import NO_FILTER, NS, load_average, summary  # noqa: E402
 
 from services.common import clock  # noqa: E402
@@ -164,7 +165,7 @@ def main() -> None:
     result = asyncio.run(measure(path, args.queries))
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"live_rule-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.write_text(json.dumps(provenance.stamped(result), indent=2) + "\n")
     for rule, stats in result["stats_ms"].items():
         print(f"{rule:12s}  p50 {stats['p50']:7.1f} ms  p95 {stats['p95']:7.1f} ms  n {stats['n']}")
     print(

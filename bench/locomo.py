@@ -54,6 +54,8 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parent.parent / "gen"),
 ]
 
+import provenance  # noqa: E402
+
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2, job_queue_pb2_grpc  # noqa: E402
 from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
@@ -299,6 +301,7 @@ def main() -> int:
     settings: dict[str, Any] = {}
     for item in args.set:
         merge(settings, parse_setting(item))
+    print(provenance.summary(), flush=True)
 
     positives: list[Asked] = []
     negatives: list[Asked] = []
@@ -309,6 +312,7 @@ def main() -> int:
     reuse = args.data_dir is not None and (args.data_dir / "engram.db").exists()
     if args.data_dir is not None:
         args.data_dir.mkdir(parents=True, exist_ok=True)
+    database = provenance.kept_database(args.data_dir, reuse, settings=settings)
     with running_suite(settings, data_dir=args.data_dir) as suite:
         store_channel = grpc.insecure_channel(suite.store)
         search_channel = grpc.insecure_channel(suite.search)
@@ -374,6 +378,9 @@ def main() -> int:
                 )
         if rankings:
             rankings.close()
+            provenance.write_beside(
+                args.rankings_out, settings=settings, data_dir=args.data_dir, database=database
+            )
 
     latencies.sort()
     print(f"input: {args.input}  settings: {settings or 'defaults'}")

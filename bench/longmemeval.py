@@ -63,6 +63,7 @@ sys.path[:0] = [
 ]
 
 import baselines as baseline  # noqa: E402
+import provenance  # noqa: E402
 from embed_cache import DEFAULT_PATH as CACHE_PATH  # noqa: E402
 from embed_cache import VectorCache, serving  # noqa: E402
 
@@ -224,10 +225,20 @@ def read_rankings(path: Path) -> dict[str, list[str]]:
         return {row["query_id"]: row["ranked"] for row in map(json.loads, lines)}
 
 
-def write_rankings(path: Path, ranked: dict[str, list[str]]) -> None:
+def write_rankings(path: Path, ranked: dict[str, list[str]], **about: Any) -> None:
+    """The rankings, and beside them what made them (bench/provenance.py; `about`:
+    the settings, where the vectors came from)."""
     with open(path, "w") as out:
         for query_id, ids in ranked.items():
             out.write(json.dumps({"query_id": query_id, "ranked": ids}) + "\n")
+    provenance.write_beside(path, **about)
+
+
+def vectors_from(cache: VectorCache | None) -> dict[str, Any]:
+    """Where a run's vectors came from: the cache file and the runtimes recorded in it."""
+    if cache is None:
+        return {"vectors": "the pipeline's local model"}
+    return {"vector_cache": str(cache.path), "vector_cache_runtimes": cache.recorded_runtimes()}
 
 
 def fold_of(question_id: str, folds: int) -> int:
@@ -260,6 +271,7 @@ def kfold(questions: list[dict[str, Any]], files: list[Path], folds: int) -> Non
 
 def baselines(questions: list[dict[str, Any]], cache_path: Path, prefix: Path | None) -> None:
     cache = VectorCache(cache_path)
+    cache.warn_runtime()
     ranked: dict[str, dict[str, list[str]]] = {"bm25": {}, "dense": {}, "rrf": {}}
     started = time.monotonic()
     for question in questions:
@@ -283,7 +295,7 @@ def baselines(questions: list[dict[str, Any]], cache_path: Path, prefix: Path | 
         print(f"\n{name} (top {RECALL_LIMIT} turns)")
         print_table(rows_by_type(questions, rankings))
         if prefix:
-            write_rankings(prefix.with_suffix(f".{name}.jsonl"), rankings)
+            write_rankings(prefix.with_suffix(f".{name}.jsonl"), rankings, **vectors_from(cache))
 
 
 def main() -> int:
@@ -318,6 +330,7 @@ def main() -> int:
         if args.kfold:
             kfold(questions, args.score, args.kfold)
         return 0
+    print(provenance.summary(), flush=True)
     if args.baselines:
         baselines(questions, args.vector_cache, args.rankings_out)
         return 0
@@ -346,6 +359,9 @@ def run(
     reuse = saved is not None and saved.exists()
     if args.data_dir is not None:
         args.data_dir.mkdir(parents=True, exist_ok=True)
+    database = provenance.kept_database(
+        args.data_dir, reuse, settings=settings, **vectors_from(cache)
+    )
     ranked: dict[str, list[str]] = {}
     with running_suite(suite_settings, data_dir=args.data_dir) as suite:
         store = store_pb2_grpc.MemoryStoreServiceStub(grpc.insecure_channel(suite.store))
@@ -379,7 +395,14 @@ def run(
                 s for r in response.results for s in stands_for[namespace][r.memory.id]
             ]
     if args.rankings_out:
-        write_rankings(args.rankings_out, ranked)
+        write_rankings(
+            args.rankings_out,
+            ranked,
+            settings=settings,
+            data_dir=args.data_dir,
+            database=database,
+            **vectors_from(cache),
+        )
 
     latencies.sort()
     print(f"input: {args.input}  settings: {settings or 'defaults'}")

@@ -27,6 +27,8 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parent.parent / "gen"),
 ]
 
+import provenance  # noqa: E402
+
 from engram.common.v1 import job_pb2  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2, job_queue_pb2_grpc  # noqa: E402
 from engram.store.v1 import store_pb2, store_pb2_grpc  # noqa: E402
@@ -153,7 +155,9 @@ def main() -> int:
                 f"{m['merged']!r} => {m['survivor']!r}"
             )
         if args.json_out:
-            args.json_out.write_text(json.dumps({"summary": summary, "merges": found}, indent=2))
+            args.json_out.write_text(
+                json.dumps(provenance.stamped({"summary": summary, "merges": found}), indent=2)
+            )
     return 0
 
 

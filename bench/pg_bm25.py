@@ -59,6 +59,8 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parent),
 ]
 
+import provenance  # noqa: E402
+
 from locomo import DEFAULT_INPUT, turns  # noqa: E402
 from services.common import clock  # noqa: E402
 from services.common.db import open_read_write as open_sqlite  # noqa: E402
@@ -159,7 +161,7 @@ def main() -> int:
     if args.statistics:
         numbers = time_statistics(args.statistics, args.queries)
         if args.json_out:
-            args.json_out.write_text(json.dumps(numbers, indent=2) + "\n")
+            args.json_out.write_text(json.dumps(provenance.stamped(numbers), indent=2) + "\n")
         return 0
     samples = json.loads(args.input.read_text())
     rows = memory_rows(samples)
@@ -204,7 +206,7 @@ def main() -> int:
     numbers["memories"] = len(rows)
     report(numbers)
     if args.json_out:
-        args.json_out.write_text(json.dumps(numbers, indent=2) + "\n")
+        args.json_out.write_text(json.dumps(provenance.stamped(numbers), indent=2) + "\n")
     return 0
 
 

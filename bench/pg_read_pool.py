@@ -37,6 +37,8 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parent),
 ]
 
+import provenance  # noqa: E402
+
 import pg_server  # noqa: E402
 from services.common import db, pg  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
@@ -230,7 +232,7 @@ def main() -> None:
             conn.execute("ANALYZE")
         results = asyncio.run(run(dsn, sqlite_path, args.memories, args.seconds))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(results, indent=2))
+        Path(args.json_out).write_text(json.dumps(provenance.stamped(results), indent=2))
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import latency_data as data  # noqa: E402
+import provenance  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from pg_server import (  # noqa: E402
@@ -429,7 +430,9 @@ def main() -> int:
                 if args.channels:
                     results["channels"] = time_channels(dsn, texts)
                     print(json.dumps(results["channels"], indent=1), flush=True)
-                    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+                    out.write_text(
+                        json.dumps(provenance.stamped(results), indent=2, default=str) + "\n"
+                    )
                     return 0
                 sqlite_storage = {"path": str(sqlite_path)}
                 for backend, storage in (
@@ -451,7 +454,9 @@ def main() -> int:
                     {"sqlite": stubs["sqlite-1"], "postgres": stubs["postgres-1"]}, texts
                 )
                 report_latency(results)
-                out.write_text(json.dumps(results, indent=2, default=str) + "\n")  # so far
+                out.write_text(
+                    json.dumps(provenance.stamped(results), indent=2, default=str) + "\n"
+                )  # so far
                 loop_texts = texts[: args.throughput_queries]
                 for name in ("sqlite-2", "postgres-2"):  # every vector cached everywhere
                     for text in loop_texts:
@@ -469,7 +474,7 @@ def main() -> int:
                 search.stop()
     results["load_average_end"] = list(os.getloadavg())
     report(results)
-    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    out.write_text(json.dumps(provenance.stamped(results), indent=2, default=str) + "\n")
     print(f"results: {out}")
     return 0
 

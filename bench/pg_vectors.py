@@ -64,6 +64,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import latency_data as data  # noqa: E402
+import provenance  # noqa: E402
 from recall_latency import load_average, summary  # noqa: E402
 
 from services.common import clock  # noqa: E402
@@ -499,7 +500,9 @@ def main() -> int:
         lock.release()
     report(results)
     if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        args.json_out.write_text(
+            json.dumps(provenance.stamped(results), indent=2, default=str) + "\n"
+        )
     return 0
 
 

@@ -44,6 +44,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen"), str(ROOT / "tests"), str(ROOT / "bench")]
 
+import provenance  # noqa: E402
+
 from engram.common.v1 import job_pb2  # noqa: E402
 from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2 as jq  # noqa: E402
@@ -345,7 +347,9 @@ def main() -> int:
         print(f"warning: {pipeline['dead']} jobs went dead (see the logs)")
     RESULTS_DIR.mkdir(exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    (RESULTS_DIR / f"pipeline-{stamp}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS_DIR / f"pipeline-{stamp}.json").write_text(
+        json.dumps(provenance.stamped(result), indent=2) + "\n"
+    )
     return 0
 
 

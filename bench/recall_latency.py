@@ -75,6 +75,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import grpc  # noqa: E402
 import latency_data as data  # noqa: E402
+import provenance  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from services.common.config import load_config  # noqa: E402
@@ -962,7 +963,7 @@ def main() -> int:
     print_table(results["table"])
     print_details(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2, default=str))
+    args.out.write_text(json.dumps(provenance.stamped(results), indent=2, default=str))
     print(f"\nresults: {args.out}")
     return 0
 

@@ -51,6 +51,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 
+import provenance  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from engram.common.v1 import job_pb2  # noqa: E402
@@ -481,7 +482,7 @@ def main() -> int:
     )
     print(json.dumps(result))
     if args.json_out:
-        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+        args.json_out.write_text(json.dumps(provenance.stamped(result), indent=2) + "\n")
     return 0
 
 

@@ -35,6 +35,7 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
 import latency_data as data  # noqa: E402
+import provenance  # noqa: E402
 import recall_latency  # noqa: E402
 
 from services.common.config import load_config  # noqa: E402
@@ -155,7 +156,7 @@ def main() -> int:
     for p in results["passes"]:
         print(summary_line(p))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2, default=str))
+    args.out.write_text(json.dumps(provenance.stamped(results), indent=2, default=str))
     print(f"results: {args.out}")
     return 0
 

@@ -80,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import provenance
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.store.v1 import store_pb2, store_pb2_grpc
@@ -808,7 +809,7 @@ async def run_security(
         "ratios_at_32": {name: c.ratios[at_32] for name, c in comparisons.items()},
         "target_at_32": target,
     }
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out.write_text(json.dumps(provenance.stamped(report), indent=2) + "\n")
     print(f"load average at end: {load_text(load_end)}")
     print(f"results: {out.relative_to(ROOT)}")
     return 0
@@ -944,7 +945,7 @@ async def run_postgres(
         "postgres_server_cpu_s_remember": pg_cpu,
         "imports": {b: [asdict(r) for r in rs] for b, rs in imports.items()},
     }
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out.write_text(json.dumps(provenance.stamped(report), indent=2) + "\n")
     print(f"load average at end: {load_text(load_end)}")
     print(f"results: {out.relative_to(ROOT)}")
     return 0
@@ -1239,7 +1240,7 @@ async def run(args: argparse.Namespace) -> int:
             "cli_import_vs_import": CLI_IMPORT_RATIO_TARGET,
         },
     }
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out.write_text(json.dumps(provenance.stamped(report), indent=2) + "\n")
     print(f"load average at end: {load_text(load_end)}")
     print(f"results: {out.relative_to(ROOT)}")
     return 0

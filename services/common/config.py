@@ -243,6 +243,10 @@ class SearchSettings(_Section):
     episode_weight: float = Field(0.2, ge=0.0, le=1.0)
     neighbor_weight: float = Field(0.1, ge=0.0, le=1.0)
     diversity_penalty: float = Field(0.03, ge=0.0, le=1.0)
+    # the same penalty for a question asking for several things over time ("how
+    # many", "what books has she read", "both"; services/search/routes.py
+    # asks_for_many), where the answer lies in several episodes; None: diversity_penalty
+    aggregate_diversity_penalty: float | None = Field(None, ge=0.0, le=1.0)
     query_embedding_timeout_ms: int = Field(2000, ge=50, le=60000)
     access_flush_ms: int = Field(1000, ge=10, le=60000)
     # decay as a ranking factor (services/search/decay.py): off by a measured

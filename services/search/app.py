@@ -57,6 +57,7 @@ def recall_params(config: Config) -> RecallParams:
             episode_weight=config.search.episode_weight,
             neighbor_weight=config.search.neighbor_weight,
             diversity_penalty=config.search.diversity_penalty,
+            aggregate_diversity_penalty=config.search.aggregate_diversity_penalty,
             rrf_weight_fts=config.search.rrf_weight_fts,
             rrf_weight_vector=config.search.rrf_weight_vector,
             rrf_weight_graph=config.search.rrf_weight_graph,

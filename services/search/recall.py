@@ -60,6 +60,7 @@ from services.search.routes import (
     CAUSAL_LINK_TYPES,
     CAUSAL_SEEDS,
     TEMPORAL_LINK_TYPES,
+    asks_for_many,
     linked_reach,
     speakers_named,
     time_statements,
@@ -496,7 +497,10 @@ class Recaller:
             weigh_importance(pool, {row[0]: row[1] for row in rows}, params.importance_weight)
         if self._params.decay is not None:
             await apply_decay(reads, namespace, pool, self._params.decay, dialect=self._dialect)
-        picked = select(pool, limit, params.diversity_penalty, min_score, confidence)
+        penalty = params.diversity_penalty
+        if params.aggregate_diversity_penalty is not None and asks_for_many(query):
+            penalty = params.aggregate_diversity_penalty
+        picked = select(pool, limit, penalty, min_score, confidence)
         records = {
             row["rowid"]: MemoryRecord.from_row(row)
             for row in await reads.fetch_all(

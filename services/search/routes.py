@@ -77,6 +77,20 @@ _ASKS_WHAT_YOU_SAID = re.compile(
 _FIRST_PERSON = re.compile(r"\b(i|me|my|mine|myself|i'm|i've|i'd|i'll)\b", re.I)
 
 
+# A question whose answer gathers several things over time: a count or total,
+# what two people share, or "what <things> has/does she ..." and "where has she ...".
+_ASKS_FOR_MANY = re.compile(
+    r"\bhow many\b|\bin total\b|\baltogether\b|\bcombined\b|\bboth\b"
+    r"|^\s*(what|which|where|who)\b[^?]*\b(has|have)\b"
+    r"|^\s*(what|which)\s+(\w+\s+){0,2}\w+s\s+(do|does|did|has|have|are)\b",
+    re.I,
+)
+
+
+def asks_for_many(query: str) -> bool:
+    return _ASKS_FOR_MANY.search(query) is not None
+
+
 def speakers_addressed(query: str) -> set[str]:
     """The conversation role the query's grammatical person points at: the
     assistant for what "you" said, else the user for a question in the first person."""

@@ -54,6 +54,7 @@ class ScoringParams:
     episode_weight: float = 0.2
     neighbor_weight: float = 0.1
     diversity_penalty: float = 0.03
+    aggregate_diversity_penalty: float | None = None  # None: diversity_penalty
     # search.fusion=rrf: channel weights (seed 003 "RRF merge"); the graph
     # channel is the intent route's ranked list
     rrf_weight_fts: float = 1.0

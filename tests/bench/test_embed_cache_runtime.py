@@ -3,29 +3,10 @@ when vectors of two runtimes would be mixed (real SQLite files, the real model).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
-import sys
-from pathlib import Path
 
 import httpx
-import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-@pytest.fixture(scope="module")
-def embed_cache():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("embed_cache", BENCH / "embed_cache.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def test_a_new_cache_records_its_runtime_and_does_not_warn(embed_cache, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]

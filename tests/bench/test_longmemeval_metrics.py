@@ -2,28 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-@pytest.fixture(scope="module")
-def runner():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("longmemeval", BENCH / "longmemeval.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
-
 
 QUESTION = {
     "haystack_session_ids": ["s1", "s2", "s3"],
@@ -104,12 +85,7 @@ def test_folds_depend_on_the_question_id_alone(runner) -> None:  # type: ignore[
     assert set(folds) == {0, 1, 2, 3, 4}
 
 
-def test_baselines_rank_by_words_meaning_and_both() -> None:
-    sys.path.insert(0, str(BENCH))
-    try:
-        import baselines
-    finally:
-        sys.path.remove(str(BENCH))
+def test_baselines_rank_by_words_meaning_and_both(baselines) -> None:  # type: ignore[no-untyped-def]
     import numpy as np
 
     docs = ["the cat sat", "dogs bark loudly", "a cat and a dog", "nothing here"]

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import platform
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import numpy
 import onnxruntime
-import pytest
 import sqlean
 import tokenizers
 from packaging.requirements import Requirement
@@ -21,20 +18,6 @@ from packaging.requirements import Requirement
 from services.common.providers.local_embedding import ONNX_SHA256, tokenizer_file
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench"
-
-
-@pytest.fixture(scope="module")
-def provenance():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("provenance", BENCH / "provenance.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def test_the_record_names_this_install(provenance) -> None:  # type: ignore[no-untyped-def]

@@ -132,6 +132,19 @@ def _busy_port_message(prefix: str, service: str, host: str, port: int) -> str |
     return f"{prefix}: {service} port {port} is in use by {port_holder(port)}"
 
 
+def _shared_port_message(prefix: str, listeners: list[tuple[str, str, int]]) -> str | None:
+    """Two of a command's listeners configured on one port: the second bind would fail
+    once the first had started; say so, naming both, before starting either."""
+    first_on: dict[int, str] = {}
+    for name, _host, port in listeners:
+        if port == 0:  # the kernel picks a distinct port for each
+            continue
+        if port in first_on:
+            return f"{prefix}: {first_on[port]} and {name} are both configured on port {port}"
+        first_on[port] = name
+    return None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     if args.parent_pid is not None:
         _die_with_parent(args.parent_pid)
@@ -141,6 +154,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.service == "store":
         listeners += [_internal_listener(config)]
     listeners += _metrics_listeners(config, [args.service])
+    shared = _shared_port_message("engram serve", listeners)
+    if shared:
+        print(shared, file=sys.stderr)
+        return 1
     for name, host, number in listeners:
         busy = _busy_port_message("engram serve", name, host, number)
         if busy:
@@ -188,11 +205,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     listeners = [
         (name, config.server.host, getattr(config.server.ports, name)) for name in SERVICES
     ]
-    for name, host, port in [
+    every_listener = [
         *listeners,
         _internal_listener(config),
         *_metrics_listeners(config, list(SERVICES)),
-    ]:
+    ]
+    shared = _shared_port_message("engram up", every_listener)
+    if shared:
+        print(shared, file=sys.stderr)
+        return 1
+    for name, host, port in every_listener:
         busy = _busy_port_message("engram up", name, host, port)
         if busy:
             print(busy, file=sys.stderr)

@@ -7,7 +7,6 @@ recalls it. The key's name is the actor of the Remember, the pipeline's of the f
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import grpc
 import pytest
 import yaml
 from auth_suite import bearer
+from free_ports import free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.pipeline.v1 import pipeline_pb2 as ppb
@@ -31,12 +31,6 @@ from llm_fakes import LlmServer, fact, scripted
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("store", "search", "pipeline", "maintenance")
 STARTUP_S = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _serving(address: str) -> bool:
@@ -72,7 +66,7 @@ def llm() -> Iterator[LlmServer]:
 
 
 def test_engram_up_with_auth_remember_extract_recall(tmp_path: Path, llm: LlmServer) -> None:
-    ports = {name: _free_port() for name in (*SERVICES, "store_internal")}
+    ports = {name: free_port() for name in (*SERVICES, "store_internal")}
     config = tmp_path / "engram.yaml"
     config.write_text(
         yaml.safe_dump(

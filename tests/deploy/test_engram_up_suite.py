@@ -4,13 +4,13 @@ through the store's admin RPCs and the pipeline's status (real processes)."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import grpc
+from free_ports import free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.maintenance.v1 import maintenance_pb2 as mpb
@@ -18,12 +18,6 @@ from engram.maintenance.v1 import maintenance_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def serving(address: str) -> bool:

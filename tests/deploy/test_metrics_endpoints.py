@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
+from free_ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from engram.maintenance.v1 import maintenance_pb2 as mpb
@@ -35,14 +36,6 @@ STORE = "/engram.store.v1.MemoryStoreService"
 SEARCH = "/engram.search.v1.SearchService"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> Samples:

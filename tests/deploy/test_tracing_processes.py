@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from typing import Any
 import grpc
 import pytest
 import yaml
+from free_ports import free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
@@ -33,12 +33,6 @@ SERVICES = ("store", "search", "pipeline", "maintenance")
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 REMEMBER_PARENT = "00f067aa0ba902b7"
 RECALL_PARENT = "00f067aa0ba902b8"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Collector(trace_service_pb2_grpc.TraceServiceServicer):

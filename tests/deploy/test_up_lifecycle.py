@@ -1,6 +1,6 @@
 """`engram up` and `engram serve` start and stop cleanly (real processes): children go
 with their parent even when it is SIGKILLed, a busy port is one line naming the holder,
-the configuration file defaults to ./engram.yaml, and a suite moved to other ports
+two listeners configured on one port is one line naming both, the configuration file defaults to ./engram.yaml, and a suite moved to other ports
 talks only to itself."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import grpc
+from free_ports import free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.maintenance.v1 import maintenance_pb2 as mpb
@@ -25,12 +26,6 @@ SERVICES = ("store", "search", "pipeline", "maintenance")
 LISTENERS = (*SERVICES, "store_internal")
 STARTUP_S = 60.0
 GONE_S = 30.0  # SIGTERM from the kernel, then the services' graceful stop
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def serving(address: str) -> bool:
@@ -150,6 +145,28 @@ def test_a_busy_port_is_one_line_naming_the_port_and_its_holder(tmp_path: Path) 
             assert "Traceback" not in err
     # nothing was started: the store's port stayed free
     assert bindable(ports["store"])
+
+
+def test_two_listeners_on_one_port_is_one_line_naming_both(tmp_path: Path) -> None:
+    ports = {name: free_port() for name in LISTENERS}
+    ports["store_internal"] = ports["maintenance"]
+    up = engram("up", "--config", str(port_config(tmp_path, ports)), "--data-dir", str(tmp_path))
+    _, err = up.communicate(timeout=60)
+    assert up.returncode == 1, err
+    assert err.strip().splitlines() == [
+        f"engram up: maintenance and store internal are both configured on port "
+        f"{ports['maintenance']}"
+    ], err
+    ports["store_internal"] = ports["store"]
+    config = port_config(tmp_path, ports, name="serve.yaml")
+    store = engram("serve", "store", "--config", str(config), "--data-dir", str(tmp_path))
+    _, err = store.communicate(timeout=60)
+    assert store.returncode == 1, err
+    assert err.strip().splitlines() == [
+        f"engram serve: store and store internal are both configured on port {ports['store']}"
+    ], err
+    # nothing was started
+    assert all(map(bindable, ports.values()))
 
 
 def test_up_and_serve_read_engram_yaml_in_the_working_directory(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 import pytest
+from free_ports import free_port  # re-exported: e2e tests import it from here
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.store.v1 import store_pb2, store_pb2_grpc
@@ -66,13 +67,6 @@ def listed_ids(stub: store_pb2_grpc.MemoryStoreServiceStub, namespace: str) -> s
         token = page.next_page_token
         if not token:
             return ids
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (bind to :0 and let the kernel choose)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def find_grpcurl() -> str | None:

@@ -56,6 +56,10 @@ class QueryEmbedder:
         self.last_error = ""
 
     @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    @property
     def enabled(self) -> bool:
         return self.provider.kind != "none"
 

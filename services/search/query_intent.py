@@ -9,8 +9,10 @@ anyway (no second embedding): the nearest intent wins when its best example is
 at least `intent_similarity_threshold` (0.45) away in cosine; else general.
 The examples are embedded once, in the background, in a provider call of their
 own (beside the query embedder's queue, so no query waits behind them and a
-failure here opens no query circuit); until then, and for a minute after a
-failure, rules alone.
+failure here opens no query circuit). A Recall that arrives while they are
+being embedded waits for them, up to the query-embedding timeout, so that the
+first questions after a start are classified as every later one; past that,
+and for a minute after a failure, rules alone (and the basis says so).
 Classifying costs a few regexes and one small matrix product (microseconds).
 """
 
@@ -153,9 +155,12 @@ def rule_intent(query: str, names_time: bool = False) -> Classified | None:
 
 
 class IntentClassifier:
-    def __init__(self, provider: EmbeddingProvider | None, threshold: float = 0.45) -> None:
+    def __init__(
+        self, provider: EmbeddingProvider | None, threshold: float = 0.45, wait_s: float = 2.0
+    ) -> None:
         self._provider = provider if provider is not None and provider.kind != "none" else None
         self._threshold = threshold
+        self._wait_s = wait_s  # the longest a query waits for the examples (`settle`)
         self._labels: list[Intent] = []
         self._matrix: np.ndarray | None = None  # unit rows, one per example
         self._loading: asyncio.Task[None] | None = None
@@ -184,6 +189,19 @@ class IntentClassifier:
             await asyncio.shield(self._loading)
         return self.examples_ready
 
+    async def settle(self) -> None:
+        """Wait, at most `wait_s`, for examples being embedded: a Recall that came
+        first after a start is not classified by rules alone for coming first."""
+        if self._provider is None or self._matrix is not None:
+            return
+        self.start()
+        if self._loading is None or self._loading.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._loading), self._wait_s)
+        except TimeoutError:
+            return
+
     async def _load(self) -> None:
         assert self._provider is not None
         labels = [i for i, texts in EXAMPLES.items() for _ in texts]
@@ -210,8 +228,11 @@ class IntentClassifier:
         if ruled is not None:
             return ruled
         if vector is None or self._matrix is None:
-            if self._matrix is None:
+            if self._matrix is None and self._provider is not None:
                 self.start()
+                return Classified(
+                    Intent.GENERAL, "default: no rule matched; example questions not embedded"
+                )
             return Classified(Intent.GENERAL, "default: no rule matched")
         q = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(q))

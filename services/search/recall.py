@@ -275,6 +275,7 @@ class Recaller:
         self.classifier = IntentClassifier(
             embedder.provider if params.intent_routing else None,
             params.intent_similarity_threshold,
+            wait_s=embedder.timeout_s,
         )
         self._index_size: tuple[int, float] = (0, float("-inf"))  # (live memories, when)
 
@@ -418,7 +419,7 @@ class Recaller:
                 rows_task = asyncio.create_task(
                     self._pool_rows(reads, namespace, candidates, index_model, spec)
                 )
-            intent = self._intent(route, query, vector, bool(windows))
+            intent = await self._intent(route, query, vector, bool(windows))
             if intent is Intent.ENTITY and entity_task is None and not by_graph:
                 entity_task = asyncio.create_task(self._entities(reads, namespace, query, spec))
             keyword, keyword_rows = await keyword_task
@@ -590,13 +591,15 @@ class Recaller:
             route.classified = rule_intent(query, names_time)
         return route.classified.intent if route.classified else None
 
-    def _intent(
+    async def _intent(
         self, route: _Route, query: str, vector: list[float] | None, names_time: bool
     ) -> Intent:
         """The query's intent, settled once per Recall (the rules and the
         example similarity, services.search.query_intent)."""
         if route.classified is None:
             if self._params.intent_routing:
+                if vector is not None:
+                    await self.classifier.settle()
                 route.classified = self.classifier.classify(query, vector, names_time)
             else:
                 route.classified = Classified(Intent.GENERAL, "default: routing off")

@@ -6,7 +6,9 @@ route finds what the flat recipe (the same query with intent GENERAL) misses."""
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +21,7 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from extract_write_helpers import complete, extract_job, link
 from grpc_helpers import error_of
-from http_fakes import VectorBook, ollama_server
+from http_fakes import Reply, Request, ScriptedHttpServer, VectorBook, ollama_server
 from recall_helpers import DIM, Stack, fake_embedding_overrides, timestamp, vec, wait_for
 from services.search.query_intent import EXAMPLES, Intent
 
@@ -270,6 +272,75 @@ def test_similarity_to_the_examples_classifies_what_no_rule_places(
     assert near_nothing.intent == GENERAL
     assert near_nothing.intent_basis == "default: nearest examples (causal) at 0.30"
     assert max(axes.values()) < DIM
+
+
+def held_examples(book: VectorBook, query: str, hold_s: float) -> ScriptedHttpServer:
+    """A scripted Ollama server that answers the intent examples' batch only after
+    `query` has been asked for (and `hold_s` more): they arrive after the Recall
+    that asks `query` has its vector, as when it comes right after a start."""
+    server = ollama_server(book)
+    answer = server.routes[("POST", "/api/embed")]
+    asked = threading.Event()
+    examples = {t for texts in EXAMPLES.values() for t in texts}
+
+    def route(request: Request) -> Reply:
+        texts = set((request.json or {}).get("input") or [])
+        if query in texts:
+            asked.set()
+        if texts & examples:
+            assert asked.wait(timeout=30), "the query was never embedded"
+            return replace(answer(request), delay_s=hold_s)
+        return answer(request)
+
+    server.routes[("POST", "/api/embed")] = route
+    return server
+
+
+def axis_book(**queries: float) -> VectorBook:
+    """Each intent's examples on an axis of their own; each query at its cosine to
+    the causal axis."""
+    axes = {Intent.ENTITY: 1, Intent.TEMPORAL: 2, Intent.CAUSAL: 3, Intent.PROCEDURAL: 4}
+    book = VectorBook({t: on_axis(1.0, axes[i]) for i, texts in EXAMPLES.items() for t in texts})
+    book.vectors.update({query: on_axis(cosine, 3) for query, cosine in queries.items()})
+    return book
+
+
+def test_the_first_recall_after_a_start_waits_for_the_examples(
+    recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    """The examples are still being embedded when the first question has its
+    vector: it waits for them (up to the query-embedding timeout, 2 s) and is
+    classified as every later one, not by rules alone for coming first."""
+    query = "what was behind the delay"
+    server = http_servers(held_examples(axis_book(**{query: 0.9}), query, hold_s=0.3))
+    stack = recall_stack(fake_embedding_overrides(server.url))
+    response = ask(stack, query)
+    assert (response.intent, response.intent_basis) == (
+        search_pb2.QUERY_INTENT_CAUSAL,
+        "similarity 0.90 to causal examples",
+    )
+
+
+def test_examples_slower_than_the_wait_leave_rules_alone_and_say_so(
+    recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    query = "what was behind the delay"
+    server = http_servers(held_examples(axis_book(**{query: 0.9}), query, hold_s=4.0))
+    stack = recall_stack(fake_embedding_overrides(server.url))
+    first = ask(stack, query)
+    assert (first.intent, first.intent_basis) == (
+        GENERAL,
+        "default: no rule matched; example questions not embedded",
+    )
+    assert not first.degraded, "keywords and the query vector were both there"
+
+    def classified() -> search_pb2.RecallResponse | None:
+        response = ask(stack, query)
+        return response if response.intent_basis.startswith("similarity") else None
+
+    assert wait_for(classified, what="the intent examples embedded").intent == (
+        search_pb2.QUERY_INTENT_CAUSAL
+    )
 
 
 def test_causal_route_follows_causal_links_the_consolidation_wrote(

@@ -220,12 +220,12 @@ class StagedRecaller(Recaller):
         return result
 
 
-async def cpu_timed(recaller: Recaller, query: str, cpu_ms: list[float]) -> float:
-    """timed_recall's milliseconds, with the process's CPU milliseconds appended to `cpu_ms`."""
+async def cpu_timed(recaller: Recaller, query: str, cpu_ms: list[float]) -> tuple[float, Any]:
+    """timed_recall, with the process's CPU milliseconds appended to `cpu_ms`."""
     cpu = time.process_time()
-    ms, _ = await timed_recall(recaller, query)
+    ms, outcome = await timed_recall(recaller, query)
     cpu_ms.append((time.process_time() - cpu) * 1000)
-    return ms
+    return ms, outcome
 
 
 async def timed_recall(recaller: Recaller, query: str) -> tuple[float, Any]:
@@ -317,13 +317,11 @@ async def measure_size(
         if i % 2:
             floor_ms.append(run_floor())
         if compared is not None and i % 2:
-            compared_ms.append(await cpu_timed(compared, text, compared_cpu))
-        cpu = time.process_time()
-        ms, outcome = await timed_recall(recaller, text)
-        recall_cpu.append((time.process_time() - cpu) * 1000)
+            compared_ms.append((await cpu_timed(compared, text, compared_cpu))[0])
+        ms, outcome = await cpu_timed(recaller, text, recall_cpu)
         recall_ms.append(ms)
         if compared is not None and not i % 2:
-            compared_ms.append(await cpu_timed(compared, text, compared_cpu))
+            compared_ms.append((await cpu_timed(compared, text, compared_cpu))[0])
         if not i % 2:
             floor_ms.append(run_floor())
         evidence = [rowid_of[e] for e in q.get("evidence_ids", []) if e in rowid_of]

@@ -143,9 +143,11 @@ async def linked_reach(
             )
         )
         frontier = []
-        for row in sorted(rows):
-            if row[0] not in seen:
-                seen.add(row[0])
-                reached[row[0]] = hop
-                frontier.append(row[0])
+        # by rowid for a stable order; the pair, not the row: sqlite3.Row does not
+        # order (a hop reaching two memories or more went INTERNAL, issue 34)
+        for rowid, _ in sorted((row[0], row[1]) for row in rows):
+            if rowid not in seen:
+                seen.add(rowid)
+                reached[rowid] = hop
+                frontier.append(rowid)
     return dict(list(reached.items())[:MAX_REACHED])

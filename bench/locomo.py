@@ -2,9 +2,14 @@
 
 For each conversation: import its turns into a namespace of its own (content
 "Speaker: text" plus " [shares image: caption]", source_id = dia_id,
-event_time = the session date), wait until every memory is embedded, then ask
-every question of categories 1-4 through Recall with limit 10 and score the
-ranked source ids against the question's evidence.
+event_time = the session date, session_id = "session_<n>", the conversation's
+session, as an agent's turns carry theirs: the store links each turn to the
+one before it), wait until every memory is embedded, then ask every question
+of categories 1-4 through Recall with limit 10 and score the ranked source ids
+against the question's evidence. --paths sessions flat also imports every
+conversation without sessions (the path before issue 34: no link, so the
+temporal route's link hop never ran) into namespaces of its own, asks the same
+questions there and reports both; --conversations N takes the first N.
 
 --negatives also asks every such question against the next conversation's
 namespace, where nothing is relevant: an answer with no result is the service
@@ -26,13 +31,14 @@ scored on it; the cross-validated figures per category are printed beside
 each configuration's full-dev ones.
 
     .venv/bin/python bench/locomo.py [--input FILE] [--rankings-out FILE] [--set search.fusion=rrf]
-        [--negatives] [--sweep] [--data-dir DIR]
+        [--negatives] [--sweep] [--data-dir DIR] [--paths sessions flat] [--conversations N]
     .venv/bin/python bench/locomo.py --loco RANKINGS.jsonl [RANKINGS.jsonl ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import re
@@ -116,32 +122,55 @@ def score(ranked: list[str], evidence: list[str], session_of: dict[str, int]) ->
     }
 
 
-def ingest(store: store_pb2_grpc.MemoryStoreServiceStub, sample: dict[str, Any]) -> int:
-    namespace = sample["sample_id"]
+# How a conversation is imported. "sessions": each of its sessions is a session
+# (ImportItem.session_id "session_<n>"), as an agent's conversation is, so the
+# store links each turn to the one before it (`temporal`) and "when" questions
+# take the temporal route's link hop; "flat": no session (the path before
+# issue 34, which built no link, so no benchmark met that hop). Each path's
+# namespaces: the conversation's sample id, with ".flat" for the flat path.
+PATHS = ("sessions", "flat")
+
+
+def namespace_of(sample_id: str, path: str) -> str:
+    return sample_id if path == "sessions" else f"{sample_id}.{path}"
+
+
+def import_items(sample: dict[str, Any], path: str) -> list[store_pb2.ImportItem]:
+    """The conversation's turns as import items, in order (see PATHS)."""
+    items = []
+    for number, turn, when in turns(sample["conversation"]):
+        content = f"{turn['speaker']}: {turn['text']}"
+        if turn.get("blip_caption"):
+            content += f" [shares image: {turn['blip_caption']}]"
+        event_time = timestamp_pb2.Timestamp()
+        event_time.FromDatetime(when)
+        items.append(
+            store_pb2.ImportItem(
+                content=content,
+                who=turn["speaker"],
+                source_type="locomo",
+                source_id=turn["dia_id"],
+                event_time=event_time,
+                session_id=f"session_{number}" if path == "sessions" else "",
+            )
+        )
+    return items
+
+
+def ingest(store: store_pb2_grpc.MemoryStoreServiceStub, sample: dict[str, Any], path: str) -> int:
+    namespace = namespace_of(sample["sample_id"], path)
+    items = import_items(sample, path)
 
     def batches() -> Iterator[store_pb2.ImportMemoriesRequest]:
-        items = []
-        for _, turn, when in turns(sample["conversation"]):
-            content = f"{turn['speaker']}: {turn['text']}"
-            if turn.get("blip_caption"):
-                content += f" [shares image: {turn['blip_caption']}]"
-            event_time = timestamp_pb2.Timestamp()
-            event_time.FromDatetime(when)
-            items.append(
-                store_pb2.ImportItem(
-                    content=content,
-                    who=turn["speaker"],
-                    source_type="locomo",
-                    source_id=turn["dia_id"],
-                    event_time=event_time,
-                )
-            )
         for start in range(0, len(items), 500):
             yield store_pb2.ImportMemoriesRequest(
                 namespace=namespace, items=items[start : start + 500]
             )
 
     response = store.ImportMemories(batches())
+    if response.failed_count:
+        errors = {r.error for r in response.results if r.error}
+        raise RuntimeError(f"{namespace}: {response.failed_count} turns failed: {errors}")
     return int(response.created_count + response.deduplicated_count)
 
 
@@ -271,6 +300,151 @@ def loco(samples: list[dict[str, Any]], files: list[Path]) -> int:
     return 0
 
 
+@dataclass
+class Run:
+    """What one import path's questions gave."""
+
+    positives: list[Asked] = field(default_factory=list)
+    negatives: list[Asked] = field(default_factory=list)
+    adversarial: list[Asked] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    intents: dict[str, dict[str, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int))
+    )
+    degraded: int = 0  # answers without the vector channel (query embedding failed or timed out)
+    skipped: int = 0
+    dropped: int = 0
+
+
+def ask_all(
+    search: search_pb2_grpc.SearchServiceStub,
+    samples: list[dict[str, Any]],
+    path: str,
+    args: argparse.Namespace,
+    rankings: Any,
+) -> Run:
+    """Every question of every conversation, in the namespaces of `path`."""
+    run = Run()
+    asked_at = {s["sample_id"]: asked_time(s["conversation"]) for s in samples}
+
+    def ask(sample_id: str, question: str) -> search_pb2.RecallResponse:
+        request = search_pb2.RecallRequest(
+            namespace=namespace_of(sample_id, path), query=question, limit=10
+        )
+        request.asked_at.FromDatetime(asked_at[sample_id])
+        if args.sweep:
+            request.min_score = 0.0
+        t0 = time.perf_counter()
+        response = search.Recall(request)
+        run.latencies.append((time.perf_counter() - t0) * 1000)
+        run.degraded += response.degraded
+        return response
+
+    for position, sample in enumerate(samples):
+        sample_id = sample["sample_id"]
+        elsewhere = samples[(position + 1) % len(samples)]["sample_id"]
+        session_of = {t["dia_id"]: n for n, t, _ in turns(sample["conversation"])}
+        for index, qa in enumerate(sample["qa"]):
+            if qa["category"] not in CATEGORIES:
+                if args.negatives and qa["category"] == 5:
+                    response = ask(sample_id, qa["question"])
+                    run.adversarial.append(Asked(5, [r.score for r in response.results]))
+                continue
+            evidence, lost = evidence_ids(qa.get("evidence", []), set(session_of))
+            run.dropped += lost
+            response = ask(sample_id, qa["question"])
+            run.intents[CATEGORIES[qa["category"]]][
+                search_pb2.QueryIntent.Name(response.intent).removeprefix("QUERY_INTENT_")
+            ] += 1
+            ranked = [r.memory.source_id for r in response.results]
+            if rankings:
+                rankings.write(
+                    json.dumps({"query_id": f"{sample_id}:q{index}", "ranked": ranked}) + "\n"
+                )
+            if args.negatives and elsewhere != sample_id:
+                other = ask(elsewhere, qa["question"])
+                run.negatives.append(Asked(qa["category"], [r.score for r in other.results]))
+            if not evidence:
+                run.skipped += 1
+                continue
+            run.positives.append(
+                Asked(
+                    qa["category"],
+                    [r.score for r in response.results],
+                    ranked,
+                    evidence,
+                    session_of,
+                )
+            )
+    return run
+
+
+def rankings_file(base: Path, path: str, paths: list[str]) -> Path:
+    """`--rankings-out` for one import path: the file itself for the first, a
+    sibling named after the path for each other (`runs.flat.jsonl`)."""
+    return base if path == paths[0] else base.with_name(f"{base.stem}.{path}{base.suffix}")
+
+
+def report(path: str, run: Run, args: argparse.Namespace) -> None:
+    latencies = sorted(run.latencies)
+    print(f"\n== import path: {path} (namespaces {namespace_of('<conversation>', path)})")
+    print(
+        f"questions scored: {len(run.positives)} (no usable evidence: {run.skipped}; "
+        f"evidence ids dropped: {run.dropped})"
+    )
+    print(
+        f"recall latency over gRPC: p50 {latencies[len(latencies) // 2]:.1f} ms  p95 {latencies[int(len(latencies) * 0.95)]:.1f} ms  "
+        f"degraded answers (keywords only): {run.degraded}"
+    )
+    print(f"min_score: {'0 (sweep below)' if args.sweep else 'the server default'}")
+    header = f"{'category':<14}{'n':>5}" + "".join(f"{m:>10}" for m in METRICS)
+    print(header)
+    groups: dict[str, list[Asked]] = defaultdict(list)
+    for asked in run.positives:
+        groups[f"{asked.category} {CATEGORIES[asked.category]}"].append(asked)
+        groups["overall"].append(asked)
+    for name in [*sorted(k for k in groups if k != "overall"), "overall"]:
+        rows = groups[name]
+        metrics = mean_metrics(rows, 0.0)
+        print(f"{name:<14}{len(rows):>5}" + "".join(f"{metrics[m]:>10.3f}" for m in METRICS))
+    print(
+        "intents: "
+        + "; ".join(f"{c}: {dict(sorted(n.items()))}" for c, n in sorted(run.intents.items()))
+    )
+    if args.negatives:
+        summary = none_relevant(run.positives, run.negatives, 0.0)
+        print(
+            f"no relevant memory (empty answer): {len(run.negatives)} questions asked in another "
+            f"conversation; precision {summary['precision']:.3f}  recall {summary['recall']:.3f}  "
+            f"questions with evidence answered empty {summary['positives answered empty']:.3f}  "
+            f"adversarial (category 5, n={len(run.adversarial)}) answered empty "
+            f"{sum(a.empty_at(0.0) for a in run.adversarial) / max(len(run.adversarial), 1):.3f}"
+        )
+    if args.sweep:
+        print(
+            f"\n{'min_score':>9}{'R@10':>8}{'Hit@10':>8}{'MRR':>8}{'SessR@10':>9}"
+            + (
+                f"{'none: P':>9}{'none: R':>9}{'pos. empty':>11}{'adv. empty':>11}"
+                if args.negatives
+                else ""
+            )
+        )
+        for cut in SWEEP:
+            metrics = mean_metrics(run.positives, cut)
+            line = (
+                f"{cut:>9.2f}{metrics['R@10']:>8.3f}{metrics['Hit@10']:>8.3f}"
+                f"{metrics['MRR']:>8.3f}{metrics['SessR@10']:>9.3f}"
+            )
+            if args.negatives:
+                summary = none_relevant(run.positives, run.negatives, cut)
+                adv = sum(a.empty_at(cut) for a in run.adversarial) / max(len(run.adversarial), 1)
+                line += (
+                    f"{summary['precision']:>9.3f}{summary['recall']:>9.3f}"
+                    f"{summary['positives answered empty']:>11.3f}{adv:>11.3f}"
+                )
+            print(line)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -287,6 +461,17 @@ def main() -> int:
         "--sweep", action="store_true", help="ask with min_score 0 and replay a range of cuts"
     )
     parser.add_argument(
+        "--paths",
+        nargs="+",
+        choices=PATHS,
+        default=["sessions"],
+        help="import paths, each into namespaces of its own, asked and reported in turn "
+        "(sessions: the conversation's sessions as session_id; flat: none)",
+    )
+    parser.add_argument(
+        "--conversations", type=int, help="only the first N conversations of --input"
+    )
+    parser.add_argument(
         "--loco", type=Path, nargs="+", help="rankings files: leave-one-conversation-out, no suite"
     )
     parser.add_argument(
@@ -295,24 +480,30 @@ def main() -> int:
         help="keep the database here; a directory that already holds one is reused (no import)",
     )
     args = parser.parse_args()
-    samples = json.loads(args.input.read_text())
+    samples = json.loads(args.input.read_text())[: args.conversations]
     if args.loco:
         return loco(samples, args.loco)
+    paths = list(dict.fromkeys(args.paths))
     settings: dict[str, Any] = {}
     for item in args.set:
         merge(settings, parse_setting(item))
     print(provenance.summary(), flush=True)
 
-    positives: list[Asked] = []
-    negatives: list[Asked] = []
-    adversarial: list[Asked] = []
-    skipped = dropped = 0
-    latencies: list[float] = []
-    degraded = 0  # answers without the vector channel (query embedding failed or timed out)
     reuse = args.data_dir is not None and (args.data_dir / "engram.db").exists()
     if args.data_dir is not None:
         args.data_dir.mkdir(parents=True, exist_ok=True)
-    database = provenance.kept_database(args.data_dir, reuse, settings=settings)
+    database = provenance.kept_database(
+        args.data_dir,
+        reuse,
+        settings=settings,
+        paths=paths,
+        conversations=[s["sample_id"] for s in samples],
+    )
+    if reuse and database is not None and database.get("paths", ["flat"]) != paths:
+        raise SystemExit(
+            f"{args.data_dir} holds the paths {database.get('paths', ['flat'])}, not {paths}"
+        )
+    runs: dict[str, Run] = {}
     with running_suite(settings, data_dir=args.data_dir) as suite:
         store_channel = grpc.insecure_channel(suite.store)
         search_channel = grpc.insecure_channel(suite.search)
@@ -320,126 +511,27 @@ def main() -> int:
         jobs = job_queue_pb2_grpc.JobQueueServiceStub(grpc.insecure_channel(suite.store_internal))
         search = search_pb2_grpc.SearchServiceStub(search_channel)
         started = time.monotonic()
-        memories = 0 if reuse else sum(ingest(store, sample) for sample in samples)
+        memories = (
+            0 if reuse else sum(ingest(store, sample, p) for p in paths for sample in samples)
+        )
         ingest_s = time.monotonic() - started
         embed_s = wait_embedded(jobs)
-
-        asked_at = {s["sample_id"]: asked_time(s["conversation"]) for s in samples}
-        intents: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-
-        def ask(namespace: str, question: str) -> search_pb2.RecallResponse:
-            nonlocal degraded
-            request = search_pb2.RecallRequest(namespace=namespace, query=question, limit=10)
-            request.asked_at.FromDatetime(asked_at[namespace])
-            if args.sweep:
-                request.min_score = 0.0
-            t0 = time.perf_counter()
-            response = search.Recall(request)
-            latencies.append((time.perf_counter() - t0) * 1000)
-            degraded += response.degraded
-            return response
-
-        rankings = open(args.rankings_out, "w") if args.rankings_out else None  # noqa: SIM115
-        for position, sample in enumerate(samples):
-            namespace = sample["sample_id"]
-            elsewhere = samples[(position + 1) % len(samples)]["sample_id"]
-            session_of = {t["dia_id"]: n for n, t, _ in turns(sample["conversation"])}
-            for index, qa in enumerate(sample["qa"]):
-                if qa["category"] not in CATEGORIES:
-                    if args.negatives and qa["category"] == 5:
-                        response = ask(namespace, qa["question"])
-                        adversarial.append(Asked(5, [r.score for r in response.results]))
-                    continue
-                evidence, lost = evidence_ids(qa.get("evidence", []), set(session_of))
-                dropped += lost
-                response = ask(namespace, qa["question"])
-                intents[CATEGORIES[qa["category"]]][
-                    search_pb2.QueryIntent.Name(response.intent).removeprefix("QUERY_INTENT_")
-                ] += 1
-                ranked = [r.memory.source_id for r in response.results]
-                if rankings:
-                    rankings.write(
-                        json.dumps({"query_id": f"{namespace}:q{index}", "ranked": ranked}) + "\n"
-                    )
-                if args.negatives and elsewhere != namespace:
-                    other = ask(elsewhere, qa["question"])
-                    negatives.append(Asked(qa["category"], [r.score for r in other.results]))
-                if not evidence:
-                    skipped += 1
-                    continue
-                positives.append(
-                    Asked(
-                        qa["category"],
-                        [r.score for r in response.results],
-                        ranked,
-                        evidence,
-                        session_of,
-                    )
+        for path in paths:
+            out = rankings_file(args.rankings_out, path, paths) if args.rankings_out else None
+            with open(out, "w") if out else contextlib.nullcontext() as rankings:
+                runs[path] = ask_all(search, samples, path, args, rankings)
+            if out:
+                provenance.write_beside(
+                    out, settings=settings, data_dir=args.data_dir, database=database, path=path
                 )
-        if rankings:
-            rankings.close()
-            provenance.write_beside(
-                args.rankings_out, settings=settings, data_dir=args.data_dir, database=database
-            )
 
-    latencies.sort()
-    print(f"input: {args.input}  settings: {settings or 'defaults'}")
+    print(f"input: {args.input}  conversations: {len(samples)}  settings: {settings or 'defaults'}")
     print(
-        f"memories: {memories}{' (database reused)' if reuse else ''}  ingest {ingest_s:.1f} s  "
-        f"embedding wait {embed_s:.1f} s  questions scored: {len(positives)}  "
-        f"(no usable evidence: {skipped}; evidence ids dropped: {dropped})"
+        f"memories: {memories}{' (database reused)' if reuse else ''} over the paths {paths}  "
+        f"ingest {ingest_s:.1f} s  embedding wait {embed_s:.1f} s"
     )
-    print(
-        f"recall latency over gRPC: p50 {latencies[len(latencies) // 2]:.1f} ms  p95 {latencies[int(len(latencies) * 0.95)]:.1f} ms  "
-        f"degraded answers (keywords only): {degraded}"
-    )
-    print(f"min_score: {'0 (sweep below)' if args.sweep else 'the server default'}")
-    header = f"{'category':<14}{'n':>5}" + "".join(f"{m:>10}" for m in METRICS)
-    print(header)
-    groups: dict[str, list[Asked]] = defaultdict(list)
-    for asked in positives:
-        groups[f"{asked.category} {CATEGORIES[asked.category]}"].append(asked)
-        groups["overall"].append(asked)
-    for name in [*sorted(k for k in groups if k != "overall"), "overall"]:
-        rows = groups[name]
-        metrics = mean_metrics(rows, 0.0)
-        print(f"{name:<14}{len(rows):>5}" + "".join(f"{metrics[m]:>10.3f}" for m in METRICS))
-    print(
-        "intents: "
-        + "; ".join(f"{c}: {dict(sorted(n.items()))}" for c, n in sorted(intents.items()))
-    )
-    if args.negatives:
-        summary = none_relevant(positives, negatives, 0.0)
-        print(
-            f"no relevant memory (empty answer): {len(negatives)} questions asked in another "
-            f"conversation; precision {summary['precision']:.3f}  recall {summary['recall']:.3f}  "
-            f"questions with evidence answered empty {summary['positives answered empty']:.3f}  "
-            f"adversarial (category 5, n={len(adversarial)}) answered empty "
-            f"{sum(a.empty_at(0.0) for a in adversarial) / max(len(adversarial), 1):.3f}"
-        )
-    if args.sweep:
-        print(
-            f"\n{'min_score':>9}{'R@10':>8}{'Hit@10':>8}{'MRR':>8}{'SessR@10':>9}"
-            + (
-                f"{'none: P':>9}{'none: R':>9}{'pos. empty':>11}{'adv. empty':>11}"
-                if args.negatives
-                else ""
-            )
-        )
-        for cut in SWEEP:
-            metrics = mean_metrics(positives, cut)
-            line = (
-                f"{cut:>9.2f}{metrics['R@10']:>8.3f}{metrics['Hit@10']:>8.3f}"
-                f"{metrics['MRR']:>8.3f}{metrics['SessR@10']:>9.3f}"
-            )
-            if args.negatives:
-                summary = none_relevant(positives, negatives, cut)
-                adv = sum(a.empty_at(cut) for a in adversarial) / max(len(adversarial), 1)
-                line += (
-                    f"{summary['precision']:>9.3f}{summary['recall']:>9.3f}"
-                    f"{summary['positives answered empty']:>11.3f}{adv:>11.3f}"
-                )
-            print(line)
+    for path, run in runs.items():
+        report(path, run, args)
     return 0
 
 

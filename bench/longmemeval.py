@@ -3,7 +3,9 @@
 Each question brings its own haystack (about 50 sessions, 500 turns): it is
 imported into a namespace of its own, one memory per turn (content = the
 turn's text, who = its role, source_id = "<session id>:<turn index from 0>",
-event_time = the session's date). Once every memory is embedded, the question
+event_time = the session's date, session_id = the session id, so the store
+links each turn to the one before it; --path flat imports without sessions,
+the path before issue 34). Once every memory is embedded, the question
 is asked through Recall with limit 50 and min_score 0 (a ranking, not an
 answer), and the ranked source ids are scored:
 
@@ -33,6 +35,7 @@ best mean turn R@10 on the other folds and reports the held-out figures.
 
     .venv/bin/python bench/longmemeval.py [--input FILE] [--offset N] [--limit N]
         [--rankings-out FILE] [--set search.fusion=rrf] [--data-dir DIR] [--live-model]
+        [--path sessions|flat]
     .venv/bin/python bench/longmemeval.py --baselines [--rankings-out PREFIX]
     .venv/bin/python bench/longmemeval.py --score RANKINGS.jsonl [...] [--kfold 5]
 """
@@ -126,10 +129,22 @@ def haystack_texts(questions: list[dict[str, Any]]) -> Iterator[str]:
                 yield normalize_content(turn["content"]).storage
 
 
-def ingest(
-    store: store_pb2_grpc.MemoryStoreServiceStub, namespace: str, question: dict[str, Any]
-) -> dict[str, list[str]]:
-    """Import one haystack; returns memory id -> the source ids it stands for."""
+# How a haystack is imported: "sessions" gives each turn its haystack session
+# as session_id, as an agent's turns carry theirs (the store links each turn to
+# the one before it, and "when" questions take the temporal route's link hop);
+# "flat" gives none (the path before issue 34: no link, so no benchmark met
+# that hop). Namespaces: "lme-<question id>", with ".flat" for the flat path.
+PATHS = ("sessions", "flat")
+
+
+def namespace_of(question_id: str, path: str) -> str:
+    return f"lme-{question_id}" if path == "sessions" else f"lme-{question_id}.{path}"
+
+
+def import_items(
+    question: dict[str, Any], path: str
+) -> tuple[list[store_pb2.ImportItem], list[str]]:
+    """One haystack's non-blank turns as import items, in order, and their source ids."""
     items: list[store_pb2.ImportItem] = []
     sources: list[str] = []
     for source_id, turn, when in turn_items(question):
@@ -144,9 +159,21 @@ def ingest(
                 source_type="longmemeval",
                 source_id=source_id,
                 event_time=event_time,
+                session_id=source_id.rsplit(":", 1)[0] if path == "sessions" else "",
             )
         )
         sources.append(source_id)
+    return items, sources
+
+
+def ingest(
+    store: store_pb2_grpc.MemoryStoreServiceStub,
+    namespace: str,
+    question: dict[str, Any],
+    path: str = "sessions",
+) -> dict[str, list[str]]:
+    """Import one haystack; returns memory id -> the source ids it stands for."""
+    items, sources = import_items(question, path)
 
     def batches() -> Iterator[store_pb2.ImportMemoriesRequest]:
         for start in range(0, len(items), 500):
@@ -316,6 +343,12 @@ def main() -> int:
     parser.add_argument(
         "--data-dir", type=Path, help="keep the database here; one that holds it is reused"
     )
+    parser.add_argument(
+        "--path",
+        choices=PATHS,
+        default="sessions",
+        help="import path (sessions: each turn's haystack session as session_id; flat: none)",
+    )
     parser.add_argument("--baselines", action="store_true", help="BM25, dense, RRF; no suite")
     parser.add_argument("--score", type=Path, nargs="+", help="rankings files to score; no suite")
     parser.add_argument("--kfold", type=int, help="with --score: K-fold over questions")
@@ -360,8 +393,10 @@ def run(
     if args.data_dir is not None:
         args.data_dir.mkdir(parents=True, exist_ok=True)
     database = provenance.kept_database(
-        args.data_dir, reuse, settings=settings, **vectors_from(cache)
+        args.data_dir, reuse, settings=settings, path=args.path, **vectors_from(cache)
     )
+    if reuse and database is not None and database.get("path", "flat") != args.path:
+        raise SystemExit(f"{args.data_dir} holds the {database.get('path', 'flat')} path")
     ranked: dict[str, list[str]] = {}
     with running_suite(suite_settings, data_dir=args.data_dir) as suite:
         store = store_pb2_grpc.MemoryStoreServiceStub(grpc.insecure_channel(suite.store))
@@ -372,17 +407,19 @@ def run(
             json.loads(saved.read_text()) if saved is not None and reuse else {}
         )
         for question in questions:
-            namespace = f"lme-{question['question_id']}"
+            namespace = namespace_of(question["question_id"], args.path)
             if namespace not in stands_for:
-                stands_for[namespace] = ingest(store, namespace, question)
+                stands_for[namespace] = ingest(store, namespace, question, args.path)
         if saved is not None:
             saved.write_text(json.dumps(stands_for))
         ingest_s = time.monotonic() - started
-        memories = sum(len(stands_for[f"lme-{q['question_id']}"]) for q in questions)
+        memories = sum(
+            len(stands_for[namespace_of(q["question_id"], args.path)]) for q in questions
+        )
         embed_s = wait_embedded(jobs, timeout_s=4 * 3600)
 
         for question in questions:
-            namespace = f"lme-{question['question_id']}"
+            namespace = namespace_of(question["question_id"], args.path)
             request = search_pb2.RecallRequest(
                 namespace=namespace, query=question["question"], limit=RECALL_LIMIT, min_score=0.0
             )
@@ -405,7 +442,7 @@ def run(
         )
 
     latencies.sort()
-    print(f"input: {args.input}  settings: {settings or 'defaults'}")
+    print(f"input: {args.input}  import path: {args.path}  settings: {settings or 'defaults'}")
     print(
         f"questions: {len(questions)} from #{args.offset} (abstention excluded)  "
         f"memories: {memories}{' (database reused)' if reuse else ''}  ingest {ingest_s:.1f} s  "

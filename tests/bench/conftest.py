@@ -16,14 +16,22 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 def bench_module(name: str) -> Iterator[ModuleType]:
     sys.path.insert(0, str(BENCH))
+    previous = None
     try:
         spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
+        # registered while in use: a dataclass resolves its annotations there
+        previous = sys.modules.get(name)
+        sys.modules[name] = module
         spec.loader.exec_module(module)
         yield module
     finally:
         sys.path.remove(str(BENCH))
+        if previous is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = previous
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +53,8 @@ def provenance() -> Iterator[ModuleType]:
 @pytest.fixture(scope="module")
 def baselines() -> Iterator[ModuleType]:
     yield from bench_module("baselines")
+
+
+@pytest.fixture(scope="module")
+def locomo() -> Iterator[ModuleType]:
+    yield from bench_module("locomo")

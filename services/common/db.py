@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -72,7 +73,7 @@ def open_read_write(
     path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 5000
 ) -> Any:
     """The store's one read-write connection: WAL, explicit transactions."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    create_private(path)
     # A larger statement cache: multi-row INSERTs vary in size (repository.insert_rows).
     conn = sqlite3.connect(
         str(path), isolation_level=None, check_same_thread=False, cached_statements=512
@@ -83,6 +84,24 @@ def open_read_write(
         raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous}")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     return conn
+
+
+# A new data directory and database are their owner's only: the database holds
+# every namespace's memories, like the keys, backups and TLS keys beside it.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def create_private(path: str | Path) -> None:
+    """Create the database's directory (0700) and an empty database file (0600)
+    where none exists yet, so SQLite never creates it with the umask's 0644.
+    SQLite gives the -wal and -shm it creates the main file's permission bits,
+    so they are 0600 too. An existing directory or file keeps its mode: an
+    operator may have widened it on purpose."""
+    path = Path(path)
+    path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
 
 
 # Readers map the file (SQLite caps it at its compile-time maximum): a page

@@ -2,6 +2,7 @@
 pipeline), Recall alone first, then Remember and Recall together.
 
     PYTHONPATH=.:gen .venv/bin/python bench/recall_load.py [--seconds 60]
+        [--mixed-seconds 0] [--watch-every 10]
         [--in-flight 16] [--recall-slots 8] [--idle-calls 200]
         [--set KEY=VALUE ...] [--code DIR] [--locomo DIR] [--json-out FILE]
 
@@ -22,6 +23,11 @@ Reported: latency p50/p99 per RPC and phase, how many Recalls came back
 `degraded` and with which warnings, the embed jobs the pipeline completed during
 the mixed phase, and mixed Recall p99 / idle Recall p99.
 
+The search process's footprint (RSS, anonymous and file-backed; threads; open
+fds, and those on the database) is sampled every `--watch-every` seconds through
+all phases; `--mixed-seconds` makes the mixed phase longer than the others (the
+15-minute memory run), and the summary compares its last third with its start.
+
 `--code DIR` runs the suite from another checkout (the before/after runs);
 `--set` adds engram.yaml keys, e.g. `--set providers.embedding.batch_size=16`.
 """
@@ -30,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import os
 import signal
@@ -38,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -94,13 +103,18 @@ def ops_note(i: int) -> str:
 
 
 def questions(locomo: Path) -> Iterator[str]:
-    """Distinct queries: every LoCoMo question, then each again behind a lead word."""
+    """Distinct queries: every LoCoMo question, then each again behind a lead word,
+    then (a long run) behind a lead word and a round number, without end."""
     with open(locomo / "queries.jsonl") as handle:
         base = [q["question"] for q in map(json.loads, handle)]
     yield from base
     for lead in LEADS:
         for question in base:
             yield f"{lead}: {question}"
+    for round_ in itertools.count(2):
+        for lead in LEADS:
+            for question in base:
+                yield f"{lead} ({round_}): {question}"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -241,6 +255,91 @@ def stop_suite(suite: Suite) -> None:
             suite.process.kill()
 
 
+# ---- the search process's footprint -------------------------------------------------------
+
+
+def footprint(pid: int) -> dict[str, Any]:
+    """RSS (anonymous and file-backed apart: a mapped database page counts once per
+    mapping), threads and open fds of one process, from Linux /proc."""
+    status = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        status[key] = value.split()
+    fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    database_fds = 0
+    for fd in fds:
+        try:
+            database_fds += "engram.db" in os.readlink(fd)
+        except OSError:
+            continue
+
+    def mb(key: str) -> float:
+        return round(int(status[key][0]) / 1024, 1) if key in status else float("nan")
+
+    return {
+        "rss_mb": mb("VmRSS"),
+        "rss_anon_mb": mb("RssAnon"),
+        "rss_file_mb": mb("RssFile"),
+        "threads": int(status["Threads"][0]),
+        "fds": len(fds),
+        "database_fds": database_fds,
+    }
+
+
+class Watch:
+    """Samples the search process every `every_s` seconds on a thread, each sample
+    tagged with the phase running then: the series a plateau is judged on."""
+
+    def __init__(self, pid: int, every_s: float) -> None:
+        self.pid, self.every_s = pid, every_s
+        self.phase = "load"
+        self.samples: list[dict[str, Any]] = []
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Watch:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def sample(self) -> dict[str, Any]:
+        taken = {"t_s": round(time.monotonic() - self._started, 1), "phase": self.phase}
+        taken |= footprint(self.pid)
+        self.samples.append(taken)
+        return taken
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            with contextlib.suppress(OSError):  # the process is gone: the run says why
+                self.sample()
+
+    def summary(self) -> dict[str, Any]:
+        """Start of the mixed phase (the baseline), its peak and end, and the growth
+        over its last third, against its first two thirds."""
+        mixed = [s for s in self.samples if s["phase"] == "mixed"]
+        if len(mixed) < 3:
+            return {}
+        first = mixed[0]
+        cut = mixed[len(mixed) * 2 // 3]
+        keys = ("rss_mb", "rss_anon_mb", "rss_file_mb", "threads", "fds", "database_fds")
+        return {
+            "after_load": {k: self.samples[0][k] for k in keys},
+            "mixed_start": {k: first[k] for k in keys},
+            "mixed_peak": {k: max(s[k] for s in mixed) for k in keys},
+            "mixed_end": {k: mixed[-1][k] for k in keys},
+            "mixed_two_thirds": {k: cut[k] for k in keys},
+            "rss_growth_last_third_mb": round(
+                max(s["rss_mb"] for s in mixed[len(mixed) * 2 // 3 :]) - cut["rss_mb"], 1
+            ),
+        }
+
+
 # ---- phases ------------------------------------------------------------------------------
 
 
@@ -357,9 +456,10 @@ async def mixed_phase(
     texts: list[str],
     args: argparse.Namespace,
     writers: int,
+    seconds: float,
 ) -> Calls:
     calls = Calls()
-    deadline = time.perf_counter() + args.seconds
+    deadline = time.perf_counter() + seconds
     counter = iter(range(10**9))
     async with (
         grpc.aio.insecure_channel(suite.addresses["search"]) as search_channel,
@@ -392,6 +492,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--recall-slots", type=int, default=8)
+    parser.add_argument(
+        "--mixed-seconds", type=float, default=0.0, help="the mixed phase's length (0: --seconds)"
+    )
+    parser.add_argument(
+        "--watch-every", type=float, default=10.0, help="seconds between footprint samples"
+    )
     parser.add_argument("--idle-calls", type=int, default=200)
     parser.add_argument("--memories", type=int, default=2760, help="LoCoMo turns loaded first")
     parser.add_argument(
@@ -411,19 +517,41 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="engram-recall-load-") as tmp:
         suite = start_suite(args.code.resolve(), Path(tmp), args.set)
         try:
-            load_s = load(suite, texts)
             pids = service_pids(suite)
-            with CpuMeter(pids) as idle_cpu:
-                idle = asyncio.run(idle_phase(suite, queries, args.idle_calls))
-            with CpuMeter(pids) as reads_cpu:
-                reads = asyncio.run(mixed_phase(suite, queries, texts, args, writers=0))
-            with grpc.insecure_channel(suite.jobs_address) as channel:
-                jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
-                embedded_before, _ = embed_counts(jobs)
-                writers = args.in_flight - args.recall_slots
-                with CpuMeter(pids) as mixed_cpu:
-                    mixed = asyncio.run(mixed_phase(suite, queries, texts, args, writers))
-                embedded_after, waiting = embed_counts(jobs)
+            with Watch(pids["search"], args.watch_every) as watch:
+                load_s = load(suite, texts)
+                watch.phase = "idle"
+                watch.sample()
+                with CpuMeter(pids) as idle_cpu:
+                    idle = asyncio.run(idle_phase(suite, queries, args.idle_calls))
+                watch.phase = "reads"
+                with CpuMeter(pids) as reads_cpu:
+                    reads = asyncio.run(
+                        mixed_phase(suite, queries, texts, args, writers=0, seconds=args.seconds)
+                    )
+                with grpc.insecure_channel(suite.jobs_address) as channel:
+                    jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
+                    embedded_before, _ = embed_counts(jobs)
+                    writers = args.in_flight - args.recall_slots
+                    watch.phase = "mixed"
+                    watch.sample()
+                    with CpuMeter(pids) as mixed_cpu:
+                        mixed = asyncio.run(
+                            mixed_phase(
+                                suite,
+                                queries,
+                                texts,
+                                args,
+                                writers,
+                                seconds=args.mixed_seconds or args.seconds,
+                            )
+                        )
+                    embedded_after, waiting = embed_counts(jobs)
+                    watch.sample()
+                database = Path(tmp) / "data" / "engram.db"
+                database_mb = round(database.stat().st_size / 2**20, 1)
+                wal = Path(f"{database}-wal")
+                wal_mb = round(wal.stat().st_size / 2**20, 1) if wal.exists() else 0.0
         finally:
             stop_suite(suite)
     result = {
@@ -441,6 +569,11 @@ def main() -> int:
         "mixed": mixed.summary() | mixed_cpu.summary(len(mixed.recall_ms)),
         "mixed_embedded": embedded_after - embedded_before,
         "mixed_embed_backlog_at_end": waiting,
+        "mixed_seconds": args.mixed_seconds or args.seconds,
+        "database_mb_at_end": database_mb,
+        "wal_mb_at_end": wal_mb,
+        "search_footprint": watch.summary(),
+        "search_samples": watch.samples,
     }
     result["recall_p99_mixed_over_idle"] = round(
         result["mixed"]["recall_p99_ms"] / result["idle"]["recall_p99_ms"], 2
@@ -480,6 +613,14 @@ def main() -> int:
         f"reads/idle {result['recall_p99_reads_over_idle']}  "
         f"embedded during mixed {result['mixed_embedded']}  backlog {waiting}"
     )
+    foot = result["search_footprint"]
+    if foot:
+        for point in ("after_load", "mixed_start", "mixed_two_thirds", "mixed_peak", "mixed_end"):
+            print(f"search {point:16} {foot[point]}")
+        print(
+            f"search RSS growth over the mixed phase's last third: "
+            f"{foot['rss_growth_last_third_mb']} MB; database {database_mb} MB, wal {wal_mb} MB"
+        )
     print(json.dumps(result))
     if args.json_out:
         args.json_out.write_text(json.dumps(provenance.stamped(result), indent=2) + "\n")

@@ -334,6 +334,16 @@ class StorageSettings(_Section):
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     busy_timeout_ms: int = Field(5000, ge=0, le=600000)
     max_group_commit: int = Field(512, ge=1, le=10000)
+    # SQLite: the most read connections one service's pool holds (4 open at start,
+    # more while every one is in use; past this a read waits for one). Each is a
+    # thread, two fds and its own map of the file (bench/README.md "Search memory
+    # under load"); engram_read_pool_connections reports how many are open
+    read_connections: int = Field(8, ge=4, le=256)
+    # SQLite: MiB of the database each read connection maps (PRAGMA mmap_size);
+    # 0 = none. Mapped pages are read faster (Recall's SQL at 100k: 20% less CPU
+    # all mapped) but RSS counts them once per connection, so search's RSS can
+    # grow by up to read_connections x read_mmap_mb beyond its start
+    read_mmap_mb: int = Field(32, ge=0, le=1_048_576)
     postgres: PostgresSettings = PostgresSettings()
 
     @model_validator(mode="after")

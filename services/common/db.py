@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import sqlean as sqlite3
 import sqlite_vec
 
+from services.common.config import StorageSettings
 from services.common.errors import EngramError, ErrorKind
-
-if TYPE_CHECKING:
-    from services.common.config import StorageSettings
+from services.common.metrics import READ_POOL_CONNECTIONS
 
 Connection = sqlite3.Connection
 Row = sqlite3.Row
@@ -72,7 +72,7 @@ def open_read_write(
     path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 5000
 ) -> Any:
     """The store's one read-write connection: WAL, explicit transactions."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    create_private(path)
     # A larger statement cache: multi-row INSERTs vary in size (repository.insert_rows).
     conn = sqlite3.connect(
         str(path), isolation_level=None, check_same_thread=False, cached_statements=512
@@ -85,21 +85,46 @@ def open_read_write(
     return conn
 
 
-# Readers map the file (SQLite caps it at its compile-time maximum): a page
-# read is then a memory access instead of a pread() into each connection's own
-# 2 MB cache. Recall at 100k reads pages all over the file (FTS5 doclists and
-# sizes, one embeddings row per pool member); mapped, its SQL took 20% less CPU
-# and the pool rows 40% less (bench/README.md "Recall latency").
-READ_MMAP_BYTES = 1 << 40
+# A new data directory and database are their owner's only: the database holds
+# every namespace's memories, like the keys, backups and TLS keys beside it.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 
 
-def open_read_only(path: str | Path, *, busy_timeout_ms: int = 5000) -> Any:
-    """A reader that cannot write, whatever SQL it is given (mode=ro)."""
+def create_private(path: str | Path) -> None:
+    """Create the database's directory (0700) and an empty database file (0600)
+    where none exists yet, so SQLite never creates it with the umask's 0644.
+    SQLite gives the -wal and -shm it creates the main file's permission bits,
+    so they are 0600 too. An existing directory or file keeps its mode: an
+    operator may have widened it on purpose."""
+    path = Path(path)
+    path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
+
+
+# Readers map the first storage.read_mmap_mb of the file: a page read there is
+# a memory access instead of a pread() into each connection's own 2 MB cache
+# (Recall at 100k, all mapped: its SQL took 20% less CPU and the pool rows 40%
+# less, bench/README.md "Recall latency"). The kernel counts a mapped page in
+# RSS once per connection mapping it, so the map is bounded: mapped without
+# limit, search's RSS grew with the database times its read connections
+# (bench/README.md "Search memory under load").
+DEFAULT_READ_MMAP_MB: int = StorageSettings.model_fields["read_mmap_mb"].default
+DEFAULT_READ_CONNECTIONS: int = StorageSettings.model_fields["read_connections"].default
+MIB = 1 << 20
+
+
+def open_read_only(
+    path: str | Path, *, busy_timeout_ms: int = 5000, mmap_mb: int = DEFAULT_READ_MMAP_MB
+) -> Any:
+    """A reader that cannot write, whatever SQL it is given (mode=ro), mapping
+    the first `mmap_mb` MiB of the file (0: none)."""
     uri = f"{Path(path).resolve().as_uri()}?mode=ro"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     _prepare(conn, busy_timeout_ms)
     conn.execute("PRAGMA query_only = ON")
-    conn.execute(f"PRAGMA mmap_size = {READ_MMAP_BYTES}")
+    conn.execute(f"PRAGMA mmap_size = {int(mmap_mb) * MIB}")
     return conn
 
 
@@ -121,7 +146,10 @@ class ReadPool:
     connection in one read transaction for a sequence of reads that must agree with
     each other (counts and the rows they count, a check and the queries it allows).
     `size` connections open up front; more open when every one is checked out (up to
-    `max_size`), since a snapshot may be held while its caller awaits something else.
+    `max_size`, storage.read_connections), since a snapshot may be held while its
+    caller awaits something else; past that a caller waits for one to come back.
+    Each connection is a thread, two fds and its own map of the file (`mmap_mb`),
+    so `max_size` bounds what the pool holds (engram_read_pool_connections).
 
     `dialect` names the SQL the database speaks: every pool takes sqlite3-style
     SQL (services/common/pg.py's PgReadPool translates it), and a query builder
@@ -131,12 +159,18 @@ class ReadPool:
     dialect = "sqlite"
 
     def __init__(
-        self, path: str | Path, size: int = 4, busy_timeout_ms: int = 5000, max_size: int = 32
+        self,
+        path: str | Path,
+        size: int = 4,
+        busy_timeout_ms: int = 5000,
+        max_size: int = DEFAULT_READ_CONNECTIONS,
+        mmap_mb: int = DEFAULT_READ_MMAP_MB,
     ) -> None:
         self._path = path
         self._size = size
         self._max_size = max(size, max_size)
         self._busy_timeout_ms = busy_timeout_ms
+        self._mmap_mb = mmap_mb
         self._connections: list[Any] = []
         self._opening = 0
         self._idle: asyncio.Queue[Any] = asyncio.Queue()
@@ -149,6 +183,12 @@ class ReadPool:
         for conn in self._connections:
             await conn.close()
         self._connections.clear()
+        READ_POOL_CONNECTIONS.set(0)
+
+    @property
+    def connections(self) -> int:
+        """Connections open now (checked out or idle)."""
+        return len(self._connections)
 
     async def _connect(self) -> Any:
         import aiosqlite
@@ -156,12 +196,15 @@ class ReadPool:
         self._opening += 1  # counted before the await: concurrent callers see it
         try:
             conn = await aiosqlite.Connection(
-                lambda: open_read_only(self._path, busy_timeout_ms=self._busy_timeout_ms),
+                lambda: open_read_only(
+                    self._path, busy_timeout_ms=self._busy_timeout_ms, mmap_mb=self._mmap_mb
+                ),
                 iter_chunk_size=256,
             )
         finally:
             self._opening -= 1
         self._connections.append(conn)
+        READ_POOL_CONNECTIONS.set(len(self._connections))
         return conn
 
     async def _checkout(self) -> Any:
@@ -224,6 +267,7 @@ class ReadPool:
             pass
         except BaseException:
             self._connections.remove(conn)  # unusable: replace it on demand
+            READ_POOL_CONNECTIONS.set(len(self._connections))
             await conn.close()
             raise
         self._idle.put_nowait(conn)
@@ -255,7 +299,9 @@ def connect_read_only(storage: StorageSettings, *, application_name: str = "engr
     (pg.SqliteApi on PostgreSQL, through the store's role): for a one-off read
     off the event loop (the CLI, the metrics scrape). The caller closes it."""
     if storage.kind == "sqlite":
-        return open_read_only(storage.path, busy_timeout_ms=storage.busy_timeout_ms)
+        return open_read_only(
+            storage.path, busy_timeout_ms=storage.busy_timeout_ms, mmap_mb=storage.read_mmap_mb
+        )
     from services.common import pg
 
     return pg.SqliteApi(
@@ -275,7 +321,12 @@ async def open_read_pool(
     On PostgreSQL the store reads with its own role (storage.postgres.dsn) and
     search with the read-only one (reader_dsn), each session read-only."""
     if storage.kind == "sqlite":
-        pool = ReadPool(storage.path, busy_timeout_ms=storage.busy_timeout_ms)
+        pool = ReadPool(
+            storage.path,
+            busy_timeout_ms=storage.busy_timeout_ms,
+            max_size=storage.read_connections,
+            mmap_mb=storage.read_mmap_mb,
+        )
     else:
         from services.common.pg import PgReadPool  # the `postgres` extra, only when used
 

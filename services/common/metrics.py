@@ -99,6 +99,10 @@ LLM_ERRORS = Counter(
     "LLM provider calls that failed, by provider kind and error class",
     ["kind", "error"],
 )
+READ_POOL_CONNECTIONS = Gauge(
+    "engram_read_pool_connections",
+    "Read connections open in this process's SQLite read pool (at most storage.read_connections)",
+)
 VECTOR_CACHE_ROWS = Gauge(
     "engram_vector_cache_rows",
     "Vectors held in search's in-memory sign-bit cache",

@@ -252,7 +252,13 @@ async def start_search(
             config.memory.pipelineV2.rerankerTimeoutMs,
         )
     vector_cache = (
-        None if postgres else VectorCache(path, busy_timeout_ms=config.storage.busy_timeout_ms)
+        None
+        if postgres
+        else VectorCache(
+            path,
+            busy_timeout_ms=config.storage.busy_timeout_ms,
+            mmap_mb=config.storage.read_mmap_mb,
+        )
     )
     recaller = Recaller(
         reads,

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from services.common.db import open_read_only
+from services.common.db import DEFAULT_READ_MMAP_MB, open_read_only
 from services.common.metrics import VECTOR_CACHE_ROWS
 
 _CHUNK_ROWS = 65_536  # scan block: keeps the XOR temporaries in cache
@@ -118,9 +118,14 @@ class VectorCache:
     """
 
     def __init__(
-        self, path: str | Path, busy_timeout_ms: int = 5000, max_rows: int = 5_000_000
+        self,
+        path: str | Path,
+        busy_timeout_ms: int = 5000,
+        max_rows: int = 5_000_000,
+        mmap_mb: int = DEFAULT_READ_MMAP_MB,
     ) -> None:
         self._path = path
+        self._mmap_mb = mmap_mb
         self._max_rows = max_rows  # least recently searched namespaces leave beyond this
         self._busy_timeout_ms = busy_timeout_ms
         self._conn: Any = None
@@ -151,7 +156,9 @@ class VectorCache:
 
     def _connection(self) -> Any:
         if self._conn is None:
-            self._conn = open_read_only(self._path, busy_timeout_ms=self._busy_timeout_ms)
+            self._conn = open_read_only(
+                self._path, busy_timeout_ms=self._busy_timeout_ms, mmap_mb=self._mmap_mb
+            )
         return self._conn
 
     def _nearest(self, namespace: str, query_f32: bytes, limit: int) -> list[int] | None:

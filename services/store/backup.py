@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Literal
 
 import sqlean
 
-from services.common.db import DatabaseError, OperationalError, open_read_only, open_read_write
+from services.common.db import (
+    PRIVATE_DIR_MODE,
+    DatabaseError,
+    OperationalError,
+    open_read_only,
+    open_read_write,
+)
 from services.store.migrations import MigrationMismatch, check_recorded_migrations
 
 if TYPE_CHECKING:
@@ -108,7 +114,9 @@ def backup(database: str | Path, target: str | Path, *, force: bool = False) -> 
 
 def restore(source: str | Path, database: str | Path, *, force: bool = False) -> int:
     """Replace `database` with the checked backup `source` (refused if a database
-    is there, unless `force`); return how many migrations the backup records."""
+    is there, unless `force`); return how many migrations the backup records.
+    The restored file is its owner's only (0600), like a new database, whatever
+    the mode of the file it replaces; a new data directory is created 0700."""
     source, database = Path(source), Path(database)
     if not source.is_file():
         raise BackupError(f"no backup file at {source}")
@@ -116,12 +124,11 @@ def restore(source: str | Path, database: str | Path, *, force: bool = False) ->
         raise BackupError(f"{source} is the database itself; restore from a backup file")
     if database.exists() and not force:
         raise BackupError(f"{database} exists; pass --force to replace it")
-    database.parent.mkdir(parents=True, exist_ok=True)
+    database.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
     _refuse_if_open(database)  # before copying a large file for nothing
     with _staging_file(database.parent, ".engram-restore-") as staging:
         shutil.copyfile(source, staging)
-        migrations = _check(staging, source)
-        _give_mode(staging, database)
+        migrations = _check(staging, source)  # the staging file is 0600 (mkstemp)
         _fsync(staging)
         _refuse_if_open(database)  # again, as close to the swap as it gets
         for suffix in SIDECARS:
@@ -195,17 +202,6 @@ def _staging_file(directory: Path, prefix: str) -> Iterator[Path]:
         for leftover in (path, *(Path(f"{path}{suffix}") for suffix in SIDECARS)):
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
-
-
-def _give_mode(staging: Path, database: Path) -> None:
-    """The restored database gets the permissions of the one it replaces, else those
-    of a new file (the staging file was created private, 0600)."""
-    if database.exists():
-        shutil.copymode(database, staging)
-        return
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o666 & ~umask)
 
 
 def _fsync(path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import sqlean
 
 from recall_helpers import Stack
-from services.common.db import READ_MMAP_BYTES, ReadPool, open_read_only, open_read_pool
+from services.common.db import MIB, ReadPool, open_read_only, open_read_pool
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.providers.embedding import NoEmbedding
 from services.search.embedder import QueryEmbedder
@@ -86,7 +86,7 @@ def test_readers_map_the_file(tmp_path: Any) -> None:
     sqlean.connect(str(path)).close()
     conn = open_read_only(path)
     try:
-        assert conn.execute("PRAGMA mmap_size").fetchone()[0] == READ_MMAP_BYTES
+        assert conn.execute("PRAGMA mmap_size").fetchone()[0] == 32 * MIB  # storage.read_mmap_mb
     finally:
         conn.close()
 

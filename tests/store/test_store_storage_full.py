@@ -4,16 +4,13 @@ once space returns. The disk is real: a small tmpfs mounted for the test."""
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from small_disk import fill, small_disk_at
 
 from engram.maintenance.v1 import maintenance_pb2, maintenance_pb2_grpc
 from engram.store.internal.v1 import admin_pb2, admin_pb2_grpc
@@ -31,50 +28,11 @@ DISK_BYTES = 8 * 1024 * 1024
 BIG = 60 * 1024
 
 
-def _mount_tmpfs(path: Path, size: int) -> None:
-    """Mount a tmpfs of `size` bytes at `path`, or skip the test saying why."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mount = shutil.which("mount")
-    if mount is None:
-        pytest.skip("no mount command")
-    done = subprocess.run(
-        [mount, "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real, nearly empty filesystem of DISK_BYTES."""
-    path = tmp_path / "small-disk"
-    path.mkdir()
-    _mount_tmpfs(path, DISK_BYTES)
-    try:
+    with small_disk_at(tmp_path / "small-disk", DISK_BYTES) as path:
         yield path
-    finally:
-        if subprocess.run(["umount", str(path)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def _fill(path: Path) -> None:
-    """Take every free byte of the filesystem that holds `path`."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        for block in (b"\0" * (1 << 20), b"\0" * (1 << 12), b"\0"):
-            while True:
-                try:
-                    os.write(fd, block)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    break
-    finally:
-        os.close(fd)
-    assert shutil.disk_usage(path.parent).free < 64 * 1024
 
 
 def _content(n: int) -> str:
@@ -99,7 +57,7 @@ def test_full_disk_answers_storage_full_and_the_store_recovers_when_space_return
 
     acked = {store.Remember(store_pb2.RememberRequest(content="before the disk filled")).memory.id}
     filler = small_disk / "filler"
-    _fill(filler)
+    fill(filler)
 
     # Writes go on succeeding while SQLite finds room in pages it already has;
     # then the disk is full. Bounded: 8 MiB cannot take a hundred 60 KiB writes.

@@ -12,7 +12,9 @@ fail in grpc's own deserialiser, before any handler runs, as INTERNAL. The
 wrapped deserialiser hands the failure to the handler instead, which answers
 INVALID_ARGUMENT with reason MALFORMED_REQUEST, like every other bad request.
 A string field holding U+0000 (which PostgreSQL's text cannot store) is refused
-there too, as INVALID_ARGUMENT naming every such field, on every backend.
+there too, as INVALID_ARGUMENT naming every such field, on every backend; so is
+an enum field holding a number its enum does not define (proto3 enums are open:
+999 would otherwise reach the handler and be read as some default).
 
 With a Guard (auth on, services/common/auth.py) every call is admitted from its
 metadata before the handler runs, and every request message is checked against
@@ -40,7 +42,7 @@ from services.common.auth import Guard, MethodGuard, Principal, principal_var
 from services.common.errors import EngramError, ErrorKind, InvalidArgument, MalformedRequest
 from services.common.logs import request_id_var
 from services.common.metrics import rpc_done
-from services.common.validation import reject_nul
+from services.common.validation import reject_nul, reject_undefined_enums
 
 log = logging.getLogger("engram.rpc")
 
@@ -207,11 +209,12 @@ def _tolerant(deserializer: Any) -> Any:
             message = deserializer(data)
         except Exception as exc:  # DecodeError, or the parser's recursion limit
             return _Undecodable(exc)
-        if b"\x00" in data:  # U+0000 in a string is a 0 byte; most requests have none
-            try:
+        try:
+            if b"\x00" in data:  # U+0000 in a string is a 0 byte; most requests have none
                 reject_nul(message)
-            except InvalidArgument as exc:
-                return _Undecodable(exc)
+            reject_undefined_enums(message)
+        except InvalidArgument as exc:
+            return _Undecodable(exc)
         return message
 
     return deserialize

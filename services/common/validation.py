@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from services.common import clock
-from services.common.errors import InvalidArgument, Violations
+from services.common.errors import FieldViolation, InvalidArgument, Violations
 
 DEFAULT_NAMESPACE = "default"
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -162,3 +162,114 @@ def reject_nul(message: Message) -> None:
         for field in fields:
             bad.add(field, NUL_DESCRIPTION)
         bad.raise_if_any()
+
+
+# ---- enum values the proto does not define ---------------------------------------------
+#
+# Proto3 enums are open: a value the schema does not define (999, -7) parses and
+# reaches the handler as a plain int, where a lookup table or an `if` ladder would
+# quietly read it as the default (ForgetMemories once took mode 999 for a preview).
+# One check over the request's descriptor refuses every such value, on every RPC,
+# before any handler runs (services/common/interceptors.py).
+
+
+class _EnumPlan:
+    """Where a message type can hold enum values: its own enum fields, and the
+    message fields (and map values) whose types can, found once per type."""
+
+    __slots__ = ("enums", "messages")
+
+    def __init__(self) -> None:
+        self.enums: list[FieldDescriptor] = []
+        self.messages: list[FieldDescriptor] = []
+
+
+_ENUM_PLANS: dict[str, _EnumPlan] = {}
+
+
+def _enum_plan(descriptor: Descriptor) -> _EnumPlan:
+    plan = _ENUM_PLANS.get(descriptor.full_name)
+    if plan is not None:
+        return plan
+    plan = _ENUM_PLANS[descriptor.full_name] = _EnumPlan()  # before recursing: cycles end here
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_ENUM:
+            plan.enums.append(field)
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            target = field.message_type
+            if target.GetOptions().map_entry:
+                target = target.fields_by_name["value"]
+                if target.type == FieldDescriptor.TYPE_ENUM:
+                    plan.messages.append(field)
+                    continue
+                if target.type != FieldDescriptor.TYPE_MESSAGE:
+                    continue
+                target = target.message_type
+            if _can_hold_enums(target):
+                plan.messages.append(field)
+    return plan
+
+
+def _can_hold_enums(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
+    if descriptor.full_name in seen:
+        return False
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_ENUM:
+            return True
+        if field.type == FieldDescriptor.TYPE_MESSAGE and _can_hold_enums(
+            field.message_type, seen | {descriptor.full_name}
+        ):
+            return True
+    return False
+
+
+def _enum_violation(field: FieldDescriptor, value: int, path: str) -> FieldViolation:
+    enum = field.enum_type
+    names = ", ".join(v.name for v in enum.values)
+    return FieldViolation(path, f"{value} is not a value of {enum.name}; one of {names}")
+
+
+def undefined_enum_fields(message: Message, prefix: str = "") -> list[FieldViolation]:
+    """Every enum field of `message` (nested, repeated and map values too) that
+    holds a number its enum does not define, by path (`mode`, `patches[0].status`)."""
+    plan = _enum_plan(message.DESCRIPTOR)
+    found: list[FieldViolation] = []
+    for field in plan.enums:
+        defined = field.enum_type.values_by_number
+        value = getattr(message, field.name)
+        if field.is_repeated:
+            found.extend(
+                _enum_violation(field, v, f"{prefix}{field.name}[{i}]")
+                for i, v in enumerate(value)
+                if v not in defined
+            )
+        elif value not in defined:
+            found.append(_enum_violation(field, value, f"{prefix}{field.name}"))
+    for field in plan.messages:
+        path = f"{prefix}{field.name}"
+        if field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            for key, item in getattr(message, field.name).items():
+                entry = f"{path}[{key!r}]"
+                if value_field.type == FieldDescriptor.TYPE_ENUM:
+                    if item not in value_field.enum_type.values_by_number:
+                        found.append(_enum_violation(value_field, item, entry))
+                else:
+                    found.extend(undefined_enum_fields(item, f"{entry}."))
+        elif field.is_repeated:
+            for index, item in enumerate(getattr(message, field.name)):
+                found.extend(undefined_enum_fields(item, f"{path}[{index}]."))
+        elif message.HasField(field.name):
+            found.extend(undefined_enum_fields(getattr(message, field.name), f"{path}."))
+    return found
+
+
+def reject_undefined_enums(message: Message) -> None:
+    """INVALID_ARGUMENT naming every enum field that holds an undefined value."""
+    plan = _enum_plan(message.DESCRIPTOR)
+    if not plan.enums and not plan.messages:
+        return  # most requests: nothing to look at
+    found = undefined_enum_fields(message)
+    if found:
+        first, *rest = found
+        raise InvalidArgument(first.field, first.description, *rest)

@@ -19,6 +19,8 @@ from services.common.config import PiiSettings
 from services.common.db import ReadPool
 from services.common.errors import (
     AlreadyExists,
+    EngramError,
+    ErrorKind,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -59,6 +61,26 @@ IMPORT_CHUNK = 500
 # a client that sends faster than the store commits waits (gRPC flow control)
 # instead of filling the store's memory.
 IMPORT_CHUNKS_IN_FLIGHT = 2
+
+
+class ImportStreamLimit(EngramError):
+    """A stream's item past MAX_IMPORT_STREAM_ITEMS. Every item before it was read
+    and is committed when this is raised (not INVALID_ARGUMENT, which writes
+    nothing); the message and metadata say how many, and where to go on from."""
+
+    kind = ErrorKind.RESOURCE_EXHAUSTED
+    reason = "IMPORT_STREAM_LIMIT"
+
+    def __init__(self, stored: int, failed: int) -> None:
+        last = MAX_IMPORT_STREAM_ITEMS
+        super().__init__(
+            f"ImportMemories takes at most {last} items per stream: items 0 to {last - 1} "
+            f"were read and are committed ({stored} stored, created or deduplicated; "
+            f"{failed} invalid, not stored), item {last} and later were not read; send "
+            "them in another stream (sending the first ones again gives their results: "
+            "the stored ones come back DEDUPLICATED)",
+            metadata={"committed": str(stored), "failed": str(failed), "next_index": str(last)},
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -891,7 +913,7 @@ class ImportSession:
         """The next item of the stream (an invalid one as its error)."""
         index = len(self._outcomes)
         if index >= MAX_IMPORT_STREAM_ITEMS:
-            raise InvalidArgument("items", f"at most {MAX_IMPORT_STREAM_ITEMS} items per stream")
+            await self._refuse_past_limit()
         if not isinstance(item, InvalidArgument):
             try:  # the namespace's privacy level (an import item names none)
                 self._privacy.check_write(item.namespace, "", long_term=item.ttl_nanos is None)
@@ -904,6 +926,13 @@ class ImportSession:
         self._pending.append((index, item))
         if len(self._pending) >= IMPORT_CHUNK:
             await self._flush()
+
+    async def _refuse_past_limit(self) -> None:
+        """Commit every item read (the partial chunk too: the reply then says
+        exactly what is stored), then ImportStreamLimit."""
+        outcomes = await self.finish()
+        stored = sum(1 for outcome in outcomes if outcome.status != "failed")
+        raise ImportStreamLimit(stored, len(outcomes) - stored)
 
     async def finish(self) -> list[ImportOutcome]:
         """Commit what is pending; every item's outcome, in stream order."""

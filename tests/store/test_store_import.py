@@ -4,6 +4,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
@@ -202,26 +204,39 @@ def test_a_cut_stream_keeps_a_prefix_in_whole_chunks_and_can_be_sent_again(
     assert scalar(db_path, "SELECT count(*) FROM memories") == 2 + sent
 
 
-def test_a_stream_over_the_item_cap_is_rejected_after_its_committed_chunks(
-    store, db_path: Path
-) -> None:
+def test_a_stream_over_the_item_cap_says_what_it_committed(store, db_path: Path) -> None:
+    """Was INVALID_ARGUMENT "at most 25000 items per stream" after committing 25,000
+    (an INVALID_ARGUMENT writes nothing). Now the first 25,000 are committed, the
+    partial chunk of valid items too, and the error's code, message and metadata
+    say so: here 3 of them are invalid and the last 497 valid ones are a partial chunk."""
     remember(store, "tables exist")
     per_message = 1000
+    invalid = {10, 20_000, MAX_IMPORT_STREAM_ITEMS - 1}
 
     def requests():
-        for start in range(0, MAX_IMPORT_STREAM_ITEMS + 1, per_message):
-            yield store_pb2.ImportMemoriesRequest(
-                items=_numbered(start, min(per_message, MAX_IMPORT_STREAM_ITEMS + 1 - start))
-            )
+        for start in range(0, MAX_IMPORT_STREAM_ITEMS + 2, per_message):
+            items = _numbered(start, min(per_message, MAX_IMPORT_STREAM_ITEMS + 2 - start))
+            for offset, item in enumerate(items):
+                if start + offset in invalid:
+                    item.importance = 7
+            yield store_pb2.ImportMemoriesRequest(items=items)
 
-    code, reason, fields = error_of(lambda: store.ImportMemories(requests(), timeout=300))
-    assert (code, reason, fields) == (
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "INVALID_ARGUMENT",
-        ["items"],
-    )
-    # The items before the cap are whole chunks, all committed before the reply.
-    assert scalar(db_path, "SELECT count(*) FROM memories") == 1 + MAX_IMPORT_STREAM_ITEMS
+    with pytest.raises(grpc.RpcError) as caught:
+        store.ImportMemories(requests(), timeout=300)
+    error = caught.value
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    status = rpc_status.from_call(error)
+    info = error_details_pb2.ErrorInfo()
+    status.details[0].Unpack(info)
+    stored = MAX_IMPORT_STREAM_ITEMS - len(invalid)
+    assert info.reason == "IMPORT_STREAM_LIMIT"
+    assert dict(info.metadata) == {
+        "committed": str(stored),
+        "failed": "3",
+        "next_index": str(MAX_IMPORT_STREAM_ITEMS),
+    }
+    assert f"({stored} stored, created or deduplicated; 3 invalid, not stored)" in error.details()
+    assert scalar(db_path, "SELECT count(*) FROM memories") == 1 + stored
 
 
 # ---- a chunk of many rows: each value in its own row (the multi-row INSERTs) ---------

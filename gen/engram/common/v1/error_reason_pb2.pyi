@@ -134,6 +134,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     written. Retry, narrow the read (a smaller page, a filter), or raise the
     limit.
     """
+    ERROR_REASON_IMPORT_STREAM_LIMIT: _ErrorReason.ValueType  # 29
+    """RESOURCE_EXHAUSTED (ImportMemories): the stream sent more than 25000 items.
+    Unlike INVALID_ARGUMENT, this comes after a write: items 0 to 24999 are
+    committed (the invalid ones among them not stored) and the rest were not
+    read. ErrorInfo metadata: `committed` (items stored, created or
+    deduplicated), `failed` (invalid items), `next_index` (the first item not
+    read). Send the rest in another stream.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -253,5 +261,13 @@ ERROR_REASON_STATEMENT_TIMEOUT: ErrorReason.ValueType  # 28
 that ran past `storage.postgres.statement_timeout_ms`; nothing was
 written. Retry, narrow the read (a smaller page, a filter), or raise the
 limit.
+"""
+ERROR_REASON_IMPORT_STREAM_LIMIT: ErrorReason.ValueType  # 29
+"""RESOURCE_EXHAUSTED (ImportMemories): the stream sent more than 25000 items.
+Unlike INVALID_ARGUMENT, this comes after a write: items 0 to 24999 are
+committed (the invalid ones among them not stored) and the rest were not
+read. ErrorInfo metadata: `committed` (items stored, created or
+deduplicated), `failed` (invalid items), `next_index` (the first item not
+read). Send the rest in another stream.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -200,10 +200,16 @@ class MemoryStoreServiceServicer:
         When the stream does not end normally, there are no per-item results, and
         what is committed is a prefix of the stream in whole chunks of 500 valid
         items:
-        - on an error reply (a bad message, the 25000-item cap, RESOURCE_EXHAUSTED
-        STORAGE_FULL), every whole chunk before the point of failure was
-        committed before the reply; the items after the last whole chunk were
-        not;
+        - on an error reply (a bad message, RESOURCE_EXHAUSTED STORAGE_FULL), every
+        whole chunk before the point of failure was committed before the reply;
+        the items after the last whole chunk were not;
+        - at item 25001 (index 25000): RESOURCE_EXHAUSTED IMPORT_STREAM_LIMIT, sent
+        after every item before it is committed (the partial chunk too), so items
+        0 to 24999 are stored or, if invalid, not; the message and the ErrorInfo
+        metadata `committed` (items stored: created or deduplicated), `failed`
+        (invalid items) and `next_index` (25000, the first item not read) say so;
+        send the rest in another stream (re-sending the first 25000 gives their
+        per-item results: the stored ones come back DEDUPLICATED);
         - when the client cancels, its deadline passes or the connection drops,
         the whole chunks received are committed, and the items after them may or
         may not be (the server cannot always tell a cut stream from a finished
@@ -215,9 +221,9 @@ class MemoryStoreServiceServicer:
         starting with PRIVACY_BLOCKED.
 
         Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
-        items, a stream over 25000 items: field `items`); UNAVAILABLE
-        (MUTATIONS_FROZEN, before anything is read); RESOURCE_EXHAUSTED
-        (STORAGE_FULL).
+        items); UNAVAILABLE (MUTATIONS_FROZEN, before anything is read);
+        RESOURCE_EXHAUSTED (STORAGE_FULL; IMPORT_STREAM_LIMIT, a stream over 25000
+        items, see above: the first 25000 are committed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -133,8 +133,12 @@ def test_a_near_identical_memory_is_merged_into_the_older_one(start: Any) -> Non
     assert dedup.completed_count >= 2 and dedup.failed_count == 0
 
 
+FULL_MODE = {"memory.pipelineV2.enabled": True, "memory.pipelineV2.allowUpdateDelete": True}
+
+
 def test_the_llm_decides_between_070_and_098(start: Any) -> None:
-    stack, llm = start(**{"memory.pipelineV2.enabled": True})
+    """In full mode (`allowUpdateDelete`) the LLM's decisions are applied."""
+    stack, llm = start(**FULL_MODE)
     close = remember_all(stack, *CLOSE)
     different = remember_all(stack, *DIFFERENT)
     richer = remember_all(stack, *RICHER)
@@ -145,9 +149,14 @@ def test_the_llm_decides_between_070_and_098(start: Any) -> None:
     assert get(stack, close[CLOSE[1]].id).deleted and not get(stack, close[CLOSE[0]].id).deleted
     merged = events(stack, close[CLOSE[1]].id)[-1]
     assert (merged.metadata["decided_by"], merged.reason) == ("llm", "same preference")
-    # replace: the older folded into the newer, richer one
-    assert get(stack, richer[RICHER[0]].id).deleted
-    assert not get(stack, richer[RICHER[1]].id).deleted
+    # replace: the newer, richer one supersedes the older (nothing tombstoned)
+    old, new = richer[RICHER[0]].id, richer[RICHER[1]].id
+    assert not get(stack, old).deleted and get(stack, old).HasField("valid_until")
+    assert not get(stack, new).deleted and not get(stack, new).HasField("valid_until")
+    reply = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=old))
+    assert reply.superseded_by_id == new and reply.merged_into_id == ""
+    assert events(stack, old)[-1].metadata["superseded_by"] == new
+    assert events(stack, new)[-1].metadata["supersedes"] == old
     # keep: both stay, the decision is in the newer one's history
     assert not any(get(stack, m.id).deleted for m in different.values())
     audit = events(stack, different[DIFFERENT[1]].id)[-1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 from engram.common.v1 import job_pb2
 from engram.store.v1 import store_pb2
 from llm_fakes import LlmServer, decision_answer, extraction_answer, fact, is_extraction
-from recall_helpers import Stack, count, wait_for
+from recall_helpers import Stack, count, timestamp, wait_for
 
 PATIENT = {"search.query_embedding_timeout_ms": 30000, "workers.embed.poll_ms": 50}
 CHECK = job_pb2.JOB_TYPE_NEAR_DUPLICATE
@@ -113,10 +114,6 @@ def remember(stack: Stack, content: str) -> Any:
 
 
 def _event_time(minute: int) -> Any:
-    from datetime import UTC, datetime, timedelta
-
-    from recall_helpers import timestamp
-
     return timestamp(datetime(2026, 3, 1, tzinfo=UTC) + timedelta(minutes=minute))
 
 

@@ -1,8 +1,10 @@
 """Superseding: a newer version of a fact replaces an older one without
 rewriting it (issue 17, seed 003 "knowledge evolution").
 
-The one write rule behind a ModifyMemories patch with `supersede` and a
-pipeline UPDATE: the new version is a new memory whose validity starts at
+The one write rule behind a ModifyMemories patch with `supersede`, a
+pipeline UPDATE and a near-duplicate that states the same fact with another
+value (services/store/dedup.py, where the new version exists already and
+`close` is the whole rule): the new version is a new memory whose validity starts at
 `valid_from`; the old one keeps its content and gets its validity closed at
 that same instant (`valid_until`, unless a known end comes first, with
 `invalidated_at` the transaction time of the close, so point-in-time reads

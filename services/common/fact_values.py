@@ -6,7 +6,8 @@ repeat ("Maria's flight to Oslo is on 12 March" / "... 13 March" score 0.986
 with all-MiniLM-L6-v2), so the near-duplicate check (services/pipeline/near_dup.py,
 and the store's re-check in services/store/dedup.py) asks this module too:
 
-- the values: numbers (number words too: "nine" is 9), dates ("12 March",
+- the values: numbers with their unit if any (number words too: "nine" is 9;
+  "16 GB" is not "16 MB", "2 hrs" is "2 hours"), dates ("12 March",
   "March 12th", "2026-03-12"; month and weekday names), times ("9:30",
   "5pm", "noon"), amounts ("$500", "500 EUR", "20%") and identifiers
   ("ENG-2231", "#42", "v2.3", e-mail addresses, URLs; a bare number right
@@ -21,7 +22,9 @@ and the store's re-check in services/store/dedup.py) asks this module too:
 - REPEAT: the same values, entities and polarity (the wording may differ);
 - UPDATE: the same text once each value is replaced by its kind ("... is on
   <date>"), the same entities, identifiers and polarity, and only numbers,
-  dates, times or amounts differ: the newer value of the same fact;
+  dates, times or amounts differ: the newer value of the same fact (not when
+  either says "today", "yesterday", "tomorrow", "tonight" or "ago": a
+  statement about its own day is not replaced by another day's);
 - DIFFERENT: anything else (another identifier, another entity, a negation,
   other words around a changed value). Not sure means different: both kept.
 """
@@ -187,12 +190,33 @@ CURRENCIES = {
     "jpy": "jpy",
     "yen": "jpy",
 }
+# a number's unit is part of its value ("16 GB" is not "16 MB"); synonyms to one name
+UNITS = {
+    **{u: u for u in ("kb", "mb", "gb", "tb", "ms", "mm", "cm", "km", "kg", "mg", "ml", "ft")},
+    **{u: "second" for u in ("s", "sec", "secs", "second", "seconds")},
+    **{u: "minute" for u in ("min", "mins", "minute", "minutes")},
+    **{u: "hour" for u in ("h", "hr", "hrs", "hour", "hours")},
+    **{u: "day" for u in ("day", "days")},
+    **{u: "week" for u in ("week", "weeks", "wk", "wks")},
+    **{u: "month" for u in ("months",)},  # "month" alone is often "a month"
+    **{u: "year" for u in ("yr", "yrs", "year", "years")},
+    **{u: "mile" for u in ("mi", "mile", "miles")},
+    **{u: "meter" for u in ("m", "meter", "meters", "metre", "metres")},
+    **{u: "gram" for u in ("g", "gram", "grams")},
+    **{u: "kilo" for u in ("kilo", "kilos", "kilogram", "kilograms")},
+    **{u: "liter" for u in ("l", "liter", "liters", "litre", "litres")},
+    **{u: "person" for u in ("people", "person", "persons")},
+    **{u: "time" for u in ("times",)},
+}
+# a statement about its own day ("I ran 5 km today"): another value is another day
+RELATIVE_DAYS = frozenset({"today", "yesterday", "tomorrow", "tonight", "ago"})
 MULTIPLIERS = {"k": 1000, "m": 1_000_000, "million": 1_000_000, "bn": 10**9, "billion": 10**9}
 
 _MONTH = "|".join(sorted(MONTHS, key=len, reverse=True))
 _NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _SCALE = r"(?:\s?(?P<{}>k|m|bn|million|billion)\b)?"
 _UNIT = "|".join(sorted((c for c in CURRENCIES if c.isalpha()), key=len, reverse=True))
+_UNITS = "|".join(sorted(UNITS, key=len, reverse=True))
 _TOKEN = re.compile(
     rf"""
     (?P<url>https?://\S+)
@@ -209,7 +233,7 @@ _TOKEN = re.compile(
         | \b(?P<unit_value>{_NUM}){_SCALE.format("unit_scale")}\s?(?P<unit>{_UNIT})\b)
   | (?P<percent>\b(?P<percent_value>{_NUM})\s?(?:%|percent\b))
   | (?P<hashid>\#\d+)
-  | (?P<number>\b(?:{_NUM})\b(?![-_./]\w))
+  | (?P<number>\b(?P<number_value>{_NUM})\b(?![-_./]\w)(?:\s?(?P<number_unit>{_UNITS})\b)?)
   | (?P<word>[^\W_]+(?:[-_./][^\W_]+)*)
     """,
     re.VERBOSE | re.IGNORECASE,
@@ -298,9 +322,11 @@ class _Reader:
         elif kind == "number":
             before = previous.lower()
             if (previous[:1].isupper() and before not in STOP_WORDS) or before in ID_NOUNS:
-                self.add(IDENTIFIER, f"{before} {raw}")  # "Room 101", "ticket 42"
+                self.add(IDENTIFIER, f"{before} {match.group('number_value')}")  # "Room 101"
             else:
-                self.add(NUMBER, _decimal(raw))
+                value, unit = match.group("number_value", "number_unit")
+                unit = f" {UNITS[unit.lower()]}" if unit else ""
+                self.add(NUMBER, f"{_decimal(value)}{unit}")
         else:
             self.word(raw)
 
@@ -390,6 +416,10 @@ def compare(older: str, newer: str) -> Comparison:
         differences.append(f"negation: {old.negations} -> {new.negations}")
     if not kinds:
         return Comparison(REPEAT)
-    if kinds <= UPDATABLE and old.template == new.template:
+    if (
+        kinds <= UPDATABLE
+        and old.template == new.template
+        and not (RELATIVE_DAYS & (old.words | new.words))
+    ):
         return Comparison(UPDATE, tuple(differences))
     return Comparison(DIFFERENT, tuple(differences))

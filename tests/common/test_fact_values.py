@@ -98,3 +98,14 @@ def test_words_that_spell_a_month_or_weekday_are_words() -> None:
 def test_negation_counts_contractions() -> None:
     assert negated("She doesn't eat meat") and negated("never again")
     assert not negated("She eats meat")
+
+
+def test_a_unit_is_part_of_the_value() -> None:
+    assert compare("The server has 16 GB of RAM", "The server has 16 MB of RAM").verdict == UPDATE
+    assert compare("The drive takes 2 hrs", "The drive takes 2 hours").verdict == REPEAT
+    assert values_of("a 5 km run").values == {"number": ("5 km",)}
+
+
+def test_another_value_on_its_own_day_is_another_fact() -> None:
+    found = compare("I ran 5 km today", "I ran 10 km today")
+    assert found.verdict == DIFFERENT and found.differences == ("number: 5 km -> 10 km",)

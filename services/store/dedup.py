@@ -112,8 +112,7 @@ class DedupStore:
                 survivor, duplicate
             )
 
-        # a decision that is only recorded is what a frozen store takes
-        return await self._writer.submit(operation, while_frozen=self._gate.frozen)
+        return await self._writer.submit(operation)
 
     async def complete_checks(self, leases: Sequence[tuple[str, str]]) -> list[bool]:
         """Finish near_duplicate jobs that found nothing to resolve; False per

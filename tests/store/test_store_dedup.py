@@ -220,3 +220,27 @@ def test_an_llm_decision_is_only_recorded_outside_full_mode(
     audit = history(store, newer.id)[-1]
     assert audit.metadata["not_applied"] == "destructive_mutations_disabled"
     assert audit.reason.startswith("controlled mode, would ")
+
+
+def test_get_memory_follows_merges_to_the_live_memory(stores: Any) -> None:
+    store, dedup = stores
+    first = remember(store, "User prefers dark mode").memory
+    second = remember(store, "The user prefers dark mode").memory
+    third = remember(store, "The user prefers the dark mode").memory
+    for survivor, duplicate in ((second, third), (first, second)):
+        dedup.ResolveNearDuplicate(
+            dedup_pb2.ResolveNearDuplicateRequest(
+                survivor_id=survivor.id, duplicate_id=duplicate.id, action=MERGE, similarity=0.99
+            )
+        )
+    reply = store.GetMemory(store_pb2.GetMemoryRequest(id=third.id))
+    assert reply.memory.deleted and reply.merged_into_id == first.id
+    assert store.GetMemory(store_pb2.GetMemoryRequest(id=first.id)).merged_into_id == ""
+    # recovered, it is merged into nothing any more
+    store.RecoverMemory(store_pb2.RecoverMemoryRequest(id=third.id, reason="undo"))
+    assert store.GetMemory(store_pb2.GetMemoryRequest(id=third.id)).merged_into_id == ""
+    # another namespace sees none of it
+    code, _, _ = error_of(
+        lambda: store.GetMemory(store_pb2.GetMemoryRequest(namespace="other", id=third.id))
+    )
+    assert code == grpc.StatusCode.NOT_FOUND

@@ -203,14 +203,17 @@ class PiiSettings(_Section):
 class DedupSettings(_Section):
     """`dedup.*`: near-duplicates after embedding (seed 004 §3; services/pipeline/near_dup.py).
     On by default (issue 18; LoCoMo dev in bench/README.md, "Near-duplicate
-    merging"): a memory embedded at 0.98 or more to an older one is folded
-    into it."""
+    merging"): a memory embedded at 0.98 or more to an older one that states
+    the same values is folded into it; the same sentence with another value
+    supersedes it (services/common/fact_values.py decides which)."""
 
     enabled: bool = True
-    # cosine at or above: merged without asking (the newer into the older)
+    # cosine at or above: a repeat (the same values) is merged without asking (the newer
+    # into the older)
     merge_similarity: float = Field(0.98, ge=0.0, le=1.0)
-    # cosine at or above (and below merge_similarity): the LLM decides merge,
-    # replace or keep both, when memory.pipelineV2.enabled; kept otherwise
+    # cosine at or above: the same sentence with another number, date, time or
+    # amount supersedes the older; what the rule does not settle goes to the LLM
+    # (merge, replace or keep both) when memory.pipelineV2.enabled; kept otherwise
     review_similarity: float = Field(0.70, ge=0.0, le=1.0)
 
     @model_validator(mode="after")

@@ -1,5 +1,6 @@
-"""Near-duplicates after embedding (seed 004 §3): compare a freshly embedded memory
-with its namespace and fold it into an older one that says the same thing.
+"""Near-duplicates after embedding (seed 004 §3, issue 35): compare a freshly
+embedded memory with its namespace; fold a repeat into the older memory, let a
+newer value of the same fact supersede the older one, keep everything else.
 
 When an embed job's vector enters the index and `dedup.enabled` is on, the store
 queues a near_duplicate job for the memory in the same transaction (the queue is
@@ -7,25 +8,38 @@ the database: a pipeline stopped between embedding and checking does the check
 after it restarts). This worker leases those jobs. For each, the search
 service's Recall is the vector search: its vector channel reports the exact
 cosine between the memory's text (first MAX_QUERY_CHARS characters: see below)
-and each candidate of the same namespace. The best other candidate decides:
+and each candidate of the same namespace (memories valid now: a superseded one
+is no candidate). The best other candidate decides, with the value rule
+(services/common/fact_values.py), because a small embedding's cosine cannot
+tell a changed value from a repeat ("... on 12 March" / "... on 13 March"
+score 0.986):
 
-- cosine >= `dedup.merge_similarity` (0.98) and the same `who`: merged at once;
-- cosine >= `dedup.review_similarity` (0.70), or above 0.98 with another
-  `who`: the LLM decides merge, replace or keep both, when
-  `memory.pipelineV2.enabled`; kept otherwise;
-- below: nothing.
+- cosine >= `dedup.merge_similarity` (0.98), the same `who` and a repeat (the
+  same numbers, dates, times, amounts, identifiers, named entities and
+  polarity): merged at once, the newer into the older;
+- cosine >= `dedup.review_similarity` (0.70), the same `who` and the same
+  sentence with another number, date, time or amount: an update, the later
+  one supersedes the earlier (services/store/supersede.py), nothing is
+  tombstoned;
+- otherwise from 0.70, when `memory.pipelineV2.enabled`: the LLM decides
+  merge, replace or keep both. `replace` is an update (the new memory
+  supersedes the old one); `merge` of two texts whose values differ is one
+  too (folding would lose a value);
+- without the LLM: both kept (from 0.98, the decision is recorded, naming the
+  values that differ); below 0.70: nothing.
 
 Only older memories are candidates (ids are UUIDv7: the smaller id is the older
 memory; embed jobs run oldest first and a check is queued only once its memory
 is indexed, so the older one is indexed by the time the newer one is checked),
-so each pair is decided once, when its newer memory is checked. A merge folds
-the newer memory into the older one; `replace` folds the older into the newer.
-The store applies each decision and completes the job in one transaction
-(DedupService.ResolveNearDuplicate with the lease) and refuses memories that are
-no longer live or not eligible. Shadow mode (`memory.pipelineV2.shadowMode`)
-records what would have happened and changes nothing. Failures follow the LLM
-job machinery (services/pipeline/llm_job_worker.py): the search service or the
-LLM unreachable releases the job unattempted; a bad LLM answer uses an attempt
+so each pair is decided once, when its newer memory is checked. The store
+applies each decision and completes the job in one transaction
+(DedupService.ResolveNearDuplicate with the lease), refuses memories that are
+no longer live or not eligible, and decides by its own mode what is applied
+(services/common/llm_gate.py): shadow mode applies nothing, controlled mode
+nothing the LLM decided (it records the proposal), full mode
+(`allowUpdateDelete`) all. Failures follow the LLM job machinery
+(services/pipeline/llm_job_worker.py): the search service or the LLM
+unreachable releases the job unattempted; a bad LLM answer uses an attempt
 (retried with backoff, dead after `workerMaxRetries`).
 
 MAX_QUERY_CHARS (Recall's query cap): Recall finds the candidates by the newer
@@ -39,7 +53,6 @@ characters and differ after them are not taken for twins.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from dataclasses import dataclass
@@ -51,7 +64,9 @@ from engram.common.v1 import job_pb2
 from engram.search.v1 import search_pb2
 from engram.store.internal.v1 import dedup_pb2, job_queue_pb2_grpc
 from engram.store.internal.v1 import job_queue_pb2 as jq
+from services.common import fact_values
 from services.common.config import Config
+from services.common.llm_gate import DECIDED_BY_LLM
 from services.common.memory_record import may_merge
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.llm import LlmProvider
@@ -65,6 +80,11 @@ log = logging.getLogger("engram.pipeline.dedup")
 MAX_QUERY_CHARS = 2000  # RecallRequest.query's limit
 CANDIDATES = 5
 LLM_ACTIONS = ("merge", "replace", "keep")
+_ACTIONS = {
+    "merge": dedup_pb2.NEAR_DUPLICATE_ACTION_MERGE,
+    "supersede": dedup_pb2.NEAR_DUPLICATE_ACTION_SUPERSEDE,
+    "keep_both": dedup_pb2.NEAR_DUPLICATE_ACTION_KEEP_BOTH,
+}
 
 
 @dataclass(frozen=True)
@@ -79,16 +99,13 @@ class DedupPolicy:
     merge_similarity: float
     review_similarity: float
     ask_llm: bool
-    shadow: bool
 
     @classmethod
     def from_config(cls, config: Config) -> DedupPolicy:
-        pipeline = config.memory.pipelineV2
         return cls(
             merge_similarity=config.dedup.merge_similarity,
             review_similarity=config.dedup.review_similarity,
-            ask_llm=pipeline.enabled,
-            shadow=pipeline.shadowMode,
+            ask_llm=config.memory.pipelineV2.enabled,
         )
 
 
@@ -134,11 +151,14 @@ def parse_review(answer: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Resolution:
-    """What one check decided, for ResolveNearDuplicate."""
+    """What one check decided, for ResolveNearDuplicate: always the older
+    memory as `survivor_id` and the checked one as `duplicate_id` (a merge
+    folds the newer into the older; for a supersede the store orders them by
+    valid time; a decision kept or not applied is recorded on the newer)."""
 
     survivor_id: str
     duplicate_id: str
-    action: str  # merge | keep_both
+    action: str  # merge | supersede | keep_both
     similarity: float
     reason: str
     decided_by: str
@@ -235,37 +255,52 @@ class NearDuplicates(LlmJobWorker[Resolution | None]):
             scored = [(r, r.vector.score) for r in candidates]
         best, score = max(scored, key=lambda pair: pair[1])
         similarity = min(1.0, max(0.0, score))
+        if similarity < self._policy.review_similarity:
+            return None
         older, newer = best.memory.id, item.memory_id
         # two people saying the same words are two memories ("Nate: Bye Joanna!",
-        # "Joanna: Bye Nate!" score 0.993): only the same `who` merges unasked
+        # "Joanna: Bye Nate!" score 0.993): only the same `who` is decided unasked
         same_who = bool(own) and own[0].who == best.memory.who
-        if similarity >= self._policy.merge_similarity and same_who:
-            return self._shadowed(
-                Resolution(
-                    older,
-                    newer,
-                    "merge",
-                    similarity,
-                    f"cosine {similarity:.3f} >= {self._policy.merge_similarity}",
-                    "similarity",
-                )
-            )
-        if similarity < self._policy.review_similarity or not self._policy.ask_llm:
-            return None
-        answer = await self._llm.generate(review_prompt(best.memory.content, item.content))
+        compared = fact_values.compare(best.memory.content, item.content)
+        cosine = f"cosine {similarity:.3f}"
+        if same_who and compared.verdict == fact_values.REPEAT:
+            if similarity >= self._policy.merge_similarity:
+                why = f"{cosine} >= {self._policy.merge_similarity}, the same values"
+                return Resolution(older, newer, "merge", similarity, why, "similarity")
+        elif same_who and compared.verdict == fact_values.UPDATE:
+            why = f"{cosine}, the same fact with another value: {compared.describe()}"
+            return Resolution(older, newer, "supersede", similarity, why, "values")
+        if self._policy.ask_llm:
+            return await self._review(best.memory.content, item, older, similarity, compared)
+        if similarity >= self._policy.merge_similarity:
+            why = f"{cosine} >= {self._policy.merge_similarity}, but {compared.describe()}"
+            if not same_who:
+                why = f"{cosine} >= {self._policy.merge_similarity}, but another who"
+            return Resolution(older, newer, "keep_both", similarity, why, "values")
+        return None
+
+    async def _review(
+        self,
+        existing: str,
+        item: Embedded,
+        older: str,
+        similarity: float,
+        compared: fact_values.Comparison,
+    ) -> Resolution:
+        """The LLM's decision, as what it means for the two memories: `replace`,
+        and `merge` of texts with other values, are updates (the newer
+        supersedes the older); the store applies them only in full mode."""
+        answer = await self._llm.generate(review_prompt(existing, item.content))
         action, reason = parse_review(answer)
-        if action == "replace":
-            older, newer = newer, older  # the newer survives; the older is folded in
-        return self._shadowed(
-            Resolution(
-                older,
-                newer,
-                "keep_both" if action == "keep" else "merge",
-                similarity,
-                reason,
-                "llm",
-            )
-        )
+        if action == "keep":
+            decided = "keep_both"
+        elif action == "merge" and compared.verdict == fact_values.REPEAT:
+            decided = "merge"
+        else:
+            decided = "supersede"
+            if action == "merge":
+                reason = f"{reason} (values differ: {compared.describe()})"
+        return Resolution(older, item.memory_id, decided, similarity, reason, DECIDED_BY_LLM)
 
     async def _whole_text_cosines(self, content: str, candidates: list[Any]) -> list[Any]:
         """(candidate, cosine) on whole texts, for a memory longer than Recall's query."""
@@ -276,15 +311,6 @@ class NearDuplicates(LlmJobWorker[Resolution | None]):
             for r, v in zip(candidates, unit[1:], strict=True)
         ]
 
-    def _shadowed(self, resolution: Resolution) -> Resolution:
-        if self._policy.shadow and resolution.action != "keep_both":
-            return dataclasses.replace(
-                resolution,
-                action="keep_both",
-                reason=f"shadow mode, would {resolution.action}: {resolution.reason}",
-            )
-        return resolution
-
     async def _resolve(self, namespace: str, lease: jq.JobLease, decided: Resolution) -> bool:
         """Apply the decision and complete the job in one store transaction;
         True when the lease was lost (nothing written)."""
@@ -293,11 +319,7 @@ class NearDuplicates(LlmJobWorker[Resolution | None]):
                 namespace=namespace,
                 survivor_id=decided.survivor_id,
                 duplicate_id=decided.duplicate_id,
-                action=(
-                    dedup_pb2.NEAR_DUPLICATE_ACTION_MERGE
-                    if decided.action == "merge"
-                    else dedup_pb2.NEAR_DUPLICATE_ACTION_KEEP_BOTH
-                ),
+                action=_ACTIONS[decided.action],
                 similarity=decided.similarity,
                 reason=decided.reason[:1024],
                 decided_by=decided.decided_by,

@@ -39,6 +39,7 @@ from services.common.db import (
 )
 from services.common.errors import MutationsFrozen
 from services.common.listeners import listener
+from services.common.llm_gate import LlmGate
 from services.common.metrics import queue_depth_source
 from services.common.pii import PiiGate
 from services.common.server import (
@@ -392,7 +393,14 @@ async def start_store(
         )
         access_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(store), server)
         dedup_pb2_grpc.add_DedupServiceServicer_to_server(
-            DedupServicer(DedupStore(writer, max_job_attempts=max_attempts)), server
+            DedupServicer(
+                DedupStore(
+                    writer,
+                    max_job_attempts=max_attempts,
+                    gate=LlmGate.from_settings(config.memory.pipelineV2),
+                )
+            ),
+            server,
         )
 
     started: list[RunningServer] = []

@@ -9,15 +9,10 @@ target, so an LLM cannot talk it into anything.
 
 from __future__ import annotations
 
-from itertools import pairwise
-
-from services.common.text import NOT_STEMS, STOP_WORDS, words
+from services.common.fact_values import NEGATIONS, negated
+from services.common.text import STOP_WORDS, words
 
 MIN_SHARED_TOKENS = 2
-
-NEGATIONS = frozenset(
-    {"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot"}
-)
 
 ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
     ("enabled", "disabled"),
@@ -50,14 +45,6 @@ ANTONYM_PAIRS: tuple[tuple[str, str], ...] = (
     ("prefer", "avoid"),
     ("prefers", "avoids"),
 )
-
-
-def negated(text: str) -> bool:
-    said = words(text)
-    return any(t in NEGATIONS for t in said) or any(
-        stem in NOT_STEMS and t == "t"
-        for stem, t in pairwise(said)  # "isn" + "t"
-    )
 
 
 def _polar_words() -> frozenset[str]:

@@ -14,6 +14,7 @@ from services.store.servicer import namespace_of
 _ACTIONS = {
     dedup_pb2.NEAR_DUPLICATE_ACTION_MERGE: "merge",
     dedup_pb2.NEAR_DUPLICATE_ACTION_KEEP_BOTH: "keep_both",
+    dedup_pb2.NEAR_DUPLICATE_ACTION_SUPERSEDE: "supersede",
 }
 
 

@@ -39,6 +39,7 @@ from services.common.facts import (
     Fact,
     NamedEntity,
 )
+from services.common.llm_gate import LlmGate
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, normalize_content
 from services.common.validation import validate_id, validate_ids
@@ -79,9 +80,14 @@ class WritePolicy:
     max_job_attempts: int = 3
 
     @property
+    def gate(self) -> LlmGate:
+        """The one gate for LLM decisions that change memories (services/common/llm_gate.py)."""
+        return LlmGate(self.shadow, self.frozen, self.allow_update_delete)
+
+    @property
     def records_only(self) -> bool:
         """Shadow mode: proposals are recorded, nothing else is written."""
-        return self.shadow or self.frozen
+        return self.gate.records_only
 
 
 @dataclass(frozen=True)
@@ -352,7 +358,7 @@ class _JobWrite:
         if self.source is None or self.source.deleted:
             return ProposalResult("skipped", reason="source_memory_deleted"), {}
         if self.policy.records_only:
-            reason = "mutations_frozen" if self.policy.frozen else "shadow_mode"
+            reason = self.policy.gate.records_only_reason()
             return ProposalResult("shadowed", reason=reason, review_needed=review), {}
         if action == "add":
             return self._add(item), {}
@@ -462,8 +468,9 @@ class _JobWrite:
         """The first guard an UPDATE or DELETE fails, or "" when it may be applied."""
         proposal = item.proposal
         assert self.source is not None
-        if not self.policy.allow_update_delete:
-            return "destructive_mutations_disabled"
+        refused = self.policy.gate.refusal()  # controlled mode applies no UPDATE or DELETE
+        if refused:
+            return refused
         if proposal.confidence < self.policy.destructive_min_confidence:
             return "low_decision_confidence"
         if proposal.target_id not in proposal.candidate_ids:

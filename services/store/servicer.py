@@ -23,7 +23,7 @@ from services.common.convert import (
 from services.common.errors import InvalidArgument, Violations
 from services.common.pii import PiiAction, PiiPolicy
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
-from services.store import rules
+from services.store import dedup, rules
 from services.store.consolidation import Consolidation
 from services.store.entities import EntityRecord, get_entity, list_entities
 from services.store.explain import explain, list_links
@@ -269,8 +269,13 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         self, request: store_pb2.GetMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.GetMemoryResponse:
         bad = Violations()
-        record = await self._store.get(namespace_of(bad, request.namespace), request.id, bad)
-        return store_pb2.GetMemoryResponse(memory=memory_to_proto(record))
+        namespace = namespace_of(bad, request.namespace)
+        record = await self._store.get(namespace, request.id, bad)
+        return store_pb2.GetMemoryResponse(
+            memory=memory_to_proto(record),
+            merged_into_id=await dedup.merged_into(self._store.reads, namespace, record),
+            superseded_by_id=await dedup.superseded_by(self._store.reads, namespace, record),
+        )
 
     async def ListMemories(
         self, request: store_pb2.ListMemoriesRequest, context: grpc.aio.ServicerContext

@@ -1,8 +1,10 @@
 """Superseding: a newer version of a fact replaces an older one without
 rewriting it (issue 17, seed 003 "knowledge evolution").
 
-The one write rule behind a ModifyMemories patch with `supersede` and a
-pipeline UPDATE: the new version is a new memory whose validity starts at
+The one write rule behind a ModifyMemories patch with `supersede`, a
+pipeline UPDATE and a near-duplicate that states the same fact with another
+value (services/store/dedup.py, where the new version exists already and
+`close` is the whole rule): the new version is a new memory whose validity starts at
 `valid_from`; the old one keeps its content and gets its validity closed at
 that same instant (`valid_until`, unless a known end comes first, with
 `invalidated_at` the transaction time of the close, so point-in-time reads
@@ -71,10 +73,46 @@ def supersede(
     link's)."""
     valid_from = new.row.valid_from
     assert valid_from is not None, "a superseding memory names when it starts"
-    extra = dict(metadata or {})
-    until = min(old.valid_until or valid_from, valid_from)
     [created] = mutations.create(conn, [new])
     assert not created.deduplicated, "refusal() checks for an open twin first"
+    version = close(
+        conn,
+        old,
+        created.memory_id,
+        valid_from,
+        actor=actor,
+        reason=reason,
+        at=at,
+        job_id=job_id,
+        metadata=metadata,
+        evidence=evidence,
+        max_attempts=new.target.embed_job.max_attempts,
+    )
+    return Superseded(created.memory_id, version)
+
+
+def close(
+    conn: Any,
+    old: MemoryRecord,
+    new_id: str,
+    valid_from: str,
+    *,
+    actor: str,
+    reason: str,
+    at: str,
+    max_attempts: int,
+    job_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    evidence: Sequence[str] = (),
+) -> int:
+    """Close `old` for the memory `new_id`, true from `valid_from`: `old`'s
+    validity ends then (its `modified` event names `superseded_by`), the
+    `supersedes` link goes from `new_id` to it, and its relations to other
+    facts end with it. Returns `old`'s version after the close. For a
+    successor that exists already (a near-duplicate with a newer value,
+    services/store/dedup.py) this is the whole rule; `supersede` creates one
+    first."""
+    until = min(old.valid_until or valid_from, valid_from)
     version = mutations.new_version(
         conn,
         old,
@@ -86,15 +124,15 @@ def supersede(
         at=at,
         metadata={
             "changes": {"valid_until": until},
-            "superseded_by": created.memory_id,
-            **extra,
+            "superseded_by": new_id,
+            **(metadata or {}),
         },
-        max_attempts=new.target.embed_job.max_attempts,
+        max_attempts=max_attempts,
     )
     links.insert_link(
         conn,
         old.namespace,
-        created.memory_id,
+        new_id,
         old.id,
         links.SUPERSEDES,
         job_id,
@@ -105,7 +143,17 @@ def supersede(
     # The old version's relations to other facts end with it; its versions,
     # sources and place in its session stay (services/store/extraction_sql.py).
     links.close_relation_links(conn, old.namespace, old.id, until)
-    return Superseded(created.memory_id, version)
+    return version
+
+
+def successor_query(namespace: str, memory_id: str) -> repo.Query:
+    """The memory that supersedes `memory_id` directly (GetMemory's superseded_by_id)."""
+    return (
+        "SELECT from_memory_id FROM memory_links "
+        "WHERE namespace = ? AND to_memory_id = ? AND link_type = ? "
+        "ORDER BY created_at DESC LIMIT 1",
+        [namespace, memory_id, links.SUPERSEDES],
+    )
 
 
 def new_history_metadata(old: MemoryRecord, valid_from: str) -> dict[str, Any]:

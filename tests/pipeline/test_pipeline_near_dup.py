@@ -36,6 +36,8 @@ DIFFERENT = ("Postgres uses pgvector", "Postgres is a database")
 RICHER = ("Release is on Friday", "Release is on Friday at 5pm after QA sign-off")
 # on CLOSE's axes: never remembered in the same test as CLOSE
 SENTINEL = ("The office opens at nine", "The office opens at 9")
+# on RICHER's axes: never remembered in the same test as RICHER
+MORE_VALUES = ("Meet Anna at the cafe", "Meet Anna at the cafe on Friday")
 
 
 def book() -> VectorBook:
@@ -46,6 +48,7 @@ def book() -> VectorBook:
         (DIFFERENT, 0.75, (4, 5)),
         (RICHER, 0.90, (6, 7)),
         (SENTINEL, 0.995, (2, 3)),
+        (MORE_VALUES, 0.92, (6, 7)),
     ):
         first, second = pair(cosine, *axes)
         vectors[texts[0]], vectors[texts[1]] = first, second
@@ -56,7 +59,7 @@ def reviewer(prompt: str) -> str:
     """Extraction finds nothing; the near-duplicate review answers by the pair."""
     if is_extraction(prompt):
         return json.dumps({"facts": [], "entities": []})
-    if "Client likes morning" in prompt:
+    if "Client likes morning" in prompt or "Meet Anna" in prompt:
         return json.dumps({"action": "merge", "reason": "same preference"})
     if "Release is on Friday" in prompt:
         return json.dumps({"action": "replace", "reason": "the new one is more precise"})
@@ -133,8 +136,12 @@ def test_a_near_identical_memory_is_merged_into_the_older_one(start: Any) -> Non
     assert dedup.completed_count >= 2 and dedup.failed_count == 0
 
 
+FULL_MODE = {"memory.pipelineV2.enabled": True, "memory.pipelineV2.allowUpdateDelete": True}
+
+
 def test_the_llm_decides_between_070_and_098(start: Any) -> None:
-    stack, llm = start(**{"memory.pipelineV2.enabled": True})
+    """In full mode (`allowUpdateDelete`) the LLM's decisions are applied."""
+    stack, llm = start(**FULL_MODE)
     close = remember_all(stack, *CLOSE)
     different = remember_all(stack, *DIFFERENT)
     richer = remember_all(stack, *RICHER)
@@ -145,9 +152,14 @@ def test_the_llm_decides_between_070_and_098(start: Any) -> None:
     assert get(stack, close[CLOSE[1]].id).deleted and not get(stack, close[CLOSE[0]].id).deleted
     merged = events(stack, close[CLOSE[1]].id)[-1]
     assert (merged.metadata["decided_by"], merged.reason) == ("llm", "same preference")
-    # replace: the older folded into the newer, richer one
-    assert get(stack, richer[RICHER[0]].id).deleted
-    assert not get(stack, richer[RICHER[1]].id).deleted
+    # replace: the newer, richer one supersedes the older (nothing tombstoned)
+    old, new = richer[RICHER[0]].id, richer[RICHER[1]].id
+    assert not get(stack, old).deleted and get(stack, old).HasField("valid_until")
+    assert not get(stack, new).deleted and not get(stack, new).HasField("valid_until")
+    reply = stack.store.GetMemory(store_pb2.GetMemoryRequest(id=old))
+    assert reply.superseded_by_id == new and reply.merged_into_id == ""
+    assert events(stack, old)[-1].metadata["superseded_by"] == new
+    assert events(stack, new)[-1].metadata["supersedes"] == old
     # keep: both stay, the decision is in the newer one's history
     assert not any(get(stack, m.id).deleted for m in different.values())
     audit = events(stack, different[DIFFERENT[1]].id)[-1]
@@ -155,6 +167,37 @@ def test_the_llm_decides_between_070_and_098(start: Any) -> None:
     assert audit.metadata["decision"] == "keep_both"
     reviews = [p for p in llm.prompts() if "Two memories are very similar" in p]
     assert len(reviews) == 3  # the 0.99 pair needed no model
+
+
+def test_an_llm_merge_of_texts_with_other_values_is_an_update(start: Any) -> None:
+    """Folding "... on Friday" into the memory without a day would lose the day:
+    the LLM's merge becomes a supersede, the newer text stays current."""
+    stack, _ = start(**FULL_MODE)
+    pair = remember_all(stack, *MORE_VALUES)
+    old, new = pair[MORE_VALUES[0]].id, pair[MORE_VALUES[1]].id
+    start.run(stack)
+    wait_for(lambda: get(stack, old).HasField("valid_until"), what="the older one superseded")
+    assert not get(stack, old).deleted and not get(stack, new).deleted
+    noted = events(stack, new)[-1]
+    assert (noted.metadata["decision"], noted.metadata["supersedes"]) == ("supersede", old)
+    assert noted.reason.startswith("same preference (values differ: date: - -> weekday fri")
+
+
+def test_in_controlled_mode_the_llm_review_is_recorded_and_applied_nowhere(start: Any) -> None:
+    stack, _ = start(**{"memory.pipelineV2.enabled": True})
+    close = remember_all(stack, *CLOSE)
+    richer = remember_all(stack, *RICHER)
+    start.run(stack)
+    newer = (close[CLOSE[1]].id, richer[RICHER[1]].id)
+    wait_for(lambda: all(len(events(stack, m)) == 2 for m in newer), what="both recorded")
+    for memory in (*close.values(), *richer.values()):
+        now = get(stack, memory.id)
+        assert not now.deleted and not now.HasField("valid_until") and now.version == 1
+    proposals = [events(stack, m)[-1].metadata for m in newer]
+    assert [(p["proposed"], p["not_applied"]) for p in proposals] == [
+        ("merge", "destructive_mutations_disabled"),
+        ("supersede", "destructive_mutations_disabled"),
+    ]
 
 
 def test_shadow_mode_records_and_changes_nothing(start: Any) -> None:

@@ -4,6 +4,7 @@ folds one memory into another in one transaction, visible in GetMemory and histo
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from engram.store.internal.v1 import dedup_pb2, dedup_pb2_grpc
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
+from recall_helpers import timestamp
 from store_helpers import remember, table_counts
 
 MERGE = dedup_pb2.NEAR_DUPLICATE_ACTION_MERGE
@@ -135,3 +137,110 @@ def test_bad_requests_name_every_field(stores: Any, db_path: Path) -> None:
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
     assert sorted(fields) == ["action", "duplicate_id", "reason", "similarity"]
     assert table_counts(db_path) == before
+
+
+SUPERSEDE = dedup_pb2.NEAR_DUPLICATE_ACTION_SUPERSEDE
+
+
+def _at(day: int) -> Any:
+    return timestamp(datetime(2026, 3, day, tzinfo=UTC))
+
+
+def test_supersede_keeps_both_and_the_later_valid_one_is_current(stores: Any) -> None:
+    """The store orders the two by valid time: the one said later supersedes,
+    whichever was written first."""
+    store, dedup = stores
+    later = remember(store, "Maria's flight to Oslo is on 13 March", event_time=_at(5)).memory
+    earlier = remember(store, "Maria's flight to Oslo is on 12 March", event_time=_at(2)).memory
+    reply = dedup.ResolveNearDuplicate(
+        dedup_pb2.ResolveNearDuplicateRequest(
+            survivor_id=later.id,
+            duplicate_id=earlier.id,
+            action=SUPERSEDE,
+            similarity=0.986,
+            reason="the same fact with another value",
+            decided_by="values",
+        )
+    )
+    assert reply.applied and reply.survivor.id == later.id
+    old = store.GetMemory(store_pb2.GetMemoryRequest(id=earlier.id))
+    assert not old.memory.deleted and old.superseded_by_id == later.id
+    assert old.memory.valid_until == later.valid_from
+    assert not store.GetMemory(store_pb2.GetMemoryRequest(id=later.id)).memory.HasField(
+        "valid_until"
+    )
+    listed = store.ListMemories(store_pb2.ListMemoriesRequest()).memories
+    assert [m.id for m in listed] == [later.id]
+    assert history(store, earlier.id)[-1].metadata["superseded_by"] == later.id
+    assert history(store, later.id)[-1].metadata["supersedes"] == earlier.id
+
+
+def test_a_merge_of_texts_with_other_values_keeps_both(stores: Any) -> None:
+    """The store re-checks the value rule: folding 13 March into 12 March would
+    lose the newer date."""
+    store, dedup = stores
+    older = remember(store, "Maria's flight to Oslo is on 12 March").memory
+    newer = remember(store, "Maria's flight to Oslo is on 13 March").memory
+    reply = dedup.ResolveNearDuplicate(
+        dedup_pb2.ResolveNearDuplicateRequest(
+            survivor_id=older.id, duplicate_id=newer.id, action=MERGE, similarity=0.986
+        )
+    )
+    assert reply.applied and reply.survivor.version == 1
+    assert not store.GetMemory(store_pb2.GetMemoryRequest(id=newer.id)).memory.deleted
+    audit = history(store, newer.id)[-1]
+    assert (audit.metadata["proposed"], audit.metadata["not_applied"]) == ("merge", "values_differ")
+
+
+@pytest.mark.parametrize("action", [MERGE, SUPERSEDE], ids=["merge", "supersede"])
+def test_an_llm_decision_is_only_recorded_outside_full_mode(
+    make_config: Callable[..., Any], start_store_server: Callable[..., Any], action: int
+) -> None:
+    """The store's own mode gates what the LLM decided (issue 34): controlled
+    mode (pipeline on, allowUpdateDelete off) records it and changes nothing."""
+    server, store = start_store_server(make_config(**{"memory.pipelineV2.enabled": True}))
+    with grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}") as channel:
+        dedup = dedup_pb2_grpc.DedupServiceStub(channel)
+        older = remember(store, "The standup is at 9:30 on Mondays").memory
+        newer = remember(store, "the standup is at 9:30, on Mondays").memory
+        reply = dedup.ResolveNearDuplicate(
+            dedup_pb2.ResolveNearDuplicateRequest(
+                survivor_id=older.id,
+                duplicate_id=newer.id,
+                action=action,
+                similarity=0.99,
+                reason="the memory said so",
+                decided_by="llm",
+            )
+        )
+    assert reply.applied
+    for memory in (older, newer):
+        now = store.GetMemory(store_pb2.GetMemoryRequest(id=memory.id))
+        assert now.memory.version == 1 and not now.memory.HasField("valid_until")
+    audit = history(store, newer.id)[-1]
+    assert audit.metadata["not_applied"] == "destructive_mutations_disabled"
+    assert audit.reason.startswith("controlled mode, would ")
+
+
+def test_get_memory_follows_merges_to_the_live_memory(stores: Any) -> None:
+    store, dedup = stores
+    first = remember(store, "User prefers dark mode").memory
+    second = remember(store, "The user prefers dark mode").memory
+    third = remember(store, "The user prefers the dark mode").memory
+    for survivor, duplicate in ((second, third), (first, second)):
+        dedup.ResolveNearDuplicate(
+            dedup_pb2.ResolveNearDuplicateRequest(
+                survivor_id=survivor.id, duplicate_id=duplicate.id, action=MERGE, similarity=0.99
+            )
+        )
+    reply = store.GetMemory(store_pb2.GetMemoryRequest(id=third.id))
+    assert reply.memory.deleted and reply.merged_into_id == first.id
+    assert store.GetMemory(store_pb2.GetMemoryRequest(id=first.id)).merged_into_id == ""
+    # recovered, it is merged into nothing any more
+    store.RecoverMemory(store_pb2.RecoverMemoryRequest(id=third.id, reason="undo"))
+    assert store.GetMemory(store_pb2.GetMemoryRequest(id=third.id)).merged_into_id == ""
+    # another namespace sees none of it
+    code, _, _ = error_of(
+        lambda: store.GetMemory(store_pb2.GetMemoryRequest(namespace="other", id=third.id))
+    )
+    assert code == grpc.StatusCode.NOT_FOUND

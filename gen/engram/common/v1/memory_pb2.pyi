@@ -202,7 +202,9 @@ class Memory(_message.Message):
         `update_time` and `delete_time`: since when the memory is true in the
         world. It is the memory's `event_time` (which defaults to `create_time`),
         or for a memory that supersedes another (MemoryPatch.supersede, a
-        pipeline UPDATE) the `valid_from` it was given.
+        pipeline UPDATE) the `valid_from` it was given. A near-duplicate that
+        supersedes another with a newer value (ResolveNearDuplicate SUPERSEDE)
+        keeps its own.
         """
 
     @_builtins.property
@@ -210,7 +212,9 @@ class Memory(_message.Message):
         """Until when the memory was true in the world (exclusive); unset while it
         still is, as far as is known. Set on a SHORT_TERM pipeline memory to the
         end date the extraction model gave (see TemporalClass), and when a newer
-        version supersedes the memory, to the newer one's `valid_from` (or the
+        version supersedes the memory (a supersede patch, a pipeline UPDATE, a
+        near-duplicate stating the same fact with another value, such as
+        "... on 13 March" after "... on 12 March"), to the newer one's start (or the
         known end, when that comes first). From then on reads of what is valid
         now (the default of ListMemories, Recall and AssembleContext) leave it
         out; it stays readable with GetMemory, ExplainMemory and reads `as_of`

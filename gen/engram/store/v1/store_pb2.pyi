@@ -704,6 +704,19 @@ class GetMemoryResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MEMORY_FIELD_NUMBER: _builtins.int
+    MERGED_INTO_ID_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_ID_FIELD_NUMBER: _builtins.int
+    merged_into_id: _builtins.str
+    """Set when the memory was folded into a near-duplicate by the pipeline
+    (`deleted`, its last history event HISTORY_EVENT_TYPE_MERGED): the id of
+    the memory that holds it now, following later merges of that one to the
+    end (at most 100). Empty otherwise (RecoverMemory clears it).
+    """
+    superseded_by_id: _builtins.str
+    """Set when a newer version superseded this memory (MemoryPatch.supersede, a
+    pipeline UPDATE, a near-duplicate with another value): the id of the
+    memory that supersedes it directly (ExplainMemory gives the whole chain).
+    """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:
         """The memory."""
@@ -712,10 +725,12 @@ class GetMemoryResponse(_message.Message):
         self,
         *,
         memory: _memory_pb2.Memory | None = ...,
+        merged_into_id: _builtins.str = ...,
+        superseded_by_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory", "merged_into_id", b"merged_into_id", "superseded_by_id", b"superseded_by_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -231,7 +231,9 @@ class MemoryStoreServiceServicer:
 
     def GetMemory(self, request, context):
         """Returns one memory, including a soft-deleted one (with `deleted` true). An
-        expired short-term memory is gone: NOT_FOUND.
+        expired short-term memory is gone: NOT_FOUND. A memory merged into a
+        near-duplicate names the live one (`merged_into_id`); a superseded one
+        names its successor (`superseded_by_id`).
 
         Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
         NOT_FOUND.

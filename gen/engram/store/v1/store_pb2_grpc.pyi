@@ -113,7 +113,9 @@ class MemoryStoreServiceStub:
     """
     GetMemory: _grpc.UnaryUnaryMultiCallable[_store_pb2.GetMemoryRequest, _store_pb2.GetMemoryResponse]
     """Returns one memory, including a soft-deleted one (with `deleted` true). An
-    expired short-term memory is gone: NOT_FOUND.
+    expired short-term memory is gone: NOT_FOUND. A memory merged into a
+    near-duplicate names the live one (`merged_into_id`); a superseded one
+    names its successor (`superseded_by_id`).
 
     Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
     NOT_FOUND.
@@ -410,7 +412,9 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
     """
     GetMemory: _aio.UnaryUnaryMultiCallable[_store_pb2.GetMemoryRequest, _store_pb2.GetMemoryResponse]  # type: ignore[assignment]
     """Returns one memory, including a soft-deleted one (with `deleted` true). An
-    expired short-term memory is gone: NOT_FOUND.
+    expired short-term memory is gone: NOT_FOUND. A memory merged into a
+    near-duplicate names the live one (`merged_into_id`); a superseded one
+    names its successor (`superseded_by_id`).
 
     Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
     NOT_FOUND.
@@ -722,7 +726,9 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_store_pb2.GetMemoryResponse, _abc.Awaitable[_store_pb2.GetMemoryResponse]]:
         """Returns one memory, including a soft-deleted one (with `deleted` true). An
-        expired short-term memory is gone: NOT_FOUND.
+        expired short-term memory is gone: NOT_FOUND. A memory merged into a
+        near-duplicate names the live one (`merged_into_id`); a superseded one
+        names its successor (`superseded_by_id`).
 
         Errors: INVALID_ARGUMENT (empty id or over 128 characters, bad namespace);
         NOT_FOUND.

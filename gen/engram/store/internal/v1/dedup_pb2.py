@@ -27,7 +27,7 @@ from engram.store.internal.v1 import job_queue_pb2 as engram_dot_store_dot_inter
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$engram/store/internal/v1/dedup.proto\x12\x18\x65ngram.store.internal.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a(engram/store/internal/v1/job_queue.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xb5\x02\n\x1bResolveNearDuplicateRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsurvivor_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1a\n\x0c\x64uplicate_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x43\n\x06\x61\x63tion\x18\x04 \x01(\x0e\x32-.engram.store.internal.v1.NearDuplicateActionB\x04\xe2\x41\x01\x02\x12\x18\n\nsimilarity\x18\x05 \x01(\x01\x42\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x12\x18\n\ndecided_by\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x37\n\x05lease\x18\x08 \x01(\x0b\x32\".engram.store.internal.v1.JobLeaseB\x04\xe2\x41\x01\x01\"o\n\x1cResolveNearDuplicateResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12*\n\x08survivor\x18\x02 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\x12\n\nlease_lost\x18\x03 \x01(\x08\"\\\n CompleteNearDuplicateJobsRequest\x12\x38\n\x06leases\x18\x01 \x03(\x0b\x32\".engram.store.internal.v1.JobLeaseB\x04\xe2\x41\x01\x02\"]\n!CompleteNearDuplicateJobsResponse\x12\x38\n\x08outcomes\x18\x01 \x03(\x0e\x32&.engram.store.internal.v1.LeaseOutcome*\x82\x01\n\x13NearDuplicateAction\x12%\n!NEAR_DUPLICATE_ACTION_UNSPECIFIED\x10\x00\x12\x1f\n\x1bNEAR_DUPLICATE_ACTION_MERGE\x10\x01\x12#\n\x1fNEAR_DUPLICATE_ACTION_KEEP_BOTH\x10\x02\x32\xad\x02\n\x0c\x44\x65\x64upService\x12\x85\x01\n\x14ResolveNearDuplicate\x12\x35.engram.store.internal.v1.ResolveNearDuplicateRequest\x1a\x36.engram.store.internal.v1.ResolveNearDuplicateResponse\x12\x94\x01\n\x19\x43ompleteNearDuplicateJobs\x12:.engram.store.internal.v1.CompleteNearDuplicateJobsRequest\x1a;.engram.store.internal.v1.CompleteNearDuplicateJobsResponseB\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$engram/store/internal/v1/dedup.proto\x12\x18\x65ngram.store.internal.v1\x1a\x1d\x65ngram/common/v1/memory.proto\x1a(engram/store/internal/v1/job_queue.proto\x1a\x1fgoogle/api/field_behavior.proto\"\xb5\x02\n\x1bResolveNearDuplicateRequest\x12\x17\n\tnamespace\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\x12\x19\n\x0bsurvivor_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1a\n\x0c\x64uplicate_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x43\n\x06\x61\x63tion\x18\x04 \x01(\x0e\x32-.engram.store.internal.v1.NearDuplicateActionB\x04\xe2\x41\x01\x02\x12\x18\n\nsimilarity\x18\x05 \x01(\x01\x42\x04\xe2\x41\x01\x02\x12\x14\n\x06reason\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\x12\x18\n\ndecided_by\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12\x37\n\x05lease\x18\x08 \x01(\x0b\x32\".engram.store.internal.v1.JobLeaseB\x04\xe2\x41\x01\x01\"o\n\x1cResolveNearDuplicateResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12*\n\x08survivor\x18\x02 \x01(\x0b\x32\x18.engram.common.v1.Memory\x12\x12\n\nlease_lost\x18\x03 \x01(\x08\"\\\n CompleteNearDuplicateJobsRequest\x12\x38\n\x06leases\x18\x01 \x03(\x0b\x32\".engram.store.internal.v1.JobLeaseB\x04\xe2\x41\x01\x02\"]\n!CompleteNearDuplicateJobsResponse\x12\x38\n\x08outcomes\x18\x01 \x03(\x0e\x32&.engram.store.internal.v1.LeaseOutcome*\xa7\x01\n\x13NearDuplicateAction\x12%\n!NEAR_DUPLICATE_ACTION_UNSPECIFIED\x10\x00\x12\x1f\n\x1bNEAR_DUPLICATE_ACTION_MERGE\x10\x01\x12#\n\x1fNEAR_DUPLICATE_ACTION_KEEP_BOTH\x10\x02\x12#\n\x1fNEAR_DUPLICATE_ACTION_SUPERSEDE\x10\x03\x32\xad\x02\n\x0c\x44\x65\x64upService\x12\x85\x01\n\x14ResolveNearDuplicate\x12\x35.engram.store.internal.v1.ResolveNearDuplicateRequest\x1a\x36.engram.store.internal.v1.ResolveNearDuplicateResponse\x12\x94\x01\n\x19\x43ompleteNearDuplicateJobs\x12:.engram.store.internal.v1.CompleteNearDuplicateJobsRequest\x1a;.engram.store.internal.v1.CompleteNearDuplicateJobsResponseB\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,7 +54,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMPLETENEARDUPLICATEJOBSREQUEST'].fields_by_name['leases']._loaded_options = None
   _globals['_COMPLETENEARDUPLICATEJOBSREQUEST'].fields_by_name['leases']._serialized_options = b'\342A\001\002'
   _globals['_NEARDUPLICATEACTION']._serialized_start=787
-  _globals['_NEARDUPLICATEACTION']._serialized_end=917
+  _globals['_NEARDUPLICATEACTION']._serialized_end=954
   _globals['_RESOLVENEARDUPLICATEREQUEST']._serialized_start=173
   _globals['_RESOLVENEARDUPLICATEREQUEST']._serialized_end=482
   _globals['_RESOLVENEARDUPLICATERESPONSE']._serialized_start=484
@@ -63,6 +63,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMPLETENEARDUPLICATEJOBSREQUEST']._serialized_end=689
   _globals['_COMPLETENEARDUPLICATEJOBSRESPONSE']._serialized_start=691
   _globals['_COMPLETENEARDUPLICATEJOBSRESPONSE']._serialized_end=784
-  _globals['_DEDUPSERVICE']._serialized_start=920
-  _globals['_DEDUPSERVICE']._serialized_end=1221
+  _globals['_DEDUPSERVICE']._serialized_start=957
+  _globals['_DEDUPSERVICE']._serialized_end=1258
 # @@protoc_insertion_point(module_scope)

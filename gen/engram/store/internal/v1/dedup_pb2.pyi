@@ -33,6 +33,10 @@ class _NearDuplicateActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_N
     """Fold `duplicate_id` into `survivor_id`."""
     NEAR_DUPLICATE_ACTION_KEEP_BOTH: _NearDuplicateAction.ValueType  # 2
     """Keep both; record the decision."""
+    NEAR_DUPLICATE_ACTION_SUPERSEDE: _NearDuplicateAction.ValueType  # 3
+    """The two state the same fact with another value: the later one
+    supersedes the earlier (see ResolveNearDuplicate).
+    """
 
 class NearDuplicateAction(_NearDuplicateAction, metaclass=_NearDuplicateActionEnumTypeWrapper):
     """What to do with two near-duplicate memories."""
@@ -43,6 +47,10 @@ NEAR_DUPLICATE_ACTION_MERGE: NearDuplicateAction.ValueType  # 1
 """Fold `duplicate_id` into `survivor_id`."""
 NEAR_DUPLICATE_ACTION_KEEP_BOTH: NearDuplicateAction.ValueType  # 2
 """Keep both; record the decision."""
+NEAR_DUPLICATE_ACTION_SUPERSEDE: NearDuplicateAction.ValueType  # 3
+"""The two state the same fact with another value: the later one
+supersedes the earlier (see ResolveNearDuplicate).
+"""
 Global___NearDuplicateAction: _TypeAlias = NearDuplicateAction  # noqa: Y015
 
 @_typing.final
@@ -62,7 +70,7 @@ class ResolveNearDuplicateRequest(_message.Message):
     namespace: _builtins.str
     """Tenant boundary of both memories; empty means "default"."""
     survivor_id: _builtins.str
-    """The memory that stays."""
+    """The memory that stays (SUPERSEDE: one of the two; the store orders them)."""
     duplicate_id: _builtins.str
     """The memory folded into it (MERGE) or kept beside it (KEEP_BOTH)."""
     action: Global___NearDuplicateAction.ValueType
@@ -74,7 +82,9 @@ class ResolveNearDuplicateRequest(_message.Message):
     empty means "near duplicate".
     """
     decided_by: _builtins.str
-    """Who decided ("similarity" for the threshold, "llm" for the model)."""
+    """Who decided ("similarity" for the threshold, "values" for the value rule,
+    "llm" for the model: only full mode applies its MERGE or SUPERSEDE).
+    """
     @_builtins.property
     def lease(self) -> _job_queue_pb2.JobLease:
         """The near_duplicate job this decision answers: completed in the same

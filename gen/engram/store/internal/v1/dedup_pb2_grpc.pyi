@@ -44,8 +44,31 @@ class DedupServiceStub:
     metadata names `survivor_id` and the similarity; the survivor gets a new
     version (a `modified` event, metadata `merged_from`) with the tags of both
     (first the survivor's, at most 32), the higher importance and pinned if
-    either was. KEEP_BOTH: nothing changes; a `none` history event on
-    `duplicate_id` records the decision (the pipeline's audit).
+    either was. Only a repeat is merged: when the two texts state other
+    values (numbers, dates, times, amounts, identifiers, named entities or
+    polarity; services/common/fact_values.py) the store keeps both instead.
+
+    SUPERSEDE: the two state the same fact with another value (issue 35): the
+    one whose validity starts later (`valid_from`, else `event_time`; on a tie
+    the newer id) supersedes the other by the one supersede rule
+    (services/store/supersede.py): it stays live and current; the other keeps
+    its content, its validity closes at that instant (a `modified` event whose
+    metadata names `superseded_by`), and a `supersedes` link goes from the
+    newer to the older. The newer gets a `none` event naming what it
+    supersedes (`supersedes`). Refused (kept both, recorded) when the older
+    was superseded already or holds the same content.
+
+    KEEP_BOTH: nothing changes; a `none` history event on `duplicate_id`
+    records the decision (the pipeline's audit).
+
+    The store's own mode decides whether a MERGE or SUPERSEDE is applied
+    (services/common/llm_gate.py): in shadow mode (`shadowMode`,
+    `mutationsFrozen`) none is; one `decided_by` "llm" only in full mode
+    (`allowUpdateDelete`): controlled mode records it. A decision not applied
+    is recorded as KEEP_BOTH, its metadata `proposed` naming the action and
+    `not_applied` why (`shadow_mode`, `mutations_frozen`,
+    `destructive_mutations_disabled`, `values_differ`, `already_superseded`,
+    ...), and `applied` is still true.
 
     A memory that is gone by then (deleted, expired, another namespace,
     unknown) makes the call a no-op with `applied` false: the decision was
@@ -81,8 +104,31 @@ class DedupServiceAsyncStub(DedupServiceStub):
     metadata names `survivor_id` and the similarity; the survivor gets a new
     version (a `modified` event, metadata `merged_from`) with the tags of both
     (first the survivor's, at most 32), the higher importance and pinned if
-    either was. KEEP_BOTH: nothing changes; a `none` history event on
-    `duplicate_id` records the decision (the pipeline's audit).
+    either was. Only a repeat is merged: when the two texts state other
+    values (numbers, dates, times, amounts, identifiers, named entities or
+    polarity; services/common/fact_values.py) the store keeps both instead.
+
+    SUPERSEDE: the two state the same fact with another value (issue 35): the
+    one whose validity starts later (`valid_from`, else `event_time`; on a tie
+    the newer id) supersedes the other by the one supersede rule
+    (services/store/supersede.py): it stays live and current; the other keeps
+    its content, its validity closes at that instant (a `modified` event whose
+    metadata names `superseded_by`), and a `supersedes` link goes from the
+    newer to the older. The newer gets a `none` event naming what it
+    supersedes (`supersedes`). Refused (kept both, recorded) when the older
+    was superseded already or holds the same content.
+
+    KEEP_BOTH: nothing changes; a `none` history event on `duplicate_id`
+    records the decision (the pipeline's audit).
+
+    The store's own mode decides whether a MERGE or SUPERSEDE is applied
+    (services/common/llm_gate.py): in shadow mode (`shadowMode`,
+    `mutationsFrozen`) none is; one `decided_by` "llm" only in full mode
+    (`allowUpdateDelete`): controlled mode records it. A decision not applied
+    is recorded as KEEP_BOTH, its metadata `proposed` naming the action and
+    `not_applied` why (`shadow_mode`, `mutations_frozen`,
+    `destructive_mutations_disabled`, `values_differ`, `already_superseded`,
+    ...), and `applied` is still true.
 
     A memory that is gone by then (deleted, expired, another namespace,
     unknown) makes the call a no-op with `applied` false: the decision was
@@ -121,8 +167,31 @@ class DedupServiceServicer(metaclass=_abc_1.ABCMeta):
         metadata names `survivor_id` and the similarity; the survivor gets a new
         version (a `modified` event, metadata `merged_from`) with the tags of both
         (first the survivor's, at most 32), the higher importance and pinned if
-        either was. KEEP_BOTH: nothing changes; a `none` history event on
-        `duplicate_id` records the decision (the pipeline's audit).
+        either was. Only a repeat is merged: when the two texts state other
+        values (numbers, dates, times, amounts, identifiers, named entities or
+        polarity; services/common/fact_values.py) the store keeps both instead.
+
+        SUPERSEDE: the two state the same fact with another value (issue 35): the
+        one whose validity starts later (`valid_from`, else `event_time`; on a tie
+        the newer id) supersedes the other by the one supersede rule
+        (services/store/supersede.py): it stays live and current; the other keeps
+        its content, its validity closes at that instant (a `modified` event whose
+        metadata names `superseded_by`), and a `supersedes` link goes from the
+        newer to the older. The newer gets a `none` event naming what it
+        supersedes (`supersedes`). Refused (kept both, recorded) when the older
+        was superseded already or holds the same content.
+
+        KEEP_BOTH: nothing changes; a `none` history event on `duplicate_id`
+        records the decision (the pipeline's audit).
+
+        The store's own mode decides whether a MERGE or SUPERSEDE is applied
+        (services/common/llm_gate.py): in shadow mode (`shadowMode`,
+        `mutationsFrozen`) none is; one `decided_by` "llm" only in full mode
+        (`allowUpdateDelete`): controlled mode records it. A decision not applied
+        is recorded as KEEP_BOTH, its metadata `proposed` naming the action and
+        `not_applied` why (`shadow_mode`, `mutations_frozen`,
+        `destructive_mutations_disabled`, `values_differ`, `already_superseded`,
+        ...), and `applied` is still true.
 
         A memory that is gone by then (deleted, expired, another namespace,
         unknown) makes the call a no-op with `applied` false: the decision was

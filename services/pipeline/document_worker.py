@@ -15,9 +15,11 @@ marks it `failed` and finishes its job, which is therefore not a dead job.
 Any other failure (5xx, timeout, connection refused, a store error) is a
 failed attempt: the store retries it with backoff and, after
 `workerMaxRetries` attempts, marks the job dead and the document `failed`
-with the error. An embedding outage is not a failure: the chunk is written
-without a vector and an embed job takes over. Frozen mutations hand the job
-back unattempted.
+with the error. A lease that expires, or a pipeline that dies holding it,
+uses an attempt too (the store's reaper and a restart's release end it), so a
+document that kills its worker every time fails after `workerMaxRetries`. An
+embedding outage is not a failure: the chunk is written without a vector and
+an embed job takes over. Frozen mutations hand the job back unattempted.
 
 The worker always runs, whatever `memory.pipelineV2.enabled` says: documents
 are explicit user requests, not background distillation.

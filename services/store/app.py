@@ -118,13 +118,17 @@ class StoreApp:
 
 
 async def _reap_stale_leases(queue: JobQueue, interval_s: float) -> None:
-    """Seed 000: every 60 s, leases older than leaseTimeoutMs return to pending."""
+    """Seed 000: every 60 s, leases older than leaseTimeoutMs end (back to
+    pending, or dead when that was the job's last attempt)."""
     while True:
         await asyncio.sleep(interval_s)
         try:
-            released = await queue.release_stale()
-            if released:
-                log.info("stale leases released", extra={"released": released})
+            ended = await queue.release_stale()
+            if ended.released:
+                log.info(
+                    "stale leases released",
+                    extra={"released": ended.released, "dead": ended.dead},
+                )
         except Exception:
             log.exception("stale-lease reaper failed")
 

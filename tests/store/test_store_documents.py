@@ -5,6 +5,7 @@ chunk dedup and linking, vectors, failure after the last attempt, namespaces."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import wait_for
+from services.store.repository import LEASE_EXPIRED
 from store_helpers import remember, rows, scalar
 
 MODEL = "fake-embed"
@@ -343,6 +345,27 @@ def test_the_document_fails_with_its_job_after_the_last_attempt(
     assert (failed.attempt, failed.last_error) == (2, "HTTP 404")
     [job_row] = rows(db_path, "SELECT status, result FROM memory_jobs")
     assert dict(job_row) == {"status": "completed", "result": '{"failed":"HTTP 404"}'}
+
+
+def test_a_document_whose_lease_always_expires_fails_after_the_last_attempt(
+    start_docs: Callable[..., Docs], db_path: Path
+) -> None:
+    """Issue 34: an expired lease is a used attempt, for documents too."""
+    s = start_docs(**{"memory.pipelineV2.workerMaxRetries": 2})
+    document = s.create(content="text")
+    for n in (1, 2):
+        job = s.lease()
+        assert job.attempts == n
+        time.sleep(0.01)
+        s.jobs.ReleaseStaleLeases(jq.ReleaseStaleLeasesRequest(lease_timeout_ms=1))
+        seen = s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document
+        assert (seen.attempt, seen.last_error) == (n, LEASE_EXPIRED)
+    assert (seen.status, seen.error) == (document_pb2.DOCUMENT_STATUS_FAILED, LEASE_EXPIRED)
+    [job_row] = rows(db_path, "SELECT status FROM memory_jobs")
+    assert job_row["status"] == "completed"  # a failed document, not a dead job
+    assert not s.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+    ).jobs
 
 
 def test_a_document_that_can_never_be_ingested_fails_at_once_and_its_job_is_not_dead(

@@ -38,6 +38,7 @@ from services.common.db import (
     open_read_write,
 )
 from services.common.errors import MutationsFrozen
+from services.common.fetch_policy import FetchPolicy
 from services.common.listeners import listener
 from services.common.metrics import queue_depth_source
 from services.common.pii import PiiGate
@@ -361,6 +362,7 @@ async def start_store(
         max_content_bytes=config.memory.pipelineV2.documentMaxContentBytes,
         max_chunk_chars=config.memory.pipelineV2.documentChunkSize,
         pii=PiiGate(config.pii),
+        fetch_policy=FetchPolicy.from_config(config),
     )
     try:
         queued = await queue.adopt_index_model(configured_index_model(config))

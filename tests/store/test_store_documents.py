@@ -136,6 +136,9 @@ def test_another_namespace_never_sees_the_document(start_docs: Callable[..., Doc
         ({"content": "   \n "}, "content"),
         ({"content": "x" * 1025}, "content"),
         ({"url": "ftp://example.com/file"}, "url"),
+        ({"url": "file:///etc/passwd"}, "url"),
+        ({"url": "gopher://example.com:70/"}, "url"),
+        ({"url": "http://example.com:99999/"}, "url"),
         ({"url": "http:///no-host"}, "url"),
         ({"url": "http://example.com/" + "a" * 2048}, "url"),
         ({"content": "text", "title": "t" * 513}, "title"),
@@ -156,6 +159,42 @@ def test_bad_input_is_named_and_writes_nothing(
         [field],
     )
     assert counts(db_path) == before
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("http://127.0.0.1:9091/metrics", "a loopback address"),  # issue 34: the store's metrics
+        ("http://[::1]:50061/", "a loopback address"),
+        ("http://[::ffff:127.0.0.1]/", "a loopback address"),
+        ("http://169.254.169.254/latest/meta-data/", "a link-local address"),
+        ("http://10.1.2.3/", "a private address"),
+        ("http://[fd00::1]/", "a private address"),
+        ("http://0.0.0.0:50051/", "an unspecified address"),
+        ("http://224.0.0.1/", "a multicast address"),
+        ("http://100.64.0.1/", "a reserved address"),
+    ],
+)
+def test_a_url_naming_an_address_documents_may_not_come_from_is_refused_and_says_why(
+    start_docs: Callable[..., Docs], db_path: Path, url: str, kind: str
+) -> None:
+    s = start_docs()
+    before = counts(db_path)
+    with pytest.raises(grpc.RpcError) as raised:
+        s.create(url=url)
+    code, _, fields = error_of(lambda: s.create(url=url))
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["url"])
+    message = raised.value.details() or ""
+    assert kind in message and "documents.fetch_allow" in message, message
+    assert counts(db_path) == before
+
+
+def test_an_allow_listed_address_is_accepted(start_docs: Callable[..., Docs]) -> None:
+    s = start_docs(**{"documents.fetch_allow": ["127.0.0.1", "10.0.0.0/8"]})
+    for url in ("http://127.0.0.1:8080/page", "http://10.1.2.3/wiki"):
+        assert s.create(url=url).status == document_pb2.DOCUMENT_STATUS_QUEUED
+    code, _, fields = error_of(lambda: s.create(url="http://127.0.0.2/"))
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["url"])
 
 
 def test_content_at_the_size_cap_is_accepted(start_docs: Callable[..., Docs]) -> None:

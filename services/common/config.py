@@ -17,7 +17,9 @@ scalars, except for text keys, which take the value as written.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -642,6 +644,47 @@ class WorkersSettings(_Section):
     extract: ExtractWorkerSettings = ExtractWorkerSettings()
 
 
+# ---- documents: what a document URL may be fetched from (issue 34) ------------------
+
+# a host name in documents.fetch_allow: labels of letters, digits and hyphens, or
+# "*." and a domain for every name under it
+_ALLOWED_HOST = re.compile(
+    r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$"
+)
+
+
+class DocumentsSettings(_Section):
+    """`documents.*`: a document URL is fetched only from public addresses unless
+    allowed here (services/pipeline/fetch_guard.py checks every connect)."""
+
+    # CIDR networks or addresses ("10.0.0.0/8", "127.0.0.1"), host names
+    # ("wiki.corp.example") or domains ("*.corp.example") documents may also be
+    # fetched from; empty: public addresses only (never loopback, link-local,
+    # private, multicast, unspecified or reserved ones)
+    fetch_allow: list[str] = []
+    # redirects one fetch follows, each hop checked like the first
+    max_redirects: int = Field(5, ge=0, le=20)
+
+    @field_validator("fetch_allow")
+    @classmethod
+    def _addresses_or_host_names(cls, entries: list[str]) -> list[str]:
+        cleaned = []
+        for index, entry in enumerate(entries):
+            text = entry.strip().lower()
+            try:
+                cleaned.append(str(ipaddress.ip_network(text, strict=False)))
+                continue
+            except ValueError:
+                pass
+            if len(text) > 253 or not _ALLOWED_HOST.match(text):
+                raise ValueError(
+                    f"entry {index} ({entry!r}) is neither an IP address, a CIDR network, "
+                    "a host name nor *.domain"
+                )
+            cleaned.append(text)
+        return cleaned
+
+
 class LoggingSettings(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -678,6 +721,7 @@ class Config(BaseSettings):
     clients: ClientsSettings = ClientsSettings()
     auth: AuthSettings = AuthSettings()
     workers: WorkersSettings = WorkersSettings()
+    documents: DocumentsSettings = DocumentsSettings()
     logging: LoggingSettings = LoggingSettings()
     tracing: TracingSettings = TracingSettings()
 

@@ -10,14 +10,17 @@ once: a renewal that finds it gone cancels the work, wherever it is (a slow
 fetch, an embedding call), and every store call checks the token besides.
 
 A failure no retry can fix (a 4xx answer, a host name that does not exist,
-over the size cap, not text, no text) fails the document at once: the store
+an address documents may not be fetched from, too many redirects, over the
+size cap, not text, no text) fails the document at once: the store
 marks it `failed` and finishes its job, which is therefore not a dead job.
 Any other failure (5xx, timeout, connection refused, a store error) is a
 failed attempt: the store retries it with backoff and, after
 `workerMaxRetries` attempts, marks the job dead and the document `failed`
-with the error. An embedding outage is not a failure: the chunk is written
-without a vector and an embed job takes over. Frozen mutations hand the job
-back unattempted.
+with the error. A lease that expires, or a pipeline that dies holding it,
+uses an attempt too (the store's reaper and a restart's release end it), so a
+document that kills its worker every time fails after `workerMaxRetries`. An
+embedding outage is not a failure: the chunk is written without a vector and
+an embed job takes over. Frozen mutations hand the job back unattempted.
 
 The worker always runs, whatever `memory.pipelineV2.enabled` says: documents
 are explicit user requests, not background distillation.
@@ -38,6 +41,7 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from services.common import clock
 from services.common.backoff import backoff_s
 from services.common.config import Config
+from services.common.fetch_policy import FetchPolicy
 from services.common.normalize import normalize_content
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError
@@ -68,13 +72,17 @@ class DocumentWorker:
         chunk_overlap: int,
         max_content_bytes: int,
         renew_s: float,
+        fetch_policy: FetchPolicy | None = None,
+        max_redirects: int = 5,
     ) -> None:
+        """`fetch_policy`: where a URL may be fetched from (None: public addresses only)."""
         self._jobs = jobs
         self._identity = identity
         self._store = store
         self._provider = provider
         self.events = DocumentEvents()
-        self._http = new_http_client()
+        self._http = new_http_client(fetch_policy or FetchPolicy())
+        self._max_redirects = max_redirects
         self._interval_s = interval_s
         self._chunk_size = chunk_size
         self._overlap = chunk_overlap
@@ -105,6 +113,8 @@ class DocumentWorker:
             max_content_bytes=settings.documentMaxContentBytes,
             # Renew three times per lease timeout, so one slow call never loses the lease.
             renew_s=settings.leaseTimeoutMs / 3000,
+            fetch_policy=FetchPolicy.from_config(config),
+            max_redirects=config.documents.max_redirects,
         )
 
     def wake(self) -> None:
@@ -192,7 +202,9 @@ class DocumentWorker:
         await self._advance(lease, document_pb2.DOCUMENT_STATUS_EXTRACTING)
         document = source.document
         if document.source_type == "url":
-            fetched = await fetch_url(self._http, document.url, self._max_bytes)
+            fetched = await fetch_url(
+                self._http, document.url, self._max_bytes, self._max_redirects
+            )
             text, title = fetched.text, fetched.title
         else:
             text, title = source.raw_content, ""

@@ -1,5 +1,6 @@
 """Document ingest on the pipeline's side (seed 000 "Document Ingest"): fetching
-a URL within the size cap, reducing HTML to text with its title, and chunking
+a URL within the size cap (from allowed addresses only, services/pipeline/
+fetch_guard.py), reducing HTML to text with its title, and chunking
 into overlapping windows. Plus the in-process hub through which the document
 worker tells WatchDocument about every status it records.
 
@@ -19,7 +20,9 @@ from typing import Any
 
 import httpx
 
+from services.common.fetch_policy import AddressRefused, FetchPolicy
 from services.common.providers.errors import retryable_status
+from services.pipeline.fetch_guard import GuardedTransport
 
 FETCH_TIMEOUT_S = 30.0
 USER_AGENT = "engram-document-ingest/1"
@@ -38,7 +41,7 @@ _NO_SUCH_NAME = frozenset(
     code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) if code is not None
 )
 # Requests that would fail the same way every time.
-_PERMANENT_HTTPX_ERRORS = (httpx.UnsupportedProtocol, httpx.TooManyRedirects, httpx.InvalidURL)
+_PERMANENT_HTTPX_ERRORS = (httpx.UnsupportedProtocol, httpx.InvalidURL)
 
 
 class FetchError(Exception):
@@ -59,8 +62,8 @@ def permanent_status(status: int) -> bool:
 
 
 def permanent_transport_error(exc: BaseException) -> bool:
-    """An httpx error that a retry cannot fix: an unsupported scheme, a redirect
-    loop, or a host name that does not resolve (httpx reports that as a
+    """An httpx error that a retry cannot fix: an unsupported scheme, an invalid
+    URL, or a host name that does not resolve (httpx reports that as a
     ConnectError, like a refused connection: the socket.gaierror behind it
     tells them apart)."""
     if isinstance(exc, _PERMANENT_HTTPX_ERRORS):
@@ -184,36 +187,78 @@ def _looks_like_html(content_type: str, body: str) -> bool:
     return head.startswith("<!doctype html") or head.startswith("<html")
 
 
-async def fetch_url(client: httpx.AsyncClient, url: str, max_bytes: int) -> Fetched:
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+async def fetch_url(
+    client: httpx.AsyncClient, url: str, max_bytes: int, max_redirects: int = 5
+) -> Fetched:
     """GET the URL, reading at most `max_bytes` (the cap is enforced while
-    streaming, not after: a huge body is never held in memory)."""
+    streaming, not after: a huge body is never held in memory). Redirects are
+    followed here, at most `max_redirects`, each to an http(s) URL; the client's
+    transport (services/pipeline/fetch_guard.py) checks the address of every
+    connect, so a hop to a refused address fails like a first request would."""
+    current = url
     try:
-        async with client.stream("GET", url, follow_redirects=True) as response:
-            status = response.status_code
-            if status >= 400:
-                body = (await response.aread())[:200].decode("utf-8", "replace")
-                raise FetchError(
-                    f"fetching {url} failed: HTTP {status}: {body}",
-                    permanent=permanent_status(status),
-                )
-            content_type = response.headers.get("content-type", "").lower()
-            if content_type and not content_type.startswith(_TEXT_TYPES):
-                raise FetchError(
-                    f"fetching {url}: unsupported content type {content_type}", permanent=True
-                )
-            declared = response.headers.get("content-length")
-            if declared and declared.isdigit() and int(declared) > max_bytes:
-                raise FetchError(_too_large(url, max_bytes), permanent=True)
-            received = bytearray()
-            async for piece in response.aiter_bytes():
-                received.extend(piece)
-                if len(received) > max_bytes:
-                    raise FetchError(_too_large(url, max_bytes), permanent=True)
-            encoding = response.charset_encoding or "utf-8"
+        for hop in range(max_redirects + 1):
+            async with client.stream("GET", current, follow_redirects=False) as response:
+                location = response.headers.get("location")
+                if response.status_code in _REDIRECTS and location is not None:
+                    if hop == max_redirects:
+                        raise FetchError(
+                            f"fetching {url}: more than {max_redirects} redirects "
+                            "(documents.max_redirects)",
+                            permanent=True,
+                        )
+                    current = _redirect_target(url, current, location)
+                    continue
+                return await _read(response, current, max_bytes)
+    except AddressRefused as exc:
+        shown = url if current == url else f"{url} (redirected to {current})"
+        raise FetchError(f"fetching {shown} refused: {exc}", permanent=True) from None
     except httpx.HTTPError as exc:
         raise FetchError(
-            f"fetching {url} failed: {exc!r}", permanent=permanent_transport_error(exc)
+            f"fetching {current} failed: {exc!r}", permanent=permanent_transport_error(exc)
         ) from exc
+    raise AssertionError("unreachable: the last hop returns or raises")
+
+
+def _redirect_target(url: str, current: str, location: str) -> str:
+    """The absolute URL a redirect names; only http and https are followed."""
+    try:
+        target = httpx.URL(current).join(location)
+    except httpx.InvalidURL as exc:
+        raise FetchError(
+            f"fetching {url}: a redirect to an invalid URL: {exc}", permanent=True
+        ) from None
+    if target.scheme not in ("http", "https") or not target.host:
+        raise FetchError(
+            f"fetching {url}: a redirect to {location[:200]}, which is not an http or https URL",
+            permanent=True,
+        )
+    return str(target)
+
+
+async def _read(response: httpx.Response, url: str, max_bytes: int) -> Fetched:
+    status = response.status_code
+    if status >= 400:
+        body = (await response.aread())[:200].decode("utf-8", "replace")
+        raise FetchError(
+            f"fetching {url} failed: HTTP {status}: {body}",
+            permanent=permanent_status(status),
+        )
+    content_type = response.headers.get("content-type", "").lower()
+    if content_type and not content_type.startswith(_TEXT_TYPES):
+        raise FetchError(f"fetching {url}: unsupported content type {content_type}", permanent=True)
+    declared = response.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise FetchError(_too_large(url, max_bytes), permanent=True)
+    received = bytearray()
+    async for piece in response.aiter_bytes():
+        received.extend(piece)
+        if len(received) > max_bytes:
+            raise FetchError(_too_large(url, max_bytes), permanent=True)
+    encoding = response.charset_encoding or "utf-8"
     try:
         body = bytes(received).decode(encoding, "replace")
     except LookupError:  # an unknown charset name
@@ -230,8 +275,13 @@ def _too_large(url: str, max_bytes: int) -> str:
     )
 
 
-def new_http_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=FETCH_TIMEOUT_S, headers={"User-Agent": USER_AGENT})
+def new_http_client(policy: FetchPolicy) -> httpx.AsyncClient:
+    """The fetch client: every connect checked against `policy`, no proxy."""
+    return httpx.AsyncClient(
+        timeout=FETCH_TIMEOUT_S,
+        headers={"User-Agent": USER_AGENT},
+        transport=GuardedTransport(policy),
+    )
 
 
 class DocumentEvents:

@@ -7,7 +7,9 @@ live replicas on one host cannot share) plus the worker kind. Every process star
 draws a fresh instance id. Before its first lease a worker asks the store to
 release the leases its name holds under any other instance id: a pipeline killed
 with SIGKILL gets its in-flight jobs back as soon as it restarts, instead of after
-the lease timeout plus the reaper's interval.
+the lease timeout plus the reaper's interval. Each such lease has used its job's
+attempt (issue 34: a job that kills its worker every time reaches the dead
+letter after `workerMaxRetries`, it does not loop forever).
 
 While a worker holds a job it renews the lease (`run_renewing`, the one renewal
 loop); when the store says the lease is gone, the work is cancelled at once, so

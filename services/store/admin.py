@@ -197,8 +197,12 @@ class StoreAdmin:
             cutoff = clock.to_text(
                 clock.from_text(at) - timedelta(milliseconds=self._lease_timeout_ms)
             )
-            released = repo.release_stale_leases(conn, cutoff, at)
-            return released, {"released": released, "lease_timeout_ms": self._lease_timeout_ms}
+            ended = repo.release_stale_leases(conn, cutoff, at)
+            return ended.released, {
+                "released": ended.released,
+                "dead": ended.dead,
+                "lease_timeout_ms": self._lease_timeout_ms,
+            }
 
         return await self._audited("release_stale_leases", operation)
 

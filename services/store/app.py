@@ -38,6 +38,7 @@ from services.common.db import (
     open_read_write,
 )
 from services.common.errors import MutationsFrozen
+from services.common.fetch_policy import FetchPolicy
 from services.common.listeners import listener
 from services.common.llm_gate import LlmGate
 from services.common.metrics import queue_depth_source
@@ -119,13 +120,17 @@ class StoreApp:
 
 
 async def _reap_stale_leases(queue: JobQueue, interval_s: float) -> None:
-    """Seed 000: every 60 s, leases older than leaseTimeoutMs return to pending."""
+    """Seed 000: every 60 s, leases older than leaseTimeoutMs end (back to
+    pending, or dead when that was the job's last attempt)."""
     while True:
         await asyncio.sleep(interval_s)
         try:
-            released = await queue.release_stale()
-            if released:
-                log.info("stale leases released", extra={"released": released})
+            ended = await queue.release_stale()
+            if ended.released:
+                log.info(
+                    "stale leases released",
+                    extra={"released": ended.released, "dead": ended.dead},
+                )
         except Exception:
             log.exception("stale-lease reaper failed")
 
@@ -358,6 +363,7 @@ async def start_store(
         max_content_bytes=config.memory.pipelineV2.documentMaxContentBytes,
         max_chunk_chars=config.memory.pipelineV2.documentChunkSize,
         pii=PiiGate(config.pii),
+        fetch_policy=FetchPolicy.from_config(config),
     )
     try:
         queued = await queue.adopt_index_model(configured_index_model(config))

@@ -18,6 +18,7 @@ from services.common import clock
 from services.common.config import PiiSettings
 from services.common.db import ReadPool
 from services.common.errors import FieldViolation, InvalidArgument, NotFound
+from services.common.fetch_policy import FetchPolicy
 from services.common.normalize import normalize_content
 from services.common.pii import PiiGate, gate
 from services.common.validation import validate_id
@@ -102,13 +103,24 @@ class ChunkWrite:
     vector_stored: bool
 
 
-def check_url(url: str) -> str:
+def check_url(url: str, fetch_policy: FetchPolicy) -> str:
+    """An absolute http(s) URL; one whose host is an IP address documents may
+    not be fetched from is refused now (a host name is checked at each connect
+    of the fetch: services/pipeline/fetch_guard.py)."""
     url = url.strip()
     if len(url) > MAX_URL_CHARS:
         raise InvalidArgument("url", f"must be at most {MAX_URL_CHARS} characters")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port  # raises on a port that is not a number in range
+    except ValueError:
+        raise InvalidArgument("url", "must be an absolute http or https URL") from None
+    if parts.scheme not in ("http", "https") or not host:
         raise InvalidArgument("url", "must be an absolute http or https URL")
+    refusal = fetch_policy.literal_refusal(host)
+    if refusal is not None:
+        raise InvalidArgument("url", refusal)
     return url
 
 
@@ -134,9 +146,12 @@ class DocumentStore:
         max_content_bytes: int,
         max_chunk_chars: int,
         pii: PiiGate | None = None,
+        fetch_policy: FetchPolicy | None = None,
     ) -> None:
         """`pii`: the namespaces' PII policies, applied to the source text on
-        create and to every chunk (a fetched URL's text is first seen there)."""
+        create and to every chunk (a fetched URL's text is first seen there).
+        `fetch_policy`: `documents.fetch_allow` (None: public addresses only)."""
+        self._fetch_policy = fetch_policy or FetchPolicy()
         self._pii = pii or PiiGate(PiiSettings())
         self._writer = writer
         self._reads = reads
@@ -163,7 +178,7 @@ class DocumentStore:
                 )
             content = gate(content, self._pii.policy(namespace), "content").text
         else:
-            url = check_url(url)
+            url = check_url(url, self._fetch_policy)
         title = rules.check_text(title, "title", MAX_TITLE_CHARS)
         cleaned_tags = rules.check_tags(tags, "tags")
         if len(cleaned_tags) > MAX_DOCUMENT_TAGS:

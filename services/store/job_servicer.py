@@ -228,14 +228,16 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
     async def ReleaseStaleLeases(
         self, request: pb.ReleaseStaleLeasesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseStaleLeasesResponse:
-        released = await self._queue.release_stale(request.lease_timeout_ms)
-        return pb.ReleaseStaleLeasesResponse(released_count=released)
+        ended = await self._queue.release_stale(request.lease_timeout_ms)
+        return pb.ReleaseStaleLeasesResponse(released_count=ended.released, dead_count=ended.dead)
 
     async def ReleasePriorInstanceLeases(
         self, request: pb.ReleasePriorInstanceLeasesRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleasePriorInstanceLeasesResponse:
-        released = await self._queue.release_prior_instances(_holder(request.holder))
-        return pb.ReleasePriorInstanceLeasesResponse(released_count=released)
+        ended = await self._queue.release_prior_instances(_holder(request.holder))
+        return pb.ReleasePriorInstanceLeasesResponse(
+            released_count=ended.released, dead_count=ended.dead
+        )
 
     async def GetQueueStats(
         self, request: pb.GetQueueStatsRequest, context: grpc.aio.ServicerContext

@@ -375,27 +375,30 @@ class JobQueue:
 
         return await self._writer.submit(operation, while_frozen=True)
 
-    async def release_stale(self, lease_timeout_ms: int = 0) -> int:
+    async def release_stale(self, lease_timeout_ms: int = 0) -> repo.EndedLeases:
+        """End the leases older than the timeout; each used its attempt (the
+        job is dead, or its document failed, when that was its last)."""
         if lease_timeout_ms < 0:
             raise InvalidArgument("lease_timeout_ms", "must not be negative")
         timeout = lease_timeout_ms or self._lease_timeout_ms
 
-        def operation(conn: Any) -> int:
+        def operation(conn: Any) -> repo.EndedLeases:
             now = clock.now()
             cutoff = clock.to_text(now - timedelta(milliseconds=timeout))
             return repo.release_stale_leases(conn, cutoff, clock.to_text(now))
 
         return await self._writer.submit(operation, while_frozen=True)
 
-    async def release_prior_instances(self, holder: LeaseHolder) -> int:
+    async def release_prior_instances(self, holder: LeaseHolder) -> repo.EndedLeases:
         """A restarted worker takes back at once what its previous process held.
 
-        Every job leased under `holder.worker_name` by another instance returns
-        to pending, unattempted (the crash was not the job's fault); clearing
-        the token fences the old instance out of it."""
+        Every job leased under `holder.worker_name` by another instance ends:
+        the attempt stays used (a job that crashes its worker every time must
+        reach the dead letter), so it returns to pending with attempts left,
+        else is dead; clearing the token fences the old instance out of it."""
         holder.check("holder")
 
-        def operation(conn: Any) -> int:
+        def operation(conn: Any) -> repo.EndedLeases:
             return repo.release_prior_instance_leases(
                 conn, holder.worker_name, holder.instance_id, clock.now_text()
             )

@@ -24,6 +24,7 @@ from services.common.memory_filter import (
     not_expired_sql,
     present_sql,
 )
+from services.store import document_sql
 
 MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
@@ -679,7 +680,9 @@ def due_jobs(
         "(j.document_id IS NOT NULL AND d.id IS NOT NULL) AS has_document FROM memory_jobs j "
         "LEFT JOIN memories m ON m.id = j.memory_id "
         "LEFT JOIN documents d ON d.id = j.document_id "
-        "WHERE j.job_type = ? AND j.status = 'pending' AND j.available_at <= ?"
+        "WHERE j.job_type = ? AND j.status = 'pending' AND j.available_at <= ? "
+        # never a job out of attempts (issue 34): its last lease made it dead
+        "AND j.attempts < j.max_attempts"
     )
     params: list[Any] = [job_type, now]
     if namespaces:
@@ -696,7 +699,8 @@ def due_job_query(job_type: str, namespaces: Sequence[str], now: str) -> Query:
     """Whether a job of this type is due (for a long-polling lease to look
     without taking the writer)."""
     sql = (
-        "SELECT 1 FROM memory_jobs WHERE job_type = ? AND status = 'pending' AND available_at <= ?"
+        "SELECT 1 FROM memory_jobs WHERE job_type = ? AND status = 'pending' "
+        "AND available_at <= ? AND attempts < max_attempts"
     )
     params: list[Any] = [job_type, now]
     if namespaces:
@@ -763,9 +767,15 @@ def bury_job(conn: Any, job_id: str, error: str, at: str) -> None:
 # SQLite's two-argument max() is Postgres' greatest(); a CASE is both's.
 _ONE_ATTEMPT_LESS = "CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"
 
+# Why a lease ended without its holder's word (the error a job keeps, and a
+# document that is out of attempts shows).
+LEASE_EXPIRED = "lease expired: the worker neither completed nor renewed it in time"
+WORKER_LOST = "worker lost: its process restarted while it held the lease"
+
 
 def release_job(conn: Any, job_id: str, at: str) -> None:
-    """Back to pending as if the attempt never happened."""
+    """Back to pending as if the attempt never happened: the holder itself says
+    the work could not start through no fault of the job (the provider is down)."""
     conn.execute(
         "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
         f"attempts = {_ONE_ATTEMPT_LESS}, updated_at = ? WHERE id = ?",
@@ -779,26 +789,62 @@ def renew_lease(conn: Any, job_id: str, at: str) -> None:
     )
 
 
-def release_stale_leases(conn: Any, leased_before: str, at: str) -> int:
-    """The reaper. On Postgres a job whose holder is completing it (leased_job's
-    lock) is waited for, then seen completed and left alone."""
-    cursor = conn.execute(
-        "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
-        "updated_at = ? WHERE status = 'leased' AND leased_at < ?",
-        (at, leased_before),
-    )
-    return int(cursor.rowcount)
+class EndedLeases(NamedTuple):
+    released: int  # every lease ended, whatever became of its job
+    dead: int  # of them, out of attempts: dead, or their document failed
 
 
-def release_prior_instance_leases(conn: Any, worker: str, instance: str, at: str) -> int:
-    """Back to pending, unattempted, every job `worker` leased under another instance."""
-    cursor = conn.execute(
-        "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
-        f"attempts = {_ONE_ATTEMPT_LESS}, updated_at = ? "
-        "WHERE status = 'leased' AND lease_worker = ? AND lease_instance IS DISTINCT FROM ?",
-        (at, worker, instance),
+def _end_lost_leases(
+    conn: Any, where: str, params: Sequence[Any], error: str, at: str
+) -> EndedLeases:
+    """End the leases nobody will complete (issue 34): the attempt each used
+    stays counted, so a job that crashes its worker or outlives its lease every
+    time cannot loop forever. One with attempts left returns to pending with
+    `error` as its last error; one without is dead with it, or, a document's,
+    its document `failed` (services/store/document_sql.py's fail_document).
+    On Postgres the rows are locked first: a job its holder is completing
+    (leased_job's lock) is waited for, then no longer matches."""
+    rows = conn.execute(
+        "SELECT id, document_id, attempts, max_attempts FROM memory_jobs "
+        f"WHERE status = 'leased' AND {where}" + (" FOR UPDATE" if postgres(conn) else ""),
+        list(params),
+    ).fetchall()
+    dead = 0
+    for row in rows:
+        job_id, document_id = row["id"], row["document_id"]
+        if row["attempts"] < row["max_attempts"]:
+            conn.execute(
+                "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, "
+                "leased_at = NULL, error = ?, updated_at = ? WHERE id = ?",
+                (error, at, job_id),
+            )
+            if document_id:
+                document_sql.set_status(conn, document_id, "queued", at)
+            continue
+        dead += 1
+        if document_id:
+            document_sql.fail_document(conn, job_id, document_id, error, at)
+        else:
+            bury_job(conn, job_id, error, at)
+    return EndedLeases(len(rows), dead)
+
+
+def release_stale_leases(conn: Any, leased_before: str, at: str) -> EndedLeases:
+    """The reaper: every lease taken or renewed before `leased_before` ends
+    (an expired lease is a used attempt)."""
+    return _end_lost_leases(conn, "leased_at < ?", [leased_before], LEASE_EXPIRED, at)
+
+
+def release_prior_instance_leases(conn: Any, worker: str, instance: str, at: str) -> EndedLeases:
+    """A restarted worker's start: every job `worker` leased under another
+    instance ends (its process died holding it: a used attempt)."""
+    return _end_lost_leases(
+        conn,
+        "lease_worker = ? AND lease_instance IS DISTINCT FROM ?",
+        [worker, instance],
+        WORKER_LOST,
+        at,
     )
-    return int(cursor.rowcount)
 
 
 def queue_counts_query() -> Query:

@@ -171,3 +171,33 @@ def test_a_short_service_key_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"auth\.service_key: must be at least 32 characters"):
         load_config(environ={}, overrides={"auth.service_key": "hunter2"})
     assert load_config(environ={}, overrides={"auth.service_key": "k" * 32}).auth.service_key
+
+
+def test_the_document_fetch_allow_list_takes_networks_addresses_and_host_names() -> None:
+    """Issue 34: empty by default (public addresses only); entries are normalised."""
+    assert load_config(environ={}).documents.fetch_allow == []
+    assert load_config(environ={}).documents.max_redirects == 5
+    config = load_config(
+        environ={
+            "ENGRAM_DOCUMENTS__FETCH_ALLOW": '["127.0.0.1", "10.0.0.0/8", "::1", "Wiki.Corp.Example",'
+            ' "*.corp.example"]'
+        }
+    )
+    assert config.documents.fetch_allow == [
+        "127.0.0.1/32",
+        "10.0.0.0/8",
+        "::1/128",
+        "wiki.corp.example",
+        "*.corp.example",
+    ]
+
+
+@pytest.mark.parametrize("entry", ["not a host", "http://wiki.corp.example/", "10.0.0.0/33", ""])
+def test_a_bad_fetch_allow_entry_is_named(entry: str) -> None:
+    with pytest.raises(ConfigError, match=r"documents\.fetch_allow: entry 0"):
+        load_config(environ={}, overrides={"documents.fetch_allow": [entry]})
+
+
+def test_the_redirect_limit_is_bounded() -> None:
+    with pytest.raises(ConfigError, match=r"documents\.max_redirects"):
+        load_config(environ={}, overrides={"documents.max_redirects": 21})

@@ -488,6 +488,8 @@ def suite(module_launcher: Launcher, tmp_path_factory: pytest.TempPathFactory) -
                 "server": {"ports": ports},
                 # off (the default) so that no derived fact joins the examples' memories
                 "memory": {"pipelineV2": {"enabled": False}},
+                # the guide page is served on loopback, refused unless allowed (issue 34)
+                "documents": {"fetch_allow": ["127.0.0.1"]},
                 "providers": {
                     "embedding": {"kind": "none"},
                     "llm": {"kind": "ollama", "base_url": llm.url, "model": "fake-llm"},

@@ -39,6 +39,8 @@ def overrides(embed_url: str, **more: Any) -> dict[str, Any]:
             "memory.pipelineV2.documentChunkSize": CHUNK,
             "memory.pipelineV2.documentChunkOverlap": OVERLAP,
             "memory.pipelineV2.workerMaxRetries": 2,
+            # the pages below are served on loopback, which is refused unless allowed
+            "documents.fetch_allow": ["127.0.0.1"],
             **more,
         },
     )
@@ -489,3 +491,101 @@ def test_a_lost_lease_stops_the_document_mid_work_and_nothing_more_is_written(
     current = stack.pipeline.GetDocument(pb.GetDocumentRequest(id=document.id), timeout=10)
     assert current.document.status == document_pb2.DOCUMENT_STATUS_EXTRACTING
     assert current.document.chunk_count == 0
+
+
+# ---- where a URL may be fetched from (issue 34: server-side request forgery) -------------
+
+
+def test_without_the_allow_list_no_loopback_page_is_ever_fetched(
+    docs_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    """A literal refused address is refused at once; a name is resolved and
+    checked where the fetch connects (`localhost`, and 127.0.0.1 spelled as one
+    decimal number, which only the resolver reads as an address)."""
+    server = page_server(http_servers, "/metrics", Reply(200, "secret", content_type="text/plain"))
+    stack = docs_stack(**{"documents.fetch_allow": [], "memory.pipelineV2.workerMaxRetries": 3})
+    code, _, fields = error_of(lambda: create(stack, url=f"{server.url}/metrics"))
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["url"])
+    for host in ("localhost", str(0x7F000001)):
+        url = f"http://{host}:{server.port}/metrics"
+        failed = finished(stack, create(stack, url=url).id)
+        assert failed.status == document_pb2.DOCUMENT_STATUS_FAILED
+        assert failed.error.startswith(f"fetching {url} refused: {host} resolves to "), failed.error
+        assert "a loopback address" in failed.error and "documents.fetch_allow" in failed.error
+        assert failed.attempt == 1  # no retry can help
+    assert server.requests_to("GET", "/metrics") == []
+    assert ingest_jobs(stack) == {job_pb2.JOB_STATUS_COMPLETED: 2}
+
+
+def test_an_allow_listed_host_name_is_fetched(
+    docs_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    server = page_server(
+        http_servers, "/wiki", Reply(200, "Intranet page.", content_type="text/plain")
+    )
+    stack = docs_stack(**{"documents.fetch_allow": ["localhost"]})
+    done = finished(stack, create(stack, url=f"http://localhost:{server.port}/wiki").id)
+    assert (done.status, done.error) == (document_pb2.DOCUMENT_STATUS_DONE, "")
+    assert [c.content for c in chunks(stack, done.id)] == ["Intranet page."]
+
+
+def redirecting_server(
+    http_servers: Callable[[Any], Any], hops: dict[str, str]
+) -> ScriptedHttpServer:
+    """`hops`: path -> Location of a 302; /final answers a page."""
+    routes: dict[tuple[str, str], Callable[[Any], Reply]] = {
+        ("GET", path): (lambda _r, to=to: Reply(302, "", headers={"Location": to}))
+        for path, to in hops.items()
+    }
+    routes[("GET", "/final")] = lambda _r: Reply(200, "Arrived.", content_type="text/plain")
+    server: ScriptedHttpServer = http_servers(ScriptedHttpServer(routes))
+    return server
+
+
+def test_every_redirect_hop_is_checked_like_the_first(
+    docs_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    server = redirecting_server(http_servers, {})
+    base = server.url
+    server.routes.update(
+        {
+            ("GET", "/allowed"): lambda _r: Reply(302, "", headers={"Location": "/final"}),
+            ("GET", "/to-v6-loopback"): lambda _r: Reply(
+                302, "", headers={"Location": f"http://[::1]:{server.port}/final"}
+            ),
+            ("GET", "/to-file"): lambda _r: Reply(
+                302, "", headers={"Location": "file:///etc/passwd"}
+            ),
+        }
+    )
+    stack = docs_stack(**{"memory.pipelineV2.workerMaxRetries": 3})  # 127.0.0.1 only
+    done = finished(stack, create(stack, url=f"{base}/allowed").id)
+    assert done.status == document_pb2.DOCUMENT_STATUS_DONE
+    assert [c.content for c in chunks(stack, done.id)] == ["Arrived."]
+
+    refused = finished(stack, create(stack, url=f"{base}/to-v6-loopback").id)
+    assert refused.status == document_pb2.DOCUMENT_STATUS_FAILED
+    assert refused.error.startswith(
+        f"fetching {base}/to-v6-loopback (redirected to http://[::1]:{server.port}/final) "
+        "refused: ::1 is a loopback address"
+    ), refused.error
+    assert refused.attempt == 1
+    not_http = finished(stack, create(stack, url=f"{base}/to-file").id)
+    assert not_http.status == document_pb2.DOCUMENT_STATUS_FAILED
+    assert "file:///etc/passwd, which is not an http or https URL" in not_http.error
+    assert len(server.requests_to("GET", "/final")) == 1  # the allowed hop's only
+
+
+def test_redirects_past_the_limit_fail_the_document(
+    docs_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    server = redirecting_server(http_servers, {"/r0": "/r1", "/r1": "/r2", "/r2": "/final"})
+    stack = docs_stack(**{"documents.max_redirects": 2})
+    within = finished(stack, create(stack, url=f"{server.url}/r1").id)  # two redirects
+    assert within.status == document_pb2.DOCUMENT_STATUS_DONE
+    past = finished(stack, create(stack, url=f"{server.url}/r0").id)  # three
+    assert (past.status, past.attempt) == (document_pb2.DOCUMENT_STATUS_FAILED, 1)
+    assert past.error == (
+        f"fetching {server.url}/r0: more than 2 redirects (documents.max_redirects)"
+    )
+    assert len(server.requests_to("GET", "/final")) == 1

@@ -106,7 +106,7 @@ def test_a_stale_token_is_fenced_out(pg_conn: Any) -> None:
     (job_id,) = _enqueue(pg_conn, 1)
     [(_, stale)] = pg_jobs.claim(pg_conn, "embed", ["ns"], T1, 1)
     with pg_conn.transaction():
-        assert repository.release_stale_leases(pg_conn, T2, T2) == 1
+        assert repository.release_stale_leases(pg_conn, T2, T2) == (1, 0)
     [(_, fresh)] = pg_jobs.claim(pg_conn, "embed", ["ns"], T2, 1)
     assert not _if_held(pg_conn, job_id, stale, repository.complete_job)
     assert not _if_held(pg_conn, job_id, stale, repository.release_job)
@@ -132,7 +132,7 @@ def test_the_reaper_waits_for_a_completion_in_flight_and_leaves_the_job_complete
 
         def reap() -> None:
             with reaper.transaction():
-                released.append(repository.release_stale_leases(reaper, T3, T3))
+                released.append(repository.release_stale_leases(reaper, T3, T3).released)
 
         thread = threading.Thread(target=reap)
         thread.start()
@@ -185,7 +185,7 @@ def test_a_release_returns_the_attempt_and_a_renewal_keeps_the_lease_fresh(pg_co
     assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 0, None)
     assert _if_held(pg_conn, second, claimed[second], repository.renew_lease)  # leased_at = T2
     with pg_conn.transaction():
-        assert repository.release_stale_leases(pg_conn, T2, T3) == 0  # renewed: not stale
+        assert repository.release_stale_leases(pg_conn, T2, T3) == (0, 0)  # renewed: not stale
     assert _job(pg_conn, second)["status"] == "leased"
 
 
@@ -195,10 +195,11 @@ def test_a_restarted_worker_takes_back_what_its_previous_instance_held(pg_conn: 
     pg_jobs.claim(pg_conn, "embed", ["ns"], T1, 1, ("worker", "new"))
     pg_jobs.claim(pg_conn, "embed", ["ns"], T1, 1, ("someone-else", "old"))
     with pg_conn.transaction():
-        assert repository.release_prior_instance_leases(pg_conn, "worker", "new", T2) == 2
+        assert repository.release_prior_instance_leases(pg_conn, "worker", "new", T2) == (2, 0)
     for row, token in old:
         job = _job(pg_conn, row["id"])
-        assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 0, None)
+        assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 1, None)
+        assert job["error"] == repository.WORKER_LOST
         assert not _if_held(pg_conn, row["id"], token, repository.complete_job)  # fenced
     assert [_job(pg_conn, i)["status"] for i in ids[2:]] == ["leased", "leased"]
 

@@ -14,6 +14,7 @@ from pg_rows import PAST, T0, T1, T2, T3, memory
 
 from services.common import db, forgetting, pg
 from services.common.memory_filter import NOW_SQL, MemoryFilterSpec
+from services.store import document_sql
 from services.store import repository as repo
 from services.store.writer import Writer
 
@@ -374,9 +375,10 @@ def test_releases_and_the_reapers_return_leases(conn: Any) -> None:
     assert _job(conn, released)["attempts"] == 0
 
     repo.renew_lease(conn, fresh, T3)
-    assert repo.release_stale_leases(conn, T2, T3) == 1
+    assert repo.release_stale_leases(conn, T2, T3) == (1, 0)
     job = _job(conn, stale)
     assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 1, None)
+    assert job["error"] == repo.LEASE_EXPIRED
     assert _job(conn, fresh)["status"] == "leased"
 
     repo.mark_leased(conn, old, "t-old", T1, ("worker", "old"))
@@ -385,11 +387,62 @@ def test_releases_and_the_reapers_return_leases(conn: Any) -> None:
     repo.mark_leased(conn, new, "t-new", T1, ("worker", "new"))
     repo.mark_leased(conn, foreign, "t-foreign", T1, ("someone-else", "old"))
     # a NULL instance is another instance too (IS DISTINCT FROM, not <>)
-    assert repo.release_prior_instance_leases(conn, "worker", "new", T2) == 2
+    assert repo.release_prior_instance_leases(conn, "worker", "new", T2) == (2, 0)
     for job_id in (old, anonymous):
         job = _job(conn, job_id)
-        assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 0, None)
+        assert (job["status"], job["attempts"], job["lease_token"]) == ("pending", 1, None)
+        assert job["error"] == repo.WORKER_LOST
     assert [_job(conn, j)["status"] for j in (new, foreign)] == ["leased", "leased"]
+
+
+def test_a_lease_nobody_completes_uses_its_attempt_and_the_last_one_is_dead(conn: Any) -> None:
+    """Issue 34: the reaper and a restart's release keep the attempt; out of
+    attempts the job is dead with why (a document's: its document failed), and
+    no lease ever hands it out again."""
+    crashed, expired = _enqueue(conn, "m1", "m2")
+    conn.execute(
+        "INSERT INTO documents (id, namespace, source_type, status, created_at, updated_at)"
+        " VALUES ('doc', 'ns', 'text', 'extracting', ?, ?)",
+        [T0] * 2,
+    )
+    document_sql.insert_ingest_job(conn, "doc-job", "ns", "doc", 3, T0)
+    for n in range(3):
+        repo.mark_leased(conn, crashed, f"c{n}", T1, ("worker", f"process-{n}"))
+        ended = repo.release_prior_instance_leases(conn, "worker", f"process-{n + 1}", T2)
+        assert ended == (1, 1 if n == 2 else 0)
+        for job_id in (expired, "doc-job"):
+            repo.mark_leased(conn, job_id, f"e{n}-{job_id}", T1)
+        assert repo.release_stale_leases(conn, T2, T3) == (2, 2 if n == 2 else 0)
+        if n < 2:
+            assert _job(conn, crashed)["status"] == "pending"
+            status = conn.execute("SELECT status FROM documents WHERE id = 'doc'").fetchone()
+            assert status[0] == "queued"
+    job = _job(conn, crashed)
+    assert (job["status"], job["attempts"], job["error"], job["failed_at"]) == (
+        "dead",
+        3,
+        repo.WORKER_LOST,
+        T2,
+    )
+    job = _job(conn, expired)
+    assert (job["status"], job["attempts"], job["error"]) == ("dead", 3, repo.LEASE_EXPIRED)
+    # a failed document finishes its job (FailJobs' rule), not a dead one
+    assert _job(conn, "doc-job")["status"] == "completed"
+    document = conn.execute("SELECT status, error FROM documents WHERE id = 'doc'").fetchone()
+    assert tuple(document) == ("failed", repo.LEASE_EXPIRED)
+    assert repo.due_jobs(conn, "embed", ["ns"], FUTURE, 10) == []
+
+
+def test_a_job_out_of_attempts_is_never_leased(conn: Any) -> None:
+    """Even pending (a database from before issue 34's fix): the lease query and
+    the long poll's look skip it."""
+    (job_id,) = _enqueue(conn, "m")
+    conn.execute("UPDATE memory_jobs SET attempts = 3 WHERE id = ?", (job_id,))
+    assert repo.due_jobs(conn, "embed", ["ns"], FUTURE, 10) == []
+    assert repo.fetch_one(conn, repo.due_job_query("embed", ["ns"], FUTURE)) is None
+    conn.execute("UPDATE memory_jobs SET attempts = 2 WHERE id = ?", (job_id,))
+    assert [r["id"] for r in repo.due_jobs(conn, "embed", ["ns"], FUTURE, 10)] == [job_id]
+    assert repo.fetch_one(conn, repo.due_job_query("embed", ["ns"], FUTURE)) is not None
 
 
 def test_unembedded_live_memories_get_an_embed_job_once(conn: Any) -> None:

@@ -172,7 +172,8 @@ def test_release_stale_leases_releases_only_stale_ones(st: AdminStore) -> None:
     after = st.snapshot()
     assert changed_tables(before, after) == {"memory_jobs"}
     statuses = dict(st.rows("SELECT id, status FROM memory_jobs WHERE job_type = 'extract'"))
-    assert statuses == {jobs[0].id: "pending", jobs[1].id: "leased", jobs[2].id: "leased"}
+    # workerMaxRetries 1: the expired lease was the job's last attempt (issue 34)
+    assert statuses == {jobs[0].id: "dead", jobs[1].id: "leased", jobs[2].id: "leased"}
     assert st.admin.RepairStaleLeases(pb.RepairStaleLeasesRequest()).released == 0
     assert diag(st).stale_leases == 0
 

@@ -5,6 +5,7 @@ chunk dedup and linking, vectors, failure after the last attempt, namespaces."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import wait_for
+from services.store.repository import LEASE_EXPIRED
 from store_helpers import remember, rows, scalar
 
 MODEL = "fake-embed"
@@ -134,6 +136,9 @@ def test_another_namespace_never_sees_the_document(start_docs: Callable[..., Doc
         ({"content": "   \n "}, "content"),
         ({"content": "x" * 1025}, "content"),
         ({"url": "ftp://example.com/file"}, "url"),
+        ({"url": "file:///etc/passwd"}, "url"),
+        ({"url": "gopher://example.com:70/"}, "url"),
+        ({"url": "http://example.com:99999/"}, "url"),
         ({"url": "http:///no-host"}, "url"),
         ({"url": "http://example.com/" + "a" * 2048}, "url"),
         ({"content": "text", "title": "t" * 513}, "title"),
@@ -154,6 +159,42 @@ def test_bad_input_is_named_and_writes_nothing(
         [field],
     )
     assert counts(db_path) == before
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("http://127.0.0.1:9091/metrics", "a loopback address"),  # issue 34: the store's metrics
+        ("http://[::1]:50061/", "a loopback address"),
+        ("http://[::ffff:127.0.0.1]/", "a loopback address"),
+        ("http://169.254.169.254/latest/meta-data/", "a link-local address"),
+        ("http://10.1.2.3/", "a private address"),
+        ("http://[fd00::1]/", "a private address"),
+        ("http://0.0.0.0:50051/", "an unspecified address"),
+        ("http://224.0.0.1/", "a multicast address"),
+        ("http://100.64.0.1/", "a reserved address"),
+    ],
+)
+def test_a_url_naming_an_address_documents_may_not_come_from_is_refused_and_says_why(
+    start_docs: Callable[..., Docs], db_path: Path, url: str, kind: str
+) -> None:
+    s = start_docs()
+    before = counts(db_path)
+    with pytest.raises(grpc.RpcError) as raised:
+        s.create(url=url)
+    code, _, fields = error_of(lambda: s.create(url=url))
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["url"])
+    message = raised.value.details() or ""
+    assert kind in message and "documents.fetch_allow" in message, message
+    assert counts(db_path) == before
+
+
+def test_an_allow_listed_address_is_accepted(start_docs: Callable[..., Docs]) -> None:
+    s = start_docs(**{"documents.fetch_allow": ["127.0.0.1", "10.0.0.0/8"]})
+    for url in ("http://127.0.0.1:8080/page", "http://10.1.2.3/wiki"):
+        assert s.create(url=url).status == document_pb2.DOCUMENT_STATUS_QUEUED
+    code, _, fields = error_of(lambda: s.create(url="http://127.0.0.2/"))
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["url"])
 
 
 def test_content_at_the_size_cap_is_accepted(start_docs: Callable[..., Docs]) -> None:
@@ -343,6 +384,27 @@ def test_the_document_fails_with_its_job_after_the_last_attempt(
     assert (failed.attempt, failed.last_error) == (2, "HTTP 404")
     [job_row] = rows(db_path, "SELECT status, result FROM memory_jobs")
     assert dict(job_row) == {"status": "completed", "result": '{"failed":"HTTP 404"}'}
+
+
+def test_a_document_whose_lease_always_expires_fails_after_the_last_attempt(
+    start_docs: Callable[..., Docs], db_path: Path
+) -> None:
+    """Issue 34: an expired lease is a used attempt, for documents too."""
+    s = start_docs(**{"memory.pipelineV2.workerMaxRetries": 2})
+    document = s.create(content="text")
+    for n in (1, 2):
+        job = s.lease()
+        assert job.attempts == n
+        time.sleep(0.01)
+        s.jobs.ReleaseStaleLeases(jq.ReleaseStaleLeasesRequest(lease_timeout_ms=1))
+        seen = s.docs.GetDocument(pb.GetDocumentRequest(id=document.id)).document
+        assert (seen.attempt, seen.last_error) == (n, LEASE_EXPIRED)
+    assert (seen.status, seen.error) == (document_pb2.DOCUMENT_STATUS_FAILED, LEASE_EXPIRED)
+    [job_row] = rows(db_path, "SELECT status FROM memory_jobs")
+    assert job_row["status"] == "completed"  # a failed document, not a dead job
+    assert not s.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+    ).jobs
 
 
 def test_a_document_that_can_never_be_ingested_fails_at_once_and_its_job_is_not_dead(

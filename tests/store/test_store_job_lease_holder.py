@@ -1,6 +1,7 @@
 """JobQueueService: leases record their holder (worker name, instance id), and a
 restarted worker takes back at once what its previous process held
-(ReleasePriorInstanceLeases): unattempted, fenced, and nobody else's.
+(ReleasePriorInstanceLeases): fenced, nobody else's, and with the crashed
+attempt counted, so a job that kills its worker every time ends dead.
 
 Every test drives the real store over gRPC.
 """
@@ -17,6 +18,8 @@ from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from grpc_helpers import error_of
 from recall_helpers import MODEL, Stack, count, vec
+from services.store.repository import WORKER_LOST
+from store_helpers import rows
 
 EMBED, EXTRACT = job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_TYPE_EXTRACT
 PENDING, LEASED, DEAD = (
@@ -87,7 +90,8 @@ def test_a_restarted_worker_gets_its_previous_instances_jobs_back_at_once(queue:
 
     again = lease(queue, restarted)
     assert {j.id for j in crashed} <= {j.id for j in again}
-    assert [j.attempts for j in again] == [1, 1, 1], "the crashed attempt is not counted"
+    attempts = {j.id: j.attempts for j in again}
+    assert [attempts[j.id] for j in crashed] == [2, 2], "the crashed attempt is counted"
     assert not {j.lease_token for j in crashed} & {j.lease_token for j in again}
     assert complete(queue, again) == [OK, OK, OK]
     assert queue.stats().indexed_memory_count == 3
@@ -132,13 +136,25 @@ def test_other_workers_anonymous_leases_and_the_callers_own_leases_are_untouched
     assert count(queue.stats(), EXTRACT, LEASED) == 1
 
 
-def test_crash_after_crash_never_uses_up_the_attempts(queue: Stack) -> None:
+def test_a_job_that_crashes_its_worker_every_time_ends_dead_with_why(queue: Stack) -> None:
+    """Issue 34: it was leased 6 times with a maximum of 3 and never dead."""
     queue.remember("killed every time")
-    for n in range(5):  # more crashes than max attempts (3)
+    for n in range(3):  # max attempts (workerMaxRetries 3)
         [job] = lease(queue, holder("w/embed", f"process-{n}"))
-        assert job.attempts == 1
-        assert release_prior(queue, holder("w/embed", f"process-{n + 1}")) == 1
-    assert count(queue.stats(), EMBED, DEAD) == 0
+        assert (job.attempts, job.max_attempts) == (n + 1, 3)
+        released = queue.jobs.ReleasePriorInstanceLeases(
+            jq.ReleasePriorInstanceLeasesRequest(holder=holder("w/embed", f"process-{n + 1}"))
+        )
+        assert (released.released_count, released.dead_count) == (1, 1 if n == 2 else 0)
+    stats = queue.stats()
+    assert (count(stats, EMBED, DEAD), count(stats, EMBED, PENDING)) == (1, 0)
+    assert lease(queue, holder("w/embed", "process-4")) == [], "never leased a fourth time"
+    # no RPC lists a job's error: the row itself keeps why it died
+    [(attempts, error)] = rows(
+        queue.config.storage.path,
+        "SELECT attempts, error FROM memory_jobs WHERE job_type = 'embed'",
+    )
+    assert (attempts, error) == (3, WORKER_LOST)
 
 
 @pytest.mark.parametrize(

@@ -16,11 +16,13 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from engram.common.v1 import job_pb2
-from engram.store.internal.v1 import dedup_pb2, dedup_pb2_grpc
+from engram.store.internal.v1 import admin_pb2, admin_pb2_grpc, dedup_pb2, dedup_pb2_grpc
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import DIM, MODEL, Stack, count, vec
+from services.store.repository import LEASE_EXPIRED
+from store_helpers import rows
 
 EMBED, EXTRACT = job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_TYPE_EXTRACT
 NEAR_DUPLICATE = job_pb2.JOB_TYPE_NEAR_DUPLICATE
@@ -350,6 +352,33 @@ def test_stale_leases_are_released_and_their_tokens_stop_working(queue: Stack) -
     assert again.id == job.id
     assert again.lease_token != job.lease_token
     assert complete(queue, [again]) == [OK]
+
+
+def test_a_job_that_always_outlives_its_lease_ends_dead_with_why(queue: Stack) -> None:
+    """Issue 34: the reaper used to give such a job back as new, forever."""
+    queue.remember("every attempt hangs past the lease")
+    for n in range(3):  # max attempts (workerMaxRetries 3)
+        [job] = lease(queue)
+        assert (job.attempts, job.max_attempts) == (n + 1, 3)
+        time.sleep(0.01)
+        released = queue.jobs.ReleaseStaleLeases(jq.ReleaseStaleLeasesRequest(lease_timeout_ms=1))
+        assert (released.released_count, released.dead_count) == (1, 1 if n == 2 else 0)
+        assert complete(queue, [job]) == [LOST]
+    stats = queue.stats()
+    assert (count(stats, EMBED, DEAD), count(stats, EMBED, PENDING)) == (1, 0)
+    assert lease(queue) == [], "never leased a fourth time"
+    [(attempts, error)] = rows(
+        queue.config.storage.path,
+        "SELECT attempts, error FROM memory_jobs WHERE job_type = 'embed'",
+    )
+    assert (attempts, error) == (3, LEASE_EXPIRED)
+    # the dead letter is the operator's: a requeue gives it its attempts back
+    requeued = admin_pb2_grpc.StoreAdminServiceStub(queue.jobs_channel).RequeueDeadJobs(
+        admin_pb2.RequeueDeadJobsRequest()
+    )
+    assert requeued.requeued == 1
+    [job] = lease(queue)
+    assert job.attempts == 1
 
 
 def test_the_default_stale_lease_timeout_spares_fresh_leases(queue: Stack) -> None:

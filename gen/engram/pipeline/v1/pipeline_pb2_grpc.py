@@ -107,8 +107,15 @@ class PipelineServiceServicer:
         its `document_ingest` job; the document worker fetches (for a URL),
         chunks, embeds and writes chunk memories in the background.
 
+        A URL is fetched from public addresses only, unless
+        `documents.fetch_allow` allows more: a host name that resolves to a
+        loopback, link-local, private, multicast, unspecified or reserved
+        address, or a redirect to one, fails the document (`failed`, the reason
+        in `error`) without fetching anything.
+
         Errors: INVALID_ARGUMENT (`namespace` malformed; neither or both of
-        `content` and `url` set; `url` not http(s); `content` over
+        `content` and `url` set; `url` not http(s), or its host an IP address
+        documents may not be fetched from, the message saying why; `content` over
         `memory.pipelineV2.documentMaxContentBytes`; a bad tag);
         UNAVAILABLE (MUTATIONS_FROZEN, or the store cannot be reached).
         """

@@ -102,7 +102,10 @@ class DocumentStoreServiceServicer:
         Errors: INVALID_ARGUMENT (`namespace` malformed; neither or both of
         `content` and `url`; `content` empty or over
         `memory.pipelineV2.documentMaxContentBytes` bytes; `url` not an absolute
-        http(s) URL or over 2048 characters; `title` over 512 characters; a bad
+        http(s) URL, over 2048 characters, or with a host that is an IP address
+        documents may not be fetched from (loopback, link-local, private,
+        multicast, unspecified, reserved; unless in `documents.fetch_allow`);
+        `title` over 512 characters; a bad
         tag or more than 31 tags); UNAVAILABLE (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

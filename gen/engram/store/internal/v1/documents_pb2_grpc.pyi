@@ -48,7 +48,10 @@ class DocumentStoreServiceStub:
     Errors: INVALID_ARGUMENT (`namespace` malformed; neither or both of
     `content` and `url`; `content` empty or over
     `memory.pipelineV2.documentMaxContentBytes` bytes; `url` not an absolute
-    http(s) URL or over 2048 characters; `title` over 512 characters; a bad
+    http(s) URL, over 2048 characters, or with a host that is an IP address
+    documents may not be fetched from (loopback, link-local, private,
+    multicast, unspecified, reserved; unless in `documents.fetch_allow`);
+    `title` over 512 characters; a bad
     tag or more than 31 tags); UNAVAILABLE (MUTATIONS_FROZEN).
     """
     GetDocument: _grpc.UnaryUnaryMultiCallable[_documents_pb2.GetDocumentRequest, _documents_pb2.GetDocumentResponse]
@@ -141,7 +144,10 @@ class DocumentStoreServiceAsyncStub(DocumentStoreServiceStub):
     Errors: INVALID_ARGUMENT (`namespace` malformed; neither or both of
     `content` and `url`; `content` empty or over
     `memory.pipelineV2.documentMaxContentBytes` bytes; `url` not an absolute
-    http(s) URL or over 2048 characters; `title` over 512 characters; a bad
+    http(s) URL, over 2048 characters, or with a host that is an IP address
+    documents may not be fetched from (loopback, link-local, private,
+    multicast, unspecified, reserved; unless in `documents.fetch_allow`);
+    `title` over 512 characters; a bad
     tag or more than 31 tags); UNAVAILABLE (MUTATIONS_FROZEN).
     """
     GetDocument: _aio.UnaryUnaryMultiCallable[_documents_pb2.GetDocumentRequest, _documents_pb2.GetDocumentResponse]  # type: ignore[assignment]
@@ -237,7 +243,10 @@ class DocumentStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (`namespace` malformed; neither or both of
         `content` and `url`; `content` empty or over
         `memory.pipelineV2.documentMaxContentBytes` bytes; `url` not an absolute
-        http(s) URL or over 2048 characters; `title` over 512 characters; a bad
+        http(s) URL, over 2048 characters, or with a host that is an IP address
+        documents may not be fetched from (loopback, link-local, private,
+        multicast, unspecified, reserved; unless in `documents.fetch_allow`);
+        `title` over 512 characters; a bad
         tag or more than 31 tags); UNAVAILABLE (MUTATIONS_FROZEN).
         """
 

@@ -636,16 +636,24 @@ class ReleaseStaleLeasesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RELEASED_COUNT_FIELD_NUMBER: _builtins.int
+    DEAD_COUNT_FIELD_NUMBER: _builtins.int
     released_count: _builtins.int
-    """How many jobs returned to pending."""
+    """How many leases ended (jobs back to pending, dead, or finished with their
+    document failed).
+    """
+    dead_count: _builtins.int
+    """Of those, how many were the job's last attempt: dead, or its document
+    failed.
+    """
     def __init__(
         self,
         *,
         released_count: _builtins.int = ...,
+        dead_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["released_count", b"released_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_count", b"dead_count", "released_count", b"released_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -684,16 +692,24 @@ class ReleasePriorInstanceLeasesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RELEASED_COUNT_FIELD_NUMBER: _builtins.int
+    DEAD_COUNT_FIELD_NUMBER: _builtins.int
     released_count: _builtins.int
-    """How many jobs returned to pending."""
+    """How many leases ended (jobs back to pending, dead, or finished with their
+    document failed).
+    """
+    dead_count: _builtins.int
+    """Of those, how many were the job's last attempt: dead, or its document
+    failed.
+    """
     def __init__(
         self,
         *,
         released_count: _builtins.int = ...,
+        dead_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["released_count", b"released_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead_count", b"dead_count", "released_count", b"released_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

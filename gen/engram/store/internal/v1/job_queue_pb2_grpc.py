@@ -203,10 +203,14 @@ class JobQueueServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseStaleLeases(self, request, context):
-        """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
+        """Ends the leases taken or renewed longer ago than `lease_timeout_ms` (the
         stale-lease reaper; the store also runs it every 60 s with
-        `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. Taken
-        while mutations are frozen.
+        `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. The
+        attempt each lease used stays counted: a job with attempts left returns
+        to pending with the error "lease expired: ...", one without becomes dead
+        with it (a document job: its document becomes `failed`, as in FailJobs),
+        so a job that always outlives its lease cannot loop forever. Taken while
+        mutations are frozen.
 
         Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
         """
@@ -215,11 +219,14 @@ class JobQueueServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReleasePriorInstanceLeases(self, request, context):
-        """Returns to pending every job leased by `holder.worker_name` under an
-        instance id other than `holder.instance_id`, without counting the attempt
-        (attempts go back to what they were before that lease). A worker calls it
-        when it starts, so that work its previous process held when it died (a
-        crash, SIGKILL) comes back at once instead of after the lease timeout.
+        """Ends every lease held by `holder.worker_name` under an instance id other
+        than `holder.instance_id`. A worker calls it when it starts, so that work
+        its previous process held when it died (a crash, SIGKILL) comes back at
+        once instead of after the lease timeout. The attempt stays counted: a job
+        with attempts left returns to pending with the error "worker lost: ...",
+        one without becomes dead with it (a document job: its document becomes
+        `failed`), so a job that crashes its worker every time reaches the dead
+        letter.
         The released leases' tokens stop working: a previous instance that is
         somehow still running can complete, fail, renew or release none of them.
         Leases of other worker names, anonymous leases and leases of this

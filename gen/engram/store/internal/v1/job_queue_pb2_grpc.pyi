@@ -106,19 +106,26 @@ class JobQueueServiceStub:
     Errors: INVALID_ARGUMENT (more than 500 jobs).
     """
     ReleaseStaleLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseStaleLeasesRequest, _job_queue_pb2.ReleaseStaleLeasesResponse]
-    """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
+    """Ends the leases taken or renewed longer ago than `lease_timeout_ms` (the
     stale-lease reaper; the store also runs it every 60 s with
-    `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. Taken
-    while mutations are frozen.
+    `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. The
+    attempt each lease used stays counted: a job with attempts left returns
+    to pending with the error "lease expired: ...", one without becomes dead
+    with it (a document job: its document becomes `failed`, as in FailJobs),
+    so a job that always outlives its lease cannot loop forever. Taken while
+    mutations are frozen.
 
     Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
     """
     ReleasePriorInstanceLeases: _grpc.UnaryUnaryMultiCallable[_job_queue_pb2.ReleasePriorInstanceLeasesRequest, _job_queue_pb2.ReleasePriorInstanceLeasesResponse]
-    """Returns to pending every job leased by `holder.worker_name` under an
-    instance id other than `holder.instance_id`, without counting the attempt
-    (attempts go back to what they were before that lease). A worker calls it
-    when it starts, so that work its previous process held when it died (a
-    crash, SIGKILL) comes back at once instead of after the lease timeout.
+    """Ends every lease held by `holder.worker_name` under an instance id other
+    than `holder.instance_id`. A worker calls it when it starts, so that work
+    its previous process held when it died (a crash, SIGKILL) comes back at
+    once instead of after the lease timeout. The attempt stays counted: a job
+    with attempts left returns to pending with the error "worker lost: ...",
+    one without becomes dead with it (a document job: its document becomes
+    `failed`), so a job that crashes its worker every time reaches the dead
+    letter.
     The released leases' tokens stop working: a previous instance that is
     somehow still running can complete, fail, renew or release none of them.
     Leases of other worker names, anonymous leases and leases of this
@@ -299,19 +306,26 @@ class JobQueueServiceAsyncStub(JobQueueServiceStub):
     Errors: INVALID_ARGUMENT (more than 500 jobs).
     """
     ReleaseStaleLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.ReleaseStaleLeasesRequest, _job_queue_pb2.ReleaseStaleLeasesResponse]  # type: ignore[assignment]
-    """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
+    """Ends the leases taken or renewed longer ago than `lease_timeout_ms` (the
     stale-lease reaper; the store also runs it every 60 s with
-    `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. Taken
-    while mutations are frozen.
+    `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. The
+    attempt each lease used stays counted: a job with attempts left returns
+    to pending with the error "lease expired: ...", one without becomes dead
+    with it (a document job: its document becomes `failed`, as in FailJobs),
+    so a job that always outlives its lease cannot loop forever. Taken while
+    mutations are frozen.
 
     Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
     """
     ReleasePriorInstanceLeases: _aio.UnaryUnaryMultiCallable[_job_queue_pb2.ReleasePriorInstanceLeasesRequest, _job_queue_pb2.ReleasePriorInstanceLeasesResponse]  # type: ignore[assignment]
-    """Returns to pending every job leased by `holder.worker_name` under an
-    instance id other than `holder.instance_id`, without counting the attempt
-    (attempts go back to what they were before that lease). A worker calls it
-    when it starts, so that work its previous process held when it died (a
-    crash, SIGKILL) comes back at once instead of after the lease timeout.
+    """Ends every lease held by `holder.worker_name` under an instance id other
+    than `holder.instance_id`. A worker calls it when it starts, so that work
+    its previous process held when it died (a crash, SIGKILL) comes back at
+    once instead of after the lease timeout. The attempt stays counted: a job
+    with attempts left returns to pending with the error "worker lost: ...",
+    one without becomes dead with it (a document job: its document becomes
+    `failed`), so a job that crashes its worker every time reaches the dead
+    letter.
     The released leases' tokens stop working: a previous instance that is
     somehow still running can complete, fail, renew or release none of them.
     Leases of other worker names, anonymous leases and leases of this
@@ -525,10 +539,14 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _job_queue_pb2.ReleaseStaleLeasesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_job_queue_pb2.ReleaseStaleLeasesResponse, _abc.Awaitable[_job_queue_pb2.ReleaseStaleLeasesResponse]]:
-        """Returns jobs leased longer ago than `lease_timeout_ms` to pending (the
+        """Ends the leases taken or renewed longer ago than `lease_timeout_ms` (the
         stale-lease reaper; the store also runs it every 60 s with
-        `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. Taken
-        while mutations are frozen.
+        `memory.pipelineV2.leaseTimeoutMs`). Their tokens stop working. The
+        attempt each lease used stays counted: a job with attempts left returns
+        to pending with the error "lease expired: ...", one without becomes dead
+        with it (a document job: its document becomes `failed`, as in FailJobs),
+        so a job that always outlives its lease cannot loop forever. Taken while
+        mutations are frozen.
 
         Errors: INVALID_ARGUMENT (lease_timeout_ms negative).
         """
@@ -539,11 +557,14 @@ class JobQueueServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _job_queue_pb2.ReleasePriorInstanceLeasesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_job_queue_pb2.ReleasePriorInstanceLeasesResponse, _abc.Awaitable[_job_queue_pb2.ReleasePriorInstanceLeasesResponse]]:
-        """Returns to pending every job leased by `holder.worker_name` under an
-        instance id other than `holder.instance_id`, without counting the attempt
-        (attempts go back to what they were before that lease). A worker calls it
-        when it starts, so that work its previous process held when it died (a
-        crash, SIGKILL) comes back at once instead of after the lease timeout.
+        """Ends every lease held by `holder.worker_name` under an instance id other
+        than `holder.instance_id`. A worker calls it when it starts, so that work
+        its previous process held when it died (a crash, SIGKILL) comes back at
+        once instead of after the lease timeout. The attempt stays counted: a job
+        with attempts left returns to pending with the error "worker lost: ...",
+        one without becomes dead with it (a document job: its document becomes
+        `failed`), so a job that crashes its worker every time reaches the dead
+        letter.
         The released leases' tokens stop working: a previous instance that is
         somehow still running can complete, fail, renew or release none of them.
         Leases of other worker names, anonymous leases and leases of this

@@ -771,6 +771,7 @@ _ONE_ATTEMPT_LESS = "CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END"
 # document that is out of attempts shows).
 LEASE_EXPIRED = "lease expired: the worker neither completed nor renewed it in time"
 WORKER_LOST = "worker lost: its process restarted while it held the lease"
+OUT_OF_ATTEMPTS = "out of attempts: left pending with every attempt used (by an older version)"
 
 
 def release_job(conn: Any, job_id: str, at: str) -> None:
@@ -829,10 +830,31 @@ def _end_lost_leases(
     return EndedLeases(len(rows), dead)
 
 
+def _bury_exhausted_pending(conn: Any, at: str) -> int:
+    """Jobs left pending with every attempt used (a database from before issue
+    34's fix gave attempts back) are never leased again: they go to the dead
+    letter, or their document fails, instead of sitting pending for ever."""
+    rows = conn.execute(
+        "SELECT id, document_id, error FROM memory_jobs "
+        "WHERE status = 'pending' AND attempts >= max_attempts"
+        + (" FOR UPDATE" if postgres(conn) else ""),
+    ).fetchall()
+    for row in rows:
+        error = row["error"] or OUT_OF_ATTEMPTS
+        if row["document_id"]:
+            document_sql.fail_document(conn, row["id"], row["document_id"], error, at)
+        else:
+            bury_job(conn, row["id"], error, at)
+    return len(rows)
+
+
 def release_stale_leases(conn: Any, leased_before: str, at: str) -> EndedLeases:
     """The reaper: every lease taken or renewed before `leased_before` ends
-    (an expired lease is a used attempt)."""
-    return _end_lost_leases(conn, "leased_at < ?", [leased_before], LEASE_EXPIRED, at)
+    (an expired lease is a used attempt), and a pending job out of attempts is
+    buried (counted among `dead`)."""
+    ended = _end_lost_leases(conn, "leased_at < ?", [leased_before], LEASE_EXPIRED, at)
+    buried = _bury_exhausted_pending(conn, at)
+    return EndedLeases(ended.released, ended.dead + buried)
 
 
 def release_prior_instance_leases(conn: Any, worker: str, instance: str, at: str) -> EndedLeases:

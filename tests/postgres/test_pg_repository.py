@@ -445,6 +445,23 @@ def test_a_job_out_of_attempts_is_never_leased(conn: Any) -> None:
     assert repo.fetch_one(conn, repo.due_job_query("embed", ["ns"], FUTURE)) is not None
 
 
+def test_the_reaper_buries_a_pending_job_out_of_attempts(conn: Any) -> None:
+    """A database from before issue 34's fix holds pending jobs with every
+    attempt used: never leased again, so the reaper puts them in the dead letter
+    (keeping their last error) instead of leaving them pending for ever."""
+    exhausted, errored, fresh = _enqueue(conn, "m1", "m2", "m3")
+    conn.execute("UPDATE memory_jobs SET attempts = 3 WHERE id IN (?, ?)", (exhausted, errored))
+    conn.execute("UPDATE memory_jobs SET error = 'provider down' WHERE id = ?", (errored,))
+    assert repo.release_stale_leases(conn, T0, T2) == (0, 2)
+    rows = {job_id: _job(conn, job_id) for job_id in (exhausted, errored, fresh)}
+    assert [(r["status"], r["error"]) for r in rows.values()] == [
+        ("dead", repo.OUT_OF_ATTEMPTS),
+        ("dead", "provider down"),
+        ("pending", None),
+    ]
+    assert repo.release_stale_leases(conn, T0, T3) == (0, 0)
+
+
 def test_unembedded_live_memories_get_an_embed_job_once(conn: Any) -> None:
     _insert(conn, _memory("a", "a"), _memory("b", "b"), _memory("c", "c"))
     repo.update_memory(conn, "c", {"is_deleted": 1, "deleted_at": T1})

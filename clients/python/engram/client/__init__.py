@@ -13,7 +13,13 @@ or, when the response holds nothing but one message (GetMemory's `memory`), that
 message. Listings are iterators that fetch page after page.
 """
 
-from engram.client._common import ImportProgress, ImportSummary, memory_filter, timestamp
+from engram.client._common import (
+    ImportProgress,
+    ImportSummary,
+    export_item,
+    memory_filter,
+    timestamp,
+)
 from engram.client.aio import AsyncEngram
 from engram.client.channel import RetryPolicy, Tls, service_config
 from engram.client.errors import (
@@ -66,6 +72,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "VersionConflict",
+    "export_item",
     "memory_filter",
     "service_config",
     "timestamp",

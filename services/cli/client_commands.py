@@ -4,7 +4,8 @@ import, export, diagnostics, and
 mcp (the MCP server, services/cli/mcp_server.py).
 
 Each takes `--address` (the store; search, pipeline and maintenance on the same host
-at their default ports unless `--search-address`/`--maintenance-address` say
+at the ports the store reports for its suite, each checked to be of that suite
+before it gets the API key, unless `--search-address`/`--maintenance-address` say
 otherwise), `--api-key` (or ENGRAM_API_KEY) and, where it prints, `--json` (one JSON object per
 line, field names as in the protos); without `--json` the output is a table.
 """
@@ -88,7 +89,8 @@ def connection_options(command: F) -> F:
             envvar="ENGRAM_ADDRESS",
             default=DEFAULT_ADDRESS,
             show_default=True,
-            help="the store's host:port (or a bare host: default ports); $ENGRAM_ADDRESS",
+            help="the store's host:port (or a bare host: port 50051); the other services are "
+            "where the store says; $ENGRAM_ADDRESS",
         ),
         click.option(
             "--search-address",

@@ -36,6 +36,7 @@ from engram.client.errors import (
     Unauthenticated,
     Unavailable,
     VersionConflict,
+    WrongSuite,
 )
 from engram.client.sync import Engram
 from engram.common.v1.memory_pb2 import Memory, MemoryFilter
@@ -72,6 +73,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "VersionConflict",
+    "WrongSuite",
     "export_item",
     "memory_filter",
     "service_config",

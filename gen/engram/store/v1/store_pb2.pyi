@@ -2460,3 +2460,63 @@ class ListWeakMemoriesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListWeakMemoriesResponse: _TypeAlias = ListWeakMemoriesResponse  # noqa: Y015
+
+@_typing.final
+class GetSuiteRequest(_message.Message):
+    """Request for GetSuite: nothing to choose."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSuiteRequest: _TypeAlias = GetSuiteRequest  # noqa: Y015
+
+@_typing.final
+class GetSuiteResponse(_message.Message):
+    """Response for GetSuite."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUITE_ID_FIELD_NUMBER: _builtins.int
+    STORE_PORT_FIELD_NUMBER: _builtins.int
+    SEARCH_PORT_FIELD_NUMBER: _builtins.int
+    PIPELINE_PORT_FIELD_NUMBER: _builtins.int
+    MAINTENANCE_PORT_FIELD_NUMBER: _builtins.int
+    suite_id: _builtins.str
+    """The suite's random id, created by the store's first migration and kept in
+    its database.
+    """
+    store_port: _builtins.int
+    """The port this store's public listener is bound to."""
+    search_port: _builtins.int
+    """The public ports of the suite's other services as the store's
+    configuration has them (`server.ports.*`, which `engram up` gives every
+    service): on the store's host, unless a client is told otherwise.
+    """
+    pipeline_port: _builtins.int
+    """See search_port."""
+    maintenance_port: _builtins.int
+    """See search_port."""
+    def __init__(
+        self,
+        *,
+        suite_id: _builtins.str = ...,
+        store_port: _builtins.int = ...,
+        search_port: _builtins.int = ...,
+        pipeline_port: _builtins.int = ...,
+        maintenance_port: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["maintenance_port", b"maintenance_port", "pipeline_port", b"pipeline_port", "search_port", b"search_port", "store_port", b"store_port", "suite_id", b"suite_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSuiteResponse: _TypeAlias = GetSuiteResponse  # noqa: Y015

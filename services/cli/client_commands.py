@@ -4,7 +4,8 @@ import, export, diagnostics, and
 mcp (the MCP server, services/cli/mcp_server.py).
 
 Each takes `--address` (the store; search, pipeline and maintenance on the same host
-at their default ports unless `--search-address`/`--maintenance-address` say
+at the ports the store reports for its suite, each checked to be of that suite
+before it gets the API key, unless `--search-address`/`--maintenance-address` say
 otherwise), `--api-key` (or ENGRAM_API_KEY) and, where it prints, `--json` (one JSON object per
 line, field names as in the protos); without `--json` the output is a table.
 """
@@ -18,10 +19,10 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, Literal, NoReturn, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import click
-from google.protobuf.json_format import MessageToDict
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from rich.console import Console
@@ -37,32 +38,13 @@ from engram.client import (
     ImportProgress,
     Memory,
     Tls,
+    export_item,
     memory_filter,
 )
 from engram.store.v1 import store_pb2
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ADDRESS = "127.0.0.1:50051"
-# What `export` writes for each memory: everything `import` needs to rebuild it.
-EXPORT_FIELDS = (
-    "content",
-    "type",
-    "importance",
-    "tags",
-    "pinned",
-    "who",
-    "why",
-    "source_type",
-    "source_id",
-    "categories",
-)
-# Timestamps export writes (RFC 3339) and import reads back: valid time keeps a
-# memory's validity across a round trip.
-EXPORT_TIMES: tuple[Literal["event_time", "valid_from", "valid_until"], ...] = (
-    "event_time",
-    "valid_from",
-    "valid_until",
-)
 PLAIN_PROGRESS_EVERY_S = 2.0
 
 
@@ -107,7 +89,8 @@ def connection_options(command: F) -> F:
             envvar="ENGRAM_ADDRESS",
             default=DEFAULT_ADDRESS,
             show_default=True,
-            help="the store's host:port (or a bare host: default ports); $ENGRAM_ADDRESS",
+            help="the store's host:port (or a bare host: port 50051); the other services are "
+            "where the store says; $ENGRAM_ADDRESS",
         ),
         click.option(
             "--search-address",
@@ -757,20 +740,15 @@ def forget(**params: Any) -> None:
 
 
 def _import_item(data: dict[str, Any]) -> ImportItem:
-    """An ImportItem from one JSON line (export's format: ImportItem's field names)."""
-    item = ImportItem()
-    times = {key: data.pop(key, None) for key in EXPORT_TIMES}
-    for key, value in data.items():
+    """An ImportItem from one JSON line (export's format: ImportItem's proto JSON,
+    field names as in the proto, times as RFC 3339 text, enums by name)."""
+    for key in data:
         if key not in ImportItem.DESCRIPTOR.fields_by_name:
             raise ValueError(f"unknown field {key!r}")
-        if isinstance(value, list):
-            getattr(item, key).extend(value)
-        else:
-            setattr(item, key, value)
-    for key, text in times.items():
-        if text is not None:
-            getattr(item, key).FromJsonString(text)
-    return item
+    try:
+        return ParseDict(data, ImportItem())
+    except ParseError as error:
+        raise ValueError(str(error)) from None
 
 
 @dataclass
@@ -903,14 +881,9 @@ def import_(**params: Any) -> None:
 
 
 def export_record(memory: Memory) -> dict[str, Any]:
-    """One memory as an import line: the fields ImportItem takes."""
-    data = _dict(memory)
-    record = {key: data[key] for key in EXPORT_FIELDS if key in data}
-    record["importance"] = memory.importance  # explicit even when 0
-    for key in EXPORT_TIMES:
-        if memory.HasField(key):
-            record[key] = getattr(memory, key).ToJsonString()
-    return record
+    """One memory as an import line: every field ImportItem takes
+    (engram.client.export_item says which)."""
+    return _dict(export_item(memory))
 
 
 @cli.command()
@@ -918,9 +891,11 @@ def export_record(memory: Memory) -> dict[str, Any]:
 @click.option("--page-size", type=click.IntRange(1, 500), default=500, show_default=True)
 @common_options
 def export(**params: Any) -> None:
-    """Every active memory of a namespace as JSON lines on stdout (what `import`
-    reads), streamed page by page, with its valid time. Superseded versions
-    are not active, so they and their supersedes links are not exported."""
+    """Every live memory of a namespace as JSON lines on stdout (what `import`
+    reads), streamed page by page: every field import takes (session, expiry,
+    valid time, categories, temporal class, confidence, decay rate, ...).
+    Superseded versions are not live, so they and their supersedes links are
+    not exported."""
     target = _target(params)
     with target.client() as engram:
         try:

@@ -77,6 +77,7 @@ _STORE = "engram.store.v1.MemoryStoreService"
 _SEARCH = "engram.search.v1.SearchService"
 _PIPELINE = "engram.pipeline.v1.PipelineService"
 _MAINTENANCE = "engram.maintenance.v1.MaintenanceService"
+_SUITE = "engram.store.v1.SuiteService"
 
 # Every public RPC and the lowest role that may call it (the table). An RPC
 # not listed here (the store's internal services) takes only the service key.
@@ -94,6 +95,7 @@ PUBLIC_RPCS: dict[str, Role] = {
         _methods(_PIPELINE, "GetDocument ListDocumentChunks WatchDocument Extract GetStatus"),
         Role.READER,
     ),
+    **dict.fromkeys(_methods(_SUITE, "GetSuite"), Role.READER),
     **dict.fromkeys(
         _methods(
             _STORE,
@@ -109,9 +111,10 @@ PUBLIC_RPCS: dict[str, Role] = {
 }
 # Suite-wide RPCs (their requests carry no namespace): maintenance works on every
 # namespace, so it needs a key whose patterns include "*"; GetStatus shows only
-# queue counts and provider health, so any reader may ask.
+# queue counts and provider health, and GetSuite the suite's id and ports, so any
+# reader may ask.
 ALL_NAMESPACE_RPCS = frozenset(_methods(_MAINTENANCE, "GetDiagnostics RunMaintenance RunRetention"))
-SUITE_WIDE_READS = frozenset(_methods(_PIPELINE, "GetStatus"))
+SUITE_WIDE_READS = frozenset({**_methods(_PIPELINE, "GetStatus"), **_methods(_SUITE, "GetSuite")})
 # Open to everyone: orchestrators probe health without credentials.
 OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
 # Any valid key (so grpcurl can list and describe with -H 'authorization: Bearer …').

@@ -18,7 +18,7 @@ from services.common.channels import channel as service_channel
 from services.common.config import Config
 from services.common.listeners import listener
 from services.common.server import RunningServer, cancel_tasks, start_server
-from services.common.suite import verify_store
+from services.common.suite import announce_own_suite, own_suite_id
 from services.maintenance.clients import PipelineStatusClient, StoreAdminClient
 from services.maintenance.limits import RateLimiter
 from services.maintenance.servicer import MaintenanceServicer
@@ -83,7 +83,7 @@ async def start_maintenance(
     # the store's internal listener: StoreAdminService
     store_channel = service_channel(config, config.clients.store_internal_address)
     pipeline_channel = service_channel(config, config.clients.pipeline_address)
-    await verify_store(
+    suite_id = await own_suite_id(
         store_channel, config.clients.suite_id, config.clients.store_internal_address
     )
     worker = MaintenanceWorker(
@@ -100,6 +100,9 @@ async def start_maintenance(
         guard=guard,
     )
     background = schedules(config, worker)
+    learning = await announce_own_suite(server.health, store_channel, suite_id)
+    if learning is not None:
+        background.append(learning)
     log.info(
         "maintenance serving",
         extra={"port": server.port, "autonomous": schedule_enabled(config)},

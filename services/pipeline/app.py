@@ -19,7 +19,7 @@ from services.common.listeners import listener
 from services.common.providers.embedding import EmbeddingProvider, embedding_provider
 from services.common.providers.llm import LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
-from services.common.suite import verify_store
+from services.common.suite import announce_own_suite, own_suite_id
 from services.pipeline.consolidate_worker import ConsolidateWorker, consolidate_settings
 from services.pipeline.decision import Decider
 from services.pipeline.document_servicer import Documents
@@ -72,7 +72,9 @@ async def start_pipeline(
     public = listener(config, listen_port, host)
     # the store's internal listener: job queue and document store
     channel = service_channel(config, config.clients.store_internal_address)
-    await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
+    suite_id = await own_suite_id(
+        channel, config.clients.suite_id, config.clients.store_internal_address
+    )
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
     identities = worker_identities(
         jobs,
@@ -154,6 +156,9 @@ async def start_pipeline(
     background.append(asyncio.create_task(summarize_worker.run()))
     background.append(asyncio.create_task(consolidate_worker.run()))
     background += [asyncio.create_task(m.run()) for m in (embed_monitor, llm_monitor)]
+    learning = await announce_own_suite(server.health, channel, suite_id)
+    if learning is not None:
+        background.append(learning)
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
     return PipelineApp(
         server, channel, provider, worker, background, llm=llm, search_channel=search_channel

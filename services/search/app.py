@@ -25,7 +25,7 @@ from services.common.providers.embedding import (
     embedding_provider,
 )
 from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
-from services.common.suite import verify_store
+from services.common.suite import announce_own_suite, own_suite_id
 from services.search import queries
 from services.search.access import AccessRecorder
 from services.search.context import ContextAssembler, ContextParams
@@ -229,7 +229,9 @@ async def start_search(
     public = listener(config, config.server.ports.search if port is None else port, host)
     # the store's internal listener: AccessService (search reads the file itself)
     channel = service_channel(config, config.clients.store_internal_address)
-    await verify_store(channel, config.clients.suite_id, config.clients.store_internal_address)
+    suite_id = await own_suite_id(
+        channel, config.clients.suite_id, config.clients.store_internal_address
+    )
     path = config.storage.path
     postgres = config.storage.kind == "postgres"
     await wait_for_schema(config.storage, REQUIRED_SCHEMA_VERSION)
@@ -284,6 +286,9 @@ async def start_search(
     )
     access.start()
     background: list[asyncio.Task[Any]] = []
+    learning = await announce_own_suite(server.health, channel, suite_id)
+    if learning is not None:
+        background.append(learning)
     if local is not None:
         background.append(asyncio.create_task(warm_then_serve(local, server, recaller.classifier)))
         log.info(

@@ -67,6 +67,7 @@ from services.store.migrations import MigrationMismatch, apply_migrations
 from services.store.privacy import PrivacyPolicy
 from services.store.servicer import MemoryStoreServicer
 from services.store.sessions import Sessions
+from services.store.suite_servicer import SuiteServicer
 from services.store.suite_sql import read_suite_id
 from services.store.weak import DecayPolicy, WeakMemories
 from services.store.writer import Writer
@@ -74,7 +75,11 @@ from services.store.writer import Writer
 log = logging.getLogger("engram.store")
 
 # The public listener: what users call.
-SERVICE_NAMES = (store_pb2.DESCRIPTOR.services_by_name["MemoryStoreService"].full_name,)
+SUITE_SERVICE_NAME = store_pb2.DESCRIPTOR.services_by_name["SuiteService"].full_name
+SERVICE_NAMES = (
+    store_pb2.DESCRIPTOR.services_by_name["MemoryStoreService"].full_name,
+    SUITE_SERVICE_NAME,
+)
 # The internal listener: what the other services call (workers, admin, access).
 INTERNAL_SERVICE_NAMES = (
     job_queue_pb2.DESCRIPTOR.services_by_name["JobQueueService"].full_name,
@@ -82,6 +87,7 @@ INTERNAL_SERVICE_NAMES = (
     admin_pb2.DESCRIPTOR.services_by_name["StoreAdminService"].full_name,
     access_pb2.DESCRIPTOR.services_by_name["AccessService"].full_name,
     dedup_pb2.DESCRIPTOR.services_by_name["DedupService"].full_name,
+    SUITE_SERVICE_NAME,  # the others learn their suite's id here (services/common/suite.py)
 )
 REAPER_INTERVAL_S = 60.0
 
@@ -373,7 +379,11 @@ async def start_store(
     if queued:
         log.info("embedding model changed; re-embedding queued", extra={"jobs": queued})
 
+    started: list[RunningServer] = []
+    suite = SuiteServicer(suite_id, config, lambda: started[0].port)
+
     def register_public(server: grpc.aio.Server) -> None:
+        store_pb2_grpc.add_SuiteServiceServicer_to_server(suite, server)
         store_pb2_grpc.add_MemoryStoreServiceServicer_to_server(
             MemoryStoreServicer(
                 store,
@@ -385,6 +395,7 @@ async def start_store(
         )
 
     def register_internal(server: grpc.aio.Server) -> None:
+        store_pb2_grpc.add_SuiteServiceServicer_to_server(suite, server)
         documents_pb2_grpc.add_DocumentStoreServiceServicer_to_server(
             DocumentStoreServicer(documents), server
         )
@@ -409,7 +420,6 @@ async def start_store(
             server,
         )
 
-    started: list[RunningServer] = []
     try:
         started.append(
             await start_server(public, SERVICE_NAMES, register_public, guard=public_guard)

@@ -213,7 +213,7 @@ class MemoryStore:
         """Raw-first: row, FTS, history and jobs commit together before we reply.
         `privacy`: the request's level (PRIVACY_BLOCKED when it, or the
         namespace's, forbids the write)."""
-        self.privacy.check_write(draft.namespace, privacy, long_term=draft.ttl_nanos is None)
+        self.privacy.check_write(draft.namespace, privacy, long_term=draft.long_term)
         [prepared] = prepare_drafts(
             [draft],
             clock.now_text(),
@@ -916,7 +916,7 @@ class ImportSession:
             await self._refuse_past_limit()
         if not isinstance(item, InvalidArgument):
             try:  # the namespace's privacy level (an import item names none)
-                self._privacy.check_write(item.namespace, "", long_term=item.ttl_nanos is None)
+                self._privacy.check_write(item.namespace, "", long_term=item.long_term)
             except PrivacyBlocked as blocked:
                 item = InvalidArgument(f"items[{index}]", f"PRIVACY_BLOCKED: {blocked.message}")
         if isinstance(item, InvalidArgument):
@@ -1017,19 +1017,22 @@ def prepare_drafts(
                     at,
                     draft.event_time or at,
                     session_id=draft.session_id or None,
-                    expire_at=None
+                    expire_at=draft.expire_at
                     if draft.ttl_nanos is None
                     else clock.plus_nanos(at, draft.ttl_nanos),
                     valid_from=draft.valid_from,
                     categories=json.dumps(list(draft.categories)),
+                    temporal_class=draft.temporal_class,
                     valid_until=draft.valid_until,
+                    confidence=draft.confidence,
+                    decay_rate=draft.decay_rate,
                 ),
                 actor=draft.actor or draft.who or rules.DEFAULT_ACTOR,
                 reason=draft.why or "remember",
                 max_attempts=max_attempts,
                 # A short-term memory is not distilled: facts derived from it
                 # would outlive the ttl it was given.
-                extract=extract and draft.ttl_nanos is None,
+                extract=extract and draft.long_term,
                 timeline=True,
                 consolidate=consolidate,
             )
@@ -1082,4 +1085,7 @@ def _new_record(draft: MemoryDraft, row: repo.MemoryRow) -> MemoryRecord:
         valid_from=row.valid_from or row.event_time,
         valid_until=row.valid_until,
         categories=tuple(draft.categories),
+        temporal_class=row.temporal_class,
+        confidence=row.confidence,
+        decay_rate=row.decay_rate,
     )

@@ -64,6 +64,16 @@ class MemoryDraft:
     categories: tuple[str, ...] = ()
     valid_from: str | None = None  # None: the event time
     valid_until: str | None = None  # None: still true
+    # an import's instant of expiry (ImportItem.expire_time), instead of a ttl
+    expire_at: str | None = None
+    temporal_class: str = ""  # permanent | long_term | short_term; "" unclassified
+    confidence: float = 1.0  # seed 003's stored confidence
+    decay_rate: float | None = None  # None: memory.decay_rate_default
+
+    @property
+    def long_term(self) -> bool:
+        """Never expires (no ttl, no expiry instant)."""
+        return self.ttl_nanos is None and self.expire_at is None
 
 
 def infer_type(content: str) -> str:
@@ -127,6 +137,22 @@ def check_decay_rate(rate: float, field: str) -> float:
     if not 0.0 <= rate <= MAX_DECAY_RATE:  # also rejects NaN
         raise InvalidArgument(field, f"must be between 0 and {MAX_DECAY_RATE:g} (0: never decays)")
     return rate
+
+
+def check_confidence(confidence: float, field: str) -> float:
+    if not 0.0 <= confidence <= 1.0:  # also rejects NaN
+        raise InvalidArgument(field, "must be between 0 and 1")
+    return confidence
+
+
+def check_expiry(expire_at: str, field: str) -> str:
+    """An expiry instant: ahead of now and at most MAX_TTL_NANOS ahead, like a ttl."""
+    now = clock.now_text()
+    if expire_at <= now:
+        raise InvalidArgument(field, "expire_time has passed")
+    if expire_at > clock.plus_nanos(now, MAX_TTL_NANOS):
+        raise InvalidArgument(field, "must be at most 366 days ahead")
+    return expire_at
 
 
 def check_importance(importance: float, field: str) -> float:
@@ -236,6 +262,10 @@ def draft_memory(
     categories: Iterable[str] = (),
     valid_from: str | None = None,
     valid_until: str | None = None,
+    expire_at: str | None = None,
+    temporal_class: str = "",
+    confidence: float | None = None,
+    decay_rate: float | None = None,
 ) -> MemoryDraft:
     """Validate one Remember/Import input; field names in errors get `field_prefix`;
     `pii`: the write's PII policy (the namespace's or the request's); `prefixes`
@@ -291,6 +321,15 @@ def draft_memory(
         bad.check("", check_session_id, session_id, f"{field_prefix}session_id")
     if ttl_nanos is not None:
         bad.check(None, check_ttl, ttl_nanos, f"{field_prefix}ttl")
+    if expire_at is not None:
+        if ttl_nanos is not None:
+            bad.add(f"{field_prefix}expire_time", "give ttl or expire_time, not both")
+        else:
+            bad.check(None, check_expiry, expire_at, f"{field_prefix}expire_time")
+    if confidence is not None:
+        bad.check(1.0, check_confidence, confidence, f"{field_prefix}confidence")
+    if decay_rate is not None:
+        bad.check(None, check_decay_rate, decay_rate, f"{field_prefix}decay_rate")
     if valid_until is not None and valid_until <= (valid_from or event_time or clock.now_text()):
         bad.add(
             f"{field_prefix}valid_until",
@@ -311,5 +350,9 @@ def draft_memory(
         categories=all_categories,
         valid_from=valid_from,
         valid_until=valid_until,
+        expire_at=expire_at,
+        temporal_class=temporal_class,
+        confidence=1.0 if confidence is None else confidence,
+        decay_rate=decay_rate,
         **texts,
     )

@@ -16,6 +16,7 @@ from services.common.convert import (
     filter_from_proto,
     memory_to_proto,
     nanos_from_duration,
+    temporal_from_proto,
     text_from_timestamp,
     timestamp_from_text,
     with_as_of,
@@ -158,11 +159,31 @@ def _draft(
         categories=item.categories,
         valid_from=_valid_time(item, "valid_from", field_prefix, bad),
         valid_until=_valid_time(item, "valid_until", field_prefix, bad),
+        **_import_only(item, field_prefix, bad),
     )
 
 
+def _import_only(item: Any, field_prefix: str, bad: Violations) -> dict[str, Any]:
+    """What an ImportItem carries beyond RememberRequest (what `engram export`
+    writes of a memory); nothing for a RememberRequest."""
+    if not isinstance(item, store_pb2.ImportItem):
+        return {}
+    temporal = temporal_from_proto(item.temporal_class)
+    if item.temporal_class and not temporal:
+        bad.add(
+            f"{field_prefix}temporal_class", f"unknown TemporalClass value {item.temporal_class}"
+        )
+    return {
+        "expire_at": _valid_time(item, "expire_time", field_prefix, bad),
+        "temporal_class": temporal,
+        "confidence": _optional(item, "confidence"),
+        "decay_rate": _optional(item, "decay_rate"),
+        "prefixes": not item.literal_content,
+    }
+
+
 def _valid_time(item: Any, name: str, field_prefix: str, bad: Violations) -> str | None:
-    """An ImportItem's valid_from/valid_until (RememberRequest has neither)."""
+    """An ImportItem's valid_from, valid_until or expire_time (RememberRequest has none)."""
     if name not in item.DESCRIPTOR.fields_by_name:
         return None
     value: str | None = bad.check(

@@ -190,6 +190,9 @@ CALLS: dict[str, Call] = {
     "/engram.pipeline.v1.PipelineService/GetStatus": lambda w, ns, md: w.pipeline.GetStatus(
         ppb.GetStatusRequest(), metadata=md, timeout=TIMEOUT
     ),
+    "/engram.store.v1.SuiteService/GetSuite": lambda w, ns, md: store_pb2_grpc.SuiteServiceStub(
+        w.suite.channel("store")
+    ).GetSuite(pb.GetSuiteRequest(), metadata=md, timeout=TIMEOUT),
     "/engram.pipeline.v1.PipelineService/Extract": lambda w, ns, md: w.pipeline.Extract(
         ppb.ExtractRequest(namespace=ns, content="Alice likes tea."), metadata=md, timeout=TIMEOUT
     ),
@@ -272,6 +275,7 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "WatchDocument",
         "Extract",
         "GetStatus",
+        "GetSuite",
     }
     assert by_role[auth.Role.WRITER] == {
         "Remember",

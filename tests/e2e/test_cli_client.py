@@ -192,15 +192,25 @@ def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_pat
         "--category",
         "Tools",
     )
+    # a session's short-term memory keeps its session and its expiry (issue 35)
+    engram(
+        suite, "remember", "the standup moved", "-n", source_ns, "--session", "s1", "--ttl", "1h"
+    )
     # valid time rides along (a known end in the future keeps it listed now)
     ending = {"content": "the offsite lasts", "valid_until": "2999-01-01T00:00:00Z"}
+    classified = {
+        "content": "Dana works at Acme",
+        "temporal_class": "TEMPORAL_CLASS_LONG_TERM",
+        "confidence": 0.75,
+        "decay_rate": 0.3,
+    }
     rows = "".join(json.dumps({"content": f"bulk fact {n}"}) + "\n" for n in range(699))  # > a page
-    rows += json.dumps(ending) + "\n"
+    rows += json.dumps(ending) + "\n" + json.dumps(classified) + "\n"
     engram(suite, "import", "-", "-n", source_ns, stdin=rows)
     exported = engram(suite, "export", "-n", source_ns).stdout
     dump = tmp_path / "dump.jsonl"
     dump.write_text(exported, encoding="utf-8")
-    assert len(exported.splitlines()) == 702
+    assert len(exported.splitlines()) == 704
     engram(suite, "import", str(dump), "-n", copy_ns)
     keys = (
         "content",
@@ -216,6 +226,11 @@ def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_pat
         "categories",
         "valid_from",
         "valid_until",
+        "session_id",
+        "expire_time",
+        "temporal_class",
+        "confidence",
+        "decay_rate",
     )
 
     def memories(ns: str) -> list[tuple[Any, ...]]:
@@ -223,7 +238,9 @@ def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_pat
         return sorted(tuple(json.dumps(m.get(k)) for k in keys) for m in listed)
 
     original, copy = memories(source_ns), memories(copy_ns)
-    assert len(original) == 702 and original == copy
+    assert len(original) == 704 and original == copy
+    short = next(json.loads(line) for line in exported.splitlines() if "standup" in line)
+    assert short["session_id"] == "s1" and short["expire_time"] > short["valid_from"]
     bob = next(json.loads(line) for line in exported.splitlines() if "vim" in line)
     assert bob["event_time"] == "2026-01-02T03:04:05.123456789Z" and bob["tags"] == [
         "bob",

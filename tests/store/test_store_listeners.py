@@ -1,6 +1,7 @@
 """The store's two listeners (issue 14): the public one serves MemoryStoreService;
 the worker and admin APIs (engram.store.internal.v1) are only on the internal
-one, bound to `server.internal_host`. Through real servers on real ports."""
+one, bound to `server.internal_host`; SuiteService (the suite's id and ports,
+issue 34) is on both. Through real servers on real ports."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ INTERNAL_METHODS = [
     for method in service.methods
 ]
 PUBLIC = store_pb2.DESCRIPTOR.services_by_name["MemoryStoreService"].full_name
+SUITE = store_pb2.DESCRIPTOR.services_by_name["SuiteService"].full_name
 HEALTH = "grpc.health.v1.Health"
 REFLECTION = "grpc.reflection.v1alpha.ServerReflection"
 
@@ -62,12 +64,17 @@ def started(make_config: Callable[..., Any], start_store_server: Callable[..., A
 
 
 def test_reflection_on_the_public_port_lists_no_internal_service(started: Any) -> None:
-    assert listed(f"127.0.0.1:{started.app.port}") == {PUBLIC, HEALTH, REFLECTION}
+    assert listed(f"127.0.0.1:{started.app.port}") == {PUBLIC, SUITE, HEALTH, REFLECTION}
 
 
 def test_reflection_on_the_internal_port_lists_the_internal_services(started: Any) -> None:
     internal = {service.full_name for service in INTERNAL_SERVICES}
-    assert listed(f"127.0.0.1:{started.app.internal_port}") == {*internal, HEALTH, REFLECTION}
+    assert listed(f"127.0.0.1:{started.app.internal_port}") == {
+        *internal,
+        SUITE,
+        HEALTH,
+        REFLECTION,
+    }
 
 
 @pytest.mark.parametrize("method", INTERNAL_METHODS)

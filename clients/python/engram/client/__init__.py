@@ -13,7 +13,13 @@ or, when the response holds nothing but one message (GetMemory's `memory`), that
 message. Listings are iterators that fetch page after page.
 """
 
-from engram.client._common import ImportProgress, ImportSummary, memory_filter, timestamp
+from engram.client._common import (
+    ImportProgress,
+    ImportSummary,
+    export_item,
+    memory_filter,
+    timestamp,
+)
 from engram.client.aio import AsyncEngram
 from engram.client.channel import RetryPolicy, Tls, service_config
 from engram.client.errors import (
@@ -30,6 +36,7 @@ from engram.client.errors import (
     Unauthenticated,
     Unavailable,
     VersionConflict,
+    WrongSuite,
 )
 from engram.client.sync import Engram
 from engram.common.v1.memory_pb2 import Memory, MemoryFilter
@@ -66,6 +73,8 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "VersionConflict",
+    "WrongSuite",
+    "export_item",
     "memory_filter",
     "service_config",
     "timestamp",

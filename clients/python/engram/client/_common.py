@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -165,23 +165,69 @@ def assemble_context_request(
 
 
 ImportItemArg = store_pb2.ImportItem | Mapping[str, Any]
+# ImportItem's Timestamp fields: a mapping may give each as a datetime, a
+# Timestamp or RFC 3339 text.
+IMPORT_TIMES: tuple[Literal["event_time", "valid_from", "valid_until", "expire_time"], ...] = (
+    "event_time",
+    "valid_from",
+    "valid_until",
+    "expire_time",
+)
 
 
 def import_item(item: ImportItemArg) -> store_pb2.ImportItem:
-    """An ImportItem, or a mapping with its field names (`event_time` as a datetime,
-    a Timestamp or RFC 3339 text)."""
+    """An ImportItem, or a mapping with its field names (the times as datetimes,
+    Timestamps or RFC 3339 text; `ttl` as a timedelta, a Duration or seconds)."""
     if isinstance(item, store_pb2.ImportItem):
         return item
     fields = dict(item)
-    event_time = fields.pop("event_time", None)
+    times = {key: fields.pop(key) for key in IMPORT_TIMES if key in fields}
+    ttl = fields.pop("ttl", None)
     message = store_pb2.ImportItem(**fields)
-    if isinstance(event_time, str):
-        message.event_time.FromJsonString(event_time)
-    elif event_time is not None:
-        stamp = timestamp(event_time)
-        if stamp is not None:
-            message.event_time.CopyFrom(stamp)
+    for key, value in times.items():
+        if isinstance(value, str):
+            getattr(message, key).FromJsonString(value)
+        elif value is not None:
+            stamp = timestamp(value)
+            if stamp is not None:
+                getattr(message, key).CopyFrom(stamp)
+    if ttl is not None:
+        span = duration(ttl)
+        if span is not None:
+            message.ttl.CopyFrom(span)
     return message
+
+
+def export_item(memory: memory_pb2.Memory) -> store_pb2.ImportItem:
+    """The ImportItem that recreates `memory` in another namespace (what `engram
+    export` writes): its content as stored (`literal_content`: a leading
+    `critical:` stays text), type, importance, tags, pinned, who, why, source,
+    session, categories, temporal class, stored confidence, own decay rate,
+    event time, valid time and expiry. What a new write assigns is not carried:
+    the id, version, create and update times, access count and last access, and
+    links to other memories (a superseded version is not live, so an export of
+    what is live has no supersedes chain to keep)."""
+    item = store_pb2.ImportItem(
+        content=memory.content,
+        type=memory.type,
+        importance=memory.importance,
+        tags=list(memory.tags),
+        pinned=memory.pinned,
+        who=memory.who,
+        why=memory.why,
+        source_type=memory.source_type,
+        source_id=memory.source_id,
+        session_id=memory.session_id,
+        categories=list(memory.categories),
+        temporal_class=memory.temporal_class,
+        confidence=memory.confidence,
+        decay_rate=memory.decay_rate if memory.HasField("decay_rate") else None,
+        literal_content=True,
+    )
+    for key in IMPORT_TIMES:
+        if memory.HasField(key):
+            getattr(item, key).CopyFrom(getattr(memory, key))
+    return item
 
 
 @dataclass(frozen=True)

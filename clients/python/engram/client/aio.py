@@ -3,12 +3,15 @@ pipeline and maintenance services."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import TypeVar
 
 import grpc
+from grpc_health.v1 import health_pb2_grpc
 
 from engram.client import _common as c
+from engram.client import _suite
 from engram.client.channel import (
     DEFAULT_RETRY,
     RetryPolicy,
@@ -16,7 +19,7 @@ from engram.client.channel import (
     channel_options,
     credentials_of,
     metadata_for,
-    service_addresses,
+    store_target,
 )
 from engram.client.errors import from_rpc_error
 from engram.common.v1 import document_pb2, memory_pb2
@@ -32,9 +35,11 @@ Resp = TypeVar("Resp")
 class AsyncEngram:
     """A connection to one Engram suite, for asyncio (the same methods as `Engram`, awaited).
 
-    `address` is the store's (`host:port`, or a bare host for the default ports
-    50051-50054); search, pipeline and maintenance are on the same host at their
-    default ports unless given. Every call has a deadline (`timeout` seconds unless
+    `address` is the store's (`host:port`, or a bare host for the default port
+    50051); search, pipeline and maintenance are on the same host at the ports
+    the store reports for its suite (SuiteService.GetSuite) unless given. Before
+    the first call to one of them the client checks that it answers for the
+    store's suite, and sends it nothing (no API key) if not: `WrongSuite`. Every call has a deadline (`timeout` seconds unless
     the call passes its own); UNAVAILABLE is retried by gRPC within it. Failures
     raise `engram.client.EngramError` subclasses. Results are the generated
     protobuf messages. Use it as a context manager, or call `close()`.
@@ -53,28 +58,87 @@ class AsyncEngram:
         pipeline_address: str | None = None,
         maintenance_address: str | None = None,
     ) -> None:
-        self.addresses = service_addresses(
-            address, search_address, pipeline_address, maintenance_address
-        )
+        self._store_host, store = store_target(address)
+        # each service's address once known (the store's at once, the others' when
+        # given or once the store has said)
+        self.addresses: dict[str, str] = {"store": store}
+        self._explicit = {
+            "search": search_address,
+            "pipeline": pipeline_address,
+            "maintenance": maintenance_address,
+        }
+        self.addresses.update({k: v for k, v in self._explicit.items() if v})
         self.timeout = timeout
         self.stream_timeout = stream_timeout
         self._metadata = metadata_for(api_key)
-        credentials = credentials_of(tls)
-        options = channel_options(retry)
+        self._credentials = credentials_of(tls)
+        self._options = channel_options(retry)
         self._channels: dict[str, grpc.aio.Channel] = {}
-        for target in self.addresses.values():
-            if target in self._channels:
-                continue
+        store_channel = self._channel(store)
+        self._store = store_pb2_grpc.MemoryStoreServiceStub(store_channel)
+        self._suite_stub = store_pb2_grpc.SuiteServiceStub(store_channel)
+        self._suite: _suite.Suite | None = None
+        self._confirmed: set[str] = set()  # targets that answered for the suite
+        self._ready: dict[str, grpc.aio.Channel] = {}
+        self._lock = asyncio.Lock()
+
+    def _channel(self, target: str) -> grpc.aio.Channel:
+        if target not in self._channels:
             self._channels[target] = (
-                grpc.aio.insecure_channel(target, options=options)
-                if credentials is None
-                else grpc.aio.secure_channel(target, credentials, options=options)
+                grpc.aio.insecure_channel(target, options=self._options)
+                if self._credentials is None
+                else grpc.aio.secure_channel(target, self._credentials, options=self._options)
             )
-        by_service = {name: self._channels[t] for name, t in self.addresses.items()}
-        self._store = store_pb2_grpc.MemoryStoreServiceStub(by_service["store"])
-        self._search = search_pb2_grpc.SearchServiceStub(by_service["search"])
-        self._pipeline = pipeline_pb2_grpc.PipelineServiceStub(by_service["pipeline"])
-        self._maintenance = maintenance_pb2_grpc.MaintenanceServiceStub(by_service["maintenance"])
+        return self._channels[target]
+
+    async def _service_channel(self, service: str) -> grpc.aio.Channel:
+        """The channel to `service`, once it has confirmed the store's suite."""
+        ready = self._ready.get(service)
+        if ready is not None:
+            return ready
+        async with self._lock:
+            if self._suite is None:
+                reply = await self._call(
+                    self._suite_stub.GetSuite, store_pb2.GetSuiteRequest(), None
+                )
+                self._suite = _suite.suite_of(reply, self._store_host, self._explicit)
+            address = self._suite.addresses[service]
+            self.addresses[service] = address
+            channel = self._channel(address)
+            if address not in self._confirmed:
+                await self._confirm(service, address, channel, self._suite)
+                self._confirmed.add(address)
+            self._ready[service] = channel
+            return channel
+
+    async def _confirm(
+        self, service: str, address: str, channel: grpc.aio.Channel, suite: _suite.Suite
+    ) -> None:
+        """The service's health check for the suite, with no metadata."""
+        try:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                _suite.health_request(suite), timeout=self.timeout
+            )
+        except grpc.aio.AioRpcError as error:
+            raise _suite.check_error(
+                service, address, suite, self.addresses["store"], error
+            ) from None
+        _suite.check_answer(service, address, suite, self.addresses["store"], reply.status)
+
+    async def _search(self) -> search_pb2_grpc.SearchServiceAsyncStub:
+        return search_pb2_grpc.SearchServiceStub(await self._service_channel("search"))
+
+    async def _pipeline(self) -> pipeline_pb2_grpc.PipelineServiceAsyncStub:
+        return pipeline_pb2_grpc.PipelineServiceStub(await self._service_channel("pipeline"))
+
+    async def _maintenance(self) -> maintenance_pb2_grpc.MaintenanceServiceAsyncStub:
+        channel = await self._service_channel("maintenance")
+        return maintenance_pb2_grpc.MaintenanceServiceStub(channel)
+
+    async def suite_id(self, *, timeout: float | None = None) -> str:
+        """The id of the store's suite (SuiteService.GetSuite)."""
+        reply = await self._call(self._suite_stub.GetSuite, store_pb2.GetSuiteRequest(), timeout)
+        return reply.suite_id
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -569,7 +633,7 @@ class AsyncEngram:
             skip_access_tracking=skip_access_tracking,
             as_of=as_of,
         )
-        return await self._call(self._search.Recall, request, timeout)
+        return await self._call((await self._search()).Recall, request, timeout)
 
     async def assemble_context(
         self,
@@ -593,20 +657,22 @@ class AsyncEngram:
             token_budget=token_budget,
             as_of=as_of,
         )
-        return await self._call(self._search.AssembleContext, request, timeout)
+        return await self._call((await self._search()).AssembleContext, request, timeout)
 
     # ---- pipeline ---------------------------------------------------------------
 
     async def get_status(self, *, timeout: float | None = None) -> pipeline_pb2.GetStatusResponse:
         """Queue depths, provider health and worker state of the pipeline."""
-        return await self._call(self._pipeline.GetStatus, pipeline_pb2.GetStatusRequest(), timeout)
+        return await self._call(
+            (await self._pipeline()).GetStatus, pipeline_pb2.GetStatusRequest(), timeout
+        )
 
     async def extract(
         self, content: str, *, namespace: str = "", timeout: float | None = None
     ) -> pipeline_pb2.ExtractResponse:
         """A dry run of extraction on `content`: the facts it would derive; writes nothing."""
         request = pipeline_pb2.ExtractRequest(namespace=namespace, content=content)
-        return await self._call(self._pipeline.Extract, request, timeout)
+        return await self._call((await self._pipeline()).Extract, request, timeout)
 
     async def create_document(
         self,
@@ -622,13 +688,15 @@ class AsyncEngram:
         request = pipeline_pb2.CreateDocumentRequest(
             namespace=namespace, content=content, url=url, title=title, tags=list(tags)
         )
-        return (await self._call(self._pipeline.CreateDocument, request, timeout)).document
+        return (
+            await self._call((await self._pipeline()).CreateDocument, request, timeout)
+        ).document
 
     async def get_document(
         self, id: str, *, namespace: str = "", timeout: float | None = None
     ) -> document_pb2.Document:
         request = pipeline_pb2.GetDocumentRequest(namespace=namespace, id=id)
-        return (await self._call(self._pipeline.GetDocument, request, timeout)).document
+        return (await self._call((await self._pipeline()).GetDocument, request, timeout)).document
 
     async def list_document_chunks(
         self,
@@ -644,7 +712,7 @@ class AsyncEngram:
             request = pipeline_pb2.ListDocumentChunksRequest(
                 namespace=namespace, document_id=document_id, page_size=page_size, page_token=token
             )
-            page = await self._call(self._pipeline.ListDocumentChunks, request, timeout)
+            page = await self._call((await self._pipeline()).ListDocumentChunks, request, timeout)
             for chunk in page.chunks:
                 yield chunk
             token = page.next_page_token
@@ -658,7 +726,7 @@ class AsyncEngram:
         deadline unless `timeout` is given (ingest of a large document takes time)."""
         request = pipeline_pb2.WatchDocumentRequest(namespace=namespace, id=id)
         try:
-            async for reply in self._pipeline.WatchDocument(
+            async for reply in (await self._pipeline()).WatchDocument(
                 request, timeout=timeout, metadata=self._metadata
             ):
                 yield reply.document
@@ -672,7 +740,7 @@ class AsyncEngram:
     ) -> maintenance_pb2.GetDiagnosticsResponse:
         """The suite's health score, storage, queue and provider report."""
         request = maintenance_pb2.GetDiagnosticsRequest()
-        return await self._call(self._maintenance.GetDiagnostics, request, timeout)
+        return await self._call((await self._maintenance()).GetDiagnostics, request, timeout)
 
     async def run_maintenance(
         self,
@@ -681,13 +749,13 @@ class AsyncEngram:
         timeout: float | None = None,
     ) -> maintenance_pb2.RunMaintenanceResponse:
         request = maintenance_pb2.RunMaintenanceRequest(mode=mode)
-        return await self._call(self._maintenance.RunMaintenance, request, timeout)
+        return await self._call((await self._maintenance()).RunMaintenance, request, timeout)
 
     async def run_retention(
         self, *, timeout: float | None = None
     ) -> maintenance_pb2.RunRetentionResponse:
         request = maintenance_pb2.RunRetentionRequest()
-        return await self._call(self._maintenance.RunRetention, request, timeout)
+        return await self._call((await self._maintenance()).RunRetention, request, timeout)
 
 
 def _chain_first(

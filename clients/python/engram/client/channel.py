@@ -103,24 +103,13 @@ def credentials_of(tls: TlsArg) -> grpc.ChannelCredentials | None:
     return tls
 
 
-def service_addresses(
-    address: str,
-    search_address: str | None,
-    pipeline_address: str | None,
-    maintenance_address: str | None,
-) -> dict[str, str]:
-    """Each service's address. `address` is the store's (`host:port`, or a bare host
-    for the default ports); a service not given explicitly is on that host at its
-    default port, as `engram up` places them."""
+def store_target(address: str) -> tuple[str, str]:
+    """(host, host:port) of the store's `address` (`host:port`, or a bare host for
+    the default port 50051; an IPv6 host in brackets)."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or (":" in host and not host.startswith("[")):
         host, port = address, str(DEFAULT_PORTS["store"])
-    given = {"search": search_address, "pipeline": pipeline_address}
-    given["maintenance"] = maintenance_address
-    result = {"store": f"{host}:{port}"}
-    for name, explicit in given.items():
-        result[name] = explicit or f"{host}:{DEFAULT_PORTS[name]}"
-    return result
+    return host, f"{host}:{port}"
 
 
 def metadata_for(api_key: str | None) -> tuple[tuple[str, str], ...]:

@@ -74,6 +74,28 @@ class PrivacyBlocked(FailedPrecondition):
     `message` is a sentence an assistant can relay to them as it stands."""
 
 
+class WrongSuite(FailedPrecondition):
+    """A service the client was about to call does not answer for the suite of
+    the store it was given (it belongs to another suite on the same host, say,
+    or does not check its suite): nothing was sent to it, the API key
+    included. Raised by the client itself (reason WRONG_SUITE)."""
+
+    def __init__(
+        self, *, service: str, address: str, suite_id: str, store_address: str, why: str
+    ) -> None:
+        super().__init__(
+            f"the {service} service at {address} is not of suite {suite_id}, the suite of "
+            f"the store at {store_address} ({why}); nothing was sent to it. Give this "
+            f"suite's {service} address ({service}_address, --{service}-address)",
+            code=grpc.StatusCode.FAILED_PRECONDITION,
+            reason="WRONG_SUITE",
+        )
+        self.service = service
+        self.address = address
+        self.suite_id = suite_id
+        self.store_address = store_address
+
+
 class AlreadyExists(EngramError):
     """The change would duplicate another memory's content."""
 

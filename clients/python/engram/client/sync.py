@@ -4,12 +4,15 @@ pipeline and maintenance services."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import grpc
+from grpc_health.v1 import health_pb2_grpc
 
 from engram.client import _common as c
+from engram.client import _suite
 from engram.client.channel import (
     DEFAULT_RETRY,
     RetryPolicy,
@@ -17,7 +20,7 @@ from engram.client.channel import (
     channel_options,
     credentials_of,
     metadata_for,
-    service_addresses,
+    store_target,
 )
 from engram.client.errors import from_rpc_error
 from engram.common.v1 import document_pb2, memory_pb2
@@ -33,9 +36,12 @@ Resp = TypeVar("Resp")
 class Engram:
     """A connection to one Engram suite.
 
-    `address` is the store's (`host:port`, or a bare host for the default ports
-    50051-50054); search, pipeline and maintenance are on the same host at their
-    default ports unless given. Every call has a deadline (`timeout` seconds unless
+    `address` is the store's (`host:port`, or a bare host for the default port
+    50051); search, pipeline and maintenance are on the same host at the ports
+    the store reports for its suite (SuiteService.GetSuite) unless given. Before
+    the first call to one of them the client checks that it answers for the
+    store's suite (gRPC health `engram.suite/<id>`, sent without the API key),
+    and sends it nothing if not: `WrongSuite`. Every call has a deadline (`timeout` seconds unless
     the call passes its own); UNAVAILABLE is retried by gRPC within it. Failures
     raise `engram.client.EngramError` subclasses. Results are the generated
     protobuf messages. Use it as a context manager, or call `close()`.
@@ -54,28 +60,86 @@ class Engram:
         pipeline_address: str | None = None,
         maintenance_address: str | None = None,
     ) -> None:
-        self.addresses = service_addresses(
-            address, search_address, pipeline_address, maintenance_address
-        )
+        self._store_host, store = store_target(address)
+        # each service's address once known (the store's at once, the others' when
+        # given or once the store has said)
+        self.addresses: dict[str, str] = {"store": store}
+        self._explicit = {
+            "search": search_address,
+            "pipeline": pipeline_address,
+            "maintenance": maintenance_address,
+        }
+        self.addresses.update({k: v for k, v in self._explicit.items() if v})
         self.timeout = timeout
         self.stream_timeout = stream_timeout
         self._metadata = metadata_for(api_key)
-        credentials = credentials_of(tls)
-        options = channel_options(retry)
+        self._credentials = credentials_of(tls)
+        self._options = channel_options(retry)
         self._channels: dict[str, grpc.Channel] = {}
-        for target in self.addresses.values():
-            if target in self._channels:
-                continue
+        store_channel = self._channel(store)
+        self._store = store_pb2_grpc.MemoryStoreServiceStub(store_channel)
+        self._suite_stub = store_pb2_grpc.SuiteServiceStub(store_channel)
+        self._suite: _suite.Suite | None = None
+        self._confirmed: set[str] = set()  # targets that answered for the suite
+        self._ready: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+
+    def _channel(self, target: str) -> grpc.Channel:
+        if target not in self._channels:
             self._channels[target] = (
-                grpc.insecure_channel(target, options=options)
-                if credentials is None
-                else grpc.secure_channel(target, credentials, options=options)
+                grpc.insecure_channel(target, options=self._options)
+                if self._credentials is None
+                else grpc.secure_channel(target, self._credentials, options=self._options)
             )
-        by_service = {name: self._channels[t] for name, t in self.addresses.items()}
-        self._store = store_pb2_grpc.MemoryStoreServiceStub(by_service["store"])
-        self._search = search_pb2_grpc.SearchServiceStub(by_service["search"])
-        self._pipeline = pipeline_pb2_grpc.PipelineServiceStub(by_service["pipeline"])
-        self._maintenance = maintenance_pb2_grpc.MaintenanceServiceStub(by_service["maintenance"])
+        return self._channels[target]
+
+    def _service_channel(self, service: str) -> grpc.Channel:
+        """The channel to `service`, once it has confirmed the store's suite."""
+        ready = self._ready.get(service)
+        if ready is not None:
+            return ready
+        with self._lock:
+            if self._suite is None:
+                reply = self._call(self._suite_stub.GetSuite, store_pb2.GetSuiteRequest(), None)
+                self._suite = _suite.suite_of(reply, self._store_host, self._explicit)
+            address = self._suite.addresses[service]
+            self.addresses[service] = address
+            channel = self._channel(address)
+            if address not in self._confirmed:
+                self._confirm(service, address, channel, self._suite)
+                self._confirmed.add(address)
+            self._ready[service] = channel
+            return channel
+
+    def _confirm(
+        self, service: str, address: str, channel: grpc.Channel, suite: _suite.Suite
+    ) -> None:
+        """The service's health check for the suite, with no metadata."""
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                _suite.health_request(suite), timeout=self.timeout
+            )
+        except grpc.RpcError as error:
+            raise _suite.check_error(
+                service, address, suite, self.addresses["store"], error
+            ) from None
+        _suite.check_answer(service, address, suite, self.addresses["store"], reply.status)
+
+    @property
+    def _search(self) -> search_pb2_grpc.SearchServiceStub:
+        return search_pb2_grpc.SearchServiceStub(self._service_channel("search"))
+
+    @property
+    def _pipeline(self) -> pipeline_pb2_grpc.PipelineServiceStub:
+        return pipeline_pb2_grpc.PipelineServiceStub(self._service_channel("pipeline"))
+
+    @property
+    def _maintenance(self) -> maintenance_pb2_grpc.MaintenanceServiceStub:
+        return maintenance_pb2_grpc.MaintenanceServiceStub(self._service_channel("maintenance"))
+
+    def suite_id(self, *, timeout: float | None = None) -> str:
+        """The id of the store's suite (SuiteService.GetSuite)."""
+        return self._call(self._suite_stub.GetSuite, store_pb2.GetSuiteRequest(), timeout).suite_id
 
     def close(self) -> None:
         for channel in self._channels.values():

@@ -481,6 +481,11 @@ class ImportItem(_message.Message):
     CATEGORIES_FIELD_NUMBER: _builtins.int
     VALID_FROM_FIELD_NUMBER: _builtins.int
     VALID_UNTIL_FIELD_NUMBER: _builtins.int
+    EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    TEMPORAL_CLASS_FIELD_NUMBER: _builtins.int
+    CONFIDENCE_FIELD_NUMBER: _builtins.int
+    DECAY_RATE_FIELD_NUMBER: _builtins.int
+    LITERAL_CONTENT_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """See RememberRequest.content."""
     type: _builtins.str
@@ -503,6 +508,23 @@ class ImportItem(_message.Message):
     """See RememberRequest.pii_policy; unset means the message's `pii_policy`,
     then the namespace's. A rejected item fails alone (status FAILED, its
     error names the kinds found, never the values).
+    """
+    temporal_class: _memory_pb2.TemporalClass.ValueType
+    """How long the fact stays true (Memory.temporal_class); unset: not
+    classified. A value this version does not know fails the item.
+    """
+    confidence: _builtins.float
+    """The memory's stored confidence (Memory.confidence), in [0, 1]; unset
+    means 1.0. Decay starts from it at the import.
+    """
+    decay_rate: _builtins.float
+    """The memory's own decay rate (Memory.decay_rate; MemoryPatch.decay_rate's
+    range, 0 to 10, 0 protects it); unset follows `memory.decay_rate_default`.
+    """
+    literal_content: _builtins.bool
+    """Store `content` as given: a leading `critical:` or `[tags]:` stays text
+    instead of pinning or tagging (a conversation turn's content is stored
+    so; `engram export` sets this when a memory's content starts with one).
     """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -537,6 +559,15 @@ class ImportItem(_message.Message):
         deduplicates (it is not recorded as superseded).
         """
 
+    @_builtins.property
+    def expire_time(self) -> _timestamp_pb2.Timestamp:
+        """When the memory expires (Memory.expire_time): a short-term memory, like
+        `ttl` but as an instant, so a round trip through `engram export` keeps
+        the expiry it had. Not with `ttl`; must lie in the future and at most
+        366 days ahead, else the item fails (an export's short-term memory that
+        expired before its import fails with "expire_time has passed").
+        """
+
     def __init__(
         self,
         *,
@@ -556,13 +587,27 @@ class ImportItem(_message.Message):
         categories: _abc.Iterable[_builtins.str] | None = ...,
         valid_from: _timestamp_pb2.Timestamp | None = ...,
         valid_until: _timestamp_pb2.Timestamp | None = ...,
+        expire_time: _timestamp_pb2.Timestamp | None = ...,
+        temporal_class: _memory_pb2.TemporalClass.ValueType = ...,
+        confidence: _builtins.float | None = ...,
+        decay_rate: _builtins.float | None = ...,
+        literal_content: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "event_time", b"event_time", "importance", b"importance", "ttl", b"ttl", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_confidence", b"_confidence", "_decay_rate", b"_decay_rate", "_importance", b"_importance", "confidence", b"confidence", "decay_rate", b"decay_rate", "event_time", b"event_time", "expire_time", b"expire_time", "importance", b"importance", "ttl", b"ttl", "valid_from", b"valid_from", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "categories", b"categories", "content", b"content", "event_time", b"event_time", "importance", b"importance", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "ttl", b"ttl", "type", b"type", "valid_from", b"valid_from", "valid_until", b"valid_until", "who", b"who", "why", b"why"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_confidence", b"_confidence", "_decay_rate", b"_decay_rate", "_importance", b"_importance", "categories", b"categories", "confidence", b"confidence", "content", b"content", "decay_rate", b"decay_rate", "event_time", b"event_time", "expire_time", b"expire_time", "importance", b"importance", "literal_content", b"literal_content", "pii_policy", b"pii_policy", "pinned", b"pinned", "session_id", b"session_id", "source_id", b"source_id", "source_type", b"source_type", "tags", b"tags", "temporal_class", b"temporal_class", "ttl", b"ttl", "type", b"type", "valid_from", b"valid_from", "valid_until", b"valid_until", "who", b"who", "why", b"why"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__confidence: _TypeAlias = _typing.Literal["confidence"]  # noqa: Y015
+    _WhichOneofArgType__confidence: _TypeAlias = _typing.Literal["_confidence", b"_confidence"]  # noqa: Y015
+    _WhichOneofReturnType__decay_rate: _TypeAlias = _typing.Literal["decay_rate"]  # noqa: Y015
+    _WhichOneofArgType__decay_rate: _TypeAlias = _typing.Literal["_decay_rate", b"_decay_rate"]  # noqa: Y015
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__confidence) -> _WhichOneofReturnType__confidence | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__decay_rate) -> _WhichOneofReturnType__decay_rate | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__importance) -> _WhichOneofReturnType__importance | None: ...
 
 Global___ImportItem: _TypeAlias = ImportItem  # noqa: Y015
@@ -2430,3 +2475,63 @@ class ListWeakMemoriesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListWeakMemoriesResponse: _TypeAlias = ListWeakMemoriesResponse  # noqa: Y015
+
+@_typing.final
+class GetSuiteRequest(_message.Message):
+    """Request for GetSuite: nothing to choose."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSuiteRequest: _TypeAlias = GetSuiteRequest  # noqa: Y015
+
+@_typing.final
+class GetSuiteResponse(_message.Message):
+    """Response for GetSuite."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUITE_ID_FIELD_NUMBER: _builtins.int
+    STORE_PORT_FIELD_NUMBER: _builtins.int
+    SEARCH_PORT_FIELD_NUMBER: _builtins.int
+    PIPELINE_PORT_FIELD_NUMBER: _builtins.int
+    MAINTENANCE_PORT_FIELD_NUMBER: _builtins.int
+    suite_id: _builtins.str
+    """The suite's random id, created by the store's first migration and kept in
+    its database.
+    """
+    store_port: _builtins.int
+    """The port this store's public listener is bound to."""
+    search_port: _builtins.int
+    """The public ports of the suite's other services as the store's
+    configuration has them (`server.ports.*`, which `engram up` gives every
+    service): on the store's host, unless a client is told otherwise.
+    """
+    pipeline_port: _builtins.int
+    """See search_port."""
+    maintenance_port: _builtins.int
+    """See search_port."""
+    def __init__(
+        self,
+        *,
+        suite_id: _builtins.str = ...,
+        store_port: _builtins.int = ...,
+        search_port: _builtins.int = ...,
+        pipeline_port: _builtins.int = ...,
+        maintenance_port: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["maintenance_port", b"maintenance_port", "pipeline_port", b"pipeline_port", "search_port", b"search_port", "store_port", b"store_port", "suite_id", b"suite_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetSuiteResponse: _TypeAlias = GetSuiteResponse  # noqa: Y015

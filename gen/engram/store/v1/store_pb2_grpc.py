@@ -1080,3 +1080,99 @@ class MemoryStoreService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class SuiteServiceStub:
+    """Which suite a store belongs to, and where the suite's services listen
+    (issue 34): what a client given only the store's address needs to reach the
+    same suite's search, pipeline and maintenance, and to check each of them
+    before it sends them an API key. Served on the store's public listener and
+    on its internal one (where the other services learn their suite's id).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GetSuite = channel.unary_unary(
+                '/engram.store.v1.SuiteService/GetSuite',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSuiteRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSuiteResponse.FromString,
+                _registered_method=True)
+
+
+class SuiteServiceServicer:
+    """Which suite a store belongs to, and where the suite's services listen
+    (issue 34): what a client given only the store's address needs to reach the
+    same suite's search, pipeline and maintenance, and to check each of them
+    before it sends them an API key. Served on the store's public listener and
+    on its internal one (where the other services learn their suite's id).
+    """
+
+    def GetSuite(self, request, context):
+        """The store's suite id and the public port of each of the suite's
+        services. Every service of the suite answers the gRPC health check for
+        `engram.suite/<suite_id>` with SERVING (NOT_SERVING while it drains) and
+        any other `engram.suite/...` name with NOT_FOUND, so a client checks a
+        service with no credentials. Writes nothing.
+
+        Errors: UNAUTHENTICATED when auth is on and the call has no valid key
+        (any role may call it: no namespace is involved); PERMISSION_DENIED on
+        the internal listener for anything but the services' own credential.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SuiteServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GetSuite': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSuite,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.GetSuiteRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.GetSuiteResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'engram.store.v1.SuiteService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('engram.store.v1.SuiteService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class SuiteService:
+    """Which suite a store belongs to, and where the suite's services listen
+    (issue 34): what a client given only the store's address needs to reach the
+    same suite's search, pipeline and maintenance, and to check each of them
+    before it sends them an API key. Served on the store's public listener and
+    on its internal one (where the other services learn their suite's id).
+    """
+
+    @staticmethod
+    def GetSuite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.SuiteService/GetSuite',
+            engram_dot_store_dot_v1_dot_store__pb2.GetSuiteRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.GetSuiteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

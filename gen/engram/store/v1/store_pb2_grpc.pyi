@@ -1025,3 +1025,76 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class SuiteServiceStub:
+    """Which suite a store belongs to, and where the suite's services listen
+    (issue 34): what a client given only the store's address needs to reach the
+    same suite's search, pipeline and maintenance, and to check each of them
+    before it sends them an API key. Served on the store's public listener and
+    on its internal one (where the other services learn their suite's id).
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> SuiteServiceAsyncStub: ...
+    GetSuite: _grpc.UnaryUnaryMultiCallable[_store_pb2.GetSuiteRequest, _store_pb2.GetSuiteResponse]
+    """The store's suite id and the public port of each of the suite's
+    services. Every service of the suite answers the gRPC health check for
+    `engram.suite/<suite_id>` with SERVING (NOT_SERVING while it drains) and
+    any other `engram.suite/...` name with NOT_FOUND, so a client checks a
+    service with no credentials. Writes nothing.
+
+    Errors: UNAUTHENTICATED when auth is on and the call has no valid key
+    (any role may call it: no namespace is involved); PERMISSION_DENIED on
+    the internal listener for anything but the services' own credential.
+    """
+
+@_typing.type_check_only
+class SuiteServiceAsyncStub(SuiteServiceStub):
+    """Which suite a store belongs to, and where the suite's services listen
+    (issue 34): what a client given only the store's address needs to reach the
+    same suite's search, pipeline and maintenance, and to check each of them
+    before it sends them an API key. Served on the store's public listener and
+    on its internal one (where the other services learn their suite's id).
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    GetSuite: _aio.UnaryUnaryMultiCallable[_store_pb2.GetSuiteRequest, _store_pb2.GetSuiteResponse]  # type: ignore[assignment]
+    """The store's suite id and the public port of each of the suite's
+    services. Every service of the suite answers the gRPC health check for
+    `engram.suite/<suite_id>` with SERVING (NOT_SERVING while it drains) and
+    any other `engram.suite/...` name with NOT_FOUND, so a client checks a
+    service with no credentials. Writes nothing.
+
+    Errors: UNAUTHENTICATED when auth is on and the call has no valid key
+    (any role may call it: no namespace is involved); PERMISSION_DENIED on
+    the internal listener for anything but the services' own credential.
+    """
+
+class SuiteServiceServicer(metaclass=_abc_1.ABCMeta):
+    """Which suite a store belongs to, and where the suite's services listen
+    (issue 34): what a client given only the store's address needs to reach the
+    same suite's search, pipeline and maintenance, and to check each of them
+    before it sends them an API key. Served on the store's public listener and
+    on its internal one (where the other services learn their suite's id).
+    """
+
+    @_abc_1.abstractmethod
+    def GetSuite(
+        self,
+        request: _store_pb2.GetSuiteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.GetSuiteResponse, _abc.Awaitable[_store_pb2.GetSuiteResponse]]:
+        """The store's suite id and the public port of each of the suite's
+        services. Every service of the suite answers the gRPC health check for
+        `engram.suite/<suite_id>` with SERVING (NOT_SERVING while it drains) and
+        any other `engram.suite/...` name with NOT_FOUND, so a client checks a
+        service with no credentials. Writes nothing.
+
+        Errors: UNAUTHENTICATED when auth is on and the call has no valid key
+        (any role may call it: no namespace is involved); PERMISSION_DENIED on
+        the internal listener for anything but the services' own credential.
+        """
+
+def add_SuiteServiceServicer_to_server(servicer: SuiteServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -522,7 +522,11 @@ def main() -> int:
                 runs[path] = ask_all(search, samples, path, args, rankings)
             if out:
                 provenance.write_beside(
-                    out, settings=settings, data_dir=args.data_dir, database=database, path=path
+                    out,
+                    settings=settings,
+                    data_dir=args.data_dir,
+                    database=database,
+                    import_path=path,
                 )
 
     print(f"input: {args.input}  conversations: {len(samples)}  settings: {settings or 'defaults'}")

@@ -31,7 +31,7 @@ scored on it; the cross-validated figures per category are printed beside
 each configuration's full-dev ones.
 
     .venv/bin/python bench/locomo.py [--input FILE] [--rankings-out FILE] [--set search.fusion=rrf]
-        [--negatives] [--sweep] [--data-dir DIR] [--paths sessions flat] [--conversations N]
+        [--negatives] [--sweep] [--data-dir DIR] [--paths sessions turns flat] [--conversations N]
     .venv/bin/python bench/locomo.py --loco RANKINGS.jsonl [RANKINGS.jsonl ...]
 """
 
@@ -125,10 +125,14 @@ def score(ranked: list[str], evidence: list[str], session_of: dict[str, int]) ->
 # How a conversation is imported. "sessions": each of its sessions is a session
 # (ImportItem.session_id "session_<n>"), as an agent's conversation is, so the
 # store links each turn to the one before it (`temporal`) and "when" questions
-# take the temporal route's link hop; "flat": no session (the path before
-# issue 34, which built no link, so no benchmark met that hop). Each path's
-# namespaces: the conversation's sample id, with ".flat" for the flat path.
-PATHS = ("sessions", "flat")
+# take the temporal route's link hop; "turns": the same sessions, each turn
+# through AppendTurn as an agent's harness captures it (the first speaker as
+# the user, the other as the assistant, `who` the speaker's name; short-term
+# turns, expiring `sessions.turn_ttl_ms` after the run writes them); "flat": no
+# session (the path before issue 34, which built no link, so no benchmark met
+# that hop). Each path's namespaces: the conversation's sample id, with
+# ".<path>" for every path but "sessions".
+PATHS = ("sessions", "turns", "flat")
 
 
 def namespace_of(sample_id: str, path: str) -> str:
@@ -151,7 +155,7 @@ def import_items(sample: dict[str, Any], path: str) -> list[store_pb2.ImportItem
                 source_type="locomo",
                 source_id=turn["dia_id"],
                 event_time=event_time,
-                session_id=f"session_{number}" if path == "sessions" else "",
+                session_id="" if path == "flat" else f"session_{number}",
             )
         )
     return items
@@ -160,6 +164,8 @@ def import_items(sample: dict[str, Any], path: str) -> list[store_pb2.ImportItem
 def ingest(store: store_pb2_grpc.MemoryStoreServiceStub, sample: dict[str, Any], path: str) -> int:
     namespace = namespace_of(sample["sample_id"], path)
     items = import_items(sample, path)
+    if path == "turns":
+        return append_turns(store, namespace, sample["conversation"]["speaker_a"], items)
 
     def batches() -> Iterator[store_pb2.ImportMemoriesRequest]:
         for start in range(0, len(items), 500):
@@ -172,6 +178,31 @@ def ingest(store: store_pb2_grpc.MemoryStoreServiceStub, sample: dict[str, Any],
         errors = {r.error for r in response.results if r.error}
         raise RuntimeError(f"{namespace}: {response.failed_count} turns failed: {errors}")
     return int(response.created_count + response.deduplicated_count)
+
+
+def append_turns(
+    store: store_pb2_grpc.MemoryStoreServiceStub,
+    namespace: str,
+    user: str,
+    items: list[store_pb2.ImportItem],
+) -> int:
+    """One AppendTurn per turn, in order; `user`'s turns as the user's."""
+    for item in items:
+        role = store_pb2.TURN_ROLE_USER if item.who == user else store_pb2.TURN_ROLE_ASSISTANT
+        response = store.AppendTurn(
+            store_pb2.AppendTurnRequest(
+                namespace=namespace,
+                session_id=item.session_id,
+                role=role,
+                content=item.content,
+                who=item.who,
+                event_time=item.event_time,
+                source_id=item.source_id,
+            )
+        )
+        if not response.captured:
+            raise RuntimeError(f"{namespace}: {item.source_id} not captured: {response.notice}")
+    return len(items)
 
 
 def wait_embedded(jobs: job_queue_pb2_grpc.JobQueueServiceStub, timeout_s: float = 1800) -> float:
@@ -466,7 +497,8 @@ def main() -> int:
         choices=PATHS,
         default=["sessions"],
         help="import paths, each into namespaces of its own, asked and reported in turn "
-        "(sessions: the conversation's sessions as session_id; flat: none)",
+        "(sessions: ImportMemories with the conversation's sessions as session_id; turns: "
+        "AppendTurn in those sessions; flat: ImportMemories without sessions)",
     )
     parser.add_argument(
         "--conversations", type=int, help="only the first N conversations of --input"
@@ -522,7 +554,11 @@ def main() -> int:
                 runs[path] = ask_all(search, samples, path, args, rankings)
             if out:
                 provenance.write_beside(
-                    out, settings=settings, data_dir=args.data_dir, database=database, path=path
+                    out,
+                    settings=settings,
+                    data_dir=args.data_dir,
+                    database=database,
+                    import_path=path,
                 )
 
     print(f"input: {args.input}  conversations: {len(samples)}  settings: {settings or 'defaults'}")

@@ -78,22 +78,36 @@ def ids_by_source(stack: Stack, namespace: str) -> dict[str, str]:
 def test_locomo_imports_each_session_and_a_when_question_takes_the_link_hop(
     locomo: ModuleType, stack: Stack
 ) -> None:
-    """The sessions path links each turn to its neighbours in the session, and
-    the "when" question's hop reaches them (the hop that crashed); the flat
-    path, the old one, links nothing."""
+    """The sessions path (ImportMemories) and the turns path (AppendTurn) link
+    each turn to its neighbours in the session, and the "when" question's hop
+    reaches them (the hop that crashed); the flat path, the old one, links
+    nothing."""
     for path in locomo.PATHS:
         assert locomo.ingest(stack.store, CONVERSATION, path) == 5
-    sessions, flat = (locomo.namespace_of("conv-t", p) for p in ("sessions", "flat"))
-    assert (sessions, flat) == ("conv-t", "conv-t.flat")
-    matched = ids_by_source(stack, sessions)["D1:2"]
-    assert temporal_links(stack, sessions, matched) == 2
-    assert temporal_links(stack, flat, ids_by_source(stack, flat)["D1:2"]) == 0
-    linked, unlinked = boosts(stack, sessions, WHEN), boosts(stack, flat, WHEN)
-    # Caroline's turns match the question's words; Melanie's replies do not,
-    # and only their temporal links to Caroline's bring them (several per hop)
-    for reply in ("D1:3", "D2:1"):
-        assert reply not in unlinked
-        assert linked[reply] == pytest.approx(0.15), "one temporal link from a match"
+    namespaces = {p: locomo.namespace_of("conv-t", p) for p in locomo.PATHS}
+    assert namespaces == {"sessions": "conv-t", "turns": "conv-t.turns", "flat": "conv-t.flat"}
+    unlinked = boosts(stack, namespaces["flat"], WHEN)
+    flat_match = ids_by_source(stack, namespaces["flat"])["D1:2"]
+    assert temporal_links(stack, namespaces["flat"], flat_match) == 0
+    for path in ("sessions", "turns"):
+        matched = ids_by_source(stack, namespaces[path])["D1:2"]
+        assert temporal_links(stack, namespaces[path], matched) == 2, path
+        linked = boosts(stack, namespaces[path], WHEN)
+        # Caroline's turns match the question's words; Melanie's replies do not,
+        # and only their temporal links to Caroline's bring them (several per hop)
+        for reply in ("D1:3", "D2:1"):
+            assert reply not in unlinked
+            assert linked[reply] == pytest.approx(0.15), (path, reply)
+    listed = stack.store.ListMemories(
+        store_pb2.ListMemoriesRequest(namespace=namespaces["turns"], page_size=100)
+    ).memories
+    assert {(m.source_id, m.who, m.session_id) for m in listed} == {
+        ("D1:1", "Caroline", "session_1"),
+        ("D1:2", "Caroline", "session_1"),
+        ("D1:3", "Melanie", "session_1"),
+        ("D2:1", "Melanie", "session_2"),
+        ("D2:2", "Caroline", "session_2"),
+    }
 
 
 def haystack(question_id: str) -> dict[str, Any]:

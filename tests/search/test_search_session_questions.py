@@ -1,7 +1,11 @@
 """Questions about a session's memories through the public gRPC API (issue 34):
 a session of three memories or more gives the temporal route's link hop two
 linked memories or more to order, and every "when ...?" question went INTERNAL
-on Recall and AssembleContext."""
+on Recall and AssembleContext. Then every intent's typical question against
+namespaces of every shape (empty, one memory, sessions of 1-50 memories by
+Remember or AppendTurn, with and without entities and causal links), on one
+keyword-only stack and one with vectors and the graph per backend: no call
+may fail."""
 
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from services.common import clock
 from services.common.config import AuthSettings, Config, RoleRateLimit
+from services.common.db import PRIVATE_DIR_MODE
 from services.common.errors import PermissionDenied, RateLimited, Unauthenticated
 from services.common.validation import NAMESPACE_PATTERN, named_namespaces, pattern_covers
 
@@ -234,8 +235,9 @@ def _write(path: Path, records: Sequence[KeyRecord]) -> None:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """One `engram keys` edit at a time (a lock file beside the keys file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """One `engram keys` edit at a time (a lock file beside the keys file). The
+    directory is the database's by default: created private, as the store does."""
+    path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

@@ -126,6 +126,11 @@ def storm_kill_and_restart(
     assert missing == [], f"{len(missing)} acknowledged memories lost after SIGKILL"
 
     listed = listed_ids(stub, NAMESPACE)
+    # the figures bench/README.md records per backend (run with -s)
+    print(
+        f"\nstore SIGKILL: sent {storm.sent}, acknowledged {len(storm.acked)}, in flight at "
+        f"the kill {in_flight_at_kill}, lost {len(missing)}, listed after restart {len(listed)}"
+    )
     assert set(storm.acked) <= listed
     # Anything beyond the acknowledged set was in flight at the kill (committed,
     # but the reply never arrived) and can only come from calls we actually sent.

@@ -86,3 +86,15 @@ def test_restore_installs_the_database_private(launcher: Launcher, tmp_path: Pat
     restarted.stub().Remember(store_pb2.RememberRequest(namespace=NAMESPACE, content="after"))
     assert modes(into_new) == dict.fromkeys(DATABASE_FILES, 0o600)
     assert restarted.stop() == 0
+
+
+def test_engram_keys_create_before_any_store_makes_the_data_directory_private(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "keys-first" / "data"
+    created = engram(
+        "keys", "create", "--role", "reader", "--namespace", "a", "--data-dir", str(data_dir)
+    )
+    assert created.returncode == 0, created.stderr
+    assert mode(data_dir) == 0o700
+    assert mode(data_dir / "keys.json") == 0o600

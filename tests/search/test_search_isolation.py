@@ -119,6 +119,8 @@ def test_recall_never_returns_another_namespace_while_it_writes(
 
     assert writes[0] > 0 and sum(recalls) > 0, "the race ran"
     summary = f"{sum(recalls)} recalls, {writes[0]} remember+delete pairs"
+    # the figures bench/README.md records per backend (run with -s)
+    print(f"\n{rpc} {namespaces}: {summary}, {len(foreign)} foreign, {len(errors)} failed")
     assert not errors and not foreign, (
         f"{len(foreign)} foreign results and {len(errors)} failed Recalls in {summary}"
         f"{'; e.g. ' + errors[0] if errors else ''}"

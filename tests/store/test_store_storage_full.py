@@ -21,7 +21,7 @@ from services.maintenance.app import start_maintenance
 from store_helpers import rows, scalar
 
 pytestmark = pytest.mark.sqlite_only(
-    "a tmpfs filling under the SQLite file; Postgres's disk-full mapping is tests/postgres's"
+    "a tmpfs filling under the SQLite file; PostgreSQL's is tests/e2e/test_postgres_storage_full.py"
 )
 DISK_BYTES = 8 * 1024 * 1024
 # Distinct contents near the 64 KiB limit: each commit needs fresh pages.
@@ -124,6 +124,10 @@ def test_full_disk_answers_storage_full_and_the_store_recovers_when_space_return
     # Nothing acknowledged was lost, nothing refused was written (the refused
     # content exists once: the write after recovery), and the file is sound.
     stored = {r[0] for r in rows(config.storage.path, "SELECT id FROM memories")}
+    print(
+        f"\nsqlite disk full: acknowledged {len(acked)}, stored {len(stored)}, refused at "
+        f"write {refused}, storage_full_count {full.storage_full_count}"
+    )
     assert stored == acked
     assert scalar(config.storage.path, "PRAGMA integrity_check") == "ok"
     assert scalar(config.storage.path, "SELECT count(*) FROM memories_fts") == len(acked)

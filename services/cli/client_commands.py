@@ -33,9 +33,11 @@ from engram.client import (
     AsyncEngram,
     Engram,
     EngramError,
+    FailedPrecondition,
     ImportItem,
     ImportProgress,
     Memory,
+    MemoryPatch,
     Tls,
     memory_filter,
 )
@@ -64,6 +66,10 @@ EXPORT_TIMES: tuple[Literal["event_time", "valid_from", "valid_until"], ...] = (
     "valid_until",
 )
 PLAIN_PROGRESS_EVERY_S = 2.0
+# Rows per ImportMemories stream: each stream's reply acknowledges its rows as
+# committed, so the progress bar (and an interrupted import's report) follow
+# commits at this step.
+IMPORT_STREAM_ITEMS = 2500
 
 
 @dataclass(frozen=True)
@@ -187,12 +193,29 @@ def _emit_json(message: Message | dict[str, Any]) -> None:
     click.echo(json.dumps(data, ensure_ascii=False))
 
 
+# Ids are UUIDs (36 characters): their columns never fold, so an id reads (and
+# copies) whole on an 80-column terminal, and the other columns share what is left.
+ID_WIDTH = 36
+
+
+def _id_column(table: Table, name: str = "id") -> None:
+    table.add_column(name, no_wrap=True, min_width=ID_WIDTH, overflow="fold")
+
+
+def _columns(table: Table, *names: str) -> None:
+    """Columns in order: `id` (or any name ending in " id") an id column, the rest folding."""
+    for name in names:
+        if name == "id" or name.endswith(" id"):
+            _id_column(table, name)
+        else:
+            table.add_column(name, overflow="fold")
+
+
 def _memory_table(memories: list[Memory], *, score: list[float] | None = None) -> None:
     table = Table(show_lines=False)
     if score is not None:
         table.add_column("score", justify="right")
-    for name in ("id", "type", "importance", "tags", "content"):
-        table.add_column(name, overflow="fold")
+    _columns(table, "id", "type", "importance", "tags", "content")
     for n, memory in enumerate(memories):
         row = [
             memory.id,
@@ -418,8 +441,7 @@ def weak(**params: Any) -> None:
     (seed 003), with their current confidence, oldest written first."""
     target = _target(params)
     table = Table()
-    for name in ("confidence now", "id", "last access", "content"):
-        table.add_column(name, overflow="fold")
+    _columns(table, "confidence now", "id", "last access", "content")
     count = 0
     with target.client() as engram:
         try:
@@ -480,6 +502,127 @@ def supersede(**params: Any) -> None:
 @cli.command()
 @click.argument("memory_id")
 @click.option("--namespace", "-n", default="")
+@click.option("--content", default=None, help="the corrected content")
+@click.option("--type", "type_", default=None, help="fact, preference, decision, rule, ...")
+@click.option("--importance", type=float, default=None, help="0..1")
+@click.option("--tag", "tags", multiple=True, help="repeatable; replaces the tags")
+@click.option("--clear-tags", is_flag=True, help="remove every tag")
+@click.option("--category", "categories", multiple=True, help="repeatable; replaces them")
+@click.option("--clear-categories", is_flag=True, help="remove every category")
+@click.option("--pin/--unpin", "pinned", default=None, help="pin or unpin it")
+@click.option("--who", default=None)
+@click.option("--decay-rate", type=float, default=None, help="seed 003; 0 protects from decay")
+@click.option("--if-version", type=int, default=None, help="only if it is at this version")
+@click.option("--reason", default="modified with the engram CLI", show_default=True)
+@common_options
+def modify(**params: Any) -> None:
+    """Change MEMORY_ID in place (ModifyMemories): only the options given change,
+    its version goes up and its history keeps the old content."""
+    target = _target(params)
+    if params["tags"] and params["clear_tags"]:
+        raise click.UsageError("--tag and --clear-tags exclude each other")
+    if params["categories"] and params["clear_categories"]:
+        raise click.UsageError("--category and --clear-categories exclude each other")
+    patch = MemoryPatch(
+        id=params["memory_id"],
+        content=params["content"],
+        type=params["type_"],
+        importance=params["importance"],
+        pinned=params["pinned"],
+        who=params["who"],
+        decay_rate=params["decay_rate"],
+        if_version=params["if_version"],
+    )
+    if params["tags"] or params["clear_tags"]:
+        patch.tags.CopyFrom(store_pb2.TagList(values=params["tags"]))
+    if params["categories"] or params["clear_categories"]:
+        patch.categories.CopyFrom(store_pb2.CategoryList(values=params["categories"]))
+    with target.client() as engram:
+        try:
+            reply = engram.modify_memories(
+                [patch], namespace=params["namespace"], reason=params["reason"]
+            )
+        except EngramError as error:
+            _fail("modify", error)
+    result = reply.results[0]
+    status = _dict(result).get("status", "").removeprefix("PATCH_STATUS_").lower()
+    if target.json:
+        _emit_json(result)
+    elif status == "updated":
+        click.echo(
+            f"modified: {result.id} (version {result.current_version} -> {result.new_version})"
+        )
+    elif status == "unchanged":
+        click.echo(f"unchanged: {result.id} (version {result.current_version})")
+    else:
+        other = f" (memory {result.duplicate_memory_id})" if result.duplicate_memory_id else ""
+        version = f" (version {result.current_version})" if result.current_version else ""
+        click.echo(f"not modified: {status}{other}{version}")
+    if status not in ("updated", "unchanged"):
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
+@click.option("--reason", default="deleted with the engram CLI", show_default=True)
+@click.option("--if-version", type=int, default=None, help="only if it is at this version")
+@click.option("--force", is_flag=True, help="required to delete a pinned memory")
+@common_options
+def delete(**params: Any) -> None:
+    """Soft-delete MEMORY_ID: it leaves recall and listings at once and `engram recover`
+    brings it back within the tombstone window (retention.tombstone_days)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            memory = engram.delete_memory(
+                params["memory_id"],
+                namespace=params["namespace"],
+                reason=params["reason"],
+                if_version=params["if_version"],
+                force=params["force"],
+            )
+        except EngramError as error:
+            _fail("delete", error)
+    if target.json:
+        _emit_json(memory)
+    else:
+        click.echo(
+            f"deleted: {memory.id} (version {memory.version}; engram recover brings it back)"
+        )
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
+@click.option("--reason", default="recovered with the engram CLI", show_default=True)
+@click.option(
+    "--if-version", type=int, default=None, help="only if the tombstone is at this version"
+)
+@common_options
+def recover(**params: Any) -> None:
+    """Bring back MEMORY_ID, soft-deleted within the tombstone window (`engram list
+    --deleted` shows them)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            memory = engram.recover_memory(
+                params["memory_id"],
+                namespace=params["namespace"],
+                reason=params["reason"],
+                if_version=params["if_version"],
+            )
+        except EngramError as error:
+            _fail("recover", error)
+    if target.json:
+        _emit_json(memory)
+    else:
+        click.echo(f"recovered: {memory.id} (version {memory.version})")
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
 @common_options
 def explain(**params: Any) -> None:
     """MEMORY_ID's chain: the versions it replaced and that replaced it (with
@@ -494,8 +637,7 @@ def explain(**params: Any) -> None:
         _emit_json(found)
         return
     table = Table()
-    for name in ("relation", "id", "valid from", "valid until", "content"):
-        table.add_column(name, overflow="fold")
+    _columns(table, "relation", "id", "valid from", "valid until", "content")
     rows = [
         *(("supersedes", m) for m in reversed(found.supersedes)),
         ("this", found.memory),
@@ -536,9 +678,9 @@ def links(**params: Any) -> None:
         "outgoing": store_pb2.LINK_DIRECTION_OUTGOING,
         "incoming": store_pb2.LINK_DIRECTION_INCOMING,
     }.get(params["direction"], store_pb2.LINK_DIRECTION_UNSPECIFIED)
-    table = Table()
-    for name in ("type", "from", "to", "weight", "confidence", "valid from", "valid until"):
-        table.add_column(name, overflow="fold")
+    # the other end of each link (MEMORY_ID is one end): one id per row fits 80 columns
+    table = Table(title=f"links of {params['memory_id']}")
+    _columns(table, "type", "dir", "memory id", "weight/conf", "valid from", "valid until")
     with target.client() as engram:
         try:
             for link in engram.list_memory_links(
@@ -551,12 +693,12 @@ def links(**params: Any) -> None:
                     _emit_json(link)
                     continue
                 until = link.valid_until.ToJsonString() if link.HasField("valid_until") else ""
+                outgoing = link.from_memory_id == params["memory_id"]
                 cells = (
                     link.link_type,
-                    link.from_memory_id,
-                    link.to_memory_id,
-                    f"{link.weight:g}",
-                    f"{link.confidence:g}",
+                    "to" if outgoing else "from",
+                    link.to_memory_id if outgoing else link.from_memory_id,
+                    f"{link.weight:g}/{link.confidence:g}",
                     link.valid_from.ToJsonString(),
                     until,
                 )
@@ -638,8 +780,7 @@ def entity_get(**params: Any) -> None:
     aliases = f" (also: {', '.join(e.aliases)})" if e.aliases else ""
     click.echo(f"{e.name}{aliases}: {e.entity_type}, {e.mention_count} mentions, id {e.id}")
     table = Table(title="facts valid now")
-    for name in ("id", "valid from", "content"):
-        table.add_column(name, overflow="fold")
+    _columns(table, "id", "valid from", "content")
     for memory in found.facts:
         table.add_row(
             *(Text(c) for c in (memory.id, memory.valid_from.ToJsonString(), memory.content))
@@ -666,8 +807,7 @@ def entity_list(**params: Any) -> None:
     """Entities of a namespace, most mentioned first."""
     target = _target(params)
     table = Table()
-    for name in ("name", "type", "mentions", "aliases", "id"):
-        table.add_column(name, overflow="fold")
+    _columns(table, "name", "type", "mentions", "aliases", "id")
     limit = params["limit"]
     with target.client() as engram:
         try:
@@ -707,10 +847,18 @@ def entity_list(**params: Any) -> None:
 @click.option("--reason", default="forgotten with the engram CLI", show_default=True)
 @click.option("--include-pinned", is_flag=True)
 @click.option("--purge", is_flag=True, help="remove for good (no recovery)")
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="more match than one batch (200): forget them all, batch after batch",
+)
 @click.option("--yes", is_flag=True, help="delete the previewed memories without asking")
 @common_options
 def forget(**params: Any) -> None:
-    """Preview the memories a selection matches, then (after confirmation) delete them."""
+    """Preview the memories a selection matches, then (after confirmation) delete them.
+    One call forgets at most 200; the preview says when more match, and --all goes on,
+    preview and confirmed delete, batch after batch, until none are left."""
     target = _target(params)
     selection: dict[str, Any] = {
         "namespace": params["namespace"],
@@ -724,36 +872,106 @@ def forget(**params: Any) -> None:
     with target.client() as engram:
         try:
             preview = engram.forget_memories(**selection)
-            if target.json:
-                _emit_json(preview)
-            else:
-                table = Table(title=f"{preview.candidate_count} memories to forget")
-                for name in ("id", "pinned", "content"):
-                    table.add_column(name, overflow="fold")
-                for candidate in preview.candidates:
-                    cells = (candidate.id, "yes" if candidate.pinned else "", candidate.content)
-                    table.add_row(*(Text(cell) for cell in cells))
-                Console().print(table)
+            _show_forget_preview(preview, target.json, params["every"])
             if not preview.candidate_count:
                 return
             if not params["yes"]:
                 if not sys.stdin.isatty():
                     click.echo("engram forget: nothing deleted; pass --yes to delete", err=True)
                     return
-                if not click.confirm(f"Forget these {preview.candidate_count}?", err=True):
+                question = (
+                    f"Forget these {preview.candidate_count} and every other match, "
+                    f"{MAX_FORGET_BATCH} at a time?"
+                    if params["every"] and preview.more_matching
+                    else f"Forget these {preview.candidate_count}?"
+                )
+                if not click.confirm(question, err=True):
                     return
-            done = engram.forget_memories(
-                **selection,
-                mode=FORGET_MODE_EXECUTE,
-                reason=params["reason"],
-                confirm_token=preview.confirm_token,
-            )
+            if params["every"]:
+                total, more = _forget_every(engram, selection, preview, params["reason"], target)
+            else:
+                done = engram.forget_memories(
+                    **selection,
+                    mode=FORGET_MODE_EXECUTE,
+                    reason=params["reason"],
+                    confirm_token=preview.confirm_token,
+                )
+                if target.json:
+                    _emit_json(done)
+                total, more = done.deleted_count, done.more_matching
         except EngramError as error:
             _fail("forget", error)
-    if target.json:
-        _emit_json(done)
-    else:
-        click.echo(f"forgot {done.deleted_count}" + (" (purged)" if done.hard_deleted else ""))
+    if not target.json:
+        purged = " (purged)" if params["purge"] else ""
+        rest = "; more match: run it again, or pass --all" if more else ""
+        click.echo(f"forgot {total}{purged}{rest}")
+
+
+# ForgetMemories' largest batch (store.proto ForgetMemoriesRequest.limit).
+MAX_FORGET_BATCH = 200
+# Batches in a row whose memories changed between preview and delete before
+# `forget --all` gives up (someone else keeps changing them).
+FORGET_RETRIES = 5
+
+
+def _show_forget_preview(
+    preview: store_pb2.ForgetMemoriesResponse, as_json: bool, every: bool
+) -> None:
+    if as_json:
+        _emit_json(preview)
+        return
+    more = ""
+    if preview.more_matching:
+        more = " (more match" + ("" if every else ": forget them with --all") + ")"
+    table = Table(title=f"{preview.candidate_count} memories to forget{more}")
+    _id_column(table)
+    for name in ("pinned", "content"):
+        table.add_column(name, overflow="fold")
+    for candidate in preview.candidates:
+        cells = (candidate.id, "yes" if candidate.pinned else "", candidate.content)
+        table.add_row(*(Text(cell) for cell in cells))
+    Console().print(table)
+
+
+def _forget_every(
+    engram: Engram,
+    selection: dict[str, Any],
+    preview: store_pb2.ForgetMemoriesResponse,
+    reason: str,
+    target: Target,
+) -> tuple[int, bool]:
+    """Confirmed deletes, each of the batch its own preview showed, until no memory
+    matches: (how many were forgotten, whether some still match). A batch whose
+    memories changed since its preview is previewed again; a batch that deletes
+    nothing ends the loop (nothing would change by repeating it)."""
+    bar = _Bar("forget", None, "memories", show=not target.json)
+    total = mismatches = 0
+    try:
+        while preview.candidate_count:
+            try:
+                done = engram.forget_memories(
+                    **selection,
+                    mode=FORGET_MODE_EXECUTE,
+                    reason=reason,
+                    confirm_token=preview.confirm_token,
+                )
+            except FailedPrecondition as error:
+                mismatches += 1
+                if error.reason != "CONFIRM_TOKEN_MISMATCH" or mismatches > FORGET_RETRIES:
+                    raise
+                preview = engram.forget_memories(**selection)
+                continue
+            mismatches = 0
+            if target.json:
+                _emit_json(done)
+            total += done.deleted_count
+            bar.update(total, f"{total} memories forgotten")
+            if not done.deleted_count or not done.more_matching:
+                return total, done.more_matching and not done.deleted_count
+            preview = engram.forget_memories(**selection)
+        return total, False
+    finally:
+        bar.stop()
 
 
 def _import_item(data: dict[str, Any]) -> ImportItem:
@@ -798,16 +1016,17 @@ class _Lines:
             yield item
 
 
-class _Reporter:
-    """A rich progress bar (rows, rate, ETA when the total is known) on a terminal;
-    a plain line every few seconds otherwise."""
+class _Bar:
+    """Progress on stderr: a rich bar (done of the total when known, the rate, ETA)
+    on a terminal; otherwise a plain line every few seconds (and `final`)."""
 
-    def __init__(self, total: int | None) -> None:
-        self.tty = sys.stderr.isatty()
+    def __init__(self, label: str, total: int | None, unit: str, *, show: bool = True) -> None:
+        self.label = label
+        self.show = show
         self.last = 0.0
         self.start = time.monotonic()
         self.progress: Any = None
-        if self.tty:
+        if show and sys.stderr.isatty():
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -818,35 +1037,74 @@ class _Reporter:
             )
 
             self.progress = Progress(
-                TextColumn("import"),
+                TextColumn(label),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]} rows/s"),
+                TextColumn(f"{{task.fields[rate]}} {unit}/s"),
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
                 console=Console(stderr=True),
             )
             self.progress.start()
-            self.task = self.progress.add_task("import", total=total, rate="-")
+            self.task = self.progress.add_task(label, total=total, rate="-")
 
-    def __call__(self, state: ImportProgress) -> None:
-        elapsed = max(time.monotonic() - self.start, 1e-9)
-        rate = f"{state.sent / elapsed:,.0f}"
+    def rate(self, done: int) -> str:
+        return f"{done / max(time.monotonic() - self.start, 1e-9):,.0f}"
+
+    def update(self, done: int, line: str) -> None:
+        """`done` so far; `line`, what a plain progress line says."""
         if self.progress is not None:
-            self.progress.update(self.task, completed=state.sent, rate=rate)
+            self.progress.update(self.task, completed=done, rate=self.rate(done))
             return
         now = time.monotonic()
-        if now - self.last >= PLAIN_PROGRESS_EVERY_S:
+        if self.show and now - self.last >= PLAIN_PROGRESS_EVERY_S:
             self.last = now
-            click.echo(
-                f"import: {state.sent} rows sent, {state.created} created, "
-                f"{state.deduplicated} already there, {state.failed} failed ({rate} rows/s)",
-                err=True,
-            )
+            click.echo(f"{self.label}: {line}", err=True)
 
     def stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None
+
+
+class _Reporter:
+    """Import progress: the bar follows the rows acknowledged (each stream's reply
+    says its rows are committed), with the lines rejected before sending; what was
+    sent but not yet acknowledged is shown beside it."""
+
+    def __init__(self, total: int | None, rejected: list[tuple[int, str]], show: bool) -> None:
+        self.bar = _Bar("import", total, "rows", show=show)
+        self.rejected = rejected
+        self.state = ImportProgress(0, 0, 0, 0)
+
+    def __call__(self, state: ImportProgress) -> None:
+        self.state = state
+        committed = state.created + state.deduplicated
+        self.bar.update(
+            state.acknowledged + len(self.rejected),
+            f"{committed} rows committed ({state.created} created, {state.deduplicated} "
+            f"already there), {state.failed + len(self.rejected)} failed, {state.sent} sent "
+            f"({self.bar.rate(committed)} rows/s)",
+        )
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def _import_stopped(state: ImportProgress, params: dict[str, Any], why: str) -> None:
+    """What an import cut short has committed, and how to finish it."""
+    committed = state.created + state.deduplicated
+    pending = state.sent - state.acknowledged
+    maybe = f"; of the {pending} rows sent after them, some may be too" if pending else ""
+    again = ["engram", "import", params["source"]]
+    if params["namespace"]:
+        again += ["-n", params["namespace"]]
+    click.echo(
+        f"engram import: {why}: {committed} rows committed ({state.created} created, "
+        f"{state.deduplicated} already there){maybe}. To resume, run the same command "
+        f"again ({' '.join(again)}): rows already imported are skipped, not duplicated",
+        err=True,
+    )
 
 
 def _count_lines(path: str) -> int | None:
@@ -867,17 +1125,26 @@ def import_(**params: Any) -> None:
     target = _target(params)
     source = params["source"]
     lines = _Lines(click.open_file(source, encoding="utf-8"), errors=[], line_of=array("q"))
-    reporter = _Reporter(_count_lines(source) if not target.json else None)
+    reporter = _Reporter(
+        _count_lines(source) if not target.json else None, lines.errors, show=not target.json
+    )
     try:
         with target.client() as engram:
             summary = engram.import_memories(
                 lines,
                 namespace=params["namespace"],
                 batch_size=params["batch_size"],
-                on_progress=None if target.json else reporter,
+                on_progress=reporter,
+                stream_items=IMPORT_STREAM_ITEMS,
             )
     except EngramError as error:
+        reporter.stop()
+        _import_stopped(reporter.state, params, str(error))
         _fail("import", error)
+    except KeyboardInterrupt:
+        reporter.stop()
+        _import_stopped(reporter.state, params, "interrupted")
+        sys.exit(130)
     finally:
         reporter.stop()
         lines.stream.close()
@@ -952,7 +1219,28 @@ def diagnostics(**params: Any) -> None:
         click.echo(f"- {recommendation}")
 
 
-@cli.command()
+class _McpCommand(click.Command):
+    """`engram mcp`, whose help lists every tool the server serves (read from the
+    server itself, so the list never goes stale)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        import textwrap
+
+        from services.cli.mcp_server import tool_summaries
+
+        tools = tool_summaries()
+        with formatter.section(f"Tools ({len(tools)})"):
+            first = [(name, text.split(". ")[0].removesuffix(".")) for name, text in tools]
+            formatter.write_dl(
+                [
+                    (name, textwrap.shorten(text, width=58, placeholder="..."))
+                    for name, text in first
+                ]
+            )
+        super().format_epilog(ctx, formatter)
+
+
+@cli.command(cls=_McpCommand)
 @click.option(
     "--http",
     "http_port",
@@ -969,9 +1257,9 @@ def diagnostics(**params: Any) -> None:
 )
 @connection_options
 def mcp(**params: Any) -> None:
-    """Serve Engram's memory tools (remember, recall, forget, update_memory,
-    memory_history) over the Model Context Protocol: on stdio for an MCP host that
-    starts this command, or over streamable HTTP with --http PORT."""
+    """Serve Engram's memory tools (listed below) over the Model Context Protocol:
+    on stdio for an MCP host that starts this command, or over streamable HTTP with
+    --http PORT."""
     import anyio
 
     from services.cli.mcp_server import serve
@@ -990,6 +1278,11 @@ def mcp(**params: Any) -> None:
 
 
 COMMANDS = frozenset(cli.commands)
+
+
+def command_summaries() -> list[tuple[str, str]]:
+    """Every client command, in order, with its one-line help (for `engram --help`)."""
+    return [(name, command.get_short_help_str(limit=62)) for name, command in cli.commands.items()]
 
 
 def run(argv: list[str]) -> int:

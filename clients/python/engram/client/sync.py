@@ -497,17 +497,21 @@ class Engram:
         on_progress: Callable[[c.ImportProgress], None] | None = None,
         on_results: Callable[[list[store_pb2.ImportResult]], None] | None = None,
         timeout: float | None = None,
+        stream_items: int = c.MAX_STREAM_ITEMS,
     ) -> c.ImportSummary:
         """Streams `items` (ImportItem messages, or mappings of their fields) to
         ImportMemories, reading them lazily, in as many streams of up to 25000 items
         as needed. `on_progress` is called as batches are sent and as each stream is
         answered; `on_results` gets each stream's results (indexes over the whole
         import). Re-sending items already imported is safe: they come back
-        DEDUPLICATED. An error reply raises; what was committed before it stays."""
+        DEDUPLICATED. An error reply raises; what was committed before it stays.
+        `stream_items` (up to 25000, rounded down to whole batches): items per
+        stream; a stream's reply acknowledges its items as committed, so smaller
+        streams let a progress bar follow what is committed."""
         summary = c.ImportSummary()
         sent = 0
         pending = c.batches(items, batch_size)
-        per_stream = c.batches_per_stream(batch_size)
+        per_stream = c.batches_per_stream(batch_size, stream_items)
         while True:
             first = next(pending, None)
             if first is None:

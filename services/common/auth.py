@@ -98,7 +98,7 @@ PUBLIC_RPCS: dict[str, Role] = {
         _methods(
             _STORE,
             "Remember ImportMemories ModifyMemories DeleteMemory ForgetMemories RecoverMemory "
-            "AppendTurn SummarizeSession",
+            "AppendTurn SummarizeSession DeleteNamespace RecoverNamespace",
         ),
         Role.WRITER,
     ),

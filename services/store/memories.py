@@ -594,39 +594,13 @@ class MemoryStore:
                     reason="DUPLICATE_CONTENT",
                     metadata={"duplicate_memory_id": other},
                 )
-            at = clock.now_text()
-            new_version = record.version + 1
-            repo.update_memory(
+            mutations.restore_many(
                 conn,
-                memory_id,
-                {
-                    "is_deleted": 0,
-                    "deleted_at": None,
-                    "version": new_version,
-                    "updated_at": at,
-                    # seed 003 decay: recovering is a use; the decay clock restarts, so a
-                    # memory pruned as weak is not pruned again by the next sweep
-                    "last_accessed": at,
-                },
-            )
-            mutations.index_or_enqueue(
-                conn,
-                [
-                    mutations.vector_target(
-                        memory_id, namespace, record.content_hash, self._max_attempts, at
-                    )
-                ],
-            )
-            mutations.record_event(
-                conn,
-                record,
-                mutations.RECOVERED_EVENT,
-                old_content=None,
-                new_content=record.content,
+                [record],
                 actor=actor,
                 reason=reason,
-                at=at,
-                metadata={"new_version": new_version},
+                at=clock.now_text(),
+                max_attempts=self._max_attempts,
             )
             return self._load(conn, namespace, memory_id)
 

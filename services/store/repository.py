@@ -298,6 +298,9 @@ class MemoryRow(NamedTuple):
 
 # Rows per multi-row INSERT (at most 28 parameters a row, far below SQLite's limit).
 INSERT_CHUNK_ROWS = 64
+# Ids per `IN (...)` of a write over many memories (within every backend's limit
+# on bound parameters).
+ID_CHUNK = 500
 
 
 def insert_rows(
@@ -433,6 +436,30 @@ def update_memory(conn: Any, memory_id: str, changes: dict[str, Any]) -> None:
         f"UPDATE memories SET {assignments} WHERE id = :memory_id",
         {**changes, "memory_id": memory_id},
     )
+
+
+def tombstone_memories(conn: Any, memory_ids: Sequence[str], at: str) -> None:
+    """Soft-delete live memories (services/store/mutations.py soft_delete_many):
+    deleted at `at`, the next version; FTS and the vector index drop them by trigger."""
+    for start in range(0, len(memory_ids), ID_CHUNK):
+        chunk = memory_ids[start : start + ID_CHUNK]
+        conn.execute(
+            "UPDATE memories SET is_deleted = 1, deleted_at = ?, version = version + 1, "
+            f"updated_at = ? WHERE id IN ({', '.join('?' * len(chunk))})",
+            [at, at, *chunk],
+        )
+
+
+def restore_memories(conn: Any, memory_ids: Sequence[str], at: str) -> None:
+    """Tombstones live again (services/store/mutations.py restore_many): the next
+    version, accessed now; back in FTS by trigger."""
+    for start in range(0, len(memory_ids), ID_CHUNK):
+        chunk = memory_ids[start : start + ID_CHUNK]
+        conn.execute(
+            "UPDATE memories SET is_deleted = 0, deleted_at = NULL, version = version + 1, "
+            f"updated_at = ?, last_accessed = ? WHERE id IN ({', '.join('?' * len(chunk))})",
+            [at, at, *chunk],
+        )
 
 
 def hard_delete_memory(conn: Any, memory_id: str) -> None:

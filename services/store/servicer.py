@@ -33,6 +33,7 @@ from services.store.memories import (
     MemoryStore,
     PatchSpec,
 )
+from services.store.namespaces import Namespaces
 from services.store.sessions import Sessions, Turn
 from services.store.weak import WeakMemories
 
@@ -192,11 +193,13 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         sessions: Sessions,
         consolidation: Consolidation,
         weak: WeakMemories,
+        namespaces: Namespaces,
     ) -> None:
         self._store = store
         self._sessions = sessions
         self._consolidation = consolidation
         self._weak = weak
+        self._namespaces = namespaces
 
     async def Remember(
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
@@ -613,6 +616,65 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             next_page_token=next_token,
             decay_threshold=self._weak.policy.threshold,
         )
+
+    async def DeleteNamespace(
+        self, request: store_pb2.DeleteNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.DeleteNamespaceResponse:
+        bad = Violations()
+        namespace = _named_namespace(bad, request.namespace)
+        if request.mode not in _FORGET_MODES:
+            bad.add("mode", f"unknown ForgetMode value {request.mode}")
+        done = await self._namespaces.delete(
+            namespace,
+            execute=request.mode == store_pb2.FORGET_MODE_EXECUTE,
+            reason=request.reason,
+            confirm_token=request.confirm_token,
+            actor=acting(request.actor),
+            bad=bad,
+        )
+        c = done.contents
+        response = store_pb2.DeleteNamespaceResponse(
+            contents=store_pb2.NamespaceContents(
+                memories=c.memories,
+                pinned_memories=c.pinned_memories,
+                deleted_memories=c.deleted_memories,
+                entities=c.entities,
+                documents=c.documents,
+            ),
+            confirm_token=done.confirm_token,
+            deleted_count=done.deleted_count,
+        )
+        if done.deleted_at is not None and done.recover_until is not None:
+            response.delete_time.CopyFrom(timestamp_from_text(done.deleted_at))
+            response.recover_until.CopyFrom(timestamp_from_text(done.recover_until))
+        return response
+
+    async def RecoverNamespace(
+        self, request: store_pb2.RecoverNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.RecoverNamespaceResponse:
+        bad = Violations()
+        done = await self._namespaces.recover(
+            _named_namespace(bad, request.namespace),
+            reason=request.reason,
+            actor=acting(request.actor),
+            bad=bad,
+        )
+        return store_pb2.RecoverNamespaceResponse(
+            recovered_count=done.recovered,
+            skipped_duplicates=done.skipped_duplicates,
+            delete_times=[timestamp_from_text(d) for d in done.deletions],
+        )
+
+
+_FORGET_MODES = frozenset(store_pb2.ForgetMode.values())
+
+
+def _named_namespace(bad: Violations, namespace: str) -> str:
+    """A namespace the request must name (empty is not read as the default one)."""
+    if not namespace:
+        bad.add("namespace", 'name the namespace (to act on the default one, name "default")')
+        return DEFAULT_NAMESPACE
+    return namespace_of(bad, namespace)
 
 
 def _entity_to_proto(entity: EntityRecord) -> store_pb2.Entity:

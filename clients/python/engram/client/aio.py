@@ -290,6 +290,31 @@ class AsyncEngram:
         )
         return (await self._call(self._store.RecoverMemory, request, timeout)).memory
 
+    async def delete_namespace(
+        self,
+        namespace: str,
+        *,
+        mode: store_pb2.ForgetMode.ValueType = store_pb2.FORGET_MODE_PREVIEW,
+        reason: str = "",
+        confirm_token: str = "",
+        actor: str = "",
+        timeout: float | None = None,
+    ) -> store_pb2.DeleteNamespaceResponse:
+        """PREVIEW (the default) counts what the namespace holds and gives a confirm
+        token; EXECUTE with that token soft-deletes every memory in it
+        (`recover_namespace` brings them back within the tombstone window)."""
+        request = store_pb2.DeleteNamespaceRequest(
+            namespace=namespace, mode=mode, reason=reason, confirm_token=confirm_token, actor=actor
+        )
+        return await self._call(self._store.DeleteNamespace, request, timeout)
+
+    async def recover_namespace(
+        self, namespace: str, *, reason: str, actor: str = "", timeout: float | None = None
+    ) -> store_pb2.RecoverNamespaceResponse:
+        """Brings back what `delete_namespace` deleted, within the tombstone window."""
+        request = store_pb2.RecoverNamespaceRequest(namespace=namespace, reason=reason, actor=actor)
+        return await self._call(self._store.RecoverNamespace, request, timeout)
+
     async def supersede_memory(
         self,
         id: str,

@@ -41,13 +41,15 @@ def live_batch_query(namespace: str, began: str, limit: int) -> Query:
     )
 
 
-def deleted_batch_query(namespace: str, deleted_at: str, limit: int, skip: int) -> Query:
+def deleted_batch_query(namespace: str, deleted_at: str, after: int, limit: int) -> Query:
     """Up to `limit` tombstones of the namespace deleted at exactly `deleted_at` (one
-    DeleteNamespace execute), after the first `skip` (those left deleted)."""
+    DeleteNamespace execute), in rowid order after rowid `after` (a keyset, each
+    batch starting where the last ended; in SQLite the namespace index holds the
+    rowid, so no batch sorts the whole deletion)."""
     return (
-        f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND m.is_deleted = 1 "
-        "AND m.deleted_at = ? ORDER BY m.id LIMIT ? OFFSET ?",
-        [namespace, deleted_at, limit, skip],
+        f"SELECT {_M_COLUMNS}, m.rowid AS position FROM memories m WHERE m.namespace = ? "
+        "AND m.is_deleted = 1 AND m.deleted_at = ? AND m.rowid > ? ORDER BY m.rowid LIMIT ?",
+        [namespace, deleted_at, after, limit],
     )
 
 

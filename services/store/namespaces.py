@@ -9,7 +9,7 @@ RecoverMemory's rule) within the tombstone window; after it, the retention
 sweep's tombstone steps purge them like any tombstone (services/store/admin.py).
 
 The memories go through the single writer in transactions of at most BATCH: a
-50,000-memory namespace is 50 short transactions, and other writes queue behind
+50,000-memory namespace is 100 short transactions, and other writes queue behind
 one of them at most, instead of behind one transaction holding the write lock for
 the whole namespace."""
 
@@ -31,7 +31,7 @@ from services.store import repository as repo
 from services.store.writer import Writer
 
 # Memories per writer transaction.
-BATCH = 1000
+BATCH = 500
 NAMESPACE_DELETED = "namespace_deleted"  # the `deleted` events' metadata key
 NANOS_PER_DAY = 86_400 * 10**9
 
@@ -191,26 +191,25 @@ class Namespaces:
             )
         recovered = skipped = 0
         for deleted_at in within:
-            left_deleted = 0  # of this deletion: they stay first in id order
+            after = 0  # rowids start at 1
             while True:
-                restored, left = await self._writer.submit(
-                    lambda conn, d=deleted_at, s=left_deleted: self._recover_batch(
-                        conn, namespace, d, s, actor, reason
+                restored, left, after = await self._writer.submit(
+                    lambda conn, d=deleted_at, a=after: self._recover_batch(
+                        conn, namespace, d, a, actor, reason
                     )
                 )
                 recovered += restored
-                left_deleted += left
+                skipped += left
                 if restored + left < BATCH:
                     break
-            skipped += left_deleted
         return Recovery(recovered, skipped, within)
 
     def _recover_batch(
-        self, conn: Any, namespace: str, deleted_at: str, skip: int, actor: str, reason: str
-    ) -> tuple[int, int]:
-        """(recovered, left deleted) of the next batch of one deletion's tombstones
-        (`skip`: those of it left deleted before, which stay first in id order)."""
-        rows = repo.fetch_all(conn, sql.deleted_batch_query(namespace, deleted_at, BATCH, skip))
+        self, conn: Any, namespace: str, deleted_at: str, after: int, actor: str, reason: str
+    ) -> tuple[int, int, int]:
+        """(recovered, left deleted, the last rowid read) of the next batch of one
+        deletion's tombstones, those after rowid `after`."""
+        rows = repo.fetch_all(conn, sql.deleted_batch_query(namespace, deleted_at, after, BATCH))
         records = [MemoryRecord.from_row(r) for r in rows]
         taken = set(repo.live_ids_by_hash(conn, namespace, [r.content_hash for r in records]))
         back: list[MemoryRecord] = []
@@ -228,4 +227,4 @@ class Namespaces:
             max_attempts=self._max_attempts,
             metadata={NAMESPACE_DELETED: deleted_at},
         )
-        return len(back), len(records) - len(back)
+        return len(back), len(records) - len(back), int(rows[-1]["position"]) if rows else after

@@ -517,7 +517,7 @@ class MemoryStoreServiceServicer:
         Memories written to the namespace after the EXECUTE began stay; memories
         deleted before it stay as they were (RecoverMemory's, not
         RecoverNamespace's). The deletes go through the store's single writer in
-        transactions of at most 1000 memories, so another write waits at most one
+        transactions of at most 500 memories, so another write waits at most one
         of them. RecoverNamespace brings the memories back within the tombstone
         retention window (`retention.tombstone_days`, 30 days); after it the
         retention sweep (RunRetention) purges them as it purges every tombstone,
@@ -548,7 +548,7 @@ class MemoryStoreServiceServicer:
         namespace holds now (remembered again after the deletion) stays deleted
         and is counted in `skipped_duplicates`. Memories deleted one by one stay
         deleted. Calling it again recovers nothing more (recovered_count 0). In
-        writer transactions of at most 1000 memories, as DeleteNamespace. Needs a
+        writer transactions of at most 500 memories, as DeleteNamespace. Needs a
         writer key on the namespace (or an admin key).
 
         Errors: INVALID_ARGUMENT (namespace empty or malformed, missing reason);

@@ -1,7 +1,7 @@
 """The `engram` commands that talk to a running suite through engram.client:
-remember, recall, get, list, history, explain, links, entity get/list, forget,
-import, export, diagnostics, and
-mcp (the MCP server, services/cli/mcp_server.py).
+remember, recall, get, list, history, weak, supersede, modify, delete, recover,
+explain, links, session get, entity get/list, forget, namespace delete/recover,
+import, export, diagnostics, and mcp (the MCP server, services/cli/mcp_server.py).
 
 Each takes `--address` (the store; search, pipeline and maintenance on the same host
 at their default ports unless `--search-address`/`--maintenance-address` say
@@ -972,6 +972,106 @@ def _forget_every(
         return total, False
     finally:
         bar.stop()
+
+
+# DeleteNamespace and RecoverNamespace take their time on a big namespace (each
+# memory goes through the writer, 500 at a time): a deadline cut short would
+# leave it half done, so they get this long at least.
+NAMESPACE_TIMEOUT_S = 3600.0
+
+
+@cli.group()
+def namespace() -> None:
+    """Remove a whole namespace (`namespace delete NS`), or bring it back within the
+    tombstone window (`namespace recover NS`)."""
+
+
+@namespace.command(name="delete")
+@click.argument("name")
+@click.option("--reason", default="deleted with the engram CLI", show_default=True)
+@click.option("--yes", is_flag=True, help="delete without asking")
+@common_options
+def namespace_delete(**params: Any) -> None:
+    """Show what namespace NAME holds, then (after confirmation) soft-delete every
+    memory in it. `engram namespace recover NAME` brings them back within the
+    tombstone window (retention.tombstone_days); then retention purges them."""
+    target = _target(params)
+    name = params["name"]
+    with target.client() as engram:
+        try:
+            preview = engram.delete_namespace(name)
+            contents = preview.contents
+            if target.json:
+                _emit_json(preview)
+            else:
+                table = Table(title=f"namespace {name} holds", show_header=False)
+                for label, count in (
+                    ("memories (to delete)", contents.memories),
+                    ("of them pinned", contents.pinned_memories),
+                    ("already deleted", contents.deleted_memories),
+                    ("entities", contents.entities),
+                    ("documents", contents.documents),
+                ):
+                    table.add_row(Text(label), Text(str(count)))
+                Console().print(table)
+            if not contents.memories:
+                if not target.json:
+                    click.echo(f"namespace {name} holds no live memory: nothing to delete")
+                return
+            if not params["yes"]:
+                if not sys.stdin.isatty():
+                    click.echo(
+                        "engram namespace delete: nothing deleted; pass --yes to delete", err=True
+                    )
+                    return
+                if not click.confirm(
+                    f"Delete namespace {name} ({contents.memories} memories)?", err=True
+                ):
+                    return
+            done = engram.delete_namespace(
+                name,
+                mode=FORGET_MODE_EXECUTE,
+                reason=params["reason"],
+                confirm_token=preview.confirm_token,
+                timeout=max(target.timeout, NAMESPACE_TIMEOUT_S),
+            )
+        except EngramError as error:
+            _fail("namespace delete", error)
+    if target.json:
+        _emit_json(done)
+        return
+    click.echo(
+        f"deleted namespace {name}: {done.deleted_count} memories; `engram namespace recover "
+        f"{name}` brings them back until {done.recover_until.ToJsonString()}"
+    )
+
+
+@namespace.command(name="recover")
+@click.argument("name")
+@click.option("--reason", default="recovered with the engram CLI", show_default=True)
+@common_options
+def namespace_recover(**params: Any) -> None:
+    """Bring back what `engram namespace delete NAME` deleted, within the tombstone
+    window (memories deleted one by one stay deleted)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            done = engram.recover_namespace(
+                params["name"],
+                reason=params["reason"],
+                timeout=max(target.timeout, NAMESPACE_TIMEOUT_S),
+            )
+        except EngramError as error:
+            _fail("namespace recover", error)
+    if target.json:
+        _emit_json(done)
+        return
+    left = (
+        f"; {done.skipped_duplicates} stay deleted (a live memory holds their content)"
+        if done.skipped_duplicates
+        else ""
+    )
+    click.echo(f"recovered namespace {params['name']}: {done.recovered_count} memories{left}")
 
 
 def _import_item(data: dict[str, Any]) -> ImportItem:

@@ -1,5 +1,5 @@
 """The CLI's client commands (`engram remember|recall|get|list|history|explain|
-weak|session|supersede|modify|delete|recover|forget|import|export|diagnostics`, and
+weak|session|supersede|modify|delete|recover|forget|namespace|import|export|diagnostics`, and
 the help of every command) as a user runs them, against a real `engram up` suite."""
 
 from __future__ import annotations
@@ -199,6 +199,28 @@ def test_modify_delete_recover(suite: RunningSuite) -> None:
         "DELETED",
         "RECOVERED",
     ]
+
+
+def test_namespace_delete_and_recover(suite: RunningSuite) -> None:
+    ns, other = "cli-tenant", "cli-tenant-neighbour"
+    rows = "".join(json.dumps({"content": f"tenant fact {n}"}) + "\n" for n in range(30))
+    engram(suite, "import", "-", "-n", ns, stdin=rows)
+    engram(suite, "remember", "tenant fact 0", "-n", other)
+    preview = engram(suite, "namespace", "delete", ns)
+    assert "memories (to delete)" in preview.stdout and "30" in preview.stdout
+    assert "nothing deleted; pass --yes" in preview.stderr
+    assert len(json_lines(engram(suite, "list", "-n", ns, "--json").stdout)) == 30
+    done = engram(suite, "namespace", "delete", ns, "--yes")
+    assert done.stdout.splitlines()[-1].startswith(f"deleted namespace {ns}: 30 memories;")
+    assert json_lines(engram(suite, "list", "-n", ns, "--json").stdout) == []
+    assert len(json_lines(engram(suite, "list", "-n", other, "--json").stdout)) == 1
+    back = json.loads(engram(suite, "namespace", "recover", ns, "--json").stdout)
+    assert int(back["recovered_count"]) == 30
+    assert len(json_lines(engram(suite, "list", "-n", ns, "--json").stdout)) == 30
+    empty = engram(suite, "namespace", "delete", "cli-never-used", "--yes")
+    assert "nothing to delete" in empty.stdout
+    missing = engram(suite, "namespace", "recover", "cli-never-used", check=False)
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
 
 
 def test_help_lists_every_command_and_every_mcp_tool(suite: RunningSuite) -> None:

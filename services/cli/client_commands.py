@@ -16,7 +16,7 @@ import re
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Literal, NoReturn, TypeVar
 
@@ -211,22 +211,50 @@ def _columns(table: Table, *names: str) -> None:
             table.add_column(name, overflow="fold")
 
 
+# Under this many columns a table keeps its id and short columns and moves the
+# others to a dim line under its last column (the content), so that neither an
+# id nor the content is folded down to a few characters on an 80-column terminal.
+WIDE_TABLE = 120
+
+
+def _print_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    keep: Sequence[str],
+    title: str | None = None,
+) -> None:
+    """`rows` under `headers`, the last header the content; `keep`: the columns kept
+    on a narrow terminal."""
+    console = Console()
+    wide = console.width >= WIDE_TABLE
+    shown = [h for h in headers if wide or h in keep or h == headers[-1]]
+    table = Table(title=title)
+    _columns(table, *shown)
+    for row in rows:
+        values = dict(zip(headers, row, strict=True))
+        cells = [Text(values[h]) for h in shown]
+        extra = "; ".join(f"{h} {values[h]}" for h in headers[:-1] if h not in shown and values[h])
+        if extra:
+            cells[-1].append("\n" + extra, style="dim")
+        table.add_row(*cells)
+    console.print(table)
+
+
 def _memory_table(memories: list[Memory], *, score: list[float] | None = None) -> None:
-    table = Table(show_lines=False)
-    if score is not None:
-        table.add_column("score", justify="right")
-    _columns(table, "id", "type", "importance", "tags", "content")
-    for n, memory in enumerate(memories):
-        row = [
+    headers = [*(["score"] if score is not None else []), "id", "type", "importance", "tags"]
+    rows = [
+        [
+            *([f"{score[n]:.3f}"] if score is not None else []),
             memory.id,
             memory.type,
             f"{memory.importance:.2f}",
             ",".join(memory.tags),
             ("(pinned) " if memory.pinned else "") + memory.content,
         ]
-        cells = [f"{score[n]:.3f}"] if score is not None else []
-        table.add_row(*(Text(cell) for cell in [*cells, *row]))
-    Console().print(table)
+        for n, memory in enumerate(memories)
+    ]
+    _print_table([*headers, "content"], rows, keep=("score", "id"))
 
 
 _AS_OF_HELP = "RFC 3339: what was valid then, as known then (default: now)"
@@ -440,8 +468,7 @@ def weak(**params: Any) -> None:
     """The namespace's weak memories: decayed below memory.decay_threshold
     (seed 003), with their current confidence, oldest written first."""
     target = _target(params)
-    table = Table()
-    _columns(table, "confidence now", "id", "last access", "content")
+    rows: list[tuple[str, ...]] = []
     count = 0
     with target.client() as engram:
         try:
@@ -456,12 +483,12 @@ def weak(**params: Any) -> None:
                     if memory.HasField("last_access_time")
                     else "never"
                 )
-                cells = (f"{found.current_confidence:.4f}", memory.id, last, memory.content)
-                table.add_row(*(Text(cell) for cell in cells))
+                rows.append((f"{found.current_confidence:.4f}", memory.id, last, memory.content))
         except EngramError as error:
             _fail("weak", error)
     if not target.json:
-        Console().print(table)
+        headers = ("confidence now", "id", "last access", "content")
+        _print_table(headers, rows, keep=("id",))
         click.echo(f"{count} weak memories")
 
 
@@ -636,21 +663,21 @@ def explain(**params: Any) -> None:
     if target.json:
         _emit_json(found)
         return
-    table = Table()
-    _columns(table, "relation", "id", "valid from", "valid until", "content")
-    rows = [
+    related = [
         *(("supersedes", m) for m in reversed(found.supersedes)),
         ("this", found.memory),
         *(("superseded by", m) for m in found.superseded_by),
         *(("derived from", m) for m in found.derived_from),
         *(("derivation", m) for m in found.derivations),
     ]
-    for relation, memory in rows:
+    rows = []
+    for relation, memory in related:
         until = memory.valid_until.ToJsonString() if memory.HasField("valid_until") else ""
         deleted = "(deleted) " if memory.deleted else ""
         cells = (relation, memory.id, memory.valid_from.ToJsonString(), until)
-        table.add_row(*(Text(cell) for cell in (*cells, deleted + memory.content)))
-    Console().print(table)
+        rows.append((*cells, deleted + memory.content))
+    headers = ("relation", "id", "valid from", "valid until", "content")
+    _print_table(headers, rows, keep=("relation", "id"))
     more = " (more: engram history)" if found.events_truncated else ""
     click.echo(f"{len(found.events)} history events{more}")
 
@@ -779,13 +806,8 @@ def entity_get(**params: Any) -> None:
     e = found.entity
     aliases = f" (also: {', '.join(e.aliases)})" if e.aliases else ""
     click.echo(f"{e.name}{aliases}: {e.entity_type}, {e.mention_count} mentions, id {e.id}")
-    table = Table(title="facts valid now")
-    _columns(table, "id", "valid from", "content")
-    for memory in found.facts:
-        table.add_row(
-            *(Text(c) for c in (memory.id, memory.valid_from.ToJsonString(), memory.content))
-        )
-    Console().print(table)
+    facts = [(m.id, m.valid_from.ToJsonString(), m.content) for m in found.facts]
+    _print_table(("id", "valid from", "content"), facts, keep=("id",), title="facts valid now")
     table = Table(title="neighbours")
     for name in ("relation", "entity", "type", "strength", "mentions"):
         table.add_column(name, overflow="fold")

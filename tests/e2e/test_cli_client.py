@@ -274,6 +274,9 @@ def test_tables_keep_ids_on_one_line_at_80_columns(suite: RunningSuite) -> None:
     for name, out in outputs.items():
         assert max(len(line) for line in out.splitlines()) <= 80, (name, out)
         assert first_id in out, (name, out)
+    # the content keeps a readable width too: its first words stay on one line
+    for name in ("list", "explain", "forget"):
+        assert "a rather long memory" in outputs[name], (name, outputs[name])
 
 
 def test_import_reports_failed_lines_and_a_rerun_creates_nothing_twice(

@@ -920,12 +920,12 @@ def forget(**params: Any) -> None:
                 )
                 if target.json:
                     _emit_json(done)
-                total, more = done.deleted_count, done.more_matching
+                total, more = done.deleted_count, done.matching_count - done.deleted_count
         except EngramError as error:
             _fail("forget", error)
     if not target.json:
         purged = " (purged)" if params["purge"] else ""
-        rest = "; more match: run it again, or pass --all" if more else ""
+        rest = f"; {more} more match: run it again, or pass --all" if more > 0 else ""
         click.echo(f"forgot {total}{purged}{rest}")
 
 
@@ -944,7 +944,8 @@ def _show_forget_preview(
         return
     more = ""
     if preview.more_matching:
-        more = " (more match" + ("" if every else ": forget them with --all") + ")"
+        rest = preview.matching_count - preview.candidate_count
+        more = f" ({rest} more match" + ("" if every else ": forget them with --all") + ")"
     table = Table(title=f"{preview.candidate_count} memories to forget{more}")
     _id_column(table)
     for name in ("pinned", "content"):
@@ -961,12 +962,12 @@ def _forget_every(
     preview: store_pb2.ForgetMemoriesResponse,
     reason: str,
     target: Target,
-) -> tuple[int, bool]:
+) -> tuple[int, int]:
     """Confirmed deletes, each of the batch its own preview showed, until no memory
-    matches: (how many were forgotten, whether some still match). A batch whose
+    matches: (how many were forgotten, how many still match). A batch whose
     memories changed since its preview is previewed again; a batch that deletes
     nothing ends the loop (nothing would change by repeating it)."""
-    bar = _Bar("forget", None, "memories", show=not target.json)
+    bar = _Bar("forget", preview.matching_count, "memories", show=not target.json)
     total = mismatches = 0
     try:
         while preview.candidate_count:
@@ -987,11 +988,12 @@ def _forget_every(
             if target.json:
                 _emit_json(done)
             total += done.deleted_count
-            bar.update(total, f"{total} memories forgotten")
+            left = done.matching_count - done.deleted_count
+            bar.update(total, f"{total} memories forgotten, {left} to go")
             if not done.deleted_count or not done.more_matching:
-                return total, done.more_matching and not done.deleted_count
+                return total, left
             preview = engram.forget_memories(**selection)
-        return total, False
+        return total, 0
     finally:
         bar.stop()
 

@@ -234,7 +234,8 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         types, tags) to preview the candidates; show them to the user; then call again
         with the returned confirm_token to delete them (recoverable soft delete). One
         call forgets at most 200: `more_matching` true says more memories match than
-        were previewed or deleted; preview the same selection again for the next ones."""
+        were previewed or deleted (`matching_count` in all, `still_matching` after a
+        delete); preview the same selection again for the next ones."""
         selection: dict[str, Any] = {
             "namespace": namespace,
             "ids": ids or (),
@@ -257,6 +258,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
                     "candidate_count": preview.candidate_count,
                     "candidates": [_dict(c) for c in preview.candidates],
                     "more_matching": preview.more_matching,
+                    "matching_count": preview.matching_count,
                     "confirm_token": preview.confirm_token,
                 }
             done = await engram.forget_memories(
@@ -274,6 +276,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "deleted_ids": [c.id for c in done.candidates],
             # one call forgets at most 200: the rest still match; preview again for them
             "more_matching": done.more_matching,
+            "still_matching": done.matching_count - done.deleted_count,
         }
 
     @tool(annotations=ToolAnnotations(title="Update a memory"))

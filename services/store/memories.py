@@ -116,6 +116,7 @@ class ForgetOutcome:
     deleted_count: int
     hard_deleted: bool
     more_matching: bool = False  # more memories match than the limit let in
+    matching_count: int = 0  # how many match in all
 
 
 @dataclass(frozen=True)
@@ -510,24 +511,30 @@ class MemoryStore:
         if execute:
             reason = bad.check("", rules.check_reason, reason, "reason")
         actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        query = _check_selection(namespace, selection, bad, self._dialect)
+        query, count_query = _check_selection(namespace, selection, bad, self._dialect)
         bad.raise_if_any()
         limit = selection.limit or MAX_FORGET
 
         if not execute:
             rows = await self._reads.fetch_all(query)
             candidates = tuple(MemoryRecord.from_row(r) for r in rows[:limit])
+            more = len(rows) > limit
             return ForgetOutcome(
                 candidates,
                 _confirm_token(namespace, selection, candidates),
                 0,
                 False,
-                more_matching=len(rows) > limit,
+                more_matching=more,
+                matching_count=int((await self._reads.fetch_one(count_query))[0])
+                if more
+                else len(candidates),
             )
 
         def operation(conn: Any) -> ForgetOutcome:
             rows = repo.fetch_all(conn, query)
             candidates = tuple(MemoryRecord.from_row(r) for r in rows[:limit])
+            more = len(rows) > limit
+            matching = int(repo.fetch_one(conn, count_query)[0]) if more else len(candidates)
             token = _confirm_token(namespace, selection, candidates)
             if confirm_token and confirm_token != token:
                 raise FailedPrecondition(
@@ -553,7 +560,12 @@ class MemoryStore:
                 for record in candidates:
                     mutations.soft_delete(conn, record, actor=actor, reason=reason, at=at)
             return ForgetOutcome(
-                candidates, "", len(candidates), selection.purge, more_matching=len(rows) > limit
+                candidates,
+                "",
+                len(candidates),
+                selection.purge,
+                more_matching=more,
+                matching_count=matching,
             )
 
         return await self._writer.submit(operation)
@@ -742,8 +754,9 @@ def _check_patches(
 
 def _check_selection(
     namespace: str, selection: ForgetSelection, bad: Violations, dialect: str
-) -> repo.Query:
-    """The candidates' query; its bad fields go to `bad` (the caller raises)."""
+) -> tuple[repo.Query, repo.Query]:
+    """The candidates' query and the count of every match; its bad fields go to
+    `bad` (the caller raises)."""
     if len(selection.ids) > MAX_FORGET:
         bad.add("ids", f"at most {MAX_FORGET} ids")
     else:
@@ -763,15 +776,11 @@ def _check_selection(
     elif not selection.ids and spec.is_empty() and not bad.names("filter"):
         bad.add("ids", "give ids, a query or a filter to select memories")
     limit = selection.limit if 0 < selection.limit <= MAX_FORGET else MAX_FORGET
+    selected = (namespace, selection.ids, term_matches, spec, selection.include_pinned)
     # One more than the limit, to tell the caller that more memories match.
-    return repo.forget_candidates_query(
-        namespace,
-        selection.ids,
-        term_matches,
-        spec,
-        selection.include_pinned,
-        limit + 1,
-        dialect=dialect,
+    return (
+        repo.forget_candidates_query(*selected, limit + 1, dialect=dialect),
+        repo.forget_candidates_query(*selected, 0, dialect=dialect, count=True),
     )
 
 

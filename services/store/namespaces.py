@@ -193,11 +193,11 @@ class Namespaces:
         for deleted_at in within:
             after = 0  # rowids start at 1
             while True:
-                restored, left, after = await self._writer.submit(
-                    lambda conn, d=deleted_at, a=after: self._recover_batch(
-                        conn, namespace, d, a, actor, reason
-                    )
-                )
+
+                def batch(conn: Any, d: str = deleted_at, a: int = after) -> tuple[int, int, int]:
+                    return self._recover_batch(conn, namespace, d, a, actor, reason)
+
+                restored, left, after = await self._writer.submit(batch)
                 recovered += restored
                 skipped += left
                 if restored + left < BATCH:

@@ -150,6 +150,7 @@ def forget_candidates_query(
     limit: int,
     *,
     dialect: str = "sqlite",
+    count: bool = False,
 ) -> Query:
     """Memories selected for forgetting: live ones and superseded versions
     (services/common/memory_filter.py present_sql). With `term_matches` (one MATCH
@@ -160,11 +161,11 @@ def forget_candidates_query(
 
     On Postgres a term (services/common/fts.py `quoted`, an FTS5 phrase) is
     matched as the phrase of its words in content_tsv: phraseto_tsquery reads
-    the quotes as punctuation, so the same strings serve both backends."""
+    the quotes as punctuation, so the same strings serve both backends.
+    With `count`, how many memories the selection matches (no order, no limit)."""
     clauses, params = filter_sql(spec, "m", dialect)
-    sql = (
-        f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {present_sql('m')}{clauses}"
-    )
+    columns = "count(*)" if count else _M_COLUMNS
+    sql = f"SELECT {columns} FROM memories m WHERE m.namespace = ? AND {present_sql('m')}{clauses}"
     args: list[Any] = [namespace, *params]
     if not include_pinned:
         sql += " AND m.pinned = 0"
@@ -172,19 +173,22 @@ def forget_candidates_query(
         sql += f" AND m.id IN ({', '.join('?' * len(ids))})"
         args.extend(ids)
     order = "m.created_at DESC, m.id DESC"
+    order_args: list[Any] = []
     if term_matches and dialect == "postgres":
         match = "m.content_tsv @@ phraseto_tsquery('engram_english'::regconfig, ?)"
         sql += f" AND ({' OR '.join([match] * len(term_matches))})"
         args.extend(term_matches)
         order = f"({' + '.join([f'({match})::int'] * len(term_matches))}) DESC, {order}"
-        args.extend(term_matches)
+        order_args.extend(term_matches)
     elif term_matches:
         in_fts = "m.rowid IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)"
         sql += f" AND {in_fts}"
         args.append(" OR ".join(term_matches))
         order = f"({' + '.join([f'({in_fts})'] * len(term_matches))}) DESC, {order}"
-        args.extend(term_matches)
-    return f"{sql} ORDER BY {order} LIMIT ?", [*args, limit]
+        order_args.extend(term_matches)
+    if count:
+        return sql, args
+    return f"{sql} ORDER BY {order} LIMIT ?", [*args, *order_args, limit]
 
 
 def history_query(namespace: str, memory_id: str, after_seq: int, limit: int) -> Query:

@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from google.protobuf import struct_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from engram.common.v1 import pii_policy_pb2, privacy_pb2
 from engram.store.v1 import store_pb2, store_pb2_grpc
-from services.common import tracing, turn_roles
+from services.common import clock, tracing, turn_roles
 from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
@@ -396,6 +396,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             ],
             candidate_count=len(outcome.candidates),
             more_matching=outcome.more_matching,
+            matching_count=outcome.matching_count,
             confirm_token=outcome.confirm_token,
             deleted_count=outcome.deleted_count,
             hard_deleted=outcome.hard_deleted,
@@ -643,10 +644,9 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             ),
             confirm_token=done.confirm_token,
             deleted_count=done.deleted_count,
+            delete_time=timestamp_from_text(done.deleted_at),
+            recover_until=timestamp_from_text(done.recover_until),
         )
-        if done.deleted_at is not None and done.recover_until is not None:
-            response.delete_time.CopyFrom(timestamp_from_text(done.deleted_at))
-            response.recover_until.CopyFrom(timestamp_from_text(done.recover_until))
         return response
 
     async def RecoverNamespace(
@@ -662,7 +662,10 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         return store_pb2.RecoverNamespaceResponse(
             recovered_count=done.recovered,
             skipped_duplicates=done.skipped_duplicates,
-            delete_times=[timestamp_from_text(d) for d in done.deletions],
+            delete_times=[
+                timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+                for seconds, nanos in map(clock.epoch_from_text, done.deletions)
+            ],
         )
 
 

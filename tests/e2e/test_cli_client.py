@@ -141,9 +141,9 @@ def test_forget_says_more_match_and_all_forgets_every_batch(suite: RunningSuite)
     engram(suite, "import", "-", *ns, stdin=rows)
     engram(suite, "remember", "a keeper", *ns)
     preview = engram(suite, "forget", "--query", "stale", *ns)
-    assert "200 memories to forget (more match: forget them with --all)" in preview.stdout
+    assert "200 memories to forget (250 more match: forget them with --all)" in preview.stdout
     once = engram(suite, "forget", "--query", "stale", *ns, "--yes")
-    assert "forgot 200; more match: run it again, or pass --all" in once.stdout
+    assert "forgot 200; 250 more match: run it again, or pass --all" in once.stdout
     every = engram(suite, "forget", "--query", "stale", *ns, "--all", "--yes")
     assert every.stdout.rstrip().endswith("forgot 250"), every.stdout
     assert "forgot 250" in every.stdout and "more match" not in every.stdout.splitlines()[-1]

@@ -1310,6 +1310,7 @@ class ForgetMemoriesResponse(_message.Message):
     HARD_DELETED_FIELD_NUMBER: _builtins.int
     CANDIDATE_COUNT_FIELD_NUMBER: _builtins.int
     MORE_MATCHING_FIELD_NUMBER: _builtins.int
+    MATCHING_COUNT_FIELD_NUMBER: _builtins.int
     confirm_token: _builtins.str
     """PREVIEW only (empty in EXECUTE): the token binding this request and
     exactly this candidate set; pass it to EXECUTE.
@@ -1326,6 +1327,12 @@ class ForgetMemoriesResponse(_message.Message):
     """True when more memories match than `limit` let in: they are not
     candidates; narrow the selection or forget in several rounds.
     """
+    matching_count: _builtins.int
+    """How many memories the selection matched in all when the call ran
+    (`candidates` holds the first `limit` of them): `candidate_count` unless
+    `more_matching`. After an EXECUTE, `matching_count - deleted_count` still
+    match.
+    """
     @_builtins.property
     def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForgetCandidate]:
         """The memories selected: with a query, those holding the most of its words
@@ -1341,10 +1348,11 @@ class ForgetMemoriesResponse(_message.Message):
         hard_deleted: _builtins.bool = ...,
         candidate_count: _builtins.int = ...,
         more_matching: _builtins.bool = ...,
+        matching_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_count", b"candidate_count", "candidates", b"candidates", "confirm_token", b"confirm_token", "deleted_count", b"deleted_count", "hard_deleted", b"hard_deleted", "more_matching", b"more_matching"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_count", b"candidate_count", "candidates", b"candidates", "confirm_token", b"confirm_token", "deleted_count", b"deleted_count", "hard_deleted", b"hard_deleted", "matching_count", b"matching_count", "more_matching", b"more_matching"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

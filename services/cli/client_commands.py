@@ -738,7 +738,7 @@ def links(**params: Any) -> None:
 
 @cli.group()
 def session() -> None:
-    """A conversation session's consolidation: `session get SESSION_ID`."""
+    """A conversation session: `session get|append|summarize SESSION_ID`."""
 
 
 @session.command(name="get")
@@ -771,6 +771,59 @@ def session_get(**params: Any) -> None:
     ):
         if fields.get(name):
             click.echo(f"  {name.replace('_', ' ')}: {fields[name]}")
+
+
+@session.command(name="append")
+@click.argument("session_id")
+@click.argument("role", type=click.Choice(["user", "assistant", "system", "tool"]))
+@click.argument("content")
+@click.option("--namespace", "-n", default="")
+@click.option("--who", default="", help="the speaker's name")
+@common_options
+def session_append(**params: Any) -> None:
+    """Capture one conversation turn (AppendTurn) as SESSION_ID's short-term memory;
+    a user turn that asks to be remembered is kept long-term."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            reply = engram.append_turn(
+                params["session_id"],
+                params["role"],
+                params["content"],
+                namespace=params["namespace"],
+                who=params["who"],
+            )
+        except EngramError as error:
+            _fail("session append", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    if not reply.captured:
+        click.echo(f"not captured: {reply.notice}")
+        return
+    kept = "long-term" if reply.promoted else "short-term"
+    click.echo(
+        f"captured ({kept}): {reply.memory.id}" + (f" ({reply.notice})" if reply.notice else "")
+    )
+
+
+@session.command(name="summarize")
+@click.argument("session_id")
+@click.option("--namespace", "-n", default="")
+@common_options
+def session_summarize(**params: Any) -> None:
+    """Queue SESSION_ID's summary (SummarizeSession: the pipeline's LLM writes it)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            reply = engram.summarize_session(params["session_id"], namespace=params["namespace"])
+        except EngramError as error:
+            _fail("session summarize", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    queued = "already queued" if reply.already_queued else "queued"
+    click.echo(f"summary {queued}: job {reply.job_id} ({reply.turn_count} turns)")
 
 
 @cli.group()
@@ -1341,6 +1394,53 @@ def diagnostics(**params: Any) -> None:
     click.echo(f"health: {data.get('health', '')}  score: {report.score:.2f}")
     for recommendation in data.get("recommendations", []):
         click.echo(f"- {recommendation}")
+
+
+@cli.command()
+@click.option("--execute", is_flag=True, help="run the recommended repairs (default: observe)")
+@common_options
+def maintenance(**params: Any) -> None:
+    """One maintenance cycle (RunMaintenance): the diagnostics' recommendations, and
+    with --execute the repairs they call for."""
+    from engram.maintenance.v1 import maintenance_pb2
+
+    target = _target(params)
+    mode = (
+        maintenance_pb2.MAINTENANCE_MODE_EXECUTE
+        if params["execute"]
+        else maintenance_pb2.MAINTENANCE_MODE_OBSERVE
+    )
+    with target.client() as engram:
+        try:
+            reply = engram.run_maintenance(mode=mode)
+        except EngramError as error:
+            _fail("maintenance", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    click.echo(f"score {reply.score_before:.2f} -> {reply.score_after:.2f}")
+    for action in _dict(reply).get("actions", []):
+        click.echo(
+            f"- {action.get('action', '')}: {action.get('status', '')} {action.get('detail', '')}"
+        )
+
+
+@cli.command()
+@common_options
+def retention(**params: Any) -> None:
+    """One retention sweep (RunRetention): expired memories, tombstones past the
+    window, old history and jobs; what each step removed."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            reply = engram.run_retention()
+        except EngramError as error:
+            _fail("retention", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    for step in reply.steps:
+        click.echo(f"{step.step}: {step.removed} removed")
 
 
 class _McpCommand(click.Command):

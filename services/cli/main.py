@@ -17,9 +17,10 @@ engram certs dev --out DIR [--host NAME]... [--force]
 
 A command that calls a service verifies it with clients.tls from the configuration
 (ca_file, and cert_file/key_file for mTLS); `health` also takes them as flags.
-engram remember|recall|get|list|history|explain|links|entity|weak|supersede|forget|import|export|diagnostics ...
+engram remember|recall|get|list|history|weak|supersede|modify|delete|recover|explain|links|session|
+       entity|forget|namespace|import|export|diagnostics|maintenance|retention ...
                                                   talk to a running suite (services/cli/client_commands.py;
-                                                  `engram COMMAND --help`)
+                                                  `engram --help` lists them, `engram COMMAND --help`)
 engram mcp [--http PORT] [--address HOST:PORT]    an MCP server (stdio, or streamable HTTP) with memory
                                                   tools for agents (services/cli/mcp_server.py)
 

@@ -1,5 +1,6 @@
 """The CLI's client commands (`engram remember|recall|get|list|history|explain|
-weak|session|supersede|modify|delete|recover|forget|namespace|import|export|diagnostics`, and
+weak|session|supersede|modify|delete|recover|forget|namespace|import|export|diagnostics|
+maintenance|retention`, and
 the help of every command) as a user runs them, against a real `engram up` suite."""
 
 from __future__ import annotations
@@ -221,6 +222,30 @@ def test_namespace_delete_and_recover(suite: RunningSuite) -> None:
     assert "nothing to delete" in empty.stdout
     missing = engram(suite, "namespace", "recover", "cli-never-used", check=False)
     assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+
+
+def test_session_turns_and_summary_and_maintenance_and_retention(suite: RunningSuite) -> None:
+    """The rest of the mutations have commands too: AppendTurn, SummarizeSession,
+    RunMaintenance, RunRetention."""
+    ns = ("-n", "cli-turns")
+    turn = engram(suite, "session", "append", "chat-1", "user", "I ordered the blue mug", *ns)
+    assert turn.stdout.startswith("captured (short-term): ")
+    kept = json.loads(
+        engram(
+            suite, "session", "append", "chat-1", "user", "remember that I am vegan", *ns, "--json"
+        ).stdout
+    )
+    assert kept["promoted"] is True and kept["memory"]["session_id"] == "chat-1"
+    summary = json.loads(engram(suite, "session", "summarize", "chat-1", *ns, "--json").stdout)
+    assert summary["job_id"] and int(summary["turn_count"]) >= 1
+    again = engram(suite, "session", "summarize", "chat-1", *ns)
+    assert again.stdout.startswith("summary already queued: job ")
+    observed = json.loads(engram(suite, "maintenance", "--json").stdout)
+    assert observed["mode"] == "MAINTENANCE_MODE_OBSERVE"
+    assert "score" in engram(suite, "maintenance").stdout
+    swept = json.loads(engram(suite, "retention", "--json").stdout)
+    assert "tombstones" in [step["step"] for step in swept["steps"]]
+    assert "tombstones: " in engram(suite, "retention").stdout
 
 
 def test_help_lists_every_command_and_every_mcp_tool(suite: RunningSuite) -> None:

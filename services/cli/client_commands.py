@@ -1,7 +1,7 @@
 """The `engram` commands that talk to a running suite through engram.client:
-remember, recall, get, list, history, explain, links, entity get/list, forget,
-import, export, diagnostics, and
-mcp (the MCP server, services/cli/mcp_server.py).
+remember, recall, get, list, history, weak, supersede, modify, delete, recover,
+explain, links, session get, entity get/list, forget, namespace delete/recover,
+import, export, diagnostics, and mcp (the MCP server, services/cli/mcp_server.py).
 
 Each takes `--address` (the store; search, pipeline and maintenance on the same host
 at the ports the store reports for its suite, each checked to be of that suite
@@ -17,7 +17,7 @@ import re
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn, TypeVar
 
@@ -34,9 +34,11 @@ from engram.client import (
     AsyncEngram,
     Engram,
     EngramError,
+    FailedPrecondition,
     ImportItem,
     ImportProgress,
     Memory,
+    MemoryPatch,
     Tls,
     export_item,
     memory_filter,
@@ -46,6 +48,10 @@ from engram.store.v1 import store_pb2
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 PLAIN_PROGRESS_EVERY_S = 2.0
+# Rows per ImportMemories stream: each stream's reply acknowledges its rows as
+# committed, so the progress bar (and an interrupted import's report) follow
+# commits at this step.
+IMPORT_STREAM_ITEMS = 2500
 
 
 @dataclass(frozen=True)
@@ -170,23 +176,68 @@ def _emit_json(message: Message | dict[str, Any]) -> None:
     click.echo(json.dumps(data, ensure_ascii=False))
 
 
+# Ids are UUIDs (36 characters): their columns never fold, so an id reads (and
+# copies) whole on an 80-column terminal, and the other columns share what is left.
+ID_WIDTH = 36
+
+
+def _id_column(table: Table, name: str = "id") -> None:
+    table.add_column(name, no_wrap=True, min_width=ID_WIDTH, overflow="fold")
+
+
+def _columns(table: Table, *names: str) -> None:
+    """Columns in order: `id` (or any name ending in " id") an id column, the rest folding."""
+    for name in names:
+        if name == "id" or name.endswith(" id"):
+            _id_column(table, name)
+        else:
+            table.add_column(name, overflow="fold")
+
+
+# Under this many columns a table keeps its id and short columns and moves the
+# others to a dim line under its last column (the content), so that neither an
+# id nor the content is folded down to a few characters on an 80-column terminal.
+WIDE_TABLE = 120
+
+
+def _print_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    keep: Sequence[str],
+    title: str | None = None,
+) -> None:
+    """`rows` under `headers`, the last header the content; `keep`: the columns kept
+    on a narrow terminal."""
+    console = Console()
+    wide = console.width >= WIDE_TABLE
+    shown = [h for h in headers if wide or h in keep or h == headers[-1]]
+    table = Table(title=title)
+    _columns(table, *shown)
+    for row in rows:
+        values = dict(zip(headers, row, strict=True))
+        cells = [Text(values[h]) for h in shown]
+        extra = "; ".join(f"{h} {values[h]}" for h in headers[:-1] if h not in shown and values[h])
+        if extra:
+            cells[-1].append("\n" + extra, style="dim")
+        table.add_row(*cells)
+    console.print(table)
+
+
 def _memory_table(memories: list[Memory], *, score: list[float] | None = None) -> None:
-    table = Table(show_lines=False)
-    if score is not None:
-        table.add_column("score", justify="right")
-    for name in ("id", "type", "importance", "tags", "content"):
-        table.add_column(name, overflow="fold")
-    for n, memory in enumerate(memories):
-        row = [
+    headers = [*(["score"] if score is not None else []), "id", "type", "importance", "tags"]
+    rows = [
+        [
+            *([f"{score[n]:.3f}"] if score is not None else []),
             memory.id,
             memory.type,
             f"{memory.importance:.2f}",
             ",".join(memory.tags),
             ("(pinned) " if memory.pinned else "") + memory.content,
         ]
-        cells = [f"{score[n]:.3f}"] if score is not None else []
-        table.add_row(*(Text(cell) for cell in [*cells, *row]))
-    Console().print(table)
+        for n, memory in enumerate(memories)
+    ]
+    _print_table([*headers, "content"], rows, keep=("score", "id"))
 
 
 _AS_OF_HELP = "RFC 3339: what was valid then, as known then (default: now)"
@@ -400,9 +451,7 @@ def weak(**params: Any) -> None:
     """The namespace's weak memories: decayed below memory.decay_threshold
     (seed 003), with their current confidence, oldest written first."""
     target = _target(params)
-    table = Table()
-    for name in ("confidence now", "id", "last access", "content"):
-        table.add_column(name, overflow="fold")
+    rows: list[tuple[str, ...]] = []
     count = 0
     with target.client() as engram:
         try:
@@ -417,12 +466,12 @@ def weak(**params: Any) -> None:
                     if memory.HasField("last_access_time")
                     else "never"
                 )
-                cells = (f"{found.current_confidence:.4f}", memory.id, last, memory.content)
-                table.add_row(*(Text(cell) for cell in cells))
+                rows.append((f"{found.current_confidence:.4f}", memory.id, last, memory.content))
         except EngramError as error:
             _fail("weak", error)
     if not target.json:
-        Console().print(table)
+        headers = ("confidence now", "id", "last access", "content")
+        _print_table(headers, rows, keep=("id",))
         click.echo(f"{count} weak memories")
 
 
@@ -463,6 +512,127 @@ def supersede(**params: Any) -> None:
 @cli.command()
 @click.argument("memory_id")
 @click.option("--namespace", "-n", default="")
+@click.option("--content", default=None, help="the corrected content")
+@click.option("--type", "type_", default=None, help="fact, preference, decision, rule, ...")
+@click.option("--importance", type=float, default=None, help="0..1")
+@click.option("--tag", "tags", multiple=True, help="repeatable; replaces the tags")
+@click.option("--clear-tags", is_flag=True, help="remove every tag")
+@click.option("--category", "categories", multiple=True, help="repeatable; replaces them")
+@click.option("--clear-categories", is_flag=True, help="remove every category")
+@click.option("--pin/--unpin", "pinned", default=None, help="pin or unpin it")
+@click.option("--who", default=None)
+@click.option("--decay-rate", type=float, default=None, help="seed 003; 0 protects from decay")
+@click.option("--if-version", type=int, default=None, help="only if it is at this version")
+@click.option("--reason", default="modified with the engram CLI", show_default=True)
+@common_options
+def modify(**params: Any) -> None:
+    """Change MEMORY_ID in place (ModifyMemories): only the options given change,
+    its version goes up and its history keeps the old content."""
+    target = _target(params)
+    if params["tags"] and params["clear_tags"]:
+        raise click.UsageError("--tag and --clear-tags exclude each other")
+    if params["categories"] and params["clear_categories"]:
+        raise click.UsageError("--category and --clear-categories exclude each other")
+    patch = MemoryPatch(
+        id=params["memory_id"],
+        content=params["content"],
+        type=params["type_"],
+        importance=params["importance"],
+        pinned=params["pinned"],
+        who=params["who"],
+        decay_rate=params["decay_rate"],
+        if_version=params["if_version"],
+    )
+    if params["tags"] or params["clear_tags"]:
+        patch.tags.CopyFrom(store_pb2.TagList(values=params["tags"]))
+    if params["categories"] or params["clear_categories"]:
+        patch.categories.CopyFrom(store_pb2.CategoryList(values=params["categories"]))
+    with target.client() as engram:
+        try:
+            reply = engram.modify_memories(
+                [patch], namespace=params["namespace"], reason=params["reason"]
+            )
+        except EngramError as error:
+            _fail("modify", error)
+    result = reply.results[0]
+    status = _dict(result).get("status", "").removeprefix("PATCH_STATUS_").lower()
+    if target.json:
+        _emit_json(result)
+    elif status == "updated":
+        click.echo(
+            f"modified: {result.id} (version {result.current_version} -> {result.new_version})"
+        )
+    elif status == "unchanged":
+        click.echo(f"unchanged: {result.id} (version {result.current_version})")
+    else:
+        other = f" (memory {result.duplicate_memory_id})" if result.duplicate_memory_id else ""
+        version = f" (version {result.current_version})" if result.current_version else ""
+        click.echo(f"not modified: {status}{other}{version}")
+    if status not in ("updated", "unchanged"):
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
+@click.option("--reason", default="deleted with the engram CLI", show_default=True)
+@click.option("--if-version", type=int, default=None, help="only if it is at this version")
+@click.option("--force", is_flag=True, help="required to delete a pinned memory")
+@common_options
+def delete(**params: Any) -> None:
+    """Soft-delete MEMORY_ID: it leaves recall and listings at once and `engram recover`
+    brings it back within the tombstone window (retention.tombstone_days)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            memory = engram.delete_memory(
+                params["memory_id"],
+                namespace=params["namespace"],
+                reason=params["reason"],
+                if_version=params["if_version"],
+                force=params["force"],
+            )
+        except EngramError as error:
+            _fail("delete", error)
+    if target.json:
+        _emit_json(memory)
+    else:
+        click.echo(
+            f"deleted: {memory.id} (version {memory.version}; engram recover brings it back)"
+        )
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
+@click.option("--reason", default="recovered with the engram CLI", show_default=True)
+@click.option(
+    "--if-version", type=int, default=None, help="only if the tombstone is at this version"
+)
+@common_options
+def recover(**params: Any) -> None:
+    """Bring back MEMORY_ID, soft-deleted within the tombstone window (`engram list
+    --deleted` shows them)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            memory = engram.recover_memory(
+                params["memory_id"],
+                namespace=params["namespace"],
+                reason=params["reason"],
+                if_version=params["if_version"],
+            )
+        except EngramError as error:
+            _fail("recover", error)
+    if target.json:
+        _emit_json(memory)
+    else:
+        click.echo(f"recovered: {memory.id} (version {memory.version})")
+
+
+@cli.command()
+@click.argument("memory_id")
+@click.option("--namespace", "-n", default="")
 @common_options
 def explain(**params: Any) -> None:
     """MEMORY_ID's chain: the versions it replaced and that replaced it (with
@@ -476,22 +646,21 @@ def explain(**params: Any) -> None:
     if target.json:
         _emit_json(found)
         return
-    table = Table()
-    for name in ("relation", "id", "valid from", "valid until", "content"):
-        table.add_column(name, overflow="fold")
-    rows = [
+    related = [
         *(("supersedes", m) for m in reversed(found.supersedes)),
         ("this", found.memory),
         *(("superseded by", m) for m in found.superseded_by),
         *(("derived from", m) for m in found.derived_from),
         *(("derivation", m) for m in found.derivations),
     ]
-    for relation, memory in rows:
+    rows = []
+    for relation, memory in related:
         until = memory.valid_until.ToJsonString() if memory.HasField("valid_until") else ""
         deleted = "(deleted) " if memory.deleted else ""
         cells = (relation, memory.id, memory.valid_from.ToJsonString(), until)
-        table.add_row(*(Text(cell) for cell in (*cells, deleted + memory.content)))
-    Console().print(table)
+        rows.append((*cells, deleted + memory.content))
+    headers = ("relation", "id", "valid from", "valid until", "content")
+    _print_table(headers, rows, keep=("relation", "id"))
     more = " (more: engram history)" if found.events_truncated else ""
     click.echo(f"{len(found.events)} history events{more}")
 
@@ -519,9 +688,9 @@ def links(**params: Any) -> None:
         "outgoing": store_pb2.LINK_DIRECTION_OUTGOING,
         "incoming": store_pb2.LINK_DIRECTION_INCOMING,
     }.get(params["direction"], store_pb2.LINK_DIRECTION_UNSPECIFIED)
-    table = Table()
-    for name in ("type", "from", "to", "weight", "confidence", "valid from", "valid until"):
-        table.add_column(name, overflow="fold")
+    # the other end of each link (MEMORY_ID is one end): one id per row fits 80 columns
+    table = Table(title=f"links of {params['memory_id']}")
+    _columns(table, "type", "dir", "memory id", "weight/conf", "valid from", "valid until")
     with target.client() as engram:
         try:
             for link in engram.list_memory_links(
@@ -534,12 +703,12 @@ def links(**params: Any) -> None:
                     _emit_json(link)
                     continue
                 until = link.valid_until.ToJsonString() if link.HasField("valid_until") else ""
+                outgoing = link.from_memory_id == params["memory_id"]
                 cells = (
                     link.link_type,
-                    link.from_memory_id,
-                    link.to_memory_id,
-                    f"{link.weight:g}",
-                    f"{link.confidence:g}",
+                    "to" if outgoing else "from",
+                    link.to_memory_id if outgoing else link.from_memory_id,
+                    f"{link.weight:g}/{link.confidence:g}",
                     link.valid_from.ToJsonString(),
                     until,
                 )
@@ -552,7 +721,7 @@ def links(**params: Any) -> None:
 
 @cli.group()
 def session() -> None:
-    """A conversation session's consolidation: `session get SESSION_ID`."""
+    """A conversation session: `session get|append|summarize SESSION_ID`."""
 
 
 @session.command(name="get")
@@ -585,6 +754,59 @@ def session_get(**params: Any) -> None:
     ):
         if fields.get(name):
             click.echo(f"  {name.replace('_', ' ')}: {fields[name]}")
+
+
+@session.command(name="append")
+@click.argument("session_id")
+@click.argument("role", type=click.Choice(["user", "assistant", "system", "tool"]))
+@click.argument("content")
+@click.option("--namespace", "-n", default="")
+@click.option("--who", default="", help="the speaker's name")
+@common_options
+def session_append(**params: Any) -> None:
+    """Capture one conversation turn (AppendTurn) as SESSION_ID's short-term memory;
+    a user turn that asks to be remembered is kept long-term."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            reply = engram.append_turn(
+                params["session_id"],
+                params["role"],
+                params["content"],
+                namespace=params["namespace"],
+                who=params["who"],
+            )
+        except EngramError as error:
+            _fail("session append", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    if not reply.captured:
+        click.echo(f"not captured: {reply.notice}")
+        return
+    kept = "long-term" if reply.promoted else "short-term"
+    click.echo(
+        f"captured ({kept}): {reply.memory.id}" + (f" ({reply.notice})" if reply.notice else "")
+    )
+
+
+@session.command(name="summarize")
+@click.argument("session_id")
+@click.option("--namespace", "-n", default="")
+@common_options
+def session_summarize(**params: Any) -> None:
+    """Queue SESSION_ID's summary (SummarizeSession: the pipeline's LLM writes it)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            reply = engram.summarize_session(params["session_id"], namespace=params["namespace"])
+        except EngramError as error:
+            _fail("session summarize", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    queued = "already queued" if reply.already_queued else "queued"
+    click.echo(f"summary {queued}: job {reply.job_id} ({reply.turn_count} turns)")
 
 
 @cli.group()
@@ -620,14 +842,8 @@ def entity_get(**params: Any) -> None:
     e = found.entity
     aliases = f" (also: {', '.join(e.aliases)})" if e.aliases else ""
     click.echo(f"{e.name}{aliases}: {e.entity_type}, {e.mention_count} mentions, id {e.id}")
-    table = Table(title="facts valid now")
-    for name in ("id", "valid from", "content"):
-        table.add_column(name, overflow="fold")
-    for memory in found.facts:
-        table.add_row(
-            *(Text(c) for c in (memory.id, memory.valid_from.ToJsonString(), memory.content))
-        )
-    Console().print(table)
+    facts = [(m.id, m.valid_from.ToJsonString(), m.content) for m in found.facts]
+    _print_table(("id", "valid from", "content"), facts, keep=("id",), title="facts valid now")
     table = Table(title="neighbours")
     for name in ("relation", "entity", "type", "strength", "mentions"):
         table.add_column(name, overflow="fold")
@@ -649,8 +865,7 @@ def entity_list(**params: Any) -> None:
     """Entities of a namespace, most mentioned first."""
     target = _target(params)
     table = Table()
-    for name in ("name", "type", "mentions", "aliases", "id"):
-        table.add_column(name, overflow="fold")
+    _columns(table, "name", "type", "mentions", "aliases", "id")
     limit = params["limit"]
     with target.client() as engram:
         try:
@@ -690,10 +905,18 @@ def entity_list(**params: Any) -> None:
 @click.option("--reason", default="forgotten with the engram CLI", show_default=True)
 @click.option("--include-pinned", is_flag=True)
 @click.option("--purge", is_flag=True, help="remove for good (no recovery)")
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="more match than one batch (200): forget them all, batch after batch",
+)
 @click.option("--yes", is_flag=True, help="delete the previewed memories without asking")
 @common_options
 def forget(**params: Any) -> None:
-    """Preview the memories a selection matches, then (after confirmation) delete them."""
+    """Preview the memories a selection matches, then (after confirmation) delete them.
+    One call forgets at most 200; the preview says when more match, and --all goes on,
+    preview and confirmed delete, batch after batch, until none are left."""
     target = _target(params)
     selection: dict[str, Any] = {
         "namespace": params["namespace"],
@@ -707,36 +930,208 @@ def forget(**params: Any) -> None:
     with target.client() as engram:
         try:
             preview = engram.forget_memories(**selection)
-            if target.json:
-                _emit_json(preview)
-            else:
-                table = Table(title=f"{preview.candidate_count} memories to forget")
-                for name in ("id", "pinned", "content"):
-                    table.add_column(name, overflow="fold")
-                for candidate in preview.candidates:
-                    cells = (candidate.id, "yes" if candidate.pinned else "", candidate.content)
-                    table.add_row(*(Text(cell) for cell in cells))
-                Console().print(table)
+            _show_forget_preview(preview, target.json, params["every"])
             if not preview.candidate_count:
                 return
             if not params["yes"]:
                 if not sys.stdin.isatty():
                     click.echo("engram forget: nothing deleted; pass --yes to delete", err=True)
                     return
-                if not click.confirm(f"Forget these {preview.candidate_count}?", err=True):
+                question = (
+                    f"Forget these {preview.candidate_count} and every other match, "
+                    f"{MAX_FORGET_BATCH} at a time?"
+                    if params["every"] and preview.more_matching
+                    else f"Forget these {preview.candidate_count}?"
+                )
+                if not click.confirm(question, err=True):
                     return
-            done = engram.forget_memories(
-                **selection,
+            if params["every"]:
+                total, more = _forget_every(engram, selection, preview, params["reason"], target)
+            else:
+                done = engram.forget_memories(
+                    **selection,
+                    mode=FORGET_MODE_EXECUTE,
+                    reason=params["reason"],
+                    confirm_token=preview.confirm_token,
+                )
+                if target.json:
+                    _emit_json(done)
+                total, more = done.deleted_count, done.matching_count - done.deleted_count
+        except EngramError as error:
+            _fail("forget", error)
+    if not target.json:
+        purged = " (purged)" if params["purge"] else ""
+        rest = f"; {more} more match: run it again, or pass --all" if more > 0 else ""
+        click.echo(f"forgot {total}{purged}{rest}")
+
+
+# ForgetMemories' largest batch (store.proto ForgetMemoriesRequest.limit).
+MAX_FORGET_BATCH = 200
+# Batches in a row whose memories changed between preview and delete before
+# `forget --all` gives up (someone else keeps changing them).
+FORGET_RETRIES = 5
+
+
+def _show_forget_preview(
+    preview: store_pb2.ForgetMemoriesResponse, as_json: bool, every: bool
+) -> None:
+    if as_json:
+        _emit_json(preview)
+        return
+    more = ""
+    if preview.more_matching:
+        rest = preview.matching_count - preview.candidate_count
+        more = f" ({rest} more match" + ("" if every else ": forget them with --all") + ")"
+    table = Table(title=f"{preview.candidate_count} memories to forget{more}")
+    _id_column(table)
+    for name in ("pinned", "content"):
+        table.add_column(name, overflow="fold")
+    for candidate in preview.candidates:
+        cells = (candidate.id, "yes" if candidate.pinned else "", candidate.content)
+        table.add_row(*(Text(cell) for cell in cells))
+    Console().print(table)
+
+
+def _forget_every(
+    engram: Engram,
+    selection: dict[str, Any],
+    preview: store_pb2.ForgetMemoriesResponse,
+    reason: str,
+    target: Target,
+) -> tuple[int, int]:
+    """Confirmed deletes, each of the batch its own preview showed, until no memory
+    matches: (how many were forgotten, how many still match). A batch whose
+    memories changed since its preview is previewed again; a batch that deletes
+    nothing ends the loop (nothing would change by repeating it)."""
+    bar = _Bar("forget", preview.matching_count, "memories", show=not target.json)
+    total = mismatches = 0
+    try:
+        while preview.candidate_count:
+            try:
+                done = engram.forget_memories(
+                    **selection,
+                    mode=FORGET_MODE_EXECUTE,
+                    reason=reason,
+                    confirm_token=preview.confirm_token,
+                )
+            except FailedPrecondition as error:
+                mismatches += 1
+                if error.reason != "CONFIRM_TOKEN_MISMATCH" or mismatches > FORGET_RETRIES:
+                    raise
+                preview = engram.forget_memories(**selection)
+                continue
+            mismatches = 0
+            if target.json:
+                _emit_json(done)
+            total += done.deleted_count
+            left = done.matching_count - done.deleted_count
+            bar.update(total, f"{total} memories forgotten, {left} to go")
+            if not done.deleted_count or not done.more_matching:
+                return total, left
+            preview = engram.forget_memories(**selection)
+        return total, 0
+    finally:
+        bar.stop()
+
+
+# DeleteNamespace and RecoverNamespace take their time on a big namespace (each
+# memory goes through the writer, 500 at a time): a deadline cut short would
+# leave it half done, so they get this long at least.
+NAMESPACE_TIMEOUT_S = 3600.0
+
+
+@cli.group()
+def namespace() -> None:
+    """Remove a whole namespace (`namespace delete NS`), or bring it back within the
+    tombstone window (`namespace recover NS`)."""
+
+
+@namespace.command(name="delete")
+@click.argument("name")
+@click.option("--reason", default="deleted with the engram CLI", show_default=True)
+@click.option("--yes", is_flag=True, help="delete without asking")
+@common_options
+def namespace_delete(**params: Any) -> None:
+    """Show what namespace NAME holds, then (after confirmation) soft-delete every
+    memory in it. `engram namespace recover NAME` brings them back within the
+    tombstone window (retention.tombstone_days); then retention purges them."""
+    target = _target(params)
+    name = params["name"]
+    with target.client() as engram:
+        try:
+            preview = engram.delete_namespace(name)
+            contents = preview.contents
+            if target.json:
+                _emit_json(preview)
+            else:
+                table = Table(title=f"namespace {name} holds", show_header=False)
+                for label, count in (
+                    ("memories (to delete)", contents.memories),
+                    ("of them pinned", contents.pinned_memories),
+                    ("already deleted", contents.deleted_memories),
+                    ("entities", contents.entities),
+                    ("documents", contents.documents),
+                ):
+                    table.add_row(Text(label), Text(str(count)))
+                Console().print(table)
+            if not contents.memories:
+                if not target.json:
+                    click.echo(f"namespace {name} holds no live memory: nothing to delete")
+                return
+            if not params["yes"]:
+                if not sys.stdin.isatty():
+                    click.echo(
+                        "engram namespace delete: nothing deleted; pass --yes to delete", err=True
+                    )
+                    return
+                if not click.confirm(
+                    f"Delete namespace {name} ({contents.memories} memories)?", err=True
+                ):
+                    return
+            done = engram.delete_namespace(
+                name,
                 mode=FORGET_MODE_EXECUTE,
                 reason=params["reason"],
                 confirm_token=preview.confirm_token,
+                timeout=max(target.timeout, NAMESPACE_TIMEOUT_S),
             )
         except EngramError as error:
-            _fail("forget", error)
+            _fail("namespace delete", error)
     if target.json:
         _emit_json(done)
-    else:
-        click.echo(f"forgot {done.deleted_count}" + (" (purged)" if done.hard_deleted else ""))
+        return
+    click.echo(
+        f"deleted namespace {name}: {done.deleted_count} memories; `engram namespace recover "
+        f"{name}` brings them back until {done.recover_until.ToJsonString()}"
+    )
+
+
+@namespace.command(name="recover")
+@click.argument("name")
+@click.option("--reason", default="recovered with the engram CLI", show_default=True)
+@common_options
+def namespace_recover(**params: Any) -> None:
+    """Bring back what `engram namespace delete NAME` deleted, within the tombstone
+    window (memories deleted one by one stay deleted)."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            done = engram.recover_namespace(
+                params["name"],
+                reason=params["reason"],
+                timeout=max(target.timeout, NAMESPACE_TIMEOUT_S),
+            )
+        except EngramError as error:
+            _fail("namespace recover", error)
+    if target.json:
+        _emit_json(done)
+        return
+    left = (
+        f"; {done.skipped_duplicates} stay deleted (a live memory holds their content)"
+        if done.skipped_duplicates
+        else ""
+    )
+    click.echo(f"recovered namespace {params['name']}: {done.recovered_count} memories{left}")
 
 
 def _import_item(data: dict[str, Any]) -> ImportItem:
@@ -776,16 +1171,17 @@ class _Lines:
             yield item
 
 
-class _Reporter:
-    """A rich progress bar (rows, rate, ETA when the total is known) on a terminal;
-    a plain line every few seconds otherwise."""
+class _Bar:
+    """Progress on stderr: a rich bar (done of the total when known, the rate, ETA)
+    on a terminal; otherwise a plain line every few seconds (and `final`)."""
 
-    def __init__(self, total: int | None) -> None:
-        self.tty = sys.stderr.isatty()
+    def __init__(self, label: str, total: int | None, unit: str, *, show: bool = True) -> None:
+        self.label = label
+        self.show = show
         self.last = 0.0
         self.start = time.monotonic()
         self.progress: Any = None
-        if self.tty:
+        if show and sys.stderr.isatty():
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -796,35 +1192,74 @@ class _Reporter:
             )
 
             self.progress = Progress(
-                TextColumn("import"),
+                TextColumn(label),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]} rows/s"),
+                TextColumn(f"{{task.fields[rate]}} {unit}/s"),
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
                 console=Console(stderr=True),
             )
             self.progress.start()
-            self.task = self.progress.add_task("import", total=total, rate="-")
+            self.task = self.progress.add_task(label, total=total, rate="-")
 
-    def __call__(self, state: ImportProgress) -> None:
-        elapsed = max(time.monotonic() - self.start, 1e-9)
-        rate = f"{state.sent / elapsed:,.0f}"
+    def rate(self, done: int) -> str:
+        return f"{done / max(time.monotonic() - self.start, 1e-9):,.0f}"
+
+    def update(self, done: int, line: str) -> None:
+        """`done` so far; `line`, what a plain progress line says."""
         if self.progress is not None:
-            self.progress.update(self.task, completed=state.sent, rate=rate)
+            self.progress.update(self.task, completed=done, rate=self.rate(done))
             return
         now = time.monotonic()
-        if now - self.last >= PLAIN_PROGRESS_EVERY_S:
+        if self.show and now - self.last >= PLAIN_PROGRESS_EVERY_S:
             self.last = now
-            click.echo(
-                f"import: {state.sent} rows sent, {state.created} created, "
-                f"{state.deduplicated} already there, {state.failed} failed ({rate} rows/s)",
-                err=True,
-            )
+            click.echo(f"{self.label}: {line}", err=True)
 
     def stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None
+
+
+class _Reporter:
+    """Import progress: the bar follows the rows acknowledged (each stream's reply
+    says its rows are committed), with the lines rejected before sending; what was
+    sent but not yet acknowledged is shown beside it."""
+
+    def __init__(self, total: int | None, rejected: list[tuple[int, str]], show: bool) -> None:
+        self.bar = _Bar("import", total, "rows", show=show)
+        self.rejected = rejected
+        self.state = ImportProgress(0, 0, 0, 0)
+
+    def __call__(self, state: ImportProgress) -> None:
+        self.state = state
+        committed = state.created + state.deduplicated
+        self.bar.update(
+            state.acknowledged + len(self.rejected),
+            f"{committed} rows committed ({state.created} created, {state.deduplicated} "
+            f"already there), {state.failed + len(self.rejected)} failed, {state.sent} sent "
+            f"({self.bar.rate(committed)} rows/s)",
+        )
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def _import_stopped(state: ImportProgress, params: dict[str, Any], why: str) -> None:
+    """What an import cut short has committed, and how to finish it."""
+    committed = state.created + state.deduplicated
+    pending = state.sent - state.acknowledged
+    maybe = f"; of the {pending} rows sent after them, some may be too" if pending else ""
+    again = ["engram", "import", params["source"]]
+    if params["namespace"]:
+        again += ["-n", params["namespace"]]
+    click.echo(
+        f"engram import: {why}: {committed} rows committed ({state.created} created, "
+        f"{state.deduplicated} already there){maybe}. To resume, run the same command "
+        f"again ({' '.join(again)}): rows already imported are skipped, not duplicated",
+        err=True,
+    )
 
 
 def _count_lines(path: str) -> int | None:
@@ -845,17 +1280,26 @@ def import_(**params: Any) -> None:
     target = _target(params)
     source = params["source"]
     lines = _Lines(click.open_file(source, encoding="utf-8"), errors=[], line_of=array("q"))
-    reporter = _Reporter(_count_lines(source) if not target.json else None)
+    reporter = _Reporter(
+        _count_lines(source) if not target.json else None, lines.errors, show=not target.json
+    )
     try:
         with target.client() as engram:
             summary = engram.import_memories(
                 lines,
                 namespace=params["namespace"],
                 batch_size=params["batch_size"],
-                on_progress=None if target.json else reporter,
+                on_progress=reporter,
+                stream_items=IMPORT_STREAM_ITEMS,
             )
     except EngramError as error:
+        reporter.stop()
+        _import_stopped(reporter.state, params, str(error))
         _fail("import", error)
+    except KeyboardInterrupt:
+        reporter.stop()
+        _import_stopped(reporter.state, params, "interrupted")
+        sys.exit(130)
     finally:
         reporter.stop()
         lines.stream.close()
@@ -928,6 +1372,74 @@ def diagnostics(**params: Any) -> None:
 
 
 @cli.command()
+@click.option("--execute", is_flag=True, help="run the recommended repairs (default: observe)")
+@common_options
+def maintenance(**params: Any) -> None:
+    """One maintenance cycle (RunMaintenance): the diagnostics' recommendations, and
+    with --execute the repairs they call for."""
+    from engram.maintenance.v1 import maintenance_pb2
+
+    target = _target(params)
+    mode = (
+        maintenance_pb2.MAINTENANCE_MODE_EXECUTE
+        if params["execute"]
+        else maintenance_pb2.MAINTENANCE_MODE_OBSERVE
+    )
+    with target.client() as engram:
+        try:
+            reply = engram.run_maintenance(mode=mode)
+        except EngramError as error:
+            _fail("maintenance", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    click.echo(f"score {reply.score_before:.2f} -> {reply.score_after:.2f}")
+    for action in _dict(reply).get("actions", []):
+        click.echo(
+            f"- {action.get('action', '')}: {action.get('status', '')} {action.get('detail', '')}"
+        )
+
+
+@cli.command()
+@common_options
+def retention(**params: Any) -> None:
+    """One retention sweep (RunRetention): expired memories, tombstones past the
+    window, old history and jobs; what each step removed."""
+    target = _target(params)
+    with target.client() as engram:
+        try:
+            reply = engram.run_retention()
+        except EngramError as error:
+            _fail("retention", error)
+    if target.json:
+        _emit_json(reply)
+        return
+    for step in reply.steps:
+        click.echo(f"{step.step}: {step.removed} removed")
+
+
+class _McpCommand(click.Command):
+    """`engram mcp`, whose help lists every tool the server serves (read from the
+    server itself, so the list never goes stale)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        import textwrap
+
+        from services.cli.mcp_server import tool_summaries
+
+        tools = tool_summaries()
+        with formatter.section(f"Tools ({len(tools)})"):
+            first = [(name, text.split(". ")[0].removesuffix(".")) for name, text in tools]
+            formatter.write_dl(
+                [
+                    (name, textwrap.shorten(text, width=58, placeholder="..."))
+                    for name, text in first
+                ]
+            )
+        super().format_epilog(ctx, formatter)
+
+
+@cli.command(cls=_McpCommand)
 @click.option(
     "--http",
     "http_port",
@@ -944,9 +1456,9 @@ def diagnostics(**params: Any) -> None:
 )
 @connection_options
 def mcp(**params: Any) -> None:
-    """Serve Engram's memory tools (remember, recall, forget, update_memory,
-    memory_history) over the Model Context Protocol: on stdio for an MCP host that
-    starts this command, or over streamable HTTP with --http PORT."""
+    """Serve Engram's memory tools (listed below) over the Model Context Protocol:
+    on stdio for an MCP host that starts this command, or over streamable HTTP with
+    --http PORT."""
     import anyio
 
     from services.cli.mcp_server import serve
@@ -965,6 +1477,11 @@ def mcp(**params: Any) -> None:
 
 
 COMMANDS = frozenset(cli.commands)
+
+
+def command_summaries() -> list[tuple[str, str]]:
+    """Every client command, in order, with its one-line help (for `engram --help`)."""
+    return [(name, command.get_short_help_str(limit=62)) for name, command in cli.commands.items()]
 
 
 def run(argv: list[str]) -> int:

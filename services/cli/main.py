@@ -17,9 +17,10 @@ engram certs dev --out DIR [--host NAME]... [--force]
 
 A command that calls a service verifies it with clients.tls from the configuration
 (ca_file, and cert_file/key_file for mTLS); `health` also takes them as flags.
-engram remember|recall|get|list|history|explain|links|entity|weak|supersede|forget|import|export|diagnostics ...
+engram remember|recall|get|list|history|weak|supersede|modify|delete|recover|explain|links|session|
+       entity|forget|namespace|import|export|diagnostics|maintenance|retention ...
                                                   talk to a running suite (services/cli/client_commands.py;
-                                                  `engram COMMAND --help`)
+                                                  `engram --help` lists them, `engram COMMAND --help`)
 engram mcp [--http PORT] [--address HOST:PORT]    an MCP server (stdio, or streamable HTTP) with memory
                                                   tools for agents (services/cli/mcp_server.py)
 
@@ -501,10 +502,20 @@ def _default_config() -> str | None:
 # command is a client command (click, services/cli/client_commands.py), imported
 # only when used.
 SERVER_COMMANDS = frozenset({"up", "serve", "health", "backup", "restore", "keys", "certs"})
-CLIENT_HELP = (
-    "client commands (a running suite): remember, recall, get, list, history, explain,"
-    " links, entity, weak, supersede, forget, import, export, diagnostics; `engram COMMAND --help`"
-)
+
+
+class _Parser(argparse.ArgumentParser):
+    """`engram --help` ends with every client command, read from the click group
+    itself (imported only to print help), so the list never leaves one out."""
+
+    def format_help(self) -> str:
+        from services.cli.client_commands import command_summaries
+
+        width = max(len(name) for name, _ in command_summaries())
+        self.epilog = "client commands (a running suite; `engram COMMAND --help`):\n" + "\n".join(
+            f"  {name:<{width}}  {text}" for name, text in command_summaries()
+        )
+        return super().format_help()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -513,8 +524,10 @@ def main(argv: list[str] | None = None) -> int:
         from services.cli.client_commands import run
 
         return run(args_in)
-    parser = argparse.ArgumentParser(
-        prog="engram", description="Long-term memory for AI agents.", epilog=CLIENT_HELP
+    parser = _Parser(
+        prog="engram",
+        description="Long-term memory for AI agents.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (

@@ -232,7 +232,10 @@ def build_server(engram: AsyncEngram) -> MCPServer:
     ) -> dict[str, Any]:
         """Delete memories in two steps. First call with a selection (ids, query,
         types, tags) to preview the candidates; show them to the user; then call again
-        with the returned confirm_token to delete them (recoverable soft delete)."""
+        with the returned confirm_token to delete them (recoverable soft delete). One
+        call forgets at most 200: `more_matching` true says more memories match than
+        were previewed or deleted (`matching_count` in all, `still_matching` after a
+        delete); preview the same selection again for the next ones."""
         selection: dict[str, Any] = {
             "namespace": namespace,
             "ids": ids or (),
@@ -255,6 +258,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
                     "candidate_count": preview.candidate_count,
                     "candidates": [_dict(c) for c in preview.candidates],
                     "more_matching": preview.more_matching,
+                    "matching_count": preview.matching_count,
                     "confirm_token": preview.confirm_token,
                 }
             done = await engram.forget_memories(
@@ -270,6 +274,9 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "preview": False,
             "deleted_count": done.deleted_count,
             "deleted_ids": [c.id for c in done.candidates],
+            # one call forgets at most 200: the rest still match; preview again for them
+            "more_matching": done.more_matching,
+            "still_matching": done.matching_count - done.deleted_count,
         }
 
     @tool(annotations=ToolAnnotations(title="Update a memory"))
@@ -496,6 +503,19 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         }
 
     return server
+
+
+def tool_summaries() -> list[tuple[str, str]]:
+    """Every tool's name and the first sentence of its description, as the server lists
+    them (for `engram mcp --help`; no call is made)."""
+    import anyio
+
+    async def listed() -> list[tuple[str, str]]:
+        async with AsyncEngram("127.0.0.1:9") as engram:
+            tools = await build_server(engram).list_tools()
+        return [(t.name, " ".join((t.description or "").split())) for t in tools]
+
+    return anyio.run(listed)
 
 
 async def serve(engram: AsyncEngram, *, http_port: int | None, host: str) -> None:

@@ -101,7 +101,7 @@ PUBLIC_RPCS: dict[str, Role] = {
         _methods(
             _STORE,
             "Remember ImportMemories ModifyMemories DeleteMemory ForgetMemories RecoverMemory "
-            "AppendTurn SummarizeSession",
+            "AppendTurn SummarizeSession DeleteNamespace RecoverNamespace",
         ),
         Role.WRITER,
     ),
@@ -116,6 +116,31 @@ PUBLIC_RPCS: dict[str, Role] = {
 # reader may ask.
 ALL_NAMESPACE_RPCS = frozenset(_methods(_MAINTENANCE, "GetDiagnostics RunMaintenance RunRetention"))
 SUITE_WIDE_READS = frozenset({**_methods(_PIPELINE, "GetStatus"), **_methods(_SUITE, "GetSuite")})
+
+
+def role_table() -> str:
+    """The README's role table ("Authentication"), written from PUBLIC_RPCS so the
+    two never disagree (scripts/gen_role_table.py rewrites it; a test compares)."""
+
+    def names(role: Role) -> list[str]:
+        return [m.rsplit("/", 1)[1] for m, r in PUBLIC_RPCS.items() if r == role]
+
+    suite_wide = [m.rsplit("/", 1)[1] for m in PUBLIC_RPCS if m in ALL_NAMESPACE_RPCS]
+    rows = [
+        ("reader", ", ".join(names(Role.READER))),
+        ("writer", "reader's, plus " + ", ".join(names(Role.WRITER))),
+        (
+            "admin",
+            "everything: writer's, plus "
+            + ", ".join(names(Role.ADMIN))
+            + f" ({', '.join(suite_wide)} act on every namespace, so they need a key for `*`)",
+        ),
+    ]
+    return "\n".join(
+        ["| role | may call |", "|---|---|", *(f"| `{role}` | {text} |" for role, text in rows)]
+    )
+
+
 # Open to everyone: orchestrators probe health without credentials.
 OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
 # Any valid key (so grpcurl can list and describe with -H 'authorization: Bearer …').

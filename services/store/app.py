@@ -64,6 +64,7 @@ from services.store.job_servicer import JobQueueServicer
 from services.store.jobs import JobQueue, queue_counts_now
 from services.store.memories import MemoryStore
 from services.store.migrations import MigrationMismatch, apply_migrations
+from services.store.namespaces import Namespaces
 from services.store.privacy import PrivacyPolicy
 from services.store.servicer import MemoryStoreServicer
 from services.store.sessions import Sessions
@@ -390,6 +391,12 @@ async def start_store(
                 sessions,
                 consolidation,
                 WeakMemories(reads, DecayPolicy.from_config(config)),
+                Namespaces(
+                    writer,
+                    reads,
+                    tombstone_days=config.retention.tombstone_days,
+                    max_job_attempts=max_attempts,
+                ),
             ),
             server,
         )

@@ -138,6 +138,7 @@ class ForgetOutcome:
     deleted_count: int
     hard_deleted: bool
     more_matching: bool = False  # more memories match than the limit let in
+    matching_count: int = 0  # how many match in all
 
 
 @dataclass(frozen=True)
@@ -532,24 +533,30 @@ class MemoryStore:
         if execute:
             reason = bad.check("", rules.check_reason, reason, "reason")
         actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        query = _check_selection(namespace, selection, bad, self._dialect)
+        query, count_query = _check_selection(namespace, selection, bad, self._dialect)
         bad.raise_if_any()
         limit = selection.limit or MAX_FORGET
 
         if not execute:
             rows = await self._reads.fetch_all(query)
             candidates = tuple(MemoryRecord.from_row(r) for r in rows[:limit])
+            more = len(rows) > limit
             return ForgetOutcome(
                 candidates,
                 _confirm_token(namespace, selection, candidates),
                 0,
                 False,
-                more_matching=len(rows) > limit,
+                more_matching=more,
+                matching_count=int((await self._reads.fetch_one(count_query))[0])
+                if more
+                else len(candidates),
             )
 
         def operation(conn: Any) -> ForgetOutcome:
             rows = repo.fetch_all(conn, query)
             candidates = tuple(MemoryRecord.from_row(r) for r in rows[:limit])
+            more = len(rows) > limit
+            matching = int(repo.fetch_one(conn, count_query)[0]) if more else len(candidates)
             token = _confirm_token(namespace, selection, candidates)
             if confirm_token and confirm_token != token:
                 raise FailedPrecondition(
@@ -575,7 +582,12 @@ class MemoryStore:
                 for record in candidates:
                     mutations.soft_delete(conn, record, actor=actor, reason=reason, at=at)
             return ForgetOutcome(
-                candidates, "", len(candidates), selection.purge, more_matching=len(rows) > limit
+                candidates,
+                "",
+                len(candidates),
+                selection.purge,
+                more_matching=more,
+                matching_count=matching,
             )
 
         return await self._writer.submit(operation)
@@ -616,39 +628,13 @@ class MemoryStore:
                     reason="DUPLICATE_CONTENT",
                     metadata={"duplicate_memory_id": other},
                 )
-            at = clock.now_text()
-            new_version = record.version + 1
-            repo.update_memory(
+            mutations.restore_many(
                 conn,
-                memory_id,
-                {
-                    "is_deleted": 0,
-                    "deleted_at": None,
-                    "version": new_version,
-                    "updated_at": at,
-                    # seed 003 decay: recovering is a use; the decay clock restarts, so a
-                    # memory pruned as weak is not pruned again by the next sweep
-                    "last_accessed": at,
-                },
-            )
-            mutations.index_or_enqueue(
-                conn,
-                [
-                    mutations.vector_target(
-                        memory_id, namespace, record.content_hash, self._max_attempts, at
-                    )
-                ],
-            )
-            mutations.record_event(
-                conn,
-                record,
-                mutations.RECOVERED_EVENT,
-                old_content=None,
-                new_content=record.content,
+                [record],
                 actor=actor,
                 reason=reason,
-                at=at,
-                metadata={"new_version": new_version},
+                at=clock.now_text(),
+                max_attempts=self._max_attempts,
             )
             return self._load(conn, namespace, memory_id)
 
@@ -790,8 +776,9 @@ def _check_patches(
 
 def _check_selection(
     namespace: str, selection: ForgetSelection, bad: Violations, dialect: str
-) -> repo.Query:
-    """The candidates' query; its bad fields go to `bad` (the caller raises)."""
+) -> tuple[repo.Query, repo.Query]:
+    """The candidates' query and the count of every match; its bad fields go to
+    `bad` (the caller raises)."""
     if len(selection.ids) > MAX_FORGET:
         bad.add("ids", f"at most {MAX_FORGET} ids")
     else:
@@ -811,15 +798,11 @@ def _check_selection(
     elif not selection.ids and spec.is_empty() and not bad.names("filter"):
         bad.add("ids", "give ids, a query or a filter to select memories")
     limit = selection.limit if 0 < selection.limit <= MAX_FORGET else MAX_FORGET
+    selected = (namespace, selection.ids, term_matches, spec, selection.include_pinned)
     # One more than the limit, to tell the caller that more memories match.
-    return repo.forget_candidates_query(
-        namespace,
-        selection.ids,
-        term_matches,
-        spec,
-        selection.include_pinned,
-        limit + 1,
-        dialect=dialect,
+    return (
+        repo.forget_candidates_query(*selected, limit + 1, dialect=dialect),
+        repo.forget_candidates_query(*selected, 0, dialect=dialect, count=True),
     )
 
 

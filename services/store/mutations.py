@@ -476,20 +476,93 @@ def soft_delete(
     """Tombstone a live memory (it leaves FTS and the vector index by trigger;
     RecoverMemory brings it back within the tombstone window); a `deleted`
     event (or `event`: `merged` for a near-duplicate). Returns the new version."""
-    version = current.version + 1
-    repo.update_memory(
-        conn, current.id, {"is_deleted": 1, "deleted_at": at, "version": version, "updated_at": at}
+    soft_delete_many(
+        conn, [current], actor=actor, reason=reason, at=at, metadata=metadata, event=event
     )
-    record_deletion(
+    return current.version + 1
+
+
+def soft_delete_many(
+    conn: Any,
+    records: Sequence[MemoryRecord],
+    *,
+    actor: str,
+    reason: str,
+    at: str,
+    metadata: dict[str, Any] | None = None,
+    event: str = DELETED_EVENT,
+) -> None:
+    """soft_delete for live memories read in this transaction: one UPDATE for all
+    of them (DeleteNamespace's batches) and their events."""
+    if not records:
+        return
+    repo.tombstone_memories(conn, [r.id for r in records], at)
+    repo.insert_history(
         conn,
-        current,
-        actor=actor,
-        reason=reason,
-        at=at,
-        metadata={"new_version": version, "hard": False, **(metadata or {})},
-        event=event,
+        [
+            repo.history_row(
+                memory_id=r.id,
+                namespace=r.namespace,
+                event=event,
+                old_content=r.content,
+                new_content=None,
+                actor=actor,
+                reason=reason,
+                metadata={
+                    "old_version": r.version,
+                    "new_version": r.version + 1,
+                    "hard": False,
+                    **(metadata or {}),
+                },
+                at=at,
+            )
+            for r in records
+        ],
     )
-    return version
+
+
+def restore_many(
+    conn: Any,
+    records: Sequence[MemoryRecord],
+    *,
+    actor: str,
+    reason: str,
+    at: str,
+    max_attempts: int,
+    metadata: dict[str, Any] | None = None,
+) -> None:
+    """Bring tombstones back (RecoverMemory, RecoverNamespace): live again with a new
+    version, back in FTS and the vector index (from a stored vector, else an embed
+    job), a `recovered` event each. The caller checked the tombstone window and that
+    no live memory holds their contents. Recovering is a use (seed 003 decay): the
+    decay clock restarts, so a memory pruned as weak is not pruned again at once."""
+    if not records:
+        return
+    repo.restore_memories(conn, [r.id for r in records], at)
+    index_or_enqueue(
+        conn, [vector_target(r.id, r.namespace, r.content_hash, max_attempts, at) for r in records]
+    )
+    repo.insert_history(
+        conn,
+        [
+            repo.history_row(
+                memory_id=r.id,
+                namespace=r.namespace,
+                event=RECOVERED_EVENT,
+                old_content=None,
+                new_content=r.content,
+                actor=actor,
+                reason=reason,
+                metadata={
+                    "old_version": r.version,
+                    "new_version": r.version + 1,
+                    **(metadata or {}),
+                },
+                at=at,
+            )
+            for r in records
+        ],
+    )
 
 
 def record_deletion(

@@ -151,6 +151,7 @@ def forget_candidates_query(
     limit: int,
     *,
     dialect: str = "sqlite",
+    count: bool = False,
 ) -> Query:
     """Memories selected for forgetting: live ones and superseded versions
     (services/common/memory_filter.py present_sql). With `term_matches` (one MATCH
@@ -161,11 +162,11 @@ def forget_candidates_query(
 
     On Postgres a term (services/common/fts.py `quoted`, an FTS5 phrase) is
     matched as the phrase of its words in content_tsv: phraseto_tsquery reads
-    the quotes as punctuation, so the same strings serve both backends."""
+    the quotes as punctuation, so the same strings serve both backends.
+    With `count`, how many memories the selection matches (no order, no limit)."""
     clauses, params = filter_sql(spec, "m", dialect)
-    sql = (
-        f"SELECT {_M_COLUMNS} FROM memories m WHERE m.namespace = ? AND {present_sql('m')}{clauses}"
-    )
+    columns = "count(*)" if count else _M_COLUMNS
+    sql = f"SELECT {columns} FROM memories m WHERE m.namespace = ? AND {present_sql('m')}{clauses}"
     args: list[Any] = [namespace, *params]
     if not include_pinned:
         sql += " AND m.pinned = 0"
@@ -173,19 +174,22 @@ def forget_candidates_query(
         sql += f" AND m.id IN ({', '.join('?' * len(ids))})"
         args.extend(ids)
     order = "m.created_at DESC, m.id DESC"
+    order_args: list[Any] = []
     if term_matches and dialect == "postgres":
         match = "m.content_tsv @@ phraseto_tsquery('engram_english'::regconfig, ?)"
         sql += f" AND ({' OR '.join([match] * len(term_matches))})"
         args.extend(term_matches)
         order = f"({' + '.join([f'({match})::int'] * len(term_matches))}) DESC, {order}"
-        args.extend(term_matches)
+        order_args.extend(term_matches)
     elif term_matches:
         in_fts = "m.rowid IN (SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?)"
         sql += f" AND {in_fts}"
         args.append(" OR ".join(term_matches))
         order = f"({' + '.join([f'({in_fts})'] * len(term_matches))}) DESC, {order}"
-        args.extend(term_matches)
-    return f"{sql} ORDER BY {order} LIMIT ?", [*args, limit]
+        order_args.extend(term_matches)
+    if count:
+        return sql, args
+    return f"{sql} ORDER BY {order} LIMIT ?", [*args, *order_args, limit]
 
 
 def history_query(namespace: str, memory_id: str, after_seq: int, limit: int) -> Query:
@@ -299,6 +303,9 @@ class MemoryRow(NamedTuple):
 
 # Rows per multi-row INSERT (at most 28 parameters a row, far below SQLite's limit).
 INSERT_CHUNK_ROWS = 64
+# Ids per `IN (...)` of a write over many memories (within every backend's limit
+# on bound parameters).
+ID_CHUNK = 500
 
 
 def insert_rows(
@@ -434,6 +441,30 @@ def update_memory(conn: Any, memory_id: str, changes: dict[str, Any]) -> None:
         f"UPDATE memories SET {assignments} WHERE id = :memory_id",
         {**changes, "memory_id": memory_id},
     )
+
+
+def tombstone_memories(conn: Any, memory_ids: Sequence[str], at: str) -> None:
+    """Soft-delete live memories (services/store/mutations.py soft_delete_many):
+    deleted at `at`, the next version; FTS and the vector index drop them by trigger."""
+    for start in range(0, len(memory_ids), ID_CHUNK):
+        chunk = memory_ids[start : start + ID_CHUNK]
+        conn.execute(
+            "UPDATE memories SET is_deleted = 1, deleted_at = ?, version = version + 1, "
+            f"updated_at = ? WHERE id IN ({', '.join('?' * len(chunk))})",
+            [at, at, *chunk],
+        )
+
+
+def restore_memories(conn: Any, memory_ids: Sequence[str], at: str) -> None:
+    """Tombstones live again (services/store/mutations.py restore_many): the next
+    version, accessed now; back in FTS by trigger."""
+    for start in range(0, len(memory_ids), ID_CHUNK):
+        chunk = memory_ids[start : start + ID_CHUNK]
+        conn.execute(
+            "UPDATE memories SET is_deleted = 0, deleted_at = NULL, version = version + 1, "
+            f"updated_at = ?, last_accessed = ? WHERE id IN ({', '.join('?' * len(chunk))})",
+            [at, at, *chunk],
+        )
 
 
 def hard_delete_memory(conn: Any, memory_id: str) -> None:

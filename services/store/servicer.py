@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from google.protobuf import struct_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from engram.common.v1 import pii_policy_pb2, privacy_pb2
 from engram.store.v1 import store_pb2, store_pb2_grpc
-from services.common import tracing, turn_roles
+from services.common import clock, tracing, turn_roles
 from services.common.auth import acting
 from services.common.convert import (
     filter_from_proto,
@@ -34,6 +34,7 @@ from services.store.memories import (
     MemoryStore,
     PatchSpec,
 )
+from services.store.namespaces import Namespaces
 from services.store.sessions import Sessions, Turn
 from services.store.weak import WeakMemories
 
@@ -213,11 +214,13 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         sessions: Sessions,
         consolidation: Consolidation,
         weak: WeakMemories,
+        namespaces: Namespaces,
     ) -> None:
         self._store = store
         self._sessions = sessions
         self._consolidation = consolidation
         self._weak = weak
+        self._namespaces = namespaces
 
     async def Remember(
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
@@ -419,6 +422,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             ],
             candidate_count=len(outcome.candidates),
             more_matching=outcome.more_matching,
+            matching_count=outcome.matching_count,
             confirm_token=outcome.confirm_token,
             deleted_count=outcome.deleted_count,
             hard_deleted=outcome.hard_deleted,
@@ -639,6 +643,67 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             next_page_token=next_token,
             decay_threshold=self._weak.policy.threshold,
         )
+
+    async def DeleteNamespace(
+        self, request: store_pb2.DeleteNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.DeleteNamespaceResponse:
+        bad = Violations()
+        namespace = _named_namespace(bad, request.namespace)
+        if request.mode not in _FORGET_MODES:
+            bad.add("mode", f"unknown ForgetMode value {request.mode}")
+        done = await self._namespaces.delete(
+            namespace,
+            execute=request.mode == store_pb2.FORGET_MODE_EXECUTE,
+            reason=request.reason,
+            confirm_token=request.confirm_token,
+            actor=acting(request.actor),
+            bad=bad,
+        )
+        c = done.contents
+        response = store_pb2.DeleteNamespaceResponse(
+            contents=store_pb2.NamespaceContents(
+                memories=c.memories,
+                pinned_memories=c.pinned_memories,
+                deleted_memories=c.deleted_memories,
+                entities=c.entities,
+                documents=c.documents,
+            ),
+            confirm_token=done.confirm_token,
+            deleted_count=done.deleted_count,
+            delete_time=timestamp_from_text(done.deleted_at),
+            recover_until=timestamp_from_text(done.recover_until),
+        )
+        return response
+
+    async def RecoverNamespace(
+        self, request: store_pb2.RecoverNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> store_pb2.RecoverNamespaceResponse:
+        bad = Violations()
+        done = await self._namespaces.recover(
+            _named_namespace(bad, request.namespace),
+            reason=request.reason,
+            actor=acting(request.actor),
+            bad=bad,
+        )
+        return store_pb2.RecoverNamespaceResponse(
+            recovered_count=done.recovered,
+            skipped_duplicates=done.skipped_duplicates,
+            delete_times=[
+                timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+                for seconds, nanos in map(clock.epoch_from_text, done.deletions)
+            ],
+        )
+
+
+_FORGET_MODES = frozenset(store_pb2.ForgetMode.values())
+
+
+def _named_namespace(bad: Violations, namespace: str) -> str:
+    """A namespace the request must name (empty is not read as the default one)."""
+    if not namespace:
+        bad.add("namespace", 'name the namespace (to act on the default one, name "default")')
+        return DEFAULT_NAMESPACE
+    return namespace_of(bad, namespace)
 
 
 def _entity_to_proto(entity: EntityRecord) -> store_pb2.Entity:

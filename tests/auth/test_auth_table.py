@@ -179,6 +179,17 @@ CALLS: dict[str, Call] = {
         metadata=md,
         timeout=TIMEOUT,
     ),
+    # a preview (the table's namespace must live on for the other calls)
+    "/engram.store.v1.MemoryStoreService/DeleteNamespace": lambda w, ns, md: (
+        w.store.DeleteNamespace(
+            pb.DeleteNamespaceRequest(namespace=ns), metadata=md, timeout=TIMEOUT
+        )
+    ),
+    "/engram.store.v1.MemoryStoreService/RecoverNamespace": lambda w, ns, md: _past_auth(
+        lambda: w.store.RecoverNamespace(
+            pb.RecoverNamespaceRequest(namespace=ns, reason="table"), metadata=md, timeout=TIMEOUT
+        )
+    ),
     "/engram.search.v1.SearchService/Recall": lambda w, ns, md: w.search.Recall(
         spb.RecallRequest(namespace=ns, query="table"), metadata=md, timeout=TIMEOUT
     ),
@@ -286,6 +297,8 @@ def test_the_table_names_every_public_rpc_and_the_issue_roles() -> None:
         "RecoverMemory",
         "AppendTurn",
         "SummarizeSession",
+        "DeleteNamespace",
+        "RecoverNamespace",
         "CreateDocument",
     }
     assert by_role[auth.Role.ADMIN] == {"GetDiagnostics", "RunMaintenance", "RunRetention"}

@@ -1,10 +1,13 @@
 """The CLI's client commands (`engram remember|recall|get|list|history|explain|
-weak|session|supersede|forget|import|export|diagnostics`) as a user runs them, against a real `engram up` suite."""
+weak|session|supersede|modify|delete|recover|forget|namespace|import|export|diagnostics|
+maintenance|retention`, and
+the help of every command) as a user runs them, against a real `engram up` suite."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -131,6 +134,176 @@ def test_forget_previews_and_deletes_only_with_yes(suite: RunningSuite) -> None:
     assert [m["content"] for m in left] == ["keep this one"]
 
 
+def test_forget_says_more_match_and_all_forgets_every_batch(suite: RunningSuite) -> None:
+    """One ForgetMemories call takes at most 200: the preview and the result say
+    more match, and --all goes on, batch after batch, until none is left."""
+    ns = ["-n", "cli-forget-all"]
+    rows = "".join(json.dumps({"content": f"stale entry {n}"}) + "\n" for n in range(450))
+    engram(suite, "import", "-", *ns, stdin=rows)
+    engram(suite, "remember", "a keeper", *ns)
+    preview = engram(suite, "forget", "--query", "stale", *ns)
+    assert "200 memories to forget (250 more match: forget them with --all)" in preview.stdout
+    once = engram(suite, "forget", "--query", "stale", *ns, "--yes")
+    assert "forgot 200; 250 more match: run it again, or pass --all" in once.stdout
+    every = engram(suite, "forget", "--query", "stale", *ns, "--all", "--yes")
+    assert every.stdout.rstrip().endswith("forgot 250"), every.stdout
+    assert "forgot 250" in every.stdout and "more match" not in every.stdout.splitlines()[-1]
+    left = json_lines(engram(suite, "list", *ns, "--limit", "0", "--json").stdout)
+    assert [m["content"] for m in left] == ["a keeper"]
+    deleted = json_lines(engram(suite, "list", *ns, "--deleted", "--limit", "0", "--json").stdout)
+    assert len(deleted) == 450
+    # --json: one line per reply, the preview's and each executed batch's
+    again = "".join(json.dumps({"content": f"stale again {n}"}) + "\n" for n in range(210))
+    engram(suite, "import", "-", *ns, stdin=again)
+    lines = json_lines(
+        engram(suite, "forget", "--query", "again", *ns, "--all", "--yes", "--json").stdout
+    )
+    assert lines[0]["more_matching"] is True and "confirm_token" in lines[0]
+    assert [int(line["deleted_count"]) for line in lines[1:]] == [200, 10]
+
+
+def test_modify_delete_recover(suite: RunningSuite) -> None:
+    """Every single-memory mutation has a command, with --json."""
+    ns = ["-n", "cli-mutations"]
+    memory = json.loads(engram(suite, "remember", "the lab opens at 9", *ns, "--json").stdout)
+    memory_id = memory["memory"]["id"]
+    changed = engram(
+        suite, "modify", memory_id, *ns, "--content", "the lab opens at 8", "--tag", "lab"
+    )
+    assert changed.stdout.strip() == f"modified: {memory_id} (version 1 -> 2)"
+    got = json.loads(engram(suite, "get", memory_id, *ns, "--json").stdout)
+    assert got["content"] == "the lab opens at 8" and got["tags"] == ["lab"]
+    same = json.loads(engram(suite, "modify", memory_id, *ns, "--tag", "lab", "--json").stdout)
+    assert same["status"] == "PATCH_STATUS_UNCHANGED"
+    stale = engram(suite, "modify", memory_id, *ns, "--pin", "--if-version", "1", check=False)
+    assert stale.returncode == 1 and "version_conflict" in stale.stdout
+    pinned = json.loads(engram(suite, "modify", memory_id, *ns, "--pin", "--json").stdout)
+    assert pinned["status"] == "PATCH_STATUS_UPDATED"
+    refused = engram(suite, "delete", memory_id, *ns, check=False)
+    assert refused.returncode == 1 and "PINNED_REQUIRES_FORCE" in refused.stderr
+    tombstone = json.loads(
+        engram(suite, "delete", memory_id, *ns, "--force", "--reason", "moved", "--json").stdout
+    )
+    assert tombstone["deleted"] is True and tombstone["id"] == memory_id
+    assert json_lines(engram(suite, "list", *ns, "--json").stdout) == []
+    back = engram(suite, "recover", memory_id, *ns)
+    assert back.stdout.strip().startswith(f"recovered: {memory_id}")
+    listed = json_lines(engram(suite, "list", *ns, "--json").stdout)
+    assert [m["id"] for m in listed] == [memory_id]
+    twice = engram(suite, "recover", memory_id, *ns, "--json", check=False)
+    assert twice.returncode == 1 and "NOT_DELETED" in twice.stderr
+    events = json_lines(engram(suite, "history", memory_id, *ns, "--json").stdout)
+    assert [e["event_type"].removeprefix("HISTORY_EVENT_TYPE_") for e in events] == [
+        "CREATED",
+        "MODIFIED",
+        "MODIFIED",
+        "DELETED",
+        "RECOVERED",
+    ]
+
+
+def test_namespace_delete_and_recover(suite: RunningSuite) -> None:
+    ns, other = "cli-tenant", "cli-tenant-neighbour"
+    rows = "".join(json.dumps({"content": f"tenant fact {n}"}) + "\n" for n in range(30))
+    engram(suite, "import", "-", "-n", ns, stdin=rows)
+    engram(suite, "remember", "tenant fact 0", "-n", other)
+    preview = engram(suite, "namespace", "delete", ns)
+    assert "memories (to delete)" in preview.stdout and "30" in preview.stdout
+    assert "nothing deleted; pass --yes" in preview.stderr
+    assert len(json_lines(engram(suite, "list", "-n", ns, "--json").stdout)) == 30
+    done = engram(suite, "namespace", "delete", ns, "--yes")
+    assert done.stdout.splitlines()[-1].startswith(f"deleted namespace {ns}: 30 memories;")
+    assert json_lines(engram(suite, "list", "-n", ns, "--json").stdout) == []
+    assert len(json_lines(engram(suite, "list", "-n", other, "--json").stdout)) == 1
+    back = json.loads(engram(suite, "namespace", "recover", ns, "--json").stdout)
+    assert int(back["recovered_count"]) == 30
+    assert len(json_lines(engram(suite, "list", "-n", ns, "--json").stdout)) == 30
+    empty = engram(suite, "namespace", "delete", "cli-never-used", "--yes")
+    assert "nothing to delete" in empty.stdout
+    missing = engram(suite, "namespace", "recover", "cli-never-used", check=False)
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+
+
+def test_session_turns_and_summary_and_maintenance_and_retention(suite: RunningSuite) -> None:
+    """The rest of the mutations have commands too: AppendTurn, SummarizeSession,
+    RunMaintenance, RunRetention."""
+    ns = ("-n", "cli-turns")
+    turn = engram(suite, "session", "append", "chat-1", "user", "I ordered the blue mug", *ns)
+    assert turn.stdout.startswith("captured (short-term): ")
+    kept = json.loads(
+        engram(
+            suite, "session", "append", "chat-1", "user", "remember that I am vegan", *ns, "--json"
+        ).stdout
+    )
+    assert kept["promoted"] is True and kept["memory"]["session_id"] == "chat-1"
+    summary = json.loads(engram(suite, "session", "summarize", "chat-1", *ns, "--json").stdout)
+    assert summary["job_id"] and int(summary["turn_count"]) >= 1
+    again = engram(suite, "session", "summarize", "chat-1", *ns)
+    assert again.stdout.startswith("summary already queued: job ")
+    observed = json.loads(engram(suite, "maintenance", "--json").stdout)
+    assert observed["mode"] == "MAINTENANCE_MODE_OBSERVE"
+    assert "score" in engram(suite, "maintenance").stdout
+    swept = json.loads(engram(suite, "retention", "--json").stdout)
+    assert "tombstones" in [step["step"] for step in swept["steps"]]
+    assert "tombstones: " in engram(suite, "retention").stdout
+
+
+def test_help_lists_every_command_and_every_mcp_tool(suite: RunningSuite) -> None:
+    from services.cli.client_commands import COMMANDS
+    from services.cli.main import SERVER_COMMANDS
+    from services.cli.mcp_server import tool_summaries
+
+    top = engram_help("--help")
+    listed = {line.split()[0] for line in top.split("client commands", 1)[1].splitlines()[1:]}
+    assert listed == set(COMMANDS) and {"mcp", "session"} <= listed
+    assert all(name in top for name in SERVER_COMMANDS)
+    tools = engram_help("mcp", "--help")
+    names = [name for name, _ in tool_summaries()]
+    assert len(names) == 11 and f"Tools ({len(names)})" in tools
+    assert all(f"  {name} " in tools for name in names), tools
+
+
+def engram_help(*args: str) -> str:
+    path = os.pathsep.join(
+        [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+    )
+    result = subprocess.run(
+        engram_command(*args),
+        cwd=REPO_ROOT,
+        env=clean_env({"PYTHONPATH": path}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_tables_keep_ids_on_one_line_at_80_columns(suite: RunningSuite) -> None:
+    """stdout is a pipe here, so rich lays tables out 80 columns wide."""
+    ns = ["-n", "cli-narrow"]
+    long_text = "a rather long memory about the quarterly planning offsite " * 3
+    first = json.loads(engram(suite, "remember", long_text, *ns, "--tag", "x", "--json").stdout)
+    first_id = first["memory"]["id"]
+    new_id = (
+        engram(suite, "supersede", first_id, "the offsite moved to May", *ns, "--reason", "moved")
+        .stdout.strip()
+        .removeprefix("superseded by: ")
+    )
+    outputs = {
+        "list": engram(suite, "list", *ns, "--as-of", first["memory"]["create_time"]).stdout,
+        "explain": engram(suite, "explain", new_id, *ns).stdout,
+        "links": engram(suite, "links", new_id, *ns).stdout,
+        "forget": engram(suite, "forget", "--query", "offsite", *ns).stdout,
+    }
+    for name, out in outputs.items():
+        assert max(len(line) for line in out.splitlines()) <= 80, (name, out)
+        assert first_id in out, (name, out)
+    # the content keeps a readable width too: its first words stay on one line
+    for name in ("list", "explain", "forget"):
+        assert "a rather long memory" in outputs[name], (name, outputs[name])
+
+
 def test_import_reports_failed_lines_and_a_rerun_creates_nothing_twice(
     suite: RunningSuite, tmp_path: Path
 ) -> None:
@@ -160,8 +333,63 @@ def test_import_progress_lines_when_not_on_a_terminal(suite: RunningSuite, tmp_p
     source.write_text("".join(json.dumps({"content": f"p{n}"}) + "\n" for n in range(600)))
     result = engram(suite, "import", str(source), "-n", "cli-progress", "--batch-size", "100")
     progress = [line for line in result.stderr.splitlines() if line.startswith("import: ")]
-    assert progress and "rows sent" in progress[0]  # plain lines, no terminal control codes
+    assert progress and "rows committed" in progress[0]  # plain lines, no control codes
     assert "\x1b[" not in result.stderr
+
+
+def test_an_interrupted_import_says_what_is_committed_and_how_to_resume(
+    suite: RunningSuite, tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGINT) mid-import: the progress counts rows acknowledged as committed
+    (never more than the store holds), the command says how many and how to resume,
+    and the re-run creates exactly the rest."""
+    total = 40_000
+    source = tmp_path / "rows.jsonl"
+    source.write_text(
+        "".join(json.dumps({"content": f"resumable row {n}"}) + "\n" for n in range(total))
+    )
+    path = os.pathsep.join(
+        [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+    )
+    ns = "cli-interrupted"
+    process = subprocess.Popen(
+        engram_command("import", str(source), "-n", ns, "--address", suite.address("store")),
+        cwd=REPO_ROOT,
+        env=clean_env({"PYTHONPATH": path}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    shown = 0
+    for line in process.stderr:  # a plain progress line every 2 s
+        if line.startswith("import: ") and int(line.split()[1]) > 0:
+            shown = int(line.split()[1])
+            break
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode == 130, rest
+    said = next(line for line in rest.splitlines() if "interrupted:" in line)
+    committed = int(said.split("interrupted: ")[1].split()[0])
+    assert shown <= committed < total
+    assert "run the same command again" in said and "skipped" in said
+    stored = scalar_count(suite, ns)
+    assert committed <= stored  # acknowledged means committed
+    rerun = engram(suite, "import", str(source), "-n", ns, "--json")
+    summary = json.loads(rerun.stdout)
+    assert summary["deduplicated"] == stored and summary["created"] == total - stored
+    assert scalar_count(suite, ns) == total
+
+
+def scalar_count(suite: RunningSuite, namespace: str) -> int:
+    conn = open_read_write(suite.root / "data" / "engram.db")
+    try:
+        row = conn.execute(
+            "SELECT count(*) FROM memories WHERE namespace = ? AND is_deleted = 0", (namespace,)
+        ).fetchone()
+    finally:
+        conn.close()
+    return int(row[0])
 
 
 def test_export_then_import_reproduces_every_memory(suite: RunningSuite, tmp_path: Path) -> None:
@@ -289,7 +517,7 @@ def test_import_shows_a_progress_bar_on_a_terminal(suite: RunningSuite, tmp_path
     terminal = b"".join(chunks).decode("utf-8", errors="replace")
     assert process.returncode == 0, terminal
     assert "3000/3000" in terminal and "rows/s" in terminal
-    assert "rows sent" not in terminal  # the bar, not the plain lines
+    assert "rows committed" not in terminal  # the bar, not the plain lines
     assert "imported: 3000 created" in stdout.decode()
 
 

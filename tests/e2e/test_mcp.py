@@ -321,7 +321,13 @@ def test_remember_recall_update_history_forget(suite: RunningSuite) -> None:
                 confirm_token=preview["confirm_token"],
                 reason="the user asked",
             )
-            assert done == {"preview": False, "deleted_count": 1, "deleted_ids": [memory["id"]]}
+            assert done == {
+                "preview": False,
+                "deleted_count": 1,
+                "deleted_ids": [memory["id"]],
+                "more_matching": False,
+                "still_matching": 0,
+            }
             gone = (await call(session, "recall", query="black tea", namespace=ns))["results"]
             assert gone == []
             events = (await call(session, "memory_history", id=memory["id"], namespace=ns))[

@@ -241,3 +241,21 @@ def test_forget_never_reaches_other_namespaces(store) -> None:
     assert not store.GetMemory(S.GetMemoryRequest(namespace="other", id=other)).memory.deleted
     by_id = store.ForgetMemories(S.ForgetMemoriesRequest(ids=[other]))
     assert list(by_id.candidates) == []
+
+
+def test_past_the_limit_the_reply_counts_every_match(store) -> None:
+    """matching_count: how many match in all, so a caller can say how many are left."""
+    ids = _import(store, [f"expired coupon {i}" for i in range(230)] + ["a keeper"])
+    preview = store.ForgetMemories(S.ForgetMemoriesRequest(query="coupon"))
+    assert (preview.candidate_count, preview.matching_count) == (200, 230)
+    assert preview.more_matching
+    done = store.ForgetMemories(
+        S.ForgetMemoriesRequest(
+            query="coupon", mode=EXECUTE, reason="r", confirm_token=preview.confirm_token
+        )
+    )
+    assert (done.deleted_count, done.matching_count) == (200, 230)
+    rest = store.ForgetMemories(S.ForgetMemoriesRequest(query="coupon"))
+    assert (rest.candidate_count, rest.matching_count, rest.more_matching) == (30, 30, False)
+    keeper = store.ForgetMemories(S.ForgetMemoriesRequest(ids=ids[-1:]))
+    assert (keeper.candidate_count, keeper.matching_count) == (1, 1)

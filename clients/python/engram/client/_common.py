@@ -240,6 +240,11 @@ class ImportProgress:
     deduplicated: int
     failed: int
 
+    @property
+    def acknowledged(self) -> int:
+        """Items whose stream was answered: committed (created or already there) or failed."""
+        return self.created + self.deduplicated + self.failed
+
 
 @dataclass
 class ImportSummary:
@@ -289,6 +294,9 @@ def batches(
         yield batch
 
 
-def batches_per_stream(batch_size: int) -> int:
-    """Whole batches that fit in one stream's 25000 items."""
-    return MAX_STREAM_ITEMS // batch_size
+def batches_per_stream(batch_size: int, stream_items: int = MAX_STREAM_ITEMS) -> int:
+    """Whole batches that fit in one stream of `stream_items` (at most 25000 items;
+    at least one batch)."""
+    if stream_items < 1:
+        raise ValueError("stream_items must be at least 1")
+    return max(1, min(stream_items, MAX_STREAM_ITEMS) // batch_size)

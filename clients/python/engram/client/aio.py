@@ -354,6 +354,31 @@ class AsyncEngram:
         )
         return (await self._call(self._store.RecoverMemory, request, timeout)).memory
 
+    async def delete_namespace(
+        self,
+        namespace: str,
+        *,
+        mode: store_pb2.ForgetMode.ValueType = store_pb2.FORGET_MODE_PREVIEW,
+        reason: str = "",
+        confirm_token: str = "",
+        actor: str = "",
+        timeout: float | None = None,
+    ) -> store_pb2.DeleteNamespaceResponse:
+        """PREVIEW (the default) counts what the namespace holds and gives a confirm
+        token; EXECUTE with that token soft-deletes every memory in it
+        (`recover_namespace` brings them back within the tombstone window)."""
+        request = store_pb2.DeleteNamespaceRequest(
+            namespace=namespace, mode=mode, reason=reason, confirm_token=confirm_token, actor=actor
+        )
+        return await self._call(self._store.DeleteNamespace, request, timeout)
+
+    async def recover_namespace(
+        self, namespace: str, *, reason: str, actor: str = "", timeout: float | None = None
+    ) -> store_pb2.RecoverNamespaceResponse:
+        """Brings back what `delete_namespace` deleted, within the tombstone window."""
+        request = store_pb2.RecoverNamespaceRequest(namespace=namespace, reason=reason, actor=actor)
+        return await self._call(self._store.RecoverNamespace, request, timeout)
+
     async def supersede_memory(
         self,
         id: str,
@@ -565,17 +590,21 @@ class AsyncEngram:
         on_progress: Callable[[c.ImportProgress], None] | None = None,
         on_results: Callable[[list[store_pb2.ImportResult]], None] | None = None,
         timeout: float | None = None,
+        stream_items: int = c.MAX_STREAM_ITEMS,
     ) -> c.ImportSummary:
         """As `Engram.import_memories` (the items are read from a plain iterable). Streams `items` (ImportItem messages, or mappings of their fields) to
         ImportMemories, reading them lazily, in as many streams of up to 25000 items
         as needed. `on_progress` is called as batches are sent and as each stream is
         answered; `on_results` gets each stream's results (indexes over the whole
         import). Re-sending items already imported is safe: they come back
-        DEDUPLICATED. An error reply raises; what was committed before it stays."""
+        DEDUPLICATED. An error reply raises; what was committed before it stays.
+        `stream_items` (up to 25000, rounded down to whole batches): items per
+        stream; a stream's reply acknowledges its items as committed, so smaller
+        streams let a progress bar follow what is committed."""
         summary = c.ImportSummary()
         sent = 0
         pending = c.batches(items, batch_size)
-        per_stream = c.batches_per_stream(batch_size)
+        per_stream = c.batches_per_stream(batch_size, stream_items)
         while True:
             first = next(pending, None)
             if first is None:

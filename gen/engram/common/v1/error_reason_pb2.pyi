@@ -37,7 +37,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_NOT_DELETED: _ErrorReason.ValueType  # 4
     """FAILED_PRECONDITION: RecoverMemory on a memory that is not deleted."""
     ERROR_REASON_RETENTION_EXPIRED: _ErrorReason.ValueType  # 5
-    """FAILED_PRECONDITION: RecoverMemory after the tombstone retention window."""
+    """FAILED_PRECONDITION: RecoverMemory (or RecoverNamespace) after the
+    tombstone retention window.
+    """
     ERROR_REASON_MUTATIONS_FROZEN: _ErrorReason.ValueType  # 6
     """UNAVAILABLE: `memory.pipelineV2.mutationsFrozen` is set; nothing was written."""
     ERROR_REASON_CONFIRM_TOKEN_REQUIRED: _ErrorReason.ValueType  # 8
@@ -45,7 +47,8 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     never sent: removed (the PII gate will add its own reason when it sends
     one). See the reserved list at the end.
     FAILED_PRECONDITION: ForgetMemories execute over more than 25 candidates
-    without the `confirm_token` from its preview.
+    (or any DeleteNamespace execute) without the `confirm_token` from its
+    preview.
     """
     ERROR_REASON_CONFIRM_TOKEN_MISMATCH: _ErrorReason.ValueType  # 9
     """FAILED_PRECONDITION: the `confirm_token` does not match the current
@@ -165,7 +168,9 @@ ErrorInfo metadata `current_version` holds the version found.
 ERROR_REASON_NOT_DELETED: ErrorReason.ValueType  # 4
 """FAILED_PRECONDITION: RecoverMemory on a memory that is not deleted."""
 ERROR_REASON_RETENTION_EXPIRED: ErrorReason.ValueType  # 5
-"""FAILED_PRECONDITION: RecoverMemory after the tombstone retention window."""
+"""FAILED_PRECONDITION: RecoverMemory (or RecoverNamespace) after the
+tombstone retention window.
+"""
 ERROR_REASON_MUTATIONS_FROZEN: ErrorReason.ValueType  # 6
 """UNAVAILABLE: `memory.pipelineV2.mutationsFrozen` is set; nothing was written."""
 ERROR_REASON_CONFIRM_TOKEN_REQUIRED: ErrorReason.ValueType  # 8
@@ -173,7 +178,8 @@ ERROR_REASON_CONFIRM_TOKEN_REQUIRED: ErrorReason.ValueType  # 8
 never sent: removed (the PII gate will add its own reason when it sends
 one). See the reserved list at the end.
 FAILED_PRECONDITION: ForgetMemories execute over more than 25 candidates
-without the `confirm_token` from its preview.
+(or any DeleteNamespace execute) without the `confirm_token` from its
+preview.
 """
 ERROR_REASON_CONFIRM_TOKEN_MISMATCH: ErrorReason.ValueType  # 9
 """FAILED_PRECONDITION: the `confirm_token` does not match the current

@@ -1370,6 +1370,7 @@ class ForgetMemoriesResponse(_message.Message):
     HARD_DELETED_FIELD_NUMBER: _builtins.int
     CANDIDATE_COUNT_FIELD_NUMBER: _builtins.int
     MORE_MATCHING_FIELD_NUMBER: _builtins.int
+    MATCHING_COUNT_FIELD_NUMBER: _builtins.int
     confirm_token: _builtins.str
     """PREVIEW only (empty in EXECUTE): the token binding this request and
     exactly this candidate set; pass it to EXECUTE.
@@ -1386,6 +1387,12 @@ class ForgetMemoriesResponse(_message.Message):
     """True when more memories match than `limit` let in: they are not
     candidates; narrow the selection or forget in several rounds.
     """
+    matching_count: _builtins.int
+    """How many memories the selection matched in all when the call ran
+    (`candidates` holds the first `limit` of them): `candidate_count` unless
+    `more_matching`. After an EXECUTE, `matching_count - deleted_count` still
+    match.
+    """
     @_builtins.property
     def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForgetCandidate]:
         """The memories selected: with a query, those holding the most of its words
@@ -1401,10 +1408,11 @@ class ForgetMemoriesResponse(_message.Message):
         hard_deleted: _builtins.bool = ...,
         candidate_count: _builtins.int = ...,
         more_matching: _builtins.bool = ...,
+        matching_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_count", b"candidate_count", "candidates", b"candidates", "confirm_token", b"confirm_token", "deleted_count", b"deleted_count", "hard_deleted", b"hard_deleted", "more_matching", b"more_matching"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidate_count", b"candidate_count", "candidates", b"candidates", "confirm_token", b"confirm_token", "deleted_count", b"deleted_count", "hard_deleted", b"hard_deleted", "matching_count", b"matching_count", "more_matching", b"more_matching"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2535,3 +2543,195 @@ class GetSuiteResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetSuiteResponse: _TypeAlias = GetSuiteResponse  # noqa: Y015
+
+@_typing.final
+class DeleteNamespaceRequest(_message.Message):
+    """Request for DeleteNamespace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    CONFIRM_TOKEN_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """The namespace to remove; required (empty is refused rather than read as
+    "default": name "default" to remove it).
+    """
+    mode: Global___ForgetMode.ValueType
+    """PREVIEW (default) or EXECUTE."""
+    reason: _builtins.str
+    """Why (required for EXECUTE; recorded in every memory's history)."""
+    confirm_token: _builtins.str
+    """The token from a PREVIEW of this namespace; required for EXECUTE."""
+    actor: _builtins.str
+    """Who is deleting (recorded in history); empty means "api"."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        mode: Global___ForgetMode.ValueType = ...,
+        reason: _builtins.str = ...,
+        confirm_token: _builtins.str = ...,
+        actor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "confirm_token", b"confirm_token", "mode", b"mode", "namespace", b"namespace", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteNamespaceRequest: _TypeAlias = DeleteNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class NamespaceContents(_message.Message):
+    """What a namespace holds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    PINNED_MEMORIES_FIELD_NUMBER: _builtins.int
+    DELETED_MEMORIES_FIELD_NUMBER: _builtins.int
+    ENTITIES_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    memories: _builtins.int
+    """Live memories (what EXECUTE deletes), pinned and short-term ones included."""
+    pinned_memories: _builtins.int
+    """Of `memories`, the pinned ones."""
+    deleted_memories: _builtins.int
+    """Memories already soft-deleted (left as they are)."""
+    entities: _builtins.int
+    """Entities of the namespace's knowledge graph (they go with their last
+    mention, when retention purges the memories).
+    """
+    documents: _builtins.int
+    """Documents created in the namespace (their chunk memories are memories)."""
+    def __init__(
+        self,
+        *,
+        memories: _builtins.int = ...,
+        pinned_memories: _builtins.int = ...,
+        deleted_memories: _builtins.int = ...,
+        entities: _builtins.int = ...,
+        documents: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_memories", b"deleted_memories", "documents", b"documents", "entities", b"entities", "memories", b"memories", "pinned_memories", b"pinned_memories"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamespaceContents: _TypeAlias = NamespaceContents  # noqa: Y015
+
+@_typing.final
+class DeleteNamespaceResponse(_message.Message):
+    """Response for DeleteNamespace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTENTS_FIELD_NUMBER: _builtins.int
+    CONFIRM_TOKEN_FIELD_NUMBER: _builtins.int
+    DELETED_COUNT_FIELD_NUMBER: _builtins.int
+    DELETE_TIME_FIELD_NUMBER: _builtins.int
+    RECOVER_UNTIL_FIELD_NUMBER: _builtins.int
+    confirm_token: _builtins.str
+    """PREVIEW only: the token binding this namespace as it is now; pass it to
+    EXECUTE.
+    """
+    deleted_count: _builtins.int
+    """EXECUTE: how many memories were soft-deleted."""
+    @_builtins.property
+    def contents(self) -> Global___NamespaceContents:
+        """PREVIEW: what the namespace holds now. EXECUTE: what it held when the
+        delete began.
+        """
+
+    @_builtins.property
+    def delete_time(self) -> _timestamp_pb2.Timestamp:
+        """EXECUTE: the deleted time of every memory it deleted."""
+
+    @_builtins.property
+    def recover_until(self) -> _timestamp_pb2.Timestamp:
+        """EXECUTE: RecoverNamespace brings them back until then (delete_time plus
+        the tombstone window); afterwards retention purges them.
+        """
+
+    def __init__(
+        self,
+        *,
+        contents: Global___NamespaceContents | None = ...,
+        confirm_token: _builtins.str = ...,
+        deleted_count: _builtins.int = ...,
+        delete_time: _timestamp_pb2.Timestamp | None = ...,
+        recover_until: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["contents", b"contents", "delete_time", b"delete_time", "recover_until", b"recover_until"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirm_token", b"confirm_token", "contents", b"contents", "delete_time", b"delete_time", "deleted_count", b"deleted_count", "recover_until", b"recover_until"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteNamespaceResponse: _TypeAlias = DeleteNamespaceResponse  # noqa: Y015
+
+@_typing.final
+class RecoverNamespaceRequest(_message.Message):
+    """Request for RecoverNamespace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """The namespace DeleteNamespace removed; required, as there."""
+    reason: _builtins.str
+    """Why it is recovered (required; recorded in history)."""
+    actor: _builtins.str
+    """Who is recovering (recorded in history); empty means "api"."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        actor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "namespace", b"namespace", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoverNamespaceRequest: _TypeAlias = RecoverNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class RecoverNamespaceResponse(_message.Message):
+    """Response for RecoverNamespace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECOVERED_COUNT_FIELD_NUMBER: _builtins.int
+    SKIPPED_DUPLICATES_FIELD_NUMBER: _builtins.int
+    DELETE_TIMES_FIELD_NUMBER: _builtins.int
+    recovered_count: _builtins.int
+    """How many memories came back."""
+    skipped_duplicates: _builtins.int
+    """Memories left deleted because a live memory holds their content now."""
+    @_builtins.property
+    def delete_times(self) -> _containers.RepeatedCompositeFieldContainer[_timestamp_pb2.Timestamp]:
+        """The DeleteNamespace deletions (their delete_time) recovered from."""
+
+    def __init__(
+        self,
+        *,
+        recovered_count: _builtins.int = ...,
+        skipped_duplicates: _builtins.int = ...,
+        delete_times: _abc.Iterable[_timestamp_pb2.Timestamp] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete_times", b"delete_times", "recovered_count", b"recovered_count", "skipped_duplicates", b"skipped_duplicates"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecoverNamespaceResponse: _TypeAlias = RecoverNamespaceResponse  # noqa: Y015

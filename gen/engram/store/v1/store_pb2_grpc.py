@@ -138,6 +138,16 @@ class MemoryStoreServiceStub:
                 request_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.SerializeToString,
                 response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.FromString,
                 _registered_method=True)
+        self.DeleteNamespace = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/DeleteNamespace',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.DeleteNamespaceRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.DeleteNamespaceResponse.FromString,
+                _registered_method=True)
+        self.RecoverNamespace = channel.unary_unary(
+                '/engram.store.v1.MemoryStoreService/RecoverNamespace',
+                request_serializer=engram_dot_store_dot_v1_dot_store__pb2.RecoverNamespaceRequest.SerializeToString,
+                response_deserializer=engram_dot_store_dot_v1_dot_store__pb2.RecoverNamespaceResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServiceServicer:
@@ -504,6 +514,61 @@ class MemoryStoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteNamespace(self, request, context):
+        """Removes a whole namespace (issue 35). PREVIEW (the default) writes nothing
+        and returns what the namespace holds (`contents`) and a confirm token bound
+        to it. EXECUTE needs that token whatever the size, and soft-deletes every
+        memory that is live in the namespace when it begins, pinned and short-term
+        ones included, as DeleteMemory does (each leaves recall and listings at
+        once, gets a new version and a `deleted` history event, metadata
+        `namespace_deleted` true), all with one deleted time (`delete_time`).
+        Memories written to the namespace after the EXECUTE began stay; memories
+        deleted before it stay as they were (RecoverMemory's, not
+        RecoverNamespace's). The deletes go through the store's single writer in
+        transactions of at most 500 memories, so another write waits at most one
+        of them. RecoverNamespace brings the memories back within the tombstone
+        retention window (`retention.tombstone_days`, 30 days); after it the
+        retention sweep (RunRetention) purges them as it purges every tombstone,
+        with what points at them: links, entity mentions (an entity left
+        unmentioned goes with its relations), stored vectors. Document records
+        and history stay. An EXECUTE cut short (the store stopped) leaves the
+        transactions before the cut committed: preview and execute again to
+        finish; RecoverNamespace brings back both parts. Needs a writer key on the
+        namespace (or an admin key).
+
+        Errors: INVALID_ARGUMENT (namespace empty, since the namespace to delete
+        must be named even when it is "default", or malformed; missing reason on
+        EXECUTE; an unknown mode); FAILED_PRECONDITION (CONFIRM_TOKEN_REQUIRED:
+        EXECUTE without the token of a PREVIEW; CONFIRM_TOKEN_MISMATCH: the
+        namespace changed since the preview, or the token is another request's);
+        UNAVAILABLE (MUTATIONS_FROZEN, execute only); RESOURCE_EXHAUSTED
+        (STORAGE_FULL).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecoverNamespace(self, request, context):
+        """Brings back what DeleteNamespace soft-deleted in the namespace within the
+        tombstone window (every such deletion, also one cut short), each memory as
+        RecoverMemory does (a new version, a `recovered` history event, back in
+        recall and listings). A memory whose content a live memory of the
+        namespace holds now (remembered again after the deletion) stays deleted
+        and is counted in `skipped_duplicates`. Memories deleted one by one stay
+        deleted. Calling it again recovers nothing more (recovered_count 0). In
+        writer transactions of at most 500 memories, as DeleteNamespace. Needs a
+        writer key on the namespace (or an admin key).
+
+        Errors: INVALID_ARGUMENT (namespace empty or malformed, missing reason);
+        NOT_FOUND (DeleteNamespace never deleted this namespace);
+        FAILED_PRECONDITION (RETENTION_EXPIRED: its deletions are older than the
+        tombstone window); UNAVAILABLE (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED
+        (STORAGE_FULL).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -591,6 +656,16 @@ def add_MemoryStoreServiceServicer_to_server(servicer, server):
                     servicer.ListWeakMemories,
                     request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.FromString,
                     response_serializer=engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.SerializeToString,
+            ),
+            'DeleteNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteNamespace,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.DeleteNamespaceRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.DeleteNamespaceResponse.SerializeToString,
+            ),
+            'RecoverNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecoverNamespace,
+                    request_deserializer=engram_dot_store_dot_v1_dot_store__pb2.RecoverNamespaceRequest.FromString,
+                    response_serializer=engram_dot_store_dot_v1_dot_store__pb2.RecoverNamespaceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1071,6 +1146,60 @@ class MemoryStoreService:
             '/engram.store.v1.MemoryStoreService/ListWeakMemories',
             engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesRequest.SerializeToString,
             engram_dot_store_dot_v1_dot_store__pb2.ListWeakMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/DeleteNamespace',
+            engram_dot_store_dot_v1_dot_store__pb2.DeleteNamespaceRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.DeleteNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecoverNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.store.v1.MemoryStoreService/RecoverNamespace',
+            engram_dot_store_dot_v1_dot_store__pb2.RecoverNamespaceRequest.SerializeToString,
+            engram_dot_store_dot_v1_dot_store__pb2.RecoverNamespaceResponse.FromString,
             options,
             channel_credentials,
             insecure,

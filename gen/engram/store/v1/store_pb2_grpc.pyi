@@ -326,6 +326,53 @@ class MemoryStoreServiceStub:
     Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
     page token or one issued for another namespace, bad namespace).
     """
+    DeleteNamespace: _grpc.UnaryUnaryMultiCallable[_store_pb2.DeleteNamespaceRequest, _store_pb2.DeleteNamespaceResponse]
+    """Removes a whole namespace (issue 35). PREVIEW (the default) writes nothing
+    and returns what the namespace holds (`contents`) and a confirm token bound
+    to it. EXECUTE needs that token whatever the size, and soft-deletes every
+    memory that is live in the namespace when it begins, pinned and short-term
+    ones included, as DeleteMemory does (each leaves recall and listings at
+    once, gets a new version and a `deleted` history event, metadata
+    `namespace_deleted` true), all with one deleted time (`delete_time`).
+    Memories written to the namespace after the EXECUTE began stay; memories
+    deleted before it stay as they were (RecoverMemory's, not
+    RecoverNamespace's). The deletes go through the store's single writer in
+    transactions of at most 500 memories, so another write waits at most one
+    of them. RecoverNamespace brings the memories back within the tombstone
+    retention window (`retention.tombstone_days`, 30 days); after it the
+    retention sweep (RunRetention) purges them as it purges every tombstone,
+    with what points at them: links, entity mentions (an entity left
+    unmentioned goes with its relations), stored vectors. Document records
+    and history stay. An EXECUTE cut short (the store stopped) leaves the
+    transactions before the cut committed: preview and execute again to
+    finish; RecoverNamespace brings back both parts. Needs a writer key on the
+    namespace (or an admin key).
+
+    Errors: INVALID_ARGUMENT (namespace empty, since the namespace to delete
+    must be named even when it is "default", or malformed; missing reason on
+    EXECUTE; an unknown mode); FAILED_PRECONDITION (CONFIRM_TOKEN_REQUIRED:
+    EXECUTE without the token of a PREVIEW; CONFIRM_TOKEN_MISMATCH: the
+    namespace changed since the preview, or the token is another request's);
+    UNAVAILABLE (MUTATIONS_FROZEN, execute only); RESOURCE_EXHAUSTED
+    (STORAGE_FULL).
+    """
+    RecoverNamespace: _grpc.UnaryUnaryMultiCallable[_store_pb2.RecoverNamespaceRequest, _store_pb2.RecoverNamespaceResponse]
+    """Brings back what DeleteNamespace soft-deleted in the namespace within the
+    tombstone window (every such deletion, also one cut short), each memory as
+    RecoverMemory does (a new version, a `recovered` history event, back in
+    recall and listings). A memory whose content a live memory of the
+    namespace holds now (remembered again after the deletion) stays deleted
+    and is counted in `skipped_duplicates`. Memories deleted one by one stay
+    deleted. Calling it again recovers nothing more (recovered_count 0). In
+    writer transactions of at most 500 memories, as DeleteNamespace. Needs a
+    writer key on the namespace (or an admin key).
+
+    Errors: INVALID_ARGUMENT (namespace empty or malformed, missing reason);
+    NOT_FOUND (DeleteNamespace never deleted this namespace);
+    FAILED_PRECONDITION (RETENTION_EXPIRED: its deletions are older than the
+    tombstone window); UNAVAILABLE (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED
+    (STORAGE_FULL).
+    """
 
 @_typing.type_check_only
 class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
@@ -624,6 +671,53 @@ class MemoryStoreServiceAsyncStub(MemoryStoreServiceStub):
 
     Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
     page token or one issued for another namespace, bad namespace).
+    """
+    DeleteNamespace: _aio.UnaryUnaryMultiCallable[_store_pb2.DeleteNamespaceRequest, _store_pb2.DeleteNamespaceResponse]  # type: ignore[assignment]
+    """Removes a whole namespace (issue 35). PREVIEW (the default) writes nothing
+    and returns what the namespace holds (`contents`) and a confirm token bound
+    to it. EXECUTE needs that token whatever the size, and soft-deletes every
+    memory that is live in the namespace when it begins, pinned and short-term
+    ones included, as DeleteMemory does (each leaves recall and listings at
+    once, gets a new version and a `deleted` history event, metadata
+    `namespace_deleted` true), all with one deleted time (`delete_time`).
+    Memories written to the namespace after the EXECUTE began stay; memories
+    deleted before it stay as they were (RecoverMemory's, not
+    RecoverNamespace's). The deletes go through the store's single writer in
+    transactions of at most 500 memories, so another write waits at most one
+    of them. RecoverNamespace brings the memories back within the tombstone
+    retention window (`retention.tombstone_days`, 30 days); after it the
+    retention sweep (RunRetention) purges them as it purges every tombstone,
+    with what points at them: links, entity mentions (an entity left
+    unmentioned goes with its relations), stored vectors. Document records
+    and history stay. An EXECUTE cut short (the store stopped) leaves the
+    transactions before the cut committed: preview and execute again to
+    finish; RecoverNamespace brings back both parts. Needs a writer key on the
+    namespace (or an admin key).
+
+    Errors: INVALID_ARGUMENT (namespace empty, since the namespace to delete
+    must be named even when it is "default", or malformed; missing reason on
+    EXECUTE; an unknown mode); FAILED_PRECONDITION (CONFIRM_TOKEN_REQUIRED:
+    EXECUTE without the token of a PREVIEW; CONFIRM_TOKEN_MISMATCH: the
+    namespace changed since the preview, or the token is another request's);
+    UNAVAILABLE (MUTATIONS_FROZEN, execute only); RESOURCE_EXHAUSTED
+    (STORAGE_FULL).
+    """
+    RecoverNamespace: _aio.UnaryUnaryMultiCallable[_store_pb2.RecoverNamespaceRequest, _store_pb2.RecoverNamespaceResponse]  # type: ignore[assignment]
+    """Brings back what DeleteNamespace soft-deleted in the namespace within the
+    tombstone window (every such deletion, also one cut short), each memory as
+    RecoverMemory does (a new version, a `recovered` history event, back in
+    recall and listings). A memory whose content a live memory of the
+    namespace holds now (remembered again after the deletion) stays deleted
+    and is counted in `skipped_duplicates`. Memories deleted one by one stay
+    deleted. Calling it again recovers nothing more (recovered_count 0). In
+    writer transactions of at most 500 memories, as DeleteNamespace. Needs a
+    writer key on the namespace (or an admin key).
+
+    Errors: INVALID_ARGUMENT (namespace empty or malformed, missing reason);
+    NOT_FOUND (DeleteNamespace never deleted this namespace);
+    FAILED_PRECONDITION (RETENTION_EXPIRED: its deletions are older than the
+    tombstone window); UNAVAILABLE (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED
+    (STORAGE_FULL).
     """
 
 class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -1022,6 +1116,65 @@ class MemoryStoreServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT (page_size over 500 or negative, a malformed
         page token or one issued for another namespace, bad namespace).
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteNamespace(
+        self,
+        request: _store_pb2.DeleteNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.DeleteNamespaceResponse, _abc.Awaitable[_store_pb2.DeleteNamespaceResponse]]:
+        """Removes a whole namespace (issue 35). PREVIEW (the default) writes nothing
+        and returns what the namespace holds (`contents`) and a confirm token bound
+        to it. EXECUTE needs that token whatever the size, and soft-deletes every
+        memory that is live in the namespace when it begins, pinned and short-term
+        ones included, as DeleteMemory does (each leaves recall and listings at
+        once, gets a new version and a `deleted` history event, metadata
+        `namespace_deleted` true), all with one deleted time (`delete_time`).
+        Memories written to the namespace after the EXECUTE began stay; memories
+        deleted before it stay as they were (RecoverMemory's, not
+        RecoverNamespace's). The deletes go through the store's single writer in
+        transactions of at most 500 memories, so another write waits at most one
+        of them. RecoverNamespace brings the memories back within the tombstone
+        retention window (`retention.tombstone_days`, 30 days); after it the
+        retention sweep (RunRetention) purges them as it purges every tombstone,
+        with what points at them: links, entity mentions (an entity left
+        unmentioned goes with its relations), stored vectors. Document records
+        and history stay. An EXECUTE cut short (the store stopped) leaves the
+        transactions before the cut committed: preview and execute again to
+        finish; RecoverNamespace brings back both parts. Needs a writer key on the
+        namespace (or an admin key).
+
+        Errors: INVALID_ARGUMENT (namespace empty, since the namespace to delete
+        must be named even when it is "default", or malformed; missing reason on
+        EXECUTE; an unknown mode); FAILED_PRECONDITION (CONFIRM_TOKEN_REQUIRED:
+        EXECUTE without the token of a PREVIEW; CONFIRM_TOKEN_MISMATCH: the
+        namespace changed since the preview, or the token is another request's);
+        UNAVAILABLE (MUTATIONS_FROZEN, execute only); RESOURCE_EXHAUSTED
+        (STORAGE_FULL).
+        """
+
+    @_abc_1.abstractmethod
+    def RecoverNamespace(
+        self,
+        request: _store_pb2.RecoverNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_store_pb2.RecoverNamespaceResponse, _abc.Awaitable[_store_pb2.RecoverNamespaceResponse]]:
+        """Brings back what DeleteNamespace soft-deleted in the namespace within the
+        tombstone window (every such deletion, also one cut short), each memory as
+        RecoverMemory does (a new version, a `recovered` history event, back in
+        recall and listings). A memory whose content a live memory of the
+        namespace holds now (remembered again after the deletion) stays deleted
+        and is counted in `skipped_duplicates`. Memories deleted one by one stay
+        deleted. Calling it again recovers nothing more (recovered_count 0). In
+        writer transactions of at most 500 memories, as DeleteNamespace. Needs a
+        writer key on the namespace (or an admin key).
+
+        Errors: INVALID_ARGUMENT (namespace empty or malformed, missing reason);
+        NOT_FOUND (DeleteNamespace never deleted this namespace);
+        FAILED_PRECONDITION (RETENTION_EXPIRED: its deletions are older than the
+        tombstone window); UNAVAILABLE (MUTATIONS_FROZEN); RESOURCE_EXHAUSTED
+        (STORAGE_FULL).
         """
 
 def add_MemoryStoreServiceServicer_to_server(servicer: MemoryStoreServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -16,7 +16,7 @@ import re
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Literal, NoReturn, TypeVar
 
@@ -24,7 +24,8 @@ import click
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
-from rich.console import Console
+from rich.console import Console as RichConsole
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -40,6 +41,7 @@ from engram.client import (
     memory_filter,
 )
 from engram.store.v1 import store_pb2
+from services.common.validation import escape_control
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ADDRESS = "127.0.0.1:50051"
@@ -173,8 +175,35 @@ def _tls(cacert: str | None, cert: str | None, key: str | None) -> Tls | None:
     return Tls(ca_file=cacert, cert_file=cert, key_file=key)
 
 
+# ---- printing: never a raw control character to the operator's terminal ----------------
+# Stored text may hold ESC or CSI (rows from before the store refused them, fetched
+# pages, LLM answers); printed raw they would run as terminal commands. Every line
+# this module prints goes through `_echo`, every table through `Console`, every
+# JSON line through `_emit_json`: each shows control characters as escapes.
+
+
+class Console(RichConsole):
+    """rich's Console, with the control characters of every text segment escaped
+    (services.common.validation.escape_control) before rich adds its own styling
+    codes: a table cell holding `\x1b[2J` shows those characters, never runs them."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else segment._replace(text=escape_control(segment.text))
+            for segment in buffer
+        )
+
+
+def _echo(text: str, *, err: bool = False) -> None:
+    click.echo(escape_control(text), err=err)
+
+
+# JSON escapes C0 by itself; DEL and C1 it writes raw with ensure_ascii=False
+_JSON_CONTROL = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+
+
 def _fail(command: str, error: EngramError) -> NoReturn:
-    click.echo(f"engram {command}: {error}", err=True)
+    _echo(f"engram {command}: {error}", err=True)
     sys.exit(1)
 
 
@@ -184,7 +213,7 @@ def _dict(message: Message) -> dict[str, Any]:
 
 def _emit_json(message: Message | dict[str, Any]) -> None:
     data = message if isinstance(message, dict) else _dict(message)
-    click.echo(json.dumps(data, ensure_ascii=False))
+    click.echo(json.dumps(data, ensure_ascii=False).translate(_JSON_CONTROL))
 
 
 def _memory_table(memories: list[Memory], *, score: list[float] | None = None) -> None:
@@ -310,7 +339,7 @@ def recall(**params: Any) -> None:
         return
     _memory_table([r.memory for r in reply.results], score=[r.score for r in reply.results])
     for warning in reply.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        _echo(f"warning: {warning}", err=True)
 
 
 @cli.command()
@@ -590,7 +619,7 @@ def session_get(**params: Any) -> None:
         return
     fields = _dict(found)
     state = fields.get("state", "").removeprefix("SESSION_CONSOLIDATION_STATE_").lower()
-    click.echo(f"session {found.session_id}: {state}")
+    _echo(f"session {found.session_id}: {state}")
     for name in (
         "first_seen_time",
         "last_seen_time",
@@ -601,7 +630,7 @@ def session_get(**params: Any) -> None:
         "error",
     ):
         if fields.get(name):
-            click.echo(f"  {name.replace('_', ' ')}: {fields[name]}")
+            _echo(f"  {name.replace('_', ' ')}: {fields[name]}")
 
 
 @cli.group()
@@ -636,7 +665,7 @@ def entity_get(**params: Any) -> None:
         return
     e = found.entity
     aliases = f" (also: {', '.join(e.aliases)})" if e.aliases else ""
-    click.echo(f"{e.name}{aliases}: {e.entity_type}, {e.mention_count} mentions, id {e.id}")
+    _echo(f"{e.name}{aliases}: {e.entity_type}, {e.mention_count} mentions, id {e.id}")
     table = Table(title="facts valid now")
     for name in ("id", "valid from", "content"):
         table.add_column(name, overflow="fold")
@@ -894,7 +923,7 @@ def import_(**params: Any) -> None:
         _emit_json({**totals, "failures": [{"line": n, "error": e} for n, e in failed]})
     else:
         for number, reason in failed:
-            click.echo(f"line {number}: {reason}", err=True)
+            _echo(f"line {number}: {reason}", err=True)
         click.echo(
             f"imported: {summary.created} created, {summary.deduplicated} already there, "
             f"{len(failed)} failed"
@@ -949,7 +978,7 @@ def diagnostics(**params: Any) -> None:
     data = _dict(report)
     click.echo(f"health: {data.get('health', '')}  score: {report.score:.2f}")
     for recommendation in data.get("recommendations", []):
-        click.echo(f"- {recommendation}")
+        _echo(f"- {recommendation}")
 
 
 @cli.command()

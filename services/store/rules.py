@@ -216,8 +216,10 @@ def check_ttl(nanos: int, field: str) -> int:
     return nanos
 
 
-def check_reason(reason: str, field: str) -> str:
-    reason = check_text(reason, field, MAX_REASON_CHARS)
+def check_reason(reason: str, field: str, *, pii: PiiPolicy | None = None) -> str:
+    """A change's reason: free text (kept in the history), through the PII gate
+    when the caller knows the namespace's policy."""
+    reason = check_text(reason, field, MAX_REASON_CHARS, pii=pii)
     if not reason:
         raise InvalidArgument(field, "a reason is required")
     return reason

@@ -205,3 +205,23 @@ def test_control_characters_are_refused_in_every_text_field(servers: Any, db_pat
         dpb.CreateDocumentRequest(content="page one\x0cpage two\r\n", title="t")
     ).document
     assert document.id
+
+
+def test_a_changes_reason_passes_the_gate(servers: Any, db_path: Path) -> None:
+    """A reason is free text kept in the history: redacted or rejected like content."""
+    store, _ = servers
+    memory = remember(store, "the vault is in room 4").memory
+    store.DeleteMemory(
+        store_pb2.DeleteMemoryRequest(id=memory.id, reason="rotated, password=hunter2 is old")
+    )
+    events = store.ListMemoryHistory(store_pb2.ListMemoryHistoryRequest(memory_id=memory.id))
+    assert [e.reason for e in events.events][-1] == "rotated, password=[SECRET_1] is old"
+    strict = remember(store, "a strict memory", namespace="strict").memory
+    code, reason, fields = error_of(
+        lambda: store.DeleteMemory(
+            store_pb2.DeleteMemoryRequest(
+                namespace="strict", id=strict.id, reason="asked by bob@example.com"
+            )
+        )
+    )
+    assert ((code, reason), fields) == (PII, ["reason"])

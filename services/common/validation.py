@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from services.common import clock
@@ -224,18 +225,19 @@ class _EnumPlan:
     __slots__ = ("enums", "messages")
 
     def __init__(self) -> None:
-        self.enums: list[FieldDescriptor] = []
-        self.messages: list[FieldDescriptor] = []
+        self.enums: list[Any] = []  # FieldDescriptor (its optional parts typed loosely)
+        self.messages: list[Any] = []
 
 
 _ENUM_PLANS: dict[str, _EnumPlan] = {}
 
 
-def _enum_plan(descriptor: Descriptor) -> _EnumPlan:
+def _enum_plan(descriptor: Any) -> _EnumPlan:
     plan = _ENUM_PLANS.get(descriptor.full_name)
     if plan is not None:
         return plan
     plan = _ENUM_PLANS[descriptor.full_name] = _EnumPlan()  # before recursing: cycles end here
+    field: Any
     for field in descriptor.fields:
         if field.type == FieldDescriptor.TYPE_ENUM:
             plan.enums.append(field)
@@ -254,7 +256,7 @@ def _enum_plan(descriptor: Descriptor) -> _EnumPlan:
     return plan
 
 
-def _can_hold_enums(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
+def _can_hold_enums(descriptor: Any, seen: frozenset[str] = frozenset()) -> bool:
     if descriptor.full_name in seen:
         return False
     for field in descriptor.fields:
@@ -267,7 +269,7 @@ def _can_hold_enums(descriptor: Descriptor, seen: frozenset[str] = frozenset()) 
     return False
 
 
-def _enum_violation(field: FieldDescriptor, value: int, path: str) -> FieldViolation:
+def _enum_violation(field: Any, value: int, path: str) -> FieldViolation:
     enum = field.enum_type
     names = ", ".join(v.name for v in enum.values)
     return FieldViolation(path, f"{value} is not a value of {enum.name}; one of {names}")
@@ -292,7 +294,7 @@ def undefined_enum_fields(message: Message, prefix: str = "") -> list[FieldViola
     for field in plan.messages:
         path = f"{prefix}{field.name}"
         if field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
+            value_field: Any = field.message_type.fields_by_name["value"]
             for key, item in getattr(message, field.name).items():
                 entry = f"{path}[{key!r}]"
                 if value_field.type == FieldDescriptor.TYPE_ENUM:

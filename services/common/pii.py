@@ -201,8 +201,9 @@ def _labelled_at(text: str, start: int) -> Finding | None:
     if match is None:
         return None
     opened = text[start - 1] if start and text[start - 1] in "\"'" else ""
-    if match.group("close") != opened:
-        return None  # `"password": x` and `password: x`, never `"password: x`
+    quoted_label = bool(match.group("close"))
+    if quoted_label and match.group("close") != opened:
+        return None  # `"password": x` and `password: x` (`'password: x` too), never `password": x`
     label = match.group("label").lower()
     weak = label in _WEAK_LABELS
     sep = match.group("sep").strip().lower()
@@ -224,7 +225,7 @@ def _labelled_at(text: str, start: int) -> Finding | None:
     if value.lower() in _NOT_VALUES or _PLACEHOLDER_VALUE.fullmatch(value):
         return None
     value_end = value_start + len(value)
-    if quoted is None and not (opened or sep in ("=", ":=", "=>")):
+    if quoted is None and not (quoted_label or sep in ("=", ":=", "=>")):
         clause_ends = _CLAUSE_END.match(text, value_end) is not None
         if sep == ":":
             sure = (
@@ -827,6 +828,15 @@ def gate_identifier(text: str, policy: PiiPolicy, field: str) -> str:
 
 
 _UNIFORM = {action: PiiPolicy.uniform(action) for action in PII_ACTIONS}
+
+
+def scrubbed(text: str) -> str:
+    """`text` (an error message, which may echo a caller's value) as a log line
+    may carry it: every kind found redacted, whatever the namespace's policy."""
+    return gate(text, _REDACT_ALL, "log").text
+
+
+_REDACT_ALL = _UNIFORM["redact"]
 
 
 def _layer(below: PiiPolicy, setting: str | PiiKindActions) -> PiiPolicy:

@@ -5,6 +5,7 @@ any text field. Each refusal names its fields and writes nothing."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -225,3 +226,18 @@ def test_a_changes_reason_passes_the_gate(servers: Any, db_path: Path) -> None:
         )
     )
     assert ((code, reason), fields) == (PII, ["reason"])
+
+
+def test_no_secret_a_caller_sent_reaches_the_log(
+    servers: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error message may echo the caller's value (an unknown type); the store's
+    log line of the failed call carries it redacted, and a refused session id not at all."""
+    store, _ = servers
+    caplog.set_level(logging.DEBUG)
+    secret = "sk-proj-abcdefghijklmnopqrstuvwx1234"
+    error_of(lambda: remember(store, "x", type=f"password=hunter2 {secret}"))
+    error_of(lambda: remember(store, "x", session_id=secret))
+    logged = "\n".join(repr(record.__dict__) for record in caplog.records)
+    assert "rpc failed" in logged
+    assert secret not in logged and "hunter2" not in logged

@@ -134,6 +134,9 @@ def check_timestamp(seconds: int, nanos: int, field: str) -> None:
 # Printing escapes the same characters (`escape_control`), for rows written
 # before the rule and for text no caller wrote (fetched pages, LLM answers).
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# every character the rule refuses, for code that must find them in another form
+# (JSON escapes in an LLM's answer: services/common/providers/llm.py)
+CONTROL_CHARACTERS = "".join(chr(code) for code in range(0xA0) if _CONTROL.match(chr(code)))
 _NON_SPACE_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
 
 

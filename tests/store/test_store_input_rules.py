@@ -27,11 +27,11 @@ PII = (grpc.StatusCode.INVALID_ARGUMENT, "PII_DETECTED")
 @pytest.fixture
 def servers(
     make_config: Callable[..., Any], start_store_server: Any
-) -> Iterator[tuple[Any, documents_pb2_grpc.DocumentStoreServiceStub]]:
+) -> Iterator[tuple[Any, documents_pb2_grpc.DocumentStoreServiceStub, grpc.Channel]]:
     server, stub = start_store_server(make_config(**{"pii.namespaces": {"strict": "reject"}}))
     channel = grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")
     try:
-        yield stub, documents_pb2_grpc.DocumentStoreServiceStub(channel)
+        yield stub, documents_pb2_grpc.DocumentStoreServiceStub(channel), channel
     finally:
         channel.close()
 
@@ -39,7 +39,7 @@ def servers(
 def test_labelled_passwords_are_redacted_by_default_and_rejected_by_reject(
     servers: Any, db_path: Path
 ) -> None:
-    store, _ = servers
+    store, _, _ = servers
     stored = {
         text: remember(store, text).memory.content
         for text in (
@@ -72,7 +72,7 @@ def test_identifiers_holding_a_secret_are_refused_never_redacted(
 ) -> None:
     """Was: a secret in `session_id` stored raw (and logged by the pipeline). Two
     session ids redacted to the same placeholder would merge, so they are refused."""
-    store, _ = servers
+    store, _, _ = servers
     remember(store, "a first memory")
     before = table_counts(db_path)
     secret = "sk-proj-abcdefghijklmnopqrstuvwx1234"
@@ -105,7 +105,7 @@ def test_identifiers_holding_a_secret_are_refused_never_redacted(
 def test_a_document_title_and_tags_pass_the_gate_and_invisible_content_is_refused(
     servers: Any, db_path: Path
 ) -> None:
-    _, docs = servers
+    _, docs, _ = servers
     created = docs.CreateDocument(
         dpb.CreateDocumentRequest(
             content="the runbook", title="deploy key AKIAIOSFODNN7EXAMPLE", tags=["ops"]
@@ -133,7 +133,7 @@ def test_a_document_title_and_tags_pass_the_gate_and_invisible_content_is_refuse
 
 def test_control_characters_are_refused_in_every_text_field(servers: Any, db_path: Path) -> None:
     """Was: ANSI escapes stored in content, tags and who, and printed raw by the CLI."""
-    store, docs = servers
+    store, docs, _ = servers
     memory = remember(store, "a memory to patch").memory
     before = table_counts(db_path)
     _, _, fields = error_of(
@@ -210,7 +210,7 @@ def test_control_characters_are_refused_in_every_text_field(servers: Any, db_pat
 
 def test_a_changes_reason_passes_the_gate(servers: Any, db_path: Path) -> None:
     """A reason is free text kept in the history: redacted or rejected like content."""
-    store, _ = servers
+    store, _, _ = servers
     memory = remember(store, "the vault is in room 4").memory
     store.DeleteMemory(
         store_pb2.DeleteMemoryRequest(id=memory.id, reason="rotated, password=hunter2 is old")
@@ -233,7 +233,7 @@ def test_no_secret_a_caller_sent_reaches_the_log(
 ) -> None:
     """An error message may echo the caller's value (an unknown type); the store's
     log line of the failed call carries it redacted, and a refused session id not at all."""
-    store, _ = servers
+    store, _, _ = servers
     caplog.set_level(logging.DEBUG)
     secret = "sk-proj-abcdefghijklmnopqrstuvwx1234"
     error_of(lambda: remember(store, "x", type=f"password=hunter2 {secret}"))
@@ -241,3 +241,37 @@ def test_no_secret_a_caller_sent_reaches_the_log(
     logged = "\n".join(repr(record.__dict__) for record in caplog.records)
     assert "rpc failed" in logged
     assert secret not in logged and "hunter2" not in logged
+
+
+def test_a_fetched_title_is_gated_and_its_control_characters_become_spaces(
+    servers: Any,
+) -> None:
+    """A URL document's title is first seen when the worker reports it (AdvanceDocument):
+    the namespace's policy applies there, and text no caller wrote is not refused for
+    a control character but cleaned."""
+    from engram.common.v1 import document_pb2, job_pb2
+    from engram.store.internal.v1 import job_queue_pb2 as jq
+    from engram.store.internal.v1 import job_queue_pb2_grpc
+
+    _, docs, channel = servers
+    jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
+    titles = {}
+    for namespace in ("default", "strict"):
+        docs.CreateDocument(
+            dpb.CreateDocumentRequest(namespace=namespace, url="http://127.0.0.1:9/page")
+        )
+        [job] = jobs.LeaseJobs(
+            jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)
+        ).jobs
+        lease = jq.JobLease(job_id=job.id, lease_token=job.lease_token)
+        advance = dpb.AdvanceDocumentRequest(
+            lease=lease,
+            status=document_pb2.DOCUMENT_STATUS_EXTRACTING,
+            title="Keys \x1b[1m AKIAIOSFODNN7EXAMPLE \x1b[0m for bob@example.com",
+        )
+        try:
+            titles[namespace] = docs.AdvanceDocument(advance).document.title
+        except grpc.RpcError:
+            titles[namespace] = error_of(lambda advance=advance: docs.AdvanceDocument(advance))
+    assert titles["default"] == "Keys  [1m [SECRET_1]  [0m for bob@example.com"
+    assert titles["strict"][:2] == PII

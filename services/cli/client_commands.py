@@ -17,7 +17,7 @@ import re
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn, TypeVar
 
@@ -25,7 +25,8 @@ import click
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
-from rich.console import Console
+from rich.console import Console as RichConsole
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -44,6 +45,7 @@ from engram.client import (
     memory_filter,
 )
 from engram.store.v1 import store_pb2
+from services.common.validation import escape_control
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ADDRESS = "127.0.0.1:50051"
@@ -162,8 +164,35 @@ def _tls(cacert: str | None, cert: str | None, key: str | None) -> Tls | None:
     return Tls(ca_file=cacert, cert_file=cert, key_file=key)
 
 
+# ---- printing: never a raw control character to the operator's terminal ----------------
+# Stored text may hold ESC or CSI (rows from before the store refused them, fetched
+# pages, LLM answers); printed raw they would run as terminal commands. Every line
+# this module prints goes through `_echo`, every table through `Console`, every
+# JSON line through `_emit_json`: each shows control characters as escapes.
+
+
+class Console(RichConsole):
+    """rich's Console, with the control characters of every text segment escaped
+    (services.common.validation.escape_control) before rich adds its own styling
+    codes: a table cell holding `\x1b[2J` shows those characters, never runs them."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else segment._replace(text=escape_control(segment.text))
+            for segment in buffer
+        )
+
+
+def _echo(text: str, *, err: bool = False) -> None:
+    click.echo(escape_control(text), err=err)
+
+
+# JSON escapes C0 by itself; DEL and C1 it writes raw with ensure_ascii=False
+_JSON_CONTROL = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+
+
 def _fail(command: str, error: EngramError) -> NoReturn:
-    click.echo(f"engram {command}: {error}", err=True)
+    _echo(f"engram {command}: {error}", err=True)
     sys.exit(1)
 
 
@@ -173,7 +202,7 @@ def _dict(message: Message) -> dict[str, Any]:
 
 def _emit_json(message: Message | dict[str, Any]) -> None:
     data = message if isinstance(message, dict) else _dict(message)
-    click.echo(json.dumps(data, ensure_ascii=False))
+    click.echo(json.dumps(data, ensure_ascii=False).translate(_JSON_CONTROL))
 
 
 # Ids are UUIDs (36 characters): their columns never fold, so an id reads (and
@@ -293,7 +322,7 @@ def remember(**params: Any) -> None:
         _emit_json(reply)
         return
     state = "already remembered" if reply.deduplicated else "remembered"
-    click.echo(f"{state}: {reply.memory.id}")
+    _echo(f"{state}: {reply.memory.id}")
 
 
 def _timestamp(text: str | None, hint: str) -> Timestamp | None:
@@ -344,7 +373,7 @@ def recall(**params: Any) -> None:
         return
     _memory_table([r.memory for r in reply.results], score=[r.score for r in reply.results])
     for warning in reply.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        _echo(f"warning: {warning}", err=True)
 
 
 @cli.command()
@@ -472,7 +501,7 @@ def weak(**params: Any) -> None:
     if not target.json:
         headers = ("confidence now", "id", "last access", "content")
         _print_table(headers, rows, keep=("id",))
-        click.echo(f"{count} weak memories")
+        _echo(f"{count} weak memories")
 
 
 @cli.command()
@@ -503,9 +532,9 @@ def supersede(**params: Any) -> None:
         return
     status = _dict(result).get("status", "").removeprefix("PATCH_STATUS_")
     if result.new_memory_id:
-        click.echo(f"superseded by: {result.new_memory_id}")
+        _echo(f"superseded by: {result.new_memory_id}")
     else:
-        click.echo(f"not superseded: {status.lower()}")
+        _echo(f"not superseded: {status.lower()}")
         sys.exit(1)
 
 
@@ -559,15 +588,13 @@ def modify(**params: Any) -> None:
     if target.json:
         _emit_json(result)
     elif status == "updated":
-        click.echo(
-            f"modified: {result.id} (version {result.current_version} -> {result.new_version})"
-        )
+        _echo(f"modified: {result.id} (version {result.current_version} -> {result.new_version})")
     elif status == "unchanged":
-        click.echo(f"unchanged: {result.id} (version {result.current_version})")
+        _echo(f"unchanged: {result.id} (version {result.current_version})")
     else:
         other = f" (memory {result.duplicate_memory_id})" if result.duplicate_memory_id else ""
         version = f" (version {result.current_version})" if result.current_version else ""
-        click.echo(f"not modified: {status}{other}{version}")
+        _echo(f"not modified: {status}{other}{version}")
     if status not in ("updated", "unchanged"):
         sys.exit(1)
 
@@ -597,9 +624,7 @@ def delete(**params: Any) -> None:
     if target.json:
         _emit_json(memory)
     else:
-        click.echo(
-            f"deleted: {memory.id} (version {memory.version}; engram recover brings it back)"
-        )
+        _echo(f"deleted: {memory.id} (version {memory.version}; engram recover brings it back)")
 
 
 @cli.command()
@@ -627,7 +652,7 @@ def recover(**params: Any) -> None:
     if target.json:
         _emit_json(memory)
     else:
-        click.echo(f"recovered: {memory.id} (version {memory.version})")
+        _echo(f"recovered: {memory.id} (version {memory.version})")
 
 
 @cli.command()
@@ -662,7 +687,7 @@ def explain(**params: Any) -> None:
     headers = ("relation", "id", "valid from", "valid until", "content")
     _print_table(headers, rows, keep=("relation", "id"))
     more = " (more: engram history)" if found.events_truncated else ""
-    click.echo(f"{len(found.events)} history events{more}")
+    _echo(f"{len(found.events)} history events{more}")
 
 
 @cli.command()
@@ -742,7 +767,7 @@ def session_get(**params: Any) -> None:
         return
     fields = _dict(found)
     state = fields.get("state", "").removeprefix("SESSION_CONSOLIDATION_STATE_").lower()
-    click.echo(f"session {found.session_id}: {state}")
+    _echo(f"session {found.session_id}: {state}")
     for name in (
         "first_seen_time",
         "last_seen_time",
@@ -753,7 +778,7 @@ def session_get(**params: Any) -> None:
         "error",
     ):
         if fields.get(name):
-            click.echo(f"  {name.replace('_', ' ')}: {fields[name]}")
+            _echo(f"  {name.replace('_', ' ')}: {fields[name]}")
 
 
 @session.command(name="append")
@@ -782,12 +807,10 @@ def session_append(**params: Any) -> None:
         _emit_json(reply)
         return
     if not reply.captured:
-        click.echo(f"not captured: {reply.notice}")
+        _echo(f"not captured: {reply.notice}")
         return
     kept = "long-term" if reply.promoted else "short-term"
-    click.echo(
-        f"captured ({kept}): {reply.memory.id}" + (f" ({reply.notice})" if reply.notice else "")
-    )
+    _echo(f"captured ({kept}): {reply.memory.id}" + (f" ({reply.notice})" if reply.notice else ""))
 
 
 @session.command(name="summarize")
@@ -806,7 +829,7 @@ def session_summarize(**params: Any) -> None:
         _emit_json(reply)
         return
     queued = "already queued" if reply.already_queued else "queued"
-    click.echo(f"summary {queued}: job {reply.job_id} ({reply.turn_count} turns)")
+    _echo(f"summary {queued}: job {reply.job_id} ({reply.turn_count} turns)")
 
 
 @cli.group()
@@ -841,7 +864,7 @@ def entity_get(**params: Any) -> None:
         return
     e = found.entity
     aliases = f" (also: {', '.join(e.aliases)})" if e.aliases else ""
-    click.echo(f"{e.name}{aliases}: {e.entity_type}, {e.mention_count} mentions, id {e.id}")
+    _echo(f"{e.name}{aliases}: {e.entity_type}, {e.mention_count} mentions, id {e.id}")
     facts = [(m.id, m.valid_from.ToJsonString(), m.content) for m in found.facts]
     _print_table(("id", "valid from", "content"), facts, keep=("id",), title="facts valid now")
     table = Table(title="neighbours")
@@ -935,7 +958,7 @@ def forget(**params: Any) -> None:
                 return
             if not params["yes"]:
                 if not sys.stdin.isatty():
-                    click.echo("engram forget: nothing deleted; pass --yes to delete", err=True)
+                    _echo("engram forget: nothing deleted; pass --yes to delete", err=True)
                     return
                 question = (
                     f"Forget these {preview.candidate_count} and every other match, "
@@ -962,7 +985,7 @@ def forget(**params: Any) -> None:
     if not target.json:
         purged = " (purged)" if params["purge"] else ""
         rest = f"; {more} more match: run it again, or pass --all" if more > 0 else ""
-        click.echo(f"forgot {total}{purged}{rest}")
+        _echo(f"forgot {total}{purged}{rest}")
 
 
 # ForgetMemories' largest batch (store.proto ForgetMemoriesRequest.limit).
@@ -1076,11 +1099,11 @@ def namespace_delete(**params: Any) -> None:
                 Console().print(table)
             if not contents.memories:
                 if not target.json:
-                    click.echo(f"namespace {name} holds no live memory: nothing to delete")
+                    _echo(f"namespace {name} holds no live memory: nothing to delete")
                 return
             if not params["yes"]:
                 if not sys.stdin.isatty():
-                    click.echo(
+                    _echo(
                         "engram namespace delete: nothing deleted; pass --yes to delete", err=True
                     )
                     return
@@ -1100,7 +1123,7 @@ def namespace_delete(**params: Any) -> None:
     if target.json:
         _emit_json(done)
         return
-    click.echo(
+    _echo(
         f"deleted namespace {name}: {done.deleted_count} memories; `engram namespace recover "
         f"{name}` brings them back until {done.recover_until.ToJsonString()}"
     )
@@ -1131,7 +1154,7 @@ def namespace_recover(**params: Any) -> None:
         if done.skipped_duplicates
         else ""
     )
-    click.echo(f"recovered namespace {params['name']}: {done.recovered_count} memories{left}")
+    _echo(f"recovered namespace {params['name']}: {done.recovered_count} memories{left}")
 
 
 def _import_item(data: dict[str, Any]) -> ImportItem:
@@ -1214,7 +1237,7 @@ class _Bar:
         now = time.monotonic()
         if self.show and now - self.last >= PLAIN_PROGRESS_EVERY_S:
             self.last = now
-            click.echo(f"{self.label}: {line}", err=True)
+            _echo(f"{self.label}: {line}", err=True)
 
     def stop(self) -> None:
         if self.progress is not None:
@@ -1254,7 +1277,7 @@ def _import_stopped(state: ImportProgress, params: dict[str, Any], why: str) -> 
     again = ["engram", "import", params["source"]]
     if params["namespace"]:
         again += ["-n", params["namespace"]]
-    click.echo(
+    _echo(
         f"engram import: {why}: {committed} rows committed ({state.created} created, "
         f"{state.deduplicated} already there){maybe}. To resume, run the same command "
         f"again ({' '.join(again)}): rows already imported are skipped, not duplicated",
@@ -1316,8 +1339,8 @@ def import_(**params: Any) -> None:
         _emit_json({**totals, "failures": [{"line": n, "error": e} for n, e in failed]})
     else:
         for number, reason in failed:
-            click.echo(f"line {number}: {reason}", err=True)
-        click.echo(
+            _echo(f"line {number}: {reason}", err=True)
+        _echo(
             f"imported: {summary.created} created, {summary.deduplicated} already there, "
             f"{len(failed)} failed"
         )
@@ -1366,9 +1389,9 @@ def diagnostics(**params: Any) -> None:
         _emit_json(report)
         return
     data = _dict(report)
-    click.echo(f"health: {data.get('health', '')}  score: {report.score:.2f}")
+    _echo(f"health: {data.get('health', '')}  score: {report.score:.2f}")
     for recommendation in data.get("recommendations", []):
-        click.echo(f"- {recommendation}")
+        _echo(f"- {recommendation}")
 
 
 @cli.command()
@@ -1393,9 +1416,9 @@ def maintenance(**params: Any) -> None:
     if target.json:
         _emit_json(reply)
         return
-    click.echo(f"score {reply.score_before:.2f} -> {reply.score_after:.2f}")
+    _echo(f"score {reply.score_before:.2f} -> {reply.score_after:.2f}")
     for action in _dict(reply).get("actions", []):
-        click.echo(
+        _echo(
             f"- {action.get('action', '')}: {action.get('status', '')} {action.get('detail', '')}"
         )
 
@@ -1415,7 +1438,7 @@ def retention(**params: Any) -> None:
         _emit_json(reply)
         return
     for step in reply.steps:
-        click.echo(f"{step.step}: {step.removed} removed")
+        _echo(f"{step.step}: {step.removed} removed")
 
 
 class _McpCommand(click.Command):

@@ -42,6 +42,7 @@ from services.common.auth import Guard, MethodGuard, Principal, principal_var
 from services.common.errors import EngramError, ErrorKind, InvalidArgument, MalformedRequest
 from services.common.logs import request_id_var
 from services.common.metrics import rpc_done
+from services.common.pii import scrubbed
 from services.common.validation import reject_nul, reject_undefined_enums
 
 log = logging.getLogger("engram.rpc")
@@ -376,7 +377,8 @@ async def _abort(
                 "method": method,
                 "code": status.code.name,
                 "reason": exc.reason,
-                "error": exc.message,
+                # a message may echo what the caller sent (a type, a name): redacted
+                "error": scrubbed(exc.message),
             },
         )
     else:

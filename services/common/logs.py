@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import logging
 import sys
@@ -10,6 +11,14 @@ import time
 from typing import Any
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+
+def fingerprint(value: str) -> str:
+    """A value a caller wrote (a session id), as a log line may carry it: the first
+    12 hex digits of its SHA-256, enough to tie lines about one session together,
+    never the value (which may hold a secret the PII policy refuses to store)."""
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()[:12]
+
 
 _STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
 

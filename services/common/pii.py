@@ -52,7 +52,7 @@ _PLACEHOLDER_NAME = {
     "phone": "PHONE",
 }
 _DESCRIPTION = {
-    "secret": "a secret (API key, private key or access token)",
+    "secret": "a secret (password, API key, private key or access token)",
     "iban": "an IBAN",
     "card": "a payment card number",
     "ssn": "a US social security number",
@@ -132,6 +132,146 @@ _SECRET = re.compile(
     r")(?![A-Za-z0-9])",
     re.DOTALL,
 )
+
+# Labelled credentials: a password or key named by its label, the value after it
+# (`password=hunter2`, `"pwd": "x"`, `passwd: letmein`, `Password is tiger7`,
+# `DB_PASSWORD=...`, `api-key: ...`). Only the value is the finding (the label
+# stays, so the redacted text still says what was there). How sure the value is
+# depends on the form, so prose that merely names a password is left alone:
+# - `=` (`:=`, `=>`), or a quoted label (JSON, YAML, a Python dict): any value;
+# - `label: value`: a value that looks like a credential (a digit, a symbol, an
+#   inner capital) or ends its line; for the everyday words pass/secret/token
+#   as a whole label, only a quoted value or one of 6+ characters with letters
+#   and digits or a symbol ("Token: 42", "secret: 3 eggs" are not secrets);
+# - `label is value` (password-like labels only): a quoted value, one with
+#   letters and digits (or a symbol), or a credential-looking value ending its
+#   clause ("the password is wrong" and "is 8 characters long" are not).
+# Placeholders (`***`, `<password>`, `${PASS}`, `[SECRET_1]`, null, none) are not
+# values, so a redacted text gated again is unchanged.
+_LABEL_WORD = (
+    r"pass(?:word|wd|phrase|code)?|pwd|secret|token|api[_-]?key"
+    r"|(?:access|secret|private|client|auth)[_-]?(?:key|secret|token)"
+)
+_LABELLED = re.compile(
+    rf"(?P<label>(?:[A-Za-z0-9]+[_.-])*(?:{_LABEL_WORD}))(?![A-Za-z0-9_-])(?P<close>[\"']?)"
+    r"(?P<sep>\s*(?::=|=>|[:=])\s*|\s+(?:is|was)(?:\s+now)?\s+)"
+    r"(?:(?P<qv>[\"'`])(?P<quoted>[^\"'`\n]{1,256}?)(?P=qv)|(?P<bare>[^\s\"'`]{1,256}))",
+    re.IGNORECASE,
+)
+_LABEL_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
+_LABEL_STEMS = ("pass", "pwd", "secret", "token", "key")  # every _LABEL_WORD holds one
+_WEAK_LABELS = frozenset({"pass", "secret", "token"})
+_PASSWORD_LABEL = re.compile(r"(?:^|[_.-])(?:pass(?:word|wd|phrase|code)?|pwd)$", re.IGNORECASE)
+_VALUE_TRAILER = ".,;:!?)]}>"
+_NOT_VALUES = frozenset(
+    {"null", "none", "nil", "true", "false", "undefined", "empty", "required", "optional",
+     "n/a", "unset", "redacted", "hidden", "tbd"}
+)  # fmt: skip
+_PLACEHOLDER_VALUE = re.compile(
+    r"\[[A-Z]+(?:_\d+)?\]|<[^<>]*>|\$\{[^{}]*\}|\{\{.*\}\}|%s|([*x•.#?-])\1*", re.IGNORECASE
+)
+_CLAUSE_END = re.compile(r"[.,;!?)\]]*[ \t]*(?:\r?\n|$)")
+# The labels a "keyword-only" flag (seed 004 §1) is about: text that names a
+# password or key without a value this module can tell apart. Nothing to redact,
+# so only a policy that rejects secrets acts on it (it rejects).
+_SECRET_KEYWORD = re.compile(
+    r"(?<![A-Za-z0-9])(?:pass(?:word|wd|phrase|code)s?|pwds?|api[ _-]?keys?"
+    r"|(?:access|auth)[ _-]?tokens?|(?:secret|private)[ _-]?keys?)(?![A-Za-z0-9])",
+    re.IGNORECASE,
+)
+_KEYWORD_STEMS = ("pass", "pwd", "key", "token")
+
+
+def _looks_like_credential(value: str) -> bool:
+    return any(ch.isdigit() or not ch.isalnum() for ch in value) or any(
+        ch.isupper() for ch in value[1:]
+    )
+
+
+def _letters_and_digits(value: str) -> bool:
+    has_symbol = any(not ch.isalnum() for ch in value)
+    return (any(ch.isalpha() for ch in value) and any(ch.isdigit() for ch in value)) or (
+        has_symbol and len(value) >= 4
+    )
+
+
+def _labelled_at(text: str, start: int) -> Finding | None:
+    """The labelled credential whose label starts at `start`, if its value is one."""
+    match = _LABELLED.match(text, start)
+    if match is None:
+        return None
+    opened = text[start - 1] if start and text[start - 1] in "\"'" else ""
+    quoted_label = bool(match.group("close"))
+    if quoted_label and match.group("close") != opened:
+        return None  # `"password": x` and `password: x` (`'password: x` too), never `password": x`
+    label = match.group("label").lower()
+    weak = label in _WEAK_LABELS
+    sep = match.group("sep").strip().lower()
+    quoted = match.group("quoted")
+    if quoted is not None:
+        value_start = match.start("quoted")
+        value = quoted.strip()
+        if not value or (sep[:2] in ("is", "wa") and weak):
+            return None
+        value_start += quoted.index(value[0])
+    else:
+        bare = match.group("bare")
+        if _PLACEHOLDER_VALUE.fullmatch(bare.rstrip(".,;:!?")):
+            return None  # `[SECRET_1]`, `<password>`: its brackets are no trailer
+        value = bare.rstrip(_VALUE_TRAILER)
+        value_start = match.start("bare")
+        if not value:
+            return None
+    if value.lower() in _NOT_VALUES or _PLACEHOLDER_VALUE.fullmatch(value):
+        return None
+    value_end = value_start + len(value)
+    if quoted is None and not (quoted_label or sep in ("=", ":=", "=>")):
+        clause_ends = _CLAUSE_END.match(text, value_end) is not None
+        if sep == ":":
+            sure = (
+                _letters_and_digits(value) and len(value) >= 6
+                if weak
+                else _looks_like_credential(value) or clause_ends
+            )
+        else:  # is / was
+            sure = bool(_PASSWORD_LABEL.search(label)) and (
+                _letters_and_digits(value) or (_looks_like_credential(value) and clause_ends)
+            )
+        if not sure:
+            return None
+    return Finding("secret", value_start, value_end)
+
+
+def _label_start(text: str, at: int) -> int:
+    """Where the label holding position `at` starts (leading separators skipped)."""
+    start = at
+    while start and text[start - 1] in _LABEL_CHARS:
+        start -= 1
+    while start < at and text[start] in "_.-":
+        start += 1
+    return start
+
+
+def _labelled(text: str) -> list[Finding]:
+    """Labelled credentials, tried only at labels holding a stem (`str.find` on the
+    lower-cased text: C speed)."""
+    lower = text.lower()
+    starts: set[int] = set()
+    for stem in _LABEL_STEMS:
+        at = lower.find(stem)
+        while at >= 0:
+            starts.add(_label_start(text, at))
+            at = lower.find(stem, at + 1)
+    return [f for start in sorted(starts) if (f := _labelled_at(text, start)) is not None]
+
+
+def secret_keywords(text: str) -> int:
+    """How many times `text` names a password or key (seed 004's keyword-only flag)."""
+    lower = text.lower()
+    if not any(stem in lower for stem in _KEYWORD_STEMS):
+        return 0
+    return sum(1 for _ in _SECRET_KEYWORD.finditer(text))
+
 
 # Unlabelled tokens: at least ENTROPY_MIN_CHARS of base64/url-safe characters with
 # upper case, lower case and digits, whose Shannon entropy is at least
@@ -505,10 +645,14 @@ def _tokens(text: str) -> list[Finding]:
     return found
 
 
-def scan(text: str) -> list[Finding]:
+def scan(text: str, *, unlabelled_tokens: bool = True) -> list[Finding]:
     """Every finding in `text`, non-overlapping, in text order (where two
-    detectors claim the same characters, the earlier kind in PII_KINDS wins)."""
-    found = _secrets(text) + _digit_kinds(text) + _tokens(text)
+    detectors claim the same characters, the earlier kind in PII_KINDS wins).
+    `unlabelled_tokens` False leaves out the high-entropy token detector (see
+    gate_identifier)."""
+    found = _secrets(text) + _labelled(text) + _digit_kinds(text)
+    if unlabelled_tokens:
+        found += _tokens(text)
     if "@" in text:
         found += _emails(text)
     if ":" in text:
@@ -520,6 +664,11 @@ def scan_everywhere(text: str) -> list[Finding]:
     """`scan` the slow, obvious way: every detector at every position. The
     reference `scan` must agree with (tests), never used on the write path."""
     found = [f for at in range(len(text)) if (f := _secret_at(text, at)) is not None]
+    found += [
+        f
+        for at in range(len(text))
+        if _label_start(text, at) == at and (f := _labelled_at(text, at)) is not None
+    ]
     cursor = 0
     for at in range(len(text)):
         if at >= cursor and (digit := _digit_at(text, at, len(text))) is not None:
@@ -594,6 +743,15 @@ def describe(kind: str, count: int) -> str:
     )
 
 
+def describe_keyword(count: int) -> str:
+    times = "once" if count == 1 else f"{count} times"
+    return (
+        f"names a password or key without a value that can be redacted (secret, found "
+        f"{times}) and the PII policy rejects secrets; remove it or write with "
+        "pii_policy REDACT"
+    )
+
+
 @dataclass(frozen=True)
 class Gated:
     text: str
@@ -609,14 +767,20 @@ def gate(text: str, policy: PiiPolicy, field: str) -> Gated:
         return Gated(text, {})
     acted_on = {kind: policy.action(kind) for kind in PII_KINDS}
     findings = [f for f in scan(text) if acted_on[f.kind] != "allow"]
+    rejected = Counter(f.kind for f in findings if acted_on[f.kind] == "reject")
+    # seed 004: a password or key named without a value to redact is rejected
+    # by a policy that rejects secrets (redact has nothing to replace: kept)
+    keywords = secret_keywords(text) if acted_on["secret"] == "reject" else 0
+    if rejected or keywords:
+        violations = [
+            FieldViolation(field, describe(kind, count)) for kind, count in rejected.items()
+        ]
+        if keywords and not rejected["secret"]:
+            violations.append(FieldViolation(field, describe_keyword(keywords)))
+        first, *rest = violations
+        raise PiiDetected(first.field, first.description, *rest)
     if not findings:
         return Gated(text, {})
-    rejected = Counter(f.kind for f in findings if acted_on[f.kind] == "reject")
-    if rejected:
-        first, *rest = (
-            FieldViolation(field, describe(kind, count)) for kind, count in rejected.items()
-        )
-        raise PiiDetected(first.field, first.description, *rest)
     placeholders: dict[tuple[str, str], str] = {}
     per_kind: dict[str, int] = {}
     parts: list[str] = []
@@ -634,7 +798,45 @@ def gate(text: str, policy: PiiPolicy, field: str) -> Gated:
     return Gated("".join(parts), per_kind)
 
 
+def gate_identifier(text: str, policy: PiiPolicy, field: str) -> str:
+    """An identifier a caller chooses (a session id, a source id or type) through
+    the policy: kept as given, or PiiDetected when the policy acts on a kind found
+    in it, redact as well as reject. An identifier is never redacted: two session
+    ids holding different secrets would both become `[SECRET_1]` and merge. Random
+    looking is what an id is for (OpenAI's `thread_...`, Slack's ids), so the
+    unlabelled-token detector is left out; prefixed keys, labelled passwords,
+    emails and the other kinds count. A named keyword is no finding here either
+    ("password-reset" is a fine session id)."""
+    if not policy.inspects or not text:
+        return text
+    kinds = Counter(
+        f.kind for f in scan(text, unlabelled_tokens=False) if policy.action(f.kind) != "allow"
+    )
+    if kinds:
+        first, *rest = (
+            FieldViolation(
+                field,
+                f"contains {_DESCRIPTION[kind]} ({kind}, found "
+                f"{'once' if count == 1 else f'{count} times'}) and the PII policy "
+                f"{policy.action(kind)}s it; an identifier is never redacted (two would "
+                "become equal): choose one without it",
+            )
+            for kind, count in kinds.items()
+        )
+        raise PiiDetected(first.field, first.description, *rest)
+    return text
+
+
 _UNIFORM = {action: PiiPolicy.uniform(action) for action in PII_ACTIONS}
+
+
+def scrubbed(text: str) -> str:
+    """`text` (an error message, which may echo a caller's value) as a log line
+    may carry it: every kind found redacted, whatever the namespace's policy."""
+    return gate(text, _REDACT_ALL, "log").text
+
+
+_REDACT_ALL = _UNIFORM["redact"]
 
 
 def _layer(below: PiiPolicy, setting: str | PiiKindActions) -> PiiPolicy:

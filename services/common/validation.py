@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from services.common import clock
@@ -20,7 +21,7 @@ NAMESPACE_PATTERN = re.compile(r"[A-Za-z0-9._:-]{0,128}\*?")
 # or bound into a query small, whatever a client sends.
 MAX_ID_CHARS = 128
 MAX_SESSION_ID_CHARS = 128
-_SESSION_ID = re.compile(rf"[^\s\x00-\x1f\x7f]{{1,{MAX_SESSION_ID_CHARS}}}")
+_SESSION_ID = re.compile(rf"[^\s\x00-\x1f\x7f-\x9f]{{1,{MAX_SESSION_ID_CHARS}}}")
 # Namespaces one read may span (Recall's and AssembleContext's `namespaces`): each is
 # searched on its own, so the cost grows with the count.
 MAX_NAMESPACES = 8
@@ -120,6 +121,53 @@ def check_timestamp(seconds: int, nanos: int, field: str) -> None:
         )
 
 
+# ---- control characters ----------------------------------------------------------------
+#
+# The one rule for control characters in text a caller writes (issue 34): no C0
+# control but tab, line feed and carriage return (CRLF text), no DEL, no C1
+# (U+0080-U+009F). ESC and CSI would otherwise be stored and printed raw into an
+# operator's terminal (`engram list`), and the others show nothing or rewrite the
+# line. Refused, not stripped: a write that stores something other than what was
+# sent should say so, and INVALID_ARGUMENT names the field. Content is normalised
+# (every whitespace character, \v, \f and U+001C-U+001F included, becomes one
+# space) before it is stored, so `whitespace_ok` lets those through there.
+# Printing escapes the same characters (`escape_control`), for rows written
+# before the rule and for text no caller wrote (fetched pages, LLM answers).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# every character the rule refuses, for code that must find them in another form
+# (JSON escapes in an LLM's answer: services/common/providers/llm.py)
+CONTROL_CHARACTERS = "".join(chr(code) for code in range(0xA0) if _CONTROL.match(chr(code)))
+_NON_SPACE_CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
+
+
+def check_no_control(value: str, field: str, *, whitespace_ok: bool = False) -> str:
+    """`value` unless it holds a control character (see above): INVALID_ARGUMENT
+    naming `field`, the first such character and where it is."""
+    found = (_NON_SPACE_CONTROL if whitespace_ok else _CONTROL).search(value)
+    if found is not None:
+        raise InvalidArgument(
+            field,
+            "must not contain control characters other than tab and line breaks "
+            f"(found U+{ord(found.group()):04X} at character {found.start()})",
+        )
+    return value
+
+
+def without_control(text: str) -> str:
+    """`text` with each control character (see above) replaced by a space: for
+    text no caller wrote and that must not fail its write (a fetched page)."""
+    return _CONTROL.sub(" ", text)
+
+
+_PRINTED_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # CR too: it rewrites the line
+
+
+def escape_control(text: str) -> str:
+    """`text` safe to print to a terminal: each control character (see above, and
+    carriage return) shown as its escape (`\\x1b`, `\\x0d`), tab and line feed kept."""
+    return _PRINTED_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 NUL_DESCRIPTION = "must not contain the NUL character (U+0000)"
 
 
@@ -180,18 +228,19 @@ class _EnumPlan:
     __slots__ = ("enums", "messages")
 
     def __init__(self) -> None:
-        self.enums: list[FieldDescriptor] = []
-        self.messages: list[FieldDescriptor] = []
+        self.enums: list[Any] = []  # FieldDescriptor (its optional parts typed loosely)
+        self.messages: list[Any] = []
 
 
 _ENUM_PLANS: dict[str, _EnumPlan] = {}
 
 
-def _enum_plan(descriptor: Descriptor) -> _EnumPlan:
+def _enum_plan(descriptor: Any) -> _EnumPlan:
     plan = _ENUM_PLANS.get(descriptor.full_name)
     if plan is not None:
         return plan
     plan = _ENUM_PLANS[descriptor.full_name] = _EnumPlan()  # before recursing: cycles end here
+    field: Any
     for field in descriptor.fields:
         if field.type == FieldDescriptor.TYPE_ENUM:
             plan.enums.append(field)
@@ -210,7 +259,7 @@ def _enum_plan(descriptor: Descriptor) -> _EnumPlan:
     return plan
 
 
-def _can_hold_enums(descriptor: Descriptor, seen: frozenset[str] = frozenset()) -> bool:
+def _can_hold_enums(descriptor: Any, seen: frozenset[str] = frozenset()) -> bool:
     if descriptor.full_name in seen:
         return False
     for field in descriptor.fields:
@@ -223,7 +272,7 @@ def _can_hold_enums(descriptor: Descriptor, seen: frozenset[str] = frozenset()) 
     return False
 
 
-def _enum_violation(field: FieldDescriptor, value: int, path: str) -> FieldViolation:
+def _enum_violation(field: Any, value: int, path: str) -> FieldViolation:
     enum = field.enum_type
     names = ", ".join(v.name for v in enum.values)
     return FieldViolation(path, f"{value} is not a value of {enum.name}; one of {names}")
@@ -248,7 +297,7 @@ def undefined_enum_fields(message: Message, prefix: str = "") -> list[FieldViola
     for field in plan.messages:
         path = f"{prefix}{field.name}"
         if field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
+            value_field: Any = field.message_type.fields_by_name["value"]
             for key, item in getattr(message, field.name).items():
                 entry = f"{path}[{key!r}]"
                 if value_field.type == FieldDescriptor.TYPE_ENUM:

@@ -16,6 +16,7 @@ from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
 from services.common.config import Config
 from services.common.listeners import listener
+from services.common.pii import PiiGate
 from services.common.providers.embedding import EmbeddingProvider, embedding_provider
 from services.common.providers.llm import LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
@@ -143,6 +144,7 @@ async def start_pipeline(
         + ([near_duplicates.status] if config.dedup.enabled else []),
         extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
+        pii=PiiGate(config.pii),
     )
     server = await start_server(
         public,

@@ -35,6 +35,7 @@ from services.common.facts import (
     Fact,
     NamedEntity,
 )
+from services.common.logs import fingerprint
 from services.common.providers.llm import LlmProvider
 from services.common.remote_errors import error_reason
 from services.pipeline.extract_worker import (
@@ -234,7 +235,7 @@ class ConsolidateWorker(LlmJobWorker[Consolidation]):
             "session consolidated",
             extra={
                 "job": job.id,
-                "session": job.session_id,
+                "session": fingerprint(job.session_id),  # never the id itself
                 "facts": len(response.memory_ids),
                 "skipped": response.skipped_facts,
                 "causal": response.causal_links,

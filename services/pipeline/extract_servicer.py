@@ -6,20 +6,32 @@ import grpc
 
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
+from services.common.config import PiiSettings
 from services.common.convert import temporal_to_proto, timestamp_from_text
+from services.common.pii import PiiGate, gate
+from services.common.validation import validate_namespace
 from services.pipeline.extraction import Extractor
 
 
 class ExtractRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
-    """The Extract dry run; `extraction` is set by PipelineServicer."""
+    """The Extract dry run; `extraction` and `pii` (the configured `pii.*`
+    policies) are set by PipelineServicer."""
 
     extraction: Extractor | None = None
+    pii: PiiGate = PiiGate(PiiSettings())
 
     async def Extract(
         self, request: pb.ExtractRequest, context: grpc.aio.ServicerContext
     ) -> pb.ExtractResponse:
         assert self.extraction is not None, "PipelineServicer is built with an Extractor"
-        result = await self.extraction.dry_run(request.namespace, request.content)
+        namespace = validate_namespace(request.namespace)
+        # The text goes to the LLM provider, off this machine perhaps: through the
+        # namespace's PII policy first, as Remember would store it (REDACT: the
+        # model sees placeholders; REJECT: INVALID_ARGUMENT / PII_DETECTED).
+        content = request.content
+        if content.strip():
+            content = gate(content, self.pii.policy(namespace), "content").text
+        result = await self.extraction.dry_run(request.namespace, content)
         return pb.ExtractResponse(
             facts=[
                 pb.ExtractedFact(

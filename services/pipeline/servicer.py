@@ -12,6 +12,7 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common import provider_state
 from services.common.convert import timestamp_from_text
+from services.common.pii import PiiGate
 from services.pipeline.document_servicer import DocumentRpcs
 from services.pipeline.extract_servicer import ExtractRpcs
 from services.pipeline.status import ProviderHealth, WorkerStatus
@@ -33,8 +34,11 @@ class PipelineServicer(ExtractRpcs, DocumentRpcs, pipeline_pb2_grpc.PipelineServ
         *,
         extraction: Any = None,
         documents: Any = None,
+        pii: PiiGate | None = None,
     ) -> None:
         self.extraction = extraction
+        if pii is not None:
+            self.pii = pii
         self.documents = documents
         self._jobs = jobs
         self._providers = providers

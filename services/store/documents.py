@@ -21,7 +21,7 @@ from services.common.errors import FieldViolation, InvalidArgument, NotFound
 from services.common.fetch_policy import FetchPolicy
 from services.common.normalize import normalize_content
 from services.common.pii import PiiGate, gate
-from services.common.validation import validate_id
+from services.common.validation import check_no_control, validate_id, without_control
 from services.store import document_sql as sql
 from services.store import mutations, rules
 from services.store import repository as repo
@@ -167,20 +167,22 @@ class DocumentStore:
         """Validate, then the document row and its ingest job in one transaction."""
         if bool(content) == bool(url):
             raise InvalidArgument("content", "exactly one of content and url must be set")
+        policy = self._pii.policy(namespace)
         if content:
-            if not content.strip():
-                raise InvalidArgument("content", "must not be empty or whitespace only")
+            rules.check_not_blank(content, "content")
+            check_no_control(content, "content", whitespace_ok=True)
             if len(content.encode("utf-8")) > self._max_content_bytes:
                 raise InvalidArgument(
                     "content",
                     f"must be at most {self._max_content_bytes} bytes "
                     "(memory.pipelineV2.documentMaxContentBytes)",
                 )
-            content = gate(content, self._pii.policy(namespace), "content").text
+            content = gate(content, policy, "content").text
         else:
             url = check_url(url, self._fetch_policy)
-        title = rules.check_text(title, "title", MAX_TITLE_CHARS)
-        cleaned_tags = rules.check_tags(tags, "tags")
+        # the title and tags are free text like the content: through the same gate
+        title = rules.check_text(title, "title", MAX_TITLE_CHARS, pii=policy)
+        cleaned_tags = rules.check_tags(tags, "tags", pii=policy)
         if len(cleaned_tags) > MAX_DOCUMENT_TAGS:
             raise InvalidArgument("tags", f"at most {MAX_DOCUMENT_TAGS} tags")
 
@@ -247,8 +249,8 @@ class DocumentStore:
         bad: list[FieldViolation] = []
         if status not in PROGRESS_STATUSES:
             bad.append(FieldViolation("status", f"must be one of {', '.join(PROGRESS_STATUSES)}"))
-        try:
-            title = rules.check_text(title, "title", MAX_TITLE_CHARS)
+        try:  # a fetched page's title: its control characters become spaces
+            title = rules.check_text(without_control(title), "title", MAX_TITLE_CHARS)
         except InvalidArgument as bad_title:
             bad.extend(bad_title.violations)
         if expected_chunk_count < 0:
@@ -265,8 +267,12 @@ class DocumentStore:
             if document_id is None:
                 return None
             sql.set_status(conn, document_id, status, clock.now_text())
-            if title:
-                sql.backfill_title(conn, document_id, title)
+            if title:  # the namespace is known only here; PiiDetected ends the call
+                namespace = DocumentRecord.from_row(sql.get_document(conn, document_id)).namespace
+                title_text = rules.check_text(
+                    title, "title", MAX_TITLE_CHARS, pii=self._pii.policy(namespace)
+                )
+                sql.backfill_title(conn, document_id, title_text)
             if expected_chunk_count:
                 sql.set_expected_chunk_count(conn, document_id, expected_chunk_count)
             return DocumentRecord.from_row(sql.get_document(conn, document_id))
@@ -291,9 +297,10 @@ class DocumentStore:
                 f"must be at most {self._max_chunk_chars} characters "
                 "(memory.pipelineV2.documentChunkSize)",
             )
-        normalized = normalize_content(content)
-        if not normalized.storage:
-            raise InvalidArgument("content", "must not be empty or whitespace only")
+        # a chunk of a fetched page: control characters become spaces (a caller's
+        # content document was refused them at creation)
+        normalized = normalize_content(without_control(content))
+        rules.check_not_blank(normalized.storage, "content")
         supplied = None
         if vector:  # a bad vector is rejected before anything is written
             supplied = mutations.SuppliedVector(

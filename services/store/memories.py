@@ -496,7 +496,9 @@ class MemoryStore:
         actor: str,
         bad: Violations | None = None,
     ) -> MemoryRecord:
-        reason, actor = _check_one_memory_change(memory_id, reason, actor, bad)
+        reason, actor = _check_one_memory_change(
+            memory_id, reason, actor, bad, self.pii_policy(namespace, None)
+        )
 
         def operation(conn: Any) -> MemoryRecord:
             record = self._load(conn, namespace, memory_id)
@@ -531,7 +533,9 @@ class MemoryStore:
         deletes that many without having been shown them."""
         bad = _collector(bad)
         if execute:
-            reason = bad.check("", rules.check_reason, reason, "reason")
+            reason = bad.check(
+                "", rules.check_reason, reason, "reason", pii=self.pii_policy(namespace, None)
+            )
         actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
         query, count_query = _check_selection(namespace, selection, bad, self._dialect)
         bad.raise_if_any()
@@ -601,7 +605,9 @@ class MemoryStore:
         actor: str,
         bad: Violations | None = None,
     ) -> MemoryRecord:
-        reason, actor = _check_one_memory_change(memory_id, reason, actor, bad)
+        reason, actor = _check_one_memory_change(
+            memory_id, reason, actor, bad, self.pii_policy(namespace, None)
+        )
 
         def operation(conn: Any) -> MemoryRecord:
             if repo.fetch_one(conn, purged_marker_query(namespace, memory_id)) is not None:
@@ -701,7 +707,7 @@ def _check_patches(
         field = f"patches[{index}]"
         bad.check("", validate_id, patch.id, f"{field}.id")
         reason = bad.check(
-            "", rules.check_reason, patch.reason or default_reason, f"{field}.reason"
+            "", rules.check_reason, patch.reason or default_reason, f"{field}.reason", pii=pii
         )
         if all(
             value is None
@@ -836,13 +842,13 @@ def _collector(bad: Violations | None) -> Violations:
 
 
 def _check_one_memory_change(
-    memory_id: str, reason: str, actor: str, bad: Violations | None
+    memory_id: str, reason: str, actor: str, bad: Violations | None, pii: PiiPolicy
 ) -> tuple[str, str]:
     """Delete's and Recover's request rules (the id, a reason, the actor), every
     bad field named at once: the checked reason and actor."""
     found = _collector(bad)
     found.check("", validate_id, memory_id, "id")
-    reason = found.check("", rules.check_reason, reason, "reason")
+    reason = found.check("", rules.check_reason, reason, "reason", pii=pii)
     actor = found.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
     found.raise_if_any()
     return reason, actor

@@ -13,8 +13,8 @@ from services.common.facts import MAX_CATEGORIES, MAX_CATEGORY_CHARS
 from services.common.importance import DEFAULT_IMPORTANCE, effective_importance
 from services.common.memory_record import MEMORY_TYPES
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
-from services.common.pii import DEFAULT_POLICY, PiiPolicy, gate
-from services.common.validation import check_session_id
+from services.common.pii import DEFAULT_POLICY, PiiPolicy, gate, gate_identifier
+from services.common.validation import check_no_control, check_session_id
 
 MAX_CONTENT_BYTES = 64 * 1024
 MAX_TAGS = 32
@@ -98,6 +98,18 @@ def split_prefixes(content: str) -> tuple[str, bool, list[str]]:
     return content, pinned, tags
 
 
+def check_not_blank(text: str, field: str) -> str:
+    """The one emptiness rule of every text that becomes a memory (Remember, Import,
+    a patch, a turn, a document and each of its chunks): text showing nothing
+    (whitespace and invisible format characters only, see `is_blank`) is refused,
+    so no path creates a memory another path would refuse on import."""
+    if is_blank(text):
+        raise InvalidArgument(
+            field, "must not be empty, whitespace or invisible format characters only"
+        )
+    return text
+
+
 def check_content(
     text: str,
     field: str,
@@ -110,10 +122,8 @@ def check_content(
     checks it here redacts or rejects alike. `normalized` may pass in the text's
     normalisation when it is already known."""
     content = normalized or normalize_content(text)
-    if is_blank(content.storage):
-        raise InvalidArgument(
-            field, "must not be empty, whitespace or invisible format characters only"
-        )
+    check_not_blank(content.storage, field)
+    check_no_control(content.storage, field)
     gated = gate(content.storage, pii, field)
     if gated.redacted:
         content = normalize_content(gated.text)
@@ -187,6 +197,10 @@ def _check_labels(
     bad = Violations()
     for index, tag in enumerate(labels):
         value = unicodedata.normalize("NFC", tag)
+        with bad.collecting():
+            check_no_control(value, f"{field}[{index}]")
+        if bad.names(f"{field}[{index}]"):
+            continue
         if pii is not None:
             with bad.collecting():
                 value = _gated(value, f"{field}[{index}]", pii)
@@ -208,7 +222,7 @@ def _check_labels(
 def check_text(value: str, field: str, limit: int, *, pii: PiiPolicy | None = None) -> str:
     """Trimmed and within `limit`; with `pii`, through the PII gate too (free text a
     caller fills, such as who and why, may carry personal data like the content)."""
-    value = value.strip()
+    value = check_no_control(value.strip(), field)
     if pii is not None and value:
         value = _gated(value, field, pii)
     if len(value) > limit:
@@ -228,8 +242,10 @@ def check_ttl(nanos: int, field: str) -> int:
     return nanos
 
 
-def check_reason(reason: str, field: str) -> str:
-    reason = check_text(reason, field, MAX_REASON_CHARS)
+def check_reason(reason: str, field: str, *, pii: PiiPolicy | None = None) -> str:
+    """A change's reason: free text (kept in the history), through the PII gate
+    when the caller knows the namespace's policy."""
+    reason = check_text(reason, field, MAX_REASON_CHARS, pii=pii)
     if not reason:
         raise InvalidArgument(field, "a reason is required")
     return reason
@@ -299,8 +315,9 @@ def draft_memory(
         )
     )
     is_pinned = pinned or critical
-    # who and why are free text and pass the PII gate; source_type and source_id are
-    # the caller's identifiers, stored as given
+    # who and why are free text and pass the PII gate; source_type, source_id and
+    # session_id are the caller's identifiers: stored as given, or refused when the
+    # policy acts on what they hold (pii.gate_identifier: never redacted)
     texts = {
         name: bad.check(
             "",
@@ -317,8 +334,13 @@ def draft_memory(
             ("source_id", source_id),
         )
     }
+    for name in ("source_type", "source_id"):
+        if texts[name]:
+            bad.check("", gate_identifier, texts[name], pii, f"{field_prefix}{name}")
     if session_id:
-        bad.check("", check_session_id, session_id, f"{field_prefix}session_id")
+        with bad.collecting():
+            check_session_id(session_id, f"{field_prefix}session_id")
+            gate_identifier(session_id, pii, f"{field_prefix}session_id")
     if ttl_nanos is not None:
         bad.check(None, check_ttl, ttl_nanos, f"{field_prefix}ttl")
     if expire_at is not None:

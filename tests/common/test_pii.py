@@ -235,3 +235,101 @@ def test_pii_configuration_is_validated() -> None:
     env = load_config(environ={"ENGRAM_PII__DEFAULT_POLICY": "reject"})
     assert env.pii.default_policy == "reject"
     assert PiiSettings().default_policy.secret is None  # type: ignore[union-attr]
+
+
+# ---- labelled credentials (issue 34, item 8) ---------------------------------------
+
+LABELLED = [
+    ("password=hunter2", "hunter2"),
+    ('{"pwd": "s3cr3t pass"}', "s3cr3t pass"),
+    ("{'password': 'correct horse'}", "correct horse"),
+    ("passwd: letmein", "letmein"),
+    ("passwd: letmein\nuser: bob", "letmein"),
+    ("Password is tiger7", "tiger7"),
+    ("my password is now Hunter2 and the user is bob", "Hunter2"),
+    ("DB_PASSWORD=abc123 and DB_USER=bob", "abc123"),
+    ("export GITHUB_TOKEN=abcdef", "abcdef"),
+    ("mysql --password=abc -u root", "abc"),
+    ("api-key: 9f8e7d6c5b", "9f8e7d6c5b"),
+    ("client_secret => 'x1y2z3'", "x1y2z3"),
+    ("the wifi passcode: 1234.", "1234"),
+    ("Token: abc123def", "abc123def"),
+    ("secret = plainword", "plainword"),
+    ("url ?token=q1w2e3&x=1", "q1w2e3&x=1"),
+]
+
+
+@pytest.mark.parametrize(("text", "value"), LABELLED)
+def test_a_labelled_credential_is_a_secret_and_only_its_value_is(text: str, value: str) -> None:
+    assert found(text) == [("secret", value)]
+    redacted = gate(text, DEFAULT_POLICY, "content").text
+    assert value not in redacted and "[SECRET_1]" in redacted
+    assert gate(redacted, DEFAULT_POLICY, "content").text == redacted  # stable when gated again
+
+
+LABEL_NEAR_MISSES = [
+    "I forgot my password",
+    "The password is wrong.",
+    "The password is 8 characters long",
+    "password: see the vault for it",
+    "password: None",
+    "password=*** and token=<token> and secret=${SECRET}",
+    "password=[SECRET_1].",
+    "Token: 42",
+    "secret: 3 eggs and a pinch of salt",
+    "the secret is love",
+    "the token is valid",
+    "max_tokens=100, token_count=5",
+    "bypass=yes and compass: north",
+    "keyboard: 3 keys",
+    "pass: the ball to Anna",
+    "passwords: rotate them quarterly",
+]
+
+
+@pytest.mark.parametrize("text", LABEL_NEAR_MISSES)
+def test_prose_about_passwords_is_not_a_labelled_credential(text: str) -> None:
+    assert found(text) == []
+    assert gate(text, DEFAULT_POLICY, "content").text == text
+
+
+def test_a_password_named_without_a_value_is_rejected_only_by_a_rejecting_policy() -> None:
+    """Seed 004's keyword-only flag: nothing to redact, so REDACT keeps the text as
+    written, and a policy that rejects secrets rejects it (with its own description)."""
+    text = "I forgot my password and my API key"
+    assert gate(text, PiiPolicy.uniform("redact"), "content").text == text
+    with pytest.raises(PiiDetected) as caught:
+        gate(text, PiiPolicy.uniform("reject"), "content")
+    assert [(v.field, v.description) for v in caught.value.violations] == [
+        (
+            "content",
+            "names a password or key without a value that can be redacted (secret, found "
+            "2 times) and the PII policy rejects secrets; remove it or write with "
+            "pii_policy REDACT",
+        )
+    ]
+    # a labelled value is described as a secret found, never the keyword too
+    with pytest.raises(PiiDetected) as caught:
+        gate("password=hunter2", PiiPolicy.uniform("reject"), "content")
+    assert [v.description.split(" (")[0] for v in caught.value.violations] == ["contains a secret"]
+    assert "hunter2" not in caught.value.message
+    # only the secret kind's action matters for the keyword
+    assert gate(text, PiiPolicy({"secret": "redact", "email": "reject"}), "c").text == text
+    assert gate("pass the salt, please", PiiPolicy.uniform("reject"), "c").text == (
+        "pass the salt, please"
+    )
+
+
+def test_the_fast_scan_finds_labelled_credentials_as_trying_every_label_would() -> None:
+    rng = random.Random(34)
+    pieces = [*(text for text, _ in LABELLED), *LABEL_NEAR_MISSES, "Pass", "=", ": ", " is "]
+    for _ in range(1000):
+        parts = []
+        for _ in range(rng.randrange(1, 8)):
+            piece = rng.choice(pieces)
+            if rng.random() < 0.3:
+                at = rng.randrange(len(piece))
+                piece = piece[:at] + rng.choice(_NOISE + "\"'_") + piece[at + 1 :]
+            parts.append(piece)
+        text = rng.choice(["", " ", "\n", "_"]).join(parts)
+        assert scan(text) == scan_everywhere(text), text

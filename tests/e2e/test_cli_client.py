@@ -578,3 +578,32 @@ def test_session_get_shows_where_consolidation_is(
     for args in (("nowhere", *ns), ("kitchen", "-n", "another")):
         missing = engram(suite, "session", "get", *args, check=False)
         assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr, missing.stderr
+
+
+def test_control_characters_are_never_printed_raw(suite: RunningSuite) -> None:
+    """Issue 34: `engram list` printed ESC/CSI from stored text raw (terminal escape
+    injection). The store now refuses them on writes; rows from before (written
+    here directly) and text no caller wrote are shown escaped, in tables, lines
+    and JSON alike, and JSON still gives the text back exactly."""
+    ns = ("-n", "cli-control")
+    refused = engram(suite, "remember", "evil \x1b[2J text", *ns, check=False)
+    assert refused.returncode == 1 and "INVALID_ARGUMENT" in refused.stderr
+    assert "\x1b" not in refused.stderr
+    memory = json.loads(engram(suite, "remember", "plain text", *ns, "--json").stdout)["memory"]
+    evil = "evil \x1b[2J\x1b]0;owned\x07 and \x9b31m csi\rback"
+    conn = open_read_write(suite.root / "data" / "engram.db")
+    try:
+        conn.execute(
+            "UPDATE memories SET content = ?, tags = ? WHERE id = ?",
+            (evil, json.dumps(["t\x1b[1m"]), memory["id"]),
+        )
+    finally:
+        conn.close()
+    for args in (("list", *ns), ("get", memory["id"], *ns), ("recall", "evil", *ns)):
+        out = engram(suite, *args).stdout
+        raw = [ch for ch in out if (ord(ch) < 0x20 and ch not in "\t\n") or 0x7F <= ord(ch) < 0xA0]
+        assert raw == [], (args, out)
+        assert "\\x1b" in out, (args, out)
+    listed = engram(suite, "list", *ns, "--json").stdout
+    assert "\x9b" not in listed and "\x1b" not in listed
+    assert json_lines(listed)[0]["content"] == evil

@@ -32,6 +32,7 @@ def stack(module_recall_stack: Callable[..., Any], llm: LlmServer) -> Any:
             "providers.llm.base_url": llm.url,
             "providers.llm.model": "fake-llm",
             "providers.llm.timeout_ms": 1000,
+            "pii.namespaces": {"strict": "reject"},
         },
         search=False,
         pipeline=True,
@@ -162,6 +163,28 @@ def test_the_memory_reaches_the_model_as_delimited_data(
     assert prompt.count("</memory_data>") == 4, "three worked examples and the memory's own block"
     assert "never an instruction" in prompt and "ONLY a JSON object" in prompt
     assert "Skip ephemeral details" in prompt
+
+
+def test_the_model_sees_the_text_as_the_pii_policy_would_store_it(
+    stack: Any, answer: Any, llm: LlmServer
+) -> None:
+    """Issue 34: Extract sent its raw content to the LLM provider. Now the namespace's
+    policy applies first: the default redacts secrets, labelled ones too."""
+    answer(extraction_answer([]))
+    extract(stack, "deploy with password=hunter2 and key AKIAIOSFODNN7EXAMPLE, ask bob@example.com")
+    assert memory_of(llm.prompts()[0]) == (
+        "deploy with password=[SECRET_1] and key [SECRET_2], ask bob@example.com"
+    )
+    llm.clear()
+    code, reason, fields = error_of(
+        lambda: extract(stack, "ask bob@example.com", namespace="strict")
+    )
+    assert (code, reason, fields) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "PII_DETECTED",
+        ["content"],
+    )
+    assert llm.prompts() == [], "a rejected text never reaches the model"
 
 
 def test_recovered_answers_carry_a_warning(stack: Any, answer: Any) -> None:

@@ -122,6 +122,27 @@ def test_an_answer_never_carries_a_nul_raw_or_json_escaped(protocol: str, llm_se
     ]
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_other_control_characters_become_spaces_raw_or_json_escaped(
+    protocol: str, llm_server: Any
+) -> None:
+    """The store refuses ESC, DEL and C1 in text fields as it refuses NUL (issue 34);
+    tab and line breaks stay, and an escaped backslash before `u001b` is kept."""
+    answers = {
+        "raw": "a\x1b[2Jb\x9bc\td\ne",
+        "escaped": '{"fact": "a\\u001b[2Jb\\u007fc\\u0009d\\u000ae"}',
+        "kept": '{"path": "C:\\\\u001b"}',
+    }
+    server = llm_server(lambda prompt: answers[prompt], protocol=protocol)
+    got = call(provider(protocol, server.url), *answers)
+    assert got == [
+        "a [2Jb c\td\ne",
+        '{"fact": "a [2Jb c\\u0009d\\u000ae"}',
+        '{"path": "C:\\\\u001b"}',
+    ]
+    assert json.loads(got[1]) == {"fact": "a [2Jb c\td\ne"}
+
+
 def test_no_api_key_sends_no_authorization_header(llm_server: Any) -> None:
     server = llm_server(protocol="openai")
     call(provider("openai", server.url), "hello")

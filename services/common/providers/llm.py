@@ -29,6 +29,7 @@ from services.common.providers.errors import (
     ProviderUnavailable,
 )
 from services.common.providers.http import HttpProvider
+from services.common.validation import CONTROL_CHARACTERS
 
 _SEED_DEFAULTS = PipelineV2Settings()
 
@@ -42,15 +43,24 @@ _measured = measured_call(LLM_SECONDS, LLM_ERRORS)
 
 # U+0000 raw, or as a JSON escape not itself escaped (an even run of backslashes before it).
 _NUL = re.compile(r"\x00|(?<!\\)((?:\\\\)*)\\u0000")
+# The other control characters the store refuses (services/common/validation.py,
+# check_no_control: C0 but tab, LF, CR; DEL; C1), raw or as JSON escapes.
+_OTHER_CONTROL = CONTROL_CHARACTERS.replace("\x00", "")
+_CONTROL = re.compile(
+    f"[{re.escape(_OTHER_CONTROL)}]"
+    r"|(?<!\\)((?:\\\\)*)\\u(?:" + "|".join(f"{ord(ch):04x}" for ch in _OTHER_CONTROL) + ")",
+    re.IGNORECASE,
+)
 
 
 def without_nul(answer: str) -> str:
-    """The answer with every U+0000 dropped, raw or JSON-escaped: the store refuses
-    it in any text field (PostgreSQL cannot hold it), and a model that emits one
-    must not make its job fail on every retry."""
-    if "\x00" not in answer and "u0000" not in answer:
-        return answer
-    return _NUL.sub(lambda m: m.group(1) or "", answer)
+    """The answer with every U+0000 dropped and every other control character the
+    store refuses replaced by a space, raw or JSON-escaped: the store refuses them
+    in any text field (PostgreSQL cannot hold U+0000; ESC would reach a terminal),
+    and a model that emits one must not make its job fail on every retry."""
+    if "\x00" in answer or "u0000" in answer:
+        answer = _NUL.sub(lambda m: m.group(1) or "", answer)
+    return _CONTROL.sub(lambda m: (m.group(1) or "") + " ", answer)
 
 
 class LlmProvider(Protocol):

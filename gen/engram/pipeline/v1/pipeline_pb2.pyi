@@ -65,7 +65,7 @@ class ExtractRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
-    """Namespace the text belongs to (default "default"); only validated."""
+    """Namespace the text belongs to (default "default"): its PII policy applies."""
     content: _builtins.str
     """The text to extract from; longer than 12,000 characters is truncated
     (with a warning) before the prompt is built.

@@ -93,8 +93,13 @@ class PipelineServiceServicer:
         facts, entity triples and warnings, writing nothing: a dry run to see what
         the pipeline would derive from a memory.
 
+        The content passes the namespace's PII policy (`pii.*`) before the model
+        sees it, as Remember would store it: REDACT sends the placeholders.
+
         Errors: INVALID_ARGUMENT (`namespace` malformed, `content` empty or over
-        64 KiB); UNAVAILABLE (the LLM provider cannot be reached or timed out);
+        64 KiB); INVALID_ARGUMENT / PII_DETECTED (the namespace's PII policy
+        rejects a finding in `content`; nothing is sent to the model);
+        UNAVAILABLE (the LLM provider cannot be reached or timed out);
         FAILED_PRECONDITION (LLM_OUTPUT_INVALID: the model's answer could not be
         parsed as the extraction JSON).
         """

@@ -184,11 +184,17 @@ class MemoryStoreServiceServicer:
 
         Errors: INVALID_ARGUMENT (content empty or over 64 KiB, importance outside
         [0, 1], unknown type, more than 32 tags, a tag empty or over 64 characters,
-        bad namespace, `event_time` out of Timestamp's range); INVALID_ARGUMENT
-        / PII_DETECTED (the PII policy rejects a finding in the content);
-        INVALID_ARGUMENT (bad `session_id` or `ttl`); FAILED_PRECONDITION
-        (PRIVACY_BLOCKED: see `privacy`); UNAVAILABLE (MUTATIONS_FROZEN). Personal data and secrets are redacted or rejected
-        before anything is written, per `pii_policy` (engram.common.v1.PiiPolicy).
+        bad namespace, `event_time` out of Timestamp's range, a control character
+        (C0 but tab, line feed and carriage return; DEL; C1) in any text field,
+        each such field named); INVALID_ARGUMENT / PII_DETECTED (the PII policy
+        rejects a finding in the content, `who`, `why` or a tag, or acts on one in
+        `session_id`, `source_id` or `source_type`: identifiers are never
+        redacted); INVALID_ARGUMENT (bad `session_id` or `ttl`); FAILED_PRECONDITION
+        (PRIVACY_BLOCKED: see `privacy`); UNAVAILABLE (MUTATIONS_FROZEN). Personal
+        data and secrets (labelled passwords such as `password=...` included) are
+        redacted or rejected before anything is written, per `pii_policy`
+        (engram.common.v1.PiiPolicy); a policy that rejects secrets also rejects
+        text naming a password or key without a value (seed 004's keyword-only flag).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -231,7 +237,8 @@ class MemoryStoreServiceServicer:
         starting with PRIVACY_BLOCKED.
 
         Errors: INVALID_ARGUMENT (a message with a bad namespace or over 1000
-        items); UNAVAILABLE (MUTATIONS_FROZEN, before anything is read);
+        items, or holding NUL or an enum value its enum does not define, an item's
+        `pii_policy` too: the stream stops there); UNAVAILABLE (MUTATIONS_FROZEN, before anything is read);
         RESOURCE_EXHAUSTED (STORAGE_FULL; IMPORT_STREAM_LIMIT, a stream over 25000
         items, see above: the first 25000 are committed).
         """

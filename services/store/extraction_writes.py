@@ -41,7 +41,7 @@ from services.common.facts import (
 )
 from services.common.llm_gate import LlmGate
 from services.common.memory_record import MemoryRecord
-from services.common.normalize import NormalizedContent, normalize_content
+from services.common.normalize import NormalizedContent, is_blank, normalize_content
 from services.common.validation import validate_id, validate_ids
 from services.store import contradiction, mutations, supersede
 from services.store import extraction_sql as sql
@@ -387,7 +387,8 @@ class _JobWrite:
         """Seed order: confidence first, then empty content."""
         if item.proposal.fact.confidence < self.policy.min_fact_confidence:
             return "low_fact_confidence"
-        if not item.content.normalized:
+        # the one emptiness rule of every text that becomes a memory (rules.check_not_blank)
+        if not item.content.normalized or is_blank(item.content.storage):
             return "empty_fact_content"
         return ""
 

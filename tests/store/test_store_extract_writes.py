@@ -160,6 +160,7 @@ def test_add_gates_in_seed_order_and_none_is_recorded(stack: Stack) -> None:
         [
             proposal(ADD, "Bob likes boats", fact_confidence=0.69),
             proposal(ADD, "  ...  ", fact_confidence=0.95),
+            proposal(ADD, "\u200b\u200f\u200b", fact_confidence=0.95),  # invisible only
             proposal(ADD, "bob owns a red bicycle."),  # same normalised content
             proposal(ADD, "Bob has a blue boat"),
             proposal(ADD, "Bob  has a blue boat"),  # a duplicate within the job
@@ -170,14 +171,15 @@ def test_add_gates_in_seed_order_and_none_is_recorded(stack: Stack) -> None:
     assert outcomes(response) == [
         (OUTCOME.Value("PROPOSAL_OUTCOME_SKIPPED"), "low_fact_confidence"),
         (OUTCOME.Value("PROPOSAL_OUTCOME_SKIPPED"), "empty_fact_content"),
+        (OUTCOME.Value("PROPOSAL_OUTCOME_SKIPPED"), "empty_fact_content"),
         (OUTCOME.Value("PROPOSAL_OUTCOME_DEDUPED"), "duplicate"),
         (OUTCOME.Value("PROPOSAL_OUTCOME_CREATED"), ""),
         (OUTCOME.Value("PROPOSAL_OUTCOME_DEDUPED"), "duplicate"),
         (OUTCOME.Value("PROPOSAL_OUTCOME_RECORDED"), "no_change"),
         (OUTCOME.Value("PROPOSAL_OUTCOME_SKIPPED"), "low_fact_confidence"),
     ]
-    assert response.results[2].memory_id == existing.id
-    assert response.results[4].memory_id == response.results[3].memory_id
+    assert response.results[3].memory_id == existing.id
+    assert response.results[5].memory_id == response.results[4].memory_id
     live = stack.store.ListMemories(store_pb2.ListMemoriesRequest()).memories
     assert sorted(m.content for m in live) == sorted(
         [existing.content, source.content, "Bob has a blue boat"]
@@ -185,6 +187,7 @@ def test_add_gates_in_seed_order_and_none_is_recorded(stack: Stack) -> None:
     trail = audit(stack, source)
     assert [(a["action"], a["outcome"], a["reason"]) for a in trail] == [
         ("add", "skipped", "low_fact_confidence"),
+        ("add", "skipped", "empty_fact_content"),
         ("add", "skipped", "empty_fact_content"),
         ("add", "deduped", "duplicate"),
         ("add", "created", ""),

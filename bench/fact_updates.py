@@ -755,6 +755,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for item in args.set:
         settings = merge(settings, parse_setting(item))
     timings: dict[str, float] = {}
+    commit = _commit(args.code)  # the code the suite runs, as the run starts
     with running_suite(settings, code=args.code) as suite:
         client = Engram(
             suite.store, search_address=suite.search, pipeline_address=suite.pipeline, timeout=60
@@ -807,7 +808,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "settings": settings,
         "code": str(args.code),
-        "commit": _commit(args.code),
+        "commit": commit,
         "sizes": {
             "subjects": args.subjects,
             "facts": len(facts),

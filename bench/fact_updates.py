@@ -623,7 +623,7 @@ def fate_of(client: Engram, memory_id: str, cache: dict[str, Fate]) -> Fate:
         if memory.deleted:
             for event in client.list_memory_history(memory_id, namespace=NAMESPACE):
                 if event.event_type == store_pb2.HISTORY_EVENT_TYPE_MERGED:
-                    survivor = event.metadata["survivor_id"]
+                    survivor = str(event.metadata["survivor_id"])
         newer = [
             link.from_memory_id
             for link in client.list_memory_links(

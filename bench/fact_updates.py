@@ -33,8 +33,8 @@ flight to Oslo?"), asked now and `as_of` the checkpoint of a week before the
 fact's last write: whether rank 1 states the value current then.
 
     .venv/bin/python bench/fact_updates.py [--subjects 200] [--facts 2000]
-        [--set dedup.enabled=false] [--set storage.kind=postgres] [--code DIR]
-        [--json-out FILE]
+        [--set dedup.enabled=false] [--set storage.kind=postgres]
+        [--code DIR [--commit SHA]] [--json-out FILE]
 """
 
 from __future__ import annotations
@@ -755,7 +755,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for item in args.set:
         settings = merge(settings, parse_setting(item))
     timings: dict[str, float] = {}
-    commit = _commit(args.code)  # the code the suite runs, as the run starts
+    commit = args.commit or _commit(args.code)  # the code the suite runs, as the run starts
     with running_suite(settings, code=args.code) as suite:
         client = Engram(
             suite.store, search_address=suite.search, pipeline_address=suite.pipeline, timeout=60
@@ -896,6 +896,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--code", type=Path, default=ROOT, help="checkout the suite runs from")
+    parser.add_argument(
+        "--commit",
+        default="",
+        help="the commit a --code export (not a git checkout) was taken from",
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args(None if argv is None else list(argv))
     result = run(args)

@@ -428,19 +428,71 @@ class SessionsSettings(_Section):
         return levels
 
 
+def llm_configured(config: Config) -> bool:
+    """Whether an LLM is part of this setup: a feature that calls it is on
+    (memory.pipelineV2.enabled, session consolidation), or the file or the
+    environment set a `providers.llm` key or fallbacks. Otherwise the LLM is
+    "not configured" (GetStatus: PROVIDER_STATE_DISABLED), not degraded: a fresh
+    default install without a model is fully healthy."""
+    providers = config.providers
+    return (
+        config.memory.pipelineV2.enabled
+        or consolidation_enabled(config)
+        or bool(providers.llm.model_fields_set)
+        or bool(providers.llm_fallbacks)
+    )
+
+
 def consolidation_enabled(config: Config) -> bool:
     """Whether sessions are consolidated: the store tracks and queues, the pipeline works."""
     setting = config.sessions.consolidate
     return setting == "on" or (setting == "auto" and config.memory.pipelineV2.enabled)
 
 
+# Where a hosted LLM kind answers when `base_url` is not given.
+HOSTED_BASE_URLS = {
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+}
+
+
 class LlmProviderSettings(_Section):
-    kind: Literal["ollama", "openai"] = "ollama"
+    """One LLM provider (`providers.llm`, or one entry of `providers.llm_fallbacks`).
+
+    The key comes from at most one of `api_key` (the value itself),
+    `api_key_env` (the name of an environment variable holding it) or
+    `api_key_file` (a file holding it); services.common.providers.keys reads it.
+    """
+
+    kind: Literal["ollama", "openai", "anthropic", "gemini"] = "ollama"
+    # default: Ollama's local port; anthropic and gemini default to their hosted API
     base_url: str = "http://localhost:11434"
     model: str = "qwen3:4b"
     timeout_ms: int = Field(45000, ge=1000, le=600000)
     api_key: str = ""
+    api_key_env: str = ""
+    api_key_file: str = ""
     concurrency: int = Field(2, ge=1, le=64)
+    # the answer's token limit (the Anthropic Messages API requires one; Gemini's
+    # maxOutputTokens); ollama and openai leave it to the server
+    max_tokens: int = Field(4096, ge=1, le=200000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hosted_base_url(cls, data: Any) -> Any:
+        """anthropic and gemini without a `base_url`: their hosted API."""
+        if isinstance(data, dict) and "base_url" not in data:
+            hosted = HOSTED_BASE_URLS.get(data.get("kind"))  # type: ignore[arg-type]
+            if hosted is not None:
+                return {**data, "base_url": hosted}
+        return data
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> LlmProviderSettings:
+        given = [name for name in ("api_key", "api_key_env", "api_key_file") if getattr(self, name)]
+        if len(given) > 1:
+            raise ValueError(f"set at most one of {', '.join(given)} (the key's one source)")
+        return self
 
 
 class EmbeddingProviderSettings(_Section):
@@ -471,6 +523,9 @@ class RerankerProviderSettings(_Section):
 
 class ProvidersSettings(_Section):
     llm: LlmProviderSettings = LlmProviderSettings()
+    # further LLM providers, in order: a call goes to the next one when the one
+    # before is unreachable, rate limited or timing out (services/common/providers/llm.py)
+    llm_fallbacks: list[LlmProviderSettings] = Field(default_factory=list, max_length=8)
     embedding: EmbeddingProviderSettings = EmbeddingProviderSettings()
     reranker: RerankerProviderSettings = RerankerProviderSettings()
     # how often the pipeline probes its LLM and embedding providers for GetStatus

@@ -14,10 +14,10 @@ from engram.search.v1 import search_pb2_grpc
 from engram.store.internal.v1 import dedup_pb2_grpc, documents_pb2_grpc, job_queue_pb2_grpc
 from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
-from services.common.config import Config
+from services.common.config import Config, llm_configured
 from services.common.listeners import listener
 from services.common.providers.embedding import EmbeddingProvider, embedding_provider
-from services.common.providers.llm import LlmProvider, llm_provider
+from services.common.providers.llm import LlmChain, LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.common.suite import verify_store
 from services.pipeline.consolidate_worker import ConsolidateWorker, consolidate_settings
@@ -124,13 +124,29 @@ async def start_pipeline(
     # Provider states come from real probes, not from "no failure yet"; the
     # in-process model is not waited for (nothing here needs it to answer).
     probe_every_s = config.providers.probe_interval_ms / 1000
+    # An LLM no feature calls is "not configured", not degraded; a fallback
+    # chain reports each of its providers, probed one by one.
+    configured = llm_configured(config)
     embed_monitor = ProviderMonitor(worker.health, provider_probe(provider), probe_every_s)
-    llm_monitor = ProviderMonitor(extract_worker.health, provider_probe(llm), probe_every_s)
-    first = [llm_monitor] if provider.kind == "local" else [llm_monitor, embed_monitor]
+    if isinstance(llm, LlmChain):
+        llm_healths = llm.health
+        chain_monitors = [
+            ProviderMonitor(h, provider_probe(m), probe_every_s, configured=configured)
+            for h, m in zip(llm.health, llm.members, strict=True)
+        ]
+    else:
+        llm_healths = [extract_worker.health]
+        chain_monitors = [
+            ProviderMonitor(
+                extract_worker.health, provider_probe(llm), probe_every_s, configured=configured
+            )
+        ]
+    llm_monitor = chain_monitors[0]
+    first = chain_monitors + ([] if provider.kind == "local" else [embed_monitor])
     await asyncio.gather(*(monitor.check() for monitor in first))
     servicer = PipelineServicer(
         jobs,
-        [worker.health, extract_worker.health],
+        [worker.health, *llm_healths],
         [
             worker.status,
             extract_worker.status,
@@ -139,7 +155,8 @@ async def start_pipeline(
             consolidate_worker.status,
         ]
         + ([near_duplicates.status] if config.dedup.enabled else []),
-        extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
+        # a chain records each call's outcome on its own providers
+        extraction=Extractor(llm if isinstance(llm, LlmChain) else MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
     )
     server = await start_server(
@@ -153,7 +170,7 @@ async def start_pipeline(
     background.append(asyncio.create_task(near_duplicates.run()))  # stops at once when off
     background.append(asyncio.create_task(summarize_worker.run()))
     background.append(asyncio.create_task(consolidate_worker.run()))
-    background += [asyncio.create_task(m.run()) for m in (embed_monitor, llm_monitor)]
+    background += [asyncio.create_task(m.run()) for m in (embed_monitor, *chain_monitors)]
     log.info("pipeline serving", extra={"port": server.port, "embedding": provider.kind})
     return PipelineApp(
         server, channel, provider, worker, background, llm=llm, search_channel=search_channel

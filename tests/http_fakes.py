@@ -37,6 +37,8 @@ class Reply:
     body: Any = None
     delay_s: float = 0.0
     content_type: str = "application/json"
+    # extra response headers (Retry-After on a 429)
+    headers: dict[str, str] = field(default_factory=dict)
 
     def payload(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -112,6 +114,8 @@ class ScriptedHttpServer:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", reply.content_type)
                     self.send_header("Content-Length", str(len(payload)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):

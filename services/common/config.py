@@ -443,6 +443,33 @@ def llm_configured(config: Config) -> bool:
     )
 
 
+# What to turn on, said where a user looks (FAILED_PRECONDITION messages,
+# GetStatus, ListEntities): the one wording of each hint.
+LLM_HINT = (
+    "point providers.llm at a model (Ollama, a llama.cpp server, Anthropic or Gemini; "
+    'README "Which features need an LLM")'
+)
+PIPELINE_OFF_HINT = f"Pipeline V2 is off: set memory.pipelineV2.enabled: true and {LLM_HINT}"
+CONSOLIDATION_OFF_HINT = (
+    "sessions.consolidate is auto and memory.pipelineV2.enabled is off: set "
+    f"memory.pipelineV2.enabled: true (or sessions.consolidate: on) and {LLM_HINT}"
+)
+
+
+def graph_off_reason(config: Config) -> str:
+    """Why no entity is being added to the graph, or "" when it is: entities
+    come from extraction and session consolidation (both LLM work) with
+    memory.pipelineV2.graphEnabled."""
+    if not config.memory.pipelineV2.graphEnabled:
+        return (
+            "the entity graph is built by the LLM pipeline, and memory.pipelineV2.graphEnabled "
+            f"is off: set it and memory.pipelineV2.enabled to true, and {LLM_HINT}"
+        )
+    if not (config.memory.pipelineV2.enabled or consolidation_enabled(config)):
+        return f"the entity graph is built by the LLM pipeline: {PIPELINE_OFF_HINT}"
+    return ""
+
+
 def consolidation_enabled(config: Config) -> bool:
     """Whether sessions are consolidated: the store tracks and queues, the pipeline works."""
     setting = config.sessions.consolidate

@@ -28,7 +28,7 @@ from engram.store.internal.v1 import (
 )
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.auth import server_guard
-from services.common.config import Config, consolidation_enabled
+from services.common.config import Config, consolidation_enabled, graph_off_reason
 from services.common.db import (
     DatabaseError,
     ReadPool,
@@ -343,7 +343,9 @@ async def start_store(
         summary_ttl_ms=config.sessions.summary_ttl_ms,
         max_job_attempts=max_attempts,
     )
-    consolidation = Consolidation(writer, reads, store, write_policy(config))
+    consolidation = Consolidation(
+        writer, reads, store, write_policy(config), tracking=consolidation_enabled(config)
+    )
     queue = JobQueue(
         writer,
         reads,
@@ -374,6 +376,7 @@ async def start_store(
                 sessions,
                 consolidation,
                 WeakMemories(reads, DecayPolicy.from_config(config)),
+                graph_off_reason=graph_off_reason(config),
             ),
             server,
         )

@@ -21,8 +21,9 @@ from datetime import timedelta
 from typing import Any
 
 from services.common import clock
+from services.common.config import CONSOLIDATION_OFF_HINT
 from services.common.db import ReadPool
-from services.common.errors import InvalidArgument, NotFound, Violations
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Violations
 from services.common.facts import (
     MAX_CAUSAL_LINKS,
     MAX_FACT_SOURCES,
@@ -185,8 +186,11 @@ class Consolidation:
         reads: ReadPool,
         store: MemoryStore,
         policy: WritePolicy,
+        *,
+        tracking: bool = True,
     ) -> None:
         self._writer = writer
+        self._tracking = tracking
         self._reads = reads
         self._store = store
         self._policy = policy
@@ -216,6 +220,13 @@ class Consolidation:
         bad.check("", _session_id, session_id, "session_id")
         bad.raise_if_any()
         row = await self._reads.fetch_one(sql.consolidation_query(namespace, session_id))
+        if row is None and not self._tracking:
+            # not "no such session": no session is tracked while consolidation is off
+            raise FailedPrecondition(
+                f"no session is tracked: session consolidation is off ({CONSOLIDATION_OFF_HINT})",
+                reason="CONSOLIDATION_DISABLED",
+                metadata={"setting": "sessions.consolidate"},
+            )
         if row is None:
             raise NotFound(f"namespace {namespace} tracks no session {session_id}")
         return SessionState(

@@ -21,7 +21,6 @@ from datetime import timedelta
 from typing import Any
 
 from services.common import clock
-from services.common.config import CONSOLIDATION_OFF_HINT
 from services.common.db import ReadPool
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Violations
 from services.common.facts import (
@@ -187,10 +186,11 @@ class Consolidation:
         store: MemoryStore,
         policy: WritePolicy,
         *,
-        tracking: bool = True,
+        off_reason: str = "",
     ) -> None:
         self._writer = writer
-        self._tracking = tracking
+        # why no session is tracked ("" while consolidation is on)
+        self._off_reason = off_reason
         self._reads = reads
         self._store = store
         self._policy = policy
@@ -220,10 +220,10 @@ class Consolidation:
         bad.check("", _session_id, session_id, "session_id")
         bad.raise_if_any()
         row = await self._reads.fetch_one(sql.consolidation_query(namespace, session_id))
-        if row is None and not self._tracking:
+        if row is None and self._off_reason:
             # not "no such session": no session is tracked while consolidation is off
             raise FailedPrecondition(
-                f"no session is tracked: session consolidation is off ({CONSOLIDATION_OFF_HINT})",
+                f"no session is tracked: session consolidation is off ({self._off_reason})",
                 reason="CONSOLIDATION_DISABLED",
                 metadata={"setting": "sessions.consolidate"},
             )

@@ -491,7 +491,7 @@ HOSTED_BASE_URLS = {
 }
 
 
-class _KeySource(_Section):
+class KeySource(_Section):
     """A provider's API key, from at most one of `api_key` (the value itself),
     `api_key_env` (the name of an environment variable holding it) or
     `api_key_file` (a file holding it); services.common.providers.keys reads it."""
@@ -501,14 +501,14 @@ class _KeySource(_Section):
     api_key_file: str = ""
 
     @model_validator(mode="after")
-    def _one_key_source(self) -> _KeySource:
+    def _one_key_source(self) -> KeySource:
         given = [name for name in ("api_key", "api_key_env", "api_key_file") if getattr(self, name)]
         if len(given) > 1:
             raise ValueError(f"set at most one of {', '.join(given)} (the key's one source)")
         return self
 
 
-class LlmProviderSettings(_KeySource):
+class LlmProviderSettings(KeySource):
     """One LLM provider (`providers.llm`, or one entry of `providers.llm_fallbacks`)."""
 
     kind: Literal["ollama", "openai", "anthropic", "gemini"] = "ollama"
@@ -544,7 +544,7 @@ def embedding_identity(model: str, dimensions: int) -> str:
     return f"{model}@{dimensions}" if dimensions else model
 
 
-class EmbeddingProviderSettings(_KeySource):
+class EmbeddingProviderSettings(KeySource):
     kind: Literal["local", "ollama", "openai", "gemini", "none"] = "local"
     base_url: str = "http://localhost:11434"
     model: str = LOCAL_EMBEDDING_MODEL

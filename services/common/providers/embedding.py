@@ -207,7 +207,12 @@ def embedding_provider(config: Config, *, background: bool = False) -> Embedding
         settings = config.providers.embedding
         return local_embedding(settings.runtime, settings.threads, background=background)
     settings = config.providers.embedding
-    cls = {"ollama": OllamaEmbedding, "openai": OpenAIEmbedding, "gemini": GeminiEmbedding}[kind]
+    kinds: dict[str, type[OllamaEmbedding | OpenAIEmbedding | GeminiEmbedding]] = {
+        "ollama": OllamaEmbedding,
+        "openai": OpenAIEmbedding,
+        "gemini": GeminiEmbedding,
+    }
+    cls = kinds[kind]
     return cls(
         settings.base_url,
         model,

@@ -9,18 +9,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
 
-from services.common.config import ConfigError
-
-
-class KeySettings(Protocol):
-    api_key: str
-    api_key_env: str
-    api_key_file: str
+from services.common.config import ConfigError, KeySource
 
 
-def api_key(settings: KeySettings, where: str, environ: Mapping[str, str] | None = None) -> str:
+def api_key(settings: KeySource, where: str, environ: Mapping[str, str] | None = None) -> str:
     """The configured key ("" when none); `where` names the section in errors
     (`providers.llm`), which name the variable or the file, never the value."""
     if settings.api_key_env:

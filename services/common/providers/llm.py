@@ -300,7 +300,7 @@ class GeminiLlm(_HttpLlm):
         return without_nul("".join(texts))
 
 
-_KINDS: dict[str, type[_HttpLlm]] = {
+_KINDS: dict[str, type[OllamaLlm | OpenAILlm | AnthropicLlm | GeminiLlm]] = {
     "ollama": OllamaLlm,
     "openai": OpenAILlm,
     "anthropic": AnthropicLlm,
@@ -308,7 +308,7 @@ _KINDS: dict[str, type[_HttpLlm]] = {
 }
 
 
-def _build(settings: LlmSettings) -> _HttpLlm:
+def _build(settings: LlmSettings) -> LlmProvider:
     return _KINDS[settings.kind](
         settings.base_url,
         settings.model,
@@ -328,18 +328,14 @@ class LlmChain:
     each provider's state (GetStatus lists them in order); `model` is the model
     that answered last (what extraction records)."""
 
-    def __init__(self, members: list[_HttpLlm]) -> None:
+    def __init__(self, members: list[LlmProvider]) -> None:
         self.members = members
         self.kind = members[0].kind
         self.health = [
             ProviderHealth("llm", m.kind, m.model, position=i) for i, m in enumerate(members)
         ]
         self._resting_until = [0.0] * len(members)
-        self._answered = members[0]
-
-    @property
-    def model(self) -> str:
-        return self._answered.model
+        self.model = members[0].model
 
     def _order(self) -> list[int]:
         now = time.monotonic()
@@ -363,7 +359,7 @@ class LlmChain:
                 failures.append((i, exc))
                 continue
             mark(health, "available", "")
-            self._answered = member
+            self.model = member.model
             return text
         summary = "; ".join(f"[{i}] {self.members[i].kind}: {e}" for i, e in failures)
         if all(isinstance(e, LlmUnreachable) for _, e in failures):

@@ -18,9 +18,11 @@ from engram.pipeline.v1 import pipeline_pb2 as pb
 from http_fakes import Reply, VectorBook, ollama_server
 from llm_fakes import LlmServer, anthropic_error, extraction_answer, fact
 from recall_helpers import Stack, fake_embedding_overrides
+from services.common import provider_state
 from services.common.config import load_config
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.llm import LlmChain, LlmUnreachable, llm_provider
+from services.maintenance import diagnostics as dx
 
 
 def entry(server: LlmServer, **more: Any) -> dict[str, Any]:
@@ -207,3 +209,16 @@ def test_a_configured_llm_that_is_down_is_degraded(
     [status] = statuses(stack)
     assert status.state == provider_pb2.PROVIDER_STATE_DEGRADED
     assert "unreachable" in status.last_error
+
+
+def test_a_rate_limited_provider_scores_like_a_degraded_one_and_not_configured_like_up() -> None:
+    def score(*states: str) -> float:
+        found = tuple(
+            dx.Provider("llm", "anthropic", "m", s, position=i) for i, s in enumerate(states)
+        )
+        return dx.provider_score(dx.ProviderReport(reachable=True, providers=found))
+
+    assert score("rate_limited", "available") == score("degraded", "available") == 0.75
+    assert score("disabled") == 1.0, "an LLM that is not configured costs nothing"
+    for state in ("available", "degraded", "rate_limited", "disabled"):
+        assert provider_state.from_proto(provider_state.to_proto(state)) == state

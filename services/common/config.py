@@ -496,7 +496,8 @@ class KeySource(_Section):
     `api_key_env` (the name of an environment variable holding it) or
     `api_key_file` (a file holding it); services.common.providers.keys reads it."""
 
-    api_key: str = ""
+    # repr=False: a settings object printed or logged never shows the key
+    api_key: str = Field("", repr=False)
     api_key_env: str = ""
     api_key_file: str = ""
 

@@ -343,3 +343,18 @@ def test_the_key_never_appears_in_logs_or_errors(
     assert caplog.records, "the calls logged something (the chain's state changes)"
     for text in [*messages, caplog.text]:
         assert KEY not in text
+
+
+def test_a_printed_configuration_does_not_show_the_key() -> None:
+    config = load_config(
+        environ={},
+        overrides={
+            "providers.llm.api_key": KEY,
+            "providers.llm_fallbacks": [{"kind": "gemini", "api_key": KEY}],
+            "providers.embedding.kind": "openai",
+            "providers.embedding.model": "m",
+            "providers.embedding.api_key": KEY,
+        },
+    )
+    assert config.providers.llm.api_key == KEY
+    assert KEY not in repr(config) and KEY not in str(config)

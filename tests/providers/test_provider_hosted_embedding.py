@@ -11,8 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from backend_db import storage_backend  # noqa: F401  (a fixture: both backends)
+from engram.common.v1 import job_pb2
+from engram.store.internal.v1 import job_queue_pb2 as jq
 from http_fakes import Reply, Request, ScriptedHttpServer, gemini_embedding_server, openai_server
 from llm_fakes import gemini_error, header
 from services.common.config import ConfigError, load_config
@@ -181,3 +185,52 @@ def test_gemini_embeddings_default_to_googles_api() -> None:
     assert configured(kind="gemini", model="m").providers.embedding.base_url == (
         "https://generativelanguage.googleapis.com"
     )
+
+
+# ---- the store's index: another size is another model ----------------------------------
+
+
+def test_changing_the_dimensions_reembeds_and_the_index_refuses_the_old_size(
+    recall_stack: Callable[..., Any],
+) -> None:
+    base = {
+        "providers.embedding.kind": "openai",
+        "providers.embedding.base_url": "http://127.0.0.1:9",  # the store never calls it
+        "providers.embedding.model": "text-embedding-3-small",
+    }
+    full = recall_stack(base, search=False)
+    full.remember("alpha memory")
+    full.remember("beta memory")
+    assert full.embed_pending(lambda _t: [0.5] * 16, model="text-embedding-3-small") == 2
+    full.store_thread.stop()
+
+    reduced = recall_stack({**base, "providers.embedding.dimensions": 8}, search=False)
+    stats = reduced.stats()
+    assert (stats.index_model, stats.indexed_memory_count) == ("text-embedding-3-small@8", 0)
+    jobs = reduced.jobs.LeaseJobs(
+        jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_EMBED, max_jobs=10)
+    ).jobs
+    assert len(jobs) == 2, "every memory queued for re-embedding at the new size"
+
+    def complete(model: str, size: int) -> Any:
+        return reduced.jobs.CompleteEmbedJobs(
+            jq.CompleteEmbedJobsRequest(
+                model=model,
+                results=[
+                    jq.EmbedResult(
+                        lease=jq.JobLease(job_id=j.id, lease_token=j.lease_token),
+                        content_hash=j.content_hash,
+                        vector=[0.5] * size,
+                    )
+                    for j in jobs
+                ],
+            )
+        )
+
+    with pytest.raises(grpc.RpcError) as caught:
+        complete("text-embedding-3-small", 16)
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "providers.embedding model and dimensions" in caught.value.details()
+    complete("text-embedding-3-small@8", 8)
+    stats = reduced.stats()
+    assert (stats.indexed_memory_count, stats.index_dimensions) == (2, 8)

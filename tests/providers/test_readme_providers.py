@@ -7,13 +7,19 @@ for an answer."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import shlex
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from backend_db import storage_backend  # noqa: F401  (a fixture: both backends)
+from e2e.e2e_helpers import GRPCURL, needs_grpcurl
+from engram.store.v1 import store_pb2
 from http_fakes import gemini_embedding_server, openai_server
 from llm_fakes import LlmServer
 from services.common.config import Config, load_config
@@ -117,3 +123,29 @@ def test_the_embedding_examples_load_and_embed(
                 await p.close()
 
         assert [len(v) for v in asyncio.run(vectors())] == [settings.dimensions]
+
+
+@needs_grpcurl()
+def test_the_readme_backfill_example_queues_what_was_remembered_while_off(
+    start_store_server: Callable[..., Any], make_config: Callable[..., Any]
+) -> None:
+    """The Pipeline V2 section's BackfillExtraction line, as written (its port
+    rewritten), against a store that has just had the pipeline turned on."""
+    [block] = [
+        b
+        for b in re.findall(r"^```sh\n(.*?)^```", README.read_text(), re.DOTALL | re.M)
+        if "StoreAdminService/BackfillExtraction" in b
+    ]
+    [command] = [line for line in block.splitlines() if line.strip()]
+    off, store = start_store_server(make_config())
+    for n in range(3):
+        store.Remember(store_pb2.RememberRequest(namespace="team-a", content=f"while off {n}"))
+    off.stop()
+    on, _ = start_store_server(make_config(**{"memory.pipelineV2.enabled": True}))
+    assert GRPCURL is not None
+    argv = shlex.split(command.replace("localhost:50061", f"127.0.0.1:{on.app.internal_port}"))
+    result = subprocess.run(
+        [GRPCURL, *argv[1:]], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"queued": "3"}, "int64 as JSON text; remaining 0 omitted"

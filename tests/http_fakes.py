@@ -37,7 +37,8 @@ class Reply:
     body: Any = None
     delay_s: float = 0.0
     content_type: str = "application/json"
-    headers: dict[str, str] = field(default_factory=dict)  # more, e.g. Location
+    # extra response headers (Retry-After on a 429)
+    headers: dict[str, str] = field(default_factory=dict)
 
     def payload(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -226,7 +227,9 @@ def openai_server(
     embed: Embed, model: str = "fake-embed", *, reverse: bool = False
 ) -> ScriptedHttpServer:
     """OpenAI-compatible `POST /v1/embeddings` -> {data: [{embedding, index}]};
-    `reverse` sends the items in reverse order (clients must use `index`)."""
+    `reverse` sends the items in reverse order (clients must use `index`).
+    `dimensions` in the request shortens each vector to its first that many
+    values, as text-embedding-3 models do (Matryoshka)."""
 
     def embed_route(request: Request) -> Reply:
         body = request.json or {}
@@ -235,8 +238,9 @@ def openai_server(
             texts = [texts]
         if not isinstance(texts, list):
             return Reply(400, {"error": {"message": "input is required"}})
+        size = body.get("dimensions")
         data = [
-            {"object": "embedding", "index": i, "embedding": list(embed(t))}
+            {"object": "embedding", "index": i, "embedding": list(embed(t))[:size]}
             for i, t in enumerate(texts)
         ]
         if reverse:
@@ -248,6 +252,55 @@ def openai_server(
             ("POST", "/v1/embeddings"): embed_route,
             ("GET", "/v1/models"): lambda _r: Reply(
                 200, {"object": "list", "data": [{"id": model, "object": "model"}]}
+            ),
+        }
+    )
+
+
+def gemini_embedding_server(
+    embed: Embed, model: str = "fake-embed", api_key: str | None = None
+) -> ScriptedHttpServer:
+    """Gemini `POST /v1beta/models/{model}:batchEmbedContents` {requests: [{model,
+    content: {parts: [{text}]}, outputDimensionality?}]} -> {embeddings: [{values}]}
+    (`outputDimensionality` keeps the first that many values); `GET /v1beta/models`.
+    With `api_key`, a request without it in `x-goog-api-key` gets Google's 400."""
+
+    def refused(request: Request) -> Reply | None:
+        given = {k.lower(): v for k, v in request.headers.items()}.get("x-goog-api-key")
+        if api_key is not None and given != api_key:
+            return Reply(
+                400,
+                {
+                    "error": {
+                        "code": 400,
+                        "status": "INVALID_ARGUMENT",
+                        "message": "API key not valid",
+                    }
+                },
+            )
+        return None
+
+    def embed_route(request: Request) -> Reply:
+        bad = refused(request)
+        if bad is not None:
+            return bad
+        items = (request.json or {}).get("requests")
+        if not isinstance(items, list) or not items:
+            return Reply(
+                400,
+                {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "requests empty"}},
+            )
+        vectors = []
+        for item in items:
+            text = "".join(p.get("text", "") for p in item["content"]["parts"])
+            vectors.append({"values": list(embed(text))[: item.get("outputDimensionality")]})
+        return Reply(200, {"embeddings": vectors})
+
+    return ScriptedHttpServer(
+        {
+            ("POST", f"/v1beta/models/{model}:batchEmbedContents"): embed_route,
+            ("GET", "/v1beta/models"): lambda r: (
+                refused(r) or Reply(200, {"models": [{"name": f"models/{model}"}]})
             ),
         }
     )

@@ -1,5 +1,6 @@
-"""Real HTTP servers that speak the Ollama (`/api/generate`) and OpenAI-compatible
-(`/v1/chat/completions`) LLM protocols with scripted answers, on top of
+"""Real HTTP servers that speak the Ollama (`/api/generate`), OpenAI-compatible
+(`/v1/chat/completions`), Anthropic Messages (`/v1/messages`) and Gemini
+(`/v1beta/models/{model}:generateContent`) LLM protocols with scripted answers, on top of
 tests/http_fakes.ScriptedHttpServer (importable from any test module).
 
 A script is a function from the prompt to the answer: a string (the model's
@@ -49,21 +50,29 @@ class InFlight:
 
 
 class LlmServer(ScriptedHttpServer):
-    """A scripted LLM; `script` may be replaced while it runs."""
+    """A scripted LLM; `script` may be replaced while it runs. With `api_key`,
+    a request without that key (in the protocol's header) gets the protocol's
+    authentication error, and Anthropic requests without `anthropic-version`
+    a 400, as the real APIs answer."""
 
-    def __init__(self, script: Script, protocol: str = "ollama", model: str = "fake-llm") -> None:
+    def __init__(
+        self,
+        script: Script,
+        protocol: str = "ollama",
+        model: str = "fake-llm",
+        *,
+        api_key: str | None = None,
+    ) -> None:
         self.script = script
         self.in_flight = InFlight()
         self.model = model
-        path = "/api/generate" if protocol == "ollama" else "/v1/chat/completions"
-        wrap = _ollama_body if protocol == "ollama" else _openai_body
-        health = (
-            ("GET", "/api/tags", {"models": [{"name": model}]})
-            if protocol == "ollama"
-            else ("GET", "/v1/models", {"object": "list", "data": [{"id": model}]})
-        )
+        self.protocol = protocol
+        path, wrap, health = _PROTOCOLS[protocol](model)
 
         def generate(request: Request) -> Reply:
+            refused = _auth_refusal(protocol, request, api_key)
+            if refused is not None:
+                return refused
             with self.in_flight:
                 if self.in_flight.hold_s:
                     time.sleep(self.in_flight.hold_s)
@@ -94,10 +103,116 @@ def _openai_body(text: str, model: str) -> dict[str, Any]:
     }
 
 
+def _anthropic_body(text: str, model: str) -> dict[str, Any]:
+    return {
+        "id": "msg_scripted",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 10},
+    }
+
+
+def _gemini_body(text: str, model: str) -> dict[str, Any]:
+    return {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": [{"text": text}]},
+                "finishReason": "STOP",
+                "index": 0,
+            }
+        ],
+        "modelVersion": model,
+    }
+
+
+_Wrap = Callable[[str, str], dict[str, Any]]
+_PROTOCOLS: dict[str, Callable[[str], tuple[str, _Wrap, tuple[str, str, Any]]]] = {
+    "ollama": lambda m: (
+        "/api/generate",
+        _ollama_body,
+        ("GET", "/api/tags", {"models": [{"name": m}]}),
+    ),
+    "openai": lambda m: (
+        "/v1/chat/completions",
+        _openai_body,
+        ("GET", "/v1/models", {"object": "list", "data": [{"id": m}]}),
+    ),
+    "anthropic": lambda m: (
+        "/v1/messages",
+        _anthropic_body,
+        ("GET", "/v1/models", {"data": [{"type": "model", "id": m}], "has_more": False}),
+    ),
+    "gemini": lambda m: (
+        f"/v1beta/models/{m}:generateContent",
+        _gemini_body,
+        ("GET", "/v1beta/models", {"models": [{"name": f"models/{m}"}]}),
+    ),
+}
+
+
+def header(request: Request, name: str) -> str | None:
+    """A request header, by case-insensitive name."""
+    for key, value in request.headers.items():
+        if key.lower() == name.lower():
+            return value
+    return None
+
+
+def _auth_refusal(protocol: str, request: Request, api_key: str | None) -> Reply | None:
+    if protocol == "anthropic" and header(request, "anthropic-version") is None:
+        return anthropic_error(400, "invalid_request_error", "anthropic-version header is required")
+    if api_key is None:
+        return None
+    if protocol == "anthropic" and header(request, "x-api-key") != api_key:
+        return anthropic_error(401, "authentication_error", "invalid x-api-key")
+    if protocol == "gemini":
+        given = header(request, "x-goog-api-key")
+        if given is None and "key=" in request.path:
+            given = request.path.split("key=", 1)[1].split("&", 1)[0]
+        if given != api_key:
+            return gemini_error(
+                400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key."
+            )
+    if protocol in ("openai", "ollama") and header(request, "authorization") != f"Bearer {api_key}":
+        return Reply(
+            401,
+            {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}},
+        )
+    return None
+
+
+def anthropic_error(status: int, type: str, message: str, retry_after: str | None = None) -> Reply:
+    """An Anthropic error answer: {"type": "error", "error": {"type", "message"}}
+    (429 rate_limit_error, 529 overloaded_error, 401 authentication_error, ...)."""
+    return Reply(
+        status,
+        {"type": "error", "error": {"type": type, "message": message}},
+        headers={"retry-after": retry_after} if retry_after is not None else {},
+    )
+
+
+def gemini_error(
+    status: int, code_name: str, message: str, retry_after: str | None = None
+) -> Reply:
+    """A Google API error answer: {"error": {"code", "status", "message"}}
+    (429 RESOURCE_EXHAUSTED, 400 INVALID_ARGUMENT, 403 PERMISSION_DENIED, ...)."""
+    return Reply(
+        status,
+        {"error": {"code": status, "status": code_name, "message": message}},
+        headers={"retry-after": retry_after} if retry_after is not None else {},
+    )
+
+
 def prompt_of(request: Request) -> str:
     body = request.json or {}
     if "prompt" in body:
         return str(body["prompt"])
+    if "contents" in body:  # gemini
+        parts = (body.get("contents") or [{}])[-1].get("parts") or [{}]
+        return "".join(str(p.get("text", "")) for p in parts)
     messages = body.get("messages") or [{}]
     return str(messages[-1].get("content", ""))
 

@@ -430,23 +430,125 @@ class SessionsSettings(_Section):
         return levels
 
 
+def llm_configured(config: Config) -> bool:
+    """Whether an LLM is part of this setup: a feature that calls it is on
+    (memory.pipelineV2.enabled, session consolidation), or the file or the
+    environment set a `providers.llm` key or fallbacks. Otherwise the LLM is
+    "not configured" (GetStatus: PROVIDER_STATE_DISABLED), not degraded: a fresh
+    default install without a model is fully healthy."""
+    providers = config.providers
+    return (
+        config.memory.pipelineV2.enabled
+        or consolidation_enabled(config)
+        or bool(providers.llm.model_fields_set)
+        or bool(providers.llm_fallbacks)
+    )
+
+
+# What to turn on, said where a user looks (FAILED_PRECONDITION messages,
+# GetStatus, ListEntities): the one wording of each hint.
+LLM_HINT = (
+    "point providers.llm at a model (Ollama, a llama.cpp server, Anthropic or Gemini; "
+    'README "Which features need an LLM")'
+)
+PIPELINE_OFF_HINT = f"Pipeline V2 is off: set memory.pipelineV2.enabled: true and {LLM_HINT}"
+
+
+def graph_off_reason(config: Config) -> str:
+    """Why no entity is being added to the graph, or "" when it is: entities
+    come from extraction and session consolidation (both LLM work) with
+    memory.pipelineV2.graphEnabled."""
+    if not config.memory.pipelineV2.graphEnabled:
+        return (
+            "the entity graph is built by the LLM pipeline, and memory.pipelineV2.graphEnabled "
+            f"is off: set it and memory.pipelineV2.enabled to true, and {LLM_HINT}"
+        )
+    if not (config.memory.pipelineV2.enabled or consolidation_enabled(config)):
+        return f"the entity graph is built by the LLM pipeline: {PIPELINE_OFF_HINT}"
+    return ""
+
+
+def consolidation_off_reason(config: Config) -> str:
+    """Why sessions are not tracked and consolidated, or "" when they are."""
+    if consolidation_enabled(config):
+        return ""
+    if config.sessions.consolidate == "off":
+        return f"sessions.consolidate is off: set it to on and {LLM_HINT}"
+    return (
+        "sessions.consolidate is auto and memory.pipelineV2.enabled is off: set "
+        f"memory.pipelineV2.enabled: true (or sessions.consolidate: on) and {LLM_HINT}"
+    )
+
+
 def consolidation_enabled(config: Config) -> bool:
     """Whether sessions are consolidated: the store tracks and queues, the pipeline works."""
     setting = config.sessions.consolidate
     return setting == "on" or (setting == "auto" and config.memory.pipelineV2.enabled)
 
 
-class LlmProviderSettings(_Section):
-    kind: Literal["ollama", "openai"] = "ollama"
+# Where a hosted LLM kind answers when `base_url` is not given.
+HOSTED_BASE_URLS = {
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+}
+
+
+class KeySource(_Section):
+    """A provider's API key, from at most one of `api_key` (the value itself),
+    `api_key_env` (the name of an environment variable holding it) or
+    `api_key_file` (a file holding it); services.common.providers.keys reads it."""
+
+    # repr=False: a settings object printed or logged never shows the key
+    api_key: str = Field("", repr=False)
+    api_key_env: str = ""
+    api_key_file: str = ""
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> KeySource:
+        given = [name for name in ("api_key", "api_key_env", "api_key_file") if getattr(self, name)]
+        if len(given) > 1:
+            raise ValueError(f"set at most one of {', '.join(given)} (the key's one source)")
+        return self
+
+
+class LlmProviderSettings(KeySource):
+    """One LLM provider (`providers.llm`, or one entry of `providers.llm_fallbacks`)."""
+
+    kind: Literal["ollama", "openai", "anthropic", "gemini"] = "ollama"
+    # default: Ollama's local port; anthropic and gemini default to their hosted API
     base_url: str = "http://localhost:11434"
     model: str = "qwen3:4b"
     timeout_ms: int = Field(45000, ge=1000, le=600000)
-    api_key: str = ""
     concurrency: int = Field(2, ge=1, le=64)
+    # the answer's token limit (the Anthropic Messages API requires one; Gemini's
+    # maxOutputTokens); ollama and openai leave it to the server
+    max_tokens: int = Field(4096, ge=1, le=200000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hosted_base_url(cls, data: Any) -> Any:
+        """anthropic and gemini without a `base_url`: their hosted API."""
+        if isinstance(data, dict) and "base_url" not in data:
+            hosted = HOSTED_BASE_URLS.get(data.get("kind"))  # type: ignore[arg-type]
+            if hosted is not None:
+                return {**data, "base_url": hosted}
+        return data
 
 
-class EmbeddingProviderSettings(_Section):
-    kind: Literal["local", "ollama", "openai", "none"] = "local"
+# Embedding kinds that can return shorter vectors of the same model
+# (`dimensions`: OpenAI's `dimensions`, Gemini's `outputDimensionality`).
+REDUCIBLE_EMBEDDING_KINDS = ("openai", "gemini")
+
+
+def embedding_identity(model: str, dimensions: int) -> str:
+    """The name the vector index records for `model` cut to `dimensions` (0:
+    its full size): another size is another model, so changing it re-embeds
+    instead of mixing sizes."""
+    return f"{model}@{dimensions}" if dimensions else model
+
+
+class EmbeddingProviderSettings(KeySource):
+    kind: Literal["local", "ollama", "openai", "gemini", "none"] = "local"
     base_url: str = "http://localhost:11434"
     model: str = LOCAL_EMBEDDING_MODEL
     timeout_ms: int = Field(30000, ge=100, le=600000)
@@ -456,6 +558,27 @@ class EmbeddingProviderSettings(_Section):
     runtime: Literal["onnx", "torch"] = "onnx"
     # intra-op threads of the local model's runtime, in each process that loads it
     threads: int = Field(1, ge=1, le=64)
+    # seed 003's `embedding_dimensions`: vectors of this many dimensions, for a
+    # model that can shorten its own (openai text-embedding-3-*, gemini); 0:
+    # the model's full size. A multiple of 8 (the sign-bit index).
+    dimensions: int = Field(0, ge=0, le=8192, multiple_of=8)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hosted_base_url(cls, data: Any) -> Any:
+        """gemini without a `base_url`: Google's API."""
+        if isinstance(data, dict) and "base_url" not in data and data.get("kind") == "gemini":
+            return {**data, "base_url": HOSTED_BASE_URLS["gemini"]}
+        return data
+
+    @model_validator(mode="after")
+    def _reducible(self) -> EmbeddingProviderSettings:
+        if self.dimensions and self.kind not in REDUCIBLE_EMBEDDING_KINDS:
+            raise ValueError(
+                f"dimensions: kind {self.kind} returns its model's full size; "
+                f"only {' and '.join(REDUCIBLE_EMBEDDING_KINDS)} shorten vectors (set 0)"
+            )
+        return self
 
     @field_validator("model")
     @classmethod
@@ -473,6 +596,9 @@ class RerankerProviderSettings(_Section):
 
 class ProvidersSettings(_Section):
     llm: LlmProviderSettings = LlmProviderSettings()
+    # further LLM providers, in order: a call goes to the next one when the one
+    # before is unreachable, rate limited or timing out (services/common/providers/llm.py)
+    llm_fallbacks: list[LlmProviderSettings] = Field(default_factory=list, max_length=8)
     embedding: EmbeddingProviderSettings = EmbeddingProviderSettings()
     reranker: RerankerProviderSettings = RerankerProviderSettings()
     # how often the pipeline probes its LLM and embedding providers for GetStatus

@@ -186,6 +186,16 @@ class FailedPrecondition(EngramError):
     kind = ErrorKind.FAILED_PRECONDITION
 
 
+class PipelineDisabled(FailedPrecondition):
+    """Work that only Pipeline V2 (and its LLM) does was asked for while it is
+    off: refused, so nothing is queued that no worker will take."""
+
+    reason = "PIPELINE_DISABLED"
+
+    def __init__(self, what: str, hint: str) -> None:
+        super().__init__(f"{what}: {hint}", metadata={"setting": "memory.pipelineV2.enabled"})
+
+
 class AlreadyExists(EngramError):
     kind = ErrorKind.ALREADY_EXISTS
 

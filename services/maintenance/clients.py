@@ -131,6 +131,7 @@ class PipelineStatusClient:
                     model=p.model,
                     state=provider_state.from_proto(p.state),
                     last_error=p.last_error,
+                    position=p.chain_position,
                 )
                 for p in status.providers
             ),

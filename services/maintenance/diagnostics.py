@@ -86,8 +86,9 @@ class Provider:
     role: str
     kind: str
     model: str
-    state: str  # available | degraded | disabled
+    state: str  # available | degraded | rate_limited | disabled (not configured)
     last_error: str = ""
+    position: int = 0  # an LLM's place in the fallback chain
 
 
 @dataclass(frozen=True)
@@ -157,13 +158,17 @@ def component_scores(counts: StoreCounts, providers: ProviderReport) -> dict[str
 
 
 def provider_score(report: ProviderReport) -> float:
-    """Unreachable pipeline 0; otherwise the mean of 1 (available or disabled)
-    and 0.5 (degraded) over its providers (1 when it reports none)."""
+    """Unreachable pipeline 0; otherwise the mean of 1 (available, or disabled:
+    not configured, as the LLM of a default install) and 0.5 (degraded or rate
+    limited: configured and failing) over its providers (1 when it reports none)."""
     if not report.reachable:
         return 0.0
     if not report.providers:
         return 1.0
-    values = [DEGRADED_PROVIDER_SCORE if p.state == "degraded" else 1.0 for p in report.providers]
+    values = [
+        DEGRADED_PROVIDER_SCORE if p.state in ("degraded", "rate_limited") else 1.0
+        for p in report.providers
+    ]
     return sum(values) / len(values)
 
 

@@ -101,6 +101,7 @@ def report_to_proto(report: dx.Report) -> pb.GetDiagnosticsResponse:
                     model=p.model,
                     state=provider_state.to_proto(p.state),
                     last_error=p.last_error,
+                    chain_position=p.position,
                 )
                 for p in report.providers.providers
             ],

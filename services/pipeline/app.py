@@ -14,11 +14,11 @@ from engram.search.v1 import search_pb2_grpc
 from engram.store.internal.v1 import dedup_pb2_grpc, documents_pb2_grpc, job_queue_pb2_grpc
 from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
-from services.common.config import Config
+from services.common.config import Config, llm_configured
 from services.common.listeners import listener
 from services.common.pii import PiiGate
 from services.common.providers.embedding import EmbeddingProvider, embedding_provider
-from services.common.providers.llm import LlmProvider, llm_provider
+from services.common.providers.llm import LlmChain, LlmProvider, llm_provider
 from services.common.server import RunningServer, cancel_tasks, start_server
 from services.common.suite import announce_own_suite, own_suite_id
 from services.pipeline.consolidate_worker import ConsolidateWorker, consolidate_settings
@@ -127,13 +127,29 @@ async def start_pipeline(
     # Provider states come from real probes, not from "no failure yet"; the
     # in-process model is not waited for (nothing here needs it to answer).
     probe_every_s = config.providers.probe_interval_ms / 1000
+    # An LLM no feature calls is "not configured", not degraded; a fallback
+    # chain reports each of its providers, probed one by one.
+    configured = llm_configured(config)
     embed_monitor = ProviderMonitor(worker.health, provider_probe(provider), probe_every_s)
-    llm_monitor = ProviderMonitor(extract_worker.health, provider_probe(llm), probe_every_s)
-    first = [llm_monitor] if provider.kind == "local" else [llm_monitor, embed_monitor]
+    if isinstance(llm, LlmChain):
+        llm_healths = llm.health
+        chain_monitors = [
+            ProviderMonitor(h, provider_probe(m), probe_every_s, configured=configured)
+            for h, m in zip(llm.health, llm.members, strict=True)
+        ]
+    else:
+        llm_healths = [extract_worker.health]
+        chain_monitors = [
+            ProviderMonitor(
+                extract_worker.health, provider_probe(llm), probe_every_s, configured=configured
+            )
+        ]
+    llm_monitor = chain_monitors[0]
+    first = chain_monitors + ([] if provider.kind == "local" else [embed_monitor])
     await asyncio.gather(*(monitor.check() for monitor in first))
     servicer = PipelineServicer(
         jobs,
-        [worker.health, extract_worker.health],
+        [worker.health, *llm_healths],
         [
             worker.status,
             extract_worker.status,
@@ -142,7 +158,8 @@ async def start_pipeline(
             consolidate_worker.status,
         ]
         + ([near_duplicates.status] if config.dedup.enabled else []),
-        extraction=Extractor(MonitoredLlm(llm, llm_monitor)),
+        # a chain records each call's outcome on its own providers
+        extraction=Extractor(llm if isinstance(llm, LlmChain) else MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
         pii=PiiGate(config.pii),
     )
@@ -157,7 +174,7 @@ async def start_pipeline(
     background.append(asyncio.create_task(near_duplicates.run()))  # stops at once when off
     background.append(asyncio.create_task(summarize_worker.run()))
     background.append(asyncio.create_task(consolidate_worker.run()))
-    background += [asyncio.create_task(m.run()) for m in (embed_monitor, llm_monitor)]
+    background += [asyncio.create_task(m.run()) for m in (embed_monitor, *chain_monitors)]
     learning = await announce_own_suite(server.health, channel, suite_id)
     if learning is not None:
         background.append(learning)

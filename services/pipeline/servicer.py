@@ -62,6 +62,7 @@ class PipelineServicer(ExtractRpcs, DocumentRpcs, pipeline_pb2_grpc.PipelineServ
                     state=provider_state.to_proto(p.state),
                     last_error=p.last_error,
                     check_time=timestamp_from_text(p.checked_at),
+                    chain_position=p.position,
                 )
                 for p in self._providers
             ],

@@ -4,17 +4,16 @@ the monitor that keeps each provider's state true to a real probe."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import astuple, dataclass
 from typing import Any
 
-from services.common import clock
+from services.common.provider_state import ProviderHealth, mark
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.http import HttpProvider
 from services.common.providers.llm import LlmProvider
 
-log = logging.getLogger("engram.pipeline.providers")
+__all__ = ["MonitoredLlm", "ProviderHealth", "ProviderMonitor", "WorkerStatus", "provider_probe"]
 
 
 @dataclass
@@ -26,17 +25,6 @@ class WorkerStatus:
     released: int = 0
     last_error: str = ""
     last_batch_at: str | None = None
-
-
-@dataclass
-class ProviderHealth:
-    role: str
-    kind: str
-    model: str
-    # available | degraded | disabled; nothing is available before a probe or a call says so
-    state: str = "degraded"
-    last_error: str = "not checked yet"
-    checked_at: str | None = None
 
 
 Probe = Callable[[], Awaitable[str]]
@@ -63,17 +51,26 @@ class ProviderMonitor:
     """Keeps one ProviderHealth true: probed at start and every `interval_s`, and
     set at once by the outcome of a real call (`failed`, `succeeded`). The
     workers also write their calls' outcomes into the same record; a probe
-    never overwrites an outcome that arrived while it ran."""
+    never overwrites an outcome that arrived while it ran.
 
-    def __init__(self, health: ProviderHealth, probe: Probe, interval_s: float) -> None:
+    `configured` False (services.common.config.llm_configured): an LLM no
+    feature calls is "not configured" (disabled), never probed, and a failed
+    call (an Extract dry run against the default address) leaves it so, with
+    the error kept; a call that works shows it available."""
+
+    def __init__(
+        self, health: ProviderHealth, probe: Probe, interval_s: float, *, configured: bool = True
+    ) -> None:
         self.health = health
         self._probe = probe
         self._interval_s = interval_s
+        self._configured = configured
 
     async def check(self) -> None:
-        """Probe now; a provider of kind `none` is disabled."""
-        if self.health.kind == "none":
-            self._set("disabled", "")
+        """Probe now; a provider of kind `none`, or not configured, is disabled."""
+        if self.health.kind == "none" or not self._configured:
+            if self.health.state != "available":
+                self._set("disabled", "" if self.health.kind == "none" else NOT_CONFIGURED)
             return
         before = astuple(self.health)
         try:
@@ -91,21 +88,20 @@ class ProviderMonitor:
             await asyncio.sleep(self._interval_s)
 
     def failed(self, error: str) -> None:
-        self._set("degraded", error)
+        self._set("degraded" if self._configured else "disabled", error)
 
     def succeeded(self) -> None:
         self._set("available", "")
 
     def _set(self, state: str, error: str) -> None:
-        if state != self.health.state:
-            log.log(
-                logging.WARNING if state == "degraded" else logging.INFO,
-                f"{self.health.role} provider {state}",
-                extra={"kind": self.health.kind, "model": self.health.model, "error": error},
-            )
-        self.health.state = state
-        self.health.last_error = error
-        self.health.checked_at = clock.now_text()
+        mark(self.health, state, error)
+
+
+# last_error of an LLM that is not configured: what would configure it
+NOT_CONFIGURED = (
+    "not configured: no enabled feature calls an LLM; set providers.llm (kind, base_url, "
+    "model) and memory.pipelineV2.enabled to use one"
+)
 
 
 class MonitoredLlm:

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from services.common import clock
-from services.common.config import Config
+from services.common.config import PIPELINE_OFF_HINT, Config
 from services.common.db import ReadPool
+from services.common.errors import PipelineDisabled
 from services.common.validation import validate_namespace
 from services.store import admin_sql as sql
 from services.store import graph_sql, mutations
@@ -110,8 +111,10 @@ class StoreAdmin:
         database_path: Path | None = None,
         max_job_attempts: int = 3,
         weak: WeakMemories | None = None,
+        extraction_enabled: bool = True,
     ) -> None:
         self._writer = writer
+        self._extraction_enabled = extraction_enabled
         self._weak = weak or WeakMemories(reads, DecayPolicy())
         self._max_attempts = max_job_attempts
         self._database_path = database_path
@@ -234,9 +237,13 @@ class StoreAdmin:
         """(queued, remaining): an `extract` job for each of up to `batch_limit`
         live memories never queued for extraction (remembered while
         `memory.pipelineV2.enabled` was off), oldest first. Each memory gets
-        at most one, so calling again until nothing remains always ends."""
+        at most one, so calling again until nothing remains always ends.
+        Refused (PipelineDisabled) while the pipeline is off: no worker would
+        take the jobs."""
         if namespace:
             validate_namespace(namespace)
+        if not self._extraction_enabled:
+            raise PipelineDisabled("no extraction would run", PIPELINE_OFF_HINT)
 
         def operation(conn: Any, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
             targets = sql.never_extracted(conn, namespace, self._windows.batch_limit)
@@ -406,4 +413,5 @@ def store_admin(writer: Writer, reads: ReadPool, config: Config) -> StoreAdmin:
         database_path=Path(config.storage.path) if config.storage.kind == "sqlite" else None,
         max_job_attempts=config.memory.pipelineV2.workerMaxRetries,
         weak=WeakMemories(reads, DecayPolicy.from_config(config)),
+        extraction_enabled=config.memory.pipelineV2.enabled,
     )

@@ -28,7 +28,13 @@ from engram.store.internal.v1 import (
 )
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.auth import server_guard
-from services.common.config import Config, consolidation_enabled
+from services.common.config import (
+    Config,
+    consolidation_enabled,
+    consolidation_off_reason,
+    embedding_identity,
+    graph_off_reason,
+)
 from services.common.db import (
     DatabaseError,
     ReadPool,
@@ -95,9 +101,10 @@ REAPER_INTERVAL_S = 60.0
 
 def configured_index_model(config: Config) -> str | None:
     """The embedding model whose vectors the index holds; None when embeddings are off."""
-    if config.providers.embedding.kind == "none":
+    embedding = config.providers.embedding
+    if embedding.kind == "none":
         return None
-    return config.providers.embedding.model
+    return embedding_identity(embedding.model, embedding.dimensions)
 
 
 @dataclass
@@ -355,7 +362,9 @@ async def start_store(
         summary_ttl_ms=config.sessions.summary_ttl_ms,
         max_job_attempts=max_attempts,
     )
-    consolidation = Consolidation(writer, reads, store, write_policy(config))
+    consolidation = Consolidation(
+        writer, reads, store, write_policy(config), off_reason=consolidation_off_reason(config)
+    )
     queue = JobQueue(
         writer,
         reads,
@@ -397,6 +406,7 @@ async def start_store(
                     tombstone_days=config.retention.tombstone_days,
                     max_job_attempts=max_attempts,
                 ),
+                graph_off_reason=graph_off_reason(config),
             ),
             server,
         )

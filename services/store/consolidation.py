@@ -22,7 +22,7 @@ from typing import Any
 
 from services.common import clock
 from services.common.db import ReadPool
-from services.common.errors import InvalidArgument, NotFound, Violations
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Violations
 from services.common.facts import (
     MAX_CAUSAL_LINKS,
     MAX_FACT_SOURCES,
@@ -185,8 +185,12 @@ class Consolidation:
         reads: ReadPool,
         store: MemoryStore,
         policy: WritePolicy,
+        *,
+        off_reason: str = "",
     ) -> None:
         self._writer = writer
+        # why no session is tracked ("" while consolidation is on)
+        self._off_reason = off_reason
         self._reads = reads
         self._store = store
         self._policy = policy
@@ -216,6 +220,13 @@ class Consolidation:
         bad.check("", _session_id, session_id, "session_id")
         bad.raise_if_any()
         row = await self._reads.fetch_one(sql.consolidation_query(namespace, session_id))
+        if row is None and self._off_reason:
+            # not "no such session": no session is tracked while consolidation is off
+            raise FailedPrecondition(
+                f"no session is tracked: session consolidation is off ({self._off_reason})",
+                reason="CONSOLIDATION_DISABLED",
+                metadata={"setting": "sessions.consolidate"},
+            )
         if row is None:
             raise NotFound(f"namespace {namespace} tracks no session {session_id}")
         return SessionState(

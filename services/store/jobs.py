@@ -436,14 +436,18 @@ class JobQueue:
             mismatch = mutations.index_mismatch(model, dims, current)
             if mismatch == "model":
                 raise FailedPrecondition(
-                    f"the vector index holds {current[0] if current else 'no'} model, not {model}",
+                    f"the vector index holds {current[0] if current else 'no'} model, not {model}: "
+                    "give the store and the pipeline the same providers.embedding model and "
+                    "dimensions",
                     reason="EMBEDDING_MODEL_MISMATCH",
                     metadata={"index_model": current[0] if current else ""},
                 )
             if mismatch == "dimensions":
                 assert current is not None
                 raise FailedPrecondition(
-                    f"the vector index has {current[1]} dimensions, not {dims}",
+                    f"the vector index has {current[1]} dimensions, not {dims}: the provider "
+                    "answered another size for the same model (providers.embedding.dimensions "
+                    "sets one; another size is another model and re-embeds)",
                     reason="EMBEDDING_DIMENSIONS_MISMATCH",
                 )
             outcomes = []

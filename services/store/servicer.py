@@ -21,7 +21,7 @@ from services.common.convert import (
     timestamp_from_text,
     with_as_of,
 )
-from services.common.errors import InvalidArgument, Violations
+from services.common.errors import InvalidArgument, NotFound, Violations
 from services.common.pii import PiiAction, PiiPolicy
 from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
 from services.store import dedup, rules
@@ -215,7 +215,11 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         consolidation: Consolidation,
         weak: WeakMemories,
         namespaces: Namespaces,
+        *,
+        graph_off_reason: str = "",
     ) -> None:
+        # why no entity is being added (services.common.config.graph_off_reason)
+        self._graph_off_reason = graph_off_reason
         self._store = store
         self._sessions = sessions
         self._consolidation = consolidation
@@ -581,15 +585,20 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
         self, request: store_pb2.GetEntityRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.GetEntityResponse:
         bad = Violations()
-        found = await get_entity(
-            self._store.reads,
-            namespace_of(bad, request.namespace),
-            request.id,
-            request.name,
-            request.max_facts,
-            request.max_neighbors,
-            bad,
-        )
+        try:
+            found = await get_entity(
+                self._store.reads,
+                namespace_of(bad, request.namespace),
+                request.id,
+                request.name,
+                request.max_facts,
+                request.max_neighbors,
+                bad,
+            )
+        except NotFound as exc:
+            if not self._graph_off_reason:
+                raise
+            raise NotFound(f"{exc.message}; {self._graph_off_reason}") from None
         return store_pb2.GetEntityResponse(
             entity=_entity_to_proto(found.entity),
             facts=[memory_to_proto(r) for r in found.facts],
@@ -623,7 +632,9 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
             bad,
         )
         return store_pb2.ListEntitiesResponse(
-            entities=[_entity_to_proto(e) for e in entities], next_page_token=next_token
+            entities=[_entity_to_proto(e) for e in entities],
+            next_page_token=next_token,
+            graph_off_reason=self._graph_off_reason,
         )
 
     async def ListWeakMemories(

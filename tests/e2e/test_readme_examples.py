@@ -87,6 +87,10 @@ NOT_RUN = {
     "service; tests/tls/test_readme_tls.py runs this block against one",
     "export ENGRAM_SERVICE_KEY=": "compose's postgres profile needs Docker; "
     "tests/deploy/test_compose_postgres.py checks each line against `docker-compose config`",
+    """grpcurl -plaintext -d '{"namespace": "team-a"}' localhost:50061 """
+    "engram.store.internal.v1.StoreAdminService/BackfillExtraction": "needs Pipeline V2 on "
+    "(this suite runs with it off, where it answers FAILED_PRECONDITION); "
+    "tests/providers/test_readme_providers.py runs it against a store with it on",
 }
 
 # ---- reading the README -------------------------------------------------------------

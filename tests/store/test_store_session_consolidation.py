@@ -163,7 +163,11 @@ def test_consolidation_off_tracks_nothing(start: Callable[..., AdminStore]) -> N
     turn(st, "s1", "first")
     turn(st, "s2", "second")
     assert consolidate_jobs(st) == []
-    assert error_of(lambda: session(st, "s1"))[0] == grpc.StatusCode.NOT_FOUND
+    code, reason, _ = error_of(lambda: session(st, "s1"))
+    assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "CONSOLIDATION_DISABLED")
+    with pytest.raises(grpc.RpcError) as caught:
+        session(st, "s1")
+    assert "sessions.consolidate is off" in caught.value.details()
 
 
 def test_get_session_rejects_a_bad_session_id(st: AdminStore) -> None:

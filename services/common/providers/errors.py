@@ -25,6 +25,20 @@ class ProviderUnavailable(ProviderError):
     using attempts."""
 
 
+class RateLimited(ProviderUnavailable):
+    """The provider said "too many requests" (429) or "overloaded" (Anthropic's
+    529); `retry_after_s` is its Retry-After, when it sent one."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+# Answers that mean "this provider is rate limiting or overloaded": 429 Too Many
+# Requests, 529 (Anthropic: overloaded).
+RATE_LIMIT_STATUSES = frozenset({429, 529})
+
+
 def describe_http_error(status: int, body: str) -> str:
     """Seed 000: the status code and the first 200 characters of the body."""
     return f"HTTP {status}: {body[:200]}"

@@ -9,9 +9,12 @@ from typing import Any
 
 import httpx
 
+from services.common.backoff import retry_after_s
 from services.common.providers.errors import (
+    RATE_LIMIT_STATUSES,
     ProviderError,
     ProviderUnavailable,
+    RateLimited,
     describe_http_error,
     retryable_status,
 )
@@ -32,7 +35,13 @@ class HttpProvider:
     @staticmethod
     def json_body(response: httpx.Response, *, malformed: type[ProviderError], what: str) -> Any:
         """The decoded body of a successful answer; `malformed` is raised (naming
-        `what`) when it is not JSON."""
+        `what`) when it is not JSON. 429 and 529 raise RateLimited with the
+        answer's Retry-After."""
+        if response.status_code in RATE_LIMIT_STATUSES:
+            raise RateLimited(
+                describe_http_error(response.status_code, response.text),
+                retry_after_s(response.headers.get("retry-after")),
+            )
         if response.status_code >= 400 and retryable_status(response.status_code):
             raise ProviderUnavailable(describe_http_error(response.status_code, response.text))
         if response.status_code >= 400:

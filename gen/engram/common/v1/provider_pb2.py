@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ngram/common/v1/provider.proto\x12\x10\x65ngram.common.v1*\x87\x01\n\rProviderState\x12\x1e\n\x1aPROVIDER_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18PROVIDER_STATE_AVAILABLE\x10\x01\x12\x1b\n\x17PROVIDER_STATE_DEGRADED\x10\x02\x12\x1b\n\x17PROVIDER_STATE_DISABLED\x10\x03\x42\x02P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x65ngram/common/v1/provider.proto\x12\x10\x65ngram.common.v1*\xa8\x01\n\rProviderState\x12\x1e\n\x1aPROVIDER_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18PROVIDER_STATE_AVAILABLE\x10\x01\x12\x1b\n\x17PROVIDER_STATE_DEGRADED\x10\x02\x12\x1b\n\x17PROVIDER_STATE_DISABLED\x10\x03\x12\x1f\n\x1bPROVIDER_STATE_RATE_LIMITED\x10\x04\x42\x02P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'P\001'
   _globals['_PROVIDERSTATE']._serialized_start=54
-  _globals['_PROVIDERSTATE']._serialized_end=189
+  _globals['_PROVIDERSTATE']._serialized_end=222
 # @@protoc_insertion_point(module_scope)

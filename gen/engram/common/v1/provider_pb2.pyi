@@ -27,9 +27,19 @@ class _ProviderStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Provide
     PROVIDER_STATE_AVAILABLE: _ProviderState.ValueType  # 1
     """Reachable and answering."""
     PROVIDER_STATE_DEGRADED: _ProviderState.ValueType  # 2
-    """Configured but failing (or not checked yet); jobs wait and retry."""
+    """Configured but failing: unreachable, timing out or answering errors (or
+    not checked yet); jobs wait and retry.
+    """
     PROVIDER_STATE_DISABLED: _ProviderState.ValueType  # 3
-    """Not configured (kind `none`)."""
+    """Not configured: embedding kind `none`, or an LLM that no enabled feature
+    calls and no `providers.llm` key names (a default install has no LLM).
+    Counts as healthy in the maintenance health score.
+    """
+    PROVIDER_STATE_RATE_LIMITED: _ProviderState.ValueType  # 4
+    """Answering 429 Too Many Requests (or Anthropic's 529 overloaded): calls go
+    to the next provider of the LLM fallback chain until its Retry-After has
+    passed. Scored like DEGRADED.
+    """
 
 class ProviderState(_ProviderState, metaclass=_ProviderStateEnumTypeWrapper):
     """Health of one model provider (embedding or LLM), from a real probe of it
@@ -43,7 +53,17 @@ PROVIDER_STATE_UNSPECIFIED: ProviderState.ValueType  # 0
 PROVIDER_STATE_AVAILABLE: ProviderState.ValueType  # 1
 """Reachable and answering."""
 PROVIDER_STATE_DEGRADED: ProviderState.ValueType  # 2
-"""Configured but failing (or not checked yet); jobs wait and retry."""
+"""Configured but failing: unreachable, timing out or answering errors (or
+not checked yet); jobs wait and retry.
+"""
 PROVIDER_STATE_DISABLED: ProviderState.ValueType  # 3
-"""Not configured (kind `none`)."""
+"""Not configured: embedding kind `none`, or an LLM that no enabled feature
+calls and no `providers.llm` key names (a default install has no LLM).
+Counts as healthy in the maintenance health score.
+"""
+PROVIDER_STATE_RATE_LIMITED: ProviderState.ValueType  # 4
+"""Answering 429 Too Many Requests (or Anthropic's 529 overloaded): calls go
+to the next provider of the LLM fallback chain until its Retry-After has
+passed. Scored like DEGRADED.
+"""
 Global___ProviderState: _TypeAlias = ProviderState  # noqa: Y015

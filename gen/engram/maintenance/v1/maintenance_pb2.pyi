@@ -426,6 +426,7 @@ class ProviderHealth(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
+    CHAIN_POSITION_FIELD_NUMBER: _builtins.int
     role: _builtins.str
     """embedding or llm."""
     kind: _builtins.str
@@ -438,6 +439,10 @@ class ProviderHealth(_message.Message):
     """
     last_error: _builtins.str
     """The last error seen, if degraded."""
+    chain_position: _builtins.int
+    """For an LLM: its place in the fallback chain (pipeline GetStatus
+    ProviderStatus.chain_position).
+    """
     def __init__(
         self,
         *,
@@ -446,10 +451,11 @@ class ProviderHealth(_message.Message):
         model: _builtins.str = ...,
         state: _provider_pb2.ProviderState.ValueType = ...,
         last_error: _builtins.str = ...,
+        chain_position: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "last_error", b"last_error", "model", b"model", "role", b"role", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain_position", b"chain_position", "kind", b"kind", "last_error", b"last_error", "model", b"model", "role", b"role", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

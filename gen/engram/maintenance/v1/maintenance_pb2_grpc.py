@@ -41,7 +41,8 @@ class MaintenanceServiceStub:
     - tombstones 0.15: 1 at or under a 30% tombstone ratio, falling linearly
     to 0 at 100%;
     - providers 0.20: the mean over the pipeline's providers of 1 (available
-    or disabled) or 0.5 (degraded); 0 when the pipeline cannot be reached.
+    or disabled, i.e. not configured) or 0.5 (degraded or rate limited); 0
+    when the pipeline cannot be reached.
     Classes: healthy at 0.8 or more, degraded at 0.5 or more, else unhealthy.
     """
 
@@ -84,7 +85,8 @@ class MaintenanceServiceServicer:
     - tombstones 0.15: 1 at or under a 30% tombstone ratio, falling linearly
     to 0 at 100%;
     - providers 0.20: the mean over the pipeline's providers of 1 (available
-    or disabled) or 0.5 (degraded); 0 when the pipeline cannot be reached.
+    or disabled, i.e. not configured) or 0.5 (degraded or rate limited); 0
+    when the pipeline cannot be reached.
     Classes: healthy at 0.8 or more, degraded at 0.5 or more, else unhealthy.
     """
 
@@ -170,7 +172,8 @@ class MaintenanceService:
     - tombstones 0.15: 1 at or under a 30% tombstone ratio, falling linearly
     to 0 at 100%;
     - providers 0.20: the mean over the pipeline's providers of 1 (available
-    or disabled) or 0.5 (degraded); 0 when the pipeline cannot be reached.
+    or disabled, i.e. not configured) or 0.5 (degraded or rate limited); 0
+    when the pipeline cannot be reached.
     Classes: healthy at 0.8 or more, degraded at 0.5 or more, else unhealthy.
     """
 

@@ -42,7 +42,8 @@ class MaintenanceServiceStub:
     - tombstones 0.15: 1 at or under a 30% tombstone ratio, falling linearly
       to 0 at 100%;
     - providers 0.20: the mean over the pipeline's providers of 1 (available
-      or disabled) or 0.5 (degraded); 0 when the pipeline cannot be reached.
+      or disabled, i.e. not configured) or 0.5 (degraded or rate limited); 0
+      when the pipeline cannot be reached.
     Classes: healthy at 0.8 or more, degraded at 0.5 or more, else unhealthy.
     """
 
@@ -96,7 +97,8 @@ class MaintenanceServiceAsyncStub(MaintenanceServiceStub):
     - tombstones 0.15: 1 at or under a 30% tombstone ratio, falling linearly
       to 0 at 100%;
     - providers 0.20: the mean over the pipeline's providers of 1 (available
-      or disabled) or 0.5 (degraded); 0 when the pipeline cannot be reached.
+      or disabled, i.e. not configured) or 0.5 (degraded or rate limited); 0
+      when the pipeline cannot be reached.
     Classes: healthy at 0.8 or more, degraded at 0.5 or more, else unhealthy.
     """
 
@@ -146,7 +148,8 @@ class MaintenanceServiceServicer(metaclass=_abc_1.ABCMeta):
     - tombstones 0.15: 1 at or under a 30% tombstone ratio, falling linearly
       to 0 at 100%;
     - providers 0.20: the mean over the pipeline's providers of 1 (available
-      or disabled) or 0.5 (degraded); 0 when the pipeline cannot be reached.
+      or disabled, i.e. not configured) or 0.5 (degraded or rate limited); 0
+      when the pipeline cannot be reached.
     Classes: healthy at 0.8 or more, degraded at 0.5 or more, else unhealthy.
     """
 

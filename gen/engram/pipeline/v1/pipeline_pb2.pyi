@@ -505,16 +505,22 @@ class ProviderStatus(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     CHECK_TIME_FIELD_NUMBER: _builtins.int
+    CHAIN_POSITION_FIELD_NUMBER: _builtins.int
     role: _builtins.str
     """What it provides: "embedding" or "llm"."""
     kind: _builtins.str
-    """Provider kind: local, ollama, openai or none."""
+    """Provider kind: local, ollama, openai, anthropic, gemini or none."""
     model: _builtins.str
     """Model name."""
     state: _provider_pb2.ProviderState.ValueType
     """Current health."""
     last_error: _builtins.str
     """The last error seen, if degraded."""
+    chain_position: _builtins.int
+    """For an LLM: its place in the fallback chain, 0 for `providers.llm`, 1 for
+    the first of `providers.llm_fallbacks` and so on (each one is listed with
+    its own state). 0 for embeddings.
+    """
     @_builtins.property
     def check_time(self) -> _timestamp_pb2.Timestamp:
         """When the state was last checked."""
@@ -528,10 +534,11 @@ class ProviderStatus(_message.Message):
         state: _provider_pb2.ProviderState.ValueType = ...,
         last_error: _builtins.str = ...,
         check_time: _timestamp_pb2.Timestamp | None = ...,
+        chain_position: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["check_time", b"check_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["check_time", b"check_time", "kind", b"kind", "last_error", b"last_error", "model", b"model", "role", b"role", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain_position", b"chain_position", "check_time", b"check_time", "kind", b"kind", "last_error", b"last_error", "model", b"model", "role", b"role", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -2372,8 +2372,14 @@ class ListEntitiesResponse(_message.Message):
 
     ENTITIES_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    GRAPH_OFF_REASON_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Token for the next page; empty when this is the last page."""
+    graph_off_reason: _builtins.str
+    """Set when this store adds no entities to the graph (the settings that
+    build it are off), whatever the page holds: why, naming the settings to
+    turn on. Empty while the graph is being built.
+    """
     @_builtins.property
     def entities(self) -> _containers.RepeatedCompositeFieldContainer[Global___Entity]:
         """The page of entities, most mentioned first."""
@@ -2383,10 +2389,11 @@ class ListEntitiesResponse(_message.Message):
         *,
         entities: _abc.Iterable[Global___Entity] | None = ...,
         next_page_token: _builtins.str = ...,
+        graph_off_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entities", b"entities", "next_page_token", b"next_page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entities", b"entities", "graph_off_reason", b"graph_off_reason", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

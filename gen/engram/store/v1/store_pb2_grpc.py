@@ -464,7 +464,9 @@ class MemoryStoreServiceServicer:
         Errors: INVALID_ARGUMENT (neither or both of id and name, an id over 128
         characters, a name over 200, max_facts or max_neighbors negative or over
         100, bad namespace); NOT_FOUND (no such entity in the namespace: another
-        namespace's entity is not found either, and nothing of it is shown).
+        namespace's entity is not found either, and nothing of it is shown; while
+        the graph is not being built, the message also says which settings build
+        it, the same text as ListEntitiesResponse.graph_off_reason).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -473,6 +475,10 @@ class MemoryStoreServiceServicer:
     def ListEntities(self, request, context):
         """Lists the namespace's entities, most mentioned first (then by name),
         filtered by a canonical-name prefix, a type and a minimum mention count.
+        Entities come from Pipeline V2 extraction and session consolidation (LLM
+        work) with `memory.pipelineV2.graphEnabled`: on a default install, with
+        no LLM, the listing is empty (not an error) and `graph_off_reason` says
+        why and what to turn on.
 
         Errors: INVALID_ARGUMENT (a name_prefix over 200 characters, an unknown
         entity_type, min_mentions negative, page_size negative or over 500, a
@@ -498,7 +504,11 @@ class MemoryStoreServiceServicer:
 
         Errors: INVALID_ARGUMENT (bad namespace, session_id missing or
         malformed); NOT_FOUND (the namespace tracks no such session: it wrote no
-        memory while consolidation was on, or it belongs to another namespace).
+        memory while consolidation was on, or it belongs to another namespace);
+        FAILED_PRECONDITION (CONSOLIDATION_DISABLED: consolidation is off, so no
+        session is tracked; the message names the settings to turn on, metadata
+        `setting` is sessions.consolidate; a session tracked while it was on is
+        still answered).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -185,9 +185,13 @@ class StoreAdminServiceServicer:
         status (dead ones come back with RequeueDeadJobs) are left alone. At most
         `retention.batch_limit` memories per call, oldest first; call again while
         `remaining` is above 0 (each memory is queued at most once, so this ends).
-        Jobs queued while the pipeline is off wait until it is on.
+        While `memory.pipelineV2.enabled` is off it queues nothing (no worker
+        would take the jobs) and answers FAILED_PRECONDITION.
 
-        Errors: INVALID_ARGUMENT (namespace), UNAVAILABLE (MUTATIONS_FROZEN).
+        Errors: INVALID_ARGUMENT (namespace), FAILED_PRECONDITION
+        (PIPELINE_DISABLED: Pipeline V2 is off; the message names the settings to
+        turn on, metadata `setting` is memory.pipelineV2.enabled), UNAVAILABLE
+        (MUTATIONS_FROZEN).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -239,7 +240,8 @@ def test_session_turns_and_summary_and_maintenance_and_retention(suite: RunningS
     summary = json.loads(engram(suite, "session", "summarize", "chat-1", *ns, "--json").stdout)
     assert summary["job_id"] and int(summary["turn_count"]) >= 1
     again = engram(suite, "session", "summarize", "chat-1", *ns)
-    assert again.stdout.startswith("summary already queued: job ")
+    # "already queued" while the first job waits; a worker may have taken it by then
+    assert re.match(r"summary (already )?queued: job ", again.stdout), again.stdout
     observed = json.loads(engram(suite, "maintenance", "--json").stdout)
     assert observed["mode"] == "MAINTENANCE_MODE_OBSERVE"
     assert "score" in engram(suite, "maintenance").stdout

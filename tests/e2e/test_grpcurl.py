@@ -89,6 +89,8 @@ def test_list_of_the_service_shows_every_rpc(store: ProcessHandle) -> None:
             "ListEntities",
             "GetSession",
             "ListWeakMemories",
+            "DeleteNamespace",
+            "RecoverNamespace",
         )
     }
 

@@ -189,7 +189,7 @@ def test_an_import_item_expiry_must_be_ahead_and_alone(store) -> None:
             content="both", expire_time=stamp(now + dt.timedelta(1)), ttl=Duration(seconds=60)
         ),
         store_pb2.ImportItem(content="too far", expire_time=stamp(now + dt.timedelta(400))),
-        store_pb2.ImportItem(content="bad class", temporal_class=99, confidence=1.5, decay_rate=11),
+        store_pb2.ImportItem(content="bad range", confidence=1.5, decay_rate=11),
         store_pb2.ImportItem(content="fine", expire_time=stamp(now + dt.timedelta(hours=2))),
     ]
     reply = store.ImportMemories(iter([store_pb2.ImportMemoriesRequest(items=items)]))
@@ -197,7 +197,8 @@ def test_an_import_item_expiry_must_be_ahead_and_alone(store) -> None:
     assert "items[0].expire_time" in errors[0] and "has passed" in errors[0]
     assert "items[1].expire_time" in errors[1] and "not both" in errors[1]
     assert "items[2].expire_time" in errors[2] and "366 days" in errors[2]
-    for name in ("temporal_class", "confidence", "decay_rate"):
+    # (an undefined temporal_class refuses the whole stream: tests/store/test_store_enum_values.py)
+    for name in ("confidence", "decay_rate"):
         assert f"items[3].{name}" in errors[3]
     assert reply.results[4].status == store_pb2.IMPORT_STATUS_CREATED
     fine = store.GetMemory(store_pb2.GetMemoryRequest(id=reply.results[4].memory_id)).memory

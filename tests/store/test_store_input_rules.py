@@ -258,7 +258,9 @@ def test_a_fetched_title_is_gated_and_its_control_characters_become_spaces(
     titles = {}
     for namespace in ("default", "strict"):
         docs.CreateDocument(
-            dpb.CreateDocumentRequest(namespace=namespace, url="http://127.0.0.1:9/page")
+            dpb.CreateDocumentRequest(
+                namespace=namespace, url="http://docs.example.com/page"
+            )  # never fetched: no worker runs
         )
         [job] = jobs.LeaseJobs(
             jq.LeaseJobsRequest(job_type=job_pb2.JOB_TYPE_DOCUMENT_INGEST, max_jobs=1)

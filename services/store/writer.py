@@ -51,6 +51,15 @@ Reads (the read pool) go on.
 as one call (Remember: one multi-row INSERT per table for the whole group).
 While one group commits, the next one queues up, so throughput grows with
 concurrency instead of dying under it.
+
+On SQLite the writer also keeps the WAL bounded (WalLimit, storage.wal_restart_mb):
+SQLite's automatic checkpoints are passive, and a WAL can only start over once a
+checkpoint has copied every frame while no reader holds an older snapshot.
+Search's Recalls, always several in flight, overlap without a gap, so passive
+checkpoints never get there and the WAL grows without bound ("checkpoint
+starvation"). Past the limit the writer, between groups (no write in flight),
+runs `wal_checkpoint(RESTART)`, which waits a bounded time for the older
+snapshots to end (newer readers read the database file and do not block it).
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -68,7 +78,12 @@ from typing import Any, TypeVar
 from services.common import clock
 from services.common.db import StorageUnavailable
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
-from services.common.metrics import WRITER_COMMIT_SECONDS, WRITER_GROUP_SIZE
+from services.common.metrics import (
+    WRITER_COMMIT_SECONDS,
+    WRITER_GROUP_SIZE,
+    WRITER_WAL_BYTES,
+    WRITER_WAL_RESTARTS,
+)
 
 log = logging.getLogger("engram.store.writer")
 
@@ -138,6 +153,94 @@ def connection_lost(conn: Any) -> bool:
     return bool(getattr(conn, "broken", False))
 
 
+MIB = 1 << 20
+# How long a forced checkpoint waits for older read snapshots to end (writes wait
+# meanwhile). When they outlast it, the next try is once the WAL has grown by
+# another limit: writes pause at most this long per storage.wal_restart_mb
+# written, and the WAL stays within (2 + tries given up in a row) x the limit.
+WAL_RESTART_WAIT_MS = 200
+
+
+@dataclass(frozen=True)
+class WalRestartStats:
+    """Forced checkpoints since the writer started, by outcome."""
+
+    restarted: int = 0
+    gave_up: int = 0
+    failed: int = 0
+
+
+class WalLimit:
+    """Restarts a SQLite WAL that grew past `limit_mb` MiB (module docstring).
+
+    Run on the writer thread between groups. `journal_size_limit` is set to the
+    limit, so the first commit after a restart cuts the file back to it and the
+    WAL is reused from its start: the file's size then stays near the limit,
+    which is what is compared (one stat() a group)."""
+
+    def __init__(self, connection: Any, limit_mb: int) -> None:
+        self._limit = limit_mb * MIB
+        # the main database's file, as SQLite opened it (absolute)
+        self._wal_path = connection.execute("PRAGMA database_list").fetchone()[2] + "-wal"
+        connection.execute(f"PRAGMA journal_size_limit = {self._limit}")
+        self._next_try = self._limit  # WAL bytes past which the next checkpoint is forced
+        self.stats = WalRestartStats()
+
+    def after_group(self, conn: Any) -> None:
+        try:
+            size = os.stat(self._wal_path).st_size
+        except FileNotFoundError:  # no WAL yet
+            size = 0
+        WRITER_WAL_BYTES.set(size)
+        if size <= self._limit:  # restarted (by us or SQLite) or never grown
+            self._next_try = self._limit
+        if size <= self._next_try:
+            return
+        if self._restart(conn, size):
+            self._next_try = self._limit
+        else:
+            self._next_try = size + self._limit
+
+    def _restart(self, conn: Any, size: int) -> bool:
+        """Whether the WAL was restarted (its next write starts at its beginning)."""
+        busy_timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        started = time.perf_counter()
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        except Exception as exc:  # a full disk, an I/O error: the next group writes on
+            self._count("failed")
+            log.warning(
+                "forced WAL checkpoint failed; retrying later",
+                extra={"error": str(exc), "wal_bytes": size},
+            )
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
+        if busy:  # an older snapshot outlasted the wait: frames copied so far stay copied
+            self._count("gave_up")
+            log.info(
+                "WAL past storage.wal_restart_mb; read snapshots outlasted the wait, retrying later",
+                extra={"wal_bytes": size, "frames": frames, "copied": copied},
+            )
+            return False
+        self._count("restarted")
+        log.debug(
+            "WAL restarted",
+            extra={"wal_bytes": size, "seconds": round(time.perf_counter() - started, 4)},
+        )
+        return True
+
+    def _count(self, outcome: str) -> None:
+        stats = self.stats
+        self.stats = WalRestartStats(
+            stats.restarted + (outcome == "restarted"),
+            stats.gave_up + (outcome == "gave_up"),
+            stats.failed + (outcome == "failed"),
+        )
+        WRITER_WAL_RESTARTS.labels(outcome).inc()
+
+
 class Writer:
     def __init__(
         self,
@@ -146,9 +249,12 @@ class Writer:
         max_group: int = 512,
         mutations_frozen: bool = False,
         reconnect: Callable[[], Any] | None = None,
+        wal_restart_mb: int = 0,
     ) -> None:
-        """`reconnect` opens a replacement for a lost connection (PostgreSQL)."""
+        """`reconnect` opens a replacement for a lost connection (PostgreSQL);
+        `wal_restart_mb` bounds a SQLite WAL (WalLimit; 0 = not)."""
         self._conn = connection
+        self._wal_limit = WalLimit(connection, wal_restart_mb) if wal_restart_mb > 0 else None
         self._reconnect = reconnect
         self._max_group = max_group
         self._frozen = mutations_frozen
@@ -211,6 +317,10 @@ class Writer:
     def storage_full(self) -> StorageFullStats:
         return self._storage_full
 
+    @property
+    def wal_restarts(self) -> WalRestartStats:
+        return self._wal_limit.stats if self._wal_limit is not None else WalRestartStats()
+
     def close(self) -> None:
         """Finish everything already queued, then stop the thread and close."""
         if self._closed:
@@ -261,6 +371,11 @@ class Writer:
                 # Linger for at most a fraction of a recent commit's time.
                 self._commit_seconds += (elapsed - self._commit_seconds) * 0.2
                 self._linger = min(self._commit_seconds * LINGER_SHARE, MAX_LINGER_SECONDS)
+                if self._wal_limit is not None:  # after the timing: not a group's cost
+                    try:
+                        self._wal_limit.after_group(self._conn)
+                    except Exception:  # never stop the writer; the next group tries again
+                        log.exception("WAL size check failed")
 
     def _commit_group(self, group: list[_Pending]) -> None:
         if connection_lost(self._conn) and not self._reconnected():

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from services.common import clock
-from services.common.db import StorageUnavailable
+from services.common.db import MIB, StorageUnavailable
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
 from services.common.metrics import (
     WRITER_COMMIT_SECONDS,
@@ -153,21 +153,11 @@ def connection_lost(conn: Any) -> bool:
     return bool(getattr(conn, "broken", False))
 
 
-MIB = 1 << 20
 # How long a forced checkpoint waits for older read snapshots to end (writes wait
 # meanwhile). When they outlast it, the next try is once the WAL has grown by
 # another limit: writes pause at most this long per storage.wal_restart_mb
 # written, and the WAL stays within (2 + tries given up in a row) x the limit.
 WAL_RESTART_WAIT_MS = 200
-
-
-@dataclass(frozen=True)
-class WalRestartStats:
-    """Forced checkpoints since the writer started, by outcome."""
-
-    restarted: int = 0
-    gave_up: int = 0
-    failed: int = 0
 
 
 class WalLimit:
@@ -184,7 +174,6 @@ class WalLimit:
         self._wal_path = connection.execute("PRAGMA database_list").fetchone()[2] + "-wal"
         connection.execute(f"PRAGMA journal_size_limit = {self._limit}")
         self._next_try = self._limit  # WAL bytes past which the next checkpoint is forced
-        self.stats = WalRestartStats()
 
     def after_group(self, conn: Any) -> None:
         try:
@@ -209,7 +198,7 @@ class WalLimit:
             conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
             busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
         except Exception as exc:  # a full disk, an I/O error: the next group writes on
-            self._count("failed")
+            WRITER_WAL_RESTARTS.labels("failed").inc()
             log.warning(
                 "forced WAL checkpoint failed; retrying later",
                 extra={"error": str(exc), "wal_bytes": size},
@@ -218,27 +207,18 @@ class WalLimit:
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
         if busy:  # an older snapshot outlasted the wait: frames copied so far stay copied
-            self._count("gave_up")
+            WRITER_WAL_RESTARTS.labels("gave_up").inc()
             log.info(
                 "WAL past storage.wal_restart_mb; read snapshots outlasted the wait, retrying later",
                 extra={"wal_bytes": size, "frames": frames, "copied": copied},
             )
             return False
-        self._count("restarted")
+        WRITER_WAL_RESTARTS.labels("restarted").inc()
         log.debug(
             "WAL restarted",
             extra={"wal_bytes": size, "seconds": round(time.perf_counter() - started, 4)},
         )
         return True
-
-    def _count(self, outcome: str) -> None:
-        stats = self.stats
-        self.stats = WalRestartStats(
-            stats.restarted + (outcome == "restarted"),
-            stats.gave_up + (outcome == "gave_up"),
-            stats.failed + (outcome == "failed"),
-        )
-        WRITER_WAL_RESTARTS.labels(outcome).inc()
 
 
 class Writer:
@@ -316,10 +296,6 @@ class Writer:
     @property
     def storage_full(self) -> StorageFullStats:
         return self._storage_full
-
-    @property
-    def wal_restarts(self) -> WalRestartStats:
-        return self._wal_limit.stats if self._wal_limit is not None else WalRestartStats()
 
     def close(self) -> None:
         """Finish everything already queued, then stop the thread and close."""

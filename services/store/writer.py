@@ -153,11 +153,18 @@ def connection_lost(conn: Any) -> bool:
     return bool(getattr(conn, "broken", False))
 
 
-# How long a forced checkpoint waits for older read snapshots to end (writes wait
-# meanwhile). When they outlast it, the next try is once the WAL has grown by
-# another limit: writes pause at most this long per storage.wal_restart_mb
-# written, and the WAL stays within (2 + tries given up in a row) x the limit.
-WAL_RESTART_WAIT_MS = 200
+# How long a forced checkpoint waits for read snapshots to end (writes wait
+# meanwhile). RESTART waits for every snapshot older than its last frame, then for
+# those begun while it copied: about two Recalls' time, which load stretches
+# (Recall p50 near 1 s, p99 3 s at 8 in flight on 2 busy cores). So the wait
+# adapts: it starts at the least, doubles (up to the most) each time snapshots
+# outlast it, and halves after a restart that needed under half of it. A try
+# given up is retried once the WAL has grown by another limit: writes pause at
+# most one wait per storage.wal_restart_mb written, and the WAL stays within
+# (2 + tries given up in a row) x the limit (at most 4 in a row while no
+# snapshot outlasts the most).
+WAL_RESTART_LEAST_WAIT_MS = 200
+WAL_RESTART_MOST_WAIT_MS = 3200
 
 
 class WalLimit:
@@ -174,6 +181,7 @@ class WalLimit:
         self._wal_path = connection.execute("PRAGMA database_list").fetchone()[2] + "-wal"
         connection.execute(f"PRAGMA journal_size_limit = {self._limit}")
         self._next_try = self._limit  # WAL bytes past which the next checkpoint is forced
+        self._wait_ms = WAL_RESTART_LEAST_WAIT_MS
 
     def after_group(self, conn: Any) -> None:
         try:
@@ -185,17 +193,22 @@ class WalLimit:
             self._next_try = self._limit
         if size <= self._next_try:
             return
-        if self._restart(conn, size):
+        started = time.perf_counter()
+        restarted = self._restart(conn, size)
+        took_ms = (time.perf_counter() - started) * 1000
+        if restarted:
             self._next_try = self._limit
+            if took_ms < self._wait_ms / 2:
+                self._wait_ms = max(self._wait_ms // 2, WAL_RESTART_LEAST_WAIT_MS)
         else:
             self._next_try = size + self._limit
+            self._wait_ms = min(self._wait_ms * 2, WAL_RESTART_MOST_WAIT_MS)
 
     def _restart(self, conn: Any, size: int) -> bool:
         """Whether the WAL was restarted (its next write starts at its beginning)."""
         busy_timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0]
-        started = time.perf_counter()
         try:
-            conn.execute(f"PRAGMA busy_timeout = {WAL_RESTART_WAIT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {self._wait_ms}")
             busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
         except Exception as exc:  # a full disk, an I/O error: the next group writes on
             WRITER_WAL_RESTARTS.labels("failed").inc()
@@ -206,18 +219,19 @@ class WalLimit:
             return False
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
-        if busy:  # an older snapshot outlasted the wait: frames copied so far stay copied
+        if busy:  # snapshots outlasted the wait: frames copied so far stay copied
             WRITER_WAL_RESTARTS.labels("gave_up").inc()
             log.info(
                 "WAL past storage.wal_restart_mb; read snapshots outlasted the wait, retrying later",
-                extra={"wal_bytes": size, "frames": frames, "copied": copied},
+                extra={
+                    "wal_bytes": size,
+                    "frames": frames,
+                    "copied": copied,
+                    "wait_ms": self._wait_ms,
+                },
             )
             return False
         WRITER_WAL_RESTARTS.labels("restarted").inc()
-        log.debug(
-            "WAL restarted",
-            extra={"wal_bytes": size, "seconds": round(time.perf_counter() - started, 4)},
-        )
         return True
 
 

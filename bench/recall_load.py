@@ -24,8 +24,8 @@ Reported: latency p50/p99 per RPC and phase, how many Recalls came back
 the mixed phase, and mixed Recall p99 / idle Recall p99.
 
 The search process's footprint (RSS, anonymous and file-backed; threads; open
-fds, and those on the database) is sampled every `--watch-every` seconds through
-all phases; `--mixed-seconds` makes the mixed phase longer than the others (the
+fds, and those on the database) and the size of the store's WAL file are sampled
+every `--watch-every` seconds through all phases; `--mixed-seconds` makes the mixed phase longer than the others (the
 15-minute memory run), and the summary compares its last third with its start.
 
 `--code DIR` runs the suite from another checkout (the before/after runs);
@@ -290,8 +290,8 @@ class Watch:
     """Samples the search process every `every_s` seconds on a thread, each sample
     tagged with the phase running then: the series a plateau is judged on."""
 
-    def __init__(self, pid: int, every_s: float) -> None:
-        self.pid, self.every_s = pid, every_s
+    def __init__(self, pid: int, every_s: float, wal: Path) -> None:
+        self.pid, self.every_s, self.wal = pid, every_s, wal
         self.phase = "load"
         self.samples: list[dict[str, Any]] = []
         self._started = time.monotonic()
@@ -311,6 +311,10 @@ class Watch:
     def sample(self) -> dict[str, Any]:
         taken = {"t_s": round(time.monotonic() - self._started, 1), "phase": self.phase}
         taken |= footprint(self.pid)
+        try:
+            taken["wal_mb"] = round(self.wal.stat().st_size / 2**20, 1)
+        except FileNotFoundError:
+            taken["wal_mb"] = 0.0
         self.samples.append(taken)
         return taken
 
@@ -327,7 +331,7 @@ class Watch:
             return {}
         first = mixed[0]
         cut = mixed[len(mixed) * 2 // 3]
-        keys = ("rss_mb", "rss_anon_mb", "rss_file_mb", "threads", "fds", "database_fds")
+        keys = ("rss_mb", "rss_anon_mb", "rss_file_mb", "threads", "fds", "database_fds", "wal_mb")
         return {
             "after_load": {k: self.samples[0][k] for k in keys},
             "mixed_start": {k: first[k] for k in keys},
@@ -518,7 +522,8 @@ def main() -> int:
         suite = start_suite(args.code.resolve(), Path(tmp), args.set)
         try:
             pids = service_pids(suite)
-            with Watch(pids["search"], args.watch_every) as watch:
+            wal = Path(tmp) / "data" / "engram.db-wal"
+            with Watch(pids["search"], args.watch_every, wal) as watch:
                 load_s = load(suite, texts)
                 watch.phase = "idle"
                 watch.sample()
@@ -550,7 +555,6 @@ def main() -> int:
                     watch.sample()
                 database = Path(tmp) / "data" / "engram.db"
                 database_mb = round(database.stat().st_size / 2**20, 1)
-                wal = Path(f"{database}-wal")
                 wal_mb = round(wal.stat().st_size / 2**20, 1) if wal.exists() else 0.0
         finally:
             stop_suite(suite)

@@ -349,6 +349,13 @@ class StorageSettings(_Section):
     # all mapped) but RSS counts them once per connection, so search's RSS can
     # grow by up to read_connections x read_mmap_mb beyond its start
     read_mmap_mb: int = Field(32, ge=0, le=1_048_576)
+    # SQLite: MiB past which the writer restarts the WAL (wal_checkpoint(RESTART)
+    # between groups, waiting 0.2-3.2 s for read snapshots to end, the wait adapting
+    # to how long they last, else trying again once the WAL has grown by this much
+    # more); the restarted file is cut back to this size and reused. 0 = off: SQLite's own passive checkpoints only, which Recalls always
+    # in flight starve, so the WAL grows without bound (bench/README.md "Search
+    # memory under load"); engram_writer_wal_bytes reports its size
+    wal_restart_mb: int = Field(64, ge=0, le=1_048_576)
     postgres: PostgresSettings = PostgresSettings()
 
     @model_validator(mode="after")

@@ -69,6 +69,17 @@ WRITER_COMMIT_SECONDS = Histogram(
     "Time to run and commit one group of writes in the store",
     buckets=_SECONDS,
 )
+WRITER_WAL_BYTES = Gauge(
+    "engram_writer_wal_bytes",
+    "Size of the store's SQLite WAL file after the last group (bounded by storage.wal_restart_mb)",
+)
+WRITER_WAL_RESTARTS = Counter(
+    "engram_writer_wal_restarts_total",
+    "Checkpoints the store's writer forced past storage.wal_restart_mb, by outcome: restarted "
+    "(the WAL starts over), gave_up (older read snapshots outlasted the wait; tried again "
+    "later), failed (an error, logged)",
+    ["outcome"],
+)
 EMBEDDING_SECONDS = Histogram(
     "engram_embedding_request_duration_seconds",
     "Embedding provider calls (a batch of texts), by provider kind and outcome",

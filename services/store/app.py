@@ -335,6 +335,7 @@ async def start_store(
             if config.storage.kind == "postgres"
             else None
         ),
+        wal_restart_mb=config.storage.wal_restart_mb if config.storage.kind == "sqlite" else 0,
     )
     try:
         reads = await open_read_pool(config.storage, service="store")

@@ -51,6 +51,15 @@ Reads (the read pool) go on.
 as one call (Remember: one multi-row INSERT per table for the whole group).
 While one group commits, the next one queues up, so throughput grows with
 concurrency instead of dying under it.
+
+On SQLite the writer also keeps the WAL bounded (WalLimit, storage.wal_restart_mb):
+SQLite's automatic checkpoints are passive, and a WAL can only start over once a
+checkpoint has copied every frame while no reader holds an older snapshot.
+Search's Recalls, always several in flight, overlap without a gap, so passive
+checkpoints never get there and the WAL grows without bound ("checkpoint
+starvation"). Past the limit the writer, between groups (no write in flight),
+runs `wal_checkpoint(RESTART)`, which waits a bounded time for the older
+snapshots to end (newer readers read the database file and do not block it).
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -66,9 +76,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from services.common import clock
-from services.common.db import StorageUnavailable
+from services.common.db import MIB, StorageUnavailable
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen
-from services.common.metrics import WRITER_COMMIT_SECONDS, WRITER_GROUP_SIZE
+from services.common.metrics import (
+    WRITER_COMMIT_SECONDS,
+    WRITER_GROUP_SIZE,
+    WRITER_WAL_BYTES,
+    WRITER_WAL_RESTARTS,
+)
 
 log = logging.getLogger("engram.store.writer")
 
@@ -138,6 +153,88 @@ def connection_lost(conn: Any) -> bool:
     return bool(getattr(conn, "broken", False))
 
 
+# How long a forced checkpoint waits for read snapshots to end (writes wait
+# meanwhile). RESTART waits for every snapshot older than its last frame, then for
+# those begun while it copied: about two Recalls' time, which load stretches
+# (Recall p50 near 1 s, p99 3 s at 8 in flight on 2 busy cores). So the wait
+# adapts: it starts at the least, doubles (up to the most) each time snapshots
+# outlast it, and halves after a restart that needed under half of it. A try
+# given up is retried once the WAL has grown by another limit: writes pause at
+# most one wait per storage.wal_restart_mb written, and the WAL stays within
+# (2 + tries given up in a row) x the limit (at most 4 in a row while no
+# snapshot outlasts the most).
+WAL_RESTART_LEAST_WAIT_MS = 200
+WAL_RESTART_MOST_WAIT_MS = 3200
+
+
+class WalLimit:
+    """Restarts a SQLite WAL that grew past `limit_mb` MiB (module docstring).
+
+    Run on the writer thread between groups. `journal_size_limit` is set to the
+    limit, so the first commit after a restart cuts the file back to it and the
+    WAL is reused from its start: the file's size then stays near the limit,
+    which is what is compared (one stat() a group)."""
+
+    def __init__(self, connection: Any, limit_mb: int) -> None:
+        self._limit = limit_mb * MIB
+        # the main database's file, as SQLite opened it (absolute)
+        self._wal_path = connection.execute("PRAGMA database_list").fetchone()[2] + "-wal"
+        connection.execute(f"PRAGMA journal_size_limit = {self._limit}")
+        self._next_try = self._limit  # WAL bytes past which the next checkpoint is forced
+        self._wait_ms = WAL_RESTART_LEAST_WAIT_MS
+
+    def after_group(self, conn: Any) -> None:
+        try:
+            size = os.stat(self._wal_path).st_size
+        except FileNotFoundError:  # no WAL yet
+            size = 0
+        WRITER_WAL_BYTES.set(size)
+        if size <= self._limit:  # restarted (by us or SQLite) or never grown
+            self._next_try = self._limit
+        if size <= self._next_try:
+            return
+        started = time.perf_counter()
+        restarted = self._restart(conn, size)
+        took_ms = (time.perf_counter() - started) * 1000
+        if restarted:
+            self._next_try = self._limit
+            if took_ms < self._wait_ms / 2:
+                self._wait_ms = max(self._wait_ms // 2, WAL_RESTART_LEAST_WAIT_MS)
+        else:
+            self._next_try = size + self._limit
+            self._wait_ms = min(self._wait_ms * 2, WAL_RESTART_MOST_WAIT_MS)
+
+    def _restart(self, conn: Any, size: int) -> bool:
+        """Whether the WAL was restarted (its next write starts at its beginning)."""
+        busy_timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {self._wait_ms}")
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        except Exception as exc:  # a full disk, an I/O error: the next group writes on
+            WRITER_WAL_RESTARTS.labels("failed").inc()
+            log.warning(
+                "forced WAL checkpoint failed; retrying later",
+                extra={"error": str(exc), "wal_bytes": size},
+            )
+            return False
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
+        if busy:  # snapshots outlasted the wait: frames copied so far stay copied
+            WRITER_WAL_RESTARTS.labels("gave_up").inc()
+            log.info(
+                "WAL past storage.wal_restart_mb; read snapshots outlasted the wait, retrying later",
+                extra={
+                    "wal_bytes": size,
+                    "frames": frames,
+                    "copied": copied,
+                    "wait_ms": self._wait_ms,
+                },
+            )
+            return False
+        WRITER_WAL_RESTARTS.labels("restarted").inc()
+        return True
+
+
 class Writer:
     def __init__(
         self,
@@ -146,9 +243,12 @@ class Writer:
         max_group: int = 512,
         mutations_frozen: bool = False,
         reconnect: Callable[[], Any] | None = None,
+        wal_restart_mb: int = 0,
     ) -> None:
-        """`reconnect` opens a replacement for a lost connection (PostgreSQL)."""
+        """`reconnect` opens a replacement for a lost connection (PostgreSQL);
+        `wal_restart_mb` bounds a SQLite WAL (WalLimit; 0 = not)."""
         self._conn = connection
+        self._wal_limit = WalLimit(connection, wal_restart_mb) if wal_restart_mb > 0 else None
         self._reconnect = reconnect
         self._max_group = max_group
         self._frozen = mutations_frozen
@@ -261,6 +361,11 @@ class Writer:
                 # Linger for at most a fraction of a recent commit's time.
                 self._commit_seconds += (elapsed - self._commit_seconds) * 0.2
                 self._linger = min(self._commit_seconds * LINGER_SHARE, MAX_LINGER_SECONDS)
+                if self._wal_limit is not None:  # after the timing: not a group's cost
+                    try:
+                        self._wal_limit.after_group(self._conn)
+                    except Exception:  # never stop the writer; the next group tries again
+                        log.exception("WAL size check failed")
 
     def _commit_group(self, group: list[_Pending]) -> None:
         if connection_lost(self._conn) and not self._reconnected():

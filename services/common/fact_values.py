@@ -423,3 +423,41 @@ def compare(older: str, newer: str) -> Comparison:
     ):
         return Comparison(UPDATE, tuple(differences))
     return Comparison(DIFFERENT, tuple(differences))
+
+
+def same_fact_other_value(first: str, second: str) -> bool:
+    """Looser than `compare`, for ranking only (services/search/current_value.py):
+    whether two texts likely state different values of one fact in different words
+    ("Maria's flight to Oslo is on 12 March" / "Maria now flies to Oslo on 13
+    March"): the same named entities (at least one), identifiers and polarity, the
+    same kinds of number, date, time or amount with at least one differing, no
+    statement about its own day, and at least half their other words shared."""
+    return same_fact_values(values_of(first), values_of(second))
+
+
+def same_fact_values(one: Values, two: Values) -> bool:
+    """`same_fact_other_value` on texts already read (a ranking compares many pairs)."""
+    names = one.capitalised | two.capitalised
+    entities = _entities(one, names)
+    if not entities or entities != _entities(two, names):
+        return False
+    if one.negations % 2 != two.negations % 2 or RELATIVE_DAYS & (one.words | two.words):
+        return False
+    if one.values.get(IDENTIFIER, ()) != two.values.get(IDENTIFIER, ()):
+        return False
+    kinds = set(one.values) - {IDENTIFIER}
+    if not kinds or kinds != set(two.values) - {IDENTIFIER}:
+        return False
+    if all(Counter(one.values[k]) == Counter(two.values[k]) for k in kinds):
+        return False
+    said = [_content_words(v) for v in (one, two)]
+    shared, either = len(said[0] & said[1]), len(said[0] | said[1])
+    return either > 0 and 2 * shared >= either
+
+
+def _content_words(values: Values) -> frozenset[str]:
+    return frozenset(
+        w
+        for w in values.template.split()
+        if not w.startswith("<") and w not in STOP_WORDS and w not in NEGATIONS
+    )

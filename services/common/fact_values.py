@@ -429,9 +429,11 @@ def same_fact_other_value(first: str, second: str) -> bool:
     """Looser than `compare`, for ranking only (services/search/current_value.py):
     whether two texts likely state different values of one fact in different words
     ("Maria's flight to Oslo is on 12 March" / "Maria now flies to Oslo on 13
-    March"): the same named entities (at least one), identifiers and polarity, the
-    same kinds of number, date, time or amount with at least one differing, no
-    statement about its own day, and at least half their other words shared."""
+    March"): the same named entities (at least one) and identifiers, no statement
+    about its own day, and either the same polarity, the same kinds of number,
+    date, time or amount with at least one differing and at least half their
+    other words shared; or the other polarity with the same values and the same
+    other words ("Ravi is vegetarian" / "Ravi is not vegetarian")."""
     return same_fact_values(values_of(first), values_of(second))
 
 
@@ -441,8 +443,10 @@ def same_fact_values(one: Values, two: Values) -> bool:
     entities = _entities(one, names)
     if not entities or entities != _entities(two, names):
         return False
-    if one.negations % 2 != two.negations % 2 or RELATIVE_DAYS & (one.words | two.words):
+    if RELATIVE_DAYS & (one.words | two.words):
         return False
+    if one.negations % 2 != two.negations % 2:  # a state that changed: the same words
+        return one.values == two.values and _content_words(one) == _content_words(two)
     if one.values.get(IDENTIFIER, ()) != two.values.get(IDENTIFIER, ()):
         return False
     kinds = set(one.values) - {IDENTIFIER}

@@ -59,3 +59,12 @@ def test_another_persons_fact_is_not_reordered(stack: Stack) -> None:
     ravi = "Ravi now flies to Oslo on 13 March."
     stack.remember(ravi, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
     assert ranked(stack)[:2] == [OLDER, ravi]
+
+
+def test_a_state_that_changed_ranks_its_newer_polarity_first(stack: Stack) -> None:
+    stack.remember("Ravi is vegetarian.", event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    later = "Ravi is not vegetarian."
+    stack.remember(later, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    request = search_pb2.RecallRequest(query="Is Ravi vegetarian?", limit=10, min_score=0)
+    results = stack.search.Recall(request, timeout=30).results
+    assert [r.memory.content for r in results][:2] == [later, "Ravi is vegetarian."]

@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from services.common import clock
 from services.common.fact_values import same_fact_values, values_of
 from services.common.memory_record import MemoryRecord
+from services.common.text import words
 from services.search.scoring import Candidate
 
 HEAD = 20
 
 
 def newest_value_first(
-    picked: list[Candidate], records: Mapping[int, MemoryRecord]
+    picked: list[Candidate], records: Mapping[int, MemoryRecord], query: str
 ) -> list[Candidate]:
     """`picked` (best first, each with its record) with each group of one fact's values reordered within
     the places the group holds, the newest valid time first."""
@@ -31,6 +32,7 @@ def newest_value_first(
     if len(head) < 2:
         return picked
     read = [values_of(records[c.rowid].content) for c in head]
+    asked = frozenset(words(query))
     group = list(range(len(head)))  # union-find over the pairs about one fact
 
     def root(i: int) -> int:
@@ -41,7 +43,7 @@ def newest_value_first(
 
     for i in range(len(head)):
         for j in range(i + 1, len(head)):
-            if root(i) != root(j) and same_fact_values(read[i], read[j]):
+            if root(i) != root(j) and same_fact_values(read[i], read[j], asked):
                 group[root(j)] = root(i)
     members: dict[int, list[int]] = {}
     for i in range(len(head)):

@@ -507,7 +507,7 @@ class Recaller:
                 )
             )
         }
-        picked = newest_value_first([c for c in picked if c.rowid in records], records)
+        picked = newest_value_first([c for c in picked if c.rowid in records], records, query)
         return picked, records, vectors_used
 
     async def _parts(

@@ -68,3 +68,25 @@ def test_a_state_that_changed_ranks_its_newer_polarity_first(stack: Stack) -> No
     request = search_pb2.RecallRequest(query="Is Ravi vegetarian?", limit=10, min_score=0)
     results = stack.search.Recall(request, timeout=30).results
     assert [r.memory.content for r in results][:2] == [later, "Ravi is vegetarian."]
+
+
+def test_another_name_in_the_same_words_is_the_newer_value(stack: Stack) -> None:
+    """ "Who is Ravi's manager?" names Ravi, not the managers: the same words around
+    another name are the fact's newer value; a flight to another city the question
+    names is another fact and keeps its place."""
+    stack.remember(
+        "Ravi's manager is Anna.", event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC))
+    )
+    later = "Ravi's manager is Bruno."
+    stack.remember(later, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    request = search_pb2.RecallRequest(query="Who is Ravi's manager, Anna?", limit=10, min_score=0)
+    named = [r.memory.content for r in stack.search.Recall(request, timeout=30).results]
+    assert named[0] == "Ravi's manager is Anna."  # the question names Anna: not grouped
+    request = search_pb2.RecallRequest(query="Who is Ravi's manager?", limit=10, min_score=0)
+    results = [r.memory.content for r in stack.search.Recall(request, timeout=30).results]
+    assert results[:2] == [later, "Ravi's manager is Anna."]
+
+    stack.remember(OLDER, event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    bergen = "Maria's flight to Bergen is on 12 March."
+    stack.remember(bergen, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    assert ranked(stack)[:2] == [OLDER, bergen]

@@ -507,7 +507,9 @@ class Recaller:
                 )
             )
         }
-        picked = newest_value_first([c for c in picked if c.rowid in records], records, query)
+        picked = [c for c in picked if c.rowid in records]
+        if not spec.valid_during:  # a named range reads what was true then: its boost decides
+            picked = newest_value_first(picked, records, query)
         return picked, records, vectors_used
 
     async def _parts(

@@ -423,3 +423,81 @@ def compare(older: str, newer: str) -> Comparison:
     ):
         return Comparison(UPDATE, tuple(differences))
     return Comparison(DIFFERENT, tuple(differences))
+
+
+def same_fact_other_value(first: str, second: str) -> bool:
+    """Looser than `compare`, for ranking only (services/search/current_value.py):
+    whether two texts likely state different values of one fact in different words
+    ("Maria's flight to Oslo is on 12 March" / "Maria now flies to Oslo on 13
+    March"): the same named entities (at least one) and identifiers, no statement
+    about its own day, and either the same polarity, the same kinds of number,
+    date, time or amount with at least one differing and at least half their
+    other words shared; or the other polarity with the same values and the same
+    other words ("Ravi is vegetarian" / "Ravi is not vegetarian")."""
+    return same_fact_values(values_of(first), values_of(second))
+
+
+def same_fact_values(one: Values, two: Values, asked: frozenset[str] = frozenset()) -> bool:
+    """`same_fact_other_value` on texts already read (a ranking compares many pairs).
+    `asked`: the question's lower-cased words; with them, the same words around
+    another name the question does not name, beside one it names, are one fact
+    too ("Ravi's manager is Anna" / "Ravi's manager is Bruno" for "Who is Ravi's
+    manager?"; not "Maria's flight to Oslo" / "... to Bergen" for "When is
+    Maria's flight to Oslo?")."""
+    if RELATIVE_DAYS & (one.words | two.words):
+        return False
+    names = one.capitalised | two.capitalised
+    entities, others = _entities(one, names), _entities(two, names)
+    if entities != others:
+        return bool(asked) and _another_name(one, two, entities, others, asked)
+    if not entities:
+        return False
+    if one.negations % 2 != two.negations % 2:  # a state that changed: the same words
+        return one.values == two.values and _content_words(one) == _content_words(two)
+    if one.values.get(IDENTIFIER, ()) != two.values.get(IDENTIFIER, ()):
+        return False
+    kinds = set(one.values) - {IDENTIFIER}
+    if not kinds or kinds != set(two.values) - {IDENTIFIER}:
+        return False
+    if all(Counter(one.values[k]) == Counter(two.values[k]) for k in kinds):
+        return False
+    said = [_content_words(v) for v in (one, two)]
+    shared, either = len(said[0] & said[1]), len(said[0] | said[1])
+    return either > 0 and 2 * shared >= either
+
+
+def _content_words(values: Values) -> frozenset[str]:
+    return frozenset(
+        w
+        for w in values.template.split()
+        if not w.startswith("<") and w not in STOP_WORDS and w not in NEGATIONS
+    )
+
+
+def _another_name(
+    one: Values,
+    two: Values,
+    entities: frozenset[str],
+    others: frozenset[str],
+    asked: frozenset[str],
+) -> bool:
+    """The same words, values and polarity around another name the question does not name,
+    with a name in common that the question names."""
+    gone, new = entities - others, others - entities
+    if not gone or not new or not (entities & others & asked) or (gone | new) & asked:
+        return False
+    if one.values != two.values or one.negations % 2 != two.negations % 2:
+        return False
+    return _named(one.template, gone) == _named(two.template, new)
+
+
+def _named(template: str, names: frozenset[str]) -> list[str]:
+    """The template with each run of the given names as one <name>."""
+    out: list[str] = []
+    for word in template.split():
+        if word in names:
+            if out[-1:] != ["<name>"]:
+                out.append("<name>")
+        else:
+            out.append(word)
+    return out

@@ -51,6 +51,7 @@ from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
 from services.search import decompose, pg_text, pg_vectors, queries
 from services.search.access import AccessRecorder
+from services.search.current_value import newest_value_first
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
@@ -506,7 +507,10 @@ class Recaller:
                 )
             )
         }
-        return [c for c in picked if c.rowid in records], records, vectors_used
+        picked = [c for c in picked if c.rowid in records]
+        if not spec.valid_during:  # a named range reads what was true then: its boost decides
+            picked = newest_value_first(picked, records, query)
+        return picked, records, vectors_used
 
     async def _parts(
         self,

@@ -1,0 +1,65 @@
+"""The current value of a fact first (issue 35): among a Recall's top picks, two
+live memories stating different values of one fact in different words
+("Maria's flight to Oslo is on 12 March" / "Maria now flies to Oslo on 13 March",
+services.common.fact_values.same_fact_values) rank newest valid time first.
+
+Recall's scores have no recency term, so without this the text closest to the
+question wins, whichever value it holds. Superseded memories are already out of a
+current read, and an `as_of` read's candidates all became valid by then, so the
+newest valid time among the candidates is the value current at the read's
+instant. The newer memory takes the older one's place (and score); everything
+else keeps its place. Only the first `HEAD` picks are compared, pairwise."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from services.common import clock
+from services.common.fact_values import same_fact_values, values_of
+from services.common.memory_record import MemoryRecord
+from services.common.text import words
+from services.search.scoring import Candidate
+
+HEAD = 20
+
+
+def newest_value_first(
+    picked: list[Candidate], records: Mapping[int, MemoryRecord], query: str
+) -> list[Candidate]:
+    """`picked` (best first, each with its record) with each group of one fact's values reordered within
+    the places the group holds, the newest valid time first."""
+    head, rest = picked[:HEAD], picked[HEAD:]
+    if len(head) < 2:
+        return picked
+    read = [values_of(records[c.rowid].content) for c in head]
+    asked = frozenset(words(query))
+    group = list(range(len(head)))  # union-find over the pairs about one fact
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    for i in range(len(head)):
+        for j in range(i + 1, len(head)):
+            if root(i) != root(j) and same_fact_values(read[i], read[j], asked):
+                group[root(j)] = root(i)
+    members: dict[int, list[int]] = {}
+    for i in range(len(head)):
+        members.setdefault(root(i), []).append(i)
+    ordered = list(head)
+    for places in members.values():
+        if len(places) < 2:
+            continue
+        scores = [head[i].score for i in places]
+        newest = sorted(places, key=lambda i: _valid_from(records[head[i].rowid]), reverse=True)
+        for place, index, score in zip(places, newest, scores, strict=True):
+            ordered[place] = head[index]
+            ordered[place].score = score
+    return ordered + rest
+
+
+def _valid_from(record: MemoryRecord) -> tuple[int, int]:
+    """The instant the memory became valid (valid_from, else event_time)."""
+    return clock.epoch_from_text(record.valid_from or record.event_time)

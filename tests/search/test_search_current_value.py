@@ -1,0 +1,92 @@
+"""The current value of a fact first (issue 35) through the public gRPC API: two
+live memories stating one fact's values in different words rank newest valid
+time first (services/search/current_value.py); `as_of` an instant between the
+two writes reads the value current then; another person's fact is not reordered.
+
+The keyword channel alone ranks here (no embedder): the older text shares more
+words with the question, so without the rule it ranks first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+from google.protobuf import timestamp_pb2
+
+from engram.search.v1 import search_pb2
+from recall_helpers import Stack, timestamp
+
+QUESTION = "When is Maria's flight to Oslo?"
+OLDER = "Maria's flight to Oslo is on 12 March."
+NEWER = "Maria now flies to Oslo on 13 March."
+
+
+@pytest.fixture
+def stack(recall_stack: Callable[..., Stack]) -> Stack:
+    return recall_stack({"providers.embedding.kind": "none"})
+
+
+def ranked(stack: Stack, as_of: timestamp_pb2.Timestamp | None = None) -> list[str]:
+    request = search_pb2.RecallRequest(query=QUESTION, limit=10, min_score=0)
+    if as_of is not None:
+        request.as_of.CopyFrom(as_of)
+    return [r.memory.content for r in stack.search.Recall(request, timeout=30).results]
+
+
+def test_the_newer_value_of_one_fact_ranks_first(stack: Stack) -> None:
+    older = stack.remember(OLDER, event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    stack.remember(NEWER, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    stack.remember("Maria's sister lives in Bergen.")
+
+    now = ranked(stack)
+    assert now[:2] == [NEWER, OLDER]
+    # as of an instant after the first write and before the second, only the
+    # value known then is a candidate: it ranks first
+    assert ranked(stack, as_of=older.create_time)[0] == OLDER
+
+
+def test_the_order_by_valid_time_not_by_write_order(stack: Stack) -> None:
+    """Written newest value first (a late import of an old statement): the valid
+    time decides, not when the store heard it."""
+    stack.remember(NEWER, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    stack.remember(OLDER, event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    assert ranked(stack)[:2] == [NEWER, OLDER]
+
+
+def test_another_persons_fact_is_not_reordered(stack: Stack) -> None:
+    stack.remember(OLDER, event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    ravi = "Ravi now flies to Oslo on 13 March."
+    stack.remember(ravi, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    assert ranked(stack)[:2] == [OLDER, ravi]
+
+
+def test_a_state_that_changed_ranks_its_newer_polarity_first(stack: Stack) -> None:
+    stack.remember("Ravi is vegetarian.", event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    later = "Ravi is not vegetarian."
+    stack.remember(later, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    request = search_pb2.RecallRequest(query="Is Ravi vegetarian?", limit=10, min_score=0)
+    results = stack.search.Recall(request, timeout=30).results
+    assert [r.memory.content for r in results][:2] == [later, "Ravi is vegetarian."]
+
+
+def test_another_name_in_the_same_words_is_the_newer_value(stack: Stack) -> None:
+    """ "Who is Ravi's manager?" names Ravi, not the managers: the same words around
+    another name are the fact's newer value; a flight to another city the question
+    names is another fact and keeps its place."""
+    stack.remember(
+        "Ravi's manager is Anna.", event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC))
+    )
+    later = "Ravi's manager is Bruno."
+    stack.remember(later, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    request = search_pb2.RecallRequest(query="Who is Ravi's manager, Anna?", limit=10, min_score=0)
+    named = [r.memory.content for r in stack.search.Recall(request, timeout=30).results]
+    assert named[0] == "Ravi's manager is Anna."  # the question names Anna: not grouped
+    request = search_pb2.RecallRequest(query="Who is Ravi's manager?", limit=10, min_score=0)
+    results = [r.memory.content for r in stack.search.Recall(request, timeout=30).results]
+    assert results[:2] == [later, "Ravi's manager is Anna."]
+
+    stack.remember(OLDER, event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    bergen = "Maria's flight to Bergen is on 12 March."
+    stack.remember(bergen, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    assert ranked(stack)[:2] == [OLDER, bergen]

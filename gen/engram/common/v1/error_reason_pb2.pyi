@@ -145,6 +145,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     deduplicated), `failed` (invalid items), `next_index` (the first item not
     read). Send the rest in another stream.
     """
+    ERROR_REASON_PIPELINE_DISABLED: _ErrorReason.ValueType  # 30
+    """FAILED_PRECONDITION (BackfillExtraction): the work needs Pipeline V2 and
+    an LLM, and this suite runs neither (`memory.pipelineV2.enabled` off):
+    nothing was queued. The message names the settings to turn on.
+    """
+    ERROR_REASON_CONSOLIDATION_DISABLED: _ErrorReason.ValueType  # 31
+    """FAILED_PRECONDITION (GetSession): sessions are not tracked because session
+    consolidation is off (`sessions.consolidate`); the message names the setting.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -275,5 +284,14 @@ committed (the invalid ones among them not stored) and the rest were not
 read. ErrorInfo metadata: `committed` (items stored, created or
 deduplicated), `failed` (invalid items), `next_index` (the first item not
 read). Send the rest in another stream.
+"""
+ERROR_REASON_PIPELINE_DISABLED: ErrorReason.ValueType  # 30
+"""FAILED_PRECONDITION (BackfillExtraction): the work needs Pipeline V2 and
+an LLM, and this suite runs neither (`memory.pipelineV2.enabled` off):
+nothing was queued. The message names the settings to turn on.
+"""
+ERROR_REASON_CONSOLIDATION_DISABLED: ErrorReason.ValueType  # 31
+"""FAILED_PRECONDITION (GetSession): sessions are not tracked because session
+consolidation is off (`sessions.consolidate`); the message names the setting.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -41,13 +41,13 @@ def test_valid_fields_are_kept() -> None:
             confidence=0.9,
             importance=0.35,
             temporal="short_term",
-            valid_until="2026-12-01",
+            valid_until="2099-12-01",
             categories=["Work", "work", " team  members "],
         )
     )
     [fact] = result.facts
     assert fact.importance == 0.35 and fact.temporal_class == "short_term"
-    assert fact.valid_until == "2026-12-01T23:59:59.000000000Z"
+    assert fact.valid_until == "2099-12-01T23:59:59.000000000Z"
     assert fact.categories == ("work", "team members")
     assert result.warnings == []
 
@@ -59,7 +59,7 @@ def test_valid_fields_are_kept() -> None:
         ({"importance": "high"}, {"importance": None}, "invalid importance"),
         ({"temporal": "forever"}, {"temporal_class": ""}, "unknown temporal class"),
         (
-            {"temporal": "permanent", "valid_until": "2026-12-01"},
+            {"temporal": "permanent", "valid_until": "2099-12-01"},
             {"temporal_class": "permanent", "valid_until": None},
             "valid_until given for a permanent fact",
         ),
@@ -123,7 +123,7 @@ def facts_for(memory: str) -> list[dict[str, Any]]:
                 "confidence": 0.9,
                 "importance": 0.4,
                 "temporal": "short_term",
-                "valid_until": "2026-12-01",
+                "valid_until": "2099-12-01",
                 "categories": ["team_workflow", "Meetings"],
             }
         ]
@@ -168,7 +168,7 @@ def test_pipeline_memories_carry_importance_class_and_categories(stack: Stack) -
     assert standup.importance == pytest.approx(0.4)  # the model's, not the confidence
     assert list(standup.categories) == ["team_workflow", "meetings"]
     assert standup.temporal_class == memory_pb2.TEMPORAL_CLASS_SHORT_TERM
-    assert standup.valid_until.ToJsonString() == "2026-12-01T23:59:59Z"
+    assert standup.valid_until.ToJsonString() == "2099-12-01T23:59:59Z"
     [postgres] = listed(stack, categories=["database"])
     assert postgres.importance == pytest.approx(0.8)  # no importance: the confidence
     assert postgres.temporal_class == memory_pb2.TEMPORAL_CLASS_PERMANENT
@@ -194,7 +194,7 @@ def test_extract_rpc_returns_the_new_fields(stack: Stack) -> None:
     assert fact.importance == pytest.approx(0.4)
     assert fact.temporal_class == memory_pb2.TEMPORAL_CLASS_SHORT_TERM
     assert list(fact.categories) == ["team_workflow", "meetings"]
-    assert fact.valid_until.ToJsonString() == "2026-12-01T23:59:59Z"
+    assert fact.valid_until.ToJsonString() == "2099-12-01T23:59:59Z"
 
 
 def test_a_short_term_fact_past_its_end_leaves_reads_of_now(stack: Stack) -> None:

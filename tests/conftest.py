@@ -195,7 +195,7 @@ def store(
 
 @pytest.fixture
 def http_servers() -> Iterator[Callable[[Any], Any]]:
-    """Start scripted HTTP servers (tests/http_fakes.py); each is stopped at teardown."""
+    """Start scripted HTTP servers (tests/http_fakes.py); each is closed at teardown."""
     started: list[Any] = []
 
     def start(server: Any) -> Any:
@@ -205,7 +205,7 @@ def http_servers() -> Iterator[Callable[[Any], Any]]:
 
     yield start
     for server in started:
-        server.stop()
+        server.close()
 
 
 @pytest.fixture(scope="session")

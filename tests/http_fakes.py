@@ -56,6 +56,15 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+def _hold_port(port: int) -> socket.socket:
+    """Bind `port` without listening: a connection to it is refused, and the kernel
+    hands it to no one binding port 0 (gRPC servers a test starts meanwhile)."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", port))
+    return holder
+
+
 class ScriptedHttpServer:
     """Answers `(method, path)` from `routes`; 404 for anything else.
 
@@ -72,6 +81,9 @@ class ScriptedHttpServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
+        # a bound socket that does not listen: it keeps the port while stopped
+        # (connections are refused) so that `start()` gets the same port back
+        self._placeholder: socket.socket | None = None
         self.port = 0
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -124,7 +136,17 @@ class ScriptedHttpServer:
             do_GET = _answer
             do_POST = _answer
 
-        self._server = _Server(("127.0.0.1", self.port), Handler)
+        if self._placeholder is None:
+            self._server = _Server(("127.0.0.1", self.port), Handler)
+        else:
+            # listen on the socket that held the port while stopped, so that no
+            # server started meanwhile on "any free port" was handed this one
+            self._server = _Server(("127.0.0.1", self.port), Handler, bind_and_activate=False)
+            self._server.socket.close()
+            self._server.socket = self._placeholder
+            self._placeholder = None
+            self._server.server_address = self._server.socket.getsockname()
+            self._server.server_activate()
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -148,6 +170,14 @@ class ScriptedHttpServer:
             self._thread.join(timeout=10)
         self._server = None
         self._thread = None
+        self._placeholder = _hold_port(self.port)
+
+    def close(self) -> None:
+        """Stop for good: release the port as well."""
+        self.stop()
+        if self._placeholder is not None:
+            self._placeholder.close()
+            self._placeholder = None
 
     @property
     def running(self) -> bool:

@@ -196,6 +196,16 @@ class PipelineDisabled(FailedPrecondition):
         super().__init__(f"{what}: {hint}", metadata={"setting": "memory.pipelineV2.enabled"})
 
 
+class LlmNotConfigured(FailedPrecondition):
+    """Work only an LLM does was asked for while none is configured: refused, so
+    nothing is queued that no worker could finish."""
+
+    reason = "LLM_NOT_CONFIGURED"
+
+    def __init__(self, what: str, hint: str) -> None:
+        super().__init__(f"{what}: {hint}", metadata={"setting": "providers.llm"})
+
+
 class AlreadyExists(EngramError):
     kind = ErrorKind.ALREADY_EXISTS
 

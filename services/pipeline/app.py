@@ -162,6 +162,7 @@ async def start_pipeline(
         extraction=Extractor(llm if isinstance(llm, LlmChain) else MonitoredLlm(llm, llm_monitor)),
         documents=Documents(document_store, document_worker.events, document_worker.wake),
         pii=PiiGate(config.pii),
+        llm_configured=llm_configured(config),
     )
     server = await start_server(
         public,

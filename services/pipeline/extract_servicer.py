@@ -6,8 +6,9 @@ import grpc
 
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
-from services.common.config import PiiSettings
+from services.common.config import LLM_HINT, PiiSettings
 from services.common.convert import temporal_to_proto, timestamp_from_text
+from services.common.errors import LlmNotConfigured
 from services.common.pii import PiiGate, gate
 from services.common.validation import validate_namespace
 from services.pipeline.extraction import Extractor
@@ -19,12 +20,17 @@ class ExtractRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
 
     extraction: Extractor | None = None
     pii: PiiGate = PiiGate(PiiSettings())
+    llm_configured = True  # config.llm_configured: without one the dry run says how to add it
 
     async def Extract(
         self, request: pb.ExtractRequest, context: grpc.aio.ServicerContext
     ) -> pb.ExtractResponse:
         assert self.extraction is not None, "PipelineServicer is built with an Extractor"
         namespace = validate_namespace(request.namespace)
+        if not self.llm_configured:
+            raise LlmNotConfigured(
+                "the Extract dry run asks an LLM, and none is configured", LLM_HINT
+            )
         # The text goes to the LLM provider, off this machine perhaps: through the
         # namespace's PII policy first, as Remember would store it (REDACT: the
         # model sees placeholders; REJECT: INVALID_ARGUMENT / PII_DETECTED).

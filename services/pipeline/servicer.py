@@ -35,8 +35,10 @@ class PipelineServicer(ExtractRpcs, DocumentRpcs, pipeline_pb2_grpc.PipelineServ
         extraction: Any = None,
         documents: Any = None,
         pii: PiiGate | None = None,
+        llm_configured: bool = True,
     ) -> None:
         self.extraction = extraction
+        self.llm_configured = llm_configured
         if pii is not None:
             self.pii = pii
         self.documents = documents

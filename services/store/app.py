@@ -34,6 +34,7 @@ from services.common.config import (
     consolidation_off_reason,
     embedding_identity,
     graph_off_reason,
+    llm_configured,
 )
 from services.common.db import (
     DatabaseError,
@@ -362,6 +363,7 @@ async def start_store(
         turn_ttl_ms=config.sessions.turn_ttl_ms,
         summary_ttl_ms=config.sessions.summary_ttl_ms,
         max_job_attempts=max_attempts,
+        llm_configured=llm_configured(config),
     )
     consolidation = Consolidation(
         writer, reads, store, write_policy(config), off_reason=consolidation_off_reason(config)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import clock
-from services.common.errors import InvalidArgument, NotFound, Violations
+from services.common.config import LLM_HINT
+from services.common.errors import InvalidArgument, LlmNotConfigured, NotFound, Violations
 from services.common.intent import has_long_term_intent
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import normalize_content
@@ -79,8 +80,10 @@ class Sessions:
         turn_ttl_ms: int,
         summary_ttl_ms: int,
         max_job_attempts: int,
+        llm_configured: bool = True,
     ) -> None:
         self._writer = writer
+        self._llm_configured = llm_configured  # config.llm_configured: a summary needs one
         self._store = store
         self._turn_ttl_nanos = turn_ttl_ms * 1_000_000
         self._summary_ttl_nanos = summary_ttl_ms * 1_000_000
@@ -135,6 +138,8 @@ class Sessions:
         bad.check("", _required_session_id, session_id, "session_id")
         bad.raise_if_any()
         self._store.privacy.check_write(namespace, "", long_term=False)
+        if not self._llm_configured:
+            raise LlmNotConfigured("no summary would be written: no LLM is configured", LLM_HINT)
 
         def operation(conn: Any) -> SummarizeOutcome:
             count = sql.turn_count(conn, namespace, session_id)

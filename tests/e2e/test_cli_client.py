@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -237,11 +236,11 @@ def test_session_turns_and_summary_and_maintenance_and_retention(suite: RunningS
         ).stdout
     )
     assert kept["promoted"] is True and kept["memory"]["session_id"] == "chat-1"
-    summary = json.loads(engram(suite, "session", "summarize", "chat-1", *ns, "--json").stdout)
-    assert summary["job_id"] and int(summary["turn_count"]) >= 1
-    again = engram(suite, "session", "summarize", "chat-1", *ns)
-    # "already queued" while the first job waits; a worker may have taken it by then
-    assert re.match(r"summary (already )?queued: job ", again.stdout), again.stdout
+    # this suite has no LLM: the summary is refused, saying how to configure one (with an
+    # LLM it is queued: tests/store/test_store_turns.py, tests/e2e/test_readme_examples.py)
+    refused = engram(suite, "session", "summarize", "chat-1", *ns, check=False)
+    assert refused.returncode == 1, refused.stdout
+    assert "FAILED_PRECONDITION" in refused.stderr and "providers.llm" in refused.stderr
     observed = json.loads(engram(suite, "maintenance", "--json").stdout)
     assert observed["mode"] == "MAINTENANCE_MODE_OBSERVE"
     assert "score" in engram(suite, "maintenance").stdout

@@ -247,3 +247,17 @@ def test_bad_requests_are_invalid_argument_and_call_no_model(
     code, _, fields = error_of(lambda: extract(stack, content, namespace))
     assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, [field])
     assert llm.prompts() == []
+
+
+def test_without_an_llm_configured_extract_says_how_to_configure_one(
+    recall_stack: Callable[..., Any],
+) -> None:
+    """A default suite (no `providers.llm` key, Pipeline V2 off) has no model to ask: the dry
+    run is FAILED_PRECONDITION naming the setting, not an UNAVAILABLE from a model that was
+    never meant to be there."""
+    bare = recall_stack({}, search=False, pipeline=True)
+    code, reason, _ = error_of(lambda: extract(bare, "Ana moved to Porto"))
+    assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "LLM_NOT_CONFIGURED")
+    with pytest.raises(grpc.RpcError) as caught:
+        extract(bare, "Ana moved to Porto")
+    assert "providers.llm" in caught.value.details()

@@ -200,7 +200,7 @@ def test_context_session_section_summary_first_then_the_turns_it_does_not_cover(
 ) -> None:
     """Seed 001: the summary is preferred over the raw turns it summarises; turns after
     it follow, oldest first; another session's turns are not long-term knowledge."""
-    stack = recall_stack(KEYWORDS_ONLY)
+    stack = recall_stack({**KEYWORDS_ONLY, "providers.llm.model": "m"})  # a summary needs one
     early = _turn(stack, "I am planning a trip to Kyoto in April", "s1", who="ana")
     stack.store.SummarizeSession(store_pb2.SummarizeSessionRequest(session_id="s1"))
     [job] = stack.jobs.LeaseJobs(

@@ -252,7 +252,9 @@ def test_turns_and_session_summaries_follow_the_namespace_policy(
     db_path: Path,
     logs: pytest.LogCaptureFixture,
 ) -> None:
-    server, stub = start_store_server(make_config(**{"pii.default_policy": {"email": "redact"}}))
+    server, stub = start_store_server(
+        make_config(**{"pii.default_policy": {"email": "redact"}, "providers.llm.model": "m"})
+    )
     channel = grpc.insecure_channel(f"127.0.0.1:{server.app.internal_port}")
     jobs = job_queue_pb2_grpc.JobQueueServiceStub(channel)
     try:

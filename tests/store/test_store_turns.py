@@ -386,3 +386,25 @@ def test_a_session_is_scoped_to_its_namespace(st: AdminStore) -> None:
         )
     )
     assert list(listed.memories) == []
+
+
+def test_summarize_without_an_llm_is_refused_and_queues_nothing(
+    start: Callable[..., AdminStore],
+) -> None:
+    """No LLM configured (Pipeline V2 off, no `providers.llm` key): no worker could write the
+    summary, so SummarizeSession says how to configure one instead of queueing a job that
+    would wait forever; once `providers.llm` is set, it queues as before."""
+    st = start(**{"memory.pipelineV2.enabled": False})
+    turn(st, "we booked the hotel in Porto")
+    before = st.snapshot()
+    code, reason, _ = error_of(lambda: summarize(st))
+    assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "LLM_NOT_CONFIGURED")
+    with pytest.raises(grpc.RpcError) as caught:
+        summarize(st)
+    assert "providers.llm" in caught.value.details()
+    assert st.snapshot() == before
+    assert st.scalar("SELECT count(*) FROM memory_jobs WHERE job_type = 'summarize_session'") == 0
+
+    configured = start(**{"memory.pipelineV2.enabled": False, "providers.llm.model": "qwen3:4b"})
+    turn(configured, "and the train to Lisbon", session_id="s2")
+    assert summarize(configured, "s2").job_id

@@ -154,6 +154,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """FAILED_PRECONDITION (GetSession): sessions are not tracked because session
     consolidation is off (`sessions.consolidate`); the message names the setting.
     """
+    ERROR_REASON_LLM_NOT_CONFIGURED: _ErrorReason.ValueType  # 32
+    """FAILED_PRECONDITION (SummarizeSession): the work needs an LLM and none is
+    configured (no `providers.llm` key, no fallback, no feature that calls one):
+    nothing was queued. The message says how to point Engram at a model.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """The stable `reason` strings carried in `google.rpc.ErrorInfo` on every error
@@ -293,5 +298,10 @@ nothing was queued. The message names the settings to turn on.
 ERROR_REASON_CONSOLIDATION_DISABLED: ErrorReason.ValueType  # 31
 """FAILED_PRECONDITION (GetSession): sessions are not tracked because session
 consolidation is off (`sessions.consolidate`); the message names the setting.
+"""
+ERROR_REASON_LLM_NOT_CONFIGURED: ErrorReason.ValueType  # 32
+"""FAILED_PRECONDITION (SummarizeSession): the work needs an LLM and none is
+configured (no `providers.llm` key, no fallback, no feature that calls one):
+nothing was queued. The message says how to point Engram at a model.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

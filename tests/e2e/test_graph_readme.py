@@ -5,7 +5,7 @@ that names entities with types and aliases: the two Remembers are extracted,
 entities, and `engram links` the session's `temporal` link.
 
 Rewrites, and no others: `.venv/bin/engram` -> this checkout's CLI (the store
-given by ENGRAM_ADDRESS), `grpcurl` -> the grpcurl beside this interpreter,
+given by ENGRAM_ADDRESS), `.venv/bin/grpcurl` -> the grpcurl beside this interpreter,
 `localhost:50051` -> the store this test started, `<second memory id>` -> the id
 the second `remember` printed."""
 
@@ -88,7 +88,7 @@ def _commands(block: str) -> list[str]:
 def _run(command: str, store_address: str) -> subprocess.CompletedProcess[str]:
     command = command.replace(".venv/bin/engram", shlex.join(engram_command()))
     command = command.replace("localhost:50051", store_address)
-    command = re.sub(r"(^|\s)grpcurl ", rf"\g<1>{GRPCURL} ", command)
+    command = re.sub(r"(^|\s)\.venv/bin/grpcurl ", rf"\g<1>{GRPCURL} ", command)
     path = ":".join([str(REPO_ROOT / "clients" / "python"), str(REPO_ROOT), str(REPO_ROOT / "gen")])
     return subprocess.run(
         ["bash", "-c", "set -euo pipefail\n" + command],

@@ -5,7 +5,8 @@ written, after these rewrites and no others (`rewrite` below):
 
 - `localhost:5005N`, `localhost:50061` (and `127.0.0.1:` forms) -> the port this test gave
   that listener;
-- `.venv/bin/grpcurl` and a bare `grpcurl` -> the grpcurl binary of this virtualenv;
+- `.venv/bin/grpcurl` -> the grpcurl binary of this virtualenv (the README names no bare
+  `grpcurl`: `make setup` installs it only there);
 - `https://example.com/guide.html` -> the same page served by a scripted HTTP server on a
   loopback port (this machine has no internet);
 - `.venv/bin/engram` -> `python -m services.cli.main` (this checkout's code), with the CLI
@@ -15,6 +16,11 @@ written, after these rewrites and no others (`rewrite` below):
 The ```python block (the engram.client example) runs with its ports rewritten the same way;
 the client commands' ```sh block runs in a scratch directory with ENGRAM_ADDRESS,
 ENGRAM_SEARCH_ADDRESS and ENGRAM_MAINTENANCE_ADDRESS set to this suite's ports.
+
+The tests below are defined in the README's order (the Python example, the client commands,
+the grpcurl examples, then the CLI synopsis, which writes nothing) and share one suite, as a
+new user following the page shares one: an example that breaks a later one fails here
+(`test_the_examples_run_in_the_order_the_readme_prints_them`).
 
 The suite is started by the README's own `engram up` line, with a config file that sets free
 ports, `providers.embedding.kind: none` (recall by keywords: every example query shares a word
@@ -87,7 +93,7 @@ NOT_RUN = {
     "service; tests/tls/test_readme_tls.py runs this block against one",
     "export ENGRAM_SERVICE_KEY=": "compose's postgres profile needs Docker; "
     "tests/deploy/test_compose_postgres.py checks each line against `docker-compose config`",
-    """grpcurl -plaintext -d '{"namespace": "team-a"}' localhost:50061 """
+    """.venv/bin/grpcurl -plaintext -d '{"namespace": "team-a"}' localhost:50061 """
     "engram.store.internal.v1.StoreAdminService/BackfillExtraction": "needs Pipeline V2 on "
     "(this suite runs with it off, where it answers FAILED_PRECONDITION); "
     "tests/providers/test_readme_providers.py runs it against a store with it on",
@@ -189,7 +195,6 @@ def rewrite(command: str, places: Places) -> str:
         command,
     )
     command = command.replace(".venv/bin/grpcurl", GRPCURL)
-    command = re.sub(r"^grpcurl\b", GRPCURL, command)
     return command.replace(GUIDE_URL, places.page_url)
 
 
@@ -546,6 +551,89 @@ def test_every_sh_block_of_the_readme_is_run_or_says_why_not() -> None:
         )
 
 
+def test_the_examples_run_in_the_order_the_readme_prints_them() -> None:
+    """pytest runs this module's tests in the order they are defined; that order is the
+    README's, and no command calls a bare `grpcurl` (`make setup` installs it only as
+    `.venv/bin/grpcurl`)."""
+    text = README.read_text(encoding="utf-8")
+    [python] = python_blocks()
+    [client] = [b for b in readme_blocks() if is_client_cli_block(b)]
+    first_grpcurl = next(b for b in readme_blocks() if is_grpcurl_block(b))
+    assert text.index(python) < text.index(client) < text.index(first_grpcurl)
+    bare = [
+        command
+        for block in readme_blocks()
+        for command in commands_of(block)
+        if re.match(r"grpcurl\b", command.lstrip())
+    ]
+    assert bare == []
+
+
+def _client_env(places: Places) -> dict[str, str]:
+    """engram.client from this checkout, and the client CLI's addresses (its
+    ENGRAM_*_ADDRESS variables) pointed at this suite's ports."""
+    path = os.pathsep.join(
+        [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
+    )
+    return clean_env(
+        {
+            "PYTHONPATH": path,
+            "ENGRAM_ADDRESS": f"127.0.0.1:{places.ports['store']}",
+            "ENGRAM_SEARCH_ADDRESS": f"127.0.0.1:{places.ports['search']}",
+            "ENGRAM_MAINTENANCE_ADDRESS": f"127.0.0.1:{places.ports['maintenance']}",
+        }
+    )
+
+
+def test_readme_python_example_runs(suite: Suite, tmp_path: Path) -> None:
+    """The README's first example: engram.client remembers, recalls, lists and
+    catches a NotFound (ports rewritten as for the grpcurl examples)."""
+    [block] = python_blocks()
+    script = tmp_path / "example.py"
+    script.write_text(rewrite(block, suite.places), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=_client_env(suite.places),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("remembered ")
+    assert any(line.endswith(" Alice prefers green tea") for line in lines[1:])
+    assert lines[-1].startswith("not found: NOT_FOUND ")
+
+
+def test_readme_client_cli_examples_run(suite: Suite, tmp_path: Path) -> None:
+    """The client commands' block, in order, in a scratch directory (export writes a
+    file), with `.venv/bin/engram` this checkout's CLI; export then import copies the
+    namespace."""
+    [block] = [b for b in readme_blocks() if is_client_cli_block(b)]
+    engram = shlex.join(engram_command())
+    outputs = []
+    for original in commands_of(block):
+        command = rewrite(original, suite.places).replace(".venv/bin/engram", engram)
+        result = subprocess.run(
+            ["bash", "-c", f"set -euo pipefail\n{command}"],
+            cwd=tmp_path,
+            env=_client_env(suite.places),
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
+        assert result.returncode == 0, f"{original}\n{result.stdout}{result.stderr}"
+        outputs.append(result.stdout)
+    assert "Bob prefers vim" in outputs[2]  # recall
+    exported = (tmp_path / "team-a.jsonl").read_text(encoding="utf-8").splitlines()
+    assert exported and not any("Bob prefers vim" in line for line in exported)  # forgotten
+    assert any("Bob reviews pull requests" in line for line in exported)
+    assert f"imported: {len(exported)} created" in outputs[6]
+
+
 def test_readme_grpcurl_examples_run_in_order(suite: Suite) -> None:
     commands = grpcurl_commands()
     ids: dict[str, str] = {}
@@ -643,67 +731,3 @@ def test_readme_cli_examples_run(suite: Suite) -> None:
         )
         assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
     assert (restored / "engram.db").stat().st_size > 0
-
-
-def _client_env(places: Places) -> dict[str, str]:
-    """engram.client from this checkout, and the client CLI's addresses (its
-    ENGRAM_*_ADDRESS variables) pointed at this suite's ports."""
-    path = os.pathsep.join(
-        [str(REPO_ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
-    )
-    return clean_env(
-        {
-            "PYTHONPATH": path,
-            "ENGRAM_ADDRESS": f"127.0.0.1:{places.ports['store']}",
-            "ENGRAM_SEARCH_ADDRESS": f"127.0.0.1:{places.ports['search']}",
-            "ENGRAM_MAINTENANCE_ADDRESS": f"127.0.0.1:{places.ports['maintenance']}",
-        }
-    )
-
-
-def test_readme_python_example_runs(suite: Suite, tmp_path: Path) -> None:
-    """The README's first example: engram.client remembers, recalls, lists and
-    catches a NotFound (ports rewritten as for the grpcurl examples)."""
-    [block] = python_blocks()
-    script = tmp_path / "example.py"
-    script.write_text(rewrite(block, suite.places), encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=_client_env(suite.places),
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("remembered ")
-    assert any(line.endswith(" Alice prefers green tea") for line in lines[1:])
-    assert lines[-1].startswith("not found: NOT_FOUND ")
-
-
-def test_readme_client_cli_examples_run(suite: Suite, tmp_path: Path) -> None:
-    """The client commands' block, in order, in a scratch directory (export writes a
-    file), with `.venv/bin/engram` this checkout's CLI; export then import copies the
-    namespace."""
-    [block] = [b for b in readme_blocks() if is_client_cli_block(b)]
-    engram = shlex.join(engram_command())
-    outputs = []
-    for original in commands_of(block):
-        command = rewrite(original, suite.places).replace(".venv/bin/engram", engram)
-        result = subprocess.run(
-            ["bash", "-c", f"set -euo pipefail\n{command}"],
-            cwd=tmp_path,
-            env=_client_env(suite.places),
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT_S,
-            check=False,
-        )
-        assert result.returncode == 0, f"{original}\n{result.stdout}{result.stderr}"
-        outputs.append(result.stdout)
-    assert "Bob prefers vim" in outputs[1]  # recall
-    exported = (tmp_path / "team-a.jsonl").read_text(encoding="utf-8").splitlines()
-    assert exported and not any("Bob prefers vim" in line for line in exported)  # forgotten
-    assert f"imported: {len(exported)} created" in outputs[5]

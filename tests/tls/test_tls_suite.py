@@ -89,7 +89,7 @@ def rewrite(command: str, root: Path, store_port: int) -> str:
         "--out certs", f"--out {root}/certs"
     )
     command = command.replace("engram-tls.yaml", str(root / "engram-tls.yaml"))
-    command = re.sub(r"^grpcurl\b", GRPCURL, command)
+    command = re.sub(r"^\.venv/bin/grpcurl\b", GRPCURL, command)
     return command
 
 

@@ -501,3 +501,61 @@ def _named(template: str, names: frozenset[str]) -> list[str]:
         else:
             out.append(word)
     return out
+
+
+# a question in the past asks about an event, not about what is so now
+PAST_AUXILIARIES = frozenset({"did", "was", "were", "had", "used"})
+YES_NO_OPENERS = frozenset({"is", "are", "does", "do", "has", "have", "can"})
+_SUFFIXES = ("ing", "ly", "ed", "s")
+
+
+def word_root(word: str) -> str:
+    """A crude English root, enough to see one word in "run", "runs", "running",
+    "week", "weekly", "live", "lives": one suffix off, then a doubled last letter."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and not word.endswith("ss") and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            if suffix in ("ing", "ed") and len(word) > 3 and word[-1] == word[-2]:
+                word = word[:-1]
+            break
+    return word
+
+
+def one_question_two_values(one: Values, two: Values, question: Values) -> bool:
+    """For ranking only (services/search/current_value.py): whether two texts answer
+    one question in the present about its named subject with different values, in
+    any words ("Which train does Ravi take to work?": "Ravi takes the 9:00 train to
+    work" / "These days Ravi commutes on the 11:00 train"). Both name every name the
+    question names (at least one) and share a word of the question's own (not a
+    name, not a stop word: "train"); and they differ in what the question asks: the
+    same kinds of date, time, number or amount with another value, another name
+    beside the asked ones ("Ravi's manager is Anna" / "Bruno has become Ravi's
+    manager"), or, for a yes/no question, neither states a value or another name
+    ("Ravi has a car" / "Ravi sold the car and has none now"). Never for a question
+    in the past ("When did Ravi fly to Oslo?" asks about one event) nor for texts
+    about their own day ("today", "yesterday", ...)."""
+    if PAST_AUXILIARIES & question.words or RELATIVE_DAYS & (one.words | two.words):
+        return False
+    subject = question.capitalised
+    if not subject or not (subject <= one.words and subject <= two.words):
+        return False
+    topic = {word_root(w) for w in _content_words(question) - subject if len(w) > 2}
+    shared = topic & _roots(one) & _roots(two)
+    if not shared:
+        return False
+    if one.values.get(IDENTIFIER, ()) != two.values.get(IDENTIFIER, ()):
+        return False
+    kinds = set(one.values) - {IDENTIFIER}
+    if kinds != set(two.values) - {IDENTIFIER}:
+        return False
+    if kinds:
+        return any(Counter(one.values[k]) != Counter(two.values[k]) for k in kinds)
+    others = (one.capitalised - subject, two.capitalised - subject)
+    named = [frozenset(n for n in o if n in v.words) for o, v in zip(others, (one, two))]
+    if named[0] or named[1]:
+        return bool(named[0]) and bool(named[1]) and named[0] != named[1]
+    return bool(YES_NO_OPENERS & set(question.template.split()[:1]))
+
+
+def _roots(values: Values) -> frozenset[str]:
+    return frozenset(word_root(w) for w in _content_words(values))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from services.common import clock
-from services.common.fact_values import same_fact_values, values_of
+from services.common.fact_values import one_question_two_values, same_fact_values, values_of
 from services.common.memory_record import MemoryRecord
 from services.common.text import words
 from services.search.scoring import Candidate
@@ -33,6 +33,7 @@ def newest_value_first(
         return picked
     read = [values_of(records[c.rowid].content) for c in head]
     asked = frozenset(words(query))
+    question = values_of(query)
     group = list(range(len(head)))  # union-find over the pairs about one fact
 
     def root(i: int) -> int:
@@ -43,7 +44,10 @@ def newest_value_first(
 
     for i in range(len(head)):
         for j in range(i + 1, len(head)):
-            if root(i) != root(j) and same_fact_values(read[i], read[j], asked):
+            if root(i) != root(j) and (
+                same_fact_values(read[i], read[j], asked)
+                or one_question_two_values(read[i], read[j], question)
+            ):
                 group[root(j)] = root(i)
     members: dict[int, list[int]] = {}
     for i in range(len(head)):

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.fact_values import DIFFERENT, REPEAT, UPDATE, compare, negated, values_of
+from services.common.fact_values import (
+    DIFFERENT,
+    REPEAT,
+    UPDATE,
+    compare,
+    negated,
+    one_question_two_values,
+    values_of,
+    word_root,
+)
 
 REPEATS = [
     # the same date, written three ways
@@ -109,3 +118,73 @@ def test_a_unit_is_part_of_the_value() -> None:
 def test_another_value_on_its_own_day_is_another_fact() -> None:
     found = compare("I ran 5 km today", "I ran 10 km today")
     assert found.verdict == DIFFERENT and found.differences == ("number: 5 km -> 10 km",)
+
+
+def test_a_word_root_sees_one_word_in_its_forms() -> None:
+    assert {word_root(w) for w in ("run", "runs", "running")} == {"run"}
+    assert word_root("weekly") == word_root("week") == "week"
+    assert word_root("lives") == "live" and word_root("class") == "class"
+
+
+def two_values(question: str, one: str, two: str) -> bool:
+    return one_question_two_values(values_of(one), values_of(two), values_of(question))
+
+
+@pytest.mark.parametrize(
+    ("question", "one", "two"),
+    [
+        (
+            "Which train does Ravi take to work?",
+            "Ravi takes the 9:00 train to work.",
+            "These days Ravi commutes on the 11:00 train.",
+        ),
+        (
+            "How many chairs does Ravi need for the party?",
+            "Ravi needs 12 chairs for the party.",
+            "The party plan changed: Ravi needs 30 chairs.",
+        ),
+        ("Who is Ravi's manager?", "Ravi's manager is Anna.", "Bruno has become Ravi's manager."),
+        ("Does Ravi have a car?", "Ravi has a car.", "Ravi sold the car and has none now."),
+    ],
+)
+def test_one_question_answered_with_another_value_in_other_words(
+    question: str, one: str, two: str
+) -> None:
+    assert two_values(question, one, two)
+
+
+@pytest.mark.parametrize(
+    ("question", "one", "two"),
+    [
+        # the past asks about one event
+        (
+            "Which train did Ravi take to work?",
+            "Ravi takes the 9:00 train to work.",
+            "These days Ravi commutes on the 11:00 train.",
+        ),
+        # a word of the question in both, but one states a place, the other a time
+        (
+            "Which office does Ravi work from?",
+            "Ravi works from the Kingsway office.",
+            "Ravi takes the 11:00 train to work.",
+        ),
+        # another person
+        (
+            "Who is Ravi's manager?",
+            "Ravi's manager is Anna.",
+            "Bruno has become Maria's manager.",
+        ),
+        # no word of the question in common
+        ("Is Ravi vegetarian?", "Ravi is vegetarian.", "Ravi has given up eating meat."),
+        # the same value
+        (
+            "When is Maria's flight to Oslo?",
+            "Maria's flight to Oslo is on 12 March.",
+            "Maria rebooked the flight to Oslo for 12 March.",
+        ),
+        # about its own day
+        ("How far does Ravi run?", "Ravi ran 5 km today.", "Ravi ran 10 km today."),
+    ],
+)
+def test_not_one_question_with_two_values(question: str, one: str, two: str) -> None:
+    assert not two_values(question, one, two)

@@ -90,3 +90,35 @@ def test_another_name_in_the_same_words_is_the_newer_value(stack: Stack) -> None
     bergen = "Maria's flight to Bergen is on 12 March."
     stack.remember(bergen, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
     assert ranked(stack)[:2] == [OLDER, bergen]
+
+
+def ask(stack: Stack, question: str) -> list[str]:
+    request = search_pb2.RecallRequest(query=question, limit=10, min_score=0)
+    return [r.memory.content for r in stack.search.Recall(request, timeout=30).results]
+
+
+def test_one_question_answered_in_other_words_ranks_the_newer_value_first(stack: Stack) -> None:
+    """The older text shares more of the question's words, so the keyword channel ranks it
+    first; both answer "which train" about Ravi with another time: the newer leads. The
+    same question in the past asks about an event: the order is the channel's."""
+    older = "Ravi takes the 9:00 train to work."
+    stack.remember(older, event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    newer = "These days Ravi commutes on the 11:00 train."
+    stack.remember(newer, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    assert ask(stack, "Which train does Ravi take to work?")[:2] == [newer, older]
+    assert ask(stack, "Which train did Ravi take to work?")[:2] == [older, newer]
+
+
+def test_a_yes_no_question_ranks_the_newer_answer_first(stack: Stack) -> None:
+    stack.remember("Ravi has a car.", event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    later = "Ravi sold the car and has none now."
+    stack.remember(later, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    assert ask(stack, "Does Ravi have a car?")[:2] == [later, "Ravi has a car."]
+
+
+def test_another_fact_sharing_a_word_of_the_question_keeps_its_place(stack: Stack) -> None:
+    office = "Ravi works from the Kingsway office."
+    stack.remember(office, event_time=timestamp(datetime(2026, 1, 5, tzinfo=UTC)))
+    train = "Ravi takes the 11:00 train to work."
+    stack.remember(train, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
+    assert ask(stack, "Which office does Ravi work from?")[:2] == [office, train]

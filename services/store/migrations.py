@@ -16,6 +16,7 @@ from typing import Any
 
 from services.common.clock import now_text
 from services.common.db import complete_statement
+from services.common.schema import check_chain
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
@@ -742,6 +743,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         """,
     ),
 )
+check_chain("SQLite", len(MIGRATIONS))  # services/common/schema.py's SCHEMA_VERSION
 
 
 class MigrationMismatch(Exception):

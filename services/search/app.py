@@ -49,16 +49,8 @@ def recall_params(config: Config) -> RecallParams:
 
 
 def context_params(config: Config) -> ContextParams:
-    settings = config.search.context
-    return ContextParams(
-        simple_budget=settings.simple_budget,
-        complex_budget=settings.complex_budget,
-        max_budget=settings.max_budget,
-        pinned_limit=settings.pinned_limit,
-        session_limit=settings.session_limit,
-        entity_limit=settings.entity_limit,
-        relations_per_entity=settings.relations_per_entity,
-    )
+    """AssembleContext's parameters (ContextParams.from_settings; bench/ calls this)."""
+    return ContextParams.from_settings(config.search.context)
 
 
 async def warm_then_serve(

@@ -6,7 +6,8 @@ A shipped migration is never edited: the store refuses to start on a database
 whose recorded checksum differs from the code's, and
 tests/store/migrations.snapshot (checked by tests/store/test_store_migrations.py)
 pins every shipped migration's name and checksum. A schema change is a new
-migration appended at the end, with its line appended to the snapshot."""
+migration appended at the end (of pg_migrations.py's chain too), with its line
+appended to the snapshot and services/common/schema.py's SCHEMA_VERSION raised to match."""
 
 from __future__ import annotations
 

@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
+from backend_db import migrate_to
 from services.common import pg
-from services.common.db import open_read_write
+from services.common.db import open_read_only
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import MemoryRecord
 from services.common.schema import MEMORY_COLUMNS, SCHEMA_VERSION, memory_columns
 from services.search import context_queries, queries
 from services.store import decay_sql, repository
-from services.store.migrations import MIGRATIONS, apply_migrations
-from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
+from services.store.migrations import MIGRATIONS
+from services.store.pg_migrations import PG_MIGRATIONS
 
 NOW = "2026-12-02T00:00:00.000000000Z"
 
@@ -30,24 +31,16 @@ def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[A
     """(connection with sqlite3's API, dialect) on a fresh database migrated to
     SCHEMA_VERSION by its backend's chain, and no further."""
     if request.param == "sqlite":
-        conn = open_read_write(tmp_path / "engram.db")
-        apply_migrations(conn, MIGRATIONS[:SCHEMA_VERSION])
-        try:
-            yield conn, "sqlite"
-        finally:
-            conn.close()
-        return
-    dsn = request.getfixturevalue("pg_dsn")
-    raw = pg.open_read_write(dsn)
+        migrate_to(SCHEMA_VERSION, path=tmp_path / "engram.db")
+        conn = open_read_only(tmp_path / "engram.db")
+    else:
+        dsn = request.getfixturevalue("pg_dsn")
+        migrate_to(SCHEMA_VERSION, dsn=dsn)
+        conn = pg.SqliteApi(pg.open_read_only(dsn))
     try:
-        apply_pg_migrations(raw, PG_MIGRATIONS[:SCHEMA_VERSION])
+        yield conn, request.param
     finally:
-        raw.close()
-    reader = pg.SqliteApi(pg.open_read_only(dsn))
-    try:
-        yield reader, "postgres"
-    finally:
-        reader.close()
+        conn.close()
 
 
 def test_both_chains_ship_the_schema_version() -> None:

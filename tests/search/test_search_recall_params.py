@@ -1,6 +1,6 @@
-"""Recall's parameters come from the configuration in one place (issue 36, item 5):
-RecallParams.from_config, with every default written once, in
-services/common/config.py. Every configuration key Recall reads reaches its
+"""Recall's and AssembleContext's parameters come from the configuration in one
+place (issue 36, item 5): RecallParams.from_config and ContextParams.from_settings,
+with every default written once, in services/common/config.py. Every configuration key Recall reads reaches its
 parameter, and a parameter left at its default is the key's default."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from services.common.config import load_config
+from services.search.context import ContextParams
 from services.search.decay import DecayRanking
 from services.search.recall import RecallParams
 from services.search.scoring import ScoringParams
@@ -84,3 +85,26 @@ def test_the_keys_cover_every_parameter() -> None:
         f.name for f in fields(RecallParams) if f.name not in {"scoring", "decay"}
     }
     assert {attribute for _, attribute, _, _ in KEYS} == every - NOT_CONFIGURED
+
+
+CONTEXT = {
+    "simple_budget": 900,
+    "complex_budget": 2500,
+    "max_budget": 30000,
+    "pinned_limit": 40,
+    "session_limit": 90,
+    "entity_limit": 15,
+    "relations_per_entity": 4,
+}
+
+
+def test_every_context_key_reaches_its_parameter() -> None:
+    default = ContextParams()
+    assert ContextParams.from_settings(load_config(environ={}).search.context) == default
+    config = load_config(
+        environ={}, overrides={f"search.context.{k}": v for k, v in CONTEXT.items()}
+    )
+    assert ContextParams.from_settings(config.search.context) == ContextParams(**CONTEXT)
+    assert {k for k, v in CONTEXT.items() if getattr(default, k) != v} == {
+        f.name for f in fields(ContextParams)
+    }

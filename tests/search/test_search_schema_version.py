@@ -19,18 +19,16 @@ import pytest
 from free_ports import free_port
 from server_thread import ServerThread
 
+from backend_db import migrate_to
 from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from http_fakes import VectorBook, ollama_server
 from recall_helpers import fake_embedding_overrides
-from services.common import pg
 from services.common.config import load_config
-from services.common.db import open_read_write
 from services.common.schema import SCHEMA_VERSION
 from services.search.app import start_search
 from services.store.app import start_store
-from services.store.migrations import MIGRATIONS, apply_migrations
-from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
+from services.store.migrations import MIGRATIONS
 
 # memory_categories_and_class and memory_decay (columns search selects) not applied yet
 OLDER = [name for name, _ in MIGRATIONS].index("memory_categories_and_class")
@@ -41,18 +39,10 @@ def older_database(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, 
     """The storage keys of a database a store of an older Engram migrated to OLDER."""
     path = tmp_path / "engram.db"
     if request.param == "sqlite":
-        conn = open_read_write(path)
-        try:
-            apply_migrations(conn, MIGRATIONS[:OLDER])
-        finally:
-            conn.close()
+        migrate_to(OLDER, path=path)
         return {"storage.path": str(path)}
     dsn = request.getfixturevalue("pg_dsn")
-    raw = pg.open_read_write(dsn)
-    try:
-        apply_pg_migrations(raw, PG_MIGRATIONS[:OLDER])
-    finally:
-        raw.close()
+    migrate_to(OLDER, dsn=dsn)
     return {"storage.path": str(path), "storage.kind": "postgres", "storage.postgres.dsn": dsn}
 
 

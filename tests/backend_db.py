@@ -127,6 +127,28 @@ def refuse_inserts(location: str | Path, table: str, message: str) -> None:
     )
 
 
+def migrate_to(version: int, *, path: str | Path = "", dsn: str = "") -> None:
+    """Migrate a fresh database (the SQLite file at `path`, or the Postgres database at
+    `dsn`) with its backend's own chain, its first `version` migrations only."""
+    if dsn:
+        from services.common import pg
+        from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
+
+        raw = pg.open_read_write(dsn)
+        try:
+            apply_pg_migrations(raw, PG_MIGRATIONS[:version])
+        finally:
+            raw.close()
+        return
+    from services.store.migrations import MIGRATIONS, apply_migrations
+
+    conn = db.open_read_write(path)
+    try:
+        apply_migrations(conn, MIGRATIONS[:version])
+    finally:
+        conn.close()
+
+
 # ---- SQL that cannot be the same text on both backends --------------------------
 
 # For tests that write FTS5's external index apart from its memories: on

@@ -24,17 +24,16 @@ from services.common.providers.embedding import (
     LocalEmbedding,
     embedding_provider,
 )
+from services.common.schema import SCHEMA_VERSION
 from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
 from services.common.suite import announce_own_suite, own_suite_id
 from services.search import queries
 from services.search.access import AccessRecorder
 from services.search.context import ContextAssembler, ContextParams
-from services.search.decay import DecayRanking
 from services.search.embedder import QueryEmbedder
 from services.search.query_intent import IntentClassifier
 from services.search.recall import Recaller, RecallParams
 from services.search.rerank import HttpReranker, Reranker
-from services.search.scoring import ScoringParams
 from services.search.servicer import SearchServicer
 from services.search.tokens import TokenizerUnavailable, tokenizer
 from services.search.vector_cache import VectorCache
@@ -42,69 +41,16 @@ from services.search.vector_cache import VectorCache
 log = logging.getLogger("engram.search")
 
 SERVICE_NAME = search_pb2.DESCRIPTOR.services_by_name["SearchService"].full_name
-REQUIRED_SCHEMA_VERSION = 12  # 12: sessions_and_expiry (session_id, expire_at: the live rule)
 
 
 def recall_params(config: Config) -> RecallParams:
-    pipeline = config.memory.pipelineV2
-    return RecallParams(
-        scoring=ScoringParams(
-            fusion=config.search.fusion,
-            alpha=config.search.alpha,
-            rrf_k=config.search.rrf_k,
-            min_score=config.search.min_score,
-            time_boost=config.search.time_boost,
-            episode_weight=config.search.episode_weight,
-            neighbor_weight=config.search.neighbor_weight,
-            diversity_penalty=config.search.diversity_penalty,
-            rrf_weight_fts=config.search.rrf_weight_fts,
-            rrf_weight_vector=config.search.rrf_weight_vector,
-            rrf_weight_graph=config.search.rrf_weight_graph,
-            importance_weight=config.search.importance_weight,
-        ),
-        channel_depth=config.search.channel_depth,
-        vector_candidates=config.search.vector_candidates,
-        sentence_weight=config.search.sentence_weight,
-        reranker_top_n=pipeline.rerankerTopN,
-        reranker_timeout_s=pipeline.rerankerTimeoutMs / 1000,
-        graph_enabled=pipeline.graphEnabled,
-        graph_boost_weight=pipeline.graphBoostWeight,
-        graph_boost_timeout_s=pipeline.graphBoostTimeoutMs / 1000,
-        intent_routing=config.search.intent_routing,
-        intent_similarity_threshold=config.search.intent_similarity_threshold,
-        intent_entity_weight=config.search.intent_entity_weight,
-        intent_speaker_weight=config.search.intent_speaker_weight,
-        intent_speaker_any_intent=config.search.intent_speaker_any_intent,
-        intent_time_statement_weight=config.search.intent_time_statement_weight,
-        intent_causal_weight=config.search.intent_causal_weight,
-        intent_temporal_link_weight=config.search.intent_temporal_link_weight,
-        intent_causal_depth=config.search.intent_causal_depth,
-        decompose_weight=config.search.decompose_weight,
-        decompose_depth=config.search.decompose_depth,
-        decompose_rules=config.search.decompose_rules,
-        decay=(
-            DecayRanking(
-                config.search.decay_model,
-                config.memory.decay_rate,
-                config.memory.decay_rate_default,
-            )
-            if config.search.decay_ranking
-            else None
-        ),
-    )
+    """Recall's parameters from the configuration (RecallParams.from_config; bench/ calls this)."""
+    return RecallParams.from_config(config)
 
 
 def context_params(config: Config) -> ContextParams:
-    settings = config.search.context
-    return ContextParams(
-        simple_budget=settings.simple_budget,
-        complex_budget=settings.complex_budget,
-        max_budget=settings.max_budget,
-        pinned_limit=settings.pinned_limit,
-        session_limit=settings.session_limit,
-        entity_limit=settings.entity_limit,
-        relations_per_entity=settings.relations_per_entity,
-    )
+    """AssembleContext's parameters (ContextParams.from_settings; bench/ calls this)."""
+    return ContextParams.from_settings(config.search.context)
 
 
 async def warm_then_serve(
@@ -234,7 +180,8 @@ async def start_search(
     )
     path = config.storage.path
     postgres = config.storage.kind == "postgres"
-    await wait_for_schema(config.storage, REQUIRED_SCHEMA_VERSION)
+    # the version the code is written for (every column its queries select), not an older one
+    await wait_for_schema(config.storage, SCHEMA_VERSION)
     reads = await open_read_pool(config.storage, service="search")
     if postgres:
         from services.common import pg

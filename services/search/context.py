@@ -22,8 +22,9 @@ import enum
 import functools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
+from services.common.config import ContextSettings
 from services.common.db import ReadPool, Reads
 from services.common.errors import Violations
 from services.common.memory_filter import MemoryFilterSpec
@@ -100,15 +101,25 @@ def is_complex(query: str) -> bool:
     )
 
 
+_SETTINGS = ContextSettings()  # the defaults (written in services/common/config.py only)
+
+
 @dataclass(frozen=True)
 class ContextParams:
-    simple_budget: int = 1000
-    complex_budget: int = 3000
-    max_budget: int = 32000
-    pinned_limit: int = 50
-    session_limit: int = 100
-    entity_limit: int = 20
-    relations_per_entity: int = 5
+    """Each field is the `search.context.*` key of its name; its default is that key's."""
+
+    simple_budget: int = _SETTINGS.simple_budget
+    complex_budget: int = _SETTINGS.complex_budget
+    max_budget: int = _SETTINGS.max_budget
+    pinned_limit: int = _SETTINGS.pinned_limit
+    session_limit: int = _SETTINGS.session_limit
+    entity_limit: int = _SETTINGS.entity_limit
+    relations_per_entity: int = _SETTINGS.relations_per_entity
+
+    @classmethod
+    def from_settings(cls, settings: ContextSettings) -> ContextParams:
+        """The parameters `search.context.*` configures."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Literal
 
 from services.common import clock
+from services.common.config import MemorySettings, SearchSettings
 from services.common.db import Reads
 from services.common.importance import effective_importance
 from services.search import queries
@@ -35,9 +36,16 @@ SECONDS_PER_DAY = 86400.0
 
 @dataclass(frozen=True)
 class DecayRanking:
-    model: Literal["ebbinghaus", "importance"] = "ebbinghaus"
-    importance_rate: float = 0.95  # memory.decay_rate (seed 002)
-    default_rate: float = 0.1  # memory.decay_rate_default (seed 003)
+    model: Literal["ebbinghaus", "importance"]  # search.decay_model
+    importance_rate: float  # memory.decay_rate (seed 002)
+    default_rate: float  # memory.decay_rate_default (seed 003)
+
+    @classmethod
+    def configured(cls, search: SearchSettings, memory: MemorySettings) -> DecayRanking | None:
+        """The ranking `search.decay_ranking` turns on (None: off)."""
+        if not search.decay_ranking:
+            return None
+        return cls(search.decay_model, memory.decay_rate, memory.decay_rate_default)
 
 
 def days_since(moment: str, now: datetime) -> float:

@@ -24,17 +24,13 @@ from services.common.memory_filter import (
     live_sql,
     plan_guard,
 )
+from services.common.schema import memory_columns
 
 Query = tuple[str, list[Any]]
 _NOW = MemoryFilterSpec()  # valid now, no filter
 
-MEMORY_COLUMNS = (
-    "m.rowid AS rowid, m.id, m.namespace, m.content, m.content_hash, m.type, m.importance, "
-    "m.tags, m.pinned, m.who, m.why, m.source_type, m.source_id, m.version, m.is_deleted, "
-    "m.deleted_at, m.created_at, m.updated_at, m.event_time, m.access_count, m.last_accessed, "
-    "m.session_id, m.expire_at, m.valid_from, m.valid_until, m.invalidated_at, m.categories, "
-    "m.temporal_class, m.confidence, m.decay_rate"
-)
+# services/common/schema.py's column list, with the rowid every channel keys memories by
+MEMORY_COLUMNS = "m.rowid AS rowid, " + memory_columns("m")
 
 
 def marks(values: Sequence[Any]) -> str:

@@ -33,7 +33,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from services.common import clock, tracing
+from services.common.config import Config, MemorySettings, PipelineV2Settings, SearchSettings
 from services.common.db import ReadPool, Reads
 from services.common.errors import Violations
 from services.common.fts import MAX_QUERY_CHARS, all_of, any_of, quoted
@@ -89,40 +90,78 @@ _DOCUMENT_COUNT_ENTRIES = 50_000
 _FRESH_COUNTS_BELOW = 10_000
 
 
+def _from_pipeline(pipeline: PipelineV2Settings) -> dict[str, Any]:
+    """The RecallParams fields `memory.pipelineV2.*` sets (its keys' names and
+    milliseconds there)."""
+    return {
+        "reranker_top_n": pipeline.rerankerTopN,
+        "reranker_timeout_s": pipeline.rerankerTimeoutMs / 1000,
+        "graph_enabled": pipeline.graphEnabled,
+        "graph_boost_weight": pipeline.graphBoostWeight,
+        "graph_boost_timeout_s": pipeline.graphBoostTimeoutMs / 1000,
+    }
+
+
+# The configuration's defaults (services/common/config.py writes them, and only there).
+_SEARCH = SearchSettings()
+_PIPELINE = _from_pipeline(PipelineV2Settings())
+_DECAY = DecayRanking.configured(_SEARCH, MemorySettings())
+_SEARCH_KEYS = frozenset(SearchSettings.model_fields)
+
+
 @dataclass(frozen=True)
 class RecallParams:
+    """Recall's parameters, built from the configuration by `from_config`: a field
+    named as a `search.*` key is that key; the reranker and graph fields are
+    `memory.pipelineV2.*` (_from_pipeline); `decay` is DecayRanking.configured.
+    Each default is its key's; vector_cache and keyword_postings_budget are not
+    configured (tests and benchmarks set them)."""
+
     scoring: ScoringParams = field(default_factory=ScoringParams)
-    channel_depth: int = 100  # results kept from each channel
-    vector_candidates: int = 400  # Hamming first-pass size; 0 = exact float32 scan
+    channel_depth: int = _SEARCH.channel_depth  # results kept from each channel
+    # Hamming first-pass size; 0 = exact float32 scan
+    vector_candidates: int = _SEARCH.vector_candidates
     vector_cache: bool = True  # unfiltered first pass in memory (services.search.vector_cache)
     # the pool's cosine: whole + w x max(0, best sentence - sd x sqrt(2 ln n) - whole)
     # (issue 19; _best_parts)
-    sentence_weight: float = 1.0
+    sentence_weight: float = _SEARCH.sentence_weight
     # Whole-index keyword queries whose terms match more documents than this in
     # total score their most frequent terms only where a rarer term matched
     # (a common-terms cutoff); 0 = always score every matching document.
     keyword_postings_budget: int = 10_000
-    reranker_top_n: int = 20
-    reranker_timeout_s: float = 2.0
-    graph_enabled: bool = False  # memory.pipelineV2.graphEnabled
-    graph_boost_weight: float = 0.15
-    graph_boost_timeout_s: float = 0.5
+    reranker_top_n: int = _PIPELINE["reranker_top_n"]
+    reranker_timeout_s: float = _PIPELINE["reranker_timeout_s"]
+    graph_enabled: bool = _PIPELINE["graph_enabled"]
+    graph_boost_weight: float = _PIPELINE["graph_boost_weight"]
+    graph_boost_timeout_s: float = _PIPELINE["graph_boost_timeout_s"]
     # seed 003 intent routing (services.search.routes)
-    intent_routing: bool = True
-    intent_similarity_threshold: float = 0.45
-    intent_entity_weight: float = 0.3
-    intent_speaker_weight: float = 0.3
-    intent_speaker_any_intent: bool = True
-    intent_time_statement_weight: float = 0.15
-    intent_causal_weight: float = 0.15
-    intent_temporal_link_weight: float = 0.15
-    intent_causal_depth: int = 2
+    intent_routing: bool = _SEARCH.intent_routing
+    intent_similarity_threshold: float = _SEARCH.intent_similarity_threshold
+    intent_entity_weight: float = _SEARCH.intent_entity_weight
+    intent_speaker_weight: float = _SEARCH.intent_speaker_weight
+    intent_speaker_any_intent: bool = _SEARCH.intent_speaker_any_intent
+    intent_time_statement_weight: float = _SEARCH.intent_time_statement_weight
+    intent_causal_weight: float = _SEARCH.intent_causal_weight
+    intent_temporal_link_weight: float = _SEARCH.intent_temporal_link_weight
+    intent_causal_depth: int = _SEARCH.intent_causal_depth
     # question decomposition (issue 19; services.search.decompose): each part's
     # keyword and vector matches join the pool; 0 = off, no split
-    decompose_weight: float = 0.0
-    decompose_depth: int = 20  # each part's matches added from each channel
-    decompose_rules: str = "all"  # decompose.RULE_SETS
-    decay: DecayRanking | None = None  # set when search.decay_ranking, else off
+    decompose_weight: float = _SEARCH.decompose_weight
+    decompose_depth: int = _SEARCH.decompose_depth  # each part's matches added from each channel
+    decompose_rules: str = _SEARCH.decompose_rules  # decompose.RULE_SETS
+    # set when search.decay_ranking, else None (off)
+    decay: DecayRanking | None = _DECAY
+
+    @classmethod
+    def from_config(cls, config: Config) -> RecallParams:
+        """The parameters the configuration sets (the one place it is read for Recall)."""
+        search = config.search
+        return cls(
+            scoring=ScoringParams.from_settings(search),
+            **{f.name: getattr(search, f.name) for f in fields(cls) if f.name in _SEARCH_KEYS},
+            **_from_pipeline(config.memory.pipelineV2),
+            decay=DecayRanking.configured(search, config.memory),
+        )
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
+from services.common.config import SearchSettings
 from services.common.importance import importance_factor
 
 # How fast the keyword strength saturates with the share of the query's IDF mass
@@ -44,22 +45,34 @@ from services.common.importance import importance_factor
 KEYWORD_STRENGTH = 3.0
 
 
+# The configuration's defaults (services/common/config.py writes them, and only there).
+_SEARCH = SearchSettings()
+
+
 @dataclass(frozen=True)
 class ScoringParams:
-    fusion: str = "alpha"  # "alpha" | "rrf"
-    alpha: float = 0.7
-    rrf_k: int = 60
-    min_score: float = 0.15
-    time_boost: float = 0.2
-    episode_weight: float = 0.2
-    neighbor_weight: float = 0.1
-    diversity_penalty: float = 0.03
+    """Each field is the `search.*` key of its name (ScoringParams.from_settings);
+    its default is that key's."""
+
+    fusion: str = _SEARCH.fusion  # "alpha" | "rrf"
+    alpha: float = _SEARCH.alpha
+    rrf_k: int = _SEARCH.rrf_k
+    min_score: float = _SEARCH.min_score
+    time_boost: float = _SEARCH.time_boost
+    episode_weight: float = _SEARCH.episode_weight
+    neighbor_weight: float = _SEARCH.neighbor_weight
+    diversity_penalty: float = _SEARCH.diversity_penalty
     # search.fusion=rrf: channel weights (seed 003 "RRF merge"); the graph
     # channel is the intent route's ranked list
-    rrf_weight_fts: float = 1.0
-    rrf_weight_vector: float = 1.0
-    rrf_weight_graph: float = 1.0
-    importance_weight: float = 0.0  # 0: importance does not rank (weigh_importance)
+    rrf_weight_fts: float = _SEARCH.rrf_weight_fts
+    rrf_weight_vector: float = _SEARCH.rrf_weight_vector
+    rrf_weight_graph: float = _SEARCH.rrf_weight_graph
+    importance_weight: float = _SEARCH.importance_weight  # 0: importance does not rank
+
+    @classmethod
+    def from_settings(cls, search: SearchSettings) -> ScoringParams:
+        """The parameters `search.*` configures."""
+        return cls(**{f.name: getattr(search, f.name) for f in fields(cls)})
 
 
 @dataclass

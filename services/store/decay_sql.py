@@ -8,9 +8,10 @@ from typing import Any
 
 from services.common import forgetting
 from services.common.memory_filter import live_sql
-from services.store.repository import MEMORY_COLUMNS, Query, postgres
+from services.common.schema import memory_columns
+from services.store.repository import Query, postgres
 
-_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
+_COLUMNS = memory_columns("m")
 
 
 def _weak(

@@ -6,7 +6,8 @@ A shipped migration is never edited: the store refuses to start on a database
 whose recorded checksum differs from the code's, and
 tests/store/migrations.snapshot (checked by tests/store/test_store_migrations.py)
 pins every shipped migration's name and checksum. A schema change is a new
-migration appended at the end, with its line appended to the snapshot."""
+migration appended at the end (of pg_migrations.py's chain too), with its line
+appended to the snapshot and services/common/schema.py's SCHEMA_VERSION raised to match."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from services.common.clock import now_text
 from services.common.db import complete_statement
+from services.common.schema import check_chain
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
@@ -742,6 +744,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         """,
     ),
 )
+check_chain("SQLite", len(MIGRATIONS))  # services/common/schema.py's SCHEMA_VERSION
 
 
 class MigrationMismatch(Exception):

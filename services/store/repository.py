@@ -24,15 +24,12 @@ from services.common.memory_filter import (
     not_expired_sql,
     present_sql,
 )
+from services.common.schema import memory_columns
 from services.store import document_sql
 
-MEMORY_COLUMNS = (
-    "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
-    "source_type, source_id, version, is_deleted, deleted_at, created_at, updated_at, "
-    "event_time, access_count, last_accessed, session_id, expire_at, valid_from, valid_until, "
-    "invalidated_at, categories, temporal_class, confidence, decay_rate"
-)
-_M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MEMORY_COLUMNS.split(","))
+# services/common/schema.py's column list (with the writer's SQL, bare; the reads, as m.*)
+MEMORY_COLUMNS = memory_columns()
+_M_COLUMNS = memory_columns("m")
 
 # Columns a patch, delete or recover may change; anything else is a bug.
 _UPDATABLE = {

@@ -551,7 +551,9 @@ def one_question_two_values(one: Values, two: Values, question: Values) -> bool:
     if kinds:
         return any(Counter(one.values[k]) != Counter(two.values[k]) for k in kinds)
     others = (one.capitalised - subject, two.capitalised - subject)
-    named = [frozenset(n for n in o if n in v.words) for o, v in zip(others, (one, two))]
+    named = [
+        frozenset(n for n in o if n in v.words) for o, v in zip(others, (one, two), strict=True)
+    ]
     if named[0] or named[1]:
         return bool(named[0]) and bool(named[1]) and named[0] != named[1]
     return bool(YES_NO_OPENERS & set(question.template.split()[:1]))

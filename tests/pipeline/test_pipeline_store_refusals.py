@@ -154,7 +154,11 @@ def test_a_full_disk_hands_a_document_job_back_without_using_its_attempts(
     text = " ".join(f"d{i:05d}" for i in range(3 * 50_000 // 7))
     page: ScriptedHttpServer = http_servers(
         ScriptedHttpServer(
-            {("GET", "/page"): gate.wrap(lambda _request: Reply(200, text, content_type="text/plain"))}
+            {
+                ("GET", "/page"): gate.wrap(
+                    lambda _request: Reply(200, text, content_type="text/plain")
+                )
+            }
         )
     )
     stack = recall_stack(
@@ -183,8 +187,9 @@ def test_a_full_disk_hands_a_document_job_back_without_using_its_attempts(
     filler.unlink()
     done = wait_for(
         lambda: (
-            (d := stack.pipeline.GetDocument(pb.GetDocumentRequest(id=document.id), timeout=10))
-            .document.status
+            (
+                d := stack.pipeline.GetDocument(pb.GetDocumentRequest(id=document.id), timeout=10)
+            ).document.status
             == document_pb2.DOCUMENT_STATUS_DONE
             and d.document
         ),

@@ -14,8 +14,8 @@ from engram.pipeline.v1 import pipeline_pb2, pipeline_pb2_grpc
 from engram.store.internal.v1 import admin_pb2 as pb
 from engram.store.internal.v1 import admin_pb2_grpc
 from services.common import provider_state
-from services.common.errors import EngramError, ErrorKind, MutationsFrozen
-from services.common.remote_errors import error_reason
+from services.common.errors import EngramError, ErrorKind
+from services.common.remote_errors import refusing
 from services.maintenance.diagnostics import OrphanCounts, Provider, ProviderReport, StoreCounts
 
 T = TypeVar("T")
@@ -37,18 +37,18 @@ class StoreUnavailable(EngramError):
 
 
 class StoreAdminClient:
-    """StoreAdminService calls; a frozen store surfaces as MutationsFrozen, any
-    other failure to get an answer as StoreUnavailable."""
+    """StoreAdminService calls; a refusal of the store (frozen, a full disk, ...)
+    surfaces as its typed StoreRefusal (services/common/remote_errors.py, the
+    store's own code and reason), any other failure to get an answer as
+    StoreUnavailable."""
 
     def __init__(self, stub: admin_pb2_grpc.StoreAdminServiceAsyncStub) -> None:
         self._stub = stub
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         try:
-            return await call()
+            return await refusing(call())
         except grpc.aio.AioRpcError as exc:
-            if error_reason(exc) == "MUTATIONS_FROZEN":
-                raise MutationsFrozen() from exc
             raise StoreUnavailable(
                 f"store admin call failed: {exc.code().name}: {exc.details()}"
             ) from exc

@@ -26,7 +26,7 @@ from services.pipeline.decision import Decider
 from services.pipeline.document_servicer import Documents
 from services.pipeline.document_worker import DocumentWorker
 from services.pipeline.embed_worker import EmbedWorker
-from services.pipeline.extract_worker import ExtractWorker, ExtractWorkerSettings
+from services.pipeline.extract_worker import ExtractPoolSettings, ExtractWorker
 from services.pipeline.extraction import Extractor
 from services.pipeline.leases import instance_name, worker_identities
 from services.pipeline.near_dup import DedupPolicy, NearDuplicates, dedup_settings
@@ -111,7 +111,7 @@ async def start_pipeline(
         extractor,
         decider,
         provider,
-        ExtractWorkerSettings.from_config(config),
+        ExtractPoolSettings.from_config(config),
         identities["extract"],
     )
     summarize_worker = SummarizeWorker(

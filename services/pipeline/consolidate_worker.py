@@ -8,7 +8,8 @@ CompleteConsolidateJob, which writes it through its controlled write path in
 one transaction and marks the session consolidated.
 
 The lease, retry and backoff rules are the LLM job workers' one rule
-(services/pipeline/llm_job_worker.py). The memories are untrusted text: they
+(services/pipeline/llm_job_worker.py), and a refused write the pipeline's
+(services/pipeline/job_outcomes.py). The memories are untrusted text: they
 reach the model as DATA inside a tagged block, each under a short reference
 (`m1`, `m2`, ...) that the answer cites; references the block does not hold
 are dropped.
@@ -20,8 +21,6 @@ import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
-
-import grpc
 
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
@@ -37,7 +36,7 @@ from services.common.facts import (
 )
 from services.common.logs import fingerprint
 from services.common.providers.llm import LlmProvider
-from services.common.remote_errors import error_reason
+from services.common.remote_errors import refusing
 from services.pipeline.extract_worker import (
     capped_warnings,
     entity_triple,
@@ -52,7 +51,7 @@ from services.pipeline.extraction import (
     validate_fact,
     validate_named_entities,
 )
-from services.pipeline.leases import LeaseIdentity
+from services.pipeline.leases import LeaseIdentity, LeaseLost
 from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings, single_loop_settings
 from services.pipeline.llm_json import LlmOutputInvalid, parse_object
 
@@ -215,21 +214,9 @@ class ConsolidateWorker(LlmJobWorker[Consolidation]):
 
     async def complete(self, job: jq.Job, lease: jq.JobLease, result: Consolidation) -> None:
         request = completion_request(lease, result, self._llm.model)
-        try:
-            response = await self._jobs.CompleteConsolidateJob(request)
-        except grpc.aio.AioRpcError as exc:
-            if error_reason(exc) in ("MUTATIONS_FROZEN", "STORAGE_FULL"):
-                await self.release(
-                    lease, f"the store refused the write: {exc.details()}", llm_down=False
-                )
-                return
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                await self.fail(lease, f"store rejected the consolidation: {exc.details()}")
-                return
-            raise
+        response = await refusing(self._jobs.CompleteConsolidateJob(request))
         if response.outcome != jq.LEASE_OUTCOME_OK:
-            self.lease_lost(job, "lease lost before completion; consolidation discarded")
-            return
+            raise LeaseLost("lease lost before completion; consolidation discarded")
         self.completed()
         log.info(
             "session consolidated",

@@ -13,14 +13,16 @@ A failure no retry can fix (a 4xx answer, a host name that does not exist,
 an address documents may not be fetched from, too many redirects, over the
 size cap, not text, no text) fails the document at once: the store
 marks it `failed` and finishes its job, which is therefore not a dead job.
-Any other failure (5xx, timeout, connection refused, a store error) is a
-failed attempt: the store retries it with backoff and, after
+Any other failure (5xx, timeout, connection refused, the store rejecting a
+write) is a failed attempt: the store retries it with backoff and, after
 `workerMaxRetries` attempts, marks the job dead and the document `failed`
 with the error. A lease that expires, or a pipeline that dies holding it,
 uses an attempt too (the store's reaper and a restart's release end it), so a
 document that kills its worker every time fails after `workerMaxRetries`. An
 embedding outage is not a failure: the chunk is written without a vector and
-an embed job takes over. Frozen mutations hand the job back unattempted.
+an embed job takes over. The store refusing a write follows the pipeline's
+one rule for refusals (services/pipeline/job_outcomes.py): frozen mutations
+or a full disk hand the job back unattempted, the worker backing off.
 
 The worker always runs, whatever `memory.pipelineV2.enabled` says: documents
 are explicit user requests, not background distillation.
@@ -45,7 +47,7 @@ from services.common.fetch_policy import FetchPolicy
 from services.common.normalize import normalize_content
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError
-from services.common.remote_errors import error_reason
+from services.common.remote_errors import StoreRefusal, refusing
 from services.pipeline.documents import (
     DocumentEvents,
     FetchError,
@@ -53,6 +55,7 @@ from services.pipeline.documents import (
     fetch_url,
     new_http_client,
 )
+from services.pipeline.job_outcomes import Outcome, describe, settle
 from services.pipeline.leases import LeaseIdentity, LeaseLost, run_renewing
 from services.pipeline.status import WorkerStatus
 
@@ -159,13 +162,10 @@ class DocumentWorker:
         except LeaseLost:
             self.status.last_error = "document lease lost; ingest stopped"
             log.warning("document lease lost; stopped", extra={"job_id": job.id})
-        except grpc.aio.AioRpcError as exc:
-            if error_reason(exc) != "MUTATIONS_FROZEN":
-                raise
-            await self._jobs.ReleaseJobs(jq.ReleaseJobsRequest(leases=[lease]))
-            self.status.released += 1
-            self._failures += 1
-            self.status.last_error = "mutations are frozen"
+        except StoreRefusal as exc:
+            await self._refused(job, lease, exc)
+        except grpc.aio.AioRpcError:
+            raise  # the store is unreachable: the loop backs off, the lease lapses
         except FetchError as exc:
             await self._fail(job, lease, str(exc), permanent=exc.permanent)
         except Exception as exc:  # any other failure is a failed attempt
@@ -173,6 +173,18 @@ class DocumentWorker:
         finally:
             self.status.last_batch_at = clock.now_text()
         return True
+
+    async def _refused(self, job: jq.Job, lease: jq.JobLease, refusal: StoreRefusal) -> None:
+        """The store refused a write of the ingest: the pipeline's one rule
+        (services/pipeline/job_outcomes.py) releases, retries or drops the job."""
+        outcome = await settle(self._jobs, [lease], refusal)
+        self.status.last_error = describe(refusal)
+        if outcome is Outcome.RELEASE:
+            self.status.released += 1
+            self._failures += 1
+        elif outcome is Outcome.RETRY:
+            self.status.failed += 1
+            await self._publish_current(job.document_id, job.namespace)
 
     async def _fail(self, job: jq.Job, lease: jq.JobLease, error: str, *, permanent: bool) -> None:
         """Permanent: the document fails now. Else a failed attempt, which the
@@ -196,7 +208,9 @@ class DocumentWorker:
         await self._publish_current(job.document_id, job.namespace)
 
     async def _ingest(self, lease: jq.JobLease) -> None:
-        source = await self._store.ReadDocumentSource(dpb.ReadDocumentSourceRequest(lease=lease))
+        source = await refusing(
+            self._store.ReadDocumentSource(dpb.ReadDocumentSourceRequest(lease=lease))
+        )
         if source.outcome != jq.LEASE_OUTCOME_OK:
             raise LeaseLost()
         await self._advance(lease, document_pb2.DOCUMENT_STATUS_EXTRACTING)
@@ -218,19 +232,23 @@ class DocumentWorker:
         )
         for index, chunk in enumerate(chunks):
             vector = await self._embed(chunk)
-            written = await self._store.WriteDocumentChunk(
-                dpb.WriteDocumentChunkRequest(
-                    lease=lease,
-                    chunk_index=index,
-                    content=chunk,
-                    vector=vector,
-                    embedding_model=self._provider.model if vector else "",
+            written = await refusing(
+                self._store.WriteDocumentChunk(
+                    dpb.WriteDocumentChunkRequest(
+                        lease=lease,
+                        chunk_index=index,
+                        content=chunk,
+                        vector=vector,
+                        embedding_model=self._provider.model if vector else "",
+                    )
                 )
             )
             if written.outcome != jq.LEASE_OUTCOME_OK:
                 raise LeaseLost()
         await self._advance(lease, document_pb2.DOCUMENT_STATUS_INDEXING)
-        done = await self._store.CompleteDocument(dpb.CompleteDocumentRequest(lease=lease))
+        done = await refusing(
+            self._store.CompleteDocument(dpb.CompleteDocumentRequest(lease=lease))
+        )
         if done.outcome != jq.LEASE_OUTCOME_OK:
             raise LeaseLost()
         self.events.publish(done.document.id, done.document)
@@ -243,12 +261,14 @@ class DocumentWorker:
         *,
         expected_chunk_count: int = 0,
     ) -> None:
-        response = await self._store.AdvanceDocument(
-            dpb.AdvanceDocumentRequest(
-                lease=lease,
-                status=status,
-                title=title,
-                expected_chunk_count=expected_chunk_count,
+        response = await refusing(
+            self._store.AdvanceDocument(
+                dpb.AdvanceDocumentRequest(
+                    lease=lease,
+                    status=status,
+                    title=title,
+                    expected_chunk_count=expected_chunk_count,
+                )
             )
         )
         if response.outcome != jq.LEASE_OUTCOME_OK:

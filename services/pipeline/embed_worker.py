@@ -13,7 +13,10 @@ A provider that is down is nobody's job's fault: the batch is released without
 using an attempt and the worker backs off (seed 000 backoff: 1 s doubling to
 30 s plus up to 0.5 s jitter), so nothing is lost and the status says degraded.
 A provider that rejects an input fails that job, which retries with backoff and
-goes dead after its attempts.
+goes dead after its attempts. The store refusing the vectors follows the
+pipeline's one rule for refusals (services/pipeline/job_outcomes.py): a full
+disk releases the batch without using attempts, a rejection
+(EMBEDDING_MODEL_MISMATCH) is a failed attempt.
 
 Each content of two or more sentences (services/common/text.py sentences) is
 embedded with its sentences, in the same provider calls, and the sentences'
@@ -41,7 +44,9 @@ from services.common.backoff import backoff_s
 from services.common.metrics import EMBED_WORKER_SECONDS
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError, ProviderUnavailable
+from services.common.remote_errors import StoreRefusal, refusing
 from services.common.text import sentences
+from services.pipeline.job_outcomes import Outcome, describe, settle
 from services.pipeline.leases import LeaseIdentity
 from services.pipeline.status import ProviderHealth, WorkerStatus
 
@@ -268,6 +273,8 @@ class EmbedWorker:
     async def _complete_in_background(self, jobs: list[jq.Job], vectors: list[Embedded]) -> None:
         try:
             await self._complete(jobs, vectors)
+        except StoreRefusal as exc:  # the pipeline's one rule (job_outcomes)
+            await self._refused(jobs, exc)
         except grpc.aio.AioRpcError as exc:  # the leases lapse and the jobs come back
             self._fail_round(f"store unreachable: {exc.code().name}")
         finally:
@@ -275,6 +282,18 @@ class EmbedWorker:
             self._completing.discard(asyncio.current_task())
             if self._waiting:
                 self._show_idle()
+
+    async def _refused(self, jobs: list[jq.Job], refusal: StoreRefusal) -> None:
+        try:
+            outcome = await settle(self._jobs, [_lease(j) for j in jobs], refusal)
+        except grpc.aio.AioRpcError as exc:  # the leases lapse and the jobs come back
+            self._fail_round(f"store unreachable: {exc.code().name}")
+            return
+        if outcome is Outcome.RELEASE:
+            self.status.released += len(jobs)
+        elif outcome is Outcome.RETRY:
+            self.status.failed += len(jobs)
+        self._fail_round(describe(refusal))
 
     async def _embed_alone(self, job: jq.Job) -> None:
         try:
@@ -291,18 +310,20 @@ class EmbedWorker:
 
     async def _complete(self, jobs: list[jq.Job], vectors: list[Embedded]) -> None:
         started = time.perf_counter()
-        response = await self._jobs.CompleteEmbedJobs(
-            jq.CompleteEmbedJobsRequest(
-                model=self._provider.model,
-                results=[
-                    jq.EmbedResult(
-                        lease=_lease(job),
-                        content_hash=job.content_hash,
-                        vector=embedded.vector,
-                        parts=[x for part in embedded.parts for x in part],
-                    )
-                    for job, embedded in zip(jobs, vectors, strict=True)
-                ],
+        response = await refusing(
+            self._jobs.CompleteEmbedJobs(
+                jq.CompleteEmbedJobsRequest(
+                    model=self._provider.model,
+                    results=[
+                        jq.EmbedResult(
+                            lease=_lease(job),
+                            content_hash=job.content_hash,
+                            vector=embedded.vector,
+                            parts=[x for part in embedded.parts for x in part],
+                        )
+                        for job, embedded in zip(jobs, vectors, strict=True)
+                    ],
+                )
             )
         )
         EMBED_WORKER_SECONDS.labels("complete").observe(time.perf_counter() - started)

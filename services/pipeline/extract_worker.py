@@ -8,9 +8,10 @@ so the worker runs as usual; the store decides the mode.
 
 What a failure means for the job is the LLM job workers' one rule
 (services/pipeline/llm_job_worker.py); search not giving candidates counts
-like an unreachable LLM (released, not the job's fault, LLM not blamed), and
-a refused write (MUTATIONS_FROZEN: not expected from a store that leased the
-job, kept as a safety net) is released too. Leases are renewed every
+like an unreachable LLM (released, not the job's fault, LLM not blamed). A
+refused write (a full disk; MUTATIONS_FROZEN is not expected from a store that
+leased the job) follows the pipeline's one rule for refusals
+(services/pipeline/job_outcomes.py): released without using an attempt. Leases are renewed every
 `leaseTimeoutMs / 3` while a job runs, so a slow LLM call does not get its
 job reaped and done twice.
 """
@@ -20,8 +21,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import grpc
-
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
@@ -30,10 +29,10 @@ from services.common.convert import temporal_to_proto, timestamp_from_text
 from services.common.facts import Fact, NamedEntity
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.errors import ProviderError
-from services.common.remote_errors import error_reason
+from services.common.remote_errors import refusing
 from services.pipeline.decision import CandidatesUnavailable, Decider, Proposal
 from services.pipeline.extraction import EntityTriple, ExtractionResult, Extractor
-from services.pipeline.leases import LeaseIdentity
+from services.pipeline.leases import LeaseIdentity, LeaseLost
 from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings, ReleaseJob
 
 log = logging.getLogger("engram.pipeline.extract")
@@ -47,9 +46,13 @@ _ACTIONS = {
 MAX_WARNINGS = 100  # CompleteExtractJob accepts at most this many
 
 
-class ExtractWorkerSettings(LlmWorkerSettings):
+class ExtractPoolSettings(LlmWorkerSettings):
+    """The extract worker's lease pool (`workers.extract.concurrency` loops at
+    Pipeline V2's rhythm), read from config; not config's typed
+    `workers.extract` section (services.common.config.ExtractWorkerSettings)."""
+
     @classmethod
-    def from_config(cls, config: Config) -> ExtractWorkerSettings:
+    def from_config(cls, config: Config) -> ExtractPoolSettings:
         pipeline = config.memory.pipelineV2
         return cls(
             enabled=pipeline.enabled,
@@ -77,7 +80,7 @@ class ExtractWorker(LlmJobWorker[_Analysis]):
         extractor: Extractor,
         decider: Decider,
         embedder: EmbeddingProvider,
-        settings: ExtractWorkerSettings,
+        settings: ExtractPoolSettings,
         identity: LeaseIdentity,
     ) -> None:
         super().__init__("extract", jobs, extractor.llm, settings, identity)
@@ -113,19 +116,9 @@ class ExtractWorker(LlmJobWorker[_Analysis]):
         request = completion_request(
             lease, analysis, self._extractor.llm.model, self._embedder.model
         )
-        try:
-            response = await self._jobs.CompleteExtractJob(request)
-        except grpc.aio.AioRpcError as exc:
-            if error_reason(exc) == "MUTATIONS_FROZEN":
-                await self.release(lease, "mutations are frozen", llm_down=False)
-                return
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                await self.fail(lease, f"store rejected the result: {exc.details()}")
-                return
-            raise
+        response = await refusing(self._jobs.CompleteExtractJob(request))
         if response.outcome != jq.LEASE_OUTCOME_OK:
-            self.lease_lost(job, "lease lost before completion; result discarded")
-            return
+            raise LeaseLost("lease lost before completion; result discarded")
         self.completed()
         if response.graph_error:
             log.warning("graph write failed", extra={"job": job.id, "error": response.graph_error})

@@ -11,10 +11,15 @@ what each failure means for the job (seed 000 "Worker Model").
   `workerMaxRetries`), and the pool backs off.
 - the lease is lost (reaped while the LLM was slow): the renewal notices and
   stops the work, or the store answers LEASE_LOST; nothing is written.
+- the store refuses the result (frozen, disk full, the target gone, the
+  result rejected): the pipeline's one rule for refusals
+  (services/pipeline/job_outcomes.py), the same for every job kind.
 - a bug costs an attempt, never the job or the pool.
 
 A subclass says which job type it leases, does the work (`work`) and hands the
-result to the store (`complete`).
+result to the store (`complete`), calling the store through `refusing`
+(services/common/remote_errors.py) and raising LeaseLost when the store says
+the lease is gone: what either means for the job is decided here, once.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from services.common.backoff import backoff_s
 from services.common.config import Config
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.llm import LlmProvider, LlmUnreachable
+from services.common.remote_errors import StoreRefusal
+from services.pipeline.job_outcomes import Outcome, describe, settle
 from services.pipeline.leases import LeaseIdentity, LeaseLost, run_renewing
 from services.pipeline.llm_json import LlmOutputInvalid
 from services.pipeline.status import ProviderHealth, WorkerStatus
@@ -146,6 +153,9 @@ class LlmJobWorker(Generic[R]):
         except LeaseLost:
             self.lease_lost(job, "lease lost while the LLM ran; result discarded")
             return
+        except StoreRefusal as exc:
+            await self.refused(job, lease, exc)
+            return
         except not_its_fault as exc:
             await self.release(lease, str(exc), llm_down=isinstance(exc, LlmUnreachable))
             return
@@ -158,7 +168,25 @@ class LlmJobWorker(Generic[R]):
             self._log.exception(f"{self.name} job crashed", extra={"job": job.id})
             await self.fail(lease, f"internal error: {exc!r}")
             return
-        await self.complete(job, lease, result)
+        try:
+            await self.complete(job, lease, result)
+        except (StoreRefusal, LeaseLost) as exc:
+            await self.refused(job, lease, exc)
+
+    async def refused(
+        self, job: jq.Job, lease: jq.JobLease, refusal: StoreRefusal | LeaseLost
+    ) -> None:
+        """The store refused the job's call: release, retry or drop it by the one rule."""
+        outcome = await settle(self._jobs, [lease], refusal)
+        error = describe(refusal)
+        if outcome is Outcome.RELEASE:
+            self.status.released += 1
+            self.fail_round(error)
+        elif outcome is Outcome.RETRY:
+            self.status.failed += 1
+            self.fail_round(error)
+        else:
+            self.lease_lost(job, error)
 
     # ---- outcomes ----------------------------------------------------------------------
 

@@ -40,7 +40,9 @@ nothing the LLM decided (it records the proposal), full mode
 (`allowUpdateDelete`) all. Failures follow the LLM job machinery
 (services/pipeline/llm_job_worker.py): the search service or the LLM
 unreachable releases the job unattempted; a bad LLM answer uses an attempt
-(retried with backoff, dead after `workerMaxRetries`).
+(retried with backoff, dead after `workerMaxRetries`); the store refusing the
+decision (frozen, a full disk) follows the pipeline's one rule for refusals
+(services/pipeline/job_outcomes.py): released without using an attempt.
 
 MAX_QUERY_CHARS (Recall's query cap): Recall finds the candidates by the newer
 memory's first 2,000 characters. When the memory is longer, the prefix's
@@ -70,8 +72,9 @@ from services.common.llm_gate import DECIDED_BY_LLM
 from services.common.memory_record import may_merge
 from services.common.providers.embedding import EmbeddingProvider
 from services.common.providers.llm import LlmProvider
+from services.common.remote_errors import refusing
 from services.pipeline.extraction import data_block
-from services.pipeline.leases import LeaseIdentity
+from services.pipeline.leases import LeaseIdentity, LeaseLost
 from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings, ReleaseJob
 from services.pipeline.llm_json import LlmOutputInvalid, parse_object
 
@@ -211,16 +214,17 @@ class NearDuplicates(LlmJobWorker[Resolution | None]):
 
     async def complete(self, job: jq.Job, lease: jq.JobLease, result: Resolution | None) -> None:
         if result is None:
-            done = await self._dedup.CompleteNearDuplicateJobs(
-                dedup_pb2.CompleteNearDuplicateJobsRequest(leases=[lease]),
-                timeout=self._timeout_s,
+            done = await refusing(
+                self._dedup.CompleteNearDuplicateJobs(
+                    dedup_pb2.CompleteNearDuplicateJobsRequest(leases=[lease]),
+                    timeout=self._timeout_s,
+                )
             )
             lost = done.outcomes[0] != jq.LEASE_OUTCOME_OK
         else:
             lost = await self._resolve(job.namespace, lease, result)
         if lost:
-            self.lease_lost(job, "near-duplicate check: lease lost; nothing written")
-            return
+            raise LeaseLost("near-duplicate check: lease lost; nothing written")
         self.completed()
 
     async def check(self, item: Embedded) -> Resolution | None:
@@ -314,18 +318,20 @@ class NearDuplicates(LlmJobWorker[Resolution | None]):
     async def _resolve(self, namespace: str, lease: jq.JobLease, decided: Resolution) -> bool:
         """Apply the decision and complete the job in one store transaction;
         True when the lease was lost (nothing written)."""
-        reply = await self._dedup.ResolveNearDuplicate(
-            dedup_pb2.ResolveNearDuplicateRequest(
-                namespace=namespace,
-                survivor_id=decided.survivor_id,
-                duplicate_id=decided.duplicate_id,
-                action=_ACTIONS[decided.action],
-                similarity=decided.similarity,
-                reason=decided.reason[:1024],
-                decided_by=decided.decided_by,
-                lease=lease,
-            ),
-            timeout=self._timeout_s,
+        reply = await refusing(
+            self._dedup.ResolveNearDuplicate(
+                dedup_pb2.ResolveNearDuplicateRequest(
+                    namespace=namespace,
+                    survivor_id=decided.survivor_id,
+                    duplicate_id=decided.duplicate_id,
+                    action=_ACTIONS[decided.action],
+                    similarity=decided.similarity,
+                    reason=decided.reason[:1024],
+                    decided_by=decided.decided_by,
+                    lease=lease,
+                ),
+                timeout=self._timeout_s,
+            )
         )
         log.info(
             "near duplicate resolved",

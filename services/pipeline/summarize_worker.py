@@ -4,7 +4,8 @@ write the summary, and hand it to the store's CompleteSummarizeJob, which stores
 it as the session's 24-hour `session_summary` memory in one transaction.
 
 The lease, retry and backoff rules are the LLM job workers' one rule
-(services/pipeline/llm_job_worker.py). The transcript is untrusted text: it
+(services/pipeline/llm_job_worker.py), and a refused write the pipeline's
+(services/pipeline/job_outcomes.py). The transcript is untrusted text: it
 reaches the model as DATA inside a tagged block (as extraction's memory does).
 """
 
@@ -12,16 +13,14 @@ from __future__ import annotations
 
 import logging
 
-import grpc
-
 from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.internal.v1 import job_queue_pb2_grpc
 from services.common.config import Config
 from services.common.providers.llm import LlmProvider
-from services.common.remote_errors import error_reason
+from services.common.remote_errors import refusing
 from services.pipeline.extraction import data_block
-from services.pipeline.leases import LeaseIdentity
+from services.pipeline.leases import LeaseIdentity, LeaseLost
 from services.pipeline.llm_job_worker import LlmJobWorker, LlmWorkerSettings, single_loop_settings
 from services.pipeline.llm_json import LlmOutputInvalid, parse_object
 
@@ -90,21 +89,9 @@ class SummarizeWorker(LlmJobWorker[str]):
         request = jq.CompleteSummarizeJobRequest(
             lease=lease, summary=summary, model=self._llm.model
         )
-        try:
-            response = await self._jobs.CompleteSummarizeJob(request)
-        except grpc.aio.AioRpcError as exc:
-            if error_reason(exc) in ("MUTATIONS_FROZEN", "STORAGE_FULL"):
-                await self.release(
-                    lease, f"the store refused the write: {exc.details()}", llm_down=False
-                )
-                return
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                await self.fail(lease, f"store rejected the summary: {exc.details()}")
-                return
-            raise
+        response = await refusing(self._jobs.CompleteSummarizeJob(request))
         if response.outcome != jq.LEASE_OUTCOME_OK:
-            self.lease_lost(job, "lease lost before completion; summary discarded")
-            return
+            raise LeaseLost("lease lost before completion; summary discarded")
         self.completed()
         if response.superseded_by:
             log.info(

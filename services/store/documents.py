@@ -25,7 +25,7 @@ from services.common.validation import check_no_control, validate_id, without_co
 from services.store import document_sql as sql
 from services.store import mutations, rules
 from services.store import repository as repo
-from services.store.jobs import MAX_ERROR_CHARS, normalized_vector_bytes
+from services.store.jobs import MAX_ERROR_CHARS
 from services.store.memories import _page_size
 from services.store.page_tokens import decode_int_position, encode_page_token
 from services.store.writer import Writer
@@ -304,7 +304,7 @@ class DocumentStore:
         supplied = None
         if vector:  # a bad vector is rejected before anything is written
             supplied = mutations.SuppliedVector(
-                embedding_model, normalized_vector_bytes(vector, "vector")
+                embedding_model, mutations.normalized_vector_bytes(vector, "vector")
             )
 
         def operation(conn: Any) -> ChunkWrite | None:

@@ -47,7 +47,6 @@ from services.store import contradiction, mutations, supersede
 from services.store import extraction_sql as sql
 from services.store import repository as repo
 from services.store.graph import Triple, write_graph
-from services.store.jobs import normalized_vector_bytes
 from services.store.writer import Writer
 
 log = logging.getLogger("engram.store.extraction")
@@ -277,7 +276,8 @@ def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) 
         if not request.embedding_model:
             raise InvalidArgument("embedding_model", "required when a proposal carries a vector")
         vector = mutations.SuppliedVector(
-            request.embedding_model, normalized_vector_bytes(proposal.vector, f"{field}.vector")
+            request.embedding_model,
+            mutations.normalized_vector_bytes(proposal.vector, f"{field}.vector"),
         )
     return _Checked(proposal, normalize_content(proposal.fact.content), vector)
 

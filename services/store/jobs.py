@@ -24,8 +24,6 @@ from services.common.errors import (
     InvalidArgument,
 )
 from services.common.memory_record import may_merge
-from services.common.text import MAX_SENTENCES
-from services.common.vectors import normalized_f32, normalized_parts_f16
 from services.store import consolidation, document_sql, mutations, sessions
 from services.store import repository as repo
 from services.store.writer import Writer
@@ -103,24 +101,6 @@ class QueueStats:
     index_dimensions: int
     indexed_memories: int
     live_memories: int
-
-
-def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
-    if len(vector) % 8:  # the sign-bit index packs 8 dimensions per byte
-        raise InvalidArgument(field, "dimensions must be a multiple of 8")
-    blob = normalized_f32(vector)
-    if blob is None:
-        raise InvalidArgument(field, "must be a non-empty, finite, non-zero vector")
-    return blob
-
-
-def normalized_parts(flat: Sequence[float], dimensions: int, field: str) -> bytes | None:
-    if dimensions > 0 and len(flat) > MAX_SENTENCES * dimensions:
-        raise InvalidArgument(field, f"at most {MAX_SENTENCES} sentence vectors")
-    try:
-        return normalized_parts_f16(flat, dimensions)
-    except ValueError as exc:
-        raise InvalidArgument(field, str(exc)) from None
 
 
 def _check_batch(size: int, field: str) -> None:
@@ -417,8 +397,8 @@ class JobQueue:
                 r,
                 mutations.SuppliedVector(
                     model,
-                    normalized_vector_bytes(r.vector, f"results[{i}].vector"),
-                    normalized_parts(r.parts, len(r.vector), f"results[{i}].parts"),
+                    mutations.normalized_vector_bytes(r.vector, f"results[{i}].vector"),
+                    mutations.normalized_parts(r.parts, len(r.vector), f"results[{i}].parts"),
                 ),
             )
             for i, r in enumerate(results)

@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from services.store import repository as repo
+from services.store.job_enums import JobKind
 
 Query = repo.Query
 
@@ -221,7 +222,7 @@ _NEVER_EXTRACTED = (
     "FROM memories m WHERE m.is_deleted = 0 AND m.extraction_status = 'pending' "
     "AND m.type != 'document_chunk' AND (:namespace = '' OR m.namespace = :namespace) "
     "AND NOT EXISTS (SELECT 1 FROM memory_jobs j "
-    "WHERE j.memory_id = m.id AND j.job_type = 'extract')"
+    f"WHERE j.memory_id = m.id AND j.job_type = '{JobKind.EXTRACT}')"
 )
 
 

@@ -25,6 +25,7 @@ from services.common.vectors import normalized_f32, normalized_parts_f16
 from services.store import extraction_sql as link_sql
 from services.store import graph_sql, session_lifecycle
 from services.store import repository as repo
+from services.store.job_enums import JobKind
 
 # ---- vectors ------------------------------------------------------------------------
 
@@ -97,7 +98,7 @@ def vector_target(
         memory_id,
         namespace,
         content_hash,
-        repo.job_row(namespace, memory_id, "embed", max_attempts, at),
+        repo.job_row(namespace, memory_id, JobKind.EMBED, max_attempts, at),
     )
 
 
@@ -241,7 +242,7 @@ def new_memory(
             at,
         ),
         vector_target(row.id, row.namespace, row.content_hash, max_attempts, at),
-        repo.job_row(row.namespace, row.id, "extract", max_attempts, at) if extract else None,
+        repo.job_row(row.namespace, row.id, JobKind.EXTRACT, max_attempts, at) if extract else None,
         vector,
         timeline,
         consolidate and bool(row.session_id),

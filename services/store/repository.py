@@ -25,6 +25,7 @@ from services.common.memory_filter import (
     present_sql,
 )
 from services.store import document_sql
+from services.store.job_enums import JobKind
 
 MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
@@ -685,7 +686,7 @@ def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
     cursor = conn.execute(
         "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
         "available_at, created_at, updated_at) "
-        f"SELECT {random_id}, m.namespace, m.id, 'embed', ?, ?, ?, ? FROM memories m "
+        f"SELECT {random_id}, m.namespace, m.id, '{JobKind.EMBED}', ?, ?, ?, ? FROM memories m "
         f"WHERE m.is_deleted = 0 AND {unindexed} "
         # (the WHERE also settles SQLite's parse of ON CONFLICT after a SELECT)
         "ON CONFLICT DO NOTHING",

@@ -18,13 +18,14 @@ from typing import Any
 
 from services.store import repository as repo
 from services.store.job_enums import JobKind
+from services.store.vector_index import EMBEDDING_OF_MEMORY
 
 Query = repo.Query
 
 # Live memories with a vector of the index model for their current content.
 _EMBEDDED_LIVE = (
     "SELECT m.rowid FROM memories m JOIN vector_index vi ON vi.id = 1 "
-    f"JOIN embeddings e ON {repo.EMBEDDING_OF_MEMORY} "
+    f"JOIN embeddings e ON {EMBEDDING_OF_MEMORY} "
     "WHERE m.is_deleted = 0"
 )
 

@@ -26,6 +26,7 @@ from services.common.memory_filter import (
 )
 from services.store import document_sql
 from services.store.job_enums import JobKind
+from services.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
 
 MEMORY_COLUMNS = (
     "id, namespace, content, content_hash, type, importance, tags, pinned, who, why, "
@@ -525,7 +526,7 @@ def index_model(conn: Any) -> tuple[str, int | None] | None:
 
 def _pg_vectors() -> Any:
     """services/store/pg_vectors.py, the vector index's Postgres SQL (imported
-    when first needed: it imports this module, and psycopg)."""
+    when first needed: it imports psycopg, the `postgres` extra)."""
     from services.store import pg_vectors
 
     return pg_vectors
@@ -537,16 +538,6 @@ def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> N
         _pg_vectors().set_index_model(conn, model, dimensions, at)
         return
     record_index_model(conn, model, dimensions, at)
-
-
-def record_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
-    """The vector_index row, on both backends."""
-    conn.execute(
-        "INSERT INTO vector_index(id, model, dimensions, updated_at) VALUES (1, ?, ?, ?) "
-        "ON CONFLICT(id) DO UPDATE SET model = excluded.model, dimensions = excluded.dimensions, "
-        "updated_at = excluded.updated_at",
-        (model, dimensions, at),
-    )
 
 
 def clear_vector_index(conn: Any) -> None:
@@ -580,12 +571,6 @@ def upsert_embedding(
         "created_at = excluded.created_at",
         (namespace, content_hash, model, dimensions, vector, at, parts),
     )
-
-
-# A memory's vector: its own namespace's, for its current content, of the index model.
-EMBEDDING_OF_MEMORY = (
-    "e.namespace = m.namespace AND e.content_hash = m.content_hash AND e.model = vi.model"
-)
 
 
 def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:

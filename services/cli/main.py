@@ -52,7 +52,8 @@ from services.common.config import (
     load_config,
 )
 from services.common.logs import configure_logging
-from services.common.server import StartupError, wait_for_shutdown_signal
+from services.common.server import wait_for_shutdown_signal
+from services.common.startup import StartupError
 from services.common.suite import WrongSuite
 
 # Every service, in start order.

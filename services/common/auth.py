@@ -47,6 +47,7 @@ from services.common import clock
 from services.common.config import AuthSettings, Config, RoleRateLimit
 from services.common.db import PRIVATE_DIR_MODE
 from services.common.errors import PermissionDenied, RateLimited, Unauthenticated
+from services.common.startup import StartupError
 from services.common.validation import NAMESPACE_PATTERN, named_namespaces, pattern_covers
 
 log = logging.getLogger("engram.auth")
@@ -499,8 +500,6 @@ def server_guard(config: Config, host: str, *, internal: bool = False) -> Guard 
     """The guard for a listener on `host`, or None with auth off. A listener on
     anything but loopback with auth off refuses to start (protected mode, as in
     Redis) unless auth.allow_insecure_public_bind accepts the risk."""
-    from services.common.server import StartupError
-
     if config.auth.enabled:
         path = keys_path(config)
         try:

@@ -252,3 +252,34 @@ class RateLimited(EngramError):
     def __init__(self, retry_delay_s: float) -> None:
         super().__init__(f"rate limit exceeded for this API key; retry in {retry_delay_s:.3f} s")
         self.retry_delay_s = retry_delay_s
+
+
+# ---- the database ---------------------------------------------------------------------
+
+
+class StorageUnavailable(EngramError):
+    """The database cannot be reached now (PostgreSQL: the connection was lost
+    or cannot be opened), so the call failed without effect and may be retried.
+    A SQLite file is never unreachable this way."""
+
+    kind = ErrorKind.UNAVAILABLE
+    reason = "STORAGE_UNAVAILABLE"
+
+    def __init__(self, message: str = "the database cannot be reached; retry") -> None:
+        super().__init__(message)
+
+
+class StorageTimedOut(EngramError):
+    """A read the database cancelled (PostgreSQL: storage.postgres.statement_timeout_ms
+    ran out, or a cancel from outside), so the call read nothing and may be retried
+    or narrowed. SQLite reads have no such limit."""
+
+    kind = ErrorKind.DEADLINE_EXCEEDED
+    reason = "STATEMENT_TIMEOUT"
+
+    def __init__(
+        self,
+        message: str = "the database cancelled this read: it ran past "
+        "storage.postgres.statement_timeout_ms",
+    ) -> None:
+        super().__init__(message)

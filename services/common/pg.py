@@ -1,5 +1,5 @@
 """PostgreSQL connections (issue 21's backend, `storage.kind: postgres`), opened
-the same way everywhere, like services/common/db.py's SQLite ones.
+the same way everywhere, like services/common/sqlite_db.py's SQLite ones.
 
 SqliteApi puts a psycopg connection behind the part of sqlite3's connection API
 the store uses, so services/store/repository.py's SQL is written once for both;
@@ -25,7 +25,8 @@ from psycopg.adapt import AdaptersMap, Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from services.common import db
+from services.common import sqlite_db
+from services.common.errors import StorageTimedOut, StorageUnavailable
 from services.common.memory_filter import NOW_SQL
 
 Connection = psycopg.Connection
@@ -351,7 +352,7 @@ class SqliteApi:
 # ---- reads: db.ReadPool's interface over Postgres ------------------------------------
 
 
-class PgReadPool(db.ReadPool):
+class PgReadPool(sqlite_db.ReadPool):
     """db.ReadPool on PostgreSQL: the same calls (fetch_all, fetch_one,
     snapshot), the same sqlite3-style SQL (translated here), rows read by
     position or name. A subclass so every reader typed `ReadPool` takes it;
@@ -421,7 +422,7 @@ class PgReadPool(db.ReadPool):
                 ),
             )
         except psycopg.OperationalError as exc:
-            raise db.StorageUnavailable() from exc
+            raise StorageUnavailable() from exc
         finally:
             self._opening -= 1
         self._connections.append(conn)
@@ -455,7 +456,7 @@ class PgReadPool(db.ReadPool):
         return rows[0] if rows else None
 
     @contextlib.asynccontextmanager
-    async def snapshot(self) -> AsyncIterator[db.ReadSnapshot]:
+    async def snapshot(self) -> AsyncIterator[sqlite_db.ReadSnapshot]:
         """Reads that all see the database as of the first of them."""
         conn = await self._checkout()
         snapshot = PgReadSnapshot(conn, self._threads)
@@ -521,10 +522,10 @@ def _fetch_sync(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
         cursor = execute(conn, query[0], query[1])
         return list(cursor.fetchall()) if cursor.description is not None else []
     except psycopg.errors.QueryCanceled as exc:  # statement_timeout, or a cancel
-        raise db.StorageTimedOut(_CANCELLED.format(exc.diag.message_primary or exc)) from exc
+        raise StorageTimedOut(_CANCELLED.format(exc.diag.message_primary or exc)) from exc
     except psycopg.OperationalError as exc:
         if conn.broken:
-            raise db.StorageUnavailable(_LOST) from exc
+            raise StorageUnavailable(_LOST) from exc
         raise
 
 
@@ -533,7 +534,7 @@ def _fetch_isolated_sync(conn: Any, query: tuple[str, list[Any]]) -> list[Any]:
     conn.execute("SAVEPOINT isolated_read")
     try:
         rows = _fetch_sync(conn, query)
-    except (psycopg.Error, db.StorageTimedOut):
+    except (psycopg.Error, StorageTimedOut):
         if not conn.broken:
             conn.execute("ROLLBACK TO SAVEPOINT isolated_read")
         raise
@@ -565,7 +566,7 @@ async def fetch_once(
     return await asyncio.to_thread(probe)
 
 
-class PgReadSnapshot(db.ReadSnapshot):
+class PgReadSnapshot(sqlite_db.ReadSnapshot):
     """A PgReadPool connection inside one read transaction (PgReadPool.snapshot)."""
 
     dialect = "postgres"

@@ -24,13 +24,9 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from services.common.auth import Guard
 from services.common.interceptors import RequestInterceptor
+from services.common.startup import StartupError
 
 log = logging.getLogger("engram.server")
-
-
-class StartupError(Exception):
-    """The service cannot start (port taken, database unusable): the command
-    prints this one line and exits 1, with no traceback."""
 
 
 class _HealthServicer(health.aio.HealthServicer):  # type: ignore[name-defined]

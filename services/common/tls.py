@@ -16,7 +16,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from services.common.config import ClientsTlsSettings, ServerTlsSettings
-from services.common.server import StartupError
+from services.common.startup import StartupError
 
 
 def _read(path: str, what: str) -> bytes:

@@ -23,6 +23,7 @@ from services.common.validation import validate_namespace
 from services.store import admin_sql as sql
 from services.store import graph_sql, mutations
 from services.store import repository as repo
+from services.store.job_enums import JobKind
 from services.store.weak import DecayPolicy, WeakMemories
 from services.store.writer import Writer
 
@@ -250,7 +251,7 @@ class StoreAdmin:
             repo.enqueue_jobs(
                 conn,
                 [
-                    repo.job_row(ns, memory_id, "extract", self._max_attempts, at)
+                    repo.job_row(ns, memory_id, JobKind.EXTRACT, self._max_attempts, at)
                     for ns, memory_id in targets
                 ],
             )

@@ -17,13 +17,15 @@ import json
 from typing import Any
 
 from services.store import repository as repo
+from services.store.job_enums import JobKind
+from services.store.vector_index import EMBEDDING_OF_MEMORY
 
 Query = repo.Query
 
 # Live memories with a vector of the index model for their current content.
 _EMBEDDED_LIVE = (
     "SELECT m.rowid FROM memories m JOIN vector_index vi ON vi.id = 1 "
-    f"JOIN embeddings e ON {repo.EMBEDDING_OF_MEMORY} "
+    f"JOIN embeddings e ON {EMBEDDING_OF_MEMORY} "
     "WHERE m.is_deleted = 0"
 )
 
@@ -221,7 +223,7 @@ _NEVER_EXTRACTED = (
     "FROM memories m WHERE m.is_deleted = 0 AND m.extraction_status = 'pending' "
     "AND m.type != 'document_chunk' AND (:namespace = '' OR m.namespace = :namespace) "
     "AND NOT EXISTS (SELECT 1 FROM memory_jobs j "
-    "WHERE j.memory_id = m.id AND j.job_type = 'extract')"
+    f"WHERE j.memory_id = m.id AND j.job_type = '{JobKind.EXTRACT}')"
 )
 
 

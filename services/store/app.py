@@ -53,10 +53,10 @@ from services.common.pii import PiiGate
 from services.common.server import (
     RunningServer,
     ServerGroup,
-    StartupError,
     cancel_tasks,
     start_server,
 )
+from services.common.startup import StartupError
 from services.common.suite import announce_suite
 from services.store.access_servicer import AccessServicer
 from services.store.admin import store_admin

@@ -37,6 +37,7 @@ from services.common.memory_record import MemoryRecord, may_merge
 from services.common.validation import validate_id
 from services.store import mutations, rules, supersede
 from services.store import repository as repo
+from services.store.job_enums import JobKind
 from services.store.writer import Writer
 
 ACTIONS = ("merge", "supersede", "keep_both")
@@ -330,7 +331,7 @@ LEASE_LOST = LeaseLost()
 
 def _held(conn: Any, job_id: str, token: str) -> bool:
     job = repo.leased_job(conn, job_id, token)
-    return job is not None and job["job_type"] == "near_duplicate"
+    return job is not None and job["job_type"] == JobKind.NEAR_DUPLICATE
 
 
 def _live(conn: Any, namespace: str, memory_id: str) -> MemoryRecord | None:

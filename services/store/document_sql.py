@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from services.store.job_enums import JobKind
+
 Query = tuple[str, list[Any]]
 
 _COLUMNS = (
@@ -28,7 +30,7 @@ _COLUMNS = (
 # should a document ever have had more than one).
 _JOB_VALUE = (
     "(SELECT j.{column} FROM memory_jobs j WHERE j.document_id = d.id "
-    "AND j.job_type = 'document_ingest' ORDER BY j.created_at DESC LIMIT 1)"
+    f"AND j.job_type = '{JobKind.DOCUMENT_INGEST}' ORDER BY j.created_at DESC LIMIT 1)"
 )
 DOCUMENT_COLUMNS = ", ".join(
     [f"d.{c}" for c in _COLUMNS]
@@ -55,7 +57,7 @@ def leased_document_query(job_id: str, token: str) -> Query:
         f"SELECT {DOCUMENT_COLUMNS}, d.raw_content FROM memory_jobs lj JOIN documents d "
         "ON d.id = lj.document_id AND d.namespace = lj.namespace "
         "WHERE lj.id = ? AND lj.status = 'leased' AND lj.lease_token = ? "
-        "AND lj.job_type = 'document_ingest'",
+        f"AND lj.job_type = '{JobKind.DOCUMENT_INGEST}'",
         [job_id, token],
     )
 
@@ -103,7 +105,8 @@ def insert_ingest_job(
 ) -> None:
     conn.execute(
         "INSERT INTO memory_jobs (id, namespace, document_id, job_type, max_attempts, "
-        "available_at, created_at, updated_at) VALUES (?, ?, ?, 'document_ingest', ?, ?, ?, ?)",
+        f"available_at, created_at, updated_at) VALUES (?, ?, ?, '{JobKind.DOCUMENT_INGEST}', "
+        "?, ?, ?, ?)",
         (job_id, namespace, document_id, max_attempts, at, at, at),
     )
 

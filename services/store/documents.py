@@ -25,7 +25,8 @@ from services.common.validation import check_no_control, validate_id, without_co
 from services.store import document_sql as sql
 from services.store import mutations, rules
 from services.store import repository as repo
-from services.store.jobs import MAX_ERROR_CHARS, normalized_vector_bytes
+from services.store.job_enums import JobKind
+from services.store.jobs import MAX_ERROR_CHARS
 from services.store.memories import _page_size
 from services.store.page_tokens import decode_int_position, encode_page_token
 from services.store.writer import Writer
@@ -304,7 +305,7 @@ class DocumentStore:
         supplied = None
         if vector:  # a bad vector is rejected before anything is written
             supplied = mutations.SuppliedVector(
-                embedding_model, normalized_vector_bytes(vector, "vector")
+                embedding_model, mutations.normalized_vector_bytes(vector, "vector")
             )
 
         def operation(conn: Any) -> ChunkWrite | None:
@@ -394,6 +395,6 @@ class DocumentStore:
 def _held_document(conn: Any, job_id: str, token: str) -> str | None:
     """The document id of a document_ingest job leased with this token, else None."""
     job = repo.leased_job(conn, job_id, token)
-    if job is None or job["job_type"] != "document_ingest" or not job["document_id"]:
+    if job is None or job["job_type"] != JobKind.DOCUMENT_INGEST or not job["document_id"]:
         return None
     return str(job["document_id"])

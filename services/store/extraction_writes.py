@@ -47,7 +47,7 @@ from services.store import contradiction, mutations, supersede
 from services.store import extraction_sql as sql
 from services.store import repository as repo
 from services.store.graph import Triple, write_graph
-from services.store.jobs import normalized_vector_bytes
+from services.store.job_enums import JobKind
 from services.store.writer import Writer
 
 log = logging.getLogger("engram.store.extraction")
@@ -277,7 +277,8 @@ def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) 
         if not request.embedding_model:
             raise InvalidArgument("embedding_model", "required when a proposal carries a vector")
         vector = mutations.SuppliedVector(
-            request.embedding_model, normalized_vector_bytes(proposal.vector, f"{field}.vector")
+            request.embedding_model,
+            mutations.normalized_vector_bytes(proposal.vector, f"{field}.vector"),
         )
     return _Checked(proposal, normalize_content(proposal.fact.content), vector)
 
@@ -313,8 +314,10 @@ class _JobWrite:
         job = repo.leased_job(self.conn, self.request.job_id, self.request.lease_token)
         if job is None:
             return CompletionOutcome(False), "", ""
-        if job["job_type"] != "extract":
-            raise InvalidArgument("lease.job_id", f"is a {job['job_type']} job, not extract")
+        if job["job_type"] != JobKind.EXTRACT:
+            raise InvalidArgument(
+                "lease.job_id", f"is a {job['job_type']} job, not {JobKind.EXTRACT}"
+            )
         self.namespace = job["namespace"]
         row = repo.fetch_one(self.conn, repo.get_memory_query(self.namespace, job["memory_id"]))
         self.source = None if row is None else MemoryRecord.from_row(row)

@@ -71,7 +71,7 @@ class JobQueueServicer(job_queue_pb2_grpc.JobQueueServiceServicer):
             validate_namespace(n, f"namespaces[{i}]") for i, n in enumerate(request.namespaces)
         ]
         jobs = await self._queue.lease(
-            TYPE_NAMES.get(request.job_type, ""),
+            TYPE_NAMES.get(request.job_type),
             request.max_jobs,
             namespaces,
             _holder(request.holder) if request.HasField("holder") else None,

@@ -24,22 +24,11 @@ from services.common.errors import (
     InvalidArgument,
 )
 from services.common.memory_record import may_merge
-from services.common.text import MAX_SENTENCES
-from services.common.vectors import normalized_f32, normalized_parts_f16
 from services.store import consolidation, document_sql, mutations, sessions
 from services.store import repository as repo
+from services.store.job_enums import JobKind
 from services.store.writer import Writer
 
-JOB_TYPES = (
-    "embed",
-    "extract",
-    "document_ingest",
-    "summarize_session",
-    "near_duplicate",
-    "consolidate_session",
-)
-# Jobs about a memory's current content: one whose memory is gone is finished, not leased.
-_MEMORY_CONTENT_JOBS = ("embed", "near_duplicate")
 MAX_BATCH = 500
 MAX_ERROR_CHARS = 2000
 MAX_WORKER_NAME_CHARS = 200
@@ -105,24 +94,6 @@ class QueueStats:
     live_memories: int
 
 
-def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
-    if len(vector) % 8:  # the sign-bit index packs 8 dimensions per byte
-        raise InvalidArgument(field, "dimensions must be a multiple of 8")
-    blob = normalized_f32(vector)
-    if blob is None:
-        raise InvalidArgument(field, "must be a non-empty, finite, non-zero vector")
-    return blob
-
-
-def normalized_parts(flat: Sequence[float], dimensions: int, field: str) -> bytes | None:
-    if dimensions > 0 and len(flat) > MAX_SENTENCES * dimensions:
-        raise InvalidArgument(field, f"at most {MAX_SENTENCES} sentence vectors")
-    try:
-        return normalized_parts_f16(flat, dimensions)
-    except ValueError as exc:
-        raise InvalidArgument(field, str(exc)) from None
-
-
 def _check_batch(size: int, field: str) -> None:
     if size > MAX_BATCH:
         raise InvalidArgument(field, f"at most {MAX_BATCH} per call")
@@ -136,6 +107,72 @@ def queue_counts_now(path: str, busy_timeout_ms: int) -> dict[tuple[str, str], i
         return {(row[0], row[1]): row[2] for row in conn.execute(*repo.queue_counts_query())}
     finally:
         conn.close()
+
+
+# ---- job kinds ---------------------------------------------------------------------
+#
+# What leasing does with each kind: a due job's lease content, or its end when
+# there is nothing left to do. A handler returns (session id, content) for a
+# job to lease, or None after completing the job with the reason it was skipped.
+
+LeaseContent = Callable[[Any, Any, str], tuple[str, str] | None]
+
+
+def _memory_content(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+    """A job about its memory's current content: one whose memory is gone is
+    finished, not leased."""
+    if row["content"] is None or row["is_deleted"]:
+        repo.complete_job(conn, row["id"], at, '{"skipped":"memory deleted"}')
+        return None
+    return "", row["content"]
+
+
+def _source_memory(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+    """An extract job: leased with its memory's content as it is."""
+    return "", row["content"] or ""
+
+
+def _document(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+    if not row["has_document"]:
+        repo.complete_job(conn, row["id"], at, '{"skipped":"document deleted"}')
+        return None
+    return "", row["content"] or ""
+
+
+def _session_transcript(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+    session_id, content = sessions.transcript(conn, row["id"], row["namespace"])
+    if not content:
+        repo.complete_job(conn, row["id"], at, '{"skipped":"no live turns"}')
+        return None
+    return session_id, content
+
+
+def _session_memories(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+    session_id, content = consolidation.lease_content(conn, row["id"], row["namespace"])
+    if not content:
+        consolidation.nothing_to_consolidate(conn, row["id"], row["namespace"], at)
+        return None
+    return session_id, content
+
+
+@dataclass(frozen=True)
+class KindRules:
+    """How the queue leases one kind of job. `while_frozen`: a frozen store
+    still hands it out (an extract job completes in shadow mode); the other
+    kinds' results it could not take, so it refuses their leases."""
+
+    lease_content: LeaseContent
+    while_frozen: bool = False
+
+
+KINDS: dict[JobKind, KindRules] = {
+    JobKind.EMBED: KindRules(_memory_content),
+    JobKind.EXTRACT: KindRules(_source_memory, while_frozen=True),
+    JobKind.DOCUMENT_INGEST: KindRules(_document),
+    JobKind.SUMMARIZE_SESSION: KindRules(_session_transcript),
+    JobKind.NEAR_DUPLICATE: KindRules(_memory_content),
+    JobKind.CONSOLIDATE_SESSION: KindRules(_session_memories),
+}
 
 
 class JobQueue:
@@ -218,7 +255,7 @@ class JobQueue:
 
     async def lease(
         self,
-        job_type: str,
+        job_type: JobKind | None,
         max_jobs: int,
         namespaces: Sequence[str],
         holder: LeaseHolder | None = None,
@@ -228,9 +265,9 @@ class JobQueue:
         `wait_s` > 0: when nothing is due, wait that long for a commit that queues
         a due job (a long poll) before answering empty.
 
-        A frozen store still hands out `extract` jobs (they complete in shadow
-        mode) and refuses the other types, whose results it could not take."""
-        if job_type not in JOB_TYPES:
+        A frozen store hands out only the kinds KINDS marks `while_frozen`.
+        `job_type` None: the request named no kind the store knows."""
+        if job_type is None:
             raise InvalidArgument("job_type", "must be a known job type")
         if not 1 <= max_jobs <= MAX_BATCH:
             raise InvalidArgument("max_jobs", f"must be between 1 and {MAX_BATCH}")
@@ -269,37 +306,22 @@ class JobQueue:
 
     async def _lease_now(
         self,
-        job_type: str,
+        job_type: JobKind,
         max_jobs: int,
         namespaces: Sequence[str],
         owner: tuple[str, str] | None,
     ) -> list[LeasedJob]:
 
+        rules = KINDS[job_type]
+
         def operation(conn: Any) -> list[LeasedJob]:
             at = clock.now_text()
             leased: list[LeasedJob] = []
             for row in repo.due_jobs(conn, job_type, namespaces, at, max_jobs):
-                if job_type in _MEMORY_CONTENT_JOBS and (
-                    row["content"] is None or row["is_deleted"]
-                ):
-                    repo.complete_job(conn, row["id"], at, '{"skipped":"memory deleted"}')
+                prepared = rules.lease_content(conn, row, at)
+                if prepared is None:
                     continue
-                if job_type == "document_ingest" and not row["has_document"]:
-                    repo.complete_job(conn, row["id"], at, '{"skipped":"document deleted"}')
-                    continue
-                session_id, content = "", row["content"] or ""
-                if job_type == "summarize_session":
-                    session_id, content = sessions.transcript(conn, row["id"], row["namespace"])
-                    if not content:
-                        repo.complete_job(conn, row["id"], at, '{"skipped":"no live turns"}')
-                        continue
-                if job_type == "consolidate_session":
-                    session_id, content = consolidation.lease_content(
-                        conn, row["id"], row["namespace"]
-                    )
-                    if not content:
-                        consolidation.nothing_to_consolidate(conn, row["id"], row["namespace"], at)
-                        continue
+                session_id, content = prepared
                 token = uuid.uuid4().hex
                 repo.mark_leased(conn, row["id"], token, at, owner)
                 leased.append(
@@ -319,7 +341,7 @@ class JobQueue:
                 )
             return leased
 
-        return await self._writer.submit(operation, while_frozen=job_type == "extract")
+        return await self._writer.submit(operation, while_frozen=rules.while_frozen)
 
     async def renew(self, leases: Sequence[tuple[str, str]]) -> list[bool]:
         return await self._for_held_leases(leases, repo.renew_lease)
@@ -417,8 +439,8 @@ class JobQueue:
                 r,
                 mutations.SuppliedVector(
                     model,
-                    normalized_vector_bytes(r.vector, f"results[{i}].vector"),
-                    normalized_parts(r.parts, len(r.vector), f"results[{i}].parts"),
+                    mutations.normalized_vector_bytes(r.vector, f"results[{i}].vector"),
+                    mutations.normalized_parts(r.parts, len(r.vector), f"results[{i}].parts"),
                 ),
             )
             for i, r in enumerate(results)
@@ -488,7 +510,7 @@ class JobQueue:
                             repo.job_row(
                                 job["namespace"],
                                 job["memory_id"],
-                                "near_duplicate",
+                                JobKind.NEAR_DUPLICATE,
                                 self._max_attempts,
                                 at,
                             )

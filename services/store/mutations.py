@@ -17,11 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from services.common.errors import InvalidArgument
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent
+from services.common.text import MAX_SENTENCES
+from services.common.vectors import normalized_f32, normalized_parts_f16
 from services.store import extraction_sql as link_sql
 from services.store import graph_sql, session_lifecycle
 from services.store import repository as repo
+from services.store.job_enums import JobKind
 
 # ---- vectors ------------------------------------------------------------------------
 
@@ -55,6 +59,28 @@ class SuppliedVector:
         return len(self.blob) // 4
 
 
+def normalized_vector_bytes(vector: Sequence[float], field: str) -> bytes:
+    """A vector a caller supplied (an embed job's result, a document's chunk,
+    an extracted fact's), as SuppliedVector.blob; INVALID_ARGUMENT on `field`
+    when the index cannot take it."""
+    if len(vector) % 8:  # the sign-bit index packs 8 dimensions per byte
+        raise InvalidArgument(field, "dimensions must be a multiple of 8")
+    blob = normalized_f32(vector)
+    if blob is None:
+        raise InvalidArgument(field, "must be a non-empty, finite, non-zero vector")
+    return blob
+
+
+def normalized_parts(flat: Sequence[float], dimensions: int, field: str) -> bytes | None:
+    """Supplied sentence vectors, as SuppliedVector.parts (None: none)."""
+    if dimensions > 0 and len(flat) > MAX_SENTENCES * dimensions:
+        raise InvalidArgument(field, f"at most {MAX_SENTENCES} sentence vectors")
+    try:
+        return normalized_parts_f16(flat, dimensions)
+    except ValueError as exc:
+        raise InvalidArgument(field, str(exc)) from None
+
+
 class VectorTarget(NamedTuple):
     """A live memory whose content needs a vector, with the embed job it gets
     when none is at hand (built ahead, off the writer thread, on the hot path)."""
@@ -72,7 +98,7 @@ def vector_target(
         memory_id,
         namespace,
         content_hash,
-        repo.job_row(namespace, memory_id, "embed", max_attempts, at),
+        repo.job_row(namespace, memory_id, JobKind.EMBED, max_attempts, at),
     )
 
 
@@ -216,7 +242,7 @@ def new_memory(
             at,
         ),
         vector_target(row.id, row.namespace, row.content_hash, max_attempts, at),
-        repo.job_row(row.namespace, row.id, "extract", max_attempts, at) if extract else None,
+        repo.job_row(row.namespace, row.id, JobKind.EXTRACT, max_attempts, at) if extract else None,
         vector,
         timeline,
         consolidate and bool(row.session_id),

@@ -31,9 +31,8 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
 from services.common.pg import translate
-from services.store import repository
 from services.store.pg_migrations import fix_vector_dimensions
-from services.store.repository import EMBEDDING_OF_MEMORY
+from services.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
 
 _CHUNK = 2_000  # vectors converted and written per round trip
 _UPSERT_VECTOR = (
@@ -75,7 +74,7 @@ def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> N
     """As SQLite's, and the column sized (its HNSW index rebuilt) when the
     dimensions change. A change of size comes after the index was cleared (a
     model change) or while it is empty (the first vector sets the size)."""
-    repository.record_index_model(conn, model, dimensions, at)
+    record_index_model(conn, model, dimensions, at)
     if _column_dimensions(conn) != dimensions:
         fix_vector_dimensions(conn, dimensions)
 

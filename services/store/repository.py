@@ -26,6 +26,8 @@ from services.common.memory_filter import (
 )
 from services.common.schema import memory_columns
 from services.store import document_sql
+from services.store.job_enums import JobKind
+from services.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
 
 # services/common/schema.py's column list (with the writer's SQL, bare; the reads, as m.*)
 MEMORY_COLUMNS = memory_columns()
@@ -521,7 +523,7 @@ def index_model(conn: Any) -> tuple[str, int | None] | None:
 
 def _pg_vectors() -> Any:
     """services/store/pg_vectors.py, the vector index's Postgres SQL (imported
-    when first needed: it imports this module, and psycopg)."""
+    when first needed: it imports psycopg, the `postgres` extra)."""
     from services.store import pg_vectors
 
     return pg_vectors
@@ -533,16 +535,6 @@ def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> N
         _pg_vectors().set_index_model(conn, model, dimensions, at)
         return
     record_index_model(conn, model, dimensions, at)
-
-
-def record_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
-    """The vector_index row, on both backends."""
-    conn.execute(
-        "INSERT INTO vector_index(id, model, dimensions, updated_at) VALUES (1, ?, ?, ?) "
-        "ON CONFLICT(id) DO UPDATE SET model = excluded.model, dimensions = excluded.dimensions, "
-        "updated_at = excluded.updated_at",
-        (model, dimensions, at),
-    )
 
 
 def clear_vector_index(conn: Any) -> None:
@@ -576,12 +568,6 @@ def upsert_embedding(
         "created_at = excluded.created_at",
         (namespace, content_hash, model, dimensions, vector, at, parts),
     )
-
-
-# A memory's vector: its own namespace's, for its current content, of the index model.
-EMBEDDING_OF_MEMORY = (
-    "e.namespace = m.namespace AND e.content_hash = m.content_hash AND e.model = vi.model"
-)
 
 
 def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
@@ -682,7 +668,7 @@ def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
     cursor = conn.execute(
         "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
         "available_at, created_at, updated_at) "
-        f"SELECT {random_id}, m.namespace, m.id, 'embed', ?, ?, ?, ? FROM memories m "
+        f"SELECT {random_id}, m.namespace, m.id, '{JobKind.EMBED}', ?, ?, ?, ? FROM memories m "
         f"WHERE m.is_deleted = 0 AND {unindexed} "
         # (the WHERE also settles SQLite's parse of ON CONFLICT after a SELECT)
         "ON CONFLICT DO NOTHING",

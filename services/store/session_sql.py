@@ -10,9 +10,10 @@ from typing import Any
 from services.common.memory_filter import live_sql
 from services.common.memory_record import SESSION_SUMMARY_TYPE
 from services.store import repository as repo
+from services.store.job_enums import JobKind
 
 SUMMARY_TYPE = SESSION_SUMMARY_TYPE
-SUMMARIZE_JOB = "summarize_session"
+SUMMARIZE_JOB = JobKind.SUMMARIZE_SESSION
 
 
 def turns(conn: Any, namespace: str, session_id: str, limit: int) -> list[Any]:
@@ -100,7 +101,7 @@ def set_job_payload(conn: Any, job_id: str, payload: dict[str, Any]) -> None:
 
 # ---- consolidation (issue 17, seed 003 `sessions_consolidations`) ------------------------
 
-CONSOLIDATE_JOB = "consolidate_session"
+CONSOLIDATE_JOB = JobKind.CONSOLIDATE_SESSION
 # The open job states: a session whose job is in one of them is not reopened.
 _OPEN_JOB = ("pending", "leased")
 

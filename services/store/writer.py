@@ -76,8 +76,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from services.common import clock
-from services.common.db import MIB, StorageUnavailable
-from services.common.errors import EngramError, ErrorKind, MutationsFrozen
+from services.common.db import MIB
+from services.common.errors import EngramError, ErrorKind, MutationsFrozen, StorageUnavailable
 from services.common.metrics import (
     WRITER_COMMIT_SECONDS,
     WRITER_GROUP_SIZE,

@@ -541,7 +541,7 @@ def one_question_two_values(one: Values, two: Values, question: Values) -> bool:
     sentence ("Dr." ends none) and at most one value of each kind (a turn of a
     conversation that tells several things is not one fact's value; measured on LoCoMo,
     where without this the rule reordered 74 of 233 rankings and lost 0.04 of MRR)."""
-    if PAST_AUXILIARIES & question.words or RELATIVE_DAYS & (one.words | two.words):
+    if _in_the_past(question) or RELATIVE_DAYS & (one.words | two.words):
         return False
     if not (_one_statement(one) and _one_statement(two)):
         return False
@@ -566,6 +566,14 @@ def one_question_two_values(one: Values, two: Values, question: Values) -> bool:
     if named[0] or named[1]:
         return bool(named[0]) and bool(named[1]) and named[0] != named[1]
     return bool(YES_NO_OPENERS & set(question.template.split()[:1]))
+
+
+def _in_the_past(question: Values) -> bool:
+    """A past auxiliary ("did", "was") or a regular past form ("Can you tell me which
+    hotel I booked?"): the question asks about an event."""
+    return bool(PAST_AUXILIARIES & question.words) or any(
+        w.endswith("ed") and len(w) > 4 for w in question.words
+    )
 
 
 def _one_statement(values: Values) -> bool:

@@ -162,6 +162,11 @@ def test_one_question_answered_with_another_value_in_other_words(
             "Ravi takes the 9:00 train to work.",
             "These days Ravi commutes on the 11:00 train.",
         ),
+        (
+            "Can you tell me which train Ravi booked?",
+            "Ravi takes the 9:00 train to work.",
+            "These days Ravi commutes on the 11:00 train.",
+        ),
         # a word of the question in both, but one states a place, the other a time
         (
             "Which office does Ravi work from?",

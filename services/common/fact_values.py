@@ -572,7 +572,7 @@ def _in_the_past(question: Values) -> bool:
     """A past auxiliary ("did", "was") or a regular past form ("Can you tell me which
     hotel I booked?"): the question asks about an event."""
     return bool(PAST_AUXILIARIES & question.words) or any(
-        w.endswith("ed") and len(w) > 4 for w in question.words
+        w.endswith("ed") and len(w) > 4 for w in question.words - question.capitalised
     )
 
 

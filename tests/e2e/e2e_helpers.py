@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 from free_ports import free_port  # re-exported: e2e tests import it from here
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -385,19 +386,19 @@ class RunningSuite:
         }
 
 
-def start_suite(launcher: Launcher, root: Path, extra_config: str = "") -> RunningSuite:
+def start_suite(
+    launcher: Launcher, root: Path, settings: Mapping[str, Any] | None = None
+) -> RunningSuite:
     """`engram up` with every service on a free port; returns once all four serve.
-    `extra_config`: more top-level YAML for engram.yaml."""
+    `settings`: more of engram.yaml, merged over the ports and `embedding: none`."""
     # the store's internal listener too: a fixed 50061 collides with any other suite
     ports = {name: free_port() for name in (*SUITE_SERVICES, "store_internal")}
     config = root / "engram.yaml"
-    config.write_text(
-        "server:\n  ports:\n"
-        + "".join(f"    {name}: {port}\n" for name, port in ports.items())
-        + "providers:\n  embedding:\n    kind: none\n"
-        + extra_config,
-        encoding="utf-8",
-    )
+    base: dict[str, Any] = {
+        "server": {"ports": ports},
+        "providers": {"embedding": {"kind": "none"}},
+    }
+    config.write_text(yaml.safe_dump(_merged(base, settings or {})), encoding="utf-8")
     up = launcher.spawn(
         engram_command("up", "--config", str(config), "--data-dir", str(root / "data")),
         port=ports["store"],
@@ -405,3 +406,13 @@ def start_suite(launcher: Launcher, root: Path, extra_config: str = "") -> Runni
     for name in SUITE_SERVICES:
         ProcessHandle(up.process, up.log_path, ports[name]).wait_ready(timeout=90)
     return RunningSuite(up, ports, root)
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -238,6 +238,19 @@ def test_concurrent_calls_are_bounded_by_the_semaphore(protocol: str, llm_server
     assert server.in_flight.peak == 2
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_waiting_for_a_slot_does_not_use_up_the_timeout(protocol: str, llm_server: Any) -> None:
+    """A local server answers one call at a time: three calls queued behind a slot of
+    one take 3 x 0.4 s, each within its 1 s budget once it is sent (found with a real
+    llama.cpp server, where queued extraction, summary and review calls timed out)."""
+    server = llm_server(protocol=protocol)
+    server.in_flight.hold_s = 0.4
+    prompts = ["a", "b", "c"]
+    llm = provider(protocol, server.url, concurrency=1, timeout_ms=1000)
+    assert call(llm, *prompts) == [f"echo: {p}" for p in prompts]
+    assert server.in_flight.peak == 1
+
+
 def test_the_factory_follows_configuration_and_the_seed_keys() -> None:
     config = load_config(
         environ={}, overrides={"providers.llm.kind": "openai", "providers.llm.model": "m1"}

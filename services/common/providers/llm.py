@@ -160,9 +160,11 @@ class _HttpLlm(HttpProvider):
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         """POST within `timeout_ms` in all: a rate-limited answer whose Retry-After
-        ends before the budget does is asked again after that wait."""
-        deadline = time.monotonic() + self.timeout_ms / 1000
+        ends before the budget does is asked again after that wait. The budget starts
+        once a slot is free: waiting behind this process's own calls (a local server
+        generating one answer at a time) is not the provider being slow."""
         async with self._slots:
+            deadline = time.monotonic() + self.timeout_ms / 1000
             while True:
                 remaining = deadline - time.monotonic()
                 try:

@@ -7,14 +7,15 @@ Recall's scores have no recency term, so without this the text closest to the
 question wins, whichever value it holds. Superseded memories are already out of a
 current read, and an `as_of` read's candidates all became valid by then, so the
 newest valid time among the candidates is the value current at the read's
-instant. The newer memory takes the older one's place (and score); everything
+instant; a value stated again later (services/common/restatement.py) counts from
+its latest statement known at that instant. The newer memory takes the older one's place (and score); everything
 else keeps its place. Only the first `HEAD` picks are compared, pairwise."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from services.common import clock
+from services.common import restatement
 from services.common.fact_values import one_question_two_values, same_fact_values, values_of
 from services.common.memory_record import MemoryRecord
 from services.common.text import words
@@ -23,14 +24,14 @@ from services.search.scoring import Candidate
 HEAD = 20
 
 
-def newest_value_first(
+def value_groups(
     picked: list[Candidate], records: Mapping[int, MemoryRecord], query: str
-) -> list[Candidate]:
-    """`picked` (best first, each with its record) with each group of one fact's values reordered within
-    the places the group holds, the newest valid time first."""
-    head, rest = picked[:HEAD], picked[HEAD:]
+) -> list[list[int]]:
+    """The places among the first `HEAD` picks of each group of two or more memories
+    stating values of one fact (pairwise, joined transitively)."""
+    head = picked[:HEAD]
     if len(head) < 2:
-        return picked
+        return []
     read = [values_of(records[c.rowid].content) for c in head]
     asked = frozenset(words(query))
     question = values_of(query)
@@ -52,18 +53,30 @@ def newest_value_first(
     members: dict[int, list[int]] = {}
     for i in range(len(head)):
         members.setdefault(root(i), []).append(i)
-    ordered = list(head)
-    for places in members.values():
-        if len(places) < 2:
-            continue
-        scores = [head[i].score for i in places]
-        newest = sorted(places, key=lambda i: _valid_from(records[head[i].rowid]), reverse=True)
+    return [places for places in members.values() if len(places) > 1]
+
+
+def newest_value_first(
+    picked: list[Candidate],
+    records: Mapping[int, MemoryRecord],
+    groups: list[list[int]],
+    restated: Mapping[str, Sequence[tuple[str, str]]],
+    at: str | None = None,
+) -> list[Candidate]:
+    """`picked` with each group (value_groups) reordered within the places it holds,
+    the latest statement first: a memory's valid time, or a restatement of it
+    (`restated`: memory id -> (metadata, recorded at)) known and valid at `at`."""
+    ordered = list(picked)
+    for places in groups:
+        scores = [picked[i].score for i in places]
+
+        def stated(i: int) -> tuple[int, int]:
+            record = records[picked[i].rowid]
+            own = record.valid_from or record.event_time
+            return restatement.latest_statement(own, restated.get(record.id, ()), at)
+
+        newest = sorted(places, key=stated, reverse=True)
         for place, index, score in zip(places, newest, scores, strict=True):
-            ordered[place] = head[index]
+            ordered[place] = picked[index]
             ordered[place].score = score
-    return ordered + rest
-
-
-def _valid_from(record: MemoryRecord) -> tuple[int, int]:
-    """The instant the memory became valid (valid_from, else event_time)."""
-    return clock.epoch_from_text(record.valid_from or record.event_time)
+    return ordered

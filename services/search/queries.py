@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.common import forgetting
+from services.common import forgetting, restatement
 from services.common.memory_filter import (
     NOW_SQL,
     MemoryFilterSpec,
@@ -229,6 +229,16 @@ def memories_by_rowid(
         f"WHERE m.rowid IN ({listed}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
         f"AND {guard}m.namespace = ?",
         [*rowids, namespace],
+    )
+
+
+def restatements(namespace: str, memory_ids: Sequence[str]) -> Query:
+    """(memory id, metadata, recorded at) of these memories' `restated` events
+    (services/common/restatement.py)."""
+    return (
+        "SELECT memory_id, metadata, created_at FROM memory_history "
+        f"WHERE namespace = ? AND memory_id IN ({marks(memory_ids)}) AND event = ?",
+        [namespace, *memory_ids, restatement.EVENT],
     )
 
 

@@ -52,7 +52,7 @@ from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
 from services.search import decompose, pg_text, pg_vectors, queries
 from services.search.access import AccessRecorder
-from services.search.current_value import newest_value_first
+from services.search.current_value import newest_value_first, value_groups
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
@@ -548,7 +548,13 @@ class Recaller:
         }
         picked = [c for c in picked if c.rowid in records]
         if not spec.valid_during:  # a named range reads what was true then: its boost decides
-            picked = newest_value_first(picked, records, query)
+            groups = value_groups(picked, records, query)
+            if groups:
+                ids = [records[picked[i].rowid].id for places in groups for i in places]
+                restated: dict[str, list[tuple[str, str]]] = {}
+                for row in await reads.fetch_all(queries.restatements(namespace, ids)):
+                    restated.setdefault(row[0], []).append((row[1], row[2]))
+                picked = newest_value_first(picked, records, groups, restated, spec.as_of)
         return picked, records, vectors_used
 
     async def _parts(

@@ -1024,6 +1024,7 @@ def prepare_drafts(
                 extract=extract and draft.long_term,
                 timeline=True,
                 consolidate=consolidate,
+                stated_at=draft.valid_from or draft.event_time or None,
             )
         )
     return prepared

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from services.common import clock, restatement
 from services.common.errors import InvalidArgument
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent
@@ -187,6 +188,10 @@ class NewMemory:
     timeline: bool = False
     # its session takes part in consolidation (services/store/session_lifecycle.py)
     consolidate: bool = False
+    # the valid time the write named (event_time or valid_from), None when it named
+    # none: only such a write can restate a kept memory (a re-sent write without
+    # one is a retry, which writes nothing)
+    stated_at: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +227,7 @@ def new_memory(
     vector: SuppliedVector | None = None,
     timeline: bool = False,
     consolidate: bool = False,
+    stated_at: str | None = None,
 ) -> NewMemory:
     """`metadata`: more for the `created` event than its version and type;
     `timeline`: see NewMemory.timeline; `consolidate`: a memory of a session
@@ -246,6 +252,7 @@ def new_memory(
         vector,
         timeline,
         consolidate and bool(row.session_id),
+        stated_at,
     )
 
 
@@ -285,6 +292,7 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
             purge_expired(conn, expired, items[0].row.created_at)
     results: list[Created] = []
     fresh: list[NewMemory] = []
+    restated: list[tuple[str, NewMemory]] = []  # (the memory kept, the write restating it)
     for item in items:
         key = (item.row.namespace, item.row.content_hash)
         existing = known.get(key)
@@ -292,6 +300,10 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
             if outlives(item.row.expire_at, existing.expire_at):
                 _extend_life(conn, existing.id, item)
                 known[key] = existing._replace(expire_at=item.row.expire_at)
+            if item.stated_at and restatement.is_restatement(
+                item.stated_at, clock.epoch_from_text(existing.valid_from)
+            ):
+                restated.append((existing.id, item))
             results.append(Created(existing.id, True))
             continue
         if existing is not None:
@@ -300,12 +312,17 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
                 fresh[existing] = dataclasses.replace(
                     earlier, row=earlier.row._replace(expire_at=item.row.expire_at)
                 )
+            if item.stated_at and restatement.is_restatement(
+                item.stated_at, clock.epoch_from_text(_valid_time(earlier))
+            ):
+                restated.append((earlier.row.id, item))
             results.append(Created(earlier.row.id, True))
             continue
         known[key] = len(fresh)
         fresh.append(item)
         results.append(Created(item.row.id, False))
     if not fresh:
+        _record_restatements(conn, restated, known)
         return results
     follows = _timeline_links(conn, fresh)
     repo.insert_memory_rows(conn, [item.row for item in fresh])
@@ -333,9 +350,58 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
             tracked[0].row.created_at,
             tracked[0].target.embed_job.max_attempts,
         )
+    _record_restatements(conn, restated, known)
     if stored:
         results = [Created(r.memory_id, r.deduplicated, r.memory_id in stored) for r in results]
     return results
+
+
+def _valid_time(item: NewMemory) -> str:
+    return item.row.valid_from or item.row.event_time
+
+
+def _record_restatements(
+    conn: Any,
+    restated: Sequence[tuple[str, NewMemory]],
+    known: dict[tuple[str, str], repo.Twin | int],
+) -> None:
+    """A `restated` event for each write that states a kept memory's content later
+    than its latest statement so far (services/common/restatement.py)."""
+    if not restated:
+        return
+    namespace_of = {memory_id: item.row.namespace for memory_id, item in restated}
+    own: dict[str, str] = {}  # memory id -> its own valid time
+    for kept in known.values():
+        if isinstance(kept, repo.Twin) and kept.id in namespace_of:
+            own[kept.id] = kept.valid_from
+    for memory_id, item in restated:
+        own.setdefault(memory_id, _valid_time(item))  # a memory of this batch: its first write
+    earlier: dict[str, list[tuple[str, str]]] = {}
+    for namespace in set(namespace_of.values()):
+        ids = [m for m, ns in namespace_of.items() if ns == namespace]
+        earlier.update(repo.restatements(conn, namespace, ids))
+    latest = {m: restatement.latest_statement(own[m], earlier.get(m, ())) for m in namespace_of}
+    rows: list[repo.HistoryRow] = []
+    for memory_id, item in restated:
+        valid_time = item.stated_at or _valid_time(item)
+        if not restatement.is_restatement(valid_time, latest[memory_id]):
+            continue
+        latest[memory_id] = clock.epoch_from_text(valid_time)
+        rows.append(
+            repo.history_row(
+                memory_id=memory_id,
+                namespace=item.row.namespace,
+                event=restatement.EVENT,
+                old_content=None,
+                new_content=item.row.content,
+                actor=item.history.changed_by,
+                reason=restatement.REASON,
+                metadata=restatement.metadata(valid_time),
+                at=item.row.created_at,
+            )
+        )
+    if rows:
+        repo.insert_history(conn, rows)
 
 
 def _timeline_links(conn: Any, fresh: Sequence[NewMemory]) -> list[link_sql.LinkRow]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from random import getrandbits
 from typing import Any, NamedTuple
 
-from services.common import forgetting
+from services.common import forgetting, restatement
 from services.common.memory_filter import (
     NOW_SQL,
     MemoryFilterSpec,
@@ -217,6 +217,9 @@ class Twin(NamedTuple):
     id: str
     expire_at: str | None
     expired: bool  # by the live rule's clock: reads no longer see it
+    valid_from: (
+        str  # its own valid time (a restatement may be later: services/common/restatement.py)
+    )
 
 
 def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str, Twin]:
@@ -240,15 +243,35 @@ def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str,
     for start in range(0, len(unique), 500):
         chunk = unique[start : start + 500]
         rows = conn.execute(
-            f"SELECT content_hash, id, expire_at, NOT {not_expired_sql('memories')} "
+            f"SELECT content_hash, id, expire_at, NOT {not_expired_sql('memories')}, "
+            "COALESCE(valid_from, event_time) "
             f"FROM memories {indexed_by}"
             "WHERE namespace = ? AND is_deleted = 0 AND invalidated_at IS NULL "
             f"AND content_hash IN ({', '.join('?' * len(chunk))})",
             [namespace, *chunk],
         ).fetchall()
-        found.update({row[0]: Twin(row[1], row[2], bool(row[3])) for row in rows})
+        found.update({row[0]: Twin(row[1], row[2], bool(row[3]), row[4]) for row in rows})
     if pg_custom:  # the server's setting again, for the rest of the transaction
         conn.execute("SET LOCAL plan_cache_mode TO DEFAULT")
+    return found
+
+
+def restatements(
+    conn: Any, namespace: str, memory_ids: Sequence[str]
+) -> dict[str, list[tuple[str, str]]]:
+    """memory id -> its `restated` events as (metadata JSON, recorded at)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    unique = list(dict.fromkeys(memory_ids))
+    for start in range(0, len(unique), 500):
+        chunk = unique[start : start + 500]
+        rows = conn.execute(
+            "SELECT memory_id, metadata, created_at FROM memory_history "
+            f"WHERE namespace = ? AND memory_id IN ({', '.join('?' * len(chunk))}) "
+            "AND event = ?",
+            [namespace, *chunk, restatement.EVENT],
+        ).fetchall()
+        for row in rows:
+            found.setdefault(row[0], []).append((row[1], row[2]))
     return found
 
 

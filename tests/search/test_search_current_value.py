@@ -15,6 +15,7 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from engram.search.v1 import search_pb2
+from engram.store.v1 import store_pb2
 from recall_helpers import Stack, timestamp
 
 QUESTION = "When is Maria's flight to Oslo?"
@@ -122,3 +123,46 @@ def test_another_fact_sharing_a_word_of_the_question_keeps_its_place(stack: Stac
     train = "Ravi takes the 11:00 train to work."
     stack.remember(train, event_time=timestamp(datetime(2026, 2, 9, tzinfo=UTC)))
     assert ask(stack, "Which office does Ravi work from?")[:2] == [office, train]
+
+
+def _history(stack: Stack, memory_id: str) -> list[store_pb2.HistoryEvent]:
+    request = store_pb2.ListMemoryHistoryRequest(memory_id=memory_id)
+    return list(stack.store.ListMemoryHistory(request, timeout=10).events)
+
+
+def test_a_state_flipped_back_ranks_the_restated_value_first(stack: Stack) -> None:
+    """ "has a car" / "does not have a car" / "has a car": the third write is
+    deduplicated into the first memory, which records it as a restatement, so the
+    first memory's value is the current one again; `as_of` before the restatement
+    was recorded still reads the middle state. A re-sent write (the same valid time)
+    records nothing more."""
+    question = "Does Ravi have a car?"
+    has, has_not = "Ravi has a car.", "Ravi does not have a car."
+
+    def first(as_of: timestamp_pb2.Timestamp | None = None) -> str:
+        request = search_pb2.RecallRequest(query=question, limit=10, min_score=0)
+        if as_of is not None:
+            request.as_of.CopyFrom(as_of)
+        return stack.search.Recall(request, timeout=30).results[0].memory.content
+
+    week = [timestamp(datetime(2026, 1, 5 + 7 * i, tzinfo=UTC)) for i in range(3)]
+    first_write = stack.remember(has, event_time=week[0])
+    middle = stack.remember(has_not, event_time=week[1])
+    assert first() == has_not
+    again = stack.store.Remember(store_pb2.RememberRequest(content=has, event_time=week[2]))
+    assert again.deduplicated and again.memory.id == first_write.id
+    assert first() == has
+    assert first(as_of=middle.create_time) == has_not
+
+    restated = [
+        e
+        for e in _history(stack, first_write.id)
+        if e.event_type == store_pb2.HISTORY_EVENT_TYPE_RESTATED
+    ]
+    assert len(restated) == 1
+    assert restated[0].metadata["valid_time"].startswith("2026-01-19")
+    assert restated[0].new_content == has
+    stack.store.Remember(store_pb2.RememberRequest(content=has, event_time=week[2]))
+    stack.store.Remember(store_pb2.RememberRequest(content=has, event_time=week[0]))
+    events = _history(stack, first_write.id)
+    assert [e.event_type for e in events].count(store_pb2.HISTORY_EVENT_TYPE_RESTATED) == 1

@@ -170,6 +170,14 @@ class _HistoryEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Hist
     event (metadata `merged_from`) carries the united tags and importance.
     RecoverMemory brings the merged memory back.
     """
+    HISTORY_EVENT_TYPE_RESTATED: _HistoryEventType.ValueType  # 8
+    """The memory's content was written again (Remember or ImportMemories,
+    deduplicated into it) naming a later valid time (`event_time` or
+    `valid_from`): the fact was stated anew. Metadata `valid_time` is that
+    time; `create_time` when it was recorded. A write naming no valid time (a
+    retry, a re-sent import) records nothing. Recall ranks two values of one fact by their latest statement
+    (as of the read's instant), so a value stated again is the current one.
+    """
 
 class HistoryEventType(_HistoryEventType, metaclass=_HistoryEventTypeEnumTypeWrapper):
     """Kinds of history event."""
@@ -199,6 +207,14 @@ HISTORY_EVENT_TYPE_MERGED: HistoryEventType.ValueType  # 7
 merged into and `similarity` their cosine. The survivor's own `modified`
 event (metadata `merged_from`) carries the united tags and importance.
 RecoverMemory brings the merged memory back.
+"""
+HISTORY_EVENT_TYPE_RESTATED: HistoryEventType.ValueType  # 8
+"""The memory's content was written again (Remember or ImportMemories,
+deduplicated into it) naming a later valid time (`event_time` or
+`valid_from`): the fact was stated anew. Metadata `valid_time` is that
+time; `create_time` when it was recorded. A write naming no valid time (a
+retry, a re-sent import) records nothing. Recall ranks two values of one fact by their latest statement
+(as of the read's instant), so a value stated again is the current one.
 """
 Global___HistoryEventType: _TypeAlias = HistoryEventType  # noqa: Y015
 

@@ -212,7 +212,7 @@ def run(name: str, upstream: str, texts: list[str]) -> dict[str, Any]:
                 "model": MODEL_NAME,
                 "timeout_ms": 120_000,
                 "concurrency": 1,
-                "max_tokens": 512,
+                "max_tokens": 320,
             },
         },
         "memory": {"pipelineV2": {"enabled": True, "workerPollMs": 200, "workerMaxRetries": 2}},

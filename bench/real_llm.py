@@ -131,7 +131,12 @@ class RecordingProxy(ScriptedHttpServer):
 
     def _forward(self, request: Request) -> Reply:
         started = time.perf_counter()
-        answer = self._client.request(request.method, request.path, content=request.body or None)
+        answer = self._client.request(
+            request.method,
+            request.path,
+            content=request.body or None,
+            headers={"Content-Type": "application/json"} if request.body else None,
+        )
         elapsed = time.perf_counter() - started
         if request.method == "POST":
             body = answer.json() if answer.status_code == 200 else {}
@@ -279,7 +284,8 @@ def summarise(
         "extract_jobs": len(jobs),
         "completed": len(completed),
         "dead": len(dead),
-        "dead_reasons": Counter(_reason(j["error"] or "") for j in dead).most_common(5),
+        # the error's kind: its text before the quoted answer
+        "dead_reasons": Counter((j["error"] or "").split(":")[0] for j in dead).most_common(5),
         "facts_per_memory": sum(r.get("facts", 0) for r in results) / max(1, len(jobs)),
         "outcomes": dict(outcomes),
         "top_warnings": warnings.most_common(8),
@@ -327,6 +333,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--memories", type=int, default=200)
     parser.add_argument("--only", choices=["real", "scripted"])
+    parser.add_argument("--threads", type=int, default=2, help="the model server's CPU threads")
     args = parser.parse_args()
     texts = memories(args.memories)
     runs = []
@@ -340,12 +347,15 @@ def main() -> None:
         reason = missing()
         if reason is not None:
             sys.exit(f"the real model cannot run: {reason}")
-        with tempfile.TemporaryDirectory() as tmp, LlamaServer(Path(tmp) / "llama.log") as llama:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            LlamaServer(Path(tmp) / "llama.log", threads=args.threads) as llama,
+        ):
             runs.append(run("real", llama.url, texts))
     print_table(runs)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / f"real_llm-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    result = {"command": sys.argv, "model": MODEL_FILE, "runs": runs}
+    result = {"command": sys.argv, "model": MODEL_FILE, "threads": args.threads, "runs": runs}
     out.write_text(json.dumps(provenance.stamped(result), indent=2) + "\n")
     print(f"\nwrote {out}")
 

@@ -334,6 +334,9 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=200)
     parser.add_argument("--only", choices=["real", "scripted"])
     parser.add_argument("--threads", type=int, default=2, help="the model server's CPU threads")
+    parser.add_argument(
+        "--json-out", type=Path, help="where the results go (default bench/results/)"
+    )
     args = parser.parse_args()
     texts = memories(args.memories)
     runs = []
@@ -353,8 +356,8 @@ def main() -> None:
         ):
             runs.append(run("real", llama.url, texts))
     print_table(runs)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"real_llm-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out = args.json_out or RESULTS_DIR / f"real_llm-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     result = {"command": sys.argv, "model": MODEL_FILE, "threads": args.threads, "runs": runs}
     out.write_text(json.dumps(provenance.stamped(result), indent=2) + "\n")
     print(f"\nwrote {out}")

@@ -292,7 +292,8 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
             purge_expired(conn, expired, items[0].row.created_at)
     results: list[Created] = []
     fresh: list[NewMemory] = []
-    restated: list[tuple[str, NewMemory]] = []  # (the memory kept, the write restating it)
+    # (the memory kept, its own valid time, the write restating it)
+    restated: list[tuple[str, str, NewMemory]] = []
     for item in items:
         key = (item.row.namespace, item.row.content_hash)
         existing = known.get(key)
@@ -303,7 +304,7 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
             if item.stated_at and restatement.is_restatement(
                 item.stated_at, clock.epoch_from_text(existing.valid_from)
             ):
-                restated.append((existing.id, item))
+                restated.append((existing.id, existing.valid_from, item))
             results.append(Created(existing.id, True))
             continue
         if existing is not None:
@@ -315,14 +316,14 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
             if item.stated_at and restatement.is_restatement(
                 item.stated_at, clock.epoch_from_text(_valid_time(earlier))
             ):
-                restated.append((earlier.row.id, item))
+                restated.append((earlier.row.id, _valid_time(earlier), item))
             results.append(Created(earlier.row.id, True))
             continue
         known[key] = len(fresh)
         fresh.append(item)
         results.append(Created(item.row.id, False))
     if not fresh:
-        _record_restatements(conn, restated, known)
+        _record_restatements(conn, restated)
         return results
     follows = _timeline_links(conn, fresh)
     repo.insert_memory_rows(conn, [item.row for item in fresh])
@@ -350,7 +351,7 @@ def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
             tracked[0].row.created_at,
             tracked[0].target.embed_job.max_attempts,
         )
-    _record_restatements(conn, restated, known)
+    _record_restatements(conn, restated)
     if stored:
         results = [Created(r.memory_id, r.deduplicated, r.memory_id in stored) for r in results]
     return results
@@ -360,29 +361,20 @@ def _valid_time(item: NewMemory) -> str:
     return item.row.valid_from or item.row.event_time
 
 
-def _record_restatements(
-    conn: Any,
-    restated: Sequence[tuple[str, NewMemory]],
-    known: dict[tuple[str, str], repo.Twin | int],
-) -> None:
+def _record_restatements(conn: Any, restated: Sequence[tuple[str, str, NewMemory]]) -> None:
     """A `restated` event for each write that states a kept memory's content later
     than its latest statement so far (services/common/restatement.py)."""
     if not restated:
         return
-    namespace_of = {memory_id: item.row.namespace for memory_id, item in restated}
-    own: dict[str, str] = {}  # memory id -> its own valid time
-    for kept in known.values():
-        if isinstance(kept, repo.Twin) and kept.id in namespace_of:
-            own[kept.id] = kept.valid_from
-    for memory_id, item in restated:
-        own.setdefault(memory_id, _valid_time(item))  # a memory of this batch: its first write
+    namespace_of = {memory_id: item.row.namespace for memory_id, _own, item in restated}
+    own = {memory_id: valid_from for memory_id, valid_from, _item in restated}
     earlier: dict[str, list[tuple[str, str]]] = {}
     for namespace in set(namespace_of.values()):
         ids = [m for m, ns in namespace_of.items() if ns == namespace]
         earlier.update(repo.restatements(conn, namespace, ids))
     latest = {m: restatement.latest_statement(own[m], earlier.get(m, ())) for m in namespace_of}
     rows: list[repo.HistoryRow] = []
-    for memory_id, item in restated:
+    for memory_id, _own, item in restated:
         valid_time = item.stated_at or _valid_time(item)
         if not restatement.is_restatement(valid_time, latest[memory_id]):
             continue

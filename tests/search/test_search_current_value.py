@@ -166,3 +166,22 @@ def test_a_state_flipped_back_ranks_the_restated_value_first(stack: Stack) -> No
     stack.store.Remember(store_pb2.RememberRequest(content=has, event_time=week[0]))
     events = _history(stack, first_write.id)
     assert [e.event_type for e in events].count(store_pb2.HISTORY_EVENT_TYPE_RESTATED) == 1
+
+
+def test_a_state_flipped_back_within_one_import_batch_is_restated(stack: Stack) -> None:
+    """The same three statements in one ImportMemories message: the third is
+    deduplicated into the first memory of the same batch, and restates it."""
+    has, has_not = "Ravi has a car.", "Ravi does not have a car."
+    week = [timestamp(datetime(2026, 1, 5 + 7 * i, tzinfo=UTC)) for i in range(3)]
+    items = [
+        store_pb2.ImportItem(content=text, event_time=when)
+        for text, when in zip((has, has_not, has), week, strict=True)
+    ]
+    reply = stack.store.ImportMemories(iter([store_pb2.ImportMemoriesRequest(items=items)]))
+    first_id = reply.results[0].memory_id
+    assert reply.results[2].memory_id == first_id
+    assert reply.results[2].status == store_pb2.IMPORT_STATUS_DEDUPLICATED
+    events = [e.event_type for e in _history(stack, first_id)]
+    assert events.count(store_pb2.HISTORY_EVENT_TYPE_RESTATED) == 1
+    request = search_pb2.RecallRequest(query="Does Ravi have a car?", limit=10, min_score=0)
+    assert stack.search.Recall(request, timeout=30).results[0].memory.content == has

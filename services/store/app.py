@@ -364,6 +364,7 @@ async def start_store(
         summary_ttl_ms=config.sessions.summary_ttl_ms,
         max_job_attempts=max_attempts,
         llm_configured=llm_configured(config),
+        records_only=write_policy(config).records_only,
     )
     consolidation = Consolidation(
         writer, reads, store, write_policy(config), off_reason=consolidation_off_reason(config)

@@ -81,8 +81,12 @@ class Sessions:
         summary_ttl_ms: int,
         max_job_attempts: int,
         llm_configured: bool = True,
+        records_only: bool = False,
     ) -> None:
         self._writer = writer
+        # shadow mode (or mutationsFrozen): seed 000 writes nothing to the memories
+        # table; a summary is recorded in its job's result instead
+        self._records_only = records_only
         self._llm_configured = llm_configured  # config.llm_configured: a summary needs one
         self._store = store
         self._turn_ttl_nanos = turn_ttl_ms * 1_000_000
@@ -187,6 +191,10 @@ class Sessions:
         if self._store.privacy.level(namespace) == FULL:
             repo.complete_job(conn, job["id"], at, '{"skipped":"privacy full"}')
             return SummaryOutcome(True, privacy_blocked=True)
+        if self._records_only:
+            shadow = {"mode": "shadow", "model": model, "summary": summary, "through": through}
+            repo.complete_job(conn, job["id"], at, json.dumps(shadow))
+            return SummaryOutcome(True)
         previous = [MemoryRecord.from_row(r) for r in sql.summaries(conn, namespace, session_id)]
         newer = [p for p in previous if p.event_time > through]
         if newer:

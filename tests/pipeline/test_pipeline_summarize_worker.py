@@ -108,6 +108,26 @@ def test_the_llm_summarises_the_session_into_its_24_hour_summary(
     assert wait_for(lambda: worker_status(stack).completed_count == 1, what="status")
 
 
+def test_shadow_mode_records_the_summary_and_writes_no_memory(
+    make_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    """Seed 000: shadow mode makes no writes to the memories table; the summary the
+    model wrote is in the job's result (found with the real model, whose summary
+    was written in shadow mode)."""
+    llm = http_servers(LlmServer(summarizer))
+    stack = make_stack(llm, **{"memory.pipelineV2.shadowMode": True})
+    turn(stack, "My build fails with a linker error")
+    stack.store.SummarizeSession(store_pb2.SummarizeSessionRequest(session_id="chat-1"))
+    wait_for(lambda: summarize_job(stack)["status"] == "completed", what="the summarize job")
+    result = json.loads(summarize_job(stack)["result"])
+    assert result["mode"] == "shadow"
+    assert (
+        result["summary"]
+        == "The session had 1 turns; last: user: My build fails with a linker error"
+    )
+    assert summaries(stack) == []
+
+
 def test_a_second_summary_replaces_the_first(
     make_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
 ) -> None:

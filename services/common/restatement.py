@@ -19,7 +19,7 @@ from typing import Any
 
 from services.common import clock
 
-EVENT = "restated"  # HISTORY_EVENT_TYPE_RESTATED
+RESTATED_EVENT = "restated"  # HISTORY_EVENT_TYPE_RESTATED
 REASON = "stated again"
 
 

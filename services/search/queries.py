@@ -238,7 +238,7 @@ def restatements(namespace: str, memory_ids: Sequence[str]) -> Query:
     return (
         "SELECT memory_id, metadata, created_at FROM memory_history "
         f"WHERE namespace = ? AND memory_id IN ({marks(memory_ids)}) AND event = ?",
-        [namespace, *memory_ids, restatement.EVENT],
+        [namespace, *memory_ids, restatement.RESTATED_EVENT],
     )
 
 

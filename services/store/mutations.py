@@ -383,7 +383,7 @@ def _record_restatements(conn: Any, restated: Sequence[tuple[str, str, NewMemory
             repo.history_row(
                 memory_id=memory_id,
                 namespace=item.row.namespace,
-                event=restatement.EVENT,
+                event=restatement.RESTATED_EVENT,
                 old_content=None,
                 new_content=item.row.content,
                 actor=item.history.changed_by,

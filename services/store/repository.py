@@ -268,7 +268,7 @@ def restatements(
             "SELECT memory_id, metadata, created_at FROM memory_history "
             f"WHERE namespace = ? AND memory_id IN ({', '.join('?' * len(chunk))}) "
             "AND event = ?",
-            [namespace, *chunk, restatement.EVENT],
+            [namespace, *chunk, restatement.RESTATED_EVENT],
         ).fetchall()
         for row in rows:
             found.setdefault(row[0], []).append((row[1], row[2]))

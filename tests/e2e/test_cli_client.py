@@ -559,7 +559,7 @@ def test_session_get_shows_where_consolidation_is(
     """With consolidation on, a session is tracked from its first memory (open) and
     ends, its job queued, when another session starts in the namespace; a session
     the namespace never saw is NOT_FOUND, as is one of another namespace."""
-    suite = start_suite(module_launcher, tmp_path, 'sessions:\n  consolidate: "on"\n')
+    suite = start_suite(module_launcher, tmp_path, {"sessions": {"consolidate": "on"}})
     ns = ("-n", "cli-sessions")
     engram(suite, "remember", "we picked the blue tiles", *ns, "--session", "kitchen")
     opened = json.loads(engram(suite, "session", "get", "kitchen", *ns, "--json").stdout)

@@ -107,9 +107,16 @@ def test_a_stalled_store_holds_no_worker_past_the_deadline_and_work_resumes_when
             ),
             what="the memory embedded once the store is back",
         )
+    # the store indexes the memory inside CompleteEmbedJobs; the worker counts it once
+    # that call has answered, a moment later (a one-shot read raced it under load in CI)
     recovered = wait_for(
-        lambda: (s := status(pipeline)) and s.store_available and s,
-        what="the pipeline seeing the store again",
+        lambda: (
+            (s := status(pipeline))
+            and s.store_available
+            and next(w for w in s.workers if w.name == "embed").completed_count >= 1
+            and s
+        ),
+        what="the pipeline seeing the store again and counting the embed job",
     )
     embed = next(w for w in recovered.workers if w.name == "embed")
     assert embed.completed_count == 1

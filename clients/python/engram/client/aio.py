@@ -39,7 +39,8 @@ class AsyncEngram:
     50051); search, pipeline and maintenance are on the same host at the ports
     the store reports for its suite (SuiteService.GetSuite) unless given. Before
     the first call to one of them the client checks that it answers for the
-    store's suite, and sends it nothing (no API key) if not: `WrongSuite`. Every call has a deadline (`timeout` seconds unless
+    store's suite (gRPC health `engram.suite/<id>`, sent without the API key),
+    and sends it nothing if not: `WrongSuite`. Every call has a deadline (`timeout` seconds unless
     the call passes its own); UNAVAILABLE is retried by gRPC within it. Failures
     raise `engram.client.EngramError` subclasses. Results are the generated
     protobuf messages. Use it as a context manager, or call `close()`.
@@ -615,7 +616,7 @@ class AsyncEngram:
                 first: list[store_pb2.ImportItem] = first,
             ) -> Iterator[store_pb2.ImportMemoriesRequest]:
                 nonlocal sent
-                for batch in _chain_first(first, pending, per_stream - 1):
+                for batch in c.chain_first(first, pending, per_stream - 1):
                     yield store_pb2.ImportMemoriesRequest(namespace=namespace, items=batch)
                     sent += len(batch)
                     if on_progress is not None:
@@ -785,14 +786,3 @@ class AsyncEngram:
     ) -> maintenance_pb2.RunRetentionResponse:
         request = maintenance_pb2.RunRetentionRequest()
         return await self._call((await self._maintenance()).RunRetention, request, timeout)
-
-
-def _chain_first(
-    first: list[store_pb2.ImportItem], rest: Iterator[list[store_pb2.ImportItem]], more: int
-) -> Iterator[list[store_pb2.ImportItem]]:
-    yield first
-    for _ in range(more):
-        batch = next(rest, None)
-        if batch is None:
-            return
-        yield batch

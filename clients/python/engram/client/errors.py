@@ -10,7 +10,10 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
-from google.rpc import error_details_pb2, status_pb2
+
+# googleapis-common-protos ships .pyi files but no py.typed: a user's mypy skips them
+# (import-untyped) unless told, as this repository's config tells it (unused-ignore)
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped, unused-ignore]
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 REQUEST_ID_KEY = "x-request-id"

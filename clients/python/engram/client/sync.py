@@ -1,9 +1,11 @@
+# Generated from aio.py by scripts/gen_sync_client.py (`make gen-client`): do not
+# edit; change aio.py (or the script) and regenerate. tests/client/ fails when
+# this file is not what the script makes of aio.py.
 """`Engram`: the synchronous client of every public RPC of the store, search,
 pipeline and maintenance services."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
@@ -125,21 +127,20 @@ class Engram:
             ) from None
         _suite.check_answer(service, address, suite, self.addresses["store"], reply.status)
 
-    @property
     def _search(self) -> search_pb2_grpc.SearchServiceStub:
         return search_pb2_grpc.SearchServiceStub(self._service_channel("search"))
 
-    @property
     def _pipeline(self) -> pipeline_pb2_grpc.PipelineServiceStub:
         return pipeline_pb2_grpc.PipelineServiceStub(self._service_channel("pipeline"))
 
-    @property
     def _maintenance(self) -> maintenance_pb2_grpc.MaintenanceServiceStub:
-        return maintenance_pb2_grpc.MaintenanceServiceStub(self._service_channel("maintenance"))
+        channel = self._service_channel("maintenance")
+        return maintenance_pb2_grpc.MaintenanceServiceStub(channel)
 
     def suite_id(self, *, timeout: float | None = None) -> str:
         """The id of the store's suite (SuiteService.GetSuite)."""
-        return self._call(self._suite_stub.GetSuite, store_pb2.GetSuiteRequest(), timeout).suite_id
+        reply = self._call(self._suite_stub.GetSuite, store_pb2.GetSuiteRequest(), timeout)
+        return reply.suite_id
 
     def close(self) -> None:
         for channel in self._channels.values():
@@ -611,7 +612,7 @@ class Engram:
                 first: list[store_pb2.ImportItem] = first,
             ) -> Iterator[store_pb2.ImportMemoriesRequest]:
                 nonlocal sent
-                for batch in itertools.chain([first], itertools.islice(pending, per_stream - 1)):
+                for batch in c.chain_first(first, pending, per_stream - 1):
                     yield store_pb2.ImportMemoriesRequest(namespace=namespace, items=batch)
                     sent += len(batch)
                     if on_progress is not None:
@@ -658,7 +659,7 @@ class Engram:
             skip_access_tracking=skip_access_tracking,
             as_of=as_of,
         )
-        return self._call(self._search.Recall, request, timeout)
+        return self._call(self._search().Recall, request, timeout)
 
     def assemble_context(
         self,
@@ -682,20 +683,20 @@ class Engram:
             token_budget=token_budget,
             as_of=as_of,
         )
-        return self._call(self._search.AssembleContext, request, timeout)
+        return self._call(self._search().AssembleContext, request, timeout)
 
     # ---- pipeline ---------------------------------------------------------------
 
     def get_status(self, *, timeout: float | None = None) -> pipeline_pb2.GetStatusResponse:
         """Queue depths, provider health and worker state of the pipeline."""
-        return self._call(self._pipeline.GetStatus, pipeline_pb2.GetStatusRequest(), timeout)
+        return self._call(self._pipeline().GetStatus, pipeline_pb2.GetStatusRequest(), timeout)
 
     def extract(
         self, content: str, *, namespace: str = "", timeout: float | None = None
     ) -> pipeline_pb2.ExtractResponse:
         """A dry run of extraction on `content`: the facts it would derive; writes nothing."""
         request = pipeline_pb2.ExtractRequest(namespace=namespace, content=content)
-        return self._call(self._pipeline.Extract, request, timeout)
+        return self._call(self._pipeline().Extract, request, timeout)
 
     def create_document(
         self,
@@ -711,13 +712,13 @@ class Engram:
         request = pipeline_pb2.CreateDocumentRequest(
             namespace=namespace, content=content, url=url, title=title, tags=list(tags)
         )
-        return self._call(self._pipeline.CreateDocument, request, timeout).document
+        return self._call(self._pipeline().CreateDocument, request, timeout).document
 
     def get_document(
         self, id: str, *, namespace: str = "", timeout: float | None = None
     ) -> document_pb2.Document:
         request = pipeline_pb2.GetDocumentRequest(namespace=namespace, id=id)
-        return self._call(self._pipeline.GetDocument, request, timeout).document
+        return self._call(self._pipeline().GetDocument, request, timeout).document
 
     def list_document_chunks(
         self,
@@ -733,7 +734,7 @@ class Engram:
             request = pipeline_pb2.ListDocumentChunksRequest(
                 namespace=namespace, document_id=document_id, page_size=page_size, page_token=token
             )
-            page = self._call(self._pipeline.ListDocumentChunks, request, timeout)
+            page = self._call(self._pipeline().ListDocumentChunks, request, timeout)
             yield from page.chunks
             token = page.next_page_token
             if not token:
@@ -746,7 +747,7 @@ class Engram:
         deadline unless `timeout` is given (ingest of a large document takes time)."""
         request = pipeline_pb2.WatchDocumentRequest(namespace=namespace, id=id)
         try:
-            for reply in self._pipeline.WatchDocument(
+            for reply in self._pipeline().WatchDocument(
                 request, timeout=timeout, metadata=self._metadata
             ):
                 yield reply.document
@@ -760,7 +761,7 @@ class Engram:
     ) -> maintenance_pb2.GetDiagnosticsResponse:
         """The suite's health score, storage, queue and provider report."""
         request = maintenance_pb2.GetDiagnosticsRequest()
-        return self._call(self._maintenance.GetDiagnostics, request, timeout)
+        return self._call(self._maintenance().GetDiagnostics, request, timeout)
 
     def run_maintenance(
         self,
@@ -769,10 +770,10 @@ class Engram:
         timeout: float | None = None,
     ) -> maintenance_pb2.RunMaintenanceResponse:
         request = maintenance_pb2.RunMaintenanceRequest(mode=mode)
-        return self._call(self._maintenance.RunMaintenance, request, timeout)
+        return self._call(self._maintenance().RunMaintenance, request, timeout)
 
     def run_retention(
         self, *, timeout: float | None = None
     ) -> maintenance_pb2.RunRetentionResponse:
         request = maintenance_pb2.RunRetentionRequest()
-        return self._call(self._maintenance.RunRetention, request, timeout)
+        return self._call(self._maintenance().RunRetention, request, timeout)

@@ -17,7 +17,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY gen ./gen
 COPY services ./services
-# engram-client (its own distribution, built from ../../gen and its own code): the
+# engram-grpc-client (its own distribution, built from ../../gen and its own code): the
 # generated stubs every service imports and engram.client for the CLI's client commands
 # (engram remember, import, export, ...); installed in the same pip call as the server,
 # which depends on it

@@ -1,6 +1,6 @@
-"""engram-client gives a user's mypy --strict the message types: a misspelt field of
+"""engram-grpc-client gives a user's mypy --strict the message types: a misspelt field of
 a result (`.memory.contnet`) is an error, not an Any that passes. This needs
-types-protobuf (a dependency of engram-client): without it every message's base
+types-protobuf (a dependency of engram-grpc-client): without it every message's base
 class is Any."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""One distribution ships the generated stubs: engram-client (clients/python). The
-server (pyproject.toml) ships only `services` and depends on engram-client at this
+"""One distribution ships the generated stubs: engram-grpc-client (clients/python). The
+server (pyproject.toml) ships only `services` and depends on engram-grpc-client at this
 checkout's version, so uninstalling or upgrading either never removes a file the
 other imports; `make setup` installs both in one pip call, from the checkout."""
 
@@ -34,7 +34,7 @@ def test_the_server_ships_no_stubs_and_depends_on_this_client() -> None:
     assert setuptools["packages"]["find"]["include"] == ["services*"]
     assert "gen" not in setuptools["packages"]["find"]["where"]
     assert "package-data" not in setuptools
-    client = _requirements(SERVER)["engram-client"]
+    client = _requirements(SERVER)["engram-grpc-client"]
     assert str(client.specifier) == f"=={CLIENT['project']['version']}"
 
 

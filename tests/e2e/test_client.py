@@ -1,7 +1,7 @@
 """engram.client against a real suite (`engram up`, four processes): every call
 through the public gRPC APIs, errors as exceptions by meaning, iterators over pages,
 streaming import, the asyncio client, and a user's program under mypy --strict
-from the built `engram-client` wheel."""
+from the built `engram-grpc-client` wheel."""
 
 from __future__ import annotations
 
@@ -295,7 +295,7 @@ def test_nothing_listening_is_unavailable_after_the_retries() -> None:
 def test_sample_program_type_checks_strict_from_the_wheel_and_runs(
     suite: RunningSuite, tmp_path: Path
 ) -> None:
-    """The engram-client wheel alone (installed into a directory outside the repo)
+    """The engram-grpc-client wheel alone (installed into a directory outside the repo)
     gives mypy --strict the types, and the program runs against the suite."""
     wheels, target = tmp_path / "wheels", tmp_path / "site"
     pip = [sys.executable, "-m", "pip"]
@@ -304,7 +304,7 @@ def test_sample_program_type_checks_strict_from_the_wheel_and_runs(
         check=True,
         cwd=REPO_ROOT / "clients" / "python",
     )
-    wheel = next(wheels.glob("engram_client-*.whl"))
+    wheel = next(wheels.glob("engram_grpc_client-*.whl"))
     subprocess.run(
         [*pip, "install", "--no-deps", "-q", "--target", str(target), str(wheel)], check=True
     )

@@ -595,8 +595,9 @@ def _keys_command(action: Callable[..., None]) -> Callable[..., int]:
         from services.common import auth
 
         config = _load(config_path, data_dir)
+        path = auth.keys_path(config)
         try:
-            action(config, auth.keys_path(config), **options)
+            action(config, path, **options)
         except (auth.KeyRequestError, OSError, ValueError) as exc:
             print(f"engram keys: {exc}", file=sys.stderr)
             return 1

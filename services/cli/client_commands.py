@@ -17,9 +17,9 @@ import re
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn, TypeVar
+from typing import IO, Any, NoReturn
 
 import click
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
@@ -45,10 +45,9 @@ from engram.client import (
     memory_filter,
 )
 from engram.store.v1 import store_pb2
+from services.cli.options import common_options, connection_options, namespace_option
 from services.common.validation import escape_control
 
-F = TypeVar("F", bound=Callable[..., Any])
-DEFAULT_ADDRESS = "127.0.0.1:50051"
 PLAIN_PROGRESS_EVERY_S = 2.0
 # Rows per ImportMemories stream: each stream's reply acknowledges its rows as
 # committed, so the progress bar (and an interrupted import's report) follow
@@ -87,60 +86,6 @@ class Target:
             search_address=self.search_address,
             maintenance_address=self.maintenance_address,
         )
-
-
-def connection_options(command: F) -> F:
-    """Where the suite is and how to call it: every client command's options."""
-    options = [
-        click.option(
-            "--address",
-            envvar="ENGRAM_ADDRESS",
-            default=DEFAULT_ADDRESS,
-            show_default=True,
-            help="the store's host:port (or a bare host: port 50051); the other services are "
-            "where the store says; $ENGRAM_ADDRESS",
-        ),
-        click.option(
-            "--search-address",
-            envvar="ENGRAM_SEARCH_ADDRESS",
-            default=None,
-            help="search's host:port; $ENGRAM_SEARCH_ADDRESS",
-        ),
-        click.option(
-            "--maintenance-address",
-            envvar="ENGRAM_MAINTENANCE_ADDRESS",
-            default=None,
-            help="maintenance's host:port; $ENGRAM_MAINTENANCE_ADDRESS",
-        ),
-        click.option("--api-key", envvar="ENGRAM_API_KEY", default=None, help="$ENGRAM_API_KEY"),
-        click.option("--timeout", type=float, default=10.0, show_default=True, help="seconds"),
-        click.option(
-            "--cacert",
-            envvar="ENGRAM_CACERT",
-            default=None,
-            help="speak TLS, verifying the services with this CA file; $ENGRAM_CACERT",
-        ),
-        click.option(
-            "--cert",
-            envvar="ENGRAM_CERT",
-            default=None,
-            help="client certificate (mTLS); $ENGRAM_CERT",
-        ),
-        click.option(
-            "--key", envvar="ENGRAM_KEY", default=None, help="its private key; $ENGRAM_KEY"
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def common_options(command: F) -> F:
-    """The connection options and `--json`: what every command that prints takes."""
-    command = click.option("--json", "as_json", is_flag=True, help="JSON lines instead of tables")(
-        command
-    )
-    return connection_options(command)
 
 
 def _target(params: dict[str, Any]) -> Target:
@@ -274,12 +219,12 @@ _AS_OF_HELP = "RFC 3339: what was valid then, as known then (default: now)"
 
 @click.group()
 def cli() -> None:
-    """Engram's client commands."""
+    """Engram's client commands: `engram` (services/cli/main.py) finds each here, by name."""
 
 
 @cli.command()
 @click.argument("content")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--type", "type_", default="", help="fact, preference, decision, rule, ...")
 @click.option("--importance", type=float, default=None)
 @click.option("--tag", "tags", multiple=True, help="repeatable")
@@ -353,7 +298,7 @@ def _ttl_seconds(text: str | None) -> float | None:
 
 @cli.command()
 @click.argument("query")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--limit", type=int, default=0, help="1..100; 0 means the server's default")
 @click.option("--as-of", default=None, help=_AS_OF_HELP)
 @common_options
@@ -378,7 +323,7 @@ def recall(**params: Any) -> None:
 
 @cli.command()
 @click.argument("memory_id")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @common_options
 def get(**params: Any) -> None:
     """One memory (a deleted one too)."""
@@ -399,7 +344,7 @@ def get(**params: Any) -> None:
 
 
 @cli.command(name="list")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--type", "types", multiple=True, help="repeatable")
 @click.option("--tag", "tags", multiple=True, help="repeatable; all must be present")
 @click.option("--category", "categories", multiple=True, help="repeatable; all must be present")
@@ -443,7 +388,7 @@ def list_(**params: Any) -> None:
 
 @cli.command()
 @click.argument("memory_id")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @common_options
 def history(**params: Any) -> None:
     """A memory's history events, oldest first."""
@@ -474,7 +419,7 @@ def history(**params: Any) -> None:
 
 
 @cli.command()
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @common_options
 def weak(**params: Any) -> None:
     """The namespace's weak memories: decayed below memory.decay_threshold
@@ -507,7 +452,7 @@ def weak(**params: Any) -> None:
 @cli.command()
 @click.argument("memory_id")
 @click.argument("content")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--reason", required=True, help="why the fact changed (recorded in history)")
 @click.option("--valid-from", default=None, help="RFC 3339: since when it is true (default: now)")
 @common_options
@@ -540,7 +485,7 @@ def supersede(**params: Any) -> None:
 
 @cli.command()
 @click.argument("memory_id")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--content", default=None, help="the corrected content")
 @click.option("--type", "type_", default=None, help="fact, preference, decision, rule, ...")
 @click.option("--importance", type=float, default=None, help="0..1")
@@ -601,7 +546,7 @@ def modify(**params: Any) -> None:
 
 @cli.command()
 @click.argument("memory_id")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--reason", default="deleted with the engram CLI", show_default=True)
 @click.option("--if-version", type=int, default=None, help="only if it is at this version")
 @click.option("--force", is_flag=True, help="required to delete a pinned memory")
@@ -629,7 +574,7 @@ def delete(**params: Any) -> None:
 
 @cli.command()
 @click.argument("memory_id")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--reason", default="recovered with the engram CLI", show_default=True)
 @click.option(
     "--if-version", type=int, default=None, help="only if the tombstone is at this version"
@@ -657,7 +602,7 @@ def recover(**params: Any) -> None:
 
 @cli.command()
 @click.argument("memory_id")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @common_options
 def explain(**params: Any) -> None:
     """MEMORY_ID's chain: the versions it replaced and that replaced it (with
@@ -692,7 +637,7 @@ def explain(**params: Any) -> None:
 
 @cli.command()
 @click.argument("memory_id")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option(
     "--type",
     "link_types",
@@ -751,7 +696,7 @@ def session() -> None:
 
 @session.command(name="get")
 @click.argument("session_id")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @common_options
 def session_get(**params: Any) -> None:
     """Where SESSION_ID's consolidation is (open, queued, consolidated, failed),
@@ -785,7 +730,7 @@ def session_get(**params: Any) -> None:
 @click.argument("session_id")
 @click.argument("role", type=click.Choice(["user", "assistant", "system", "tool"]))
 @click.argument("content")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--who", default="", help="the speaker's name")
 @common_options
 def session_append(**params: Any) -> None:
@@ -815,7 +760,7 @@ def session_append(**params: Any) -> None:
 
 @session.command(name="summarize")
 @click.argument("session_id")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @common_options
 def session_summarize(**params: Any) -> None:
     """Queue SESSION_ID's summary (SummarizeSession: the pipeline's LLM writes it)."""
@@ -840,7 +785,7 @@ def entity() -> None:
 @entity.command(name="get")
 @click.argument("name", default="")
 @click.option("--id", "entity_id", default="", help="by id instead of NAME")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--facts", "max_facts", type=int, default=0, help="0..100; 0 means 20")
 @click.option("--neighbors", "max_neighbors", type=int, default=0, help="0..100; 0 means 20")
 @common_options
@@ -878,7 +823,7 @@ def entity_get(**params: Any) -> None:
 
 
 @entity.command(name="list")
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--prefix", "name_prefix", default="", help="names starting with this")
 @click.option("--type", "entity_type", default="", help="person, place, organization, ...")
 @click.option("--min-mentions", type=int, default=0)
@@ -920,7 +865,7 @@ def entity_list(**params: Any) -> None:
 
 
 @cli.command()
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--id", "ids", multiple=True, help="repeatable")
 @click.option("--query", default="", help="keywords")
 @click.option("--type", "types", multiple=True, help="repeatable")
@@ -1294,7 +1239,7 @@ def _count_lines(path: str) -> int | None:
 
 @cli.command(name="import")
 @click.argument("source", type=click.Path(allow_dash=True, dir_okay=False))
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=500, show_default=True)
 @common_options
 def import_(**params: Any) -> None:
@@ -1354,7 +1299,7 @@ def export_record(memory: Memory) -> dict[str, Any]:
 
 
 @cli.command()
-@click.option("--namespace", "-n", default="")
+@namespace_option
 @click.option("--page-size", type=click.IntRange(1, 500), default=500, show_default=True)
 @common_options
 def export(**params: Any) -> None:
@@ -1505,17 +1450,3 @@ COMMANDS = frozenset(cli.commands)
 def command_summaries() -> list[tuple[str, str]]:
     """Every client command, in order, with its one-line help (for `engram --help`)."""
     return [(name, command.get_short_help_str(limit=62)) for name, command in cli.commands.items()]
-
-
-def run(argv: list[str]) -> int:
-    """Runs one client command; its exit code."""
-    try:
-        cli.main(args=argv, prog_name="engram", standalone_mode=False)
-    except click.exceptions.Abort:
-        return 1
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0

@@ -25,13 +25,15 @@ engram mcp [--http PORT] [--address HOST:PORT]    an MCP server (stdio, or strea
                                                   tools for agents (services/cli/mcp_server.py)
 
 The configuration file is --config, else $ENGRAM_CONFIG, else ./engram.yaml if it exists.
+Every command is a click command of one group (`engram`, below); the options several
+share are declared once, in services/cli/options.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -42,6 +44,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import click
+
+from services.cli.options import (
+    CONFIG_HELP,
+    DATA_DIR_HELP,
+    config_option,
+    config_options,
+)
 from services.cli.ports import port_holder, port_in_use
 from services.common.config import (
     ClientsTlsSettings,
@@ -63,8 +73,84 @@ SERVICES = ("store", "search", "pipeline", "maintenance")
 CLIENT_KEYS = {
     name: f"clients.{name}_address" for name in ("store", "store_internal", "search", "pipeline")
 }
-DEFAULT_CONFIG = "engram.yaml"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# The server commands take `-h` as well as `--help` (the client commands: `--help`).
+SERVER_CONTEXT = {"help_option_names": ["-h", "--help"]}
+CLIENT_HEADING = "client commands (a running suite; `engram COMMAND --help`)"
+
+
+class Engram(click.Group):
+    """`engram`: the commands that run or manage the services are defined here; every
+    other command is a client command (services/cli/client_commands.py), imported
+    only when one is used or the help lists them."""
+
+    @staticmethod
+    def _client() -> click.Group:
+        from services.cli.client_commands import cli
+
+        return cli
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*self.commands, *self._client().commands]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        return self._client().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The server commands; the client commands follow, last (`format_epilog`)."""
+        rows = [
+            (name, command.get_short_help_str(limit=80)) for name, command in self.commands.items()
+        ]
+        with formatter.section("server commands (`engram COMMAND --help`)"):
+            formatter.write_dl(rows)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Every client command, read from the click group itself, so the list never
+        leaves one out."""
+        from services.cli.client_commands import command_summaries
+
+        summaries = command_summaries()
+        width = max(len(name) for name, _ in summaries)
+        formatter.write_paragraph()
+        formatter.write(f"{CLIENT_HEADING}:\n")
+        for name, text in summaries:
+            formatter.write(f"  {name:<{width}}  {text}\n")
+
+
+def _exit_codes(command: Callable[..., int]) -> Callable[..., int]:
+    """A server command's exit code, also when the configuration is bad (2) or a
+    service cannot start (1), each said in one line."""
+
+    @functools.wraps(command)
+    def run(**params: Any) -> int:
+        try:
+            return command(**params)
+        except ConfigError as exc:
+            print(f"engram: configuration error: {exc}", file=sys.stderr)
+            return 2
+        except StartupError as exc:
+            print(f"engram: cannot start {params.get('service', 'engram')}: {exc}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+@click.group(cls=Engram)
+@click.help_option("-h", "--help")
+def engram() -> None:
+    """Long-term memory for AI agents."""
+
+
+def _server_command(help: str) -> Callable[[Callable[..., Any]], click.Command]:
+    """`engram NAME`, a command that runs or manages the services; `help` is what the
+    command list and its own help say."""
+    return engram.command(help=help, context_settings=SERVER_CONTEXT)
+
+
+def _server_group(help: str) -> Callable[[Callable[..., Any]], click.Group]:
+    return engram.group(help=help, context_settings=SERVER_CONTEXT)
 
 
 def _starter(service: str) -> Callable[..., Awaitable[Any]]:
@@ -87,11 +173,12 @@ def _starter(service: str) -> Callable[..., Awaitable[Any]]:
     raise ValueError(service)
 
 
-def _load(args: argparse.Namespace) -> Config:
+def _load(config: str | None, data_dir: str | None) -> Config:
+    """The configuration (`--config`), with storage.path in `--data-dir` when given."""
     overrides: dict[str, Any] = {}
-    if args.data_dir:
-        overrides["storage.path"] = str(Path(args.data_dir) / "engram.db")
-    return load_config(args.config, overrides=overrides)
+    if data_dir:
+        overrides["storage.path"] = str(Path(data_dir) / "engram.db")
+    return load_config(config, overrides=overrides)
 
 
 async def _serve(service: str, config: Config, port: int | None) -> None:
@@ -147,63 +234,11 @@ def _shared_port_message(prefix: str, listeners: list[tuple[str, str, int]]) -> 
     return None
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    if args.parent_pid is not None:
-        _die_with_parent(args.parent_pid)
-    config = _load(args)
-    port = args.port if args.port is not None else getattr(config.server.ports, args.service)
-    listeners = [(args.service, config.server.host, port)]
-    if args.service == "store":
-        listeners += [_internal_listener(config)]
-    listeners += _metrics_listeners(config, [args.service])
-    shared = _shared_port_message("engram serve", listeners)
-    if shared:
-        print(shared, file=sys.stderr)
-        return 1
-    for name, host, number in listeners:
-        busy = _busy_port_message("engram serve", name, host, number)
-        if busy:
-            print(busy, file=sys.stderr)
-            return 1
-    configure_logging(args.service, config.logging.level)
-    try:
-        asyncio.run(_serve(args.service, config, args.port))
-    except WrongSuite as exc:
-        print(f"engram serve {args.service}: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _metrics_listeners(config: Config, services: list[str]) -> list[tuple[str, str, int]]:
-    """Each service's metrics endpoint that is on: (name, bind host, port)."""
-    return [
-        (f"{name} metrics", config.server.host, port)
-        for name in services
-        if (port := getattr(config.server.metrics_ports, name))
-    ]
-
-
-def _internal_listener(config: Config) -> tuple[str, str, int]:
-    """The store's internal listener: (name, bind host, port)."""
-    return ("store internal", config.server.internal_host, config.server.ports.store_internal)
-
-
-def client_environment(args: argparse.Namespace, config: Config) -> dict[str, str]:
-    """Each client address follows the port `up` gives that listener, unless the file or
-    the environment sets it: a suite moved to other ports never reaches into another
-    suite listening on the defaults."""
-    explicit = explicit_keys(args.config)
-    hosts = {name: config.server.host for name in CLIENT_KEYS}
-    hosts["store_internal"] = config.server.internal_host
-    return {
-        env_name(key): f"{_local_host(hosts[name])}:{getattr(config.server.ports, name)}"
-        for name, key in CLIENT_KEYS.items()
-        if key not in explicit
-    }
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    config = _load(args)  # fail here, once, on a bad configuration
+@_server_command("start every service in the foreground")
+@config_options(CONFIG_HELP, DATA_DIR_HELP)
+@_exit_codes
+def up(config_path: str | None, data_dir: str | None) -> int:
+    config = _load(config_path, data_dir)  # fail here, once, on a bad configuration
     listeners = [
         (name, config.server.host, getattr(config.server.ports, name)) for name in SERVICES
     ]
@@ -223,11 +258,11 @@ def cmd_up(args: argparse.Namespace) -> int:
             return 1
     base = [sys.executable, "-m", "services.cli.main", "serve"]
     extra: list[str] = ["--parent-pid", str(os.getpid())]
-    environment = {**os.environ, **client_environment(args, config), **_service_key(config)}
-    if args.config:
-        extra += ["--config", args.config]
-    if args.data_dir:
-        extra += ["--data-dir", args.data_dir]
+    environment = {**os.environ, **client_environment(config_path, config), **_service_key(config)}
+    if config_path:
+        extra += ["--config", config_path]
+    if data_dir:
+        extra += ["--data-dir", data_dir]
     children: dict[str, subprocess.Popen[bytes]] = {}
     ports = config.server.ports.model_dump()  # by service name
     print(
@@ -277,6 +312,74 @@ def cmd_up(args: argparse.Namespace) -> int:
         if all(child.poll() is not None for child in children.values()):
             return exit_code
         time.sleep(0.2)
+
+
+@_server_command("run one service")
+@click.argument("service", type=click.Choice(SERVICES))
+@click.option("--port", type=int, default=None, metavar="PORT", help="override the configured port")
+# set by `engram up`: stop when that process is gone
+@click.option("--parent-pid", type=int, default=None, hidden=True)
+@config_options(CONFIG_HELP, DATA_DIR_HELP)
+@_exit_codes
+def serve(
+    service: str,
+    port: int | None,
+    parent_pid: int | None,
+    config_path: str | None,
+    data_dir: str | None,
+) -> int:
+    if parent_pid is not None:
+        _die_with_parent(parent_pid)
+    config = _load(config_path, data_dir)
+    bound = port if port is not None else getattr(config.server.ports, service)
+    listeners = [(service, config.server.host, bound)]
+    if service == "store":
+        listeners += [_internal_listener(config)]
+    listeners += _metrics_listeners(config, [service])
+    shared = _shared_port_message("engram serve", listeners)
+    if shared:
+        print(shared, file=sys.stderr)
+        return 1
+    for name, host, number in listeners:
+        busy = _busy_port_message("engram serve", name, host, number)
+        if busy:
+            print(busy, file=sys.stderr)
+            return 1
+    configure_logging(service, config.logging.level)
+    try:
+        asyncio.run(_serve(service, config, port))
+    except WrongSuite as exc:
+        print(f"engram serve {service}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _metrics_listeners(config: Config, services: list[str]) -> list[tuple[str, str, int]]:
+    """Each service's metrics endpoint that is on: (name, bind host, port)."""
+    return [
+        (f"{name} metrics", config.server.host, port)
+        for name in services
+        if (port := getattr(config.server.metrics_ports, name))
+    ]
+
+
+def _internal_listener(config: Config) -> tuple[str, str, int]:
+    """The store's internal listener: (name, bind host, port)."""
+    return ("store internal", config.server.internal_host, config.server.ports.store_internal)
+
+
+def client_environment(config_path: str | None, config: Config) -> dict[str, str]:
+    """Each client address follows the port `up` gives that listener, unless the file or
+    the environment sets it: a suite moved to other ports never reaches into another
+    suite listening on the defaults."""
+    explicit = explicit_keys(config_path)
+    hosts = {name: config.server.host for name in CLIENT_KEYS}
+    hosts["store_internal"] = config.server.internal_host
+    return {
+        env_name(key): f"{_local_host(hosts[name])}:{getattr(config.server.ports, name)}"
+        for name, key in CLIENT_KEYS.items()
+        if key not in explicit
+    }
 
 
 STORE_STARTUP_S = 60.0
@@ -374,117 +477,217 @@ def client_channel(address: str, tls: ClientsTlsSettings) -> Any:
     return grpc.secure_channel(address, credentials)
 
 
-def _client_tls(args: argparse.Namespace) -> ClientsTlsSettings:
+def _client_tls(
+    config: str | None, cacert: str | None, cert: str | None, key: str | None
+) -> ClientsTlsSettings:
     """clients.tls from the configuration, each file replaced by its flag when given."""
-    configured = load_config(args.config).clients.tls
+    configured = load_config(config).clients.tls
     return ClientsTlsSettings(
-        ca_file=args.cacert or configured.ca_file,
-        cert_file=args.cert or configured.cert_file,
-        key_file=args.key or configured.key_file,
+        ca_file=cacert or configured.ca_file,
+        cert_file=cert or configured.cert_file,
+        key_file=key or configured.key_file,
     )
 
 
-def cmd_health(args: argparse.Namespace) -> int:
+@_server_command("check a server's gRPC health")
+@click.argument("address", default="127.0.0.1:50051", required=False)
+@click.option(
+    "--service", default="", metavar="SERVICE", help="service name; empty means the server"
+)
+@click.option("--timeout", type=float, default=3.0, metavar="TIMEOUT")
+@config_option("configuration file: clients.tls (as for `up`)")
+@click.option(
+    "--cacert", metavar="CACERT", help="verify the server with this CA (clients.tls.ca_file)"
+)
+@click.option("--cert", metavar="CERT", help="client certificate for mTLS (clients.tls.cert_file)")
+@click.option("--key", metavar="KEY", help="its private key (clients.tls.key_file)")
+@_exit_codes
+def health(
+    address: str,
+    service: str,
+    timeout: float,
+    config_path: str | None,
+    cacert: str | None,
+    cert: str | None,
+    key: str | None,
+) -> int:
     """A probe for container health checks: no suite state, only the server's answer."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     try:
-        channel = client_channel(args.address, _client_tls(args))
+        channel = client_channel(address, _client_tls(config_path, cacert, cert, key))
     except StartupError as exc:
         print(f"engram health: {exc}", file=sys.stderr)
         return 2
     with channel:
         try:
             response = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
             )
         except grpc.RpcError as error:
-            print(f"{args.address}: {error.code().name}", file=sys.stderr)
+            print(f"{address}: {error.code().name}", file=sys.stderr)
             return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
-    print(f"{args.address}: {status}")
+    print(f"{address}: {status}")
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
-def cmd_backup(args: argparse.Namespace) -> int:
+@_server_command("copy the database while the store keeps serving")
+@click.option("--to", required=True, metavar="FILE", help="the backup file to write")
+@click.option("--force", is_flag=True, help="replace FILE")
+@config_options()
+@_exit_codes
+def backup(to: str, force: bool, config_path: str | None, data_dir: str | None) -> int:
     """A consistent copy of the live database; the store keeps serving (services/store/backup.py)."""
-    from services.store.backup import BackupError, backup, refuse_postgres
+    from services.store.backup import BackupError, refuse_postgres
+    from services.store.backup import backup as copy_database
 
-    storage = _load(args).storage
+    storage = _load(config_path, data_dir).storage
     database = storage.path
     try:
         refuse_postgres(storage, "backup")
-        size = backup(database, args.to, force=args.force)
+        size = copy_database(database, to, force=force)
     except (BackupError, OSError) as exc:
         print(f"engram backup: {exc}", file=sys.stderr)
         return 1
-    print(f"engram backup: {database} -> {args.to} ({size} bytes)")
+    print(f"engram backup: {database} -> {to} ({size} bytes)")
     return 0
 
 
-def cmd_restore(args: argparse.Namespace) -> int:
+@_server_command("restore a backup into a stopped data directory")
+@click.option("--from", "source", required=True, metavar="FILE", help="the backup file")
+@click.option("--force", is_flag=True, help="replace an existing database")
+@config_options()
+@_exit_codes
+def restore(source: str, force: bool, config_path: str | None, data_dir: str | None) -> int:
     """Replace a stopped store's database with a checked backup (services/store/backup.py)."""
-    from services.store.backup import BackupError, refuse_postgres, restore
+    from services.store.backup import BackupError, refuse_postgres
+    from services.store.backup import restore as restore_database
 
-    storage = _load(args).storage
+    storage = _load(config_path, data_dir).storage
     database = storage.path
     try:
         refuse_postgres(storage, "restore")
-        migrations = restore(args.source, database, force=args.force)
+        migrations = restore_database(source, database, force=force)
     except (BackupError, OSError) as exc:
         print(f"engram restore: {exc}", file=sys.stderr)
         return 1
     print(
-        f"engram restore: {args.source} -> {database} ({migrations} migrations recorded;"
+        f"engram restore: {source} -> {database} ({migrations} migrations recorded;"
         " the store applies any newer ones when it starts)"
     )
     return 0
 
 
-def cmd_keys(args: argparse.Namespace) -> int:
+@_server_group("create, list and revoke API keys (auth.enabled)")
+def keys() -> None:
     """API keys in the keys file (services/common/auth.py); running services see
     a change within auth.reload_ms, so nothing needs a restart."""
+
+
+def _keys_command(action: Callable[..., None]) -> Callable[..., int]:
+    """A `keys` subcommand: `action(config, path, **its options)` on the configuration's
+    keys file, its errors printed as one line (exit code 1)."""
+
+    @functools.wraps(action)
+    def run(config_path: str | None, data_dir: str | None, **options: Any) -> int:
+        from services.common import auth
+
+        config = _load(config_path, data_dir)
+        path = auth.keys_path(config)
+        try:
+            action(config, path, **options)
+        except (auth.KeyRequestError, OSError, ValueError) as exc:
+            print(f"engram keys: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    return run
+
+
+@keys.command(name="create", help="make a key; it is printed once, on the last line")
+@click.option("--role", required=True, type=click.Choice(["reader", "writer", "admin"]))
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    required=True,
+    metavar="PATTERN",
+    help="a namespace the key may use: an exact name, `prefix*`, or `*` (repeatable)",
+)
+@click.option("--name", default=None, metavar="NAME", help="the key's name (the history actor)")
+@config_options()
+@_exit_codes
+@_keys_command
+def keys_create(
+    config: Config, path: Path, role: str, namespaces: tuple[str, ...], name: str | None
+) -> None:
     from services.common import auth
 
-    config = _load(args)
-    path = auth.keys_path(config)
-    try:
-        if args.keys_command == "create":
-            record, key = auth.create_key(path, args.role, args.namespace, args.name)
-            if not config.auth.enabled:
-                print(
-                    "engram keys: note: auth.enabled is false in this configuration; "
-                    "keys are checked once it is true",
-                    file=sys.stderr,
-                )
-            print(
-                f"created key {record.name} (role {record.role.name.lower()}, namespaces "
-                f"{' '.join(record.namespaces)}) in {path}; it is shown only this once:"
-            )
-            print(key)
-        elif args.keys_command == "list":
-            print(f"{'NAME':<24} {'ROLE':<7} {'CREATED':<28} {'REVOKED':<28} NAMESPACES")
-            for r in auth.list_keys(path):
-                print(
-                    f"{r.name:<24} {r.role.name.lower():<7} {r.created_at:<28} "
-                    f"{r.revoked_at or '-':<28} {' '.join(r.namespaces)}"
-                )
-        else:
-            record = auth.revoke_key(path, args.name)
-            print(f"revoked key {record.name} at {record.revoked_at}")
-    except (auth.KeyRequestError, OSError, ValueError) as exc:
-        print(f"engram keys: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    record, key = auth.create_key(path, role, list(namespaces), name)
+    if not config.auth.enabled:
+        print(
+            "engram keys: note: auth.enabled is false in this configuration; "
+            "keys are checked once it is true",
+            file=sys.stderr,
+        )
+    print(
+        f"created key {record.name} (role {record.role.name.lower()}, namespaces "
+        f"{' '.join(record.namespaces)}) in {path}; it is shown only this once:"
+    )
+    print(key)
 
 
-def cmd_certs(args: argparse.Namespace) -> int:
+@keys.command(name="list", help="every key: name, role, namespaces, created, revoked")
+@config_options()
+@_exit_codes
+@_keys_command
+def keys_list(config: Config, path: Path) -> None:
+    from services.common import auth
+
+    print(f"{'NAME':<24} {'ROLE':<7} {'CREATED':<28} {'REVOKED':<28} NAMESPACES")
+    for r in auth.list_keys(path):
+        print(
+            f"{r.name:<24} {r.role.name.lower():<7} {r.created_at:<28} "
+            f"{r.revoked_at or '-':<28} {' '.join(r.namespaces)}"
+        )
+
+
+@keys.command(name="revoke", help="revoke a key (services see it within 5 s)")
+@click.argument("name")
+@config_options()
+@_exit_codes
+@_keys_command
+def keys_revoke(config: Config, path: Path, name: str) -> None:
+    from services.common import auth
+
+    record = auth.revoke_key(path, name)
+    print(f"revoked key {record.name} at {record.revoked_at}")
+
+
+@_server_group("certificates for TLS")
+def certs() -> None:
+    """Certificates for TLS (services/cli/certs.py)."""
+
+
+@certs.command(name="dev", help="a local CA and certificates for development/compose")
+@click.option("--out", required=True, metavar="DIR", help="directory to write them to")
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    metavar="NAME",
+    help="another name or IP address for the service certificate (repeatable)",
+)
+@click.option("--force", is_flag=True, help="replace certificates already in DIR")
+@_exit_codes
+def certs_dev(out: str, hosts: tuple[str, ...], force: bool) -> int:
     """A development CA and certificates (services/cli/certs.py)."""
     from services.cli.certs import CertsError, dev_certificates
 
     try:
-        written = dev_certificates(Path(args.out), extra_hosts=args.host, force=args.force)
+        written = dev_certificates(Path(out), extra_hosts=list(hosts), force=force)
     except CertsError as exc:
         print(f"engram certs dev: {exc}", file=sys.stderr)
         return 1
@@ -493,138 +696,25 @@ def cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_config() -> str | None:
-    if "ENGRAM_CONFIG" in os.environ:
-        return os.environ["ENGRAM_CONFIG"] or None
-    return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
-
-
-# The commands that run or manage the services (argparse, below); every other
-# command is a client command (click, services/cli/client_commands.py), imported
-# only when used.
-SERVER_COMMANDS = frozenset({"up", "serve", "health", "backup", "restore", "keys", "certs"})
-
-
-class _Parser(argparse.ArgumentParser):
-    """`engram --help` ends with every client command, read from the click group
-    itself (imported only to print help), so the list never leaves one out."""
-
-    def format_help(self) -> str:
-        from services.cli.client_commands import command_summaries
-
-        width = max(len(name) for name, _ in command_summaries())
-        self.epilog = "client commands (a running suite; `engram COMMAND --help`):\n" + "\n".join(
-            f"  {name:<{width}}  {text}" for name, text in command_summaries()
-        )
-        return super().format_help()
+# The commands that run or manage the services (above); every other command is a
+# client command (services/cli/client_commands.py), imported only when used.
+SERVER_COMMANDS = frozenset(engram.commands)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args_in = sys.argv[1:] if argv is None else argv
-    if args_in and not args_in[0].startswith("-") and args_in[0] not in SERVER_COMMANDS:
-        from services.cli.client_commands import run
-
-        return run(args_in)
-    parser = _Parser(
-        prog="engram",
-        description="Long-term memory for AI agents.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, helptext in (
-        ("up", "start every service in the foreground"),
-        ("serve", "run one service"),
-    ):
-        command = sub.add_parser(name, help=helptext)
-        if name == "serve":
-            command.add_argument("service", choices=SERVICES)
-            command.add_argument(
-                "--port", type=int, default=None, help="override the configured port"
-            )
-            # set by `engram up`: stop when that process is gone
-            command.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
-        command.add_argument(
-            "--config",
-            default=_default_config(),
-            help=f"configuration file (default: $ENGRAM_CONFIG, else ./{DEFAULT_CONFIG} if present)",
-        )
-        command.add_argument("--data-dir", default=None, help="directory for engram.db")
-    copies = sub.add_parser("backup", help="copy the database while the store keeps serving")
-    copies.add_argument("--to", required=True, metavar="FILE", help="the backup file to write")
-    restores = sub.add_parser("restore", help="restore a backup into a stopped data directory")
-    restores.add_argument(
-        "--from", dest="source", required=True, metavar="FILE", help="the backup file"
-    )
-    for command, replaced in ((copies, "FILE"), (restores, "an existing database")):
-        command.add_argument("--force", action="store_true", help=f"replace {replaced}")
-        command.add_argument(
-            "--config", default=_default_config(), help="configuration file (as for `up`)"
-        )
-        command.add_argument(
-            "--data-dir", default=None, help="directory of engram.db (as for `up`)"
-        )
-    keys = sub.add_parser("keys", help="create, list and revoke API keys (auth.enabled)")
-    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
-    create = keys_sub.add_parser("create", help="make a key; it is printed once, on the last line")
-    create.add_argument("--role", required=True, choices=("reader", "writer", "admin"))
-    create.add_argument(
-        "--namespace",
-        action="append",
-        required=True,
-        metavar="PATTERN",
-        help="a namespace the key may use: an exact name, `prefix*`, or `*` (repeatable)",
-    )
-    create.add_argument("--name", default=None, help="the key's name (the history actor)")
-    keys_sub.add_parser("list", help="every key: name, role, namespaces, created, revoked")
-    revoke = keys_sub.add_parser("revoke", help="revoke a key (services see it within 5 s)")
-    revoke.add_argument("name")
-    for command in keys_sub.choices.values():
-        command.add_argument(
-            "--config", default=_default_config(), help="configuration file (as for `up`)"
-        )
-        command.add_argument(
-            "--data-dir", default=None, help="directory of engram.db (as for `up`)"
-        )
-    health = sub.add_parser("health", help="check a server's gRPC health")
-    health.add_argument("address", nargs="?", default="127.0.0.1:50051")
-    health.add_argument("--service", default="", help="service name; empty means the server")
-    health.add_argument("--timeout", type=float, default=3.0)
-    health.add_argument(
-        "--config", default=_default_config(), help="configuration file: clients.tls (as for `up`)"
-    )
-    health.add_argument("--cacert", help="verify the server with this CA (clients.tls.ca_file)")
-    health.add_argument("--cert", help="client certificate for mTLS (clients.tls.cert_file)")
-    health.add_argument("--key", help="its private key (clients.tls.key_file)")
-    certs = sub.add_parser("certs", help="certificates for TLS")
-    certs_sub = certs.add_subparsers(dest="certs_command", required=True)
-    dev = certs_sub.add_parser("dev", help="a local CA and certificates for development/compose")
-    dev.add_argument("--out", required=True, metavar="DIR", help="directory to write them to")
-    dev.add_argument(
-        "--host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="another name or IP address for the service certificate (repeatable)",
-    )
-    dev.add_argument("--force", action="store_true", help="replace certificates already in DIR")
-    args = parser.parse_args(args_in)
-    commands = {
-        "up": cmd_up,
-        "serve": cmd_serve,
-        "backup": cmd_backup,
-        "restore": cmd_restore,
-        "keys": cmd_keys,
-        "health": cmd_health,
-        "certs": cmd_certs,
-    }
+    """Runs one `engram` command; its exit code."""
     try:
-        return commands[args.command](args)
-    except ConfigError as exc:
-        print(f"engram: configuration error: {exc}", file=sys.stderr)
-        return 2
-    except StartupError as exc:
-        print(f"engram: cannot start {getattr(args, 'service', 'engram')}: {exc}", file=sys.stderr)
+        result = engram.main(
+            args=sys.argv[1:] if argv is None else argv, prog_name="engram", standalone_mode=False
+        )
+    except click.exceptions.Abort:
         return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ stdio (the default: an MCP host starts it as a subprocess) or streamable HTTP.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
@@ -52,6 +52,11 @@ Namespace = Annotated[
 ]
 
 
+# Every tool: its method's name on EngramTools and its annotations, in listing order.
+TOOLS: list[tuple[str, ToolAnnotations]] = []
+ToolFunction = TypeVar("ToolFunction", bound=Callable[..., Awaitable[dict[str, Any]]])
+
+
 def _dict(message: Message) -> dict[str, Any]:
     return MessageToDict(message, preserving_proto_field_name=True)
 
@@ -74,29 +79,29 @@ def _error(error: EngramError) -> ToolError:
     return ToolError(str(error))
 
 
-def build_server(engram: AsyncEngram) -> MCPServer:
-    """The MCP server with Engram's tools, each calling through `engram`."""
-    server: MCPServer = MCPServer(
-        name="engram", title="Engram memory", instructions=INSTRUCTIONS, version="0.1.0"
-    )
+def tool(annotations: ToolAnnotations) -> Callable[[ToolFunction], ToolFunction]:
+    """Marks a method of `EngramTools` as a tool, in the order the server lists them;
+    its docstring, indentation removed, is the description (what a model reads, and
+    tools/*.json holds)."""
 
-    def tool(**options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """`server.tool` with the docstring as the description, its indentation removed
-        (what a model reads, and tools/*.json holds)."""
+    def mark(function: ToolFunction) -> ToolFunction:
+        TOOLS.append((function.__name__, annotations))
+        return function
 
-        def register(function: Callable[..., Any]) -> Callable[..., Any]:
-            description = inspect.cleandoc(function.__doc__ or "")
-            return server.tool(description=description, **options)(function)
+    return mark
 
-        return register
 
-    # confirm_token -> the selection it was previewed with (insertion order: oldest first)
-    pending: dict[str, dict[str, Any]] = {}
+class EngramTools:
+    """Engram's tools, each a method calling through `engram`; `pending` keeps each
+    forget preview's selection by its confirm_token (insertion order: oldest first)."""
 
-    @tool(
-        annotations=ToolAnnotations(title="Remember", idempotent_hint=True),
-    )
+    def __init__(self, engram: AsyncEngram) -> None:
+        self.engram = engram
+        self.pending: dict[str, dict[str, Any]] = {}
+
+    @tool(annotations=ToolAnnotations(title="Remember", idempotent_hint=True))
     async def remember(
+        self,
         content: Annotated[
             str,
             Field(
@@ -135,7 +140,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         """Store a memory for later recall. Remembering the same content again returns
         the existing memory (deduplicated: true) instead of a copy."""
         try:
-            reply = await engram.remember(
+            reply = await self.engram.remember(
                 content,
                 namespace=namespace,
                 type=type,
@@ -153,6 +158,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
 
     @tool(annotations=ToolAnnotations(title="Recall", read_only_hint=True))
     async def recall(
+        self,
         query: Annotated[
             str, Field(description="What to look for, in natural language or keywords.")
         ],
@@ -177,7 +183,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
     ) -> dict[str, Any]:
         """The stored memories most relevant to a query, best first, with a score each."""
         try:
-            reply = await engram.recall(
+            reply = await self.engram.recall(
                 query,
                 namespace=namespace,
                 namespaces=namespaces or (),
@@ -200,10 +206,9 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "warnings": list(reply.warnings),
         }
 
-    @tool(
-        annotations=ToolAnnotations(title="Forget", destructive_hint=True),
-    )
+    @tool(annotations=ToolAnnotations(title="Forget", destructive_hint=True))
     async def forget(
+        self,
         namespace: Namespace = "",
         ids: Annotated[
             list[str] | None, Field(description="Forget exactly these memory ids.")
@@ -248,11 +253,11 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             if not confirm_token:
                 if not (ids or query or types or tags):
                     raise ToolError("give ids, a query, types or tags to select what to forget")
-                preview = await engram.forget_memories(**selection)
+                preview = await self.engram.forget_memories(**selection)
                 if preview.confirm_token:
-                    pending[preview.confirm_token] = selection
-                    while len(pending) > MAX_PENDING_FORGETS:
-                        pending.pop(next(iter(pending)))
+                    self.pending[preview.confirm_token] = selection
+                    while len(self.pending) > MAX_PENDING_FORGETS:
+                        self.pending.pop(next(iter(self.pending)))
                 return {
                     "preview": True,
                     "candidate_count": preview.candidate_count,
@@ -261,8 +266,8 @@ def build_server(engram: AsyncEngram) -> MCPServer:
                     "matching_count": preview.matching_count,
                     "confirm_token": preview.confirm_token,
                 }
-            done = await engram.forget_memories(
-                **pending.pop(confirm_token, selection),
+            done = await self.engram.forget_memories(
+                **self.pending.pop(confirm_token, selection),
                 mode=FORGET_MODE_EXECUTE,
                 reason=reason,
                 confirm_token=confirm_token,
@@ -281,6 +286,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
 
     @tool(annotations=ToolAnnotations(title="Update a memory"))
     async def update_memory(
+        self,
         id: Annotated[str, Field(description="The memory's id (from recall or remember).")],
         namespace: Namespace = "",
         content: Annotated[str | None, Field(description="The corrected content.")] = None,
@@ -315,7 +321,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         if tags is not None:
             patch.tags.CopyFrom(TagList(values=tags))
         try:
-            reply = await engram.modify_memories(
+            reply = await self.engram.modify_memories(
                 [patch], namespace=namespace, reason=reason, actor="mcp"
             )
             result = _dict(reply.results[0])
@@ -323,13 +329,14 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             result["status"] = status
             if status not in ("UPDATED", "UNCHANGED"):
                 raise ToolError(f"not updated: {result}")
-            memory = await engram.get_memory(id, namespace=namespace)
+            memory = await self.engram.get_memory(id, namespace=namespace)
         except EngramError as error:
             raise _error(error) from None
         return {"result": result, "memory": _memory(memory)}
 
     @tool(annotations=ToolAnnotations(title="Memory history", read_only_hint=True))
     async def memory_history(
+        self,
         id: Annotated[str, Field(description="The memory's id.")],
         namespace: Namespace = "",
     ) -> dict[str, Any]:
@@ -337,7 +344,8 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         the old and new content, DELETED, RECOVERED, PURGED) with who did it and why."""
         try:
             events = [
-                _dict(event) async for event in engram.list_memory_history(id, namespace=namespace)
+                _dict(event)
+                async for event in self.engram.list_memory_history(id, namespace=namespace)
             ]
         except EngramError as error:
             raise _error(error) from None
@@ -347,6 +355,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
 
     @tool(annotations=ToolAnnotations(title="Assemble context", read_only_hint=True))
     async def assemble_context(
+        self,
         query: Annotated[
             str, Field(description="The current question or turn, in natural language.")
         ],
@@ -374,7 +383,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         short-term memory and the entities involved, as one block (`context`) with the
         memories behind each section."""
         try:
-            reply = await engram.assemble_context(
+            reply = await self.engram.assemble_context(
                 query,
                 namespaces=namespaces or (),
                 session_id=session_id,
@@ -401,6 +410,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
 
     @tool(annotations=ToolAnnotations(title="Explain a memory", read_only_hint=True))
     async def explain_memory(
+        self,
         id: Annotated[str, Field(description="The memory's id.")],
         namespace: Namespace = "",
     ) -> dict[str, Any]:
@@ -408,13 +418,14 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         and that superseded it, the memories it was derived from and those derived from
         it, and its audit trail."""
         try:
-            reply = await engram.explain_memory(id, namespace=namespace)
+            reply = await self.engram.explain_memory(id, namespace=namespace)
         except EngramError as error:
             raise _error(error) from None
         return _dict(reply)
 
     @tool(annotations=ToolAnnotations(title="Look up an entity", read_only_hint=True))
     async def get_entity(
+        self,
         name: Annotated[
             str,
             Field(description="The entity's name or one of its aliases, e.g. a person's name."),
@@ -428,7 +439,9 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         its type and other names, the facts about it that are true now (newest first)
         and the entities it is related to, with the relation and its strength."""
         try:
-            reply = await engram.get_entity(name=name, namespace=namespace, max_facts=max_facts)
+            reply = await self.engram.get_entity(
+                name=name, namespace=namespace, max_facts=max_facts
+            )
         except EngramError as error:
             raise _error(error) from None
         return {
@@ -439,7 +452,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         }
 
     @tool(annotations=ToolAnnotations(title="Weak memories", read_only_hint=True))
-    async def weak_memories(namespace: Namespace = "") -> dict[str, Any]:
+    async def weak_memories(self, namespace: Namespace = "") -> dict[str, Any]:
         """Memories that are fading because nobody used them (seed 003): their
         confidence, decayed since their last access, is below the threshold, so they
         may need confirming (pin them) or may be wrong. Each with its current
@@ -450,7 +463,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
                     "memory": _memory(weak.memory),
                     "current_confidence": weak.current_confidence,
                 }
-                async for weak in engram.list_weak_memories(namespace=namespace)
+                async for weak in self.engram.list_weak_memories(namespace=namespace)
             ]
         except EngramError as error:
             raise _error(error) from None
@@ -458,6 +471,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
 
     @tool(annotations=ToolAnnotations(title="Capture a turn"))
     async def append_turn(
+        self,
         session_id: Annotated[
             str, Field(description="The conversation session (e.g. a thread id).")
         ],
@@ -472,7 +486,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         hours). A user turn that asks to be remembered ("remember that ...") is kept
         long-term instead (`promoted`); `notice` says when privacy stopped it."""
         try:
-            reply = await engram.append_turn(
+            reply = await self.engram.append_turn(
                 session_id, role, content, namespace=namespace, who=who
             )
         except EngramError as error:
@@ -486,6 +500,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
 
     @tool(annotations=ToolAnnotations(title="Summarize the session"))
     async def summarize_session(
+        self,
         session_id: Annotated[str, Field(description="The conversation session.")],
         namespace: Namespace = "",
     ) -> dict[str, Any]:
@@ -493,7 +508,7 @@ def build_server(engram: AsyncEngram) -> MCPServer:
         memory into one summary (kept 24 hours), which assemble_context then shows
         before the turns it does not cover. Returns at once with the queued job."""
         try:
-            reply = await engram.summarize_session(session_id, namespace=namespace)
+            reply = await self.engram.summarize_session(session_id, namespace=namespace)
         except EngramError as error:
             raise _error(error) from None
         return {  # numbers as numbers (proto JSON writes int64 as a string)
@@ -502,6 +517,17 @@ def build_server(engram: AsyncEngram) -> MCPServer:
             "turn_count": reply.turn_count,
         }
 
+
+def build_server(engram: AsyncEngram) -> MCPServer:
+    """The MCP server with Engram's tools, each calling through `engram`."""
+    server: MCPServer = MCPServer(
+        name="engram", title="Engram memory", instructions=INSTRUCTIONS, version="0.1.0"
+    )
+    tools = EngramTools(engram)
+    for name, hints in TOOLS:
+        method = getattr(tools, name)
+        description = inspect.cleandoc(method.__doc__ or "")
+        server.tool(description=description, annotations=hints)(method)
     return server
 
 

@@ -234,6 +234,19 @@ def _shared_port_message(prefix: str, listeners: list[tuple[str, str, int]]) -> 
     return None
 
 
+def _listener_conflict(prefix: str, listeners: list[tuple[str, str, int]]) -> str | None:
+    """Why a command cannot bind its listeners (two on one port, or one already in use),
+    said before any of them starts; None when all are free."""
+    shared = _shared_port_message(prefix, listeners)
+    if shared:
+        return shared
+    for name, host, port in listeners:
+        busy = _busy_port_message(prefix, name, host, port)
+        if busy:
+            return busy
+    return None
+
+
 @_server_command("start every service in the foreground")
 @config_options(CONFIG_HELP, DATA_DIR_HELP)
 @_exit_codes
@@ -247,15 +260,10 @@ def up(config_path: str | None, data_dir: str | None) -> int:
         _internal_listener(config),
         *_metrics_listeners(config, list(SERVICES)),
     ]
-    shared = _shared_port_message("engram up", every_listener)
-    if shared:
-        print(shared, file=sys.stderr)
+    conflict = _listener_conflict("engram up", every_listener)
+    if conflict:
+        print(conflict, file=sys.stderr)
         return 1
-    for name, host, port in every_listener:
-        busy = _busy_port_message("engram up", name, host, port)
-        if busy:
-            print(busy, file=sys.stderr)
-            return 1
     base = [sys.executable, "-m", "services.cli.main", "serve"]
     extra: list[str] = ["--parent-pid", str(os.getpid())]
     environment = {**os.environ, **client_environment(config_path, config), **_service_key(config)}
@@ -336,15 +344,10 @@ def serve(
     if service == "store":
         listeners += [_internal_listener(config)]
     listeners += _metrics_listeners(config, [service])
-    shared = _shared_port_message("engram serve", listeners)
-    if shared:
-        print(shared, file=sys.stderr)
+    conflict = _listener_conflict("engram serve", listeners)
+    if conflict:
+        print(conflict, file=sys.stderr)
         return 1
-    for name, host, number in listeners:
-        busy = _busy_port_message("engram serve", name, host, number)
-        if busy:
-            print(busy, file=sys.stderr)
-            return 1
     configure_logging(service, config.logging.level)
     try:
         asyncio.run(_serve(service, config, port))

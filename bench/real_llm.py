@@ -1,14 +1,19 @@
 """The pipeline with a real language model, next to the same run with a scripted one.
 
     make setup-real-llm
-    .venv/bin/python bench/real_llm.py [--memories N] [--only real|scripted]
+    .venv/bin/python bench/real_llm.py [--memories N] [--offset K] [--only real|scripted]
+    .venv/bin/python bench/real_llm.py --combine A.json B.json ...
+
+`--offset` runs memories K..K+N-1 of the fixed set, so a long run can be made in parts
+(each part a fresh suite); `--combine` adds parts up into one table, from the jobs and
+calls each part's JSON keeps.
 
 A fixed set of conversational memories (people's preferences, plans, decisions, values
 that change, chatter and injected instructions; `memories()` below) is imported into a
 store + search + pipeline suite (`engram serve`, SQLite, Pipeline V2 on in controlled
 mode, embeddings off so that the LLM is what is measured, LLM concurrency 1 because
 llama.cpp's server generates one answer at a time). The clock runs from the import
-until no extract job is pending or leased.
+until every extract job is completed or dead (read from the database, read-only).
 
 Two runs in one process, the same everything but the model:
 
@@ -55,7 +60,6 @@ sys.path[:0] = [
 import provenance  # noqa: E402
 
 from engram.client import Engram  # noqa: E402
-from engram.common.v1 import job_pb2  # noqa: E402
 from http_fakes import Reply, Request, ScriptedHttpServer  # noqa: E402
 from llama_server import MODEL_FILE, MODEL_NAME, LlamaServer, missing  # noqa: E402
 from llm_fakes import (  # noqa: E402
@@ -94,10 +98,10 @@ TEMPLATES = [
 ]
 
 
-def memories(count: int) -> list[str]:
+def memories(count: int, offset: int = 0) -> list[str]:
     """The fixed set: every template for every person, in a stable order."""
     texts = []
-    for i in range(count):
+    for i in range(offset, offset + count):
         person = PEOPLE[(i // len(TEMPLATES)) % len(PEOPLE)]
         day = 3 + (i * 7) % 24
         texts.append(
@@ -195,14 +199,11 @@ def _jobs(db: Path) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def _open_extract_jobs(client: Engram) -> int:
-    queue = client.get_status().queue
-    return sum(
-        c.count
-        for c in queue
-        if c.job_type == job_pb2.JOB_TYPE_EXTRACT
-        and c.status in (job_pb2.JOB_STATUS_PENDING, job_pb2.JOB_STATUS_LEASED)
-    )
+def _settled(db: Path, expected: int) -> bool:
+    """Every extract job of the import has ended (completed or dead). Read from the
+    database itself: a status relay that fails for a moment reads as an empty queue."""
+    jobs = _jobs(db)
+    return len(jobs) >= expected and all(j["status"] in ("completed", "dead") for j in jobs)
 
 
 def run(name: str, upstream: str, texts: list[str]) -> dict[str, Any]:
@@ -234,7 +235,7 @@ def run(name: str, upstream: str, texts: list[str]) -> dict[str, Any]:
             summary = client.import_memories(({"content": t} for t in texts), namespace=NAMESPACE)
             assert summary.created == len(texts), summary
             time.sleep(1.0)
-            while _open_extract_jobs(client):
+            while not _settled(suite.data_dir / "engram.db", len(texts)):
                 if time.perf_counter() - started > SETTLE_TIMEOUT_S:
                     raise TimeoutError("extract jobs still open")
                 time.sleep(1.0)
@@ -242,7 +243,7 @@ def run(name: str, upstream: str, texts: list[str]) -> dict[str, Any]:
             jobs = _jobs(suite.data_dir / "engram.db")
     finally:
         proxy.close()
-    return summarise(name, texts, jobs, proxy.calls, wall)
+    return summarise(name, len(texts), jobs, proxy.calls, wall)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -254,7 +255,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def summarise(
     name: str,
-    texts: list[str],
+    memory_count: int,
     jobs: list[dict[str, Any]],
     calls: list[dict[str, Any]],
     wall: float,
@@ -280,7 +281,7 @@ def summarise(
         }
     return {
         "name": name,
-        "memories": len(texts),
+        "memories": memory_count,
         "extract_jobs": len(jobs),
         "completed": len(completed),
         "dead": len(dead),
@@ -295,6 +296,9 @@ def summarise(
         "wall_s": wall,
         "jobs_per_s": len(jobs) / wall,
         "examples": [c["answer"][:300] for c in calls if not parses(c)][:3],
+        # kept whole, so that parts of one run add up (--combine)
+        "jobs": jobs,
+        "calls": calls,
     }
 
 
@@ -332,13 +336,20 @@ def _stage_cell(run: dict[str, Any], stage: str, key: str, fmt: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--memories", type=int, default=200)
+    parser.add_argument("--offset", type=int, default=0, help="the first memory of the set")
+    parser.add_argument(
+        "--combine", type=Path, nargs="+", help="add up the runs of these results files"
+    )
     parser.add_argument("--only", choices=["real", "scripted"])
     parser.add_argument("--threads", type=int, default=2, help="the model server's CPU threads")
     parser.add_argument(
         "--json-out", type=Path, help="where the results go (default bench/results/)"
     )
     args = parser.parse_args()
-    texts = memories(args.memories)
+    if args.combine:
+        write(combined(args.combine), args.json_out, sys.argv)
+        return
+    texts = memories(args.memories, args.offset)
     runs = []
     if args.only != "real":
         scripted = LlmServer(scripted_answer, protocol="openai", model=MODEL_NAME).start()
@@ -355,11 +366,41 @@ def main() -> None:
             LlamaServer(Path(tmp) / "llama.log", threads=args.threads) as llama,
         ):
             runs.append(run("real", llama.url, texts))
-    print_table(runs)
-    out = args.json_out or RESULTS_DIR / f"real_llm-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    write(
+        {"model": MODEL_FILE, "threads": args.threads, "offset": args.offset, "runs": runs},
+        args.json_out,
+        sys.argv,
+    )
+
+
+def combined(paths: list[Path]) -> dict[str, Any]:
+    """The parts' runs added up by name: their jobs and calls summarised as one run."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    runs = []
+    for name in dict.fromkeys(r["name"] for part in parts for r in part["runs"]):
+        mine = [r for part in parts for r in part["runs"] if r["name"] == name]
+        runs.append(
+            summarise(
+                name,
+                sum(r["memories"] for r in mine),
+                [j for r in mine for j in r["jobs"]],
+                [c for r in mine for c in r["calls"]],
+                sum(r["wall_s"] for r in mine),
+            )
+        )
+    return {
+        "model": parts[0]["model"],
+        "threads": sorted({part["threads"] for part in parts}),
+        "parts": [str(p) for p in paths],
+        "runs": runs,
+    }
+
+
+def write(result: dict[str, Any], json_out: Path | None, command: list[str]) -> None:
+    print_table(result["runs"])
+    out = json_out or RESULTS_DIR / f"real_llm-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = {"command": sys.argv, "model": MODEL_FILE, "threads": args.threads, "runs": runs}
-    out.write_text(json.dumps(provenance.stamped(result), indent=2) + "\n")
+    out.write_text(json.dumps(provenance.stamped({"command": command, **result}), indent=2) + "\n")
     print(f"\nwrote {out}")
 
 

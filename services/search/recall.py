@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -56,7 +54,15 @@ from services.search.current_value import newest_value_first, value_groups
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
 from services.search.graph_boost import GraphBoost, graph_boost
+from services.search.keyword_statistics import (
+    IndexStatistics,
+    TermStatistics,
+    bm25_idf,
+    collection_statistics,
+    rare_terms,
+)
 from services.search.query_intent import Classified, Intent, IntentClassifier, rule_intent
+from services.search.recall_rows import Bm25Row, KeptStatistics, PoolRow, Restatement
 from services.search.rerank import Reranker, rerank_head
 from services.search.routes import (
     CAUSAL_LINK_TYPES,
@@ -83,11 +89,6 @@ from services.search.vector_cache import VectorCache
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 10
 _NO_FILTER = MemoryFilterSpec()
-_DOCUMENT_COUNT_TTL_S = 300.0
-_DOCUMENT_COUNT_ENTRIES = 50_000
-# Under this many live memories the whole-index statistics are counted afresh
-# on every Recall (cheap there, and a small index changes fast in relative terms).
-_FRESH_COUNTS_BELOW = 10_000
 
 
 def _from_pipeline(pipeline: PipelineV2Settings) -> dict[str, Any]:
@@ -178,32 +179,6 @@ class RecallHit:
 
 
 @dataclass(frozen=True)
-class TermStatistics:
-    """What a keyword channel read for its IDF, for the question's parts
-    (services.search.decompose) to search with instead of reading it again:
-    their terms are nearly always the question's, and all of it is read in
-    the same snapshot. `size`: the searched collection's live memories (the
-    index's on SQLite's whole-index path, the namespace text index's on
-    Postgres); `index_size`: the whole index's (SQLite's namespace path
-    re-weights FTS5's IDF by it; else `size`); `average`: the collection's
-    average length (Postgres's BM25; else 0); `terms`: per term (SQLite's
-    FTS5 MATCH string, Postgres's term) its documents in the collection and
-    in the index (the same count twice where the path has one)."""
-
-    size: int
-    index_size: int
-    average: float = 0.0
-    terms: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-    def missing(self, terms: Sequence[str]) -> list[str]:
-        """The terms not counted here, in order."""
-        return [t for t in terms if t not in self.terms]
-
-    def with_terms(self, counted: dict[str, tuple[int, int]]) -> TermStatistics:
-        return replace(self, terms=self.terms | counted)
-
-
-@dataclass(frozen=True)
 class Keywords:
     """The keyword channel's answer: (rowid, BM25) best first, the share of
     the query's IDF mass the best match holds (services.search.scoring.coverage),
@@ -232,38 +207,6 @@ class _Route:
     asked: Intent
     asked_at: datetime | None
     classified: Classified | None = None
-
-
-def rare_terms(terms: list[str], counts: dict[str, int], budget: int) -> list[str] | None:
-    """The common-terms cutoff (RecallParams.keyword_postings_budget), on both
-    backends: the rarest terms whose documents fit the budget together, when
-    the others are then left over (common) and a rare one matches anything;
-    None: every matching document is scored."""
-    if budget <= 0 or len(terms) < 2:
-        return None
-    rare: list[str] = []
-    total = 0
-    for term in sorted(terms, key=lambda t: counts[t]):
-        if rare and total + counts[term] > budget:
-            break
-        rare.append(term)
-        total += counts[term]
-    if len(rare) == len(terms) or not any(counts[t] for t in rare):
-        return None
-    return rare
-
-
-def bm25_idf(collection_size: int, containing: int) -> float:
-    """FTS5's IDF, including its floor for terms in more than half the documents.
-    Total: counts out of range (negative, or more containing documents than the
-    collection holds) are clamped, so a bad count costs ranking, never the Recall."""
-    size = max(collection_size, 0)
-    hits = min(max(containing, 0), size)
-    try:
-        idf = math.log((size - hits + 0.5) / (hits + 0.5))
-    except OverflowError:  # counts beyond a float's range: the same ratio, as int logs
-        idf = math.log(2 * (size - hits) + 1) - math.log(2 * hits + 1)
-    return idf if idf > 0 else 1e-6
 
 
 def check_recall_request(
@@ -311,13 +254,12 @@ class Recaller:
         self._vector_cache = (
             vector_cache if params.vector_cache and self._dialect == "sqlite" else None
         )
-        self._document_counts: dict[str, tuple[int, float]] = {}  # match -> (count, when)
+        self._index_statistics = IndexStatistics()
         self.classifier = IntentClassifier(
             embedder.provider if params.intent_routing else None,
             params.intent_similarity_threshold,
             wait_s=embedder.timeout_s,
         )
-        self._index_size: tuple[int, float] = (0, float("-inf"))  # (live memories, when)
 
     async def recall(
         self,
@@ -415,10 +357,10 @@ class Recaller:
     ) -> tuple[list[Candidate], dict[int, MemoryRecord], bool]:
         """Every read of one Recall, on one snapshot: (picked candidates, their
         records by rowid, whether the vector channel ran)."""
-        keyword_task: asyncio.Task[tuple[Keywords, dict[int, Any]]] | None = None
+        keyword_task: asyncio.Task[tuple[Keywords, dict[int, PoolRow]]] | None = None
         graph_task: asyncio.Task[GraphBoost] | None = None
         entity_task: asyncio.Task[GraphBoost] | None = None
-        rows_task: asyncio.Task[dict[int, Any]] | None = None
+        rows_task: asyncio.Task[dict[int, PoolRow]] | None = None
         split = (
             decompose.parts(query, self._params.decompose_rules)
             if self._params.decompose_weight > 0
@@ -534,7 +476,8 @@ class Recaller:
                     namespace, [c.rowid for c in pool], dialect=self._dialect
                 )
             )
-            weigh_importance(pool, {row[0]: row[1] for row in rows}, params.importance_weight)
+            importance = {rowid: value for rowid, value in rows}
+            weigh_importance(pool, importance, params.importance_weight)
         if self._params.decay is not None:
             await apply_decay(reads, namespace, pool, self._params.decay, dialect=self._dialect)
         picked = select(pool, limit, params.diversity_penalty, min_score, confidence)
@@ -553,7 +496,10 @@ class Recaller:
                 ids = [records[picked[i].rowid].id for places in groups for i in places]
                 restated: dict[str, list[tuple[str, str]]] = {}
                 for row in await reads.fetch_all(queries.restatements(namespace, ids)):
-                    restated.setdefault(row[0], []).append((row[1], row[2]))
+                    event = Restatement._make(row)
+                    restated.setdefault(event.memory_id, []).append(
+                        (event.metadata, event.recorded_at)
+                    )
                 picked = newest_value_first(picked, records, groups, restated, spec.as_of)
         return picked, records, vectors_used
 
@@ -803,7 +749,7 @@ class Recaller:
         spec: MemoryFilterSpec,
         whole_index: bool,
         model: str,
-    ) -> tuple[Keywords, dict[int, Any]]:
+    ) -> tuple[Keywords, dict[int, PoolRow]]:
         """The keyword channel, then its pool rows (fetched while the query is
         still being embedded)."""
         with timed(RECALL_CHANNEL_SECONDS, "keyword"), tracing.span("recall.keyword"):
@@ -814,7 +760,7 @@ class Recaller:
             rows = await reads.fetch_all(
                 queries.pool_rows(namespace, rowids, model, spec, dialect=self._dialect)
             )
-            return keyword, {row[0]: row for row in rows}
+            return keyword, {row.rowid: row for row in map(PoolRow._make, rows)}
 
     async def _keyword_channel(
         self,
@@ -839,14 +785,14 @@ class Recaller:
             return Keywords([])
         depth = self._params.channel_depth
         if whole_index:  # the collection is the whole index: FTS5's IDF is ours
-            statistics = await self._index_statistics(reads, matches, known)
+            statistics = await self._index_statistics.read(reads, matches, known)
             counts = {m: statistics.terms[m][0] for m in matches}
             ranked = await self._whole_index_keyword(reads, matches, counts, depth)
             if not with_coverage:
                 return Keywords(ranked, statistics=statistics)
             weights = {m: coverage_idf(statistics.size, counts[m]) for m in matches}
             return Keywords(ranked, await self._coverage(reads, weights, ranked), statistics)
-        statistics = await self._collection_statistics(reads, namespace, spec, matches, known)
+        statistics = await collection_statistics(reads, namespace, spec, matches, known)
         collection_size, index_size = statistics.size, statistics.index_size
         in_collection = {m: statistics.terms[m][0] for m in matches}
         weighted = [
@@ -858,44 +804,11 @@ class Recaller:
         if not weighted:
             return Keywords([], statistics=statistics)
         rows = await reads.fetch_all(queries.weighted_keyword_top(weighted, namespace, spec, depth))
-        ranked = [(row[0], row[1]) for row in rows]
+        ranked = [(rowid, score) for rowid, score in rows]
         if not with_coverage:
             return Keywords(ranked, statistics=statistics)
         weights = {m: coverage_idf(collection_size, in_collection[m]) for m in matches}
         return Keywords(ranked, await self._coverage(reads, weights, ranked), statistics)
-
-    async def _collection_statistics(
-        self,
-        reads: Reads,
-        namespace: str,
-        spec: MemoryFilterSpec,
-        matches: list[str],
-        known: TermStatistics | None,
-    ) -> TermStatistics:
-        """SQLite's namespace path: the collection's and the index's live
-        memories, and each term's documents in both, reading only what `known`
-        lacks."""
-        if known is None:
-            collection, everything = await asyncio.gather(
-                reads.fetch_one(queries.live_count(namespace, spec)),
-                reads.fetch_one(queries.live_count(None, _NO_FILTER)),
-            )
-            known = TermStatistics(int(collection[0]), int(everything[0]))
-        missing = known.missing(matches)
-        if not missing:
-            return known
-        in_collection = await asyncio.gather(
-            *(reads.fetch_one(queries.term_collection_count(m, namespace, spec)) for m in missing)
-        )
-        in_index = await asyncio.gather(
-            *(reads.fetch_one(queries.term_document_count(m)) for m in missing)
-        )
-        return known.with_terms(
-            {
-                m: (int(local[0]), int(overall[0]))
-                for m, local, overall in zip(missing, in_collection, in_index, strict=True)
-            }
-        )
 
     async def _pg_keyword_channel(
         self,
@@ -921,10 +834,13 @@ class Recaller:
         statistics = known  # (a question's, when this is one of its parts)
         missing = terms if statistics is None else statistics.missing(terms)
         if missing:
-            size, average, kept = await reads.fetch_one(pg_text.kept_statistics(missing, namespace))
-            read = {t: (int(n), int(n)) for t, n in zip(missing, kept, strict=True)}
+            kept = KeptStatistics._make(
+                await reads.fetch_one(pg_text.kept_statistics(missing, namespace))
+            )
+            read = {t: (int(n), int(n)) for t, n in zip(missing, kept.frequencies, strict=True)}
+            size = int(kept.size)
             statistics = (
-                TermStatistics(int(size), int(size), float(average), read)
+                TermStatistics(size, size, float(kept.average), read)
                 if statistics is None
                 else statistics.with_terms(read)
             )
@@ -935,7 +851,7 @@ class Recaller:
         rare = rare_terms(terms, counts, self._params.keyword_postings_budget)
         required = None if rare is None else [terms.index(t) + 1 for t in rare]
         collection = (statistics.size, statistics.average)
-        rows = await reads.fetch_all(
+        query_rows = await reads.fetch_all(
             pg_text.bm25_top(
                 terms,
                 namespace,
@@ -946,12 +862,16 @@ class Recaller:
                 required,
             )
         )
-        if not rows:
+        if not query_rows:
             return Keywords([], statistics=statistics)
-        size, frequencies = int(rows[0][3]), rows[0][4]
-        weights = {t: coverage_idf(size, int(n)) for t, n in zip(terms, frequencies, strict=True)}
-        held = {terms[int(i) - 1] for i in rows[0][2]}
-        ranked = [(row[0], float(row[1])) for row in rows]
+        rows = [Bm25Row._make(row) for row in query_rows]
+        best = rows[0]
+        size = int(best.size)
+        weights = {
+            t: coverage_idf(size, int(n)) for t, n in zip(terms, best.frequencies, strict=True)
+        }
+        held = {terms[int(i) - 1] for i in best.held}
+        ranked = [(row.rowid, float(row.score)) for row in rows]
         return Keywords(ranked, coverage(weights, held), statistics)
 
     async def _coverage(
@@ -984,12 +904,12 @@ class Recaller:
             )
             # the AND query's score is the full one (every term's part); a
             # rare-only score stands where the document has no common term
-            scores = {row[0]: row[1] for row in rare_only}
-            scores.update((row[0], row[1]) for row in with_common)
+            scores = {rowid: score for rowid, score in rare_only}
+            scores.update((rowid, score) for rowid, score in with_common)
             ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
             return ranked[:depth]
         rows = await reads.fetch_all(queries.whole_index_keyword_top(any_of(matches), depth))
-        return [(row[0], row[1]) for row in rows]
+        return [(rowid, score) for rowid, score in rows]
 
     async def _beside(self, reads: Reads, query: queries.Query) -> list[Any]:
         """A whole-index FTS5 query run on another connection of SQLite's pool
@@ -1003,47 +923,6 @@ class Recaller:
             if rows is not None:
                 return rows
         return await reads.fetch_all(query)
-
-    async def _index_statistics(
-        self, reads: Reads, matches: list[str], known: TermStatistics | None = None
-    ) -> TermStatistics:
-        """(live memories, documents per term) across the index, for the IDF. On a
-        large index both are cached for a few minutes: they decide which terms count
-        as common and scale the keyword share, where a count a few minutes old
-        moves an IDF by a hair. A small index is counted afresh every Recall:
-        once, when `known` (read in this snapshot) has them."""
-        if known is not None and not known.missing(matches):
-            return known
-        now = time.monotonic()
-        size, when = self._index_size
-        if known is not None:
-            size = known.size
-        elif size < _FRESH_COUNTS_BELOW or now - when > _DOCUMENT_COUNT_TTL_S:
-            size = int((await reads.fetch_one(queries.live_count(None, _NO_FILTER)))[0])
-            self._index_size = (size, now)
-        fresh = size < _FRESH_COUNTS_BELOW
-        counted = known.terms if known is not None else {}
-        wanted = [m for m in matches if m not in counted]
-        counts: dict[str, int] = {}
-        if not fresh:
-            for m in wanted:
-                entry = self._document_counts.get(m)
-                if entry is not None and now - entry[1] <= _DOCUMENT_COUNT_TTL_S:
-                    counts[m] = entry[0]
-        missing = [m for m in wanted if m not in counts]
-        if missing:
-            rows = await asyncio.gather(
-                *(reads.fetch_one(queries.term_document_count(m)) for m in missing)
-            )
-            if len(self._document_counts) > _DOCUMENT_COUNT_ENTRIES:
-                self._document_counts.clear()
-            for match, row in zip(missing, rows, strict=True):
-                counts[match] = int(row[0])
-                self._document_counts[match] = (counts[match], now)
-        read = {m: (counts[m], counts[m]) for m in wanted}
-        if known is not None:
-            return known.with_terms(read)
-        return TermStatistics(size, size, terms=read)
 
     async def _vector_channel(
         self,
@@ -1132,7 +1011,7 @@ class Recaller:
         vector: list[float] | None,
         model: str,
         graph: frozenset[int] = frozenset(),
-        fetched: dict[int, Any] | None = None,
+        fetched: dict[int, PoolRow] | None = None,
         reads: Reads | None = None,
         *,
         spec: MemoryFilterSpec = _NO_FILTER,
@@ -1157,13 +1036,14 @@ class Recaller:
         rows = [by_rowid[r] for r in wanted if r in by_rowid]
         cosine: dict[int, float] = {}
         if vector is not None:
-            embedded = [row for row in rows if row[2] is not None]
+            embedded = [row for row in rows if row.vector is not None]
             if embedded:
-                matrix = np.frombuffer(b"".join(row[2] for row in embedded), dtype=np.float32)
+                blobs = [row.vector for row in embedded if row.vector is not None]
+                matrix = np.frombuffer(b"".join(blobs), dtype=np.float32)
                 matrix = matrix.reshape(len(embedded), -1)
                 query = np.frombuffer(_query_f32(vector), dtype=np.float32)
                 for row, value in zip(embedded, (matrix @ query).tolist(), strict=True):
-                    cosine[row[0]] = float(value)
+                    cosine[row.rowid] = float(value)
                 if self._params.sentence_weight > 0:
                     cosine.update(
                         _best_parts(embedded, query, cosine, self._params.sentence_weight)
@@ -1172,7 +1052,7 @@ class Recaller:
                     queries_f32 = [
                         np.frombuffer(_query_f32(v), dtype=np.float32) for v in part_vectors
                     ]
-                    rowids = [row[0] for row in embedded]
+                    rowids = [row.rowid for row in embedded]
                     weight = self._params.decompose_weight
                     cosine.update(
                         decompose.part_cosines(cosine, rowids, matrix, queries_f32, weight)
@@ -1193,19 +1073,19 @@ class Recaller:
             candidate = candidates.setdefault(rowid, Candidate(rowid))
             candidate.route_rank, candidate.intent_boost = rank, lift
         for rowid, candidate in list(candidates.items()):
-            row = by_rowid.get(rowid)
-            if row is None:  # not a live memory of the namespace
+            pooled = by_rowid.get(rowid)
+            if pooled is None:  # not a live memory of the namespace
                 del candidates[rowid]
                 continue
             candidate.cosine = cosine.get(rowid)
-            candidate.event_time = row[1]
-            candidate.who = row[3] or ""
+            candidate.event_time = pooled.event_time
+            candidate.who = pooled.who or ""
         await self._link_neighbours(reads, namespace, candidates)
         return list(candidates.values())
 
     async def _pool_rows(
         self, reads: Reads, namespace: str, rowids: list[int], model: str, spec: MemoryFilterSpec
-    ) -> dict[int, Any]:
+    ) -> dict[int, PoolRow]:
         """Pool rows (queries.pool_rows) of the live memories of the namespace
         among `rowids`, by rowid."""
         query = queries.pool_rows(
@@ -1216,7 +1096,8 @@ class Recaller:
             dialect=self._dialect,
             parts=self._params.sentence_weight > 0,
         )
-        return {row[0]: row for row in await reads.fetch_all(query)}
+        rows = await reads.fetch_all(query)
+        return {row.rowid: row for row in map(PoolRow._make, rows)}
 
     async def _link_neighbours(
         self, reads: Reads, namespace: str, candidates: dict[int, Candidate]
@@ -1233,7 +1114,7 @@ class Recaller:
             rows = await reads.fetch_all(
                 queries.adjacent_pairs(namespace, gapped[start : start + 400])
             )
-            adjacent.update((row[0], row[1]) for row in rows)
+            adjacent.update((a, b) for a, b in rows)
         for a, b in adjacent:
             candidates[a].next_rowid = b
             candidates[b].prev_rowid = a
@@ -1264,10 +1145,10 @@ class Recaller:
 
 
 def _best_parts(
-    rows: Sequence[Any], query: npt.NDArray[np.float32], cosine: dict[int, float], weight: float
+    rows: Sequence[PoolRow], query: npt.NDArray[np.float32], cosine: dict[int, float], weight: float
 ) -> dict[int, float]:
     """rowid -> whole cosine + weight x max(0, best sentence cosine - sd x
-    sqrt(2 ln n) - whole) for the pool rows that hold sentence vectors (row[4],
+    sqrt(2 ln n) - whole) for the pool rows that hold sentence vectors (`parts`,
     float16, each of the whole vector's dimensions), n its sentences, sd the
     spread of every sentence cosine in the pool: a turn whose one answering
     sentence is lost in its whole vector still meets the question (issue 19),
@@ -1275,11 +1156,11 @@ def _best_parts(
     chance (about sd x sqrt(2 ln n) above their mean). The plain maximum and
     min-max scaling within the pool gained nothing once cross-validated
     (bench/README.md, "Sentence vectors through Recall"). One product over all parts."""
-    with_parts = [row for row in rows if row[4]]
+    with_parts = [row for row in rows if row.parts]
     if not with_parts:
         return {}
     dims = len(query)
-    blobs = [bytes(row[4]) for row in with_parts]
+    blobs = [bytes(row.parts) for row in with_parts if row.parts]
     counts = np.array([len(b) // (2 * dims) for b in blobs])
     parts = np.frombuffer(b"".join(blobs), dtype=PARTS_DTYPE).reshape(-1, dims)
     scores = parts.astype(np.float32) @ query
@@ -1287,7 +1168,7 @@ def _best_parts(
     chance = float(scores.std()) * np.sqrt(2.0 * np.log(counts))
     best = (np.maximum.reduceat(scores, starts) - chance).tolist()
     return {
-        row[0]: cosine[row[0]] + weight * max(0.0, value - cosine[row[0]])
+        row.rowid: cosine[row.rowid] + weight * max(0.0, value - cosine[row.rowid])
         for row, value in zip(with_parts, best, strict=True)
     }
 

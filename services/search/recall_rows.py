@@ -1,9 +1,11 @@
 """Recall's rows by name: each a result shape of one query builder, in its
-column order (a row of either backend is made one with `_make`)."""
+column order (a row of either backend, sqlite3.Row or services.common.pg.Row,
+is made one by unpacking it)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 
 class PoolRow(NamedTuple):
@@ -14,6 +16,12 @@ class PoolRow(NamedTuple):
     vector: bytes | None  # the exact float32 vector; None when not embedded
     who: str | None
     parts: bytes | None  # the sentence vectors (float16); None for one sentence or unread
+
+
+def pool_rows_by_rowid(rows: Iterable[Any]) -> dict[int, PoolRow]:
+    """queries.pool_rows' rows as PoolRows, by rowid."""
+    pooled = (PoolRow(*row) for row in rows)
+    return {row.rowid: row for row in pooled}
 
 
 class Bm25Row(NamedTuple):

@@ -229,12 +229,11 @@ class PgKeywordChannel:
         )
         if not query_rows:
             return Keywords([], statistics=statistics)
-        rows = [Bm25Row(*row) for row in query_rows]
-        best = rows[0]
+        best = Bm25Row(*query_rows[0])
         size = int(best.size)
         weights = {
             t: coverage_idf(size, int(n)) for t, n in zip(terms, best.frequencies, strict=True)
         }
         held = {terms[int(i) - 1] for i in best.held}
-        ranked = [(row.rowid, float(row.score)) for row in rows]
+        ranked = [(rowid, float(score)) for rowid, score, _held, _size, _df, _average in query_rows]
         return Keywords(ranked, coverage(weights, held), statistics)

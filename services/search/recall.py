@@ -776,9 +776,10 @@ class Recaller:
             if pooled is None:  # not a live memory of the namespace
                 del candidates[rowid]
                 continue
+            _, event_time, _, who, _ = pooled
             candidate.cosine = cosine.get(rowid)
-            candidate.event_time = pooled.event_time
-            candidate.who = pooled.who or ""
+            candidate.event_time = event_time
+            candidate.who = who or ""
         await link_neighbours(scope, candidates)
         return list(candidates.values())
 
@@ -789,20 +790,26 @@ class Recaller:
         by the best sentence (_best_parts) and the question's parts
         (services.search.decompose.part_cosines) when those are on."""
         cosine: dict[int, float] = {}
-        embedded = [row for row in rows if row.vector is not None]
-        if not embedded:
+        rowids: list[int] = []
+        blobs: list[bytes] = []
+        with_parts: list[tuple[int, bytes]] = []  # (rowid, sentence vectors)
+        for rowid, _, exact, _, parts in rows:
+            if exact is not None:
+                rowids.append(rowid)
+                blobs.append(exact)
+                if parts:
+                    with_parts.append((rowid, parts))
+        if not rowids:
             return cosine
-        blobs = [row.vector for row in embedded if row.vector is not None]
         matrix = np.frombuffer(b"".join(blobs), dtype=np.float32)
-        matrix = matrix.reshape(len(embedded), -1)
+        matrix = matrix.reshape(len(rowids), -1)
         query = np.frombuffer(_query_f32(vector), dtype=np.float32)
-        for row, value in zip(embedded, (matrix @ query).tolist(), strict=True):
-            cosine[row.rowid] = float(value)
+        for rowid, value in zip(rowids, (matrix @ query).tolist(), strict=True):
+            cosine[rowid] = float(value)
         if self._params.sentence_weight > 0:
-            cosine.update(_best_parts(embedded, query, cosine, self._params.sentence_weight))
+            cosine.update(_best_parts(with_parts, query, cosine, self._params.sentence_weight))
         if part_vectors:
             queries_f32 = [np.frombuffer(_query_f32(v), dtype=np.float32) for v in part_vectors]
-            rowids = [row.rowid for row in embedded]
             weight = self._params.decompose_weight
             cosine.update(decompose.part_cosines(cosine, rowids, matrix, queries_f32, weight))
         return cosine
@@ -847,22 +854,25 @@ class Recaller:
 
 
 def _best_parts(
-    rows: Sequence[PoolRow], query: npt.NDArray[np.float32], cosine: dict[int, float], weight: float
+    with_parts: Sequence[tuple[int, bytes]],
+    query: npt.NDArray[np.float32],
+    cosine: dict[int, float],
+    weight: float,
 ) -> dict[int, float]:
     """rowid -> whole cosine + weight x max(0, best sentence cosine - sd x
-    sqrt(2 ln n) - whole) for the pool rows that hold sentence vectors (`parts`,
-    float16, each of the whole vector's dimensions), n its sentences, sd the
-    spread of every sentence cosine in the pool: a turn whose one answering
+    sqrt(2 ln n) - whole) for the pool rows that hold sentence vectors
+    (`with_parts`: (rowid, parts) in pool order; float16, each of the whole
+    vector's dimensions), n its sentences, sd the spread of every sentence
+    cosine in the pool: a turn whose one answering
     sentence is lost in its whole vector still meets the question (issue 19),
     while a long turn gains nothing for the maximum that many sentences reach by
     chance (about sd x sqrt(2 ln n) above their mean). The plain maximum and
     min-max scaling within the pool gained nothing once cross-validated
     (bench/README.md, "Sentence vectors through Recall"). One product over all parts."""
-    with_parts = [row for row in rows if row.parts]
     if not with_parts:
         return {}
     dims = len(query)
-    blobs = [bytes(row.parts) for row in with_parts if row.parts]
+    blobs = [bytes(blob) for _, blob in with_parts]
     counts = np.array([len(b) // (2 * dims) for b in blobs])
     parts = np.frombuffer(b"".join(blobs), dtype=PARTS_DTYPE).reshape(-1, dims)
     scores = parts.astype(np.float32) @ query
@@ -870,8 +880,8 @@ def _best_parts(
     chance = float(scores.std()) * np.sqrt(2.0 * np.log(counts))
     best = (np.maximum.reduceat(scores, starts) - chance).tolist()
     return {
-        row.rowid: cosine[row.rowid] + weight * max(0.0, value - cosine[row.rowid])
-        for row, value in zip(with_parts, best, strict=True)
+        rowid: cosine[rowid] + weight * max(0.0, value - cosine[rowid])
+        for (rowid, _), value in zip(with_parts, best, strict=True)
     }
 
 

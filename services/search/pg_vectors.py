@@ -104,7 +104,7 @@ def nearest(
     """The vector channel on a psycopg read connection, in the caller's
     transaction: the HNSW scan, or the exact query when the scan finds fewer
     than `limit` rows and the namespace may hold more. (Recall runs the same
-    queries through its read snapshot: services/search/recall.py.)"""
+    queries through its read snapshot: services/search/vector_channel.py.)"""
 
     def run(query: Query) -> Sequence[Any]:
         return conn.execute(translate(query[0]), query[1]).fetchall()

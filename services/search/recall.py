@@ -1,41 +1,40 @@
-"""Recall: the keyword and vector channels, then scoring (services.search.scoring).
+"""Recall: the channels, then scoring (services.search.scoring).
 
 A Recall over several namespaces searches each as below, in the same snapshot,
-and merges the results by score. Both channels search one namespace with the filter applied inside their SQL,
-before any cut. All of one Recall's reads run in one read snapshot
-(ReadPool.snapshot): the check that the namespace holds every live memory (which
-lets the keyword query skip the namespace join) and the counts behind each IDF
-stay true for every later read. Each memory row is still read under the namespace
-(services.search.queries), whatever channel proposed its rowid; two reads that
-only propose rowids run beside the snapshot: the vector cache's first pass and,
-on SQLite's whole index, the rare-terms FTS5 query when the pool has an idle
-connection (Recaller._beside). Keyword scores use BM25 with the namespace's own statistics:
-FTS5 computes IDF over the whole index, which would let other tenants' data
-shape this tenant's ranking, so each term's IDF is recomputed over the
-searched collection (namespace + filter).
+and merges the results by score. All of one Recall's reads run in one read
+snapshot (ReadPool.snapshot): the check that the namespace holds every live
+memory (which lets the keyword query skip the namespace join) and the counts
+behind each IDF stay true for every later read. Each channel searches one
+namespace with the filter applied inside its SQL, before any cut; each memory
+row is still read under the namespace (services.search.queries), whatever
+channel proposed its rowid. Two reads that only propose rowids run beside the
+snapshot: the vector cache's first pass and, on SQLite's whole index, the
+rare-terms FTS5 query when the pool has an idle connection
+(keyword_channel.SqliteKeywordChannel._beside).
 
-On PostgreSQL (issue 21; the read pool's `dialect`), the keyword channel is
-services/search/pg_text.py's BM25, computed in one query with the searched
-collection's statistics (what the SQLite path rescales FTS5's to), and the
-vector channel is services/search/pg_vectors.py's HNSW scan with the namespace
-and filter inside it, instead of the in-process cache: the scan is faster than
-the cache's first pass plus rescore at 100k (bench/README.md "Vectors on
-Postgres": p50 6.4 against 12.8 ms, recall@10 0.976 against 0.972), and
-Postgres has no change log for a cache to follow. Every other read is the same
-query builder with the pool's dialect.
+The parts, in the order one namespace is searched (Recaller._search):
+- RecallScope (recall_scope.py): the snapshot, namespace, filter and the two
+  facts every channel reads under, built once per namespace of a Recall;
+- the channels, each one object built once per Recaller: keyword
+  (keyword_channel.py, its statistics in keyword_statistics.py) and vector
+  (vector_channel.py), one class per backend chosen when the Recaller is built
+  from the read pool's `dialect` (issue 21: PostgreSQL's BM25 in pg_text.py
+  and HNSW scan in pg_vectors.py); the entity, link and time-range channels
+  (channels.py), the same on both;
+- the pool (Recaller._pool): every proposal's row (recall_rows.PoolRow) and
+  exact cosine; then fusion, boosts, importance, decay and the cut
+  (Recaller._rank), and the records with the current value first
+  (Recaller._records).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -45,24 +44,32 @@ from services.common import clock, tracing
 from services.common.config import Config, MemorySettings, PipelineV2Settings, SearchSettings
 from services.common.db import ReadPool, Reads
 from services.common.errors import Violations
-from services.common.fts import MAX_QUERY_CHARS, all_of, any_of, quoted
+from services.common.fts import MAX_QUERY_CHARS
 from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
-from services.search import decompose, pg_text, pg_vectors, queries
+from services.search import decompose, queries
 from services.search.access import AccessRecorder
+from services.search.channels import EntityChannel, LinkChannel, TimeRangeChannel, link_neighbours
 from services.search.current_value import newest_value_first, value_groups
 from services.search.decay import DecayRanking, apply_decay
 from services.search.embedder import QueryEmbedder
-from services.search.graph_boost import GraphBoost, graph_boost
+from services.search.graph_boost import GraphBoost
+from services.search.keyword_channel import (
+    KeywordChannel,
+    Keywords,
+    PgKeywordChannel,
+    SqliteKeywordChannel,
+)
+from services.search.keyword_statistics import TermStatistics, bm25_idf, rare_terms
 from services.search.query_intent import Classified, Intent, IntentClassifier, rule_intent
+from services.search.recall_rows import PoolRow, Restatement, pool_rows_by_rowid
+from services.search.recall_scope import RecallScope
 from services.search.rerank import Reranker, rerank_head
 from services.search.routes import (
     CAUSAL_LINK_TYPES,
-    CAUSAL_SEEDS,
     TEMPORAL_LINK_TYPES,
-    linked_reach,
     speakers_named,
     time_statements,
 )
@@ -71,23 +78,32 @@ from services.search.scoring import (
     ScoringParams,
     boost,
     clamped,
-    coverage,
-    coverage_idf,
     fuse,
     select,
     weigh_importance,
 )
-from services.search.text import keyword_terms, time_windows
+from services.search.text import time_windows
 from services.search.vector_cache import VectorCache
+from services.search.vector_channel import PgVectorChannel, SqliteVectorChannel, VectorChannel
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "MAX_LIMIT",
+    "Found",
+    "Keywords",
+    "RecallHit",
+    "RecallOutcome",
+    "RecallParams",
+    "RecallScope",
+    "Recaller",
+    "TermStatistics",
+    "bm25_idf",
+    "check_recall_request",
+    "rare_terms",
+]
 
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 10
-_NO_FILTER = MemoryFilterSpec()
-_DOCUMENT_COUNT_TTL_S = 300.0
-_DOCUMENT_COUNT_ENTRIES = 50_000
-# Under this many live memories the whole-index statistics are counted afresh
-# on every Recall (cheap there, and a small index changes fast in relative terms).
-_FRESH_COUNTS_BELOW = 10_000
 
 
 def _from_pipeline(pipeline: PipelineV2Settings) -> dict[str, Any]:
@@ -178,43 +194,6 @@ class RecallHit:
 
 
 @dataclass(frozen=True)
-class TermStatistics:
-    """What a keyword channel read for its IDF, for the question's parts
-    (services.search.decompose) to search with instead of reading it again:
-    their terms are nearly always the question's, and all of it is read in
-    the same snapshot. `size`: the searched collection's live memories (the
-    index's on SQLite's whole-index path, the namespace text index's on
-    Postgres); `index_size`: the whole index's (SQLite's namespace path
-    re-weights FTS5's IDF by it; else `size`); `average`: the collection's
-    average length (Postgres's BM25; else 0); `terms`: per term (SQLite's
-    FTS5 MATCH string, Postgres's term) its documents in the collection and
-    in the index (the same count twice where the path has one)."""
-
-    size: int
-    index_size: int
-    average: float = 0.0
-    terms: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-    def missing(self, terms: Sequence[str]) -> list[str]:
-        """The terms not counted here, in order."""
-        return [t for t in terms if t not in self.terms]
-
-    def with_terms(self, counted: dict[str, tuple[int, int]]) -> TermStatistics:
-        return replace(self, terms=self.terms | counted)
-
-
-@dataclass(frozen=True)
-class Keywords:
-    """The keyword channel's answer: (rowid, BM25) best first, the share of
-    the query's IDF mass the best match holds (services.search.scoring.coverage),
-    and the statistics it read (none when the query had no term)."""
-
-    ranked: list[tuple[int, float]]
-    coverage: float = 0.0
-    statistics: TermStatistics | None = None
-
-
-@dataclass(frozen=True)
 class RecallOutcome:
     hits: list[RecallHit]
     degraded: bool
@@ -232,38 +211,6 @@ class _Route:
     asked: Intent
     asked_at: datetime | None
     classified: Classified | None = None
-
-
-def rare_terms(terms: list[str], counts: dict[str, int], budget: int) -> list[str] | None:
-    """The common-terms cutoff (RecallParams.keyword_postings_budget), on both
-    backends: the rarest terms whose documents fit the budget together, when
-    the others are then left over (common) and a rare one matches anything;
-    None: every matching document is scored."""
-    if budget <= 0 or len(terms) < 2:
-        return None
-    rare: list[str] = []
-    total = 0
-    for term in sorted(terms, key=lambda t: counts[t]):
-        if rare and total + counts[term] > budget:
-            break
-        rare.append(term)
-        total += counts[term]
-    if len(rare) == len(terms) or not any(counts[t] for t in rare):
-        return None
-    return rare
-
-
-def bm25_idf(collection_size: int, containing: int) -> float:
-    """FTS5's IDF, including its floor for terms in more than half the documents.
-    Total: counts out of range (negative, or more containing documents than the
-    collection holds) are clamped, so a bad count costs ranking, never the Recall."""
-    size = max(collection_size, 0)
-    hits = min(max(containing, 0), size)
-    try:
-        idf = math.log((size - hits + 0.5) / (hits + 0.5))
-    except OverflowError:  # counts beyond a float's range: the same ratio, as int logs
-        idf = math.log(2 * (size - hits) + 1) - math.log(2 * hits + 1)
-    return idf if idf > 0 else 1e-6
 
 
 def check_recall_request(
@@ -289,7 +236,66 @@ def check_recall_request(
     return query, limit or DEFAULT_LIMIT, spec, min_score
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """One Recall's question, the same for every namespace it searches: the
+    query, its filter, how many to pick (`depth`: with a reranker its whole
+    head) above `min_score`, the query embedding (started first), the time
+    windows the query names, its parts (services.search.decompose), and what
+    every namespace adds to: the warnings and the intent route."""
+
+    query: str
+    spec: MemoryFilterSpec
+    depth: int
+    min_score: float
+    embedding: asyncio.Task[list[float] | None]
+    windows: list[tuple[str, str]]
+    split: list[str]
+    warnings: list[str]
+    route: _Route
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one namespace's channels found, the pool's input (Recaller._pool):
+    the proposals (keyword matches, vector proposals, graph-linked and routed
+    memories with their lift), the pool rows already read, the query's vector
+    (None when the vector channel did not run) and its parts' vectors, and the
+    intent settled. The defaults are a channel's empty answer (a benchmark
+    pools the vector channel's proposals alone)."""
+
+    keyword: Keywords = field(default_factory=lambda: Keywords([]))
+    rows: dict[int, PoolRow] = field(default_factory=dict)
+    vector_candidates: list[int] = field(default_factory=list)
+    vector: list[float] | None = None
+    part_vectors: list[list[float]] = field(default_factory=list)
+    graph: GraphBoost = field(default_factory=lambda: GraphBoost(frozenset()))
+    routed: dict[int, float] = field(default_factory=dict)
+    intent: Intent = Intent.GENERAL
+
+
+def _backend_channels(
+    reads: ReadPool, params: RecallParams, vector_cache: VectorCache | None
+) -> tuple[KeywordChannel, VectorChannel]:
+    """The keyword and vector channels of the read pool's backend (its `dialect`):
+    the cache follows SQLite's vector change log; Postgres scans its HNSW index."""
+    depth, budget = params.channel_depth, params.keyword_postings_budget
+    if reads.dialect == "postgres":
+        return PgKeywordChannel(depth, budget), PgVectorChannel(depth, params.vector_candidates)
+    cache = vector_cache if params.vector_cache else None
+    return (
+        SqliteKeywordChannel(reads, depth, budget),
+        SqliteVectorChannel(depth, params.vector_candidates, cache),
+    )
+
+
 class Recaller:
+    """Recall over one read pool. Its channels are built here, once: `keyword`
+    and `vector` are the pool's backend's (_backend_channels); the entity, link
+    and time-range channels are the same on both. `scope` reads what one
+    namespace's channels search under (tests and benchmarks call the channels
+    with it directly)."""
+
     def __init__(
         self,
         reads: ReadPool,
@@ -301,23 +307,28 @@ class Recaller:
         vector_cache: VectorCache | None = None,
     ) -> None:
         self._reads = reads
-        # "sqlite" or "postgres": which channels run, and the query builders' SQL
+        # "sqlite" or "postgres": the query builders' SQL
         self._dialect = reads.dialect
         self._embedder = embedder
         self._params = params
         self._reranker = reranker
         self._access = access
-        # the cache follows SQLite's vector change log; Postgres scans its HNSW index
-        self._vector_cache = (
-            vector_cache if params.vector_cache and self._dialect == "sqlite" else None
+        self.keyword, self.vector = _backend_channels(reads, params, vector_cache)
+        self._graph = EntityChannel("graph", params.graph_boost_timeout_s)
+        self._entity = EntityChannel("entity", params.graph_boost_timeout_s)
+        self._causal = LinkChannel(
+            CAUSAL_LINK_TYPES, params.intent_causal_depth, params.intent_causal_weight
         )
-        self._document_counts: dict[str, tuple[int, float]] = {}  # match -> (count, when)
+        # the temporal route's chain (seed 003 "temporal chain traversal"): the
+        # memories written just before and after the best matches in their
+        # session, one `temporal` link away: what happened around the thing asked about
+        self._neighbours = LinkChannel(TEMPORAL_LINK_TYPES, 1, params.intent_temporal_link_weight)
+        self._time_range = TimeRangeChannel(params.channel_depth, params.scoring.time_boost)
         self.classifier = IntentClassifier(
             embedder.provider if params.intent_routing else None,
             params.intent_similarity_threshold,
             wait_s=embedder.timeout_s,
         )
-        self._index_size: tuple[int, float] = (0, float("-inf"))  # (live memories, when)
 
     async def recall(
         self,
@@ -346,6 +357,9 @@ class Recaller:
             min_score = self._params.scoring.min_score
         warnings: list[str] = []
         route = _Route(intent, asked_at if asked_at is not None else clock.now())
+        # with a reranker, its whole head is picked before the cut to `limit`
+        # (seed 000 "Optional Reranking")
+        depth = max(limit, self._params.reranker_top_n) if self._reranker else limit
         # The query embedding starts first (the longest step); the keyword and
         # graph channels read while it runs, the vector cache's scan beside them
         # (SQLite, numpy and the model release the GIL).
@@ -354,16 +368,29 @@ class Recaller:
         records: dict[int, MemoryRecord] = {}
         vectors_used = False
         try:
+            asked = _Asked(
+                query,
+                spec,
+                depth,
+                min_score,
+                embedding,
+                [
+                    (clock.to_text(start), clock.to_text(end))
+                    for start, end in time_windows(query, route.asked_at)
+                ],
+                (
+                    decompose.parts(query, self._params.decompose_rules)
+                    if self._params.decompose_weight > 0
+                    else []
+                ),
+                warnings,
+                route,
+            )
             async with (
                 contextlib.nullcontext(snapshot) if snapshot else self._reads.snapshot()
             ) as reads:
-                # with a reranker, its whole head is picked before the cut to `limit`
-                # (seed 000 "Optional Reranking")
-                depth = max(limit, self._params.reranker_top_n) if self._reranker else limit
                 for namespace in names:  # one connection: its reads run in turn anyway
-                    found, rows, used = await self._search(
-                        reads, namespace, query, depth, min_score, spec, embedding, warnings, route
-                    )
+                    found, rows, used = await self._search(asked, reads, namespace)
                     picked.extend(found)
                     records.update(rows)  # rowids are unique across namespaces
                     vectors_used = vectors_used or used
@@ -401,148 +428,165 @@ class Recaller:
         classified = route.classified or Classified(Intent.GENERAL, "default: no rule matched")
         return RecallOutcome(hits, degraded, warnings, classified)
 
+    async def scope(self, reads: Reads, namespace: str, spec: MemoryFilterSpec) -> RecallScope:
+        """The namespace's scope in this snapshot: whether the unfiltered
+        namespace holds every live memory (the keyword channel's question: only
+        SQLite's asks it) and the vector index's model, read together."""
+        whole, index = await asyncio.gather(
+            self.keyword.whole_index(reads, namespace, spec),
+            reads.fetch_one(queries.index_model()),
+        )
+        return RecallScope(reads, namespace, spec, whole, index[0] if index else "", self._dialect)
+
     async def _search(
-        self,
-        reads: Reads,
-        namespace: str,
-        query: str,
-        limit: int,
-        min_score: float,
-        spec: MemoryFilterSpec,
-        embedding: asyncio.Task[list[float] | None],
-        warnings: list[str],
-        route: _Route,
+        self, asked: _Asked, reads: Reads, namespace: str
     ) -> tuple[list[Candidate], dict[int, MemoryRecord], bool]:
-        """Every read of one Recall, on one snapshot: (picked candidates, their
-        records by rowid, whether the vector channel ran)."""
-        keyword_task: asyncio.Task[tuple[Keywords, dict[int, Any]]] | None = None
+        """Every read of one namespace, on one snapshot: (picked candidates,
+        their records by rowid, whether the vector channel ran)."""
+        part_embeddings = [asyncio.create_task(self._embedder.embed(p)) for p in asked.split]
+        # what the request or the rules already say; the vector decides the rest
+        early = self._early_intent(asked.route, asked.query, bool(asked.windows))
+        spec = asked.spec
+        if asked.windows and spec.as_of is None and early not in (None, Intent.GENERAL):
+            # a routed question naming a past range also reads what was true then
+            spec = replace(spec, valid_during=tuple(asked.windows))
+        try:
+            scope = await self.scope(reads, namespace, spec)
+            found = await self._read(scope, asked, part_embeddings, early)
+        except BaseException:
+            for task in part_embeddings:
+                task.cancel()
+            # the snapshot ends after these, so none may still be reading
+            await asyncio.gather(*part_embeddings, return_exceptions=True)
+            raise
+        if found.graph.timed_out:
+            asked.warnings.append("graph boost timed out; partial graph results used")
+        elif found.graph.failed:
+            asked.warnings.append("graph boost failed; results without it")
+        pool = await self._pool(scope, found)
+        await self._lift(scope, asked.query, found.intent, pool)
+        picked = await self._rank(scope, asked, found, pool)
+        picked, records = await self._records(scope, asked.query, picked)
+        return picked, records, found.vector is not None
+
+    async def _read(
+        self,
+        scope: RecallScope,
+        asked: _Asked,
+        part_embeddings: list[asyncio.Task[list[float] | None]],
+        early: Intent | None,
+    ) -> Found:
+        """Every channel's read of one namespace, as much of it at once as the
+        order allows: the keyword and graph channels start before the query
+        vector is awaited, the vector proposals' pool rows are read while the
+        keyword channel runs; the routes follow from the intent."""
+        keyword_task: asyncio.Task[tuple[Keywords, dict[int, PoolRow]]] | None = None
         graph_task: asyncio.Task[GraphBoost] | None = None
         entity_task: asyncio.Task[GraphBoost] | None = None
-        rows_task: asyncio.Task[dict[int, Any]] | None = None
-        split = (
-            decompose.parts(query, self._params.decompose_rules)
-            if self._params.decompose_weight > 0
-            else []
-        )
-        part_embeddings = [asyncio.create_task(self._embedder.embed(p)) for p in split]
-        part_vectors: list[list[float]] = []
+        rows_task: asyncio.Task[dict[int, PoolRow]] | None = None
         part_scans: asyncio.Task[tuple[list[list[float]], list[list[int]]]] | None = None
-        windows = [
-            (clock.to_text(start), clock.to_text(end))
-            for start, end in time_windows(query, route.asked_at)
-        ]
-        # what the request or the rules already say; the vector decides the rest
-        early = self._early_intent(route, query, bool(windows))
-        if windows and spec.as_of is None and early not in (None, Intent.GENERAL):
-            # a routed question naming a past range also reads what was true then
-            spec = replace(spec, valid_during=tuple(windows))
+        query = asked.query
+        part_vectors: list[list[float]] = []
         try:
-            whole_index, index_model = await self._index_facts(reads, namespace, spec)
-            keyword_task = asyncio.create_task(
-                self._keyword_with_rows(reads, namespace, query, spec, whole_index, index_model)
-            )
-            graph_task = asyncio.create_task(self._graph(reads, namespace, query, spec))
+            keyword_task = asyncio.create_task(self._keyword_with_rows(scope, query))
+            graph_task = asyncio.create_task(self._graph_boost(scope, query))
             # with the graph boost on, its lookup is the entity route's too
             by_graph = self._params.graph_enabled
             if early is Intent.ENTITY and not by_graph:
-                entity_task = asyncio.create_task(self._entities(reads, namespace, query, spec))
-            vector, candidates = await self._vector_channel(
-                reads, namespace, embedding, index_model, spec, whole_index, warnings
-            )
-            if split:  # the parts' vector proposals, beside the keyword channel
+                entity_task = asyncio.create_task(self._entity.linked(scope, query))
+            vector, candidates = await self._vector_channel(scope, asked)
+            if asked.split:  # the parts' vector proposals, beside the keyword channel
                 part_scans = asyncio.create_task(
-                    self._part_candidates(
-                        reads, namespace, part_embeddings, vector is not None, spec, whole_index
-                    )
+                    self._part_candidates(scope, part_embeddings, vector is not None)
                 )
             if candidates:  # their pool rows, read while the keyword channel runs
-                rows_task = asyncio.create_task(
-                    self._pool_rows(reads, namespace, candidates, index_model, spec)
-                )
-            intent = await self._intent(route, query, vector, bool(windows))
+                rows_task = asyncio.create_task(self._pool_rows(scope, candidates))
+            intent = await self._intent(asked.route, query, vector, bool(asked.windows))
             if intent is Intent.ENTITY and entity_task is None and not by_graph:
-                entity_task = asyncio.create_task(self._entities(reads, namespace, query, spec))
+                entity_task = asyncio.create_task(self._entity.linked(scope, query))
             keyword, keyword_rows = await keyword_task
             if rows_task is not None:
                 keyword_rows = keyword_rows | await rows_task
-            if split:  # a question about several things: each part's matches join
+            if asked.split:  # a question about several things: each part's matches join
                 keyword, candidates, part_vectors = await self._parts(
-                    reads,
-                    namespace,
-                    split,
-                    part_scans,
-                    keyword,
-                    candidates,
-                    spec,
-                    whole_index,
+                    scope, asked.split, part_scans, keyword, candidates
                 )
             graph = await graph_task
             entities = await entity_task if entity_task is not None else None
             if intent is Intent.ENTITY and by_graph:
                 entities = graph
-            keyword_coverage = keyword.coverage
-            routed: dict[int, float] = {}
-            if entities is not None:
-                weight = self._params.intent_entity_weight
-                routed = {rowid: weight for rowid in sorted(entities.rowids)}
-            elif intent is Intent.CAUSAL:
-                routed = await self._causal(reads, namespace, keyword.ranked, candidates, spec)
-            elif intent is Intent.TEMPORAL:
-                routed = await self._session_neighbours(
-                    reads, namespace, keyword.ranked, candidates, spec
-                )
-                if windows:
-                    in_range = await self._in_windows(reads, namespace, windows, spec)
-                    routed = in_range | routed  # a neighbour's lift wins over the range's 0
+            routed = await self._routed(scope, asked, intent, entities, keyword, candidates)
         except BaseException:
-            tasks: list[asyncio.Task[Any]] = [*part_embeddings]
-            tasks += [
+            tasks = [
                 t
                 for t in (keyword_task, graph_task, entity_task, rows_task, part_scans)
                 if t is not None
             ]
             for task in tasks:
                 task.cancel()
-            # the snapshot ends after these, so none may still be reading
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        if graph.timed_out:
-            warnings.append("graph boost timed out; partial graph results used")
-        elif graph.failed:
-            warnings.append("graph boost failed; results without it")
-        vectors_used = vector is not None
-        pool = await self._pool(
-            namespace,
-            keyword.ranked,
-            candidates,
-            vector,
-            index_model,
-            graph.rowids,
-            keyword_rows,
-            reads,
-            spec=spec,
-            routed=routed,
-            part_vectors=part_vectors,
-        )
-        await self._lift(reads, namespace, query, intent, pool)
+        return Found(keyword, keyword_rows, candidates, vector, part_vectors, graph, routed, intent)
+
+    async def _routed(
+        self,
+        scope: RecallScope,
+        asked: _Asked,
+        intent: Intent,
+        entities: GraphBoost | None,
+        keyword: Keywords,
+        candidates: list[int],
+    ) -> dict[int, float]:
+        """The intent route's memories and their lift: the entities' (entity),
+        what causal links reach from the best matches, the lift halving per hop
+        (causal), the best matches' session neighbours and the memories of the
+        range the query names (temporal)."""
+        if entities is not None:
+            weight = self._params.intent_entity_weight
+            return {rowid: weight for rowid in sorted(entities.rowids)}
+        if intent is Intent.CAUSAL:
+            return await self._causal.reach(scope, keyword.ranked, candidates)
+        if intent is not Intent.TEMPORAL:
+            return {}
+        routed = await self._neighbours.reach(scope, keyword.ranked, candidates)
+        if asked.windows:
+            in_range = await self._time_range.in_range(scope, asked.windows)
+            routed = in_range | routed  # a neighbour's lift wins over the range's 0
+        return routed
+
+    async def _rank(
+        self, scope: RecallScope, asked: _Asked, found: Found, pool: list[Candidate]
+    ) -> list[Candidate]:
+        """The pool fused, boosted, weighed by importance and decay, and cut
+        (services.search.scoring)."""
         params = self._params.scoring
-        confidence = fuse(pool, params, vectors_used, keyword_coverage)
-        boost(pool, params, windows)
+        confidence = fuse(pool, params, found.vector is not None, found.keyword.coverage)
+        boost(pool, params, asked.windows)
         if params.importance_weight and pool:
-            rows = await reads.fetch_all(
+            rows = await scope.reads.fetch_all(
                 queries.importance_by_rowid(
-                    namespace, [c.rowid for c in pool], dialect=self._dialect
+                    scope.namespace, [c.rowid for c in pool], dialect=scope.dialect
                 )
             )
-            weigh_importance(pool, {row[0]: row[1] for row in rows}, params.importance_weight)
+            importance = {rowid: value for rowid, value in rows}
+            weigh_importance(pool, importance, params.importance_weight)
         if self._params.decay is not None:
-            await apply_decay(reads, namespace, pool, self._params.decay, dialect=self._dialect)
-        picked = select(pool, limit, params.diversity_penalty, min_score, confidence)
+            await apply_decay(
+                scope.reads, scope.namespace, pool, self._params.decay, dialect=scope.dialect
+            )
+        return select(pool, asked.depth, params.diversity_penalty, asked.min_score, confidence)
+
+    async def _records(
+        self, scope: RecallScope, query: str, picked: list[Candidate]
+    ) -> tuple[list[Candidate], dict[int, MemoryRecord]]:
+        """The picked memories' records (those still live under the scope's
+        filter), a value's newest statement first (services.search.current_value)."""
+        reads, namespace, spec = scope.reads, scope.namespace, scope.spec
         records = {
             row["rowid"]: MemoryRecord.from_row(row)
             for row in await reads.fetch_all(
                 queries.memories_by_rowid(
-                    namespace, [c.rowid for c in picked], spec, dialect=self._dialect
+                    namespace, [c.rowid for c in picked], spec, dialect=scope.dialect
                 )
             )
         }
@@ -553,20 +597,20 @@ class Recaller:
                 ids = [records[picked[i].rowid].id for places in groups for i in places]
                 restated: dict[str, list[tuple[str, str]]] = {}
                 for row in await reads.fetch_all(queries.restatements(namespace, ids)):
-                    restated.setdefault(row[0], []).append((row[1], row[2]))
+                    event = Restatement._make(row)
+                    restated.setdefault(event.memory_id, []).append(
+                        (event.metadata, event.recorded_at)
+                    )
                 picked = newest_value_first(picked, records, groups, restated, spec.as_of)
-        return picked, records, vectors_used
+        return picked, records
 
     async def _parts(
         self,
-        reads: Reads,
-        namespace: str,
+        scope: RecallScope,
         split: list[str],
         part_scans: asyncio.Task[tuple[list[list[float]], list[list[int]]]] | None,
         keyword: Keywords,
         candidates: list[int],
-        spec: MemoryFilterSpec,
-        whole_index: bool,
     ) -> tuple[Keywords, list[int], list[list[float]]]:
         """The question's parts searched by the same channels (no SQL of their
         own): the keyword list and vector proposals with each part's best added
@@ -579,12 +623,7 @@ class Recaller:
         with timed(RECALL_CHANNEL_SECONDS, "parts"), tracing.span("recall.parts"):
             known = keyword.statistics
             part_keywords = await asyncio.gather(
-                *(
-                    self._keyword_channel(
-                        reads, namespace, p, spec, whole_index, known, with_coverage=False
-                    )
-                    for p in split
-                )
+                *(self.keyword.ranked(scope, p, known, with_coverage=False) for p in split)
             )
             vectors, part_candidates = await part_scans if part_scans else ([], [])
         depth, weight = self._params.decompose_depth, self._params.decompose_weight
@@ -596,38 +635,16 @@ class Recaller:
 
     async def _part_candidates(
         self,
-        reads: Reads,
-        namespace: str,
+        scope: RecallScope,
         embeddings: list[asyncio.Task[list[float] | None]],
         scan: bool,
-        spec: MemoryFilterSpec,
-        whole_index: bool,
     ) -> tuple[list[list[float]], list[list[int]]]:
         """(the parts' vectors, each one's vector proposals), scanned in turn;
         none without `scan` (the vector channel did not run: nor do the parts')."""
         vectors = [v for v in await asyncio.gather(*embeddings) if v is not None]
         if not scan:
             return [], []
-        model = self._embedder.provider.model
-        return vectors, [
-            await self._vector_candidates(namespace, v, model, spec, whole_index, reads)
-            for v in vectors
-        ]
-
-    async def _index_facts(
-        self, reads: Reads, namespace: str, spec: MemoryFilterSpec
-    ) -> tuple[bool, str]:
-        """(whether the unfiltered namespace holds every live memory, the vector
-        index's model). The first only matters to SQLite's channels (FTS5's own
-        statistics, the plain vector scan): Postgres's are per namespace."""
-        if self._dialect == "postgres":
-            index = await reads.fetch_one(queries.index_model())
-            return False, index[0] if index else ""
-        whole, index = await asyncio.gather(
-            reads.fetch_one(queries.namespace_is_whole_index(namespace)),
-            reads.fetch_one(queries.index_model()),
-        )
-        return spec.is_empty() and bool(whole[0]), index[0] if index else ""
+        return vectors, [await self.vector.nearest(scope, _query_f32(v)) for v in vectors]
 
     def _early_intent(self, route: _Route, query: str, names_time: bool) -> Intent | None:
         """The intent known before the query vector: the request's, a rule's, or
@@ -654,123 +671,8 @@ class Recaller:
                 route.classified = Classified(Intent.GENERAL, "default: routing off")
         return route.classified.intent
 
-    async def _entities(
-        self,
-        reads: Reads,
-        namespace: str,
-        query: str,
-        spec: MemoryFilterSpec,
-        channel: str = "entity",
-    ) -> GraphBoost:
-        """Memories mentioning the entities the query names: the entity route, and
-        the graph channel (`channel` names it in metrics and traces)."""
-        with timed(RECALL_CHANNEL_SECONDS, channel), tracing.span(f"recall.{channel}"):
-            return await graph_boost(
-                reads,
-                namespace,
-                query,
-                spec,
-                self._params.graph_boost_timeout_s,
-                dialect=self._dialect,
-            )
-
-    async def _causal(
-        self,
-        reads: Reads,
-        namespace: str,
-        keyword: list[tuple[int, float]],
-        vector_candidates: list[int],
-        spec: MemoryFilterSpec,
-    ) -> dict[int, float]:
-        """The causal route: what causal links reach from the best matches, the
-        lift halving per hop."""
-        return await self._reach(
-            reads,
-            namespace,
-            keyword,
-            vector_candidates,
-            spec,
-            CAUSAL_LINK_TYPES,
-            self._params.intent_causal_depth,
-            self._params.intent_causal_weight,
-        )
-
-    async def _session_neighbours(
-        self,
-        reads: Reads,
-        namespace: str,
-        keyword: list[tuple[int, float]],
-        vector_candidates: list[int],
-        spec: MemoryFilterSpec,
-    ) -> dict[int, float]:
-        """The temporal route's chain (seed 003 "temporal chain traversal"): the
-        memories written just before and after the best matches in their session,
-        one `temporal` link away: what happened around the thing asked about."""
-        return await self._reach(
-            reads,
-            namespace,
-            keyword,
-            vector_candidates,
-            spec,
-            TEMPORAL_LINK_TYPES,
-            1,
-            self._params.intent_temporal_link_weight,
-        )
-
-    async def _reach(
-        self,
-        reads: Reads,
-        namespace: str,
-        keyword: list[tuple[int, float]],
-        vector_candidates: list[int],
-        spec: MemoryFilterSpec,
-        link_types: tuple[str, ...],
-        depth: int,
-        weight: float,
-    ) -> dict[int, float]:
-        """What links of `link_types` reach from the best keyword and vector
-        matches within `depth` hops, each lifted by `weight` halved per hop."""
-        seeds = [r for r, _ in keyword[:CAUSAL_SEEDS]] + vector_candidates[:CAUSAL_SEEDS]
-        if not seeds or weight <= 0:
-            return {}
-        channel = link_types[0]
-        with timed(RECALL_CHANNEL_SECONDS, channel), tracing.span(f"recall.{channel}"):
-            at = spec.as_of or clock.now_text()
-            reached = await linked_reach(
-                reads, namespace, seeds, link_types, spec, depth, at, dialect=self._dialect
-            )
-        return {rowid: weight / 2 ** (hop - 1) for rowid, hop in reached.items()}
-
-    async def _in_windows(
-        self, reads: Reads, namespace: str, windows: list[tuple[str, str]], spec: MemoryFilterSpec
-    ) -> dict[int, float]:
-        """The temporal route's list: memories of the range the query names, latest
-        first (their lift is the time boost every memory in range gets), then
-        facts no longer valid that were during the range (a superseded value, a
-        short-term fact since ended), lifted by the same boost when their event
-        time lies outside the range."""
-        depth = self._params.channel_depth
-        with timed(RECALL_CHANNEL_SECONDS, "time_range"), tracing.span("recall.time_range"):
-            dialect = self._dialect
-            rows = await reads.fetch_all(
-                queries.in_time_windows(namespace, windows, spec, depth, dialect=dialect)
-            )
-            closed = (
-                await reads.fetch_all(
-                    queries.closed_valid_in_windows(namespace, spec, depth, dialect=dialect)
-                )
-                if spec.valid_during
-                else []
-            )
-        routed = {row[0]: 0.0 for row in rows}
-        time_boost = self._params.scoring.time_boost
-        for rowid, event_time in closed:
-            in_range = any(start <= event_time < end for start, end in windows)
-            routed.setdefault(rowid, 0.0 if in_range else time_boost)
-        return routed
-
     async def _lift(
-        self, reads: Reads, namespace: str, query: str, intent: Intent, pool: list[Candidate]
+        self, scope: RecallScope, query: str, intent: Intent, pool: list[Candidate]
     ) -> None:
         """The in-pool part of a route: memories of the speaker the query names or
         addresses (every intent, general included, unless `intent_speaker_any_intent`
@@ -782,401 +684,78 @@ class Recaller:
                 if c.who and c.who.lower() in named:
                     c.intent_boost += self._params.intent_speaker_weight
         if intent is Intent.TEMPORAL and self._params.intent_time_statement_weight > 0:
-            stating = await time_statements(reads, namespace, pool, dialect=self._dialect)
+            stating = await time_statements(
+                scope.reads, scope.namespace, pool, dialect=scope.dialect
+            )
             for c in pool:
                 if c.rowid in stating:
                     c.intent_boost += self._params.intent_time_statement_weight
 
-    async def _graph(
-        self, reads: Reads, namespace: str, query: str, spec: MemoryFilterSpec
-    ) -> GraphBoost:
+    async def _graph_boost(self, scope: RecallScope, query: str) -> GraphBoost:
         """The graph channel: memories linked to the query's entities (when enabled)."""
         if not self._params.graph_enabled:
             return GraphBoost(frozenset())
-        return await self._entities(reads, namespace, query, spec, "graph")
+        return await self._graph.linked(scope, query)
 
     async def _keyword_with_rows(
-        self,
-        reads: Reads,
-        namespace: str,
-        query: str,
-        spec: MemoryFilterSpec,
-        whole_index: bool,
-        model: str,
-    ) -> tuple[Keywords, dict[int, Any]]:
+        self, scope: RecallScope, query: str
+    ) -> tuple[Keywords, dict[int, PoolRow]]:
         """The keyword channel, then its pool rows (fetched while the query is
         still being embedded)."""
         with timed(RECALL_CHANNEL_SECONDS, "keyword"), tracing.span("recall.keyword"):
-            keyword = await self._keyword_channel(reads, namespace, query, spec, whole_index)
+            keyword = await self.keyword.ranked(scope, query)
             if not keyword.ranked:
                 return keyword, {}
             rowids = [r for r, _ in keyword.ranked]
-            rows = await reads.fetch_all(
-                queries.pool_rows(namespace, rowids, model, spec, dialect=self._dialect)
+            rows = await scope.reads.fetch_all(
+                queries.pool_rows(
+                    scope.namespace, rowids, scope.model, scope.spec, dialect=scope.dialect
+                )
             )
-            return keyword, {row[0]: row for row in rows}
-
-    async def _keyword_channel(
-        self,
-        reads: Reads,
-        namespace: str,
-        query: str,
-        spec: MemoryFilterSpec,
-        whole_index: bool,
-        known: TermStatistics | None = None,
-        *,
-        with_coverage: bool = True,
-    ) -> Keywords:
-        """(rowid, score) best first, BM25 with the searched collection's IDF, and
-        the share of the query's IDF mass in that collection the best match holds
-        (0 without `with_coverage`). `known`: statistics another query read in
-        this snapshot over the same collection (a question's, for its parts):
-        only what they lack is read."""
-        if self._dialect == "postgres":
-            return await self._pg_keyword_channel(reads, namespace, query, spec, known)
-        matches = list(dict.fromkeys(quoted(term) for term in keyword_terms(query)))
-        if not matches:
-            return Keywords([])
-        depth = self._params.channel_depth
-        if whole_index:  # the collection is the whole index: FTS5's IDF is ours
-            statistics = await self._index_statistics(reads, matches, known)
-            counts = {m: statistics.terms[m][0] for m in matches}
-            ranked = await self._whole_index_keyword(reads, matches, counts, depth)
-            if not with_coverage:
-                return Keywords(ranked, statistics=statistics)
-            weights = {m: coverage_idf(statistics.size, counts[m]) for m in matches}
-            return Keywords(ranked, await self._coverage(reads, weights, ranked), statistics)
-        statistics = await self._collection_statistics(reads, namespace, spec, matches, known)
-        collection_size, index_size = statistics.size, statistics.index_size
-        in_collection = {m: statistics.terms[m][0] for m in matches}
-        weighted = [
-            (m, bm25_idf(collection_size, local) / bm25_idf(index_size, overall))
-            for m in matches
-            for local, overall in [statistics.terms[m]]
-            if local
-        ]
-        if not weighted:
-            return Keywords([], statistics=statistics)
-        rows = await reads.fetch_all(queries.weighted_keyword_top(weighted, namespace, spec, depth))
-        ranked = [(row[0], row[1]) for row in rows]
-        if not with_coverage:
-            return Keywords(ranked, statistics=statistics)
-        weights = {m: coverage_idf(collection_size, in_collection[m]) for m in matches}
-        return Keywords(ranked, await self._coverage(reads, weights, ranked), statistics)
-
-    async def _collection_statistics(
-        self,
-        reads: Reads,
-        namespace: str,
-        spec: MemoryFilterSpec,
-        matches: list[str],
-        known: TermStatistics | None,
-    ) -> TermStatistics:
-        """SQLite's namespace path: the collection's and the index's live
-        memories, and each term's documents in both, reading only what `known`
-        lacks."""
-        if known is None:
-            collection, everything = await asyncio.gather(
-                reads.fetch_one(queries.live_count(namespace, spec)),
-                reads.fetch_one(queries.live_count(None, _NO_FILTER)),
-            )
-            known = TermStatistics(int(collection[0]), int(everything[0]))
-        missing = known.missing(matches)
-        if not missing:
-            return known
-        in_collection = await asyncio.gather(
-            *(reads.fetch_one(queries.term_collection_count(m, namespace, spec)) for m in missing)
-        )
-        in_index = await asyncio.gather(
-            *(reads.fetch_one(queries.term_document_count(m)) for m in missing)
-        )
-        return known.with_terms(
-            {
-                m: (int(local[0]), int(overall[0]))
-                for m, local, overall in zip(missing, in_collection, in_index, strict=True)
-            }
-        )
-
-    async def _pg_keyword_channel(
-        self,
-        reads: Reads,
-        namespace: str,
-        query: str,
-        spec: MemoryFilterSpec,
-        known: TermStatistics | None = None,
-    ) -> Keywords:
-        """The keyword channel on Postgres: BM25 in one query
-        (services/search/pg_text.py), which also returns the statistics and the
-        best match's terms the coverage needs. The statistics are the
-        namespace's, kept by the store (one indexed read, exact at the
-        snapshot), with the common-terms cutoff as on SQLite's whole index,
-        filtered Recalls included: a filter (a time window the query names, a
-        type) narrows which memories are scored, not the IDF, as Lucene scores
-        a filtered query. Counting a filtered collection's statistics and
-        scoring every match without a cutoff scanned the namespace: 3.6 s at
-        the p95 of Recall at 1M (bench/README.md "Recall at 1M")."""
-        terms = list(dict.fromkeys(keyword_terms(query)))
-        if not terms:
-            return Keywords([])
-        statistics = known  # (a question's, when this is one of its parts)
-        missing = terms if statistics is None else statistics.missing(terms)
-        if missing:
-            size, average, kept = await reads.fetch_one(pg_text.kept_statistics(missing, namespace))
-            read = {t: (int(n), int(n)) for t, n in zip(missing, kept, strict=True)}
-            statistics = (
-                TermStatistics(int(size), int(size), float(average), read)
-                if statistics is None
-                else statistics.with_terms(read)
-            )
-        if statistics is None or not statistics.size:
-            return Keywords([], statistics=statistics)
-        frequencies = [statistics.terms[t][0] for t in terms]
-        counts = dict(zip(terms, frequencies, strict=True))
-        rare = rare_terms(terms, counts, self._params.keyword_postings_budget)
-        required = None if rare is None else [terms.index(t) + 1 for t in rare]
-        collection = (statistics.size, statistics.average)
-        rows = await reads.fetch_all(
-            pg_text.bm25_top(
-                terms,
-                namespace,
-                self._params.channel_depth,
-                spec,
-                collection,
-                frequencies,
-                required,
-            )
-        )
-        if not rows:
-            return Keywords([], statistics=statistics)
-        size, frequencies = int(rows[0][3]), rows[0][4]
-        weights = {t: coverage_idf(size, int(n)) for t, n in zip(terms, frequencies, strict=True)}
-        held = {terms[int(i) - 1] for i in rows[0][2]}
-        ranked = [(row[0], float(row[1])) for row in rows]
-        return Keywords(ranked, coverage(weights, held), statistics)
-
-    async def _coverage(
-        self, reads: Reads, weights: dict[str, float], ranked: list[tuple[int, float]]
-    ) -> float:
-        """The share of the query's IDF mass held by the best match's terms."""
-        if not ranked:
-            return 0.0
-        rows = await reads.fetch_all(queries.terms_in_memory(list(weights), ranked[0][0]))
-        return coverage(weights, {row[0] for row in rows})
-
-    async def _whole_index_keyword(
-        self, reads: Reads, matches: list[str], counts: dict[str, int], depth: int
-    ) -> list[tuple[int, float]]:
-        """FTS5's BM25 over the OR of the terms. When the terms match more than
-        `keyword_postings_budget` documents in total, the rarest terms that fit the
-        budget are "rare" and the rest "common": a document is then scored only
-        when it matches a rare term, with its full BM25 (common terms included)
-        when it also matches a common one. Documents matching common terms only,
-        which carry the least IDF, are left out. Costs follow the rare terms'
-        documents instead of every posting of every term."""
-        rare = rare_terms(matches, counts, self._params.keyword_postings_budget)
-        if rare is not None:
-            common = [m for m in matches if m not in rare]
-            rare_only, with_common = await asyncio.gather(
-                self._beside(reads, queries.whole_index_keyword_top(any_of(rare), depth)),
-                reads.fetch_all(
-                    queries.whole_index_keyword_top(all_of([any_of(rare), any_of(common)]), depth)
-                ),
-            )
-            # the AND query's score is the full one (every term's part); a
-            # rare-only score stands where the document has no common term
-            scores = {row[0]: row[1] for row in rare_only}
-            scores.update((row[0], row[1]) for row in with_common)
-            ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-            return ranked[:depth]
-        rows = await reads.fetch_all(queries.whole_index_keyword_top(any_of(matches), depth))
-        return [(row[0], row[1]) for row in rows]
-
-    async def _beside(self, reads: Reads, query: queries.Query) -> list[Any]:
-        """A whole-index FTS5 query run on another connection of SQLite's pool
-        when one is idle (its own snapshot, on its own thread: beside the
-        snapshot's reads, half the keyword channel's time at 100k), else in the
-        snapshot. Its rowids are proposals like the vector cache's, read under
-        the namespace in the snapshot (_pool); a write landing between the two
-        snapshots moves its BM25 statistics by a hair, as the cached counts do."""
-        if self._dialect == "sqlite":
-            rows = await self._reads.fetch_all_spare(query)
-            if rows is not None:
-                return rows
-        return await reads.fetch_all(query)
-
-    async def _index_statistics(
-        self, reads: Reads, matches: list[str], known: TermStatistics | None = None
-    ) -> TermStatistics:
-        """(live memories, documents per term) across the index, for the IDF. On a
-        large index both are cached for a few minutes: they decide which terms count
-        as common and scale the keyword share, where a count a few minutes old
-        moves an IDF by a hair. A small index is counted afresh every Recall:
-        once, when `known` (read in this snapshot) has them."""
-        if known is not None and not known.missing(matches):
-            return known
-        now = time.monotonic()
-        size, when = self._index_size
-        if known is not None:
-            size = known.size
-        elif size < _FRESH_COUNTS_BELOW or now - when > _DOCUMENT_COUNT_TTL_S:
-            size = int((await reads.fetch_one(queries.live_count(None, _NO_FILTER)))[0])
-            self._index_size = (size, now)
-        fresh = size < _FRESH_COUNTS_BELOW
-        counted = known.terms if known is not None else {}
-        wanted = [m for m in matches if m not in counted]
-        counts: dict[str, int] = {}
-        if not fresh:
-            for m in wanted:
-                entry = self._document_counts.get(m)
-                if entry is not None and now - entry[1] <= _DOCUMENT_COUNT_TTL_S:
-                    counts[m] = entry[0]
-        missing = [m for m in wanted if m not in counts]
-        if missing:
-            rows = await asyncio.gather(
-                *(reads.fetch_one(queries.term_document_count(m)) for m in missing)
-            )
-            if len(self._document_counts) > _DOCUMENT_COUNT_ENTRIES:
-                self._document_counts.clear()
-            for match, row in zip(missing, rows, strict=True):
-                counts[match] = int(row[0])
-                self._document_counts[match] = (counts[match], now)
-        read = {m: (counts[m], counts[m]) for m in wanted}
-        if known is not None:
-            return known.with_terms(read)
-        return TermStatistics(size, size, terms=read)
+            return keyword, pool_rows_by_rowid(rows)
 
     async def _vector_channel(
-        self,
-        reads: Reads,
-        namespace: str,
-        embedding: asyncio.Task[list[float] | None],
-        index_model: str,
-        spec: MemoryFilterSpec,
-        whole_index: bool,
-        warnings: list[str],
+        self, scope: RecallScope, asked: _Asked
     ) -> tuple[list[float] | None, list[int]]:
         """(query vector, candidate rowids); no vector when the channel cannot
-        run, with the reason in `warnings`."""
-        vector = await embedding
+        run, with the reason in the Recall's warnings."""
+        vector = await asked.embedding
         if vector is None:
             if self._embedder.enabled:
-                warnings.append(self._embedder.last_error or "query embedding unavailable")
+                asked.warnings.append(self._embedder.last_error or "query embedding unavailable")
             return None, []
-        if index_model != self._embedder.provider.model:
-            warnings.append(
-                f"vector index holds {index_model or 'no'} vectors, queries use "
+        if scope.model != self._embedder.provider.model:
+            asked.warnings.append(
+                f"vector index holds {scope.model or 'no'} vectors, queries use "
                 f"{self._embedder.provider.model}; keywords only"
             )
             return None, []
         with timed(RECALL_CHANNEL_SECONDS, "vector"), tracing.span("recall.vector"):
-            candidates = await self._vector_candidates(
-                namespace, vector, index_model, spec, whole_index, reads
-            )
+            candidates = await self.vector.nearest(scope, _query_f32(vector))
         return vector, candidates
 
-    async def _vector_candidates(
-        self,
-        namespace: str,
-        vector: list[float],
-        model: str,
-        spec: MemoryFilterSpec,
-        whole_index: bool = False,
-        reads: Reads | None = None,
-    ) -> list[int]:
-        """First-pass rowids, nearest first: proposals only (the cache's are not
-        checked against the namespace until _pool reads their rows). `reads`: the
-        Recall's snapshot (the pool when called on its own, as the benchmark does)."""
-        query_f32 = _query_f32(vector)
-        depth = self._params.channel_depth
-        if self._dialect == "postgres":
-            return await self._pg_vector_candidates(
-                reads or self._reads, namespace, query_f32, spec
-            )
-        if self._params.vector_candidates <= 0:
-            sql = queries.exact_vector_candidates(query_f32, model, namespace, spec, depth)
-        else:
-            size = max(self._params.vector_candidates, depth)
-            if self._vector_cache is not None and spec.is_empty():
-                # a filter keeps its first pass in SQL: applied before the cut
-                cached = await self._vector_cache.nearest(namespace, query_f32, size)
-                if cached is not None:
-                    return cached
-            sql = queries.vector_candidates(query_f32, namespace, spec, size, whole_index)
-        return [row[0] for row in await (reads or self._reads).fetch_all(sql)]
-
-    async def _pg_vector_candidates(
-        self, reads: Reads, namespace: str, query_f32: bytes, spec: MemoryFilterSpec
-    ) -> list[int]:
-        """The vector channel on Postgres: the HNSW scan for the channel's depth
-        (its settings hold for the rest of the snapshot's transaction), or the
-        exact query when the scan comes back short (pg_vectors.nearest's rule);
-        `vector_candidates` 0 asks for the exact query at once."""
-        depth = self._params.channel_depth
-        rows: list[Any] = []
-        if self._params.vector_candidates > 0:
-            await reads.fetch_all(pg_vectors.scan_settings())
-            rows = await reads.fetch_all(
-                pg_vectors.vector_candidates(query_f32, namespace, spec, depth)
-            )
-        if len(rows) < depth:
-            rows = await reads.fetch_all(
-                pg_vectors.exact_vector_candidates(query_f32, namespace, spec, depth)
-            )
-        return [row[0] for row in rows]
-
-    async def _pool(
-        self,
-        namespace: str,
-        keyword: list[tuple[int, float]],
-        vector_candidates: list[int],
-        vector: list[float] | None,
-        model: str,
-        graph: frozenset[int] = frozenset(),
-        fetched: dict[int, Any] | None = None,
-        reads: Reads | None = None,
-        *,
-        spec: MemoryFilterSpec = _NO_FILTER,
-        routed: dict[int, float] | None = None,
-        part_vectors: Sequence[list[float]] = (),
-    ) -> list[Candidate]:
-        """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked memories, with
-        what scoring needs (`fetched`: pool rows already read, by rowid; `reads`:
-        as for _vector_candidates). A proposed rowid that is not a live memory of
-        the namespace has no row and leaves the pool here."""
-        reads = reads or self._reads
-        routed = routed or {}
+    async def _pool(self, scope: RecallScope, found: Found) -> list[Candidate]:
+        """Keyword top ∪ vector top (by exact cosine) ∪ graph-linked ∪ routed
+        memories, with what scoring needs (`found.rows`: pool rows already read).
+        A proposed rowid that is not a live memory of the namespace has no row
+        and leaves the pool here."""
+        keyword, vector_candidates = found.keyword.ranked, found.vector_candidates
+        graph, routed = found.graph.rowids, found.routed
         wanted = list(
             dict.fromkeys([r for r, _ in keyword] + vector_candidates + sorted(graph) + [*routed])
         )
         if not wanted:
             return []
-        by_rowid = dict(fetched or {})
+        by_rowid = dict(found.rows)
         missing = [r for r in wanted if r not in by_rowid]
         if missing:
-            by_rowid.update(await self._pool_rows(reads, namespace, missing, model, spec))
+            by_rowid.update(await self._pool_rows(scope, missing))
         rows = [by_rowid[r] for r in wanted if r in by_rowid]
-        cosine: dict[int, float] = {}
-        if vector is not None:
-            embedded = [row for row in rows if row[2] is not None]
-            if embedded:
-                matrix = np.frombuffer(b"".join(row[2] for row in embedded), dtype=np.float32)
-                matrix = matrix.reshape(len(embedded), -1)
-                query = np.frombuffer(_query_f32(vector), dtype=np.float32)
-                for row, value in zip(embedded, (matrix @ query).tolist(), strict=True):
-                    cosine[row[0]] = float(value)
-                if self._params.sentence_weight > 0:
-                    cosine.update(
-                        _best_parts(embedded, query, cosine, self._params.sentence_weight)
-                    )
-                if part_vectors:
-                    queries_f32 = [
-                        np.frombuffer(_query_f32(v), dtype=np.float32) for v in part_vectors
-                    ]
-                    rowids = [row[0] for row in embedded]
-                    weight = self._params.decompose_weight
-                    cosine.update(
-                        decompose.part_cosines(cosine, rowids, matrix, queries_f32, weight)
-                    )
+        cosine = (
+            self._cosines(rows, found.vector, found.part_vectors)
+            if found.vector is not None
+            else {}
+        )
         depth = self._params.channel_depth
         vector_top = sorted(
             (r for r in vector_candidates if r in cosine), key=lambda r: -cosine[r]
@@ -1193,50 +772,61 @@ class Recaller:
             candidate = candidates.setdefault(rowid, Candidate(rowid))
             candidate.route_rank, candidate.intent_boost = rank, lift
         for rowid, candidate in list(candidates.items()):
-            row = by_rowid.get(rowid)
-            if row is None:  # not a live memory of the namespace
+            pooled = by_rowid.get(rowid)
+            if pooled is None:  # not a live memory of the namespace
                 del candidates[rowid]
                 continue
+            _, event_time, _, who, _ = pooled
             candidate.cosine = cosine.get(rowid)
-            candidate.event_time = row[1]
-            candidate.who = row[3] or ""
-        await self._link_neighbours(reads, namespace, candidates)
+            candidate.event_time = event_time
+            candidate.who = who or ""
+        await link_neighbours(scope, candidates)
         return list(candidates.values())
 
-    async def _pool_rows(
-        self, reads: Reads, namespace: str, rowids: list[int], model: str, spec: MemoryFilterSpec
-    ) -> dict[int, Any]:
+    def _cosines(
+        self, rows: list[PoolRow], vector: list[float], part_vectors: Sequence[list[float]]
+    ) -> dict[int, float]:
+        """rowid -> the pool's cosine of the embedded rows: the exact one, raised
+        by the best sentence (_best_parts) and the question's parts
+        (services.search.decompose.part_cosines) when those are on."""
+        cosine: dict[int, float] = {}
+        rowids: list[int] = []
+        blobs: list[bytes] = []
+        with_parts: list[tuple[int, bytes]] = []  # (rowid, sentence vectors)
+        for rowid, _, exact, _, parts in rows:
+            if exact is not None:
+                rowids.append(rowid)
+                blobs.append(exact)
+                if parts:
+                    with_parts.append((rowid, parts))
+        if not rowids:
+            return cosine
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32)
+        matrix = matrix.reshape(len(rowids), -1)
+        query = np.frombuffer(_query_f32(vector), dtype=np.float32)
+        for rowid, value in zip(rowids, (matrix @ query).tolist(), strict=True):
+            cosine[rowid] = float(value)
+        if self._params.sentence_weight > 0:
+            cosine.update(_best_parts(with_parts, query, cosine, self._params.sentence_weight))
+        if part_vectors:
+            queries_f32 = [np.frombuffer(_query_f32(v), dtype=np.float32) for v in part_vectors]
+            weight = self._params.decompose_weight
+            cosine.update(decompose.part_cosines(cosine, rowids, matrix, queries_f32, weight))
+        return cosine
+
+    async def _pool_rows(self, scope: RecallScope, rowids: list[int]) -> dict[int, PoolRow]:
         """Pool rows (queries.pool_rows) of the live memories of the namespace
         among `rowids`, by rowid."""
         query = queries.pool_rows(
-            namespace,
+            scope.namespace,
             rowids,
-            model,
-            spec,
-            dialect=self._dialect,
+            scope.model,
+            scope.spec,
+            dialect=scope.dialect,
             parts=self._params.sentence_weight > 0,
         )
-        return {row[0]: row for row in await reads.fetch_all(query)}
-
-    async def _link_neighbours(
-        self, reads: Reads, namespace: str, candidates: dict[int, Candidate]
-    ) -> None:
-        """Set prev/next between pool members of one episode that are adjacent in
-        the namespace's insertion order (the only neighbours scoring uses)."""
-        episodes: dict[str, list[int]] = defaultdict(list)
-        for rowid, candidate in candidates.items():
-            episodes[candidate.event_time].append(rowid)
-        pairs = [p for rowids in episodes.values() for p in pairwise(sorted(rowids))]
-        adjacent = {(a, b) for a, b in pairs if b == a + 1}
-        gapped = [(a, b) for a, b in pairs if b != a + 1]
-        for start in range(0, len(gapped), 400):
-            rows = await reads.fetch_all(
-                queries.adjacent_pairs(namespace, gapped[start : start + 400])
-            )
-            adjacent.update((row[0], row[1]) for row in rows)
-        for a, b in adjacent:
-            candidates[a].next_rowid = b
-            candidates[b].prev_rowid = a
+        rows = await scope.reads.fetch_all(query)
+        return pool_rows_by_rowid(rows)
 
     async def _rerank(
         self,
@@ -1264,22 +854,25 @@ class Recaller:
 
 
 def _best_parts(
-    rows: Sequence[Any], query: npt.NDArray[np.float32], cosine: dict[int, float], weight: float
+    with_parts: Sequence[tuple[int, bytes]],
+    query: npt.NDArray[np.float32],
+    cosine: dict[int, float],
+    weight: float,
 ) -> dict[int, float]:
     """rowid -> whole cosine + weight x max(0, best sentence cosine - sd x
-    sqrt(2 ln n) - whole) for the pool rows that hold sentence vectors (row[4],
-    float16, each of the whole vector's dimensions), n its sentences, sd the
-    spread of every sentence cosine in the pool: a turn whose one answering
+    sqrt(2 ln n) - whole) for the pool rows that hold sentence vectors
+    (`with_parts`: (rowid, parts) in pool order; float16, each of the whole
+    vector's dimensions), n its sentences, sd the spread of every sentence
+    cosine in the pool: a turn whose one answering
     sentence is lost in its whole vector still meets the question (issue 19),
     while a long turn gains nothing for the maximum that many sentences reach by
     chance (about sd x sqrt(2 ln n) above their mean). The plain maximum and
     min-max scaling within the pool gained nothing once cross-validated
     (bench/README.md, "Sentence vectors through Recall"). One product over all parts."""
-    with_parts = [row for row in rows if row[4]]
     if not with_parts:
         return {}
     dims = len(query)
-    blobs = [bytes(row[4]) for row in with_parts]
+    blobs = [bytes(blob) for _, blob in with_parts]
     counts = np.array([len(b) // (2 * dims) for b in blobs])
     parts = np.frombuffer(b"".join(blobs), dtype=PARTS_DTYPE).reshape(-1, dims)
     scores = parts.astype(np.float32) @ query
@@ -1287,8 +880,8 @@ def _best_parts(
     chance = float(scores.std()) * np.sqrt(2.0 * np.log(counts))
     best = (np.maximum.reduceat(scores, starts) - chance).tolist()
     return {
-        row[0]: cosine[row[0]] + weight * max(0.0, value - cosine[row[0]])
-        for row, value in zip(with_parts, best, strict=True)
+        rowid: cosine[rowid] + weight * max(0.0, value - cosine[rowid])
+        for (rowid, _), value in zip(with_parts, best, strict=True)
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -221,13 +222,14 @@ def test_a_part_ranks_with_shared_statistics_as_alone(
             params = RecallParams(scoring=ScoringParams(min_score=0.0))
             recaller = Recaller(pool, QueryEmbedder(NoEmbedding()), params)
             async with pool.snapshot() as snapshot:
-                whole_index, _ = await recaller._index_facts(snapshot, NS, spec)
+                scope = await recaller.scope(snapshot, NS, spec)
+                whole_index = scope.whole_index
                 assert whole_index == (pool.dialect == "sqlite" and not other)
-                known = await recaller._keyword_channel(snapshot, NS, question, spec, whole_index)
-                alone = await recaller._keyword_channel(snapshot, NS, part, spec, whole_index)
+                known = await recaller.keyword.ranked(scope, question)
+                alone = await recaller.keyword.ranked(scope, part)
                 recording = Recording(snapshot)
-                shared = await recaller._keyword_channel(
-                    recording, NS, part, spec, whole_index, known.statistics, with_coverage=False
+                shared = await recaller.keyword.ranked(
+                    replace(scope, reads=recording), part, known.statistics, with_coverage=False
                 )
             assert known.statistics is not None and shared.statistics is not None
             assert alone.ranked and shared.ranked == alone.ranked

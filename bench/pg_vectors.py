@@ -65,7 +65,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import latency_data as data  # noqa: E402
 import provenance  # noqa: E402
-from recall_latency import load_average, summary  # noqa: E402
+from recall_latency import load_average, summary, vector_channel  # noqa: E402
 
 from services.common import clock  # noqa: E402
 from services.common.config import load_config  # noqa: E402
@@ -334,14 +334,9 @@ async def measure(args: argparse.Namespace, dsn: str, sqlite_path: Path) -> dict
     reader = open_read_only(dsn)
 
     async def sqlite_channel(i: int, spec: MemoryFilterSpec) -> tuple[list[int], float, float]:
-        vector = vectors[i]
-        t0 = time.perf_counter()
-        candidates = await recaller._vector_candidates(NS, vector, LOCAL_MODEL, spec)
-        t1 = time.perf_counter()
-        pool = await recaller._pool(NS, [], candidates, vector, LOCAL_MODEL, spec=spec)
-        t2 = time.perf_counter()
+        pool, first_ms, rescore_ms = await vector_channel(recaller, vectors[i], spec)
         ranked = sorted((c for c in pool if c.vector_rank), key=lambda c: c.vector_rank)
-        return [c.rowid for c in ranked], (t2 - t0) * 1000, (t1 - t0) * 1000
+        return [c.rowid for c in ranked], first_ms + rescore_ms, first_ms
 
     def pg(i: int, spec: MemoryFilterSpec, ef: int) -> tuple[list[int], float]:
         t0 = time.perf_counter()
@@ -356,7 +351,7 @@ async def measure(args: argparse.Namespace, dsn: str, sqlite_path: Path) -> dict
 
     print("warming up ...", flush=True)
     t0 = time.perf_counter()
-    await recaller._vector_candidates(NS, vectors[0], LOCAL_MODEL, NO_FILTER)
+    await vector_channel(recaller, vectors[0], NO_FILTER)
     cache_load_ms = (time.perf_counter() - t0) * 1000
     for i in range(20):  # warm-up: every path, both sides
         await sqlite_channel(i, NO_FILTER)

@@ -864,3 +864,29 @@ def test_each_pages_examples_run_in_order(page: str, suite: Suite, tmp_path: Pat
             for original in commands_of(block.text):
                 run.sh(original)
     run.each_matched_once()
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_of_every_page_names_a_file_and_heading_that_exist() -> None:
+    """The links between README.md and docs/*.md (and into bench/README.md) still land
+    after the move: the file exists and, with a `#anchor`, has that heading."""
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            assert file.exists(), f"{page_name(page)} links to {target}, which is not there"
+            if anchor and file.suffix == ".md":
+                prose = re.sub(
+                    r"^```.*?^```", "", file.read_text(encoding="utf-8"), flags=re.S | re.M
+                )
+                headings = re.findall(r"^#+ (.*)$", prose, re.M)
+                assert anchor in {_anchor(h) for h in headings}, (
+                    f"{page_name(page)} links to {target}: no such heading"
+                )

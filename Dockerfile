@@ -5,7 +5,7 @@
 #       for providers.embedding.runtime: torch
 #   docker build --build-arg MODEL=slim .   no model and no torch: for the store,
 #       maintenance, and search/pipeline with providers.embedding.kind ollama, openai
-#       or none (README "A slim install")
+#       or none (docs/running.md "A slim install")
 # Every image carries the PostgreSQL driver (the `postgres` extra: psycopg, a few MB)
 # for compose's `postgres` profile (storage.kind postgres).
 FROM python:3.11-slim

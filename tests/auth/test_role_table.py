@@ -1,4 +1,4 @@
-"""The README's role table is the role map's (issue 34 item 10): it is generated from
+"""The docs' role table (docs/security.md) is the role map's (issue 34 item 10): it is generated from
 services/common/auth.PUBLIC_RPCS by scripts/gen_role_table.py and must not drift."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_the_generated_table_names_every_public_rpc_once_with_its_role() -> None
         assert listed[:1] == [role.name.lower()], (name, listed)
 
 
-def test_the_readme_table_equals_the_generated_one() -> None:
+def test_the_docs_table_equals_the_generated_one() -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_role_table.py"), "--check"],
         capture_output=True,

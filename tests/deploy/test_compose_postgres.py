@@ -4,7 +4,7 @@ replicas with lease names of their own; the default profile stays SQLite.
 
 The settings each container loads are checked with the real config loader, and the
 addresses each service's code reads (test_compose_addresses' AST scan) must name the
-pg-* service that runs that listener. The README's `up` command is checked against
+pg-* service that runs that listener. The docs' `up` command (docs/storage.md) is checked against
 `docker-compose --profile postgres config`. The init script that creates the reader
 role runs against a real server in tests/postgres/test_pg_compose_initdb.py.
 """
@@ -164,12 +164,12 @@ def test_the_replicas_share_the_work_and_keep_their_own_names_and_ports() -> Non
 
 
 def _readme_postgres_section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "storage.md").read_text(encoding="utf-8")
     return text.split("\n## PostgreSQL\n", 1)[1].split("\n## ", 1)[0]
 
 
 def test_the_readmes_postgres_commands_name_what_compose_defines() -> None:
-    """The README's compose block (tests/e2e/test_readme_examples.py leaves it to this
+    """The docs' compose block (docs/storage.md; tests/e2e/test_readme_examples.py leaves it to this
     test: no Docker here): each `export` sets a variable compose.yaml reads, `up`
     starts the whole profile and nothing else, `run`/`exec` name profile services."""
     section = _readme_postgres_section()

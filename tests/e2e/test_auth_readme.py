@@ -1,10 +1,10 @@
-"""The README's "Authentication" example runs, as written, against an auth-on store
+"""The "Authentication" example (docs/security.md) runs, as written, against an auth-on store
 (a real `engram serve store` process):
 the key printed by `engram keys create` writes through grpcurl with `-H`, the list
 shows the key, and once revoked the same grpcurl call is UNAUTHENTICATED.
 
 Rewrites, and no others: `.venv/bin/engram` -> this checkout's CLI (the data
-directory given by ENGRAM_STORAGE__PATH, so the README line needs no flag),
+directory given by ENGRAM_STORAGE__PATH, so the docs' line needs no flag),
 `.venv/bin/grpcurl` -> the grpcurl beside this interpreter, `localhost:50051` -> the
 store this test started."""
 
@@ -31,7 +31,9 @@ class Store:
 
 def _auth_block() -> str:
     blocks = re.findall(
-        r"^```sh\n(.*?)^```", (REPO_ROOT / "README.md").read_text(), flags=re.DOTALL | re.MULTILINE
+        r"^```sh\n(.*?)^```",
+        (REPO_ROOT / "docs" / "security.md").read_text(),
+        flags=re.DOTALL | re.MULTILINE,
     )
     (block,) = [b for b in blocks if "engram keys create" in b]
     return block

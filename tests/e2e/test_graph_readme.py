@@ -1,4 +1,4 @@
-"""The README's "Knowledge graph" example runs, as written, against real store,
+"""The "Knowledge graph" example (docs/graph.md) runs, as written, against real store,
 search and pipeline processes with `graphEnabled` and a scripted Ollama model
 that names entities with types and aliases: the two Remembers are extracted,
 `engram entity list/get` and grpcurl's GetEntity show the typed, aliased
@@ -73,7 +73,9 @@ def model(prompt: str) -> str:
 
 def _graph_block() -> str:
     blocks = re.findall(
-        r"^```sh\n(.*?)^```", (REPO_ROOT / "README.md").read_text(), flags=re.DOTALL | re.MULTILINE
+        r"^```sh\n(.*?)^```",
+        (REPO_ROOT / "docs" / "graph.md").read_text(),
+        flags=re.DOTALL | re.MULTILINE,
     )
     (block,) = [b for b in blocks if "engram entity get" in b]
     return block

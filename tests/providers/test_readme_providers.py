@@ -1,5 +1,5 @@
-"""Every provider example of the README runs: each YAML block of "Which features
-need an LLM" and of the embedding settings is loaded with load_config as a
+"""Every provider example of the docs runs: each YAML block of the README's "Which
+features need an LLM" and of the embedding settings (docs/pipeline.md) is loaded with load_config as a
 config file, then its provider is pointed at a scripted server of the same
 protocol on loopback (only the address and the key's place change) and asked
 for an answer."""
@@ -27,17 +27,20 @@ from services.common.providers.embedding import embedding_provider
 from services.common.providers.llm import llm_provider
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+PIPELINE = Path(__file__).resolve().parents[2] / "docs" / "pipeline.md"
 KEY = "readme-key-0123456789"
 
 
-def yaml_blocks(start: str, end: str) -> list[str]:
-    text = README.read_text(encoding="utf-8")
+def yaml_blocks(page: Path, start: str, end: str) -> list[str]:
+    text = page.read_text(encoding="utf-8")
     section = text[text.index(start) : text.index(end, text.index(start))]
     return re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)
 
 
-LLM_BLOCKS = yaml_blocks("### Which features need an LLM", "## Two commands")
-EMBEDDING_BLOCKS = yaml_blocks("## Embeddings and the pipeline", "The local model runs on")
+LLM_BLOCKS = yaml_blocks(README, "\n## Which features need an LLM\n", "\n## Two commands\n")
+EMBEDDING_BLOCKS = yaml_blocks(
+    PIPELINE, "\n## Embeddings and the pipeline\n", "The local model runs on"
+)
 
 
 def load(block: str, tmp_path: Path) -> Config:
@@ -129,11 +132,11 @@ def test_the_embedding_examples_load_and_embed(
 def test_the_readme_backfill_example_queues_what_was_remembered_while_off(
     start_store_server: Callable[..., Any], make_config: Callable[..., Any]
 ) -> None:
-    """The Pipeline V2 section's BackfillExtraction line, as written (its port
+    """docs/pipeline.md's (Pipeline V2) BackfillExtraction line, as written (its port
     rewritten), against a store that has just had the pipeline turned on."""
     [block] = [
         b
-        for b in re.findall(r"^```sh\n(.*?)^```", README.read_text(), re.DOTALL | re.M)
+        for b in re.findall(r"^```sh\n(.*?)^```", PIPELINE.read_text(), re.DOTALL | re.M)
         if "StoreAdminService/BackfillExtraction" in b
     ]
     [command] = [line for line in block.splitlines() if line.strip()]

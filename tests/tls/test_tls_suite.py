@@ -1,14 +1,14 @@
-"""The whole suite with TLS, started as processes by `engram up`: the README's TLS
-example as written (certificates from `engram certs dev`, its configuration file,
+"""The whole suite with TLS, started as processes by `engram up`: the docs' TLS
+example (docs/security.md) as written (certificates from `engram certs dev`, its configuration file,
 grpcurl -cacert, engram health --cacert), and the same suite under mTLS, where the
 services present their certificate to each other. In both, Remember -> the pipeline
 embeds it (pipeline -> store over TLS) -> Recall finds it by meaning (search -> store
 over TLS), with a scripted Ollama embedding server on a loopback port.
 
-The README block is read, not copied; the rewrites (and no others): `.venv/bin/engram`
+The docs' block is read, not copied; the rewrites (and no others): `.venv/bin/engram`
 -> this checkout's CLI, `grpcurl` -> this virtualenv's binary, `certs/` and
 `engram-tls.yaml` -> this test's directory, `localhost:50051`/`127.0.0.1:50051` -> the
-store's port here. The configuration is the README's YAML block plus free ports and
+store's port here. The configuration is the docs' YAML block plus free ports and
 the scripted embedder.
 """
 
@@ -42,7 +42,7 @@ from engram.store.v1 import store_pb2, store_pb2_grpc
 from http_fakes import ScriptedHttpServer, VectorBook, ollama_server, unit_axis
 from tls_helpers import check_health, client_credentials, credentials, make_certs, wait_serving
 
-README = REPO_ROOT / "README.md"
+SECURITY_DOCS = REPO_ROOT / "docs" / "security.md"  # the "TLS" section
 GRPCURL = find_grpcurl()
 SERVICES = ("store", "search", "pipeline", "maintenance")
 MEMORY = "Alice adopted a golden retriever puppy last spring"
@@ -54,7 +54,7 @@ VECTORS = VectorBook({MEMORY: unit_axis(8, 0), QUERY: unit_axis(8, 0)})
 
 
 def tls_section() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = SECURITY_DOCS.read_text(encoding="utf-8")
     start = text.index("\n## TLS\n")
     end = text.index("\n## ", start + 1)
     return text[start:end]
@@ -145,7 +145,7 @@ def readme_suite(
     tmp_path_factory: pytest.TempPathFactory,
     embedder: ScriptedHttpServer,
 ) -> Iterator[Suite]:
-    """The README's commands up to `engram up`, as written; the suite then SERVING over TLS."""
+    """The docs' commands up to `engram up`, as written; the suite then SERVING over TLS."""
     if GRPCURL is None:
         pytest.skip("grpcurl binary not installed")
     root = tmp_path_factory.mktemp("readme-tls")
@@ -180,7 +180,7 @@ def mtls_suite(
     tmp_path_factory: pytest.TempPathFactory,
     embedder: ScriptedHttpServer,
 ) -> Iterator[Suite]:
-    """The README's configuration with its mTLS line turned on: every listener requires a
+    """The docs' configuration with its mTLS line turned on: every listener requires a
     certificate, and the services present theirs to each other."""
     root = tmp_path_factory.mktemp("mtls-suite")
     certs = make_certs(root / "certs")

@@ -1,4 +1,4 @@
-"""API keys, roles and namespaces: who may call what (issue 14, README "Authentication").
+"""API keys, roles and namespaces: who may call what (issue 14, docs/security.md "Authentication").
 
 A key is `engram_<id>_<secret>`, sent as `authorization: Bearer <key>` metadata. The
 keys file (JSON, `auth.keys_file`, default keys.json beside the database) holds, per
@@ -120,7 +120,7 @@ SUITE_WIDE_READS = frozenset({**_methods(_PIPELINE, "GetStatus"), **_methods(_SU
 
 
 def role_table() -> str:
-    """The README's role table ("Authentication"), written from PUBLIC_RPCS so the
+    """The role table of docs/security.md ("Authentication"), written from PUBLIC_RPCS so the
     two never disagree (scripts/gen_role_table.py rewrites it; a test compares)."""
 
     def names(role: Role) -> list[str]:

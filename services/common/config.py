@@ -718,7 +718,7 @@ class RateLimitsSettings(_Section):
 
 
 class AuthSettings(_Section):
-    """API keys with roles and namespaces (issue 14; README "Authentication")."""
+    """API keys with roles and namespaces (issue 14; docs/security.md "Authentication")."""
 
     enabled: bool = False
     # a listener bound to anything but loopback with auth off refuses to start

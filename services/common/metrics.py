@@ -1,4 +1,4 @@
-"""Every Prometheus metric Engram exports, defined once (README "Metrics").
+"""Every Prometheus metric Engram exports, defined once (docs/observability.md "Metrics").
 
 Each process has one registry (prometheus_client's default); `engram serve`
 publishes it over HTTP on `server.metrics_ports.<service>` (`serve_metrics`).

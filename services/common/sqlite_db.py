@@ -4,7 +4,7 @@ Driver: sqlean.py (the `sqlean-py` wheel), a drop-in `sqlite3` that bundles a re
 SQLite with FTS5 and extension loading. The standard `sqlite3` module is often built
 without extension loading, so it cannot load sqlite-vec; sqlean.py has wheels for
 Linux x86-64/arm64 and macOS arm64 and the same DB-API, so aiosqlite and our own
-code use it unchanged (README "SQLite driver" says why this one).
+code use it unchanged (docs/storage.md "SQLite driver" says why this one).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Optional OpenTelemetry tracing (README "Tracing"), off unless
+"""Optional OpenTelemetry tracing (docs/observability.md "Tracing"), off unless
 `tracing.otlp_endpoint` is set (or a test installs its own tracer provider).
 
 W3C trace context travels in gRPC metadata (`traceparent`, `tracestate`): the

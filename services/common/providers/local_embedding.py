@@ -173,7 +173,7 @@ class OnnxEmbedding(LocalEmbedding):
             import numpy as np
             import onnxruntime as ort
             from tokenizers import Tokenizer
-        except ImportError as exc:  # a slim install (README "A slim install")
+        except ImportError as exc:  # a slim install (docs/running.md "A slim install")
             raise ImportError(f"{exc}; {LOCAL_EXTRA_HINT}") from exc
         model = model_file()
         if model is None:

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services.common import db
+from services.storage import db
+from services.storage.dialect import Dialect
 from services.store import admin_sql
 from services.store.migrations import apply_migrations
 
@@ -56,7 +57,7 @@ def load_sqlite(path: Path, n: int) -> Any:
 
 
 def load_postgres(dsn: str, n: int) -> Any:
-    from services.common import pg
+    from services.storage import pg
     from services.store.pg_migrations import apply_pg_migrations
 
     raw = pg.open_read_write(dsn)
@@ -74,7 +75,7 @@ def load_postgres(dsn: str, n: int) -> Any:
     return conn
 
 
-def time_queries(label: str, conn: Any, dialect: str, rounds: int) -> None:
+def time_queries(label: str, conn: Any, dialect: Dialect, rounds: int) -> None:
     for _ in range(rounds):
         for name, query in (
             ("diagnostics", admin_sql.diagnostics_query(T, T, dialect=dialect)),

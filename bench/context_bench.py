@@ -55,7 +55,6 @@ from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from engram.store.internal.v1 import job_queue_pb2_grpc  # noqa: E402
 from engram.store.v1 import store_pb2_grpc  # noqa: E402
 from services.common.config import load_config  # noqa: E402
-from services.common.db import ReadPool, open_read_write  # noqa: E402
 from services.common.memory_record import MemoryRecord  # noqa: E402
 from services.common.providers.embedding import LocalEmbedding  # noqa: E402
 from services.search.app import context_params, recall_params  # noqa: E402
@@ -64,6 +63,7 @@ from services.search.embedder import QueryEmbedder  # noqa: E402
 from services.search.recall import Recaller  # noqa: E402
 from services.search.tokens import CL100K, tokenizer  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
+from services.storage.db import ReadPool, open_read_write  # noqa: E402
 from services.store.migrations import apply_migrations  # noqa: E402
 from suite import running_suite  # noqa: E402
 

@@ -267,9 +267,9 @@ def add_parts(cache: VectorCache, db: Path, compute: bool = False) -> tuple[int,
     the cache lacks are embedded now with `compute`, else their contents keep
     no parts (counted).
     Returns (rows given parts, sentences, rows skipped for a cache miss)."""
-    from services.common.db import open_read_write
     from services.common.text import sentences
     from services.common.vectors import normalized_parts_f16
+    from services.storage.db import open_read_write
     from services.store.migrations import apply_migrations
 
     conn = open_read_write(db)
@@ -347,8 +347,8 @@ def add_context(
     The part replaces the row's sentence vectors, or with `keep_parts` follows
     them. Context texts the cache lacks are embedded now. Only `namespaces`
     when given. Returns (rows given a context part, rows left as they were)."""
-    from services.common.db import open_read_write
     from services.common.vectors import normalized_parts_f16
+    from services.storage.db import open_read_write
     from services.store.migrations import apply_migrations
 
     conn = open_read_write(db)

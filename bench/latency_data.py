@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from services.common import clock
-from services.common.db import ReadPool, open_read_write
 from services.common.normalize import normalize_content
 from services.common.providers.embedding import LOCAL_MODEL, LocalEmbedding
+from services.storage.db import ReadPool, open_read_write
 from services.store import repository as repo
 from services.store.memories import MemoryStore
 from services.store.migrations import apply_migrations

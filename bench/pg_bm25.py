@@ -63,13 +63,13 @@ import provenance  # noqa: E402
 
 from locomo import DEFAULT_INPUT, turns  # noqa: E402
 from services.common import clock  # noqa: E402
-from services.common.db import open_read_write as open_sqlite  # noqa: E402
 from services.common.fts import any_of, quoted  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
-from services.common.pg import open_read_only, open_read_write, translate  # noqa: E402
 from services.search import pg_text, queries  # noqa: E402
 from services.search.recall import bm25_idf  # noqa: E402
 from services.search.text import keyword_terms  # noqa: E402
+from services.storage.db import open_read_write as open_sqlite  # noqa: E402
+from services.storage.pg import open_read_only, open_read_write, translate  # noqa: E402
 from services.store.migrations import apply_migrations  # noqa: E402
 from services.store.pg_migrations import apply_pg_migrations  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The Postgres read pool (services/common/pg.py PgReadPool: sync psycopg
+"""The Postgres read pool (services/storage/pg.py PgReadPool: sync psycopg
 connections handed out from a queue, queries run in threads, as db.ReadPool runs
 SQLite's through aiosqlite) against the async alternatives issue 21 named:
 psycopg's AsyncConnections from a queue, and psycopg_pool's AsyncConnectionPool;
@@ -40,8 +40,9 @@ sys.path[:0] = [
 import provenance  # noqa: E402
 
 import pg_server  # noqa: E402
-from services.common import db, pg  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
+from services.storage import db, pg  # noqa: E402
+from services.storage.dialect import POSTGRES  # noqa: E402
 from services.store import repository as repo  # noqa: E402
 from services.store.migrations import apply_migrations  # noqa: E402
 from services.store.pg_migrations import apply_pg_migrations  # noqa: E402
@@ -55,7 +56,7 @@ class AsyncQueueReads:
     handed out from an asyncio.Queue (PgReadPool's shape, with async I/O
     instead of threads)."""
 
-    dialect = "postgres"
+    dialect = POSTGRES
 
     def __init__(self, dsn: str, size: int) -> None:
         self._dsn, self._size = dsn, size
@@ -89,7 +90,7 @@ class PsycopgPoolReads:
     """The other async candidate: psycopg_pool's AsyncConnectionPool over the
     same read-only sessions."""
 
-    dialect = "postgres"
+    dialect = POSTGRES
 
     def __init__(self, dsn: str, size: int) -> None:
         from psycopg_pool import AsyncConnectionPool

@@ -270,10 +270,10 @@ def time_channels(dsn: str, texts: list[str]) -> dict[str, Any]:
     from services.common.config import load_config
     from services.common.fts import keyword_terms
     from services.common.memory_filter import MemoryFilterSpec
-    from services.common.pg import open_read_only, translate
     from services.common.providers.local_embedding import local_embedding
     from services.common.vectors import normalized_f32
     from services.search import pg_text, pg_vectors
+    from services.storage.pg import open_read_only, translate
 
     depth = load_config(environ={}).search.channel_depth
     spec = MemoryFilterSpec()
@@ -313,7 +313,7 @@ def time_channels(dsn: str, texts: list[str]) -> dict[str, Any]:
 def migrate_kept(dsn: str) -> dict[str, Any]:
     """Apply pending migrations to the kept database (a backfill over 1M rows
     takes minutes: run `--load-only` for it, outside the benchmark lock)."""
-    from services.common.pg import open_read_write
+    from services.storage.pg import open_read_write
     from services.store.pg_migrations import apply_pg_migrations
 
     conn = open_read_write(dsn)

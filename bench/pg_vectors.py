@@ -69,15 +69,7 @@ from recall_latency import load_average, summary, vector_channel  # noqa: E402
 
 from services.common import clock  # noqa: E402
 from services.common.config import load_config  # noqa: E402
-from services.common.db import ReadPool  # noqa: E402
-from services.common.db import open_read_only as open_sqlite_ro  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
-from services.common.pg import (  # noqa: E402
-    SqliteApi,
-    open_read_only,
-    open_read_write,
-    translate,
-)
 from services.common.providers.embedding import LOCAL_MODEL, NoEmbedding  # noqa: E402
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
 from services.common.vectors import normalized_f32  # noqa: E402
@@ -86,6 +78,14 @@ from services.search.app import recall_params  # noqa: E402
 from services.search.embedder import QueryEmbedder  # noqa: E402
 from services.search.recall import Recaller  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
+from services.storage.db import ReadPool  # noqa: E402
+from services.storage.db import open_read_only as open_sqlite_ro  # noqa: E402
+from services.storage.pg import (  # noqa: E402
+    SqliteApi,
+    open_read_only,
+    open_read_write,
+    translate,
+)
 from services.store import pg_vectors as pg_store  # noqa: E402
 from services.store import repository  # noqa: E402
 from services.store.pg_migrations import apply_pg_migrations  # noqa: E402

@@ -81,7 +81,7 @@ def _git(*args: str) -> str | None:
 
 def _sqlite() -> str | None:
     try:
-        import sqlean  # the store's SQLite (services/common/db.py)
+        import sqlean  # the store's SQLite (services/storage/db.py)
     except ImportError:
         return None
     return str(sqlean.sqlite_version)

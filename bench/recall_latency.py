@@ -80,7 +80,6 @@ import provenance  # noqa: E402
 
 from engram.search.v1 import search_pb2, search_pb2_grpc  # noqa: E402
 from services.common.config import load_config  # noqa: E402
-from services.common.db import ReadPool, open_read_only  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
 from services.common.providers.embedding import LOCAL_MODEL, LocalEmbedding, NoEmbedding  # noqa: E402
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
@@ -94,6 +93,7 @@ from services.search.recall import Found, Recaller, RecallParams  # noqa: E402
 from services.search.scoring import Candidate  # noqa: E402
 from services.search.text import keyword_terms  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
+from services.storage.db import ReadPool, open_read_only  # noqa: E402
 from suite import free_port, wait_serving  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -39,9 +39,9 @@ import provenance  # noqa: E402
 import recall_latency  # noqa: E402
 
 from services.common.config import load_config  # noqa: E402
-from services.common.db import open_read_write  # noqa: E402
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
 from services.common.vectors import normalized_parts_f16  # noqa: E402
+from services.storage.db import open_read_write  # noqa: E402
 from services.store.migrations import apply_migrations  # noqa: E402
 
 SIZE = 100_000

@@ -85,7 +85,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common import clock
-from services.common.db import open_read_write
+from services.storage.db import open_read_write
 from services.store import repository as repo
 from services.store.memories import MAX_IMPORT_STREAM_ITEMS, prepare_drafts
 from services.store.migrations import apply_migrations
@@ -200,7 +200,7 @@ def machine_info(tmp_root: Path) -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()
                 break
-    from services.common.db import sqlite3
+    from services.storage.db import sqlite3
 
     return {
         "nproc": len(os.sched_getaffinity(0)),

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 
 from services.common import clock  # noqa: E402
-from services.common.db import open_read_write  # noqa: E402
+from services.storage.db import open_read_write  # noqa: E402
 from services.store import mutations, rules  # noqa: E402
 from services.store.memories import prepare_drafts  # noqa: E402
 from services.store.migrations import apply_migrations  # noqa: E402

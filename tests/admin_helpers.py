@@ -18,6 +18,7 @@ from engram.store.internal.v1 import admin_pb2_grpc, job_queue_pb2_grpc
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common.clock import days_ago_text
+from services.storage.dialect import Dialect
 
 MODEL = "fake-embed"
 DIM = 8
@@ -90,7 +91,7 @@ class AdminStore:
         return [tuple(r) for r in backend_db.rows(self.db, sql, *params)]
 
     @property
-    def dialect(self) -> str:
+    def dialect(self) -> Dialect:
         """ "sqlite" or "postgres": the backend this store runs on."""
         return backend_db.dialect(self.db)
 
@@ -101,7 +102,7 @@ class AdminStore:
         """Every row of every table a repair could touch, plus the FTS index's own
         entries (docsize), so 'changed nothing else' is an equality check."""
         tables = {t: sorted(self.rows(f"SELECT * FROM {t}"), key=repr) for t in TABLES}
-        tables["fts_index"] = sorted(self.rows(backend_db.FTS_ENTRIES[self.dialect]))
+        tables["fts_index"] = sorted(self.rows(backend_db.FTS_ENTRIES[self.dialect.name]))
         return tables
 
     def rowid(self, memory_id: str) -> int:
@@ -110,7 +111,7 @@ class AdminStore:
     def index_stray_vector(self, rowid: int, bits: bytes) -> None:
         """A vector-index row for `rowid` written apart from its memory, as a bug
         could have: sign bits on SQLite, a halfvec of DIM dimensions on Postgres."""
-        if self.dialect == "postgres":
+        if self.dialect.is_postgres:
             self.execute(
                 "INSERT INTO memory_vectors(memory_rowid, namespace, embedding)"
                 " VALUES (?, 'default', ?::halfvec)",
@@ -126,7 +127,7 @@ class AdminStore:
 
     def audit_actions(self) -> list[str]:
         """maintenance_audit's actions in the order they were written."""
-        order = backend_db.INSERTION_ORDER[self.dialect]
+        order = backend_db.INSERTION_ORDER[self.dialect.name]
         return [r[0] for r in self.rows(f"SELECT action FROM maintenance_audit ORDER BY {order}")]
 
     def age(self, table: str, column: str, days: float, where: str, *params: Any) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from services.common import db
+from services.storage import db
+from services.storage.dialect import POSTGRES, SQLITE, Dialect
 
 
 @pytest.fixture(
@@ -50,19 +51,19 @@ def dsn_of(location: str | Path) -> str | None:
     return _POSTGRES.get(_key(location))
 
 
-def dialect(location: str | Path) -> str:
-    return "postgres" if dsn_of(location) else "sqlite"
+def dialect(location: str | Path) -> Dialect:
+    return POSTGRES if dsn_of(location) else SQLITE
 
 
 @contextmanager
 def connect(location: str | Path, *, write: bool = False) -> Iterator[Any]:
-    """A connection with sqlite3's API (services/common/pg.py's SqliteApi on
+    """A connection with sqlite3's API (services/storage/pg.py's SqliteApi on
     Postgres, autocommitting each statement); read-only unless `write`."""
     dsn = dsn_of(location)
     if dsn is None:
         conn = db.open_read_write(location) if write else db.open_read_only(location)
     else:
-        from services.common import pg
+        from services.storage import pg
 
         conn = pg.SqliteApi(pg.open_read_write(dsn) if write else pg.open_read_only(dsn))
     try:
@@ -131,7 +132,7 @@ def migrate_to(version: int, *, path: str | Path = "", dsn: str = "") -> None:
     """Migrate a fresh database (the SQLite file at `path`, or the Postgres database at
     `dsn`) with its backend's own chain, its first `version` migrations only."""
     if dsn:
-        from services.common import pg
+        from services.storage import pg
         from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
 
         raw = pg.open_read_write(dsn)
@@ -200,8 +201,8 @@ INSERTION_ORDER = {"sqlite": "rowid", "postgres": "created_at, id"}
 
 
 def fts_count(location: str | Path) -> int:
-    return int(rows(location, FTS_COUNT[dialect(location)])[0][0])
+    return int(rows(location, FTS_COUNT[dialect(location).name])[0][0])
 
 
 def fts_ids(location: str | Path, text: str) -> set[str]:
-    return {r[0] for r in rows(location, FTS_MATCH_IDS[dialect(location)], text)}
+    return {r[0] for r in rows(location, FTS_MATCH_IDS[dialect(location).name], text)}

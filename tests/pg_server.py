@@ -178,7 +178,7 @@ def migrated_template(server: str) -> str:
     (services/store/pg_migrations.py) and left empty, for create_database to copy."""
     from psycopg.conninfo import conninfo_to_dict
 
-    from services.common import pg
+    from services.storage import pg
     from services.store.pg_migrations import apply_pg_migrations
 
     dsn = create_database(server, "engram_template")

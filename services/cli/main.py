@@ -416,7 +416,7 @@ def _service_key(config: Config) -> dict[str, str]:
 def _suite_environment(config: Config) -> dict[str, str]:
     """clients.suite_id for the services `up` starts: the id in the store's database,
     so each of them refuses a store that is not this suite's (services/common/suite.py)."""
-    from services.common.db import connect_read_only
+    from services.storage.db import connect_read_only
     from services.store.suite_sql import read_suite_id
 
     try:

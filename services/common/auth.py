@@ -45,10 +45,10 @@ from typing import Any
 
 from services.common import clock
 from services.common.config import AuthSettings, Config, RoleRateLimit
-from services.common.db import PRIVATE_DIR_MODE
 from services.common.errors import PermissionDenied, RateLimited, Unauthenticated
 from services.common.startup import StartupError
 from services.common.validation import NAMESPACE_PATTERN, named_namespaces, pattern_covers
+from services.storage.db import PRIVATE_DIR_MODE
 
 log = logging.getLogger("engram.auth")
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from services.storage.dialect import SQLITE, Dialect
+
 DECAY_EXPONENT = 0.8
 REINFORCEMENT_STEP = 0.05
 REINFORCEMENT_SCALE = 20.0
@@ -43,7 +45,7 @@ def reinforced(confidence: float, access_count: int) -> float:
 
 
 def current_confidence_sql(
-    alias: str, default_rate: float, now: str, *, dialect: str = "sqlite"
+    alias: str, default_rate: float, now: str, *, dialect: Dialect = SQLITE
 ) -> tuple[str, list[Any]]:
     """SQL for a memory's current (decayed) confidence at `now` (stored time
     text), and its parameters. Only the day count differs by backend: SQLite's
@@ -51,14 +53,8 @@ def current_confidence_sql(
     microsecond; the ninth-digit nanoseconds are far below a day's resolution).
     A last access in the future counts as now (d never negative)."""
     m = alias
-    last = f"coalesce({m}.last_accessed, {m}.created_at)"
-    if dialect == "postgres":
-        days = f"greatest(0.0, date_part('epoch', ?::timestamptz - {last}::timestamptz) / 86400.0)"
-    else:
-        days = f"max(0.0, julianday(?) - julianday({last}))"
-    exponent = f"-coalesce({m}.decay_rate, ?) * pow({days}, {DECAY_EXPONENT})"
-    if dialect == "postgres":  # its exp() raises on underflow, where SQLite's gives 0
-        exponent = f"greatest({exponent}, -700.0)"
+    days = dialect.days_since("?", f"coalesce({m}.last_accessed, {m}.created_at)")
+    exponent = dialect.exp_argument(f"-coalesce({m}.decay_rate, ?) * pow({days}, {DECAY_EXPONENT})")
     return (
         f"(CASE WHEN {m}.pinned <> 0 THEN {m}.confidence ELSE {m}.confidence * exp("
         f"{exponent}) END)",

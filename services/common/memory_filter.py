@@ -17,6 +17,7 @@ from typing import Any
 
 from services.common.errors import Violations, echo
 from services.common.validation import check_session_id
+from services.storage.dialect import SQLITE, Dialect
 
 # Caps on the repeated filter fields (documented on engram.common.v1.MemoryFilter).
 # Each tag adds one clause to every channel's query; SQLite refuses a query whose
@@ -90,13 +91,6 @@ def _inlined(stored: str, what: str) -> str:
     if not _STORED_TIME.fullmatch(stored):
         raise ValueError(f"{what} is not a stored timestamp: {stored[:40]!r}")
     return f"'{stored}'"
-
-
-def plan_guard(dialect: str = "sqlite") -> str:
-    """What `keep_plan` prefixes a column with: SQLite's unary `+`, which keeps
-    that column's index out of the plan. Postgres has no unary `+` on text and
-    costs the rowid lookups first without a hint, so there it is nothing."""
-    return "" if dialect == "postgres" else "+"
 
 
 def present_sql(alias: str = "m", *, keep_plan: bool = False) -> str:
@@ -215,31 +209,21 @@ def check_filter(
     )
 
 
-def _json_array_holds(column: str, dialect: str) -> str:
-    """A clause: the JSON array of strings in `column` holds the parameter."""
-    if dialect == "postgres":  # no json_each; TEXT columns cast to json
-        return (
-            f"EXISTS (SELECT 1 FROM json_array_elements_text({column}::json) AS element(value)"
-            " WHERE element.value = ?)"
-        )
-    return f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value = ?)"
-
-
 def filter_sql(
-    spec: MemoryFilterSpec, alias: str = "m", dialect: str = "sqlite"
+    spec: MemoryFilterSpec, alias: str = "m", dialect: Dialect = SQLITE
 ) -> tuple[str, list[Any]]:
     """`AND ...` clauses (possibly empty) and their parameters (`?`), for table
-    `alias`; `dialect` "postgres" for the Postgres backend (issue 21)."""
+    `alias`, in the backend's `dialect`."""
     clauses: list[str] = []
     params: list[Any] = []
     if spec.types:
         clauses.append(f"{alias}.type IN ({', '.join('?' * len(spec.types))})")
         params.extend(spec.types)
     for tag in spec.tags:
-        clauses.append(_json_array_holds(f"{alias}.tags", dialect))
+        clauses.append(dialect.json_array_holds(f"{alias}.tags"))
         params.append(tag)
     for category in spec.categories:
-        clauses.append(_json_array_holds(f"{alias}.categories", dialect))
+        clauses.append(dialect.json_array_holds(f"{alias}.categories"))
         params.append(category)
     if spec.who:
         clauses.append(f"{alias}.who = ?")

@@ -74,7 +74,7 @@ class MemoryRecord:
 
     @classmethod
     def from_row(cls, row: Any) -> MemoryRecord:
-        """A row of services/common/schema.py's MEMORY_COLUMNS (this reads each of
+        """A row of services/storage/schema.py's MEMORY_COLUMNS (this reads each of
         them and nothing else: tests/common/test_schema.py)."""
         return cls(
             id=row["id"],

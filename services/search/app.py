@@ -17,14 +17,12 @@ from engram.store.internal.v1 import access_pb2_grpc
 from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
 from services.common.config import Config, StorageSettings
-from services.common.db import ReadPool, open_read_only, open_read_pool
 from services.common.listeners import listener
 from services.common.providers.embedding import (
     EmbeddingProvider,
     LocalEmbedding,
     embedding_provider,
 )
-from services.common.schema import SCHEMA_VERSION
 from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
 from services.common.suite import announce_own_suite, own_suite_id
 from services.search import queries
@@ -37,6 +35,8 @@ from services.search.rerank import HttpReranker, Reranker
 from services.search.servicer import SearchServicer
 from services.search.tokens import TokenizerUnavailable, tokenizer
 from services.search.vector_cache import VectorCache
+from services.storage.db import ReadPool, open_read_only, open_read_pool
+from services.storage.schema import SCHEMA_VERSION
 
 log = logging.getLogger("engram.search")
 
@@ -109,7 +109,7 @@ async def wait_for_schema(storage: StorageSettings, version: int, poll_s: float 
 async def _wait_for_pg_schema(storage: StorageSettings, version: int, poll_s: float) -> None:
     """Until the reader role sees the store's migrations (connected, the table
     there, SELECT granted); each new reason for waiting is logged once."""
-    from services.common import pg
+    from services.storage import pg
 
     reason = None
     while True:
@@ -184,7 +184,7 @@ async def start_search(
     await wait_for_schema(config.storage, SCHEMA_VERSION)
     reads = await open_read_pool(config.storage, service="search")
     if postgres:
-        from services.common import pg
+        from services.storage import pg
 
         path = pg.describe(config.storage.reader_dsn)  # for the log
     provider = embedding_provider(config)

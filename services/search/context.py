@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 
 from services.common.config import ContextSettings
-from services.common.db import ReadPool, Reads
 from services.common.errors import Violations
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import SESSION_SUMMARY_TYPE, MemoryRecord
@@ -35,6 +34,8 @@ from services.search import graph_queries
 from services.search.graph_boost import MAX_ENTITY_HITS, query_tokens
 from services.search.recall import MAX_LIMIT, Recaller, check_recall_request
 from services.search.tokens import Tokenizer, cached
+from services.storage.db import ReadPool, Reads
+from services.storage.dialect import dialect_of
 
 _NO_FILTER = MemoryFilterSpec()
 
@@ -389,7 +390,7 @@ class ContextAssembler:
     ) -> None:
         self._recaller = recaller
         self._reads = reads
-        self._dialect = reads.dialect  # the pool's SQL dialect
+        self._dialect = dialect_of(reads)  # the query builders' SQL
         # a memory's line recurs across an agent's turns: its count is kept
         self._tokenizer = cached(tokenizer)
         self._params = params

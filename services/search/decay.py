@@ -26,10 +26,11 @@ from typing import Literal
 
 from services.common import clock
 from services.common.config import MemorySettings, SearchSettings
-from services.common.db import Reads
 from services.common.importance import effective_importance
 from services.search import queries
 from services.search.scoring import Candidate
+from services.storage.db import Reads
+from services.storage.dialect import SQLITE, Dialect
 
 SECONDS_PER_DAY = 86400.0
 
@@ -73,7 +74,7 @@ async def apply_decay(
     candidates: Sequence[Candidate],
     ranking: DecayRanking,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> None:
     """Multiply each candidate's score by its decay factor (recorded in
     `boosts["decay"]`); candidates not found in the namespace are left as they are."""

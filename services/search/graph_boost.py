@@ -13,10 +13,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-from services.common.db import Reads
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.text import unspaced, without_stop_words, words
 from services.search import graph_queries as queries
+from services.storage.db import Reads
+from services.storage.dialect import SQLITE, Dialect
 
 log = logging.getLogger("engram.search.graph")
 
@@ -49,7 +50,7 @@ async def graph_boost(
     spec: MemoryFilterSpec,
     timeout_s: float,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> GraphBoost:
     """The memories the query's entities lead to (`dialect`: the read pool's).
     Its reads are isolated (Reads.fetch_all_isolated): one that fails fails the

@@ -1,16 +1,16 @@
 """SQL for the graph boost (seed 000 "Graph-Augmented Search"), as (sql, params)
 for the read pool. Every query is confined to one namespace. `dialect` (the
-read pool's) where the SQL differs on PostgreSQL: SQLite's `instr` is
-`strpos` there, and the `+` plan guards and the filter's JSON arrays
-(services/common/memory_filter.py)."""
+read pool's, services/storage/dialect.py) where the SQL differs on PostgreSQL:
+the substring position, the `+` plan guards and the filter's JSON arrays."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.memory_filter import MemoryFilterSpec, filter_sql, plan_guard
+from services.common.memory_filter import MemoryFilterSpec, filter_sql
 from services.search.queries import marks
+from services.storage.dialect import SQLITE, Dialect
 
 Query = tuple[str, list[Any]]
 
@@ -27,13 +27,13 @@ def matching_entities(
     unspaced: Sequence[str],
     limit: int,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> Query:
     """Entities whose canonical name or one of whose aliases contains any token,
     or stands inside any of the `unspaced` tokens (several words run together:
     "東京に行きたい" holds the entity "東京"), most mentioned first."""
 
-    position = "strpos" if dialect == "postgres" else "instr"
+    position = dialect.position
 
     def tests(column: str) -> str:
         like = [f"{column} LIKE ? ESCAPE '\\'" for _ in tokens]
@@ -72,12 +72,12 @@ def mentioning_memories(
     spec: MemoryFilterSpec,
     limit: int,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> Query:
     """Rowids of live memories of the namespace, passing the filter, that mention
     any of `entity_ids`."""
     clauses, params = filter_sql(spec, "m", dialect)
-    guard = plan_guard(dialect)
+    guard = dialect.plan_guard
     return (
         "SELECT DISTINCT m.rowid FROM memory_entity_mentions mm "
         "JOIN memories m ON m.id = mm.memory_id "
@@ -97,7 +97,7 @@ def linked_memories(
     spec: MemoryFilterSpec,
     at: str,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> Query:
     """(rowid reached, rowid it was reached from) over links of `link_types` valid
     at `at`, in both directions, from the memories `rowids`; the memories
@@ -106,7 +106,7 @@ def linked_memories(
     rowids, not from a scan of the namespace (50 ms at 100k memories)."""
     to_clauses, to_params = filter_sql(spec, "t", dialect)
     from_clauses, from_params = filter_sql(spec, "f", dialect)
-    listed, types, guard = marks(rowids), marks(link_types), plan_guard(dialect)
+    listed, types, guard = marks(rowids), marks(link_types), dialect.plan_guard
 
     def one_way(clause_params: list[Any]) -> list[Any]:
         return [*rowids, namespace, *link_types, at, at, namespace, *clause_params]

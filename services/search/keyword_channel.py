@@ -16,7 +16,6 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from services.common.db import ReadPool, Reads
 from services.common.fts import all_of, any_of, quoted
 from services.common.memory_filter import MemoryFilterSpec
 from services.search import pg_text, queries
@@ -31,6 +30,7 @@ from services.search.recall_rows import Bm25Row, KeptStatistics
 from services.search.recall_scope import RecallScope
 from services.search.scoring import coverage, coverage_idf
 from services.search.text import keyword_terms
+from services.storage.db import ReadPool, Reads
 
 
 @dataclass(frozen=True)

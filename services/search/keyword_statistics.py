@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from services.common.db import Reads
 from services.common.memory_filter import MemoryFilterSpec
 from services.search import queries
+from services.storage.db import Reads
 
 _NO_FILTER = MemoryFilterSpec()
 _DOCUMENT_COUNT_TTL_S = 300.0

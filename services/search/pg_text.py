@@ -22,7 +22,7 @@ query's parsing), matched as FTS5 matches a quoted term: the phrase of its
 lexemes (`phraseto_tsquery`), stemmed by the configuration that indexes
 content_tsv. Each term is scored on its own, as FTS5 scores each phrase of an
 OR query. The SQL is sqlite3-style (`?`): the read pool translates it
-(services/common/pg.py translate), the live rule's clock included.
+(services/storage/pg.py translate), the live rule's clock included.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.common.memory_filter import MemoryFilterSpec, filter_sql
+from services.storage.dialect import POSTGRES
 
 Query = tuple[str, list[Any]]
 K1 = 1.2
@@ -45,7 +46,7 @@ _TERMS = """
 
 
 def _collection(namespace_mark: str, spec: MemoryFilterSpec) -> tuple[str, list[Any]]:
-    clauses, params = filter_sql(spec, "m", "postgres")
+    clauses, params = filter_sql(spec, "m", POSTGRES)
     return (
         f"m.namespace = {namespace_mark} AND m.content_tsv IS NOT NULL "
         f"AND {spec.live_sql('m')}{clauses}",

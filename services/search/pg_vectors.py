@@ -5,10 +5,10 @@ channel's rows (services/search/queries.py vector_candidates: (memory_rowid,
 distance), nearest first).
 
 The filter is the one filter builder's SQL (services/common/memory_filter.py:
-live_sql, and filter_sql with dialect "postgres" for the tags and categories
+live_sql, and filter_sql in the POSTGRES dialect for the tags and categories
 arrays). The queries are sqlite3-style (`?`, SQLite's clock) like every other
 query of the search service: the read pool translates them
-(services/common/pg.py translate: the clock becomes the statement's timestamp
+(services/storage/pg.py translate: the clock becomes the statement's timestamp
 in SQLite's stored form), and `nearest` does so for a bare psycopg connection.
 
 The scan: pgvector's iterative scan (`hnsw.iterative_scan = relaxed_order`) keeps
@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from services.common.memory_filter import MemoryFilterSpec, filter_sql
-from services.common.pg import translate
+from services.storage.dialect import POSTGRES
+from services.storage.pg import translate
 
 Query = tuple[str, list[Any]]
 EF_SEARCH = 100
@@ -58,7 +59,7 @@ def scan_settings(ef_search: int = EF_SEARCH) -> Query:
 def _nearest_sql(
     query_f32: bytes, namespace: str, spec: MemoryFilterSpec, limit: int, *, exact: bool
 ) -> Query:
-    clauses, params = filter_sql(spec, "m", dialect="postgres")
+    clauses, params = filter_sql(spec, "m", POSTGRES)
     # The query vector is a parameter in ORDER BY itself (the index scan needs
     # it there); `+ 0` hides the distance from the HNSW index, so the exact
     # query sorts the namespace's rows (found by memory_vectors_namespace).

@@ -6,8 +6,8 @@ a namespace-confined query proposed: a rowid is only a proposal (the whole-index
 keyword query and the vector cache do not check the namespace) until its row is
 read under the namespace.
 
-Builders whose SQL differs on PostgreSQL (issue 21) take `dialect` (the read
-pool's): the `+` plan guards (memory_filter.plan_guard), the filter's JSON
+Builders whose SQL differs on PostgreSQL (issue 21) take the read pool's
+`dialect` (services/storage/dialect.py): the `+` plan guards, the filter's JSON
 arrays, the decay clock; the keyword and vector channels there are
 services/search/pg_text.py and pg_vectors.py."""
 
@@ -22,14 +22,14 @@ from services.common.memory_filter import (
     MemoryFilterSpec,
     filter_sql,
     live_sql,
-    plan_guard,
 )
-from services.common.schema import memory_columns
+from services.storage.dialect import SQLITE, Dialect
+from services.storage.schema import memory_columns
 
 Query = tuple[str, list[Any]]
 _NOW = MemoryFilterSpec()  # valid now, no filter
 
-# services/common/schema.py's column list, with the rowid every channel keys memories by
+# services/storage/schema.py's column list, with the rowid every channel keys memories by
 MEMORY_COLUMNS = "m.rowid AS rowid, " + memory_columns("m")
 
 
@@ -48,7 +48,9 @@ def index_model() -> Query:
     return ("SELECT model, dimensions FROM vector_index WHERE id = 1", [])
 
 
-def live_count(namespace: str | None, spec: MemoryFilterSpec, *, dialect: str = "sqlite") -> Query:
+def live_count(
+    namespace: str | None, spec: MemoryFilterSpec, *, dialect: Dialect = SQLITE
+) -> Query:
     """Size of the collection a query searches (all live memories when namespace is None)."""
     if namespace is None:
         return (f"SELECT count(*) FROM memories m WHERE {live_sql('m')}", [])
@@ -194,14 +196,14 @@ def pool_rows(
     model: str,
     spec: MemoryFilterSpec = _NOW,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
     parts: bool = True,
 ) -> Query:
     """Pool members with what fusion needs: event time, the exact vector (NULL
     when not embedded), `who` (intent routing) and the sentence vectors
     (services/common/vectors.py normalized_parts_f16; NULL for one sentence, or
     not read when `parts` is False); live memories of the namespace only."""
-    listed, guard = marks(rowids), plan_guard(dialect)
+    listed, guard = marks(rowids), dialect.plan_guard
     return (
         f"SELECT m.rowid, m.event_time, e.vector, m.who, {'e.parts' if parts else 'NULL'} "
         "FROM memories m LEFT JOIN embeddings e ON e.namespace = m.namespace "
@@ -219,11 +221,11 @@ def memories_by_rowid(
     rowids: Sequence[int],
     spec: MemoryFilterSpec = _NOW,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> Query:
     """Live memories of the namespace among `rowids` (valid at the spec's
     instant and ranges, services/common/memory_filter.py live_sql)."""
-    listed, guard = marks(rowids), plan_guard(dialect)
+    listed, guard = marks(rowids), dialect.plan_guard
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
         f"WHERE m.rowid IN ({listed}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
@@ -242,22 +244,24 @@ def restatements(namespace: str, memory_ids: Sequence[str]) -> Query:
     )
 
 
-def importance_by_rowid(namespace: str, rowids: Sequence[int], *, dialect: str = "sqlite") -> Query:
+def importance_by_rowid(
+    namespace: str, rowids: Sequence[int], *, dialect: Dialect = SQLITE
+) -> Query:
     """(rowid, importance) of these memories, for importance ranking."""
     listed = marks(rowids)
     return (
         f"SELECT m.rowid, m.importance FROM memories m WHERE m.rowid IN ({listed}) "
-        f"AND {plan_guard(dialect)}m.namespace = ?",
+        f"AND {dialect.plan_guard}m.namespace = ?",
         [*rowids, namespace],
     )
 
 
-def contents(namespace: str, rowids: Sequence[int], *, dialect: str = "sqlite") -> Query:
+def contents(namespace: str, rowids: Sequence[int], *, dialect: Dialect = SQLITE) -> Query:
     """(rowid, content) of the namespace's memories among `rowids`."""
     listed = marks(rowids)
     return (
         f"SELECT m.rowid, m.content FROM memories m WHERE m.rowid IN ({listed}) "
-        f"AND {plan_guard(dialect)}m.namespace = ?",
+        f"AND {dialect.plan_guard}m.namespace = ?",
         [*rowids, namespace],
     )
 
@@ -268,7 +272,7 @@ def in_time_windows(
     spec: MemoryFilterSpec,
     limit: int,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> Query:
     """Rowids of live memories of the namespace, passing the filter, whose event
     time falls in any of the half-open `windows`, latest first."""
@@ -283,7 +287,7 @@ def in_time_windows(
 
 
 def closed_valid_in_windows(
-    namespace: str, spec: MemoryFilterSpec, limit: int, *, dialect: str = "sqlite"
+    namespace: str, spec: MemoryFilterSpec, limit: int, *, dialect: Dialect = SQLITE
 ) -> Query:
     """(rowid, event_time) of the namespace's memories passing the filter that
     are no longer valid but were during one of the spec's `valid_during`
@@ -304,7 +308,7 @@ def decay_inputs(
     default_rate: float,
     now: str,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> Query:
     """rowid, importance, pinned, last_accessed, created_at and the seed 003
     current confidence at `now` (services/common/forgetting.py) for decay ranking."""
@@ -313,6 +317,6 @@ def decay_inputs(
     return (
         "SELECT m.rowid AS rowid, m.importance, m.pinned, m.last_accessed, m.created_at, "
         f"{current} AS current_confidence "
-        f"FROM memories m WHERE m.rowid IN ({listed}) AND {plan_guard(dialect)}m.namespace = ?",
+        f"FROM memories m WHERE m.rowid IN ({listed}) AND {dialect.plan_guard}m.namespace = ?",
         [*params, *rowids, namespace],
     )

@@ -42,7 +42,6 @@ import numpy.typing as npt
 
 from services.common import clock, tracing
 from services.common.config import Config, MemorySettings, PipelineV2Settings, SearchSettings
-from services.common.db import ReadPool, Reads
 from services.common.errors import Violations
 from services.common.fts import MAX_QUERY_CHARS
 from services.common.memory_filter import MemoryFilterSpec, check_filter
@@ -85,6 +84,8 @@ from services.search.scoring import (
 from services.search.text import time_windows
 from services.search.vector_cache import VectorCache
 from services.search.vector_channel import PgVectorChannel, SqliteVectorChannel, VectorChannel
+from services.storage.db import ReadPool, Reads
+from services.storage.dialect import dialect_of
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -280,7 +281,7 @@ def _backend_channels(
     """The keyword and vector channels of the read pool's backend (its `dialect`):
     the cache follows SQLite's vector change log; Postgres scans its HNSW index."""
     depth, budget = params.channel_depth, params.keyword_postings_budget
-    if reads.dialect == "postgres":
+    if dialect_of(reads).is_postgres:
         return PgKeywordChannel(depth, budget), PgVectorChannel(depth, params.vector_candidates)
     cache = vector_cache if params.vector_cache else None
     return (
@@ -307,8 +308,7 @@ class Recaller:
         vector_cache: VectorCache | None = None,
     ) -> None:
         self._reads = reads
-        # "sqlite" or "postgres": the query builders' SQL
-        self._dialect = reads.dialect
+        self._dialect = dialect_of(reads)  # the query builders' SQL
         self._embedder = embedder
         self._params = params
         self._reranker = reranker

@@ -1,6 +1,6 @@
 """Recall's rows by name: each a result shape of one query builder, in its
 column order. A NamedTuple is made from a row of either backend (sqlite3.Row
-or services.common.pg.Row) by unpacking it, where a Recall reads a few; the
+or services.storage.pg.Row) by unpacking it, where a Recall reads a few; the
 pool's rows, hundreds a Recall, are unpacked by name where they are used."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, TypeAlias
 # exact float32 vector or None when not embedded, who, the sentence vectors
 # (float16) or None for one sentence or unread). Used as read, never copied (a
 # Recall reads hundreds: a NamedTuple each cost ~1% of its time), so this is the
-# tuple it unpacks as; sqlite3.Row and services.common.pg.Row unpack alike.
+# tuple it unpacks as; sqlite3.Row and services.storage.pg.Row unpack alike.
 PoolRow: TypeAlias = tuple[int, str, bytes | None, str | None, bytes | None]
 
 

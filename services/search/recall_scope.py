@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.common import clock
-from services.common.db import Reads
 from services.common.memory_filter import MemoryFilterSpec
+from services.storage.db import Reads
+from services.storage.dialect import Dialect
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,7 @@ class RecallScope:
     spec: MemoryFilterSpec
     whole_index: bool
     model: str
-    dialect: str
+    dialect: Dialect
 
     def at(self) -> str:
         """The instant a link must be valid at: the filter's `as_of`, else now."""

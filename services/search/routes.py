@@ -28,12 +28,13 @@ import logging
 import re
 from collections.abc import Sequence
 
-from services.common.db import Reads
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.text import words
 from services.common.turn_roles import ASSISTANT, USER
 from services.search import graph_queries, queries
 from services.search.scoring import Candidate
+from services.storage.db import Reads
+from services.storage.dialect import SQLITE, Dialect
 
 log = logging.getLogger("engram.search.routes")
 
@@ -100,7 +101,7 @@ def speakers_named(query: str, candidates: Sequence[Candidate]) -> set[str]:
 
 
 async def time_statements(
-    reads: Reads, namespace: str, candidates: Sequence[Candidate], *, dialect: str = "sqlite"
+    reads: Reads, namespace: str, candidates: Sequence[Candidate], *, dialect: Dialect = SQLITE
 ) -> set[int]:
     """Rowids of the best-ranked candidates (by their best channel rank) whose
     content states a time."""
@@ -127,7 +128,7 @@ async def linked_reach(
     depth: int,
     at: str,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> dict[int, int]:
     """Rowids reached over links of `link_types` valid at `at` from `seeds`
     (not themselves), both directions, with their hop count, nearest first."""

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from services.common.db import DEFAULT_READ_MMAP_MB, open_read_only
 from services.common.metrics import VECTOR_CACHE_ROWS
+from services.storage.db import DEFAULT_READ_MMAP_MB, open_read_only
 
 _CHUNK_ROWS = 65_536  # scan block: keeps the XOR temporaries in cache
 

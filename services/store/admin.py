@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 from services.common import clock
 from services.common.config import PIPELINE_OFF_HINT, Config
-from services.common.db import ReadPool
 from services.common.errors import PipelineDisabled
 from services.common.validation import validate_namespace
+from services.storage.db import ReadPool
 from services.store import admin_sql as sql
 from services.store import graph_sql, mutations
 from services.store import repository as repo

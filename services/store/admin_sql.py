@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from services.storage.dialect import SQLITE, Dialect, dialect_of
 from services.store import repository as repo
 from services.store.job_enums import JobKind
 from services.store.vector_index import EMBEDDING_OF_MEMORY
@@ -30,20 +31,21 @@ _EMBEDDED_LIVE = (
 )
 
 
-def _vector_checks(dialect: str) -> tuple[str, str]:
+def _vector_checks(dialect: Dialect) -> tuple[str, str]:
     """(an embedded live memory, alias x, has an index row; an index row, alias
     v, has an embedded live memory). SQLite's `IN (subquery)` builds a temporary
     index once (EXISTS was 1.4x slower at 1M); Postgres hashes an IN list only
     while it fits in work_mem and past that re-scans it for every row (1M:
     over 120 s against 11 s), so there an EXISTS, which it plans as a join."""
-    if dialect == "postgres":
-        return (
+    return dialect.choose(
+        sqlite=(
+            "x.rowid IN (SELECT memory_rowid FROM memory_vectors)",
+            f"v.memory_rowid IN ({_EMBEDDED_LIVE})",
+        ),
+        postgres=(
             "EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_rowid = x.rowid)",
             f"EXISTS ({_EMBEDDED_LIVE} AND m.rowid = v.memory_rowid)",
-        )
-    return (
-        "x.rowid IN (SELECT memory_rowid FROM memory_vectors)",
-        f"v.memory_rowid IN ({_EMBEDDED_LIVE})",
+        ),
     )
 
 
@@ -68,15 +70,12 @@ _PG_FTS_ROWS = "SELECT count(*) FROM memories WHERE content_tsv IS NOT NULL"
 _PG_DB_SIZE = "SELECT pg_database_size(current_database())"
 
 
-def _fts_sql(dialect: str) -> tuple[str, str, str]:
+def _fts_sql(dialect: Dialect) -> tuple[str, str, str]:
     """(missing, orphaned, rows) counts of the text index on this backend."""
-    if dialect == "postgres":
-        return _PG_FTS_MISSING, _PG_FTS_ORPHANED, _PG_FTS_ROWS
-    return _FTS_MISSING, _FTS_ORPHANED, _FTS_ROWS
-
-
-def _dialect(conn: Any) -> str:
-    return "postgres" if repo.postgres(conn) else "sqlite"
+    return dialect.choose(
+        sqlite=(_FTS_MISSING, _FTS_ORPHANED, _FTS_ROWS),
+        postgres=(_PG_FTS_MISSING, _PG_FTS_ORPHANED, _PG_FTS_ROWS),
+    )
 
 
 _EXPIRED = "m.is_deleted = 1 AND m.deleted_at < :cutoff"
@@ -95,10 +94,12 @@ def job_counts_query() -> Query:
     return repo.queue_counts_query()
 
 
-def diagnostics_query(stale_before: str, expired_before: str, *, dialect: str = "sqlite") -> Query:
+def diagnostics_query(
+    stale_before: str, expired_before: str, *, dialect: Dialect = SQLITE
+) -> Query:
     """Every scalar count in one statement, so they come from one snapshot."""
     fts_missing, fts_orphaned, fts_rows = _fts_sql(dialect)
-    db_size = _PG_DB_SIZE if dialect == "postgres" else _DB_SIZE
+    db_size = dialect.choose(sqlite=_DB_SIZE, postgres=_PG_DB_SIZE)
     indexed, backed = _vector_checks(dialect)
     return (
         "SELECT "
@@ -138,14 +139,13 @@ ORPHAN_TABLES = (
 )
 
 
-def orphans_query(*, dialect: str = "sqlite") -> Query:
+def orphans_query(*, dialect: Dialect = SQLITE) -> Query:
     """Every orphan count in one statement (one snapshot), named as ORPHAN_TABLES."""
-    fts_entries = (
+    fts_entries = dialect.choose(
+        sqlite="SELECT count(*) FROM memories_fts_docsize f "
+        "WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.rowid = f.id)",
         # the text index is a column of the memory row: it cannot outlive it
-        "0"
-        if dialect == "postgres"
-        else "SELECT count(*) FROM memories_fts_docsize f "
-        "WHERE NOT EXISTS (SELECT 1 FROM memories m WHERE m.rowid = f.id)"
+        postgres="0",
     )
     return (
         "SELECT "
@@ -174,7 +174,7 @@ def orphans_query(*, dialect: str = "sqlite") -> Query:
 
 def fts_mismatch(conn: Any) -> tuple[int, int]:
     """(live memories missing from the FTS index, FTS entries without a live memory)."""
-    missing_sql, orphaned_sql, _ = _fts_sql(_dialect(conn))
+    missing_sql, orphaned_sql, _ = _fts_sql(dialect_of(conn))
     missing = conn.execute(missing_sql).fetchone()[0]
     orphaned = conn.execute(orphaned_sql).fetchone()[0]
     return int(missing), int(orphaned)
@@ -247,7 +247,7 @@ def rebuild_fts(conn: Any) -> int:
     'rebuild' would also index tombstoned rows of the content table. On
     Postgres there is nothing to refill (the index is a generated column):
     the count of indexed memories, as SQLite's refill reports."""
-    if repo.postgres(conn):
+    if dialect_of(conn).is_postgres:
         return int(conn.execute(_PG_FTS_ROWS).fetchone()[0])
     conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('delete-all')")
     cursor = conn.execute(
@@ -258,7 +258,7 @@ def rebuild_fts(conn: Any) -> int:
 
 
 def remove_unbacked_vectors(conn: Any) -> int:
-    _, backed = _vector_checks(_dialect(conn))
+    _, backed = _vector_checks(dialect_of(conn))
     cursor = conn.execute(f"DELETE FROM memory_vectors AS v WHERE NOT {backed}")
     return int(cursor.rowcount)
 

@@ -2,7 +2,7 @@
 
 The database is a SQLite file or a PostgreSQL database (`storage.kind`); the
 writer, the read pool and everything above them take either (the repository's
-SQL runs on both through services/common/pg.py's SqliteApi)."""
+SQL runs on both through services/storage/pg.py's SqliteApi)."""
 
 from __future__ import annotations
 
@@ -36,14 +36,6 @@ from services.common.config import (
     graph_off_reason,
     llm_configured,
 )
-from services.common.db import (
-    DatabaseError,
-    ReadPool,
-    StorageUnavailable,
-    connect_read_only,
-    open_read_pool,
-    open_read_write,
-)
 from services.common.errors import MutationsFrozen
 from services.common.fetch_policy import FetchPolicy
 from services.common.listeners import listener
@@ -58,6 +50,14 @@ from services.common.server import (
 )
 from services.common.startup import StartupError
 from services.common.suite import announce_suite
+from services.storage.db import (
+    DatabaseError,
+    ReadPool,
+    StorageUnavailable,
+    connect_read_only,
+    open_read_pool,
+    open_read_write,
+)
 from services.store.access_servicer import AccessServicer
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
@@ -205,7 +205,7 @@ def _open_postgres(config: Config) -> tuple[Any, list[str]]:
     database (never the password). Which role is granted: _reader_role."""
     import psycopg
 
-    from services.common import pg
+    from services.storage import pg
     from services.store.pg_migrations import apply_pg_migrations
 
     settings = config.storage.postgres
@@ -239,7 +239,7 @@ def _reader_role(config: Config) -> str | None:
     search's to report (it waits, logging why): the store starts, logs it, grants none."""
     import psycopg
 
-    from services.common import pg
+    from services.storage import pg
 
     settings = config.storage.postgres
     if not settings.reader_dsn:
@@ -267,7 +267,7 @@ def _reader_role(config: Config) -> str | None:
 
 def _connect_postgres(config: Config) -> Any:
     """The writer's connection: no statement timeout (storage.postgres says why)."""
-    from services.common import pg
+    from services.storage import pg
 
     settings = config.storage.postgres
     return pg.open_read_write(settings.dsn, connect_timeout_s=settings.connect_timeout_s)
@@ -275,7 +275,7 @@ def _connect_postgres(config: Config) -> Any:
 
 def _reconnect_postgres(config: Config) -> Any:
     """The writer's replacement for a lost connection (services/store/writer.py)."""
-    from services.common import pg
+    from services.storage import pg
 
     return pg.SqliteApi(_connect_postgres(config))
 
@@ -295,7 +295,7 @@ def _pg_queue_counts_now(config: Config) -> dict[tuple[str, str], int]:
 def _database_name(config: Config) -> str:
     """The database for the log: the file, or the Postgres server and database."""
     if config.storage.kind == "postgres":
-        from services.common import pg
+        from services.storage import pg
 
         return pg.describe(config.storage.postgres.dsn)
     return str(config.storage.path)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Literal
 
 import sqlean
 
-from services.common.db import (
+from services.storage.db import (
     PRIVATE_DIR_MODE,
     DatabaseError,
     OperationalError,

@@ -21,7 +21,6 @@ from datetime import timedelta
 from typing import Any
 
 from services.common import clock
-from services.common.db import ReadPool
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Violations
 from services.common.facts import (
     MAX_CAUSAL_LINKS,
@@ -31,6 +30,7 @@ from services.common.facts import (
     NamedEntity,
 )
 from services.common.validation import check_session_id, validate_id
+from services.storage.db import ReadPool
 from services.store import extraction_sql, mutations, rules, session_lifecycle
 from services.store import repository as repo
 from services.store import session_sql as sql

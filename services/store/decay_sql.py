@@ -8,14 +8,15 @@ from typing import Any
 
 from services.common import forgetting
 from services.common.memory_filter import live_sql
-from services.common.schema import memory_columns
-from services.store.repository import Query, postgres
+from services.storage.dialect import SQLITE, Dialect, dialect_of
+from services.storage.schema import memory_columns
+from services.store.repository import Query
 
 _COLUMNS = memory_columns("m")
 
 
 def _weak(
-    default_rate: float, now: str, threshold: float, dialect: str
+    default_rate: float, now: str, threshold: float, dialect: Dialect
 ) -> tuple[str, str, list[Any]]:
     """(current-confidence expression, WHERE clause, parameters: the expression's,
     then the clause's)."""
@@ -32,7 +33,7 @@ def weak_page_query(
     after_rowid: int | None,
     limit: int,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> Query:
     """A namespace's weak memories in the order they were written, with their
     current confidence (column `current_confidence`), after `after_rowid`."""
@@ -45,7 +46,7 @@ def weak_page_query(
 
 
 def weak_count_query(
-    threshold: float, default_rate: float, now: str, *, dialect: str = "sqlite"
+    threshold: float, default_rate: float, now: str, *, dialect: Dialect = SQLITE
 ) -> Query:
     """Weak memories across every namespace (diagnostics)."""
     _, where, params = _weak(default_rate, now, threshold, dialect)
@@ -56,9 +57,7 @@ def weakest_batch(
     conn: Any, threshold: float, default_rate: float, now: str, limit: int
 ) -> list[Any]:
     """Up to `limit` weak memories of any namespace, oldest written first, for pruning."""
-    expr, where, params = _weak(
-        default_rate, now, threshold, "postgres" if postgres(conn) else "sqlite"
-    )
+    expr, where, params = _weak(default_rate, now, threshold, dialect_of(conn))
     return list(
         conn.execute(
             f"SELECT {_COLUMNS}, {expr} AS current_confidence FROM memories m "

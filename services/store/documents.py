@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 
 from services.common import clock
 from services.common.config import PiiSettings
-from services.common.db import ReadPool
 from services.common.errors import FieldViolation, InvalidArgument, NotFound
 from services.common.fetch_policy import FetchPolicy
 from services.common.normalize import normalize_content
 from services.common.pii import PiiGate, gate
 from services.common.validation import check_no_control, validate_id, without_control
+from services.storage.db import ReadPool
 from services.store import document_sql as sql
 from services.store import mutations, rules
 from services.store import repository as repo

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.db import ReadPool
 from services.common.errors import NotFound, Violations, echo
 from services.common.facts import ENTITY_TYPES, MAX_ENTITY_CHARS
 from services.common.memory_record import MemoryRecord
 from services.common.validation import validate_id
+from services.storage.db import ReadPool
 from services.store import entities_sql as sql
 from services.store.graph import canonical_name
 from services.store.page_tokens import decode_ranked_position, encode_page_token

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from services.common.memory_filter import live_sql
+from services.storage.dialect import SQLITE, Dialect
 from services.store.repository import _M_COLUMNS, Query
 
 ENTITY_COLUMNS = "e.id, e.name, e.entity_type, e.mentions, e.created_at, e.updated_at"
@@ -43,12 +44,12 @@ def aliases(namespace: str, entity_ids: Sequence[str]) -> Query:
     )
 
 
-def facts(namespace: str, entity_id: str, limit: int, *, dialect: str = "sqlite") -> Query:
+def facts(namespace: str, entity_id: str, limit: int, *, dialect: Dialect = SQLITE) -> Query:
     """Live memories valid now that mention the entity, newest valid_from first
     (`+`, on SQLite: from the entity's mentions, not a scan of the namespace's
     memories; Postgres has no such hint, and no unary + on text)."""
-    hint = "+" if dialect == "sqlite" else ""
-    live = live_sql("m", keep_plan=dialect == "sqlite")
+    hint = dialect.plan_guard
+    live = live_sql("m", keep_plan=not dialect.is_postgres)
     return (
         f"SELECT {_M_COLUMNS} FROM memory_entity_mentions mm JOIN memories m "
         f"ON m.id = mm.memory_id AND {hint}m.namespace = mm.namespace "

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.db import ReadPool
 from services.common.errors import NotFound, Violations, echo
 from services.common.memory_record import MemoryRecord
 from services.common.validation import validate_id
+from services.storage.db import ReadPool
 from services.store import explain_sql as sql
 from services.store import repository as repo
 from services.store.extraction_sql import LINK_TYPES

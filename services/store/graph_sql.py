@@ -1,7 +1,7 @@
 """SQL for the knowledge graph's writes (seed 000 "Knowledge Graph"). Every
 statement is scoped to one namespace: the graph never crosses namespaces.
 Every statement is one text for SQLite and Postgres (the writer's connection
-on either: services/common/pg.py's SqliteApi translates the placeholders);
+on either: services/storage/pg.py's SqliteApi translates the placeholders);
 the mention and alias tables' `rowid` is SQLite's implicit one and an
 identity column on Postgres (services/store/pg_migrations.py)."""
 

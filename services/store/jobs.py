@@ -17,13 +17,13 @@ from typing import Any
 
 from services.common import clock
 from services.common.backoff import backoff_s
-from services.common.db import ReadPool, open_read_only
 from services.common.errors import (
     FailedPrecondition,
     FieldViolation,
     InvalidArgument,
 )
 from services.common.memory_record import may_merge
+from services.storage.db import ReadPool, open_read_only
 from services.store import consolidation, document_sql, mutations, sessions
 from services.store import repository as repo
 from services.store.job_enums import JobKind

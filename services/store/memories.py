@@ -16,7 +16,6 @@ from typing import Any
 
 from services.common import clock
 from services.common.config import PiiSettings
-from services.common.db import ReadPool
 from services.common.errors import (
     AlreadyExists,
     EngramError,
@@ -32,6 +31,8 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
 from services.common.pii import PiiAction, PiiGate, PiiPolicy
 from services.common.validation import validate_id, validate_ids
+from services.storage.db import ReadPool
+from services.storage.dialect import Dialect
 from services.store import mutations, rules, supersede
 from services.store import repository as repo
 from services.store.admin_sql import purged_marker_query
@@ -781,7 +782,7 @@ def _check_patches(
 
 
 def _check_selection(
-    namespace: str, selection: ForgetSelection, bad: Violations, dialect: str
+    namespace: str, selection: ForgetSelection, bad: Violations, dialect: Dialect
 ) -> tuple[repo.Query, repo.Query]:
     """The candidates' query and the count of every match; its bad fields go to
     `bad` (the caller raises)."""

@@ -7,7 +7,7 @@ whose recorded checksum differs from the code's, and
 tests/store/migrations.snapshot (checked by tests/store/test_store_migrations.py)
 pins every shipped migration's name and checksum. A schema change is a new
 migration appended at the end (of pg_migrations.py's chain too), with its line
-appended to the snapshot and services/common/schema.py's SCHEMA_VERSION raised to match."""
+appended to the snapshot and services/storage/schema.py's SCHEMA_VERSION raised to match."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.common.clock import now_text
-from services.common.db import complete_statement
-from services.common.schema import check_chain
+from services.storage.db import complete_statement
+from services.storage.schema import check_chain
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
@@ -744,7 +744,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         """,
     ),
 )
-check_chain("SQLite", len(MIGRATIONS))  # services/common/schema.py's SCHEMA_VERSION
+check_chain("SQLite", len(MIGRATIONS))  # services/storage/schema.py's SCHEMA_VERSION
 
 
 class MigrationMismatch(Exception):

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import clock
-from services.common.db import ReadPool
 from services.common.errors import FailedPrecondition, NotFound, Violations
 from services.common.memory_record import MemoryRecord
+from services.storage.db import ReadPool
 from services.store import mutations, rules
 from services.store import namespace_sql as sql
 from services.store import repository as repo

@@ -2,7 +2,7 @@
 claim for claimers that run at once, each on its own connection.
 
 Every other job-queue function is services/store/repository.py's, run on
-Postgres through services/common/pg.py's SqliteApi; there due_jobs locks the
+Postgres through services/storage/pg.py's SqliteApi; there due_jobs locks the
 rows it returns FOR UPDATE SKIP LOCKED and leased_job locks the job it checks.
 SQLite serialises every write through one writer, whose group transaction does
 a lease's select and update together; here the claim is its own transaction.

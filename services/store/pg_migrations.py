@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.schema import check_chain
+from services.storage.schema import check_chain
 from services.store.migrations import (
     RECORD_MIGRATION,
     SCHEMA_MIGRATIONS_TABLE,
@@ -682,7 +682,7 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
         """,
     ),
 )
-check_chain("PostgreSQL", len(PG_MIGRATIONS))  # services/common/schema.py's SCHEMA_VERSION
+check_chain("PostgreSQL", len(PG_MIGRATIONS))  # services/storage/schema.py's SCHEMA_VERSION
 
 
 def pg_statements(script: str) -> list[str]:

@@ -1,6 +1,6 @@
 """The vector index's SQL on PostgreSQL (issue 21): the repository's vector
 functions whose SQL cannot be shared, under the same names and with the same
-meaning, on the store's connection (services/common/pg.py SqliteApi; the
+meaning, on the store's connection (services/storage/pg.py SqliteApi; the
 caller's transaction). services/store/repository.py's functions of these names
 call them when the connection is a Postgres one, so callers never pick. The others (index_model,
 clear_vector_index, upsert_embedding, embedding_dimensions,
@@ -30,7 +30,7 @@ import numpy as np
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
-from services.common.pg import translate
+from services.storage.pg import translate
 from services.store.pg_migrations import fix_vector_dimensions
 from services.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
 

@@ -2,10 +2,10 @@
 queries are returned as (sql, params) so the async read pool can run them.
 
 One home for both backends (issue 21): the SQL is written for SQLite and runs
-unchanged on PostgreSQL through services/common/pg.py's SqliteApi, which takes
+unchanged on PostgreSQL through services/storage/pg.py's SqliteApi, which takes
 sqlite3's parameter styles. Where the dialects differ it is written in SQL both
 accept (ON CONFLICT DO NOTHING, IS DISTINCT FROM, CASE); where that cannot be,
-a function branches on `postgres(conn)`, the connection's own dialect."""
+it asks the connection's own dialect (services/storage/dialect.py `dialect_of`)."""
 
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ from services.common.memory_filter import (
     not_expired_sql,
     present_sql,
 )
-from services.common.schema import memory_columns
+from services.storage.dialect import SQLITE, Dialect, dialect_of
+from services.storage.schema import memory_columns
 from services.store import document_sql
 from services.store.job_enums import JobKind
 from services.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
 
-# services/common/schema.py's column list (with the writer's SQL, bare; the reads, as m.*)
+# services/storage/schema.py's column list (with the writer's SQL, bare; the reads, as m.*)
 MEMORY_COLUMNS = memory_columns()
 _M_COLUMNS = memory_columns("m")
 
@@ -57,11 +58,6 @@ _UPDATABLE = {
 }
 
 Query = tuple[str, list[Any]]
-
-
-def postgres(conn: Any) -> bool:
-    """Whether `conn` is a Postgres one (SqliteApi says so; sqlite3's says nothing)."""
-    return getattr(conn, "dialect", "sqlite") == "postgres"
 
 
 def new_id() -> str:
@@ -100,7 +96,7 @@ def list_memories_query(
     after: tuple[str, str] | None,
     limit: int,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> Query:
     clauses, params = filter_sql(spec, "m", dialect)
     sql = (
@@ -123,7 +119,7 @@ def list_tombstones_query(
     after: tuple[str, str] | None,
     limit: int,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
 ) -> Query:
     """Soft-deleted memories deleted at or after `deleted_since`, most recently
     deleted first; `after` is the (deleted_at, id) the previous page ended at."""
@@ -149,7 +145,7 @@ def forget_candidates_query(
     include_pinned: bool,
     limit: int,
     *,
-    dialect: str = "sqlite",
+    dialect: Dialect = SQLITE,
     count: bool = False,
 ) -> Query:
     """Memories selected for forgetting: live ones and superseded versions
@@ -174,7 +170,7 @@ def forget_candidates_query(
         args.extend(ids)
     order = "m.created_at DESC, m.id DESC"
     order_args: list[Any] = []
-    if term_matches and dialect == "postgres":
+    if term_matches and dialect.is_postgres:
         match = "m.content_tsv @@ phraseto_tsquery('engram_english'::regconfig, ?)"
         sql += f" AND ({' OR '.join([match] * len(term_matches))})"
         args.extend(term_matches)
@@ -236,8 +232,9 @@ def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str,
     # while an import grows them (bench/README.md, "Remember and
     # ImportMemories"). So this transaction plans the lookup for its own hashes
     # (one hash is an equality on the index's columns: any plan takes it).
-    pg_custom = postgres(conn) and len(unique) > 1
-    indexed_by = "" if postgres(conn) else "INDEXED BY memories_live_hash "
+    dialect = dialect_of(conn)
+    pg_custom = dialect.is_postgres and len(unique) > 1
+    indexed_by = dialect.choose(sqlite="INDEXED BY memories_live_hash ", postgres="")
     if pg_custom:
         conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
     for start in range(0, len(unique), 500):
@@ -554,7 +551,7 @@ def _pg_vectors() -> Any:
 
 def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
     """Record the index's model (on Postgres also size its vector column)."""
-    if postgres(conn):
+    if dialect_of(conn).is_postgres:
         _pg_vectors().set_index_model(conn, model, dimensions, at)
         return
     record_index_model(conn, model, dimensions, at)
@@ -611,7 +608,7 @@ def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
 def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
     """Index these memories (those with a vector of the index model) and record
     the model on them; returns how many index rows were written."""
-    if postgres(conn):
+    if dialect_of(conn).is_postgres:
         return int(_pg_vectors().index_memories(conn, memory_ids))
     written = 0
     for start in range(0, len(memory_ids), 500):
@@ -629,14 +626,14 @@ def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
 
 def index_all_embedded(conn: Any) -> int:
     """Every live memory with a vector of the index model (after a model change)."""
-    if postgres(conn):
+    if dialect_of(conn).is_postgres:
         return int(_pg_vectors().index_all_embedded(conn))
     return _index_embedded(conn, "1", [])
 
 
 def index_missing_vectors(conn: Any) -> int:
     """Live memories with a vector of the index model that the index lacks."""
-    if postgres(conn):
+    if dialect_of(conn).is_postgres:
         return int(_pg_vectors().index_missing_vectors(conn))
     return _index_embedded(conn, "m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)", [])
 
@@ -676,17 +673,15 @@ def live_hashes_with_embedding(conn: Any, namespace: str, hashes: Sequence[str])
 def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
     """An embed job for every live memory without a vector of the index model."""
     # 32 random hex digits: SQLite has no UUID function, Postgres no randomblob.
-    random_id = (
-        "replace(gen_random_uuid()::text, '-', '')"
-        if postgres(conn)
-        else "lower(hex(randomblob(16)))"
+    dialect = dialect_of(conn)
+    random_id = dialect.choose(
+        sqlite="lower(hex(randomblob(16)))", postgres="replace(gen_random_uuid()::text, '-', '')"
     )
     # Postgres runs NOT IN over a list past work_mem as a subplan re-scanned per row
     # (bench/README "Store diagnostics at 1M"); SQLite's NOT IN is the faster there.
-    unindexed = (
-        "NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_rowid = m.rowid)"
-        if postgres(conn)
-        else "m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)"
+    unindexed = dialect.choose(
+        sqlite="m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)",
+        postgres="NOT EXISTS (SELECT 1 FROM memory_vectors v WHERE v.memory_rowid = m.rowid)",
     )
     cursor = conn.execute(
         "INSERT INTO memory_jobs (id, namespace, memory_id, job_type, max_attempts, "
@@ -727,7 +722,7 @@ def due_jobs(
         params.extend(namespaces)
     sql += " ORDER BY j.available_at, j.created_at LIMIT ?"
     params.append(limit)
-    if postgres(conn):
+    if dialect_of(conn).is_postgres:
         sql += " FOR UPDATE OF j SKIP LOCKED"
     return list(conn.execute(sql, params).fetchall())
 
@@ -772,7 +767,7 @@ def leased_job(conn: Any, job_id: str, token: str) -> Any:
     return conn.execute(
         "SELECT id, job_type, namespace, memory_id, document_id, attempts, max_attempts "
         "FROM memory_jobs WHERE id = ? AND status = 'leased' AND lease_token = ?"
-        + (" FOR UPDATE" if postgres(conn) else ""),
+        + dialect_of(conn).row_lock,
         (job_id, token),
     ).fetchone()
 
@@ -844,7 +839,7 @@ def _end_lost_leases(
     (leased_job's lock) is waited for, then no longer matches."""
     rows = conn.execute(
         "SELECT id, document_id, attempts, max_attempts FROM memory_jobs "
-        f"WHERE status = 'leased' AND {where}" + (" FOR UPDATE" if postgres(conn) else ""),
+        f"WHERE status = 'leased' AND {where}" + dialect_of(conn).row_lock,
         list(params),
     ).fetchall()
     dead = 0
@@ -873,8 +868,7 @@ def _bury_exhausted_pending(conn: Any, at: str) -> int:
     letter, or their document fails, instead of sitting pending for ever."""
     rows = conn.execute(
         "SELECT id, document_id, error FROM memory_jobs "
-        "WHERE status = 'pending' AND attempts >= max_attempts"
-        + (" FOR UPDATE" if postgres(conn) else ""),
+        "WHERE status = 'pending' AND attempts >= max_attempts" + dialect_of(conn).row_lock,
     ).fetchall()
     for row in rows:
         error = row["error"] or OUT_OF_ATTEMPTS

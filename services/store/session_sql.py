@@ -9,6 +9,7 @@ from typing import Any
 
 from services.common.memory_filter import live_sql
 from services.common.memory_record import SESSION_SUMMARY_TYPE
+from services.storage.dialect import dialect_of
 from services.store import repository as repo
 from services.store.job_enums import JobKind
 
@@ -54,9 +55,10 @@ def summaries(conn: Any, namespace: str, session_id: str) -> list[Any]:
 
 def _payload_session_id(conn: Any) -> str:
     """The session id in a job's JSON payload (TEXT on both backends)."""
-    if repo.postgres(conn):
-        return "(payload::jsonb ->> 'session_id')"
-    return "json_extract(payload, '$.session_id')"
+    return dialect_of(conn).choose(
+        sqlite="json_extract(payload, '$.session_id')",
+        postgres="(payload::jsonb ->> 'session_id')",
+    )
 
 
 def pending_summarize_job(conn: Any, namespace: str, session_id: str) -> str | None:

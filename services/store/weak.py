@@ -11,9 +11,9 @@ from typing import Any
 
 from services.common import clock
 from services.common.config import Config
-from services.common.db import ReadPool
 from services.common.errors import Violations
 from services.common.memory_record import MemoryRecord
+from services.storage.db import ReadPool
 from services.store import decay_sql, mutations
 from services.store.memories import DEFAULT_LIST_PAGE_SIZE, _page_size
 from services.store.page_tokens import decode_int_position, encode_page_token

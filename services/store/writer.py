@@ -76,7 +76,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from services.common import clock
-from services.common.db import MIB
 from services.common.errors import EngramError, ErrorKind, MutationsFrozen, StorageUnavailable
 from services.common.metrics import (
     WRITER_COMMIT_SECONDS,
@@ -84,6 +83,7 @@ from services.common.metrics import (
     WRITER_WAL_BYTES,
     WRITER_WAL_RESTARTS,
 )
+from services.storage.db import MIB
 
 log = logging.getLogger("engram.store.writer")
 

@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.db import sqlite3  # the project's driver
 from services.common.fts import build_fts_query, fts_terms
+from services.storage.db import sqlite3  # the project's driver
 
 
 @pytest.fixture(scope="module")

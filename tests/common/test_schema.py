@@ -1,4 +1,4 @@
-"""services/common/schema.py, the schema's one definition (issue 36, item 2): every
+"""services/storage/schema.py, the schema's one definition (issue 36, item 2): every
 memory column the store and search select exists in a database migrated to
 SCHEMA_VERSION, on both backends, and the row mapper reads exactly those columns.
 A column a reader starts selecting without a migration (or a migration search
@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from backend_db import migrate_to
-from services.common import pg
-from services.common.db import open_read_only
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import MemoryRecord
-from services.common.schema import MEMORY_COLUMNS, SCHEMA_VERSION, memory_columns
 from services.search import context_queries, queries
+from services.storage import pg
+from services.storage.db import open_read_only
+from services.storage.dialect import Dialect
+from services.storage.schema import MEMORY_COLUMNS, SCHEMA_VERSION, memory_columns
 from services.store import decay_sql, repository
 from services.store.migrations import MIGRATIONS
 from services.store.pg_migrations import PG_MIGRATIONS
@@ -47,7 +48,7 @@ def test_both_chains_ship_the_schema_version() -> None:
     assert len(MIGRATIONS) == len(PG_MIGRATIONS) == SCHEMA_VERSION
 
 
-def readers(dialect: str) -> dict[str, tuple[str, list[Any]]]:
+def readers(dialect: Dialect) -> dict[str, tuple[str, list[Any]]]:
     """Every query that selects the memory columns, built as its service builds it."""
     spec = MemoryFilterSpec()
     return {

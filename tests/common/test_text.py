@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.db import sqlite3  # the project's driver
 from services.common.text import STOP_WORDS, distinct_words, unspaced, without_stop_words, words
+from services.storage.db import sqlite3  # the project's driver
 
 SAMPLES = [
     "Dark mode, please! (not light)",

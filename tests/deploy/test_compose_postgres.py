@@ -71,7 +71,7 @@ def test_postgres_is_pgvector_on_18_with_a_volume_a_health_check_and_no_publishe
 
 def _dsn_user(dsn: str) -> str | None:
     """The role as the store reads it (pg.dsn_user: libpq's parser)."""
-    from services.common.pg import dsn_user
+    from services.storage.pg import dsn_user
 
     return dsn_user(dsn)
 

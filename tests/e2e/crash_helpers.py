@@ -153,7 +153,7 @@ def check_postgres_rows(dsn: str, live_ids: set[str]) -> None:
     memory's transaction left all of its rows or none."""
     import psycopg
 
-    from services.common import pg
+    from services.storage import pg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(

@@ -23,7 +23,7 @@ from e2e_helpers import (
     lost_memories,
 )
 from engram.store.v1 import store_pb2, store_pb2_grpc
-from services.common.db import open_read_write
+from services.storage.db import open_read_write
 from services.store.migrations import MIGRATIONS, apply_migrations
 
 WRITERS = 4

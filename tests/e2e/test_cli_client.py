@@ -17,7 +17,7 @@ import pytest
 
 from e2e_helpers import REPO_ROOT, Launcher, RunningSuite, clean_env, engram_command, start_suite
 from services.common.clock import days_ago_text
-from services.common.db import open_read_write
+from services.storage.db import open_read_write
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from crash_helpers import (
 )
 
 from e2e_helpers import Launcher
-from services.common.db import open_read_only, open_read_write
+from services.storage.db import open_read_only, open_read_write
 
 
 def test_sigkill_during_concurrent_remembers_loses_no_acknowledged_memory(

@@ -30,7 +30,7 @@ from e2e_helpers import (
     start_suite,
 )
 from services.common.clock import days_ago_text
-from services.common.db import open_read_write
+from services.storage.db import open_read_write
 
 TOOLS = {
     "remember",

@@ -89,7 +89,7 @@ def read_back(
     stub: store_pb2_grpc.MemoryStoreServiceStub, expected: dict[str, str]
 ) -> tuple[list[str], int]:
     """lost_memories, with a client's retry: a read pool connection the crash
-    dropped fails its next read UNAVAILABLE once and is replaced (services/common/pg.py
+    dropped fails its next read UNAVAILABLE once and is replaced (services/storage/pg.py
     PgReadPool). (ids still missing, reads refused UNAVAILABLE on the way)."""
     refused = 0
     missing = lost_memories(stub, NAMESPACE, expected)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import Launcher
-from services.common.db import open_read_write
+from services.storage.db import open_read_write
 from services.store.migrations import MIGRATIONS, apply_migrations
 
 STARTUP_FAILURE_TIMEOUT_S = 20.0

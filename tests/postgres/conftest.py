@@ -26,7 +26,7 @@ except ImportError:  # no `postgres` extra: only the server-less checks are coll
 def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """The store's read-write connection on a migrated database of each backend (the
     module-level tests' one home; psycopg is imported here, not at load)."""
-    from services.common import db, pg
+    from services.storage import db, pg
     from services.store.migrations import apply_migrations
     from services.store.pg_migrations import apply_pg_migrations
 
@@ -70,7 +70,7 @@ def reader_role(dsn: str) -> Iterator[str]:
 @pytest.fixture
 def pg_conn(pg_dsn: str) -> Iterator[Any]:
     """The store's read-write connection on a migrated PostgreSQL database only."""
-    from services.common import pg
+    from services.storage import pg
     from services.store.pg_migrations import apply_pg_migrations
 
     raw = pg.open_read_write(pg_dsn)

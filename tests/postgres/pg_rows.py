@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.storage.dialect import Dialect, dialect_of
 from services.store import repository as repo
 
 T0 = "2026-01-01T00:00:00.000000000Z"
@@ -14,9 +15,9 @@ T3 = "2026-01-01T00:00:03.000000000Z"
 PAST = "2000-01-01T00:00:00.000000000Z"
 
 
-def dialect(conn: Any) -> str:
+def dialect(conn: Any) -> Dialect:
     """The dialect a read pool on this connection's backend passes to query builders."""
-    return "postgres" if repo.postgres(conn) else "sqlite"
+    return dialect_of(conn)
 
 
 def memory(memory_id: str, content: str, namespace: str = "ns", **overrides: Any) -> Any:

@@ -1,6 +1,6 @@
 """The store's admin, retention, decay, explain and suite SQL on both backends
 from one home: every test runs once on a migrated SQLite file and once on a
-migrated PostgreSQL database (through services/common/pg.py's SqliteApi), with
+migrated PostgreSQL database (through services/storage/pg.py's SqliteApi), with
 the same assertions (pattern: test_pg_repository.py). Read queries get the
 connection's dialect, as the read pools pass theirs."""
 

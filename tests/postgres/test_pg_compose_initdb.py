@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from services.common.pg import grant_reader, open_read_only, open_read_write
+from services.storage.pg import grant_reader, open_read_only, open_read_write
 from services.store.pg_migrations import apply_pg_migrations
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""services/common/pg.py against a real PostgreSQL: the store's connection
+"""services/storage/pg.py against a real PostgreSQL: the store's connection
 writes only inside explicit transactions under its statement timeout, and a
 reader cannot write, by its own guard and, with a reader role, by privilege."""
 
@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from services.common.pg import grant_reader, open_read_only, open_read_write
+from services.storage.pg import grant_reader, open_read_only, open_read_write
 
 
 def test_the_store_connection_commits_only_what_its_transaction_commits(pg_dsn: str) -> None:

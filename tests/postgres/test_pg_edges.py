@@ -21,8 +21,8 @@ from engram.search.v1 import search_pb2
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from services.common.config import Config
-from services.common.db import StorageUnavailable, open_read_pool
 from services.common.server import StartupError
+from services.storage.db import StorageUnavailable, open_read_pool
 from services.store.app import _reconnect_postgres, start_store
 from store_helpers import remember
 

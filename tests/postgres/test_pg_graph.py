@@ -1,7 +1,7 @@
 """The knowledge graph's SQL (services/store/graph_sql.py, graph.py,
 entities_sql.py) and the links between memories (extraction_sql.py) on both
 backends from one home: every test runs once on a migrated SQLite file and
-once on a migrated PostgreSQL database (through services/common/pg.py's
+once on a migrated PostgreSQL database (through services/storage/pg.py's
 SqliteApi), with the same assertions."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from services.common.pg import SqliteApi, open_read_write
+from services.storage.pg import SqliteApi, open_read_write
 from services.store import pg_jobs, repository
 from services.store.repository import job_row
 

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from services.common.db import open_read_write as open_sqlite
-from services.common.pg import open_read_write
+from services.storage.db import open_read_write as open_sqlite
+from services.storage.pg import open_read_write
 from services.store.migrations import MigrationMismatch, apply_migrations
 from services.store.pg_migrations import (
     PG_MIGRATIONS,

@@ -1,4 +1,4 @@
-"""services/common/pg.py's PgReadPool (db.ReadPool's interface on PostgreSQL)
+"""services/storage/pg.py's PgReadPool (db.ReadPool's interface on PostgreSQL)
 and db.open_read_pool, the one place that picks a backend's pool, on a real
 PostgreSQL database."""
 
@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from pg_cluster import terminate
 
-from services.common import db, pg
 from services.common.config import load_config
+from services.storage import db, pg
 from services.store.migrations import apply_migrations
 from services.store.pg_migrations import apply_pg_migrations
 
@@ -170,7 +170,7 @@ def test_open_read_pool_picks_the_configured_backend(pg_dsn: str, tmp_path: Path
             reads = await db.open_read_pool(config.storage, service="search")
             try:
                 count = await reads.fetch_one(("SELECT count(*) FROM memories", []))
-                seen.append((reads.dialect, int(count[0])))
+                seen.append((reads.dialect.name, int(count[0])))
             finally:
                 await reads.close()
         return seen

@@ -1,6 +1,6 @@
 """services/store/repository.py on both backends from one home: every test runs
 once on a migrated SQLite file and once on a migrated PostgreSQL database (through
-services/common/pg.py's SqliteApi), with the same assertions. First, SqliteApi's
+services/storage/pg.py's SqliteApi), with the same assertions. First, SqliteApi's
 translation of sqlite3's SQL text into psycopg's."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from pg_rows import PAST, T0, T1, T2, T3, memory
 
-from services.common import db, forgetting, pg
+from services.common import forgetting
 from services.common.memory_filter import NOW_SQL, MemoryFilterSpec
+from services.storage import db, pg
+from services.storage.dialect import dialect_of
 from services.store import document_sql
 from services.store import repository as repo
 from services.store.writer import Writer
@@ -94,7 +96,7 @@ def test_statements_without_question_marks_are_not_raw() -> None:
 
 
 def test_the_connection_says_its_dialect(conn: Any) -> None:
-    assert repo.postgres(conn) == isinstance(conn, pg.SqliteApi)
+    assert dialect_of(conn).is_postgres == isinstance(conn, pg.SqliteApi)
 
 
 def test_literal_percent_signs_and_the_clock_read_alike(conn: Any) -> None:

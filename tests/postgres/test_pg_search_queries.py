@@ -12,12 +12,12 @@ import json
 from typing import Any
 
 import pytest
-from pg_rows import dialect as dialect_of
 from pg_rows import memory
 
-from services.common import pg
 from services.common.memory_filter import MemoryFilterSpec
 from services.search import context_queries, graph_queries, pg_text, queries
+from services.storage import pg
+from services.storage.dialect import dialect_of
 from services.store import repository as repo
 
 T0 = "2026-01-01T00:00:00.000000000Z"

@@ -19,8 +19,8 @@ import backend_db
 from admin_helpers import AdminStore, admin_store
 from engram.store.internal.v1 import admin_pb2 as pb
 from engram.store.v1 import store_pb2 as S
-from services.common import pg
 from services.search import pg_text
+from services.storage import pg
 from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
 
 RECOUNT_TOTALS = (

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from services.common.db import open_read_write as open_sqlite
 from services.common.fts import any_of, quoted
-from services.common.pg import open_read_write, translate
 from services.search import pg_text, queries
+from services.storage.db import open_read_write as open_sqlite
+from services.storage.pg import open_read_write, translate
 from services.store.migrations import apply_migrations
 from services.store.pg_migrations import apply_pg_migrations
 

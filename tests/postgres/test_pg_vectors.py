@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from services.common.memory_filter import MemoryFilterSpec
-from services.common.pg import SqliteApi, open_read_only, open_read_write, translate
 from services.search import pg_vectors as channel
+from services.storage.pg import SqliteApi, open_read_only, open_read_write, translate
 from services.store import pg_vectors as store
 from services.store import repository
 from services.store.pg_migrations import apply_pg_migrations

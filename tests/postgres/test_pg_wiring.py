@@ -17,12 +17,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from engram.store.v1 import store_pb2
 from services.cli import main as cli
-from services.common import pg
 from services.common.config import Config, ConfigError, load_config
 from services.common.metrics import queue_depth_source
-from services.common.schema import SCHEMA_VERSION
 from services.common.server import StartupError
 from services.search.app import wait_for_schema
+from services.storage import pg
+from services.storage.dialect import POSTGRES
+from services.storage.schema import SCHEMA_VERSION
 from services.store.app import start_store
 from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
 from store_helpers import remember
@@ -83,7 +84,7 @@ def test_the_store_serves_remember_get_and_list(
     assert got == first
     listed = stub.ListMemories(store_pb2.ListMemoriesRequest(page_size=10)).memories
     assert [m.id for m in listed] == [second.id, first.id]
-    assert server.app.reads.dialect == "postgres"
+    assert server.app.reads.dialect is POSTGRES
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 2
         jobs = conn.execute("SELECT job_type, status FROM memory_jobs").fetchall()
@@ -154,7 +155,7 @@ def test_search_reads_through_its_role_which_the_store_granted_select_only(
     )
     remember(stack.store, "Kafka retention is seven days")
     app = stack.search_thread.app
-    assert app.reads.dialect == "postgres" and app.vector_cache is None
+    assert app.reads.dialect is POSTGRES and app.vector_cache is None
     counted = asyncio.run_coroutine_threadsafe(
         app.reads.fetch_one(
             ("SELECT count(*) AS n FROM memories WHERE namespace = ?", ["default"])

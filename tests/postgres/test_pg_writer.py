@@ -1,5 +1,5 @@
 """The store's single writer on PostgreSQL (services/store/writer.py over
-services/common/pg.py's SqliteApi): group commit, one failing operation rolled
+services/storage/pg.py's SqliteApi): group commit, one failing operation rolled
 back alone (savepoints), a full disk refused as StorageFull, and a lost
 connection failing its group (nothing acknowledged) and reopened for the next."""
 
@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from pg_cluster import terminate
 
-from services.common import pg
+from services.storage import pg
 from services.store.writer import StorageFull, StorageUnavailable, Writer, is_storage_full
 
 

@@ -18,7 +18,7 @@ def fts_fingerprint(stack: Stack) -> str:
     changes it (FTS5's blocks; on Postgres, where the index is a generated
     column of the row, the indexed tsvectors)."""
     path = stack.config.storage.path
-    data = rows(path, backend_db.FTS_STORAGE[backend_db.dialect(path)])
+    data = rows(path, backend_db.FTS_STORAGE[backend_db.dialect(path).name])
     return hashlib.sha256(repr([tuple(r) for r in data]).encode()).hexdigest()
 
 

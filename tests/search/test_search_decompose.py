@@ -15,7 +15,6 @@ import pytest
 
 from http_fakes import VectorBook
 from recall_helpers import Stack, ids, vec
-from services.common.db import Reads, open_read_pool
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.providers.embedding import NoEmbedding
 from services.search import pg_text, queries
@@ -23,6 +22,8 @@ from services.search.decompose import parts
 from services.search.embedder import QueryEmbedder
 from services.search.recall import Recaller, RecallParams
 from services.search.scoring import ScoringParams
+from services.storage.db import Reads, open_read_pool
+from services.storage.dialect import SQLITE
 
 QUESTION = "Which did I buy first, the red kayak or the blue tent?"
 KAYAK = "Picked up a paddle boat at the lake shop"
@@ -107,7 +108,7 @@ TRIP_MEMORIES = [
 
 
 class Recording:
-    """A read snapshot (services.common.db.Reads) that notes every statement,
+    """A read snapshot (services.storage.db.Reads) that notes every statement,
     with its parameters, before the real snapshot runs it."""
 
     def __init__(self, reads: Reads) -> None:
@@ -224,7 +225,7 @@ def test_a_part_ranks_with_shared_statistics_as_alone(
             async with pool.snapshot() as snapshot:
                 scope = await recaller.scope(snapshot, NS, spec)
                 whole_index = scope.whole_index
-                assert whole_index == (pool.dialect == "sqlite" and not other)
+                assert whole_index == (pool.dialect is SQLITE and not other)
                 known = await recaller.keyword.ranked(scope, question)
                 alone = await recaller.keyword.ranked(scope, part)
                 recording = Recording(snapshot)

@@ -16,9 +16,9 @@ import pytest
 from engram.store.v1 import store_pb2
 from extract_write_helpers import link, write_directly
 from recall_helpers import Stack, ids
-from services.common.db import open_read_pool
 from services.common.memory_filter import MemoryFilterSpec
 from services.search.graph_boost import graph_boost, query_tokens
+from services.storage.db import open_read_pool
 from store_helpers import rows
 
 # The pipeline on (no pipeline process runs): Remember queues the extract jobs

@@ -35,11 +35,11 @@ from extract_write_helpers import write_directly
 from http_fakes import VectorBook
 from recall_helpers import MODEL, QUERY_VECTOR, Stack, vec
 from services.common import clock
-from services.common.db import ReadPool, open_read_write
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.vectors import normalized_f32
 from services.search import pg_vectors, queries
 from services.search.recall import bm25_idf
+from services.storage.db import ReadPool, open_read_write
 
 RACE_SECONDS = 5.0
 MAX_RECALLS = 4000
@@ -165,7 +165,7 @@ def test_memory_rows_are_read_only_under_their_own_namespace(
     assert query is not None
     first_pass = (
         pg_vectors.vector_candidates(query, "tenant-b", MemoryFilterSpec(), 10)
-        if dialect == "postgres"
+        if dialect.is_postgres
         else queries.vector_candidates(query, "tenant-b", MemoryFilterSpec(), 10, True)
     )
     assert [r[0] for r in _read(path, first_pass)] == [rowid[mine.id]]

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from recall_helpers import Stack
-from services.common.db import open_read_pool
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.providers.embedding import NoEmbedding
 from services.search.embedder import QueryEmbedder
 from services.search.recall import Recaller, RecallHit, RecallParams
 from services.search.scoring import ScoringParams
+from services.storage.db import open_read_pool
 
 NS = "only"  # the one namespace: the collection is the whole index
 

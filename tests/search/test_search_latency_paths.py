@@ -14,12 +14,13 @@ from typing import Any
 import sqlean
 
 from recall_helpers import Stack
-from services.common.db import MIB, ReadPool, open_read_only, open_read_pool
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.providers.embedding import NoEmbedding
 from services.search.embedder import QueryEmbedder
 from services.search.recall import Recaller, RecallParams
 from services.search.scoring import Candidate, ScoringParams, select, squash
+from services.storage.db import MIB, ReadPool, open_read_only, open_read_pool
+from services.storage.dialect import SQLITE
 
 NS = "only"  # the one namespace: the collection is the whole index
 
@@ -94,7 +95,7 @@ def test_readers_map_the_file(tmp_path: Any) -> None:
 def cutoff_hits(stack: Stack, query: str, pool_size: int) -> list[tuple[str, float, float]]:
     async def run() -> list[tuple[str, float, float]]:
         reads = await open_read_pool(stack.config.storage, service="search")
-        if isinstance(reads, ReadPool) and reads.dialect == "sqlite" and pool_size == 1:
+        if isinstance(reads, ReadPool) and reads.dialect is SQLITE and pool_size == 1:
             await reads.close()  # one connection: the snapshot's, so no spare one
             reads = ReadPool(stack.config.storage.path, size=1)
             await reads.open()

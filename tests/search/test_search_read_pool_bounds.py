@@ -16,7 +16,7 @@ import sqlean
 from prometheus_client import REGISTRY
 
 from services.common.config import Config, StorageSettings
-from services.common.db import MIB, ReadPool, open_read_pool
+from services.storage.db import MIB, ReadPool, open_read_pool
 
 
 def _database(path: Path) -> Path:

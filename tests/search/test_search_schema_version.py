@@ -1,5 +1,5 @@
 """Search waits for the schema version the code is written for (issue 36, item 2):
-services/common/schema.py's SCHEMA_VERSION, not an older one. It used to wait
+services/storage/schema.py's SCHEMA_VERSION, not an older one. It used to wait
 for version 12 while selecting columns migrations 14, 15 and 19 add, so a search
 started on a database at 12-18 went on to serve and failed every Recall with
 "no such column". Started on such a database it now waits, as it does for a
@@ -25,8 +25,8 @@ from engram.store.v1 import store_pb2, store_pb2_grpc
 from http_fakes import VectorBook, ollama_server
 from recall_helpers import fake_embedding_overrides
 from services.common.config import load_config
-from services.common.schema import SCHEMA_VERSION
 from services.search.app import start_search
+from services.storage.schema import SCHEMA_VERSION
 from services.store.app import start_store
 from services.store.migrations import MIGRATIONS
 

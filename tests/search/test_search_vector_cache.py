@@ -26,8 +26,8 @@ import numpy as np
 from engram.store.v1 import store_pb2
 from http_fakes import VectorBook
 from recall_helpers import Stack, ids, vec
-from services.common.db import open_read_only, open_read_write
 from services.search.vector_cache import VectorCache, quantize
+from services.storage.db import open_read_only, open_read_write
 from services.store.migrations import apply_migrations
 
 SHALLOW = {"search.channel_depth": 10, "search.vector_candidates": 10}

@@ -27,9 +27,9 @@ from extract_write_helpers import ADD, complete, extract_job, proposal
 from http_fakes import VectorBook, unit_axis
 from recall_helpers import DIM, MODEL, Stack, count, vec
 from services.common.clock import now_text
-from services.common.db import open_read_write
 from services.common.normalize import normalize_content
 from services.common.vectors import normalized_f32
+from services.storage.db import open_read_write
 from services.store.migrations import MIGRATIONS, apply_migrations
 from store_helpers import rows, scalar
 

@@ -66,7 +66,7 @@ def test_diagnostics_of_a_consistent_store(st: AdminStore) -> None:
         (job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_STATUS_COMPLETED): 3,
         (job_pb2.JOB_TYPE_EXTRACT, job_pb2.JOB_STATUS_PENDING): 3,
     }
-    assert d.db_size_bytes == st.scalar(backend_db.DB_SIZE[st.dialect])
+    assert d.db_size_bytes == st.scalar(backend_db.DB_SIZE[st.dialect.name])
     assert d.db_size_bytes > 0
 
 

@@ -122,7 +122,7 @@ def test_add_creates_a_linked_pipeline_memory_with_audit_and_completes_the_job(
         assert [(e.event_type, e.actor) for e in history] == [
             (store_pb2.HISTORY_EVENT_TYPE_CREATED, "pipeline-v2")
         ]
-    order = backend_db.INSERTION_ORDER[backend_db.dialect(db(stack))]
+    order = backend_db.INSERTION_ORDER[backend_db.dialect(db(stack)).name]
     links = rows(
         db(stack),
         f"SELECT from_memory_id, to_memory_id, link_type, job_id FROM memory_links ORDER BY {order}",

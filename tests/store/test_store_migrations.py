@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.common.db import open_read_write
+from services.storage.db import open_read_write
 from services.store.migrations import MIGRATIONS, MigrationMismatch, apply_migrations, checksum
 
 SNAPSHOT = Path(__file__).with_name("migrations.snapshot")

@@ -19,7 +19,7 @@ from google.protobuf import timestamp_pb2
 from admin_helpers import AdminStore, admin_store
 from engram.store.v1 import store_pb2
 from recall_helpers import timestamp
-from services.common.db import open_read_write
+from services.storage.db import open_read_write
 from services.store.migrations import MIGRATIONS, apply_migrations
 
 

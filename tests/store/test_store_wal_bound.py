@@ -23,7 +23,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from services.common.config import Config, StorageSettings
-from services.common.db import MIB
+from services.storage.db import MIB
 
 pytestmark = pytest.mark.sqlite_only("the WAL file is SQLite's; PostgreSQL manages its own")
 

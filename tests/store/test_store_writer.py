@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.db import open_read_only, open_read_write
+from services.storage.db import open_read_only, open_read_write
 from services.store.migrations import MIGRATIONS, apply_migrations
 from services.store.writer import Writer, WriterClosed
 

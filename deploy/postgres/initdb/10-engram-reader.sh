@@ -2,7 +2,7 @@
 # The search service's role (compose profile `postgres`): it may log in and read, nothing
 # else. Run once by the postgres image's entrypoint, on an empty data directory, as
 # POSTGRES_USER (the store's role `engram`, which owns the database). The store grants it
-# SELECT on its tables when it migrates (services/common/pg.py grant_reader), so the
+# SELECT on its tables when it migrates (services/storage/pg.py grant_reader), so the
 # grants have one home. tests/deploy/test_compose_postgres.py runs this script against a
 # real server.
 set -euo pipefail

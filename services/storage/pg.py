@@ -1,5 +1,5 @@
 """PostgreSQL connections (issue 21's backend, `storage.kind: postgres`), opened
-the same way everywhere, like services/common/sqlite_db.py's SQLite ones.
+the same way everywhere, like services/storage/sqlite.py's SQLite ones.
 
 SqliteApi puts a psycopg connection behind the part of sqlite3's connection API
 the store uses, so services/store/repository.py's SQL is written once for both;
@@ -25,9 +25,10 @@ from psycopg.adapt import AdaptersMap, Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from services.common import sqlite_db
 from services.common.errors import StorageTimedOut, StorageUnavailable
 from services.common.memory_filter import NOW_SQL
+from services.storage import sqlite
+from services.storage.dialect import POSTGRES
 
 Connection = psycopg.Connection
 IntegrityError = psycopg.errors.IntegrityError
@@ -301,7 +302,7 @@ class SqliteApi:
     outside an explicit transaction commits on its own: the connection is put in
     autocommit, and BEGIN (or `transaction()`) opens a transaction."""
 
-    dialect = "postgres"
+    dialect = POSTGRES
 
     def __init__(self, conn: Any) -> None:
         conn.autocommit = True  # raises if a transaction is open: the caller ends it first
@@ -352,7 +353,7 @@ class SqliteApi:
 # ---- reads: db.ReadPool's interface over Postgres ------------------------------------
 
 
-class PgReadPool(sqlite_db.ReadPool):
+class PgReadPool(sqlite.ReadPool):
     """db.ReadPool on PostgreSQL: the same calls (fetch_all, fetch_one,
     snapshot), the same sqlite3-style SQL (translated here), rows read by
     position or name. A subclass so every reader typed `ReadPool` takes it;
@@ -374,7 +375,7 @@ class PgReadPool(sqlite_db.ReadPool):
     of reused (its caller got StorageUnavailable) and a new one opens on
     demand, so the pool outlives a server restart."""
 
-    dialect = "postgres"
+    dialect = POSTGRES
 
     def __init__(
         self,
@@ -456,7 +457,7 @@ class PgReadPool(sqlite_db.ReadPool):
         return rows[0] if rows else None
 
     @contextlib.asynccontextmanager
-    async def snapshot(self) -> AsyncIterator[sqlite_db.ReadSnapshot]:
+    async def snapshot(self) -> AsyncIterator[sqlite.ReadSnapshot]:
         """Reads that all see the database as of the first of them."""
         conn = await self._checkout()
         snapshot = PgReadSnapshot(conn, self._threads)
@@ -566,10 +567,10 @@ async def fetch_once(
     return await asyncio.to_thread(probe)
 
 
-class PgReadSnapshot(sqlite_db.ReadSnapshot):
+class PgReadSnapshot(sqlite.ReadSnapshot):
     """A PgReadPool connection inside one read transaction (PgReadPool.snapshot)."""
 
-    dialect = "postgres"
+    dialect = POSTGRES
 
     def __init__(self, conn: Any, threads: ThreadPoolExecutor) -> None:
         super().__init__(conn)

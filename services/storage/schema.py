@@ -63,6 +63,6 @@ def check_chain(backend: str, migrations: int) -> None:
     if migrations != SCHEMA_VERSION:
         raise RuntimeError(
             f"the {backend} migration chain ships {migrations} migrations but"
-            f" services/common/schema.py's SCHEMA_VERSION is {SCHEMA_VERSION}: a new"
+            f" services/storage/schema.py's SCHEMA_VERSION is {SCHEMA_VERSION}: a new"
             " migration goes into both chains and raises SCHEMA_VERSION to match"
         )

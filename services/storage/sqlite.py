@@ -21,6 +21,7 @@ import sqlite_vec
 
 from services.common.config import StorageSettings
 from services.common.metrics import READ_POOL_CONNECTIONS
+from services.storage.dialect import SQLITE
 
 Connection = sqlite3.Connection
 Row = sqlite3.Row
@@ -122,12 +123,12 @@ class ReadPool:
     Each connection is a thread, two fds and its own map of the file (`mmap_mb`),
     so `max_size` bounds what the pool holds (engram_read_pool_connections).
 
-    `dialect` names the SQL the database speaks: every pool takes sqlite3-style
-    SQL (services/common/pg.py's PgReadPool translates it), and a query builder
-    whose SQL must differ asks the pool which one to build.
+    `dialect` is the SQL the database speaks (services/storage/dialect.py):
+    every pool takes sqlite3-style SQL (pg.py's PgReadPool translates it), and
+    a query builder whose SQL must differ asks the pool's dialect for it.
     """
 
-    dialect = "sqlite"
+    dialect = SQLITE
 
     def __init__(
         self,
@@ -247,7 +248,7 @@ class ReadPool:
 class ReadSnapshot:
     """A ReadPool connection inside one read transaction (see ReadPool.snapshot)."""
 
-    dialect = "sqlite"
+    dialect = SQLITE
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn

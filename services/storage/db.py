@@ -1,11 +1,11 @@
 """The database's connections on the configured backend (`storage.kind`): the one
-module that picks SQLite (services/common/sqlite_db.py) or PostgreSQL
-(services/common/pg.py, imported only when configured: psycopg is the
+module that picks SQLite (services/storage/sqlite.py) or PostgreSQL
+(services/storage/pg.py, imported only when configured: psycopg is the
 `postgres` extra), and the one callers import: the readers' interface
 (ReadPool, whose PostgreSQL twin is pg.PgReadPool, and Reads), the storage
 errors and the SQLite connections are offered here from their homes.
 
-pg.py imports sqlite_db.py, never this module, so picking a backend here is no
+pg.py imports sqlite.py, never this module, so picking a backend here is no
 import cycle.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from services.common.config import StorageSettings
 from services.common.errors import StorageTimedOut, StorageUnavailable
-from services.common.sqlite_db import (
+from services.storage.sqlite import (
     DEFAULT_READ_CONNECTIONS,
     DEFAULT_READ_MMAP_MB,
     MIB,
@@ -70,7 +70,7 @@ def connect_read_only(storage: StorageSettings, *, application_name: str = "engr
         return open_read_only(
             storage.path, busy_timeout_ms=storage.busy_timeout_ms, mmap_mb=storage.read_mmap_mb
         )
-    from services.common import pg
+    from services.storage import pg
 
     return pg.SqliteApi(
         pg.open_read_only(
@@ -96,7 +96,7 @@ async def open_read_pool(
             mmap_mb=storage.read_mmap_mb,
         )
     else:
-        from services.common.pg import PgReadPool  # the `postgres` extra, only when used
+        from services.storage.pg import PgReadPool  # the `postgres` extra, only when used
 
         settings = storage.postgres
         pool = PgReadPool(

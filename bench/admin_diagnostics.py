@@ -22,8 +22,8 @@ from typing import Any
 
 from services.storage import db
 from services.storage.dialect import Dialect
+from services.storage.sqlite_migrations import apply_migrations
 from services.store import admin_sql
-from services.store.migrations import apply_migrations
 
 T = "2026-01-01T00:00:00.000000000Z"
 MEMORIES = (
@@ -58,7 +58,7 @@ def load_sqlite(path: Path, n: int) -> Any:
 
 def load_postgres(dsn: str, n: int) -> Any:
     from services.storage import pg
-    from services.store.pg_migrations import apply_pg_migrations
+    from services.storage.pg_migrations import apply_pg_migrations
 
     raw = pg.open_read_write(dsn)
     apply_pg_migrations(raw)

@@ -64,7 +64,7 @@ from services.search.recall import Recaller  # noqa: E402
 from services.search.tokens import CL100K, tokenizer  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
 from services.storage.db import ReadPool, open_read_write  # noqa: E402
-from services.store.migrations import apply_migrations  # noqa: E402
+from services.storage.sqlite_migrations import apply_migrations  # noqa: E402
 from suite import running_suite  # noqa: E402
 
 WORK = Path("/tmp/engram-context")

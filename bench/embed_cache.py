@@ -270,7 +270,7 @@ def add_parts(cache: VectorCache, db: Path, compute: bool = False) -> tuple[int,
     from services.common.text import sentences
     from services.common.vectors import normalized_parts_f16
     from services.storage.db import open_read_write
-    from services.store.migrations import apply_migrations
+    from services.storage.sqlite_migrations import apply_migrations
 
     conn = open_read_write(db)
     apply_migrations(conn)
@@ -349,7 +349,7 @@ def add_context(
     when given. Returns (rows given a context part, rows left as they were)."""
     from services.common.vectors import normalized_parts_f16
     from services.storage.db import open_read_write
-    from services.store.migrations import apply_migrations
+    from services.storage.sqlite_migrations import apply_migrations
 
     conn = open_read_write(db)
     apply_migrations(conn)

@@ -39,9 +39,9 @@ from services.common import clock
 from services.common.normalize import normalize_content
 from services.common.providers.embedding import LOCAL_MODEL, LocalEmbedding
 from services.storage.db import ReadPool, open_read_write
+from services.storage.sqlite_migrations import apply_migrations
 from services.store import repository as repo
 from services.store.memories import MemoryStore
-from services.store.migrations import apply_migrations
 from services.store.rules import draft_memory
 from services.store.writer import Writer
 from suite import shared_dataset

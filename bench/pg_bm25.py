@@ -70,8 +70,8 @@ from services.search.recall import bm25_idf  # noqa: E402
 from services.search.text import keyword_terms  # noqa: E402
 from services.storage.db import open_read_write as open_sqlite  # noqa: E402
 from services.storage.pg import open_read_only, open_read_write, translate  # noqa: E402
-from services.store.migrations import apply_migrations  # noqa: E402
-from services.store.pg_migrations import apply_pg_migrations  # noqa: E402
+from services.storage.pg_migrations import apply_pg_migrations  # noqa: E402
+from services.storage.sqlite_migrations import apply_migrations  # noqa: E402
 
 INSERT = (
     "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type,"

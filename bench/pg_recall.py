@@ -314,7 +314,7 @@ def migrate_kept(dsn: str) -> dict[str, Any]:
     """Apply pending migrations to the kept database (a backfill over 1M rows
     takes minutes: run `--load-only` for it, outside the benchmark lock)."""
     from services.storage.pg import open_read_write
-    from services.store.pg_migrations import apply_pg_migrations
+    from services.storage.pg_migrations import apply_pg_migrations
 
     conn = open_read_write(dsn)
     t0 = time.perf_counter()
@@ -363,7 +363,7 @@ def main() -> int:
     from pg_vectors import load_postgres, maintenance_work_mem  # after sys.path
     from psycopg.conninfo import conninfo_to_dict
 
-    from services.store.migrations import MigrationMismatch
+    from services.storage.sqlite_migrations import MigrationMismatch
 
     real = min(data.REAL_VECTORS, args.size)
     sqlite_path = CACHE / f"recall-{args.size}-r{real}.db"

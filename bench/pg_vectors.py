@@ -86,9 +86,9 @@ from services.storage.pg import (  # noqa: E402
     open_read_write,
     translate,
 )
+from services.storage.pg_migrations import apply_pg_migrations  # noqa: E402
 from services.store import pg_vectors as pg_store  # noqa: E402
 from services.store import repository  # noqa: E402
-from services.store.pg_migrations import apply_pg_migrations  # noqa: E402
 
 CACHE = Path("/tmp/engram-latency")
 NS = data.NAMESPACE

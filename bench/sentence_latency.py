@@ -42,7 +42,7 @@ from services.common.config import load_config  # noqa: E402
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
 from services.common.vectors import normalized_parts_f16  # noqa: E402
 from services.storage.db import open_read_write  # noqa: E402
-from services.store.migrations import apply_migrations  # noqa: E402
+from services.storage.sqlite_migrations import apply_migrations  # noqa: E402
 
 SIZE = 100_000
 ENV = "ENGRAM_SEARCH__SENTENCE_WEIGHT"

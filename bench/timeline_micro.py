@@ -22,9 +22,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 
 from services.common import clock  # noqa: E402
 from services.storage.db import open_read_write  # noqa: E402
+from services.storage.sqlite_migrations import apply_migrations  # noqa: E402
 from services.store import mutations, rules  # noqa: E402
 from services.store.memories import prepare_drafts  # noqa: E402
-from services.store.migrations import apply_migrations  # noqa: E402
 
 BATCH = 32
 

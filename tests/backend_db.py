@@ -133,7 +133,7 @@ def migrate_to(version: int, *, path: str | Path = "", dsn: str = "") -> None:
     `dsn`) with its backend's own chain, its first `version` migrations only."""
     if dsn:
         from services.storage import pg
-        from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
+        from services.storage.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
 
         raw = pg.open_read_write(dsn)
         try:
@@ -141,7 +141,7 @@ def migrate_to(version: int, *, path: str | Path = "", dsn: str = "") -> None:
         finally:
             raw.close()
         return
-    from services.store.migrations import MIGRATIONS, apply_migrations
+    from services.storage.sqlite_migrations import MIGRATIONS, apply_migrations
 
     conn = db.open_read_write(path)
     try:
@@ -160,7 +160,7 @@ FTS5_ONLY = pytest.mark.sqlite_only(
 )
 
 # Rows in the full-text index: FTS5's table on SQLite; live memories' tsvector on
-# Postgres (services/store/pg_migrations.py: content_tsv is NULL for tombstones).
+# Postgres (services/storage/pg_migrations.py: content_tsv is NULL for tombstones).
 FTS_COUNT = {
     "sqlite": "SELECT count(*) FROM memories_fts",
     "postgres": "SELECT count(*) FROM memories WHERE content_tsv IS NOT NULL",

@@ -175,11 +175,11 @@ class DatabaseSupply:
 
 def migrated_template(server: str) -> str:
     """The name of a database migrated by the store's own migrations
-    (services/store/pg_migrations.py) and left empty, for create_database to copy."""
+    (services/storage/pg_migrations.py) and left empty, for create_database to copy."""
     from psycopg.conninfo import conninfo_to_dict
 
     from services.storage import pg
-    from services.store.pg_migrations import apply_pg_migrations
+    from services.storage.pg_migrations import apply_pg_migrations
 
     dsn = create_database(server, "engram_template")
     conn = pg.open_read_write(dsn)

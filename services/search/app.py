@@ -7,7 +7,6 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,7 +15,7 @@ from engram.search.v1 import search_pb2, search_pb2_grpc
 from engram.store.internal.v1 import access_pb2_grpc
 from services.common.auth import server_guard
 from services.common.channels import channel as service_channel
-from services.common.config import Config, StorageSettings
+from services.common.config import Config
 from services.common.listeners import listener
 from services.common.providers.embedding import (
     EmbeddingProvider,
@@ -25,7 +24,6 @@ from services.common.providers.embedding import (
 )
 from services.common.server import RunningServer, StartupError, cancel_tasks, start_server
 from services.common.suite import announce_own_suite, own_suite_id
-from services.search import queries
 from services.search.access import AccessRecorder
 from services.search.context import ContextAssembler, ContextParams
 from services.search.embedder import QueryEmbedder
@@ -35,7 +33,7 @@ from services.search.rerank import HttpReranker, Reranker
 from services.search.servicer import SearchServicer
 from services.search.tokens import TokenizerUnavailable, tokenizer
 from services.search.vector_cache import VectorCache
-from services.storage.db import ReadPool, open_read_only, open_read_pool
+from services.storage.db import ReadPool, backend_for
 from services.storage.schema import SCHEMA_VERSION
 
 log = logging.getLogger("engram.search")
@@ -82,59 +80,6 @@ async def warm_then_serve(
     await server.serve()
 
 
-async def wait_for_schema(storage: StorageSettings, version: int, poll_s: float = 0.2) -> None:
-    """The store creates and migrates the database; wait for it rather than
-    racing it: the SQLite file, or the PostgreSQL database as search's role sees it."""
-    if storage.kind == "postgres":
-        await _wait_for_pg_schema(storage, version, poll_s)
-        return
-    path = storage.path
-    announced = False
-    while True:
-        if Path(path).exists():
-            conn = open_read_only(path)
-            try:
-                if conn.execute(*queries.schema_version()).fetchone()[0] >= version:
-                    return
-            except Exception:  # no migrations table yet
-                pass
-            finally:
-                conn.close()
-        if not announced:
-            log.info("waiting for the store to create the database", extra={"path": str(path)})
-            announced = True
-        await asyncio.sleep(poll_s)
-
-
-async def _wait_for_pg_schema(storage: StorageSettings, version: int, poll_s: float) -> None:
-    """Until the reader role sees the store's migrations (connected, the table
-    there, SELECT granted); each new reason for waiting is logged once."""
-    from services.storage import pg
-
-    reason = None
-    while True:
-        try:
-            rows = await pg.fetch_once(
-                storage.reader_dsn,
-                queries.schema_version(),
-                application_name="engram-search",
-                connect_timeout_s=storage.postgres.connect_timeout_s,
-            )
-            found = int(rows[0][0])
-            now = None if found >= version else f"schema version {found}, waiting for {version}"
-        except Exception as exc:  # not up yet, no migrations yet, not granted yet
-            now = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if now is None:
-            return
-        if now != reason:
-            log.info(
-                "waiting for the store to migrate the database",
-                extra={"database": pg.describe(storage.reader_dsn), "reason": now},
-            )
-            reason = now
-        await asyncio.sleep(poll_s)
-
-
 @dataclass
 class SearchApp:
     server: RunningServer
@@ -178,15 +123,10 @@ async def start_search(
     suite_id = await own_suite_id(
         channel, config.clients.suite_id, config.clients.store_internal_address
     )
-    path = config.storage.path
-    postgres = config.storage.kind == "postgres"
+    backend = backend_for(config.storage, log)
     # the version the code is written for (every column its queries select), not an older one
-    await wait_for_schema(config.storage, SCHEMA_VERSION)
-    reads = await open_read_pool(config.storage, service="search")
-    if postgres:
-        from services.storage import pg
-
-        path = pg.describe(config.storage.reader_dsn)  # for the log
+    await backend.wait_for_schema(SCHEMA_VERSION)
+    reads = await backend.open_read_pool("search")
     provider = embedding_provider(config)
     embedder = QueryEmbedder(provider, timeout_s=config.search.query_embedding_timeout_ms / 1000)
     access = AccessRecorder(
@@ -202,9 +142,9 @@ async def start_search(
         )
     vector_cache = (
         None
-        if postgres
+        if backend.dialect.is_postgres
         else VectorCache(
-            path,
+            config.storage.path,
             busy_timeout_ms=config.storage.busy_timeout_ms,
             mmap_mb=config.storage.read_mmap_mb,
         )
@@ -240,9 +180,9 @@ async def start_search(
         background.append(asyncio.create_task(warm_then_serve(local, server, recaller.classifier)))
         log.info(
             "search listening; NOT_SERVING until the embedding model is loaded",
-            extra={"port": server.port, "path": str(path), "model": local.model},
+            extra={"port": server.port, "path": backend.describe("search"), "model": local.model},
         )
     else:
         recaller.classifier.start()  # the examples embed in the background
-        log.info("search serving", extra={"port": server.port, "path": str(path)})
+        log.info("search serving", extra={"port": server.port, "path": backend.describe("search")})
     return SearchApp(server, reads, access, channel, provider, reranker, vector_cache, background)

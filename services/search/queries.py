@@ -40,10 +40,6 @@ def marks(values: Sequence[Any]) -> str:
     return ", ".join("?" * len(values)) or "NULL"
 
 
-def schema_version() -> Query:
-    return ("SELECT coalesce(max(version), 0) FROM schema_migrations", [])
-
-
 def index_model() -> Query:
     return ("SELECT model, dimensions FROM vector_index WHERE id = 1", [])
 

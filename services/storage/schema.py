@@ -1,7 +1,7 @@
 """The schema's one definition that more than one service reads (issue 36, item 2):
 the version the code is written for and the memory columns every reader selects.
 
-SCHEMA_VERSION is how many migrations both chains ship (services/store/migrations.py
+SCHEMA_VERSION is how many migrations both chains ship (services/storage/sqlite_migrations.py
 and pg_migrations.py refuse to import when they ship another number): a schema
 change appends a migration to each chain and raises it here, and search, which
 waits for this version before it serves (services/search/app.py), then waits
@@ -55,6 +55,11 @@ def memory_columns(alias: str = "") -> str:
     """MEMORY_COLUMNS as a SELECT list, each qualified by `alias` when given."""
     prefix = f"{alias}." if alias else ""
     return ", ".join(prefix + column for column in MEMORY_COLUMNS)
+
+
+def schema_version_query() -> tuple[str, list[object]]:
+    """The version a database is migrated to (0: none yet)."""
+    return ("SELECT coalesce(max(version), 0) FROM schema_migrations", [])
 
 
 def check_chain(backend: str, migrations: int) -> None:

@@ -10,7 +10,6 @@ import asyncio
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 import grpc
 
@@ -50,14 +49,7 @@ from services.common.server import (
 )
 from services.common.startup import StartupError
 from services.common.suite import announce_suite
-from services.storage.db import (
-    DatabaseError,
-    ReadPool,
-    StorageUnavailable,
-    connect_read_only,
-    open_read_pool,
-    open_read_write,
-)
+from services.storage.db import Backend, ReadPool, StorageUnavailable, backend_for
 from services.store.access_servicer import AccessServicer
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
@@ -68,9 +60,8 @@ from services.store.document_servicer import DocumentStoreServicer
 from services.store.documents import DocumentStore
 from services.store.extraction_writes import ExtractionWrites, write_policy
 from services.store.job_servicer import JobQueueServicer
-from services.store.jobs import JobQueue, queue_counts_now
+from services.store.jobs import JobQueue
 from services.store.memories import MemoryStore
-from services.store.migrations import MigrationMismatch, apply_migrations
 from services.store.namespaces import Namespaces
 from services.store.privacy import PrivacyPolicy
 from services.store.servicer import MemoryStoreServicer
@@ -166,139 +157,16 @@ async def _end_idle_sessions(consolidation: Consolidation, config: Config) -> No
             log.exception("idle-session check failed")
 
 
-def _open_database(config: Config) -> tuple[Any, list[str]]:
-    """The read-write connection, migrated (on the configured backend)."""
-    if config.storage.kind == "postgres":
-        return _open_postgres(config)
-    return _open_sqlite(config)
-
-
-def _open_sqlite(config: Config) -> tuple[Any, list[str]]:
-    """The read-write connection, migrated; a directory or file the store cannot
-    write (read-only, missing and not creatable, not a directory, disk full)
-    is a StartupError naming the path and the cause."""
-    path = config.storage.path
-    connection = None
-    try:
-        connection = open_read_write(
-            path,
-            synchronous=config.storage.synchronous,
-            busy_timeout_ms=config.storage.busy_timeout_ms,
-        )
-        return connection, apply_migrations(connection)
-    except (OSError, DatabaseError) as exc:
-        if connection is not None:
-            connection.close()
-        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise StartupError(f"cannot open the database {path}: {cause}") from exc
-    except MigrationMismatch as exc:
-        if connection is not None:
-            connection.close()
-        raise StartupError(f"refusing to start on the database {path}: {exc}") from exc
-
-
-def _open_postgres(config: Config) -> tuple[Any, list[str]]:
-    """The read-write connection (SqliteApi over psycopg), migrated, and the
-    search role granted SELECT when it is not the store's. A server that does
-    not answer, a role refused, a database whose migrations differ from the
-    code's, or a reader role that does not exist is a StartupError naming the
-    database (never the password). Which role is granted: _reader_role."""
-    import psycopg
-
-    from services.storage import pg
-    from services.store.pg_migrations import apply_pg_migrations
-
-    settings = config.storage.postgres
-    where = pg.describe(settings.dsn)
-    raw = None
-    try:
-        raw = _connect_postgres(config)
-        applied = apply_pg_migrations(raw)
-        reader = _reader_role(config)
-        with raw.transaction():
-            own = raw.execute("SELECT current_user").fetchone()[0]
-            if reader is not None and reader != own:
-                pg.grant_reader(raw, reader)
-        return pg.SqliteApi(raw), applied
-    except psycopg.Error as exc:
-        if raw is not None:
-            raw.close()
-        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StartupError(f"cannot open the PostgreSQL database {where}: {cause}") from exc
-    except MigrationMismatch as exc:
-        if raw is not None:
-            raw.close()
-        raise StartupError(f"refusing to start on the database {where}: {exc}") from exc
-
-
-def _reader_role(config: Config) -> str | None:
-    """The role search reads as, which the store grants SELECT when it is not its own:
-    none when storage.postgres.reader_dsn is "" (search reads as the store); the user
-    reader_dsn names; else the role it logs in as (PGUSER, a service file, the OS
-    user), asked of the server over one connection. A reader that cannot connect is
-    search's to report (it waits, logging why): the store starts, logs it, grants none."""
-    import psycopg
-
-    from services.storage import pg
-
-    settings = config.storage.postgres
-    if not settings.reader_dsn:
-        return None
-    named = pg.dsn_user(settings.reader_dsn)
-    if named is not None:
-        return named
-    try:
-        with pg.open_read_only(
-            settings.reader_dsn,
-            application_name="engram-store",
-            connect_timeout_s=settings.connect_timeout_s,
-        ) as conn:
-            return str(conn.execute("SELECT current_user").fetchone()[0])
-    except psycopg.Error as exc:
-        log.warning(
-            "cannot connect as storage.postgres.reader_dsn to learn its role; granted none",
-            extra={
-                "database": pg.describe(settings.reader_dsn),
-                "error": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
-            },
-        )
-        return None
-
-
-def _connect_postgres(config: Config) -> Any:
-    """The writer's connection: no statement timeout (storage.postgres says why)."""
-    from services.storage import pg
-
-    settings = config.storage.postgres
-    return pg.open_read_write(settings.dsn, connect_timeout_s=settings.connect_timeout_s)
-
-
-def _reconnect_postgres(config: Config) -> Any:
-    """The writer's replacement for a lost connection (services/store/writer.py)."""
-    from services.storage import pg
-
-    return pg.SqliteApi(_connect_postgres(config))
-
-
-def _pg_queue_counts_now(config: Config) -> dict[tuple[str, str], int]:
-    """queue_counts_now on PostgreSQL: its own read-only connection, for the
-    metrics scrape's thread."""
+def _queue_counts_now(backend: Backend) -> dict[tuple[str, str], int]:
+    """Jobs by (type, status), read on a connection of its own: for the metrics
+    scrape, which runs on the HTTP server's thread, not on the event loop."""
     from services.store import repository as repo
 
-    conn = connect_read_only(config.storage, application_name="engram-store-metrics")
+    conn = backend.connect_read_only(application_name="engram-store-metrics")
     try:
         return {(row[0], row[1]): row[2] for row in conn.execute(*repo.queue_counts_query())}
     finally:
         conn.close()
-
-
-def _database_name(config: Config) -> str:
-    """The database for the log: the file, or the Postgres server and database."""
-    if config.storage.kind == "postgres":
-        from services.storage import pg
-
-        return pg.describe(config.storage.postgres.dsn)
-    return str(config.storage.path)
 
 
 async def start_store(
@@ -321,9 +189,9 @@ async def start_store(
     # protected mode first, before the database is opened
     public_guard = server_guard(config, public.host)
     internal_guard = server_guard(config, internal.host, internal=True)
-    path = config.storage.path
-    database = _database_name(config)
-    connection, applied = _open_database(config)
+    backend = backend_for(config.storage, log)
+    database = backend.describe()
+    connection, applied = backend.open_writer()
     if applied:
         log.info("migrations applied", extra={"migrations": applied, "path": database})
     suite_id = read_suite_id(connection)
@@ -331,15 +199,11 @@ async def start_store(
         connection,
         max_group=config.storage.max_group_commit,
         mutations_frozen=config.memory.pipelineV2.mutationsFrozen,
-        reconnect=(
-            functools.partial(_reconnect_postgres, config)
-            if config.storage.kind == "postgres"
-            else None
-        ),
-        wal_restart_mb=config.storage.wal_restart_mb if config.storage.kind == "sqlite" else 0,
+        reconnect=backend.writer_reconnect(),
+        wal_restart_mb=backend.wal_restart_mb,
     )
     try:
-        reads = await open_read_pool(config.storage, service="store")
+        reads = await backend.open_read_pool("store")
     except StorageUnavailable as exc:  # the database went away since the writer connected
         writer.close()
         raise StartupError(f"cannot open read connections to {database}: {exc}") from exc
@@ -462,11 +326,7 @@ async def start_store(
     background = [asyncio.create_task(_reap_stale_leases(queue, REAPER_INTERVAL_S))]
     if consolidation_enabled(config):
         background.append(asyncio.create_task(_end_idle_sessions(consolidation, config)))
-    queue_depth_source.set_source(
-        functools.partial(_pg_queue_counts_now, config)
-        if config.storage.kind == "postgres"
-        else functools.partial(queue_counts_now, str(path), config.storage.busy_timeout_ms)
-    )
+    queue_depth_source.set_source(functools.partial(_queue_counts_now, backend))
     log.info(
         "store serving",
         extra={"port": server.port, "internal_port": server.servers[1].port, "path": database},

@@ -40,7 +40,7 @@ from services.storage.db import (
     open_read_only,
     open_read_write,
 )
-from services.store.migrations import MigrationMismatch, check_recorded_migrations
+from services.storage.sqlite_migrations import MigrationMismatch, check_recorded_migrations
 
 if TYPE_CHECKING:
     from services.common.config import StorageSettings

@@ -3,7 +3,7 @@ statement is scoped to one namespace: the graph never crosses namespaces.
 Every statement is one text for SQLite and Postgres (the writer's connection
 on either: services/storage/pg.py's SqliteApi translates the placeholders);
 the mention and alias tables' `rowid` is SQLite's implicit one and an
-identity column on Postgres (services/store/pg_migrations.py)."""
+identity column on Postgres (services/storage/pg_migrations.py)."""
 
 from __future__ import annotations
 

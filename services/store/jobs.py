@@ -23,7 +23,7 @@ from services.common.errors import (
     InvalidArgument,
 )
 from services.common.memory_record import may_merge
-from services.storage.db import ReadPool, open_read_only
+from services.storage.db import ReadPool
 from services.store import consolidation, document_sql, mutations, sessions
 from services.store import repository as repo
 from services.store.job_enums import JobKind
@@ -97,16 +97,6 @@ class QueueStats:
 def _check_batch(size: int, field: str) -> None:
     if size > MAX_BATCH:
         raise InvalidArgument(field, f"at most {MAX_BATCH} per call")
-
-
-def queue_counts_now(path: str, busy_timeout_ms: int) -> dict[tuple[str, str], int]:
-    """Jobs by (type, status), read on a connection of its own: for the metrics
-    scrape, which runs on the HTTP server's thread, not on the event loop."""
-    conn = open_read_only(path, busy_timeout_ms=busy_timeout_ms)
-    try:
-        return {(row[0], row[1]): row[2] for row in conn.execute(*repo.queue_counts_query())}
-    finally:
-        conn.close()
 
 
 # ---- job kinds ---------------------------------------------------------------------

@@ -31,7 +31,7 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 
 from services.storage.pg import translate
-from services.store.pg_migrations import fix_vector_dimensions
+from services.storage.pg_migrations import fix_vector_dimensions
 from services.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
 
 _CHUNK = 2_000  # vectors converted and written per round trip

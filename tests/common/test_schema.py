@@ -18,17 +18,17 @@ from services.common.memory_record import MemoryRecord
 from services.search import context_queries, queries
 from services.storage import pg
 from services.storage.db import open_read_only
-from services.storage.dialect import Dialect
+from services.storage.dialect import Dialect, dialect_of
+from services.storage.pg_migrations import PG_MIGRATIONS
 from services.storage.schema import MEMORY_COLUMNS, SCHEMA_VERSION, memory_columns
+from services.storage.sqlite_migrations import MIGRATIONS
 from services.store import decay_sql, repository
-from services.store.migrations import MIGRATIONS
-from services.store.pg_migrations import PG_MIGRATIONS
 
 NOW = "2026-12-02T00:00:00.000000000Z"
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Dialect]]:
     """(connection with sqlite3's API, dialect) on a fresh database migrated to
     SCHEMA_VERSION by its backend's chain, and no further."""
     if request.param == "sqlite":
@@ -39,7 +39,7 @@ def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[A
         migrate_to(SCHEMA_VERSION, dsn=dsn)
         conn = pg.SqliteApi(pg.open_read_only(dsn))
     try:
-        yield conn, request.param
+        yield conn, dialect_of(conn)
     finally:
         conn.close()
 

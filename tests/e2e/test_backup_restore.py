@@ -24,7 +24,7 @@ from e2e_helpers import (
 )
 from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.storage.db import open_read_write
-from services.store.migrations import MIGRATIONS, apply_migrations
+from services.storage.sqlite_migrations import MIGRATIONS, apply_migrations
 
 WRITERS = 4
 ACKS_BEFORE_BACKUP = 200

@@ -13,7 +13,7 @@ import pytest
 
 from e2e_helpers import Launcher
 from services.storage.db import open_read_write
-from services.store.migrations import MIGRATIONS, apply_migrations
+from services.storage.sqlite_migrations import MIGRATIONS, apply_migrations
 
 STARTUP_FAILURE_TIMEOUT_S = 20.0
 

@@ -27,8 +27,8 @@ def conn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """The store's read-write connection on a migrated database of each backend (the
     module-level tests' one home; psycopg is imported here, not at load)."""
     from services.storage import db, pg
-    from services.store.migrations import apply_migrations
-    from services.store.pg_migrations import apply_pg_migrations
+    from services.storage.pg_migrations import apply_pg_migrations
+    from services.storage.sqlite_migrations import apply_migrations
 
     if request.param == "sqlite":
         lite = db.open_read_write(tmp_path / "store.db")
@@ -71,7 +71,7 @@ def reader_role(dsn: str) -> Iterator[str]:
 def pg_conn(pg_dsn: str) -> Iterator[Any]:
     """The store's read-write connection on a migrated PostgreSQL database only."""
     from services.storage import pg
-    from services.store.pg_migrations import apply_pg_migrations
+    from services.storage.pg_migrations import apply_pg_migrations
 
     raw = pg.open_read_write(pg_dsn)
     apply_pg_migrations(raw)

@@ -17,7 +17,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from services.storage.pg import grant_reader, open_read_only, open_read_write
-from services.store.pg_migrations import apply_pg_migrations
+from services.storage.pg_migrations import apply_pg_migrations
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "postgres" / "initdb" / "10-engram-reader.sh"

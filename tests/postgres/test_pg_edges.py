@@ -22,8 +22,8 @@ from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from services.common.config import Config
 from services.common.server import StartupError
-from services.storage.db import StorageUnavailable, open_read_pool
-from services.store.app import _reconnect_postgres, start_store
+from services.storage.db import PostgresBackend, StorageUnavailable, open_read_pool
+from services.store.app import start_store
 from store_helpers import remember
 
 
@@ -86,7 +86,7 @@ def test_a_server_that_does_not_answer_fails_every_connect_after_connect_timeout
         asyncio.run(start_store(config, host="127.0.0.1", port=0, internal_port=0))
     assert "hunter2" not in str(bad.value)
     with pytest.raises(psycopg.OperationalError, match="timeout"):
-        _reconnect_postgres(config)  # the writer's, after a lost connection
+        PostgresBackend(config.storage).reconnect_writer()  # the writer's, after a lost connection
 
     async def pool() -> None:
         await open_read_pool(config.storage, service="search")
@@ -130,7 +130,7 @@ def test_every_text_column_orders_by_code_point_like_sqlite(
 ) -> None:
     """ListEntities' order and its prefix range (prefix .. prefix + U+10FFFF) are
     SQLite's BINARY order whatever the database's default collation: every text
-    column is COLLATE "C" (services/store/pg_migrations.py)."""
+    column is COLLATE "C" (services/storage/pg_migrations.py)."""
     database, language_ordered = language_ordered_dsn
     _, stub = start_store_server(make_config(**{"storage.postgres.dsn": database}))
     with psycopg.connect(database) as conn:

@@ -1,4 +1,4 @@
-"""services/store/pg_migrations.py on a real PostgreSQL: applied once and
+"""services/storage/pg_migrations.py on a real PostgreSQL: applied once and
 recorded with their checksums, refused when the code and the database disagree,
 and giving every SQLite table, column, index and trigger its Postgres
 counterpart (the differences are listed, each with its reason)."""
@@ -13,13 +13,13 @@ import pytest
 
 from services.storage.db import open_read_write as open_sqlite
 from services.storage.pg import open_read_write
-from services.store.migrations import MigrationMismatch, apply_migrations
-from services.store.pg_migrations import (
+from services.storage.pg_migrations import (
     PG_MIGRATIONS,
     apply_pg_migrations,
     fix_vector_dimensions,
     pg_checksum,
 )
+from services.storage.sqlite_migrations import MigrationMismatch, apply_migrations
 
 # What SQLite has and Postgres has not, on purpose.
 SQLITE_ONLY_TABLES = {

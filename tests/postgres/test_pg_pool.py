@@ -15,8 +15,8 @@ from pg_cluster import terminate
 
 from services.common.config import load_config
 from services.storage import db, pg
-from services.store.migrations import apply_migrations
-from services.store.pg_migrations import apply_pg_migrations
+from services.storage.pg_migrations import apply_pg_migrations
+from services.storage.sqlite_migrations import apply_migrations
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from engram.store.internal.v1 import admin_pb2 as pb
 from engram.store.v1 import store_pb2 as S
 from services.search import pg_text
 from services.storage import pg
-from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
+from services.storage.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
 
 RECOUNT_TOTALS = (
     "SELECT namespace, count(*), sum(content_tokens) FROM memories"

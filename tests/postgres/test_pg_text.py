@@ -13,8 +13,8 @@ from services.common.fts import any_of, quoted
 from services.search import pg_text, queries
 from services.storage.db import open_read_write as open_sqlite
 from services.storage.pg import open_read_write, translate
-from services.store.migrations import apply_migrations
-from services.store.pg_migrations import apply_pg_migrations
+from services.storage.pg_migrations import apply_pg_migrations
+from services.storage.sqlite_migrations import apply_migrations
 
 AT = "2026-01-01T00:00:00.000000000Z"
 CORPUS = [

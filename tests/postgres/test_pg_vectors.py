@@ -16,9 +16,9 @@ import pytest
 from services.common.memory_filter import MemoryFilterSpec
 from services.search import pg_vectors as channel
 from services.storage.pg import SqliteApi, open_read_only, open_read_write, translate
+from services.storage.pg_migrations import apply_pg_migrations
 from services.store import pg_vectors as store
 from services.store import repository
-from services.store.pg_migrations import apply_pg_migrations
 
 AT = "2026-01-01T00:00:00.000000000Z"
 PAST = "2020-01-01T00:00:00.000000000Z"

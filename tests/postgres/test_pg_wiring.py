@@ -5,6 +5,7 @@ RPCs through real gRPC servers on a real PostgreSQL database."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,12 @@ from services.cli import main as cli
 from services.common.config import Config, ConfigError, load_config
 from services.common.metrics import queue_depth_source
 from services.common.server import StartupError
-from services.search.app import wait_for_schema
 from services.storage import pg
+from services.storage.db import backend_for
 from services.storage.dialect import POSTGRES
+from services.storage.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
 from services.storage.schema import SCHEMA_VERSION
 from services.store.app import start_store
-from services.store.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
 from store_helpers import remember
 
 
@@ -243,7 +244,11 @@ def test_search_waits_until_its_role_can_read_the_migrated_schema(
             await asyncio.sleep(0.01)
 
     async def main() -> None:
-        waiting = asyncio.ensure_future(wait_for_schema(storage, SCHEMA_VERSION, poll_s=0.01))
+        waiting = asyncio.ensure_future(
+            backend_for(storage, logging.getLogger("engram.search")).wait_for_schema(
+                SCHEMA_VERSION, poll_s=0.01
+            )
+        )
         await until(lambda: any("schema_migrations" in r for r in reasons()))
         raw = pg.open_read_write(dsn)
         await asyncio.to_thread(apply_pg_migrations, raw)  # the store, without the grant yet

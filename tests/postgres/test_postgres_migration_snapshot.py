@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.store.migrations import MIGRATIONS, checksum
-from services.store.pg_migrations import PG_MIGRATIONS, pg_checksum, pg_statements
+from services.storage.pg_migrations import PG_MIGRATIONS, pg_checksum, pg_statements
+from services.storage.sqlite_migrations import MIGRATIONS, checksum
 
 SNAPSHOT = Path(__file__).parents[1] / "store" / "pg_migrations.snapshot"
 

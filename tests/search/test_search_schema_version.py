@@ -27,8 +27,8 @@ from recall_helpers import fake_embedding_overrides
 from services.common.config import load_config
 from services.search.app import start_search
 from services.storage.schema import SCHEMA_VERSION
+from services.storage.sqlite_migrations import MIGRATIONS
 from services.store.app import start_store
-from services.store.migrations import MIGRATIONS
 
 # memory_categories_and_class and memory_decay (columns search selects) not applied yet
 OLDER = [name for name, _ in MIGRATIONS].index("memory_categories_and_class")

@@ -28,7 +28,7 @@ from http_fakes import VectorBook
 from recall_helpers import Stack, ids, vec
 from services.search.vector_cache import VectorCache, quantize
 from services.storage.db import open_read_only, open_read_write
-from services.store.migrations import apply_migrations
+from services.storage.sqlite_migrations import apply_migrations
 
 SHALLOW = {"search.channel_depth": 10, "search.vector_candidates": 10}
 DECOYS = 12

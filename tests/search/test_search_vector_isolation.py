@@ -30,7 +30,7 @@ from services.common.clock import now_text
 from services.common.normalize import normalize_content
 from services.common.vectors import normalized_f32
 from services.storage.db import open_read_write
-from services.store.migrations import MIGRATIONS, apply_migrations
+from services.storage.sqlite_migrations import MIGRATIONS, apply_migrations
 from store_helpers import rows, scalar
 
 A, B = "tenant-a", "tenant-b"

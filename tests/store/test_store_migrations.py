@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from services.storage.db import open_read_write
-from services.store.migrations import MIGRATIONS, MigrationMismatch, apply_migrations, checksum
+from services.storage.sqlite_migrations import (
+    MIGRATIONS,
+    MigrationMismatch,
+    apply_migrations,
+    checksum,
+)
 
 SNAPSHOT = Path(__file__).with_name("migrations.snapshot")
 NAMESPACE_ORDER_INDEX = "CREATE INDEX memories_namespace_order ON memories(namespace, is_deleted);"

@@ -20,7 +20,7 @@ from admin_helpers import AdminStore, admin_store
 from engram.store.v1 import store_pb2
 from recall_helpers import timestamp
 from services.storage.db import open_read_write
-from services.store.migrations import MIGRATIONS, apply_migrations
+from services.storage.sqlite_migrations import MIGRATIONS, apply_migrations
 
 
 @pytest.fixture

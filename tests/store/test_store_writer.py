@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from services.storage.db import open_read_only, open_read_write
-from services.store.migrations import MIGRATIONS, apply_migrations
+from services.storage.sqlite_migrations import MIGRATIONS, apply_migrations
 from services.store.writer import Writer, WriterClosed
 
 

@@ -1,5 +1,5 @@
 """The PostgreSQL schema (issue 21; not selectable yet): the same migrations as
-services/store/migrations.py, one for one, under the same names and in the same
+services/storage/sqlite_migrations.py, one for one, under the same names and in the same
 order, so both backends are at "version N" together. Each is the Postgres DDL of
 what that SQLite step adds to the final schema; a step with nothing to do here
 is an explicit comment-only step (and says why). Checksums, the
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.storage.schema import check_chain
-from services.store.migrations import (
+from services.storage.sqlite_migrations import (
     RECORD_MIGRATION,
     SCHEMA_MIGRATIONS_TABLE,
     checksum,

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from services.common.clock import now_text
-from services.storage.db import complete_statement
 from services.storage.schema import check_chain
+from services.storage.sqlite import complete_statement
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
@@ -870,7 +870,7 @@ def _verify(recorded: dict[int, tuple[str, str | None]]) -> None:
     verify_recorded(recorded, MIGRATIONS)
 
 
-# ---- the runner's rules, shared with services/store/pg_migrations.py ----------------
+# ---- the runner's rules, shared with services/storage/pg_migrations.py ----------------
 
 # Both backends record migrations in the same table (this DDL is valid on each).
 SCHEMA_MIGRATIONS_TABLE = (

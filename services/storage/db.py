@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 from services.common.config import StorageSettings
 from services.common.errors import StorageTimedOut, StorageUnavailable
 from services.common.startup import StartupError
+from services.storage.connection import Connection
 from services.storage.dialect import POSTGRES, SQLITE, Dialect
 from services.storage.schema import schema_version_query
 from services.storage.sqlite import (
@@ -32,7 +33,6 @@ from services.storage.sqlite import (
     MIB,
     PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
-    Connection,
     DatabaseError,
     IntegrityError,
     OperationalError,
@@ -90,12 +90,12 @@ class Backend(Protocol):
         the service's role (never a password)."""
         ...
 
-    def open_writer(self) -> tuple[Any, list[str]]:
+    def open_writer(self) -> tuple[Connection, list[str]]:
         """The store's read-write connection, migrated, and the migrations
         applied; a database it cannot open or migrate is a StartupError."""
         ...
 
-    def writer_reconnect(self) -> Callable[[], Any] | None:
+    def writer_reconnect(self) -> Callable[[], Connection] | None:
         """How the writer replaces a lost connection (None: it is a file, never lost)."""
         ...
 
@@ -104,7 +104,7 @@ class Backend(Protocol):
         """The writer's WAL bound (services/store/writer.py; 0: no WAL to bound)."""
         ...
 
-    def connect_read_only(self, *, application_name: str = "engram-cli") -> Any:
+    def connect_read_only(self, *, application_name: str = "engram-cli") -> Connection:
         """One read-only connection with sqlite3's API, for a one-off read off
         the event loop (the CLI, the metrics scrape). The caller closes it."""
         ...
@@ -139,7 +139,7 @@ class SqliteBackend:
     def describe(self, service: Service = "store") -> str:
         return str(self._storage.path)
 
-    def open_writer(self) -> tuple[Any, list[str]]:
+    def open_writer(self) -> tuple[Connection, list[str]]:
         """A directory or file the store cannot write (read-only, missing and
         not creatable, not a directory, disk full) is a StartupError naming the
         path and the cause."""
@@ -163,14 +163,14 @@ class SqliteBackend:
                 connection.close()
             raise StartupError(f"refusing to start on the database {storage.path}: {exc}") from exc
 
-    def writer_reconnect(self) -> Callable[[], Any] | None:
+    def writer_reconnect(self) -> Callable[[], Connection] | None:
         return None
 
     @property
     def wal_restart_mb(self) -> int:
         return self._storage.wal_restart_mb
 
-    def connect_read_only(self, *, application_name: str = "engram-cli") -> Any:
+    def connect_read_only(self, *, application_name: str = "engram-cli") -> Connection:
         storage = self._storage
         return open_read_only(
             storage.path, busy_timeout_ms=storage.busy_timeout_ms, mmap_mb=storage.read_mmap_mb
@@ -225,7 +225,7 @@ class PostgresBackend:
         storage = self._storage
         return pg.describe(storage.postgres.dsn if service == "store" else storage.reader_dsn)
 
-    def open_writer(self) -> tuple[Any, list[str]]:
+    def open_writer(self) -> tuple[Connection, list[str]]:
         """The connection (SqliteApi over psycopg), migrated, and the search role
         granted SELECT when it is not the store's. A server that does not
         answer, a role refused, a database whose migrations differ from the
@@ -299,10 +299,10 @@ class PostgresBackend:
             )
             return None
 
-    def writer_reconnect(self) -> Callable[[], Any] | None:
+    def writer_reconnect(self) -> Callable[[], Connection] | None:
         return self.reconnect_writer
 
-    def reconnect_writer(self) -> Any:
+    def reconnect_writer(self) -> Connection:
         """The writer's replacement for a lost connection (services/store/writer.py)."""
         from services.storage import pg
 
@@ -312,7 +312,7 @@ class PostgresBackend:
     def wal_restart_mb(self) -> int:
         return 0
 
-    def connect_read_only(self, *, application_name: str = "engram-cli") -> Any:
+    def connect_read_only(self, *, application_name: str = "engram-cli") -> Connection:
         """Through the store's role."""
         from services.storage import pg
 
@@ -372,7 +372,9 @@ class PostgresBackend:
             await asyncio.sleep(poll_s)
 
 
-def connect_read_only(storage: StorageSettings, *, application_name: str = "engram-cli") -> Any:
+def connect_read_only(
+    storage: StorageSettings, *, application_name: str = "engram-cli"
+) -> Connection:
     """Backend.connect_read_only on the configured backend."""
     return backend_for(storage).connect_read_only(application_name=application_name)
 

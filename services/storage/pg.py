@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -280,7 +280,7 @@ def _translated(statement: str, *, raw: bool) -> str | None:
     return "".join(out)
 
 
-def execute(conn: Any, statement: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+def execute(conn: Any, statement: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
     """One sqlite3-style statement on a psycopg connection: its cursor. With `?`
     parameters it goes as Postgres's $n through a RawCursor (translate_raw says
     why); `:name` ones and none through psycopg's own conversion."""
@@ -308,10 +308,12 @@ class SqliteApi:
         conn.autocommit = True  # raises if a transaction is open: the caller ends it first
         self.raw = conn
 
-    def execute(self, statement: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+    def execute(self, statement: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
         return execute(self.raw, statement, params)
 
-    def executemany(self, statement: str, params: Iterable[Sequence[Any] | dict[str, Any]]) -> Any:
+    def executemany(
+        self, statement: str, params: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> Any:
         raw = translate_raw(statement)
         if raw is not None:
             cursor: Any = psycopg.RawCursor(self.raw)

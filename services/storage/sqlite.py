@@ -23,7 +23,6 @@ from services.common.config import StorageSettings
 from services.common.metrics import READ_POOL_CONNECTIONS
 from services.storage.dialect import SQLITE
 
-Connection = sqlite3.Connection
 Row = sqlite3.Row
 IntegrityError = sqlite3.IntegrityError
 OperationalError = sqlite3.OperationalError

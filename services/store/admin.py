@@ -19,6 +19,7 @@ from services.common import clock
 from services.common.config import PIPELINE_OFF_HINT, Config
 from services.common.errors import PipelineDisabled
 from services.common.validation import validate_namespace
+from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.store import admin_sql as sql
 from services.store import graph_sql, mutations
@@ -183,7 +184,7 @@ class StoreAdmin:
     async def requeue_dead_jobs(self) -> tuple[int, int]:
         """(requeued, skipped): skipped jobs have an open twin and stay dead."""
 
-        def operation(conn: Any, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
+        def operation(conn: Connection, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
             requeued = skipped = 0
             for job_id in sql.dead_job_ids(conn, self._windows.batch_limit):
                 if sql.requeue_dead_job(conn, job_id, at):
@@ -197,7 +198,7 @@ class StoreAdmin:
     async def release_stale_leases(self) -> int:
         """The job queue's own release, measured from `leased_at`."""
 
-        def operation(conn: Any, at: str) -> tuple[int, dict[str, Any]]:
+        def operation(conn: Connection, at: str) -> tuple[int, dict[str, Any]]:
             cutoff = clock.to_text(
                 clock.from_text(at) - timedelta(milliseconds=self._lease_timeout_ms)
             )
@@ -213,7 +214,7 @@ class StoreAdmin:
     async def repair_fts(self) -> tuple[int, int, int]:
         """(missing before, orphaned before, entries after) around a rebuild."""
 
-        def operation(conn: Any, at: str) -> tuple[tuple[int, int, int], dict[str, Any]]:
+        def operation(conn: Connection, at: str) -> tuple[tuple[int, int, int], dict[str, Any]]:
             missing, orphaned = sql.fts_mismatch(conn)
             rows = sql.rebuild_fts(conn)
             return (missing, orphaned, rows), {
@@ -227,7 +228,7 @@ class StoreAdmin:
     async def repair_vectors(self) -> tuple[int, int]:
         """(removed, added) index rows."""
 
-        def operation(conn: Any, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
+        def operation(conn: Connection, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
             removed = sql.remove_unbacked_vectors(conn)
             added = sql.add_missing_vectors(conn)
             return (removed, added), {"removed": removed, "added": added}
@@ -246,7 +247,7 @@ class StoreAdmin:
         if not self._extraction_enabled:
             raise PipelineDisabled("no extraction would run", PIPELINE_OFF_HINT)
 
-        def operation(conn: Any, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
+        def operation(conn: Connection, at: str) -> tuple[tuple[int, int], dict[str, Any]]:
             targets = sql.never_extracted(conn, namespace, self._windows.batch_limit)
             repo.enqueue_jobs(
                 conn,
@@ -284,7 +285,7 @@ class StoreAdmin:
         for name, step in steps:
 
             def operation(
-                conn: Any, at: str, step: Callable[[Any, str], RetentionStep] = step
+                conn: Connection, at: str, step: Callable[[Any, str], RetentionStep] = step
             ) -> tuple[RetentionStep, dict[str, Any]]:
                 result = step(conn, at)
                 return result, {
@@ -299,10 +300,10 @@ class StoreAdmin:
     def _cutoff(self, days: float, at: str) -> str:
         return clock.days_ago_text(days, clock.from_text(at))
 
-    def _weak_memories(self, conn: Any, at: str) -> RetentionStep:
+    def _weak_memories(self, conn: Connection, at: str) -> RetentionStep:
         return RetentionStep("weak_memories", self._weak.prune(conn, at, self._windows.batch_limit))
 
-    def _expired_memories(self, conn: Any, at: str) -> RetentionStep:
+    def _expired_memories(self, conn: Connection, at: str) -> RetentionStep:
         """Short-term memories past their expire_time (gone from reads since
         then), removed for good with everything pointing at them; a `purged`
         event each. Long-term memories (no expire_time) are never touched."""
@@ -316,7 +317,7 @@ class StoreAdmin:
             "expired_memories", len(rows), purged.entities_removed, purged.relations_removed
         )
 
-    def _graph_links(self, conn: Any, at: str) -> RetentionStep:
+    def _graph_links(self, conn: Connection, at: str) -> RetentionStep:
         cutoff = self._cutoff(self._windows.tombstone_days, at)
         mentions = sql.expired_mentions(conn, cutoff, self._windows.batch_limit)
         for memory_id, entity_id in mentions:
@@ -326,12 +327,12 @@ class StoreAdmin:
         )
         return RetentionStep("graph_links", len(mentions), entities, relations)
 
-    def _embeddings(self, conn: Any, at: str) -> RetentionStep:
+    def _embeddings(self, conn: Connection, at: str) -> RetentionStep:
         cutoff = self._cutoff(self._windows.tombstone_days, at)
         removed = sql.delete_expired_embeddings(conn, cutoff, self._windows.batch_limit)
         return RetentionStep("embeddings", removed)
 
-    def _tombstones(self, conn: Any, at: str) -> RetentionStep:
+    def _tombstones(self, conn: Connection, at: str) -> RetentionStep:
         """Hard delete; a `purged` history event keeps the id known, so that
         RecoverMemory can say RETENTION_EXPIRED instead of NOT_FOUND."""
         cutoff = self._cutoff(self._windows.tombstone_days, at)
@@ -363,20 +364,20 @@ class StoreAdmin:
         )
         return RetentionStep("tombstones", len(rows))
 
-    def _history(self, conn: Any, at: str) -> RetentionStep:
+    def _history(self, conn: Connection, at: str) -> RetentionStep:
         cutoff = self._cutoff(self._windows.history_days, at)
         return RetentionStep(
             "history", sql.delete_old_history(conn, cutoff, self._windows.batch_limit)
         )
 
-    def _completed_jobs(self, conn: Any, at: str) -> RetentionStep:
+    def _completed_jobs(self, conn: Connection, at: str) -> RetentionStep:
         cutoff = self._cutoff(self._windows.completed_job_days, at)
         removed = sql.delete_old_jobs(
             conn, "completed", "completed_at", cutoff, self._windows.batch_limit
         )
         return RetentionStep("completed_jobs", removed)
 
-    def _dead_jobs(self, conn: Any, at: str) -> RetentionStep:
+    def _dead_jobs(self, conn: Connection, at: str) -> RetentionStep:
         cutoff = self._cutoff(self._windows.dead_job_days, at)
         removed = sql.delete_old_jobs(conn, "dead", "failed_at", cutoff, self._windows.batch_limit)
         return RetentionStep("dead_jobs", removed)
@@ -388,7 +389,7 @@ class StoreAdmin:
     ) -> T:
         """Run `operation(conn, now)` in one writer transaction with its audit row."""
 
-        def write(conn: Any) -> T:
+        def write(conn: Connection) -> T:
             at = clock.now_text()
             value, audit = operation(conn, at)
             sql.insert_audit(conn, action, audit, at)

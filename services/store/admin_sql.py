@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from services.storage.connection import Connection
 from services.storage.dialect import SQLITE, Dialect, dialect_of
 from services.store import repository as repo
 from services.store.job_enums import JobKind
@@ -172,7 +173,7 @@ def orphans_query(*, dialect: Dialect = SQLITE) -> Query:
     )
 
 
-def fts_mismatch(conn: Any) -> tuple[int, int]:
+def fts_mismatch(conn: Connection) -> tuple[int, int]:
     """(live memories missing from the FTS index, FTS entries without a live memory)."""
     missing_sql, orphaned_sql, _ = _fts_sql(dialect_of(conn))
     missing = conn.execute(missing_sql).fetchone()[0]
@@ -183,14 +184,14 @@ def fts_mismatch(conn: Any) -> tuple[int, int]:
 # ---- repairs ----------------------------------------------------------------------
 
 
-def insert_audit(conn: Any, action: str, result: dict[str, Any], at: str) -> None:
+def insert_audit(conn: Connection, action: str, result: dict[str, Any], at: str) -> None:
     conn.execute(
         "INSERT INTO maintenance_audit(id, action, result, created_at) VALUES (?, ?, ?, ?)",
         (repo.new_id(), action, json.dumps(result, separators=(",", ":")), at),
     )
 
 
-def dead_job_ids(conn: Any, limit: int) -> list[str]:
+def dead_job_ids(conn: Connection, limit: int) -> list[str]:
     rows = conn.execute(
         "SELECT id FROM memory_jobs WHERE status = 'dead' ORDER BY failed_at, id LIMIT ?",
         (limit,),
@@ -198,7 +199,7 @@ def dead_job_ids(conn: Any, limit: int) -> list[str]:
     return [r[0] for r in rows]
 
 
-def requeue_dead_job(conn: Any, job_id: str, at: str) -> bool:
+def requeue_dead_job(conn: Connection, job_id: str, at: str) -> bool:
     """Dead → pending with fresh attempts; False (left dead) when an open job of
     the same type for the same memory or document exists (the twin the open-job
     unique indexes would refuse; checked in the statement, so one text serves
@@ -227,7 +228,7 @@ _NEVER_EXTRACTED = (
 )
 
 
-def never_extracted(conn: Any, namespace: str, limit: int) -> list[tuple[str, str]]:
+def never_extracted(conn: Connection, namespace: str, limit: int) -> list[tuple[str, str]]:
     """(namespace, id) of up to `limit` such memories, oldest first ('' = every namespace)."""
     rows = conn.execute(
         f"SELECT m.namespace, m.id {_NEVER_EXTRACTED} ORDER BY m.created_at, m.id LIMIT :limit",
@@ -236,13 +237,13 @@ def never_extracted(conn: Any, namespace: str, limit: int) -> list[tuple[str, st
     return [(r[0], r[1]) for r in rows]
 
 
-def count_never_extracted(conn: Any, namespace: str) -> int:
+def count_never_extracted(conn: Connection, namespace: str) -> int:
     return int(
         conn.execute(f"SELECT count(*) {_NEVER_EXTRACTED}", {"namespace": namespace}).fetchone()[0]
     )
 
 
-def rebuild_fts(conn: Any) -> int:
+def rebuild_fts(conn: Connection) -> int:
     """Empty the index and refill it from live memories only: the built-in
     'rebuild' would also index tombstoned rows of the content table. On
     Postgres there is nothing to refill (the index is a generated column):
@@ -257,20 +258,20 @@ def rebuild_fts(conn: Any) -> int:
     return int(cursor.rowcount)
 
 
-def remove_unbacked_vectors(conn: Any) -> int:
+def remove_unbacked_vectors(conn: Connection) -> int:
     _, backed = _vector_checks(dialect_of(conn))
     cursor = conn.execute(f"DELETE FROM memory_vectors AS v WHERE NOT {backed}")
     return int(cursor.rowcount)
 
 
-def add_missing_vectors(conn: Any) -> int:
+def add_missing_vectors(conn: Connection) -> int:
     return repo.index_missing_vectors(conn)
 
 
 # ---- retention (seed 000 "Retention Worker"; one function per step) ---------------
 
 
-def expired_mentions(conn: Any, cutoff: str, limit: int) -> list[tuple[str, str]]:
+def expired_mentions(conn: Connection, cutoff: str, limit: int) -> list[tuple[str, str]]:
     rows = conn.execute(
         "SELECT mm.memory_id, mm.entity_id FROM memory_entity_mentions mm "
         f"JOIN memories m ON m.id = mm.memory_id WHERE {_EXPIRED} LIMIT :limit",
@@ -279,7 +280,7 @@ def expired_mentions(conn: Any, cutoff: str, limit: int) -> list[tuple[str, str]
     return [(r[0], r[1]) for r in rows]
 
 
-def delete_expired_embeddings(conn: Any, cutoff: str, limit: int) -> int:
+def delete_expired_embeddings(conn: Connection, cutoff: str, limit: int) -> int:
     """Vectors of expired tombstones' content that no other memory of their
     namespace still uses."""
     cursor = conn.execute(
@@ -292,7 +293,7 @@ def delete_expired_embeddings(conn: Any, cutoff: str, limit: int) -> int:
     return int(cursor.rowcount)
 
 
-def purgeable_tombstones(conn: Any, cutoff: str, limit: int) -> list[Any]:
+def purgeable_tombstones(conn: Connection, cutoff: str, limit: int) -> list[Any]:
     """Expired tombstones whose graph links and unshared vectors are already gone
     (the earlier steps' batch limits may have left some for the next sweep)."""
     return list(
@@ -308,7 +309,7 @@ def purgeable_tombstones(conn: Any, cutoff: str, limit: int) -> list[Any]:
     )
 
 
-def delete_old_history(conn: Any, cutoff: str, limit: int) -> int:
+def delete_old_history(conn: Connection, cutoff: str, limit: int) -> int:
     cursor = conn.execute(
         "DELETE FROM memory_history WHERE seq IN (SELECT seq FROM memory_history "
         "WHERE created_at < ? ORDER BY seq LIMIT ?)",
@@ -317,7 +318,9 @@ def delete_old_history(conn: Any, cutoff: str, limit: int) -> int:
     return int(cursor.rowcount)
 
 
-def delete_old_jobs(conn: Any, status: str, time_column: str, cutoff: str, limit: int) -> int:
+def delete_old_jobs(
+    conn: Connection, status: str, time_column: str, cutoff: str, limit: int
+) -> int:
     if (status, time_column) not in (("completed", "completed_at"), ("dead", "failed_at")):
         raise ValueError(f"no retention rule for {status} jobs by {time_column}")
     cursor = conn.execute(

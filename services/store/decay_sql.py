@@ -8,6 +8,7 @@ from typing import Any
 
 from services.common import forgetting
 from services.common.memory_filter import live_sql
+from services.storage.connection import Connection
 from services.storage.dialect import SQLITE, Dialect, dialect_of
 from services.storage.schema import memory_columns
 from services.store.repository import Query
@@ -54,7 +55,7 @@ def weak_count_query(
 
 
 def weakest_batch(
-    conn: Any, threshold: float, default_rate: float, now: str, limit: int
+    conn: Connection, threshold: float, default_rate: float, now: str, limit: int
 ) -> list[Any]:
     """Up to `limit` weak memories of any namespace, oldest written first, for pruning."""
     expr, where, params = _weak(default_rate, now, threshold, dialect_of(conn))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from services.storage.connection import Connection
 from services.store.job_enums import JobKind
 
 Query = tuple[str, list[Any]]
@@ -72,13 +73,13 @@ def list_chunks_query(namespace: str, document_id: str, after_index: int, limit:
     )
 
 
-def get_document(conn: Any, document_id: str) -> Any:
+def get_document(conn: Connection, document_id: str) -> Any:
     return conn.execute(
         f"SELECT {DOCUMENT_COLUMNS} FROM documents d WHERE d.id = ?", (document_id,)
     ).fetchone()
 
 
-def linked_memory_with_hash(conn: Any, document_id: str, content_hash: str) -> str | None:
+def linked_memory_with_hash(conn: Connection, document_id: str, content_hash: str) -> str | None:
     """The live memory with this content already linked to the document, if any."""
     row = conn.execute(
         "SELECT m.id FROM document_memories dm JOIN memories m ON m.id = dm.memory_id "
@@ -91,7 +92,7 @@ def linked_memory_with_hash(conn: Any, document_id: str, content_hash: str) -> s
 # ---- writes (writer thread only) ------------------------------------------------
 
 
-def insert_document(conn: Any, row: dict[str, Any]) -> None:
+def insert_document(conn: Connection, row: dict[str, Any]) -> None:
     conn.execute(
         "INSERT INTO documents (id, namespace, source_type, source_url, raw_content, title, "
         "status, tags, created_at, updated_at) VALUES (:id, :namespace, :source_type, "
@@ -101,7 +102,7 @@ def insert_document(conn: Any, row: dict[str, Any]) -> None:
 
 
 def insert_ingest_job(
-    conn: Any, job_id: str, namespace: str, document_id: str, max_attempts: int, at: str
+    conn: Connection, job_id: str, namespace: str, document_id: str, max_attempts: int, at: str
 ) -> None:
     conn.execute(
         "INSERT INTO memory_jobs (id, namespace, document_id, job_type, max_attempts, "
@@ -111,7 +112,9 @@ def insert_ingest_job(
     )
 
 
-def set_status(conn: Any, document_id: str, status: str, at: str, error: str | None = None) -> None:
+def set_status(
+    conn: Connection, document_id: str, status: str, at: str, error: str | None = None
+) -> None:
     conn.execute(
         "UPDATE documents SET status = ?, error = ?, updated_at = ?, "
         "completed_at = CASE WHEN ? = 'done' THEN ? ELSE completed_at END WHERE id = ?",
@@ -119,11 +122,11 @@ def set_status(conn: Any, document_id: str, status: str, at: str, error: str | N
     )
 
 
-def set_expected_chunk_count(conn: Any, document_id: str, count: int) -> None:
+def set_expected_chunk_count(conn: Connection, document_id: str, count: int) -> None:
     conn.execute("UPDATE documents SET expected_chunk_count = ? WHERE id = ?", (count, document_id))
 
 
-def fail_document(conn: Any, job_id: str, document_id: str, error: str, at: str) -> None:
+def fail_document(conn: Connection, job_id: str, document_id: str, error: str, at: str) -> None:
     """The document `failed` with `error`, and its ingest job finished, not dead
     (status completed, its result naming the failure): a failed document is the
     user's answer, not a stuck job, so no dead-job rate counts it and "requeue
@@ -138,7 +141,7 @@ def fail_document(conn: Any, job_id: str, document_id: str, error: str, at: str)
     )
 
 
-def backfill_title(conn: Any, document_id: str, title: str) -> None:
+def backfill_title(conn: Connection, document_id: str, title: str) -> None:
     """A fetched title fills the document's title only when it has none."""
     conn.execute(
         "UPDATE documents SET title = ? WHERE id = ? AND coalesce(title, '') = ''",
@@ -146,7 +149,9 @@ def backfill_title(conn: Any, document_id: str, title: str) -> None:
     )
 
 
-def link_chunk(conn: Any, document_id: str, memory_id: str, chunk_index: int, at: str) -> None:
+def link_chunk(
+    conn: Connection, document_id: str, memory_id: str, chunk_index: int, at: str
+) -> None:
     """Record the chunk (a retry that finds different text at an index replaces
     the link) and recount the document's chunks."""
     conn.execute(

@@ -21,6 +21,7 @@ from services.common.fetch_policy import FetchPolicy
 from services.common.normalize import normalize_content
 from services.common.pii import PiiGate, gate
 from services.common.validation import check_no_control, validate_id, without_control
+from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.store import document_sql as sql
 from services.store import mutations, rules
@@ -187,7 +188,7 @@ class DocumentStore:
         if len(cleaned_tags) > MAX_DOCUMENT_TAGS:
             raise InvalidArgument("tags", f"at most {MAX_DOCUMENT_TAGS} tags")
 
-        def operation(conn: Any) -> DocumentRecord:
+        def operation(conn: Connection) -> DocumentRecord:
             at = clock.now_text()
             document_id = repo.new_id()
             sql.insert_document(
@@ -263,7 +264,7 @@ class DocumentStore:
             error.violations = bad
             raise error
 
-        def operation(conn: Any) -> DocumentRecord | None:
+        def operation(conn: Connection) -> DocumentRecord | None:
             document_id = _held_document(conn, job_id, token)
             if document_id is None:
                 return None
@@ -308,7 +309,7 @@ class DocumentStore:
                 embedding_model, mutations.normalized_vector_bytes(vector, "vector")
             )
 
-        def operation(conn: Any) -> ChunkWrite | None:
+        def operation(conn: Connection) -> ChunkWrite | None:
             nonlocal normalized, supplied
             document_id = _held_document(conn, job_id, token)
             if document_id is None:
@@ -362,7 +363,7 @@ class DocumentStore:
     async def complete(self, job_id: str, token: str) -> DocumentRecord | None:
         """The document is done and its job completes together; None when the lease is lost."""
 
-        def operation(conn: Any) -> DocumentRecord | None:
+        def operation(conn: Connection) -> DocumentRecord | None:
             document_id = _held_document(conn, job_id, token)
             if document_id is None:
                 return None
@@ -382,7 +383,7 @@ class DocumentStore:
         if not message:
             raise InvalidArgument("error", "required")
 
-        def operation(conn: Any) -> DocumentRecord | None:
+        def operation(conn: Connection) -> DocumentRecord | None:
             document_id = _held_document(conn, job_id, token)
             if document_id is None:
                 return None
@@ -392,7 +393,7 @@ class DocumentStore:
         return await self._writer.submit(operation)
 
 
-def _held_document(conn: Any, job_id: str, token: str) -> str | None:
+def _held_document(conn: Connection, job_id: str, token: str) -> str | None:
     """The document id of a document_ingest job leased with this token, else None."""
     job = repo.leased_job(conn, job_id, token)
     if job is None or job["job_type"] != JobKind.DOCUMENT_INGEST or not job["document_id"]:

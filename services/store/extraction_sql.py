@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from services.storage.connection import Connection
 from services.store import repository as repo
 
 # Link types (seed 003 "edges"). supersedes: a newer version to the one it
@@ -25,7 +26,7 @@ LINK_TYPES = (SUPERSEDES, DERIVED_FROM, TEMPORAL, CAUSAL, ENTITY)
 RELATION_LINK_TYPES = (CAUSAL, ENTITY)
 
 
-def set_extraction_state(conn: Any, memory_id: str, status: str, model: str | None) -> None:
+def set_extraction_state(conn: Connection, memory_id: str, status: str, model: str | None) -> None:
     """Record how a memory's extraction went (`completed`, or `derived` for a
     pipeline fact, which is never extracted again)."""
     conn.execute(
@@ -49,7 +50,7 @@ class LinkRow(NamedTuple):
     evidence: Sequence[str] = ()
 
 
-def insert_links(conn: Any, rows: Sequence[LinkRow]) -> None:
+def insert_links(conn: Connection, rows: Sequence[LinkRow]) -> None:
     """Idempotent: a link written twice stays one row. One statement per chunk
     of rows (the hot path writes a batch's temporal links at once)."""
     repo.insert_rows(
@@ -72,7 +73,7 @@ def insert_links(conn: Any, rows: Sequence[LinkRow]) -> None:
 
 
 def insert_link(
-    conn: Any,
+    conn: Connection,
     namespace: str,
     from_memory_id: str,
     to_memory_id: str,
@@ -105,7 +106,7 @@ def insert_link(
     )
 
 
-def close_relation_links(conn: Any, namespace: str, memory_id: str, until: str) -> int:
+def close_relation_links(conn: Connection, namespace: str, memory_id: str, until: str) -> int:
     """Causal and entity links of a memory whose validity closed at `until`
     end then too (an earlier known end stays)."""
     marks = ", ".join("?" * len(RELATION_LINK_TYPES))
@@ -119,7 +120,7 @@ def close_relation_links(conn: Any, namespace: str, memory_id: str, until: str) 
     )
 
 
-def session_tails(conn: Any, namespace: str, session_ids: Sequence[str]) -> dict[str, str]:
+def session_tails(conn: Connection, namespace: str, session_ids: Sequence[str]) -> dict[str, str]:
     """Each session's last memory on its timeline (the one the session's next
     memory follows), by session id; a session with none is left out. The
     last on the timeline is the newest live memory of the session that is not

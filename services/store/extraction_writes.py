@@ -43,6 +43,7 @@ from services.common.llm_gate import LlmGate
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
 from services.common.validation import validate_id, validate_ids
+from services.storage.connection import Connection
 from services.store import contradiction, mutations, supersede
 from services.store import extraction_sql as sql
 from services.store import repository as repo
@@ -145,7 +146,7 @@ class ExtractionWrites:
     async def complete(self, request: ExtractCompletion) -> CompletionOutcome:
         checked = check_completion(request)
 
-        def operation(conn: Any) -> tuple[CompletionOutcome, str, str]:
+        def operation(conn: Connection) -> tuple[CompletionOutcome, str, str]:
             return _JobWrite(conn, request, checked, self._policy).run()
 
         # A shadow completion writes only what a frozen store takes.
@@ -296,7 +297,7 @@ class _JobWrite:
 
     def __init__(
         self,
-        conn: Any,
+        conn: Connection,
         request: ExtractCompletion,
         checked: Sequence[_Checked],
         policy: WritePolicy,

@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from services.common import clock
 from services.common.facts import DEFAULT_ENTITY_TYPE, NamedEntity
 from services.common.normalize import normalize_content
+from services.storage.connection import Connection
 from services.store import extraction_sql as links
 from services.store import graph_sql as sql
 
@@ -59,7 +59,7 @@ class _Resolver:
     are merged unless the name is taken by another entity (entities are never
     merged by an alias)."""
 
-    def __init__(self, conn: Any, namespace: str, at: str) -> None:
+    def __init__(self, conn: Connection, namespace: str, at: str) -> None:
         self.conn = conn
         self.namespace = namespace
         self.at = at
@@ -99,7 +99,7 @@ def names_in(text: str, names: Sequence[str]) -> bool:
 
 
 def write_graph(
-    conn: Any,
+    conn: Connection,
     namespace: str,
     memory_id: str,
     triples: Sequence[Triple],

@@ -8,12 +8,12 @@ identity column on Postgres (services/storage/pg_migrations.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from services.storage.connection import Connection
 from services.store import repository as repo
 
 
-def find_entity(conn: Any, namespace: str, canonical: str) -> tuple[str, str] | None:
+def find_entity(conn: Connection, namespace: str, canonical: str) -> tuple[str, str] | None:
     """(id, entity_type) of the namespace's entity whose canonical name, or
     else whose alias, this is."""
     row = conn.execute(
@@ -30,7 +30,7 @@ def find_entity(conn: Any, namespace: str, canonical: str) -> tuple[str, str] | 
 
 
 def create_entity(
-    conn: Any, namespace: str, name: str, canonical: str, entity_type: str, at: str
+    conn: Connection, namespace: str, name: str, canonical: str, entity_type: str, at: str
 ) -> str:
     """A new entity with no mentions yet; its id."""
     new = repo.new_id()
@@ -42,7 +42,7 @@ def create_entity(
     return new
 
 
-def set_entity_type(conn: Any, entity_id: str, entity_type: str, at: str) -> None:
+def set_entity_type(conn: Connection, entity_id: str, entity_type: str, at: str) -> None:
     conn.execute(
         "UPDATE entities SET entity_type = ?, updated_at = ? WHERE id = ?",
         (entity_type, at, entity_id),
@@ -50,7 +50,7 @@ def set_entity_type(conn: Any, entity_id: str, entity_type: str, at: str) -> Non
 
 
 def add_alias(
-    conn: Any, namespace: str, entity_id: str, alias: str, canonical: str, at: str
+    conn: Connection, namespace: str, entity_id: str, alias: str, canonical: str, at: str
 ) -> bool:
     """Give the entity this alias unless the name is taken in the namespace (an
     entity's canonical name, or another alias): True when added."""
@@ -68,7 +68,7 @@ def add_alias(
     return int(cursor.rowcount) > 0
 
 
-def linked_entity_ids(conn: Any, namespace: str, memory_id: str) -> set[str]:
+def linked_entity_ids(conn: Connection, namespace: str, memory_id: str) -> set[str]:
     """Entities the memory is already linked to (from an earlier run)."""
     rows = conn.execute(
         "SELECT entity_id FROM memory_entity_mentions WHERE namespace = ? AND memory_id = ?",
@@ -78,7 +78,7 @@ def linked_entity_ids(conn: Any, namespace: str, memory_id: str) -> set[str]:
 
 
 def link_mention(
-    conn: Any,
+    conn: Connection,
     namespace: str,
     memory_id: str,
     entity_id: str,
@@ -97,7 +97,7 @@ def link_mention(
     return int(cursor.rowcount) > 0
 
 
-def previous_mention(conn: Any, entity_id: str, memory_id: str) -> str | None:
+def previous_mention(conn: Connection, entity_id: str, memory_id: str) -> str | None:
     """The memory most recently linked to the entity before `memory_id` (the
     entity index is ordered by rowid within an entity: one index step, on
     Postgres too, whose index names the column)."""
@@ -109,7 +109,7 @@ def previous_mention(conn: Any, entity_id: str, memory_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def count_entity_mention(conn: Any, entity_id: str, at: str) -> None:
+def count_entity_mention(conn: Connection, entity_id: str, at: str) -> None:
     conn.execute(
         "UPDATE entities SET mentions = mentions + 1, updated_at = ? WHERE id = ?",
         (at, entity_id),
@@ -117,7 +117,7 @@ def count_entity_mention(conn: Any, entity_id: str, at: str) -> None:
 
 
 def record_relation(
-    conn: Any,
+    conn: Connection,
     namespace: str,
     source_id: str,
     target_id: str,
@@ -139,7 +139,7 @@ def record_relation(
     )
 
 
-def mentioned_entities(conn: Any, memory_id: str) -> list[str]:
+def mentioned_entities(conn: Connection, memory_id: str) -> list[str]:
     """The entities a memory is linked to."""
     rows = conn.execute(
         "SELECT entity_id FROM memory_entity_mentions WHERE memory_id = ?", (memory_id,)
@@ -147,7 +147,7 @@ def mentioned_entities(conn: Any, memory_id: str) -> list[str]:
     return [row[0] for row in rows]
 
 
-def delete_mention(conn: Any, memory_id: str, entity_id: str, at: str) -> None:
+def delete_mention(conn: Connection, memory_id: str, entity_id: str, at: str) -> None:
     conn.execute(
         "DELETE FROM memory_entity_mentions WHERE memory_id = ? AND entity_id = ?",
         (memory_id, entity_id),
@@ -159,7 +159,7 @@ def delete_mention(conn: Any, memory_id: str, entity_id: str, at: str) -> None:
     )
 
 
-def delete_orphaned_entities(conn: Any, entity_ids: Sequence[str]) -> tuple[int, int]:
+def delete_orphaned_entities(conn: Connection, entity_ids: Sequence[str]) -> tuple[int, int]:
     """Entities among `entity_ids` at zero mentions, with no mention row left, are
     deleted with every relation that touches them. Returns (entities, relations)."""
     entities = relations = 0

@@ -23,6 +23,7 @@ from services.common.errors import (
     InvalidArgument,
 )
 from services.common.memory_record import may_merge
+from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.store import consolidation, document_sql, mutations, sessions
 from services.store import repository as repo
@@ -108,7 +109,7 @@ def _check_batch(size: int, field: str) -> None:
 LeaseContent = Callable[[Any, Any, str], tuple[str, str] | None]
 
 
-def _memory_content(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+def _memory_content(conn: Connection, row: Any, at: str) -> tuple[str, str] | None:
     """A job about its memory's current content: one whose memory is gone is
     finished, not leased."""
     if row["content"] is None or row["is_deleted"]:
@@ -117,19 +118,19 @@ def _memory_content(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
     return "", row["content"]
 
 
-def _source_memory(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+def _source_memory(conn: Connection, row: Any, at: str) -> tuple[str, str] | None:
     """An extract job: leased with its memory's content as it is."""
     return "", row["content"] or ""
 
 
-def _document(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+def _document(conn: Connection, row: Any, at: str) -> tuple[str, str] | None:
     if not row["has_document"]:
         repo.complete_job(conn, row["id"], at, '{"skipped":"document deleted"}')
         return None
     return "", row["content"] or ""
 
 
-def _session_transcript(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+def _session_transcript(conn: Connection, row: Any, at: str) -> tuple[str, str] | None:
     session_id, content = sessions.transcript(conn, row["id"], row["namespace"])
     if not content:
         repo.complete_job(conn, row["id"], at, '{"skipped":"no live turns"}')
@@ -137,7 +138,7 @@ def _session_transcript(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
     return session_id, content
 
 
-def _session_memories(conn: Any, row: Any, at: str) -> tuple[str, str] | None:
+def _session_memories(conn: Connection, row: Any, at: str) -> tuple[str, str] | None:
     session_id, content = consolidation.lease_content(conn, row["id"], row["namespace"])
     if not content:
         consolidation.nothing_to_consolidate(conn, row["id"], row["namespace"], at)
@@ -229,7 +230,7 @@ class JobQueue:
         if current is not None and current[0] == model:
             return 0
 
-        def operation(conn: Any) -> int:
+        def operation(conn: Connection) -> int:
             current = repo.index_model(conn)
             if current is not None and current[0] == model:
                 return 0
@@ -304,7 +305,7 @@ class JobQueue:
 
         rules = KINDS[job_type]
 
-        def operation(conn: Any) -> list[LeasedJob]:
+        def operation(conn: Connection) -> list[LeasedJob]:
             at = clock.now_text()
             leased: list[LeasedJob] = []
             for row in repo.due_jobs(conn, job_type, namespaces, at, max_jobs):
@@ -345,7 +346,7 @@ class JobQueue:
         """Apply `action(conn, job_id, now)` to each job still leased with its token."""
         _check_batch(len(leases), "leases")
 
-        def operation(conn: Any) -> list[bool]:
+        def operation(conn: Connection) -> list[bool]:
             at = clock.now_text()
             outcomes = []
             for job_id, token in leases:
@@ -360,7 +361,7 @@ class JobQueue:
     async def fail(self, failures: Sequence[tuple[str, str, str]]) -> tuple[list[bool], int]:
         _check_batch(len(failures), "failures")
 
-        def operation(conn: Any) -> tuple[list[bool], int]:
+        def operation(conn: Connection) -> tuple[list[bool], int]:
             now = clock.now()
             at = clock.to_text(now)
             outcomes, dead = [], 0
@@ -394,7 +395,7 @@ class JobQueue:
             raise InvalidArgument("lease_timeout_ms", "must not be negative")
         timeout = lease_timeout_ms or self._lease_timeout_ms
 
-        def operation(conn: Any) -> repo.EndedLeases:
+        def operation(conn: Connection) -> repo.EndedLeases:
             now = clock.now()
             cutoff = clock.to_text(now - timedelta(milliseconds=timeout))
             return repo.release_stale_leases(conn, cutoff, clock.to_text(now))
@@ -410,7 +411,7 @@ class JobQueue:
         else is dead; clearing the token fences the old instance out of it."""
         holder.check("holder")
 
-        def operation(conn: Any) -> repo.EndedLeases:
+        def operation(conn: Connection) -> repo.EndedLeases:
             return repo.release_prior_instance_leases(
                 conn, holder.worker_name, holder.instance_id, clock.now_text()
             )
@@ -441,7 +442,7 @@ class JobQueue:
                 "results", "all vectors of one call must have the same dimensions"
             )
 
-        def operation(conn: Any) -> list[bool]:
+        def operation(conn: Connection) -> list[bool]:
             at = clock.now_text()
             current = repo.index_model(conn)
             dims = next(iter(dimensions), None)

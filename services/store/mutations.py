@@ -23,6 +23,7 @@ from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent
 from services.common.text import MAX_SENTENCES
 from services.common.vectors import normalized_f32, normalized_parts_f16
+from services.storage.connection import Connection
 from services.store import extraction_sql as link_sql
 from services.store import graph_sql, session_lifecycle
 from services.store import repository as repo
@@ -116,7 +117,7 @@ def index_mismatch(
 
 
 def store_vector(
-    conn: Any, namespace: str, content_hash: str, vector: SuppliedVector, at: str
+    conn: Connection, namespace: str, content_hash: str, vector: SuppliedVector, at: str
 ) -> bool:
     """Keep `namespace`'s vector for this content when the index takes it (its
     model; its size, or the first vector sets the size); False otherwise."""
@@ -140,7 +141,7 @@ def store_vector(
 
 
 def index_or_enqueue(
-    conn: Any, targets: Sequence[VectorTarget], also_enqueue: Sequence[repo.JobRow] = ()
+    conn: Connection, targets: Sequence[VectorTarget], also_enqueue: Sequence[repo.JobRow] = ()
 ) -> set[str]:
     """Index each target whose namespace holds a vector of the index model for
     its content (its own namespace's only: another's must neither skip an embed
@@ -165,7 +166,7 @@ def index_or_enqueue(
     return set(indexed)
 
 
-def drop_unused_vectors(conn: Any, namespace: str, content_hashes: Sequence[str]) -> int:
+def drop_unused_vectors(conn: Connection, namespace: str, content_hashes: Sequence[str]) -> int:
     """Stored vectors of these contents that no memory of the namespace holds any more."""
     return repo.delete_unused_embeddings(conn, namespace, content_hashes)
 
@@ -264,7 +265,7 @@ def outlives(new_expire_at: str | None, old_expire_at: str | None) -> bool:
     return new_expire_at is None or new_expire_at > old_expire_at
 
 
-def create(conn: Any, items: Sequence[NewMemory]) -> list[Created]:
+def create(conn: Connection, items: Sequence[NewMemory]) -> list[Created]:
     """Create each item unless a live memory of its namespace (or an earlier
     item of the batch) holds its content; then that memory's id, deduplicated.
     A duplicate never shortens a life: the memory kept takes the later expiry
@@ -361,7 +362,7 @@ def _valid_time(item: NewMemory) -> str:
     return item.row.valid_from or item.row.event_time
 
 
-def _record_restatements(conn: Any, restated: Sequence[tuple[str, str, NewMemory]]) -> None:
+def _record_restatements(conn: Connection, restated: Sequence[tuple[str, str, NewMemory]]) -> None:
     """A `restated` event for each write that states a kept memory's content later
     than its latest statement so far (services/common/restatement.py)."""
     if not restated:
@@ -396,7 +397,7 @@ def _record_restatements(conn: Any, restated: Sequence[tuple[str, str, NewMemory
         repo.insert_history(conn, rows)
 
 
-def _timeline_links(conn: Any, fresh: Sequence[NewMemory]) -> list[link_sql.LinkRow]:
+def _timeline_links(conn: Connection, fresh: Sequence[NewMemory]) -> list[link_sql.LinkRow]:
     """The `temporal` link of each new timeline memory of a session, from the
     memory before it: the first of a session in the batch follows the
     session's stored tail (read, for all the batch's sessions of a namespace
@@ -433,7 +434,7 @@ def _timeline_links(conn: Any, fresh: Sequence[NewMemory]) -> list[link_sql.Link
     return links
 
 
-def _extend_life(conn: Any, memory_id: str, item: NewMemory) -> None:
+def _extend_life(conn: Connection, memory_id: str, item: NewMemory) -> None:
     """The stored twin takes the duplicate's later expiry (or none): a
     `modified` event and a new version say so."""
     row = repo.fetch_one(conn, repo.get_memory_query(item.row.namespace, memory_id))
@@ -454,7 +455,7 @@ def _extend_life(conn: Any, memory_id: str, item: NewMemory) -> None:
 # ---- expire -----------------------------------------------------------------------------
 
 
-def purge_expired(conn: Any, targets: Sequence[PurgeTarget], at: str) -> Purged:
+def purge_expired(conn: Connection, targets: Sequence[PurgeTarget], at: str) -> Purged:
     """Remove expired memories for good (the retention sweep, or a write that
     meets an expired twin of its content), each with a `purged` history event."""
     purged = purge(conn, targets, at)
@@ -478,7 +479,9 @@ def purge_expired(conn: Any, targets: Sequence[PurgeTarget], at: str) -> Purged:
     return purged
 
 
-def retire_expired_twins(conn: Any, namespace: str, content_hashes: Sequence[str], at: str) -> None:
+def retire_expired_twins(
+    conn: Connection, namespace: str, content_hashes: Sequence[str], at: str
+) -> None:
     """Purge expired memories holding these contents, so that a content change
     or a recovery is not refused by a twin nobody can see any more."""
     expired = [
@@ -494,7 +497,7 @@ def retire_expired_twins(conn: Any, namespace: str, content_hashes: Sequence[str
 
 
 def new_version(
-    conn: Any,
+    conn: Connection,
     current: MemoryRecord,
     *,
     content: NormalizedContent | None,
@@ -548,7 +551,7 @@ def new_version(
 
 
 def soft_delete(
-    conn: Any,
+    conn: Connection,
     current: MemoryRecord,
     *,
     actor: str,
@@ -567,7 +570,7 @@ def soft_delete(
 
 
 def soft_delete_many(
-    conn: Any,
+    conn: Connection,
     records: Sequence[MemoryRecord],
     *,
     actor: str,
@@ -606,7 +609,7 @@ def soft_delete_many(
 
 
 def restore_many(
-    conn: Any,
+    conn: Connection,
     records: Sequence[MemoryRecord],
     *,
     actor: str,
@@ -650,7 +653,7 @@ def restore_many(
 
 
 def record_deletion(
-    conn: Any,
+    conn: Connection,
     record: MemoryRecord,
     *,
     actor: str,
@@ -674,7 +677,7 @@ def record_deletion(
 
 
 def record_event(
-    conn: Any,
+    conn: Connection,
     record: MemoryRecord,
     event: str,
     *,
@@ -721,7 +724,7 @@ class Purged:
     relations_removed: int
 
 
-def purge(conn: Any, targets: Sequence[PurgeTarget], at: str) -> Purged:
+def purge(conn: Connection, targets: Sequence[PurgeTarget], at: str) -> Purged:
     """Remove memories for good with everything that points at them: links from
     and to them, their chunk rows, entity mentions (an entity left unmentioned
     goes with its relations), jobs, the row (its FTS entry and vector index row

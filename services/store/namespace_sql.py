@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.storage.connection import Connection
 from services.store import admin_sql
 from services.store.repository import _M_COLUMNS, Query
 
@@ -61,5 +62,5 @@ def deletions_query() -> Query:
     )
 
 
-def record_deletion(conn: Any, result: dict[str, Any], at: str) -> None:
+def record_deletion(conn: Connection, result: dict[str, Any], at: str) -> None:
     admin_sql.insert_audit(conn, DELETED_ACTION, result, at)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.store import repository
 
+if TYPE_CHECKING:
+    from services.storage.pg import SqliteApi
+
 
 def claim(
-    conn: Any,
+    conn: SqliteApi,
     job_type: str,
     namespaces: Sequence[str],
     now: str,
@@ -28,7 +31,7 @@ def claim(
     """Lease up to `limit` due jobs in one transaction: (job row, lease token)
     each; jobs another claimer holds are skipped, not waited for. The core of
     services/store/jobs.py's lease, without its per-type skips (a deleted
-    memory's job, a session without turns). `conn` is a SqliteApi."""
+    memory's job, a session without turns)."""
     with conn.transaction():
         leased = []
         for row in repository.due_jobs(conn, job_type, namespaces, now, limit):

@@ -24,6 +24,7 @@ from services.common.memory_filter import (
     not_expired_sql,
     present_sql,
 )
+from services.storage.connection import Connection
 from services.storage.dialect import SQLITE, Dialect, dialect_of
 from services.storage.schema import memory_columns
 from services.store import document_sql
@@ -196,11 +197,11 @@ def history_query(namespace: str, memory_id: str, after_seq: int, limit: int) ->
     )
 
 
-def fetch_one(conn: Any, query: Query) -> Any:
+def fetch_one(conn: Connection, query: Query) -> Any:
     return conn.execute(query[0], query[1]).fetchone()
 
 
-def fetch_all(conn: Any, query: Query) -> list[Any]:
+def fetch_all(conn: Connection, query: Query) -> list[Any]:
     return list(conn.execute(query[0], query[1]).fetchall())
 
 
@@ -218,7 +219,7 @@ class Twin(NamedTuple):
     )
 
 
-def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str, Twin]:
+def twins_by_hash(conn: Connection, namespace: str, hashes: Sequence[str]) -> dict[str, Twin]:
     """content_hash -> the not-deleted, not superseded memory with that hash,
     expired or not (an expired one still holds its place in the dedup index
     until purged; a superseded one holds none: its value may become true again)."""
@@ -254,7 +255,7 @@ def twins_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str,
 
 
 def restatements(
-    conn: Any, namespace: str, memory_ids: Sequence[str]
+    conn: Connection, namespace: str, memory_ids: Sequence[str]
 ) -> dict[str, list[tuple[str, str]]]:
     """memory id -> its `restated` events as (metadata JSON, recorded at)."""
     found: dict[str, list[tuple[str, str]]] = {}
@@ -272,13 +273,13 @@ def restatements(
     return found
 
 
-def live_ids_by_hash(conn: Any, namespace: str, hashes: Sequence[str]) -> dict[str, str]:
+def live_ids_by_hash(conn: Connection, namespace: str, hashes: Sequence[str]) -> dict[str, str]:
     """content_hash -> id of the live (not deleted, not expired) memory with
     that hash, for the given hashes."""
     return {h: t.id for h, t in twins_by_hash(conn, namespace, hashes).items() if not t.expired}
 
 
-def expired_memories(conn: Any, limit: int) -> list[Any]:
+def expired_memories(conn: Connection, limit: int) -> list[Any]:
     """Memories past their expire_at, deleted or not, oldest expiry first."""
     return list(
         conn.execute(
@@ -328,7 +329,7 @@ ID_CHUNK = 500
 
 
 def insert_rows(
-    conn: Any, head: str, row_sql: str, rows: Iterable[Sequence[Any]], tail: str = ""
+    conn: Connection, head: str, row_sql: str, rows: Iterable[Sequence[Any]], tail: str = ""
 ) -> None:
     """`head` + `row_sql` repeated once per row + `tail`: one statement per chunk of rows.
 
@@ -344,7 +345,7 @@ def insert_rows(
         )
 
 
-def insert_memory_rows(conn: Any, rows: Iterable[MemoryRow]) -> None:
+def insert_memory_rows(conn: Connection, rows: Iterable[MemoryRow]) -> None:
     insert_rows(
         conn,
         "INSERT INTO memories (id, namespace, content, normalized_content, content_hash, type, "
@@ -411,7 +412,7 @@ def history_row(
     )
 
 
-def insert_history(conn: Any, rows: Iterable[HistoryRow]) -> None:
+def insert_history(conn: Connection, rows: Iterable[HistoryRow]) -> None:
     insert_rows(
         conn,
         "INSERT INTO memory_history (id, memory_id, namespace, event, old_content, new_content, "
@@ -438,7 +439,7 @@ def job_row(namespace: str, memory_id: str, job_type: str, max_attempts: int, at
     return JobRow(new_id(), namespace, memory_id, job_type, max_attempts, at, at, at)
 
 
-def enqueue_jobs(conn: Any, rows: Iterable[JobRow]) -> None:
+def enqueue_jobs(conn: Connection, rows: Iterable[JobRow]) -> None:
     """Enqueue dedup: a memory's open job of the same type absorbs the new one
     (memory_jobs_open, a partial unique index, is the conflict)."""
     insert_rows(
@@ -451,7 +452,7 @@ def enqueue_jobs(conn: Any, rows: Iterable[JobRow]) -> None:
     )
 
 
-def update_memory(conn: Any, memory_id: str, changes: dict[str, Any]) -> None:
+def update_memory(conn: Connection, memory_id: str, changes: dict[str, Any]) -> None:
     unknown = set(changes) - _UPDATABLE
     if unknown:
         raise ValueError(f"not updatable: {sorted(unknown)}")
@@ -462,7 +463,7 @@ def update_memory(conn: Any, memory_id: str, changes: dict[str, Any]) -> None:
     )
 
 
-def tombstone_memories(conn: Any, memory_ids: Sequence[str], at: str) -> None:
+def tombstone_memories(conn: Connection, memory_ids: Sequence[str], at: str) -> None:
     """Soft-delete live memories (services/store/mutations.py soft_delete_many):
     deleted at `at`, the next version; FTS and the vector index drop them by trigger."""
     for start in range(0, len(memory_ids), ID_CHUNK):
@@ -474,7 +475,7 @@ def tombstone_memories(conn: Any, memory_ids: Sequence[str], at: str) -> None:
         )
 
 
-def restore_memories(conn: Any, memory_ids: Sequence[str], at: str) -> None:
+def restore_memories(conn: Connection, memory_ids: Sequence[str], at: str) -> None:
     """Tombstones live again (services/store/mutations.py restore_many): the next
     version, accessed now; back in FTS by trigger."""
     for start in range(0, len(memory_ids), ID_CHUNK):
@@ -486,13 +487,13 @@ def restore_memories(conn: Any, memory_ids: Sequence[str], at: str) -> None:
         )
 
 
-def hard_delete_memory(conn: Any, memory_id: str) -> None:
+def hard_delete_memory(conn: Connection, memory_id: str) -> None:
     """The row and its jobs; the FTS entry and the vector index row go by trigger."""
     conn.execute("DELETE FROM memory_jobs WHERE memory_id = ?", (memory_id,))
     conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
 
 
-def delete_links(conn: Any, memory_id: str) -> None:
+def delete_links(conn: Connection, memory_id: str) -> None:
     """Every link from or to the memory."""
     conn.execute(
         "DELETE FROM memory_links WHERE from_memory_id = ? OR to_memory_id = ?",
@@ -500,12 +501,12 @@ def delete_links(conn: Any, memory_id: str) -> None:
     )
 
 
-def delete_chunk_rows(conn: Any, memory_id: str) -> None:
+def delete_chunk_rows(conn: Connection, memory_id: str) -> None:
     """The memory's place in every document it was a chunk of."""
     conn.execute("DELETE FROM document_memories WHERE memory_id = ?", (memory_id,))
 
 
-def delete_unused_embeddings(conn: Any, namespace: str, hashes: Sequence[str]) -> int:
+def delete_unused_embeddings(conn: Connection, namespace: str, hashes: Sequence[str]) -> int:
     """The namespace's vectors of these contents that no memory of the namespace,
     live or tombstoned, holds any more (a tombstone keeps its vector for recovery)."""
     removed = 0
@@ -536,7 +537,7 @@ def index_model_query() -> Query:
     return ("SELECT model, dimensions FROM vector_index WHERE id = 1", [])
 
 
-def index_model(conn: Any) -> tuple[str, int | None] | None:
+def index_model(conn: Connection) -> tuple[str, int | None] | None:
     row = fetch_one(conn, index_model_query())
     return None if row is None else (row[0], row[1])
 
@@ -549,7 +550,7 @@ def _pg_vectors() -> Any:
     return pg_vectors
 
 
-def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
+def set_index_model(conn: Connection, model: str, dimensions: int | None, at: str) -> None:
     """Record the index's model (on Postgres also size its vector column)."""
     if dialect_of(conn).is_postgres:
         _pg_vectors().set_index_model(conn, model, dimensions, at)
@@ -557,12 +558,12 @@ def set_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> N
     record_index_model(conn, model, dimensions, at)
 
 
-def clear_vector_index(conn: Any) -> None:
+def clear_vector_index(conn: Connection) -> None:
     conn.execute("DELETE FROM memory_vectors")
 
 
 def upsert_embedding(
-    conn: Any,
+    conn: Connection,
     namespace: str,
     content_hash: str,
     model: str,
@@ -590,7 +591,7 @@ def upsert_embedding(
     )
 
 
-def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
+def _index_embedded(conn: Connection, where: str, params: Sequence[Any]) -> int:
     """Put live memories matching `where` (over alias m) that have an embedding
     of the index model in their namespace into the vector index; returns how
     many rows were written."""
@@ -605,7 +606,7 @@ def _index_embedded(conn: Any, where: str, params: Sequence[Any]) -> int:
     return int(cursor.rowcount)
 
 
-def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
+def index_memories(conn: Connection, memory_ids: Sequence[str]) -> int:
     """Index these memories (those with a vector of the index model) and record
     the model on them; returns how many index rows were written."""
     if dialect_of(conn).is_postgres:
@@ -624,21 +625,21 @@ def index_memories(conn: Any, memory_ids: Sequence[str]) -> int:
     return written
 
 
-def index_all_embedded(conn: Any) -> int:
+def index_all_embedded(conn: Connection) -> int:
     """Every live memory with a vector of the index model (after a model change)."""
     if dialect_of(conn).is_postgres:
         return int(_pg_vectors().index_all_embedded(conn))
     return _index_embedded(conn, "1", [])
 
 
-def index_missing_vectors(conn: Any) -> int:
+def index_missing_vectors(conn: Connection) -> int:
     """Live memories with a vector of the index model that the index lacks."""
     if dialect_of(conn).is_postgres:
         return int(_pg_vectors().index_missing_vectors(conn))
     return _index_embedded(conn, "m.rowid NOT IN (SELECT memory_rowid FROM memory_vectors)", [])
 
 
-def embedding_dimensions(conn: Any, model: str) -> int | None:
+def embedding_dimensions(conn: Connection, model: str) -> int | None:
     """The dimensions of some stored vector of `model`, None when there is none."""
     row = conn.execute(
         "SELECT dimensions FROM embeddings WHERE model = ? LIMIT 1", (model,)
@@ -646,7 +647,7 @@ def embedding_dimensions(conn: Any, model: str) -> int | None:
     return None if row is None else int(row[0])
 
 
-def memory_state(conn: Any, memory_id: str) -> Any:
+def memory_state(conn: Connection, memory_id: str) -> Any:
     """(namespace, content_hash, is_deleted, type, expire_at) of a memory, None
     when it is gone."""
     return conn.execute(
@@ -655,7 +656,7 @@ def memory_state(conn: Any, memory_id: str) -> Any:
     ).fetchone()
 
 
-def live_hashes_with_embedding(conn: Any, namespace: str, hashes: Sequence[str]) -> set[str]:
+def live_hashes_with_embedding(conn: Connection, namespace: str, hashes: Sequence[str]) -> set[str]:
     """Which of these content hashes already have a vector of the index model in
     this namespace (only its own vectors: another namespace's must neither skip
     an embed job nor be observable)."""
@@ -670,7 +671,7 @@ def live_hashes_with_embedding(conn: Any, namespace: str, hashes: Sequence[str])
     return {r[0] for r in rows}
 
 
-def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
+def requeue_unembedded(conn: Connection, max_attempts: int, at: str) -> int:
     """An embed job for every live memory without a vector of the index model."""
     # 32 random hex digits: SQLite has no UUID function, Postgres no randomblob.
     dialect = dialect_of(conn)
@@ -699,7 +700,7 @@ def requeue_unembedded(conn: Any, max_attempts: int, at: str) -> int:
 
 
 def due_jobs(
-    conn: Any, job_type: str, namespaces: Sequence[str], now: str, limit: int
+    conn: Connection, job_type: str, namespaces: Sequence[str], now: str, limit: int
 ) -> list[Any]:
     """Up to `limit` due jobs, oldest first; mark them leased in the same
     transaction. SQLite's one writer runs claims one at a time. On Postgres,
@@ -742,7 +743,7 @@ def due_job_query(job_type: str, namespaces: Sequence[str], now: str) -> Query:
 
 
 def mark_leased(
-    conn: Any,
+    conn: Connection,
     job_id: str,
     token: str,
     at: str,
@@ -758,7 +759,7 @@ def mark_leased(
     )
 
 
-def leased_job(conn: Any, job_id: str, token: str) -> Any:
+def leased_job(conn: Connection, job_id: str, token: str) -> Any:
     """The job if it is leased with exactly this token, else None. On Postgres
     the job stays locked until the transaction ends, so the caller's completion,
     retry or release acts on the lease it checked: a reaper or a second
@@ -772,7 +773,7 @@ def leased_job(conn: Any, job_id: str, token: str) -> Any:
     ).fetchone()
 
 
-def complete_job(conn: Any, job_id: str, at: str, result: str | None = None) -> None:
+def complete_job(conn: Connection, job_id: str, at: str, result: str | None = None) -> None:
     conn.execute(
         "UPDATE memory_jobs SET status = 'completed', completed_at = ?, updated_at = ?, "
         "lease_token = NULL, result = ? WHERE id = ?",
@@ -780,7 +781,7 @@ def complete_job(conn: Any, job_id: str, at: str, result: str | None = None) -> 
     )
 
 
-def retry_job(conn: Any, job_id: str, error: str, available_at: str, at: str) -> None:
+def retry_job(conn: Connection, job_id: str, error: str, available_at: str, at: str) -> None:
     conn.execute(
         "UPDATE memory_jobs SET status = 'pending', lease_token = NULL, leased_at = NULL, "
         "error = ?, available_at = ?, updated_at = ? WHERE id = ?",
@@ -788,7 +789,7 @@ def retry_job(conn: Any, job_id: str, error: str, available_at: str, at: str) ->
     )
 
 
-def bury_job(conn: Any, job_id: str, error: str, at: str) -> None:
+def bury_job(conn: Connection, job_id: str, error: str, at: str) -> None:
     conn.execute(
         "UPDATE memory_jobs SET status = 'dead', lease_token = NULL, error = ?, failed_at = ?, "
         "updated_at = ? WHERE id = ?",
@@ -806,7 +807,7 @@ WORKER_LOST = "worker lost: its process restarted while it held the lease"
 OUT_OF_ATTEMPTS = "out of attempts: left pending with every attempt used (by an older version)"
 
 
-def release_job(conn: Any, job_id: str, at: str) -> None:
+def release_job(conn: Connection, job_id: str, at: str) -> None:
     """Back to pending as if the attempt never happened: the holder itself says
     the work could not start through no fault of the job (the provider is down)."""
     conn.execute(
@@ -816,7 +817,7 @@ def release_job(conn: Any, job_id: str, at: str) -> None:
     )
 
 
-def renew_lease(conn: Any, job_id: str, at: str) -> None:
+def renew_lease(conn: Connection, job_id: str, at: str) -> None:
     conn.execute(
         "UPDATE memory_jobs SET leased_at = ?, updated_at = ? WHERE id = ?", (at, at, job_id)
     )
@@ -828,7 +829,7 @@ class EndedLeases(NamedTuple):
 
 
 def _end_lost_leases(
-    conn: Any, where: str, params: Sequence[Any], error: str, at: str
+    conn: Connection, where: str, params: Sequence[Any], error: str, at: str
 ) -> EndedLeases:
     """End the leases nobody will complete (issue 34): the attempt each used
     stays counted, so a job that crashes its worker or outlives its lease every
@@ -862,7 +863,7 @@ def _end_lost_leases(
     return EndedLeases(len(rows), dead)
 
 
-def _bury_exhausted_pending(conn: Any, at: str) -> int:
+def _bury_exhausted_pending(conn: Connection, at: str) -> int:
     """Jobs left pending with every attempt used (a database from before issue
     34's fix gave attempts back) are never leased again: they go to the dead
     letter, or their document fails, instead of sitting pending for ever."""
@@ -879,7 +880,7 @@ def _bury_exhausted_pending(conn: Any, at: str) -> int:
     return len(rows)
 
 
-def release_stale_leases(conn: Any, leased_before: str, at: str) -> EndedLeases:
+def release_stale_leases(conn: Connection, leased_before: str, at: str) -> EndedLeases:
     """The reaper: every lease taken or renewed before `leased_before` ends
     (an expired lease is a used attempt), and a pending job out of attempts is
     buried (counted among `dead`)."""
@@ -888,7 +889,9 @@ def release_stale_leases(conn: Any, leased_before: str, at: str) -> EndedLeases:
     return EndedLeases(ended.released, ended.dead + buried)
 
 
-def release_prior_instance_leases(conn: Any, worker: str, instance: str, at: str) -> EndedLeases:
+def release_prior_instance_leases(
+    conn: Connection, worker: str, instance: str, at: str
+) -> EndedLeases:
     """A restarted worker's start: every job `worker` leased under another
     instance ends (its process died holding it: a used attempt)."""
     return _end_lost_leases(
@@ -918,7 +921,7 @@ def index_stats_query() -> Query:
     )
 
 
-def record_access(conn: Any, namespace: str, counts: dict[str, int], at: str) -> int:
+def record_access(conn: Connection, namespace: str, counts: dict[str, int], at: str) -> int:
     """Count `counts[id]` accesses per live memory and reinforce its stored
     confidence once per access (services/common/forgetting.py), in the caller's
     write transaction: read and update with nothing in between."""

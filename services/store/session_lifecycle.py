@@ -16,8 +16,8 @@ awaits, no network.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
+from services.storage.connection import Connection
 from services.store import session_sql as sql
 
 NEW_SESSION = "new_session"
@@ -25,7 +25,9 @@ IDLE = "idle"
 IDLE_BATCH = 500  # sessions ended per idle check (the next check takes the rest)
 
 
-def track(conn: Any, sessions: Iterable[tuple[str, str]], at: str, max_attempts: int) -> None:
+def track(
+    conn: Connection, sessions: Iterable[tuple[str, str]], at: str, max_attempts: int
+) -> None:
     """New memories of these (namespace, session id) pairs were just written."""
     for namespace, session_id in dict.fromkeys(sessions):
         row = sql.consolidation_row(conn, namespace, session_id)
@@ -42,7 +44,9 @@ def track(conn: Any, sessions: Iterable[tuple[str, str]], at: str, max_attempts:
             end(conn, namespace, other, NEW_SESSION, at, max_attempts)
 
 
-def end(conn: Any, namespace: str, session_id: str, reason: str, at: str, max_attempts: int) -> str:
+def end(
+    conn: Connection, namespace: str, session_id: str, reason: str, at: str, max_attempts: int
+) -> str:
     """End an open session: its consolidate_session job, queued now."""
     job_id = sql.enqueue_session_job(
         conn, sql.CONSOLIDATE_JOB, namespace, session_id, max_attempts, at
@@ -51,7 +55,7 @@ def end(conn: Any, namespace: str, session_id: str, reason: str, at: str, max_at
     return job_id
 
 
-def end_idle(conn: Any, seen_before: str, at: str, max_attempts: int) -> int:
+def end_idle(conn: Connection, seen_before: str, at: str, max_attempts: int) -> int:
     """The idle check: end every open session with no memory since `seen_before`."""
     idle = sql.idle_sessions(conn, seen_before, IDLE_BATCH)
     for namespace, session_id in idle:

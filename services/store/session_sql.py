@@ -9,6 +9,7 @@ from typing import Any
 
 from services.common.memory_filter import live_sql
 from services.common.memory_record import SESSION_SUMMARY_TYPE
+from services.storage.connection import Connection
 from services.storage.dialect import dialect_of
 from services.store import repository as repo
 from services.store.job_enums import JobKind
@@ -17,7 +18,7 @@ SUMMARY_TYPE = SESSION_SUMMARY_TYPE
 SUMMARIZE_JOB = JobKind.SUMMARIZE_SESSION
 
 
-def turns(conn: Any, namespace: str, session_id: str, limit: int) -> list[Any]:
+def turns(conn: Connection, namespace: str, session_id: str, limit: int) -> list[Any]:
     """The session's newest `limit` live short-term memories (its summaries
     excepted), oldest first."""
     rows = conn.execute(
@@ -30,7 +31,7 @@ def turns(conn: Any, namespace: str, session_id: str, limit: int) -> list[Any]:
     return list(reversed(rows))
 
 
-def turn_count(conn: Any, namespace: str, session_id: str) -> int:
+def turn_count(conn: Connection, namespace: str, session_id: str) -> int:
     return int(
         conn.execute(
             "SELECT count(*) FROM memories m WHERE m.namespace = ? AND m.session_id = ? "
@@ -40,7 +41,7 @@ def turn_count(conn: Any, namespace: str, session_id: str) -> int:
     )
 
 
-def summaries(conn: Any, namespace: str, session_id: str) -> list[Any]:
+def summaries(conn: Connection, namespace: str, session_id: str) -> list[Any]:
     """The session's live summaries (normally one), newest coverage first."""
     return repo.fetch_all(
         conn,
@@ -53,7 +54,7 @@ def summaries(conn: Any, namespace: str, session_id: str) -> list[Any]:
     )
 
 
-def _payload_session_id(conn: Any) -> str:
+def _payload_session_id(conn: Connection) -> str:
     """The session id in a job's JSON payload (TEXT on both backends)."""
     return dialect_of(conn).choose(
         sqlite="json_extract(payload, '$.session_id')",
@@ -61,7 +62,7 @@ def _payload_session_id(conn: Any) -> str:
     )
 
 
-def pending_summarize_job(conn: Any, namespace: str, session_id: str) -> str | None:
+def pending_summarize_job(conn: Connection, namespace: str, session_id: str) -> str | None:
     row = conn.execute(
         "SELECT id FROM memory_jobs WHERE job_type = ? AND status = 'pending' "
         f"AND namespace = ? AND {_payload_session_id(conn)} = ? LIMIT 1",
@@ -71,7 +72,7 @@ def pending_summarize_job(conn: Any, namespace: str, session_id: str) -> str | N
 
 
 def enqueue_session_job(
-    conn: Any, job_type: str, namespace: str, session_id: str, max_attempts: int, at: str
+    conn: Connection, job_type: str, namespace: str, session_id: str, max_attempts: int, at: str
 ) -> str:
     """Queue a session job (SUMMARIZE_JOB or CONSOLIDATE_JOB): its payload names the session."""
     job_id = repo.new_id()
@@ -92,12 +93,12 @@ def enqueue_session_job(
     return job_id
 
 
-def job_payload(conn: Any, job_id: str) -> dict[str, Any]:
+def job_payload(conn: Connection, job_id: str) -> dict[str, Any]:
     row = conn.execute("SELECT payload FROM memory_jobs WHERE id = ?", (job_id,)).fetchone()
     return dict(json.loads(row[0])) if row is not None and row[0] else {}
 
 
-def set_job_payload(conn: Any, job_id: str, payload: dict[str, Any]) -> None:
+def set_job_payload(conn: Connection, job_id: str, payload: dict[str, Any]) -> None:
     conn.execute("UPDATE memory_jobs SET payload = ? WHERE id = ?", (json.dumps(payload), job_id))
 
 
@@ -108,7 +109,7 @@ CONSOLIDATE_JOB = JobKind.CONSOLIDATE_SESSION
 _OPEN_JOB = ("pending", "leased")
 
 
-def consolidation_row(conn: Any, namespace: str, session_id: str) -> Any:
+def consolidation_row(conn: Connection, namespace: str, session_id: str) -> Any:
     return conn.execute(
         "SELECT s.*, j.status AS job_status FROM session_consolidations s "
         "LEFT JOIN memory_jobs j ON j.id = s.job_id "
@@ -131,7 +132,7 @@ def job_is_open(row: Any) -> bool:
     return row["job_status"] in _OPEN_JOB
 
 
-def register_session(conn: Any, namespace: str, session_id: str, at: str) -> None:
+def register_session(conn: Connection, namespace: str, session_id: str, at: str) -> None:
     conn.execute(
         "INSERT INTO session_consolidations (namespace, session_id, first_seen_at, "
         "last_seen_at) VALUES (?, ?, ?, ?)",
@@ -139,7 +140,9 @@ def register_session(conn: Any, namespace: str, session_id: str, at: str) -> Non
     )
 
 
-def touch_session(conn: Any, namespace: str, session_id: str, at: str, *, reopen: bool) -> None:
+def touch_session(
+    conn: Connection, namespace: str, session_id: str, at: str, *, reopen: bool
+) -> None:
     """A new memory of the session: seen now; `reopen` clears its end."""
     reopened = ", ended_at = NULL, end_reason = NULL, job_id = NULL" if reopen else ""
     conn.execute(
@@ -150,7 +153,7 @@ def touch_session(conn: Any, namespace: str, session_id: str, at: str, *, reopen
     )
 
 
-def other_open_sessions(conn: Any, namespace: str, session_id: str) -> list[str]:
+def other_open_sessions(conn: Connection, namespace: str, session_id: str) -> list[str]:
     return [
         row[0]
         for row in conn.execute(
@@ -161,7 +164,7 @@ def other_open_sessions(conn: Any, namespace: str, session_id: str) -> list[str]
     ]
 
 
-def idle_sessions(conn: Any, seen_before: str, limit: int) -> list[tuple[str, str]]:
+def idle_sessions(conn: Connection, seen_before: str, limit: int) -> list[tuple[str, str]]:
     """(namespace, session id) of open sessions with no memory since `seen_before`."""
     return [
         (row[0], row[1])
@@ -174,7 +177,7 @@ def idle_sessions(conn: Any, seen_before: str, limit: int) -> list[tuple[str, st
 
 
 def end_session(
-    conn: Any, namespace: str, session_id: str, reason: str, job_id: str, at: str
+    conn: Connection, namespace: str, session_id: str, reason: str, job_id: str, at: str
 ) -> None:
     conn.execute(
         "UPDATE session_consolidations SET ended_at = ?, end_reason = ?, job_id = ? "
@@ -184,7 +187,7 @@ def end_session(
 
 
 def session_memories(
-    conn: Any, namespace: str, session_id: str, after: str | None, limit: int
+    conn: Connection, namespace: str, session_id: str, after: str | None, limit: int
 ) -> list[Any]:
     """The session's live memories (short- and long-term, its summaries
     excepted) created after `after`, oldest first, at most `limit`."""
@@ -200,7 +203,7 @@ def session_memories(
 
 
 def live_session_memories(
-    conn: Any, namespace: str, session_id: str, ids: list[str]
+    conn: Connection, namespace: str, session_id: str, ids: list[str]
 ) -> dict[str, Any]:
     """Those of `ids` that are live memories of the session, by id."""
     if not ids:
@@ -215,7 +218,7 @@ def live_session_memories(
 
 
 def mark_consolidated(
-    conn: Any, namespace: str, session_id: str, job_id: str, through: str | None, at: str
+    conn: Connection, namespace: str, session_id: str, job_id: str, through: str | None, at: str
 ) -> None:
     """Done for this job's end; `through` (the newest memory it read) only moves forward."""
     conn.execute(
@@ -227,7 +230,9 @@ def mark_consolidated(
     )
 
 
-def requeue_session(conn: Any, namespace: str, session_id: str, job_id: str, next_job: str) -> None:
+def requeue_session(
+    conn: Connection, namespace: str, session_id: str, job_id: str, next_job: str
+) -> None:
     """The session's consolidation continues with `next_job` (if `job_id` was its job)."""
     conn.execute(
         "UPDATE session_consolidations SET job_id = ? "

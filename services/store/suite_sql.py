@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from services.storage.connection import Connection
 
 
-def read_suite_id(conn: Any) -> str:
+def read_suite_id(conn: Connection) -> str:
     row = conn.execute("SELECT id FROM suite LIMIT 1").fetchone()
     return str(row[0])

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common.memory_record import MemoryRecord
+from services.storage.connection import Connection
 from services.store import extraction_sql as links
 from services.store import mutations
 from services.store import repository as repo
@@ -40,7 +41,9 @@ class Superseded:
     old_version: int  # the old memory's version after the close
 
 
-def refusal(conn: Any, old: MemoryRecord, content_hash: str, valid_from: str) -> tuple[str, str]:
+def refusal(
+    conn: Connection, old: MemoryRecord, content_hash: str, valid_from: str
+) -> tuple[str, str]:
     """Why `old` cannot be superseded by a memory with this content valid from
     `valid_from` ("" when it can), and the open twin's id for DUPLICATE."""
     if old.superseded_at is not None:
@@ -56,7 +59,7 @@ def refusal(conn: Any, old: MemoryRecord, content_hash: str, valid_from: str) ->
 
 
 def supersede(
-    conn: Any,
+    conn: Connection,
     old: MemoryRecord,
     new: mutations.NewMemory,
     *,
@@ -92,7 +95,7 @@ def supersede(
 
 
 def close(
-    conn: Any,
+    conn: Connection,
     old: MemoryRecord,
     new_id: str,
     valid_from: str,

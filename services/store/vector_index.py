@@ -4,7 +4,7 @@ and its dimensions) and which embedding is a memory's."""
 
 from __future__ import annotations
 
-from typing import Any
+from services.storage.connection import Connection
 
 # A memory's vector: its own namespace's, for its current content, of the index model.
 EMBEDDING_OF_MEMORY = (
@@ -12,7 +12,7 @@ EMBEDDING_OF_MEMORY = (
 )
 
 
-def record_index_model(conn: Any, model: str, dimensions: int | None, at: str) -> None:
+def record_index_model(conn: Connection, model: str, dimensions: int | None, at: str) -> None:
     """The vector_index row, on both backends."""
     conn.execute(
         "INSERT INTO vector_index(id, model, dimensions, updated_at) VALUES (1, ?, ?, ?) "

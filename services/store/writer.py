@@ -83,6 +83,7 @@ from services.common.metrics import (
     WRITER_WAL_BYTES,
     WRITER_WAL_RESTARTS,
 )
+from services.storage.connection import Connection
 from services.storage.db import MIB
 
 log = logging.getLogger("engram.store.writer")
@@ -148,7 +149,7 @@ class StorageFullStats:
     last_at: str | None = None  # clock text of the last refusal
 
 
-def connection_lost(conn: Any) -> bool:
+def connection_lost(conn: Connection) -> bool:
     """Whether the server dropped `conn` (SqliteApi.broken; SQLite never does)."""
     return bool(getattr(conn, "broken", False))
 
@@ -183,7 +184,7 @@ class WalLimit:
         self._next_try = self._limit  # WAL bytes past which the next checkpoint is forced
         self._wait_ms = WAL_RESTART_LEAST_WAIT_MS
 
-    def after_group(self, conn: Any) -> None:
+    def after_group(self, conn: Connection) -> None:
         try:
             size = os.stat(self._wal_path).st_size
         except FileNotFoundError:  # no WAL yet
@@ -204,7 +205,7 @@ class WalLimit:
             self._next_try = size + self._limit
             self._wait_ms = min(self._wait_ms * 2, WAL_RESTART_MOST_WAIT_MS)
 
-    def _restart(self, conn: Any, size: int) -> bool:
+    def _restart(self, conn: Connection, size: int) -> bool:
         """Whether the WAL was restarted (its next write starts at its beginning)."""
         busy_timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0]
         try:
@@ -509,7 +510,7 @@ class Writer:
                 log.warning("writer result undeliverable: event loop closed")
 
 
-def _rollback(conn: Any) -> None:
+def _rollback(conn: Connection) -> None:
     """Undo what is left of a failed transaction (SQLite may already have; a
     lost connection took it with it)."""
     if connection_lost(conn) or not conn.in_transaction:
@@ -537,7 +538,7 @@ def _units(group: list[_Pending]) -> list[list[_Pending]]:
     return units
 
 
-def _run_unit(conn: Any, unit: list[_Pending]) -> list[Any]:
+def _run_unit(conn: Connection, unit: list[_Pending]) -> list[Any]:
     first = unit[0]
     if first.batch is None:
         assert first.operation is not None
@@ -548,7 +549,7 @@ def _run_unit(conn: Any, unit: list[_Pending]) -> list[Any]:
     return results
 
 
-def _in_savepoint(conn: Any, unit: list[_Pending]) -> list[Any]:
+def _in_savepoint(conn: Connection, unit: list[_Pending]) -> list[Any]:
     """The unit's results; on error, the unit's writes are undone and it raises."""
     conn.execute("SAVEPOINT op")
     try:

@@ -45,12 +45,7 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
             ),
             request.query,
             request.limit,
-            with_as_of(
-                filter_from_proto(request.filter, bad=bad),
-                request.as_of,
-                request.HasField("as_of"),
-                bad,
-            ),
+            with_as_of(filter_from_proto(request.filter, bad=bad), request, bad),
             track_access=not request.skip_access_tracking,
             min_score=request.min_score if request.HasField("min_score") else None,
             bad=bad,

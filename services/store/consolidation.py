@@ -22,7 +22,7 @@ from typing import Any
 
 from services.common import clock
 from services.common.db import ReadPool
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Violations
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.facts import (
     MAX_CAUSAL_LINKS,
     MAX_FACT_SOURCES,
@@ -30,7 +30,7 @@ from services.common.facts import (
     Fact,
     NamedEntity,
 )
-from services.common.validation import check_session_id, validate_id
+from services.common.validation import validate_id
 from services.store import extraction_sql, mutations, rules, session_lifecycle
 from services.store import repository as repo
 from services.store import session_sql as sql
@@ -43,6 +43,7 @@ from services.store.extraction_writes import (
     memory_type_of,
 )
 from services.store.graph import Triple, names_in, write_graph
+from services.store.inputs import SessionInput
 from services.store.memories import MemoryStore
 from services.store.privacy import FULL, PARTIAL
 from services.store.writer import Writer
@@ -215,10 +216,9 @@ class Consolidation:
 
         return await self._writer.submit(operation)
 
-    async def session(self, namespace: str, session_id: str, bad: Violations) -> SessionState:
+    async def session(self, asked: SessionInput) -> SessionState:
         """GetSession: the session's consolidation state in its namespace."""
-        bad.check("", _session_id, session_id, "session_id")
-        bad.raise_if_any()
+        namespace, session_id = asked.namespace, asked.session_id
         row = await self._reads.fetch_one(sql.consolidation_query(namespace, session_id))
         if row is None and self._off_reason:
             # not "no such session": no session is tracked while consolidation is off
@@ -240,12 +240,6 @@ class Consolidation:
             consolidated_at=row["consolidated_at"],
             error=(row["job_error"] or "") if row["job_status"] == "dead" else "",
         )
-
-
-def _session_id(value: str, field: str) -> str:
-    if not value:
-        raise InvalidArgument(field, "required")
-    return check_session_id(value, field)
 
 
 def _state(row: Any) -> str:

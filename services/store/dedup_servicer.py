@@ -9,7 +9,7 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from services.common.convert import memory_to_proto
 from services.common.errors import Violations
 from services.store.dedup import DedupStore, LeaseLost, NearDuplicateDecision
-from services.store.servicer import namespace_of
+from services.store.requests import namespace_of
 
 _ACTIONS = {
     dedup_pb2.NEAR_DUPLICATE_ACTION_MERGE: "merge",

@@ -23,11 +23,12 @@ from typing import Any
 
 from services.common import clock
 from services.common.db import ReadPool
-from services.common.errors import FailedPrecondition, NotFound, Violations
+from services.common.errors import FailedPrecondition, NotFound
 from services.common.memory_record import MemoryRecord
-from services.store import mutations, rules
+from services.store import mutations
 from services.store import namespace_sql as sql
 from services.store import repository as repo
+from services.store.inputs import DeleteNamespaceInput, RecoverNamespaceInput
 from services.store.writer import Writer
 
 # Memories per writer transaction.
@@ -96,21 +97,11 @@ class Namespaces:
         self._tombstone_days = tombstone_days
         self._max_attempts = max_job_attempts
 
-    async def delete(
-        self,
-        namespace: str,
-        *,
-        execute: bool,
-        reason: str,
-        confirm_token: str,
-        actor: str,
-        bad: Violations,
-    ) -> Deletion:
-        """`namespace` is checked (validated and named) by the caller, into `bad`."""
-        if execute:
-            reason = bad.check("", rules.check_reason, reason, "reason")
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        bad.raise_if_any()
+    async def delete(self, asked: DeleteNamespaceInput) -> Deletion:
+        """A preview counts what would go, with a token bound to it; an execute
+        needs that token."""
+        namespace, execute, reason = asked.namespace, asked.execute, asked.reason
+        confirm_token, actor = asked.confirm_token, asked.actor
         if not execute:
             contents = Contents.from_row(await self._reads.fetch_one(sql.contents_query(namespace)))
             return Deletion(contents, contents.token(namespace))
@@ -165,12 +156,8 @@ class Namespaces:
         )
         return len(rows)
 
-    async def recover(
-        self, namespace: str, *, reason: str, actor: str, bad: Violations
-    ) -> Recovery:
-        reason = bad.check("", rules.check_reason, reason, "reason")
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        bad.raise_if_any()
+    async def recover(self, asked: RecoverNamespaceInput) -> Recovery:
+        namespace, reason, actor = asked.namespace, asked.reason, asked.actor
         deletions = [
             str(result["deleted_at"])
             for result in (

@@ -24,17 +24,15 @@ GetMemory names the live memory a merged one went into (`merged_into`)."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from services.common import clock, fact_values, llm_gate
-from services.common.errors import InvalidArgument, Violations
+from services.common.errors import InvalidArgument
 from services.common.importance import effective_importance
 from services.common.llm_gate import DECIDED_BY_LLM, LlmGate
 from services.common.memory_record import MemoryRecord, may_merge
-from services.common.validation import validate_id
 from services.store import mutations, rules, supersede
 from services.store import repository as repo
 from services.store.job_enums import JobKind
@@ -59,29 +57,6 @@ class NearDuplicateDecision:
     decided_by: str = ""
 
 
-def _check(decision: NearDuplicateDecision, bad: Violations) -> NearDuplicateDecision:
-    bad.check("", validate_id, decision.survivor_id, "survivor_id")
-    bad.check("", validate_id, decision.duplicate_id, "duplicate_id")
-    if decision.survivor_id and decision.survivor_id == decision.duplicate_id:
-        bad.add("duplicate_id", "must differ from survivor_id")
-    if decision.action not in ACTIONS:
-        bad.add("action", "MERGE, SUPERSEDE or KEEP_BOTH is required")
-    if not (0.0 <= decision.similarity <= 1.0) or math.isnan(decision.similarity):
-        bad.add("similarity", "must be between 0 and 1")
-    reason = bad.check("", rules.check_text, decision.reason, "reason", rules.MAX_REASON_CHARS)
-    decided_by = bad.check("", rules.check_text, decision.decided_by, "decided_by", 64)
-    bad.raise_if_any()
-    return NearDuplicateDecision(
-        decision.namespace,
-        decision.survivor_id,
-        decision.duplicate_id,
-        decision.action,
-        decision.similarity,
-        reason or DEFAULT_REASON,
-        decided_by,
-    )
-
-
 class DedupStore:
     def __init__(self, writer: Writer, *, max_job_attempts: int, gate: LlmGate) -> None:
         self._writer = writer
@@ -90,14 +65,13 @@ class DedupStore:
 
     async def resolve(
         self,
-        decision: NearDuplicateDecision,
-        bad: Violations | None = None,
+        checked: NearDuplicateDecision,
         lease: tuple[str, str] | None = None,
     ) -> MemoryRecord | LeaseLost | None:
-        """The survivor after the decision; None when a memory was gone (nothing
-        written). With `lease` (job id, token) the near_duplicate job completes in
-        the same transaction; LeaseLost (nothing written) when it is not held."""
-        checked = _check(decision, bad if bad is not None else Violations())
+        """The survivor after the decision (checked: services/store/requests.py);
+        None when a memory was gone (nothing written). With `lease` (job id, token)
+        the near_duplicate job completes in the same transaction; LeaseLost
+        (nothing written) when it is not held."""
 
         def operation(conn: Any) -> MemoryRecord | LeaseLost | None:
             at = clock.now_text()

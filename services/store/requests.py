@@ -6,11 +6,12 @@ here they are applied to a request's fields, in the order the error names them."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from engram.common.v1 import pii_policy_pb2, privacy_pb2
-from engram.store.internal.v1 import access_pb2
+from engram.store.internal.v1 import access_pb2, dedup_pb2
 from engram.store.v1 import store_pb2
 from services.common import turn_roles
 from services.common.auth import acting
@@ -33,7 +34,7 @@ from services.common.validation import (
     validate_ids,
     validate_namespace,
 )
-from services.store import entities, explain, rules, weak
+from services.store import dedup, entities, explain, rules, weak
 from services.store.extraction_sql import LINK_TYPES
 from services.store.graph import canonical_name
 from services.store.inputs import (
@@ -93,6 +94,11 @@ _TURN_ROLES = {
 _DIRECTIONS = {
     store_pb2.LINK_DIRECTION_OUTGOING: "outgoing",
     store_pb2.LINK_DIRECTION_INCOMING: "incoming",
+}
+_NEAR_DUPLICATE_ACTIONS = {
+    dedup_pb2.NEAR_DUPLICATE_ACTION_MERGE: "merge",
+    dedup_pb2.NEAR_DUPLICATE_ACTION_KEEP_BOTH: "keep_both",
+    dedup_pb2.NEAR_DUPLICATE_ACTION_SUPERSEDE: "supersede",
 }
 _FORGET_MODES = frozenset(store_pb2.ForgetMode.values())
 _PII_ACTIONS: dict[int, PiiAction] = {
@@ -302,6 +308,33 @@ def record_access(request: access_pb2.RecordAccessRequest) -> AccessInput:
                 bad.check("", validate_id, memory_id, f"memory_ids[{index}]")
     bad.raise_if_any()
     return AccessInput(namespace, memory_ids)
+
+
+def near_duplicate(request: dedup_pb2.ResolveNearDuplicateRequest) -> dedup.NearDuplicateDecision:
+    """DedupService.ResolveNearDuplicate (internal): the pipeline's decision."""
+    bad = Violations()
+    namespace = namespace_of(bad, request.namespace)
+    for field in ("survivor_id", "duplicate_id"):
+        bad.check("", validate_id, getattr(request, field), field)
+    if request.survivor_id and request.survivor_id == request.duplicate_id:
+        bad.add("duplicate_id", "must differ from survivor_id")
+    action = _NEAR_DUPLICATE_ACTIONS.get(request.action, "")
+    if action not in dedup.ACTIONS:
+        bad.add("action", "MERGE, SUPERSEDE or KEEP_BOTH is required")
+    if not (0.0 <= request.similarity <= 1.0) or math.isnan(request.similarity):
+        bad.add("similarity", "must be between 0 and 1")
+    reason = bad.check("", rules.check_text, request.reason, "reason", rules.MAX_REASON_CHARS)
+    decided_by = bad.check("", rules.check_text, request.decided_by, "decided_by", 64)
+    bad.raise_if_any()
+    return dedup.NearDuplicateDecision(
+        namespace,
+        request.survivor_id,
+        request.duplicate_id,
+        action,
+        request.similarity,
+        reason or dedup.DEFAULT_REASON,
+        decided_by,
+    )
 
 
 # ---- ModifyMemories -------------------------------------------------------------------

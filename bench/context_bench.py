@@ -9,8 +9,8 @@ copied to /tmp/engram-context and migrated by this checkout's store (so the shar
 cache stays as main's code expects), with 20 memories pinned. In-process, interleaved
 per question (alternating order): Recaller.recall(namespace, question, 10) as
 recall_latency.py times it ("recall, cached vector": the query's vector in the
-embedder's cache), and ContextAssembler.assemble(namespace, question, 0) (the budget
-seed 003 picks for the question: 1000 or 3000) over the same Recaller. Target: the
+embedder's cache), and ContextAssembler.assemble(namespace, question, budget 0) (the
+budget seed 003 picks for the question: 1000 or 3000) over the same Recaller. Target: the
 AssembleContext p50 at most the Recall p50 + 10 ms.
 
 quality: LoCoMo dev imported through the public API as bench/locomo.py does (one
@@ -60,6 +60,7 @@ from services.common.providers.embedding import LocalEmbedding  # noqa: E402
 from services.search.app import context_params, recall_params  # noqa: E402
 from services.search.context import ContextAssembler, memory_line_text, recall_limit  # noqa: E402
 from services.search.embedder import QueryEmbedder  # noqa: E402
+from services.search.inputs import ContextInput  # noqa: E402
 from services.search.recall import Recaller  # noqa: E402
 from services.search.tokens import CL100K, tokenizer  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
@@ -101,6 +102,12 @@ def latency_db(size: int) -> Path:
     return target
 
 
+def asked(assembler: ContextAssembler, text: str) -> ContextInput:
+    """AssembleContext's input for `text` in NS with the default budget (what its
+    parse step makes of such a request)."""
+    return ContextInput((NS,), text, assembler.check_question(text, 0), "", None)
+
+
 async def measure_latency(args: argparse.Namespace) -> dict[str, Any]:
     path = latency_db(args.size)
     config = load_config(None)
@@ -122,7 +129,7 @@ async def measure_latency(args: argparse.Namespace) -> dict[str, Any]:
         outcome = await recaller.recall(NS, text, 10, NO_FILTER)
         if outcome.degraded:
             raise RuntimeError(f"recall is degraded during warm-up: {outcome.warnings}")
-        await assembler.assemble([NS], text, 0)
+        await assembler.assemble(asked(assembler, text))
     recall_ms: list[float] = []
     context_ms: list[float] = []
     budgets: dict[int, int] = defaultdict(int)
@@ -131,7 +138,7 @@ async def measure_latency(args: argparse.Namespace) -> dict[str, Any]:
 
         async def context(text: str = text) -> None:
             t0 = time.perf_counter()
-            assembled = await assembler.assemble([NS], text, 0)
+            assembled = await assembler.assemble(asked(assembler, text))
             context_ms.append((time.perf_counter() - t0) * 1000)
             budgets[assembled.budget] += 1
             tokens.append(assembled.token_count)

@@ -42,7 +42,7 @@ from services.storage.db import ReadPool, open_read_write
 from services.storage.sqlite_migrations import apply_migrations
 from services.store import repository as repo
 from services.store.memories import MemoryStore
-from services.store.rules import draft_memory
+from services.store.rules import MemoryFields, draft_memory
 from services.store.writer import Writer
 from suite import shared_dataset
 
@@ -283,17 +283,14 @@ async def build_memory_db(
         for start in range(0, size, 5000):
             drafts = [
                 draft_memory(
-                    namespace=NAMESPACE,
-                    content=corpus.contents[i],
-                    memory_type="",
-                    importance=None,
-                    tags=(),
-                    pinned=False,
-                    who=corpus.speakers[i],
-                    why="",
-                    source_type="locomo" if i < corpus.real_turns else "synthetic",
-                    source_id=corpus.source_ids[i],
-                    event_time=corpus.event_times[i],
+                    MemoryFields(
+                        namespace=NAMESPACE,
+                        content=corpus.contents[i],
+                        who=corpus.speakers[i],
+                        source_type="locomo" if i < corpus.real_turns else "synthetic",
+                        source_id=corpus.source_ids[i],
+                        event_time=corpus.event_times[i],
+                    )
                 )
                 for i in range(start, min(start + 5000, size))
             ]

@@ -90,7 +90,7 @@ from services.storage.sqlite_migrations import apply_migrations
 from services.store import repository as repo
 from services.store.memories import MAX_IMPORT_STREAM_ITEMS, prepare_drafts
 from services.store.mutations import NewMemory
-from services.store.rules import draft_memory
+from services.store.rules import MemoryFields, draft_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -1055,17 +1055,13 @@ def raw_rows(count: int) -> list[NewMemory]:
         item = import_item(n)
         drafts.append(
             draft_memory(
-                namespace="bench",
-                content=item.content,
-                memory_type="",
-                importance=None,
-                tags=item.tags,
-                pinned=False,
-                who=item.who,
-                why="",
-                source_type=item.source_type,
-                source_id="",
-                event_time=None,
+                MemoryFields(
+                    namespace="bench",
+                    content=item.content,
+                    tags=tuple(item.tags),
+                    who=item.who,
+                    source_type=item.source_type,
+                )
             )
         )
     return prepare_drafts(drafts, clock.now_text(), JOB_MAX_ATTEMPTS, extract=False)

@@ -40,18 +40,13 @@ def per_memory_us(sessions: int, batches: int, warmup: int) -> float:
             n += 1
             drafts.append(
                 rules.draft_memory(
-                    namespace="bench",
-                    content=f"memory number {n} about project {n % 97}",
-                    memory_type="",
-                    importance=None,
-                    tags=(),
-                    pinned=False,
-                    who="bench",
-                    why="timeline",
-                    source_type="",
-                    source_id="",
-                    event_time=None,
-                    session_id=f"s{n % sessions}" if sessions else "",
+                    rules.MemoryFields(
+                        namespace="bench",
+                        content=f"memory number {n} about project {n % 97}",
+                        who="bench",
+                        why="timeline",
+                        session_id=f"s{n % sessions}" if sessions else "",
+                    )
                 )
             )
         prepared = prepare_drafts(drafts, clock.now_text(), 3, extract=False)

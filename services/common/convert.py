@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf.message import Message
 
 from engram.common.v1 import memory_pb2
 from services.common import clock
@@ -40,6 +41,15 @@ def text_from_timestamp(ts: timestamp_pb2.Timestamp, present: bool, field: str) 
     return clock.text_from_epoch(ts.seconds, ts.nanos)
 
 
+def time_field(bad: Violations, message: Message, name: str, field: str) -> str | None:
+    """The one timestamp check of every parse step: `message.<name>` as stored
+    text, None when unset; out of range is recorded in `bad` under `field`."""
+    value: str | None = bad.check(
+        None, text_from_timestamp, getattr(message, name), message.HasField(name), field
+    )
+    return value
+
+
 def nanos_from_duration(duration: duration_pb2.Duration, present: bool, field: str) -> int | None:
     """A set Duration as whole nanoseconds; None when unset. A Duration that
     breaks its own rules (nanos outside +-999999999, signs that differ) is
@@ -71,12 +81,8 @@ def filter_from_proto(
         who=message.who,
         pinned=message.pinned if message.HasField("pinned") else None,
         source_type=message.source_type,
-        since=found.check(
-            None, text_from_timestamp, message.since, message.HasField("since"), f"{field}.since"
-        ),
-        until=found.check(
-            None, text_from_timestamp, message.until, message.HasField("until"), f"{field}.until"
-        ),
+        since=time_field(found, message, "since", f"{field}.since"),
+        until=time_field(found, message, "until", f"{field}.until"),
         importance_min=message.importance_min if message.HasField("importance_min") else None,
         session_id=message.session_id,
         categories=tuple(message.categories),
@@ -86,12 +92,10 @@ def filter_from_proto(
     return spec
 
 
-def with_as_of(
-    spec: MemoryFilterSpec, as_of: timestamp_pb2.Timestamp, present: bool, bad: Violations
-) -> MemoryFilterSpec:
-    """`spec` reading a request's `as_of` instant (services/common/memory_filter.py
+def with_as_of(spec: MemoryFilterSpec, request: Message, bad: Violations) -> MemoryFilterSpec:
+    """`spec` reading the request's `as_of` instant (services/common/memory_filter.py
     live_sql), or now when the field is unset; out of range is recorded in `bad`."""
-    text = bad.check(None, text_from_timestamp, as_of, present, "as_of")
+    text = time_field(bad, request, "as_of", "as_of")
     return spec if text is None else dataclasses.replace(spec, as_of=text)
 
 

@@ -111,6 +111,8 @@ class InvalidArgument(EngramError):
             left_out = f" (and {len(every) - len(kept)} more)"
             message = _clip(message, MAX_MESSAGE_CHARS - len(left_out)) + left_out
         super().__init__(message, reason=reason, violations=kept)
+        # every violation, those the message has no room for too (Violations.check_all)
+        self.every = every
         self.field = self.violations[0].field
         self.description = self.violations[0].description
 
@@ -140,6 +142,17 @@ class Violations:
             return check(*args, **kwargs)
         except InvalidArgument as error:
             self._collect(error)
+            return fallback
+
+    def check_all(self, fallback: T, check: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`check` for a check that collects its own violations (rules.draft_memory):
+        every one it found is recorded, not only those its own message had room
+        for, so the error names what one shared collector would have named."""
+        try:
+            return check(*args, **kwargs)
+        except InvalidArgument as error:
+            self._found.extend(error.every)
+            self._reasons.add(error.reason)
             return fallback
 
     @contextmanager

@@ -32,6 +32,7 @@ from services.common.text import unspaced, words
 from services.search import context_queries as queries
 from services.search import graph_queries
 from services.search.graph_boost import MAX_ENTITY_HITS, query_tokens
+from services.search.inputs import ContextInput
 from services.search.recall import MAX_LIMIT, Recaller, check_recall_request
 from services.search.tokens import Tokenizer, cached
 from services.storage.db import ReadPool, Reads
@@ -405,25 +406,24 @@ class ContextAssembler:
             return requested
         return self._params.complex_budget if is_complex(query) else self._params.simple_budget
 
-    async def assemble(
-        self,
-        namespaces: Sequence[str],
-        query: str,
-        token_budget: int,
-        session_id: str = "",
-        *,
-        as_of: str | None = None,
-        bad: Violations | None = None,
-    ) -> AssembledContext:
-        """`bad` holds what the caller already found wrong with the request; every
-        violation is raised together before any read. `as_of`: read what was
-        valid then (services/common/memory_filter.py live_sql), else now."""
-        bad = bad if bad is not None else Violations()
+    def check_question(self, query: str, token_budget: int) -> int:
+        """AssembleContext's parse step ends here: the budget (the request's or the
+        default for the query) once the budget, the query and the Recall limit it
+        makes are valid; every bad field in one InvalidArgument."""
+        bad = Violations()
         if not 0 <= token_budget <= self._params.max_budget:
             bad.add("token_budget", f"must be between 0 and {self._params.max_budget}")
         budget = self.budget_for(query, max(token_budget, 0))
+        bad.check_all(None, check_recall_request, query, recall_limit(budget), _NO_FILTER)
+        bad.raise_if_any()
+        return budget
+
+    async def assemble(self, asked: ContextInput) -> AssembledContext:
+        """Every read before the layout. `as_of`: read what was valid then
+        (services/common/memory_filter.py live_sql), else now."""
+        namespaces, query, budget = asked.namespaces, asked.query, asked.budget
+        session_id, as_of = asked.session_id, asked.as_of
         limit = recall_limit(budget)
-        check_recall_request(query, limit, _NO_FILTER, bad)  # every violation, no read yet
         spec = MemoryFilterSpec(as_of=as_of)
         # every read in one snapshot: the sections see one state of the database
         async with self._reads.snapshot() as reads:

@@ -218,12 +218,11 @@ def check_recall_request(
     query: str,
     limit: int,
     spec: MemoryFilterSpec,
-    bad: Violations | None = None,
     min_score: float | None = None,
 ) -> tuple[str, int, MemoryFilterSpec, float | None]:
     """The request's query, limit, filter and min_score, checked; every bad field
-    (with those already in `bad`) in one InvalidArgument."""
-    bad = bad if bad is not None else Violations()
+    in one InvalidArgument (a parse step takes them with Violations.check_all)."""
+    bad = Violations()
     if min_score is not None and not 0.0 <= min_score <= 1.0:  # NaN fails too
         bad.add("min_score", "must be between 0 and 1")
     if not query.strip():
@@ -339,20 +338,19 @@ class Recaller:
         *,
         track_access: bool = True,
         min_score: float | None = None,
-        bad: Violations | None = None,
         snapshot: Reads | None = None,
         intent: Intent = Intent.UNSPECIFIED,
         asked_at: datetime | None = None,
     ) -> RecallOutcome:
         """`namespaces`: one, or several searched each on its own (its own statistics)
-        in one read snapshot and merged by score. `bad` holds what the caller already
-        found wrong with the request; `min_score` None means the configured
+        in one read snapshot and merged by score (the arguments are checked here too,
+        for callers without a parse step); `min_score` None means the configured
         `search.min_score`. `snapshot`: the caller's read snapshot, when Recall is
         one of several reads that must see the same database (AssembleContext).
         `intent`: the caller's, or UNSPECIFIED to classify the query; `asked_at`:
         the time of asking, for relative dates (None: now)."""
         names = (namespaces,) if isinstance(namespaces, str) else tuple(namespaces)
-        query, limit, spec, min_score = check_recall_request(query, limit, spec, bad, min_score)
+        query, limit, spec, min_score = check_recall_request(query, limit, spec, min_score)
         if min_score is None:
             min_score = self._params.scoring.min_score
         warnings: list[str] = []

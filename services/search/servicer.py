@@ -1,28 +1,15 @@
-"""SearchService: translate proto <-> domain, nothing else."""
+"""SearchService: parse the request (services/search/requests.py), call the
+domain with the typed input, translate the result to proto; nothing else."""
 
 from __future__ import annotations
 
 import grpc
 
 from engram.search.v1 import search_pb2, search_pb2_grpc
-from services.common import clock
-from services.common.convert import (
-    filter_from_proto,
-    memory_to_proto,
-    text_from_timestamp,
-    with_as_of,
-)
-from services.common.errors import Violations
-from services.common.validation import (
-    DEFAULT_NAMESPACE,
-    check_session_id,
-    validate_namespaces,
-)
+from services.common.convert import memory_to_proto
+from services.search import requests
 from services.search.context import AssembledContext, ContextAssembler
-from services.search.query_intent import Intent
 from services.search.recall import Recaller
-
-_INTENTS = frozenset(int(i) for i in Intent)
 
 
 class SearchServicer(search_pb2_grpc.SearchServiceServicer):
@@ -33,29 +20,16 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     async def Recall(
         self, request: search_pb2.RecallRequest, context: grpc.aio.ServicerContext
     ) -> search_pb2.RecallResponse:
-        bad = Violations()
-        if request.intent not in search_pb2.QueryIntent.values():
-            bad.add("intent", "must be a QueryIntent value")
-        asked_at = bad.check(
-            None, text_from_timestamp, request.asked_at, request.HasField("asked_at"), "asked_at"
-        )
+        asked = requests.recall(request)
         outcome = await self._recaller.recall(
-            bad.check(
-                (DEFAULT_NAMESPACE,), validate_namespaces, request.namespaces, request.namespace
-            ),
-            request.query,
-            request.limit,
-            with_as_of(
-                filter_from_proto(request.filter, bad=bad),
-                request.as_of,
-                request.HasField("as_of"),
-                bad,
-            ),
-            track_access=not request.skip_access_tracking,
-            min_score=request.min_score if request.HasField("min_score") else None,
-            bad=bad,
-            intent=Intent(request.intent) if request.intent in _INTENTS else Intent.UNSPECIFIED,
-            asked_at=clock.from_text(asked_at) if asked_at else None,
+            asked.namespaces,
+            asked.query,
+            asked.limit,
+            asked.spec,
+            track_access=asked.track_access,
+            min_score=asked.min_score,
+            intent=asked.intent,
+            asked_at=asked.asked_at,
         )
         return search_pb2.RecallResponse(
             results=[
@@ -79,19 +53,8 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     async def AssembleContext(
         self, request: search_pb2.AssembleContextRequest, context: grpc.aio.ServicerContext
     ) -> search_pb2.AssembleContextResponse:
-        bad = Violations()
-        assembled = await self._assembler.assemble(
-            bad.check((DEFAULT_NAMESPACE,), validate_namespaces, request.namespaces),
-            request.query,
-            request.token_budget,
-            bad.check("", check_session_id, request.session_id, "session_id")
-            if request.session_id
-            else "",
-            as_of=bad.check(
-                None, text_from_timestamp, request.as_of, request.HasField("as_of"), "as_of"
-            ),
-            bad=bad,
-        )
+        asked = requests.assemble_context(request, self._assembler.check_question)
+        assembled = await self._assembler.assemble(asked)
         return context_to_proto(assembled)
 
 

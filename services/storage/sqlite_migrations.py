@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from services.common.clock import now_text
+from services.storage.connection import Connection
 from services.storage.schema import check_chain
 from services.storage.sqlite import complete_statement
 
@@ -764,7 +764,9 @@ def checksum(sql: str, statements: Callable[[str], list[str]] | None = None) -> 
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def apply_migrations(conn: Any, migrations: Sequence[tuple[str, str]] = MIGRATIONS) -> list[str]:
+def apply_migrations(
+    conn: Connection, migrations: Sequence[tuple[str, str]] = MIGRATIONS
+) -> list[str]:
     """Check every recorded migration against the code, then apply the pending
     ones in order; return the names applied. `migrations` is a prefix of
     MIGRATIONS only in tests that build an older schema.
@@ -796,7 +798,7 @@ def apply_migrations(conn: Any, migrations: Sequence[tuple[str, str]] = MIGRATIO
     return applied
 
 
-def _record_legacy_checksums(conn: Any) -> None:
+def _record_legacy_checksums(conn: Connection) -> None:
     """Upgrade a database from before checksums, without a migration (the
     table that records migrations cannot depend on one): add the column, then
     give each recorded row without a checksum the checksum of the code's
@@ -841,7 +843,7 @@ def _legacy_checksum(version: int, name: str) -> str | None:
     return None
 
 
-def check_recorded_migrations(conn: Any) -> int:
+def check_recorded_migrations(conn: Connection) -> int:
     """What apply_migrations checks before it migrates, without writing anything:
     for a file the store has not opened yet (`engram restore`). Raises
     MigrationMismatch as apply_migrations would, or when the file records no

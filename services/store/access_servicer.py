@@ -5,9 +5,8 @@ from __future__ import annotations
 import grpc
 
 from engram.store.internal.v1 import access_pb2, access_pb2_grpc
-from services.common.errors import Violations
+from services.store import requests
 from services.store.memories import MemoryStore
-from services.store.servicer import namespace_of
 
 
 class AccessServicer(access_pb2_grpc.AccessServiceServicer):
@@ -17,8 +16,5 @@ class AccessServicer(access_pb2_grpc.AccessServiceServicer):
     async def RecordAccess(
         self, request: access_pb2.RecordAccessRequest, context: grpc.aio.ServicerContext
     ) -> access_pb2.RecordAccessResponse:
-        bad = Violations()
-        updated = await self._store.record_access(
-            namespace_of(bad, request.namespace), list(request.memory_ids), bad
-        )
+        updated = await self._store.record_access(requests.record_access(request))
         return access_pb2.RecordAccessResponse(updated_count=updated)

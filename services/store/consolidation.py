@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from services.common import clock
-from services.common.errors import FailedPrecondition, InvalidArgument, NotFound, Violations
+from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.facts import (
     MAX_CAUSAL_LINKS,
     MAX_FACT_SOURCES,
@@ -29,7 +29,8 @@ from services.common.facts import (
     Fact,
     NamedEntity,
 )
-from services.common.validation import check_session_id, validate_id
+from services.common.validation import validate_id
+from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.store import extraction_sql, mutations, rules, session_lifecycle
 from services.store import repository as repo
@@ -43,6 +44,7 @@ from services.store.extraction_writes import (
     memory_type_of,
 )
 from services.store.graph import Triple, names_in, write_graph
+from services.store.inputs import SessionInput
 from services.store.memories import MemoryStore
 from services.store.privacy import FULL, PARTIAL
 from services.store.writer import Writer
@@ -103,7 +105,7 @@ class SessionState:
     error: str
 
 
-def lease_content(conn: Any, job_id: str, namespace: str) -> tuple[str, str]:
+def lease_content(conn: Connection, job_id: str, namespace: str) -> tuple[str, str]:
     """(session id, content) for a consolidate_session job being leased: the
     session's live memories not yet consolidated, oldest first, as JSON; the
     job's payload records the newest one it covers. Empty content: nothing
@@ -136,7 +138,7 @@ def lease_content(conn: Any, job_id: str, namespace: str) -> tuple[str, str]:
     return session_id, json.dumps({"memories": memories}, ensure_ascii=False)
 
 
-def nothing_to_consolidate(conn: Any, job_id: str, namespace: str, at: str) -> None:
+def nothing_to_consolidate(conn: Connection, job_id: str, namespace: str, at: str) -> None:
     """A job leased with no memory left: done, and the session with it."""
     repo.complete_job(conn, job_id, at, '{"skipped":"no live memories"}')
     session_id = str(sql.job_payload(conn, job_id).get("session_id", ""))
@@ -198,7 +200,7 @@ class Consolidation:
     async def complete(self, request: ConsolidateCompletion) -> ConsolidateOutcome:
         check_completion(request)
 
-        def operation(conn: Any) -> ConsolidateOutcome:
+        def operation(conn: Connection) -> ConsolidateOutcome:
             return _JobWrite(conn, request, self._store, self._policy).run()
 
         return await self._writer.submit(operation)
@@ -206,7 +208,7 @@ class Consolidation:
     async def end_idle(self, idle_ms: int) -> int:
         """End the sessions idle for `idle_ms`; how many were ended."""
 
-        def operation(conn: Any) -> int:
+        def operation(conn: Connection) -> int:
             now = clock.now()
             cutoff = clock.to_text(now - timedelta(milliseconds=idle_ms))
             return session_lifecycle.end_idle(
@@ -215,10 +217,9 @@ class Consolidation:
 
         return await self._writer.submit(operation)
 
-    async def session(self, namespace: str, session_id: str, bad: Violations) -> SessionState:
+    async def session(self, asked: SessionInput) -> SessionState:
         """GetSession: the session's consolidation state in its namespace."""
-        bad.check("", _session_id, session_id, "session_id")
-        bad.raise_if_any()
+        namespace, session_id = asked.namespace, asked.session_id
         row = await self._reads.fetch_one(sql.consolidation_query(namespace, session_id))
         if row is None and self._off_reason:
             # not "no such session": no session is tracked while consolidation is off
@@ -242,12 +243,6 @@ class Consolidation:
         )
 
 
-def _session_id(value: str, field: str) -> str:
-    if not value:
-        raise InvalidArgument(field, "required")
-    return check_session_id(value, field)
-
-
 def _state(row: Any) -> str:
     """From the session's row and its job's status (a job the retention sweep
     removed counts by whether it consolidated the session)."""
@@ -265,7 +260,11 @@ class _JobWrite:
     """One job's writes inside the writer's transaction (never awaits, never calls out)."""
 
     def __init__(
-        self, conn: Any, request: ConsolidateCompletion, store: MemoryStore, policy: WritePolicy
+        self,
+        conn: Connection,
+        request: ConsolidateCompletion,
+        store: MemoryStore,
+        policy: WritePolicy,
     ) -> None:
         self.conn = conn
         self.request = request

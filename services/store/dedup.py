@@ -24,17 +24,16 @@ GetMemory names the live memory a merged one went into (`merged_into`)."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from services.common import clock, fact_values, llm_gate
-from services.common.errors import InvalidArgument, Violations
+from services.common.errors import InvalidArgument
 from services.common.importance import effective_importance
 from services.common.llm_gate import DECIDED_BY_LLM, LlmGate
 from services.common.memory_record import MemoryRecord, may_merge
-from services.common.validation import validate_id
+from services.storage.connection import Connection
 from services.store import mutations, rules, supersede
 from services.store import repository as repo
 from services.store.job_enums import JobKind
@@ -59,29 +58,6 @@ class NearDuplicateDecision:
     decided_by: str = ""
 
 
-def _check(decision: NearDuplicateDecision, bad: Violations) -> NearDuplicateDecision:
-    bad.check("", validate_id, decision.survivor_id, "survivor_id")
-    bad.check("", validate_id, decision.duplicate_id, "duplicate_id")
-    if decision.survivor_id and decision.survivor_id == decision.duplicate_id:
-        bad.add("duplicate_id", "must differ from survivor_id")
-    if decision.action not in ACTIONS:
-        bad.add("action", "MERGE, SUPERSEDE or KEEP_BOTH is required")
-    if not (0.0 <= decision.similarity <= 1.0) or math.isnan(decision.similarity):
-        bad.add("similarity", "must be between 0 and 1")
-    reason = bad.check("", rules.check_text, decision.reason, "reason", rules.MAX_REASON_CHARS)
-    decided_by = bad.check("", rules.check_text, decision.decided_by, "decided_by", 64)
-    bad.raise_if_any()
-    return NearDuplicateDecision(
-        decision.namespace,
-        decision.survivor_id,
-        decision.duplicate_id,
-        decision.action,
-        decision.similarity,
-        reason or DEFAULT_REASON,
-        decided_by,
-    )
-
-
 class DedupStore:
     def __init__(self, writer: Writer, *, max_job_attempts: int, gate: LlmGate) -> None:
         self._writer = writer
@@ -90,16 +66,15 @@ class DedupStore:
 
     async def resolve(
         self,
-        decision: NearDuplicateDecision,
-        bad: Violations | None = None,
+        checked: NearDuplicateDecision,
         lease: tuple[str, str] | None = None,
     ) -> MemoryRecord | LeaseLost | None:
-        """The survivor after the decision; None when a memory was gone (nothing
-        written). With `lease` (job id, token) the near_duplicate job completes in
-        the same transaction; LeaseLost (nothing written) when it is not held."""
-        checked = _check(decision, bad if bad is not None else Violations())
+        """The survivor after the decision (checked: services/store/requests.py);
+        None when a memory was gone (nothing written). With `lease` (job id, token)
+        the near_duplicate job completes in the same transaction; LeaseLost
+        (nothing written) when it is not held."""
 
-        def operation(conn: Any) -> MemoryRecord | LeaseLost | None:
+        def operation(conn: Connection) -> MemoryRecord | LeaseLost | None:
             at = clock.now_text()
             if lease is not None:
                 if not _held(conn, *lease):
@@ -121,7 +96,7 @@ class DedupStore:
         if len(leases) > MAX_LEASES:
             raise InvalidArgument("leases", f"at most {MAX_LEASES}")
 
-        def operation(conn: Any) -> list[bool]:
+        def operation(conn: Connection) -> list[bool]:
             at = clock.now_text()
             outcomes = []
             for job_id, token in leases:
@@ -139,7 +114,7 @@ class _Resolution:
 
     def __init__(
         self,
-        conn: Any,
+        conn: Connection,
         decision: NearDuplicateDecision,
         gate: LlmGate,
         max_attempts: int,
@@ -329,12 +304,12 @@ class LeaseLost:
 LEASE_LOST = LeaseLost()
 
 
-def _held(conn: Any, job_id: str, token: str) -> bool:
+def _held(conn: Connection, job_id: str, token: str) -> bool:
     job = repo.leased_job(conn, job_id, token)
     return job is not None and job["job_type"] == JobKind.NEAR_DUPLICATE
 
 
-def _live(conn: Any, namespace: str, memory_id: str) -> MemoryRecord | None:
+def _live(conn: Connection, namespace: str, memory_id: str) -> MemoryRecord | None:
     """The memory when it is live and may be merged (memory_record.may_merge)."""
     row = repo.fetch_one(conn, repo.get_memory_query(namespace, memory_id))
     if row is None or row["is_deleted"]:

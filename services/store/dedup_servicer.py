@@ -7,15 +7,8 @@ import grpc
 from engram.store.internal.v1 import dedup_pb2, dedup_pb2_grpc
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from services.common.convert import memory_to_proto
-from services.common.errors import Violations
-from services.store.dedup import DedupStore, LeaseLost, NearDuplicateDecision
-from services.store.servicer import namespace_of
-
-_ACTIONS = {
-    dedup_pb2.NEAR_DUPLICATE_ACTION_MERGE: "merge",
-    dedup_pb2.NEAR_DUPLICATE_ACTION_KEEP_BOTH: "keep_both",
-    dedup_pb2.NEAR_DUPLICATE_ACTION_SUPERSEDE: "supersede",
-}
+from services.store import requests
+from services.store.dedup import DedupStore, LeaseLost
 
 
 class DedupServicer(dedup_pb2_grpc.DedupServiceServicer):
@@ -25,18 +18,8 @@ class DedupServicer(dedup_pb2_grpc.DedupServiceServicer):
     async def ResolveNearDuplicate(
         self, request: dedup_pb2.ResolveNearDuplicateRequest, context: grpc.aio.ServicerContext
     ) -> dedup_pb2.ResolveNearDuplicateResponse:
-        bad = Violations()
         survivor = await self._dedup.resolve(
-            NearDuplicateDecision(
-                namespace=namespace_of(bad, request.namespace),
-                survivor_id=request.survivor_id,
-                duplicate_id=request.duplicate_id,
-                action=_ACTIONS.get(request.action, ""),
-                similarity=request.similarity,
-                reason=request.reason,
-                decided_by=request.decided_by,
-            ),
-            bad,
+            requests.near_duplicate(request),
             (request.lease.job_id, request.lease.lease_token)
             if request.HasField("lease")
             else None,

@@ -8,14 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import NotFound, Violations, echo
-from services.common.facts import ENTITY_TYPES, MAX_ENTITY_CHARS
+from services.common.errors import NotFound, echo
 from services.common.memory_record import MemoryRecord
-from services.common.validation import validate_id
 from services.storage.db import ReadPool
 from services.store import entities_sql as sql
-from services.store.graph import canonical_name
-from services.store.page_tokens import decode_ranked_position, encode_page_token
+from services.store.inputs import GetEntityInput, ListEntitiesInput
+from services.store.page_tokens import encode_page_token
 
 DEFAULT_ITEMS = 20  # facts and neighbours GetEntity returns unless asked
 MAX_ITEMS = 100
@@ -57,38 +55,11 @@ class EntityInfo:
     neighbors_truncated: bool
 
 
-def _count(bad: Violations, value: int, field: str) -> int:
-    if not 0 <= value <= MAX_ITEMS:
-        bad.add(field, f"must be between 0 and {MAX_ITEMS}")
-    return value or DEFAULT_ITEMS
-
-
-def _name(bad: Violations, value: str, field: str) -> str:
-    if len(value) > MAX_ENTITY_CHARS:
-        bad.add(field, f"at most {MAX_ENTITY_CHARS} characters")
-    return canonical_name(value)
-
-
-async def get_entity(
-    reads: ReadPool,
-    namespace: str,
-    entity_id: str,
-    name: str,
-    max_facts: int,
-    max_neighbors: int,
-    bad: Violations,
-) -> EntityInfo:
+async def get_entity(reads: ReadPool, asked: GetEntityInput) -> EntityInfo:
     """By id or by name (canonical or alias); NOT_FOUND, naming nothing else,
     for an entity the namespace does not hold."""
-    if bool(entity_id) == bool(name.strip()):
-        bad.add("id", "exactly one of id and name is required")
-        bad.add("name", "exactly one of id and name is required")
-    elif entity_id:
-        bad.check("", validate_id, entity_id, "id")
-    canonical = _name(bad, name, "name")
-    facts_limit = _count(bad, max_facts, "max_facts")
-    neighbors_limit = _count(bad, max_neighbors, "max_neighbors")
-    bad.raise_if_any()
+    namespace, entity_id, name, canonical = asked.namespace, asked.id, asked.name, asked.canonical
+    facts_limit, neighbors_limit = asked.max_facts, asked.max_neighbors
     async with reads.snapshot() as snap:
         query = (
             sql.entity_by_id(namespace, entity_id)
@@ -131,27 +102,11 @@ async def get_entity(
 
 
 async def list_entities(
-    reads: ReadPool,
-    namespace: str,
-    name_prefix: str,
-    entity_type: str,
-    min_mentions: int,
-    page_size: int,
-    page_token: str,
-    bad: Violations,
+    reads: ReadPool, asked: ListEntitiesInput
 ) -> tuple[list[EntityRecord], str]:
     """One page of the namespace's entities, most mentioned first."""
-    prefix = _name(bad, name_prefix, "name_prefix") if name_prefix.strip() else ""
-    if entity_type and entity_type not in ENTITY_TYPES:
-        bad.add("entity_type", f"unknown entity type {echo(entity_type)}")
-    if min_mentions < 0:
-        bad.add("min_mentions", "must not be negative")
-    if not 0 <= page_size <= MAX_ENTITY_PAGE:
-        bad.add("page_size", f"must be between 0 and {MAX_ENTITY_PAGE}")
-    scope = "\x00".join([namespace, prefix, entity_type, str(min_mentions)])
-    after = bad.check(None, decode_ranked_position, page_token, "entities", scope)
-    bad.raise_if_any()
-    size = page_size or DEFAULT_ENTITY_PAGE
+    namespace, prefix, entity_type = asked.namespace, asked.name_prefix, asked.entity_type
+    min_mentions, size, after, scope = asked.min_mentions, asked.page_size, asked.after, asked.scope
     async with reads.snapshot() as snap:
         rows = await snap.fetch_all(
             sql.list_entities(namespace, prefix, entity_type, min_mentions, after, size + 1)

@@ -10,15 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import NotFound, Violations, echo
+from services.common.errors import NotFound
 from services.common.memory_record import MemoryRecord
-from services.common.validation import validate_id
 from services.storage.db import ReadPool
 from services.store import explain_sql as sql
 from services.store import repository as repo
-from services.store.extraction_sql import LINK_TYPES
+from services.store.inputs import GetMemoryInput, ListLinksInput
 from services.store.memories import HistoryEntry
-from services.store.page_tokens import decode_time_position, encode_page_token
+from services.store.page_tokens import encode_page_token
 
 MAX_EVENTS = 100
 
@@ -34,10 +33,9 @@ class Explanation:
     events_truncated: bool
 
 
-async def explain(reads: ReadPool, namespace: str, memory_id: str, bad: Violations) -> Explanation:
+async def explain(reads: ReadPool, asked: GetMemoryInput) -> Explanation:
     """NOT_FOUND, naming nothing else, for a memory the namespace does not hold."""
-    bad.check("", validate_id, memory_id, "id")
-    bad.raise_if_any()
+    namespace, memory_id = asked.namespace, asked.id
     async with reads.snapshot() as snap:
         row = await snap.fetch_one(repo.get_memory_query(namespace, memory_id))
         if row is None:
@@ -94,29 +92,16 @@ class Link:
         )
 
 
-async def list_links(
-    reads: ReadPool,
-    namespace: str,
-    memory_id: str,
-    link_types: tuple[str, ...],
-    direction: str,  # both | outgoing | incoming
-    page_size: int,
-    page_token: str,
-    bad: Violations,
-) -> tuple[list[Link], str]:
+async def list_links(reads: ReadPool, asked: ListLinksInput) -> tuple[list[Link], str]:
     """One page of the memory's links, oldest first; NOT_FOUND for a memory the
     namespace does not hold."""
-    bad.check("", validate_id, memory_id, "memory_id")
-    for index, link_type in enumerate(link_types):
-        if link_type not in LINK_TYPES:
-            bad.add(f"link_types[{index}]", f"unknown link type {echo(link_type)}")
-    if not 0 <= page_size <= MAX_LINK_PAGE:
-        bad.add("page_size", f"must be between 0 and {MAX_LINK_PAGE}")
-    types = tuple(sorted(set(link_types))) or LINK_TYPES
-    scope = "\x00".join([namespace, memory_id, direction, *types])
-    after = bad.check(None, decode_time_position, page_token, "links", scope)
-    bad.raise_if_any()
-    size = page_size or DEFAULT_LINK_PAGE
+    namespace, memory_id, types, direction = (
+        asked.namespace,
+        asked.memory_id,
+        asked.link_types,
+        asked.direction,
+    )
+    size, after, scope = asked.page_size, asked.after, asked.scope
     async with reads.snapshot() as snap:
         if await snap.fetch_one(repo.get_memory_query(namespace, memory_id)) is None:
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")

@@ -11,7 +11,7 @@ import hashlib
 import json
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from services.common import clock
@@ -24,23 +24,27 @@ from services.common.errors import (
     InvalidArgument,
     NotFound,
     VersionConflict,
-    Violations,
 )
-from services.common.fts import MAX_QUERY_CHARS, keyword_terms, quoted
-from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MemoryRecord
 from services.common.pii import PiiAction, PiiGate, PiiPolicy
-from services.common.validation import validate_id, validate_ids
+from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.storage.dialect import Dialect
 from services.store import mutations, rules, supersede
 from services.store import repository as repo
 from services.store.admin_sql import purged_marker_query
-from services.store.page_tokens import (
-    decode_int_position,
-    decode_time_position,
-    encode_page_token,
+from services.store.inputs import (
+    AccessInput,
+    ForgetInput,
+    ForgetSelection,
+    GetMemoryInput,
+    HistoryInput,
+    ListMemoriesInput,
+    ModifyInput,
+    OneMemoryChange,
+    Patch,
 )
+from services.store.page_tokens import encode_page_token
 from services.store.privacy import PrivacyBlocked, PrivacyPolicy
 from services.store.rules import MemoryDraft
 from services.store.writer import Writer
@@ -93,23 +97,6 @@ class ImportOutcome:
 
 
 @dataclass(frozen=True)
-class PatchSpec:
-    id: str
-    content: str | None = None
-    type: str | None = None
-    importance: float | None = None
-    tags: tuple[str, ...] | None = None
-    pinned: bool | None = None
-    who: str | None = None
-    reason: str = ""
-    if_version: int | None = None
-    supersede: bool = False  # a new memory replaces this one (services/store/supersede.py)
-    valid_from: str | None = None  # with supersede: when the new one starts (None: now)
-    categories: tuple[str, ...] | None = None
-    decay_rate: float | None = None  # seed 003; 0 protects from decay
-
-
-@dataclass(frozen=True)
 class PatchOutcome:
     id: str
     # updated | unchanged | version_conflict | not_found | duplicate_content |
@@ -120,16 +107,6 @@ class PatchOutcome:
     content_changed: bool = False
     duplicate_memory_id: str = ""
     new_memory_id: str = ""  # supersede: the memory that replaces this one
-
-
-@dataclass(frozen=True)
-class ForgetSelection:
-    ids: tuple[str, ...] = ()
-    query: str = ""
-    spec: MemoryFilterSpec = field(default_factory=MemoryFilterSpec)
-    limit: int = 0
-    include_pinned: bool = False
-    purge: bool = False
 
 
 @dataclass(frozen=True)
@@ -253,41 +230,20 @@ class MemoryStore:
 
     # ---- reads -------------------------------------------------------------------
 
-    async def get(
-        self, namespace: str, memory_id: str, bad: Violations | None = None
-    ) -> MemoryRecord:
-        """`bad` holds what the caller already found wrong with the request
-        (every method here takes one and raises all of it with its own)."""
-        bad = _collector(bad)
-        bad.check("", validate_id, memory_id, "id")
-        bad.raise_if_any()
+    async def get(self, asked: GetMemoryInput) -> MemoryRecord:
+        """The inputs here come from services/store/requests.py, every field valid."""
+        namespace, memory_id = asked.namespace, asked.id
         row = await self._reads.fetch_one(repo.get_memory_query(namespace, memory_id))
         if row is None:
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
         return MemoryRecord.from_row(row)
 
-    async def list_memories(
-        self,
-        namespace: str,
-        spec: MemoryFilterSpec,
-        page_size: int,
-        page_token: str,
-        *,
-        deleted: bool = False,
-        bad: Violations | None = None,
-    ) -> tuple[list[MemoryRecord], str]:
+    async def list_memories(self, asked: ListMemoriesInput) -> tuple[list[MemoryRecord], str]:
         """Live memories newest first; with `deleted`, the tombstones that can
         still be recovered (deleted within the tombstone window), most recently
         deleted first."""
-        bad = _collector(bad)
-        spec = check_filter(spec, rules.MEMORY_TYPES, bad=bad)
-        size = bad.check(DEFAULT_LIST_PAGE_SIZE, _page_size, page_size, DEFAULT_LIST_PAGE_SIZE)
-        if deleted and spec.as_of is not None:
-            bad.add("as_of", "not with deleted: tombstones are listed as of now")
-        kind = "tombstones" if deleted else "memories"
-        scope = f"{namespace}\x00{spec.fingerprint()}"
-        after = bad.check(None, decode_time_position, page_token, kind, scope)
-        bad.raise_if_any()
+        namespace, spec, size, after = asked.namespace, asked.spec, asked.page_size, asked.after
+        deleted, kind, scope = asked.deleted, asked.kind, asked.scope
         if deleted:
             query = repo.list_tombstones_query(
                 namespace,
@@ -310,22 +266,9 @@ class MemoryStore:
             next_token = encode_page_token(kind, scope, [key, last.id])
         return records, next_token
 
-    async def history(
-        self,
-        namespace: str,
-        memory_id: str,
-        page_size: int,
-        page_token: str,
-        bad: Violations | None = None,
-    ) -> tuple[list[HistoryEntry], str]:
-        bad = _collector(bad)
-        bad.check("", validate_id, memory_id, "memory_id")
-        size = bad.check(
-            DEFAULT_HISTORY_PAGE_SIZE, _page_size, page_size, DEFAULT_HISTORY_PAGE_SIZE
-        )
-        scope = f"{namespace}\x00{memory_id}"
-        after_seq = bad.check(None, decode_int_position, page_token, "history", scope)
-        bad.raise_if_any()
+    async def history(self, asked: HistoryInput) -> tuple[list[HistoryEntry], str]:
+        namespace, memory_id, size = asked.namespace, asked.memory_id, asked.page_size
+        after_seq, scope = asked.after_seq, asked.scope
         rows = await self._reads.fetch_all(
             repo.history_query(namespace, memory_id, after_seq or 0, size + 1)
         )
@@ -343,30 +286,18 @@ class MemoryStore:
 
     # ---- modify --------------------------------------------------------------------
 
-    async def modify(
-        self,
-        namespace: str,
-        patches: Sequence[PatchSpec],
-        default_reason: str,
-        actor: str,
-        bad: Violations | None = None,
-        *,
-        pii: PiiPolicy,
-    ) -> list[PatchOutcome]:
-        """`pii`: the policy for new content (the namespace's or the request's)."""
-        bad = _collector(bad)
-        checked = _check_patches(patches, default_reason, bad, pii)
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        bad.raise_if_any()
+    async def modify(self, asked: ModifyInput) -> list[PatchOutcome]:
+        """Every patch in one transaction (each with its own outcome)."""
+        namespace, actor = asked.namespace, asked.actor
 
-        def operation(conn: Any) -> list[PatchOutcome]:
+        def operation(conn: Connection) -> list[PatchOutcome]:
             at = clock.now_text()
-            return [self._apply_patch(conn, namespace, patch, actor, at) for patch in checked]
+            return [self._apply_patch(conn, namespace, patch, actor, at) for patch in asked.patches]
 
         return await self._writer.submit(operation)
 
     def _apply_patch(
-        self, conn: Any, namespace: str, patch: _CheckedPatch, actor: str, at: str
+        self, conn: Connection, namespace: str, patch: Patch, actor: str, at: str
     ) -> PatchOutcome:
         row = repo.fetch_one(conn, repo.get_memory_query(namespace, patch.id))
         if row is None or row["is_deleted"]:
@@ -431,14 +362,16 @@ class MemoryStore:
         return PatchOutcome(patch.id, "updated", version, new_version, content_changed)
 
     def _supersede(
-        self, conn: Any, current: MemoryRecord, patch: _CheckedPatch, actor: str, at: str
+        self, conn: Connection, current: MemoryRecord, patch: Patch, actor: str, at: str
     ) -> PatchOutcome:
         """A new memory with the patch's content (and its other fields, the rest
         copied from `current`) replaces `current`, which keeps its content and
         gets its validity closed (services/store/supersede.py)."""
         version = current.version
         valid_from = patch.valid_from or at
-        why, twin = supersede.refusal(conn, current, patch.content.content_hash, valid_from)
+        content = patch.content
+        assert content is not None  # the parse step requires it with supersede
+        why, twin = supersede.refusal(conn, current, content.content_hash, valid_from)
         if why == supersede.DUPLICATE:
             return PatchOutcome(
                 patch.id, "duplicate_content", version, version, duplicate_memory_id=twin
@@ -448,7 +381,6 @@ class MemoryStore:
             return PatchOutcome(patch.id, status, version, version)
         pinned = current.pinned if patch.pinned is None else patch.pinned
         importance = current.importance if patch.importance is None else patch.importance
-        content = patch.content
         new = mutations.new_memory(
             repo.MemoryRow(
                 repo.new_id(),
@@ -487,21 +419,11 @@ class MemoryStore:
 
     # ---- delete / forget / recover ----------------------------------------------
 
-    async def delete(
-        self,
-        namespace: str,
-        memory_id: str,
-        reason: str,
-        if_version: int | None,
-        force: bool,
-        actor: str,
-        bad: Violations | None = None,
-    ) -> MemoryRecord:
-        reason, actor = _check_one_memory_change(
-            memory_id, reason, actor, bad, self.pii_policy(namespace, None)
-        )
+    async def delete(self, asked: OneMemoryChange) -> MemoryRecord:
+        namespace, memory_id, reason, actor = asked.namespace, asked.id, asked.reason, asked.actor
+        if_version, force = asked.if_version, asked.force
 
-        def operation(conn: Any) -> MemoryRecord:
+        def operation(conn: Connection) -> MemoryRecord:
             record = self._load(conn, namespace, memory_id)
             if record.deleted:
                 raise FailedPrecondition(
@@ -518,28 +440,13 @@ class MemoryStore:
 
         return await self._writer.submit(operation)
 
-    async def forget(
-        self,
-        namespace: str,
-        selection: ForgetSelection,
-        *,
-        execute: bool,
-        reason: str,
-        confirm_token: str,
-        actor: str,
-        bad: Violations | None = None,
-    ) -> ForgetOutcome:
+    async def forget(self, asked: ForgetInput) -> ForgetOutcome:
         """A preview lists the candidates with a token bound to them; an execute
         over FORGET_CONFIRM_THRESHOLD candidates needs that token, so nobody
         deletes that many without having been shown them."""
-        bad = _collector(bad)
-        if execute:
-            reason = bad.check(
-                "", rules.check_reason, reason, "reason", pii=self.pii_policy(namespace, None)
-            )
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        query, count_query = _check_selection(namespace, selection, bad, self._dialect)
-        bad.raise_if_any()
+        namespace, selection, execute = asked.namespace, asked.selection, asked.execute
+        reason, confirm_token, actor = asked.reason, asked.confirm_token, asked.actor
+        query, count_query = _selection_queries(asked, self._dialect)
         limit = selection.limit or MAX_FORGET
 
         if not execute:
@@ -557,7 +464,7 @@ class MemoryStore:
                 else len(candidates),
             )
 
-        def operation(conn: Any) -> ForgetOutcome:
+        def operation(conn: Connection) -> ForgetOutcome:
             rows = repo.fetch_all(conn, query)
             candidates = tuple(MemoryRecord.from_row(r) for r in rows[:limit])
             more = len(rows) > limit
@@ -597,20 +504,11 @@ class MemoryStore:
 
         return await self._writer.submit(operation)
 
-    async def recover(
-        self,
-        namespace: str,
-        memory_id: str,
-        reason: str,
-        if_version: int | None,
-        actor: str,
-        bad: Violations | None = None,
-    ) -> MemoryRecord:
-        reason, actor = _check_one_memory_change(
-            memory_id, reason, actor, bad, self.pii_policy(namespace, None)
-        )
+    async def recover(self, asked: OneMemoryChange) -> MemoryRecord:
+        namespace, memory_id, reason, actor = asked.namespace, asked.id, asked.reason, asked.actor
+        if_version = asked.if_version
 
-        def operation(conn: Any) -> MemoryRecord:
+        def operation(conn: Connection) -> MemoryRecord:
             if repo.fetch_one(conn, purged_marker_query(namespace, memory_id)) is not None:
                 raise FailedPrecondition(
                     f"memory {memory_id} was purged by retention after its tombstone window",
@@ -647,18 +545,9 @@ class MemoryStore:
 
         return await self._writer.submit(operation)
 
-    async def record_access(
-        self, namespace: str, memory_ids: Sequence[str], bad: Violations | None = None
-    ) -> int:
+    async def record_access(self, asked: AccessInput) -> int:
         """Access tracking: counters only; content, history and FTS stay untouched."""
-        bad = _collector(bad)
-        if len(memory_ids) > MAX_ACCESS_IDS:
-            bad.add("memory_ids", f"at most {MAX_ACCESS_IDS} ids")
-        else:
-            for index, memory_id in enumerate(memory_ids):
-                if memory_id:
-                    bad.check("", validate_id, memory_id, f"memory_ids[{index}]")
-        bad.raise_if_any()
+        namespace, memory_ids = asked.namespace, asked.memory_ids
         counts: dict[str, int] = {}
         for memory_id in memory_ids:
             counts[memory_id] = counts.get(memory_id, 0) + 1
@@ -668,144 +557,24 @@ class MemoryStore:
             lambda conn: repo.record_access(conn, namespace, counts, clock.now_text())
         )
 
-    def _load(self, conn: Any, namespace: str, memory_id: str) -> MemoryRecord:
+    def _load(self, conn: Connection, namespace: str, memory_id: str) -> MemoryRecord:
         row = repo.fetch_one(conn, repo.get_memory_query(namespace, memory_id))
         if row is None:
             raise NotFound(f"memory {memory_id} not found in namespace {namespace}")
         return MemoryRecord.from_row(row)
 
 
-@dataclass(frozen=True)
-class _CheckedPatch:
-    id: str
-    content: Any  # NormalizedContent | None
-    type: str | None
-    importance: float | None
-    tags: tuple[str, ...] | None
-    pinned: bool | None
-    who: str | None
-    reason: str
-    if_version: int | None
-    supersede: bool = False
-    valid_from: str | None = None
-    categories: tuple[str, ...] | None = None
-    decay_rate: float | None = None
-
-
-def _check_patches(
-    patches: Sequence[PatchSpec], default_reason: str, bad: Violations, pii: PiiPolicy
-) -> list[_CheckedPatch]:
-    """Every patch is validated before anything is written; one bad patch fails
-    all, and every bad field of every patch is named."""
-    if not patches:
-        bad.add("patches", "at least one patch is required")
-        return []
-    if len(patches) > MAX_PATCHES:
-        bad.add("patches", f"at most {MAX_PATCHES} patches per request")
-        return []
-    checked: list[_CheckedPatch] = []
-    for index, patch in enumerate(patches):
-        field = f"patches[{index}]"
-        bad.check("", validate_id, patch.id, f"{field}.id")
-        reason = bad.check(
-            "", rules.check_reason, patch.reason or default_reason, f"{field}.reason", pii=pii
-        )
-        if all(
-            value is None
-            for value in (
-                patch.content,
-                patch.type,
-                patch.importance,
-                patch.tags,
-                patch.pinned,
-                patch.who,
-                patch.categories,
-                patch.decay_rate,
-            )
-        ):
-            bad.add(field, "sets no field to change")
-        if patch.supersede and patch.content is None:
-            bad.add(f"{field}.content", "required with supersede: the new version's content")
-        if patch.valid_from is not None and not patch.supersede:
-            bad.add(f"{field}.valid_from", "only with supersede")
-        checked.append(
-            _CheckedPatch(
-                id=patch.id,
-                content=None
-                if patch.content is None
-                else bad.check(
-                    None, rules.check_content, patch.content, f"{field}.content", pii=pii
-                ),
-                type=None
-                if patch.type is None
-                else bad.check(None, rules.check_type, patch.type, f"{field}.type"),
-                importance=None
-                if patch.importance is None
-                else bad.check(
-                    None, rules.check_importance, patch.importance, f"{field}.importance"
-                ),
-                tags=None
-                if patch.tags is None
-                else bad.check(None, rules.check_tags, patch.tags, f"{field}.tags", pii=pii),
-                pinned=patch.pinned,
-                who=None
-                if patch.who is None
-                else bad.check(
-                    None,
-                    rules.check_text,
-                    patch.who,
-                    f"{field}.who",
-                    rules.MAX_TEXT_FIELD_CHARS["who"],
-                    pii=pii,
-                ),
-                reason=reason,
-                if_version=patch.if_version,
-                supersede=patch.supersede,
-                valid_from=patch.valid_from,
-                categories=None
-                if patch.categories is None
-                else bad.check(
-                    None,
-                    rules.check_categories,
-                    patch.categories,
-                    f"{field}.categories",
-                    pii=pii,
-                ),
-                decay_rate=None
-                if patch.decay_rate is None
-                else bad.check(
-                    None, rules.check_decay_rate, patch.decay_rate, f"{field}.decay_rate"
-                ),
-            )
-        )
-    return checked
-
-
-def _check_selection(
-    namespace: str, selection: ForgetSelection, bad: Violations, dialect: Dialect
-) -> tuple[repo.Query, repo.Query]:
-    """The candidates' query and the count of every match; its bad fields go to
-    `bad` (the caller raises)."""
-    if len(selection.ids) > MAX_FORGET:
-        bad.add("ids", f"at most {MAX_FORGET} ids")
-    else:
-        bad.check((), validate_ids, selection.ids, "ids")
-    if not 0 <= selection.limit <= MAX_FORGET:
-        bad.add("limit", f"must be between 0 and {MAX_FORGET}")
-    spec = check_filter(selection.spec, rules.MEMORY_TYPES, bad=bad)
-    term_matches: list[str] = []
-    if selection.query.strip():
-        if len(selection.query) > MAX_QUERY_CHARS:
-            bad.add("query", f"must be at most {MAX_QUERY_CHARS} characters")
-        else:
-            # Recall's keyword channel's terms: a memory matching any of them is a candidate.
-            term_matches = [quoted(term) for term in keyword_terms(selection.query)]
-            if not term_matches:
-                bad.add("query", "contains no searchable words")
-    elif not selection.ids and spec.is_empty() and not bad.names("filter"):
-        bad.add("ids", "give ids, a query or a filter to select memories")
+def _selection_queries(asked: ForgetInput, dialect: Dialect) -> tuple[repo.Query, repo.Query]:
+    """The candidates' query and the count of every match."""
+    selection = asked.selection
     limit = selection.limit if 0 < selection.limit <= MAX_FORGET else MAX_FORGET
-    selected = (namespace, selection.ids, term_matches, spec, selection.include_pinned)
+    selected = (
+        asked.namespace,
+        selection.ids,
+        list(asked.terms),
+        asked.spec,
+        selection.include_pinned,
+    )
     # One more than the limit, to tell the caller that more memories match.
     return (
         repo.forget_candidates_query(*selected, limit + 1, dialect=dialect),
@@ -836,23 +605,6 @@ def _confirm_token(
         ]
     )
     return base64.urlsafe_b64encode(hashlib.sha256(body.encode()).digest()[:18]).decode()
-
-
-def _collector(bad: Violations | None) -> Violations:
-    return bad if bad is not None else Violations()
-
-
-def _check_one_memory_change(
-    memory_id: str, reason: str, actor: str, bad: Violations | None, pii: PiiPolicy
-) -> tuple[str, str]:
-    """Delete's and Recover's request rules (the id, a reason, the actor), every
-    bad field named at once: the checked reason and actor."""
-    found = _collector(bad)
-    found.check("", validate_id, memory_id, "id")
-    reason = found.check("", rules.check_reason, reason, "reason", pii=pii)
-    actor = found.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-    found.raise_if_any()
-    return reason, actor
 
 
 def _check_version(record: MemoryRecord, if_version: int | None) -> None:
@@ -955,7 +707,7 @@ class ImportSession:
         )
         indexes = [index for index, _ in batch]
 
-        def operation(conn: Any) -> list[ImportOutcome]:
+        def operation(conn: Connection) -> list[ImportOutcome]:
             return [
                 ImportOutcome(index, "deduplicated" if c.deduplicated else "created", c.memory_id)
                 for index, c in zip(indexes, mutations.create(conn, prepared), strict=True)
@@ -1032,7 +784,7 @@ def prepare_drafts(
 
 
 def _remember_batch(
-    conn: Any, batch: list[tuple[MemoryDraft, mutations.NewMemory]]
+    conn: Connection, batch: list[tuple[MemoryDraft, mutations.NewMemory]]
 ) -> list[tuple[MemoryRecord, bool]]:
     """(record, deduplicated) per Remember, written in this transaction."""
     out: list[tuple[MemoryRecord, bool]] = []

@@ -22,12 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import clock
-from services.common.errors import FailedPrecondition, NotFound, Violations
+from services.common.errors import FailedPrecondition, NotFound
 from services.common.memory_record import MemoryRecord
+from services.storage.connection import Connection
 from services.storage.db import ReadPool
-from services.store import mutations, rules
+from services.store import mutations
 from services.store import namespace_sql as sql
 from services.store import repository as repo
+from services.store.inputs import DeleteNamespaceInput, RecoverNamespaceInput
 from services.store.writer import Writer
 
 # Memories per writer transaction.
@@ -96,21 +98,11 @@ class Namespaces:
         self._tombstone_days = tombstone_days
         self._max_attempts = max_job_attempts
 
-    async def delete(
-        self,
-        namespace: str,
-        *,
-        execute: bool,
-        reason: str,
-        confirm_token: str,
-        actor: str,
-        bad: Violations,
-    ) -> Deletion:
-        """`namespace` is checked (validated and named) by the caller, into `bad`."""
-        if execute:
-            reason = bad.check("", rules.check_reason, reason, "reason")
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        bad.raise_if_any()
+    async def delete(self, asked: DeleteNamespaceInput) -> Deletion:
+        """A preview counts what would go, with a token bound to it; an execute
+        needs that token."""
+        namespace, execute, reason = asked.namespace, asked.execute, asked.reason
+        confirm_token, actor = asked.confirm_token, asked.actor
         if not execute:
             contents = Contents.from_row(await self._reads.fetch_one(sql.contents_query(namespace)))
             return Deletion(contents, contents.token(namespace))
@@ -121,7 +113,7 @@ class Namespaces:
             )
         began = clock.now_text()
 
-        def first(conn: Any) -> tuple[Contents, int]:
+        def first(conn: Connection) -> tuple[Contents, int]:
             """Check the token and record the deletion (so that recovery finds its
             memories even if the store stops before the last batch), then the
             first batch, in one transaction."""
@@ -153,7 +145,9 @@ class Namespaces:
             clock.plus_nanos(began, int(self._tombstone_days * NANOS_PER_DAY)),
         )
 
-    def _delete_batch(self, conn: Any, namespace: str, began: str, actor: str, reason: str) -> int:
+    def _delete_batch(
+        self, conn: Connection, namespace: str, began: str, actor: str, reason: str
+    ) -> int:
         rows = repo.fetch_all(conn, sql.live_batch_query(namespace, began, BATCH))
         mutations.soft_delete_many(
             conn,
@@ -165,12 +159,8 @@ class Namespaces:
         )
         return len(rows)
 
-    async def recover(
-        self, namespace: str, *, reason: str, actor: str, bad: Violations
-    ) -> Recovery:
-        reason = bad.check("", rules.check_reason, reason, "reason")
-        actor = bad.check(rules.DEFAULT_ACTOR, rules.check_actor, actor)
-        bad.raise_if_any()
+    async def recover(self, asked: RecoverNamespaceInput) -> Recovery:
+        namespace, reason, actor = asked.namespace, asked.reason, asked.actor
         deletions = [
             str(result["deleted_at"])
             for result in (
@@ -194,7 +184,9 @@ class Namespaces:
             after = 0  # rowids start at 1
             while True:
 
-                def batch(conn: Any, d: str = deleted_at, a: int = after) -> tuple[int, int, int]:
+                def batch(
+                    conn: Connection, d: str = deleted_at, a: int = after
+                ) -> tuple[int, int, int]:
                     return self._recover_batch(conn, namespace, d, a, actor, reason)
 
                 restored, left, after = await self._writer.submit(batch)
@@ -205,7 +197,7 @@ class Namespaces:
         return Recovery(recovered, skipped, within)
 
     def _recover_batch(
-        self, conn: Any, namespace: str, deleted_at: str, after: int, actor: str, reason: str
+        self, conn: Connection, namespace: str, deleted_at: str, after: int, actor: str, reason: str
     ) -> tuple[int, int, int]:
         """(recovered, left deleted, the last rowid read) of the next batch of one
         deletion's tombstones, those after rowid `after`."""

@@ -255,66 +255,72 @@ def check_actor(actor: str, field: str = "actor") -> str:
     return check_text(actor, field, MAX_ACTOR_CHARS) or DEFAULT_ACTOR
 
 
+@dataclass(frozen=True)
+class MemoryFields:
+    """What a caller asks to remember (a RememberRequest, an ImportItem, a turn),
+    timestamps already read: the one input `draft_memory` checks."""
+
+    namespace: str
+    content: str
+    type: str = ""  # "": inferred from the content
+    importance: float | None = None  # None: the default
+    tags: tuple[str, ...] = ()
+    pinned: bool = False
+    who: str = ""
+    why: str = ""
+    source_type: str = ""
+    source_id: str = ""
+    event_time: str | None = None
+    # the history actor when it is not `who` (the API key's name when auth is on)
+    actor: str = ""
+    session_id: str = ""
+    ttl_nanos: int | None = None
+    # False keeps a leading `critical:` / `[tags]:` as text (conversation turns)
+    prefixes: bool = True
+    categories: tuple[str, ...] = ()
+    valid_from: str | None = None
+    valid_until: str | None = None
+    expire_at: str | None = None  # an import's expire_time
+    temporal_class: str = ""
+    confidence: float | None = None
+    decay_rate: float | None = None
+
+
 def draft_memory(
-    *,
-    namespace: str,
-    content: str,
-    memory_type: str,
-    importance: float | None,
-    tags: Iterable[str],
-    pinned: bool,
-    who: str,
-    why: str,
-    source_type: str,
-    source_id: str,
-    event_time: str | None,
-    field_prefix: str = "",
-    bad: Violations | None = None,
-    actor: str = "",
-    session_id: str = "",
-    ttl_nanos: int | None = None,
-    prefixes: bool = True,
-    pii: PiiPolicy = DEFAULT_POLICY,
-    categories: Iterable[str] = (),
-    valid_from: str | None = None,
-    valid_until: str | None = None,
-    expire_at: str | None = None,
-    temporal_class: str = "",
-    confidence: float | None = None,
-    decay_rate: float | None = None,
+    fields: MemoryFields, *, pii: PiiPolicy = DEFAULT_POLICY, field_prefix: str = ""
 ) -> MemoryDraft:
     """Validate one Remember/Import input; field names in errors get `field_prefix`;
-    `pii`: the write's PII policy (the namespace's or the request's); `prefixes`
-    False keeps a leading `critical:` / `[tags]:` as text (conversation turns).
+    `pii`: the write's PII policy (the namespace's or the request's).
 
-    Every bad field is named, with those already in `bad` (found by the caller,
-    e.g. the namespace or a timestamp), in one InvalidArgument."""
-    bad = bad if bad is not None else Violations()
-    whole = normalize_content(content)
+    Every bad field is named in one InvalidArgument (a parse step that found
+    others takes all of them with Violations.check_all)."""
+    bad = Violations()
+    f = fields
+    whole = normalize_content(f.content)
     body, critical, prefix_tags = (
-        split_prefixes(whole.storage) if prefixes else (whole.storage, False, [])
+        split_prefixes(whole.storage) if f.prefixes else (whole.storage, False, [])
     )
     unchanged = body == whole.storage  # no prefix: the first normalisation stands
     normalized = bad.check(
         whole, check_content, body, f"{field_prefix}content", whole if unchanged else None, pii=pii
     )
-    all_tags = bad.check((), check_tags, [*prefix_tags, *tags], f"{field_prefix}tags", pii=pii)
+    all_tags = bad.check((), check_tags, [*prefix_tags, *f.tags], f"{field_prefix}tags", pii=pii)
     all_categories = bad.check(
-        (), check_categories, categories, f"{field_prefix}categories", pii=pii
+        (), check_categories, f.categories, f"{field_prefix}categories", pii=pii
     )
     chosen_type = (
-        bad.check("fact", check_type, memory_type, f"{field_prefix}type")
-        if memory_type
+        bad.check("fact", check_type, f.type, f"{field_prefix}type")
+        if f.type
         else infer_type(normalized.storage)
     )
     base = (
         DEFAULT_IMPORTANCE
-        if importance is None
+        if f.importance is None
         else bad.check(
-            DEFAULT_IMPORTANCE, check_importance, importance, f"{field_prefix}importance"
+            DEFAULT_IMPORTANCE, check_importance, f.importance, f"{field_prefix}importance"
         )
     )
-    is_pinned = pinned or critical
+    is_pinned = f.pinned or critical
     # who and why are free text and pass the PII gate; source_type, source_id and
     # session_id are the caller's identifiers: stored as given, or refused when the
     # policy acts on what they hold (pii.gate_identifier: never redacted)
@@ -328,53 +334,55 @@ def draft_memory(
             pii=pii if name in ("who", "why") else None,
         )
         for name, value in (
-            ("who", who),
-            ("why", why),
-            ("source_type", source_type),
-            ("source_id", source_id),
+            ("who", f.who),
+            ("why", f.why),
+            ("source_type", f.source_type),
+            ("source_id", f.source_id),
         )
     }
     for name in ("source_type", "source_id"):
         if texts[name]:
             bad.check("", gate_identifier, texts[name], pii, f"{field_prefix}{name}")
-    if session_id:
+    if f.session_id:
         with bad.collecting():
-            check_session_id(session_id, f"{field_prefix}session_id")
-            gate_identifier(session_id, pii, f"{field_prefix}session_id")
-    if ttl_nanos is not None:
-        bad.check(None, check_ttl, ttl_nanos, f"{field_prefix}ttl")
-    if expire_at is not None:
-        if ttl_nanos is not None:
+            check_session_id(f.session_id, f"{field_prefix}session_id")
+            gate_identifier(f.session_id, pii, f"{field_prefix}session_id")
+    if f.ttl_nanos is not None:
+        bad.check(None, check_ttl, f.ttl_nanos, f"{field_prefix}ttl")
+    if f.expire_at is not None:
+        if f.ttl_nanos is not None:
             bad.add(f"{field_prefix}expire_time", "give ttl or expire_time, not both")
         else:
-            bad.check(None, check_expiry, expire_at, f"{field_prefix}expire_time")
-    if confidence is not None:
-        bad.check(1.0, check_confidence, confidence, f"{field_prefix}confidence")
-    if decay_rate is not None:
-        bad.check(None, check_decay_rate, decay_rate, f"{field_prefix}decay_rate")
-    if valid_until is not None and valid_until <= (valid_from or event_time or clock.now_text()):
+            bad.check(None, check_expiry, f.expire_at, f"{field_prefix}expire_time")
+    if f.confidence is not None:
+        bad.check(1.0, check_confidence, f.confidence, f"{field_prefix}confidence")
+    if f.decay_rate is not None:
+        bad.check(None, check_decay_rate, f.decay_rate, f"{field_prefix}decay_rate")
+    if f.valid_until is not None and f.valid_until <= (
+        f.valid_from or f.event_time or clock.now_text()
+    ):
         bad.add(
             f"{field_prefix}valid_until",
             "must be after valid_from (unset: event_time, itself now when unset)",
         )
     bad.raise_if_any()
     return MemoryDraft(
-        namespace=namespace,
+        namespace=f.namespace,
         content=normalized,
         type=chosen_type,
         importance=effective_importance(is_pinned, base),
         tags=all_tags,
         pinned=is_pinned,
-        event_time=event_time,
-        actor=actor,
-        session_id=session_id,
-        ttl_nanos=ttl_nanos,
+        event_time=f.event_time,
+        actor=f.actor,
+        session_id=f.session_id,
+        ttl_nanos=f.ttl_nanos,
         categories=all_categories,
-        valid_from=valid_from,
-        valid_until=valid_until,
-        expire_at=expire_at,
-        temporal_class=temporal_class,
-        confidence=1.0 if confidence is None else confidence,
-        decay_rate=decay_rate,
+        valid_from=f.valid_from,
+        valid_until=f.valid_until,
+        expire_at=f.expire_at,
+        temporal_class=f.temporal_class,
+        confidence=1.0 if f.confidence is None else f.confidence,
+        decay_rate=f.decay_rate,
         **texts,
     )

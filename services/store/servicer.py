@@ -1,71 +1,37 @@
-"""MemoryStoreService: translate proto <-> domain, nothing else."""
+"""MemoryStoreService: parse the request (services/store/requests.py), call the
+domain with the typed input, translate the result to proto; nothing else."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2, timestamp_pb2
 
-from engram.common.v1 import pii_policy_pb2, privacy_pb2
 from engram.store.v1 import store_pb2, store_pb2_grpc
-from services.common import clock, tracing, turn_roles
-from services.common.auth import acting
-from services.common.convert import (
-    filter_from_proto,
-    memory_to_proto,
-    nanos_from_duration,
-    temporal_from_proto,
-    text_from_timestamp,
-    timestamp_from_text,
-    with_as_of,
-)
-from services.common.errors import InvalidArgument, NotFound, Violations
-from services.common.pii import PiiAction, PiiPolicy
-from services.common.validation import DEFAULT_NAMESPACE, validate_namespace
-from services.store import dedup, rules
+from services.common import clock, tracing
+from services.common.convert import memory_to_proto, timestamp_from_text
+from services.common.errors import InvalidArgument, NotFound
+from services.store import dedup, requests
 from services.store.consolidation import Consolidation
 from services.store.entities import EntityRecord, get_entity, list_entities
 from services.store.explain import explain, list_links
-from services.store.memories import (
-    ForgetSelection,
-    HistoryEntry,
-    MemoryStore,
-    PatchSpec,
-)
+from services.store.memories import HistoryEntry, MemoryStore
 from services.store.namespaces import Namespaces
-from services.store.sessions import Sessions, Turn
+from services.store.rules import MemoryDraft
+from services.store.sessions import Sessions
 from services.store.weak import WeakMemories
-
-MAX_IMPORT_BATCH = 1000
 
 _IMPORT_STATUS = {
     "created": store_pb2.IMPORT_STATUS_CREATED,
     "deduplicated": store_pb2.IMPORT_STATUS_DEDUPLICATED,
     "failed": store_pb2.IMPORT_STATUS_FAILED,
 }
-PRIVACY_LEVELS = {
-    privacy_pb2.PRIVACY_LEVEL_UNSPECIFIED: "",
-    privacy_pb2.PRIVACY_LEVEL_NONE: "none",
-    privacy_pb2.PRIVACY_LEVEL_PARTIAL: "partial",
-    privacy_pb2.PRIVACY_LEVEL_FULL: "full",
-}
-_TURN_ROLES = {
-    store_pb2.TURN_ROLE_USER: turn_roles.USER,
-    store_pb2.TURN_ROLE_ASSISTANT: turn_roles.ASSISTANT,
-    store_pb2.TURN_ROLE_SYSTEM: turn_roles.SYSTEM,
-    store_pb2.TURN_ROLE_TOOL: turn_roles.TOOL,
-}
 _CONSOLIDATION_STATES = {
     "open": store_pb2.SESSION_CONSOLIDATION_STATE_OPEN,
     "queued": store_pb2.SESSION_CONSOLIDATION_STATE_QUEUED,
     "consolidated": store_pb2.SESSION_CONSOLIDATION_STATE_CONSOLIDATED,
     "failed": store_pb2.SESSION_CONSOLIDATION_STATE_FAILED,
-}
-_DIRECTIONS = {
-    store_pb2.LINK_DIRECTION_OUTGOING: "outgoing",
-    store_pb2.LINK_DIRECTION_INCOMING: "incoming",
 }
 _PATCH_STATUS = {
     "updated": store_pb2.PATCH_STATUS_UPDATED,
@@ -101,112 +67,6 @@ def _history_to_proto(entry: HistoryEntry) -> store_pb2.HistoryEvent:
     )
 
 
-_PII_ACTIONS: dict[int, PiiAction] = {
-    pii_policy_pb2.PII_POLICY_ALLOW: "allow",
-    pii_policy_pb2.PII_POLICY_REDACT: "redact",
-    pii_policy_pb2.PII_POLICY_REJECT: "reject",
-}
-
-
-def pii_action(value: int, field: str) -> PiiAction | None:
-    """A request's PiiPolicy; None when unset (the namespace's policy applies)."""
-    if value == pii_policy_pb2.PII_POLICY_UNSPECIFIED:
-        return None
-    if value not in _PII_ACTIONS:
-        raise InvalidArgument(field, f"unknown PiiPolicy value {value}")
-    return _PII_ACTIONS[value]
-
-
-def namespace_of(bad: Violations, namespace: str) -> str:
-    """The request's namespace (empty: default), a violation when malformed."""
-    return bad.check(DEFAULT_NAMESPACE, validate_namespace, namespace)
-
-
-def _draft(
-    namespace: str,
-    item: Any,
-    pii: PiiPolicy,
-    field_prefix: str = "",
-    bad: Violations | None = None,
-) -> rules.MemoryDraft:
-    """RememberRequest and ImportItem carry the same fields."""
-    bad = bad if bad is not None else Violations()
-    return rules.draft_memory(
-        namespace=namespace,
-        content=item.content,
-        memory_type=item.type,
-        importance=item.importance if item.HasField("importance") else None,
-        tags=item.tags,
-        pinned=item.pinned,
-        who=item.who,
-        why=item.why,
-        source_type=item.source_type,
-        source_id=item.source_id,
-        event_time=bad.check(
-            None,
-            text_from_timestamp,
-            item.event_time,
-            item.HasField("event_time"),
-            f"{field_prefix}event_time",
-        ),
-        field_prefix=field_prefix,
-        bad=bad,
-        actor=acting(""),
-        session_id=item.session_id,
-        ttl_nanos=bad.check(
-            None, nanos_from_duration, item.ttl, item.HasField("ttl"), f"{field_prefix}ttl"
-        ),
-        pii=pii,
-        categories=item.categories,
-        valid_from=_valid_time(item, "valid_from", field_prefix, bad),
-        valid_until=_valid_time(item, "valid_until", field_prefix, bad),
-        **_import_only(item, field_prefix, bad),
-    )
-
-
-def _import_only(item: Any, field_prefix: str, bad: Violations) -> dict[str, Any]:
-    """What an ImportItem carries beyond RememberRequest (what `engram export`
-    writes of a memory); nothing for a RememberRequest."""
-    if not isinstance(item, store_pb2.ImportItem):
-        return {}
-    temporal = temporal_from_proto(item.temporal_class)
-    if item.temporal_class and not temporal:
-        bad.add(
-            f"{field_prefix}temporal_class", f"unknown TemporalClass value {item.temporal_class}"
-        )
-    return {
-        "expire_at": _valid_time(item, "expire_time", field_prefix, bad),
-        "temporal_class": temporal,
-        "confidence": _optional(item, "confidence"),
-        "decay_rate": _optional(item, "decay_rate"),
-        "prefixes": not item.literal_content,
-    }
-
-
-def _valid_time(item: Any, name: str, field_prefix: str, bad: Violations) -> str | None:
-    """An ImportItem's valid_from, valid_until or expire_time (RememberRequest has none)."""
-    if name not in item.DESCRIPTOR.fields_by_name:
-        return None
-    value: str | None = bad.check(
-        None,
-        text_from_timestamp,
-        getattr(item, name),
-        item.HasField(name),
-        f"{field_prefix}{name}",
-    )
-    return value
-
-
-def _optional(message: Any, name: str) -> Any:
-    return getattr(message, name) if message.HasField(name) else None
-
-
-def _privacy(bad: Violations, level: privacy_pb2.PrivacyLevel.ValueType) -> str:
-    if level not in PRIVACY_LEVELS:
-        bad.add("privacy", "unknown privacy level")
-    return PRIVACY_LEVELS.get(level, "")
-
-
 class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     def __init__(
         self,
@@ -229,13 +89,8 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def Remember(
         self, request: store_pb2.RememberRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RememberResponse:
-        bad = Violations()
-        privacy = _privacy(bad, request.privacy)
-        namespace = namespace_of(bad, request.namespace)
-        requested = bad.check(None, pii_action, request.pii_policy, "pii_policy")
-        pii = self._store.pii_policy(namespace, requested)
-        draft = _draft(namespace, request, pii, bad=bad)
-        record, deduplicated = await self._store.remember(draft, privacy)
+        asked = requests.remember(request, self._store.pii_policy)
+        record, deduplicated = await self._store.remember(asked.draft, asked.privacy)
         tracing.note_job_trace(record.id)  # its embed job's span links here
         return store_pb2.RememberResponse(memory=memory_to_proto(record), deduplicated=deduplicated)
 
@@ -246,26 +101,13 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     ) -> store_pb2.ImportMemoriesResponse:
         session = self._store.start_import()
         try:
-            async for batch in request_iterator:
-                bad = Violations()
-                namespace = namespace_of(bad, batch.namespace)
-                batch_pii = bad.check(None, pii_action, batch.pii_policy, "pii_policy")
-                if len(batch.items) > MAX_IMPORT_BATCH:
-                    bad.add("items", f"at most {MAX_IMPORT_BATCH} items per message")
-                bad.raise_if_any()
-                batch_policy = self._store.pii_policy(namespace, batch_pii)
-                for item in batch.items:
+            async for request in request_iterator:
+                batch = requests.import_batch(request, self._store.pii_policy)
+                for item in request.items:
                     prefix = f"items[{session.count}]."
                     try:
-                        pii = (
-                            batch_policy
-                            if not item.pii_policy
-                            else self._store.pii_policy(
-                                namespace, pii_action(item.pii_policy, f"{prefix}pii_policy")
-                            )
-                        )
-                        draft: rules.MemoryDraft | InvalidArgument = _draft(
-                            namespace, item, pii, prefix
+                        draft: MemoryDraft | InvalidArgument = requests.import_item(
+                            batch, item, prefix, self._store.pii_policy
                         )
                     except InvalidArgument as invalid:
                         draft = invalid
@@ -296,9 +138,9 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def GetMemory(
         self, request: store_pb2.GetMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.GetMemoryResponse:
-        bad = Violations()
-        namespace = namespace_of(bad, request.namespace)
-        record = await self._store.get(namespace, request.id, bad)
+        asked = requests.get_memory(request)
+        namespace = asked.namespace
+        record = await self._store.get(asked)
         return store_pb2.GetMemoryResponse(
             memory=memory_to_proto(record),
             merged_into_id=await dedup.merged_into(self._store.reads, namespace, record),
@@ -308,20 +150,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def ListMemories(
         self, request: store_pb2.ListMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ListMemoriesResponse:
-        bad = Violations()
-        records, next_token = await self._store.list_memories(
-            namespace_of(bad, request.namespace),
-            with_as_of(
-                filter_from_proto(request.filter, bad=bad),
-                request.as_of,
-                request.HasField("as_of"),
-                bad,
-            ),
-            request.page_size,
-            request.page_token,
-            deleted=request.deleted,
-            bad=bad,
-        )
+        records, next_token = await self._store.list_memories(requests.list_memories(request))
         return store_pb2.ListMemoriesResponse(
             memories=[memory_to_proto(r) for r in records], next_page_token=next_token
         )
@@ -329,41 +158,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def ModifyMemories(
         self, request: store_pb2.ModifyMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ModifyMemoriesResponse:
-        bad = Violations()
-        patches = [
-            PatchSpec(
-                id=p.id,
-                content=_optional(p, "content"),
-                type=_optional(p, "type"),
-                importance=_optional(p, "importance"),
-                tags=tuple(p.tags.values) if p.HasField("tags") else None,
-                categories=tuple(p.categories.values) if p.HasField("categories") else None,
-                decay_rate=_optional(p, "decay_rate"),
-                pinned=_optional(p, "pinned"),
-                who=_optional(p, "who"),
-                reason=p.reason,
-                if_version=_optional(p, "if_version"),
-                supersede=p.supersede,
-                valid_from=bad.check(
-                    None,
-                    text_from_timestamp,
-                    p.valid_from,
-                    p.HasField("valid_from"),
-                    f"patches[{i}].valid_from",
-                ),
-            )
-            for i, p in enumerate(request.patches)
-        ]
-        namespace = namespace_of(bad, request.namespace)
-        requested = bad.check(None, pii_action, request.pii_policy, "pii_policy")
-        outcomes = await self._store.modify(
-            namespace,
-            patches,
-            request.reason,
-            acting(request.actor),
-            bad,
-            pii=self._store.pii_policy(namespace, requested),
-        )
+        outcomes = await self._store.modify(requests.modify(request, self._store.pii_policy))
         return store_pb2.ModifyMemoriesResponse(
             results=[
                 store_pb2.PatchResult(
@@ -382,41 +177,13 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def DeleteMemory(
         self, request: store_pb2.DeleteMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.DeleteMemoryResponse:
-        bad = Violations()
-        record = await self._store.delete(
-            namespace_of(bad, request.namespace),
-            request.id,
-            request.reason,
-            _optional(request, "if_version"),
-            request.force,
-            acting(request.actor),
-            bad,
-        )
+        record = await self._store.delete(requests.delete(request, self._store.pii_policy))
         return store_pb2.DeleteMemoryResponse(memory=memory_to_proto(record))
 
     async def ForgetMemories(
         self, request: store_pb2.ForgetMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ForgetMemoriesResponse:
-        bad = Violations()
-        namespace = namespace_of(bad, request.namespace)
-        selection = ForgetSelection(
-            ids=tuple(request.ids),
-            query=request.query,
-            spec=filter_from_proto(request.filter, bad=bad),
-            limit=request.limit,
-            # The deprecated `force` means both, as it did before the split.
-            include_pinned=request.include_pinned or request.force,
-            purge=request.purge or request.force,
-        )
-        outcome = await self._store.forget(
-            namespace,
-            selection,
-            execute=request.mode == store_pb2.FORGET_MODE_EXECUTE,
-            reason=request.reason,
-            confirm_token=request.confirm_token,
-            actor=acting(request.actor),
-            bad=bad,
-        )
+        outcome = await self._store.forget(requests.forget(request, self._store.pii_policy))
         return store_pb2.ForgetMemoriesResponse(
             candidates=[
                 store_pb2.ForgetCandidate(
@@ -435,28 +202,13 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def RecoverMemory(
         self, request: store_pb2.RecoverMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RecoverMemoryResponse:
-        bad = Violations()
-        record = await self._store.recover(
-            namespace_of(bad, request.namespace),
-            request.id,
-            request.reason,
-            _optional(request, "if_version"),
-            acting(request.actor),
-            bad,
-        )
+        record = await self._store.recover(requests.recover(request, self._store.pii_policy))
         return store_pb2.RecoverMemoryResponse(memory=memory_to_proto(record))
 
     async def ListMemoryHistory(
         self, request: store_pb2.ListMemoryHistoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ListMemoryHistoryResponse:
-        bad = Violations()
-        entries, next_token = await self._store.history(
-            namespace_of(bad, request.namespace),
-            request.memory_id,
-            request.page_size,
-            request.page_token,
-            bad,
-        )
+        entries, next_token = await self._store.history(requests.history(request))
         return store_pb2.ListMemoryHistoryResponse(
             events=[_history_to_proto(e) for e in entries], next_page_token=next_token
         )
@@ -464,28 +216,9 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def AppendTurn(
         self, request: store_pb2.AppendTurnRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.AppendTurnResponse:
-        bad = Violations()
-        turn = Turn(
-            namespace=namespace_of(bad, request.namespace),
-            session_id=request.session_id,
-            role=_TURN_ROLES.get(request.role, ""),
-            content=request.content,
-            who=request.who,
-            event_time=bad.check(
-                None,
-                text_from_timestamp,
-                request.event_time,
-                request.HasField("event_time"),
-                "event_time",
-            ),
-            source_id=request.source_id,
-            ttl_nanos=bad.check(
-                None, nanos_from_duration, request.ttl, request.HasField("ttl"), "ttl"
-            ),
-            privacy=_privacy(bad, request.privacy),
-            actor=acting(""),
+        outcome = await self._sessions.append_turn(
+            requests.append_turn(request, self._sessions.plan_turn)
         )
-        outcome = await self._sessions.append_turn(turn, bad)
         response = store_pb2.AppendTurnResponse(
             captured=outcome.captured,
             long_term_intent=outcome.long_term_intent,
@@ -500,10 +233,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def SummarizeSession(
         self, request: store_pb2.SummarizeSessionRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.SummarizeSessionResponse:
-        bad = Violations()
-        outcome = await self._sessions.summarize(
-            namespace_of(bad, request.namespace), request.session_id, bad
-        )
+        outcome = await self._sessions.summarize(requests.session(request))
         return store_pb2.SummarizeSessionResponse(
             job_id=outcome.job_id,
             already_queued=outcome.already_queued,
@@ -513,10 +243,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def GetSession(
         self, request: store_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.GetSessionResponse:
-        bad = Violations()
-        found = await self._consolidation.session(
-            namespace_of(bad, request.namespace), request.session_id, bad
-        )
+        found = await self._consolidation.session(requests.session(request))
         return store_pb2.GetSessionResponse(
             session_id=found.session_id,
             state=_CONSOLIDATION_STATES[found.state],
@@ -532,10 +259,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def ExplainMemory(
         self, request: store_pb2.ExplainMemoryRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ExplainMemoryResponse:
-        bad = Violations()
-        found = await explain(
-            self._store.reads, namespace_of(bad, request.namespace), request.id, bad
-        )
+        found = await explain(self._store.reads, requests.explain_memory(request))
         memories = memory_to_proto
         return store_pb2.ExplainMemoryResponse(
             memory=memories(found.memory),
@@ -550,17 +274,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def ListMemoryLinks(
         self, request: store_pb2.ListMemoryLinksRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ListMemoryLinksResponse:
-        bad = Violations()
-        links, next_token = await list_links(
-            self._store.reads,
-            namespace_of(bad, request.namespace),
-            request.memory_id,
-            tuple(request.link_types),
-            _DIRECTIONS.get(request.direction, "both"),
-            request.page_size,
-            request.page_token,
-            bad,
-        )
+        links, next_token = await list_links(self._store.reads, requests.list_links(request))
         return store_pb2.ListMemoryLinksResponse(
             links=[
                 store_pb2.MemoryLink(
@@ -584,17 +298,9 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def GetEntity(
         self, request: store_pb2.GetEntityRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.GetEntityResponse:
-        bad = Violations()
+        asked = requests.get_entity(request)
         try:
-            found = await get_entity(
-                self._store.reads,
-                namespace_of(bad, request.namespace),
-                request.id,
-                request.name,
-                request.max_facts,
-                request.max_neighbors,
-                bad,
-            )
+            found = await get_entity(self._store.reads, asked)
         except NotFound as exc:
             if not self._graph_off_reason:
                 raise
@@ -620,16 +326,8 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def ListEntities(
         self, request: store_pb2.ListEntitiesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ListEntitiesResponse:
-        bad = Violations()
         entities, next_token = await list_entities(
-            self._store.reads,
-            namespace_of(bad, request.namespace),
-            request.name_prefix,
-            request.entity_type,
-            request.min_mentions,
-            request.page_size,
-            request.page_token,
-            bad,
+            self._store.reads, requests.list_entities(request)
         )
         return store_pb2.ListEntitiesResponse(
             entities=[_entity_to_proto(e) for e in entities],
@@ -640,10 +338,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def ListWeakMemories(
         self, request: store_pb2.ListWeakMemoriesRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.ListWeakMemoriesResponse:
-        bad = Violations()
-        found, next_token = await self._weak.page(
-            namespace_of(bad, request.namespace), request.page_size, request.page_token, bad
-        )
+        found, next_token = await self._weak.page(requests.weak_page(request))
         return store_pb2.ListWeakMemoriesResponse(
             memories=[
                 store_pb2.WeakMemory(
@@ -658,18 +353,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def DeleteNamespace(
         self, request: store_pb2.DeleteNamespaceRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.DeleteNamespaceResponse:
-        bad = Violations()
-        namespace = _named_namespace(bad, request.namespace)
-        if request.mode not in _FORGET_MODES:
-            bad.add("mode", f"unknown ForgetMode value {request.mode}")
-        done = await self._namespaces.delete(
-            namespace,
-            execute=request.mode == store_pb2.FORGET_MODE_EXECUTE,
-            reason=request.reason,
-            confirm_token=request.confirm_token,
-            actor=acting(request.actor),
-            bad=bad,
-        )
+        done = await self._namespaces.delete(requests.delete_namespace(request))
         c = done.contents
         response = store_pb2.DeleteNamespaceResponse(
             contents=store_pb2.NamespaceContents(
@@ -689,13 +373,7 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
     async def RecoverNamespace(
         self, request: store_pb2.RecoverNamespaceRequest, context: grpc.aio.ServicerContext
     ) -> store_pb2.RecoverNamespaceResponse:
-        bad = Violations()
-        done = await self._namespaces.recover(
-            _named_namespace(bad, request.namespace),
-            reason=request.reason,
-            actor=acting(request.actor),
-            bad=bad,
-        )
+        done = await self._namespaces.recover(requests.recover_namespace(request))
         return store_pb2.RecoverNamespaceResponse(
             recovered_count=done.recovered,
             skipped_duplicates=done.skipped_duplicates,
@@ -704,17 +382,6 @@ class MemoryStoreServicer(store_pb2_grpc.MemoryStoreServiceServicer):
                 for seconds, nanos in map(clock.epoch_from_text, done.deletions)
             ],
         )
-
-
-_FORGET_MODES = frozenset(store_pb2.ForgetMode.values())
-
-
-def _named_namespace(bad: Violations, namespace: str) -> str:
-    """A namespace the request must name (empty is not read as the default one)."""
-    if not namespace:
-        bad.add("namespace", 'name the namespace (to act on the default one, name "default")')
-        return DEFAULT_NAMESPACE
-    return namespace_of(bad, namespace)
 
 
 def _entity_to_proto(entity: EntityRecord) -> store_pb2.Entity:

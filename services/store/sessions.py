@@ -16,10 +16,11 @@ from services.common.intent import has_long_term_intent
 from services.common.memory_record import MemoryRecord
 from services.common.normalize import normalize_content
 from services.common.turn_roles import ROLES, USER
-from services.common.validation import check_session_id
+from services.storage.connection import Connection
 from services.store import mutations, rules
 from services.store import repository as repo
 from services.store import session_sql as sql
+from services.store.inputs import SessionInput, TurnInput
 from services.store.memories import MemoryStore
 from services.store.privacy import FULL, FULL_NOTICE, PARTIAL, PARTIAL_NOTICE
 from services.store.writer import Writer
@@ -95,10 +96,11 @@ class Sessions:
 
     # ---- AppendTurn -----------------------------------------------------------------
 
-    async def append_turn(self, turn: Turn, bad: Violations | None = None) -> TurnOutcome:
-        """Capture a turn as short-term memory, or as long-term memory when the
-        user asks for it (and the privacy level allows it)."""
-        bad = bad if bad is not None else Violations()
+    def plan_turn(self, turn: Turn) -> TurnInput:
+        """AppendTurn's parse step ends here: the memory a turn becomes, short-term,
+        or long-term when the user asks for it (and the privacy level allows it),
+        checked like any other (INVALID_ARGUMENT naming every bad field)."""
+        bad = Violations()
         if not turn.session_id:  # (its form is checked with the other fields below)
             bad.add("session_id", "required")
         if turn.role not in ROLES:
@@ -106,25 +108,34 @@ class Sessions:
         intent = turn.role == USER and has_long_term_intent(turn.content)
         level = self._store.privacy.level(turn.namespace, turn.privacy)
         promoted = intent and level not in (PARTIAL, FULL)
-        draft = rules.draft_memory(
+        fields = rules.MemoryFields(
             namespace=turn.namespace,
             content=turn.content,
-            memory_type="" if promoted else TURN_TYPE,
-            importance=None,
-            tags=(),
-            pinned=False,
+            type="" if promoted else TURN_TYPE,
             who=turn.who or turn.role,
             why="asked to remember" if promoted else "conversation turn",
             source_type=f"turn.{turn.role}",
             source_id=turn.source_id,
             event_time=turn.event_time,
-            bad=bad,
             actor=turn.actor,
             session_id=turn.session_id,
             ttl_nanos=None if promoted else (turn.ttl_nanos or self._turn_ttl_nanos),
-            pii=self._store.pii_policy(turn.namespace, None),
             # what was said, as said: a turn starting "critical:" is not a pin
             prefixes=False,
+        )
+        pii = self._store.pii_policy(turn.namespace, None)
+        draft = bad.check_all(None, rules.draft_memory, fields, pii=pii)
+        bad.raise_if_any()
+        assert draft is not None
+        return TurnInput(draft, level, intent, promoted)
+
+    async def append_turn(self, planned: TurnInput) -> TurnOutcome:
+        """Capture the turn as `plan_turn` decided (nothing under FULL privacy)."""
+        draft, level, intent, promoted = (
+            planned.draft,
+            planned.level,
+            planned.intent,
+            planned.promoted,
         )
         if level == FULL:
             return TurnOutcome(None, False, intent, False, False, FULL_NOTICE)
@@ -134,18 +145,14 @@ class Sessions:
 
     # ---- SummarizeSession ------------------------------------------------------------
 
-    async def summarize(
-        self, namespace: str, session_id: str, bad: Violations | None = None
-    ) -> SummarizeOutcome:
+    async def summarize(self, asked: SessionInput) -> SummarizeOutcome:
         """Queue the session's summarize job (or find the one already pending)."""
-        bad = bad if bad is not None else Violations()
-        bad.check("", _required_session_id, session_id, "session_id")
-        bad.raise_if_any()
+        namespace, session_id = asked.namespace, asked.session_id
         self._store.privacy.check_write(namespace, "", long_term=False)
         if not self._llm_configured:
             raise LlmNotConfigured("no summary would be written: no LLM is configured", LLM_HINT)
 
-        def operation(conn: Any) -> SummarizeOutcome:
+        def operation(conn: Connection) -> SummarizeOutcome:
             count = sql.turn_count(conn, namespace, session_id)
             if count == 0:
                 raise NotFound(
@@ -170,7 +177,7 @@ class Sessions:
         transaction, the lease checked inside it."""
         check_summary(summary, model)
 
-        def operation(conn: Any) -> SummaryOutcome:
+        def operation(conn: Connection) -> SummaryOutcome:
             job = repo.leased_job(conn, job_id, lease_token)
             if job is None:
                 return SummaryOutcome(False)
@@ -181,7 +188,7 @@ class Sessions:
         return await self._writer.submit(operation)
 
     def complete_summary(
-        self, conn: Any, job: Any, summary: str, model: str, at: str
+        self, conn: Connection, job: Any, summary: str, model: str, at: str
     ) -> SummaryOutcome:
         """In the writer's transaction, with the lease checked: store the
         session's new summary unless a newer one exists; complete the job."""
@@ -250,7 +257,7 @@ def check_summary(summary: str, model: str) -> None:
     bad.raise_if_any()
 
 
-def transcript(conn: Any, job_id: str, namespace: str) -> tuple[str, str]:
+def transcript(conn: Connection, job_id: str, namespace: str) -> tuple[str, str]:
     """(session id, transcript) for a summarize job being leased: the session's
     live short-term memories, oldest first, one `[time] who: text` line each;
     the job's payload records the newest turn it covers. An empty transcript
@@ -266,9 +273,3 @@ def transcript(conn: Any, job_id: str, namespace: str) -> tuple[str, str]:
         f"[{row['event_time'][:19]}Z] {row['who'] or 'unknown'}: {row['content']}" for row in rows
     ]
     return session_id, "\n".join(lines)
-
-
-def _required_session_id(value: str, field: str) -> str:
-    if not value:
-        raise InvalidArgument(field, "required")
-    return check_session_id(value, field)

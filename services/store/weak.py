@@ -7,19 +7,18 @@ history event whose actor is `decay`, so RecoverMemory brings one back."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from services.common import clock
 from services.common.config import Config
-from services.common.errors import Violations
 from services.common.memory_record import MemoryRecord
+from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.store import decay_sql, mutations
-from services.store.memories import DEFAULT_LIST_PAGE_SIZE, _page_size
-from services.store.page_tokens import decode_int_position, encode_page_token
+from services.store.inputs import WeakPageInput
+from services.store.page_tokens import encode_page_token
 
 DECAY_ACTOR = "decay"
-_KIND = "weak_memories"
+PAGE_KIND = "weak_memories"  # what its page tokens are bound to
 
 
 @dataclass(frozen=True)
@@ -45,13 +44,9 @@ class WeakMemories:
         self._reads = reads
         self.policy = policy
 
-    async def page(
-        self, namespace: str, page_size: int, page_token: str, bad: Violations
-    ) -> tuple[list[WeakMemory], str]:
-        """A page of `namespace`'s weak memories, in the order they were written."""
-        size = bad.check(DEFAULT_LIST_PAGE_SIZE, _page_size, page_size, DEFAULT_LIST_PAGE_SIZE)
-        after = bad.check(None, decode_int_position, page_token, _KIND, namespace)
-        bad.raise_if_any()
+    async def page(self, asked: WeakPageInput) -> tuple[list[WeakMemory], str]:
+        """A page of the namespace's weak memories, in the order they were written."""
+        namespace, size, after = asked.namespace, asked.page_size, asked.after
         p = self.policy
         rows = await self._reads.fetch_all(
             decay_sql.weak_page_query(
@@ -68,7 +63,7 @@ class WeakMemories:
         next_token = ""
         if len(rows) > size:
             found = found[:size]
-            next_token = encode_page_token(_KIND, namespace, [rows[size - 1]["rowid"]])
+            next_token = encode_page_token(PAGE_KIND, namespace, [rows[size - 1]["rowid"]])
         return found, next_token
 
     async def count(self) -> int:
@@ -80,7 +75,7 @@ class WeakMemories:
         )
         return int(row[0])
 
-    def prune(self, conn: Any, at: str, limit: int) -> int:
+    def prune(self, conn: Connection, at: str, limit: int) -> int:
         """Soft-delete up to `limit` weak memories in the caller's transaction."""
         p = self.policy
         rows = decay_sql.weakest_batch(conn, p.threshold, p.default_rate, at, limit)

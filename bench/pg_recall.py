@@ -5,7 +5,7 @@ against one database.
     flock /tmp/engram-bench.lock .venv/bin/python bench/pg_recall.py --load-only
     flock /tmp/engram-bench.lock .venv/bin/python bench/pg_recall.py
         [--size 100000] [--queries 100] [--throughput-queries 30] [--in-flight 16] [--rounds 3]
-        [--round-seconds 10] [--json-out FILE]
+        [--round-seconds 10] [--versus DIR] [--json-out FILE]
 
 Data: bench/recall_latency.py's file (/tmp/engram-latency/recall-<size>-r10000.db:
 one namespace of LoCoMo turns and recombinations of them, real MiniLM vectors for
@@ -38,6 +38,12 @@ throughput  Closed loop, `--in-flight` callers, every query's vector cached in
 Answers are also compared: top-10 overlap between the two backends per
 question (same data, same ranking code; the keyword channel's tokenisation and
 the vector channel's HNSW scan differ, bench/README.md "PostgreSQL").
+
+--versus DIR: the four processes are instead the code checked out at DIR and
+this code on each backend (sqlite-before, sqlite-after, postgres-before,
+postgres-after); latency interleaves all four per question (alternating the
+order), the top-10 overlap compares before with after on each backend, and
+throughput runs each process alone.
 
 The machine has 2 cores: the replicas, the Postgres server and this load
 generator share them, so 2 replicas can only use what 1 leaves idle.
@@ -107,7 +113,9 @@ def summary(values: list[float]) -> dict[str, float]:
 class Search:
     """One `engram serve search` process with the given storage settings."""
 
-    def __init__(self, name: str, storage: dict[str, Any], tmp: Path) -> None:
+    def __init__(
+        self, name: str, storage: dict[str, Any], tmp: Path, code_root: Path = ROOT
+    ) -> None:
         self.name = name
         port = free_port()
         unused_store = free_port()  # nothing listens: access tracking fails and is dropped
@@ -121,7 +129,7 @@ class Search:
         }
         config_path = tmp / f"{name}.yaml"
         config_path.write_text(yaml.safe_dump(config))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "gen")]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code_root), str(code_root / "gen")]))
         self.log_path = tmp / f"{name}.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
@@ -134,7 +142,7 @@ class Search:
                 "--config",
                 str(config_path),
             ],
-            cwd=ROOT,
+            cwd=code_root,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=self._log,
@@ -186,23 +194,32 @@ def ids(response: Any) -> list[str]:
 def latency(
     stubs: dict[str, Any], texts: list[str]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
-    """Both passes, interleaved per question; the top-10 overlap of the second."""
+    """Both passes, interleaved per question; the top-10 overlap of the second
+    between each pair of stubs in order (the first and second, the third and fourth)."""
     found: dict[str, dict[str, Any]] = {}
-    overlaps = []
+    names = list(stubs)
+    pairs = list(zip(names[::2], names[1::2], strict=True))
+    overlaps: dict[str, list[float]] = {f"{a} vs {b}": [] for a, b in pairs}
     for label in ("with embedding", "cached vector"):
         times: dict[str, list[float]] = {name: [] for name in stubs}
         for i, text in enumerate(texts):
-            order = list(stubs) if i % 2 == 0 else list(reversed(stubs))
+            order = names if i % 2 == 0 else list(reversed(names))
             answers = {}
             for name in order:
                 ms, response = call(stubs[name], text)
                 times[name].append(ms)
-                answers[name] = ids(response)
+                answers[name] = set(ids(response))
             if label == "cached vector":
-                a, b = (set(v) for v in answers.values())
-                overlaps.append(len(a & b) / max(len(a), len(b), 1))
+                for a, b in pairs:
+                    shared = len(answers[a] & answers[b])
+                    overlaps[f"{a} vs {b}"].append(
+                        shared / max(len(answers[a]), len(answers[b]), 1)
+                    )
         found[label] = {name: summary(values) for name, values in times.items()}
-    return found, {"mean_top10_overlap": statistics.fmean(overlaps) if overlaps else 0.0}
+    return found, {
+        f"mean_top10_overlap {pair}": statistics.fmean(values) if values else 0.0
+        for pair, values in overlaps.items()
+    }
 
 
 async def closed_loop(
@@ -236,11 +253,9 @@ async def closed_loop(
 
 
 def throughput(
-    replicas: dict[str, list[str]], texts: list[str], args: argparse.Namespace
+    configurations: dict[str, list[str]], texts: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    configurations = {
-        f"{backend} x{n}": addresses[:n] for backend, addresses in replicas.items() for n in (1, 2)
-    }
+    """Closed loop over each configuration (a name and its replicas' addresses)."""
     rounds: dict[str, list[float]] = {name: [] for name in configurations}
     latencies: dict[str, list[float]] = {name: [] for name in configurations}
     names = list(configurations)
@@ -357,6 +372,13 @@ def main() -> int:
     parser.add_argument(
         "--channels", action="store_true", help="only time the two channels' SQL on Postgres"
     )
+    parser.add_argument(
+        "--versus",
+        default=None,
+        metavar="DIR",
+        help="replicas of the code checked out at DIR and of this code on each backend "
+        "(sqlite-before, sqlite-after, postgres-before, postgres-after) instead of x1/x2",
+    )
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a timeout still cleans up
@@ -439,8 +461,13 @@ def main() -> int:
                     ("sqlite", sqlite_storage),
                     ("postgres", storage_settings(dsn)),
                 ):
-                    for n in (1, 2):
-                        searches.append(Search(f"{backend}-{n}", storage, tmp))
+                    if args.versus:
+                        before = Path(args.versus).resolve()
+                        searches.append(Search(f"{backend}-before", storage, tmp, before))
+                        searches.append(Search(f"{backend}-after", storage, tmp))
+                    else:
+                        for n in (1, 2):
+                            searches.append(Search(f"{backend}-{n}", storage, tmp))
                 for search in searches:
                     search.wait()
                 channels = {s.name: grpc.insecure_channel(s.address) for s in searches}
@@ -450,25 +477,36 @@ def main() -> int:
                     for text in warm:
                         call(stub, text)
                 print("latency ...", flush=True)
-                results["latency"], results["agreement"] = latency(
-                    {"sqlite": stubs["sqlite-1"], "postgres": stubs["postgres-1"]}, texts
+                timed = (
+                    stubs
+                    if args.versus
+                    else {"sqlite": stubs["sqlite-1"], "postgres": stubs["postgres-1"]}
                 )
+                results["latency"], results["agreement"] = latency(timed, texts)
                 report_latency(results)
                 out.write_text(
                     json.dumps(provenance.stamped(results), indent=2, default=str) + "\n"
                 )  # so far
                 loop_texts = texts[: args.throughput_queries]
-                for name in ("sqlite-2", "postgres-2"):  # every vector cached everywhere
+                for name in stubs:  # every vector cached everywhere
                     for text in loop_texts:
                         call(stubs[name], text)
                 for channel in channels.values():
                     channel.close()
                 print("throughput ...", flush=True)
-                replicas = {
-                    backend: [s.address for s in searches if s.name.startswith(backend)]
-                    for backend in ("sqlite", "postgres")
-                }
-                results["throughput"] = throughput(replicas, loop_texts, args)
+                if args.versus:  # each code's replica alone
+                    configurations = {s.name: [s.address] for s in searches}
+                else:
+                    replicas = {
+                        backend: [s.address for s in searches if s.name.startswith(backend)]
+                        for backend in ("sqlite", "postgres")
+                    }
+                    configurations = {
+                        f"{backend} x{n}": addresses[:n]
+                        for backend, addresses in replicas.items()
+                        for n in (1, 2)
+                    }
+                results["throughput"] = throughput(configurations, loop_texts, args)
         finally:
             for search in searches:
                 search.stop()
@@ -485,7 +523,8 @@ def report_latency(results: dict[str, Any]) -> None:
     for label, by_backend in results["latency"].items():
         for backend, s in by_backend.items():
             print(f"{label:<16}{backend:<10}{s['n']:>5}{s['p50']:>9.1f}{s['p95']:>9.1f}")
-    print(f"top-10 overlap sqlite vs postgres: {results['agreement']['mean_top10_overlap']:.3f}")
+    for pair, overlap in results["agreement"].items():
+        print(f"{pair.replace('mean_top10_overlap', 'top-10 overlap')}: {overlap:.3f}")
 
 
 def report(results: dict[str, Any]) -> None:

@@ -54,6 +54,17 @@ a fresh store of each kind, alternating which goes first, `--import-runs` times.
 "cpu ms" is the store process's CPU only: on Postgres the server's backends do
 part of the work, so the run also reports the Postgres processes' CPU per
 Remember. Writes bench/results/store-postgres-<timestamp>.json.
+
+    flock /tmp/engram-bench.lock .venv/bin/python bench/store_bench.py --versus DIR [--quick]
+
+measures this code against the code checked out at DIR (a commit before a change
+that should cost nothing, such as the storage redesign of issue 36) on both
+backends in one run: Remember against four stores up at once (DIR on SQLite, the
+baseline; this code on SQLite; DIR and this code on PostgreSQL, each its own fresh
+database on one server), in alternating rounds at 1 and 32 in flight; then
+ImportMemories of N memories into a fresh store of each code on each backend,
+alternating which code goes first, `--import-runs` times. Writes
+bench/results/store-versus-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -951,6 +962,142 @@ async def run_postgres(
     return 0
 
 
+# ---- this code against an earlier checkout, both backends ----------------------------
+
+
+async def run_versus(
+    args: argparse.Namespace, warmup: float, rounds: int, round_seconds: float
+) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from pg_server import create_database, postgres_server, storage_settings
+
+    before_root = Path(args.versus).resolve()
+    client_cpus = {int(c) for c in args.client_cpus.split(",")} if args.client_cpus else None
+    count = args.import_count if args.import_count is not None else (4000 if args.quick else 20000)
+    stamp = datetime.now(UTC)
+    tmp_root = Path(args.tmp_dir) if args.tmp_dir else Path(tempfile.gettempdir())
+    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-versus-", dir=tmp_root))
+    info = machine_info(tmp)
+    load_start = os.getloadavg()
+    busy_start = cpu_busy_percent()
+    print(
+        f"engram store versus bench  {stamp.isoformat(timespec='seconds')}  "
+        f"nproc={info['nproc']}  python {info['python']}  grpcio {info['grpcio']}\n"
+        f"before: {before_root}; per level: warm-up {warmup:g} s, {rounds} rounds x "
+        f"{round_seconds:g} s each store; import {count} memories x {args.import_runs} per "
+        f"code and backend\n"
+        f"before start: CPU busy {busy_start:.0f}% over 1 s, load average {load_text(load_start)}",
+        flush=True,
+    )
+    codes = {"before": before_root, "after": None}
+    imports: dict[str, list[ImportResult]] = {
+        f"{code}-{backend}": [] for backend in ("sqlite", "postgres") for code in codes
+    }
+    try:
+        with postgres_server(tmp) as server:
+
+            def config(name: str, backend: str) -> Path:
+                if backend == "sqlite":
+                    return _config_file(tmp, name, {})
+                return _config_file(
+                    tmp, name, {"storage": storage_settings(create_database(server))}
+                )
+
+            stores = [
+                SecuredStore(
+                    f"{code}-{backend}", config(f"{code}-{backend}", backend), code_root=root
+                )
+                for backend in ("sqlite", "postgres")
+                for code, root in codes.items()
+            ]
+            remember = await bench_security(stores, tmp, warmup, rounds, round_seconds, client_cpus)
+            for run in range(args.import_runs):
+                order = list(codes) if run % 2 == 0 else list(reversed(codes))
+                for backend in ("sqlite", "postgres"):
+                    for code in order:
+                        name = f"import-{code}-{backend}-{run}"
+                        print(f"ImportMemories {count}, {code} code, {backend} ...", flush=True)
+                        imports[f"{code}-{backend}"].append(
+                            await bench_import(tmp, count, config(name, backend), name, codes[code])
+                        )
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    load_end = os.getloadavg()
+    print()
+    print(security_table(remember, "before-sqlite"))
+    print()
+    print(f"{'ImportMemories':<22}{'memories':>10}{'seconds':>9}{'memories/s':>12}")
+    for name, results in imports.items():
+        for result in results:
+            print(
+                f"{name:<22}{result.memories:>10}{result.seconds:>9.2f}"
+                f"{result.memories_per_s:>12.0f}"
+            )
+    # each store's rounds against the SQLite baseline's, so on PostgreSQL after/before
+    # is the ratio of the two stores' ratios, round by round (their rounds are adjacent)
+    vs_base = {name: comparison.rounds_ratios for name, comparison in remember.items()}
+    remember_rounds = {
+        "sqlite": vs_base["after-sqlite"],
+        "postgres": [
+            [a / b for a, b in zip(after, before, strict=True)]
+            for after, before in zip(
+                vs_base["after-postgres"], vs_base["before-postgres"], strict=True
+            )
+        ],
+    }
+    ratios: dict[str, Any] = {}
+    for backend in ("sqlite", "postgres"):
+        before, after = imports[f"before-{backend}"], imports[f"after-{backend}"]
+        paired = [b.memories_per_s / a.memories_per_s for a, b in zip(before, after, strict=True)]
+        ratios[backend] = {
+            "remember_after_over_before_rounds": remember_rounds[backend],
+            "remember_after_over_before": {
+                str(c): statistics.median(r)
+                for c, r in zip(CONCURRENCY, remember_rounds[backend], strict=True)
+            },
+            "import_after_over_before": paired,
+        }
+        print(
+            f"{backend}: Remember after/before at 1 and 32 in flight "
+            + " and ".join(
+                f"{v:.2f}" for v in ratios[backend]["remember_after_over_before"].values()
+            )
+            + "; ImportMemories after/before per run "
+            + ", ".join(f"{r:.2f}" for r in paired)
+        )
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"store-versus-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
+    report = {
+        "timestamp": stamp.isoformat(),
+        "command": " ".join(sys.argv),
+        "before_root": str(before_root),
+        "before_commit": subprocess.run(
+            ["git", "-C", str(before_root), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "machine": info,
+        "load_average": {"start": list(load_start), "end": list(load_end)},
+        "cpu_busy_percent_before_start": busy_start,
+        "settings": {
+            "warmup_s": warmup,
+            "rounds": rounds,
+            "round_seconds": round_seconds,
+            "concurrency": list(CONCURRENCY),
+            "import_count": count,
+            "client_cpus": sorted(client_cpus) if client_cpus else None,
+        },
+        "remember": {name: [asdict(r) for r in c.results[name]] for name, c in remember.items()}
+        | {"before-sqlite": [asdict(r) for r in remember["after-sqlite"].results["before-sqlite"]]},
+        "remember_rounds_vs_before_sqlite": {n: c.rounds_ratios for n, c in remember.items()},
+        "imports": {n: [asdict(r) for r in rs] for n, rs in imports.items()},
+        "after_over_before": ratios,
+    }
+    out.write_text(json.dumps(provenance.stamped(report), indent=2) + "\n")
+    print(f"load average at end: {load_text(load_end)}")
+    print(f"results: {out.relative_to(ROOT)}")
+    return 0
+
+
 @dataclass
 class ImportResult:
     memories: int
@@ -960,9 +1107,13 @@ class ImportResult:
 
 
 async def bench_import(
-    tmp: Path, count: int, config: Path | None = None, name: str = "import"
+    tmp: Path,
+    count: int,
+    config: Path | None = None,
+    name: str = "import",
+    code_root: Path | None = None,
 ) -> ImportResult:
-    server, port = start_store(tmp, name, config)
+    server, port = start_store(tmp, name, config, code_root)
     # Build every message up front so the timed window is the RPC alone.
     messages = [
         store_pb2.ImportMemoriesRequest(
@@ -1139,6 +1290,8 @@ async def run(args: argparse.Namespace) -> int:
     round_seconds = (
         args.round_seconds if args.round_seconds is not None else (1.0 if quick else 2.0)
     )
+    if args.versus:
+        return await run_versus(args, warmup, rounds, round_seconds)
     if args.postgres:
         return await run_postgres(args, warmup, rounds, round_seconds)
     if args.security or args.pii or args.timeline:
@@ -1283,7 +1436,17 @@ def main() -> int:
         help="Remember and ImportMemories on a Postgres store next to a SQLite one",
     )
     parser.add_argument(
-        "--import-runs", type=int, default=2, help="with --postgres: imports per backend"
+        "--versus",
+        default=None,
+        metavar="DIR",
+        help="Remember and ImportMemories, the code checked out at DIR vs this code, "
+        "SQLite and PostgreSQL",
+    )
+    parser.add_argument(
+        "--import-runs",
+        type=int,
+        default=2,
+        help="with --postgres: imports per backend; with --versus: per code and backend",
     )
     parser.add_argument(
         "--serve-echo", type=int, default=None, metavar="PORT", help=argparse.SUPPRESS

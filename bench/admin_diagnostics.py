@@ -1,4 +1,4 @@
-"""GetStoreDiagnostics' counts (services/store/admin_sql.py diagnostics_query and
+"""GetStoreDiagnostics' counts (services/storage/store/admin_sql.py diagnostics_query and
 orphans_query) on a synthetic store of N live memories, each with an embedding of
 the index model and a vector index row, on SQLite and on PostgreSQL.
 
@@ -23,7 +23,7 @@ from typing import Any
 from services.storage import db
 from services.storage.dialect import Dialect
 from services.storage.sqlite_migrations import apply_migrations
-from services.store import admin_sql
+from services.storage.store import admin_sql
 
 T = "2026-01-01T00:00:00.000000000Z"
 MEMORIES = (

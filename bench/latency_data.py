@@ -40,7 +40,7 @@ from services.common.normalize import normalize_content
 from services.common.providers.embedding import LOCAL_MODEL, LocalEmbedding
 from services.storage.db import ReadPool, open_read_write
 from services.storage.sqlite_migrations import apply_migrations
-from services.store import repository as repo
+from services.storage.store import repository as repo
 from services.store.memories import MemoryStore
 from services.store.rules import MemoryFields, draft_memory
 from services.store.writer import Writer

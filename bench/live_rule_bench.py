@@ -50,12 +50,12 @@ from services.common import clock  # noqa: E402
 from services.common.config import load_config  # noqa: E402
 from services.common.memory_filter import NOW_SQL, live_sql  # noqa: E402
 from services.common.providers.embedding import LocalEmbedding  # noqa: E402
-from services.search import graph_queries, queries  # noqa: E402
 from services.search.app import recall_params  # noqa: E402
 from services.search.embedder import QueryEmbedder  # noqa: E402
 from services.search.recall import Recaller  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
 from services.storage.db import ReadPool, open_read_write  # noqa: E402
+from services.storage.search import graph_queries, queries  # noqa: E402
 
 SOURCE = Path("/tmp/engram-latency/recall-100000-r10000.db")
 WORK = Path("/tmp/engram-latency-sessions")

@@ -1,5 +1,5 @@
 """BM25 on PostgreSQL next to FTS5's (issue 21, first slice): how close is the
-Postgres keyword ranking (services/search/pg_text.py) to the SQLite channel's,
+Postgres keyword ranking (services/storage/search/pg_text.py) to the SQLite channel's,
 and how fast, on LoCoMo.
 
 Every conversation's turns go into a namespace of their own (the same content
@@ -7,7 +7,7 @@ as bench/locomo.py imports: "speaker: text [shares image: caption]"), written
 directly into a fresh SQLite file and a fresh Postgres database migrated by the
 store's migrations (no services, no embedding). Then, for every question, three
 keyword rankings of the top 10 over the question's namespace:
-- fts5: the SQLite keyword channel's SQL (services/search/queries.py
+- fts5: the SQLite keyword channel's SQL (services/storage/search/queries.py
   weighted_keyword_top, FTS5's bm25 with the namespace's IDF, as recall.py
   weighs it, statistics queries included in its time);
 - pg bm25: pg_text.bm25_top, BM25 computed in one query;
@@ -65,12 +65,12 @@ from locomo import DEFAULT_INPUT, turns  # noqa: E402
 from services.common import clock  # noqa: E402
 from services.common.fts import any_of, quoted  # noqa: E402
 from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
-from services.search import pg_text, queries  # noqa: E402
 from services.search.recall import bm25_idf  # noqa: E402
 from services.search.text import keyword_terms  # noqa: E402
 from services.storage.db import open_read_write as open_sqlite  # noqa: E402
 from services.storage.pg import open_read_only, open_read_write, translate  # noqa: E402
 from services.storage.pg_migrations import apply_pg_migrations  # noqa: E402
+from services.storage.search import pg_text, queries  # noqa: E402
 from services.storage.sqlite_migrations import apply_migrations  # noqa: E402
 
 INSERT = (

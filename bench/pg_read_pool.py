@@ -45,7 +45,7 @@ from services.storage import db, pg  # noqa: E402
 from services.storage.dialect import POSTGRES  # noqa: E402
 from services.storage.pg_migrations import apply_pg_migrations  # noqa: E402
 from services.storage.sqlite_migrations import apply_migrations  # noqa: E402
-from services.store import repository as repo  # noqa: E402
+from services.storage.store import repository as repo  # noqa: E402
 
 POOL_SIZE = 4
 T0 = "2026-01-01T00:00:00.000000000Z"

@@ -287,8 +287,8 @@ def time_channels(dsn: str, texts: list[str]) -> dict[str, Any]:
     from services.common.memory_filter import MemoryFilterSpec
     from services.common.providers.local_embedding import local_embedding
     from services.common.vectors import normalized_f32
-    from services.search import pg_text, pg_vectors
     from services.storage.pg import open_read_only, translate
+    from services.storage.search import pg_text, pg_vectors
 
     depth = load_config(environ={}).search.channel_depth
     spec = MemoryFilterSpec()

@@ -6,7 +6,7 @@ bench/latency_data.py when missing: LoCoMo turns and recombinations, real MiniLM
 vectors for the first 10k, derived ones after). Its memories (same rowids) and
 embeddings are copied into a fresh Postgres database migrated by
 pg_migrations, and the vector index is filled by the store's own functions
-(services/store/pg_vectors.py: set_index_model without the size, so no HNSW
+(services/storage/store/pg_vectors.py: set_index_model without the size, so no HNSW
 index yet; index_all_embedded; set_index_model with the size, which builds the
 HNSW index over the rows). --row-by-row also times a refill with the index
 present (clear_vector_index + index_all_embedded), as a model change runs it.
@@ -17,7 +17,7 @@ SQLite and Postgres interleaved, alternating which goes first:
   the Hamming first pass of 400 from the in-memory VectorCache, then
   Recaller._pool: the candidates' rows and the exact float32 rescore), and the
   first pass alone;
-- pg: services/search/pg_vectors.nearest (the HNSW scan, top 100, the channel
+- pg: services/storage/search/pg_vectors.nearest (the HNSW scan, top 100, the channel
   depth) on a read-only connection, ef_search = EF_SEARCH; then, in passes of
   their own, other ef_search values.
 With a filter (who = the speaker of 12% of the memories): SQLite's filtered
@@ -73,7 +73,6 @@ from services.common.memory_filter import MemoryFilterSpec  # noqa: E402
 from services.common.providers.embedding import LOCAL_MODEL, NoEmbedding  # noqa: E402
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
 from services.common.vectors import normalized_f32  # noqa: E402
-from services.search import pg_vectors as pg_channel  # noqa: E402
 from services.search.app import recall_params  # noqa: E402
 from services.search.embedder import QueryEmbedder  # noqa: E402
 from services.search.recall import Recaller  # noqa: E402
@@ -87,8 +86,9 @@ from services.storage.pg import (  # noqa: E402
     translate,
 )
 from services.storage.pg_migrations import apply_pg_migrations  # noqa: E402
-from services.store import pg_vectors as pg_store  # noqa: E402
-from services.store import repository  # noqa: E402
+from services.storage.search import pg_vectors as pg_channel  # noqa: E402
+from services.storage.store import pg_vectors as pg_store  # noqa: E402
+from services.storage.store import repository  # noqa: E402
 
 CACHE = Path("/tmp/engram-latency")
 NS = data.NAMESPACE

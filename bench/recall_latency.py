@@ -85,7 +85,6 @@ from services.common.providers.embedding import LOCAL_MODEL, LocalEmbedding, NoE
 from services.common.providers.local_embedding import local_embedding  # noqa: E402
 from services.common.vectors import normalized_f32  # noqa: E402
 from services.search import decompose  # noqa: E402
-from services.search import queries as search_sql  # noqa: E402
 from services.search import recall as recall_module  # noqa: E402
 from services.search.app import recall_params  # noqa: E402
 from services.search.embedder import QueryEmbedder  # noqa: E402
@@ -94,6 +93,7 @@ from services.search.scoring import Candidate  # noqa: E402
 from services.search.text import keyword_terms  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
 from services.storage.db import ReadPool, open_read_only  # noqa: E402
+from services.storage.search import queries as search_sql  # noqa: E402
 from suite import free_port, wait_serving  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -98,7 +98,7 @@ from engram.store.v1 import store_pb2, store_pb2_grpc
 from services.common import clock
 from services.storage.db import open_read_write
 from services.storage.sqlite_migrations import apply_migrations
-from services.store import repository as repo
+from services.storage.store import repository as repo
 from services.store.memories import MAX_IMPORT_STREAM_ITEMS, prepare_drafts
 from services.store.mutations import NewMemory
 from services.store.rules import MemoryFields, draft_memory

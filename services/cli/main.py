@@ -417,7 +417,7 @@ def _suite_environment(config: Config) -> dict[str, str]:
     """clients.suite_id for the services `up` starts: the id in the store's database,
     so each of them refuses a store that is not this suite's (services/common/suite.py)."""
     from services.storage.db import connect_read_only
-    from services.store.suite_sql import read_suite_id
+    from services.storage.store.suite_sql import read_suite_id
 
     try:
         conn = connect_read_only(config.storage)

@@ -13,11 +13,11 @@ from itertools import pairwise
 
 from services.common import tracing
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
-from services.search import queries
 from services.search.graph_boost import GraphBoost, graph_boost
 from services.search.recall_scope import RecallScope
 from services.search.routes import CAUSAL_SEEDS, linked_reach
 from services.search.scoring import Candidate
+from services.storage.search import queries
 
 
 class EntityChannel:

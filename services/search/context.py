@@ -29,14 +29,14 @@ from services.common.errors import Violations
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import SESSION_SUMMARY_TYPE, MemoryRecord
 from services.common.text import unspaced, words
-from services.search import context_queries as queries
-from services.search import graph_queries
 from services.search.graph_boost import MAX_ENTITY_HITS, query_tokens
 from services.search.inputs import ContextInput
 from services.search.recall import MAX_LIMIT, Recaller, check_recall_request
 from services.search.tokens import Tokenizer, cached
 from services.storage.db import ReadPool, Reads
 from services.storage.dialect import dialect_of
+from services.storage.search import context_queries as queries
+from services.storage.search import graph_queries
 
 _NO_FILTER = MemoryFilterSpec()
 

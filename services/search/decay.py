@@ -27,10 +27,10 @@ from typing import Literal
 from services.common import clock
 from services.common.config import MemorySettings, SearchSettings
 from services.common.importance import effective_importance
-from services.search import queries
 from services.search.scoring import Candidate
 from services.storage.db import Reads
 from services.storage.dialect import SQLITE, Dialect
+from services.storage.search import queries
 
 SECONDS_PER_DAY = 86400.0
 

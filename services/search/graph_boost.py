@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.text import unspaced, without_stop_words, words
-from services.search import graph_queries as queries
 from services.storage.db import Reads
 from services.storage.dialect import SQLITE, Dialect
+from services.storage.search import graph_queries as queries
 
 log = logging.getLogger("engram.search.graph")
 

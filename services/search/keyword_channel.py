@@ -6,7 +6,7 @@ SQLite (SqliteKeywordChannel): FTS5 computes IDF over the whole index, which
 would let other tenants' data shape this tenant's ranking, so each term's IDF
 is recomputed over the searched collection; when the unfiltered namespace is
 the whole index, FTS5's own BM25 is the collection's. PostgreSQL
-(PgKeywordChannel, issue 21): services/search/pg_text.py's BM25, computed in
+(PgKeywordChannel, issue 21): services/storage/search/pg_text.py's BM25, computed in
 one query with the namespace's kept statistics.
 """
 
@@ -18,7 +18,6 @@ from typing import Any, Protocol
 
 from services.common.fts import all_of, any_of, quoted
 from services.common.memory_filter import MemoryFilterSpec
-from services.search import pg_text, queries
 from services.search.keyword_statistics import (
     IndexStatistics,
     TermStatistics,
@@ -31,6 +30,7 @@ from services.search.recall_scope import RecallScope
 from services.search.scoring import coverage, coverage_idf
 from services.search.text import keyword_terms
 from services.storage.db import ReadPool, Reads
+from services.storage.search import pg_text, queries
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class SqliteKeywordChannel:
 
 
 class PgKeywordChannel:
-    """BM25 in one query (services/search/pg_text.py), which also returns the
+    """BM25 in one query (services/storage/search/pg_text.py), which also returns the
     statistics and the best match's terms the coverage needs. The statistics
     are the namespace's, kept by the store (one indexed read, exact at the
     snapshot), with the common-terms cutoff as on SQLite's whole index,

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from services.common.memory_filter import MemoryFilterSpec
-from services.search import queries
 from services.storage.db import Reads
+from services.storage.search import queries
 
 _NO_FILTER = MemoryFilterSpec()
 _DOCUMENT_COUNT_TTL_S = 300.0

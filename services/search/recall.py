@@ -6,7 +6,7 @@ snapshot (ReadPool.snapshot): the check that the namespace holds every live
 memory (which lets the keyword query skip the namespace join) and the counts
 behind each IDF stay true for every later read. Each channel searches one
 namespace with the filter applied inside its SQL, before any cut; each memory
-row is still read under the namespace (services.search.queries), whatever
+row is still read under the namespace (services.storage.search.queries), whatever
 channel proposed its rowid. Two reads that only propose rowids run beside the
 snapshot: the vector cache's first pass and, on SQLite's whole index, the
 rare-terms FTS5 query when the pool has an idle connection
@@ -48,7 +48,7 @@ from services.common.memory_filter import MemoryFilterSpec, check_filter
 from services.common.memory_record import MEMORY_TYPES, MemoryRecord
 from services.common.metrics import RECALL_CHANNEL_SECONDS, timed
 from services.common.vectors import PARTS_DTYPE, normalized_f32
-from services.search import decompose, queries
+from services.search import decompose
 from services.search.access import AccessRecorder
 from services.search.channels import EntityChannel, LinkChannel, TimeRangeChannel, link_neighbours
 from services.search.current_value import newest_value_first, value_groups
@@ -86,6 +86,7 @@ from services.search.vector_cache import VectorCache
 from services.search.vector_channel import PgVectorChannel, SqliteVectorChannel, VectorChannel
 from services.storage.db import ReadPool, Reads
 from services.storage.dialect import dialect_of
+from services.storage.search import queries
 
 __all__ = [
     "DEFAULT_LIMIT",

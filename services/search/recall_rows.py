@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple, TypeAlias
 
-# A pool member (services.search.queries.pool_rows): (rowid, event time, the
+# A pool member (services.storage.search.queries.pool_rows): (rowid, event time, the
 # exact float32 vector or None when not embedded, who, the sentence vectors
 # (float16) or None for one sentence or unread). Used as read, never copied (a
 # Recall reads hundreds: a NamedTuple each cost ~1% of its time), so this is the
@@ -22,7 +22,7 @@ def pool_rows_by_rowid(rows: Iterable[Any]) -> dict[int, PoolRow]:
 
 
 class Bm25Row(NamedTuple):
-    """A keyword match on Postgres (services.search.pg_text.bm25_top); the
+    """A keyword match on Postgres (services.storage.search.pg_text.bm25_top); the
     last three are the same on every row (read from the best one)."""
 
     rowid: int
@@ -34,7 +34,7 @@ class Bm25Row(NamedTuple):
 
 
 class KeptStatistics(NamedTuple):
-    """The namespace's kept text statistics (services.search.pg_text.kept_statistics)."""
+    """The namespace's kept text statistics (services.storage.search.pg_text.kept_statistics)."""
 
     size: int
     average: float
@@ -42,7 +42,7 @@ class KeptStatistics(NamedTuple):
 
 
 class Restatement(NamedTuple):
-    """A memory's `restated` event (services.search.queries.restatements)."""
+    """A memory's `restated` event (services.storage.search.queries.restatements)."""
 
     memory_id: str
     metadata: str

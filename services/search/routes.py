@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.text import words
 from services.common.turn_roles import ASSISTANT, USER
-from services.search import graph_queries, queries
 from services.search.scoring import Candidate
 from services.storage.db import Reads
 from services.storage.dialect import SQLITE, Dialect
+from services.storage.search import graph_queries, queries
 
 log = logging.getLogger("engram.search.routes")
 

@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from services.common.metrics import VECTOR_CACHE_ROWS
 from services.storage.db import DEFAULT_READ_MMAP_MB, open_read_only
+from services.storage.search import vector_changes
 
 _CHUNK_ROWS = 65_536  # scan block: keeps the XOR temporaries in cache
 
@@ -165,16 +166,10 @@ class VectorCache:
         with self._lock:
             conn = self._connection()
             if self._available is None:
-                self._available = (
-                    conn.execute(
-                        "SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                        "AND name = 'memory_vector_changes'"
-                    ).fetchone()
-                    is not None
-                )
+                self._available = vector_changes.has_change_log(conn)
             if not self._available:
                 return None
-            conn.execute("BEGIN")  # the log position and the rows: one snapshot
+            vector_changes.begin_snapshot(conn)  # the log position and the rows: one snapshot
             try:
                 self._catch_up(conn)
                 if namespace not in self._namespaces:
@@ -184,7 +179,7 @@ class VectorCache:
                     self._load(conn, namespace)  # widths were mixed: maybe settled now
                     cached = self._namespaces[namespace]
             finally:
-                conn.execute("ROLLBACK")
+                vector_changes.end_snapshot(conn)
             query_bits = quantize(query_f32)
             if cached is None or (cached.size and cached.width != len(query_bits)):
                 return None
@@ -203,42 +198,27 @@ class VectorCache:
                 total -= cached.size if cached is not None else 0
 
     def _catch_up(self, conn: Any) -> None:
-        # one statement per aggregate: SQLite's min/max shortcut (an index seek)
-        # applies only to a query with a single min() or max()
-        newest = conn.execute("SELECT max(seq) FROM memory_vector_changes").fetchone()[0] or 0
+        newest = vector_changes.newest_change(conn)
         if newest == self._seq:
             return
-        oldest = conn.execute("SELECT min(seq) FROM memory_vector_changes").fetchone()[0] or 0
+        oldest = vector_changes.oldest_change(conn)
         if not self._namespaces or newest < self._seq or oldest > self._seq + 1:
             # nothing cached yet, or the log was pruned past us: start over
             self._namespaces.clear()
             self._seq = newest
             return
-        changed = [
-            row[0]
-            for row in conn.execute(
-                "SELECT DISTINCT memory_rowid FROM memory_vector_changes WHERE seq > ? AND seq <= ?",
-                (self._seq, newest),
-            )
-        ]
+        changed = vector_changes.changed_rowids(conn, self._seq, newest)
         self._seq = newest
         changed_array = np.asarray(changed, np.int64)
         for cached in self._namespaces.values():
             if cached is not None:
                 cached.remove(changed_array)
         added: dict[str, tuple[list[int], list[bytes]]] = {}
-        for start in range(0, len(changed), 500):
-            part = changed[start : start + 500]
-            marks = ", ".join("?" * len(part))
-            for rowid, space, bits in conn.execute(
-                "SELECT memory_rowid, namespace, bits FROM memory_vectors "
-                f"WHERE memory_rowid IN ({marks})",
-                part,
-            ):
-                if space in self._namespaces:
-                    rowids, blobs = added.setdefault(space, ([], []))
-                    rowids.append(rowid)
-                    blobs.append(bits)
+        for rowid, space, bits in vector_changes.vector_rows(conn, changed):
+            if space in self._namespaces:
+                rowids, blobs = added.setdefault(space, ([], []))
+                rowids.append(rowid)
+                blobs.append(bits)
         for space, (rowids, blobs) in added.items():
             cached = self._namespaces[space]
             if cached is not None and cached.size == 0:
@@ -252,9 +232,7 @@ class VectorCache:
         """Read the namespace in full, in the transaction that read the log
         position (in _catch_up): the rows are as of that position."""
         self.reloads += 1
-        rows = conn.execute(
-            "SELECT memory_rowid, bits FROM memory_vectors WHERE namespace = ?", (namespace,)
-        ).fetchall()
+        rows = vector_changes.namespace_rows(conn, namespace)
         widths = {len(row[1]) for row in rows}
         if len(widths) > 1:
             self._namespaces[namespace] = None

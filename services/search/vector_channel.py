@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from services.search import pg_vectors, queries
 from services.search.recall_scope import RecallScope
 from services.search.vector_cache import VectorCache
+from services.storage.search import pg_vectors, queries
 
 
 class VectorChannel(Protocol):

@@ -2,7 +2,7 @@
 the same way everywhere, like services/storage/sqlite.py's SQLite ones.
 
 SqliteApi puts a psycopg connection behind the part of sqlite3's connection API
-the store uses, so services/store/repository.py's SQL is written once for both;
+the store uses, so services/storage/store/repository.py's SQL is written once for both;
 PgReadPool is db.ReadPool's Postgres twin, taking the same sqlite3-style SQL.
 
 psycopg 3 is only imported here and by the Postgres modules, so an install

@@ -97,7 +97,7 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
             content_tsv        tsvector GENERATED ALWAYS AS (
                 CASE WHEN is_deleted = 0 THEN to_tsvector('engram_english'::regconfig, content) END
             ) STORED,
-            -- its length, for BM25's length normalisation (services/search/pg_text.py)
+            -- its length, for BM25's length normalisation (services/storage/search/pg_text.py)
             content_tokens     INTEGER GENERATED ALWAYS AS (
                 CASE WHEN is_deleted = 0
                     THEN engram_token_count(to_tsvector('engram_english'::regconfig, content)) END
@@ -244,7 +244,7 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
         );
         CREATE INDEX relations_target ON relations(target_entity_id);
         -- rowid: SQLite's implicit one, named (as memories.rowid): the order
-        -- mentions were linked in (services/store/graph_sql.py previous_mention)
+        -- mentions were linked in (services/storage/store/graph_sql.py previous_mention)
         CREATE TABLE memory_entity_mentions (
             rowid        BIGINT GENERATED ALWAYS AS IDENTITY,
             memory_id    TEXT COLLATE "C" NOT NULL,
@@ -474,7 +474,7 @@ PG_MIGRATIONS: tuple[tuple[str, str], ...] = (
         "keyword_term_statistics",
         """
         -- Issue 21: BM25's per-namespace statistics, kept instead of counted at
-        -- Recall (services/search/pg_text.py): for each namespace, how many
+        -- Recall (services/storage/search/pg_text.py): for each namespace, how many
         -- memories content_tsv indexes and their tokens, and per lexeme how many
         -- of them hold it. They count what the GIN index holds (FTS5's index on
         -- SQLite: every memory not deleted, expired or superseded ones

@@ -99,6 +99,50 @@ def open_read_only(
     return conn
 
 
+# ---- the writer's WAL bound (services/store/writer.py) and backup/restore's checks ----
+
+
+def main_file(conn: Any) -> str:
+    """The main database's file, as SQLite opened it (absolute)."""
+    return str(conn.execute("PRAGMA database_list").fetchone()[2])
+
+
+def set_journal_size_limit(conn: Any, limit_bytes: int) -> None:
+    conn.execute(f"PRAGMA journal_size_limit = {int(limit_bytes)}")
+
+
+def busy_timeout(conn: Any) -> int:
+    return int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+
+
+def set_busy_timeout(conn: Any, ms: int) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {int(ms)}")
+
+
+def restart_wal(conn: Any) -> tuple[int, int, int]:
+    """A RESTART checkpoint: (busy, WAL frames, frames copied), as SQLite reports."""
+    busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+    return busy, frames, copied
+
+
+def leave_wal(conn: Any) -> None:
+    """journal_mode DELETE: a copy that is no one's database yet keeps no -wal."""
+    conn.execute("PRAGMA journal_mode = DELETE")
+
+
+def integrity_problems(conn: Any) -> list[str]:
+    """SQLite's integrity check: ["ok"] for a sound file."""
+    return [row[0] for row in conn.execute("PRAGMA integrity_check")]
+
+
+def take_exclusive_lock_briefly(conn: Any) -> None:
+    """Take and give back the file's exclusive lock; OperationalError ("locked",
+    "busy") while another connection has it open."""
+    conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+    conn.execute("BEGIN EXCLUSIVE")
+    conn.execute("ROLLBACK")
+
+
 class Reads(Protocol):
     """What a reader needs: the pool itself, or one of its snapshots."""
 

@@ -387,7 +387,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         -- done), next to chunk_count, so a watcher sees progress as n of m.
         ALTER TABLE documents ADD COLUMN expected_chunk_count INTEGER NOT NULL DEFAULT 0;
         -- A document's attempt number and last error are its ingest job's
-        -- (services/store/document_sql.py reads them by document id).
+        -- (services/storage/store/document_sql.py reads them by document id).
         CREATE INDEX memory_jobs_document ON memory_jobs(document_id, created_at)
             WHERE document_id IS NOT NULL;
         """,
@@ -557,7 +557,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
         "pinned_memories_index",
         """
-        -- AssembleContext's PINNED section (services/search/context_queries.py)
+        -- AssembleContext's PINNED section (services/storage/search/context_queries.py)
         -- reads a namespace's live pinned memories, most important first, on
         -- every call: without this a 100k-memory namespace is scanned (~55 ms).
         CREATE INDEX memories_pinned ON memories(namespace, importance DESC, updated_at DESC)
@@ -643,7 +643,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             WHERE link_type = 'supersedes';
         -- No new index on memory_links: a memory's links are found by the
         -- unique (from_memory_id, ...) index and memory_links_to, one
-        -- direction at a time (services/store/explain_sql.py links_query);
+        -- direction at a time (services/storage/store/explain_sql.py links_query);
         -- every index more is paid on the hot path's temporal links.
 
         -- Seed 003 "entities": an entity has a type from a closed set and
@@ -707,7 +707,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     (
         "recall_time_range_indexes",
         """
-        -- Issue 17, Recall's temporal route (services/search/queries.py):
+        -- Issue 17, Recall's temporal route (services/storage/search/queries.py):
         -- the memories of the range a question names are an index range of
         -- event times, not a scan of the namespace (at 100k memories the scan
         -- tripled Recall's p95); the facts valid during a past range but no

@@ -21,10 +21,11 @@ from services.common.errors import PipelineDisabled
 from services.common.validation import validate_namespace
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
-from services.store import admin_sql as sql
-from services.store import graph_sql, mutations
-from services.store import repository as repo
-from services.store.job_enums import JobKind
+from services.storage.store import admin_sql as sql
+from services.storage.store import graph_sql
+from services.storage.store import repository as repo
+from services.storage.store.job_enums import JobKind
+from services.store import mutations
 from services.store.weak import DecayPolicy, WeakMemories
 from services.store.writer import Writer
 

@@ -9,8 +9,8 @@ import grpc
 from engram.store.internal.v1 import admin_pb2 as pb
 from engram.store.internal.v1 import admin_pb2_grpc
 from services.common.convert import timestamp_from_text
+from services.storage.store.job_enums import job_counts
 from services.store.admin import StoreAdmin
-from services.store.job_enums import job_counts
 
 
 class StoreAdminServicer(admin_pb2_grpc.StoreAdminServiceServicer):

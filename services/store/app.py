@@ -50,6 +50,7 @@ from services.common.server import (
 from services.common.startup import StartupError
 from services.common.suite import announce_suite
 from services.storage.db import Backend, ReadPool, StorageUnavailable, backend_for
+from services.storage.store.suite_sql import read_suite_id
 from services.store.access_servicer import AccessServicer
 from services.store.admin import store_admin
 from services.store.admin_servicer import StoreAdminServicer
@@ -67,7 +68,6 @@ from services.store.privacy import PrivacyPolicy
 from services.store.servicer import MemoryStoreServicer
 from services.store.sessions import Sessions
 from services.store.suite_servicer import SuiteServicer
-from services.store.suite_sql import read_suite_id
 from services.store.weak import DecayPolicy, WeakMemories
 from services.store.writer import Writer
 
@@ -160,11 +160,11 @@ async def _end_idle_sessions(consolidation: Consolidation, config: Config) -> No
 def _queue_counts_now(backend: Backend) -> dict[tuple[str, str], int]:
     """Jobs by (type, status), read on a connection of its own: for the metrics
     scrape, which runs on the HTTP server's thread, not on the event loop."""
-    from services.store import repository as repo
+    from services.storage.store import repository as repo
 
     conn = backend.connect_read_only(application_name="engram-store-metrics")
     try:
-        return {(row[0], row[1]): row[2] for row in conn.execute(*repo.queue_counts_query())}
+        return repo.queue_counts(conn)
     finally:
         conn.close()
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Literal
 
 import sqlean
 
+from services.storage import sqlite
 from services.storage.db import (
     PRIVATE_DIR_MODE,
     DatabaseError,
@@ -99,7 +100,7 @@ def backup(database: str | Path, target: str | Path, *, force: bool = False) -> 
                 copy = sqlean.connect(str(staging), isolation_level=None)
                 try:
                     source.backup(copy)  # pages=-1: all of it, in one snapshot
-                    copy.execute("PRAGMA journal_mode = DELETE")
+                    sqlite.leave_wal(copy)
                 finally:
                     copy.close()
             finally:
@@ -148,9 +149,9 @@ def _check(copy: Path, source: Path) -> int:
     except DatabaseError as exc:
         raise BackupError(f"{source} is not a usable SQLite database: {exc}") from exc
     try:
-        conn.execute("PRAGMA journal_mode = DELETE")
+        sqlite.leave_wal(conn)
         try:
-            problems = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+            problems = sqlite.integrity_problems(conn)
         except DatabaseError as exc:  # damage that stops the check itself
             problems = [str(exc)]
         if problems != ["ok"]:
@@ -173,9 +174,7 @@ def _refuse_if_open(database: Path) -> None:
         return
     conn = sqlean.connect(str(database), isolation_level=None, timeout=0)
     try:
-        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
-        conn.execute("BEGIN EXCLUSIVE")
-        conn.execute("ROLLBACK")
+        sqlite.take_exclusive_lock_briefly(conn)
     except OperationalError as exc:
         if "locked" in str(exc) or "busy" in str(exc):
             raise BackupError(

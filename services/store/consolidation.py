@@ -32,9 +32,10 @@ from services.common.facts import (
 from services.common.validation import validate_id
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
-from services.store import extraction_sql, mutations, rules, session_lifecycle
-from services.store import repository as repo
-from services.store import session_sql as sql
+from services.storage.store import extraction_sql
+from services.storage.store import repository as repo
+from services.storage.store import session_sql as sql
+from services.store import mutations, rules, session_lifecycle
 from services.store.extraction_writes import (
     WritePolicy,
     check_fact,

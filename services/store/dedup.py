@@ -34,9 +34,10 @@ from services.common.importance import effective_importance
 from services.common.llm_gate import DECIDED_BY_LLM, LlmGate
 from services.common.memory_record import MemoryRecord, may_merge
 from services.storage.connection import Connection
+from services.storage.store import extraction_sql as links
+from services.storage.store import repository as repo
+from services.storage.store.job_enums import JobKind
 from services.store import mutations, rules, supersede
-from services.store import repository as repo
-from services.store.job_enums import JobKind
 from services.store.writer import Writer
 
 ACTIONS = ("merge", "supersede", "keep_both")
@@ -270,7 +271,7 @@ async def merged_into(reads: Any, namespace: str, record: MemoryRecord) -> str:
     for _ in range(MAX_MERGE_HOPS):
         if not current.deleted:
             break
-        last = await reads.fetch_one(_last_event_query(namespace, current.id))
+        last = await reads.fetch_one(repo.last_event_query(namespace, current.id))
         if last is None or last["event"] != mutations.MERGED_EVENT:
             break
         found = json.loads(last["metadata"]).get("survivor_id", "")
@@ -285,16 +286,8 @@ async def superseded_by(reads: Any, namespace: str, record: MemoryRecord) -> str
     """The memory that superseded `record` directly; "" when none did."""
     if record.superseded_at is None:
         return ""
-    row = await reads.fetch_one(supersede.successor_query(namespace, record.id))
+    row = await reads.fetch_one(links.successor_query(namespace, record.id))
     return "" if row is None else str(row[0])
-
-
-def _last_event_query(namespace: str, memory_id: str) -> repo.Query:
-    return (
-        "SELECT event, metadata FROM memory_history WHERE namespace = ? AND memory_id = ? "
-        "ORDER BY seq DESC LIMIT 1",
-        [namespace, memory_id],
-    )
 
 
 class LeaseLost:

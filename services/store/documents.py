@@ -23,10 +23,10 @@ from services.common.pii import PiiGate, gate
 from services.common.validation import check_no_control, validate_id, without_control
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
-from services.store import document_sql as sql
+from services.storage.store import document_sql as sql
+from services.storage.store import repository as repo
+from services.storage.store.job_enums import JobKind
 from services.store import mutations, rules
-from services.store import repository as repo
-from services.store.job_enums import JobKind
 from services.store.jobs import MAX_ERROR_CHARS
 from services.store.memories import _page_size
 from services.store.page_tokens import decode_int_position, encode_page_token

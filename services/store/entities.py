@@ -11,7 +11,7 @@ from typing import Any
 from services.common.errors import NotFound, echo
 from services.common.memory_record import MemoryRecord
 from services.storage.db import ReadPool
-from services.store import entities_sql as sql
+from services.storage.store import entities_sql as sql
 from services.store.inputs import GetEntityInput, ListEntitiesInput
 from services.store.page_tokens import encode_page_token
 

@@ -13,8 +13,8 @@ from typing import Any
 from services.common.errors import NotFound
 from services.common.memory_record import MemoryRecord
 from services.storage.db import ReadPool
-from services.store import explain_sql as sql
-from services.store import repository as repo
+from services.storage.store import explain_sql as sql
+from services.storage.store import repository as repo
 from services.store.inputs import GetMemoryInput, ListLinksInput
 from services.store.memories import HistoryEntry
 from services.store.page_tokens import encode_page_token

@@ -44,11 +44,11 @@ from services.common.memory_record import MemoryRecord
 from services.common.normalize import NormalizedContent, is_blank, normalize_content
 from services.common.validation import validate_id, validate_ids
 from services.storage.connection import Connection
+from services.storage.store import extraction_sql as sql
+from services.storage.store import repository as repo
+from services.storage.store.job_enums import JobKind
 from services.store import contradiction, mutations, supersede
-from services.store import extraction_sql as sql
-from services.store import repository as repo
 from services.store.graph import Triple, write_graph
-from services.store.job_enums import JobKind
 from services.store.writer import Writer
 
 log = logging.getLogger("engram.store.extraction")

@@ -18,8 +18,8 @@ from services.common import clock
 from services.common.facts import DEFAULT_ENTITY_TYPE, NamedEntity
 from services.common.normalize import normalize_content
 from services.storage.connection import Connection
-from services.store import extraction_sql as links
-from services.store import graph_sql as sql
+from services.storage.store import extraction_sql as links
+from services.storage.store import graph_sql as sql
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from services.common.convert import temporal_from_proto, text_from_timestamp, ti
 from services.common.errors import InvalidArgument
 from services.common.facts import DEFAULT_ENTITY_TYPE, NamedEntity
 from services.common.validation import validate_namespace
+from services.storage.store.job_enums import TYPE_NAMES, TYPE_VALUES, job_counts
 from services.store.consolidation import ConsolidateCompletion, Consolidation, SessionFact
 from services.store.extraction_writes import (
     ExtractCompletion,
@@ -21,7 +22,6 @@ from services.store.extraction_writes import (
     Proposal,
 )
 from services.store.graph import Triple
-from services.store.job_enums import TYPE_NAMES, TYPE_VALUES, job_counts
 from services.store.jobs import EmbedResult, JobQueue, LeaseHolder
 from services.store.sessions import Sessions
 

@@ -25,9 +25,10 @@ from services.common.errors import (
 from services.common.memory_record import may_merge
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
-from services.store import consolidation, document_sql, mutations, sessions
-from services.store import repository as repo
-from services.store.job_enums import JobKind
+from services.storage.store import document_sql
+from services.storage.store import repository as repo
+from services.storage.store.job_enums import JobKind
+from services.store import consolidation, mutations, sessions
 from services.store.writer import Writer
 
 MAX_BATCH = 500

@@ -30,9 +30,9 @@ from services.common.pii import PiiAction, PiiGate, PiiPolicy
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.storage.dialect import Dialect
+from services.storage.store import repository as repo
+from services.storage.store.admin_sql import purged_marker_query
 from services.store import mutations, rules, supersede
-from services.store import repository as repo
-from services.store.admin_sql import purged_marker_query
 from services.store.inputs import (
     AccessInput,
     ForgetInput,

@@ -24,10 +24,11 @@ from services.common.normalize import NormalizedContent
 from services.common.text import MAX_SENTENCES
 from services.common.vectors import normalized_f32, normalized_parts_f16
 from services.storage.connection import Connection
-from services.store import extraction_sql as link_sql
-from services.store import graph_sql, session_lifecycle
-from services.store import repository as repo
-from services.store.job_enums import JobKind
+from services.storage.store import extraction_sql as link_sql
+from services.storage.store import graph_sql
+from services.storage.store import repository as repo
+from services.storage.store.job_enums import JobKind
+from services.store import session_lifecycle
 
 # ---- vectors ------------------------------------------------------------------------
 

@@ -26,9 +26,9 @@ from services.common.errors import FailedPrecondition, NotFound
 from services.common.memory_record import MemoryRecord
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
+from services.storage.store import namespace_sql as sql
+from services.storage.store import repository as repo
 from services.store import mutations
-from services.store import namespace_sql as sql
-from services.store import repository as repo
 from services.store.inputs import DeleteNamespaceInput, RecoverNamespaceInput
 from services.store.writer import Writer
 

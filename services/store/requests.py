@@ -34,8 +34,8 @@ from services.common.validation import (
     validate_ids,
     validate_namespace,
 )
+from services.storage.store.extraction_sql import LINK_TYPES
 from services.store import dedup, entities, explain, rules, weak
-from services.store.extraction_sql import LINK_TYPES
 from services.store.graph import canonical_name
 from services.store.inputs import (
     AccessInput,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from services.storage.connection import Connection
-from services.store import session_sql as sql
+from services.storage.store import session_sql as sql
 
 NEW_SESSION = "new_session"
 IDLE = "idle"

@@ -17,9 +17,9 @@ from services.common.memory_record import MemoryRecord
 from services.common.normalize import normalize_content
 from services.common.turn_roles import ROLES, USER
 from services.storage.connection import Connection
+from services.storage.store import repository as repo
+from services.storage.store import session_sql as sql
 from services.store import mutations, rules
-from services.store import repository as repo
-from services.store import session_sql as sql
 from services.store.inputs import SessionInput, TurnInput
 from services.store.memories import MemoryStore
 from services.store.privacy import FULL, FULL_NOTICE, PARTIAL, PARTIAL_NOTICE

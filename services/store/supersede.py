@@ -24,9 +24,9 @@ from typing import Any
 
 from services.common.memory_record import MemoryRecord
 from services.storage.connection import Connection
-from services.store import extraction_sql as links
+from services.storage.store import extraction_sql as links
+from services.storage.store import repository as repo
 from services.store import mutations
-from services.store import repository as repo
 
 # Why a supersede cannot apply (the caller reports it its own way).
 ALREADY_SUPERSEDED = "already_superseded"  # the old version's validity is closed already
@@ -144,19 +144,9 @@ def close(
         evidence=evidence,
     )
     # The old version's relations to other facts end with it; its versions,
-    # sources and place in its session stay (services/store/extraction_sql.py).
+    # sources and place in its session stay (services/storage/store/extraction_sql.py).
     links.close_relation_links(conn, old.namespace, old.id, until)
     return version
-
-
-def successor_query(namespace: str, memory_id: str) -> repo.Query:
-    """The memory that supersedes `memory_id` directly (GetMemory's superseded_by_id)."""
-    return (
-        "SELECT from_memory_id FROM memory_links "
-        "WHERE namespace = ? AND to_memory_id = ? AND link_type = ? "
-        "ORDER BY created_at DESC LIMIT 1",
-        [namespace, memory_id, links.SUPERSEDES],
-    )
 
 
 def new_history_metadata(old: MemoryRecord, valid_from: str) -> dict[str, Any]:

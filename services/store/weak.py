@@ -13,7 +13,8 @@ from services.common.config import Config
 from services.common.memory_record import MemoryRecord
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
-from services.store import decay_sql, mutations
+from services.storage.store import decay_sql
+from services.store import mutations
 from services.store.inputs import WeakPageInput
 from services.store.page_tokens import encode_page_token
 

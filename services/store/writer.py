@@ -83,6 +83,7 @@ from services.common.metrics import (
     WRITER_WAL_BYTES,
     WRITER_WAL_RESTARTS,
 )
+from services.storage import sqlite, transactions
 from services.storage.connection import Connection
 from services.storage.db import MIB
 
@@ -179,8 +180,8 @@ class WalLimit:
     def __init__(self, connection: Any, limit_mb: int) -> None:
         self._limit = limit_mb * MIB
         # the main database's file, as SQLite opened it (absolute)
-        self._wal_path = connection.execute("PRAGMA database_list").fetchone()[2] + "-wal"
-        connection.execute(f"PRAGMA journal_size_limit = {self._limit}")
+        self._wal_path = sqlite.main_file(connection) + "-wal"
+        sqlite.set_journal_size_limit(connection, self._limit)
         self._next_try = self._limit  # WAL bytes past which the next checkpoint is forced
         self._wait_ms = WAL_RESTART_LEAST_WAIT_MS
 
@@ -207,10 +208,10 @@ class WalLimit:
 
     def _restart(self, conn: Connection, size: int) -> bool:
         """Whether the WAL was restarted (its next write starts at its beginning)."""
-        busy_timeout = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        busy_timeout = sqlite.busy_timeout(conn)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {self._wait_ms}")
-            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+            sqlite.set_busy_timeout(conn, self._wait_ms)
+            busy, frames, copied = sqlite.restart_wal(conn)
         except Exception as exc:  # a full disk, an I/O error: the next group writes on
             WRITER_WAL_RESTARTS.labels("failed").inc()
             log.warning(
@@ -219,7 +220,7 @@ class WalLimit:
             )
             return False
         finally:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
+            sqlite.set_busy_timeout(conn, busy_timeout)
         if busy:  # snapshots outlasted the wait: frames copied so far stay copied
             WRITER_WAL_RESTARTS.labels("gave_up").inc()
             log.info(
@@ -389,12 +390,12 @@ class Writer:
             error: BaseException | None = None
             whole: BaseException | None = None
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                transactions.begin(conn)
                 for index, unit in enumerate(units):
                     failed = index
                     results.extend(_run_unit(conn, unit))
                 failed = None
-                conn.execute("COMMIT")
+                transactions.commit(conn)
             except BaseException as exc:
                 error = exc
                 whole = self._group_error(exc)
@@ -426,7 +427,7 @@ class Writer:
         outcomes: list[tuple[Any, BaseException | None]] = []
         conn = self._conn
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            transactions.begin(conn)
             for unit in units:
                 try:
                     results = _in_savepoint(conn, unit)
@@ -448,7 +449,7 @@ class Writer:
                     continue
                 settled.extend(unit)
                 outcomes.extend((result, None) for result in results)
-            conn.execute("COMMIT")
+            transactions.commit(conn)
         except BaseException as exc:
             whole = self._group_error(exc)
             if whole is None:
@@ -516,7 +517,7 @@ def _rollback(conn: Connection) -> None:
     if connection_lost(conn) or not conn.in_transaction:
         return
     try:
-        conn.execute("ROLLBACK")
+        transactions.rollback(conn)
     except Exception:
         log.exception("rollback failed")
 
@@ -551,14 +552,13 @@ def _run_unit(conn: Connection, unit: list[_Pending]) -> list[Any]:
 
 def _in_savepoint(conn: Connection, unit: list[_Pending]) -> list[Any]:
     """The unit's results; on error, the unit's writes are undone and it raises."""
-    conn.execute("SAVEPOINT op")
+    transactions.savepoint(conn)
     try:
         results = _run_unit(conn, unit)
     except BaseException:
-        conn.execute("ROLLBACK TO op")
-        conn.execute("RELEASE op")
+        transactions.undo_unit(conn)
         raise
-    conn.execute("RELEASE op")
+    transactions.release(conn)
     return results
 
 

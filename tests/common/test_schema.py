@@ -15,14 +15,14 @@ import pytest
 from backend_db import migrate_to
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.memory_record import MemoryRecord
-from services.search import context_queries, queries
 from services.storage import pg
 from services.storage.db import open_read_only
 from services.storage.dialect import Dialect, dialect_of
 from services.storage.pg_migrations import PG_MIGRATIONS
 from services.storage.schema import MEMORY_COLUMNS, SCHEMA_VERSION, memory_columns
+from services.storage.search import context_queries, queries
 from services.storage.sqlite_migrations import MIGRATIONS
-from services.store import decay_sql, repository
+from services.storage.store import decay_sql, repository
 
 NOW = "2026-12-02T00:00:00.000000000Z"
 

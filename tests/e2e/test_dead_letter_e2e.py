@@ -28,7 +28,7 @@ from engram.common.v1 import document_pb2
 from engram.pipeline.v1 import pipeline_pb2 as pb
 from engram.pipeline.v1 import pipeline_pb2_grpc
 from http_fakes import Reply, Request, ollama_server, unit_axis
-from services.store.repository import WORKER_LOST
+from services.storage.store.repository import WORKER_LOST
 
 MAX_ATTEMPTS = 3  # workerMaxRetries' default
 WAIT_S = 60.0

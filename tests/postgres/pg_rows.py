@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.storage.dialect import Dialect, dialect_of
-from services.store import repository as repo
+from services.storage.store import repository as repo
 
 T0 = "2026-01-01T00:00:00.000000000Z"
 T1 = "2026-01-01T00:00:01.000000000Z"

@@ -14,9 +14,9 @@ import pytest
 from pg_rows import T0, T1, T2, T3, dialect, memory
 
 from services.common import forgetting
-from services.store import admin_sql, decay_sql, explain_sql, suite_sql
-from services.store import repository as repo
-from services.store.extraction_sql import DERIVED_FROM, SUPERSEDES
+from services.storage.store import admin_sql, decay_sql, explain_sql, suite_sql
+from services.storage.store import repository as repo
+from services.storage.store.extraction_sql import DERIVED_FROM, SUPERSEDES
 
 OLD = "2025-01-01T00:00:00.000000000Z"
 CUTOFF = "2025-06-01T00:00:00.000000000Z"

@@ -1,4 +1,4 @@
-"""Documents' SQL (services/store/document_sql.py) on both backends: a
+"""Documents' SQL (services/storage/store/document_sql.py) on both backends: a
 migrated SQLite file and a migrated PostgreSQL database, the same assertions
 (the `conn` fixture is tests/postgres/conftest.py's)."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 from pg_rows import T0, T1, T2, T3, insert, memory
 
-from services.store import document_sql as sql
-from services.store import repository as repo
+from services.storage.store import document_sql as sql
+from services.storage.store import repository as repo
 
 
 def _document(conn: Any, document_id: str, namespace: str = "ns") -> str:

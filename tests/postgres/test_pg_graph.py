@@ -1,4 +1,4 @@
-"""The knowledge graph's SQL (services/store/graph_sql.py, graph.py,
+"""The knowledge graph's SQL (services/storage/store/graph_sql.py, graph.py,
 entities_sql.py) and the links between memories (extraction_sql.py) on both
 backends from one home: every test runs once on a migrated SQLite file and
 once on a migrated PostgreSQL database (through services/storage/pg.py's
@@ -11,9 +11,9 @@ from typing import Any
 from pg_rows import PAST, T0, T1, T2, T3, dialect, insert, memory
 
 from services.common.facts import NamedEntity
-from services.store import entities_sql, graph_sql
-from services.store import extraction_sql as links
-from services.store import repository as repo
+from services.storage.store import entities_sql, graph_sql
+from services.storage.store import extraction_sql as links
+from services.storage.store import repository as repo
 from services.store.graph import Triple, write_graph
 
 

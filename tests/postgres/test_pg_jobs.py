@@ -1,5 +1,5 @@
 """The repository's job queue on a real PostgreSQL (through SqliteApi), with
-services/store/repository.py's claim: the queue's semantics (lease tokens, fencing,
+services/storage/store/repository.py's claim: the queue's semantics (lease tokens, fencing,
 the reaper, retries, burying), now with claimers that really run at once on
 separate connections."""
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from services.storage.pg import SqliteApi, open_read_write
-from services.store import pg_jobs, repository
-from services.store.repository import job_row
+from services.storage.store import pg_jobs, repository
+from services.storage.store.repository import job_row
 
 T0 = "2026-01-01T00:00:00.000000000Z"
 T1 = "2026-01-01T00:00:01.000000000Z"

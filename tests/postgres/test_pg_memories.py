@@ -12,7 +12,7 @@ from pg_rows import T0, dialect, insert, memory
 
 from services.common.fts import keyword_terms, quoted
 from services.common.memory_filter import MemoryFilterSpec
-from services.store import repository as repo
+from services.storage.store import repository as repo
 
 
 def _insert(conn: Any, memory_id: str, content: str, at: str, **overrides: Any) -> None:

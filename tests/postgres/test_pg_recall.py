@@ -13,11 +13,11 @@ import pytest
 
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.providers.embedding import NoEmbedding
-from services.search import pg_text
 from services.search.embedder import QueryEmbedder
 from services.search.recall import Recaller, RecallParams
 from services.search.scoring import ScoringParams
 from services.storage import pg
+from services.storage.search import pg_text
 
 AT = "2026-01-01T00:00:00.000000000Z"
 FILLER = (

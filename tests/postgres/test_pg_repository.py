@@ -1,4 +1,4 @@
-"""services/store/repository.py on both backends from one home: every test runs
+"""services/storage/store/repository.py on both backends from one home: every test runs
 once on a migrated SQLite file and once on a migrated PostgreSQL database (through
 services/storage/pg.py's SqliteApi), with the same assertions. First, SqliteApi's
 translation of sqlite3's SQL text into psycopg's."""
@@ -16,8 +16,8 @@ from services.common import forgetting
 from services.common.memory_filter import NOW_SQL, MemoryFilterSpec
 from services.storage import db, pg
 from services.storage.dialect import dialect_of
-from services.store import document_sql
-from services.store import repository as repo
+from services.storage.store import document_sql
+from services.storage.store import repository as repo
 from services.store.writer import Writer
 
 FUTURE = "9999-01-01T00:00:00.000000000Z"

@@ -15,10 +15,10 @@ import pytest
 from pg_rows import memory
 
 from services.common.memory_filter import MemoryFilterSpec
-from services.search import context_queries, graph_queries, pg_text, queries
 from services.storage import pg
 from services.storage.dialect import dialect_of
-from services.store import repository as repo
+from services.storage.search import context_queries, graph_queries, pg_text, queries
+from services.storage.store import repository as repo
 
 T0 = "2026-01-01T00:00:00.000000000Z"
 T1 = "2026-01-02T00:00:00.000000000Z"

@@ -1,4 +1,4 @@
-"""Conversation sessions' SQL (services/store/session_sql.py), their lifecycle
+"""Conversation sessions' SQL (services/storage/store/session_sql.py), their lifecycle
 (session_lifecycle.py) and the summarize job's transcript (sessions.py) on both
 backends: a migrated SQLite file and a migrated PostgreSQL database, the same
 assertions (the `conn` fixture is tests/postgres/conftest.py's)."""
@@ -9,9 +9,9 @@ from typing import Any
 
 from pg_rows import T0, T1, T2, T3, insert, memory
 
-from services.store import repository as repo
+from services.storage.store import repository as repo
+from services.storage.store import session_sql as sql
 from services.store import session_lifecycle as lifecycle
-from services.store import session_sql as sql
 from services.store.sessions import transcript
 
 FUTURE = "9999-01-01T00:00:00.000000000Z"

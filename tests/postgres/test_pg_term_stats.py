@@ -19,9 +19,9 @@ import backend_db
 from admin_helpers import AdminStore, admin_store
 from engram.store.internal.v1 import admin_pb2 as pb
 from engram.store.v1 import store_pb2 as S
-from services.search import pg_text
 from services.storage import pg
 from services.storage.pg_migrations import PG_MIGRATIONS, apply_pg_migrations
+from services.storage.search import pg_text
 
 RECOUNT_TOTALS = (
     "SELECT namespace, count(*), sum(content_tokens) FROM memories"

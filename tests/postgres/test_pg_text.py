@@ -1,4 +1,4 @@
-"""services/search/pg_text.py on a real PostgreSQL: BM25 computed in the query
+"""services/storage/search/pg_text.py on a real PostgreSQL: BM25 computed in the query
 equals FTS5's bm25() on the same memories (one namespace, so FTS5's whole-index
 statistics are the namespace's), and stays inside its namespace."""
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from services.common.fts import any_of, quoted
-from services.search import pg_text, queries
 from services.storage.db import open_read_write as open_sqlite
 from services.storage.pg import open_read_write, translate
 from services.storage.pg_migrations import apply_pg_migrations
+from services.storage.search import pg_text, queries
 from services.storage.sqlite_migrations import apply_migrations
 
 AT = "2026-01-01T00:00:00.000000000Z"

@@ -1,5 +1,5 @@
-"""The vector index on a real PostgreSQL: services/store/pg_vectors.py (the
-repository's vector functions, same meaning) and services/search/pg_vectors.py
+"""The vector index on a real PostgreSQL: services/storage/store/pg_vectors.py (the
+repository's vector functions, same meaning) and services/storage/search/pg_vectors.py
 (the vector channel's HNSW scan: the namespace's top k, the filter inside the
 scan, nothing from another namespace, no deleted, expired or superseded memory).
 """
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from services.common.memory_filter import MemoryFilterSpec
-from services.search import pg_vectors as channel
 from services.storage.pg import SqliteApi, open_read_only, open_read_write, translate
 from services.storage.pg_migrations import apply_pg_migrations
-from services.store import pg_vectors as store
-from services.store import repository
+from services.storage.search import pg_vectors as channel
+from services.storage.store import pg_vectors as store
+from services.storage.store import repository
 
 AT = "2026-01-01T00:00:00.000000000Z"
 PAST = "2020-01-01T00:00:00.000000000Z"

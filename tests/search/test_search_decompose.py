@@ -17,13 +17,13 @@ from http_fakes import VectorBook
 from recall_helpers import Stack, ids, vec
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.providers.embedding import NoEmbedding
-from services.search import pg_text, queries
 from services.search.decompose import parts
 from services.search.embedder import QueryEmbedder
 from services.search.recall import Recaller, RecallParams
 from services.search.scoring import ScoringParams
 from services.storage.db import Reads, open_read_pool
 from services.storage.dialect import SQLITE
+from services.storage.search import pg_text, queries
 
 QUESTION = "Which did I buy first, the red kayak or the blue tent?"
 KAYAK = "Picked up a paddle boat at the lake shop"

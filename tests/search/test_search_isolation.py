@@ -37,9 +37,9 @@ from recall_helpers import MODEL, QUERY_VECTOR, Stack, vec
 from services.common import clock
 from services.common.memory_filter import MemoryFilterSpec
 from services.common.vectors import normalized_f32
-from services.search import pg_vectors, queries
 from services.search.recall import bm25_idf
 from services.storage.db import ReadPool, open_read_write
+from services.storage.search import pg_vectors, queries
 
 RACE_SECONDS = 5.0
 MAX_RECALLS = 4000

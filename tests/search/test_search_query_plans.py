@@ -15,8 +15,8 @@ import pytest
 
 from admin_helpers import AdminStore, admin_store
 from services.common.memory_filter import MemoryFilterSpec
-from services.search import graph_queries, queries
-from services.store import entities_sql
+from services.storage.search import graph_queries, queries
+from services.storage.store import entities_sql
 
 pytestmark = pytest.mark.sqlite_only(
     "SQLite's EXPLAIN QUERY PLAN (Postgres plans: tests/postgres/test_pg_vectors.py, test_pg_text.py)"

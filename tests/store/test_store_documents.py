@@ -20,7 +20,7 @@ from engram.store.internal.v1 import job_queue_pb2 as jq
 from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from recall_helpers import wait_for
-from services.store.repository import LEASE_EXPIRED
+from services.storage.store.repository import LEASE_EXPIRED
 from store_helpers import remember, rows, scalar
 
 MODEL = "fake-embed"

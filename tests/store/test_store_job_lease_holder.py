@@ -18,7 +18,7 @@ from engram.common.v1 import job_pb2
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from grpc_helpers import error_of
 from recall_helpers import MODEL, Stack, count, vec
-from services.store.repository import WORKER_LOST
+from services.storage.store.repository import WORKER_LOST
 from store_helpers import rows
 
 EMBED, EXTRACT = job_pb2.JOB_TYPE_EMBED, job_pb2.JOB_TYPE_EXTRACT

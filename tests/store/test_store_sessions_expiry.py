@@ -24,7 +24,7 @@ from engram.store.v1 import store_pb2
 from grpc_helpers import error_of
 from services.common.clock import days_ago_text
 from services.common.memory_filter import MemoryFilterSpec
-from services.store.repository import list_memories_query
+from services.storage.store.repository import list_memories_query
 
 HOUR = duration_pb2.Duration(seconds=3600)
 

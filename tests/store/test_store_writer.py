@@ -182,7 +182,7 @@ def test_a_failing_batch_item_fails_alone(tmp_path: Path, with_plain_operation: 
 def test_dedup_lookup_searches_the_live_hash_index(tmp_path: Path) -> None:
     """Without statistics SQLite picked the (namespace, is_deleted) index for IN lists
     of eight or more hashes: a scan of the whole namespace on every group commit."""
-    from services.store import repository
+    from services.storage.store import repository
 
     conn = open_read_write(tmp_path / "m.db")
     apply_migrations(conn)

@@ -27,9 +27,9 @@ from services.common.memory_filter import (
 from services.storage.connection import Connection
 from services.storage.dialect import SQLITE, Dialect, dialect_of
 from services.storage.schema import memory_columns
-from services.store import document_sql
-from services.store.job_enums import JobKind
-from services.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
+from services.storage.store import document_sql
+from services.storage.store.job_enums import JobKind
+from services.storage.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
 
 # services/storage/schema.py's column list (with the writer's SQL, bare; the reads, as m.*)
 MEMORY_COLUMNS = memory_columns()
@@ -543,9 +543,9 @@ def index_model(conn: Connection) -> tuple[str, int | None] | None:
 
 
 def _pg_vectors() -> Any:
-    """services/store/pg_vectors.py, the vector index's Postgres SQL (imported
+    """services/storage/store/pg_vectors.py, the vector index's Postgres SQL (imported
     when first needed: it imports psycopg, the `postgres` extra)."""
-    from services.store import pg_vectors
+    from services.storage.store import pg_vectors
 
     return pg_vectors
 
@@ -706,7 +706,7 @@ def due_jobs(
     transaction. SQLite's one writer runs claims one at a time. On Postgres,
     where claimers run at once on their own connections, the rows are locked
     FOR UPDATE SKIP LOCKED: two transactions never return the same job and
-    neither waits for the other (services/store/pg_jobs.py's claim)."""
+    neither waits for the other (services/storage/store/pg_jobs.py's claim)."""
     sql = (
         "SELECT j.id, j.job_type, j.namespace, j.memory_id, j.document_id, j.attempts, "
         "j.max_attempts, m.content, m.content_hash, m.is_deleted, "
@@ -835,7 +835,7 @@ def _end_lost_leases(
     stays counted, so a job that crashes its worker or outlives its lease every
     time cannot loop forever. One with attempts left returns to pending with
     `error` as its last error; one without is dead with it, or, a document's,
-    its document `failed` (services/store/document_sql.py's fail_document).
+    its document `failed` (services/storage/store/document_sql.py's fail_document).
     On Postgres the rows are locked first: a job its holder is completing
     (leased_job's lock) is waited for, then no longer matches."""
     rows = conn.execute(
@@ -903,8 +903,22 @@ def release_prior_instance_leases(
     )
 
 
+def last_event_query(namespace: str, memory_id: str) -> Query:
+    """The memory's newest history event (event, metadata)."""
+    return (
+        "SELECT event, metadata FROM memory_history WHERE namespace = ? AND memory_id = ? "
+        "ORDER BY seq DESC LIMIT 1",
+        [namespace, memory_id],
+    )
+
+
 def queue_counts_query() -> Query:
     return ("SELECT job_type, status, count(*) FROM memory_jobs GROUP BY job_type, status", [])
+
+
+def queue_counts(conn: Connection) -> dict[tuple[str, str], int]:
+    """(job type, status) -> how many jobs, on a connection of its own."""
+    return {(row[0], row[1]): row[2] for row in conn.execute(*queue_counts_query())}
 
 
 def oldest_pending_query() -> Query:

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.common.memory_filter import MemoryFilterSpec, filter_sql
-from services.search.queries import marks
 from services.storage.dialect import SQLITE, Dialect
+from services.storage.search.queries import marks
 
 Query = tuple[str, list[Any]]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from services.storage.connection import Connection
 from services.storage.dialect import SQLITE, Dialect, dialect_of
-from services.store import repository as repo
-from services.store.job_enums import JobKind
-from services.store.vector_index import EMBEDDING_OF_MEMORY
+from services.storage.store import repository as repo
+from services.storage.store.job_enums import JobKind
+from services.storage.store.vector_index import EMBEDDING_OF_MEMORY
 
 Query = repo.Query
 

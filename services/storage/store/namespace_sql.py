@@ -1,15 +1,15 @@
 """The SQL of DeleteNamespace and RecoverNamespace (services/store/namespaces.py).
 
 Reads are (sql, params) for the read pool or the writer's connection; written
-for SQLite and run unchanged on PostgreSQL (services/store/repository.py)."""
+for SQLite and run unchanged on PostgreSQL (services/storage/store/repository.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from services.storage.connection import Connection
-from services.store import admin_sql
-from services.store.repository import _M_COLUMNS, Query
+from services.storage.store import admin_sql
+from services.storage.store.repository import _M_COLUMNS, Query
 
 # The maintenance_audit action of one DeleteNamespace execute: its result names
 # the namespace and the deleted time every memory it deleted carries, which is

@@ -9,7 +9,7 @@ read under the namespace.
 Builders whose SQL differs on PostgreSQL (issue 21) take the read pool's
 `dialect` (services/storage/dialect.py): the `+` plan guards, the filter's JSON
 arrays, the decay clock; the keyword and vector channels there are
-services/search/pg_text.py and pg_vectors.py."""
+services/storage/search/pg_text.py and pg_vectors.py."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The vector index's SQL on PostgreSQL (issue 21): the repository's vector
 functions whose SQL cannot be shared, under the same names and with the same
 meaning, on the store's connection (services/storage/pg.py SqliteApi; the
-caller's transaction). services/store/repository.py's functions of these names
+caller's transaction). services/storage/store/repository.py's functions of these names
 call them when the connection is a Postgres one, so callers never pick. The others (index_model,
 clear_vector_index, upsert_embedding, embedding_dimensions,
-delete_unused_embeddings) run from services/store/repository.py on both backends.
+delete_unused_embeddings) run from services/storage/store/repository.py on both backends.
 
 What differs from SQLite, and why:
 - The index row holds the memory's vector as a halfvec (pgvector) under the one
@@ -32,7 +32,7 @@ from psycopg.pq import Format
 
 from services.storage.pg import translate
 from services.storage.pg_migrations import fix_vector_dimensions
-from services.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
+from services.storage.store.vector_index import EMBEDDING_OF_MEMORY, record_index_model
 
 _CHUNK = 2_000  # vectors converted and written per round trip
 _UPSERT_VECTOR = (

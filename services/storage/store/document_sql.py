@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from services.storage.connection import Connection
-from services.store.job_enums import JobKind
+from services.storage.store.job_enums import JobKind
 
 Query = tuple[str, list[Any]]
 

@@ -4,8 +4,8 @@ every row read under the caller's namespace (a link never leads out of it)."""
 from __future__ import annotations
 
 from services.common.memory_filter import not_expired_sql
-from services.store.extraction_sql import DERIVED_FROM, SUPERSEDES
-from services.store.repository import _M_COLUMNS, Query
+from services.storage.store.extraction_sql import DERIVED_FROM, SUPERSEDES
+from services.storage.store.repository import _M_COLUMNS, Query
 
 MAX_CHAIN = 100  # versions followed each way, and derivations listed
 

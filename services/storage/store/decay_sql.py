@@ -11,7 +11,7 @@ from services.common.memory_filter import live_sql
 from services.storage.connection import Connection
 from services.storage.dialect import SQLITE, Dialect, dialect_of
 from services.storage.schema import memory_columns
-from services.store.repository import Query
+from services.storage.store.repository import Query
 
 _COLUMNS = memory_columns("m")
 

@@ -1,7 +1,7 @@
 """The job queue's one Postgres-only part (issue 21; not selectable yet): a
 claim for claimers that run at once, each on its own connection.
 
-Every other job-queue function is services/store/repository.py's, run on
+Every other job-queue function is services/storage/store/repository.py's, run on
 Postgres through services/storage/pg.py's SqliteApi; there due_jobs locks the
 rows it returns FOR UPDATE SKIP LOCKED and leased_job locks the job it checks.
 SQLite serialises every write through one writer, whose group transaction does
@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from services.store import repository
+from services.storage.store import repository
 
 if TYPE_CHECKING:
     from services.storage.pg import SqliteApi

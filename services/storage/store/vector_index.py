@@ -1,4 +1,4 @@
-"""What the vector index's SQL shares on both backends (services/store/repository.py
+"""What the vector index's SQL shares on both backends (services/storage/store/repository.py
 on SQLite, pg_vectors.py on PostgreSQL): the vector_index row (the index's model
 and its dimensions) and which embedding is a memory's."""
 

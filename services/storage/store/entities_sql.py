@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from services.common.memory_filter import live_sql
 from services.storage.dialect import SQLITE, Dialect
-from services.store.repository import _M_COLUMNS, Query
+from services.storage.store.repository import _M_COLUMNS, Query
 
 ENTITY_COLUMNS = "e.id, e.name, e.entity_type, e.mentions, e.created_at, e.updated_at"
 

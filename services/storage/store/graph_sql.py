@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from services.storage.connection import Connection
-from services.store import repository as repo
+from services.storage.store import repository as repo
 
 
 def find_entity(conn: Connection, namespace: str, canonical: str) -> tuple[str, str] | None:

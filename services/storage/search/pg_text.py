@@ -1,6 +1,6 @@
 """The keyword channel's query on PostgreSQL (issue 21): BM25 over the
 searched collection (a namespace's live memories passing the filter), in the
-shape of the FTS5 channel's rows (services/search/queries.py: (rowid, score),
+shape of the FTS5 channel's rows (services/storage/search/queries.py: (rowid, score),
 best first), with what the channel's coverage needs in the same round trip.
 
 `ts_rank` is not BM25 (no IDF, no document-length normalisation against the

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.common.memory_filter import live_sql
-from services.search.queries import MEMORY_COLUMNS, marks
+from services.storage.search.queries import MEMORY_COLUMNS, marks
 
 Query = tuple[str, list[Any]]
 

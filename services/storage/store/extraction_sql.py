@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from services.storage.connection import Connection
-from services.store import repository as repo
+from services.storage.store import repository as repo
 
 # Link types (seed 003 "edges"). supersedes: a newer version to the one it
 # replaced; derived_from: a pipeline fact to its source; temporal: a session's
@@ -140,3 +140,13 @@ def session_tails(conn: Connection, namespace: str, session_ids: Sequence[str]) 
         (*session_ids, namespace, TEMPORAL, SUPERSEDES),
     ).fetchall()
     return {row[0]: row[1] for row in rows if row[1] is not None}
+
+
+def successor_query(namespace: str, memory_id: str) -> repo.Query:
+    """The memory that supersedes `memory_id` directly (GetMemory's superseded_by_id)."""
+    return (
+        "SELECT from_memory_id FROM memory_links "
+        "WHERE namespace = ? AND to_memory_id = ? AND link_type = ? "
+        "ORDER BY created_at DESC LIMIT 1",
+        [namespace, memory_id, SUPERSEDES],
+    )

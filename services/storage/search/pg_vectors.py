@@ -1,7 +1,7 @@
 """The vector channel's query on PostgreSQL (issue 21): the
 namespace's nearest memories by cosine distance, with the namespace and the
 memory filter applied inside the HNSW scan, in the shape of the SQLite
-channel's rows (services/search/queries.py vector_candidates: (memory_rowid,
+channel's rows (services/storage/search/queries.py vector_candidates: (memory_rowid,
 distance), nearest first).
 
 The filter is the one filter builder's SQL (services/common/memory_filter.py:

@@ -11,8 +11,8 @@ from services.common.memory_filter import live_sql
 from services.common.memory_record import SESSION_SUMMARY_TYPE
 from services.storage.connection import Connection
 from services.storage.dialect import dialect_of
-from services.store import repository as repo
-from services.store.job_enums import JobKind
+from services.storage.store import repository as repo
+from services.storage.store.job_enums import JobKind
 
 SUMMARY_TYPE = SESSION_SUMMARY_TYPE
 SUMMARIZE_JOB = JobKind.SUMMARIZE_SESSION

@@ -23,13 +23,11 @@ from typing import Any
 from services.common import clock
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.common.facts import (
-    MAX_CAUSAL_LINKS,
     MAX_FACT_SOURCES,
     MAX_SESSION_FACTS,
     Fact,
     NamedEntity,
 )
-from services.common.validation import validate_id
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.storage.store import extraction_sql
@@ -38,9 +36,6 @@ from services.storage.store import session_sql as sql
 from services.store import mutations, rules, session_lifecycle
 from services.store.extraction_writes import (
     WritePolicy,
-    check_fact,
-    check_named,
-    check_triples,
     fact_columns,
     memory_type_of,
 )
@@ -146,41 +141,6 @@ def nothing_to_consolidate(conn: Connection, job_id: str, namespace: str, at: st
     sql.mark_consolidated(conn, namespace, session_id, job_id, None, at)
 
 
-def check_completion(request: ConsolidateCompletion) -> None:
-    """Everything is validated before anything is written; one bad item fails all."""
-    if not request.job_id:
-        raise InvalidArgument("lease.job_id", "required")
-    if not request.lease_token:
-        raise InvalidArgument("lease.lease_token", "required")
-    if not request.model.strip():
-        raise InvalidArgument("model", "required")
-    if len(request.model) > MAX_MODEL_CHARS:
-        raise InvalidArgument("model", f"at most {MAX_MODEL_CHARS} characters")
-    for name, items, limit in (
-        ("facts", request.facts, MAX_FACTS),
-        ("causal_links", request.causal, MAX_CAUSAL_LINKS),
-        ("warnings", request.warnings, MAX_WARNINGS),
-    ):
-        if len(items) > limit:
-            raise InvalidArgument(name, f"at most {limit}")
-    for index, item in enumerate(request.facts):
-        at = f"facts[{index}]"
-        if not item.fact.content.strip():
-            raise InvalidArgument(f"{at}.fact.content", "required")
-        check_fact(item.fact, f"{at}.fact")
-        if not 1 <= len(item.source_ids) <= MAX_SOURCES:
-            raise InvalidArgument(f"{at}.source_memory_ids", f"1 to {MAX_SOURCES} ids")
-        for number, source in enumerate(item.source_ids):
-            validate_id(source, f"{at}.source_memory_ids[{number}]")
-        check_triples(item.entities, f"{at}.entities")
-    for index, (cause, effect) in enumerate(request.causal):
-        validate_id(cause, f"causal_links[{index}].cause_memory_id")
-        validate_id(effect, f"causal_links[{index}].effect_memory_id")
-        if cause == effect:
-            raise InvalidArgument(f"causal_links[{index}]", "a memory cannot cause itself")
-    check_named(request.named)
-
-
 class Consolidation:
     def __init__(
         self,
@@ -199,8 +159,6 @@ class Consolidation:
         self._policy = policy
 
     async def complete(self, request: ConsolidateCompletion) -> ConsolidateOutcome:
-        check_completion(request)
-
         def operation(conn: Connection) -> ConsolidateOutcome:
             return _JobWrite(conn, request, self._store, self._policy).run()
 

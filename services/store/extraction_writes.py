@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,22 +26,13 @@ from services.common import clock
 from services.common.config import Config
 from services.common.errors import InvalidArgument
 from services.common.facts import (
-    ENTITY_TYPES,
     FACT_TYPES,
-    MAX_ALIASES,
-    MAX_CATEGORIES,
-    MAX_CATEGORY_CHARS,
-    MAX_ENTITIES,
-    MAX_ENTITY_CHARS,
-    MAX_FACT_CHARS,
-    MAX_NAMED_ENTITIES,
     Fact,
     NamedEntity,
 )
 from services.common.llm_gate import LlmGate
 from services.common.memory_record import MemoryRecord
-from services.common.normalize import NormalizedContent, is_blank, normalize_content
-from services.common.validation import validate_id, validate_ids
+from services.common.normalize import NormalizedContent, is_blank
 from services.storage.connection import Connection
 from services.storage.store import extraction_sql as sql
 from services.storage.store import repository as repo
@@ -130,7 +120,7 @@ class CompletionOutcome:
 
 
 @dataclass(frozen=True)
-class _Checked:
+class CheckedProposal:
     """A validated proposal with its content normalised and vector packed."""
 
     proposal: Proposal
@@ -138,13 +128,21 @@ class _Checked:
     vector: mutations.SuppliedVector | None
 
 
+@dataclass(frozen=True)
+class CheckedExtract:
+    """CompleteExtractJob, every field checked (services/store/job_requests.py)."""
+
+    completion: ExtractCompletion
+    proposals: tuple[CheckedProposal, ...]
+
+
 class ExtractionWrites:
     def __init__(self, writer: Writer, policy: WritePolicy) -> None:
         self._writer = writer
         self._policy = policy
 
-    async def complete(self, request: ExtractCompletion) -> CompletionOutcome:
-        checked = check_completion(request)
+    async def complete(self, checked_request: CheckedExtract) -> CompletionOutcome:
+        request, checked = checked_request.completion, checked_request.proposals
 
         def operation(conn: Connection) -> tuple[CompletionOutcome, str, str]:
             return _JobWrite(conn, request, checked, self._policy).run()
@@ -181,109 +179,6 @@ class ExtractionWrites:
         )
 
 
-# ---- validation ---------------------------------------------------------------------
-
-
-def _check_unit(value: float, field: str) -> float:
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise InvalidArgument(field, "must be a finite number between 0 and 1")
-    return value
-
-
-def check_completion(request: ExtractCompletion) -> list[_Checked]:
-    """Everything is validated before anything is written; one bad item fails all."""
-    if not request.job_id:
-        raise InvalidArgument("lease.job_id", "required")
-    if not request.lease_token:
-        raise InvalidArgument("lease.lease_token", "required")
-    if not request.extraction_model.strip():
-        raise InvalidArgument("extraction_model", "required")
-    if len(request.extraction_model) > MAX_MODEL_CHARS:
-        raise InvalidArgument("extraction_model", f"at most {MAX_MODEL_CHARS} characters")
-    if len(request.proposals) > MAX_PROPOSALS:
-        raise InvalidArgument("proposals", f"at most {MAX_PROPOSALS} proposals")
-    if len(request.warnings) > MAX_WARNINGS:
-        raise InvalidArgument("warnings", f"at most {MAX_WARNINGS} warnings")
-    checked = [
-        _check_proposal(p, f"proposals[{i}]", request) for i, p in enumerate(request.proposals)
-    ]
-    dimensions = {len(p.vector) for p in request.proposals if p.vector}
-    if len(dimensions) > 1:
-        raise InvalidArgument("proposals", "all vectors of one call must have the same dimensions")
-    check_named(request.named)
-    check_triples(request.entities, "entities")
-    return checked
-
-
-def check_triples(triples: Sequence[Triple], field: str) -> None:
-    """Entity triples as any completion hands them in (extraction, consolidation)."""
-    if len(triples) > MAX_ENTITIES:
-        raise InvalidArgument(field, f"at most {MAX_ENTITIES} entity triples")
-    for index, triple in enumerate(triples):
-        at = f"{field}[{index}]"
-        for name in ("source", "relationship", "target"):
-            value = getattr(triple, name)
-            if not value.strip():
-                raise InvalidArgument(f"{at}.{name}", "required")
-            if len(value) > MAX_ENTITY_CHARS:
-                raise InvalidArgument(f"{at}.{name}", f"at most {MAX_ENTITY_CHARS} characters")
-        _check_unit(triple.confidence, f"{at}.confidence")
-
-
-def check_fact(fact: Fact, field: str) -> None:
-    """A fact as any completion hands it in (extraction, consolidation)."""
-    if len(fact.content) > MAX_FACT_CHARS:
-        raise InvalidArgument(f"{field}.content", f"at most {MAX_FACT_CHARS} characters")
-    _check_unit(fact.confidence, f"{field}.confidence")
-    if fact.importance is not None:
-        _check_unit(fact.importance, f"{field}.importance")
-    if len(fact.categories) > MAX_CATEGORIES:
-        raise InvalidArgument(f"{field}.categories", f"at most {MAX_CATEGORIES}")
-    if any(not c.strip() or len(c) > MAX_CATEGORY_CHARS for c in fact.categories):
-        raise InvalidArgument(f"{field}.categories", f"each 1 to {MAX_CATEGORY_CHARS} characters")
-
-
-def check_named(named: Sequence[NamedEntity]) -> None:
-    """Named entities as any completion hands them in (extraction, consolidation)."""
-    if len(named) > MAX_NAMED_ENTITIES:
-        raise InvalidArgument("named_entities", f"at most {MAX_NAMED_ENTITIES} entities")
-    for index, entity in enumerate(named):
-        field = f"named_entities[{index}]"
-        if not entity.name.strip():
-            raise InvalidArgument(f"{field}.name", "required")
-        if len(entity.name) > MAX_ENTITY_CHARS:
-            raise InvalidArgument(f"{field}.name", f"at most {MAX_ENTITY_CHARS} characters")
-        if entity.type not in ENTITY_TYPES:
-            raise InvalidArgument(f"{field}.entity_type", f"one of {', '.join(ENTITY_TYPES)}")
-        if len(entity.aliases) > MAX_ALIASES:
-            raise InvalidArgument(f"{field}.aliases", f"at most {MAX_ALIASES}")
-        if any(not a.strip() or len(a) > MAX_ENTITY_CHARS for a in entity.aliases):
-            raise InvalidArgument(f"{field}.aliases", f"each 1 to {MAX_ENTITY_CHARS} characters")
-
-
-def _check_proposal(proposal: Proposal, field: str, request: ExtractCompletion) -> _Checked:
-    if proposal.action not in ACTIONS:
-        raise InvalidArgument(f"{field}.action", "must be ADD, UPDATE, DELETE or NONE")
-    check_fact(proposal.fact, f"{field}.fact")
-    _check_unit(proposal.confidence, f"{field}.confidence")
-    if proposal.action in ("update", "delete") and not proposal.target_id:
-        raise InvalidArgument(f"{field}.target_id", "required for UPDATE and DELETE")
-    if proposal.target_id:
-        validate_id(proposal.target_id, f"{field}.target_id")
-    if len(proposal.candidate_ids) > MAX_CANDIDATES:
-        raise InvalidArgument(f"{field}.candidate_ids", f"at most {MAX_CANDIDATES} ids")
-    validate_ids(proposal.candidate_ids, f"{field}.candidate_ids")
-    vector = None
-    if proposal.vector:
-        if not request.embedding_model:
-            raise InvalidArgument("embedding_model", "required when a proposal carries a vector")
-        vector = mutations.SuppliedVector(
-            request.embedding_model,
-            mutations.normalized_vector_bytes(proposal.vector, f"{field}.vector"),
-        )
-    return _Checked(proposal, normalize_content(proposal.fact.content), vector)
-
-
 def memory_type_of(fact_type: str) -> str:
     """The extraction's fact types are memory types; anything else is a plain fact."""
     return fact_type if fact_type in FACT_TYPES else "fact"
@@ -299,7 +194,7 @@ class _JobWrite:
         self,
         conn: Connection,
         request: ExtractCompletion,
-        checked: Sequence[_Checked],
+        checked: Sequence[CheckedProposal],
         policy: WritePolicy,
     ) -> None:
         self.conn = conn
@@ -351,7 +246,7 @@ class _JobWrite:
 
     # ---- one proposal ----
 
-    def _decide(self, item: _Checked) -> tuple[ProposalResult, dict[str, Any]]:
+    def _decide(self, item: CheckedProposal) -> tuple[ProposalResult, dict[str, Any]]:
         """The outcome of one proposal, applying it when every gate passes; the
         dict is extra audit metadata."""
         action = item.proposal.action
@@ -377,7 +272,7 @@ class _JobWrite:
         self._delete(item, target)
         return ProposalResult("deleted", target.id, review_needed=review), {}
 
-    def _target(self, item: _Checked) -> MemoryRecord | None:
+    def _target(self, item: CheckedProposal) -> MemoryRecord | None:
         """The target if it is a live memory of the job's namespace; ids from
         other namespaces are simply not found."""
         row = repo.fetch_one(
@@ -387,7 +282,7 @@ class _JobWrite:
             return None
         return MemoryRecord.from_row(row)
 
-    def _fact_gate(self, item: _Checked) -> str:
+    def _fact_gate(self, item: CheckedProposal) -> str:
         """Seed order: confidence first, then empty content."""
         if item.proposal.fact.confidence < self.policy.min_fact_confidence:
             return "low_fact_confidence"
@@ -396,7 +291,7 @@ class _JobWrite:
             return "empty_fact_content"
         return ""
 
-    def _add(self, item: _Checked) -> ProposalResult:
+    def _add(self, item: CheckedProposal) -> ProposalResult:
         gate = self._fact_gate(item)
         if gate:
             return ProposalResult("skipped", reason=gate)
@@ -407,7 +302,7 @@ class _JobWrite:
         return ProposalResult("created", created.memory_id)
 
     def _derived(
-        self, item: _Checked, metadata: dict[str, Any] | None = None
+        self, item: CheckedProposal, metadata: dict[str, Any] | None = None
     ) -> mutations.NewMemory:
         """A pipeline fact from the source: valid (and dated) from the source's
         event time, when it was said."""
@@ -469,7 +364,7 @@ class _JobWrite:
             evidence=(self.source.id,),
         )
 
-    def _destructive_guard(self, item: _Checked, target: MemoryRecord | None) -> str:
+    def _destructive_guard(self, item: CheckedProposal, target: MemoryRecord | None) -> str:
         """The first guard an UPDATE or DELETE fails, or "" when it may be applied."""
         proposal = item.proposal
         assert self.source is not None
@@ -503,7 +398,7 @@ class _JobWrite:
         return ""
 
     def _update(
-        self, item: _Checked, target: MemoryRecord, review: bool
+        self, item: CheckedProposal, target: MemoryRecord, review: bool
     ) -> tuple[ProposalResult, dict[str, Any]]:
         """A new memory replaces the target (services/store/supersede.py): the
         target keeps its content and its validity closes when the new fact
@@ -543,7 +438,7 @@ class _JobWrite:
             "new_version": done.old_version,
         }
 
-    def _delete(self, item: _Checked, target: MemoryRecord) -> None:
+    def _delete(self, item: CheckedProposal, target: MemoryRecord) -> None:
         """A soft delete: RecoverMemory brings it back within the tombstone window."""
         assert self.source is not None
         self.applied_destructive += 1
@@ -559,7 +454,7 @@ class _JobWrite:
     # ---- audit ----
 
     def _audit_row(
-        self, item: _Checked, result: ProposalResult, details: dict[str, Any]
+        self, item: CheckedProposal, result: ProposalResult, details: dict[str, Any]
     ) -> repo.HistoryRow:
         assert self.source is not None
         proposal = item.proposal

@@ -19,8 +19,6 @@ from services.common import clock
 from services.common.backoff import backoff_s
 from services.common.errors import (
     FailedPrecondition,
-    FieldViolation,
-    InvalidArgument,
 )
 from services.common.memory_record import may_merge
 from services.storage.connection import Connection
@@ -60,21 +58,6 @@ class LeaseHolder:
     worker_name: str
     instance_id: str
 
-    def check(self, field: str) -> None:
-        """INVALID_ARGUMENT naming every empty or over-long field under `field`."""
-        bad = [
-            FieldViolation(f"{field}.{name}", f"must be 1..{limit} characters")
-            for name, value, limit in (
-                ("worker_name", self.worker_name, MAX_WORKER_NAME_CHARS),
-                ("instance_id", self.instance_id, MAX_INSTANCE_ID_CHARS),
-            )
-            if not 1 <= len(value) <= limit
-        ]
-        if bad:
-            error = InvalidArgument(bad[0].field, bad[0].description)
-            error.violations = bad
-            raise error
-
 
 @dataclass(frozen=True)
 class EmbedResult:
@@ -87,6 +70,16 @@ class EmbedResult:
 
 
 @dataclass(frozen=True)
+class EmbedCompletion:
+    """CompleteEmbedJobs, checked (services/store/job_requests.py): each result
+    with its vector normalised and packed."""
+
+    model: str
+    results: tuple[tuple[EmbedResult, mutations.SuppliedVector], ...]
+    dimensions: int | None  # the vectors' one size (None: no result)
+
+
+@dataclass(frozen=True)
 class QueueStats:
     counts: dict[tuple[str, str], int]
     oldest_pending: str | None
@@ -94,11 +87,6 @@ class QueueStats:
     index_dimensions: int
     indexed_memories: int
     live_memories: int
-
-
-def _check_batch(size: int, field: str) -> None:
-    if size > MAX_BATCH:
-        raise InvalidArgument(field, f"at most {MAX_BATCH} per call")
 
 
 # ---- job kinds ---------------------------------------------------------------------
@@ -247,7 +235,7 @@ class JobQueue:
 
     async def lease(
         self,
-        job_type: JobKind | None,
+        job_type: JobKind,
         max_jobs: int,
         namespaces: Sequence[str],
         holder: LeaseHolder | None = None,
@@ -258,15 +246,7 @@ class JobQueue:
         a due job (a long poll) before answering empty.
 
         A frozen store hands out only the kinds KINDS marks `while_frozen`.
-        `job_type` None: the request named no kind the store knows."""
-        if job_type is None:
-            raise InvalidArgument("job_type", "must be a known job type")
-        if not 1 <= max_jobs <= MAX_BATCH:
-            raise InvalidArgument("max_jobs", f"must be between 1 and {MAX_BATCH}")
-        if not 0 <= wait_s <= MAX_LEASE_WAIT_S:
-            raise InvalidArgument("wait", f"must be between 0 and {MAX_LEASE_WAIT_S:g} s")
-        if holder is not None:
-            holder.check("holder")
+        The arguments are checked (services/store/job_requests.py)."""
         owner = None if holder is None else (holder.worker_name, holder.instance_id)
         if wait_s <= 0 or self._closing:
             return await self._lease_now(job_type, max_jobs, namespaces, owner)
@@ -345,7 +325,6 @@ class JobQueue:
         self, leases: Sequence[tuple[str, str]], action: Callable[[Any, str, str], None]
     ) -> list[bool]:
         """Apply `action(conn, job_id, now)` to each job still leased with its token."""
-        _check_batch(len(leases), "leases")
 
         def operation(conn: Connection) -> list[bool]:
             at = clock.now_text()
@@ -360,8 +339,6 @@ class JobQueue:
         return await self._writer.submit(operation, while_frozen=True)
 
     async def fail(self, failures: Sequence[tuple[str, str, str]]) -> tuple[list[bool], int]:
-        _check_batch(len(failures), "failures")
-
         def operation(conn: Connection) -> tuple[list[bool], int]:
             now = clock.now()
             at = clock.to_text(now)
@@ -392,8 +369,6 @@ class JobQueue:
     async def release_stale(self, lease_timeout_ms: int = 0) -> repo.EndedLeases:
         """End the leases older than the timeout; each used its attempt (the
         job is dead, or its document failed, when that was its last)."""
-        if lease_timeout_ms < 0:
-            raise InvalidArgument("lease_timeout_ms", "must not be negative")
         timeout = lease_timeout_ms or self._lease_timeout_ms
 
         def operation(conn: Connection) -> repo.EndedLeases:
@@ -410,7 +385,6 @@ class JobQueue:
         the attempt stays used (a job that crashes its worker every time must
         reach the dead letter), so it returns to pending with attempts left,
         else is dead; clearing the token fences the old instance out of it."""
-        holder.check("holder")
 
         def operation(conn: Connection) -> repo.EndedLeases:
             return repo.release_prior_instance_leases(
@@ -421,32 +395,13 @@ class JobQueue:
 
     # ---- results ---------------------------------------------------------------------
 
-    async def complete_embeds(self, model: str, results: Sequence[EmbedResult]) -> list[bool]:
+    async def complete_embeds(self, done: EmbedCompletion) -> list[bool]:
         """Store vectors, index them, complete the jobs: one transaction."""
-        if not model:
-            raise InvalidArgument("model", "required")
-        _check_batch(len(results), "results")
-        prepared = [
-            (
-                r,
-                mutations.SuppliedVector(
-                    model,
-                    mutations.normalized_vector_bytes(r.vector, f"results[{i}].vector"),
-                    mutations.normalized_parts(r.parts, len(r.vector), f"results[{i}].parts"),
-                ),
-            )
-            for i, r in enumerate(results)
-        ]
-        dimensions = {len(r.vector) for r in results}
-        if len(dimensions) > 1:
-            raise InvalidArgument(
-                "results", "all vectors of one call must have the same dimensions"
-            )
+        model, prepared, dims = done.model, done.results, done.dimensions
 
         def operation(conn: Connection) -> list[bool]:
             at = clock.now_text()
             current = repo.index_model(conn)
-            dims = next(iter(dimensions), None)
             mismatch = mutations.index_mismatch(model, dims, current)
             if mismatch == "model":
                 raise FailedPrecondition(

@@ -14,7 +14,6 @@ from services.common.config import LLM_HINT
 from services.common.errors import InvalidArgument, LlmNotConfigured, NotFound, Violations
 from services.common.intent import has_long_term_intent
 from services.common.memory_record import MemoryRecord
-from services.common.normalize import normalize_content
 from services.common.turn_roles import ROLES, USER
 from services.storage.connection import Connection
 from services.storage.store import repository as repo
@@ -174,8 +173,8 @@ class Sessions:
         self, job_id: str, lease_token: str, summary: str, model: str
     ) -> SummaryOutcome:
         """CompleteSummarizeJob: the summary and the job's completion in one
-        transaction, the lease checked inside it."""
-        check_summary(summary, model)
+        transaction, the lease checked inside it; the fields are checked
+        (services/store/job_requests.py)."""
 
         def operation(conn: Connection) -> SummaryOutcome:
             job = repo.leased_job(conn, job_id, lease_token)
@@ -244,17 +243,6 @@ class Sessions:
         [created] = mutations.create(conn, [new])
         repo.complete_job(conn, job["id"], at, json.dumps({"memory_id": created.memory_id}))
         return SummaryOutcome(True, memory_id=created.memory_id)
-
-
-def check_summary(summary: str, model: str) -> None:
-    bad = Violations()
-    if not normalize_content(summary).storage:
-        bad.add("summary", "required")
-    elif len(summary) > MAX_SUMMARY_CHARS:
-        bad.add("summary", f"must be at most {MAX_SUMMARY_CHARS} characters")
-    if not model:
-        bad.add("model", "required")
-    bad.raise_if_any()
 
 
 def transcript(conn: Connection, job_id: str, namespace: str) -> tuple[str, str]:

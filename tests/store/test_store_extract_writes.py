@@ -380,7 +380,7 @@ def _bad_requests(job: jq.Job) -> list[tuple[str, jq.CompleteExtractJobRequest]]
         )
 
     return [
-        ("lease.job_id", jq.CompleteExtractJobRequest(extraction_model=LLM)),
+        ("lease.job_id", request(lease=jq.JobLease(lease_token=job.lease_token))),
         ("lease.lease_token", request(lease=jq.JobLease(job_id=job.id))),
         ("extraction_model", request(extraction_model=" ")),
         ("proposals", request(proposals=[jq.Proposal(action=ADD, fact=ok_fact)] * 21)),
@@ -415,6 +415,35 @@ def _bad_requests(job: jq.Job) -> list[tuple[str, jq.CompleteExtractJobRequest]]
             ),
         ),
     ]
+
+
+def test_every_bad_field_is_named_at_once(stack: Stack) -> None:
+    """The parse step (services/store/job_requests.py) names every bad field of
+    one completion, not only the first, and writes nothing."""
+    source = stack.remember("Ivan repairs old clocks")
+    extract_job(stack, source)  # leased: its state must not change either
+    before, states = counts(stack), job_states(stack)
+    request = jq.CompleteExtractJobRequest(
+        extraction_model=" ",
+        proposals=[
+            jq.Proposal(action=jq.PROPOSAL_ACTION_UNSPECIFIED, confidence=2.0),
+            jq.Proposal(action=DELETE, fact=jq.ProposedFact(content="x", confidence=-1)),
+        ],
+        entities=[jq.EntityTriple(source=" ", relationship="r", target="b")],
+    )
+    code, _, fields = error_of(lambda: stack.jobs.CompleteExtractJob(request))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert fields == [
+        "lease.job_id",
+        "lease.lease_token",
+        "extraction_model",
+        "proposals[0].action",
+        "proposals[0].confidence",
+        "proposals[1].fact.confidence",
+        "proposals[1].target_id",
+        "entities[0].source",
+    ]
+    assert (counts(stack), job_states(stack)) == (before, states)
 
 
 def test_bad_input_names_the_field_and_writes_nothing(stack: Stack) -> None:

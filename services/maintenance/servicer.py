@@ -11,6 +11,7 @@ from google.protobuf import timestamp_pb2
 from engram.maintenance.v1 import maintenance_pb2 as pb
 from engram.maintenance.v1 import maintenance_pb2_grpc
 from services.common import provider_state
+from services.common.errors import InvalidArgument
 from services.maintenance import diagnostics as dx
 from services.maintenance import worker as mw
 
@@ -110,6 +111,18 @@ def report_to_proto(report: dx.Report) -> pb.GetDiagnosticsResponse:
     )
 
 
+def _mode(value: pb.MaintenanceMode.ValueType) -> str | None:
+    """The parse step of RunMaintenance: a mode it names, or None for the
+    configured one (MAINTENANCE_MODE_UNSPECIFIED)."""
+    if value == pb.MAINTENANCE_MODE_UNSPECIFIED:
+        return None
+    if value not in _MODE_NAMES:
+        raise InvalidArgument(
+            "mode", "must be MAINTENANCE_MODE_OBSERVE or MAINTENANCE_MODE_EXECUTE"
+        )
+    return _MODE_NAMES[value]
+
+
 class MaintenanceServicer(maintenance_pb2_grpc.MaintenanceServiceServicer):
     def __init__(self, worker: mw.MaintenanceWorker) -> None:
         self._worker = worker
@@ -122,7 +135,7 @@ class MaintenanceServicer(maintenance_pb2_grpc.MaintenanceServiceServicer):
     async def RunMaintenance(
         self, request: pb.RunMaintenanceRequest, context: grpc.aio.ServicerContext
     ) -> pb.RunMaintenanceResponse:
-        result = await self._worker.cycle(_MODE_NAMES.get(request.mode))
+        result = await self._worker.cycle(_mode(request.mode))
         return pb.RunMaintenanceResponse(
             mode=_MODES[result.mode],
             score_before=result.before.score,

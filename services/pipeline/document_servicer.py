@@ -20,7 +20,7 @@ from engram.pipeline.v1 import pipeline_pb2_grpc
 from engram.store.internal.v1 import documents_pb2 as dpb
 from engram.store.internal.v1 import documents_pb2_grpc
 from services.common.remote_errors import relayed_error
-from services.common.validation import validate_id, validate_namespace
+from services.pipeline import requests
 from services.pipeline.documents import DocumentEvents
 
 WATCH_POLL_S = 0.25
@@ -106,16 +106,16 @@ class DocumentRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
         """The current state, then every change the worker here publishes (in
         order) or a poll of the store finds (a worker elsewhere), until done or
         failed. A client that cancels ends the generator where it waits."""
-        namespace = validate_namespace(request.namespace)
-        validate_id(request.id, "id")
-        with self.documents.events.watch(request.id) as changes:
-            last = await self._get(namespace, request.id)
+        asked = requests.watch_document(request)
+        namespace = asked.namespace
+        with self.documents.events.watch(asked.document_id) as changes:
+            last = await self._get(namespace, asked.document_id)
             yield pb.WatchDocumentResponse(document=last)
             while last.status not in _TERMINAL:
                 try:
                     current = await asyncio.wait_for(changes.get(), self.documents.poll_s)
                 except TimeoutError:
-                    current = await self._get(namespace, request.id)
+                    current = await self._get(namespace, asked.document_id)
                 if current.namespace == namespace and _changed_after(current, last):
                     last = current
                     yield pb.WatchDocumentResponse(document=last)

@@ -10,7 +10,7 @@ from services.common.config import LLM_HINT, PiiSettings
 from services.common.convert import temporal_to_proto, timestamp_from_text
 from services.common.errors import LlmNotConfigured
 from services.common.pii import PiiGate, gate
-from services.common.validation import validate_namespace
+from services.pipeline import requests
 from services.pipeline.extraction import Extractor
 
 
@@ -26,7 +26,7 @@ class ExtractRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
         self, request: pb.ExtractRequest, context: grpc.aio.ServicerContext
     ) -> pb.ExtractResponse:
         assert self.extraction is not None, "PipelineServicer is built with an Extractor"
-        namespace = validate_namespace(request.namespace)
+        asked = requests.extract(request)
         if not self.llm_configured:
             raise LlmNotConfigured(
                 "the Extract dry run asks an LLM, and none is configured", LLM_HINT
@@ -34,10 +34,8 @@ class ExtractRpcs(pipeline_pb2_grpc.PipelineServiceServicer):
         # The text goes to the LLM provider, off this machine perhaps: through the
         # namespace's PII policy first, as Remember would store it (REDACT: the
         # model sees placeholders; REJECT: INVALID_ARGUMENT / PII_DETECTED).
-        content = request.content
-        if content.strip():
-            content = gate(content, self.pii.policy(namespace), "content").text
-        result = await self.extraction.dry_run(request.namespace, content)
+        content = gate(asked.content, self.pii.policy(asked.namespace), "content").text
+        result = await self.extraction.dry_run(content)
         return pb.ExtractResponse(
             facts=[
                 pb.ExtractedFact(

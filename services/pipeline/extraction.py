@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.common import clock
-from services.common.errors import EngramError, ErrorKind, InvalidArgument
+from services.common.errors import EngramError, ErrorKind
 from services.common.facts import (
     DEFAULT_ENTITY_TYPE,
     ENTITY_TYPES,
@@ -36,13 +36,11 @@ from services.common.facts import (
 )
 from services.common.providers.errors import ProviderError, ProviderUnavailable
 from services.common.providers.llm import LlmProvider
-from services.common.validation import validate_namespace
 from services.pipeline.llm_json import LlmOutputInvalid, parse_object
 
 MAX_INPUT_CHARS = 12_000
 MAX_FACTS = 20
 MIN_FACT_CHARS = 10
-MAX_EXTRACT_REQUEST_BYTES = 64 * 1024
 DEFAULT_CONFIDENCE = 0.5  # below the default write gate: an unsure item is never written
 
 
@@ -401,14 +399,10 @@ class Extractor:
         result.warnings[:0] = warnings
         return result
 
-    async def dry_run(self, namespace: str, content: str) -> ExtractionResult:
-        """The Extract RPC: validate, extract, write nothing; provider failures
-        become domain errors (UNAVAILABLE / LLM_UNAVAILABLE)."""
-        validate_namespace(namespace)
-        if not content.strip():
-            raise InvalidArgument("content", "must not be empty")
-        if len(content.encode()) > MAX_EXTRACT_REQUEST_BYTES:
-            raise InvalidArgument("content", "must be at most 64 KiB")
+    async def dry_run(self, content: str) -> ExtractionResult:
+        """The Extract RPC (its request parsed: services/pipeline/requests.py):
+        extract, write nothing; provider failures become domain errors
+        (UNAVAILABLE / LLM_UNAVAILABLE)."""
         try:
             return await self.extract(content)
         except ProviderUnavailable as exc:

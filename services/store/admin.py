@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 from services.common import clock
 from services.common.config import PIPELINE_OFF_HINT, Config
 from services.common.errors import PipelineDisabled
-from services.common.validation import validate_namespace
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.storage.store import admin_sql as sql
@@ -242,9 +241,7 @@ class StoreAdmin:
         `memory.pipelineV2.enabled` was off), oldest first. Each memory gets
         at most one, so calling again until nothing remains always ends.
         Refused (PipelineDisabled) while the pipeline is off: no worker would
-        take the jobs."""
-        if namespace:
-            validate_namespace(namespace)
+        take the jobs. `namespace`: "" for every namespace."""
         if not self._extraction_enabled:
             raise PipelineDisabled("no extraction would run", PIPELINE_OFF_HINT)
 

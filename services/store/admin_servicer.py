@@ -9,6 +9,7 @@ import grpc
 from engram.store.internal.v1 import admin_pb2 as pb
 from engram.store.internal.v1 import admin_pb2_grpc
 from services.common.convert import timestamp_from_text
+from services.common.validation import validate_namespace
 from services.storage.store.job_enums import job_counts
 from services.store.admin import StoreAdmin
 
@@ -93,5 +94,7 @@ class StoreAdminServicer(admin_pb2_grpc.StoreAdminServiceServicer):
     async def BackfillExtraction(
         self, request: pb.BackfillExtractionRequest, context: grpc.aio.ServicerContext
     ) -> pb.BackfillExtractionResponse:
-        queued, remaining = await self._admin.backfill_extraction(request.namespace)
+        # the parse step: "" (every namespace) or one valid name
+        namespace = request.namespace and validate_namespace(request.namespace)
+        queued, remaining = await self._admin.backfill_extraction(namespace)
         return pb.BackfillExtractionResponse(queued=queued, remaining=remaining)

@@ -57,6 +57,7 @@ from services.store.admin_servicer import StoreAdminServicer
 from services.store.consolidation import Consolidation
 from services.store.dedup import DedupStore
 from services.store.dedup_servicer import DedupServicer
+from services.store.document_requests import DocumentLimits
 from services.store.document_servicer import DocumentStoreServicer
 from services.store.documents import DocumentStore
 from services.store.extraction_writes import ExtractionWrites, write_policy
@@ -244,9 +245,11 @@ async def start_store(
         writer,
         reads,
         max_job_attempts=max_attempts,
+        pii=PiiGate(config.pii),
+    )
+    document_limits = DocumentLimits(
         max_content_bytes=config.memory.pipelineV2.documentMaxContentBytes,
         max_chunk_chars=config.memory.pipelineV2.documentChunkSize,
-        pii=PiiGate(config.pii),
         fetch_policy=FetchPolicy.from_config(config),
     )
     try:
@@ -282,7 +285,7 @@ async def start_store(
     def register_internal(server: grpc.aio.Server) -> None:
         store_pb2_grpc.add_SuiteServiceServicer_to_server(suite, server)
         documents_pb2_grpc.add_DocumentStoreServiceServicer_to_server(
-            DocumentStoreServicer(documents), server
+            DocumentStoreServicer(documents, document_limits), server
         )
         job_queue_pb2_grpc.add_JobQueueServiceServicer_to_server(
             JobQueueServicer(

@@ -9,7 +9,7 @@ from engram.store.internal.v1 import documents_pb2 as pb
 from engram.store.internal.v1 import documents_pb2_grpc
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from services.common.convert import timestamp_from_text
-from services.common.validation import validate_namespace
+from services.store import document_requests as requests
 from services.store.documents import DocumentRecord, DocumentStore
 
 STATUS_VALUES = {
@@ -52,36 +52,27 @@ def document_to_proto(document: DocumentRecord) -> document_pb2.Document:
 
 
 class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
-    def __init__(self, documents: DocumentStore) -> None:
+    def __init__(self, documents: DocumentStore, limits: requests.DocumentLimits) -> None:
         self._documents = documents
+        self._limits = limits
 
     async def CreateDocument(
         self, request: pb.CreateDocumentRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateDocumentResponse:
-        document = await self._documents.create(
-            validate_namespace(request.namespace),
-            request.content,
-            request.url,
-            request.title,
-            list(request.tags),
-        )
+        new = requests.create(request, self._limits, self._documents.pii_policy)
+        document = await self._documents.create(new)
         return pb.CreateDocumentResponse(document=document_to_proto(document))
 
     async def GetDocument(
         self, request: pb.GetDocumentRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetDocumentResponse:
-        document = await self._documents.get(validate_namespace(request.namespace), request.id)
+        document = await self._documents.get(requests.get(request))
         return pb.GetDocumentResponse(document=document_to_proto(document))
 
     async def ListDocumentChunks(
         self, request: pb.ListDocumentChunksRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListDocumentChunksResponse:
-        chunks, next_token = await self._documents.list_chunks(
-            validate_namespace(request.namespace),
-            request.document_id,
-            request.page_size,
-            request.page_token,
-        )
+        chunks, next_token = await self._documents.list_chunks(requests.list_chunks(request))
         return pb.ListDocumentChunksResponse(
             chunks=[
                 document_pb2.DocumentChunk(
@@ -95,7 +86,7 @@ class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
     async def ReadDocumentSource(
         self, request: pb.ReadDocumentSourceRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReadDocumentSourceResponse:
-        source = await self._documents.read_source(request.lease.job_id, request.lease.lease_token)
+        source = await self._documents.read_source(requests.read_source(request))
         if source is None:
             return pb.ReadDocumentSourceResponse(outcome=_LOST)
         return pb.ReadDocumentSourceResponse(
@@ -107,13 +98,7 @@ class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
     async def AdvanceDocument(
         self, request: pb.AdvanceDocumentRequest, context: grpc.aio.ServicerContext
     ) -> pb.AdvanceDocumentResponse:
-        document = await self._documents.advance(
-            request.lease.job_id,
-            request.lease.lease_token,
-            _STATUS_NAMES.get(request.status, ""),
-            request.title,
-            request.expected_chunk_count,
-        )
+        document = await self._documents.advance(requests.advance(request))
         if document is None:
             return pb.AdvanceDocumentResponse(outcome=_LOST)
         return pb.AdvanceDocumentResponse(outcome=_OK, document=document_to_proto(document))
@@ -121,14 +106,7 @@ class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
     async def WriteDocumentChunk(
         self, request: pb.WriteDocumentChunkRequest, context: grpc.aio.ServicerContext
     ) -> pb.WriteDocumentChunkResponse:
-        written = await self._documents.write_chunk(
-            request.lease.job_id,
-            request.lease.lease_token,
-            request.chunk_index,
-            request.content,
-            list(request.vector),
-            request.embedding_model,
-        )
+        written = await self._documents.write_chunk(requests.write_chunk(request, self._limits))
         if written is None:
             return pb.WriteDocumentChunkResponse(outcome=_LOST)
         return pb.WriteDocumentChunkResponse(
@@ -141,7 +119,7 @@ class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
     async def CompleteDocument(
         self, request: pb.CompleteDocumentRequest, context: grpc.aio.ServicerContext
     ) -> pb.CompleteDocumentResponse:
-        document = await self._documents.complete(request.lease.job_id, request.lease.lease_token)
+        document = await self._documents.complete(requests.complete(request))
         if document is None:
             return pb.CompleteDocumentResponse(outcome=_LOST)
         return pb.CompleteDocumentResponse(outcome=_OK, document=document_to_proto(document))
@@ -149,9 +127,7 @@ class DocumentStoreServicer(documents_pb2_grpc.DocumentStoreServiceServicer):
     async def FailDocument(
         self, request: pb.FailDocumentRequest, context: grpc.aio.ServicerContext
     ) -> pb.FailDocumentResponse:
-        document = await self._documents.fail(
-            request.lease.job_id, request.lease.lease_token, request.error
-        )
+        document = await self._documents.fail(requests.fail(request))
         if document is None:
             return pb.FailDocumentResponse(outcome=_LOST)
         return pb.FailDocumentResponse(outcome=_OK, document=document_to_proto(document))

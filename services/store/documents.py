@@ -16,20 +16,26 @@ from urllib.parse import urlsplit
 
 from services.common import clock
 from services.common.config import PiiSettings
-from services.common.errors import FieldViolation, InvalidArgument, NotFound
+from services.common.errors import InvalidArgument, NotFound
 from services.common.fetch_policy import FetchPolicy
 from services.common.normalize import normalize_content
-from services.common.pii import PiiGate, gate
-from services.common.validation import check_no_control, validate_id, without_control
+from services.common.pii import PiiGate, PiiPolicy, gate
 from services.storage.connection import Connection
 from services.storage.db import ReadPool
 from services.storage.store import document_sql as sql
 from services.storage.store import repository as repo
 from services.storage.store.job_enums import JobKind
 from services.store import mutations, rules
-from services.store.jobs import MAX_ERROR_CHARS
-from services.store.memories import _page_size
-from services.store.page_tokens import decode_int_position, encode_page_token
+from services.store.document_inputs import (
+    Chunk,
+    ChunkPage,
+    DocumentRef,
+    Failure,
+    HeldLease,
+    NewDocument,
+    Progress,
+)
+from services.store.page_tokens import encode_page_token
 from services.store.writer import Writer
 
 MAX_URL_CHARS = 2048
@@ -145,48 +151,24 @@ class DocumentStore:
         reads: ReadPool,
         *,
         max_job_attempts: int,
-        max_content_bytes: int,
-        max_chunk_chars: int,
         pii: PiiGate | None = None,
-        fetch_policy: FetchPolicy | None = None,
     ) -> None:
         """`pii`: the namespaces' PII policies, applied to the source text on
-        create and to every chunk (a fetched URL's text is first seen there).
-        `fetch_policy`: `documents.fetch_allow` (None: public addresses only)."""
-        self._fetch_policy = fetch_policy or FetchPolicy()
+        create (by the parse step) and to every chunk (a fetched URL's text is
+        first seen there)."""
         self._pii = pii or PiiGate(PiiSettings())
         self._writer = writer
         self._reads = reads
         self._max_attempts = max_job_attempts
-        self._max_content_bytes = max_content_bytes
-        self._max_chunk_chars = max_chunk_chars
 
     # ---- the public side ----------------------------------------------------------
 
-    async def create(
-        self, namespace: str, content: str, url: str, title: str, tags: Sequence[str]
-    ) -> DocumentRecord:
-        """Validate, then the document row and its ingest job in one transaction."""
-        if bool(content) == bool(url):
-            raise InvalidArgument("content", "exactly one of content and url must be set")
-        policy = self._pii.policy(namespace)
-        if content:
-            rules.check_not_blank(content, "content")
-            check_no_control(content, "content", whitespace_ok=True)
-            if len(content.encode("utf-8")) > self._max_content_bytes:
-                raise InvalidArgument(
-                    "content",
-                    f"must be at most {self._max_content_bytes} bytes "
-                    "(memory.pipelineV2.documentMaxContentBytes)",
-                )
-            content = gate(content, policy, "content").text
-        else:
-            url = check_url(url, self._fetch_policy)
-        # the title and tags are free text like the content: through the same gate
-        title = rules.check_text(title, "title", MAX_TITLE_CHARS, pii=policy)
-        cleaned_tags = rules.check_tags(tags, "tags", pii=policy)
-        if len(cleaned_tags) > MAX_DOCUMENT_TAGS:
-            raise InvalidArgument("tags", f"at most {MAX_DOCUMENT_TAGS} tags")
+    def pii_policy(self, namespace: str) -> PiiPolicy:
+        """The PII policy of the namespace a document is created in."""
+        return self._pii.policy(namespace)
+
+    async def create(self, new: NewDocument) -> DocumentRecord:
+        """The document row and its ingest job in one transaction."""
 
         def operation(conn: Connection) -> DocumentRecord:
             at = clock.now_text()
@@ -195,123 +177,81 @@ class DocumentStore:
                 conn,
                 {
                     "id": document_id,
-                    "namespace": namespace,
-                    "source_type": "text" if content else "url",
-                    "source_url": url or None,
-                    "raw_content": content or None,
-                    "title": title or None,
-                    "tags": json.dumps(list(cleaned_tags)),
+                    "namespace": new.namespace,
+                    "source_type": "text" if new.content else "url",
+                    "source_url": new.url or None,
+                    "raw_content": new.content or None,
+                    "title": new.title or None,
+                    "tags": json.dumps(list(new.tags)),
                     "created_at": at,
                 },
             )
             sql.insert_ingest_job(
-                conn, repo.new_id(), namespace, document_id, self._max_attempts, at
+                conn, repo.new_id(), new.namespace, document_id, self._max_attempts, at
             )
             return DocumentRecord.from_row(sql.get_document(conn, document_id))
 
         return await self._writer.submit(operation)
 
-    async def get(self, namespace: str, document_id: str, field: str = "id") -> DocumentRecord:
-        validate_id(document_id, field)
-        row = await self._reads.fetch_one(sql.get_document_query(namespace, document_id))
+    async def get(self, ref: DocumentRef) -> DocumentRecord:
+        row = await self._reads.fetch_one(sql.get_document_query(ref.namespace, ref.document_id))
         if row is None:
-            raise NotFound(f"document {document_id} not found in namespace {namespace}")
+            raise NotFound(f"document {ref.document_id} not found in namespace {ref.namespace}")
         return DocumentRecord.from_row(row)
 
-    async def list_chunks(
-        self, namespace: str, document_id: str, page_size: int, page_token: str
-    ) -> tuple[list[ChunkRecord], str]:
-        size = _page_size(page_size, DEFAULT_CHUNK_PAGE_SIZE)
-        await self.get(namespace, document_id, "document_id")
-        scope = f"{namespace}\x00{document_id}"
-        after = decode_int_position(page_token, "document_chunks", scope)
+    async def list_chunks(self, page: ChunkPage) -> tuple[list[ChunkRecord], str]:
+        size = page.page_size or DEFAULT_CHUNK_PAGE_SIZE
+        ref = page.document
+        await self.get(ref)
+        after = -1 if page.after is None else page.after
         rows = await self._reads.fetch_all(
-            sql.list_chunks_query(namespace, document_id, -1 if after is None else after, size + 1)
+            sql.list_chunks_query(ref.namespace, ref.document_id, after, size + 1)
         )
         chunks = [ChunkRecord(r[0], r[1], r[2]) for r in rows[:size]]
         next_token = ""
         if len(rows) > size:
+            scope = chunk_page_scope(ref.namespace, ref.document_id)
             next_token = encode_page_token("document_chunks", scope, [chunks[-1].chunk_index])
         return chunks, next_token
 
     # ---- the document worker's lease-checked calls ------------------------------------
 
-    async def read_source(self, job_id: str, token: str) -> DocumentSource | None:
+    async def read_source(self, lease: HeldLease) -> DocumentSource | None:
         """None when the lease is not held."""
-        row = await self._reads.fetch_one(sql.leased_document_query(job_id, token))
+        row = await self._reads.fetch_one(
+            sql.leased_document_query(lease.job_id, lease.lease_token)
+        )
         if row is None:
             return None
         return DocumentSource(DocumentRecord.from_row(row), row["raw_content"] or "")
 
-    async def advance(
-        self, job_id: str, token: str, status: str, title: str, expected_chunk_count: int = 0
-    ) -> DocumentRecord | None:
+    async def advance(self, progress: Progress) -> DocumentRecord | None:
         """Record progress (and backfill a fetched title, and from `embedding` on
         the number of chunks); None when the lease is lost."""
-        bad: list[FieldViolation] = []
-        if status not in PROGRESS_STATUSES:
-            bad.append(FieldViolation("status", f"must be one of {', '.join(PROGRESS_STATUSES)}"))
-        try:  # a fetched page's title: its control characters become spaces
-            title = rules.check_text(without_control(title), "title", MAX_TITLE_CHARS)
-        except InvalidArgument as bad_title:
-            bad.extend(bad_title.violations)
-        if expected_chunk_count < 0:
-            bad.append(FieldViolation("expected_chunk_count", "must not be negative"))
-        elif expected_chunk_count and status != "embedding":
-            bad.append(FieldViolation("expected_chunk_count", "is set only with status EMBEDDING"))
-        if bad:
-            error = InvalidArgument(bad[0].field, bad[0].description)
-            error.violations = bad
-            raise error
 
         def operation(conn: Connection) -> DocumentRecord | None:
-            document_id = _held_document(conn, job_id, token)
+            document_id = _held_document(conn, progress.lease)
             if document_id is None:
                 return None
-            sql.set_status(conn, document_id, status, clock.now_text())
-            if title:  # the namespace is known only here; PiiDetected ends the call
+            sql.set_status(conn, document_id, progress.status, clock.now_text())
+            if progress.title:  # the namespace is known only here; PiiDetected ends the call
                 namespace = DocumentRecord.from_row(sql.get_document(conn, document_id)).namespace
                 title_text = rules.check_text(
-                    title, "title", MAX_TITLE_CHARS, pii=self._pii.policy(namespace)
+                    progress.title, "title", MAX_TITLE_CHARS, pii=self._pii.policy(namespace)
                 )
                 sql.backfill_title(conn, document_id, title_text)
-            if expected_chunk_count:
-                sql.set_expected_chunk_count(conn, document_id, expected_chunk_count)
+            if progress.expected_chunk_count:
+                sql.set_expected_chunk_count(conn, document_id, progress.expected_chunk_count)
             return DocumentRecord.from_row(sql.get_document(conn, document_id))
 
         return await self._writer.submit(operation)
 
-    async def write_chunk(
-        self,
-        job_id: str,
-        token: str,
-        chunk_index: int,
-        content: str,
-        vector: Sequence[float],
-        embedding_model: str,
-    ) -> ChunkWrite | None:
+    async def write_chunk(self, chunk: Chunk) -> ChunkWrite | None:
         """One chunk, one transaction; None when the lease is lost."""
-        if chunk_index < 0:
-            raise InvalidArgument("chunk_index", "must not be negative")
-        if len(content) > self._max_chunk_chars:
-            raise InvalidArgument(
-                "content",
-                f"must be at most {self._max_chunk_chars} characters "
-                "(memory.pipelineV2.documentChunkSize)",
-            )
-        # a chunk of a fetched page: control characters become spaces (a caller's
-        # content document was refused them at creation)
-        normalized = normalize_content(without_control(content))
-        rules.check_not_blank(normalized.storage, "content")
-        supplied = None
-        if vector:  # a bad vector is rejected before anything is written
-            supplied = mutations.SuppliedVector(
-                embedding_model, mutations.normalized_vector_bytes(vector, "vector")
-            )
 
         def operation(conn: Connection) -> ChunkWrite | None:
-            nonlocal normalized, supplied
-            document_id = _held_document(conn, job_id, token)
+            normalized, supplied = chunk.content, chunk.vector
+            document_id = _held_document(conn, chunk.lease)
             if document_id is None:
                 return None
             document = DocumentRecord.from_row(sql.get_document(conn, document_id))
@@ -347,55 +287,59 @@ class DocumentStore:
                         actor=CHUNK_ACTOR,
                         reason=CHUNK_WHY,
                         max_attempts=self._max_attempts,
-                        metadata={"document_id": document_id, "chunk_index": chunk_index},
+                        metadata={"document_id": document_id, "chunk_index": chunk.chunk_index},
                         extract=False,
                         vector=supplied,
                     )
                 ],
             )
-            sql.link_chunk(conn, document_id, created.memory_id, chunk_index, at)
+            sql.link_chunk(conn, document_id, created.memory_id, chunk.chunk_index, at)
             if created.deduplicated:  # another memory of the namespace holds this text
                 return ChunkWrite("linked", created.memory_id, False)
             return ChunkWrite("created", created.memory_id, created.vector_stored)
 
         return await self._writer.submit(operation)
 
-    async def complete(self, job_id: str, token: str) -> DocumentRecord | None:
+    async def complete(self, lease: HeldLease) -> DocumentRecord | None:
         """The document is done and its job completes together; None when the lease is lost."""
 
         def operation(conn: Connection) -> DocumentRecord | None:
-            document_id = _held_document(conn, job_id, token)
+            document_id = _held_document(conn, lease)
             if document_id is None:
                 return None
             at = clock.now_text()
             sql.set_status(conn, document_id, "done", at)
             document = DocumentRecord.from_row(sql.get_document(conn, document_id))
             result = {"chunks": document.chunk_count}
-            repo.complete_job(conn, job_id, at, json.dumps(result, separators=(",", ":")))
+            repo.complete_job(conn, lease.job_id, at, json.dumps(result, separators=(",", ":")))
             return document
 
         return await self._writer.submit(operation)
 
-    async def fail(self, job_id: str, token: str, error: str) -> DocumentRecord | None:
+    async def fail(self, failure: Failure) -> DocumentRecord | None:
         """A document that no retry can ingest: failed, and its job finished (not
         dead) in one transaction; None when the lease is lost."""
-        message = error.strip()[:MAX_ERROR_CHARS]
-        if not message:
-            raise InvalidArgument("error", "required")
 
         def operation(conn: Connection) -> DocumentRecord | None:
-            document_id = _held_document(conn, job_id, token)
+            document_id = _held_document(conn, failure.lease)
             if document_id is None:
                 return None
-            sql.fail_document(conn, job_id, document_id, message, clock.now_text())
+            sql.fail_document(
+                conn, failure.lease.job_id, document_id, failure.error, clock.now_text()
+            )
             return DocumentRecord.from_row(sql.get_document(conn, document_id))
 
         return await self._writer.submit(operation)
 
 
-def _held_document(conn: Connection, job_id: str, token: str) -> str | None:
+def chunk_page_scope(namespace: str, document_id: str) -> str:
+    """What a ListDocumentChunks page token is bound to."""
+    return f"{namespace}\x00{document_id}"
+
+
+def _held_document(conn: Connection, lease: HeldLease) -> str | None:
     """The document id of a document_ingest job leased with this token, else None."""
-    job = repo.leased_job(conn, job_id, token)
+    job = repo.leased_job(conn, lease.job_id, lease.lease_token)
     if job is None or job["job_type"] != JobKind.DOCUMENT_INGEST or not job["document_id"]:
         return None
     return str(job["document_id"])

@@ -149,7 +149,7 @@ def _batch(bad: Violations, size: int, field: str) -> None:
         bad.add(field, f"at most {MAX_BATCH} per call")
 
 
-def _lease_fields(bad: Violations, message: pb.JobLease) -> Lease:
+def lease_fields(bad: Violations, message: pb.JobLease) -> Lease:
     if not message.job_id:
         bad.add("lease.job_id", "required")
     if not message.lease_token:
@@ -189,7 +189,7 @@ def complete_embeds(request: pb.CompleteEmbedJobsRequest) -> EmbedCompletion:
 def complete_extract(request: pb.CompleteExtractJobRequest) -> CheckedExtract:
     """Everything is validated before anything is written; one bad item fails all."""
     bad = Violations()
-    job_id, lease_token = _lease_fields(bad, request.lease)
+    job_id, lease_token = lease_fields(bad, request.lease)
     model = request.extraction_model
     if not model.strip():
         bad.add("extraction_model", "required")
@@ -350,7 +350,7 @@ def complete_summary(request: pb.CompleteSummarizeJobRequest) -> SummaryCompleti
 def complete_consolidate(request: pb.CompleteConsolidateJobRequest) -> ConsolidateCompletion:
     """Everything is validated before anything is written; one bad item fails all."""
     bad = Violations()
-    job_id, lease_token = _lease_fields(bad, request.lease)
+    job_id, lease_token = lease_fields(bad, request.lease)
     if not request.model.strip():
         bad.add("model", "required")
     elif len(request.model) > consolidation.MAX_MODEL_CHARS:

@@ -125,6 +125,12 @@ def test_the_configured_mode_applies_when_the_request_names_none(maintained: Bui
     assert result.mode == OBSERVE and list(result.actions) == []
 
 
+def test_a_mode_no_version_defines_is_invalid_argument(maintained: Build) -> None:
+    m = maintained()
+    code, _, fields = error_of(lambda: run(m, pb.MaintenanceMode.ValueType(7)))
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["mode"])
+
+
 @FTS5_ONLY  # corrupt_fts
 def test_execute_repairs_and_reports_the_health_delta(maintained: Build) -> None:
     m = maintained()

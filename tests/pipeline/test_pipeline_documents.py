@@ -589,3 +589,11 @@ def test_redirects_past_the_limit_fail_the_document(
         f"fetching {server.url}/r0: more than 2 redirects (documents.max_redirects)"
     )
     assert len(server.requests_to("GET", "/final")) == 1
+
+
+def test_a_bad_watch_names_every_bad_field(docs_stack: Callable[..., Stack]) -> None:
+    watch = docs_stack().pipeline.WatchDocument(
+        pb.WatchDocumentRequest(namespace="Bad NS"), timeout=10
+    )
+    code, _, fields = error_of(lambda: next(iter(watch)))
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["namespace", "id"])

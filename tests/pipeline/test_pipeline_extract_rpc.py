@@ -249,6 +249,13 @@ def test_bad_requests_are_invalid_argument_and_call_no_model(
     assert llm.prompts() == []
 
 
+def test_every_bad_field_is_named_at_once(stack: Any, answer: Any, llm: LlmServer) -> None:
+    answer(extraction_answer([]))
+    code, _, fields = error_of(lambda: extract(stack, " ", "bad ns!"))
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["namespace", "content"])
+    assert llm.prompts() == []
+
+
 def test_without_an_llm_configured_extract_says_how_to_configure_one(
     recall_stack: Callable[..., Any],
 ) -> None:

@@ -513,3 +513,53 @@ def test_worker_calls_reject_bad_chunks_and_statuses(
     )
     assert every_bad_field[2] == ["status", "title", "expected_chunk_count"]
     assert counts(db_path) == before
+
+
+def test_every_bad_field_of_a_request_is_named_at_once(
+    start_docs: Callable[..., Docs], db_path: Path
+) -> None:
+    """The parse step names every bad field before the store runs (issue 36)."""
+    s = start_docs(**{"memory.pipelineV2.documentChunkSize": 200})
+    s.create(content="text")
+    job = s.lease()
+    before = counts(db_path)
+    created = error_of(
+        lambda: s.create(
+            namespace="Bad Space",
+            content="x",
+            url="http://example.com/",
+            tags=["t"] * 0,
+            title="t" * 513,
+        )
+    )
+    assert created[:1] == (grpc.StatusCode.INVALID_ARGUMENT,)
+    assert created[2] == ["namespace", "content", "title"]
+    too_many_tags = error_of(
+        lambda: s.create(url="http://10.0.0.1/", tags=[f"t{i}" for i in range(40)])
+    )
+    assert too_many_tags[2][0] == "url" and "tags" in too_many_tags[2]
+    chunk = error_of(
+        lambda: s.docs.WriteDocumentChunk(
+            pb.WriteDocumentChunkRequest(
+                lease=jq.JobLease(), chunk_index=-1, content=" ", vector=[float("nan")]
+            )
+        )
+    )
+    assert chunk[2] == [
+        "lease.job_id",
+        "lease.lease_token",
+        "chunk_index",
+        "content",
+        "vector",
+    ]
+    listed = error_of(
+        lambda: s.docs.ListDocumentChunks(
+            pb.ListDocumentChunksRequest(document_id="", page_size=-1, page_token="junk")
+        )
+    )
+    assert listed[2] == ["document_id", "page_size", "page_token"]
+    failed = error_of(
+        lambda: s.docs.FailDocument(pb.FailDocumentRequest(lease=jq.JobLease(job_id=job.id)))
+    )
+    assert failed[2] == ["lease.lease_token", "error"]
+    assert counts(db_path) == before

@@ -1,5 +1,5 @@
 """What the live rule costs Recall (issue 16): every read now asks "not deleted
-AND not expired" (services/common/memory_filter.live_sql) where it asked "not
+AND not expired" (services/storage/memory_filter_sql.live_sql) where it asked "not
 deleted" (and, since issue 17, "valid"). Both rules are timed in one run, on one file, interleaved query by
 query (alternating which goes first), so load and page cache hit both alike.
 
@@ -48,13 +48,13 @@ from recall_latency import NO_FILTER, NS, load_average, summary  # noqa: E402
 
 from services.common import clock  # noqa: E402
 from services.common.config import load_config  # noqa: E402
-from services.common.memory_filter import NOW_SQL, live_sql  # noqa: E402
 from services.common.providers.embedding import LocalEmbedding  # noqa: E402
 from services.search.app import recall_params  # noqa: E402
 from services.search.embedder import QueryEmbedder  # noqa: E402
 from services.search.recall import Recaller  # noqa: E402
 from services.search.vector_cache import VectorCache  # noqa: E402
 from services.storage.db import ReadPool, open_read_write  # noqa: E402
+from services.storage.memory_filter_sql import NOW_SQL, live_sql  # noqa: E402
 from services.storage.search import graph_queries, queries  # noqa: E402
 
 SOURCE = Path("/tmp/engram-latency/recall-100000-r10000.db")

@@ -93,7 +93,7 @@ def filter_from_proto(
 
 
 def with_as_of(spec: MemoryFilterSpec, request: Message, bad: Violations) -> MemoryFilterSpec:
-    """`spec` reading the request's `as_of` instant (services/common/memory_filter.py
+    """`spec` reading the request's `as_of` instant (services/storage/memory_filter_sql.py
     live_sql), or now when the field is unset; out of range is recorded in `bad`."""
     text = time_field(bad, request, "as_of", "as_of")
     return spec if text is None else dataclasses.replace(spec, as_of=text)

@@ -420,7 +420,7 @@ class ContextAssembler:
 
     async def assemble(self, asked: ContextInput) -> AssembledContext:
         """Every read before the layout. `as_of`: read what was valid then
-        (services/common/memory_filter.py live_sql), else now."""
+        (services/storage/memory_filter_sql.py live_sql), else now."""
         namespaces, query, budget = asked.namespaces, asked.query, asked.budget
         session_id, as_of = asked.session_id, asked.as_of
         limit = recall_limit(budget)

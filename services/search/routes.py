@@ -14,7 +14,7 @@ or lifts besides its keyword and vector channels, by the query's intent
   (previous or next in the session) from the best matches; the range the query
   names is a boost for every intent (services.search.scoring, time_boost), and a
   routed question naming a past range also reads the facts valid during it,
-  superseded or ended since (services/common/memory_filter.py live_sql).
+  superseded or ended since (services/storage/memory_filter_sql.py live_sql).
 - causal: breadth first over `causal` links, both directions, from the best
   keyword and vector matches; each hop halves the lift.
 

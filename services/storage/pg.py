@@ -26,9 +26,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
 from services.common.errors import StorageTimedOut, StorageUnavailable
-from services.common.memory_filter import NOW_SQL
 from services.storage import sqlite
 from services.storage.dialect import POSTGRES
+from services.storage.memory_filter_sql import NOW_SQL
 
 Connection = psycopg.Connection
 IntegrityError = psycopg.errors.IntegrityError
@@ -181,7 +181,7 @@ def grant_reader(conn: Any, role: str) -> None:
 
 # ---- the store's SQL on Postgres: sqlite3's connection API over psycopg ----------
 
-# NOW_SQL (services/common/memory_filter.py), the one SQLite function the shared
+# NOW_SQL (services/storage/memory_filter_sql.py), the one SQLite function the shared
 # filter SQL holds, in the same stored form: milliseconds padded to nine digits,
 # one instant per statement as SQLite's 'now' is.
 PG_NOW_SQL = (

@@ -13,9 +13,10 @@ import pytest
 from pg_rows import PAST, T0, T1, T2, T3, memory
 
 from services.common import forgetting
-from services.common.memory_filter import NOW_SQL, MemoryFilterSpec
+from services.common.memory_filter import MemoryFilterSpec
 from services.storage import db, pg
 from services.storage.dialect import dialect_of
+from services.storage.memory_filter_sql import NOW_SQL
 from services.storage.store import document_sql
 from services.storage.store import repository as repo
 from services.store.writer import Writer

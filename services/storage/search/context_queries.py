@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.memory_filter import live_sql
+from services.storage.memory_filter_sql import live_sql
 from services.storage.search.queries import MEMORY_COLUMNS, marks
 
 Query = tuple[str, list[Any]]

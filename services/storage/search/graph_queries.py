@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.memory_filter import MemoryFilterSpec, filter_sql
+from services.common.memory_filter import MemoryFilterSpec
 from services.storage.dialect import SQLITE, Dialect
+from services.storage.memory_filter_sql import filter_sql, spec_live_sql
 from services.storage.search.queries import marks
 
 Query = tuple[str, list[Any]]
@@ -84,7 +85,7 @@ def mentioning_memories(
         f"WHERE mm.namespace = ? AND mm.entity_id IN ({marks(entity_ids)}) "
         # `+`: the plan starts from the mentions of the entities, not from a
         # scan of the namespace's memories
-        f"AND {guard}m.namespace = ? AND {spec.live_sql('m', keep_plan=bool(guard))}{clauses} "
+        f"AND {guard}m.namespace = ? AND {spec_live_sql(spec, 'm', keep_plan=bool(guard))}{clauses} "
         "LIMIT ?",
         [namespace, *entity_ids, namespace, *params, limit],
     )

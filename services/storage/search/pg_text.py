@@ -30,8 +30,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.memory_filter import MemoryFilterSpec, filter_sql
+from services.common.memory_filter import MemoryFilterSpec
 from services.storage.dialect import POSTGRES
+from services.storage.memory_filter_sql import filter_sql, spec_live_sql
 
 Query = tuple[str, list[Any]]
 K1 = 1.2
@@ -49,7 +50,7 @@ def _collection(namespace_mark: str, spec: MemoryFilterSpec) -> tuple[str, list[
     clauses, params = filter_sql(spec, "m", POSTGRES)
     return (
         f"m.namespace = {namespace_mark} AND m.content_tsv IS NOT NULL "
-        f"AND {spec.live_sql('m')}{clauses}",
+        f"AND {spec_live_sql(spec, 'm')}{clauses}",
         params,
     )
 

@@ -4,7 +4,7 @@ memory filter applied inside the HNSW scan, in the shape of the SQLite
 channel's rows (services/storage/search/queries.py vector_candidates: (memory_rowid,
 distance), nearest first).
 
-The filter is the one filter builder's SQL (services/common/memory_filter.py:
+The filter is the one filter builder's SQL (services/storage/memory_filter_sql.py:
 live_sql, and filter_sql in the POSTGRES dialect for the tags and categories
 arrays). The queries are sqlite3-style (`?`, SQLite's clock) like every other
 query of the search service: the read pool translates them
@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from services.common.memory_filter import MemoryFilterSpec, filter_sql
+from services.common.memory_filter import MemoryFilterSpec
 from services.storage.dialect import POSTGRES
+from services.storage.memory_filter_sql import filter_sql, spec_live_sql
 from services.storage.pg import translate
 
 Query = tuple[str, list[Any]]
@@ -70,7 +71,7 @@ def _nearest_sql(
         "WITH nearest AS MATERIALIZED ("
         f"SELECT v.memory_rowid, {distance} AS d "
         "FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid "
-        f"WHERE v.namespace = ? AND m.namespace = ? AND {spec.live_sql('m')}{clauses} "
+        f"WHERE v.namespace = ? AND m.namespace = ? AND {spec_live_sql(spec, 'm')}{clauses} "
         f"ORDER BY {order} LIMIT ?) "
         "SELECT memory_rowid, d FROM nearest ORDER BY d, memory_rowid",
         [vector, namespace, namespace, *params, vector, limit],

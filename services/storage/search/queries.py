@@ -17,13 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.common import forgetting, restatement
-from services.common.memory_filter import (
-    NOW_SQL,
-    MemoryFilterSpec,
-    filter_sql,
-    live_sql,
-)
+from services.common.memory_filter import MemoryFilterSpec
 from services.storage.dialect import SQLITE, Dialect
+from services.storage.memory_filter_sql import NOW_SQL, filter_sql, live_sql, spec_live_sql
 from services.storage.schema import memory_columns
 
 Query = tuple[str, list[Any]]
@@ -52,7 +48,7 @@ def live_count(
         return (f"SELECT count(*) FROM memories m WHERE {live_sql('m')}", [])
     clauses, params = filter_sql(spec, "m", dialect)
     return (
-        f"SELECT count(*) FROM memories m WHERE m.namespace = ? AND {spec.live_sql('m')}{clauses}",
+        f"SELECT count(*) FROM memories m WHERE m.namespace = ? AND {spec_live_sql(spec, 'm')}{clauses}",
         [namespace, *params],
     )
 
@@ -108,7 +104,7 @@ def _term_rows(namespace: str, spec: MemoryFilterSpec) -> tuple[str, list[Any]]:
     return (
         "FROM memories_fts f CROSS JOIN memories m ON m.rowid = f.rowid "
         "WHERE memories_fts MATCH ? AND m.namespace = ? "
-        f"AND {spec.live_sql('m')}{clauses}",
+        f"AND {spec_live_sql(spec, 'm')}{clauses}",
         [namespace, *params],
     )
 
@@ -164,7 +160,7 @@ def vector_candidates(
     return (
         f"SELECT v.memory_rowid, {distance} AS d FROM memory_vectors v "
         "JOIN memories m ON m.rowid = v.memory_rowid "
-        f"WHERE v.namespace = ? AND {spec.live_sql('m')}{clauses} "
+        f"WHERE v.namespace = ? AND {spec_live_sql(spec, 'm')}{clauses} "
         "ORDER BY d LIMIT ?",
         [query_bits_f32, namespace, *params, limit],
     )
@@ -180,7 +176,7 @@ def exact_vector_candidates(
         "FROM memory_vectors v JOIN memories m ON m.rowid = v.memory_rowid "
         "JOIN embeddings e ON e.namespace = m.namespace AND e.content_hash = m.content_hash "
         "AND e.model = ? "
-        f"WHERE v.namespace = ? AND {spec.live_sql('m')}{clauses} "
+        f"WHERE v.namespace = ? AND {spec_live_sql(spec, 'm')}{clauses} "
         "ORDER BY d LIMIT ?",
         [query_f32, model, namespace, *params, limit],
     )
@@ -206,7 +202,7 @@ def pool_rows(
         "AND e.content_hash = m.content_hash AND e.model = ? "
         # `+` on the live rule's columns and the namespace keeps the planner on
         # the rowid lookups.
-        f"WHERE m.rowid IN ({listed}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
+        f"WHERE m.rowid IN ({listed}) AND {spec_live_sql(spec, 'm', keep_plan=bool(guard))} "
         f"AND {guard}m.namespace = ?",
         [model, *rowids, namespace],
     )
@@ -220,11 +216,11 @@ def memories_by_rowid(
     dialect: Dialect = SQLITE,
 ) -> Query:
     """Live memories of the namespace among `rowids` (valid at the spec's
-    instant and ranges, services/common/memory_filter.py live_sql)."""
+    instant and ranges, services/storage/memory_filter_sql.py live_sql)."""
     listed, guard = marks(rowids), dialect.plan_guard
     return (
         f"SELECT {MEMORY_COLUMNS} FROM memories m "
-        f"WHERE m.rowid IN ({listed}) AND {spec.live_sql('m', keep_plan=bool(guard))} "
+        f"WHERE m.rowid IN ({listed}) AND {spec_live_sql(spec, 'm', keep_plan=bool(guard))} "
         f"AND {guard}m.namespace = ?",
         [*rowids, namespace],
     )
@@ -276,7 +272,7 @@ def in_time_windows(
     ranges = " OR ".join("(m.event_time >= ? AND m.event_time < ?)" for _ in windows)
     return (
         f"SELECT m.rowid FROM memories m WHERE m.namespace = ? "
-        f"AND {spec.live_sql('m')}{clauses} AND ({ranges}) "
+        f"AND {spec_live_sql(spec, 'm')}{clauses} AND ({ranges}) "
         "ORDER BY m.event_time DESC, m.rowid DESC LIMIT ?",
         [namespace, *params, *(t for w in windows for t in w), limit],
     )
@@ -292,7 +288,7 @@ def closed_valid_in_windows(
     return (
         "SELECT m.rowid, m.event_time FROM memories m WHERE m.namespace = ? "
         f"AND m.valid_until IS NOT NULL AND m.valid_until <= {NOW_SQL} "
-        f"AND {spec.live_sql('m')}{clauses} "
+        f"AND {spec_live_sql(spec, 'm')}{clauses} "
         "ORDER BY m.valid_until DESC, m.rowid DESC LIMIT ?",
         [namespace, *params, limit],
     )

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from services.common import forgetting
-from services.common.memory_filter import live_sql
 from services.storage.connection import Connection
 from services.storage.dialect import SQLITE, Dialect, dialect_of
+from services.storage.memory_filter_sql import live_sql
 from services.storage.schema import memory_columns
 from services.storage.store.repository import Query
 

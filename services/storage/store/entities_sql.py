@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.common.memory_filter import live_sql
 from services.storage.dialect import SQLITE, Dialect
+from services.storage.memory_filter_sql import live_sql
 from services.storage.store.repository import _M_COLUMNS, Query
 
 ENTITY_COLUMNS = "e.id, e.name, e.entity_type, e.mentions, e.created_at, e.updated_at"

@@ -3,7 +3,7 @@ every row read under the caller's namespace (a link never leads out of it)."""
 
 from __future__ import annotations
 
-from services.common.memory_filter import not_expired_sql
+from services.storage.memory_filter_sql import not_expired_sql
 from services.storage.store.extraction_sql import DERIVED_FROM, SUPERSEDES
 from services.storage.store.repository import _M_COLUMNS, Query
 

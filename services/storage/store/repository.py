@@ -16,16 +16,16 @@ from random import getrandbits
 from typing import Any, NamedTuple
 
 from services.common import forgetting, restatement
-from services.common.memory_filter import (
+from services.common.memory_filter import MemoryFilterSpec
+from services.storage.connection import Connection
+from services.storage.dialect import SQLITE, Dialect, dialect_of
+from services.storage.memory_filter_sql import (
     NOW_SQL,
-    MemoryFilterSpec,
     filter_sql,
     live_sql,
     not_expired_sql,
     present_sql,
 )
-from services.storage.connection import Connection
-from services.storage.dialect import SQLITE, Dialect, dialect_of
 from services.storage.schema import memory_columns
 from services.storage.store import document_sql
 from services.storage.store.job_enums import JobKind
@@ -150,7 +150,7 @@ def forget_candidates_query(
     count: bool = False,
 ) -> Query:
     """Memories selected for forgetting: live ones and superseded versions
-    (services/common/memory_filter.py present_sql). With `term_matches` (one MATCH
+    (services/storage/memory_filter_sql.py present_sql). With `term_matches` (one MATCH
     expression per query term) a memory must match any of them, and those
     matching the most terms come first; then newest first. (Not BM25: FTS5's
     statistics span every namespace, so its order would let other tenants'

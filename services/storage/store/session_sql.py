@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from services.common.memory_filter import live_sql
 from services.common.memory_record import SESSION_SUMMARY_TYPE
 from services.storage.connection import Connection
 from services.storage.dialect import dialect_of
+from services.storage.memory_filter_sql import live_sql
 from services.storage.store import repository as repo
 from services.storage.store.job_enums import JobKind
 

@@ -18,6 +18,7 @@ import sys
 import time
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
@@ -141,6 +142,17 @@ def _fail(command: str, error: EngramError) -> NoReturn:
     sys.exit(1)
 
 
+@contextmanager
+def _calling(target: Target, command: str) -> Iterator[Engram]:
+    """The client for one command: an error it answers ends the command with
+    the error's message and exit status 1."""
+    with target.client() as engram:
+        try:
+            yield engram
+        except EngramError as error:
+            _fail(command, error)
+
+
 def _dict(message: Message) -> dict[str, Any]:
     return MessageToDict(message, preserving_proto_field_name=True)
 
@@ -243,26 +255,23 @@ def remember(**params: Any) -> None:
     target = _target(params)
     ttl = _ttl_seconds(params["ttl"])
     event_time = _timestamp(params["event_time"], "--event-time")
-    with target.client() as engram:
-        try:
-            reply = engram.remember(
-                params["content"],
-                namespace=params["namespace"],
-                type=params["type_"],
-                importance=params["importance"],
-                tags=params["tags"],
-                pinned=params["pinned"],
-                who=params["who"],
-                why=params["why"],
-                source_type=params["source_type"],
-                source_id=params["source_id"],
-                event_time=event_time,
-                session_id=params["session_id"],
-                ttl=ttl,
-                categories=params["categories"],
-            )
-        except EngramError as error:
-            _fail("remember", error)
+    with _calling(target, "remember") as engram:
+        reply = engram.remember(
+            params["content"],
+            namespace=params["namespace"],
+            type=params["type_"],
+            importance=params["importance"],
+            tags=params["tags"],
+            pinned=params["pinned"],
+            who=params["who"],
+            why=params["why"],
+            source_type=params["source_type"],
+            source_id=params["source_id"],
+            event_time=event_time,
+            session_id=params["session_id"],
+            ttl=ttl,
+            categories=params["categories"],
+        )
     if target.json:
         _emit_json(reply)
         return
@@ -306,13 +315,10 @@ def recall(**params: Any) -> None:
     """The memories most relevant to QUERY."""
     target = _target(params)
     as_of = _timestamp(params["as_of"], "--as-of")
-    with target.client() as engram:
-        try:
-            reply = engram.recall(
-                params["query"], namespace=params["namespace"], limit=params["limit"], as_of=as_of
-            )
-        except EngramError as error:
-            _fail("recall", error)
+    with _calling(target, "recall") as engram:
+        reply = engram.recall(
+            params["query"], namespace=params["namespace"], limit=params["limit"], as_of=as_of
+        )
     if target.json:
         _emit_json(reply)
         return
@@ -328,11 +334,8 @@ def recall(**params: Any) -> None:
 def get(**params: Any) -> None:
     """One memory (a deleted one too)."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            memory = engram.get_memory(params["memory_id"], namespace=params["namespace"])
-        except EngramError as error:
-            _fail("get", error)
+    with _calling(target, "get") as engram:
+        memory = engram.get_memory(params["memory_id"], namespace=params["namespace"])
     if target.json:
         _emit_json(memory)
         return
@@ -358,7 +361,7 @@ def list_(**params: Any) -> None:
     target = _target(params)
     as_of = _timestamp(params["as_of"], "--as-of")
     limit = params["limit"]
-    with target.client() as engram:
+    with _calling(target, "list") as engram:
         found = engram.list_memories(
             namespace=params["namespace"],
             page_size=min(limit, 500) if limit > 0 else 500,
@@ -372,16 +375,13 @@ def list_(**params: Any) -> None:
             as_of=as_of,
         )
         memories: list[Memory] = []
-        try:
-            for memory in found:
-                if target.json:
-                    _emit_json(memory)
-                else:
-                    memories.append(memory)
-                if limit and len(memories) >= limit:
-                    break
-        except EngramError as error:
-            _fail("list", error)
+        for memory in found:
+            if target.json:
+                _emit_json(memory)
+            else:
+                memories.append(memory)
+            if limit and len(memories) >= limit:
+                break
     if not target.json:
         _memory_table(memories)
 
@@ -396,24 +396,19 @@ def history(**params: Any) -> None:
     table = Table()
     for name in ("time", "event", "actor", "reason", "content"):
         table.add_column(name, overflow="fold")
-    with target.client() as engram:
-        try:
-            for event in engram.list_memory_history(
-                params["memory_id"], namespace=params["namespace"]
-            ):
-                if target.json:
-                    _emit_json(event)
-                    continue
-                cells = (
-                    event.create_time.ToJsonString(),
-                    _dict(event).get("event_type", "").removeprefix("HISTORY_EVENT_TYPE_"),
-                    event.actor,
-                    event.reason,
-                    event.new_content or event.old_content,
-                )
-                table.add_row(*(Text(cell) for cell in cells))
-        except EngramError as error:
-            _fail("history", error)
+    with _calling(target, "history") as engram:
+        for event in engram.list_memory_history(params["memory_id"], namespace=params["namespace"]):
+            if target.json:
+                _emit_json(event)
+                continue
+            cells = (
+                event.create_time.ToJsonString(),
+                _dict(event).get("event_type", "").removeprefix("HISTORY_EVENT_TYPE_"),
+                event.actor,
+                event.reason,
+                event.new_content or event.old_content,
+            )
+            table.add_row(*(Text(cell) for cell in cells))
     if not target.json:
         Console().print(table)
 
@@ -427,22 +422,19 @@ def weak(**params: Any) -> None:
     target = _target(params)
     rows: list[tuple[str, ...]] = []
     count = 0
-    with target.client() as engram:
-        try:
-            for found in engram.list_weak_memories(namespace=params["namespace"]):
-                count += 1
-                if target.json:
-                    _emit_json(found)
-                    continue
-                memory = found.memory
-                last = (
-                    memory.last_access_time.ToJsonString()
-                    if memory.HasField("last_access_time")
-                    else "never"
-                )
-                rows.append((f"{found.current_confidence:.4f}", memory.id, last, memory.content))
-        except EngramError as error:
-            _fail("weak", error)
+    with _calling(target, "weak") as engram:
+        for found in engram.list_weak_memories(namespace=params["namespace"]):
+            count += 1
+            if target.json:
+                _emit_json(found)
+                continue
+            memory = found.memory
+            last = (
+                memory.last_access_time.ToJsonString()
+                if memory.HasField("last_access_time")
+                else "never"
+            )
+            rows.append((f"{found.current_confidence:.4f}", memory.id, last, memory.content))
     if not target.json:
         headers = ("confidence now", "id", "last access", "content")
         _print_table(headers, rows, keep=("id",))
@@ -461,17 +453,14 @@ def supersede(**params: Any) -> None:
     --valid-from); the old memory stays, valid until then."""
     target = _target(params)
     valid_from = _timestamp(params["valid_from"], "--valid-from")
-    with target.client() as engram:
-        try:
-            result = engram.supersede_memory(
-                params["memory_id"],
-                params["content"],
-                namespace=params["namespace"],
-                reason=params["reason"],
-                valid_from=valid_from,
-            )
-        except EngramError as error:
-            _fail("supersede", error)
+    with _calling(target, "supersede") as engram:
+        result = engram.supersede_memory(
+            params["memory_id"],
+            params["content"],
+            namespace=params["namespace"],
+            reason=params["reason"],
+            valid_from=valid_from,
+        )
     if target.json:
         _emit_json(result)
         return
@@ -521,13 +510,10 @@ def modify(**params: Any) -> None:
         patch.tags.CopyFrom(store_pb2.TagList(values=params["tags"]))
     if params["categories"] or params["clear_categories"]:
         patch.categories.CopyFrom(store_pb2.CategoryList(values=params["categories"]))
-    with target.client() as engram:
-        try:
-            reply = engram.modify_memories(
-                [patch], namespace=params["namespace"], reason=params["reason"]
-            )
-        except EngramError as error:
-            _fail("modify", error)
+    with _calling(target, "modify") as engram:
+        reply = engram.modify_memories(
+            [patch], namespace=params["namespace"], reason=params["reason"]
+        )
     result = reply.results[0]
     status = _dict(result).get("status", "").removeprefix("PATCH_STATUS_").lower()
     if target.json:
@@ -555,17 +541,14 @@ def delete(**params: Any) -> None:
     """Soft-delete MEMORY_ID: it leaves recall and listings at once and `engram recover`
     brings it back within the tombstone window (retention.tombstone_days)."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            memory = engram.delete_memory(
-                params["memory_id"],
-                namespace=params["namespace"],
-                reason=params["reason"],
-                if_version=params["if_version"],
-                force=params["force"],
-            )
-        except EngramError as error:
-            _fail("delete", error)
+    with _calling(target, "delete") as engram:
+        memory = engram.delete_memory(
+            params["memory_id"],
+            namespace=params["namespace"],
+            reason=params["reason"],
+            if_version=params["if_version"],
+            force=params["force"],
+        )
     if target.json:
         _emit_json(memory)
     else:
@@ -584,16 +567,13 @@ def recover(**params: Any) -> None:
     """Bring back MEMORY_ID, soft-deleted within the tombstone window (`engram list
     --deleted` shows them)."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            memory = engram.recover_memory(
-                params["memory_id"],
-                namespace=params["namespace"],
-                reason=params["reason"],
-                if_version=params["if_version"],
-            )
-        except EngramError as error:
-            _fail("recover", error)
+    with _calling(target, "recover") as engram:
+        memory = engram.recover_memory(
+            params["memory_id"],
+            namespace=params["namespace"],
+            reason=params["reason"],
+            if_version=params["if_version"],
+        )
     if target.json:
         _emit_json(memory)
     else:
@@ -608,11 +588,8 @@ def explain(**params: Any) -> None:
     """MEMORY_ID's chain: the versions it replaced and that replaced it (with
     their valid time), what it was derived from and what from it."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            found = engram.explain_memory(params["memory_id"], namespace=params["namespace"])
-        except EngramError as error:
-            _fail("explain", error)
+    with _calling(target, "explain") as engram:
+        found = engram.explain_memory(params["memory_id"], namespace=params["namespace"])
     if target.json:
         _emit_json(found)
         return
@@ -661,30 +638,27 @@ def links(**params: Any) -> None:
     # the other end of each link (MEMORY_ID is one end): one id per row fits 80 columns
     table = Table(title=f"links of {params['memory_id']}")
     _columns(table, "type", "dir", "memory id", "weight/conf", "valid from", "valid until")
-    with target.client() as engram:
-        try:
-            for link in engram.list_memory_links(
-                params["memory_id"],
-                namespace=params["namespace"],
-                link_types=params["link_types"],
-                direction=direction,
-            ):
-                if target.json:
-                    _emit_json(link)
-                    continue
-                until = link.valid_until.ToJsonString() if link.HasField("valid_until") else ""
-                outgoing = link.from_memory_id == params["memory_id"]
-                cells = (
-                    link.link_type,
-                    "to" if outgoing else "from",
-                    link.to_memory_id if outgoing else link.from_memory_id,
-                    f"{link.weight:g}/{link.confidence:g}",
-                    link.valid_from.ToJsonString(),
-                    until,
-                )
-                table.add_row(*(Text(cell) for cell in cells))
-        except EngramError as error:
-            _fail("links", error)
+    with _calling(target, "links") as engram:
+        for link in engram.list_memory_links(
+            params["memory_id"],
+            namespace=params["namespace"],
+            link_types=params["link_types"],
+            direction=direction,
+        ):
+            if target.json:
+                _emit_json(link)
+                continue
+            until = link.valid_until.ToJsonString() if link.HasField("valid_until") else ""
+            outgoing = link.from_memory_id == params["memory_id"]
+            cells = (
+                link.link_type,
+                "to" if outgoing else "from",
+                link.to_memory_id if outgoing else link.from_memory_id,
+                f"{link.weight:g}/{link.confidence:g}",
+                link.valid_from.ToJsonString(),
+                until,
+            )
+            table.add_row(*(Text(cell) for cell in cells))
     if not target.json:
         Console().print(table)
 
@@ -702,11 +676,8 @@ def session_get(**params: Any) -> None:
     """Where SESSION_ID's consolidation is (open, queued, consolidated, failed),
     when it was first and last written to, why it ended and its job."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            found = engram.get_session(params["session_id"], namespace=params["namespace"])
-        except EngramError as error:
-            _fail("session get", error)
+    with _calling(target, "session get") as engram:
+        found = engram.get_session(params["session_id"], namespace=params["namespace"])
     if target.json:
         _emit_json(found)
         return
@@ -737,17 +708,14 @@ def session_append(**params: Any) -> None:
     """Capture one conversation turn (AppendTurn) as SESSION_ID's short-term memory;
     a user turn that asks to be remembered is kept long-term."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            reply = engram.append_turn(
-                params["session_id"],
-                params["role"],
-                params["content"],
-                namespace=params["namespace"],
-                who=params["who"],
-            )
-        except EngramError as error:
-            _fail("session append", error)
+    with _calling(target, "session append") as engram:
+        reply = engram.append_turn(
+            params["session_id"],
+            params["role"],
+            params["content"],
+            namespace=params["namespace"],
+            who=params["who"],
+        )
     if target.json:
         _emit_json(reply)
         return
@@ -765,11 +733,8 @@ def session_append(**params: Any) -> None:
 def session_summarize(**params: Any) -> None:
     """Queue SESSION_ID's summary (SummarizeSession: the pipeline's LLM writes it)."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            reply = engram.summarize_session(params["session_id"], namespace=params["namespace"])
-        except EngramError as error:
-            _fail("session summarize", error)
+    with _calling(target, "session summarize") as engram:
+        reply = engram.summarize_session(params["session_id"], namespace=params["namespace"])
     if target.json:
         _emit_json(reply)
         return
@@ -793,17 +758,14 @@ def entity_get(**params: Any) -> None:
     """The entity named NAME (its canonical name or an alias): type, aliases,
     mentions, its facts valid now and its neighbours."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            found = engram.get_entity(
-                params["entity_id"],
-                name=params["name"],
-                namespace=params["namespace"],
-                max_facts=params["max_facts"],
-                max_neighbors=params["max_neighbors"],
-            )
-        except EngramError as error:
-            _fail("entity get", error)
+    with _calling(target, "entity get") as engram:
+        found = engram.get_entity(
+            params["entity_id"],
+            name=params["name"],
+            namespace=params["namespace"],
+            max_facts=params["max_facts"],
+            max_neighbors=params["max_neighbors"],
+        )
     if target.json:
         _emit_json(found)
         return
@@ -835,31 +797,28 @@ def entity_list(**params: Any) -> None:
     table = Table()
     _columns(table, "name", "type", "mentions", "aliases", "id")
     limit = params["limit"]
-    with target.client() as engram:
-        try:
-            found = engram.list_entities(
-                namespace=params["namespace"],
-                name_prefix=params["name_prefix"],
-                entity_type=params["entity_type"],
-                min_mentions=params["min_mentions"],
-                page_size=min(limit, 500) if limit else 0,
-            )
-            for count, e in enumerate(found, 1):
-                if target.json:
-                    _emit_json(e)
-                else:
-                    cells = (
-                        e.name,
-                        e.entity_type,
-                        str(e.mention_count),
-                        ", ".join(e.aliases),
-                        e.id,
-                    )
-                    table.add_row(*(Text(c) for c in cells))
-                if limit and count >= limit:
-                    break
-        except EngramError as error:
-            _fail("entity list", error)
+    with _calling(target, "entity list") as engram:
+        found = engram.list_entities(
+            namespace=params["namespace"],
+            name_prefix=params["name_prefix"],
+            entity_type=params["entity_type"],
+            min_mentions=params["min_mentions"],
+            page_size=min(limit, 500) if limit else 0,
+        )
+        for count, e in enumerate(found, 1):
+            if target.json:
+                _emit_json(e)
+            else:
+                cells = (
+                    e.name,
+                    e.entity_type,
+                    str(e.mention_count),
+                    ", ".join(e.aliases),
+                    e.id,
+                )
+                table.add_row(*(Text(c) for c in cells))
+            if limit and count >= limit:
+                break
     if not target.json:
         Console().print(table)
 
@@ -895,38 +854,35 @@ def forget(**params: Any) -> None:
     }
     if params["types"] or params["tags"]:
         selection["filter"] = memory_filter(types=params["types"], tags=params["tags"])
-    with target.client() as engram:
-        try:
-            preview = engram.forget_memories(**selection)
-            _show_forget_preview(preview, target.json, params["every"])
-            if not preview.candidate_count:
+    with _calling(target, "forget") as engram:
+        preview = engram.forget_memories(**selection)
+        _show_forget_preview(preview, target.json, params["every"])
+        if not preview.candidate_count:
+            return
+        if not params["yes"]:
+            if not sys.stdin.isatty():
+                _echo("engram forget: nothing deleted; pass --yes to delete", err=True)
                 return
-            if not params["yes"]:
-                if not sys.stdin.isatty():
-                    _echo("engram forget: nothing deleted; pass --yes to delete", err=True)
-                    return
-                question = (
-                    f"Forget these {preview.candidate_count} and every other match, "
-                    f"{MAX_FORGET_BATCH} at a time?"
-                    if params["every"] and preview.more_matching
-                    else f"Forget these {preview.candidate_count}?"
-                )
-                if not click.confirm(question, err=True):
-                    return
-            if params["every"]:
-                total, more = _forget_every(engram, selection, preview, params["reason"], target)
-            else:
-                done = engram.forget_memories(
-                    **selection,
-                    mode=FORGET_MODE_EXECUTE,
-                    reason=params["reason"],
-                    confirm_token=preview.confirm_token,
-                )
-                if target.json:
-                    _emit_json(done)
-                total, more = done.deleted_count, done.matching_count - done.deleted_count
-        except EngramError as error:
-            _fail("forget", error)
+            question = (
+                f"Forget these {preview.candidate_count} and every other match, "
+                f"{MAX_FORGET_BATCH} at a time?"
+                if params["every"] and preview.more_matching
+                else f"Forget these {preview.candidate_count}?"
+            )
+            if not click.confirm(question, err=True):
+                return
+        if params["every"]:
+            total, more = _forget_every(engram, selection, preview, params["reason"], target)
+        else:
+            done = engram.forget_memories(
+                **selection,
+                mode=FORGET_MODE_EXECUTE,
+                reason=params["reason"],
+                confirm_token=preview.confirm_token,
+            )
+            if target.json:
+                _emit_json(done)
+            total, more = done.deleted_count, done.matching_count - done.deleted_count
     if not target.json:
         purged = " (purged)" if params["purge"] else ""
         rest = f"; {more} more match: run it again, or pass --all" if more > 0 else ""
@@ -1025,46 +981,41 @@ def namespace_delete(**params: Any) -> None:
     tombstone window (retention.tombstone_days); then retention purges them."""
     target = _target(params)
     name = params["name"]
-    with target.client() as engram:
-        try:
-            preview = engram.delete_namespace(name)
-            contents = preview.contents
-            if target.json:
-                _emit_json(preview)
-            else:
-                table = Table(title=f"namespace {name} holds", show_header=False)
-                for label, count in (
-                    ("memories (to delete)", contents.memories),
-                    ("of them pinned", contents.pinned_memories),
-                    ("already deleted", contents.deleted_memories),
-                    ("entities", contents.entities),
-                    ("documents", contents.documents),
-                ):
-                    table.add_row(Text(label), Text(str(count)))
-                Console().print(table)
-            if not contents.memories:
-                if not target.json:
-                    _echo(f"namespace {name} holds no live memory: nothing to delete")
+    with _calling(target, "namespace delete") as engram:
+        preview = engram.delete_namespace(name)
+        contents = preview.contents
+        if target.json:
+            _emit_json(preview)
+        else:
+            table = Table(title=f"namespace {name} holds", show_header=False)
+            for label, count in (
+                ("memories (to delete)", contents.memories),
+                ("of them pinned", contents.pinned_memories),
+                ("already deleted", contents.deleted_memories),
+                ("entities", contents.entities),
+                ("documents", contents.documents),
+            ):
+                table.add_row(Text(label), Text(str(count)))
+            Console().print(table)
+        if not contents.memories:
+            if not target.json:
+                _echo(f"namespace {name} holds no live memory: nothing to delete")
+            return
+        if not params["yes"]:
+            if not sys.stdin.isatty():
+                _echo("engram namespace delete: nothing deleted; pass --yes to delete", err=True)
                 return
-            if not params["yes"]:
-                if not sys.stdin.isatty():
-                    _echo(
-                        "engram namespace delete: nothing deleted; pass --yes to delete", err=True
-                    )
-                    return
-                if not click.confirm(
-                    f"Delete namespace {name} ({contents.memories} memories)?", err=True
-                ):
-                    return
-            done = engram.delete_namespace(
-                name,
-                mode=FORGET_MODE_EXECUTE,
-                reason=params["reason"],
-                confirm_token=preview.confirm_token,
-                timeout=max(target.timeout, NAMESPACE_TIMEOUT_S),
-            )
-        except EngramError as error:
-            _fail("namespace delete", error)
+            if not click.confirm(
+                f"Delete namespace {name} ({contents.memories} memories)?", err=True
+            ):
+                return
+        done = engram.delete_namespace(
+            name,
+            mode=FORGET_MODE_EXECUTE,
+            reason=params["reason"],
+            confirm_token=preview.confirm_token,
+            timeout=max(target.timeout, NAMESPACE_TIMEOUT_S),
+        )
     if target.json:
         _emit_json(done)
         return
@@ -1082,15 +1033,12 @@ def namespace_recover(**params: Any) -> None:
     """Bring back what `engram namespace delete NAME` deleted, within the tombstone
     window (memories deleted one by one stay deleted)."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            done = engram.recover_namespace(
-                params["name"],
-                reason=params["reason"],
-                timeout=max(target.timeout, NAMESPACE_TIMEOUT_S),
-            )
-        except EngramError as error:
-            _fail("namespace recover", error)
+    with _calling(target, "namespace recover") as engram:
+        done = engram.recover_namespace(
+            params["name"],
+            reason=params["reason"],
+            timeout=max(target.timeout, NAMESPACE_TIMEOUT_S),
+        )
     if target.json:
         _emit_json(done)
         return
@@ -1309,14 +1257,11 @@ def export(**params: Any) -> None:
     Superseded versions are not live, so they and their supersedes links are
     not exported."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            for memory in engram.list_memories(
-                namespace=params["namespace"], page_size=params["page_size"]
-            ):
-                sys.stdout.write(json.dumps(export_record(memory), ensure_ascii=False) + "\n")
-        except EngramError as error:
-            _fail("export", error)
+    with _calling(target, "export") as engram:
+        for memory in engram.list_memories(
+            namespace=params["namespace"], page_size=params["page_size"]
+        ):
+            sys.stdout.write(json.dumps(export_record(memory), ensure_ascii=False) + "\n")
     sys.stdout.flush()
 
 
@@ -1325,11 +1270,8 @@ def export(**params: Any) -> None:
 def diagnostics(**params: Any) -> None:
     """The suite's health score and report (maintenance's GetDiagnostics)."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            report = engram.get_diagnostics()
-        except EngramError as error:
-            _fail("diagnostics", error)
+    with _calling(target, "diagnostics") as engram:
+        report = engram.get_diagnostics()
     if target.json:
         _emit_json(report)
         return
@@ -1353,11 +1295,8 @@ def maintenance(**params: Any) -> None:
         if params["execute"]
         else maintenance_pb2.MAINTENANCE_MODE_OBSERVE
     )
-    with target.client() as engram:
-        try:
-            reply = engram.run_maintenance(mode=mode)
-        except EngramError as error:
-            _fail("maintenance", error)
+    with _calling(target, "maintenance") as engram:
+        reply = engram.run_maintenance(mode=mode)
     if target.json:
         _emit_json(reply)
         return
@@ -1374,11 +1313,8 @@ def retention(**params: Any) -> None:
     """One retention sweep (RunRetention): expired memories, tombstones past the
     window, old history and jobs; what each step removed."""
     target = _target(params)
-    with target.client() as engram:
-        try:
-            reply = engram.run_retention()
-        except EngramError as error:
-            _fail("retention", error)
+    with _calling(target, "retention") as engram:
+        reply = engram.run_retention()
     if target.json:
         _emit_json(reply)
         return

@@ -1,0 +1,155 @@
+"""Recall's query-intent decision on every question of the dev datasets, to see
+that a change to the classifier moves no decision it should not (issue 38).
+
+For each question of LoCoMo dev (all 999, adversarial ones too) and LongMemEval-S
+dev (all 100): the IntentClassifier of a source tree (`--tree`, default this
+checkout) with the local embedding model, given what Recall gives it: the
+query's own vector (embedded alone, as a Recall embeds it) and whether the
+query names a time (services.search.text.time_windows at the time of asking:
+LoCoMo's last session, LongMemEval's question date). One JSON line per
+question: dataset, id, intent, basis.
+
+    .venv/bin/python bench/intent_decisions.py --tree DIR --out FILE.jsonl
+    .venv/bin/python bench/intent_decisions.py --compare BEFORE.jsonl AFTER.jsonl
+
+--compare counts the questions whose intent changed, and those whose basis
+alone changed (the rule named, the similarity, the nearest examples' intent),
+and lists each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import importlib
+import json
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def dataset(relative: str) -> Path:
+    """A file under ../shared/datasets of this checkout or of its worktree's parent."""
+    for base in (ROOT.parent, ROOT.parent.parent):
+        if (base / "shared" / "datasets" / relative).exists():
+            return base / "shared" / "datasets" / relative
+    return ROOT.parent / "shared" / "datasets" / relative
+
+
+def locomo_questions() -> list[tuple[str, str, datetime]]:
+    """(id, question, asked at the conversation's last session), as bench/locomo.py asks."""
+    samples = json.loads(dataset("locomo/locomo10-dev.json").read_text(encoding="utf-8"))
+    out: list[tuple[str, str, datetime]] = []
+    for sample in samples:
+        conversation = sample["conversation"]
+        asked = max(
+            datetime.strptime(value.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+            for key, value in conversation.items()
+            if key.startswith("session_") and key.endswith("_date_time")
+        )
+        for number, qa in enumerate(sample["qa"]):
+            out.append((f"{sample['sample_id']}:{number}", qa["question"], asked))
+    return out
+
+
+def longmemeval_questions() -> list[tuple[str, str, datetime]]:
+    """(question id, question, asked at its question date), as bench/longmemeval.py asks."""
+    path = dataset("longmemeval/longmemeval-s-dev.json.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        items = json.load(handle)
+    out: list[tuple[str, str, datetime]] = []
+    for item in items:
+        day, _, clock = item["question_date"].partition(" (")
+        asked = datetime.strptime(f"{day} {clock.split(') ', 1)[1]}", "%Y/%m/%d %H:%M")
+        out.append((item["question_id"], item["question"], asked.replace(tzinfo=UTC)))
+    return out
+
+
+async def decide(tree: Path) -> list[dict[str, Any]]:
+    """Every dev question through `tree`'s classifier, as Recall classifies it."""
+    sys.path[:0] = [str(tree), str(tree / "gen")]
+    config = importlib.import_module("services.common.config").load_config(environ={})
+    provider = importlib.import_module("services.common.providers.embedding").embedding_provider(
+        config
+    )
+    intent = importlib.import_module("services.search.query_intent")
+    time_windows = importlib.import_module("services.search.text").time_windows
+    source = Path(intent.__file__).resolve()
+    assert source.is_relative_to(tree.resolve()), f"{source} is not from {tree}"
+    await provider.warm_up()
+    classifier = intent.IntentClassifier(provider, config.search.intent_similarity_threshold)
+    assert await classifier.wait_ready(), "the intent examples were not embedded"
+    rows: list[dict[str, Any]] = []
+    for name, questions in (
+        ("locomo", locomo_questions()),
+        ("longmemeval", longmemeval_questions()),
+    ):
+        for qid, question, asked in questions:
+            [vector] = await provider.embed([question])
+            names_time = bool(time_windows(question, asked))
+            decided = classifier.classify(question, vector, names_time)
+            rows.append(
+                {
+                    "dataset": name,
+                    "id": qid,
+                    "question": question,
+                    "intent": decided.intent.name,
+                    "basis": decided.basis,
+                }
+            )
+    return rows
+
+
+def compare(before_path: Path, after_path: Path) -> None:
+    def read(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return {(r["dataset"], r["id"]): r for r in map(json.loads, lines)}
+
+    before, after = read(before_path), read(after_path)
+    assert before.keys() == after.keys(), "the two runs asked different questions"
+    intents = [k for k in before if before[k]["intent"] != after[k]["intent"]]
+    bases = [
+        k
+        for k in before
+        if before[k]["intent"] == after[k]["intent"] and before[k]["basis"] != after[k]["basis"]
+    ]
+    for dataset_name in sorted({k[0] for k in before}):
+        asked = [k for k in before if k[0] == dataset_name]
+        tally = Counter(before[k]["intent"] for k in asked)
+        print(
+            f"{dataset_name}: {len(asked)} questions; intent changed "
+            f"{sum(k[0] == dataset_name for k in intents)}, basis alone changed "
+            f"{sum(k[0] == dataset_name for k in bases)}; before: {dict(sorted(tally.items()))}"
+        )
+    for kind, keys in (("intent", intents), ("basis", bases)):
+        for key in keys:
+            print(
+                f"  {kind} {key[0]} {key[1]} {before[key]['question']!r}: "
+                f"{before[key]['intent']} ({before[key]['basis']}) -> "
+                f"{after[key]['intent']} ({after[key]['basis']})"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the source tree to classify with")
+    parser.add_argument("--out", type=Path, help="write the decisions here (JSON lines)")
+    parser.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"))
+    args = parser.parse_args()
+    if args.compare:
+        compare(*args.compare)
+        return
+    if args.out is None:
+        parser.error("--out or --compare")
+    rows = asyncio.run(decide(args.tree))
+    args.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    print(f"{len(rows)} decisions -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -12,9 +12,15 @@ question: dataset, id, intent, basis.
     .venv/bin/python bench/intent_decisions.py --tree DIR --out FILE.jsonl
     .venv/bin/python bench/intent_decisions.py --compare BEFORE.jsonl AFTER.jsonl
 
+    .venv/bin/python bench/intent_decisions.py --languages
+
 --compare counts the questions whose intent changed, and those whose basis
 alone changed (the rule named, the similarity, the nearest examples' intent),
-and lists each.
+and lists each. --languages asks, per language of the examples, whether the
+local model tells its intents apart: the mean cosine between examples of
+different intents, how many examples have their nearest other example in the
+same intent, and where the similarity fallback would put a few questions of no
+intent (NO_INTENT) if it served that language.
 """
 
 from __future__ import annotations
@@ -31,6 +37,31 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Questions that ask for no intent (general), none of them placed by a rule.
+NO_INTENT = {
+    "en": ["green tea", "my favourite film", "holiday plans", "books I read", "music I like"],
+    "ru": [
+        "зелёный чай",
+        "мой любимый фильм",
+        "Погода в Москве",
+        "Планы на отпуск",
+        "Книги, которые я читал",
+        "Что я люблю есть на завтрак?",
+        "Мои предпочтения в музыке",
+        "Где я живу?",
+    ],
+    "ja": [
+        "緑茶",
+        "好きな映画",
+        "東京の天気",
+        "休暇の予定",
+        "読んだ本",
+        "朝ごはんに何を食べるのが好き？",
+        "音楽の好み",
+        "どこに住んでいる？",
+    ],
+}
 
 
 def dataset(relative: str) -> Path:
@@ -84,6 +115,13 @@ async def decide(tree: Path) -> list[dict[str, Any]]:
     await provider.warm_up()
     classifier = intent.IntentClassifier(provider, config.search.intent_similarity_threshold)
     assert await classifier.wait_ready(), "the intent examples were not embedded"
+    if hasattr(classifier, "cross_intent_cosines"):  # trees before issue 38 have one language
+        cosines = classifier.cross_intent_cosines()
+        print(
+            "mean cosine between examples of different intents (the fallback serves a "
+            f"language below {config.search.intent_similarity_threshold}): "
+            + ", ".join(f"{lang} {c:.2f}" for lang, c in cosines.items())
+        )
     rows: list[dict[str, Any]] = []
     for name, questions in (
         ("locomo", locomo_questions()),
@@ -103,6 +141,49 @@ async def decide(tree: Path) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+async def languages() -> None:
+    """Per language: does the local model tell its example intents apart?"""
+    sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
+    import numpy as np
+
+    from services.common.config import load_config
+    from services.common.providers.embedding import embedding_provider
+    from services.search.query_intent import EXAMPLES, rule_intent
+
+    config = load_config(environ={})
+    threshold = config.search.intent_similarity_threshold
+    provider = embedding_provider(config)
+    await provider.warm_up()
+
+    async def unit(texts: list[str]) -> Any:
+        matrix = np.asarray(await provider.embed(texts), dtype=np.float32)
+        return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+    for language, by_intent in EXAMPLES.items():
+        labels = [intent for intent, texts in by_intent.items() for _ in texts]
+        examples = await unit([text for texts in by_intent.values() for text in texts])
+        cosines = examples @ examples.T
+        different = np.not_equal.outer(labels, labels)
+        np.fill_diagonal(cosines, -2.0)
+        nearest_same = sum(
+            labels[int(np.argmax(row))] == own for row, own in zip(cosines, labels, strict=True)
+        )
+        questions = NO_INTENT[language]
+        assert not any(rule_intent(q) for q in questions), "a rule places a NO_INTENT question"
+        best = (await unit(questions)) @ examples.T
+        placed = [
+            f"{q} -> {labels[int(np.argmax(row))].name.lower()} {row.max():.2f}"
+            for q, row in zip(questions, best, strict=True)
+            if row.max() >= threshold
+        ]
+        print(
+            f"{language}: cross-intent cosine {cosines[different].mean():.2f} "
+            f"(threshold {threshold}); nearest other example of the same intent "
+            f"{nearest_same}/{len(labels)}; questions of no intent past the threshold "
+            f"{len(placed)}/{len(questions)}" + "".join(f"\n  {line}" for line in placed)
+        )
 
 
 def compare(before_path: Path, after_path: Path) -> None:
@@ -140,12 +221,16 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, default=ROOT, help="the source tree to classify with")
     parser.add_argument("--out", type=Path, help="write the decisions here (JSON lines)")
     parser.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--languages", action="store_true", help="each language's separation")
     args = parser.parse_args()
+    if args.languages:
+        asyncio.run(languages())
+        return
     if args.compare:
         compare(*args.compare)
         return
     if args.out is None:
-        parser.error("--out or --compare")
+        parser.error("--out, --compare or --languages")
     rows = asyncio.run(decide(args.tree))
     args.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     print(f"{len(rows)} decisions -> {args.out}")

@@ -316,8 +316,8 @@ class _Examples:
     matrix: np.ndarray  # unit rows, one per example
     # mean cosine between examples of different intents: at or above the
     # threshold, the model does not tell this language's intents apart
-    # (all-MiniLM-L6-v2, English only, puts any two Russian questions at about
-    # 0.58: bench/README.md "Intent routing in Russian and Japanese")
+    # (all-MiniLM-L6-v2, an English model: English 0.09, Russian 0.58, Japanese
+    # 0.54; bench/README.md "Intent routing in Russian and Japanese")
     cross_intent_cosine: float
 
 
@@ -336,11 +336,11 @@ class IntentClassifier:
     def examples_ready(self) -> bool:
         return self._examples is not None
 
-    def languages_apart(self) -> dict[str, bool]:
-        """Whether the embedding model tells each language's intents apart (so the
-        fallback serves it); empty before the examples are embedded."""
-        examples = self._examples or {}
-        return {lang: e.cross_intent_cosine < self._threshold for lang, e in examples.items()}
+    def cross_intent_cosines(self) -> dict[str, float]:
+        """Each language's mean cosine between examples of different intents; the
+        fallback serves a language below the threshold. Empty before the
+        examples are embedded."""
+        return {lang: e.cross_intent_cosine for lang, e in (self._examples or {}).items()}
 
     def start(self) -> None:
         """Embed the examples in the background (once; after a failure, rules alone

@@ -222,14 +222,16 @@ def test_a_data_file_missing_a_language_an_intent_or_a_question_is_refused(
 
 
 def classify_all(provider: Any, queries: list[str]) -> tuple[dict[str, bool], dict[str, Any]]:
-    """The classifier over the real local model: which languages it tells apart,
-    and each query classified with its own vector, as Recall classifies it."""
+    """The classifier over the real local model: which languages it tells apart
+    (examples of different intents below the threshold, 0.45), and each query
+    classified with its own vector, as Recall classifies it."""
 
     async def run() -> tuple[dict[str, bool], dict[str, Any]]:
-        classifier = IntentClassifier(provider)
+        classifier = IntentClassifier(provider, threshold=0.45)
         assert await classifier.wait_ready()
         vectors = [(await provider.embed([q]))[0] for q in queries]
-        return classifier.languages_apart(), {
+        cosines = classifier.cross_intent_cosines()
+        return {language: c < 0.45 for language, c in cosines.items()}, {
             q: classifier.classify(q, v) for q, v in zip(queries, vectors, strict=True)
         }
 

@@ -70,8 +70,9 @@ _RU_INFINITIVE = (
     r"(?!(?:\w*дцать|девять|десять|опять)(?![\w-]))"
     r"(?:\w{2,}(?:ать|ять|еть|ить|ыть|уть|оть)|\w*йти|\w{3,}чь)(?:ся|сь)?(?![\w-])"
 )
-# Prepositions a Russian question word may follow ("с кем", "о ком", "у кого").
-_RU_PREPOSITION = r"(?:а|и|но|так|с|со|о|об|обо|у|для|к|ко|от|про|за|без|над|под|перед)"
+# What may stand before a Russian question word at the start: a conjunction
+# ("а кто") or a preposition ("с кем", "о ком", "у кого").
+_RU_BEFORE_QUESTION_WORD = r"(?:а|и|но|так|с|со|о|об|обо|у|для|к|ко|от|про|за|без|над|под|перед)"
 
 # Rules in order; the first that matches decides. Question words lead (a
 # query's opening says what it asks); the cue phrases follow. Each English rule
@@ -181,7 +182,7 @@ _RULES: tuple[tuple[Intent, str, re.Pattern[str]], ...] = (
         Intent.ENTITY,
         "asks who (Russian)",
         re.compile(
-            rf"^\W*(?:{_RU_PREPOSITION}\s+)?"
+            rf"^\W*(?:{_RU_BEFORE_QUESTION_WORD}\s+)?"
             r"(?:кто|кого|кому|кем|ком|чей|чья|чь[её]|чьи|чьего|чьей|чьих|чьему|чьим)(?![\w-])"
             r"|\bкто\s+(?:такой|такая|такие|такое|это|был|была|были)(?![\w-])"
         ),

@@ -40,6 +40,16 @@ def on_axis(cosine: float, axis: int) -> list[float]:
     return vector
 
 
+def examples_on_axes(axes: dict[Intent, int]) -> dict[str, list[float]]:
+    """Every language's examples of each intent on that intent's axis."""
+    return {
+        text: on_axis(1.0, axes[intent])
+        for by_intent in EXAMPLES.values()
+        for intent, texts in by_intent.items()
+        for text in texts
+    }
+
+
 def ask(stack: Stack, query: str, **fields: Any) -> search_pb2.RecallResponse:
     return stack.search.Recall(
         search_pb2.RecallRequest(query=query, limit=10, min_score=0, **fields), timeout=30
@@ -259,7 +269,7 @@ def test_similarity_to_the_examples_classifies_what_no_rule_places(
     questions embed to an axis of their own; a query near the causal axis is
     causal (0.90 >= 0.45), one at 0.30 from every axis is general."""
     axes = {Intent.ENTITY: 1, Intent.TEMPORAL: 2, Intent.CAUSAL: 3, Intent.PROCEDURAL: 4}
-    book = VectorBook({t: on_axis(1.0, axes[i]) for i, texts in EXAMPLES.items() for t in texts})
+    book = VectorBook(examples_on_axes(axes))
     book.vectors["what was behind the delay"] = on_axis(0.9, 3)
     book.vectors["the delay"] = on_axis(0.3, 3)
     server = http_servers(ollama_server(book))
@@ -279,6 +289,52 @@ def test_similarity_to_the_examples_classifies_what_no_rule_places(
     assert max(axes.values()) < DIM
 
 
+def test_each_language_is_placed_by_its_own_examples(
+    recall_stack: Callable[..., Stack], http_servers: Callable[[Any], Any]
+) -> None:
+    """A model that tells English and Russian intents apart (each intent's
+    examples on an axis of their own: English on 1-4, Russian on 6, 7, 5 and 0,
+    causal on 3 and 5) and not Japanese ones (all on one vector): a Russian
+    question near the Russian causal examples is causal; an English one at the
+    same place is not (English questions meet English examples only); a
+    Japanese one is left to the rules, and its basis says why."""
+    axes = {
+        "en": {Intent.ENTITY: 1, Intent.TEMPORAL: 2, Intent.CAUSAL: 3, Intent.PROCEDURAL: 4},
+        "ru": {Intent.ENTITY: 6, Intent.TEMPORAL: 7, Intent.CAUSAL: 5, Intent.PROCEDURAL: 0},
+        "ja": dict.fromkeys(Intent, 6),
+    }
+    vectors = {
+        text: on_axis(1.0, axes[language][intent])
+        for language, by_intent in EXAMPLES.items()
+        for intent, texts in by_intent.items()
+        for text in texts
+    }
+    queries = ["что стояло за задержкой", "what stood behind the delay", "遅延の背景"]
+    vectors.update(dict.fromkeys(queries, on_axis(0.9, 5)))
+    server = http_servers(ollama_server(VectorBook(vectors)))
+    stack = recall_stack(fake_embedding_overrides(server.url))
+
+    def classified() -> search_pb2.RecallResponse | None:
+        response = ask(stack, queries[0])
+        return response if response.intent_basis.startswith("similarity") else None
+
+    russian_answer = wait_for(classified, what="the intent examples embedded")
+    assert (russian_answer.intent, russian_answer.intent_basis) == (
+        search_pb2.QUERY_INTENT_CAUSAL,
+        "similarity 0.90 to causal examples",
+    )
+    english_answer = ask(stack, queries[1])
+    assert english_answer.intent == GENERAL
+    assert english_answer.intent_basis.startswith("default: nearest examples")
+    assert english_answer.intent_basis.endswith("at 0.00")
+    japanese_answer = ask(stack, queries[2])
+    assert (japanese_answer.intent, japanese_answer.intent_basis) == (
+        GENERAL,
+        "default: no rule matched; the embedding model does not tell Japanese example "
+        "questions apart",
+    )
+
+
 def held_examples(book: VectorBook, query: str, hold_s: float) -> ScriptedHttpServer:
     """A scripted Ollama server that answers the intent examples' batch only after
     `query` has been asked for (and `hold_s` more): they arrive after the Recall
@@ -286,7 +342,7 @@ def held_examples(book: VectorBook, query: str, hold_s: float) -> ScriptedHttpSe
     server = ollama_server(book)
     answer = server.routes[("POST", "/api/embed")]
     asked = threading.Event()
-    examples = {t for texts in EXAMPLES.values() for t in texts}
+    examples = {t for by_intent in EXAMPLES.values() for texts in by_intent.values() for t in texts}
 
     def route(request: Request) -> Reply:
         texts = set((request.json or {}).get("input") or [])
@@ -305,7 +361,7 @@ def axis_book(**queries: float) -> VectorBook:
     """Each intent's examples on an axis of their own; each query at its cosine to
     the causal axis."""
     axes = {Intent.ENTITY: 1, Intent.TEMPORAL: 2, Intent.CAUSAL: 3, Intent.PROCEDURAL: 4}
-    book = VectorBook({t: on_axis(1.0, axes[i]) for i, texts in EXAMPLES.items() for t in texts})
+    book = VectorBook(examples_on_axes(axes))
     book.vectors.update({query: on_axis(cosine, 3) for query, cosine in queries.items()})
     return book
 

@@ -20,7 +20,9 @@ from recall_helpers import QUERY_VECTOR, Stack, fake_embedding_overrides, ids, v
 from services.search.query_intent import EXAMPLES
 
 GATE_CAP_S = 20.0  # a forgotten gate must not hold server threads for ever
-INTENT_EXAMPLES = {text for texts in EXAMPLES.values() for text in texts}
+INTENT_EXAMPLES = {
+    text for by_intent in EXAMPLES.values() for texts in by_intent.values() for text in texts
+}
 
 
 def query_calls(server: ScriptedHttpServer) -> list[Any]:

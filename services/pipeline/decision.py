@@ -157,7 +157,8 @@ class Decider:
     async def decide(self, namespace: str, source_id: str, facts: list[Fact]) -> Decisions:
         """One proposal per fact that survives validation, in fact order (facts are
         decided concurrently; the provider's semaphore bounds the LLM calls).
-        Raises the provider's errors, LlmOutputInvalid and CandidatesUnavailable."""
+        Raises the provider's errors and CandidatesUnavailable; an unreadable
+        decision answer drops that fact's proposal with a warning."""
         decided = await asyncio.gather(
             *(self._decide_one(namespace, source_id, fact, i) for i, fact in enumerate(facts))
         )
@@ -178,4 +179,7 @@ class Decider:
         try:
             return parse_decision(answer, fact, candidates, f"decision[{index}]")
         except LlmOutputInvalid as exc:
-            raise LlmOutputInvalid(f"decision[{index}]: {exc.message}") from exc
+            # one fact's unreadable decision drops that fact's proposal, as seed 000
+            # drops an invalid one, rather than failing the job: a retry would ask the
+            # same question again, and the memory's other facts would never land
+            return None, [f"decision[{index}]: {exc.message}; dropped"]

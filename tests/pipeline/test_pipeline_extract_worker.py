@@ -383,6 +383,39 @@ def test_every_audit_outcome_of_the_seed_appears_in_history(
     assert [d[0] for d in derived(stack)] == ["Grace adopted a second cat in March"]
 
 
+def test_an_unreadable_decision_drops_its_fact_and_the_others_land(
+    make_stack: Callable[..., Stack], llm: LlmServer
+) -> None:
+    """Seed 000 drops an invalid proposal with a warning; a decision answer that is no
+    JSON at all is dropped the same way, so one bad answer does not fail the job
+    (a retry would ask the same question) and the memory's other facts land."""
+    home = "Ines lives in Porto near the river"
+    facts = {
+        home: [],
+        "Ines news: Porto flat, climbing": [
+            fact("Ines rents a flat in Porto by the river"),
+            fact("Ines took up climbing in Porto"),
+        ],
+    }
+
+    def decide(fact_text: str, candidates: list[dict[str, str]]) -> str:
+        if fact_text == "Ines rents a flat in Porto by the river":
+            return "I think you should add it."
+        return decision_answer("ADD", reason="new")
+
+    llm.script = scripted(lambda memory: facts[memory], decide=decide)
+    stack = make_stack()
+    settled(stack, stack.remember(home).id)
+    news = stack.remember("Ines news: Porto flat, climbing")
+    job = settled(stack, news.id)
+    assert job["attempts"] == 1
+    [warning] = [w for w in json.loads(job["result"])["warnings"] if "dropped" in w]
+    assert warning.startswith("decision[0]: ") and "not JSON" in warning, warning
+    assert [d[0] for d in derived(stack)] == ["Ines took up climbing in Porto"]
+    decisions = [p for p in llm.prompts() if not is_extraction(p)]
+    assert len(decisions) == 2, "both facts had a candidate and were decided"
+
+
 def test_shadow_mode_writes_nothing_but_history(
     make_stack: Callable[..., Stack], llm: LlmServer
 ) -> None:

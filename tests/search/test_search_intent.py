@@ -475,13 +475,34 @@ def test_entity_route_resolves_an_alias(recall_stack: Callable[..., Stack]) -> N
     ]
 
 
+SESSION_TURNS = {
+    "en": (
+        "We booked the flights to Porto",
+        "That was two days after the conference ended",
+        "The washing machine is fixed",
+        "When did we book the flights?",
+    ),
+    # the Russian rule ("когда" opening the question) over the same session links
+    "ru": (
+        "Мы забронировали билеты в Порту",
+        "Это было через два дня после конференции",
+        "Стиральную машину починили",
+        "Когда мы забронировали билеты?",
+    ),
+}
+
+
+@pytest.mark.parametrize("language", list(SESSION_TURNS))
 def test_temporal_route_follows_the_session_to_the_memory_next_to_the_match(
-    stack: Stack,
+    stack: Stack, language: str
 ) -> None:
     """'When did we book the flights?': the turn after the booking says when and
     shares no word with the question; the `temporal` link the store wrote
     between the two turns of the session brings it in. The next session's
-    turn, not linked to the match, stays out."""
+    turn, not linked to the match, stays out. The same in Russian, placed by
+    its own rule. (Japanese is left out: the keyword index reads a run of kana
+    and kanji as one word, so no Japanese turn matches a question by keyword.)"""
+    booking, date, chore, question = SESSION_TURNS[language]
 
     def turn(session: str, content: str) -> str:
         request = store_pb2.AppendTurnRequest(
@@ -489,12 +510,12 @@ def test_temporal_route_follows_the_session_to_the_memory_next_to_the_match(
         )
         return str(stack.store.AppendTurn(request).memory.id)
 
-    booked = turn("trip", "We booked the flights to Porto")
-    when = turn("trip", "That was two days after the conference ended")
-    later = turn("chores", "The washing machine is fixed")
-    flat = ask(stack, "When did we book the flights?", intent=GENERAL)
+    booked = turn("trip", booking)
+    when = turn("trip", date)
+    later = turn("chores", chore)
+    flat = ask(stack, question, intent=GENERAL)
     assert [r.memory.id for r in flat.results] == [booked], "the flat recipe misses the date"
-    routed = ask(stack, "When did we book the flights?")
+    routed = ask(stack, question)
     assert routed.intent == search_pb2.QUERY_INTENT_TEMPORAL
     boosts = {r.memory.id: r.intent_boost for r in routed.results}
     assert boosts == {booked: 0.0, when: pytest.approx(0.15)}

@@ -589,7 +589,9 @@ class RunMaintenanceRequest(_message.Message):
 
     MODE_FIELD_NUMBER: _builtins.int
     mode: Global___MaintenanceMode.ValueType
-    """Observe or execute; unspecified uses the configured maintenanceMode."""
+    """Observe or execute; unspecified uses the configured maintenanceMode. A value
+    no version of this enum defines is INVALID_ARGUMENT (field `mode`).
+    """
     def __init__(
         self,
         *,

@@ -46,13 +46,18 @@ from services.store.page_tokens import decode_int_position
 
 PiiPolicyOf = Callable[[str], PiiPolicy]
 
-_PROGRESS_NAMES = {
-    document_pb2.DOCUMENT_STATUS_EXTRACTING: "extracting",
-    document_pb2.DOCUMENT_STATUS_CHUNKING: "chunking",
-    document_pb2.DOCUMENT_STATUS_EMBEDDING: "embedding",
-    document_pb2.DOCUMENT_STATUS_INDEXING: "indexing",
+# a document's status as stored and as the proto numbers it
+STATUS_VALUES = {
+    "queued": document_pb2.DOCUMENT_STATUS_QUEUED,
+    "extracting": document_pb2.DOCUMENT_STATUS_EXTRACTING,
+    "chunking": document_pb2.DOCUMENT_STATUS_CHUNKING,
+    "embedding": document_pb2.DOCUMENT_STATUS_EMBEDDING,
+    "indexing": document_pb2.DOCUMENT_STATUS_INDEXING,
+    "done": document_pb2.DOCUMENT_STATUS_DONE,
+    "failed": document_pb2.DOCUMENT_STATUS_FAILED,
 }
-assert tuple(_PROGRESS_NAMES.values()) == PROGRESS_STATUSES
+# the statuses the document worker may report (AdvanceDocument)
+_PROGRESS_NAMES = {STATUS_VALUES[name]: name for name in PROGRESS_STATUSES}
 
 
 @dataclass(frozen=True)

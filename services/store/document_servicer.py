@@ -10,18 +10,9 @@ from engram.store.internal.v1 import documents_pb2_grpc
 from engram.store.internal.v1 import job_queue_pb2 as jq
 from services.common.convert import timestamp_from_text
 from services.store import document_requests as requests
+from services.store.document_requests import STATUS_VALUES
 from services.store.documents import DocumentRecord, DocumentStore
 
-STATUS_VALUES = {
-    "queued": document_pb2.DOCUMENT_STATUS_QUEUED,
-    "extracting": document_pb2.DOCUMENT_STATUS_EXTRACTING,
-    "chunking": document_pb2.DOCUMENT_STATUS_CHUNKING,
-    "embedding": document_pb2.DOCUMENT_STATUS_EMBEDDING,
-    "indexing": document_pb2.DOCUMENT_STATUS_INDEXING,
-    "done": document_pb2.DOCUMENT_STATUS_DONE,
-    "failed": document_pb2.DOCUMENT_STATUS_FAILED,
-}
-_STATUS_NAMES = {value: name for name, value in STATUS_VALUES.items()}
 _CHUNK_OUTCOMES = {
     "created": pb.CHUNK_OUTCOME_CREATED,
     "linked": pb.CHUNK_OUTCOME_LINKED,
